@@ -1,0 +1,218 @@
+"""The normalised request record: one row per finished inference request, whatever the engine.
+
+Units are seconds and tokens. A stage timing that the engine did not report is ``None`` (never
+zero: TGI reports no TTFT, and a zero would drag percentiles down). Labels that are unknown are
+the empty string, so that grouping and unique keys never meet SQL NULL semantics.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Final, TypeVar
+
+from core.errors import InvalidRecord
+
+#: Latency fields of a record, in the order the stage breakdown reports them.
+DURATION_FIELDS: Final = (
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "queue_s",
+    "prefill_s",
+    "decode_s",
+    "preprocess_s",
+    "postprocess_s",
+    "gateway_s",
+)
+TOKEN_FIELDS: Final = ("input_tokens", "output_tokens", "cached_tokens")
+#: Labels a query may filter and group by.
+GROUP_LABELS: Final = ("model", "instance", "tenant", "priority")
+
+MAX_LABEL_LEN: Final = 256
+MAX_DURATION_S: Final = 7 * 86400.0
+MAX_TOKENS: Final = 100_000_000
+_EARLIEST: Final = datetime(2000, 1, 1, tzinfo=UTC)
+_LATEST: Final = datetime(2200, 1, 1, tzinfo=UTC)
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+
+
+class Engine(StrEnum):
+    """The inference server kind a record came from."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+    TRTLLM = "trtllm"
+    GENERIC = "generic"
+
+
+class Status(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+
+
+def normalise_trace_id(value: str | bytes | int) -> str:
+    """A trace id as 32 lowercase hex digits; 64-bit ids (SGLang) are left-padded."""
+    if isinstance(value, bytes):
+        value = value.hex()
+    elif isinstance(value, int):
+        if value < 0 or value >= 1 << 128:
+            raise InvalidRecord("trace id out of range", details={"trace_id": value})
+        value = f"{value:032x}"
+    text = value.strip().lower()
+    if 0 < len(text) < 32 and all(c in "0123456789abcdef" for c in text):
+        text = text.rjust(32, "0")
+    return text
+
+
+def normalise_span_id(value: str | bytes | int) -> str:
+    """A span id as 16 lowercase hex digits."""
+    if isinstance(value, bytes):
+        value = value.hex()
+    elif isinstance(value, int):
+        if value < 0 or value >= 1 << 64:
+            raise InvalidRecord("span id out of range", details={"span_id": value})
+        value = f"{value:016x}"
+    text = value.strip().lower()
+    if 0 < len(text) < 16 and all(c in "0123456789abcdef" for c in text):
+        text = text.rjust(16, "0")
+    return text
+
+
+def check_timestamp(name: str, ts: datetime) -> None:
+    """Timestamps are timezone-aware and in a plausible range (2000–2200)."""
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        raise InvalidRecord(f"{name} must be timezone-aware", details={name: ts.isoformat()})
+    if not _EARLIEST <= ts < _LATEST:
+        raise InvalidRecord(f"{name} out of range", details={name: ts.isoformat()})
+
+
+def check_label(name: str, value: str) -> None:
+    if len(value) > MAX_LABEL_LEN:
+        raise InvalidRecord(
+            f"{name} longer than {MAX_LABEL_LEN} characters", details={name: value[:64] + "…"}
+        )
+
+
+def check_duration(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or value < 0.0 or value > MAX_DURATION_S:
+        raise InvalidRecord(
+            f"{name} must be a finite number of seconds in [0, {MAX_DURATION_S:g}]",
+            details={name: repr(value)},
+        )
+
+
+def check_count(name: str, value: int | None, limit: int = MAX_TOKENS) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise InvalidRecord(f"{name} must be an integer in [0, {limit}]", details={name: value})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished inference request.
+
+    ``(trace_id, span_id)`` is the natural key: the same span shipped twice is one request.
+    """
+
+    trace_id: str
+    span_id: str
+    start: datetime
+    instance: str
+    service: str = ""
+    engine: Engine = Engine.GENERIC
+    model: str = ""
+    tenant: str = ""
+    priority: str = ""
+    operation: str = ""
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    preprocess_s: float | None = None
+    postprocess_s: float | None = None
+    gateway_s: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    status: Status = Status.OK
+    error_type: str = ""
+    finish_reason: str = ""
+
+    def __post_init__(self) -> None:
+        if not _HEX32.fullmatch(self.trace_id) or self.trace_id == "0" * 32:
+            raise InvalidRecord(
+                "trace_id must be 32 lowercase hex digits, not all zero",
+                details={"trace_id": self.trace_id[:64]},
+            )
+        if not _HEX16.fullmatch(self.span_id) or self.span_id == "0" * 16:
+            raise InvalidRecord(
+                "span_id must be 16 lowercase hex digits, not all zero",
+                details={"span_id": self.span_id[:64]},
+            )
+        check_timestamp("start", self.start)
+        if not self.instance:
+            raise InvalidRecord("instance must not be empty")
+        for name in ("instance", "service", "model", "tenant", "priority", "operation"):
+            check_label(name, getattr(self, name))
+        check_label("error_type", self.error_type)
+        check_label("finish_reason", self.finish_reason)
+        for name in DURATION_FIELDS:
+            check_duration(name, getattr(self, name))
+        for name in TOKEN_FIELDS:
+            check_count(name, getattr(self, name))
+        # Enum fields accept their string values; store the enum so equality is uniform.
+        if not isinstance(self.engine, Engine):
+            object.__setattr__(self, "engine", _enum(Engine, "engine", self.engine))
+        if not isinstance(self.status, Status):
+            object.__setattr__(self, "status", _enum(Status, "status", self.status))
+
+    @property
+    def end(self) -> datetime | None:
+        """Arrival plus end-to-end time, when known."""
+        if self.e2e_s is None:
+            return None
+        return self.start + timedelta(seconds=self.e2e_s)
+
+    @property
+    def is_error(self) -> bool:
+        return self.status is Status.ERROR
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _enum(kind: type[_E], name: str, value: object) -> _E:
+    try:
+        return kind(str(value))
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise InvalidRecord(
+            f"{name} must be one of {allowed}", details={name: str(value)[:64]}
+        ) from None
+
+
+#: Column order used by bulk writers and spools.
+RECORD_FIELDS: Final = tuple(f.name for f in fields(RequestRecord))
+
+__all__ = [
+    "DURATION_FIELDS",
+    "GROUP_LABELS",
+    "RECORD_FIELDS",
+    "TOKEN_FIELDS",
+    "Engine",
+    "RequestRecord",
+    "Status",
+    "normalise_span_id",
+    "normalise_trace_id",
+]

@@ -1,0 +1,154 @@
+"""Periodic samples: one GPU read (NVML or dcgm-exporter), one scrape of a server's /metrics.
+
+Units are converted at the source: watts (NVML reports mW), joules (mJ), bytes (dcgm reports
+MiB), ratios in [0, 1] (NVML reports percent). A field the source cannot provide is ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from core.errors import InvalidRecord
+from core.records import check_label, check_timestamp
+
+#: Named clock-event (throttle) reasons, as NVML's nvmlClocksEventReasons bit flags name them.
+THROTTLE_REASONS: Final = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+
+GPU_RATIO_FIELDS: Final = (
+    "util_gpu",
+    "util_memory",
+    "sm_occupancy",
+    "dram_bw_util",
+    "tensor_util",
+)
+GPU_NONNEGATIVE_FIELDS: Final = (
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "energy_j",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "ecc_sbe_total",
+    "ecc_dbe_total",
+)
+
+SERVER_RATIO_FIELDS: Final = ("kv_cache_usage", "prefix_cache_hit_ratio")
+SERVER_GAUGE_FIELDS: Final = ("requests_running", "requests_waiting", "requests_swapped")
+SERVER_COUNTER_FIELDS: Final = (
+    "preemptions_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "requests_total",
+    "request_errors_total",
+)
+
+
+def _check_number(name: str, value: float | None, lo: float, hi: float) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise InvalidRecord(f"{name} must be in [{lo:g}, {hi:g}]", details={name: repr(value)})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One reading of one GPU."""
+
+    ts: datetime
+    instance: str
+    gpu_index: int
+    uuid: str = ""
+    name: str = ""
+    util_gpu: float | None = None
+    util_memory: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    energy_j: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    ecc_sbe_total: float | None = None
+    ecc_dbe_total: float | None = None
+    xid_last: int | None = None
+    sm_occupancy: float | None = None
+    dram_bw_util: float | None = None
+    tensor_util: float | None = None
+
+    def __post_init__(self) -> None:
+        check_timestamp("ts", self.ts)
+        if not self.instance:
+            raise InvalidRecord("instance must not be empty")
+        check_label("instance", self.instance)
+        check_label("uuid", self.uuid)
+        check_label("name", self.name)
+        if not 0 <= self.gpu_index < 1024:
+            raise InvalidRecord(
+                "gpu_index must be in [0, 1024)", details={"gpu_index": self.gpu_index}
+            )
+        for name in GPU_RATIO_FIELDS:
+            _check_number(name, getattr(self, name), 0.0, 1.0)
+        for name in GPU_NONNEGATIVE_FIELDS:
+            _check_number(name, getattr(self, name), 0.0, math.inf)
+        _check_number("temperature_c", self.temperature_c, -50.0, 200.0)
+        unknown = set(self.throttle_reasons) - set(THROTTLE_REASONS)
+        if unknown:
+            raise InvalidRecord(
+                "unknown throttle reasons", details={"throttle_reasons": sorted(unknown)}
+            )
+
+    @property
+    def throttled(self) -> bool:
+        """True when clocks are held down for a reason other than idleness or a setting."""
+        benign = {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
+        return any(reason not in benign for reason in self.throttle_reasons)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSample:
+    """One scrape of an inference server's /metrics, in infersight's vocabulary.
+
+    Counters are cumulative as scraped; rates are computed by queries over consecutive samples.
+    """
+
+    ts: datetime
+    instance: str
+    engine: str = "generic"
+    model: str = ""
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    requests_swapped: float | None = None
+    kv_cache_usage: float | None = None
+    prefix_cache_hit_ratio: float | None = None
+    preemptions_total: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    requests_total: float | None = None
+    request_errors_total: float | None = None
+
+    def __post_init__(self) -> None:
+        check_timestamp("ts", self.ts)
+        if not self.instance:
+            raise InvalidRecord("instance must not be empty")
+        for name in ("instance", "engine", "model"):
+            check_label(name, getattr(self, name))
+        for name in SERVER_RATIO_FIELDS:
+            _check_number(name, getattr(self, name), 0.0, 1.0)
+        for name in (*SERVER_GAUGE_FIELDS, *SERVER_COUNTER_FIELDS):
+            _check_number(name, getattr(self, name), 0.0, math.inf)

@@ -1,0 +1,353 @@
+"""A mergeable quantile sketch with a guaranteed relative error.
+
+The mapping is DDSketch's logarithmic one (Masson, Rim & Lee, VLDB 2019): a positive value
+``x`` falls in bucket ``i = ⌈log_γ x⌉`` with ``γ = (1+α)/(1−α)``, and every value in bucket ``i``
+lies within ``α`` (relative) of the bucket's representative ``2γ^i/(γ+1)``. Buckets are kept
+sparse (sorted keys and counts in numpy arrays), so adding a batch and merging sketches are a
+few vectorised operations; that is why this is not the ``ddsketch`` package, which adds one
+value at a time in Python and answers with the nearest rank only.
+
+Quantiles interpolate between the representatives of ranks ``⌊h⌋`` and ``⌈h⌉`` (``h = q·(n−1)``),
+exactly as numpy's and PostgreSQL's exact answers do. A convex combination of two values that
+are each within ``α`` of the truth is itself within ``α`` of the interpolated truth, so the
+answer is within ``α`` of the *exact interpolated* quantile, not merely of some nearby rank.
+
+Values below ``MIN_VALUE`` (1 ns, for latencies in seconds) are counted as exactly zero.
+Negative values are rejected: every quantity infersight sketches is a duration or a count.
+
+Serialisation is a versioned little-endian header followed by the zlib-compressed bucket arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Final, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from core.errors import InvalidInput
+
+DEFAULT_RELATIVE_ACCURACY: Final = 0.01
+MIN_VALUE: Final = 1e-9
+_MAGIC: Final = b"ISK1"
+_HEADER: Final = struct.Struct("<4sdQQdddI")  # magic, alpha, count, zero, sum, min, max, nkeys
+_MAX_KEYS: Final = 1 << 20
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+class QuantileSketch:
+    """Counts of values in logarithmic buckets, plus exact count, sum, min and max."""
+
+    __slots__ = (
+        "_counts",
+        "_keys",
+        "_ln_gamma",
+        "alpha",
+        "count",
+        "max",
+        "min",
+        "sum",
+        "zero_count",
+    )
+
+    def __init__(self, alpha: float = DEFAULT_RELATIVE_ACCURACY) -> None:
+        if not 0.0 < alpha < 0.5:
+            raise InvalidInput(
+                "sketch relative accuracy must be in (0, 0.5)", details={"alpha": alpha}
+            )
+        self.alpha = alpha
+        self._ln_gamma = math.log((1.0 + alpha) / (1.0 - alpha))
+        self._keys: IntArray = np.empty(0, dtype=np.int64)
+        self._counts: IntArray = np.empty(0, dtype=np.int64)
+        self.count = 0
+        self.zero_count = 0
+        self.sum = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+    # -- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def of(cls, values: Iterable[float], alpha: float = DEFAULT_RELATIVE_ACCURACY) -> Self:
+        sketch = cls(alpha)
+        sketch.add_many(np.fromiter(values, dtype=np.float64))
+        return sketch
+
+    def add(self, value: float) -> None:
+        self.add_many(np.array([value], dtype=np.float64))
+
+    def add_many(self, values: Sequence[float] | FloatArray) -> None:
+        """Add a batch of values (NaN is refused, negative values too)."""
+        array = np.asarray(values, dtype=np.float64)
+        if array.size == 0:
+            return
+        if not np.all(np.isfinite(array)) or np.any(array < 0.0):
+            raise InvalidInput("sketch values must be finite and non-negative")
+        positive = array[array >= MIN_VALUE]
+        self.zero_count += int(array.size - positive.size)
+        if positive.size:
+            keys = self.keys_for(positive)
+            unique, counts = np.unique(keys, return_counts=True)
+            self._merge_buckets(unique, counts.astype(np.int64))
+        self.count += int(array.size)
+        self.sum += float(array.sum())
+        self.min = min(self.min, float(array.min()))
+        self.max = max(self.max, float(array.max()))
+
+    def keys_for(self, positive: FloatArray) -> IntArray:
+        """Bucket keys of values that are all ≥ ``MIN_VALUE``."""
+        return np.ceil(np.log(positive) / self._ln_gamma).astype(np.int64)
+
+    @classmethod
+    def from_buckets(
+        cls,
+        keys: IntArray,
+        counts: IntArray,
+        *,
+        zero_count: int,
+        total: float,
+        minimum: float,
+        maximum: float,
+        alpha: float = DEFAULT_RELATIVE_ACCURACY,
+    ) -> Self:
+        """Assemble a sketch from sorted unique ``keys`` (as ``keys_for`` computes) and counts."""
+        sketch = cls(alpha)
+        sketch._keys = np.asarray(keys, dtype=np.int64)
+        sketch._counts = np.asarray(counts, dtype=np.int64)
+        sketch.zero_count = int(zero_count)
+        sketch.count = int(sketch._counts.sum()) + sketch.zero_count
+        sketch.sum = float(total)
+        sketch.min = float(minimum) if sketch.count else math.inf
+        sketch.max = float(maximum) if sketch.count else -math.inf
+        return sketch
+
+    def merge(self, other: QuantileSketch) -> None:
+        """Fold ``other`` into this sketch; the result equals one sketch over both inputs."""
+        if other.alpha != self.alpha:
+            raise InvalidInput(
+                "cannot merge sketches of different accuracy",
+                details={"left": self.alpha, "right": other.alpha},
+            )
+        if other.count == 0:
+            return
+        self._merge_buckets(other._keys, other._counts)
+        self.count += other.count
+        self.zero_count += other.zero_count
+        self.sum += other.sum
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
+    def _merge_buckets(self, keys: IntArray, counts: IntArray) -> None:
+        if keys.size == 0:
+            return
+        if self._keys.size == 0:
+            self._keys, self._counts = keys.copy(), counts.copy()
+            return
+        all_keys = np.concatenate((self._keys, keys))
+        all_counts = np.concatenate((self._counts, counts))
+        unique, inverse = np.unique(all_keys, return_inverse=True)
+        merged = np.bincount(inverse, weights=all_counts, minlength=unique.size)
+        self._keys, self._counts = unique, np.rint(merged).astype(np.int64)
+
+    def copy(self) -> QuantileSketch:
+        clone = QuantileSketch(self.alpha)
+        clone.merge(self)
+        return clone
+
+    # -- answering --------------------------------------------------------------------------
+
+    @property
+    def relative_error(self) -> float:
+        return self.alpha
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count else None
+
+    def _value_at_ranks(self, ranks: IntArray) -> FloatArray:
+        """Representative values of 0-based ranks, clamped into [min, max]."""
+        cumulative = self.zero_count + np.cumsum(self._counts)
+        idx = np.searchsorted(cumulative, ranks, side="right")
+        gamma = math.exp(self._ln_gamma)
+        safe_idx = np.minimum(idx, max(self._keys.size - 1, 0))
+        reps = (
+            2.0 * np.exp(self._keys[safe_idx] * self._ln_gamma) / (gamma + 1.0)
+            if self._keys.size
+            else np.zeros(ranks.size)
+        )
+        values = np.where(ranks < self.zero_count, 0.0, reps)
+        return np.clip(values, max(self.min, 0.0), self.max)
+
+    def quantiles(self, quantiles: Sequence[float]) -> dict[float, float]:
+        """Estimated quantiles; empty when the sketch holds no value."""
+        if self.count == 0:
+            return {}
+        qs = np.asarray(quantiles, dtype=np.float64)
+        h = qs * (self.count - 1)
+        lo = np.floor(h).astype(np.int64)
+        hi = np.minimum(lo + 1, self.count - 1)
+        lo_values = self._value_at_ranks(lo)
+        hi_values = self._value_at_ranks(hi)
+        result = lo_values + (h - lo) * (hi_values - lo_values)
+        # The extremes are known exactly.
+        result = np.where(qs == 0.0, self.min, np.where(qs == 1.0, self.max, result))
+        return {float(q): float(v) for q, v in zip(qs, result, strict=True)}
+
+    def quantile(self, q: float) -> float | None:
+        return self.quantiles([q]).get(float(q))
+
+    def count_at_most(self, threshold: float) -> int:
+        """Values ≤ ``threshold``, exact except for values sharing ``threshold``'s bucket.
+
+        Those are counted as ≤ ``threshold``; so the answer is exact for every value outside
+        ``[threshold/(1+2α), threshold·(1+2α)]``.
+        """
+        if threshold < 0:
+            return 0
+        if threshold >= self.max:
+            return self.count
+        if threshold < MIN_VALUE:
+            return self.zero_count
+        key = int(self.keys_for(np.array([threshold]))[0])
+        return self.zero_count + int(self._counts[self._keys <= key].sum())
+
+    # -- bytes -------------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        header = _HEADER.pack(
+            _MAGIC,
+            self.alpha,
+            self.count,
+            self.zero_count,
+            self.sum,
+            self.min if self.count else 0.0,
+            self.max if self.count else 0.0,
+            self._keys.size,
+        )
+        deltas = np.diff(self._keys, prepend=np.int64(0)).astype("<i8")
+        body = deltas.tobytes() + self._counts.astype("<i8").tobytes()
+        return header + zlib.compress(body, 1)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> QuantileSketch:
+        if len(data) < _HEADER.size:
+            raise InvalidInput("sketch bytes are truncated")
+        magic, alpha, count, zero, total, minimum, maximum, nkeys = _HEADER.unpack_from(data)
+        if magic != _MAGIC:
+            raise InvalidInput("not an infersight sketch (bad magic)")
+        if nkeys > _MAX_KEYS:
+            raise InvalidInput("sketch has too many buckets", details={"buckets": nkeys})
+        try:
+            body = zlib.decompress(data[_HEADER.size :], bufsize=16 * nkeys or 64)
+        except zlib.error as exc:
+            raise InvalidInput(f"sketch body is corrupt: {exc}") from None
+        if len(body) != 16 * nkeys:
+            raise InvalidInput("sketch body length does not match its header")
+        keys = np.cumsum(np.frombuffer(body, dtype="<i8", count=nkeys)).astype(np.int64)
+        counts = np.frombuffer(body, dtype="<i8", count=nkeys, offset=8 * nkeys).astype(np.int64)
+        sketch = cls.from_buckets(
+            keys,
+            counts,
+            zero_count=zero,
+            total=total,
+            minimum=minimum,
+            maximum=maximum,
+            alpha=alpha,
+        )
+        if sketch.count != count:
+            raise InvalidInput("sketch counts do not add up to its header")
+        return sketch
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QuantileSketch):
+            return NotImplemented
+        return (
+            self.alpha == other.alpha
+            and self.count == other.count
+            and self.zero_count == other.zero_count
+            and math.isclose(self.sum, other.sum, rel_tol=1e-9, abs_tol=1e-12)
+            and (self.count == 0 or (self.min == other.min and self.max == other.max))
+            and np.array_equal(self._keys, other._keys)
+            and np.array_equal(self._counts, other._counts)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"QuantileSketch(alpha={self.alpha}, count={self.count}, buckets={self._keys.size})"
+
+
+def merge_all(
+    sketches: Iterable[QuantileSketch], alpha: float = DEFAULT_RELATIVE_ACCURACY
+) -> QuantileSketch:
+    """One sketch over everything the inputs hold (merging many at once, not pairwise)."""
+    parts = [s for s in sketches if s.count]
+    out = QuantileSketch(alpha)
+    if not parts:
+        return out
+    keys = np.concatenate([s._keys for s in parts])
+    counts = np.concatenate([s._counts for s in parts])
+    if keys.size:
+        unique, inverse = np.unique(keys, return_inverse=True)
+        merged = np.rint(np.bincount(inverse, weights=counts, minlength=unique.size))
+        out._keys, out._counts = unique, merged.astype(np.int64)
+    for s in parts:
+        if s.alpha != alpha:
+            raise InvalidInput("cannot merge sketches of different accuracy")
+        out.count += s.count
+        out.zero_count += s.zero_count
+        out.sum += s.sum
+        out.min = min(out.min, s.min)
+        out.max = max(out.max, s.max)
+    return out
+
+
+def sketches_by_group(
+    group_ids: IntArray, values: FloatArray, n_groups: int, alpha: float = DEFAULT_RELATIVE_ACCURACY
+) -> list[QuantileSketch | None]:
+    """Build one sketch per group in a single vectorised pass.
+
+    ``values`` may hold NaN for "not reported"; those are skipped. Groups with no value get
+    ``None``. Used by the store to turn a batch of records into per-minute rollup deltas.
+    """
+    present = ~np.isnan(values)
+    gids, vals = group_ids[present], values[present]
+    if np.any(vals < 0.0):
+        raise InvalidInput("sketch values must be non-negative")
+    result: list[QuantileSketch | None] = [None] * n_groups
+    if vals.size == 0:
+        return result
+    template = QuantileSketch(alpha)
+    positive = vals >= MIN_VALUE
+    keys = np.zeros(vals.size, dtype=np.int64)
+    keys[positive] = template.keys_for(vals[positive])
+    order = np.lexsort((keys, ~positive, gids))
+    gids_s, keys_s, pos_s, vals_s = gids[order], keys[order], positive[order], vals[order]
+    group_starts = np.flatnonzero(np.r_[True, gids_s[1:] != gids_s[:-1]])
+    group_ends = np.r_[group_starts[1:], gids_s.size]
+    for start, end in zip(group_starts.tolist(), group_ends.tolist(), strict=True):
+        gv = vals_s[start:end]
+        gp = pos_s[start:end]
+        gk = keys_s[start:end][gp]
+        if gk.size:
+            boundaries = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
+            unique = gk[boundaries]
+            counts = np.diff(np.r_[boundaries, gk.size]).astype(np.int64)
+        else:
+            unique = counts = np.empty(0, dtype=np.int64)
+        result[int(gids_s[start])] = QuantileSketch.from_buckets(
+            unique,
+            counts,
+            zero_count=int(gp.size - gk.size),
+            total=float(gv.sum()),
+            minimum=float(gv.min()),
+            maximum=float(gv.max()),
+            alpha=alpha,
+        )
+    return result
