@@ -283,6 +283,16 @@ class QuantileSketch:
         return f"QuantileSketch(alpha={self.alpha}, count={self.count}, buckets={self._keys.size})"
 
 
+def header_totals(data: bytes) -> tuple[int, float]:
+    """``(count, sum)`` of a serialised sketch, read from its header without decoding buckets."""
+    if len(data) < _HEADER.size:
+        raise InvalidInput("sketch bytes are truncated")
+    magic, _alpha, count, _zero, total, *_ = _HEADER.unpack_from(data)
+    if magic != _MAGIC:
+        raise InvalidInput("not an infersight sketch (bad magic)")
+    return int(count), float(total)
+
+
 def merge_all(
     sketches: Iterable[QuantileSketch], alpha: float = DEFAULT_RELATIVE_ACCURACY
 ) -> QuantileSketch:

@@ -1,0 +1,199 @@
+"""Request rollups: per-series, per-bucket counts and sketches, merged as batches arrive.
+
+``deltas_from_records`` turns a batch of freshly stored records into one delta per
+(resolution, bucket, series) at all three resolutions in a few vectorised passes; ``apply``
+merges those deltas into ``request_rollups`` (sketches are merged, never recomputed). Because
+the writer only rolls up the records its insert actually stored, a replayed batch changes
+nothing. Hour and day rows are maintained directly, so late data lands in every resolution.
+
+Concurrency: several writers may merge into the same rows. ``apply`` first inserts empty rows
+for every key (doing nothing on conflict), then locks the keys in primary-key order with
+``SELECT … FOR UPDATE`` (PostgreSQL; SQLite has one writer at a time), merges and updates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import numpy as np
+from sqlalchemy import Connection, and_, bindparam, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from core.records import DURATION_FIELDS, GROUP_LABELS, RequestRecord
+from core.sketch import QuantileSketch, sketches_by_group
+from core.window import Resolution
+from storage.tables import SKETCH_COLUMNS, request_rollups
+
+COUNTERS: Final = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens")
+_SERIES_SHIFT: Final = 1 << 32
+_KEY_CHUNK: Final = 500
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RollupKey:
+    resolution: str
+    bucket: datetime
+    model: str
+    instance: str
+    tenant: str
+    priority: str
+
+
+@dataclass(slots=True)
+class RollupDelta:
+    key: RollupKey
+    counters: dict[str, int]
+    sketches: dict[str, QuantileSketch] = field(default_factory=dict)
+
+
+def deltas_from_records(records: Sequence[RequestRecord]) -> list[RollupDelta]:
+    """One delta per (resolution, bucket, series) that ``records`` touch."""
+    if not records:
+        return []
+    series_index: dict[tuple[str, str, str, str], int] = {}
+    series_ids = np.fromiter(
+        (
+            series_index.setdefault((r.model, r.instance, r.tenant, r.priority), len(series_index))
+            for r in records
+        ),
+        dtype=np.int64,
+        count=len(records),
+    )
+    series_labels = list(series_index)
+    epoch = np.fromiter(
+        (r.start.timestamp() for r in records), dtype=np.float64, count=len(records)
+    )
+    counters = {
+        "requests": np.ones(len(records), dtype=np.int64),
+        "errors": np.fromiter((r.is_error for r in records), dtype=np.int64, count=len(records)),
+        **{
+            name: np.fromiter(
+                (getattr(r, name) or 0 for r in records), dtype=np.int64, count=len(records)
+            )
+            for name in ("input_tokens", "output_tokens", "cached_tokens")
+        },
+    }
+    durations = {
+        name: np.fromiter(
+            (np.nan if (v := getattr(r, name)) is None else v for r in records),
+            dtype=np.float64,
+            count=len(records),
+        )
+        for name in DURATION_FIELDS
+    }
+    out: list[RollupDelta] = []
+    for resolution in Resolution:
+        step = resolution.seconds
+        buckets = np.floor(epoch / step).astype(np.int64)
+        codes = series_ids * _SERIES_SHIFT + (buckets - buckets.min())
+        unique, group_ids = np.unique(codes, return_inverse=True)
+        n = unique.size
+        sums = {
+            name: np.bincount(group_ids, weights=arr, minlength=n) for name, arr in counters.items()
+        }
+        sketches = {
+            column: sketches_by_group(group_ids, durations[field_name], n)
+            for column, field_name in SKETCH_COLUMNS.items()
+        }
+        series_of = unique // _SERIES_SHIFT
+        bucket_of = unique % _SERIES_SHIFT + buckets.min()
+        for g in range(n):
+            model, instance, tenant, priority = series_labels[int(series_of[g])]
+            key = RollupKey(
+                resolution.value,
+                datetime.fromtimestamp(int(bucket_of[g]) * step, tz=UTC),
+                model,
+                instance,
+                tenant,
+                priority,
+            )
+            out.append(
+                RollupDelta(
+                    key,
+                    {name: round(s[g]) for name, s in sums.items()},
+                    {c: sk for c, per in sketches.items() if (sk := per[g]) is not None},
+                )
+            )
+    return out
+
+
+def _key_columns() -> Any:
+    c = request_rollups.c
+    return tuple_(c.resolution, c.bucket, *(c[name] for name in GROUP_LABELS))
+
+
+def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
+    """Merge ``deltas`` into ``request_rollups`` inside the caller's transaction."""
+    if not deltas:
+        return 0
+    ordered = sorted(deltas, key=lambda d: d.key)
+    empty_rows = [
+        {
+            "resolution": d.key.resolution,
+            "bucket": d.key.bucket,
+            **{name: getattr(d.key, name) for name in GROUP_LABELS},
+            **dict.fromkeys(COUNTERS, 0),
+        }
+        for d in ordered
+    ]
+    dialect = connection.dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    connection.execute(insert(request_rollups).on_conflict_do_nothing(), empty_rows)
+
+    existing: dict[RollupKey, Any] = {}
+    for i in range(0, len(ordered), _KEY_CHUNK):
+        chunk = ordered[i : i + _KEY_CHUNK]
+        keys = [
+            (d.key.resolution, d.key.bucket, *(getattr(d.key, n) for n in GROUP_LABELS))
+            for d in chunk
+        ]
+        query = (
+            select(request_rollups)
+            .where(_key_columns().in_(keys))
+            .order_by(*request_rollups.primary_key.columns)
+        )
+        if dialect == "postgresql":
+            query = query.with_for_update()
+        for row in connection.execute(query).mappings():
+            key = RollupKey(row["resolution"], row["bucket"], *(row[n] for n in GROUP_LABELS))
+            existing[key] = row
+
+    updates = []
+    for delta in ordered:
+        row = existing[delta.key]
+        values: dict[str, Any] = {
+            f"b_{name}": getattr(delta.key, name)
+            for name in ("resolution", "bucket", *GROUP_LABELS)
+        }
+        for name in COUNTERS:
+            values[name] = row[name] + delta.counters[name]
+        for column in SKETCH_COLUMNS:
+            add = delta.sketches.get(column)
+            stored = row[column]
+            if add is None:
+                values[column] = stored
+            elif stored is None:
+                values[column] = add.to_bytes()
+            else:
+                merged = QuantileSketch.from_bytes(stored)
+                merged.merge(add)
+                values[column] = merged.to_bytes()
+        updates.append(values)
+    c = request_rollups.c
+    statement = (
+        update(request_rollups)
+        .where(
+            and_(
+                c.resolution == bindparam("b_resolution"),
+                c.bucket == bindparam("b_bucket"),
+                *(c[name] == bindparam(f"b_{name}") for name in GROUP_LABELS),
+            )
+        )
+        .values({name: bindparam(name) for name in (*COUNTERS, *SKETCH_COLUMNS)})
+    )
+    connection.execute(statement, updates)
+    return len(updates)

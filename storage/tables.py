@@ -1,0 +1,151 @@
+"""The one ``MetaData`` of infersight and every table in it.
+
+Raw tables (``requests``, ``gpu_samples``, ``server_samples``) are range-partitioned by day on
+PostgreSQL; their primary keys therefore lead with the time column (a partitioned table's unique
+keys must contain the partition key). That keeps writes idempotent: a replayed span carries the
+same start time, trace id and span id, so it meets its earlier copy in the same partition.
+
+``request_rollups`` holds one row per series (model, instance, tenant, priority) per bucket at
+three resolutions (1m, 1h, 1d): counts, token sums and one serialised ``QuantileSketch`` per
+latency metric. It is small and not partitioned; retention deletes by resolution and age.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Table,
+)
+
+from core.records import DURATION_FIELDS, GROUP_LABELS
+from storage.types import UTCDateTime
+
+NAMING: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING)
+
+LABEL = String(256)
+#: Tables partitioned by day on PostgreSQL, with their time column.
+PARTITIONED: Final = {"requests": "start", "gpu_samples": "ts", "server_samples": "ts"}
+
+requests = Table(
+    "requests",
+    metadata,
+    Column("start", UTCDateTime(), nullable=False),
+    Column("trace_id", String(32), nullable=False),
+    Column("span_id", String(16), nullable=False),
+    Column("instance", LABEL, nullable=False),
+    Column("service", LABEL, nullable=False, server_default=""),
+    Column("engine", String(16), nullable=False, server_default="generic"),
+    *(
+        Column(name, LABEL, nullable=False, server_default="")
+        for name in ("model", "tenant", "priority", "operation")
+    ),
+    *(Column(name, Float(53), nullable=True) for name in DURATION_FIELDS),
+    Column("input_tokens", Integer, nullable=True),
+    Column("output_tokens", Integer, nullable=True),
+    Column("cached_tokens", Integer, nullable=True),
+    Column("status", String(8), nullable=False, server_default="ok"),
+    Column("error_type", LABEL, nullable=False, server_default=""),
+    Column("finish_reason", LABEL, nullable=False, server_default=""),
+    PrimaryKeyConstraint("start", "trace_id", "span_id"),
+    Index("ix_requests_model_start", "model", "start"),
+    Index("ix_requests_instance_start", "instance", "start"),
+    postgresql_partition_by="RANGE (start)",
+)
+
+#: The latency metrics a rollup row keeps a sketch for: column name → record field.
+SKETCH_COLUMNS: Final = {f"{name.removesuffix('_s')}_sketch": name for name in DURATION_FIELDS}
+
+request_rollups = Table(
+    "request_rollups",
+    metadata,
+    Column("resolution", String(2), nullable=False),
+    Column("bucket", UTCDateTime(), nullable=False),
+    *(Column(name, LABEL, nullable=False) for name in GROUP_LABELS),
+    Column("requests", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cached_tokens", BigInteger, nullable=False),
+    *(Column(name, LargeBinary, nullable=True) for name in SKETCH_COLUMNS),
+    PrimaryKeyConstraint("resolution", "bucket", *GROUP_LABELS),
+)
+
+gpu_samples = Table(
+    "gpu_samples",
+    metadata,
+    Column("ts", UTCDateTime(), nullable=False),
+    Column("instance", LABEL, nullable=False),
+    Column("gpu_index", SmallInteger, nullable=False),
+    Column("uuid", LABEL, nullable=False, server_default=""),
+    Column("name", LABEL, nullable=False, server_default=""),
+    *(
+        Column(name, Float(53), nullable=True)
+        for name in (
+            "util_gpu",
+            "util_memory",
+            "memory_used_bytes",
+            "memory_total_bytes",
+            "power_w",
+            "power_limit_w",
+            "energy_j",
+            "temperature_c",
+            "sm_clock_mhz",
+            "memory_clock_mhz",
+        )
+    ),
+    Column("throttle_reasons", String(512), nullable=False, server_default=""),
+    Column("ecc_sbe_total", Float(53), nullable=True),
+    Column("ecc_dbe_total", Float(53), nullable=True),
+    Column("xid_last", Integer, nullable=True),
+    Column("sm_occupancy", Float(53), nullable=True),
+    Column("dram_bw_util", Float(53), nullable=True),
+    Column("tensor_util", Float(53), nullable=True),
+    PrimaryKeyConstraint("ts", "instance", "gpu_index"),
+    Index("ix_gpu_samples_instance_ts", "instance", "ts"),
+    postgresql_partition_by="RANGE (ts)",
+)
+
+server_samples = Table(
+    "server_samples",
+    metadata,
+    Column("ts", UTCDateTime(), nullable=False),
+    Column("instance", LABEL, nullable=False),
+    Column("engine", String(16), nullable=False, server_default="generic"),
+    Column("model", LABEL, nullable=False, server_default=""),
+    *(
+        Column(name, Float(53), nullable=True)
+        for name in (
+            "requests_running",
+            "requests_waiting",
+            "requests_swapped",
+            "kv_cache_usage",
+            "prefix_cache_hit_ratio",
+            "preemptions_total",
+            "prompt_tokens_total",
+            "generation_tokens_total",
+            "requests_total",
+            "request_errors_total",
+        )
+    ),
+    PrimaryKeyConstraint("ts", "instance"),
+    Index("ix_server_samples_instance_ts", "instance", "ts"),
+    postgresql_partition_by="RANGE (ts)",
+)
