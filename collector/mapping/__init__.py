@@ -1,0 +1,26 @@
+"""Span → ``RequestRecord`` mapping: a shared core (``base``) and one mapper per engine.
+
+``map_span`` (in ``dispatch``) is the one entry point: it never raises for bad data, it
+returns an outcome that says what the span became (a record, a stage fragment) or why it
+was skipped.
+"""
+
+from collector.mapping.base import (
+    MappingContext,
+    Outcome,
+    Skipped,
+    StageFragment,
+    merge_stages,
+)
+from collector.mapping.dispatch import map_span
+from collector.mapping.spans import SpanView
+
+__all__ = [
+    "MappingContext",
+    "Outcome",
+    "Skipped",
+    "SpanView",
+    "StageFragment",
+    "map_span",
+    "merge_stages",
+]

@@ -1,0 +1,136 @@
+"""The engine-neutral view of one OTLP span that mappers read, and typed attribute access.
+
+A ``SpanView`` is built from the protobuf ``Span`` once (``from_proto``); mappers never see
+protobuf. Attribute readers return ``None`` for absent or unparseable values so that a mapper
+can tell "not reported" from zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+AttrValue = str | bool | int | float | bytes | tuple[Any, ...] | None
+
+#: OTLP span status codes.
+STATUS_UNSET: Final = 0
+STATUS_OK: Final = 1
+STATUS_ERROR: Final = 2
+#: OTLP span kind SERVER.
+KIND_SERVER: Final = 2
+
+_RUST_DURATION = re.compile(
+    r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\s*(ns|µs|μs|us|ms|s)\s*$"
+)
+_UNIT_SECONDS: Final = {
+    "ns": 1e-9,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SpanView:
+    """One span with its resource attributes; ids are lowercase hex ("" when absent)."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    parent_span_id: str = ""
+    kind: int = 0
+    attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+    resource: Mapping[str, AttrValue] = field(default_factory=dict)
+    scope: str = ""
+    status_code: int = STATUS_UNSET
+    status_message: str = ""
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.start_ns <= 0 or self.end_ns < self.start_ns:
+            return None
+        return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def service(self) -> str:
+        value = self.resource.get("service.name")
+        return value if isinstance(value, str) else ""
+
+    def attr(self, *names: str) -> AttrValue:
+        """The first of ``names`` present on the span."""
+        for name in names:
+            if name in self.attributes:
+                return self.attributes[name]
+        return None
+
+    def has_prefix(self, prefix: str) -> bool:
+        return any(key.startswith(prefix) for key in self.attributes)
+
+
+def as_float(value: AttrValue) -> float | None:
+    """A number from a numeric or numeric-string attribute; NaN and infinities are kept so
+    that validation can reject them as absurd rather than treating them as absent."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def as_int(value: AttrValue) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    number = as_float(value)
+    if number is None or not math.isfinite(number) or number != int(number):
+        return None
+    return int(number)
+
+
+def as_str(value: AttrValue) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bytes | tuple):
+        return ""
+    return str(value)
+
+
+def parse_duration(value: AttrValue) -> float | None:
+    """Seconds from a Rust ``Duration`` debug string (``"1.234ms"``, ``"12µs"``, ``"1.5s"``)
+    or from a bare number of seconds."""
+    if isinstance(value, str):
+        match = _RUST_DURATION.match(value)
+        if match:
+            return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return as_float(value)
+
+
+def first_finish_reason(value: AttrValue) -> str:
+    """vLLM sends ``gen_ai.response.finish_reasons`` as a JSON-encoded list in a string;
+    the semantic conventions send a string array."""
+    if isinstance(value, tuple):
+        return as_str(value[0]) if value else ""
+    text = as_str(value).strip()
+    if text.startswith("["):
+        try:
+            decoded = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(decoded, list) and decoded:
+            return as_str(decoded[0]) if not isinstance(decoded[0], str) else decoded[0]
+        return ""
+    return text

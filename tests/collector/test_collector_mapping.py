@@ -1,0 +1,237 @@
+"""Span → record mapping, one table per engine, built from each engine's documented shape."""
+
+from __future__ import annotations
+
+import math
+
+import collector_shapes as shapes
+import pytest
+from collector_shapes import span
+
+from collector.mapping import MappingContext, Skipped, StageFragment, map_span, merge_stages
+from collector.mapping.spans import STATUS_ERROR, parse_duration
+from core.records import Engine, RequestRecord, Status
+
+CTX = MappingContext(instance="node-1")
+
+
+def as_record(outcome: object) -> RequestRecord:
+    assert isinstance(outcome, RequestRecord), outcome
+    return outcome
+
+
+def test_a_vllm_v1_span_maps_every_latency_and_derives_tpot_from_decode_time() -> None:
+    attrs = shapes.VLLM_V1
+    record = as_record(map_span(span("llm_request", attrs, duration_s=2.3), CTX))
+    assert record.engine is Engine.VLLM
+    assert record.ttft_s == attrs["gen_ai.latency.time_to_first_token"]
+    assert record.e2e_s == attrs["gen_ai.latency.e2e"]
+    assert record.queue_s == attrs["gen_ai.latency.time_in_queue"]
+    assert record.prefill_s == attrs["gen_ai.latency.time_in_model_prefill"]
+    assert record.decode_s == attrs["gen_ai.latency.time_in_model_decode"]
+    expected_tpot = attrs["gen_ai.latency.time_in_model_decode"] / (
+        attrs["gen_ai.usage.completion_tokens"] - 1
+    )
+    assert record.tpot_s == pytest.approx(expected_tpot)
+    assert record.input_tokens == attrs["gen_ai.usage.prompt_tokens"]
+    assert record.output_tokens == attrs["gen_ai.usage.completion_tokens"]
+    assert record.model == ""  # V1 carries no model name and nothing else is configured
+    assert record.instance == "node-1"
+    assert record.status is Status.OK
+
+
+def test_a_vllm_v0_span_keeps_prefill_and_decode_unknown_and_decodes_json_finish_reasons() -> None:
+    attrs = shapes.VLLM_V0
+    record = as_record(map_span(span("llm_request", attrs), CTX))
+    assert record.engine is Engine.VLLM
+    assert record.model == attrs["gen_ai.response.model"]
+    assert record.prefill_s is None
+    assert record.decode_s is None
+    assert record.finish_reason == "length"
+    ttft, e2e = attrs["gen_ai.latency.time_to_first_token"], attrs["gen_ai.latency.e2e"]
+    assert record.tpot_s == pytest.approx(
+        (e2e - ttft) / (attrs["gen_ai.usage.completion_tokens"] - 1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("attrs", "engine", "tokens_in", "tokens_out"),
+    [
+        (shapes.GENAI_NEW, Engine.VLLM, "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"),
+        (
+            shapes.GENAI_OLD,
+            Engine.GENERIC,
+            "gen_ai.usage.prompt_tokens",
+            "gen_ai.usage.completion_tokens",
+        ),
+    ],
+    ids=["current names with gen_ai.provider.name", "older names with gen_ai.system"],
+)
+def test_genai_semantic_convention_spans_map_tokens_and_engine(
+    attrs: dict[str, object], engine: Engine, tokens_in: str, tokens_out: str
+) -> None:
+    record = as_record(map_span(span("chat qwen", attrs, duration_s=0.8), CTX))
+    assert record.engine is engine
+    assert record.input_tokens == attrs[tokens_in]
+    assert record.output_tokens == attrs[tokens_out]
+    assert record.model == attrs["gen_ai.request.model"]
+    assert record.e2e_s == pytest.approx(0.8)
+    assert record.ttft_s is None
+
+
+def test_a_genai_client_span_is_the_callers_view_and_is_not_a_record() -> None:
+    outcome = map_span(span("chat", shapes.GENAI_OLD, kind=3), CTX)
+    assert isinstance(outcome, Skipped)
+    assert not outcome.rejected
+
+
+def test_a_tgi_span_parses_rust_durations_and_leaves_ttft_unknown() -> None:
+    attrs = shapes.TGI
+    record = as_record(
+        map_span(span("generate", attrs, service="text-generation-inference.router"), CTX)
+    )
+    assert record.engine is Engine.TGI
+    assert record.ttft_s is None
+    assert record.e2e_s == pytest.approx(1.512)
+    assert record.preprocess_s == pytest.approx(1.2e-3)
+    assert record.queue_s == pytest.approx(35.5e-6)
+    assert record.tpot_s == pytest.approx(37.75e-3)
+    assert record.input_tokens == int(attrs["prompt_tokens"])
+    assert record.output_tokens == int(attrs["generated_tokens"])
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1.234ms", 1.234e-3),
+        ("12µs", 12e-6),
+        ("12μs", 12e-6),
+        ("1.5s", 1.5),
+        ("250ns", 250e-9),
+        ("0.5", 0.5),
+    ],
+)
+def test_rust_duration_strings_convert_to_seconds(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_an_sglang_trace_with_a_64_bit_id_reassembles_from_its_stage_slices_in_any_order() -> None:
+    trace_id, root_id = shapes.new_ids(trace_bytes=8)
+    assert trace_id.startswith("0" * 16)
+    root = span(
+        "Req 9f8e7d6c",
+        {"rid": "9f8e7d6c5b4a"},
+        duration_s=3.0,
+        trace_id=trace_id,
+        span_id=root_id,
+        service="sglang",
+    )
+    thread = span(
+        "Tokenizer (host:abcd1234 | pid:42)", {"pid": 42}, trace_id=trace_id, parent=root_id
+    )
+    slices = [
+        span("tokenize", {}, duration_s=0.02, trace_id=trace_id, parent=thread.span_id),
+        span("prefill_forward", {}, duration_s=0.3, trace_id=trace_id, parent=thread.span_id),
+        span("decode_loop", {}, duration_s=1.0, trace_id=trace_id, parent=thread.span_id),
+        span("decode_loop", {}, duration_s=1.5, trace_id=trace_id, parent=thread.span_id),
+    ]
+    outcomes = [map_span(s, CTX) for s in reversed([root, thread, *slices])]
+    records = [o for o in outcomes if isinstance(o, RequestRecord)]
+    fragments = [o for o in outcomes if isinstance(o, StageFragment)]
+    assert len(records) == 1
+    assert len(fragments) == len(slices)
+    merged = merge_stages(records[0], fragments)
+    assert merged.engine is Engine.SGLANG
+    assert merged.trace_id == trace_id
+    assert merged.e2e_s == pytest.approx(3.0)
+    assert merged.preprocess_s == pytest.approx(0.02)
+    assert merged.prefill_s == pytest.approx(0.3)
+    assert merged.decode_s == pytest.approx(2.5)
+
+
+def test_newer_sglang_roots_carry_gen_ai_latencies_which_win_over_slices() -> None:
+    attrs = {
+        "gen_ai.latency.time_to_first_token": 0.4,
+        "gen_ai.latency.time_in_model_decode": 2.0,
+        "gen_ai.usage.prompt_tokens": 50,
+        "gen_ai.usage.completion_tokens": 11,
+    }
+    record = as_record(map_span(span("decode Req 1234abcd", attrs, duration_s=2.5), CTX))
+    fragment = StageFragment(record.trace_id, "00000000000000aa", "decode", 9.0)
+    merged = merge_stages(record, [fragment])
+    assert merged.decode_s == attrs["gen_ai.latency.time_in_model_decode"]
+    assert merged.ttft_s == attrs["gen_ai.latency.time_to_first_token"]
+    assert merged.tpot_s == pytest.approx(2.0 / 10)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"gen_ai.latency.time_to_first_token": math.nan}, "invalid_value"),
+        ({"gen_ai.latency.e2e": -1.0}, "invalid_value"),
+        ({"gen_ai.latency.time_in_queue": math.inf}, "invalid_value"),
+        ({"gen_ai.usage.prompt_tokens": -5}, "invalid_value"),
+    ],
+    ids=["NaN TTFT", "negative e2e", "infinite queue time", "negative token count"],
+)
+def test_absurd_values_reject_the_span_with_a_reason(change: dict[str, float], reason: str) -> None:
+    outcome = map_span(span("llm_request", {**shapes.VLLM_V1, **change}), CTX)
+    assert isinstance(outcome, Skipped)
+    assert outcome.rejected
+    assert outcome.reason == reason
+
+
+def test_a_span_without_ids_is_rejected_not_crashed_on() -> None:
+    outcome = map_span(span("llm_request", shapes.VLLM_V1, trace_id=""), CTX)
+    assert isinstance(outcome, Skipped)
+    assert (outcome.reason, outcome.rejected) == ("invalid_id", True)
+
+
+def test_an_llm_request_without_attributes_still_yields_its_end_to_end_time() -> None:
+    record = as_record(map_span(span("llm_request", {}, duration_s=0.75), CTX))
+    assert record.e2e_s == pytest.approx(0.75)
+    assert record.ttft_s is None
+    assert record.input_tokens is None
+
+
+def test_a_span_that_is_no_request_is_skipped_as_unmapped() -> None:
+    outcome = map_span(span("GET /health", {"http.method": "GET"}), CTX)
+    assert isinstance(outcome, Skipped)
+    assert (outcome.reason, outcome.rejected) == ("not_a_request", False)
+
+
+def test_an_errored_span_records_its_error_type_and_status() -> None:
+    attrs = {**shapes.VLLM_V1, "error.type": "TimeoutError"}
+    record = as_record(map_span(span("llm_request", attrs, status=STATUS_ERROR), CTX))
+    assert record.status is Status.ERROR
+    assert record.error_type == "TimeoutError"
+
+
+@pytest.mark.parametrize(
+    ("attrs", "ctx", "expected"),
+    [
+        ({"gen_ai.request.model": "from-span"}, MappingContext("n", model="flag"), "from-span"),
+        ({}, MappingContext("n", model="flag", service_models={"svc": "mapped"}), "flag"),
+        ({}, MappingContext("n", service_models={"svc": "mapped"}), "mapped"),
+        ({}, MappingContext("n", scraped_model=lambda: "scraped"), "scraped"),
+    ],
+    ids=["span attribute first", "then --model", "then service.name map", "then the scraped name"],
+)
+def test_model_attribution_order(attrs: dict[str, str], ctx: MappingContext, expected: str) -> None:
+    record = as_record(map_span(span("llm_request", {**shapes.VLLM_V1, **attrs}), ctx))
+    assert record.model == expected
+
+
+def test_a_child_preprocess_span_of_a_vllm_trace_fills_the_stage() -> None:
+    root = as_record(map_span(span("llm_request", shapes.VLLM_V1), CTX))
+    child = map_span(
+        span(
+            "apply_chat_template", {}, duration_s=0.004, trace_id=root.trace_id, parent=root.span_id
+        ),
+        CTX,
+    )
+    assert isinstance(child, StageFragment)
+    other_trace = StageFragment("1" * 32, "2" * 16, "postprocess", 1.0)
+    merged = merge_stages(root, [child, other_trace])
+    assert merged.preprocess_s == pytest.approx(0.004)
+    assert merged.postprocess_s is None
