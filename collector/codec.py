@@ -1,0 +1,71 @@
+"""Spool payload encoding: request records, stage fragments and samples as compact JSON.
+
+Records are a JSON list in ``RECORD_FIELDS`` order with the start as epoch seconds; decoding
+goes through the record constructor again, so a payload that no longer validates is caught
+before it reaches the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from enum import IntEnum
+from typing import Any, Final
+
+from collector.mapping.base import StageFragment
+from core.records import RECORD_FIELDS, RequestRecord
+from core.samples import GpuSample, ServerSample
+
+_START_AT: Final = RECORD_FIELDS.index("start")
+
+
+class Kind(IntEnum):
+    """What a spool entry holds."""
+
+    RECORD = 1
+    STAGE = 2
+    GPU = 3
+    SERVER = 4
+
+
+def encode_record(record: RequestRecord) -> bytes:
+    values: list[Any] = [getattr(record, name) for name in RECORD_FIELDS]
+    values[_START_AT] = record.start.timestamp()
+    return json.dumps(values, separators=(",", ":")).encode()
+
+
+def decode_record(payload: bytes) -> RequestRecord:
+    values = json.loads(payload)
+    values[_START_AT] = datetime.fromtimestamp(values[_START_AT], tz=UTC)
+    return RequestRecord(**dict(zip(RECORD_FIELDS, values, strict=True)))
+
+
+def encode_fragment(fragment: StageFragment) -> bytes:
+    return json.dumps([fragment.span_id, fragment.stage, fragment.seconds]).encode()
+
+
+def decode_fragment(trace_id: str, payload: bytes) -> StageFragment:
+    span_id, stage, seconds = json.loads(payload)
+    return StageFragment(trace_id, span_id, stage, float(seconds))
+
+
+def encode_sample(sample: GpuSample | ServerSample) -> bytes:
+    values = dataclasses.asdict(sample)
+    values["ts"] = sample.ts.timestamp()
+    if isinstance(sample, GpuSample):
+        values["throttle_reasons"] = list(sample.throttle_reasons)
+    return json.dumps(values, separators=(",", ":")).encode()
+
+
+def decode_gpu(payload: bytes) -> GpuSample:
+    values = json.loads(payload)
+    values["ts"] = datetime.fromtimestamp(values["ts"], tz=UTC)
+    values["throttle_reasons"] = tuple(values["throttle_reasons"])
+    return GpuSample(**values)
+
+
+def decode_server(payload: bytes) -> ServerSample:
+    values = json.loads(payload)
+    values["ts"] = datetime.fromtimestamp(values["ts"], tz=UTC)
+    return ServerSample(**values)

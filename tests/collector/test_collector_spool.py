@@ -1,0 +1,134 @@
+"""The durable spool: acknowledged means committed, bounded by bytes, survives kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from collector.spool import Entry, FsyncMode, Spool, SpoolConfig
+from core.errors import ConfigurationError, Unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def entry(i: int, ready_at: float = 0.0, size: int = 100) -> Entry:
+    return Entry(
+        kind=1, trace_id=f"{i:032x}", ready_at=ready_at, payload=str(i).encode().ljust(size)
+    )
+
+
+@pytest.mark.parametrize("mode", list(FsyncMode))
+def test_appended_entries_are_readable_once_acknowledged_and_gone_once_deleted(
+    tmp_path: Path, mode: FsyncMode
+) -> None:
+    spool = Spool(SpoolConfig(tmp_path, fsync=mode))
+    try:
+        futures = [spool.append([entry(i, ready_at=float(i))]) for i in range(20)]
+        for future in futures:
+            assert future.result(timeout=10) is None
+        assert spool.stats()[0] == 20
+        ready = spool.ready(now=9.5, kinds=[1], limit=100)
+        assert [int(s.payload) for s in ready] == list(range(10))
+        spool.delete([s.seq for s in ready])
+        assert spool.stats()[0] == 10
+        assert [int(s.payload) for s in spool.ready(now=100, kinds=[1], limit=3)] == [10, 11, 12]
+    finally:
+        spool.close()
+
+
+def test_a_reopened_spool_keeps_its_entries_and_byte_count(tmp_path: Path) -> None:
+    spool = Spool(SpoolConfig(tmp_path))
+    spool.append([entry(i) for i in range(5)]).result(timeout=10)
+    before = spool.stats()
+    spool.close()
+    again = Spool(SpoolConfig(tmp_path))
+    try:
+        assert again.stats() == before
+    finally:
+        again.close()
+
+
+def test_above_the_high_water_mark_appends_are_refused_until_shipping_frees_space(
+    tmp_path: Path,
+) -> None:
+    one = entry(0).size
+    spool = Spool(SpoolConfig(tmp_path, max_bytes=one * 3))
+    try:
+        spool.append([entry(i) for i in range(3)]).result(timeout=10)
+        with pytest.raises(Unavailable):
+            spool.append([entry(3)])
+        spool.delete([s.seq for s in spool.ready(now=1.0, kinds=[1], limit=1)])
+        spool.append([entry(4)]).result(timeout=10)
+        assert spool.stats()[0] == 3
+    finally:
+        spool.close()
+
+
+def test_a_full_disk_fails_the_append_with_unavailable_and_the_spool_keeps_working(
+    tmp_path: Path,
+) -> None:
+    spool = Spool(SpoolConfig(tmp_path, max_pages=40))  # 40 pages of 4 KiB
+    try:
+        spool.append([entry(0)]).result(timeout=10)
+        too_much = [entry(i, size=4000) for i in range(1, 200)]
+        with pytest.raises(Unavailable):
+            spool.append(too_much).result(timeout=10)
+        spool.append([entry(500)]).result(timeout=10)
+        assert [int(s.payload) for s in spool.ready(now=1.0, kinds=[1], limit=10)] == [0, 500]
+    finally:
+        spool.close()
+
+
+def test_a_group_window_above_200_ms_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError):
+        SpoolConfig(tmp_path, group_window_s=0.5)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from collector.spool import Entry, Spool, SpoolConfig
+    spool = Spool(SpoolConfig(Path(sys.argv[1])))
+    i = 0
+    while True:
+        batch = [Entry(1, f"{i + k:032x}", 0.0, str(i + k).encode()) for k in range(10)]
+        spool.append(batch).result()
+        print(i + 9, flush=True)
+        i += 10
+    """
+)
+
+
+def test_every_acknowledged_entry_survives_kill_9(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    acked = -1
+    try:
+        assert proc.stdout is not None
+        while acked < 300:
+            line = proc.stdout.readline()
+            assert line, "the writer died"
+            acked = int(line)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    spool = Spool(SpoolConfig(tmp_path))
+    try:
+        stored = {int(s.payload) for s in spool.ready(now=1.0, kinds=[1], limit=10**6)}
+        assert set(range(acked + 1)) <= stored
+    finally:
+        spool.close()
