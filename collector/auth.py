@@ -1,0 +1,39 @@
+"""Bearer-token checks for the OTLP receivers, and the rule that a receiver listening beyond
+loopback must have a token unless the operator explicitly opted out."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from core.errors import ConfigurationError
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None, insecure_no_auth: bool) -> None:
+    """Refuse to listen on a non-loopback address without a token (unless opted out)."""
+    if not token and not insecure_no_auth and not is_loopback(host):
+        raise ConfigurationError(
+            f"listening on {host} needs a bearer token (--token / --token-file) "
+            "or an explicit --insecure-no-auth"
+        )
+
+
+def authorized(header: str | None, token: str | None) -> bool:
+    """Whether an ``Authorization`` value carries the expected bearer token."""
+    if not token:
+        return True
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(value.strip().encode(), token.encode())

@@ -1,0 +1,88 @@
+"""The OTLP/gRPC receiver (``TraceService/Export``) on its own port.
+
+gRPC status equivalents of the HTTP answers: INVALID_ARGUMENT (undecodable, too many spans
+is RESOURCE_EXHAUSTED), UNAVAILABLE when the spool refuses, UNAUTHENTICATED for a bad token.
+The size cap is gRPC's receive limit, which applies to the decompressed message.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from collector.auth import authorized
+from collector.ingest import Ingestor
+from core.errors import InfersightError, TooLarge, Unavailable
+
+ACK_TIMEOUT_S = 30.0
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, ingestor: Ingestor, token: str | None) -> None:
+        self.ingestor = ingestor
+        self.token = token
+
+    def Export(
+        self, request: ExportTraceServiceRequest, context: Any
+    ) -> ExportTraceServiceResponse:
+        metrics = self.ingestor.metrics
+        metadata = dict(context.invocation_metadata())
+        if not authorized(metadata.get("authorization"), self.token):
+            metrics.exports.labels("grpc", "unauthorized").inc()
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        try:
+            ingested = self.ingestor.ingest(request)
+            ingested.durable.result(timeout=ACK_TIMEOUT_S)
+        except TooLarge as exc:
+            metrics.exports.labels("grpc", "too_large").inc()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message)
+        except Unavailable as exc:
+            metrics.exports.labels("grpc", "spool_full").inc()
+            context.abort(grpc.StatusCode.UNAVAILABLE, exc.message)
+        except InfersightError as exc:
+            metrics.exports.labels("grpc", "undecodable").inc()
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
+        self.ingestor.acknowledged(ingested)
+        response = ExportTraceServiceResponse()
+        if ingested.rejected:
+            metrics.exports.labels("grpc", "partial").inc()
+            response.partial_success.CopyFrom(
+                ExportTracePartialSuccess(
+                    rejected_spans=ingested.rejected, error_message=ingested.message
+                )
+            )
+        else:
+            metrics.exports.labels("grpc", "ok").inc()
+        return response
+
+
+class GrpcServer:
+    def __init__(
+        self, ingestor: Ingestor, host: str, port: int, token: str | None = None, workers: int = 8
+    ) -> None:
+        cap = ingestor.limits.max_body_bytes
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
+            options=[("grpc.max_receive_message_length", cap)],
+        )
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _TraceService(ingestor, token), self._server
+        )
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.port = self._server.add_insecure_port(address)
+        self.host = host
+
+    def start(self) -> GrpcServer:
+        self._server.start()
+        return self
+
+    def stop(self, grace: float = 2.0) -> None:
+        self._server.stop(grace).wait()

@@ -1,0 +1,92 @@
+"""From a decoded OTLP export to durable spool entries: decode spans, map them, count every
+outcome, append records and stage fragments to the spool.
+
+Records wait in the spool for the reassembly window (their ``ready_at``) so that stage spans
+of the same trace, arriving later or in other exports, are merged before shipping.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.codec import Kind, encode_fragment, encode_record
+from collector.mapping import MappingContext, Skipped, StageFragment, map_span
+from collector.metrics import CollectorMetrics
+from collector.otlp import Limits, span_views
+from collector.spool import Entry, Spool
+from core.errors import InvalidInput
+from core.records import RequestRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What one export became; ``durable`` resolves when it may be acknowledged."""
+
+    durable: Future[None]
+    spans: int
+    stored: int
+    rejected: int
+    message: str
+
+
+class Ingestor:
+    def __init__(
+        self,
+        spool: Spool,
+        context: MappingContext,
+        metrics: CollectorMetrics,
+        limits: Limits,
+        window_s: float = 2.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if window_s < 0:
+            raise InvalidInput("the reassembly window must not be negative")
+        self.spool = spool
+        self.context = context
+        self.metrics = metrics
+        self.limits = limits
+        self.window_s = window_s
+        self._clock = clock or spool.now
+
+    def ingest(self, message: ExportTraceServiceRequest) -> Ingested:
+        """Map and queue the export; raises ``TooLarge`` / ``Unavailable`` to refuse it."""
+        decoded = span_views(message, self.limits)
+        self.metrics.spans_received.inc(len(decoded.spans))
+        if decoded.dropped_attributes:
+            self.metrics.attributes_dropped.inc(decoded.dropped_attributes)
+        now = self._clock()
+        entries: list[Entry] = []
+        rejected: Tally[str] = Tally()
+        for view in decoded.spans:
+            outcome = map_span(view, self.context)
+            if isinstance(outcome, RequestRecord):
+                payload = encode_record(outcome)
+                entries.append(Entry(Kind.RECORD, outcome.trace_id, now + self.window_s, payload))
+            elif isinstance(outcome, StageFragment):
+                entries.append(Entry(Kind.STAGE, outcome.trace_id, now, encode_fragment(outcome)))
+            elif isinstance(outcome, Skipped) and outcome.rejected:
+                rejected[outcome.reason] += 1
+            else:
+                self.metrics.spans_unmapped.labels(outcome.engine, outcome.reason).inc()
+        for reason, count in rejected.items():
+            self.metrics.spans_rejected.labels(reason).inc(count)
+        durable = self.spool.append(entries)
+        total_rejected = sum(rejected.values())
+        message_text = ", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))
+        return Ingested(durable, len(decoded.spans), len(entries), total_rejected, message_text)
+
+    def refused(self, spans: int, reason: str) -> None:
+        """Count the spans of a whole export that was refused."""
+        if spans:
+            self.metrics.spans_rejected.labels(reason).inc(spans)
+
+    def acknowledged(self, ingested: Ingested) -> None:
+        self.metrics.spans_accepted.inc(ingested.spans - ingested.rejected)
+        records, size = self.spool.stats()
+        self.metrics.spool_records.set(records)
+        self.metrics.spool_bytes.set(size)

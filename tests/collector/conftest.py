@@ -1,0 +1,74 @@
+"""Fixtures of the collector tests: a running receiver (HTTP + gRPC) over a real spool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.codec import Kind, decode_record
+from collector.grpc_receiver import GrpcServer
+from collector.http_receiver import HttpServer, create_app
+from collector.ingest import Ingestor
+from collector.mapping import MappingContext
+from collector.metrics import CollectorMetrics
+from collector.otlp import Limits
+from collector.spool import Spool, SpoolConfig
+from core.records import RequestRecord
+
+
+@dataclass
+class Receiver:
+    spool: Spool
+    metrics: CollectorMetrics
+    http: HttpServer
+    grpc: GrpcServer
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.port}"
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.grpc.port}"
+
+    def records(self) -> list[RequestRecord]:
+        stored = self.spool.ready(now=1e12, kinds=[Kind.RECORD], limit=10**6)
+        return [decode_record(s.payload) for s in stored]
+
+
+@pytest.fixture
+def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
+    started: list[Receiver] = []
+
+    def make(
+        token: str | None = None,
+        limits: Limits | None = None,
+        spool_config: dict[str, Any] | None = None,
+        model: str = "",
+    ) -> Receiver:
+        directory = tmp_path / f"spool{len(started)}"
+        spool = Spool(SpoolConfig(directory, **(spool_config or {})))
+        metrics = CollectorMetrics()
+        ingestor = Ingestor(
+            spool, MappingContext("test-node", model=model), metrics, limits or Limits(), 0.0
+        )
+        http = HttpServer(create_app(ingestor, token=token), "127.0.0.1", 0).start()
+        grpc_server = GrpcServer(ingestor, "127.0.0.1", 0, token=token).start()
+        receiver = Receiver(spool, metrics, http, grpc_server)
+        started.append(receiver)
+        return receiver
+
+    yield make
+    for receiver in started:
+        receiver.http.stop()
+        receiver.grpc.stop(0)
+        receiver.spool.close()
+
+
+@pytest.fixture
+def receiver(make_receiver: Callable[..., Receiver]) -> Receiver:
+    return make_receiver()
