@@ -51,7 +51,10 @@ class _Inflater:
                 raise TooLarge("body over the cap after decompression", details={"cap": self.cap})
             data = self._z.unconsumed_tail
             if self._z.eof:
-                return
+                # A gzip body may be several concatenated members: inflate them all.
+                data = self._z.unused_data
+                if data:
+                    self._z = zlib.decompressobj(_WBITS[self.encoding])
 
     def finish(self) -> bytes:
         if not self._z.eof:
