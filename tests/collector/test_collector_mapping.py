@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
-import collector_shapes as shapes
 import pytest
-from collector_shapes import span
 
 from collector.mapping import MappingContext, Skipped, StageFragment, map_span, merge_stages
 from collector.mapping.spans import STATUS_ERROR, parse_duration
 from core.records import Engine, RequestRecord, Status
+from tests.collector import collector_shapes as shapes
+from tests.collector.collector_shapes import span
 
 CTX = MappingContext(instance="node-1")
 

@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterator, Sequence
 import grpc
 import httpx
 import pytest
-from collector_shapes import VLLM_V1
-from conftest import Receiver
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcExporter,
 )
@@ -28,6 +26,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from collector.otlp import Limits
+from tests.collector.collector_shapes import VLLM_V1
+from tests.collector.harness import Receiver
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
