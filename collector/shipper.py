@@ -1,0 +1,204 @@
+"""The shipper: drains the spool into the store through the storage bulk writer.
+
+Records become eligible once their reassembly window has passed; their trace's stage
+fragments are merged in, the batch is written idempotently (the store ignores keys it has),
+and only then are the entries deleted from the spool. A store that is down is retried
+forever with backoff (5 s × 1.5, capped at 30 s), so an outage only grows the spool.
+Stage fragments whose request never arrives are dropped (and counted) after ``orphan_ttl_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from collector.codec import Kind, decode_fragment, decode_gpu, decode_record, decode_server
+from collector.mapping import merge_stages
+from collector.metrics import CollectorMetrics
+from collector.spool import Spool, Stored
+from core.errors import ConfigurationError, InvalidInput, Unavailable
+from core.records import RequestRecord
+from core.samples import GpuSample, ServerSample
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """What the shipper needs of ``storage.writer.Writer``."""
+
+    def write_requests(self, records: Sequence[RequestRecord]) -> object: ...
+    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int: ...
+    def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    initial_s: float = 5.0
+    factor: float = 1.5
+    cap_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.initial_s < 0 or self.factor < 1 or self.cap_s < self.initial_s:
+            raise ConfigurationError("backoff needs initial ≥ 0, factor ≥ 1, cap ≥ initial")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after the ``attempt``-th consecutive failure (0-based)."""
+        return float(min(self.cap_s, self.initial_s * self.factor ** min(attempt, 64)))
+
+
+@dataclass(frozen=True, slots=True)
+class ShipResult:
+    ok: bool
+    shipped: int = 0
+    retryable: bool = False
+    error: str = ""
+
+
+class Shipper:
+    def __init__(
+        self,
+        spool: Spool,
+        sink: Sink,
+        metrics: CollectorMetrics,
+        backoff: Backoff | None = None,
+        batch_size: int = 2000,
+        orphan_ttl_s: float = 300.0,
+        idle_s: float = 0.2,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.spool = spool
+        self.sink = sink
+        self.metrics = metrics
+        self.backoff = backoff or Backoff()
+        self.batch_size = batch_size
+        self.orphan_ttl_s = orphan_ttl_s
+        self.idle_s = idle_s
+        self._clock = clock or spool.now
+
+    # --- one pass --------------------------------------------------------------------------
+
+    def ship_once(self, *, ignore_window: bool = False) -> ShipResult:
+        now = self._clock()
+        horizon = float("inf") if ignore_window else now
+        try:
+            shipped = self._ship_records(horizon) + self._ship_samples(horizon)
+        except Unavailable as exc:
+            self.metrics.ship_errors.labels("unavailable").inc()
+            log.warning("store unavailable, will retry: %s", exc.message)
+            return ShipResult(ok=False, retryable=True, error=exc.message)
+        except Exception as exc:  # the loop must outlive any one failure; it is retried
+            self.metrics.ship_errors.labels("unexpected").inc()
+            log.exception("shipping failed, will retry")
+            return ShipResult(ok=False, retryable=True, error=repr(exc)[:200])
+        self._drop_orphans(now)
+        self._update_gauges(now)
+        return ShipResult(ok=True, shipped=shipped)
+
+    def _ship_records(self, horizon: float) -> int:
+        stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
+        if not stored:
+            return 0
+        fragments = self.spool.by_trace(sorted({s.trace_id for s in stored}), Kind.STAGE)
+        by_trace: dict[str, list[Stored]] = {}
+        for fragment in fragments:
+            by_trace.setdefault(fragment.trace_id, []).append(fragment)
+        records: list[RequestRecord] = []
+        for entry in stored:
+            record = self._decode(entry)
+            if record is not None:
+                frags = [
+                    decode_fragment(f.trace_id, f.payload) for f in by_trace.get(entry.trace_id, [])
+                ]
+                records.append(merge_stages(record, frags))
+        self._write_records(records)
+        self.spool.delete([s.seq for s in stored] + [f.seq for f in fragments])
+        self.metrics.shipped.labels("record").inc(len(records))
+        return len(stored)
+
+    def _decode(self, entry: Stored) -> RequestRecord | None:
+        try:
+            return decode_record(entry.payload)
+        except (InvalidInput, ValueError, TypeError) as exc:
+            self.metrics.ship_errors.labels("invalid_payload").inc()
+            log.error("dropping an undecodable spool entry %d: %s", entry.seq, exc)
+            return None
+
+    def _write_records(self, records: list[RequestRecord]) -> None:
+        if not records:
+            return
+        try:
+            result = self.sink.write_requests(records)
+        except InvalidInput:
+            # One bad record must not block the spool: isolate it, keep the others.
+            for record in records:
+                try:
+                    self.sink.write_requests([record])
+                except InvalidInput as exc:
+                    self.metrics.ship_errors.labels("invalid_record").inc()
+                    log.error("the store refused record %s: %s", record.span_id, exc.message)
+            return
+        duplicates = getattr(result, "duplicates", 0)
+        if duplicates:
+            self.metrics.ship_duplicates.inc(duplicates)
+
+    def _ship_samples(self, horizon: float) -> int:
+        stored = self.spool.ready(horizon, [Kind.GPU, Kind.SERVER], self.batch_size)
+        if not stored:
+            return 0
+        gpu = [decode_gpu(s.payload) for s in stored if s.kind == Kind.GPU]
+        server = [decode_server(s.payload) for s in stored if s.kind == Kind.SERVER]
+        if gpu:
+            self.sink.write_gpu_samples(gpu)
+        if server:
+            self.sink.write_server_samples(server)
+        self.spool.delete([s.seq for s in stored])
+        self.metrics.shipped.labels("gpu").inc(len(gpu))
+        self.metrics.shipped.labels("server").inc(len(server))
+        return len(stored)
+
+    def _drop_orphans(self, now: float) -> None:
+        orphans = self.spool.ready(now - self.orphan_ttl_s, [Kind.STAGE], self.batch_size)
+        if orphans:
+            self.spool.delete([s.seq for s in orphans])
+            self.metrics.orphan_stages.inc(len(orphans))
+
+    def _update_gauges(self, now: float) -> None:
+        oldest = self.spool.oldest_ready_at([Kind.RECORD, Kind.GPU, Kind.SERVER])
+        self.metrics.ship_lag.set(0.0 if oldest is None else max(0.0, now - oldest))
+        records, size = self.spool.stats()
+        self.metrics.spool_records.set(records)
+        self.metrics.spool_bytes.set(size)
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, wait: Callable[[float], bool] | None = None) -> None:
+        """Ship until ``stop`` is set; ``wait(seconds)`` sleeps and says whether to stop."""
+        pause = wait or stop.wait
+        failures = 0
+        while not stop.is_set():
+            result = self.ship_once()
+            if not result.ok:
+                if pause(self.backoff.delay(failures)):
+                    return
+                failures += 1
+                continue
+            failures = 0
+            if result.shipped < self.batch_size and pause(self.idle_s):
+                return
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        thread = threading.Thread(target=self.run, args=(stop,), name="shipper", daemon=True)
+        thread.start()
+        return thread
+
+    def drain(self, timeout_s: float = 10.0) -> None:
+        """Ship what is eligible now, for shutdown; stops at the first failure or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            result = self.ship_once()
+            if not result.ok or result.shipped == 0:
+                return

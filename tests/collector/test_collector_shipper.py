@@ -1,0 +1,174 @@
+"""The shipper: spool → store exactly once, through outages, with stage fragments merged."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from collector.codec import Kind, encode_fragment, encode_record, encode_sample
+from collector.mapping import StageFragment
+from collector.metrics import CollectorMetrics
+from collector.shipper import Backoff, Shipper
+from collector.spool import Entry, Spool, SpoolConfig
+from core.errors import Unavailable
+from core.records import RequestRecord
+from core.samples import GpuSample, ServerSample
+from storage.tables import gpu_samples, requests, server_samples
+from storage.writer import Writer, open_writer
+
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+def record(i: int, **extra: object) -> RequestRecord:
+    return RequestRecord(
+        trace_id=f"{i + 1:032x}",
+        span_id=f"{i + 1:016x}",
+        start=T0,
+        instance="node-1",
+        e2e_s=1.0 + i / 1000,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Iterator[Spool]:
+    spool = Spool(SpoolConfig(tmp_path / "spool", group_window_s=0.0))
+    yield spool
+    spool.close()
+
+
+def put(spool: Spool, entries: Sequence[Entry]) -> None:
+    spool.append(entries).result(timeout=10)
+
+
+def record_entries(records: Sequence[RequestRecord], ready_at: float = 0.0) -> list[Entry]:
+    return [Entry(Kind.RECORD, r.trace_id, ready_at, encode_record(r)) for r in records]
+
+
+def stored_keys(store: object) -> list[tuple[str, str]]:
+    with store.engine.connect() as c:  # type: ignore[attr-defined]
+        return [tuple(row) for row in c.execute(select(requests.c.trace_id, requests.c.span_id))]
+
+
+def test_records_land_in_the_store_exactly_once_even_when_replayed(store, spool: Spool) -> None:
+    metrics = CollectorMetrics()
+    shipper = Shipper(spool, open_writer(store.engine), metrics, batch_size=100)
+    batch = [record(i) for i in range(250)]
+    put(spool, record_entries(batch))
+    while shipper.ship_once().shipped:
+        pass
+    put(spool, record_entries(batch[:50]))  # a replay after a crash between write and delete
+    while shipper.ship_once().shipped:
+        pass
+    keys = stored_keys(store)
+    assert sorted(keys) == sorted((r.trace_id, r.span_id) for r in batch)
+    assert spool.stats() == (0, 0)
+    assert metrics.value("infersight_collector_ship_duplicates_total") == 50
+
+
+def test_stage_fragments_are_merged_and_records_wait_for_the_window(store, spool: Spool) -> None:
+    clock = Clock()
+    shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), clock=clock)
+    root = record(1)
+    put(spool, record_entries([root], ready_at=clock.now + 2.0))
+    fragment = StageFragment(root.trace_id, "00000000000000ff", "preprocess", 0.012)
+    put(spool, [Entry(Kind.STAGE, root.trace_id, clock.now, encode_fragment(fragment))])
+    assert shipper.ship_once().shipped == 0
+    clock.now += 2.0
+    assert shipper.ship_once().shipped == 1
+    with store.engine.connect() as c:
+        assert c.execute(select(requests.c.preprocess_s)).scalar_one() == pytest.approx(0.012)
+    assert spool.stats() == (0, 0)
+
+
+def test_a_stage_whose_request_never_comes_is_dropped_after_its_ttl(store, spool: Spool) -> None:
+    clock = Clock()
+    metrics = CollectorMetrics()
+    shipper = Shipper(spool, open_writer(store.engine), metrics, orphan_ttl_s=60, clock=clock)
+    fragment = StageFragment("ab" * 16, "00000000000000ff", "decode", 1.0)
+    put(spool, [Entry(Kind.STAGE, fragment.trace_id, clock.now, encode_fragment(fragment))])
+    shipper.ship_once()
+    assert spool.stats()[0] == 1
+    clock.now += 61
+    shipper.ship_once()
+    assert spool.stats()[0] == 0
+    assert metrics.value("infersight_collector_orphan_stages_total") == 1
+
+
+def test_samples_are_shipped_too(store, spool: Spool) -> None:
+    gpu = GpuSample(
+        ts=T0, instance="node-1", gpu_index=0, power_w=300.0, throttle_reasons=("sw_power_cap",)
+    )
+    server = ServerSample(ts=T0, instance="node-1", engine="vllm", requests_running=3.0)
+    put(
+        spool,
+        [
+            Entry(Kind.GPU, "", 0.0, encode_sample(gpu)),
+            Entry(Kind.SERVER, "", 0.0, encode_sample(server)),
+        ],
+    )
+    Shipper(spool, open_writer(store.engine), CollectorMetrics()).ship_once()
+    with store.engine.connect() as c:
+        assert c.execute(select(func.count()).select_from(gpu_samples)).scalar_one() == 1
+        assert c.execute(select(func.count()).select_from(server_samples)).scalar_one() == 1
+
+
+class FlakyStore:
+    """The real writer behind a connection that is down for the first ``failures`` calls."""
+
+    def __init__(self, writer: Writer, failures: int) -> None:
+        self.writer = writer
+        self.failures = failures
+
+    def write_requests(self, records: Sequence[RequestRecord]) -> object:
+        if self.failures > 0:
+            self.failures -= 1
+            raise Unavailable("connection refused")
+        return self.writer.write_requests(records)
+
+    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
+        return self.writer.write_gpu_samples(samples)
+
+    def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
+        return self.writer.write_server_samples(samples)
+
+
+def test_a_store_outage_is_retried_with_backoff_and_nothing_is_lost(store, spool: Spool) -> None:
+    metrics = CollectorMetrics()
+    sink = FlakyStore(open_writer(store.engine), failures=4)
+    shipper = Shipper(spool, sink, metrics, backoff=Backoff(5.0, 1.5, 30.0))
+    batch = [record(i) for i in range(20)]
+    put(spool, record_entries(batch))
+    stop = threading.Event()
+    waits: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        if spool.stats()[0] == 0:
+            stop.set()
+        return stop.is_set()
+
+    shipper.run(stop, wait=wait)
+    assert waits[:4] == [5.0, 7.5, 11.25, 16.875]
+    assert len(stored_keys(store)) == 20
+    assert metrics.value("infersight_collector_ship_errors_total", reason="unavailable") == 4
+
+
+def test_the_backoff_is_capped_at_30_seconds() -> None:
+    backoff = Backoff()
+    assert [backoff.delay(n) for n in range(7)] == pytest.approx(
+        [5.0, 7.5, 11.25, 16.875, 25.3125, 30.0, 30.0]
+    )
