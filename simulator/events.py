@@ -1,0 +1,40 @@
+"""What a simulated server emits: finished requests (with the span-only timings) and samples.
+
+A ``Completion`` wraps the normalised ``RequestRecord`` together with what only the OTLP span
+carries (request id, sampling parameters, scheduler / forward / execute time, the tokenizer's
+own service time). A ``Batch`` is what the fleet hands to its sinks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.records import RequestRecord
+from core.samples import GpuSample, ServerSample
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    record: RequestRecord
+    request_id: str
+    max_tokens: int
+    temperature: float
+    top_p: float
+    tokenize_s: float
+    scheduler_s: float
+    forward_s: float
+    execute_s: float
+    preemptions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Output of a stretch of virtual time, in time order within each list."""
+
+    completions: tuple[Completion, ...] = ()
+    server_samples: tuple[ServerSample, ...] = ()
+    gpu_samples: tuple[GpuSample, ...] = ()
+    meta: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.completions) + len(self.server_samples) + len(self.gpu_samples)
