@@ -1,0 +1,126 @@
+"""The sidecar assembled: spool, receivers, shipper and samplers, started and stopped as one.
+
+``Sidecar.stop`` is the clean shutdown: receivers stop taking exports, pending appends are
+committed, samplers stop, the shipper drains what is eligible, then the spool closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.auth import check_bind
+from collector.grpc_receiver import GrpcServer
+from collector.http_receiver import HttpServer, create_app
+from collector.ingest import Ingestor
+from collector.mapping import MappingContext
+from collector.metrics import CollectorMetrics
+from collector.otlp import Limits
+from collector.periodic import PeriodicTask, Sampler
+from collector.shipper import Backoff, Shipper, Sink
+from collector.spool import FsyncMode, Spool, SpoolConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    instance: str
+    spool_dir: Path
+    http_host: str = "127.0.0.1"
+    http_port: int = 4318
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 4317
+    model: str = ""
+    service_models: Mapping[str, str] = field(default_factory=dict)
+    token: str | None = None
+    insecure_no_auth: bool = False
+    fsync: FsyncMode = FsyncMode.GROUP
+    group_window_s: float = 0.02
+    spool_max_bytes: int = 1 << 30
+    window_s: float = 2.0
+    limits: Limits = field(default_factory=Limits)
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def __post_init__(self) -> None:
+        check_bind(self.http_host, self.token, self.insecure_no_auth)
+        check_bind(self.grpc_host, self.token, self.insecure_no_auth)
+
+
+class Sidecar:
+    def __init__(
+        self,
+        config: SidecarConfig,
+        sink: Sink,
+        samplers: Sequence[Sampler] = (),
+        scraped_model: Callable[[], str] = lambda: "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.metrics = CollectorMetrics()
+        self.spool = Spool(
+            SpoolConfig(
+                config.spool_dir,
+                max_bytes=config.spool_max_bytes,
+                fsync=config.fsync,
+                group_window_s=config.group_window_s,
+            ),
+            clock=clock,
+        )
+        context = MappingContext(
+            config.instance, config.model, dict(config.service_models), scraped_model
+        )
+        self.ingestor = Ingestor(self.spool, context, self.metrics, config.limits, config.window_s)
+        self.shipper = Shipper(self.spool, sink, self.metrics, backoff=config.backoff)
+        self.http = HttpServer(
+            create_app(self.ingestor, config.token, self._health),
+            config.http_host,
+            config.http_port,
+        )
+        self.grpc = GrpcServer(self.ingestor, config.grpc_host, config.grpc_port, config.token)
+        self.tasks = [PeriodicTask(s, self.spool, self._sampler_error(s)) for s in samplers]
+        self._stop = threading.Event()
+        self._shipper_thread: threading.Thread | None = None
+
+    def _sampler_error(self, sampler: Sampler) -> Callable[[str], None]:
+        counter = self.metrics.gpu_errors if "gpu" in sampler.name else self.metrics.scrape_errors
+        return lambda reason: counter.labels(reason).inc()
+
+    def _health(self) -> dict[str, Any]:
+        return {
+            "instance": self.config.instance,
+            "ship_lag_seconds": self.metrics.value("infersight_collector_ship_lag_seconds"),
+        }
+
+    def start(self) -> Sidecar:
+        self.http.start()
+        self.grpc.start()
+        for task in self.tasks:
+            task.start()
+        self._shipper_thread = self.shipper.start(self._stop)
+        log.info(
+            "sidecar %s: OTLP/HTTP on %s:%d, OTLP/gRPC on %s:%d, spool %s",
+            self.config.instance,
+            self.http.host,
+            self.http.port,
+            self.grpc.host,
+            self.grpc.port,
+            self.spool.path,
+        )
+        return self
+
+    def stop(self) -> None:
+        self.http.stop()
+        self.grpc.stop()
+        for task in self.tasks:
+            task.stop()
+        self._stop.set()
+        if self._shipper_thread is not None:
+            self._shipper_thread.join(timeout=10)
+        self.shipper.drain()
+        self.spool.close()
