@@ -33,7 +33,10 @@ from core.errors import InvalidInput
 
 DEFAULT_RELATIVE_ACCURACY: Final = 0.01
 MIN_VALUE: Final = 1e-9
-_MAGIC: Final = b"ISK1"
+_MAGIC: Final = b"ISK1"  # bucket arrays zlib-compressed
+_MAGIC_RAW: Final = b"ISK0"  # bucket arrays stored as they are (small sketches)
+_COMPRESS_ABOVE: Final = 256  # bytes of bucket arrays
+_ZERO_KEY: Final = np.iinfo(np.int64).min
 _HEADER: Final = struct.Struct("<4sdQQdddI")  # magic, alpha, count, zero, sum, min, max, nkeys
 _MAX_KEYS: Final = 1 << 20
 
@@ -220,8 +223,12 @@ class QuantileSketch:
     # -- bytes -------------------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
+        deltas = self._keys.astype("<i8")  # a copy: deltas are computed in place
+        deltas[1:] -= self._keys[:-1]
+        body = deltas.tobytes() + self._counts.astype("<i8").tobytes()
+        compress = len(body) > _COMPRESS_ABOVE
         header = _HEADER.pack(
-            _MAGIC,
+            _MAGIC if compress else _MAGIC_RAW,
             self.alpha,
             self.count,
             self.zero_count,
@@ -230,23 +237,23 @@ class QuantileSketch:
             self.max if self.count else 0.0,
             self._keys.size,
         )
-        deltas = np.diff(self._keys, prepend=np.int64(0)).astype("<i8")
-        body = deltas.tobytes() + self._counts.astype("<i8").tobytes()
-        return header + zlib.compress(body, 1)
+        return header + (zlib.compress(body, 1) if compress else body)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> QuantileSketch:
         if len(data) < _HEADER.size:
             raise InvalidInput("sketch bytes are truncated")
         magic, alpha, count, zero, total, minimum, maximum, nkeys = _HEADER.unpack_from(data)
-        if magic != _MAGIC:
+        if magic not in (_MAGIC, _MAGIC_RAW):
             raise InvalidInput("not an infersight sketch (bad magic)")
         if nkeys > _MAX_KEYS:
             raise InvalidInput("sketch has too many buckets", details={"buckets": nkeys})
-        try:
-            body = zlib.decompress(data[_HEADER.size :], bufsize=16 * nkeys or 64)
-        except zlib.error as exc:
-            raise InvalidInput(f"sketch body is corrupt: {exc}") from None
+        body = data[_HEADER.size :]
+        if magic == _MAGIC:
+            try:
+                body = zlib.decompress(body, bufsize=16 * nkeys or 64)
+            except zlib.error as exc:
+                raise InvalidInput(f"sketch body is corrupt: {exc}") from None
         if len(body) != 16 * nkeys:
             raise InvalidInput("sketch body length does not match its header")
         keys = np.cumsum(np.frombuffer(body, dtype="<i8", count=nkeys)).astype(np.int64)
@@ -288,7 +295,7 @@ def header_totals(data: bytes) -> tuple[int, float]:
     if len(data) < _HEADER.size:
         raise InvalidInput("sketch bytes are truncated")
     magic, _alpha, count, _zero, total, *_ = _HEADER.unpack_from(data)
-    if magic != _MAGIC:
+    if magic not in (_MAGIC, _MAGIC_RAW):
         raise InvalidInput("not an infersight sketch (bad magic)")
     return int(count), float(total)
 
@@ -324,40 +331,49 @@ def sketches_by_group(
     """Build one sketch per group in a single vectorised pass.
 
     ``values`` may hold NaN for "not reported"; those are skipped. Groups with no value get
-    ``None``. Used by the store to turn a batch of records into per-minute rollup deltas.
+    ``None``. Used by the store to turn a batch of records into per-minute rollup deltas, where
+    most groups hold a handful of values: everything but the final slicing is done once for
+    all groups.
     """
     present = ~np.isnan(values)
     gids, vals = group_ids[present], values[present]
-    if np.any(vals < 0.0):
-        raise InvalidInput("sketch values must be non-negative")
     result: list[QuantileSketch | None] = [None] * n_groups
     if vals.size == 0:
         return result
+    if np.any(vals < 0.0) or not np.all(np.isfinite(vals)):
+        raise InvalidInput("sketch values must be finite and non-negative")
     template = QuantileSketch(alpha)
     positive = vals >= MIN_VALUE
-    keys = np.zeros(vals.size, dtype=np.int64)
+    keys = np.full(vals.size, _ZERO_KEY, dtype=np.int64)
     keys[positive] = template.keys_for(vals[positive])
-    order = np.lexsort((keys, ~positive, gids))
-    gids_s, keys_s, pos_s, vals_s = gids[order], keys[order], positive[order], vals[order]
-    group_starts = np.flatnonzero(np.r_[True, gids_s[1:] != gids_s[:-1]])
-    group_ends = np.r_[group_starts[1:], gids_s.size]
-    for start, end in zip(group_starts.tolist(), group_ends.tolist(), strict=True):
-        gv = vals_s[start:end]
-        gp = pos_s[start:end]
-        gk = keys_s[start:end][gp]
-        if gk.size:
-            boundaries = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
-            unique = gk[boundaries]
-            counts = np.diff(np.r_[boundaries, gk.size]).astype(np.int64)
-        else:
-            unique = counts = np.empty(0, dtype=np.int64)
-        result[int(gids_s[start])] = QuantileSketch.from_buckets(
-            unique,
-            counts,
-            zero_count=int(gp.size - gk.size),
-            total=float(gv.sum()),
-            minimum=float(gv.min()),
-            maximum=float(gv.max()),
+    order = np.lexsort((keys, gids))
+    gids_s, keys_s, vals_s = gids[order], keys[order], vals[order]
+    # Runs of equal (group, key) pairs → bucket counts; runs of equal group → sketches.
+    group_change = gids_s[1:] != gids_s[:-1]
+    run_starts = np.flatnonzero(np.r_[True, group_change | (keys_s[1:] != keys_s[:-1])])
+    run_counts = np.diff(np.r_[run_starts, gids_s.size])
+    run_keys, run_gids = keys_s[run_starts], gids_s[run_starts]
+    group_starts = np.flatnonzero(np.r_[True, group_change])
+    sums = np.add.reduceat(vals_s, group_starts)
+    mins = np.minimum.reduceat(vals_s, group_starts)
+    maxs = np.maximum.reduceat(vals_s, group_starts)
+    run_group_starts = np.flatnonzero(np.r_[True, run_gids[1:] != run_gids[:-1]])
+    run_group_ends = np.r_[run_group_starts[1:], run_gids.size]
+    for i, (lo, hi) in enumerate(
+        zip(run_group_starts.tolist(), run_group_ends.tolist(), strict=True)
+    ):
+        bucket_keys, bucket_counts = run_keys[lo:hi], run_counts[lo:hi]
+        zero = 0
+        if bucket_keys[0] == _ZERO_KEY:  # the zero bucket sorts first
+            zero = int(bucket_counts[0])
+            bucket_keys, bucket_counts = bucket_keys[1:], bucket_counts[1:]
+        result[int(run_gids[lo])] = QuantileSketch.from_buckets(
+            bucket_keys,
+            bucket_counts,
+            zero_count=zero,
+            total=float(sums[i]),
+            minimum=float(mins[i]),
+            maximum=float(maxs[i]),
             alpha=alpha,
         )
     return result

@@ -157,8 +157,9 @@ class _BaseWriter:
         )
         with _translate_errors(), self.engine.begin() as connection:
             ensure_partitions(connection, table.name, {t.astimezone(UTC).date() for t in times})
-            result = connection.execute(insert(table).on_conflict_do_nothing(), rows)
-        return max(result.rowcount, 0)
+            statement = insert(table).on_conflict_do_nothing().returning(table.c.ts)
+            stored = connection.execute(statement, rows).all()
+        return len(stored)
 
     def _prepare(self, connection: Connection, batch: Sequence[RequestRecord]) -> None:
         """Dialect hook run before staging (partition creation on PostgreSQL)."""

@@ -1,0 +1,123 @@
+"""``infersight``: one command line for the sidecar, the service, the demo and the store.
+
+Settings are built here once and handed down; subcommands live in their own modules.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+import click
+
+from core.errors import InfersightError
+from infersight import __version__
+from infersight.settings import Settings
+from storage import migrate
+from storage.engine import create_store_engine, redact
+from storage.maintenance import maintain
+
+
+@dataclass
+class Context:
+    settings: Settings
+
+    def engine(self) -> Any:
+        return create_store_engine(self.settings.database_url)
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="infersight")
+@click.option(
+    "--store",
+    metavar="URL",
+    default=None,
+    help="Store URL (overrides INFERSIGHT_DATABASE_URL; default sqlite:///infersight.db).",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.pass_context
+def cli(ctx: click.Context, store: str | None, verbose: int) -> None:
+    """SLO and cost observability for LLM inference fleets."""
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    overrides = {"database_url": store} if store else {}
+    ctx.obj = Context(Settings(**overrides))
+
+
+@cli.group()
+def db() -> None:
+    """Schema migrations and upkeep of the store."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+@pass_context
+def db_upgrade(context: Context, revision: str) -> None:
+    """Migrate the store up to REVISION (default: the newest)."""
+    engine = context.engine()
+    migrate.upgrade(engine, revision)
+    click.echo(f"{redact(context.settings.database_url)} is at revision {migrate.current(engine)}")
+
+
+@db.command("downgrade")
+@click.argument("revision")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_context
+def db_downgrade(context: Context, revision: str, yes: bool) -> None:
+    """Migrate the store down to REVISION ('base' removes every table and its data)."""
+    if not yes:
+        click.confirm(
+            f"Downgrade {redact(context.settings.database_url)} to {revision}?", abort=True
+        )
+    engine = context.engine()
+    migrate.downgrade(engine, revision)
+    click.echo(f"now at revision {migrate.current(engine) or 'base'}")
+
+
+@db.command("current")
+@pass_context
+def db_current(context: Context) -> None:
+    """Print the store's revision and the newest one this version ships."""
+    current = migrate.current(context.engine())
+    click.echo(f"current: {current or 'none (not migrated)'}; head: {migrate.head()}")
+
+
+@db.command("maintain")
+@pass_context
+def db_maintain(context: Context) -> None:
+    """Create upcoming daily partitions and apply retention now."""
+    report = maintain(context.engine(), datetime.now(UTC), context.settings.retention())
+    click.echo(
+        f"partitions created: {len(report.created)}, dropped: {len(report.dropped)}, "
+        f"rollup rows deleted: {report.rollups_deleted}"
+    )
+    for name in report.dropped:
+        click.echo(f"  dropped {name}")
+
+
+def _fail(error: InfersightError) -> NoReturn:
+    click.echo(f"error: {error.message}", err=True)
+    for key, value in error.details.items():
+        click.echo(f"  {key}: {value}", err=True)
+    sys.exit(2)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except InfersightError as exc:
+        _fail(exc)

@@ -1,0 +1,78 @@
+"""Retention and partition upkeep: what the maintenance job runs.
+
+Raw rows (requests and samples) are kept ``raw_days``; minute rollups ``minute_days``, hour
+rollups ``hour_days`` and day rollups ``day_days``. Queries over windows older than the minute
+retention must use hour rollups (``finest_for``), and so on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, delete
+
+from core.errors import InvalidInput
+from core.window import Resolution, Window
+from storage.partitions import drop_before, ensure_partitions
+from storage.tables import PARTITIONED, request_rollups
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    raw_days: int = 14
+    minute_days: int = 14
+    hour_days: int = 180
+    day_days: int = 1095
+    partition_ahead_days: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("raw_days", "minute_days", "hour_days", "day_days"):
+            if not 1 <= getattr(self, name) <= 36500:
+                raise InvalidInput(f"{name} must be between 1 and 36500")
+        if not 0 <= self.partition_ahead_days <= 60:
+            raise InvalidInput("partition_ahead_days must be between 0 and 60")
+        if not self.minute_days <= self.hour_days <= self.day_days:
+            raise InvalidInput("rollup retention must grow with resolution: minute ≤ hour ≤ day")
+
+    def finest_for(self, window: Window, now: datetime) -> Resolution:
+        """The finest rollup resolution still kept for all of ``window``."""
+        if window.start >= now - timedelta(days=self.minute_days):
+            return Resolution.MINUTE
+        if window.start >= now - timedelta(days=self.hour_days):
+            return Resolution.HOUR
+        return Resolution.DAY
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceReport:
+    created: tuple[str, ...]
+    dropped: tuple[str, ...]
+    rollups_deleted: int
+
+
+def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
+    """Create partitions ahead of ``now`` and apply retention."""
+    today = now.date()
+    ahead = [today + timedelta(days=i) for i in range(policy.partition_ahead_days + 1)]
+    created: list[str] = []
+    dropped: list[str] = []
+    deleted = 0
+    with engine.begin() as connection:
+        for table in PARTITIONED:
+            created += ensure_partitions(connection, table, ahead)
+            dropped += drop_before(connection, table, today - timedelta(days=policy.raw_days))
+        for resolution, days in (
+            (Resolution.MINUTE, policy.minute_days),
+            (Resolution.HOUR, policy.hour_days),
+            (Resolution.DAY, policy.day_days),
+        ):
+            cutoff = resolution.floor(now - timedelta(days=days))
+            result = connection.execute(
+                delete(request_rollups).where(
+                    request_rollups.c.resolution == resolution.value,
+                    request_rollups.c.bucket < cutoff,
+                )
+            )
+            deleted += max(result.rowcount, 0)
+    return MaintenanceReport(tuple(created), tuple(dropped), deleted)

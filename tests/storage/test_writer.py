@@ -1,0 +1,124 @@
+"""The bulk writers store each request once, however often it is shipped."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+from sqlalchemy import func, select
+
+from core.samples import GpuSample, ServerSample
+from storage.tables import gpu_samples, request_rollups, requests, server_samples
+from storage.writer import open_writer
+from tests.factories import make_records
+
+T0 = datetime(2026, 11, 2, 23, 50, tzinfo=UTC)
+
+
+def counts(store):
+    with store.engine.connect() as c:
+        raw = c.execute(select(func.count()).select_from(requests)).scalar_one()
+        rolled = {
+            res: int(n)
+            for res, n in c.execute(
+                select(request_rollups.c.resolution, func.sum(request_rollups.c.requests)).group_by(
+                    request_rollups.c.resolution
+                )
+            )
+        }
+    return raw, rolled
+
+
+def test_the_same_batch_twice_is_stored_and_rolled_up_once(store):
+    records = make_records(np.random.default_rng(1), T0, 3000, span=timedelta(minutes=30))
+    writer = open_writer(store.engine)
+    first = writer.write_requests(records)
+    second = writer.write_requests(records)
+    assert (first.inserted, first.duplicates) == (3000, 0)
+    assert (second.inserted, second.duplicates) == (0, 3000)
+    assert counts(store) == (3000, {"1m": 3000, "1h": 3000, "1d": 3000})
+
+
+def test_a_batch_overlapping_an_earlier_one_adds_only_the_new_requests(store):
+    records = make_records(np.random.default_rng(2), T0, 1000, span=timedelta(minutes=20))
+    writer = open_writer(store.engine)
+    writer.write_requests(records[:600])
+    result = writer.write_requests(records[400:] + records[400:450])  # overlap + repeats inside
+    assert (result.received, result.inserted, result.duplicates) == (650, 400, 250)
+    assert counts(store) == (1000, {"1m": 1000, "1h": 1000, "1d": 1000})
+
+
+def test_rows_read_back_equal_the_records_written(store):
+    records = make_records(np.random.default_rng(3), T0, 50, span=timedelta(minutes=1))
+    open_writer(store.engine).write_requests(records)
+    with store.engine.connect() as c:
+        rows = {r.span_id: r for r in c.execute(select(requests)).mappings()}
+    for record in records:
+        row = rows[record.span_id]
+        assert row["start"] == record.start
+        assert row["ttft_s"] == record.ttft_s
+        assert row["model"] == record.model
+        assert row["status"] == record.status.value
+        assert row["output_tokens"] == record.output_tokens
+
+
+def test_concurrent_writers_shipping_the_same_records_store_them_once(store):
+    records = make_records(np.random.default_rng(4), T0, 4000, span=timedelta(minutes=15))
+    errors: list[BaseException] = []
+
+    def ship(batch):
+        try:
+            writer = open_writer(store.engine)
+            for i in range(0, len(batch), 500):
+                writer.write_requests(batch[i : i + 500])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=ship, args=(records,)),
+        threading.Thread(target=ship, args=(records[::-1],)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert counts(store) == (4000, {"1m": 4000, "1h": 4000, "1d": 4000})
+
+
+def test_samples_are_idempotent_too(store):
+    writer = open_writer(store.engine)
+    gpus = [
+        GpuSample(
+            ts=T0 + timedelta(seconds=i),
+            instance="gpu-host",
+            gpu_index=g,
+            util_gpu=0.5,
+            power_w=300.0,
+            throttle_reasons=("sw_power_cap",),
+        )
+        for i in range(10)
+        for g in range(2)
+    ]
+    servers = [
+        ServerSample(
+            ts=T0 + timedelta(seconds=15 * i),
+            instance="gpu-host",
+            engine="vllm",
+            requests_running=3,
+            requests_waiting=i,
+        )
+        for i in range(10)
+    ]
+    assert writer.write_gpu_samples(gpus) == 20
+    writer.write_gpu_samples(gpus)
+    writer.write_server_samples(servers)
+    writer.write_server_samples(servers)
+    with store.engine.connect() as c:
+        assert c.execute(select(func.count()).select_from(gpu_samples)).scalar_one() == 20
+        assert c.execute(select(func.count()).select_from(server_samples)).scalar_one() == 10
+        assert (
+            c.execute(select(gpu_samples.c.throttle_reasons).limit(1)).scalar_one()
+            == "sw_power_cap"
+        )
