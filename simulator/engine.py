@@ -196,6 +196,12 @@ class InstanceSim:
     def kv_capacity(self, fx: Effects) -> int:
         return max(1, int(self.profile.kv_cache_tokens * fx.kv_scale))
 
+    def next_event(self) -> float:
+        """When ``advance_to`` next has work: the next step, else the next queued request."""
+        if self._busy():
+            return self.t
+        return self._pending[0].queued if self._pending else math.inf
+
     def _busy(self) -> bool:
         return bool(self._waiting or self._prefilling or self._decoding)
 

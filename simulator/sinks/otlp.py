@@ -7,9 +7,10 @@ set explicitly from virtual time and, optionally, a ``tokenize`` child span for 
 preprocessing. The span's trace and span ids are the record's, so what a receiver stores can
 be compared with the simulator's own records. Each instance has its own ``TracerProvider``
 (resource ``service.name`` / ``service.instance.id`` = the instance) and ``BatchSpanProcessor``;
-``write`` flushes, so export keeps pace with virtual time and no span is dropped for a full
-queue. The endpoint picks the exporter: ``http(s)://…`` → OTLP/HTTP protobuf (``/v1/traces``
-appended when missing), ``grpc://host:port`` → OTLP/gRPC (insecure on loopback).
+``write`` flushes (unless told not to, as in real-time mode), so export keeps pace with
+virtual time and no span is dropped for a full queue. The endpoint picks the exporter:
+``http(s)://…`` → OTLP/HTTP protobuf (``/v1/traces`` appended when missing),
+``grpc://host:port`` → OTLP/gRPC (insecure on loopback).
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ class OtlpSink:
         tokenizer_spans: bool = True,
         exporter_factory: Callable[[str], SpanExporter] | None = None,
         flush_timeout_s: float = 30.0,
+        flush_on_write: bool = True,
     ) -> None:
         self._endpoint_for = (
             endpoint_for if callable(endpoint_for) else (lambda _i, e=endpoint_for: e)
@@ -155,6 +157,7 @@ class OtlpSink:
         self._factory = exporter_factory or (lambda url: make_exporter(url, headers=headers))
         self._tokenizer_spans = tokenizer_spans
         self._flush_ms = int(flush_timeout_s * 1000)
+        self._flush_on_write = flush_on_write
         self._providers: dict[str, tuple[TracerProvider, _ScriptedIds, trace.Tracer]] = {}
         self.exporters: dict[str, CountingExporter] = {}
         self.spans = 0
@@ -216,7 +219,8 @@ class OtlpSink:
     def write(self, batch: Batch) -> None:
         for c in batch.completions:
             self.emit(c)
-        self.flush()
+        if self._flush_on_write:
+            self.flush()
 
     def flush(self) -> bool:
         return all(p.force_flush(self._flush_ms) for p, _, _ in self._providers.values())
