@@ -1,0 +1,213 @@
+"""``infersight sidecar``: the collector next to one inference server.
+
+Builds the sidecar's configuration from flags once, wires the store writer, the scraper and
+the GPU source into ``collector.sidecar.Sidecar``, and runs until SIGTERM / SIGINT, on which
+it shuts down cleanly (pending appends committed, eligible entries shipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from collector.gpu.source import build_gpu_sampler
+from collector.otlp import Limits
+from collector.periodic import Sampler
+from collector.scrape.scraper import Scraper
+from collector.sidecar import Sidecar, SidecarConfig
+from collector.spool import FsyncMode
+from core.errors import ConfigurationError
+from storage.engine import create_store_engine
+from storage.writer import open_writer
+
+log = logging.getLogger(__name__)
+DEFAULT_STORE = "sqlite:///infersight.db"
+
+
+def _address(value: str, option: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}", param_hint=option)
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _service_models(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        service, sep, model = pair.partition("=")
+        if not sep or not service or not model:
+            raise click.BadParameter(
+                f"expected SERVICE=MODEL, got {pair!r}", param_hint="--service-model"
+            )
+        out[service] = model
+    return out
+
+
+def _token(token: str | None, token_file: Path | None) -> str | None:
+    if token_file is not None:
+        return token_file.read_text().strip() or None
+    return token or os.environ.get("INFERSIGHT_OTLP_TOKEN") or None
+
+
+def _store_url(ctx: click.Context, store: str | None) -> str:
+    if store:
+        return store
+    settings = getattr(ctx.obj, "settings", None)
+    url = getattr(settings, "database_url", None)
+    return str(url or os.environ.get("INFERSIGHT_DATABASE_URL") or DEFAULT_STORE)
+
+
+@click.command("sidecar")
+@click.option(
+    "--otlp-http",
+    default="127.0.0.1:4318",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="OTLP/HTTP receiver, also serving /metrics and /healthz.",
+)
+@click.option(
+    "--otlp-grpc",
+    default="127.0.0.1:4317",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="OTLP/gRPC receiver.",
+)
+@click.option("--instance", default=None, help="This server's name (default: the host name).")
+@click.option("--model", default="", help="Model name for spans that carry none.")
+@click.option(
+    "--service-model",
+    "service_models",
+    multiple=True,
+    metavar="SERVICE=MODEL",
+    help="Model for spans of a service.name (repeatable).",
+)
+@click.option(
+    "--scrape",
+    "scrape_url",
+    default=None,
+    metavar="URL",
+    help="The inference server's /metrics URL.",
+)
+@click.option("--scrape-interval", default=15.0, show_default=True, type=click.FloatRange(min=0.1))
+@click.option("--scrape-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
+@click.option("--gpu-source", default="nvml", show_default=True, metavar="nvml|dcgm:URL|none")
+@click.option("--gpu-interval", default=2.0, show_default=True, type=click.FloatRange(1.0, 5.0))
+@click.option(
+    "--store",
+    default=None,
+    metavar="URL",
+    help="Store URL (default: the group's --store / INFERSIGHT_DATABASE_URL).",
+)
+@click.option(
+    "--spool-dir",
+    default="infersight-spool",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+@click.option(
+    "--spool-max-bytes", default=1 << 30, show_default=True, type=click.IntRange(min=1 << 20)
+)
+@click.option(
+    "--fsync",
+    "fsync",
+    default="group",
+    show_default=True,
+    type=click.Choice([m.value for m in FsyncMode]),
+    help="group: one fsync per commit window; always: one per export.",
+)
+@click.option(
+    "--fsync-window",
+    default=0.02,
+    show_default=True,
+    type=click.FloatRange(0.0, 0.2),
+    help="Group-commit window in seconds.",
+)
+@click.option(
+    "--window",
+    "window_s",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0.0),
+    help="Seconds a request waits for the stage spans of its trace.",
+)
+@click.option(
+    "--max-body-bytes", default=20 * 1024 * 1024, show_default=True, type=click.IntRange(min=1024)
+)
+@click.option("--token", default=None, help="Bearer token the receivers require.")
+@click.option(
+    "--token-file", default=None, type=click.Path(dir_okay=False, exists=True, path_type=Path)
+)
+@click.option(
+    "--insecure-no-auth", is_flag=True, help="Allow non-loopback listening without a token."
+)
+@click.pass_context
+def sidecar(ctx: click.Context, /, **options: Any) -> None:
+    """Receive OTLP traces, scrape /metrics, sample GPUs; spool durably and ship to the store."""
+    http_host, http_port = _address(options["otlp_http"], "--otlp-http")
+    grpc_host, grpc_port = _address(options["otlp_grpc"], "--otlp-grpc")
+    instance = options["instance"] or socket.gethostname()
+    config = SidecarConfig(
+        instance=instance,
+        spool_dir=options["spool_dir"],
+        http_host=http_host,
+        http_port=http_port,
+        grpc_host=grpc_host,
+        grpc_port=grpc_port,
+        model=options["model"],
+        service_models=_service_models(options["service_models"]),
+        token=_token(options["token"], options["token_file"]),
+        insecure_no_auth=options["insecure_no_auth"],
+        fsync=FsyncMode(options["fsync"]),
+        group_window_s=options["fsync_window"],
+        spool_max_bytes=options["spool_max_bytes"],
+        window_s=options["window_s"],
+        limits=Limits(max_body_bytes=options["max_body_bytes"]),
+    )
+    samplers: list[Sampler] = []
+    scraper: Scraper | None = None
+    if options["scrape_url"]:
+        scraper = Scraper(
+            options["scrape_url"], instance, options["scrape_interval"], options["scrape_timeout"]
+        )
+        samplers.append(scraper)
+    gpu = build_gpu_sampler(options["gpu_source"], instance, options["gpu_interval"])
+    if gpu is not None:
+        samplers.append(gpu)
+    sink = open_writer(create_store_engine(_store_url(ctx, options["store"])))
+    app = Sidecar(
+        config, sink, samplers, scraped_model=scraper.current_model if scraper else lambda: ""
+    )
+    _run(app)
+
+
+def _run(app: Sidecar) -> None:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        app.start()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot listen: {exc}") from None
+    click.echo(
+        f"infersight sidecar {app.config.instance}: http={app.http.host}:{app.http.port} "
+        f"grpc={app.grpc.host}:{app.grpc.port} spool={app.spool.path}",
+        nl=True,
+    )
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        app.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        click.echo("infersight sidecar stopped")

@@ -1,0 +1,170 @@
+"""The whole sidecar: real OTel SDK exporters into a running sidecar, records landing in
+SQLite and PostgreSQL; ``kill -9`` under load, then restart: every acknowledged span is in
+the store exactly once."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+from sqlalchemy import func, select
+
+from collector.shipper import Backoff
+from collector.sidecar import Sidecar, SidecarConfig
+from storage.tables import requests
+from storage.writer import open_writer
+from tests.collector.test_collector_receivers import encoded, vllm_spans
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+def stored(store) -> list[tuple[str, str]]:
+    with store.engine.connect() as c:
+        return [tuple(r) for r in c.execute(select(requests.c.trace_id, requests.c.span_id))]
+
+
+def wait_until(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+@pytest.fixture
+def running(store, tmp_path: Path) -> Iterator[Sidecar]:
+    config = SidecarConfig(
+        "e2e",
+        tmp_path / "spool",
+        http_port=0,
+        grpc_port=0,
+        window_s=0.0,
+        model="llama-8b",
+        backoff=Backoff(0.1, 1.5, 0.5),
+    )
+    app = Sidecar(config, open_writer(store.engine)).start()
+    yield app
+    app.stop()
+
+
+def test_sdk_exporters_over_http_and_grpc_land_records_in_the_store(
+    store, running: Sidecar
+) -> None:
+    http = HttpExporter(endpoint=f"http://127.0.0.1:{running.http.port}/v1/traces", timeout=10)
+    grpc_exporter = GrpcExporter(
+        endpoint=f"127.0.0.1:{running.grpc.port}", insecure=True, timeout=10
+    )
+    try:
+        by_http, by_grpc = vllm_spans(5), vllm_spans(5)
+        assert http.export(by_http) is SpanExportResult.SUCCESS
+        assert grpc_exporter.export(by_grpc) is SpanExportResult.SUCCESS
+    finally:
+        http.shutdown()
+        grpc_exporter.shutdown()
+    expected = {
+        (f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for s in by_http + by_grpc
+    }
+    assert wait_until(lambda: set(stored(store)) == expected)
+    with store.engine.connect() as c:
+        models = set(c.execute(select(requests.c.model)).scalars())
+    assert models == {"llama-8b"}
+    assert running.metrics.value("infersight_collector_shipped_total", kind="record") == 10
+
+
+def start_sidecar(url: str, spool: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from infersight.commands_sidecar import sidecar; sidecar()",
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--otlp-grpc",
+            "127.0.0.1:0",
+            "--store",
+            url,
+            "--spool-dir",
+            str(spool),
+            "--gpu-source",
+            "none",
+            "--window",
+            "0",
+            "--instance",
+            "e2e",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"http=127\.0\.0\.1:(\d+)", line)
+    assert match, f"unexpected first line: {line!r}"
+    return proc, f"http://127.0.0.1:{match.group(1)}/v1/traces"
+
+
+def test_kill_9_under_load_then_restart_keeps_every_acknowledged_span_exactly_once(
+    store, tmp_path: Path
+) -> None:
+    spool = tmp_path / "spool"
+    proc, url = start_sidecar(store.url, spool)
+    acked: list[tuple[str, str]] = []
+    stop = threading.Event()
+
+    def send() -> None:
+        with httpx.Client(timeout=10) as client:
+            while not stop.is_set():
+                spans = vllm_spans(10)
+                try:
+                    response = client.post(
+                        url,
+                        content=encoded(spans),
+                        headers={"content-type": "application/x-protobuf"},
+                    )
+                except httpx.HTTPError:
+                    return
+                if response.status_code == 200:
+                    acked.extend(
+                        (f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for s in spans
+                    )
+
+    senders = [threading.Thread(target=send) for _ in range(2)]
+    for sender in senders:
+        sender.start()
+    try:
+        assert wait_until(lambda: len(acked) >= 400, timeout=60)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        stop.set()
+        for sender in senders:
+            sender.join(timeout=15)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    restarted, _ = start_sidecar(store.url, spool)
+    try:
+        assert wait_until(lambda: set(acked) <= set(stored(store)), timeout=60)
+    finally:
+        restarted.send_signal(signal.SIGTERM)
+        out, _ = restarted.communicate(timeout=30)
+    assert restarted.returncode == 0
+    assert "stopped" in out
+    keys = stored(store)
+    assert len(keys) == len(set(keys))
+    with store.engine.connect() as c:
+        assert c.execute(select(func.count()).select_from(requests)).scalar_one() == len(set(keys))
