@@ -66,7 +66,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
 
 class GrpcServer:
     def __init__(
-        self, ingestor: Ingestor, host: str, port: int, token: str | None = None, workers: int = 8
+        self, ingestor: Ingestor, host: str, port: int, token: str | None = None, workers: int = 4
     ) -> None:
         cap = ingestor.limits.max_body_bytes
         self._server = grpc.server(

@@ -67,7 +67,7 @@ class Shipper:
         backoff: Backoff | None = None,
         batch_size: int = 2000,
         orphan_ttl_s: float = 300.0,
-        idle_s: float = 0.2,
+        idle_s: float = 1.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.spool = spool
