@@ -80,8 +80,13 @@ def test_the_sdk_http_exporter_lands_vllm_spans_in_the_spool(
     assert receiver.metrics.value("infersight_collector_spans_accepted_total") == 5
 
 
-def test_the_sdk_grpc_exporter_lands_vllm_spans_in_the_spool(receiver: Receiver) -> None:
-    exporter = GrpcExporter(endpoint=receiver.target, insecure=True, timeout=10)
+@pytest.mark.parametrize("compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip])
+def test_the_sdk_grpc_exporter_lands_vllm_spans_in_the_spool(
+    receiver: Receiver, compression: grpc.Compression
+) -> None:
+    exporter = GrpcExporter(
+        endpoint=receiver.target, insecure=True, timeout=10, compression=compression
+    )
     try:
         spans = vllm_spans(4)
         assert exporter.export(spans) is SpanExportResult.SUCCESS
