@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import statistics
 import socket
+import statistics
 import threading
 import time
 from collections.abc import Iterator
