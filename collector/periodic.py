@@ -27,11 +27,16 @@ class Sampler(Protocol):
 
 class PeriodicTask:
     def __init__(
-        self, sampler: Sampler, spool: Spool, on_error: Callable[[str], None] | None = None
+        self,
+        sampler: Sampler,
+        spool: Spool,
+        on_error: Callable[[str], None] | None = None,
+        on_success: Callable[[int], None] | None = None,
     ) -> None:
         self.sampler = sampler
         self.spool = spool
         self.on_error = on_error or (lambda reason: None)
+        self.on_success = on_success or (lambda count: None)
         self._last_error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=sampler.name, daemon=True)
@@ -62,7 +67,7 @@ class PeriodicTask:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.run_once()
+                self.on_success(self.run_once())
             except InfersightError as exc:
                 reason = str(exc.details.get("reason", exc.code))
                 self.on_error(reason)

@@ -83,13 +83,21 @@ class Sidecar:
             config.http_port,
         )
         self.grpc = GrpcServer(self.ingestor, config.grpc_host, config.grpc_port, config.token)
-        self.tasks = [PeriodicTask(s, self.spool, self._sampler_error(s)) for s in samplers]
+        self.tasks = [
+            PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
+            for s in samplers
+        ]
         self._stop = threading.Event()
         self._shipper_thread: threading.Thread | None = None
 
     def _sampler_error(self, sampler: Sampler) -> Callable[[str], None]:
         counter = self.metrics.gpu_errors if "gpu" in sampler.name else self.metrics.scrape_errors
         return lambda reason: counter.labels(reason).inc()
+
+    def _sampler_success(self, sampler: Sampler) -> Callable[[int], None]:
+        if "gpu" in sampler.name:
+            return self.metrics.gpu_samples.inc
+        return lambda count: self.metrics.scrapes.inc()
 
     def _health(self) -> dict[str, Any]:
         return {

@@ -230,12 +230,14 @@ class Spool:
         return out
 
     def oldest_ready_at(self, kinds: Sequence[int]) -> float | None:
+        """``ready_at`` of the oldest entry of ``kinds`` (by append order: no full scan)."""
         marks = ",".join("?" * len(kinds))
         with self._lock:
-            (value,) = self._db.execute(
-                f"SELECT MIN(ready_at) FROM entries WHERE kind IN ({marks})", tuple(kinds)
+            row = self._db.execute(
+                f"SELECT ready_at FROM entries WHERE kind IN ({marks}) ORDER BY seq LIMIT 1",
+                tuple(kinds),
             ).fetchone()
-        return None if value is None else float(value)
+        return None if row is None else float(row[0])
 
     def delete(self, seqs: Sequence[int]) -> None:
         """Forget shipped entries (only ever called after the store confirmed them)."""

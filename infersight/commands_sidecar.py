@@ -181,7 +181,14 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
             options["scrape_url"], instance, options["scrape_interval"], options["scrape_timeout"]
         )
         samplers.append(scraper)
-    gpu = build_gpu_sampler(options["gpu_source"], instance, options["gpu_interval"])
+    app: Sidecar | None = None
+
+    def on_xid(gpu_index: int, xid: int) -> None:
+        log.warning("GPU %d reported XID %d", gpu_index, xid)
+        if app is not None:
+            app.metrics.xid_events.labels(str(xid)).inc()
+
+    gpu = build_gpu_sampler(options["gpu_source"], instance, options["gpu_interval"], on_xid)
     if gpu is not None:
         samplers.append(gpu)
     sink = open_writer(create_store_engine(_store_url(ctx, options["store"])))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,12 +20,17 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from sqlalchemy import func, select
 
+from collector.gpu.nvml import NvmlSource
+from collector.gpu.source import GpuSampler
+from collector.scrape.scraper import Scraper
 from collector.shipper import Backoff
 from collector.sidecar import Sidecar, SidecarConfig
-from storage.tables import requests
+from storage.tables import gpu_samples, requests, server_samples
 from storage.writer import open_writer
+from tests.collector.fake_nvml import FakeGpu, FakeNvml
 from tests.collector.test_collector_receivers import encoded, vllm_spans
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,3 +174,82 @@ def test_kill_9_under_load_then_restart_keeps_every_acknowledged_span_exactly_on
     assert len(keys) == len(set(keys))
     with store.engine.connect() as c:
         assert c.execute(select(func.count()).select_from(requests)).scalar_one() == len(set(keys))
+
+
+def count_rows(store, table) -> int:
+    with store.engine.connect() as c:
+        return int(c.execute(select(func.count()).select_from(table)).scalar_one())
+
+
+def test_scrapes_and_gpu_samples_are_shipped_and_the_scraped_model_attributes_spans(
+    store, tmp_path: Path
+) -> None:
+    registry = CollectorRegistry()
+    running = Gauge("vllm:num_requests_running", "", ["model_name"], registry=registry)
+    running.labels("served-model").set(4)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    scraper = Scraper(f"http://127.0.0.1:{server.server_port}/metrics", "e2e", interval_s=0.2)
+    gpu = GpuSampler(NvmlSource.open("e2e", FakeNvml([FakeGpu()])), interval_s=0.2)
+    config = SidecarConfig(
+        "e2e",
+        tmp_path / "spool",
+        http_port=0,
+        grpc_port=0,
+        window_s=0.0,
+        backoff=Backoff(0.1, 1.5, 0.5),
+    )
+    app = Sidecar(config, open_writer(store.engine), [scraper, gpu], scraper.current_model).start()
+    try:
+        assert wait_until(lambda: scraper.model == "served-model", timeout=10)
+        response = httpx.post(
+            f"http://127.0.0.1:{app.http.port}/v1/traces",
+            content=encoded(vllm_spans(3)),
+            headers={"content-type": "application/x-protobuf"},
+        )
+        assert response.status_code == 200
+        assert wait_until(lambda: count_rows(store, requests) == 3, timeout=20)
+        assert wait_until(
+            lambda: count_rows(store, server_samples) > 0 and count_rows(store, gpu_samples) > 0
+        )
+        with store.engine.connect() as c:
+            assert set(c.execute(select(requests.c.model)).scalars()) == {"served-model"}
+        assert app.metrics.value("infersight_collector_scrapes_total") > 0
+        assert app.metrics.value("infersight_collector_gpu_samples_total") > 0
+    finally:
+        app.stop()
+        gpu.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_hung_scrape_endpoint_never_stalls_trace_ingest(store, tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()  # accepts into the backlog, never answers
+    scraper = Scraper(
+        f"http://127.0.0.1:{listener.getsockname()[1]}/metrics",
+        "e2e",
+        interval_s=0.1,
+        timeout_s=1.0,
+    )
+    config = SidecarConfig("e2e", tmp_path / "spool", http_port=0, grpc_port=0, window_s=0.0)
+    app = Sidecar(config, open_writer(store.engine), [scraper]).start()
+    try:
+        for _ in range(5):
+            started = time.monotonic()
+            response = httpx.post(
+                f"http://127.0.0.1:{app.http.port}/v1/traces",
+                content=encoded(vllm_spans(2)),
+                headers={"content-type": "application/x-protobuf"},
+            )
+            assert response.status_code == 200
+            assert time.monotonic() - started < 0.9
+        assert wait_until(
+            lambda: (
+                app.metrics.value("infersight_collector_scrape_errors_total", reason="timeout") > 0
+            )
+        )
+    finally:
+        app.stop()
+        listener.close()
