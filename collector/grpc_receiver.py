@@ -11,35 +11,39 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
-    ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
 from collector.auth import authorized
 from collector.ingest import Ingestor
+from collector.otlp import parse_protobuf
 from core.errors import InfersightError, TooLarge, Unavailable
 
 ACK_TIMEOUT_S = 30.0
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class _TraceService:
+    """``export`` takes the raw request bytes (no deserializer is registered) so that an
+    undecodable message is answered INVALID_ARGUMENT, as OTLP asks, rather than the
+    INTERNAL that a failing generated deserializer would produce."""
+
     def __init__(self, ingestor: Ingestor, token: str | None) -> None:
         self.ingestor = ingestor
         self.token = token
 
-    def Export(
-        self, request: ExportTraceServiceRequest, context: Any
-    ) -> ExportTraceServiceResponse:
+    def export(self, body: bytes, context: Any) -> ExportTraceServiceResponse:
         metrics = self.ingestor.metrics
         metadata = dict(context.invocation_metadata())
         if not authorized(metadata.get("authorization"), self.token):
             metrics.exports.labels("grpc", "unauthorized").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
-            ingested = self.ingestor.ingest(request)
+            ingested = self.ingestor.ingest(parse_protobuf(body))
             ingested.durable.result(timeout=ACK_TIMEOUT_S)
         except TooLarge as exc:
             metrics.exports.labels("grpc", "too_large").inc()
@@ -73,8 +77,12 @@ class GrpcServer:
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
             options=[("grpc.max_receive_message_length", cap)],
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _TraceService(ingestor, token), self._server
+        service = _TraceService(ingestor, token)
+        export = grpc.unary_unary_rpc_method_handler(
+            service.export, response_serializer=ExportTraceServiceResponse.SerializeToString
+        )
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
         )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.port = self._server.add_insecure_port(address)

@@ -59,3 +59,15 @@ def test_a_truncated_gzip_body_is_invalid() -> None:
 def test_an_unknown_encoding_is_unsupported() -> None:
     with pytest.raises(UnsupportedEncoding):
         read(PAYLOAD, "br")
+
+
+def test_a_receiver_beyond_loopback_needs_a_token_or_an_explicit_opt_out() -> None:
+    from collector.auth import check_bind
+    from core.errors import ConfigurationError
+
+    check_bind("127.0.0.1", None, insecure_no_auth=False)
+    check_bind("::1", None, insecure_no_auth=False)
+    check_bind("0.0.0.0", "token", insecure_no_auth=False)
+    check_bind("0.0.0.0", None, insecure_no_auth=True)
+    with pytest.raises(ConfigurationError):
+        check_bind("0.0.0.0", None, insecure_no_auth=False)

@@ -303,3 +303,44 @@ def test_a_json_body_is_answered_in_json(receiver: Receiver) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
     assert post(receiver, b"{not json", {"content-type": "application/json"}).status_code == 400
+
+
+def test_oversized_attributes_are_dropped_and_counted_and_the_span_still_maps(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    receiver = make_receiver(limits=Limits(max_attribute_bytes=256))
+    spans = vllm_spans(1, **{"gen_ai.prompt": "x" * 10_000})
+    assert post(receiver, encoded(spans), PROTOBUF).status_code == 200
+    assert receiver.metrics.value("infersight_collector_attributes_dropped_total") == 1
+    (record,) = receiver.records()
+    assert record.ttft_s == VLLM_V1["gen_ai.latency.time_to_first_token"]
+
+
+def test_spans_that_are_not_requests_are_counted_as_unmapped_by_engine(receiver: Receiver) -> None:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "sglang"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("t").start_as_current_span("Bootstrap Room 0x0"):
+        pass
+    provider.shutdown()
+    assert post(receiver, encoded(memory.get_finished_spans()), PROTOBUF).status_code == 200
+    assert (
+        receiver.metrics.value(
+            "infersight_collector_spans_unmapped_total", engine="sglang", reason="not_a_request"
+        )
+        == 1
+    )
+    assert receiver.records() == []
+
+
+def test_an_undecodable_grpc_message_is_not_accepted_and_the_next_one_is(
+    receiver: Receiver,
+) -> None:
+    body = encoded(vllm_spans(2))
+    with grpc.insecure_channel(receiver.target) as channel:
+        raw = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        with pytest.raises(grpc.RpcError) as caught:
+            raw(body[: len(body) // 2], timeout=10)
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        raw(body, timeout=10)
+    assert len(receiver.records()) == 2
