@@ -118,6 +118,7 @@ class InstanceSim:
         service: str = "",
         id_source: Callable[[int], bytes] | None = None,
         sampling: tuple[float, float] = (0.7, 0.95),
+        coalesce_steps: bool = True,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -126,9 +127,12 @@ class InstanceSim:
         self._epoch = epoch
         self._rng = rng
         self._ids = id_source or rng.bytes
+        self._id_pool = memoryview(b"")
         self._arrivals = arrivals
         self._faults = faults or FaultSchedule(())
         self._interval = sample_interval_s
+        self._kv_tokens = profile.kv_cache_tokens
+        self._coalesce = coalesce_steps
         self._sampling = sampling
         self.t = 0.0
         self._rid = 0
@@ -194,7 +198,7 @@ class InstanceSim:
         return self._dec_base + len(self._decoding) * self._counter + self._pf_kv
 
     def kv_capacity(self, fx: Effects) -> int:
-        return max(1, int(self.profile.kv_cache_tokens * fx.kv_scale))
+        return max(1, int(self._kv_tokens * fx.kv_scale))
 
     def next_event(self) -> float:
         """When ``advance_to`` next has work: the next step, else the next queued request."""
@@ -230,18 +234,22 @@ class InstanceSim:
             if self.t >= t_end:
                 return
             self._sample_until(self.t)
-            self._step()
+            self._step(t_end)
 
-    def _step(self) -> None:
+    def _step(self, t_end: float) -> None:
         t = self.t
         fx = self._faults.effects(t)
         capacity = self.kv_capacity(fx)
         chunks = self._schedule(t, capacity)
         n_dec = len(self._decoding)
-        if not chunks and not n_dec:
-            if self._prefilling:  # nothing fits: give back the newest partial prefill
-                self._preempt_newest()
-            return
+        if not chunks:
+            if not n_dec:
+                if self._prefilling:  # nothing fits: give back the newest partial prefill
+                    self._preempt_newest()
+                return
+            quiet = not self._prefilling and not self._streaming
+            if quiet and self._coalesce and self._bulk(t_end, fx, capacity):
+                return
         prefill_tokens = sum(c for _, c in chunks)
         seqs = n_dec + len(chunks)
         gpu = self.profile.step.gpu_time(seqs, self.kv_used, prefill_tokens) * fx.gpu_factor
@@ -255,6 +263,56 @@ class InstanceSim:
         self._decode_step(end)
         self._prefill_step(chunks, end)
         self.t = end
+
+    def _bulk(self, t_end: float, fx: Effects, capacity: int) -> bool:
+        """Run k > 1 identical decode-only steps at once when nothing can change between them.
+
+        Nothing changes until the next completion, the next arrival or queued request, a sample
+        or fault boundary, ``t_end``, or the step whose KV growth would force a preemption.
+        Step ``j`` lasts ``c0 + c1·j`` (KV reads grow by one token per sequence per step).
+        """
+        heap, decoding = self._heap, self._decoding
+        while heap and (heap[0][1] not in decoding or decoding[heap[0][1]].epoch != heap[0][2]):
+            heapq.heappop(heap)
+        n = len(decoding)
+        kv0 = self.kv_used
+        k = min(heap[0][0] - self._counter, (capacity - kv0) // n)
+        if k < 2:
+            return False
+        t = self.t
+        bound = min(t_end, self._next_sample, self._faults.stable_until(t))
+        if self._pending:
+            bound = min(bound, self._pending[0].queued)
+        if self._arrivals is not None:
+            bound = min(bound, self._arrivals.peek_time())
+        cost = self.profile.step
+        f = fx.gpu_factor
+        g0 = f * (cost.decode_base_s + cost.decode_per_seq_s * n + cost.decode_per_kv_token_s * kv0)
+        c1 = f * cost.decode_per_kv_token_s * n
+        cpu = cost.cpu_overhead_s * fx.cpu_factor
+        c0 = g0 + cpu
+        # Steps j = 0..k−1 must all start before ``bound``: t + j·c0 + c1·j(j−1)/2 < bound.
+        room = bound - t
+        if c1 > 0:
+            b = c0 - c1 / 2
+            j_max = (-b + math.sqrt(b * b + 2 * c1 * room)) / c1
+        else:
+            j_max = room / c0
+        k = min(k, math.ceil(j_max))
+        while k > 1 and c0 * (k - 1) + c1 * (k - 1) * (k - 2) / 2 >= room:
+            k -= 1
+        if k < 2:
+            return False
+        gpu = k * g0 + c1 * k * (k - 1) / 2
+        end = t + gpu + k * cpu
+        self._cum_gpu += gpu
+        self._cum_cpu += k * cpu
+        self._iv_busy += gpu
+        self.generation_tokens_total += k * n
+        self._counter += k - 1
+        self._decode_step(end)
+        self.t = end
+        return True
 
     def _schedule(self, t: float, capacity: int) -> list[tuple[_Req, int]]:
         """This step's prefill chunks; decoding requests always run (after making KV room)."""
@@ -364,7 +422,9 @@ class InstanceSim:
     # -- outputs ------------------------------------------------------------------------
 
     def _ids_for(self) -> tuple[str, str, str]:
-        raw = self._ids(36)
+        if len(self._id_pool) < 36:
+            self._id_pool = memoryview(self._ids(36 * 1024))
+        raw, self._id_pool = bytes(self._id_pool[:36]), self._id_pool[36:]
         trace = raw[:16].hex()
         span = raw[16:24].hex()
         if trace == "0" * 32:

@@ -175,6 +175,11 @@ class FaultSchedule:
         self._fx, self._lo, self._hi = fx, lo, hi
         return fx
 
+    def stable_until(self, t: float) -> float:
+        """The end of the stretch of time around ``t`` in which the effects do not change."""
+        self.effects(t)
+        return self._hi
+
     def max_rate_factor(self) -> float:
         """An upper bound of the arrival-rate factor over all time (for thinning)."""
         factor = 1.0

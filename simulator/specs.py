@@ -126,15 +126,19 @@ class ArrivalSpec(_Spec):
     burst_duration: float | str = "1m"
     offset: float | str = 0.0
 
-    def convert(self, share: float) -> ArrivalProcess:
-        """The process of one instance that receives ``share`` of the deployment's traffic."""
+    def convert(self, share: float, start_of_day_s: float = 0.0) -> ArrivalProcess:
+        """The process of one instance that receives ``share`` of the deployment's traffic.
+
+        ``peak`` is a time of day (UTC); ``start_of_day_s`` is where the scenario starts in
+        its day, so that the cycle is anchored to the clock rather than to the start.
+        """
         if self.process == "poisson":
             return Poisson(_need(self.rate, "rate") * share)
         if self.process == "diurnal":
             return Diurnal(
                 mean_rate=_need(self.mean_rate, "mean_rate") * share,
                 amplitude=self.amplitude,
-                peak_s=parse_duration(self.peak),
+                peak_s=parse_duration(self.peak) - start_of_day_s,
                 period_s=parse_duration(self.period),
             )
         return Bursts(
@@ -271,6 +275,9 @@ def _instance_names(d: DeploymentSpec, profile: ModelProfile) -> tuple[str, ...]
 def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario:
     spec: ScenarioFile = _validate(ScenarioFile, data, Path(str(source)))
     body = spec.spec
+    start = body.start if body.start.tzinfo else body.start.replace(tzinfo=UTC)
+    midnight = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    start_of_day = (start - midnight).total_seconds()
     deployments = []
     for d in body.fleet:
         profile = load_profile(d.profile)
@@ -279,7 +286,7 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
             Deployment(
                 profile=profile,
                 instances=names,
-                arrival=d.arrival.convert(1.0 / len(names)),
+                arrival=d.arrival.convert(1.0 / len(names), start_of_day),
                 mix=d.mix.convert(),
             )
         )
@@ -293,7 +300,6 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
         )
         for f in body.faults
     )
-    start = body.start if body.start.tzinfo else body.start.replace(tzinfo=UTC)
     return Scenario(
         name=spec.metadata.name,
         description=spec.metadata.description,

@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.faults import Fault, FaultKind
+from simulator.engine import InstanceSim
+from simulator.events import Batch
+from simulator.faults import Fault, FaultKind, FaultSchedule
 from simulator.profiles import ModelProfile
-from tests.simulator.support import START, RunFn, median
+from simulator.workload import ArrivalStream, Poisson
+from tests.simulator.support import SHORT_MIX, START, RunFn, median
 
 
 def throughput(run: object, duration: float) -> float:
@@ -119,3 +122,41 @@ def test_records_are_consistent_vllm_records(run_fleet: RunFn) -> None:
         if r.output_tokens > 1:
             assert r.tpot_s == pytest.approx(r.decode_s / (r.output_tokens - 1))
         assert r.finish_reason in {"stop", "length"}
+
+
+def test_coalesced_decode_steps_give_the_same_run_as_single_steps(
+    profile_8b: ModelProfile,
+) -> None:
+    fault = Fault(FaultKind.KV_PRESSURE, "x", 40.0, 80.0, 0.01)
+
+    def run(coalesce: bool) -> Batch:
+        seeds = np.random.SeedSequence(11).spawn(2)
+        faults = FaultSchedule([fault])
+        arrivals = ArrivalStream(
+            Poisson(9.0), SHORT_MIX, np.random.default_rng(seeds[0]), faults, max_input_tokens=8192
+        )
+        sim = InstanceSim(
+            "x",
+            profile_8b,
+            epoch=START,
+            rng=np.random.default_rng(seeds[1]),
+            arrivals=arrivals,
+            faults=faults,
+            sample_interval_s=3.0,
+            coalesce_steps=coalesce,
+        )
+        sim.advance_to(120.0)
+        return sim.drain()
+
+    single, coalesced = run(False), run(True)
+    assert len(single.completions) == len(coalesced.completions) > 500
+    for a, b in zip(single.completions, coalesced.completions, strict=True):
+        assert a.record.trace_id == b.record.trace_id
+        for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s", "decode_s"):
+            assert getattr(a.record, name) == pytest.approx(getattr(b.record, name), rel=1e-6)
+        assert a.preemptions == b.preemptions
+    assert [s.preemptions_total for s in single.server_samples] == [
+        s.preemptions_total for s in coalesced.server_samples
+    ]
+    for a_gpu, b_gpu in zip(single.gpu_samples, coalesced.gpu_samples, strict=True):
+        assert a_gpu.util_gpu == pytest.approx(b_gpu.util_gpu, rel=1e-6)

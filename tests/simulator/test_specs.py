@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -115,3 +116,19 @@ def test_invalid_scenarios_are_refused_with_infersight_errors(
 def test_a_missing_file_is_not_found(tmp_path: Path) -> None:
     with pytest.raises(NotFound):
         load_scenario(tmp_path / "absent.yaml")
+
+
+def test_a_diurnal_peak_is_a_time_of_day_whatever_the_scenario_start() -> None:
+    data = _minimal()
+    data["spec"]["fleet"][0]["arrival"] = {  # type: ignore[index]
+        "process": "diurnal",
+        "mean_rate": 10,
+        "amplitude": 0.5,
+        "peak": "14h",
+    }
+    for start_hour, peak_offset_s in ((0, 14 * 3600.0), (14, 0.0), (20, 18 * 3600.0)):
+        data["spec"]["start"] = f"2026-03-02T{start_hour:02d}:00:00Z"  # type: ignore[index]
+        scenario = scenario_from_data(data)
+        process = scenario.deployments[0].arrival
+        at_peak = process.rates(np.array([peak_offset_s]))[0]
+        assert at_peak == pytest.approx(process.max_rate)
