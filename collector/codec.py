@@ -11,6 +11,7 @@ import dataclasses
 import json
 from datetime import UTC, datetime
 from enum import IntEnum
+from operator import attrgetter
 from typing import Any, Final
 
 from collector.mapping.base import StageFragment
@@ -18,6 +19,8 @@ from core.records import RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
 
 _START_AT: Final = RECORD_FIELDS.index("start")
+_VALUES: Final = attrgetter(*RECORD_FIELDS)
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 
 
 class Kind(IntEnum):
@@ -30,9 +33,9 @@ class Kind(IntEnum):
 
 
 def encode_record(record: RequestRecord) -> bytes:
-    values: list[Any] = [getattr(record, name) for name in RECORD_FIELDS]
+    values: list[Any] = list(_VALUES(record))
     values[_START_AT] = record.start.timestamp()
-    return json.dumps(values, separators=(",", ":")).encode()
+    return _ENCODER.encode(values).encode()
 
 
 def decode_record(payload: bytes) -> RequestRecord:

@@ -23,15 +23,13 @@ def claims(span: SpanView) -> bool:
 
 
 def timings(span: SpanView) -> Timings:
-    def latency(name: str) -> float | None:
-        return as_float(span.attr(LATENCY_PREFIX + name))
-
+    get = span.attributes.get  # plain lookups: this runs for every request span
     return Timings(
-        ttft_s=latency("time_to_first_token"),
-        e2e_s=latency("e2e"),
-        queue_s=latency("time_in_queue"),
-        prefill_s=latency("time_in_model_prefill"),
-        decode_s=latency("time_in_model_decode"),
+        ttft_s=as_float(get("gen_ai.latency.time_to_first_token")),
+        e2e_s=as_float(get("gen_ai.latency.e2e")),
+        queue_s=as_float(get("gen_ai.latency.time_in_queue")),
+        prefill_s=as_float(get("gen_ai.latency.time_in_model_prefill")),
+        decode_s=as_float(get("gen_ai.latency.time_in_model_decode")),
         input_tokens=tokens(span, "gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens"),
         output_tokens=tokens(span, "gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens"),
         cached_tokens=tokens(
