@@ -209,7 +209,6 @@ class OtlpSink:
                 kind=SpanKind.INTERNAL,
                 start_time=start_ns,
                 context=trace.set_span_in_context(span),
-                attributes={"gen_ai.usage.prompt_tokens": r.input_tokens or 0},
             )
             child.end(end_time=start_ns + int(r.preprocess_s * _NS))
             self.spans += 1
