@@ -19,6 +19,7 @@ from typing import Any, Final
 import uvicorn
 from google.rpc import status_pb2
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -26,7 +27,7 @@ from starlette.routing import Route
 from collector import otlp
 from collector.auth import authorized
 from collector.body import UnsupportedEncoding, read_capped
-from collector.ingest import Ingestor
+from collector.ingest import Ingested, Ingestor
 from core.errors import InfersightError, InvalidInput, TooLarge, Unauthorized, Unavailable
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ def create_app(
     metrics = ingestor.metrics
     cap = ingestor.limits.max_body_bytes
 
+    def _decode_and_ingest(body: bytes, media: str) -> Ingested:
+        return ingestor.ingest(otlp.parse(body, media))
+
     async def traces(request: Request) -> Response:
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         reply_media = media if media in _MEDIA else otlp.PROTOBUF
@@ -77,8 +81,9 @@ def create_app(
                 return _error(415, f"unsupported content type {media!r}", reply_media)
             encoding = request.headers.get("content-encoding", "identity")
             body = await read_capped(request.stream(), encoding, cap)
-            message = otlp.parse(body, media)
-            ingested = ingestor.ingest(message)
+            # Decoding and mapping are CPU work: off the event loop, so that /healthz and
+            # /metrics answer while a large export is being processed.
+            ingested = await run_in_threadpool(_decode_and_ingest, body, media)
             await asyncio.wrap_future(ingested.durable)
         except InfersightError as exc:
             status, result, headers = _refusal(exc)

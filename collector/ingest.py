@@ -80,11 +80,6 @@ class Ingestor:
         message_text = ", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))
         return Ingested(durable, len(decoded.spans), len(entries), total_rejected, message_text)
 
-    def refused(self, spans: int, reason: str) -> None:
-        """Count the spans of a whole export that was refused."""
-        if spans:
-            self.metrics.spans_rejected.labels(reason).inc(spans)
-
     def acknowledged(self, ingested: Ingested) -> None:
         self.metrics.spans_accepted.inc(ingested.spans - ingested.rejected)
         records, size = self.spool.stats()
