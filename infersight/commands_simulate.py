@@ -4,6 +4,8 @@ Wires the simulator to its outputs: the store (``--store URL``, migrated first, 
 ``storage.writer``), OTLP spans to a collector (``--otlp-endpoint``), and prints progress on
 stderr and a summary with the scenario's ground truth on stdout. ``--speed`` paces virtual time
 against the wall clock (``max``: as fast as the machine allows; ``60``: an hour a minute).
+``--realtime`` instead serves every instance's OpenAI-compatible endpoint (and its /metrics)
+on consecutive ports, with the scenario's traffic and faults running against the wall clock.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from simulator.fleet import Progress, RunResult, run_scenario
+from simulator.scenario import Scenario
+from simulator.serve import FleetServer
 from simulator.sinks import CountingSink, Sink
 from simulator.sinks.otlp import OtlpSink
 from simulator.sinks.store import StoreSink
@@ -98,6 +103,53 @@ def _summary(result: RunResult) -> dict[str, Any]:
     }
 
 
+def _load(ref: str, seed: int | None, duration: str | None) -> Scenario:
+    scenario = load_scenario(ref)
+    if seed is not None:
+        scenario = dataclasses.replace(scenario, seed=seed)
+    if duration is not None:
+        scenario = dataclasses.replace(scenario, duration_s=parse_duration(duration))
+    return scenario
+
+
+def _serve(
+    scenario: Scenario, listen: str, otlp_endpoint: str | None, otlp_token: str | None, quiet: bool
+) -> None:
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    sinks: list[Sink] = []
+    otlp = None
+    if otlp_endpoint:
+        headers = {"authorization": f"Bearer {otlp_token}"} if otlp_token else None
+        otlp = OtlpSink(otlp_endpoint, headers=headers, flush_on_write=False)
+        sinks.append(otlp)
+    fleet = FleetServer(
+        scenario,
+        epoch=datetime.now(UTC),
+        host=host or "127.0.0.1",
+        base_port=int(port),
+        sinks=sinks,
+    )
+    urls = fleet.start()
+    for name, url in urls.items():
+        click.echo(f"{name}: {url}/v1/chat/completions  (metrics {url}/metrics)", err=True)
+    started = time.monotonic()
+    try:
+        while (elapsed := time.monotonic() - started) < scenario.duration_s:
+            time.sleep(min(2.0, scenario.duration_s - elapsed))
+            if not quiet:
+                click.echo(f"[{elapsed:,.0f} s] {fleet.requests:,} requests served", err=True)
+    except KeyboardInterrupt:
+        click.echo("stopping", err=True)
+    finally:
+        fleet.stop()
+    summary: dict[str, Any] = {"scenario": scenario.name, "urls": urls, "requests": fleet.requests}
+    if otlp is not None:
+        summary["otlp"] = {"exported_spans": otlp.exported, "failed_spans": otlp.failed}
+    click.echo(json.dumps(summary, indent=2))
+
+
 def _sinks(
     store: str | None, otlp_endpoint: str | None, otlp_token: str | None
 ) -> tuple[list[Sink], StoreSink | None, OtlpSink | None]:
@@ -141,6 +193,17 @@ def _sinks(
 @click.option("--duration", default=None, help="Override the scenario's duration (e.g. 10m).")
 @click.option("--ground-truth", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @click.option("--quiet", is_flag=True, help="No progress lines.")
+@click.option(
+    "--realtime",
+    is_flag=True,
+    help="Serve each instance's OpenAI-compatible endpoint in real time instead.",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8000",
+    show_default=True,
+    help="With --realtime: HOST:PORT of the first instance; the others take the next ports.",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the shipped scenarios and exit.")
 def simulate(
     scenario_ref: str | None,
@@ -152,6 +215,8 @@ def simulate(
     duration: str | None,
     ground_truth: Path | None,
     quiet: bool,
+    realtime: bool,
+    listen: str,
     list_only: bool,
 ) -> None:
     """Run a simulated-fleet scenario and send its output to the store and/or a collector."""
@@ -162,11 +227,12 @@ def simulate(
     if not scenario_ref:
         raise click.UsageError("--scenario is required (or --list)")
     pace = _speed(speed)
-    scenario = load_scenario(scenario_ref)
-    if seed is not None:
-        scenario = dataclasses.replace(scenario, seed=seed)
-    if duration is not None:
-        scenario = dataclasses.replace(scenario, duration_s=parse_duration(duration))
+    scenario = _load(scenario_ref, seed, duration)
+    if realtime:
+        if store:
+            raise click.UsageError("--realtime exports spans (--otlp-endpoint); it has no --store")
+        _serve(scenario, listen, otlp_endpoint, otlp_token, quiet)
+        return
     sinks, store_sink, otlp = _sinks(store, otlp_endpoint, otlp_token)
     click.echo(
         f"simulating {scenario.name}: {len(scenario.instances)} instances, "

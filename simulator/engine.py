@@ -52,13 +52,13 @@ class _Req:
         "arrival",
         "c0",
         "computed",
-        "epoch",
         "finish_at",
         "first_sched",
         "first_token",
         "g0",
         "gen",
         "gen_at_join",
+        "generation",
         "input_tokens",
         "join_counter",
         "listener",
@@ -93,7 +93,7 @@ class _Req:
         self.gen_at_join = 0
         self.join_counter = 0
         self.finish_at = 0
-        self.epoch = 0
+        self.generation = 0
         self.preemptions = 0
         self.first_sched = -1.0
         self.first_token = -1.0
@@ -124,7 +124,7 @@ class InstanceSim:
         self.profile = profile
         self.service = service or name
         self.model = profile.model_name
-        self._epoch = epoch
+        self.epoch = epoch
         self._rng = rng
         self._ids = id_source or rng.bytes
         self._id_pool = memoryview(b"")
@@ -204,7 +204,10 @@ class InstanceSim:
         """When ``advance_to`` next has work: the next step, else the next queued request."""
         if self._busy():
             return self.t
-        return self._pending[0].queued if self._pending else math.inf
+        nxt = self._pending[0].queued if self._pending else math.inf
+        if self._arrivals is not None:
+            nxt = min(nxt, self._arrivals.peek_time())
+        return nxt
 
     def _busy(self) -> bool:
         return bool(self._waiting or self._prefilling or self._decoding)
@@ -272,7 +275,9 @@ class InstanceSim:
         Step ``j`` lasts ``c0 + c1·j`` (KV reads grow by one token per sequence per step).
         """
         heap, decoding = self._heap, self._decoding
-        while heap and (heap[0][1] not in decoding or decoding[heap[0][1]].epoch != heap[0][2]):
+        while heap and (
+            heap[0][1] not in decoding or decoding[heap[0][1]].generation != heap[0][2]
+        ):
             heapq.heappop(heap)
         n = len(decoding)
         kv0 = self.kv_used
@@ -359,9 +364,9 @@ class InstanceSim:
         self._counter += 1
         heap = self._heap
         while heap and heap[0][0] <= self._counter:
-            _, rid, epoch = heapq.heappop(heap)
+            _, rid, generation = heapq.heappop(heap)
             done = self._decoding.get(rid)
-            if done is not None and done.epoch == epoch:
+            if done is not None and done.generation == generation:
                 self._leave_decoding(done)
                 done.gen = done.output_tokens
                 self._finish(done, end)
@@ -394,7 +399,7 @@ class InstanceSim:
         self._decoding[r.rid] = r
         if r.listener is not None:
             self._streaming += 1
-        heapq.heappush(self._heap, (r.finish_at, r.rid, r.epoch))
+        heapq.heappush(self._heap, (r.finish_at, r.rid, r.generation))
 
     def _leave_decoding(self, r: _Req) -> None:
         del self._decoding[r.rid]
@@ -412,7 +417,7 @@ class InstanceSim:
             r = self._decoding[rid]
             self._leave_decoding(r)
             r.gen = r.gen_at_join + self._counter - r.join_counter
-            r.epoch += 1
+            r.generation += 1
         r.computed = 0
         r.prefill_left = r.input_tokens + r.gen
         r.preemptions += 1
@@ -441,7 +446,7 @@ class InstanceSim:
         record = RequestRecord(
             trace_id=trace_id,
             span_id=span_id,
-            start=self._epoch + timedelta(seconds=r.arrival),
+            start=self.epoch + timedelta(seconds=r.arrival),
             instance=self.name,
             service=self.service,
             engine=Engine.VLLM,
@@ -471,7 +476,7 @@ class InstanceSim:
         record = RequestRecord(
             trace_id=trace_id,
             span_id=span_id,
-            start=self._epoch + timedelta(seconds=r.arrival),
+            start=self.epoch + timedelta(seconds=r.arrival),
             instance=self.name,
             service=self.service,
             engine=Engine.VLLM,
@@ -512,7 +517,7 @@ class InstanceSim:
     def _sample_until(self, t: float) -> None:
         while self._next_sample <= t:
             ts_s = self._next_sample
-            ts = self._epoch + timedelta(seconds=ts_s)
+            ts = self.epoch + timedelta(seconds=ts_s)
             fx = self._faults.effects(ts_s - 1e-9)
             busy = self._iv_busy / self._interval
             self._iv_busy = 0.0

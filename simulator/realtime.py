@@ -4,8 +4,9 @@
 usage in a final chunk when ``stream_options.include_usage``), ``/v1/models``, ``/health``,
 the server's vLLM-style ``/metrics`` and its GPUs' dcgm-exporter-style ``/dcgm/metrics``.
 The same engine model as virtual time runs on the event loop against a monotonic clock: an
-HTTP request becomes an arrival, and each token is released at the wall time of the engine
-step that produced it, so TTFT and TPOT measured by a client follow the model.
+HTTP request becomes an arrival (alongside the scenario's own arrivals, when the engine has
+them), and each token is released at the wall time of the engine step that produced it, so
+TTFT and TPOT measured by a client follow the model.
 
 Prompt length is estimated at four characters per token; a request generates exactly
 ``max_tokens`` tokens (``finish_reason: "length"``), so load tests control output length.
@@ -70,25 +71,40 @@ class RealtimeServer:
 
     def __init__(
         self,
+        sim: InstanceSim,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sinks: Sequence[Sink] = (),
+        close_sinks: bool = True,
+        served_model_name: str | None = None,
+    ) -> None:
+        self.sim = sim
+        self.name = sim.name
+        self.model = served_model_name or sim.model
+        self.metrics = MetricsSink()
+        self._sinks = [self.metrics, *sinks]
+        self._close_sinks = close_sinks
+        self._clock = clock
+        self._t0 = clock()
+        self._epoch = sim.epoch
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.completions: list[Completion] = []
+
+    @classmethod
+    def standalone(
+        cls,
         name: str,
         profile: ModelProfile,
         *,
         epoch: datetime,
-        clock: Callable[[], float] = time.monotonic,
         faults: Sequence[Fault] = (),
-        sinks: Sequence[Sink] = (),
         sample_interval_s: float = 1.0,
         seed: int = 0,
-        served_model_name: str | None = None,
-    ) -> None:
-        self.name = name
-        self.model = served_model_name or profile.model_name
-        self.metrics = MetricsSink()
-        self._sinks = [self.metrics, *sinks]
-        self._clock = clock
-        self._t0 = clock()
-        self._epoch = epoch
-        self.sim = InstanceSim(
+        **kwargs: Any,
+    ) -> RealtimeServer:
+        """A server whose only traffic is what its HTTP clients send."""
+        sim = InstanceSim(
             name,
             profile,
             epoch=epoch,
@@ -96,9 +112,7 @@ class RealtimeServer:
             faults=FaultSchedule(faults),
             sample_interval_s=sample_interval_s,
         )
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self.completions: list[Completion] = []
+        return cls(sim, **kwargs)
 
     def now(self) -> float:
         return self._clock() - self._t0
@@ -132,8 +146,9 @@ class RealtimeServer:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            for sink in self._sinks:
-                sink.close()
+            if self._close_sinks:
+                for sink in self._sinks:
+                    sink.close()
 
     # -- HTTP ---------------------------------------------------------------------------
 

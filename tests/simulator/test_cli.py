@@ -100,3 +100,22 @@ def test_seed_and_duration_overrides_are_deterministic(tmp_path: Path) -> None:
     assert a["virtual_s"] == 45.0
     assert a["requests"] == b["requests"]
     assert a["requests"] != c["requests"]
+
+
+def test_simulate_realtime_serves_the_fleet_for_its_duration(tmp_path: Path) -> None:
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(SCENARIO.replace("duration: 90s", "duration: 2s").split("  faults:")[0])
+    result = CliRunner().invoke(
+        simulate,
+        ["--scenario", str(scenario), "--realtime", "--listen", "127.0.0.1:0", "--quiet"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert set(summary["urls"]) == {"small-0", "small-1"}
+    assert summary["requests"] > 0  # the scenario's own traffic, in real time
+    assert "/v1/chat/completions" in result.stderr
+    refused = CliRunner().invoke(
+        simulate, ["--scenario", str(scenario), "--realtime", "--store", "sqlite:///x.db"]
+    )
+    assert refused.exit_code == 2

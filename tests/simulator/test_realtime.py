@@ -47,7 +47,7 @@ def serving(server: RealtimeServer) -> Iterator[str]:
 
 @pytest.fixture
 def server(profile_8b: ModelProfile) -> RealtimeServer:
-    return RealtimeServer("rt-0", profile_8b, epoch=START, sample_interval_s=0.5)
+    return RealtimeServer.standalone("rt-0", profile_8b, epoch=START, sample_interval_s=0.5)
 
 
 @dataclass
