@@ -21,85 +21,28 @@ import math
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Final, Protocol
+from typing import Final
 
 import numpy as np
 
-from core.records import Engine, RequestRecord, Status
+from core.records import Engine, RequestRecord
 from core.samples import GpuSample, ServerSample
 from simulator.events import Batch, Completion
 from simulator.faults import Effects, FaultSchedule
 from simulator.profiles import ModelProfile
+from simulator.request import (
+    IdSource,
+    Labels,
+    RequestState,
+    TokenListener,
+    finished_record,
+    refused_record,
+)
 from simulator.telemetry import GpuCounters, gpu_samples
 from simulator.workload import Arrival, ArrivalStream
 
 #: Model execute time = forward time plus sampling and cross-worker synchronisation.
 _EXECUTE_OVERHEAD: Final = 1.04
-
-
-class TokenListener(Protocol):
-    """Told when a streamed request produces tokens and when it finishes (real-time mode)."""
-
-    def on_token(self, t: float) -> None: ...
-
-    def on_finish(self, completion: Completion) -> None: ...
-
-
-class _Req:
-    """Mutable engine-internal state of one request."""
-
-    __slots__ = (
-        "arrival",
-        "c0",
-        "computed",
-        "finish_at",
-        "first_sched",
-        "first_token",
-        "g0",
-        "gen",
-        "gen_at_join",
-        "generation",
-        "input_tokens",
-        "join_counter",
-        "listener",
-        "max_tokens",
-        "output_tokens",
-        "preemptions",
-        "prefill_left",
-        "priority",
-        "queued",
-        "rid",
-        "temperature",
-        "tenant",
-        "tokenize_s",
-        "top_p",
-    )
-
-    def __init__(self, rid: int, a: Arrival, queued: float, tokenize_s: float) -> None:
-        self.rid = rid
-        self.arrival = a.t
-        self.queued = queued
-        self.tokenize_s = tokenize_s
-        self.input_tokens = a.input_tokens
-        self.output_tokens = max(1, min(a.output_tokens, a.max_tokens))
-        self.max_tokens = a.max_tokens
-        self.tenant = a.tenant
-        self.priority = a.priority
-        self.temperature = 0.7
-        self.top_p = 0.95
-        self.prefill_left = a.input_tokens
-        self.computed = 0
-        self.gen = 0
-        self.gen_at_join = 0
-        self.join_counter = 0
-        self.finish_at = 0
-        self.generation = 0
-        self.preemptions = 0
-        self.first_sched = -1.0
-        self.first_token = -1.0
-        self.g0 = 0.0
-        self.c0 = 0.0
-        self.listener: TokenListener | None = None
 
 
 class InstanceSim:
@@ -126,8 +69,8 @@ class InstanceSim:
         self.model = profile.model_name
         self.epoch = epoch
         self._rng = rng
-        self._ids = id_source or rng.bytes
-        self._id_pool = memoryview(b"")
+        self._ids = IdSource(id_source or rng.bytes)
+        self._labels = Labels(name, self.service, self.model, epoch)
         self._arrivals = arrivals
         self._faults = faults or FaultSchedule(())
         self._interval = sample_interval_s
@@ -137,10 +80,10 @@ class InstanceSim:
         self.t = 0.0
         self._rid = 0
         self._tok_free = 0.0
-        self._pending: deque[_Req] = deque()
-        self._waiting: deque[_Req] = deque()
-        self._prefilling: list[_Req] = []
-        self._decoding: dict[int, _Req] = {}
+        self._pending: deque[RequestState] = deque()
+        self._waiting: deque[RequestState] = deque()
+        self._prefilling: list[RequestState] = []
+        self._decoding: dict[int, RequestState] = {}
         self._heap: list[tuple[int, int, int]] = []
         self._counter = 0
         self._dec_base = 0  # Σ (input + gen_at_join − join_counter) over decoding requests
@@ -177,7 +120,7 @@ class InstanceSim:
         queued = start + tok
         self._tok_free = queued
         self._rid += 1
-        r = _Req(self._rid, arrival, queued, tok)
+        r = RequestState(self._rid, arrival, queued, tok)
         r.temperature, r.top_p = temperature, top_p
         if listener is not None:
             r.listener = listener
@@ -319,7 +262,7 @@ class InstanceSim:
         self.t = end
         return True
 
-    def _schedule(self, t: float, capacity: int) -> list[tuple[_Req, int]]:
+    def _schedule(self, t: float, capacity: int) -> list[tuple[RequestState, int]]:
         """This step's prefill chunks; decoding requests always run (after making KV room)."""
         n_dec = len(self._decoding)
         while n_dec and self.kv_used + n_dec > capacity:
@@ -327,7 +270,7 @@ class InstanceSim:
             n_dec = len(self._decoding)
         budget = self.profile.max_num_batched_tokens - n_dec
         free = capacity - self.kv_used - n_dec
-        chunks: list[tuple[_Req, int]] = []
+        chunks: list[tuple[RequestState, int]] = []
         for r in self._prefilling:
             chunk = min(r.prefill_left, budget, free)
             if chunk > 0:
@@ -371,7 +314,7 @@ class InstanceSim:
                 done.gen = done.output_tokens
                 self._finish(done, end)
 
-    def _prefill_step(self, chunks: list[tuple[_Req, int]], end: float) -> None:
+    def _prefill_step(self, chunks: list[tuple[RequestState, int]], end: float) -> None:
         for r, chunk in chunks:
             r.prefill_left -= chunk
             r.computed += chunk
@@ -392,7 +335,7 @@ class InstanceSim:
             else:
                 self._join_decoding(r)
 
-    def _join_decoding(self, r: _Req) -> None:
+    def _join_decoding(self, r: RequestState) -> None:
         r.gen_at_join, r.join_counter = r.gen, self._counter
         r.finish_at = self._counter + (r.output_tokens - r.gen)
         self._dec_base += r.input_tokens + r.gen - self._counter
@@ -401,7 +344,7 @@ class InstanceSim:
             self._streaming += 1
         heapq.heappush(self._heap, (r.finish_at, r.rid, r.generation))
 
-    def _leave_decoding(self, r: _Req) -> None:
+    def _leave_decoding(self, r: RequestState) -> None:
         del self._decoding[r.rid]
         self._dec_base -= r.input_tokens + r.gen_at_join - r.join_counter
         if r.listener is not None:
@@ -426,77 +369,22 @@ class InstanceSim:
 
     # -- outputs ------------------------------------------------------------------------
 
-    def _ids_for(self) -> tuple[str, str, str]:
-        if len(self._id_pool) < 36:
-            self._id_pool = memoryview(self._ids(36 * 1024))
-        raw, self._id_pool = bytes(self._id_pool[:36]), self._id_pool[36:]
-        trace = raw[:16].hex()
-        span = raw[16:24].hex()
-        if trace == "0" * 32:
-            trace = "1".rjust(32, "0")
-        if span == "0" * 16:
-            span = "1".rjust(16, "0")
-        return trace, span, "cmpl-" + raw[24:].hex()
-
-    def _finish(self, r: _Req, end: float) -> None:
+    def _finish(self, r: RequestState, end: float) -> None:
         self.requests_total += 1
-        out = r.output_tokens
-        decode = end - r.first_token
-        trace_id, span_id, request_id = self._ids_for()
-        record = RequestRecord(
-            trace_id=trace_id,
-            span_id=span_id,
-            start=self.epoch + timedelta(seconds=r.arrival),
-            instance=self.name,
-            service=self.service,
-            engine=Engine.VLLM,
-            model=self.model,
-            tenant=r.tenant,
-            priority=r.priority,
-            operation="chat",
-            ttft_s=r.first_token - r.arrival,
-            tpot_s=decode / (out - 1) if out > 1 else None,
-            e2e_s=end - r.arrival,
-            queue_s=r.first_sched - r.queued,
-            prefill_s=r.first_token - r.first_sched,
-            decode_s=decode,
-            preprocess_s=r.queued - r.arrival,
-            input_tokens=r.input_tokens,
-            output_tokens=out,
-            status=Status.OK,
-            finish_reason="length" if out >= r.max_tokens else "stop",
-        )
+        trace_id, span_id, request_id = self._ids.next()
+        record = finished_record(r, self._labels, trace_id, span_id, end)
         self._emit(r, record, request_id)
 
-    def _reject(self, r: _Req, t: float) -> None:
+    def _reject(self, r: RequestState, t: float) -> None:
         """A prompt that can never fit the KV cache or the context is refused."""
         self.requests_total += 1
         self.errors_total += 1
-        trace_id, span_id, request_id = self._ids_for()
-        record = RequestRecord(
-            trace_id=trace_id,
-            span_id=span_id,
-            start=self.epoch + timedelta(seconds=r.arrival),
-            instance=self.name,
-            service=self.service,
-            engine=Engine.VLLM,
-            model=self.model,
-            tenant=r.tenant,
-            priority=r.priority,
-            operation="chat",
-            e2e_s=t - r.arrival,
-            queue_s=t - r.queued,
-            preprocess_s=r.queued - r.arrival,
-            input_tokens=r.input_tokens,
-            output_tokens=0,
-            status=Status.ERROR,
-            error_type="context_length_exceeded",
-            finish_reason="abort",
-        )
+        trace_id, span_id, request_id = self._ids.next()
+        record = refused_record(r, self._labels, trace_id, span_id, t)
         r.first_sched = t
         self._emit(r, record, request_id)
 
-    def _emit(self, r: _Req, record: RequestRecord, request_id: str) -> None:
+    def _emit(self, r: RequestState, record: RequestRecord, request_id: str) -> None:
         forward = self._cum_gpu - r.g0 if r.first_sched >= 0 else 0.0
         completion = Completion(
             record=record,
