@@ -220,12 +220,20 @@ def merge_stages(record: RequestRecord, fragments: Iterable[StageFragment]) -> R
     """Fill the stage timings the request span did not report from its trace's fragments.
 
     Repeated fragments of one stage (SGLang's decode loop) add up; a value the request span
-    itself reported always wins.
+    itself reported always wins. A gateway fragment is the enclosing gateway span's
+    duration; the gateway's share is that minus the request's end-to-end time.
     """
     totals: dict[str, float] = {}
     for fragment in fragments:
         if fragment.trace_id == record.trace_id:
             totals[fragment.stage] = totals.get(fragment.stage, 0.0) + fragment.seconds
+    if "gateway" in totals:
+        # A gateway span encloses the whole request: its own share is what the engine's
+        # end-to-end time does not account for.
+        if record.e2e_s is None:
+            del totals["gateway"]
+        else:
+            totals["gateway"] = max(0.0, totals["gateway"] - record.e2e_s)
     updates: dict[str, Any] = {
         STAGE_FIELDS[stage]: seconds
         for stage, seconds in totals.items()

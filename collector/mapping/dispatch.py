@@ -37,7 +37,8 @@ def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
             if claims(span):
                 return mapper(span, ctx)
         stage = classify_stage(span.name)
-        if stage is not None and span.parent_span_id:
+        # Stage slices are children; only a gateway span may be the trace's root.
+        if stage is not None and (span.parent_span_id or stage == "gateway"):
             return stage_fragment(span, stage)
     except (ValueError, TypeError, OverflowError) as exc:  # a shape no mapper foresaw
         return Skipped("mapping_error", guess_engine(span), rejected=True, detail=str(exc)[:200])

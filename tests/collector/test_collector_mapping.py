@@ -235,3 +235,19 @@ def test_a_child_preprocess_span_of_a_vllm_trace_fills_the_stage() -> None:
     merged = merge_stages(root, [child, other_trace])
     assert merged.preprocess_s == pytest.approx(0.004)
     assert merged.postprocess_s is None
+
+
+def test_an_enclosing_gateway_span_contributes_only_its_own_overhead() -> None:
+    gateway = span("api-gateway POST /v1/chat/completions", {}, duration_s=2.5, service="gateway")
+    request = span(
+        "llm_request",
+        {**shapes.VLLM_V1},
+        trace_id=gateway.trace_id,
+        parent=gateway.span_id,
+        service="vllm",
+    )
+    fragment = map_span(gateway, CTX)
+    record = as_record(map_span(request, CTX))
+    assert isinstance(fragment, StageFragment)
+    merged = merge_stages(record, [fragment])
+    assert merged.gateway_s == pytest.approx(2.5 - shapes.VLLM_V1["gen_ai.latency.e2e"])
