@@ -17,8 +17,8 @@ from collector.sidecar import Sidecar, SidecarConfig
 from storage.engine import create_store_engine
 from storage.tables import requests
 from storage.writer import open_writer
+from tests.collector.harness import encoded, vllm_spans
 from tests.collector.tcp_proxy import TcpProxy
-from tests.collector.test_collector_receivers import encoded, vllm_spans
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import grpc
 import httpx
@@ -20,36 +20,15 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
 
 from collector.otlp import Limits
 from tests.collector.collector_shapes import VLLM_V1
-from tests.collector.harness import Receiver
+from tests.collector.harness import Receiver, encoded, vllm_spans
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
-
-
-def vllm_spans(n: int, **extra: object) -> list[ReadableSpan]:
-    """``n`` spans shaped as vLLM's ``llm_request``, made by the real SDK."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "vllm"}))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("vllm.tracing")
-    for i in range(n):
-        attrs = {**VLLM_V1, "gen_ai.usage.prompt_tokens": 100 + i, **extra}
-        with tracer.start_as_current_span("llm_request", kind=SpanKind.SERVER, attributes=attrs):
-            pass
-    provider.shutdown()
-    return list(memory.get_finished_spans())
-
-
-def encoded(spans: Sequence[ReadableSpan]) -> bytes:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-    return encode_spans(spans).SerializeToString()
 
 
 @pytest.fixture

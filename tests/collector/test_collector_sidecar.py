@@ -31,7 +31,7 @@ from collector.sidecar import Sidecar, SidecarConfig
 from storage.tables import gpu_samples, requests, server_samples
 from storage.writer import open_writer
 from tests.collector.fake_nvml import FakeGpu, FakeNvml
-from tests.collector.test_collector_receivers import encoded, vllm_spans
+from tests.collector.harness import encoded, vllm_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
