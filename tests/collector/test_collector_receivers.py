@@ -323,3 +323,12 @@ def test_an_undecodable_grpc_message_is_not_accepted_and_the_next_one_is(
         assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         raw(body, timeout=10)
     assert len(receiver.records()) == 2
+
+
+def test_a_full_disk_is_503_not_a_crash(make_receiver: Callable[..., Receiver]) -> None:
+    receiver = make_receiver(spool_config={"max_pages": 30})  # the file may not grow past 120 KiB
+    big = encoded(vllm_spans(400))
+    response = post(receiver, big, PROTOBUF)
+    assert response.status_code == 503
+    assert "retry-after" in response.headers
+    assert post(receiver, encoded(vllm_spans(1)), PROTOBUF).status_code == 200
