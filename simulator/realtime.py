@@ -191,21 +191,17 @@ class RealtimeServer:
             body = await request.json()
         except ValueError:
             return _error(400, "request body is not JSON", "BadRequestError")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object", "BadRequestError")
-        if body.get("model") not in (None, self.model):
-            return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-        max_tokens = int(max_tokens or DEFAULT_MAX_TOKENS)
-        if max_tokens < 1:
-            return _error(400, "max_tokens must be at least 1", "BadRequestError")
+        parsed = _parse(body, self.model, self.sim.profile.max_model_len)
+        if isinstance(parsed, Response):
+            return parsed
+        max_tokens, temperature, top_p = parsed
         stream = _Stream()
         now = self.now()
         self.sim.submit(
             Arrival(now, prompt_tokens(body), max_tokens, max_tokens, "", ""),
             listener=stream,
-            temperature=float(body.get("temperature", 1.0)),
-            top_p=float(body.get("top_p", 1.0)),
+            temperature=temperature,
+            top_p=top_p,
         )
         self._wake.set()
         ident = ("chatcmpl-" if chat else "cmpl-") + f"{self.sim.requests_total:08x}{id(stream):x}"
@@ -271,6 +267,25 @@ class RealtimeServer:
                 }
             words.append(_word(len(words)))
         raise AssertionError("a stream ends with its completion")  # pragma: no cover
+
+
+def _parse(body: Any, model: str, max_len: int) -> tuple[int, float, float] | Response:
+    """``(max_tokens, temperature, top_p)`` of a request body, or the error to answer."""
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a JSON object", "BadRequestError")
+    if body.get("model") not in (None, model):
+        return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+    try:
+        max_tokens = int(
+            body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
+        )
+        temperature = float(body.get("temperature", 1.0))
+        top_p = float(body.get("top_p", 1.0))
+    except (TypeError, ValueError):
+        return _error(400, "max_tokens, temperature and top_p must be numbers", "BadRequestError")
+    if not 1 <= max_tokens <= max_len:
+        return _error(400, "max_tokens out of range", "BadRequestError")
+    return max_tokens, temperature, top_p
 
 
 def _word(i: int) -> str:

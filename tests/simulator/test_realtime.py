@@ -145,6 +145,8 @@ def test_completions_stream_and_whole_answers(server: RealtimeServer) -> None:
             timeout=10,
         ).json()
         missing = httpx.post(base + "/v1/completions", json={"model": "nope", "prompt": "x"})
+        bad = httpx.post(base + "/v1/completions", json={"prompt": "x", "max_tokens": "many"})
+        not_json = httpx.post(base + "/v1/completions", content=b"{")
         models = httpx.get(base + "/v1/models").json()
         metrics = httpx.get(base + "/metrics").text
     assert m.tokens == 5
@@ -154,6 +156,7 @@ def test_completions_stream_and_whole_answers(server: RealtimeServer) -> None:
     assert whole["usage"]["completion_tokens"] == 7
     assert whole["choices"][0]["message"]["content"].count(" w") == 7
     assert missing.status_code == 404
+    assert bad.status_code == not_json.status_code == 400
     assert missing.json()["error"]["type"] == "NotFoundError"
     assert models["data"][0]["id"] == server.model
     families = {f.name: f for f in text_string_to_metric_families(metrics)}
