@@ -115,7 +115,8 @@ class VllmCollector(Collector):
     def observe(self, c: Completion) -> None:
         r = c.record
         with self._lock:
-            self._success[r.finish_reason or "stop"] = self._success.get(r.finish_reason, 0) + 1
+            reason = r.finish_reason or "stop"
+            self._success[reason] = self._success.get(reason, 0.0) + 1
             if r.ttft_s is None:
                 return
             h = self._hists
