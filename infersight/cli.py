@@ -5,11 +5,12 @@ Settings are built here once and handed down; subcommands live in their own modu
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 
@@ -32,7 +33,51 @@ class Context:
 pass_context = click.make_pass_decorator(Context)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose heavier subcommands are imported only when they run.
+
+    ``infersight db …`` then starts fast and works on a base install without the collector's
+    or the simulator's extras.
+    """
+
+    lazy: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "sidecar": (
+            "infersight.commands_sidecar",
+            "sidecar",
+            "Run the collector next to one inference server.",
+        ),
+        "simulate": ("infersight.commands_simulate", "simulate", "Run a simulated fleet scenario."),
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, attribute, _ = self.lazy[cmd_name]
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise click.ClickException(
+                    f"'{cmd_name}' needs an optional dependency that is not installed ({exc.name});"
+                    " install infersight[all]"
+                ) from exc
+            command: click.Command = getattr(module, attribute)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        eager = []
+        for name in click.Group.list_commands(self, ctx):
+            command = click.Group.get_command(self, ctx, name)
+            if command is not None:
+                eager.append((name, command.get_short_help_str(60)))
+        lazy = [(name, spec[2]) for name, spec in self.lazy.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(eager + lazy))
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="infersight")
 @click.option(
     "--store",

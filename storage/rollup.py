@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, Final
 
 import numpy as np
@@ -23,11 +24,13 @@ from sqlalchemy import Connection, and_, bindparam, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.records import DURATION_FIELDS, GROUP_LABELS, RequestRecord
-from core.sketch import QuantileSketch, sketches_by_group
+from core.records import DURATION_FIELDS, GROUP_LABELS, RECORD_FIELDS, RequestRecord, Status
+from core.sketch import QuantileSketch, merge_all, sketches_by_group
 from core.window import Resolution
 from storage.tables import SKETCH_COLUMNS, request_rollups
 
+#: A record flattened to a tuple in ``RECORD_FIELDS`` order (one C-level call per record).
+record_row: Final = attrgetter(*RECORD_FIELDS)
 COUNTERS: Final = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens")
 _SERIES_SHIFT: Final = 1 << 32
 _KEY_CHUNK: Final = 500
@@ -52,72 +55,95 @@ class RollupDelta:
 
 def deltas_from_records(records: Sequence[RequestRecord]) -> list[RollupDelta]:
     """One delta per (resolution, bucket, series) that ``records`` touch."""
-    if not records:
+    return deltas_from_rows([record_row(r) for r in records])
+
+
+def deltas_from_rows(rows: Sequence[tuple[Any, ...]]) -> list[RollupDelta]:
+    """``deltas_from_records`` for records already flattened by ``record_row``."""
+    if not rows:
         return []
-    series_index: dict[tuple[str, str, str, str], int] = {}
+    columns = dict(zip(RECORD_FIELDS, zip(*rows, strict=True), strict=True))
+    n = len(rows)
+    series_index: dict[tuple[str, ...], int] = {}
     series_ids = np.fromiter(
         (
-            series_index.setdefault((r.model, r.instance, r.tenant, r.priority), len(series_index))
-            for r in records
+            series_index.setdefault(labels, len(series_index))
+            for labels in zip(*(columns[name] for name in GROUP_LABELS), strict=True)
         ),
         dtype=np.int64,
-        count=len(records),
+        count=n,
     )
     series_labels = list(series_index)
-    epoch = np.fromiter(
-        (r.start.timestamp() for r in records), dtype=np.float64, count=len(records)
-    )
+    epoch = np.fromiter((ts.timestamp() for ts in columns["start"]), dtype=np.float64, count=n)
     counters = {
-        "requests": np.ones(len(records), dtype=np.int64),
-        "errors": np.fromiter((r.is_error for r in records), dtype=np.int64, count=len(records)),
+        "requests": np.ones(n, dtype=np.int64),
+        "errors": np.fromiter(
+            (s == Status.ERROR for s in columns["status"]), dtype=np.int64, count=n
+        ),
         **{
-            name: np.fromiter(
-                (getattr(r, name) or 0 for r in records), dtype=np.int64, count=len(records)
-            )
+            name: np.nan_to_num(np.array(columns[name], dtype=np.float64)).astype(np.int64)
             for name in ("input_tokens", "output_tokens", "cached_tokens")
         },
     }
-    durations = {
-        name: np.fromiter(
-            (np.nan if (v := getattr(r, name)) is None else v for r in records),
-            dtype=np.float64,
-            count=len(records),
-        )
-        for name in DURATION_FIELDS
+    # numpy turns None ("not reported") into NaN, which the sketches skip.
+    durations = {name: np.array(columns[name], dtype=np.float64) for name in DURATION_FIELDS}
+    minute = Resolution.MINUTE.seconds
+    buckets = np.floor(epoch / minute).astype(np.int64)
+    first = buckets.min()
+    unique, group_ids = np.unique(
+        series_ids * _SERIES_SHIFT + (buckets - first), return_inverse=True
+    )
+    groups = unique.size
+    sums = {
+        name: np.bincount(group_ids, weights=arr, minlength=groups)
+        .round()
+        .astype(np.int64)
+        .tolist()
+        for name, arr in counters.items()
     }
-    out: list[RollupDelta] = []
-    for resolution in Resolution:
-        step = resolution.seconds
-        buckets = np.floor(epoch / step).astype(np.int64)
-        codes = series_ids * _SERIES_SHIFT + (buckets - buckets.min())
-        unique, group_ids = np.unique(codes, return_inverse=True)
-        n = unique.size
-        sums = {
-            name: np.bincount(group_ids, weights=arr, minlength=n) for name, arr in counters.items()
-        }
-        sketches = {
-            column: sketches_by_group(group_ids, durations[field_name], n)
-            for column, field_name in SKETCH_COLUMNS.items()
-        }
-        series_of = unique // _SERIES_SHIFT
-        bucket_of = unique % _SERIES_SHIFT + buckets.min()
-        for g in range(n):
-            model, instance, tenant, priority = series_labels[int(series_of[g])]
-            key = RollupKey(
-                resolution.value,
-                datetime.fromtimestamp(int(bucket_of[g]) * step, tz=UTC),
-                model,
-                instance,
-                tenant,
-                priority,
-            )
-            out.append(
-                RollupDelta(
-                    key,
-                    {name: round(s[g]) for name, s in sums.items()},
-                    {c: sk for c, per in sketches.items() if (sk := per[g]) is not None},
-                )
-            )
+    sketches = {
+        column: sketches_by_group(group_ids, durations[field_name], groups)
+        for column, field_name in SKETCH_COLUMNS.items()
+    }
+    series_of = (unique // _SERIES_SHIFT).tolist()
+    bucket_of = (unique % _SERIES_SHIFT + first).tolist()
+    minutes = [
+        RollupDelta(
+            RollupKey(
+                Resolution.MINUTE.value,
+                datetime.fromtimestamp(bucket_of[g] * minute, tz=UTC),
+                *series_labels[series_of[g]],
+            ),
+            {name: values[g] for name, values in sums.items()},
+            {c: sk for c, per in sketches.items() if (sk := per[g]) is not None},
+        )
+        for g in range(groups)
+    ]
+    return minutes + _coarsen(minutes, Resolution.HOUR) + _coarsen(minutes, Resolution.DAY)
+
+
+def _coarsen(minutes: Sequence[RollupDelta], resolution: Resolution) -> list[RollupDelta]:
+    """Merge minute deltas into the coarser buckets that contain them."""
+    grouped: dict[RollupKey, list[RollupDelta]] = {}
+    for delta in minutes:
+        key = RollupKey(
+            resolution.value,
+            resolution.floor(delta.key.bucket),
+            delta.key.model,
+            delta.key.instance,
+            delta.key.tenant,
+            delta.key.priority,
+        )
+        grouped.setdefault(key, []).append(delta)
+    out = []
+    for key, parts in grouped.items():
+        counters = {name: sum(p.counters[name] for p in parts) for name in COUNTERS}
+        sketches = {}
+        for column in SKETCH_COLUMNS:
+            present = [sk for p in parts if (sk := p.sketches.get(column)) is not None]
+            if present:
+                sketches[column] = present[0] if len(present) == 1 else merge_all(present)
+        out.append(RollupDelta(key, counters, sketches))
     return out
 
 

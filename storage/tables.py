@@ -64,9 +64,9 @@ requests = Table(
     Column("status", String(8), nullable=False, server_default="ok"),
     Column("error_type", LABEL, nullable=False, server_default=""),
     Column("finish_reason", LABEL, nullable=False, server_default=""),
+    # Raw rows are always read by time range (partition-pruned on PostgreSQL, then this key);
+    # long windows are served from rollups, so label indexes would only slow ingest down.
     PrimaryKeyConstraint("start", "trace_id", "span_id"),
-    Index("ix_requests_model_start", "model", "start"),
-    Index("ix_requests_instance_start", "instance", "start"),
     postgresql_partition_by="RANGE (start)",
 )
 

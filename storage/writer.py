@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime
@@ -47,10 +48,16 @@ _PG_TYPES: Final = {
     "cached_tokens": "int4",
 }
 _FLOAT_FIELDS: Final = frozenset(f.name for f in fields(RequestRecord) if "float" in str(f.type))
-_ROW: Final = attrgetter(*RECORD_FIELDS)
+#: PostgreSQL types of a record row, for binary COPY.
+COPY_TYPES: Final = [
+    _PG_TYPES.get(name, "float8" if name in _FLOAT_FIELDS else "text") for name in RECORD_FIELDS
+]
 _ENGINE_AT: Final = RECORD_FIELDS.index("engine")
 _STATUS_AT: Final = RECORD_FIELDS.index("status")
 _START_AT: Final = RECORD_FIELDS.index("start")
+_TRACE_AT: Final = RECORD_FIELDS.index("trace_id")
+_SPAN_AT: Final = RECORD_FIELDS.index("span_id")
+Row = tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +84,14 @@ def open_writer(engine: Engine) -> Writer:
     raise InvalidInput(f"unsupported database: {engine.dialect.name}")
 
 
-def _unique(records: Sequence[RequestRecord]) -> list[RequestRecord]:
-    """The batch without repeats of a natural key (the first copy wins)."""
-    seen: dict[tuple[str, str], RequestRecord] = {}
-    for record in records:
-        seen.setdefault((record.trace_id, record.span_id), record)
-    return list(seen.values())
+_KEY: Final = attrgetter("trace_id", "span_id")
 
 
-def _row(record: RequestRecord) -> list[Any]:
-    row = list(_ROW(record))
-    row[_ENGINE_AT] = record.engine.value
-    row[_STATUS_AT] = record.status.value
-    return row
+def _unique_rows(records: Sequence[RequestRecord]) -> list[Row]:
+    """The batch as row tuples, one per natural key (a repeated key keeps its last copy)."""
+    return list(
+        dict(zip(map(_KEY, records), map(rollup.record_row, records), strict=True)).values()
+    )
 
 
 @contextmanager
@@ -108,7 +110,6 @@ def _translate_errors() -> Iterator[None]:
 
 class _BaseWriter:
     staging_ddl: str
-    insert_select: str
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -116,21 +117,19 @@ class _BaseWriter:
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         if not records:
             return WriteResult(0, 0, 0)
-        batch = _unique(records)
-        with _translate_errors(), self.engine.begin() as connection:
-            self._prepare(connection, batch)
-            connection.exec_driver_sql(self.staging_ddl)
-            self._stage(connection, batch)
-            stored = {
-                (trace_id, span_id)
-                for trace_id, span_id in connection.exec_driver_sql(self.insert_select)
-            }
-            fresh = (
-                batch
-                if len(stored) == len(batch)
-                else [r for r in batch if (r.trace_id, r.span_id) in stored]
-            )
-            rollup.apply(connection, rollup.deltas_from_records(fresh))
+        rows = _unique_rows(records)
+        # The rollup deltas of the whole batch are computed in a worker thread while the
+        # database stages and inserts the rows (waiting on it releases the GIL); they are
+        # recomputed for the subset only in the rare case that some rows were duplicates.
+        with ThreadPoolExecutor(1, thread_name_prefix="rollup") as pool:
+            optimistic = pool.submit(rollup.deltas_from_rows, rows)
+            with _translate_errors(), self.engine.begin() as connection:
+                self._prepare(connection, rows)
+                connection.exec_driver_sql(self.staging_ddl)
+                self._stage(connection, rows)
+                fresh = self._insert(connection, rows)
+                deltas = optimistic.result() if fresh is rows else rollup.deltas_from_rows(fresh)
+                rollup.apply(connection, deltas)
         return WriteResult(len(records), len(fresh), len(records) - len(fresh))
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
@@ -161,10 +160,14 @@ class _BaseWriter:
             stored = connection.execute(statement, rows).all()
         return len(stored)
 
-    def _prepare(self, connection: Connection, batch: Sequence[RequestRecord]) -> None:
+    def _prepare(self, connection: Connection, rows: Sequence[Row]) -> None:
         """Dialect hook run before staging (partition creation on PostgreSQL)."""
 
-    def _stage(self, connection: Connection, batch: Sequence[RequestRecord]) -> None:
+    def _stage(self, connection: Connection, rows: Sequence[Row]) -> None:
+        raise NotImplementedError
+
+    def _insert(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
+        """Move the staged rows into ``requests``; return those actually stored."""
         raise NotImplementedError
 
 
@@ -173,29 +176,59 @@ class PostgresWriter(_BaseWriter):
         "CREATE TEMP TABLE IF NOT EXISTS requests_staging "
         "(LIKE requests INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
     )
+    plain_insert = f"INSERT INTO requests ({_COLUMNS}) SELECT {_COLUMNS} FROM requests_staging"
+    # The insert's own RETURNING says what it stored; the statement answers with the staged
+    # rows it did *not* store (duplicates: usually none, so almost nothing comes back).
     insert_select = (
-        f"INSERT INTO requests ({_COLUMNS}) SELECT {_COLUMNS} FROM requests_staging "
-        "ON CONFLICT DO NOTHING RETURNING trace_id, span_id"
+        f"WITH stored AS (INSERT INTO requests ({_COLUMNS}) SELECT {_COLUMNS} "
+        "FROM requests_staging ON CONFLICT DO NOTHING RETURNING trace_id, span_id) "
+        "SELECT s.trace_id, s.span_id FROM requests_staging s "
+        "LEFT JOIN stored USING (trace_id, span_id) WHERE stored.trace_id IS NULL"
     )
 
-    def _prepare(self, connection: Connection, batch: Sequence[RequestRecord]) -> None:
-        days: set[date] = {r.start.astimezone(UTC).date() for r in batch}
+    def _prepare(self, connection: Connection, rows: Sequence[Row]) -> None:
+        days: set[date] = {row[_START_AT].astimezone(UTC).date() for row in rows}
         ensure_partitions(connection, "requests", days)
 
-    def _stage(self, connection: Connection, batch: Sequence[RequestRecord]) -> None:
+    def _insert(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
+        """A plain INSERT when the batch is new (the common case); ON CONFLICT when it is not.
+
+        A replayed or concurrently shipped batch meets the primary key: the plain insert fails
+        in its savepoint, which is rolled back, and the conflict-aware insert skips what exists.
+        (Failing a plain statement, not a COPY stream, leaves the connection in a clean state.)
+        """
+        savepoint = connection.begin_nested()
+        try:
+            connection.exec_driver_sql(self.plain_insert)
+        except IntegrityError:
+            savepoint.rollback()
+        else:
+            savepoint.commit()
+            return rows
+        return self._insert_skipping_duplicates(connection, rows)
+
+    def _insert_skipping_duplicates(
+        self, connection: Connection, rows: Sequence[Row]
+    ) -> Sequence[Row]:
+        duplicates = {tuple(d) for d in connection.exec_driver_sql(self.insert_select)}
+        if not duplicates:
+            return rows
+        return [r for r in rows if (r[_TRACE_AT], r[_SPAN_AT]) not in duplicates]
+
+    def _stage(self, connection: Connection, rows: Sequence[Row]) -> None:
+        self._copy(connection, "requests_staging", rows)
+
+    @staticmethod
+    def _copy(connection: Connection, table: str, rows: Sequence[Row]) -> None:
         raw = connection.connection.driver_connection
         assert raw is not None
-        types = [
-            _PG_TYPES.get(name, "float8" if name in _FLOAT_FIELDS else "text")
-            for name in RECORD_FIELDS
-        ]
         with (
             raw.cursor() as cursor,
-            cursor.copy(f"COPY requests_staging ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+            cursor.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
         ):
-            copy.set_types(types)
-            for record in batch:
-                copy.write_row(_row(record))
+            copy.set_types(COPY_TYPES)
+            for row in rows:
+                copy.write_row(row)
 
 
 class SqliteWriter(_BaseWriter):
@@ -208,17 +241,25 @@ class SqliteWriter(_BaseWriter):
         "WHERE true ON CONFLICT DO NOTHING RETURNING trace_id, span_id"
     )
 
-    def _stage(self, connection: Connection, batch: Sequence[RequestRecord]) -> None:
+    def _stage(self, connection: Connection, rows: Sequence[Row]) -> None:
         connection.exec_driver_sql("DELETE FROM temp.requests_staging")
         placeholders = ", ".join("?" for _ in RECORD_FIELDS)
-        rows = []
-        for record in batch:
-            row = _row(record)
-            row[_START_AT] = sqlite_timestamp(record.start)
-            rows.append(tuple(row))
+        staged = []
+        for row in rows:
+            values = list(row)
+            values[_START_AT] = sqlite_timestamp(row[_START_AT])
+            values[_ENGINE_AT] = row[_ENGINE_AT].value
+            values[_STATUS_AT] = row[_STATUS_AT].value
+            staged.append(tuple(values))
         connection.exec_driver_sql(
-            f"INSERT INTO temp.requests_staging ({_COLUMNS}) VALUES ({placeholders})", rows
+            f"INSERT INTO temp.requests_staging ({_COLUMNS}) VALUES ({placeholders})", staged
         )
+
+    def _insert(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
+        stored = set(map(tuple, connection.exec_driver_sql(self.insert_select)))
+        if len(stored) == len(rows):
+            return rows
+        return [r for r in rows if (r[_TRACE_AT], r[_SPAN_AT]) in stored]
 
 
 def sqlite_timestamp(ts: datetime) -> str:

@@ -85,8 +85,6 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("start", "trace_id", "span_id", name="pk_requests"),
         postgresql_partition_by="RANGE (start)",
     )
-    op.create_index("ix_requests_model_start", "requests", ["model", "start"])
-    op.create_index("ix_requests_instance_start", "requests", ["instance", "start"])
 
     op.create_table(
         "request_rollups",
