@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+from sqlalchemy import Engine
 
+from simulator.events import Batch
 from simulator.fleet import Progress, RunResult, run_scenario
 from simulator.scenario import Scenario
 from simulator.serve import FleetServer
@@ -150,6 +152,19 @@ def _serve(
     click.echo(json.dumps(summary, indent=2))
 
 
+class _Dispose:
+    """A sink that only releases the store's connections when the run is over."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def write(self, batch: Batch) -> None:
+        return None
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
 def _sinks(
     store: str | None, otlp_endpoint: str | None, otlp_token: str | None
 ) -> tuple[list[Sink], StoreSink | None, OtlpSink | None]:
@@ -159,7 +174,7 @@ def _sinks(
         engine = create_store_engine(store)
         migrate.upgrade(engine)
         store_sink = StoreSink(open_writer(engine))
-        sinks.append(store_sink)
+        sinks += [store_sink, _Dispose(engine)]
     otlp: OtlpSink | None = None
     if otlp_endpoint:
         headers = {"authorization": f"Bearer {otlp_token}"} if otlp_token else None
