@@ -1,0 +1,192 @@
+"""Multi-window, multi-burn-rate alert policy and alert state with hysteresis.
+
+The policy is data (``core/data/burn_rate_policy.yaml``, the SRE workbook's table): each rule
+has a severity, a burn-rate threshold and a long and a short window. A rule *fires* when both
+windows burn at least at its rate and the long window holds at least ``min_events`` events.
+
+Alert state moves with hysteresis: an alert opens at the most severe firing rule, escalates
+when a more severe rule fires, and holds its severity as long as the short window of one of
+that severity's rules still burns at ``resolve_ratio`` × its rate over both windows (the
+minimum-events guard is not applied to holding). The short window clears first after a
+recovery, so an outage opens one alert that resolves within the short window, and a burn rate
+hovering at a threshold does not open and close an alert at every evaluation.
+
+Everything is pure: counts per window and ``now`` come in, decisions come out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Final
+
+from core.errors import InvalidInput
+from core.slo import EventCounts, burn_rate
+from core.window import format_duration, parse_duration
+
+
+class Severity(StrEnum):
+    TICKET = "ticket"
+    PAGE = "page"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+
+_RANK: Final = {Severity.TICKET: 1, Severity.PAGE: 2}
+
+
+def _rank(severity: Severity | None) -> int:
+    return 0 if severity is None else severity.rank
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    severity: Severity
+    burn_rate: float
+    long_window: timedelta
+    short_window: timedelta
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.severity, Severity):
+            object.__setattr__(self, "severity", Severity(str(self.severity)))
+        if not math.isfinite(self.burn_rate) or self.burn_rate <= 0:
+            raise InvalidInput("a rule's burn rate must be positive")
+        if not timedelta(0) < self.short_window < self.long_window:
+            raise InvalidInput("a rule's short window must be shorter than its long window")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    windows: tuple[timedelta, ...]
+    rules: tuple[Rule, ...]
+    min_events: int = 0
+    resolve_ratio: float = 1.0
+    """An open alert holds while its rule still burns at ``resolve_ratio`` × the rule's rate."""
+
+    def __post_init__(self) -> None:
+        if not self.rules:
+            raise InvalidInput("a burn-rate policy needs at least one rule")
+        if self.min_events < 0:
+            raise InvalidInput("min_events must not be negative")
+        if not 0.0 < self.resolve_ratio <= 1.0:
+            raise InvalidInput("resolve_ratio must be in (0, 1]")
+        if list(self.windows) != sorted(set(self.windows)):
+            raise InvalidInput("policy windows must be distinct and shortest first")
+        missing = {w for r in self.rules for w in (r.long_window, r.short_window)} - set(
+            self.windows
+        )
+        if missing:
+            raise InvalidInput(
+                "every rule window must be one of the policy's windows",
+                details={"missing": sorted(format_duration(w) for w in missing)},
+            )
+
+    @property
+    def longest(self) -> timedelta:
+        return self.windows[-1]
+
+
+def policy_from_mapping(data: Mapping[str, Any]) -> Policy:
+    """Build a ``Policy`` from the policy file's parsed contents."""
+    try:
+        if data.get("version") != 1:
+            raise InvalidInput("unsupported burn-rate policy version", details={"version": 1})
+        rules = tuple(
+            Rule(
+                severity=Severity(str(r["severity"])),
+                burn_rate=float(r["burn_rate"]),
+                long_window=parse_duration(str(r["long_window"])),
+                short_window=parse_duration(str(r["short_window"])),
+            )
+            for r in data["rules"]
+        )
+        windows = tuple(parse_duration(str(w)) for w in data["windows"])
+        return Policy(
+            windows,
+            rules,
+            min_events=int(data.get("min_events", 0)),
+            resolve_ratio=float(data.get("resolve_ratio", 1.0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"invalid burn-rate policy: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """Burn rates per window and what the policy makes of them at one instant."""
+
+    burn_rates: Mapping[timedelta, float]
+    counts: Mapping[timedelta, EventCounts]
+    firing: Severity | None
+    fired_rules: tuple[Rule, ...] = field(default_factory=tuple)
+    holding: frozenset[Severity] = frozenset()
+    """Severities with a rule that burns at ``resolve_ratio`` × its rate over both windows."""
+
+
+def evaluate(
+    policy: Policy, objective: float, counts: Mapping[timedelta, EventCounts]
+) -> Evaluation:
+    """Apply ``policy`` to event counts per window (every policy window must be present)."""
+    missing = [format_duration(w) for w in policy.windows if w not in counts]
+    if missing:
+        raise InvalidInput("counts are missing for some windows", details={"missing": missing})
+    rates = {w: burn_rate(counts[w], objective) for w in policy.windows}
+    fired = tuple(
+        rule
+        for rule in policy.rules
+        if counts[rule.long_window].total >= policy.min_events
+        and rates[rule.long_window] >= rule.burn_rate
+        and rates[rule.short_window] >= rule.burn_rate
+    )
+    hold = policy.resolve_ratio
+    holding = frozenset(
+        rule.severity
+        for rule in policy.rules
+        if rates[rule.long_window] >= rule.burn_rate * hold
+        and rates[rule.short_window] >= rule.burn_rate * hold
+    )
+    firing = max((r.severity for r in fired), key=_rank, default=None)
+    return Evaluation(rates, dict(counts), firing, fired, holding)
+
+
+class Transition(StrEnum):
+    NONE = "none"
+    OPENED = "opened"
+    ESCALATED = "escalated"
+    DEESCALATED = "deescalated"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class AlertState:
+    """The alert of one SLO and scope: its severity (``None``: not alerting) and since when."""
+
+    severity: Severity | None = None
+    since: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if (self.severity is None) != (self.since is None):
+            raise InvalidInput("an alert state has a severity and a start time, or neither")
+
+    @property
+    def active(self) -> bool:
+        return self.severity is not None
+
+
+def step(state: AlertState, evaluation: Evaluation, now: datetime) -> tuple[AlertState, Transition]:
+    """The next alert state after ``evaluation`` at ``now``, and how it changed."""
+    held = state.severity if state.severity in evaluation.holding else None
+    new = max((evaluation.firing, held), key=_rank)
+    if new == state.severity:
+        return state, Transition.NONE
+    if new is None:
+        return AlertState(), Transition.RESOLVED
+    if state.severity is None:
+        return AlertState(new, now), Transition.OPENED
+    change = Transition.ESCALATED if _rank(new) > _rank(state.severity) else Transition.DEESCALATED
+    return AlertState(new, state.since), change

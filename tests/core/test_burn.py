@@ -1,0 +1,214 @@
+"""The burn-rate policy and alert state, replayed over traffic timelines second by second."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from core.burn import (
+    AlertState,
+    Policy,
+    Rule,
+    Severity,
+    Transition,
+    evaluate,
+    policy_from_mapping,
+    step,
+)
+from core.errors import InvalidInput
+from core.slo import EventCounts
+
+POLICY_FILE = Path(__file__).resolve().parents[2] / "core" / "data" / "burn_rate_policy.yaml"
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+INTERVAL = 30  # seconds between evaluations
+RPS = 10
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return policy_from_mapping(yaml.safe_load(POLICY_FILE.read_text()))
+
+
+class Timeline:
+    """Requests and failures per second; counts over any window that ends at a second."""
+
+    def __init__(self, seconds: int, rps: int = RPS) -> None:
+        self.total = np.full(seconds, rps, dtype=np.int64)
+        self.bad = np.zeros(seconds, dtype=np.int64)
+
+    def fail(self, start: int, end: int, share: float = 1.0) -> None:
+        self.bad[start:end] = np.round(self.total[start:end] * share).astype(np.int64)
+
+    def counts(self, now: int, policy: Policy) -> dict[timedelta, EventCounts]:
+        total = np.concatenate([[0], np.cumsum(self.total)]).tolist()
+        bad = np.concatenate([[0], np.cumsum(self.bad)]).tolist()
+        return self._counts(total, bad, now, policy)
+
+    @staticmethod
+    def _counts(
+        total: list[int], bad: list[int], now: int, policy: Policy
+    ) -> dict[timedelta, EventCounts]:
+        out = {}
+        for window in policy.windows:
+            start = max(0, now - int(window.total_seconds()))
+            out[window] = EventCounts(total[now] - total[start], bad[now] - bad[start])
+        return out
+
+    def replay(
+        self, policy: Policy, objective: float, start: int, end: int, every: int = INTERVAL
+    ) -> list[tuple[int, AlertState, Transition]]:
+        """Evaluate every ``every`` seconds in ``[start, end]``; the states after each."""
+        total = np.concatenate([[0], np.cumsum(self.total)]).tolist()
+        bad = np.concatenate([[0], np.cumsum(self.bad)]).tolist()
+        state, out = AlertState(), []
+        for now in range(start, end + 1, every):
+            evaluation = evaluate(policy, objective, self._counts(total, bad, now, policy))
+            state, change = step(state, evaluation, T0 + timedelta(seconds=now))
+            out.append((now, state, change))
+        return out
+
+
+DAY = 86400
+HOUR = 3600
+
+
+def test_the_policy_file_is_the_sre_workbook_table(policy):
+    table = {(r.severity, r.burn_rate, r.long_window, r.short_window) for r in policy.rules}
+    hours = lambda n: timedelta(hours=n)  # noqa: E731
+    assert table == {
+        (Severity.PAGE, 14.4, hours(1), timedelta(minutes=5)),
+        (Severity.PAGE, 6.0, hours(6), timedelta(minutes=30)),
+        (Severity.TICKET, 3.0, hours(24), hours(2)),
+        (Severity.TICKET, 1.0, hours(72), hours(6)),
+    }
+    assert [int(w.total_seconds()) for w in policy.windows] == [
+        300, 1800, 3600, 7200, 21600, 86400, 259200,
+    ]  # fmt: skip
+
+
+def test_a_total_outage_at_99_9_pages_within_one_evaluation_interval_after_a_minute_of_data(
+    policy,
+):
+    outage = 3 * DAY
+    timeline = Timeline(outage + HOUR)
+    timeline.fail(outage, outage + HOUR)
+    states = timeline.replay(policy, 0.999, outage - 10 * INTERVAL, outage + 2 * INTERVAL)
+    before = [s for now, s, _ in states if now <= outage]
+    assert all(not s.active for s in before)
+    after_a_minute = [(s, c) for now, s, c in states if now == outage + 60]
+    assert after_a_minute == [(AlertState(Severity.PAGE, T0 + timedelta(seconds=outage + 60)),
+                               Transition.OPENED)]  # fmt: skip
+
+
+def test_a_2x_burn_tickets_but_never_pages(policy):
+    # 0.2 % of requests fail for three days at a 99.9 % objective: a burn rate of exactly 2.
+    timeline = Timeline(4 * DAY)
+    timeline.bad[::50] = 1
+    assert timeline.bad.sum() / timeline.total.sum() == pytest.approx(0.002)
+    states = timeline.replay(policy, 0.999, HOUR, 4 * DAY, every=5 * 60)
+    assert all(s.severity is not Severity.PAGE for _, s, _ in states)
+    assert states[-1][1].severity is Severity.TICKET
+    # One ticket, opened once the 3-day window fills (not one per evaluation).
+    assert [c for _, _, c in states].count(Transition.OPENED) == 1
+
+
+def test_the_page_clears_within_the_short_window_after_recovery(policy):
+    outage, recovery = 3 * DAY, 3 * DAY + 600
+    timeline = Timeline(4 * DAY)
+    timeline.fail(outage, recovery)
+    states = timeline.replay(policy, 0.999, outage, recovery + 7 * HOUR)
+    paging = [now for now, s, _ in states if s.severity is Severity.PAGE]
+    assert paging[0] == outage + 60
+    # The longest short window of a paging rule is 30 minutes.
+    assert recovery < paging[-1] <= recovery + 1800
+    # One alert throughout: it opens once, steps down to a ticket, then resolves.
+    changes = [c for _, _, c in states if c is not Transition.NONE]
+    assert changes == [Transition.OPENED, Transition.DEESCALATED, Transition.RESOLVED]
+    resolved_at = next(now for now, _, c in states if c is Transition.RESOLVED)
+    assert resolved_at <= recovery + 6 * HOUR + INTERVAL  # the ticket rule's 6 h short window
+
+
+def test_the_1h_page_clears_after_its_5_minute_short_window(policy):
+    # Only the 14.4×/1 h rule pages for a 90-second outage; its 5 m window clears first.
+    outage, recovery = 3 * DAY, 3 * DAY + 90
+    timeline = Timeline(4 * DAY)
+    timeline.fail(outage, recovery)
+    states = timeline.replay(policy, 0.999, outage, recovery + HOUR)
+    fired = evaluate(policy, 0.999, timeline.counts(recovery, policy)).fired_rules
+    assert {r.long_window for r in fired} == {timedelta(hours=1)}
+    paging = [now for now, s, _ in states if s.severity is Severity.PAGE]
+    assert recovery < paging[-1] <= recovery + 300
+
+
+def test_a_trickle_of_3_failed_requests_out_of_5_in_a_quiet_hour_does_not_page(policy):
+    timeline = Timeline(4 * DAY, rps=0)
+    quiet_hour = 3 * DAY
+    for i, second in enumerate(range(quiet_hour, quiet_hour + HOUR, HOUR // 5)):
+        timeline.total[second] = 1
+        timeline.bad[second] = 1 if i < 3 else 0
+    states = timeline.replay(policy, 0.999, quiet_hour, quiet_hour + HOUR)
+    assert all(not s.active for _, s, _ in states)
+    # It is the minimum-events guard that holds it back: without it this would page.
+    unguarded = Policy(policy.windows, policy.rules, min_events=0)
+    assert timeline.replay(unguarded, 0.999, quiet_hour, quiet_hour + HOUR)[-1][1].active
+
+
+def at_burn(policy: Policy, rate: float) -> dict[timedelta, EventCounts]:
+    """Counts that burn at ``rate`` (99.9 % objective) up to 1 h and at 0.5× beyond."""
+    return {
+        w: EventCounts(100_000, round((rate if w <= timedelta(hours=1) else 0.5) * 100))
+        for w in policy.windows
+    }
+
+
+def test_a_burn_rate_hovering_at_the_threshold_does_not_flap(policy):
+    # The burn rate alternates just above and just below the 14.4× page threshold.
+    rates = [15.0 if i % 2 == 0 else 14.0 for i in range(20)]
+
+    def replay(p: Policy) -> list[Transition]:
+        state, changes = AlertState(), []
+        for i, rate in enumerate(rates):
+            state, change = step(
+                state, evaluate(p, 0.999, at_burn(p, rate)), T0 + i * timedelta(seconds=30)
+            )
+            changes.append(change)
+        return changes
+
+    changes = replay(policy)
+    assert changes.count(Transition.OPENED) == 1
+    assert Transition.RESOLVED not in changes
+    # Without hysteresis the same burn rates open and close the page again and again.
+    strict = Policy(policy.windows, policy.rules, policy.min_events, resolve_ratio=1.0)
+    assert replay(strict).count(Transition.OPENED) == 10
+
+
+def test_evaluation_needs_counts_for_every_window(policy):
+    with pytest.raises(InvalidInput, match="missing"):
+        evaluate(policy, 0.999, {timedelta(hours=1): EventCounts(10, 0)})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"version": 2, "windows": [], "rules": []}, "version"),
+        ({"version": 1, "windows": ["5m", "1h"], "rules": []}, "at least one rule"),
+        (
+            {"version": 1, "windows": ["1h"], "rules": [
+                {"severity": "page", "burn_rate": 2, "long_window": "1h", "short_window": "5m"}]},
+            "policy.s windows",
+        ),
+        ({"version": 1, "windows": ["5m"], "rules": [{"severity": "loud"}]}, "invalid"),
+    ],
+)  # fmt: skip
+def test_a_malformed_policy_is_rejected_with_a_reason(data, message):
+    with pytest.raises(InvalidInput, match=message):
+        policy_from_mapping(data)
+
+
+def test_a_rule_short_window_must_be_shorter():
+    with pytest.raises(InvalidInput, match="shorter"):
+        Rule(Severity.PAGE, 2.0, timedelta(minutes=5), timedelta(hours=1))
