@@ -25,7 +25,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core.records import DURATION_FIELDS, GROUP_LABELS, RECORD_FIELDS, RequestRecord, Status
-from core.sketch import QuantileSketch, merge_all, sketches_by_group
+from core.sketch import IntArray, QuantileSketch, merge_all, sketches_by_group
 from core.window import Resolution
 from storage.tables import SKETCH_COLUMNS, request_rollups
 
@@ -64,22 +64,12 @@ def deltas_from_rows(rows: Sequence[tuple[Any, ...]]) -> list[RollupDelta]:
         return []
     columns = dict(zip(RECORD_FIELDS, zip(*rows, strict=True), strict=True))
     n = len(rows)
-    series_index: dict[tuple[str, ...], int] = {}
-    series_ids = np.fromiter(
-        (
-            series_index.setdefault(labels, len(series_index))
-            for labels in zip(*(columns[name] for name in GROUP_LABELS), strict=True)
-        ),
-        dtype=np.int64,
-        count=n,
-    )
-    series_labels = list(series_index)
-    epoch = np.fromiter((ts.timestamp() for ts in columns["start"]), dtype=np.float64, count=n)
+    # Per-row work stays in C (map over builtins and dict lookups): this runs for every batch.
+    series_ids, series_labels = _series(columns)
+    epoch = np.fromiter(map(datetime.timestamp, columns["start"]), dtype=np.float64, count=n)
     counters = {
         "requests": np.ones(n, dtype=np.int64),
-        "errors": np.fromiter(
-            (s == Status.ERROR for s in columns["status"]), dtype=np.int64, count=n
-        ),
+        "errors": np.fromiter(map(Status.ERROR.__eq__, columns["status"]), dtype=np.int64, count=n),
         **{
             name: np.nan_to_num(np.array(columns[name], dtype=np.float64)).astype(np.int64)
             for name in ("input_tokens", "output_tokens", "cached_tokens")
@@ -120,6 +110,14 @@ def deltas_from_rows(rows: Sequence[tuple[Any, ...]]) -> list[RollupDelta]:
         for g in range(groups)
     ]
     return minutes + _coarsen(minutes, Resolution.HOUR) + _coarsen(minutes, Resolution.DAY)
+
+
+def _series(columns: dict[str, tuple[Any, ...]]) -> tuple[IntArray, list[tuple[str, ...]]]:
+    """Dense series ids for the rows, and each id's (model, instance, tenant, priority)."""
+    keys = list(zip(*(columns[name] for name in GROUP_LABELS), strict=True))
+    labels = list(dict.fromkeys(keys))
+    index = {key: i for i, key in enumerate(labels)}
+    return np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)), labels
 
 
 def _coarsen(minutes: Sequence[RollupDelta], resolution: Resolution) -> list[RollupDelta]:
