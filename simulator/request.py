@@ -4,7 +4,8 @@
 request finishes, ``finished_record`` / ``refused_record`` turn it into the normalised,
 validated ``core.records.RequestRecord`` with vLLM V1's stage definitions: queue = scheduled −
 queued, prefill = first token − scheduled, decode = last token − first token, TTFT and E2E from
-arrival at the frontend (so tokenization counts).
+arrival at the frontend (so tokenization counts). A gateway in front of the server adds its own
+time as ``gateway_s`` only (the engine's timings are what the engine sees).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class RequestState:
         "first_sched",
         "first_token",
         "g0",
+        "gateway_s",
         "gen",
         "gen_at_join",
         "generation",
@@ -67,6 +69,7 @@ class RequestState:
         self.max_tokens = a.max_tokens
         self.tenant = a.tenant
         self.priority = a.priority
+        self.gateway_s = a.gateway_s
         self.temperature = 0.7
         self.top_p = 0.95
         self.prefill_left = a.input_tokens
@@ -139,6 +142,7 @@ def finished_record(
         prefill_s=r.first_token - r.first_sched,
         decode_s=decode,
         preprocess_s=r.queued - r.arrival,
+        gateway_s=r.gateway_s or None,
         input_tokens=r.input_tokens,
         output_tokens=out,
         status=Status.OK,
@@ -163,6 +167,7 @@ def refused_record(
         e2e_s=t - r.arrival,
         queue_s=t - r.queued,
         preprocess_s=r.queued - r.arrival,
+        gateway_s=r.gateway_s or None,
         input_tokens=r.input_tokens,
         output_tokens=0,
         status=Status.ERROR,

@@ -175,6 +175,7 @@ class MixSpec(_Spec):
     priorities: dict[str, float] = Field(default_factory=lambda: {"standard": 1.0})
     temperature: float = 0.7
     top_p: float = 0.95
+    gateway: float | str = 0.0
 
     def convert(self) -> RequestMix:
         return RequestMix(
@@ -185,6 +186,7 @@ class MixSpec(_Spec):
             priorities=tuple(Weighted(k, v) for k, v in self.priorities.items()),
             temperature=self.temperature,
             top_p=self.top_p,
+            gateway_s=parse_duration(self.gateway),
         )
 
 

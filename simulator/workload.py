@@ -164,8 +164,12 @@ class RequestMix:
     priorities: tuple[Weighted, ...] = (Weighted("standard", 1.0),)
     temperature: float = 0.7
     top_p: float = 0.95
+    #: Time an API gateway in front of the server adds (half on the way in, half out).
+    gateway_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.gateway_s) or not 0.0 <= self.gateway_s <= 60.0:
+            raise InvalidInput("gateway time must be in [0, 60] s")
         if self.max_tokens < 1:
             raise InvalidInput("max_tokens must be ≥ 1")
         if not self.tenants or not self.priorities:
@@ -182,6 +186,7 @@ class Arrival:
     max_tokens: int
     tenant: str
     priority: str
+    gateway_s: float = 0.0
 
 
 def _choice(
@@ -258,6 +263,7 @@ class ArrivalStream:
                     max_tokens=mix.max_tokens,
                     tenant=mix.tenants[tenants[i]].value,
                     priority=mix.priorities[priorities[i]].value,
+                    gateway_s=mix.gateway_s,
                 )
             )
         return True

@@ -4,13 +4,16 @@ Each finished request becomes vLLM V1's ``llm_request`` SERVER span (``vllm/trac
 ``SpanAttributes`` names: ``gen_ai.latency.*``, ``gen_ai.usage.prompt_tokens`` /
 ``completion_tokens``, ``gen_ai.request.*``, ``gen_ai.response.model``), with start and end
 set explicitly from virtual time and, optionally, a ``tokenize`` child span for the frontend's
-preprocessing. The span's trace and span ids are the record's, so what a receiver stores can
-be compared with the simulator's own records. Each instance has its own ``TracerProvider``
-(resource ``service.name`` / ``service.instance.id`` = the instance) and ``BatchSpanProcessor``;
-``write`` flushes (unless told not to, as in real-time mode), so export keeps pace with
-virtual time and no span is dropped for a full queue. The endpoint picks the exporter:
-``http(s)://…`` → OTLP/HTTP protobuf (``/v1/traces`` appended when missing),
-``grpc://host:port`` → OTLP/gRPC (insecure on loopback).
+preprocessing, and, when the traffic passes a gateway, an enclosing ``gateway …`` root span
+(its duration minus the request's E2E is the gateway's share). The span's trace and span
+ids are the record's, so what a receiver stores can be compared with the simulator's records.
+
+Each instance has its own ``TracerProvider`` (resource ``service.name`` /
+``service.instance.id`` = the instance) and ``BatchSpanProcessor``; ``write`` flushes (unless
+told not to, as in real-time mode), so export keeps pace with virtual time and no span is
+dropped for a full queue. The endpoint picks the exporter: ``http(s)://…`` → OTLP/HTTP
+protobuf (``/v1/traces`` appended when missing), ``grpc://host:port`` → OTLP/gRPC (insecure
+on loopback).
 """
 
 from __future__ import annotations
@@ -191,13 +194,25 @@ class OtlpSink:
         end_ns = start_ns + int((r.e2e_s or 0.0) * _NS)
         span_id = int(r.span_id, 16)
         ids.trace_id = int(r.trace_id, 16)
+        parent = trace.set_span_in_context(trace.INVALID_SPAN)
+        gateway = None
+        if r.gateway_s:
+            half_ns = round(r.gateway_s * _NS / 2)
+            ids.span_ids = [span_id ^ 0x3C6EF372 or 1]
+            gateway = tracer.start_span(
+                f"gateway POST /v1/{r.operation or 'chat'}/completions",
+                kind=SpanKind.SERVER,
+                start_time=start_ns - half_ns,
+                context=parent,
+            )
+            parent = trace.set_span_in_context(gateway)
         ids.span_ids = [span_id]
         span = tracer.start_span(
             "llm_request",
             kind=SpanKind.SERVER,
             start_time=start_ns,
             attributes=span_attributes(c),
-            context=trace.set_span_in_context(trace.INVALID_SPAN),
+            context=parent,
         )
         if r.is_error:
             span.set_status(Status(StatusCode.ERROR, r.error_type))
@@ -214,6 +229,9 @@ class OtlpSink:
             self.spans += 1
         span.end(end_time=end_ns)
         self.spans += 1
+        if gateway is not None:
+            gateway.end(end_time=end_ns + half_ns)
+            self.spans += 1
 
     def write(self, batch: Batch) -> None:
         for c in batch.completions:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
@@ -105,3 +106,27 @@ def test_the_fleet_exports_while_it_runs_and_nothing_is_dropped() -> None:
         result = run_scenario(scenario, [memory, otlp], chunk_s=10.0)
         otlp.close()
         assert otlp.exported == result.requests == len(received.spans()) > 1000
+
+
+def test_a_gateway_in_front_encloses_the_request_span(run_fleet: RunFn) -> None:
+    mix = dataclasses.replace(SHORT_MIX, gateway_s=0.003)
+    run = run_fleet(4.0, 10.0, mix=mix)
+    with http_receiver() as (endpoint, received):
+        sink = OtlpSink(endpoint)
+        sink.write(Batch(tuple(run.sink.completions)))
+        sink.close()
+        spans = [s for _, s in received.spans()]
+    by_name: dict[str, list[trace_pb2.Span]] = {}
+    for s in spans:
+        by_name.setdefault(s.name.split(" ")[0], []).append(s)
+    assert len(by_name["gateway"]) == len(by_name["llm_request"]) == len(run.sink.records)
+    gateways = {s.trace_id: s for s in by_name["gateway"]}
+    for request in by_name["llm_request"]:
+        gateway = gateways[request.trace_id]
+        assert gateway.parent_span_id == b""
+        assert request.parent_span_id == gateway.span_id
+        overhead = (gateway.end_time_unix_nano - gateway.start_time_unix_nano) - (
+            request.end_time_unix_nano - request.start_time_unix_nano
+        )
+        assert overhead / 1e9 == pytest.approx(0.003, abs=2e-9)
+    assert all(r.gateway_s == 0.003 for r in run.sink.records)
