@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from core.errors import InvalidInput
 from core.slo import EventCounts, burn_rate
@@ -190,3 +190,43 @@ def step(state: AlertState, evaluation: Evaluation, now: datetime) -> tuple[Aler
         return AlertState(new, now), Transition.OPENED
     change = Transition.ESCALATED if _rank(new) > _rank(state.severity) else Transition.DEESCALATED
     return AlertState(new, state.since), change
+
+
+class IncidentState(StrEnum):
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One alert of one SLO and scope, from its opening to its resolution."""
+
+    id: int
+    slo: str
+    scope: str
+    severity: Severity
+    state: IncidentState
+    opened_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None = None
+    peak_burn_rate: float = 0.0
+    burn_rates: Mapping[str, float] = field(default_factory=dict)
+    """The burn rate per window (``"5m"`` → rate) at the last update."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.severity, Severity):
+            object.__setattr__(self, "severity", Severity(str(self.severity)))
+        if not isinstance(self.state, IncidentState):
+            object.__setattr__(self, "state", IncidentState(str(self.state)))
+        if (self.state is IncidentState.RESOLVED) != (self.resolved_at is not None):
+            raise InvalidInput("a resolved incident has a resolution time, a firing one none")
+
+
+class IncidentListener(Protocol):
+    """Told about every incident change after it is stored (diagnosis, notifications).
+
+    ``transition`` is ``OPENED``, ``ESCALATED``, ``DEESCALATED`` or ``RESOLVED``. A listener
+    must not raise for expected failures; the evaluation job logs and carries on if it does.
+    """
+
+    def on_incident(self, incident: Incident, transition: Transition) -> None: ...

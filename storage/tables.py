@@ -26,6 +26,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    Text,
 )
 
 from core.records import DURATION_FIELDS, GROUP_LABELS
@@ -148,4 +149,36 @@ server_samples = Table(
     PrimaryKeyConstraint("ts", "instance"),
     Index("ix_server_samples_instance_ts", "instance", "ts"),
     postgresql_partition_by="RANGE (ts)",
+)
+
+# -- SLOs and incidents (issue 5) -----------------------------------------------------------
+
+#: One row per SLO; ``spec`` is the definition as JSON (see ``storage.slo_store``).
+slos = Table(
+    "slos",
+    metadata,
+    Column("name", String(128), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("name"),
+)
+
+#: One row per alert of an SLO and scope, from opening to resolution (not per evaluation).
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("slo", String(128), nullable=False),
+    Column("scope", String(1024), nullable=False),
+    Column("severity", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("opened_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("resolved_at", UTCDateTime(), nullable=True),
+    Column("peak_burn_rate", Float(53), nullable=False),
+    Column("burn_rates", Text, nullable=False),
+    PrimaryKeyConstraint("id"),
+    Index("ix_incidents_slo_scope_state", "slo", "scope", "state"),
+    Index("ix_incidents_state_opened_at", "state", "opened_at"),
 )

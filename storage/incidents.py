@@ -1,0 +1,131 @@
+"""Incidents in the store: one row per alert of an SLO and scope, not one per evaluation.
+
+``apply_step`` writes what ``core.burn.step`` decided: it opens a row, updates the open row's
+severity and burn rates, or resolves it. At most one incident per SLO and scope is firing;
+the evaluation job is the only writer (one leader), so no database constraint is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import Connection, Engine, Row, insert, select, update
+
+from core.burn import (
+    AlertState,
+    Incident,
+    IncidentState,
+    Severity,
+    Transition,
+)
+from core.errors import InvalidInput
+from storage.tables import incidents
+
+STATES: Final = ("firing", "resolved", "all")
+
+
+def _incident(row: Row[Any]) -> Incident:
+    return Incident(
+        id=row.id,
+        slo=row.slo,
+        scope=row.scope,
+        severity=Severity(row.severity),
+        state=IncidentState(row.state),
+        opened_at=row.opened_at,
+        updated_at=row.updated_at,
+        resolved_at=row.resolved_at,
+        peak_burn_rate=row.peak_burn_rate,
+        burn_rates=json.loads(row.burn_rates),
+    )
+
+
+def firing(connection: Connection, slo: str, scope: str) -> Incident | None:
+    """The open incident of ``slo`` and ``scope``, if any."""
+    row = connection.execute(
+        select(incidents).where(
+            incidents.c.slo == slo,
+            incidents.c.scope == scope,
+            incidents.c.state == IncidentState.FIRING.value,
+        )
+    ).first()
+    return _incident(row) if row is not None else None
+
+
+def alert_state(incident: Incident | None) -> AlertState:
+    """The alert state an open incident stands for."""
+    if incident is None:
+        return AlertState()
+    return AlertState(incident.severity, incident.opened_at)
+
+
+def apply_step(
+    connection: Connection,
+    slo: str,
+    scope: str,
+    state: AlertState,
+    transition: Transition,
+    burn_rates: Mapping[str, float],
+    now: datetime,
+) -> Incident | None:
+    """Persist one evaluation's outcome; the incident as it now is (``None``: none open)."""
+    current = firing(connection, slo, scope)
+    peak = max(burn_rates.values(), default=0.0)
+    rates = json.dumps(dict(burn_rates), sort_keys=True)
+    if current is None:
+        if state.severity is None:
+            return None
+        result = connection.execute(
+            insert(incidents)
+            .values(
+                slo=slo,
+                scope=scope,
+                severity=state.severity.value,
+                state=IncidentState.FIRING.value,
+                opened_at=state.since or now,
+                updated_at=now,
+                peak_burn_rate=peak,
+                burn_rates=rates,
+            )
+            .returning(incidents.c.id)
+        )
+        return _reload(connection, result.scalar_one())
+    values: dict[str, Any] = {
+        "updated_at": now,
+        "burn_rates": rates,
+        "peak_burn_rate": max(current.peak_burn_rate, peak),
+    }
+    if transition is Transition.RESOLVED or state.severity is None:
+        values.update(state=IncidentState.RESOLVED.value, resolved_at=now)
+    else:
+        values["severity"] = state.severity.value
+    connection.execute(update(incidents).where(incidents.c.id == current.id).values(**values))
+    return _reload(connection, current.id)
+
+
+def resolve_all(connection: Connection, slo: str, now: datetime) -> int:
+    """Resolve every open incident of ``slo`` (it was deleted); how many there were."""
+    result = connection.execute(
+        update(incidents)
+        .where(incidents.c.slo == slo, incidents.c.state == IncidentState.FIRING.value)
+        .values(state=IncidentState.RESOLVED.value, resolved_at=now, updated_at=now)
+    )
+    return max(result.rowcount, 0)
+
+
+def _reload(connection: Connection, incident_id: int) -> Incident:
+    row = connection.execute(select(incidents).where(incidents.c.id == incident_id)).one()
+    return _incident(row)
+
+
+def list_incidents(engine: Engine, state: str = "all", limit: int = 500) -> list[Incident]:
+    """Incidents newest first, filtered by ``state`` (``firing``, ``resolved`` or ``all``)."""
+    if state not in STATES:
+        raise InvalidInput(f"unknown incident state {state!r}", details={"allowed": list(STATES)})
+    query = select(incidents).order_by(incidents.c.opened_at.desc(), incidents.c.id.desc())
+    if state != "all":
+        query = query.where(incidents.c.state == state)
+    with engine.connect() as connection:
+        return [_incident(row) for row in connection.execute(query.limit(limit))]
