@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 from sqlalchemy import func, select
@@ -119,3 +120,14 @@ def test_simulate_realtime_serves_the_fleet_for_its_duration(tmp_path: Path) -> 
         simulate, ["--scenario", str(scenario), "--realtime", "--store", "sqlite:///x.db"]
     )
     assert refused.exit_code == 2
+
+
+def test_speed_paces_virtual_time_against_the_wall_clock() -> None:
+    from infersight.commands_simulate import _Reporter
+    from simulator.fleet import Progress
+
+    slept: list[float] = []
+    reporter = _Reporter(60.0, quiet=True, clock=lambda: 0.0, sleep=slept.append)
+    reporter(Progress(virtual_s=120.0, duration_s=600.0, requests=10, wall_s=0.5))
+    reporter(Progress(virtual_s=180.0, duration_s=600.0, requests=20, wall_s=3.5))  # behind
+    assert slept == [pytest.approx(1.5)]  # 120 virtual s at 60× is 2 s of wall time
