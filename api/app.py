@@ -1,0 +1,117 @@
+"""``create_app(settings, engine, clock)``: the API service, built from its arguments only.
+
+Wires the routes, the one error shape, request limits, authentication, ``/metrics`` (its own
+registry), ``/healthz`` and the scheduled jobs (started with the app's lifespan when
+``settings.run_jobs``; ``infersight serve`` runs it under uvicorn).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from api import errors, routes_query, routes_slos
+from api.auth import Scope, check_exposure, parse_tokens, requires
+from api.evaluation import Evaluator, default_policy
+from api.jobs import Jobs, LeaderLock, leader_lock
+from api.limits import BodyLimit
+from api.metrics import StoreCollector, registry_for
+from api.settings import ApiSettings
+from core.burn import IncidentListener, Policy
+from storage.maintenance import RetentionPolicy
+from storage.queries import DEFAULT_EXACT_MAX_ROWS
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def create_app(
+    settings: ApiSettings,
+    engine: Engine,
+    clock: Clock = system_clock,
+    *,
+    retention: RetentionPolicy | None = None,
+    exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
+    policy: Policy | None = None,
+    listeners: Sequence[IncidentListener] = (),
+    lock: LeaderLock | None = None,
+) -> FastAPI:
+    """The API for ``engine``'s store. Raises ``ConfigurationError`` for unsafe settings."""
+    tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file)
+    host = settings.listen.rpartition(":")[0] or settings.listen
+    check_exposure(host, tokens, settings.insecure_no_auth)
+    retention = retention or RetentionPolicy()
+    policy = policy or default_policy()
+    evaluator = Evaluator(engine, policy, listeners, retention.finest_for)
+    jobs = Jobs(
+        engine,
+        evaluator,
+        retention,
+        clock,
+        lock or leader_lock(engine),
+        settings.evaluation_interval_s,
+        settings.maintenance_interval_s,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if settings.run_jobs:
+            jobs.start()
+        try:
+            yield
+        finally:
+            jobs.stop()
+
+    app = FastAPI(
+        title="infersight",
+        summary="SLO and cost observability for LLM inference fleets",
+        version="v1",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.clock = clock
+    app.state.tokens = tokens
+    app.state.retention = retention
+    app.state.exact_max_rows = exact_max_rows
+    app.state.policy = policy
+    app.state.evaluator = evaluator
+    app.state.jobs = jobs
+    registry = registry_for(
+        StoreCollector(engine, policy, clock, retention.finest_for, exact_max_rows)
+    )
+
+    errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(routes_query.router)
+    app.include_router(routes_slos.router)
+
+    @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", summary="Liveness and store reachability")
+    def healthz(request: Request) -> Response:
+        body: dict[str, Any] = {"status": "ok", "store": "ok", "jobs": dict(jobs.runs)}
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except SQLAlchemyError:
+            body.update(status="unavailable", store="unreachable")
+            return JSONResponse(body, status_code=503)
+        return JSONResponse(body)
+
+    return app

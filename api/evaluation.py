@@ -1,0 +1,146 @@
+"""SLO status and the evaluation job: counts → burn rates → alert state → incidents → listeners.
+
+``status`` computes one SLO's SLI, budget and burn rates at ``now`` (read-only; used by the
+routes and ``/metrics``). ``Evaluator.run`` does that for every stored SLO, steps each alert
+state (``core.burn.step``), persists the outcome (``storage.incidents``) and then tells the
+``IncidentListener``s (diagnosis and notifications live behind that seam).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import yaml
+from sqlalchemy import Connection, Engine
+
+from core.burn import (
+    Evaluation,
+    Incident,
+    IncidentListener,
+    Policy,
+    Transition,
+    evaluate,
+    policy_from_mapping,
+    step,
+)
+from core.slo import EventCounts, SloSpec, budget_remaining, sli_value
+from core.window import Resolution, Window, format_duration
+from storage import incidents, slo_store
+
+log = logging.getLogger(__name__)
+FinestFor = Callable[[Window, datetime], Resolution]
+
+
+def default_policy() -> Policy:
+    """The SRE workbook's policy shipped in ``core/data/burn_rate_policy.yaml``."""
+    text = resources.files("core").joinpath("data/burn_rate_policy.yaml").read_text()
+    return policy_from_mapping(yaml.safe_load(text))
+
+
+@dataclass(frozen=True, slots=True)
+class SloStatus:
+    spec: SloSpec
+    at: datetime
+    counts: EventCounts
+    """Events over the SLO's own window."""
+    evaluation: Evaluation
+
+    @property
+    def sli(self) -> float | None:
+        return sli_value(self.counts)
+
+    @property
+    def budget_remaining(self) -> float:
+        return budget_remaining(self.counts, self.spec.objective)
+
+    def burn_rates(self) -> dict[str, float]:
+        return {format_duration(w): r for w, r in self.evaluation.burn_rates.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "evaluated_at": self.at.isoformat().replace("+00:00", "Z"),
+            "sli": self.sli,
+            "objective": self.spec.objective,
+            "events": self.counts.total,
+            "bad_events": self.counts.bad,
+            "error_budget_remaining": self.budget_remaining,
+            "burn_rates": self.burn_rates(),
+            "firing": self.evaluation.firing.value if self.evaluation.firing else None,
+        }
+
+
+def status(
+    connection: Connection,
+    spec: SloSpec,
+    policy: Policy,
+    now: datetime,
+    finest_for: FinestFor | None = None,
+) -> SloStatus:
+    lengths = sorted({*policy.windows, spec.window})
+    counts = slo_store.count_windows(connection, spec, lengths, now, finest_for=finest_for)
+    evaluation = evaluate(policy, spec.objective, counts)
+    return SloStatus(spec, now, counts[spec.window], evaluation)
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    slos: int
+    changes: tuple[tuple[Incident, Transition], ...]
+    seconds: float
+
+
+class Evaluator:
+    """Evaluates every stored SLO; one ``run`` per scheduler interval (on the leader only)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        policy: Policy,
+        listeners: Sequence[IncidentListener] = (),
+        finest_for: FinestFor | None = None,
+    ) -> None:
+        self.engine = engine
+        self.policy = policy
+        self.listeners = tuple(listeners)
+        self.finest_for = finest_for
+
+    def run(self, now: datetime) -> RunReport:
+        started = time.perf_counter()
+        specs = slo_store.list_slos(self.engine)
+        changes: list[tuple[Incident, Transition]] = []
+        for spec in specs:
+            with self.engine.begin() as connection:
+                change = self._one(connection, spec, now)
+            if change is not None:
+                changes.append(change)
+        for incident, transition in changes:
+            self._notify(incident, transition)
+        return RunReport(len(specs), tuple(changes), time.perf_counter() - started)
+
+    def _one(
+        self, connection: Connection, spec: SloSpec, now: datetime
+    ) -> tuple[Incident, Transition] | None:
+        current = status(connection, spec, self.policy, now, self.finest_for)
+        previous = incidents.alert_state(incidents.firing(connection, spec.name, spec.scope))
+        state, transition = step(previous, current.evaluation, now)
+        if not previous.active and not state.active:
+            return None
+        incident = incidents.apply_step(
+            connection, spec.name, spec.scope, state, transition, current.burn_rates(), now
+        )
+        if incident is None or transition is Transition.NONE:
+            return None
+        return incident, transition
+
+    def _notify(self, incident: Incident, transition: Transition) -> None:
+        for listener in self.listeners:
+            try:
+                listener.on_incident(incident, transition)
+            except Exception:
+                log.exception("incident listener %r failed", listener)

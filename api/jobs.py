@@ -1,0 +1,195 @@
+"""Scheduled jobs (APScheduler) and the leader election that makes them run once per fleet.
+
+Every API replica schedules the same jobs, but a tick does work only on the leader. On
+PostgreSQL the leader is whoever holds a session-level advisory lock on a dedicated connection:
+when it stops (or its connection dies) the lock is released and the next replica to tick takes
+over. On SQLite there is one process, which always leads.
+
+Jobs: SLO evaluation (every ``evaluation_interval_s``) and maintenance — daily partitions
+ahead of time, and retention of raw rows and rollups (every ``maintenance_interval_s``).
+Rollups themselves are merged as batches arrive (``storage.rollup``), so compaction here is
+the retention of the finer resolutions that coarser ones have made redundant.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Final, Protocol
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from api.evaluation import Evaluator
+from storage.maintenance import RetentionPolicy, maintain
+
+log = logging.getLogger(__name__)
+#: The advisory lock key of the jobs leader ("infersgt" as a big-endian 64-bit number).
+LEADER_LOCK_KEY: Final = int.from_bytes(b"infersgt", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class LeaderLock(Protocol):
+    def acquire(self) -> bool:
+        """``True`` while this process leads (taking the lead if it is free)."""
+
+    def release(self) -> None: ...
+
+
+class SoleLeader:
+    """SQLite: a single process runs the jobs."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+class AdvisoryLock:
+    """A PostgreSQL session-level advisory lock held on its own connection."""
+
+    def __init__(self, engine: Engine, key: int = LEADER_LOCK_KEY) -> None:
+        self.engine = engine
+        self.key = key
+        self._connection: Connection | None = None
+        self._mutex = threading.Lock()
+
+    def acquire(self) -> bool:
+        with self._mutex:
+            try:
+                if self._connection is not None:
+                    if self._still_held(self._connection):
+                        return True
+                    self._drop()
+                connection = self.engine.connect()
+                got = connection.execute(
+                    text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}
+                ).scalar_one()
+                connection.commit()
+                if got:
+                    self._connection = connection
+                    log.info("this replica now leads the scheduled jobs")
+                    return True
+                connection.close()
+                return False
+            except DBAPIError:
+                log.warning("leader election failed; not leading", exc_info=True)
+                self._drop()
+                return False
+
+    def _still_held(self, connection: Connection) -> bool:
+        try:
+            held = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                    " AND pid = pg_backend_pid() AND objsubid = 1"
+                    " AND ((classid::bigint << 32) | objid::bigint) = :key"
+                ),
+                {"key": self.key},
+            ).scalar_one()
+            connection.commit()
+            return bool(held)
+        except DBAPIError:
+            return False
+
+    def _drop(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.invalidate()
+                self._connection.close()
+            except DBAPIError:
+                pass
+            self._connection = None
+
+    def release(self) -> None:
+        with self._mutex:
+            if self._connection is None:
+                return
+            try:
+                self._connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.key})
+                self._connection.commit()
+                self._connection.close()
+            except DBAPIError:
+                self._drop()
+            self._connection = None
+
+
+def leader_lock(engine: Engine) -> LeaderLock:
+    return AdvisoryLock(engine) if engine.dialect.name == "postgresql" else SoleLeader()
+
+
+class Jobs:
+    """The scheduled jobs of one replica; ``tick_*`` are what the scheduler calls."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        evaluator: Evaluator,
+        retention: RetentionPolicy,
+        clock: Callable[[], datetime],
+        lock: LeaderLock,
+        evaluation_interval_s: float,
+        maintenance_interval_s: float,
+    ) -> None:
+        self.engine = engine
+        self.evaluator = evaluator
+        self.retention = retention
+        self.clock = clock
+        self.lock = lock
+        self.evaluation_interval_s = evaluation_interval_s
+        self.maintenance_interval_s = maintenance_interval_s
+        self.runs: dict[str, int] = {"evaluate": 0, "maintain": 0}
+        self.last_error: str | None = None
+        self._scheduler: BackgroundScheduler | None = None
+
+    def tick_evaluation(self) -> bool:
+        """Evaluate every SLO if this replica leads; whether it did."""
+        return self._guarded("evaluate", lambda: self.evaluator.run(self.clock()))
+
+    def tick_maintenance(self) -> bool:
+        return self._guarded(
+            "maintain", lambda: maintain(self.engine, self.clock(), self.retention)
+        )
+
+    def _guarded(self, name: str, work: Callable[[], object]) -> bool:
+        if not self.lock.acquire():
+            return False
+        try:
+            work()
+        except Exception as exc:
+            # A failing job must not kill the scheduler thread; the next tick tries again.
+            self.last_error = f"{name}: {exc}"
+            log.exception("job %s failed", name)
+            return False
+        self.runs[name] += 1
+        return True
+
+    def start(self) -> None:
+        scheduler = BackgroundScheduler(timezone="UTC")
+        scheduler.add_job(
+            self.tick_evaluation,
+            "interval",
+            seconds=self.evaluation_interval_s,
+            id="evaluate",
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.add_job(
+            self.tick_maintenance,
+            "interval",
+            seconds=self.maintenance_interval_s,
+            id="maintain",
+            max_instances=1,
+            coalesce=True,
+        )
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def stop(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        self.lock.release()

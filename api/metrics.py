@@ -1,0 +1,118 @@
+"""``/metrics``: SLO and latency gauges for Prometheus, in the app's own ``CollectorRegistry``.
+
+Values are computed at scrape time from the store, so every replica answers the same:
+
+* ``infersight_slo_sli_ratio{slo,sli,scope}`` — share of good events over the SLO window
+* ``infersight_slo_objective_ratio{slo}`` — the objective
+* ``infersight_slo_error_budget_remaining_ratio{slo}`` — unspent share of the budget, 0..1
+* ``infersight_slo_burn_rate{slo,window}`` — burn rate per policy window (5m … 3d)
+* ``infersight_slo_events{slo}`` — events over the SLO window
+* ``infersight_latency_seconds{metric,model,quantile}`` — TTFT / TPOT / E2E quantiles per model
+  over the last five minutes (exact or sketch, as the latency route decides)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine
+
+from api.evaluation import FinestFor, status
+from core.burn import Policy
+from core.quantiles import quantile_key
+from core.window import Window
+from storage import queries, slo_store
+
+log = logging.getLogger(__name__)
+LATENCY_WINDOW: Final = timedelta(minutes=5)
+LATENCY_METRICS: Final = ("ttft", "tpot", "e2e")
+LATENCY_QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
+
+
+class StoreCollector(Collector):
+    def __init__(
+        self,
+        engine: Engine,
+        policy: Policy,
+        clock: Callable[[], datetime],
+        finest_for: FinestFor,
+        exact_max_rows: int,
+    ) -> None:
+        self.engine = engine
+        self.policy = policy
+        self.clock = clock
+        self.finest_for = finest_for
+        self.exact_max_rows = exact_max_rows
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self.clock()
+        yield from self._slos(now)
+        yield self._latency(now)
+
+    def _slos(self, now: datetime) -> Iterator[GaugeMetricFamily]:
+        sli = GaugeMetricFamily(
+            "infersight_slo_sli_ratio",
+            "Share of good events over the SLO window.",
+            labels=["slo", "sli", "scope"],
+        )
+        objective = GaugeMetricFamily(
+            "infersight_slo_objective_ratio", "The SLO's objective.", labels=["slo"]
+        )
+        budget = GaugeMetricFamily(
+            "infersight_slo_error_budget_remaining_ratio",
+            "Share of the SLO window's error budget not yet spent (0..1).",
+            labels=["slo"],
+        )
+        burn = GaugeMetricFamily(
+            "infersight_slo_burn_rate",
+            "Bad-event share over the window divided by the error budget.",
+            labels=["slo", "window"],
+        )
+        events = GaugeMetricFamily(
+            "infersight_slo_events", "Events counted over the SLO window.", labels=["slo"]
+        )
+        with self.engine.connect() as connection:
+            for spec in slo_store.list_slos(self.engine):
+                current = status(connection, spec, self.policy, now, self.finest_for)
+                if current.sli is not None:
+                    sli.add_metric([spec.name, spec.sli.kind.value, spec.scope], current.sli)
+                objective.add_metric([spec.name], spec.objective)
+                budget.add_metric([spec.name], current.budget_remaining)
+                events.add_metric([spec.name], current.counts.total)
+                for window, rate in current.burn_rates().items():
+                    burn.add_metric([spec.name, window], rate)
+        yield from (sli, objective, budget, burn, events)
+
+    def _latency(self, now: datetime) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            "infersight_latency_seconds",
+            "Request latency quantiles per model over the last 5 minutes.",
+            labels=["metric", "model", "quantile"],
+        )
+        window = Window.last(LATENCY_WINDOW, now)
+        for metric in LATENCY_METRICS:
+            result = queries.latency(
+                self.engine,
+                metric,
+                window,
+                group_by=("model",),
+                quantiles=LATENCY_QUANTILES,
+                finest=self.finest_for(window, now),
+                exact_max_rows=self.exact_max_rows,
+            )
+            for group in result.groups:
+                for q, value in group.quantiles.items():
+                    family.add_metric([metric, group.labels["model"], quantile_key(q)], value)
+        return family
+
+
+def registry_for(collector: StoreCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry

@@ -1,0 +1,129 @@
+"""``/api/v1/latency``, ``/api/v1/throughput`` and ``/api/v1/breakdown``: the query routes.
+
+Each route parses the common parameters, calls one ``storage.queries`` function and turns the
+``core`` answer into JSON. Rollup resolution follows the retention policy, so a window older
+than the minute rollups is served from hour rollups.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from api.auth import Scope, requires
+from api.params import Common, common, iso
+from core.quantiles import parse_quantiles, quantile_key
+from core.query import Method
+from storage import queries
+
+Params = Annotated[Common, Depends(common)]
+_QUANTILES = "0.5,0.9,0.95,0.99"
+router = APIRouter(prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))])
+
+
+def _finest(request: Request, params: Common) -> Any:
+    return request.app.state.retention.finest_for(params.window, params.now)
+
+
+@router.get("/latency", summary="Latency quantiles per group")
+def latency(
+    request: Request,
+    params: Params,
+    metric: Annotated[
+        str, Query(description="ttft, tpot, e2e, queue, prefill, decode, …")
+    ] = "ttft",
+    quantiles: Annotated[str, Query(description="comma-separated, in [0, 1]")] = _QUANTILES,
+    method: Annotated[Method, Query(description="auto, exact or sketch")] = Method.AUTO,
+) -> dict[str, Any]:
+    result = queries.latency(
+        request.app.state.engine,
+        metric,
+        params.window,
+        params.selector,
+        params.group_by,
+        parse_quantiles(quantiles),
+        method,
+        finest=_finest(request, params),
+        exact_max_rows=request.app.state.exact_max_rows,
+    )
+    return {
+        "metric": result.metric,
+        "unit": "s",
+        "start": iso(params.window.start),
+        "end": iso(params.window.end),
+        "method": result.method.value,
+        "relative_error": result.relative_error,
+        "groups": [
+            {
+                "labels": dict(g.labels),
+                "count": g.count,
+                "quantiles": {quantile_key(q): v for q, v in g.quantiles.items()},
+            }
+            for g in result.groups
+        ],
+    }
+
+
+@router.get("/throughput", summary="Requests, errors and tokens per second per group")
+def throughput(request: Request, params: Params) -> dict[str, Any]:
+    rows = queries.throughput(
+        request.app.state.engine,
+        params.window,
+        params.selector,
+        params.group_by,
+        finest=_finest(request, params),
+    )
+    return {
+        "start": iso(params.window.start),
+        "end": iso(params.window.end),
+        "seconds": params.window.seconds,
+        "groups": [
+            {
+                "labels": dict(t.labels),
+                "requests": t.requests,
+                "errors": t.errors,
+                "input_tokens": t.input_tokens,
+                "output_tokens": t.output_tokens,
+                "requests_per_s": t.requests_per_s,
+                "errors_per_s": t.errors_per_s,
+                "input_tokens_per_s": t.input_tokens_per_s,
+                "output_tokens_per_s": t.output_tokens_per_s,
+                "error_ratio": t.error_ratio,
+            }
+            for t in rows
+        ],
+    }
+
+
+@router.get("/breakdown", summary="Share of end-to-end time per stage per group")
+def breakdown(request: Request, params: Params) -> dict[str, Any]:
+    rows = queries.breakdown(
+        request.app.state.engine,
+        params.window,
+        params.selector,
+        params.group_by,
+        finest=_finest(request, params),
+    )
+    return {
+        "start": iso(params.window.start),
+        "end": iso(params.window.end),
+        "groups": [
+            {
+                "labels": dict(b.labels),
+                "requests": b.requests,
+                "e2e_seconds_total": b.e2e_seconds_total,
+                "stages": [
+                    {
+                        "stage": s.stage,
+                        "seconds_total": s.seconds_total,
+                        "share": s.share,
+                        "coverage": s.coverage,
+                    }
+                    for s in b.stages
+                ],
+                "unaccounted_share": b.unaccounted_share,
+            }
+            for b in rows
+        ],
+    }

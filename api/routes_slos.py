@@ -1,0 +1,99 @@
+"""``/api/v1/slos[/{name}]``: SLO definitions (PUT, DELETE: admin) with their live status.
+
+A definition is sent as an infersight/v1 or OpenSLO v1 document in YAML or JSON; it is
+answered in infersight/v1 form plus ``status`` (SLI, objective, budget remaining, burn rate
+per window) and ``alert`` (the open incident of the SLO's scope, if any).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from api.auth import Scope, requires
+from api.evaluation import status
+from api.specs import load_document, parse_spec, to_document
+from core.burn import Incident
+from core.errors import InvalidInput
+from core.slo import SloSpec
+from storage import incidents, slo_store
+
+router = APIRouter(prefix="/api/v1/slos")
+_READ = [Depends(requires(Scope.READ))]
+_ADMIN = [Depends(requires(Scope.ADMIN))]
+
+
+def incident_dict(incident: Incident) -> dict[str, Any]:
+    return {
+        "id": incident.id,
+        "slo": incident.slo,
+        "scope": incident.scope,
+        "severity": incident.severity.value,
+        "state": incident.state.value,
+        "opened_at": incident.opened_at.isoformat().replace("+00:00", "Z"),
+        "updated_at": incident.updated_at.isoformat().replace("+00:00", "Z"),
+        "resolved_at": (
+            incident.resolved_at.isoformat().replace("+00:00", "Z")
+            if incident.resolved_at
+            else None
+        ),
+        "peak_burn_rate": incident.peak_burn_rate,
+        "burn_rates": dict(incident.burn_rates),
+    }
+
+
+def _view(request: Request, spec: SloSpec) -> dict[str, Any]:
+    state = request.app.state
+    now = state.clock()
+    with state.engine.connect() as connection:
+        current = status(connection, spec, state.policy, now, state.retention.finest_for)
+        alert = incidents.firing(connection, spec.name, spec.scope)
+    return {
+        **to_document(spec),
+        "status": current.to_dict(),
+        "alert": incident_dict(alert) if alert is not None else None,
+    }
+
+
+@router.get("", dependencies=_READ, summary="Every SLO with its status")
+def list_slos(request: Request) -> dict[str, Any]:
+    specs = slo_store.list_slos(request.app.state.engine)
+    return {"slos": [_view(request, spec) for spec in specs]}
+
+
+@router.get("/{name}", dependencies=_READ, summary="One SLO with its status")
+def get_slo(request: Request, name: str) -> dict[str, Any]:
+    return _view(request, slo_store.get_slo(request.app.state.engine, name))
+
+
+@router.put(
+    "/{name}",
+    dependencies=_ADMIN,
+    summary="Create or replace an SLO (infersight/v1 or OpenSLO v1, YAML or JSON body)",
+    status_code=200,
+)
+async def put_slo(request: Request, name: str, response: Response) -> dict[str, Any]:
+    data = load_document(await request.body())
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict) and "name" not in metadata:
+        metadata["name"] = name
+    spec = parse_spec(data)
+    if spec.name != name:
+        raise InvalidInput(
+            "metadata.name differs from the name in the path",
+            details={"path": name, "metadata.name": spec.name},
+        )
+    state = request.app.state
+    created = slo_store.put_slo(state.engine, spec, state.clock())
+    response.status_code = 201 if created else 200
+    return to_document(spec)
+
+
+@router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete an SLO")
+def delete_slo(request: Request, name: str) -> Response:
+    state = request.app.state
+    slo_store.delete_slo(state.engine, name)
+    with state.engine.begin() as connection:
+        incidents.resolve_all(connection, name, state.clock())
+    return Response(status_code=204)
