@@ -65,10 +65,11 @@ def put_slo(engine: Engine, spec: SloSpec, now: datetime) -> bool:
     upsert = insert.on_conflict_do_update(
         index_elements=[slos.c.name],
         set_={"spec": insert.excluded.spec, "updated_at": insert.excluded.updated_at},
-    ).returning(slos.c.created_at)
+    )
     with engine.begin() as connection:
-        created_at = connection.execute(upsert).scalar_one()
-    return bool(created_at == now)
+        existed = connection.execute(select(slos.c.name).where(slos.c.name == spec.name)).first()
+        connection.execute(upsert)
+    return existed is None
 
 
 def get_slo(engine: Engine, name: str) -> SloSpec:

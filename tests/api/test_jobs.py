@@ -1,0 +1,97 @@
+"""Scheduled jobs: one leader among replicas on PostgreSQL, a sole runner on SQLite."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from api.evaluation import Evaluator, default_policy
+from api.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
+from storage import migrate
+from storage.engine import create_store_engine
+from storage.maintenance import RetentionPolicy
+from tests.api.conftest import NOW, FakeClock
+
+
+def replica(engine, lock=None, interval: float = 30.0) -> Jobs:
+    return Jobs(
+        engine,
+        Evaluator(engine, default_policy()),
+        RetentionPolicy(),
+        FakeClock(NOW),
+        lock or leader_lock(engine),
+        evaluation_interval_s=interval,
+        maintenance_interval_s=3600.0,
+    )
+
+
+@pytest.mark.postgres
+def test_two_replicas_on_one_postgres_run_the_jobs_once_per_interval_and_fail_over(pg_store):
+    engines = [create_store_engine(pg_store.url) for _ in range(2)]
+    first, second = (replica(e) for e in engines)
+    try:
+        assert isinstance(first.lock, AdvisoryLock)
+        for _ in range(3):  # three intervals: both replicas tick, one runs
+            assert [first.tick_evaluation(), second.tick_evaluation()] == [True, False]
+        assert first.tick_maintenance() is True
+        assert second.tick_maintenance() is False
+        assert (first.runs, second.runs) == (
+            {"evaluate": 3, "maintain": 1},
+            {"evaluate": 0, "maintain": 0},
+        )
+        first.stop()  # the leader goes away
+        for _ in range(2):
+            assert [second.tick_evaluation(), first.tick_evaluation()] == [True, False]
+        assert second.runs["evaluate"] == 2
+    finally:
+        first.stop()
+        second.stop()
+        for engine in engines:
+            engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_leader_whose_connection_dies_loses_the_lead(pg_store):
+    engines = [create_store_engine(pg_store.url) for _ in range(2)]
+    first, second = AdvisoryLock(engines[0]), AdvisoryLock(engines[1])
+    try:
+        assert first.acquire() is True
+        assert second.acquire() is False
+        assert first._connection is not None
+        first._connection.invalidate()  # as if the database had dropped the session
+        assert second.acquire() is True
+        assert first.acquire() is False
+    finally:
+        first.release()
+        second.release()
+        for engine in engines:
+            engine.dispose()
+
+
+def test_the_scheduler_ticks_the_evaluation_at_its_interval(store):
+    jobs = replica(store.engine, interval=0.05)
+    jobs.start()
+    try:
+        deadline = time.monotonic() + 10
+        while jobs.runs["evaluate"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        jobs.stop()
+    assert jobs.runs["evaluate"] >= 3
+    assert jobs.last_error is None
+    settled = dict(jobs.runs)
+    time.sleep(0.15)
+    assert jobs.runs == settled  # stopped means stopped
+
+
+def test_on_sqlite_the_single_process_leads(tmp_path):
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'one.db'}")
+    try:
+        migrate.upgrade(engine)
+        assert isinstance(leader_lock(engine), SoleLeader)
+        jobs = replica(engine)
+        assert jobs.tick_evaluation() is True
+        assert jobs.tick_maintenance() is True
+    finally:
+        engine.dispose()
