@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from api.settings import ApiSettings
 from infersight.settings import Settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -15,7 +16,8 @@ def test_every_setting_is_in_the_readme_with_its_default():
     documented = dict(ROW.findall(README.read_text()))
     fields = {
         f"INFERSIGHT_{name.upper()}": str(field.default)
-        for name, field in Settings.model_fields.items()
+        for model in (Settings, ApiSettings)
+        for name, field in model.model_fields.items()
     }
     assert documented == fields
 
