@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import timedelta
 from typing import Any, Final
 
 import yaml
@@ -172,6 +173,12 @@ def _native(data: dict[str, Any]) -> SloSpec:
     )
 
 
+def window_text(window: timedelta) -> str:
+    """SLO windows read in days (``28d``, not ``4w``) when they are whole days."""
+    seconds = int(window.total_seconds())
+    return f"{seconds // 86400}d" if seconds % 86400 == 0 else format_duration(window)
+
+
 def to_document(spec: SloSpec) -> dict[str, Any]:
     """The infersight/v1 document of ``spec`` (what ``GET`` returns and ``apply`` accepts)."""
     if spec.sli.kind is SliKind.LATENCY:
@@ -187,7 +194,7 @@ def to_document(spec: SloSpec) -> dict[str, Any]:
         "spec": {
             "sli": sli,
             "selector": dict(spec.selector.items()),
-            "window": format_duration(spec.window),
+            "window": window_text(spec.window),
             "objective": spec.objective,
         },
     }

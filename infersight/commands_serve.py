@@ -1,0 +1,86 @@
+"""``infersight serve``: the API service (and its scheduled jobs) under uvicorn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import uvicorn
+
+from api import create_app
+from api.settings import ApiSettings
+from core.errors import InvalidInput
+from infersight.settings import Settings
+from storage import migrate
+from storage.engine import create_store_engine
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) → ``(host, port)``."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidInput(f"--listen must be HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _settings(ctx: click.Context) -> Settings:
+    settings = getattr(ctx.obj, "settings", None)
+    if isinstance(settings, Settings):
+        return settings
+    from_env: dict[str, Any] = {}
+    return Settings(**from_env)
+
+
+@click.command("serve")
+@click.option(
+    "--listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Address to listen on (default INFERSIGHT_LISTEN or 127.0.0.1:8080).",
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    default=None,
+    help="Allow serving without API tokens on a non-loopback address (warns).",
+)
+@click.option("--no-jobs", is_flag=True, help="Do not run the scheduled jobs in this process.")
+@click.option(
+    "--migrate/--no-migrate",
+    "run_migrations",
+    default=True,
+    show_default=True,
+    help="Apply the store's migrations before serving.",
+)
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    listen: str | None,
+    insecure_no_auth: bool | None,
+    no_jobs: bool,
+    run_migrations: bool,
+) -> None:
+    """Serve the API, /metrics and the scheduled jobs (SLO evaluation, maintenance)."""
+    overrides: dict[str, Any] = {}
+    if listen:
+        overrides["listen"] = listen
+    if insecure_no_auth:
+        overrides["insecure_no_auth"] = True
+    if no_jobs:
+        overrides["run_jobs"] = False
+    api_settings = ApiSettings(**overrides)
+    host, port = split_listen(api_settings.listen)
+    settings = _settings(ctx)
+    engine = create_store_engine(settings.database_url)
+    if run_migrations:
+        migrate.upgrade(engine)
+    app = create_app(
+        api_settings,
+        engine,
+        retention=settings.retention(),
+        exact_max_rows=settings.exact_max_rows,
+    )
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+    finally:
+        engine.dispose()

@@ -1,0 +1,88 @@
+"""``infersight slo apply|list``: SLO definitions in the store, from the command line.
+
+``apply FILE…`` reads infersight/v1 or OpenSLO v1 documents (YAML, several per file, or JSON)
+and stores them; ``list`` prints every SLO with its current SLI, budget and alert state.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from api.evaluation import default_policy, status
+from api.specs import parse_specs, to_document
+from infersight.settings import Settings
+from storage import migrate
+from storage.engine import create_store_engine
+from storage.slo_store import list_slos, put_slo
+
+
+def _settings(ctx: click.Context) -> Settings:
+    settings = getattr(ctx.obj, "settings", None)
+    if isinstance(settings, Settings):
+        return settings
+    from_env: dict[str, Any] = {}
+    return Settings(**from_env)
+
+
+@click.group("slo")
+def slo() -> None:
+    """Service level objectives: apply definitions, list them with their status."""
+
+
+@slo.command("apply")
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.pass_context
+def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
+    """Create or replace the SLOs defined in FILES (YAML or JSON)."""
+    specs = [spec for path in files for spec in parse_specs(path.read_bytes())]
+    engine = create_store_engine(_settings(ctx).database_url)
+    try:
+        migrate.upgrade(engine)
+        now = datetime.now(UTC)
+        for spec in specs:
+            created = put_slo(engine, spec, now)
+            click.echo(f"{'created' if created else 'updated'} {spec.name}")
+    finally:
+        engine.dispose()
+
+
+@slo.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """Every SLO with its SLI, error budget remaining and firing severity now."""
+    settings = _settings(ctx)
+    engine = create_store_engine(settings.database_url)
+    try:
+        policy, now = default_policy(), datetime.now(UTC)
+        rows = []
+        with engine.connect() as connection:
+            for spec in list_slos(engine):
+                current = status(connection, spec, policy, now, settings.retention().finest_for)
+                rows.append({**to_document(spec), "status": current.to_dict()})
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(
+        f"{'NAME':<28} {'SLI':<22} {'OBJECTIVE':>9} {'WINDOW':>6} {'NOW':>9} {'BUDGET':>7}  FIRING"
+    )
+    for row in rows:
+        spec, state = row["spec"], row["status"]
+        sli = next(iter(spec["sli"]))
+        if sli == "latency":
+            sli = f"{spec['sli']['latency']['metric']}≤{spec['sli']['latency']['threshold']}"
+        value = "-" if state["sli"] is None else f"{state['sli']:.4%}"
+        click.echo(
+            f"{row['metadata']['name']:<28} {sli:<22} {spec['objective']:>9.4%} "
+            f"{spec['window']:>6} {value:>9} {state['error_budget_remaining']:>7.1%}  "
+            f"{state['firing'] or '-'}"
+        )
