@@ -81,9 +81,12 @@ def status(
     policy: Policy,
     now: datetime,
     finest_for: FinestFor | None = None,
+    counter: slo_store.CycleCounter | None = None,
 ) -> SloStatus:
+    """One SLO's status at ``now``; the SLOs of one cycle share a ``counter`` (same ``now``)."""
     lengths = sorted({*policy.windows, spec.window})
-    counts = slo_store.count_windows(connection, spec, lengths, now, finest_for=finest_for)
+    counter = counter or slo_store.CycleCounter(connection, now, finest_for)
+    counts = counter.count(spec, lengths)
     evaluation = evaluate(policy, spec.objective, counts)
     return SloStatus(spec, now, counts[spec.window], evaluation)
 
@@ -114,25 +117,42 @@ class Evaluator:
         started = time.perf_counter()
         specs = slo_store.list_slos(self.engine)
         changes: list[tuple[Incident, Transition]] = []
-        for spec in specs:
-            with self.engine.begin() as connection:
-                change = self._one(connection, spec, now)
-            if change is not None:
-                changes.append(change)
+        # One transaction for the cycle: the leader is the only writer of incidents, and one
+        # connection saves a pool checkout per SLO.
+        with self.engine.begin() as connection:
+            counter = slo_store.CycleCounter(connection, now, self.finest_for)
+            open_incidents = incidents.all_firing(connection)
+            for spec in specs:
+                current = open_incidents.get((spec.name, spec.scope))
+                change = self._one(connection, spec, now, counter, current)
+                if change is not None:
+                    changes.append(change)
         for incident, transition in changes:
             self._notify(incident, transition)
         return RunReport(len(specs), tuple(changes), time.perf_counter() - started)
 
     def _one(
-        self, connection: Connection, spec: SloSpec, now: datetime
+        self,
+        connection: Connection,
+        spec: SloSpec,
+        now: datetime,
+        counter: slo_store.CycleCounter,
+        open_incident: Incident | None,
     ) -> tuple[Incident, Transition] | None:
-        current = status(connection, spec, self.policy, now, self.finest_for)
-        previous = incidents.alert_state(incidents.firing(connection, spec.name, spec.scope))
+        current = status(connection, spec, self.policy, now, self.finest_for, counter)
+        previous = incidents.alert_state(open_incident)
         state, transition = step(previous, current.evaluation, now)
         if not previous.active and not state.active:
             return None
         incident = incidents.apply_step(
-            connection, spec.name, spec.scope, state, transition, current.burn_rates(), now
+            connection,
+            spec.name,
+            spec.scope,
+            state,
+            transition,
+            current.burn_rates(),
+            now,
+            current=open_incident,
         )
         if incident is None or transition is Transition.NONE:
             return None

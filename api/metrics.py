@@ -78,8 +78,9 @@ class StoreCollector(Collector):
             "infersight_slo_events", "Events counted over the SLO window.", labels=["slo"]
         )
         with self.engine.connect() as connection:
+            counter = slo_store.CycleCounter(connection, now, self.finest_for)
             for spec in slo_store.list_slos(self.engine):
-                current = status(connection, spec, self.policy, now, self.finest_for)
+                current = status(connection, spec, self.policy, now, self.finest_for, counter)
                 if current.sli is not None:
                     sli.add_metric([spec.name, spec.sli.kind.value, spec.scope], current.sli)
                 objective.add_metric([spec.name], spec.objective)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from sqlalchemy import Connection, Engine, Row, insert, select, update
 
@@ -54,6 +54,12 @@ def firing(connection: Connection, slo: str, scope: str) -> Incident | None:
     return _incident(row) if row is not None else None
 
 
+def all_firing(connection: Connection) -> dict[tuple[str, str], Incident]:
+    """Every open incident by (SLO, scope): one query for a whole evaluation cycle."""
+    query = select(incidents).where(incidents.c.state == IncidentState.FIRING.value)
+    return {(i.slo, i.scope): i for i in map(_incident, connection.execute(query))}
+
+
 def alert_state(incident: Incident | None) -> AlertState:
     """The alert state an open incident stands for."""
     if incident is None:
@@ -69,9 +75,15 @@ def apply_step(
     transition: Transition,
     burn_rates: Mapping[str, float],
     now: datetime,
+    *,
+    current: Incident | Literal["lookup"] | None = "lookup",
 ) -> Incident | None:
-    """Persist one evaluation's outcome; the incident as it now is (``None``: none open)."""
-    current = firing(connection, slo, scope)
+    """Persist one evaluation's outcome; the incident as it now is (``None``: none open).
+
+    ``current`` is the open incident when the caller already read it (``all_firing``).
+    """
+    if current == "lookup":
+        current = firing(connection, slo, scope)
     peak = max(burn_rates.values(), default=0.0)
     rates = json.dumps(dict(burn_rates), sort_keys=True)
     if current is None:

@@ -15,12 +15,22 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, case, delete, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    and_,
+    case,
+    delete,
+    func,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from core.errors import InvalidInput, NotFound
 from core.query import Selector
-from core.sketch import QuantileSketch
+from core.records import DURATION_FIELDS, GROUP_LABELS
+from core.sketch import QuantileSketch, merge_all
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import Resolution, Segment, Window, split
 from storage.tables import request_rollups, requests, slos
@@ -171,18 +181,144 @@ def count_windows(
     windows: Iterable[timedelta],
     now: datetime,
     *,
-    finest_for: Callable[[Window, datetime], Resolution] | None = None,
+    finest_for: FinestFor | None = None,
 ) -> dict[timedelta, EventCounts]:
-    """Counts for ``spec`` over each window that ends at ``now`` (burn windows, SLO window).
+    """Counts for ``spec`` over each window that ends at ``now`` (burn windows, SLO window)."""
+    return CycleCounter(connection, now, finest_for).count(spec, windows)
 
+
+FinestFor = Callable[[Window, datetime], Resolution]
+_Key = tuple[str, ...]
+
+
+class CycleCounter:
+    """Event counts of many SLOs at one ``now``, reading each part of the store once.
+
+    All windows of an evaluation cycle end at the same ``now``, so every SLO's windows split
+    into the same few segments (``core.window.split``); only selectors and thresholds differ.
+    The counter reads each segment once for every series — rollup counts, rollup sketches
+    (merged per series and segment) and the few raw rows at the partial-minute edges — and
+    each SLO then adds up its own series. The answer equals ``count_events`` per window.
     ``finest_for(window, now)`` gives the finest rollup resolution still kept for a window
     (``RetentionPolicy.finest_for``); by default minute rollups are assumed everywhere.
     """
-    out: dict[timedelta, EventCounts] = {}
-    for length in windows:
-        if length <= timedelta(0):
-            raise InvalidInput("windows must be positive")
-        window = Window.last(length, now)
-        finest = finest_for(window, now) if finest_for is not None else Resolution.MINUTE
-        out[length] = count_events(connection, spec.sli, window, spec.selector, finest=finest)
-    return out
+
+    def __init__(
+        self, connection: Connection, now: datetime, finest_for: FinestFor | None = None
+    ) -> None:
+        self.connection = connection
+        self.now = now
+        self.finest_for = finest_for
+        self._plans: dict[timedelta, list[Segment]] = {}
+        self._raw: dict[Segment, dict[_Key, list[tuple[Any, ...]]]] = {}
+        self._totals: dict[Segment, dict[_Key, tuple[int, int]]] = {}
+        self._sketches: dict[tuple[str, Segment], dict[_Key, QuantileSketch]] = {}
+
+    def count(self, spec: SloSpec, windows: Iterable[timedelta]) -> dict[timedelta, EventCounts]:
+        plans = {length: self._plan(length) for length in windows}
+        wanted = {seg for plan in plans.values() for seg in plan}
+        pinned = [(GROUP_LABELS.index(name), value) for name, value in spec.selector.items()]
+        per_segment = {seg: self._segment(spec.sli, seg, pinned) for seg in wanted}
+        out = {}
+        for length, plan in plans.items():
+            total = EventCounts(0, 0)
+            for seg in plan:
+                total += per_segment[seg]
+            out[length] = total
+        return out
+
+    def _plan(self, length: timedelta) -> list[Segment]:
+        if length not in self._plans:
+            if length <= timedelta(0):
+                raise InvalidInput("windows must be positive")
+            window = Window.last(length, self.now)
+            finest = self.finest_for(window, self.now) if self.finest_for else Resolution.MINUTE
+            self._plans[length] = split(window, finest)
+        return self._plans[length]
+
+    def _segment(self, sli: Sli, seg: Segment, pinned: list[tuple[int, str]]) -> EventCounts:
+        def picked(key: _Key) -> bool:
+            return all(key[i] == value for i, value in pinned)
+
+        if seg.raw:
+            return _count_rows(
+                sli,
+                (row for key, rows in self._raw_rows(seg).items() if picked(key) for row in rows),
+            )
+        if sli.kind is SliKind.AVAILABILITY:
+            total = bad = 0
+            for key, (requests_, errors) in self._rollup_totals(seg).items():
+                if picked(key):
+                    total, bad = total + requests_, bad + errors
+            return EventCounts(total, bad)
+        assert sli.metric is not None
+        assert sli.threshold_s is not None
+        total = good = 0
+        for key, sketch in self._rollup_sketches(sli.metric, seg).items():
+            if picked(key):
+                total += sketch.count
+                good += sketch.count_at_most(sli.threshold_s)
+        return EventCounts(total, total - good)
+
+    def _raw_rows(self, seg: Segment) -> dict[_Key, list[tuple[Any, ...]]]:
+        if seg not in self._raw:
+            labels = [requests.c[name] for name in GROUP_LABELS]
+            values = [requests.c.status, *(requests.c[name] for name in DURATION_FIELDS)]
+            query = select(*labels, *values).where(
+                requests.c.start >= seg.start, requests.c.start < seg.end
+            )
+            grouped: dict[_Key, list[tuple[Any, ...]]] = {}
+            for row in self.connection.execute(query):
+                grouped.setdefault(tuple(row[:4]), []).append(tuple(row[4:]))
+            self._raw[seg] = grouped
+        return self._raw[seg]
+
+    def _rollup_where(self, seg: Segment) -> ColumnElement[bool]:
+        r = request_rollups.c
+        assert seg.resolution is not None
+        return and_(r.resolution == seg.resolution.value, r.bucket >= seg.start, r.bucket < seg.end)
+
+    def _rollup_totals(self, seg: Segment) -> dict[_Key, tuple[int, int]]:
+        if seg not in self._totals:
+            r = request_rollups.c
+            labels = [r[name] for name in GROUP_LABELS]
+            query = (
+                select(*labels, func.sum(r.requests), func.sum(r.errors))
+                .where(self._rollup_where(seg))
+                .group_by(*labels)
+            )
+            self._totals[seg] = {
+                tuple(row[:4]): (int(row[4] or 0), int(row[5] or 0))
+                for row in self.connection.execute(query)
+            }
+        return self._totals[seg]
+
+    def _rollup_sketches(self, metric: str, seg: Segment) -> dict[_Key, QuantileSketch]:
+        if (metric, seg) not in self._sketches:
+            r = request_rollups.c
+            column = r[f"{metric}_sketch"]
+            query = select(*(r[name] for name in GROUP_LABELS), column).where(
+                self._rollup_where(seg), column.is_not(None)
+            )
+            parts: dict[_Key, list[QuantileSketch]] = {}
+            for *key, blob in self.connection.execute(query):
+                parts.setdefault(tuple(key), []).append(QuantileSketch.from_bytes(blob))
+            self._sketches[(metric, seg)] = {key: merge_all(p) for key, p in parts.items()}
+        return self._sketches[(metric, seg)]
+
+
+def _count_rows(sli: Sli, rows: Iterable[tuple[Any, ...]]) -> EventCounts:
+    """``core.slo.count_events`` over raw ``(status, *DURATION_FIELDS)`` rows."""
+    total = bad = 0
+    if sli.column is None:
+        for row in rows:
+            total += 1
+            bad += row[0] == "error"
+        return EventCounts(total, bad)
+    index, threshold = 1 + DURATION_FIELDS.index(sli.column), sli.threshold_s or 0.0
+    for row in rows:
+        value = row[index]
+        if value is not None:
+            total += 1
+            bad += value > threshold
+    return EventCounts(total, bad)

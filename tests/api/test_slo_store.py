@@ -103,17 +103,37 @@ def test_the_sli_equals_an_exact_count_on_the_raw_records(
         )
 
 
-def test_counts_per_window_end_at_now(store):
+def test_one_cycle_counter_shared_by_many_slos_equals_counting_each_window_alone(store):
     records = make_records(
-        np.random.default_rng(3), NOW - timedelta(hours=3), 500, span=timedelta(hours=3)
-    )
+        np.random.default_rng(3), NOW - timedelta(days=2), 3000, span=timedelta(days=2),
+        error_rate=0.05,
+    )  # fmt: skip
     open_writer(store.engine).write_requests(records)
-    lengths = (timedelta(minutes=5), timedelta(hours=1), timedelta(days=1))
+    lengths = (timedelta(minutes=5), timedelta(hours=1), timedelta(days=1), timedelta(days=28))
+    specs = [
+        spec("a", sli=AVAILABILITY),
+        spec("b", sli=AVAILABILITY, selector=Selector(model="llama-8b", instance="gpu-1")),
+        spec("c", selector=Selector(tenant="acme")),
+        spec("d", sli=Sli(SliKind.LATENCY, "tpot", 0.012)),
+    ]
     with store.engine.connect() as connection:
-        got = slo_store.count_windows(connection, spec(sli=AVAILABILITY), lengths, NOW)
-    for length in lengths:
-        window = Window.last(length, NOW)
-        assert got[length] == count_events([r for r in records if r.start in window], AVAILABILITY)
+        counter = slo_store.CycleCounter(connection, NOW)
+        for one in specs:
+            got = counter.count(one, lengths)
+            for length in lengths:
+                window = Window.last(length, NOW)
+                alone = slo_store.count_events(connection, one.sli, window, one.selector)
+                assert got[length] == alone, (one.name, length)
+                if one.sli.kind is SliKind.AVAILABILITY:
+                    picked = [
+                        r for r in records if r.start in window and one.selector.matches(
+                            {"model": r.model, "instance": r.instance, "tenant": r.tenant,
+                             "priority": r.priority})
+                    ]  # fmt: skip
+                    assert got[length] == count_events(picked, AVAILABILITY)
+        assert slo_store.count_windows(connection, specs[0], lengths, NOW) == counter.count(
+            specs[0], lengths
+        )
 
 
 def test_an_alert_is_one_incident_from_opening_to_resolution(store):

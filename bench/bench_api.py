@@ -1,0 +1,193 @@
+"""API benchmark (issue 5): the latency endpoint over 30 days, and one evaluation of 50 SLOs.
+
+Prints, in one run on this machine:
+
+1. the response time (P50 / P95 / P99 over ``--repeats`` calls) of
+   ``GET /api/v1/latency`` for 30 days of TTFT (served from rollups), through the real app
+   over httpx's ASGI transport — next to the reference: the same ``storage.queries.latency``
+   call made directly, so the ratio is the API's own overhead; target P95 < 100 ms;
+2. the time one evaluation cycle of ``--slos`` SLOs takes (availability and latency SLIs over
+   several selectors, 28- and 30-day windows, seven burn-rate windows each), next to the
+   reference of one SLO's status computed alone × the number of SLOs; target < 1 s.
+
+The data set is the foundation benchmark's (``bench_storage.load_days``: ``--rpm`` requests a
+minute over ``--days`` days on a fresh PostgreSQL database, dropped afterwards unless
+``--keep``). ``--url`` reuses a database loaded earlier. ``--days 1 --rpm 10`` is a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from api import create_app
+from api.evaluation import Evaluator, default_policy, status
+from api.settings import ApiSettings
+from core.query import Method, Selector
+from core.slo import Sli, SliKind, SloSpec
+from core.window import Window
+from storage import queries, slo_store
+from storage.engine import create_store_engine
+from storage.maintenance import RetentionPolicy
+
+
+def _bench_storage() -> Any:
+    path = Path(__file__).resolve().parent / "bench_storage.py"
+    spec = importlib.util.spec_from_file_location("bench_storage", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_storage", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1000.0
+    return {f"p{q}": float(np.percentile(ms, q)) for q in (50, 95, 99)}
+
+
+def slo_specs(count: int, models: tuple[str, ...], instances: tuple[str, ...]) -> list[SloSpec]:
+    selectors = [
+        Selector(),
+        *(Selector(model=m) for m in models),
+        *(Selector(instance=i) for i in instances),
+        Selector(model=models[0], instance=instances[0]),
+    ]
+    slis = [
+        Sli(SliKind.AVAILABILITY),
+        Sli(SliKind.LATENCY, "ttft", 0.2),
+        Sli(SliKind.LATENCY, "tpot", 0.015),
+        Sli(SliKind.LATENCY, "e2e", 5.0),
+    ]
+    return [
+        SloSpec(
+            f"slo-{i:03d}",
+            slis[i % len(slis)],
+            (0.99, 0.995, 0.999)[i % 3],
+            timedelta(days=(28, 30)[i % 2]),
+            selectors[(i // len(slis)) % len(selectors)],
+        )
+        for i in range(count)
+    ]
+
+
+def latency_endpoint(app: Any, window: Window, repeats: int) -> tuple[list[float], str]:
+    params = {
+        "metric": "ttft",
+        "start": window.start.isoformat(),
+        "end": window.end.isoformat(),
+        "quantiles": "0.5,0.9,0.95,0.99",
+    }
+
+    async def run() -> tuple[list[float], str]:
+        times, method = [], ""
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            await client.get("/api/v1/latency", params=params)  # warm-up
+            for _ in range(repeats):
+                started = time.perf_counter()
+                response = await client.get("/api/v1/latency", params=params)
+                times.append(time.perf_counter() - started)
+                response.raise_for_status()
+                method = response.json()["method"]
+        return times, method
+
+    return asyncio.run(run())
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument("--url", help="a database loaded earlier (with --keep); skips loading")
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--rpm", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--slos", type=int, default=50)
+    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args(argv)
+    bench_storage = _bench_storage()
+    now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
+    drop = None
+    url = args.url
+    if url is None:
+        url, drop = bench_storage.fresh_postgres(args.postgres)
+        started = time.perf_counter()
+        loaded = bench_storage.load_days(
+            url, args.days, args.rpm, now.replace(second=0, microsecond=0), seed=11
+        )
+        print(f"  loaded {loaded:,} requests in {time.perf_counter() - started:.0f} s")
+    engine = create_store_engine(url)
+    results: dict[str, Any] = {}
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE")
+        retention = RetentionPolicy(raw_days=60, minute_days=60, hour_days=180)
+        app = create_app(ApiSettings(run_jobs=False), engine, lambda: now, retention=retention)
+        window = Window(now - timedelta(days=args.days), now)
+
+        print(f"\n== GET /api/v1/latency, {args.days} days of TTFT at {args.rpm}/min ==")
+        api_times, method = latency_endpoint(app, window, args.repeats)
+        direct = []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            queries.latency(engine, "ttft", window, method=Method(method))
+            direct.append(time.perf_counter() - started)
+        api, ref = percentiles(api_times), percentiles(direct)
+        results["latency_endpoint_ms"] = api
+        results["latency_query_reference_ms"] = ref
+        results["method"] = method
+        print(f"  reference: storage.queries.latency alone  P50 {ref['p50']:7.1f} ms  "
+              f"P95 {ref['p95']:7.1f} ms")  # fmt: skip
+        print(f"  API response (ASGI, JSON, {method:<6})      P50 {api['p50']:7.1f} ms  "
+              f"P95 {api['p95']:7.1f} ms  P99 {api['p99']:7.1f} ms")  # fmt: skip
+        print("  target: P95 < 100 ms")
+        print(f"  ratio API / reference at P95            {api['p95'] / ref['p95']:7.2f}×")
+
+        print(f"\n== evaluation of {args.slos} SLOs per cycle ==")
+        specs = slo_specs(args.slos, bench_storage.MODELS, bench_storage.INSTANCES)
+        for spec in specs:
+            slo_store.put_slo(engine, spec, now)
+        policy = default_policy()
+        evaluator = Evaluator(engine, policy, finest_for=retention.finest_for)
+        cycles = [
+            evaluator.run(now + timedelta(seconds=30 * i)).seconds for i in range(args.cycles)
+        ]
+        single = []
+        for spec in specs:
+            started = time.perf_counter()
+            with engine.connect() as connection:
+                status(connection, spec, policy, now, retention.finest_for)
+            single.append(time.perf_counter() - started)
+        results["evaluation_cycle_s"] = {"median": statistics.median(cycles), "max": max(cycles)}
+        results["single_slo_status_s"] = statistics.median(single)
+        print(f"  reference: one SLO's status alone, ×{args.slos}        "
+              f"{statistics.median(single) * args.slos * 1000:8.1f} ms")  # fmt: skip
+        print(f"  one cycle (status + alert state + incidents)  median "
+              f"{statistics.median(cycles) * 1000:8.1f} ms  max {max(cycles) * 1000:8.1f} ms"
+              "  (target < 1 s)")  # fmt: skip
+    finally:
+        engine.dispose()
+        if drop is not None:
+            if args.keep:
+                print(f"  kept: {url}")
+            else:
+                drop()
+    return results
+
+
+if __name__ == "__main__":
+    main()
