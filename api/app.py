@@ -98,6 +98,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(routes_query.router)
     app.include_router(routes_slos.router)
+    app.include_router(routes_slos.alerts_router)
 
     @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
     def metrics() -> Response:

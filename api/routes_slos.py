@@ -1,4 +1,6 @@
-"""``/api/v1/slos[/{name}]``: SLO definitions (PUT, DELETE: admin) with their live status.
+"""``/api/v1/slos[/{name}]`` and ``/api/v1/alerts``: SLOs with their live status, incidents.
+
+SLO definitions are changed with PUT and DELETE (admin scope).
 
 A definition is sent as an infersight/v1 or OpenSLO v1 document in YAML or JSON; it is
 answered in infersight/v1 form plus ``status`` (SLI, objective, budget remaining, burn rate
@@ -7,9 +9,9 @@ per window) and ``alert`` (the open incident of the SLO's scope, if any).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from api.auth import Scope, requires
 from api.evaluation import status
@@ -20,6 +22,7 @@ from core.slo import SloSpec
 from storage import incidents, slo_store
 
 router = APIRouter(prefix="/api/v1/slos")
+alerts_router = APIRouter(prefix="/api/v1")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 
@@ -97,3 +100,14 @@ def delete_slo(request: Request, name: str) -> Response:
     with state.engine.begin() as connection:
         incidents.resolve_all(connection, name, state.clock())
     return Response(status_code=204)
+
+
+@alerts_router.get("/alerts", dependencies=_READ, summary="Incidents, newest first")
+def alerts(
+    request: Request,
+    state: Annotated[str, Query(description="firing, resolved or all")] = "firing",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> dict[str, Any]:
+    found = incidents.list_incidents(request.app.state.engine, state, limit)
+    # symptom and diagnosis are filled in by the diagnosis seam (IncidentListener), not here.
+    return {"alerts": [{**incident_dict(i), "symptom": None, "diagnosis": None} for i in found]}

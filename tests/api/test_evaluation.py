@@ -115,3 +115,21 @@ def test_deleting_an_slo_resolves_its_open_incident(outage, api: Api):
     assert api.delete("/api/v1/slos/chat-avail").status_code == 204
     [incident] = incidents.list_incidents(outage.engine)
     assert incident.state is IncidentState.RESOLVED
+
+
+def test_the_alerts_route_lists_incidents_by_state(outage, api: Api):
+    evaluator = Evaluator(outage.engine, default_policy())
+    evaluator.run(NOW)
+    [firing] = api.get("/api/v1/alerts").json()["alerts"]
+    assert (firing["slo"], firing["severity"], firing["state"], firing["scope"]) == (
+        "chat-avail", "page", "firing", "*",
+    )  # fmt: skip
+    assert firing["diagnosis"] is None
+    evaluator.run(NOW + timedelta(hours=7))
+    assert api.get("/api/v1/alerts").json()["alerts"] == []
+    [resolved] = api.get("/api/v1/alerts", params={"state": "resolved"}).json()["alerts"]
+    assert resolved["id"] == firing["id"]
+    assert resolved["resolved_at"] == "2026-11-20T19:00:17Z"
+    assert len(api.get("/api/v1/alerts", params={"state": "all"}).json()["alerts"]) == 1
+    bad = api.get("/api/v1/alerts", params={"state": "open"})
+    assert bad.status_code == 400
