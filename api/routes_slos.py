@@ -75,6 +75,16 @@ def get_slo(request: Request, name: str) -> dict[str, Any]:
     dependencies=_ADMIN,
     summary="Create or replace an SLO (infersight/v1 or OpenSLO v1, YAML or JSON body)",
     status_code=200,
+    responses={201: {"description": "Created"}, 200: {"description": "Replaced"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                media: {"schema": {"type": "object", "description": "an SLO document"}}
+                for media in ("application/yaml", "application/json")
+            },
+        }
+    },
 )
 async def put_slo(request: Request, name: str, response: Response) -> dict[str, Any]:
     data = load_document(await request.body())

@@ -120,6 +120,8 @@ def test_healthz_reports_the_store_and_openapi_lists_the_routes(api: Api):
     assert health.status_code == 200
     assert health.json()["store"] == "ok"
     paths = api.get("/openapi.json").json()["paths"]
+    put = paths["/api/v1/slos/{name}"]["put"]
+    assert set(put["requestBody"]["content"]) == {"application/yaml", "application/json"}
     assert {"/api/v1/latency", "/api/v1/throughput", "/api/v1/breakdown", "/api/v1/slos"} <= set(
         paths
     )
