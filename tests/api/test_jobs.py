@@ -51,6 +51,36 @@ def test_two_replicas_on_one_postgres_run_the_jobs_once_per_interval_and_fail_ov
             engine.dispose()
 
 
+def _wait(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(condition())
+
+
+@pytest.mark.postgres
+def test_two_running_schedulers_on_postgres_have_one_leader_until_it_stops(pg_store):
+    engines = [create_store_engine(pg_store.url) for _ in range(2)]
+    first, second = (replica(e, interval=0.1) for e in engines)
+    try:
+        first.start()
+        assert _wait(lambda: first.runs["evaluate"] >= 1)
+        second.start()
+        assert _wait(lambda: first.runs["evaluate"] >= 6)
+        assert second.runs["evaluate"] == 0  # both tick every 0.1 s; only the leader runs
+        first.stop()
+        stopped_at = first.runs["evaluate"]
+        assert _wait(lambda: second.runs["evaluate"] >= 3)  # the follower takes over
+        assert first.runs["evaluate"] == stopped_at
+        assert first.last_error is None
+        assert second.last_error is None
+    finally:
+        first.stop()
+        second.stop()
+        for engine in engines:
+            engine.dispose()
+
+
 @pytest.mark.postgres
 def test_a_leader_whose_connection_dies_loses_the_lead(pg_store):
     engines = [create_store_engine(pg_store.url) for _ in range(2)]
