@@ -5,11 +5,15 @@ has a severity, a burn-rate threshold and a long and a short window. A rule *fir
 windows burn at least at its rate and the long window holds at least ``min_events`` events.
 
 Alert state moves with hysteresis: an alert opens at the most severe firing rule, escalates
-when a more severe rule fires, and holds its severity as long as the short window of one of
-that severity's rules still burns at ``resolve_ratio`` × its rate over both windows (the
-minimum-events guard is not applied to holding). The short window clears first after a
-recovery, so an outage opens one alert that resolves within the short window, and a burn rate
-hovering at a threshold does not open and close an alert at every evaluation.
+when a more severe rule fires, and holds its severity as long as one of that severity's rules
+still burns at ``resolve_ratio`` × its rate over both of its windows (the minimum-events guard
+is not applied to holding). When nothing holds it steps down to whatever still fires, or
+resolves. After a recovery the short window clears first, so an outage opens one alert that
+resolves within the short window, and a burn rate hovering at a threshold does not open and
+close an alert at every evaluation.
+
+Incidents are the persisted form of an alert; ``IncidentListener`` is the seam through which
+diagnosis and notifications learn of every change.
 
 Everything is pure: counts per window and ``now`` come in, decisions come out.
 """
