@@ -123,10 +123,13 @@ class Evaluator:
             counter = slo_store.CycleCounter(connection, now, self.finest_for)
             open_incidents = incidents.all_firing(connection)
             for spec in specs:
-                current = open_incidents.get((spec.name, spec.scope))
+                current = open_incidents.pop((spec.name, spec.scope), None)
                 change = self._one(connection, spec, now, counter, current)
                 if change is not None:
                     changes.append(change)
+            # Open incidents of SLOs that were deleted or re-scoped since the last cycle.
+            orphans = incidents.resolve(connection, (i.id for i in open_incidents.values()), now)
+            changes += [(incident, Transition.RESOLVED) for incident in orphans]
         for incident, transition in changes:
             self._notify(incident, transition)
         return RunReport(len(specs), tuple(changes), time.perf_counter() - started)
@@ -157,6 +160,14 @@ class Evaluator:
         if incident is None or transition is Transition.NONE:
             return None
         return incident, transition
+
+    def retire(self, slo: str, now: datetime) -> list[Incident]:
+        """Resolve (and announce) the open incidents of an SLO that was just deleted."""
+        with self.engine.begin() as connection:
+            resolved = incidents.resolve_all(connection, slo, now)
+        for incident in resolved:
+            self._notify(incident, Transition.RESOLVED)
+        return resolved
 
     def _notify(self, incident: Incident, transition: Transition) -> None:
         for listener in self.listeners:

@@ -107,8 +107,7 @@ async def put_slo(request: Request, name: str, response: Response) -> dict[str, 
 def delete_slo(request: Request, name: str) -> Response:
     state = request.app.state
     slo_store.delete_slo(state.engine, name)
-    with state.engine.begin() as connection:
-        incidents.resolve_all(connection, name, state.clock())
+    state.evaluator.retire(name, state.clock())
     return Response(status_code=204)
 
 

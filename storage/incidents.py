@@ -8,7 +8,7 @@ the evaluation job is the only writer (one leader), so no database constraint is
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -117,14 +117,23 @@ def apply_step(
     return _reload(connection, current.id)
 
 
-def resolve_all(connection: Connection, slo: str, now: datetime) -> int:
-    """Resolve every open incident of ``slo`` (it was deleted); how many there were."""
-    result = connection.execute(
+def resolve(connection: Connection, incident_ids: Iterable[int], now: datetime) -> list[Incident]:
+    """Resolve the given open incidents (their SLO was deleted or re-scoped); as they now are."""
+    ids = list(incident_ids)
+    if not ids:
+        return []
+    connection.execute(
         update(incidents)
-        .where(incidents.c.slo == slo, incidents.c.state == IncidentState.FIRING.value)
+        .where(incidents.c.id.in_(ids), incidents.c.state == IncidentState.FIRING.value)
         .values(state=IncidentState.RESOLVED.value, resolved_at=now, updated_at=now)
     )
-    return max(result.rowcount, 0)
+    return [_reload(connection, incident_id) for incident_id in ids]
+
+
+def resolve_all(connection: Connection, slo: str, now: datetime) -> list[Incident]:
+    """Resolve every open incident of ``slo`` (it was deleted); the incidents resolved."""
+    open_ids = [i.id for (name, _), i in all_firing(connection).items() if name == slo]
+    return resolve(connection, open_ids, now)
 
 
 def _reload(connection: Connection, incident_id: int) -> Incident:

@@ -117,6 +117,24 @@ def test_deleting_an_slo_resolves_its_open_incident(outage, api: Api):
     assert incident.state is IncidentState.RESOLVED
 
 
+def test_re_scoping_an_slo_resolves_the_old_scope_and_tells_the_listeners(outage):
+    recorder = Recorder()
+    evaluator = Evaluator(outage.engine, default_policy(), [recorder])
+    evaluator.run(NOW)
+    rescoped = SloSpec("chat-avail", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=30),
+                       Selector(model="llama-8b"))  # fmt: skip
+    slo_store.put_slo(outage.engine, rescoped, NOW)
+    evaluator.run(NOW + timedelta(seconds=30))
+    changes = [(i.scope, i.severity, t) for i, t in recorder.calls]
+    assert changes == [
+        ("*", Severity.PAGE, Transition.OPENED),
+        ("model=llama-8b", Severity.PAGE, Transition.OPENED),
+        ("*", Severity.PAGE, Transition.RESOLVED),
+    ]
+    firing = incidents.list_incidents(outage.engine, "firing")
+    assert [i.scope for i in firing] == ["model=llama-8b"]
+
+
 def test_the_alerts_route_lists_incidents_by_state(outage, api: Api):
     evaluator = Evaluator(outage.engine, default_policy())
     evaluator.run(NOW)

@@ -167,5 +167,6 @@ def test_an_alert_is_one_incident_from_opening_to_resolution(store):
     assert [(i.scope, i.severity) for i in firing] == [("model=x", Severity.TICKET)]
     assert len(incidents.list_incidents(store.engine, "all")) == 2
     with store.engine.begin() as connection:
-        assert incidents.resolve_all(connection, "a", NOW) == 1
+        [resolved] = incidents.resolve_all(connection, "a", NOW)
+        assert (resolved.scope, resolved.state) == ("model=x", IncidentState.RESOLVED)
     assert incidents.list_incidents(store.engine, "firing") == []
