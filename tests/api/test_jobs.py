@@ -87,9 +87,12 @@ def test_a_leader_whose_connection_dies_loses_the_lead(pg_store):
     first, second = AdvisoryLock(engines[0]), AdvisoryLock(engines[1])
     try:
         assert first.acquire() is True
+        held = first._connection
+        assert held is not None
+        assert first.acquire() is True
+        assert first._connection is held  # a leader keeps its session: no re-election per tick
         assert second.acquire() is False
-        assert first._connection is not None
-        first._connection.invalidate()  # as if the database had dropped the session
+        held.invalidate()  # as if the database had dropped the session
         assert second.acquire() is True
         assert first.acquire() is False
     finally:
