@@ -46,28 +46,35 @@ def incident_dict(incident: Incident) -> dict[str, Any]:
     }
 
 
-def _view(request: Request, spec: SloSpec) -> dict[str, Any]:
+def _views(request: Request, specs: list[SloSpec]) -> list[dict[str, Any]]:
+    """Definitions with their status; the SLOs share one counter (one read per segment)."""
     state = request.app.state
-    now = state.clock()
+    now, finest_for = state.clock(), state.retention.finest_for
+    views = []
     with state.engine.connect() as connection:
-        current = status(connection, spec, state.policy, now, state.retention.finest_for)
-        alert = incidents.firing(connection, spec.name, spec.scope)
-    return {
-        **to_document(spec),
-        "status": current.to_dict(),
-        "alert": incident_dict(alert) if alert is not None else None,
-    }
+        counter = slo_store.CycleCounter(connection, now, finest_for)
+        open_incidents = incidents.all_firing(connection)
+        for spec in specs:
+            current = status(connection, spec, state.policy, now, finest_for, counter)
+            alert = open_incidents.get((spec.name, spec.scope))
+            views.append(
+                {
+                    **to_document(spec),
+                    "status": current.to_dict(),
+                    "alert": incident_dict(alert) if alert is not None else None,
+                }
+            )
+    return views
 
 
 @router.get("", dependencies=_READ, summary="Every SLO with its status")
 def list_slos(request: Request) -> dict[str, Any]:
-    specs = slo_store.list_slos(request.app.state.engine)
-    return {"slos": [_view(request, spec) for spec in specs]}
+    return {"slos": _views(request, slo_store.list_slos(request.app.state.engine))}
 
 
 @router.get("/{name}", dependencies=_READ, summary="One SLO with its status")
 def get_slo(request: Request, name: str) -> dict[str, Any]:
-    return _view(request, slo_store.get_slo(request.app.state.engine, name))
+    return _views(request, [slo_store.get_slo(request.app.state.engine, name)])[0]
 
 
 @router.put(

@@ -18,7 +18,7 @@ from api.specs import parse_specs, to_document
 from infersight.settings import Settings
 from storage import migrate
 from storage.engine import create_store_engine
-from storage.slo_store import list_slos, put_slo
+from storage.slo_store import CycleCounter, list_slos, put_slo
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -63,9 +63,11 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     try:
         policy, now = default_policy(), datetime.now(UTC)
         rows = []
+        finest_for = settings.retention().finest_for
         with engine.connect() as connection:
+            counter = CycleCounter(connection, now, finest_for)
             for spec in list_slos(engine):
-                current = status(connection, spec, policy, now, settings.retention().finest_for)
+                current = status(connection, spec, policy, now, finest_for, counter)
                 rows.append({**to_document(spec), "status": current.to_dict()})
     finally:
         engine.dispose()
