@@ -27,7 +27,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import create_engine, text
+import psycopg
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from core.query import Method
@@ -98,18 +99,18 @@ def batches(records: list[RequestRecord], size: int) -> Iterator[list[RequestRec
 
 
 def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    """A new, empty database next to ``admin_url``'s, and a function that drops it."""
     name = f"infersight_bench_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    admin = make_url(admin_url)
+    dsn = admin.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
 
     def drop() -> None:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
-    return url, drop
+    return admin.set(database=name).render_as_string(hide_password=False), drop
 
 
 def reference_copy(url: str, records: list[RequestRecord], batch: int) -> float:
@@ -267,13 +268,15 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     pg_url, drop = fresh_postgres(args.postgres)
     try:
         start = time.perf_counter()
-        total = load_days(
-            pg_url, args.days, args.rpm, now.replace(second=0, microsecond=0), seed=11
-        )
+        # The loaded days end on a whole minute; the window does not, so both raw edges count.
+        end = now.replace(second=0, microsecond=0)
+        total = load_days(pg_url, args.days, args.rpm, end, seed=11)
         load_s = time.perf_counter() - start
-        window = Window(now - timedelta(days=args.days), now)
-        with create_engine(pg_url).connect() as c:
+        window = Window(end - timedelta(days=args.days, seconds=-17), end + timedelta(seconds=17))
+        analyze = create_engine(pg_url)
+        with analyze.connect() as c:
             c.exec_driver_sql("ANALYZE")
+        analyze.dispose()
         figures = query_times(pg_url, window, args.repeats)
     finally:
         if args.keep:

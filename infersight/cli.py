@@ -47,6 +47,13 @@ class LazyGroup(click.Group):
             "Run the collector next to one inference server.",
         ),
         "simulate": ("infersight.commands_simulate", "simulate", "Run a simulated fleet scenario."),
+        "serve": ("infersight.commands_serve", "serve", "Run the API, dashboard and jobs."),
+        "slo": ("infersight.commands_slo", "slo", "Apply and list SLO specs."),
+        "demo": (
+            "infersight.commands_demo",
+            "demo",
+            "Play a simulated fleet with incidents and report.",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -93,8 +100,10 @@ def cli(ctx: click.Context, store: str | None, verbose: int) -> None:
         level=logging.WARNING - 10 * min(verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    overrides = {"database_url": store} if store else {}
-    ctx.obj = Context(Settings(**overrides))
+    settings = Settings()
+    if store:
+        settings = settings.model_copy(update={"database_url": store})
+    ctx.obj = Context(settings)
 
 
 @cli.group()
