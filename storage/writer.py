@@ -1,13 +1,17 @@
 """Idempotent bulk writers for request records and samples.
 
-One shape on both databases: stage the batch, then ``INSERT … SELECT … ON CONFLICT DO NOTHING
-RETURNING`` the keys that were really stored, and roll up exactly those records, all in one
-transaction. A replayed or concurrently shipped batch therefore stores each request once and
-counts it once in the rollups.
+Each batch is stored and rolled up in one transaction, and only the rows actually stored are
+rolled up, so a replayed or concurrently shipped batch stores each request once and counts it
+once in the rollups.
 
-- PostgreSQL: binary ``COPY`` into a session-temporary staging table (``ON COMMIT DELETE ROWS``),
-  daily partitions created on demand.
-- SQLite: ``executemany`` into a temporary staging table, in WAL mode.
+- PostgreSQL: a new batch (the common case) is binary-``COPY``'d straight into ``requests``
+  inside a savepoint; if it meets an existing key the savepoint is rolled back and the batch is
+  copied into a session-temporary staging table and inserted with ``ON CONFLICT DO NOTHING``,
+  answering with the rows it skipped. Daily partitions are created on demand.
+- SQLite: ``executemany`` into a temporary staging table, then ``INSERT … ON CONFLICT DO NOTHING
+  RETURNING`` the keys stored, in WAL mode.
+
+The rollup deltas of a batch are computed in a worker thread while the database works.
 
 Expected failures are results or ``Unavailable`` (the database cannot be reached: retry later);
 ``InvalidInput`` is raised for data the database refuses (a bug upstream: do not retry).
@@ -24,6 +28,7 @@ from datetime import UTC, date, datetime
 from operator import attrgetter
 from typing import Any, Final, Protocol
 
+import psycopg
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -125,9 +130,7 @@ class _BaseWriter:
             optimistic = pool.submit(rollup.deltas_from_rows, rows)
             with _translate_errors(), self.engine.begin() as connection:
                 self._prepare(connection, rows)
-                connection.exec_driver_sql(self.staging_ddl)
-                self._stage(connection, rows)
-                fresh = self._insert(connection, rows)
+                fresh = self._store(connection, rows)
                 deltas = optimistic.result() if fresh is rows else rollup.deltas_from_rows(fresh)
                 rollup.apply(connection, deltas)
         return WriteResult(len(records), len(fresh), len(records) - len(fresh))
@@ -163,11 +166,18 @@ class _BaseWriter:
     def _prepare(self, connection: Connection, rows: Sequence[Row]) -> None:
         """Dialect hook run before staging (partition creation on PostgreSQL)."""
 
+    def _store(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
+        """Put ``rows`` into ``requests``, skipping existing keys; return those stored."""
+        connection.exec_driver_sql(self.staging_ddl)
+        self._stage(connection, rows)
+        return self._insert_skipping_duplicates(connection, rows)
+
     def _stage(self, connection: Connection, rows: Sequence[Row]) -> None:
         raise NotImplementedError
 
-    def _insert(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
-        """Move the staged rows into ``requests``; return those actually stored."""
+    def _insert_skipping_duplicates(
+        self, connection: Connection, rows: Sequence[Row]
+    ) -> Sequence[Row]:
         raise NotImplementedError
 
 
@@ -176,7 +186,6 @@ class PostgresWriter(_BaseWriter):
         "CREATE TEMP TABLE IF NOT EXISTS requests_staging "
         "(LIKE requests INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
     )
-    plain_insert = f"INSERT INTO requests ({_COLUMNS}) SELECT {_COLUMNS} FROM requests_staging"
     # The insert's own RETURNING says what it stored; the statement answers with the staged
     # rows it did *not* store (duplicates: usually none, so almost nothing comes back).
     insert_select = (
@@ -190,22 +199,21 @@ class PostgresWriter(_BaseWriter):
         days: set[date] = {row[_START_AT].astimezone(UTC).date() for row in rows}
         ensure_partitions(connection, "requests", days)
 
-    def _insert(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
-        """A plain INSERT when the batch is new (the common case); ON CONFLICT when it is not.
+    def _store(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
+        """COPY straight into ``requests`` when the batch is new (the common case).
 
-        A replayed or concurrently shipped batch meets the primary key: the plain insert fails
-        in its savepoint, which is rolled back, and the conflict-aware insert skips what exists.
-        (Failing a plain statement, not a COPY stream, leaves the connection in a clean state.)
+        A replayed or concurrently shipped batch meets the primary key: the COPY fails inside
+        its savepoint, which is rolled back, and the batch takes the staging path, whose
+        conflict-aware insert skips what exists.
         """
         savepoint = connection.begin_nested()
         try:
-            connection.exec_driver_sql(self.plain_insert)
-        except IntegrityError:
+            self._copy(connection, "requests", rows)
+        except psycopg.errors.UniqueViolation:
             savepoint.rollback()
-        else:
-            savepoint.commit()
-            return rows
-        return self._insert_skipping_duplicates(connection, rows)
+            return super()._store(connection, rows)
+        savepoint.commit()
+        return rows
 
     def _insert_skipping_duplicates(
         self, connection: Connection, rows: Sequence[Row]
@@ -255,7 +263,9 @@ class SqliteWriter(_BaseWriter):
             f"INSERT INTO temp.requests_staging ({_COLUMNS}) VALUES ({placeholders})", staged
         )
 
-    def _insert(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
+    def _insert_skipping_duplicates(
+        self, connection: Connection, rows: Sequence[Row]
+    ) -> Sequence[Row]:
         stored = set(map(tuple, connection.exec_driver_sql(self.insert_select)))
         if len(stored) == len(rows):
             return rows

@@ -122,3 +122,21 @@ def test_samples_are_idempotent_too(store):
             c.execute(select(gpu_samples.c.throttle_reasons).limit(1)).scalar_one()
             == "sw_power_cap"
         )
+
+
+def test_a_replayed_batch_leaves_no_connection_inside_a_copy(store):
+    """On PostgreSQL a replay fails its optimistic COPY; the connection must come out clean."""
+    records = make_records(np.random.default_rng(12), T0, 2000, span=timedelta(minutes=5))
+    writer = open_writer(store.engine)
+    writer.write_requests(records)
+    assert writer.write_requests(records).duplicates == 2000
+    fresh = make_records(np.random.default_rng(13), T0, 500, span=timedelta(minutes=5))
+    assert writer.write_requests(fresh).inserted == 500  # the same pooled connection, reused
+    if store.dialect == "postgresql":
+        with store.engine.connect() as c:
+            stuck = c.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'COPY%%' AND state <> 'idle'"
+            ).scalar_one()
+        assert stuck == 0
+    assert counts(store) == (2500, {"1m": 2500, "1h": 2500, "1d": 2500})
