@@ -9,6 +9,7 @@ dashboard, the API and live sidecars join the demo as those parts land.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from infersight.cli import Context, pass_context
 from simulator.fleet import Progress, RunResult, run_scenario
 from simulator.scenario import Scenario
 from simulator.sinks.store import StoreSink
-from simulator.specs import load_scenario, shipped_scenarios
+from simulator.specs import load_scenario, parse_duration, shipped_scenarios
 from storage import migrate, queries
 from storage.engine import create_store_engine, redact
 from storage.writer import open_writer
@@ -63,11 +64,12 @@ def _report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
     echo = click.echo
     echo(f"\nWhat infersight saw over {window.start:%Y-%m-%d %H:%M}–{window.end:%H:%M} UTC")
     echo("\nLatency per model (ms; from per-request records, not histogram buckets)")
-    header = f"  {'model':<24}{'requests':>10}{'errors':>8}"
+    rates = {t.labels["model"]: t for t in queries.throughput(engine, window, group_by=["model"])}
+    width = max([len("model"), *(len(model) for model in rates)]) + 2
+    header = f"  {'model':<{width}}{'requests':>10}{'errors':>8}"
     for metric in ("ttft", "tpot", "e2e"):
         header += "".join(f"{metric.upper() + ' P' + format(q * 100, 'g'):>13}" for q in QUANTILES)
     echo(header)
-    rates = {t.labels["model"]: t for t in queries.throughput(engine, window, group_by=["model"])}
     answers = {
         metric: {
             g.labels["model"]: g
@@ -83,7 +85,7 @@ def _report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
         for metric in ("ttft", "tpot", "e2e")
     }
     for model, rate in sorted(rates.items()):
-        line = f"  {model:<24}{rate.requests:>10,}{(rate.error_ratio or 0):>8.2%}"
+        line = f"  {model:<{width}}{rate.requests:>10,}{(rate.error_ratio or 0):>8.2%}"
         for metric in ("ttft", "tpot", "e2e"):
             group = answers[metric].get(model)
             line += "".join(
@@ -99,13 +101,14 @@ def _report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
             for s in row.stages
             if s.share is not None and s.share >= 0.005
         )
-        echo(f"  {row.labels['model']:<24}{parts}")
+        echo(f"  {row.labels['model']:<{width}}{parts}")
 
-    if result.ground_truth:
+    faults = [f for f in result.ground_truth if f.start < window.end]
+    if faults:
         echo("\nInjected faults, and what the affected instance's TTFT / TPOT P99 did")
         echo(f"  {'fault':<22}{'instance':<14}{'when (UTC)':<14}{'TTFT P99':>18}{'TPOT P99':>18}")
-    for fault in result.ground_truth:
-        during = Window(fault.start, fault.end)
+    for fault in faults:
+        during = Window(fault.start, min(fault.end, window.end))
         before = Window(max(window.start, fault.start - timedelta(hours=1)), fault.start)
         cells = []
         for metric in ("ttft", "tpot"):
@@ -135,14 +138,27 @@ def _report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
     type=click.Choice(shipped_scenarios()),
     help="Which shipped scenario to play.",
 )
+@click.option(
+    "--duration",
+    default=None,
+    metavar="DURATION",
+    help="Play only the first DURATION of the scenario (e.g. 45m).",
+)
 @pass_context
-def demo(context: Context, scenario: str) -> None:
+def demo(context: Context, scenario: str, duration: str | None) -> None:
     """Play a simulated fleet with incidents into the store and show what infersight sees."""
     url = context.settings.database_url
     engine = create_store_engine(url)
     click.echo(f"store: {redact(url)}", err=True)
     migrate.upgrade(engine)
     plan = load_scenario(scenario)
+    if duration is not None:
+        seconds = min(parse_duration(duration), plan.duration_s)
+        plan = dataclasses.replace(
+            plan,
+            duration_s=seconds,
+            faults=tuple(f for f in plan.faults if f.start_s < seconds),
+        )
     click.echo(
         f"playing '{plan.name}': {len(plan.instances)} simulated vLLM instances, "
         f"{timedelta(seconds=int(plan.duration_s))} of traffic in virtual time",
