@@ -1,0 +1,91 @@
+"""Diagnosis signals: per-instance aggregates of one time window, as plain values.
+
+The store computes them (``storage.signals``) and the diagnosis engine (``alerts.diagnose``)
+reads them, so neither needs the other: this module is their shared vocabulary. A signal the
+source cannot provide (no GPU samples, no requests) is simply absent from ``values``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from core.errors import InvalidInput
+from core.records import check_label
+from core.window import Window
+
+#: Every signal name with its unit and meaning (the rule pack may only name these).
+SIGNALS: Final[Mapping[str, str]] = {
+    "requests": "count: finished requests in the window",
+    "request_rate": "1/s: finished requests per second",
+    "error_ratio": "ratio: failed requests / requests",
+    "ttft_p50": "s: time to first token, median",
+    "ttft_p90": "s: time to first token, 90th percentile",
+    "tpot_p50": "s: time per output token, median",
+    "tpot_p90": "s: time per output token, 90th percentile",
+    "e2e_p90": "s: end-to-end latency, 90th percentile",
+    "queue_mean": "s: mean time in the scheduler queue",
+    "queue_p90": "s: time in the scheduler queue, 90th percentile",
+    "preprocess_mean": "s: mean tokenization / prompt assembly time",
+    "prefill_mean": "s: mean prefill time",
+    "decode_mean": "s: mean decode time",
+    "input_tokens_mean": "tokens: mean prompt length",
+    "slow_input_tokens_p50": "tokens: median prompt length of the slowest 10 % (by TTFT)",
+    "requests_running": "count: mean running requests (server scrape)",
+    "requests_waiting": "count: mean waiting requests (server scrape)",
+    "kv_cache_usage": "ratio: mean KV-cache usage (server scrape)",
+    "preemptions_per_s": "1/s: preemptions per second (server counter)",
+    "util_gpu": "ratio: mean GPU utilisation",
+    "dram_bw_util": "ratio: mean DRAM bandwidth (or memory-controller) utilisation",
+    "sm_clock_mhz": "MHz: mean SM clock while busy",
+    "throttled_share": "ratio: share of GPU samples with a non-benign clock-event reason",
+    "temperature_c": "°C: mean GPU temperature",
+    "power_w": "W: mean GPU power",
+    "ecc_sbe_per_s": "1/s: correctable ECC errors per second",
+    "ecc_dbe_per_s": "1/s: uncorrectable ECC errors per second",
+    "xid_samples": "count: GPU samples that report an XID error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSignals:
+    """The signals of one instance over one window."""
+
+    instance: str
+    model: str = ""
+    values: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.instance:
+            raise InvalidInput("instance signals need an instance")
+        check_label("instance", self.instance)
+        check_label("model", self.model)
+        unknown = set(self.values) - set(SIGNALS)
+        if unknown:
+            raise InvalidInput("unknown signals", details={"signals": sorted(unknown)})
+        for name, value in self.values.items():
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise InvalidInput("a signal is a finite number ≥ 0", details={name: repr(value)})
+        object.__setattr__(self, "values", dict(self.values))
+
+    def get(self, name: str) -> float | None:
+        return self.values.get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSignals:
+    """The signals of every instance in a scope over one window."""
+
+    window: Window
+    instances: tuple[InstanceSignals, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "instances", tuple(self.instances))
+        names = [s.instance for s in self.instances]
+        if len(names) != len(set(names)):
+            raise InvalidInput("an instance appears twice in one window's signals")
+
+    def by_instance(self) -> dict[str, InstanceSignals]:
+        return {s.instance: s for s in self.instances}

@@ -1,0 +1,187 @@
+"""Diagnosis signals from the store: per-instance aggregates of one window (``core.signals``).
+
+Three reads per window, each one pass over raw rows in time order: requests (latency
+quantiles, stage means, input lengths of the slowest requests), server samples (queue and KV
+gauges, preemption counter deltas) and GPU samples (utilisation, clocks while busy, throttle
+share, ECC counter deltas, XIDs). Diagnosis windows are incident-sized (minutes to hours), so
+raw rows are read; the row cap keeps a mistaken month-long window from exhausting memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import numpy as np
+from sqlalchemy import Engine, and_, select
+
+from core.errors import InvalidInput
+from core.query import Selector
+from core.samples import THROTTLE_REASONS
+from core.signals import InstanceSignals, WindowSignals
+from core.window import Window
+from storage.tables import gpu_samples, requests, server_samples
+
+MAX_ROWS: Final = 2_000_000
+_BENIGN: Final = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting"})
+_NOT_BENIGN: Final = frozenset(THROTTLE_REASONS) - _BENIGN
+_NONE: Final[frozenset[str]] = frozenset()
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
+
+
+def _quantile(values: Sequence[float | None], q: float) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.quantile(present, q)) if present else None
+
+
+def _increase(values: Iterable[float | None]) -> float:
+    """A counter's increase over consecutive readings, counting a reset as a restart from 0."""
+    total = 0.0
+    last: float | None = None
+    for v in values:
+        if v is None:
+            continue
+        if last is not None:
+            total += v - last if v >= last else v
+        last = v
+    return total
+
+
+def _put(out: dict[str, float], name: str, value: float | None) -> None:
+    if value is not None and math.isfinite(value):
+        out[name] = max(0.0, value)
+
+
+def _request_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    n = len(rows)
+    out["requests"] = float(n)
+    out["request_rate"] = n / seconds
+    out["error_ratio"] = sum(r.status == "error" for r in rows) / n if n else 0.0
+    ttft = [r.ttft_s for r in rows]
+    _put(out, "ttft_p50", _quantile(ttft, 0.5))
+    _put(out, "ttft_p90", _quantile(ttft, 0.9))
+    _put(out, "tpot_p50", _quantile([r.tpot_s for r in rows], 0.5))
+    _put(out, "tpot_p90", _quantile([r.tpot_s for r in rows], 0.9))
+    _put(out, "e2e_p90", _quantile([r.e2e_s for r in rows], 0.9))
+    _put(out, "queue_mean", _mean([r.queue_s for r in rows]))
+    _put(out, "queue_p90", _quantile([r.queue_s for r in rows], 0.9))
+    _put(out, "preprocess_mean", _mean([r.preprocess_s for r in rows]))
+    _put(out, "prefill_mean", _mean([r.prefill_s for r in rows]))
+    _put(out, "decode_mean", _mean([r.decode_s for r in rows]))
+    _put(out, "input_tokens_mean", _mean([r.input_tokens for r in rows]))
+    cut = out.get("ttft_p90")
+    if cut is not None:
+        slow = [r.input_tokens for r in rows if r.ttft_s is not None and r.ttft_s >= cut]
+        _put(out, "slow_input_tokens_p50", _quantile(slow, 0.5))
+    return out
+
+
+def _server_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    _put(out, "requests_running", _mean([r.requests_running for r in rows]))
+    _put(out, "requests_waiting", _mean([r.requests_waiting for r in rows]))
+    _put(out, "kv_cache_usage", _mean([r.kv_cache_usage for r in rows]))
+    if any(r.preemptions_total is not None for r in rows):
+        out["preemptions_per_s"] = _increase(r.preemptions_total for r in rows) / seconds
+    return out
+
+
+def _gpu_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    _put(out, "util_gpu", _mean([r.util_gpu for r in rows]))
+    dram = [r.dram_bw_util if r.dram_bw_util is not None else r.util_memory for r in rows]
+    _put(out, "dram_bw_util", _mean(dram))
+    reasons = [
+        frozenset(r.throttle_reasons.split(",")) if r.throttle_reasons else _NONE for r in rows
+    ]
+    busy = [
+        r
+        for r, why in zip(rows, reasons, strict=True)
+        if (r.util_gpu or 0.0) > 0.0 and "gpu_idle" not in why
+    ]
+    _put(out, "sm_clock_mhz", _mean([r.sm_clock_mhz for r in busy]))
+    if rows:
+        throttled = sum(not why.isdisjoint(_NOT_BENIGN) for why in reasons)
+        out["throttled_share"] = throttled / len(rows)
+        out["xid_samples"] = float(sum(r.xid_last is not None and r.xid_last > 0 for r in rows))
+    _put(out, "temperature_c", _mean([r.temperature_c for r in rows]))
+    _put(out, "power_w", _mean([r.power_w for r in rows]))
+    per_gpu: dict[int, list[Any]] = defaultdict(list)
+    for r in rows:
+        per_gpu[r.gpu_index].append(r)
+    for name, column in (("ecc_sbe_per_s", "ecc_sbe_total"), ("ecc_dbe_per_s", "ecc_dbe_total")):
+        series = [[getattr(r, column) for r in g] for g in per_gpu.values()]
+        if any(v is not None for s in series for v in s):
+            out[name] = sum(_increase(s) for s in series) / seconds
+    return out
+
+
+def _grouped(engine: Engine, statement: Any) -> dict[str, list[Any]]:
+    groups: dict[str, list[Any]] = defaultdict(list)
+    with engine.connect() as connection:
+        result = connection.execution_options(yield_per=20_000).execute(statement)
+        for count, row in enumerate(result, start=1):
+            if count > MAX_ROWS:
+                raise InvalidInput(f"window too long for a diagnosis (over {MAX_ROWS} rows)")
+            groups[row.instance].append(row)
+    return groups
+
+
+def window_signals(
+    engine: Engine, window: Window, selector: Selector = Selector()
+) -> WindowSignals:
+    """Every instance's signals over ``window``, for the requests ``selector`` picks."""
+    seconds = max(window.seconds, 1e-9)
+    filters = [requests.c[name] == value for name, value in selector.items()]
+    cols = [
+        requests.c[c]
+        for c in (
+            "instance", "model", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preprocess_s",
+            "prefill_s", "decode_s", "input_tokens", "status",
+        )
+    ]  # fmt: skip
+    reqs = _grouped(
+        engine,
+        select(*cols).where(
+            and_(requests.c.start >= window.start, requests.c.start < window.end, *filters)
+        ),
+    )
+    instances = sorted(reqs) if selector.instance is None else [selector.instance]
+    if not instances:
+        return WindowSignals(window, ())
+    server = _grouped(
+        engine,
+        select(server_samples)
+        .where(
+            server_samples.c.ts >= window.start,
+            server_samples.c.ts < window.end,
+            server_samples.c.instance.in_(instances),
+        )
+        .order_by(server_samples.c.instance, server_samples.c.ts),
+    )
+    gpu_rows = _grouped(
+        engine,
+        select(gpu_samples)
+        .where(
+            gpu_samples.c.ts >= window.start,
+            gpu_samples.c.ts < window.end,
+            gpu_samples.c.instance.in_(instances),
+        )
+        .order_by(gpu_samples.c.instance, gpu_samples.c.gpu_index, gpu_samples.c.ts),
+    )
+    out = []
+    for name in instances:
+        rows = reqs.get(name, [])
+        values = _request_values(rows, seconds)
+        values.update(_server_values(server.get(name, []), seconds))
+        values.update(_gpu_values(gpu_rows.get(name, []), seconds))
+        model = rows[0].model if rows else (selector.model or "")
+        out.append(InstanceSignals(name, model, values))
+    return WindowSignals(window, tuple(out))
