@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from datetime import UTC, date, datetime
-from operator import attrgetter
+from datetime import UTC, date, datetime, timedelta
+from operator import attrgetter, itemgetter
 from typing import Any, Final, Protocol
 
 import psycopg
@@ -63,6 +63,8 @@ _START_AT: Final = RECORD_FIELDS.index("start")
 _TRACE_AT: Final = RECORD_FIELDS.index("trace_id")
 _SPAN_AT: Final = RECORD_FIELDS.index("span_id")
 Row = tuple[Any, ...]
+#: A batch spanning more days than this gets partitions only for the days it really touches.
+_MAX_SPAN_DAYS: Final = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +198,7 @@ class PostgresWriter(_BaseWriter):
     )
 
     def _prepare(self, connection: Connection, rows: Sequence[Row]) -> None:
-        days: set[date] = {row[_START_AT].astimezone(UTC).date() for row in rows}
-        ensure_partitions(connection, "requests", days)
+        ensure_partitions(connection, "requests", _days(rows))
 
     def _store(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
         """COPY straight into ``requests`` when the batch is new (the common case).
@@ -270,6 +271,16 @@ class SqliteWriter(_BaseWriter):
         if len(stored) == len(rows):
             return rows
         return [r for r in rows if (r[_TRACE_AT], r[_SPAN_AT]) in stored]
+
+
+def _days(rows: Sequence[Row]) -> set[date]:
+    """The UTC days a batch touches, from its earliest and latest start (two C-level passes)."""
+    starts = list(map(itemgetter(_START_AT), rows))
+    first = min(starts).astimezone(UTC).date()
+    last = max(starts).astimezone(UTC).date()
+    if (last - first).days > _MAX_SPAN_DAYS:  # a stray old record: only the days really present
+        return {ts.astimezone(UTC).date() for ts in starts}
+    return {first + timedelta(days=i) for i in range((last - first).days + 1)}
 
 
 def sqlite_timestamp(ts: datetime) -> str:
