@@ -1,0 +1,218 @@
+"""Diagnosis benchmark (issue 6): accuracy on every shipped scenario, and what it costs.
+
+For each scenario shipped with the simulator: run it in virtual time, write it into a store
+through ``StoreSink`` → ``storage.writer`` (the real path from the store on), read the signals
+of the incident window and of the reference window before it (``storage.signals``), diagnose
+(``alerts.diagnose``) and compare with the ground truth. Prints the accuracy table and, per
+scenario, the time of the signal reads next to the time of the pure diagnosis (the reference
+measured in the same run: the engine's cost is noise next to the two store reads).
+
+To keep a full run short, each scenario is *compressed*: the same fleet, traffic, seed and
+faults (kind, instance, magnitude), with the fault moved to ``[10 min, 20 min)`` of a 20-minute
+run; the reference window is ``[2 min, 10 min)`` (the first two minutes warm the servers up).
+The mixed scenario keeps its two overlapping faults (thermal throttling and an arrival surge on
+different instances) over the same window; the quiet day keeps its first 20 minutes. Without
+``--store`` a temporary SQLite file is used.
+
+    python bench/bench_alerts.py [--store URL] [--scenario NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Final
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import Engine
+
+from alerts.diagnose import Diagnosis, diagnose
+from alerts.rules import Cause, RulePack, load_rules
+from core.window import Window
+from simulator.events import Batch
+from simulator.faults import FaultKind
+from simulator.fleet import run_scenario
+from simulator.scenario import Scenario
+from simulator.sinks import MemorySink
+from simulator.sinks.store import StoreSink
+from simulator.specs import load_scenario, shipped_scenarios
+from storage import migrate
+from storage.engine import create_store_engine
+from storage.signals import window_signals
+from storage.tables import metadata
+from storage.writer import open_writer
+
+RUN_S: Final = 1200.0
+FAULT_FROM_S: Final = 600.0
+REFERENCE_FROM_S: Final = 120.0
+#: Mixed scenarios keep this many faults (the first ones, which overlap in the shipped file).
+MIXED_FAULTS: Final = 2
+#: The signals whose movement each fault kind injects: the evidence must name one of them.
+INJECTED_SIGNALS: Final = {
+    FaultKind.ARRIVAL_SURGE: frozenset({"request_rate"}),
+    FaultKind.SLOW_TOKENIZER: frozenset({"preprocess_mean"}),
+    FaultKind.LONG_PROMPT_FLOOD: frozenset({"input_tokens_mean", "slow_input_tokens_p50"}),
+    FaultKind.THERMAL_THROTTLE: frozenset({"throttled_share", "sm_clock_mhz"}),
+    FaultKind.KV_PRESSURE: frozenset({"preemptions_per_s", "kv_cache_usage"}),
+    FaultKind.DEGRADED_INSTANCE: frozenset({"ecc_sbe_per_s"}),
+    FaultKind.CPU_STARVED: frozenset({"util_gpu"}),
+}
+
+
+def compressed(scenario: Scenario) -> Scenario:
+    """``scenario`` cut to 20 minutes with its (first two) faults over ``[10 min, 20 min)``."""
+    faults = tuple(
+        dataclasses.replace(f, start_s=FAULT_FROM_S, end_s=RUN_S)
+        for f in scenario.faults[:MIXED_FAULTS]
+    )
+    return dataclasses.replace(scenario, duration_s=RUN_S, faults=faults)
+
+
+def simulate(name: str) -> tuple[Scenario, Batch]:
+    scenario = compressed(load_scenario(name))
+    sink = MemorySink()
+    run_scenario(scenario, [sink])
+    batch = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
+    return scenario, batch
+
+
+def empty(engine: Engine) -> None:
+    """Delete every row (each scenario starts on the same virtual day)."""
+    with engine.begin() as connection:
+        for table in reversed(metadata.sorted_tables):
+            connection.execute(table.delete())
+
+
+def store_batch(engine: Engine, batch: Batch) -> None:
+    sink = StoreSink(open_writer(engine))
+    sink.write(batch)
+    sink.close()
+
+
+def windows(scenario: Scenario) -> tuple[Window, Window]:
+    """(incident window, reference window) of a compressed scenario."""
+    at = scenario.start
+    incident = Window(at + timedelta(seconds=FAULT_FROM_S), at + timedelta(seconds=RUN_S))
+    reference = Window(at + timedelta(seconds=REFERENCE_FROM_S), incident.start)
+    return incident, reference
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    scenario: str
+    expected: tuple[str, ...]
+    diagnosis: Diagnosis
+    passed: bool
+    signals_s: float
+    diagnose_s: float
+
+    def row(self) -> str:
+        d = self.diagnosis
+        second = d.alternatives[0].cause.value if d.alternatives else "-"
+        evidence = ",".join(e.signal for e in d.evidence[:3]) or "-"
+        expected = "+".join(self.expected) or "unknown (no incident)"
+        return (
+            f"{self.scenario:24} {expected:34} {d.cause.value:19} {d.confidence:5.2f} "
+            f"{d.instance or '-':11} {second:19} {evidence:40} {'PASS' if self.passed else 'FAIL'}"
+        )
+
+
+HEADER: Final = (
+    f"{'scenario':24} {'expected':34} {'top cause':19} {'conf':>5} {'instance':11} "
+    f"{'second':19} {'evidence (first 3)':40} result"
+)
+
+
+def judge(scenario: Scenario, d: Diagnosis) -> bool:
+    """The acceptance rule: single fault → top cause, instance and injected signal; mixed →
+    both causes in the top two; no fault → ``unknown`` with low confidence."""
+    faults = scenario.faults
+    if not faults:
+        return d.cause is Cause.UNKNOWN and d.confidence <= 0.2
+    truth = scenario.ground_truth()
+    if len(faults) == 1:
+        named = {e.signal for e in d.evidence}
+        return (
+            d.cause.value == truth[0].expected_cause
+            and d.instance == truth[0].instance
+            and bool(named & INJECTED_SIGNALS[faults[0].kind])
+        )
+    top_two = {c.value for c in d.ranked[:2]}
+    return {t.expected_cause for t in truth} <= top_two
+
+
+def evaluate(engine: Engine, scenario: Scenario, pack: RulePack) -> Outcome:
+    incident, reference = windows(scenario)
+    t0 = time.perf_counter()
+    now = window_signals(engine, incident)
+    before = window_signals(engine, reference)
+    t1 = time.perf_counter()
+    d = diagnose(now, before, pack)
+    t2 = time.perf_counter()
+    expected = tuple(t.expected_cause for t in scenario.ground_truth())
+    return Outcome(scenario.name, expected, d, judge(scenario, d), t1 - t0, t2 - t1)
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    passed = sum(o.passed for o in outcomes)
+    lines = [HEADER, *(o.row() for o in outcomes)]
+    lines.append(f"accuracy: {passed}/{len(outcomes)} scenarios")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", help="store URL (default: a temporary SQLite file)")
+    parser.add_argument("--scenario", action="append", help="scenario name (default: all)")
+    args = parser.parse_args(argv)
+    names = args.scenario or shipped_scenarios()
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_store_engine(args.store or f"sqlite:///{tmp}/bench-alerts.db")
+        try:
+            migrate.upgrade(engine)
+            return _run(engine, names)
+        finally:
+            engine.dispose()
+
+
+def _run(engine: Engine, names: Sequence[str]) -> dict[str, Any]:
+    pack = load_rules()
+    outcomes, timings = [], []
+    for name in names:
+        t0 = time.perf_counter()
+        scenario, batch = simulate(name)
+        t1 = time.perf_counter()
+        empty(engine)
+        store_batch(engine, batch)
+        t2 = time.perf_counter()
+        outcome = evaluate(engine, scenario, pack)
+        outcomes.append(outcome)
+        timings.append((name, len(batch.completions), t1 - t0, t2 - t1, outcome))
+    print(table(outcomes))
+    print()
+    print(f"{'scenario':24} {'requests':>8} {'simulate s':>10} {'store s':>8} "
+          f"{'signals ms':>10} {'diagnose ms':>11} {'diagnose/signals':>16}")  # fmt: skip
+    for name, n, sim_s, store_s, o in timings:
+        share = o.diagnose_s / o.signals_s if o.signals_s > 0 else float("nan")
+        print(
+            f"{name:24} {n:8d} {sim_s:10.2f} {store_s:8.2f} {o.signals_s * 1e3:10.1f} "
+            f"{o.diagnose_s * 1e3:11.2f} {share:16.4f}"
+        )
+    return {
+        "passed": sum(o.passed for o in outcomes),
+        "total": len(outcomes),
+        "outcomes": {o.scenario: o for o in outcomes},
+    }
+
+
+if __name__ == "__main__":
+    result = main()
+    sys.exit(0 if result["passed"] == result["total"] else 1)

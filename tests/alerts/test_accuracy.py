@@ -1,0 +1,77 @@
+"""Diagnosis accuracy on every shipped scenario, through simulator → StoreSink → store → signals.
+
+The harness is the benchmark's (``bench/bench_alerts.py``: scenarios compressed to 20 minutes,
+fault over the last 10, reference before it). Each scenario is simulated once per module and
+written into each store of the ``store`` fixture (SQLite and PostgreSQL). A single fault must be
+the top cause, on the injected instance, with evidence naming the injected signal; the mixed
+scenario must have both injected causes in its top two; the quiet day must stay ``unknown``
+with no confidence. The accuracy table is printed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from alerts.rules import Cause, load_rules
+from simulator.specs import shipped_scenarios
+from tests.conftest import Store
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_alerts.py"
+
+
+def _bench() -> ModuleType:
+    if "bench_alerts" in sys.modules:
+        return sys.modules["bench_alerts"]
+    spec = importlib.util.spec_from_file_location("bench_alerts", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_alerts"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+_runs: dict[str, Any] = {}
+
+
+def _simulated(name: str) -> Any:
+    if name not in _runs:
+        _runs[name] = bench.simulate(name)
+    return _runs[name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_runs() -> Iterator[None]:
+    yield
+    _runs.clear()
+
+
+@pytest.mark.parametrize("name", shipped_scenarios())
+def test_every_shipped_scenario_is_diagnosed_as_injected(
+    store: Store, name: str, accuracy_log: dict[tuple[str, str], Any]
+) -> None:
+    scenario, batch = _simulated(name)
+    bench.store_batch(store.engine, batch)
+    outcome = bench.evaluate(store.engine, scenario, load_rules())
+    accuracy_log[(store.dialect, name)] = outcome
+    d = outcome.diagnosis
+    truth = scenario.ground_truth()
+    if not truth:
+        assert d.cause is Cause.UNKNOWN
+        assert d.confidence <= 0.2
+    elif len(truth) == 1:
+        assert d.cause.value == truth[0].expected_cause, d.to_dict()
+        assert d.instance == truth[0].instance
+        assert {e.signal for e in d.evidence} & bench.INJECTED_SIGNALS[truth[0].kind]
+        assert d.confidence >= 0.5
+    else:
+        assert {t.expected_cause for t in truth} <= {c.value for c in d.ranked[:2]}
+    assert outcome.passed
