@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 from core.records import DURATION_FIELDS, GROUP_LABELS
@@ -181,4 +182,53 @@ incidents = Table(
     PrimaryKeyConstraint("id"),
     Index("ix_incidents_slo_scope_state", "slo", "scope", "state"),
     Index("ix_incidents_state_opened_at", "state", "opened_at"),
+)
+
+# -- Diagnoses, silences and the notification outbox (issue 6) ------------------------------
+
+#: The latest diagnosis of an incident and its acknowledgement (one row per incident).
+incident_diagnoses = Table(
+    "incident_diagnoses",
+    metadata,
+    Column("incident_id", Integer, nullable=False),
+    Column("symptom", Text, nullable=False),
+    Column("diagnosis", Text, nullable=False),
+    Column("diagnosed_at", UTCDateTime(), nullable=False),
+    Column("acknowledged_at", UTCDateTime(), nullable=True),
+    Column("acknowledged_by", String(128), nullable=False, server_default=""),
+    PrimaryKeyConstraint("incident_id"),
+)
+
+#: Silences: incidents whose labels match ``matchers`` (JSON) are not notified until ``ends_at``.
+silences = Table(
+    "silences",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("matchers", Text, nullable=False),
+    Column("starts_at", UTCDateTime(), nullable=False),
+    Column("ends_at", UTCDateTime(), nullable=False),
+    Column("created_by", String(128), nullable=False, server_default=""),
+    Column("comment", String(1024), nullable=False, server_default=""),
+    Column("created_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("id"),
+    Index("ix_silences_ends_at", "ends_at"),
+)
+
+#: Notifications to deliver: one row per (notifier, key); survives restarts, retried with backoff.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("notifier", String(64), nullable=False),
+    Column("key", String(256), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("next_attempt_at", UTCDateTime(), nullable=False),
+    Column("delivered_at", UTCDateTime(), nullable=True),
+    Column("last_error", String(1024), nullable=False, server_default=""),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("notifier", "key"),
+    Index("ix_outbox_state_next_attempt_at", "state", "next_attempt_at"),
 )
