@@ -19,8 +19,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from api import errors, routes_query, routes_slos
+from alerts.rules import load_rules
+from api import errors, routes_alerts, routes_query, routes_slos
 from api.auth import Scope, check_exposure, parse_tokens, requires
+from api.diagnosis import DiagnosisListener
 from api.evaluation import Evaluator, default_policy
 from api.jobs import Jobs, LeaderLock, leader_lock
 from api.limits import BodyLimit
@@ -55,6 +57,9 @@ def create_app(
     check_exposure(host, tokens, settings.insecure_no_auth)
     retention = retention or RetentionPolicy()
     policy = policy or default_policy()
+    rules = load_rules()
+    # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
+    listeners = (DiagnosisListener(engine, pack=rules), *listeners)
     evaluator = Evaluator(engine, policy, listeners, retention.finest_for)
     jobs = Jobs(
         engine,
@@ -89,6 +94,7 @@ def create_app(
     app.state.exact_max_rows = exact_max_rows
     app.state.policy = policy
     app.state.evaluator = evaluator
+    app.state.rules = rules
     app.state.jobs = jobs
     registry = registry_for(
         StoreCollector(engine, policy, clock, retention.finest_for, exact_max_rows)
@@ -99,6 +105,7 @@ def create_app(
     app.include_router(routes_query.router)
     app.include_router(routes_slos.router)
     app.include_router(routes_slos.alerts_router)
+    app.include_router(routes_alerts.router)
 
     @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
     def metrics() -> Response:

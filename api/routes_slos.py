@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from api import routes_alerts
 from api.auth import Scope, requires
 from api.evaluation import status
 from api.specs import load_document, parse_spec, to_document
@@ -125,5 +126,6 @@ def alerts(
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     found = incidents.list_incidents(request.app.state.engine, state, limit)
-    # symptom and diagnosis are filled in by the diagnosis seam (IncidentListener), not here.
-    return {"alerts": [{**incident_dict(i), "symptom": None, "diagnosis": None} for i in found]}
+    # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (api.diagnosis).
+    notes = routes_alerts.annotate(request.app.state.engine, found)
+    return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}

@@ -5,24 +5,30 @@ quantiles, stage means, input lengths of the slowest requests), server samples (
 gauges, preemption counter deltas) and GPU samples (utilisation, clocks while busy, throttle
 share, ECC counter deltas, XIDs). Diagnosis windows are incident-sized (minutes to hours), so
 raw rows are read; the row cap keeps a mistaken month-long window from exhausting memory.
+
+The diagnoses made from those signals are kept here too: the latest one per incident, with
+the incident's acknowledgement (``incident_diagnoses``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 import numpy as np
-from sqlalchemy import Engine, and_, select
+from sqlalchemy import Connection, Engine, and_, insert, select, update
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
 from core.query import Selector
 from core.samples import THROTTLE_REASONS
 from core.signals import InstanceSignals, WindowSignals
 from core.window import Window
-from storage.tables import gpu_samples, requests, server_samples
+from storage.tables import gpu_samples, incident_diagnoses, incidents, requests, server_samples
 
 MAX_ROWS: Final = 2_000_000
 _BENIGN: Final = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting"})
@@ -185,3 +191,101 @@ def window_signals(
         model = rows[0].model if rows else (selector.model or "")
         out.append(InstanceSignals(name, model, values))
     return WindowSignals(window, tuple(out))
+
+
+# -- Diagnoses of incidents: the latest one per incident, and its acknowledgement -------------
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentNote:
+    """What the diagnosis seam keeps about one incident."""
+
+    incident_id: int
+    symptom: dict[str, Any] | None
+    diagnosis: dict[str, Any] | None
+    diagnosed_at: datetime | None
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str = ""
+
+
+def _check_incident(connection: Connection, incident_id: int) -> None:
+    found = connection.execute(select(incidents.c.id).where(incidents.c.id == incident_id)).first()
+    if found is None:
+        raise NotFound(f"no incident {incident_id}", details={"id": incident_id})
+
+
+def save_diagnosis(
+    engine: Engine,
+    incident_id: int,
+    symptom: Mapping[str, Any],
+    diagnosis: Mapping[str, Any],
+    at: datetime,
+) -> None:
+    """Store (or replace) the diagnosis of an incident, keeping its acknowledgement."""
+    values = {
+        "symptom": json.dumps(symptom, sort_keys=True),
+        "diagnosis": json.dumps(diagnosis, sort_keys=True),
+        "diagnosed_at": at,
+    }
+    with engine.begin() as connection:
+        _check_incident(connection, incident_id)
+        updated = connection.execute(
+            update(incident_diagnoses)
+            .where(incident_diagnoses.c.incident_id == incident_id)
+            .values(**values)
+        )
+        if updated.rowcount == 0:
+            connection.execute(insert(incident_diagnoses).values(incident_id=incident_id, **values))
+
+
+def acknowledge(engine: Engine, incident_id: int, by: str, at: datetime) -> IncidentNote:
+    """Mark an incident acknowledged (idempotent: the first acknowledgement is kept)."""
+    with engine.begin() as connection:
+        _check_incident(connection, incident_id)
+        connection.execute(
+            update(incident_diagnoses)
+            .where(
+                incident_diagnoses.c.incident_id == incident_id,
+                incident_diagnoses.c.acknowledged_at.is_(None),
+            )
+            .values(acknowledged_at=at, acknowledged_by=by[:128])
+        )
+        found = connection.execute(
+            select(incident_diagnoses.c.incident_id).where(
+                incident_diagnoses.c.incident_id == incident_id
+            )
+        ).first()
+        if found is None:
+            connection.execute(
+                insert(incident_diagnoses).values(
+                    incident_id=incident_id,
+                    symptom="null",
+                    diagnosis="null",
+                    diagnosed_at=at,
+                    acknowledged_at=at,
+                    acknowledged_by=by[:128],
+                )
+            )
+    return notes(engine, [incident_id])[incident_id]
+
+
+def notes(engine: Engine, incident_ids: Iterable[int]) -> dict[int, IncidentNote]:
+    """The stored notes of the given incidents (absent ids have none)."""
+    ids = list(incident_ids)
+    if not ids:
+        return {}
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(incident_diagnoses).where(incident_diagnoses.c.incident_id.in_(ids))
+        ).all()
+    return {
+        r.incident_id: IncidentNote(
+            r.incident_id,
+            json.loads(r.symptom),
+            json.loads(r.diagnosis),
+            r.diagnosed_at,
+            r.acknowledged_at,
+            r.acknowledged_by,
+        )
+        for r in rows
+    }

@@ -1,0 +1,147 @@
+"""``POST /api/v1/diagnose``, incident acknowledgement and ``/api/v1/silences``.
+
+``annotate`` adds the stored symptom, diagnosis and acknowledgement to incidents for
+``GET /api/v1/alerts`` (an acknowledged incident that still fires reads ``acknowledged``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.auth import Scope, requires
+from api.diagnosis import diagnose_window
+from api.params import iso, parse_time
+from core.burn import Incident, IncidentState
+from core.errors import InvalidInput
+from core.query import Selector
+from core.window import Window
+from storage import signals
+from storage import silences as silence_store
+
+router = APIRouter(prefix="/api/v1")
+_READ = [Depends(requires(Scope.READ))]
+_ADMIN = [Depends(requires(Scope.ADMIN))]
+MAX_DIAGNOSIS_WINDOW = timedelta(days=1)
+
+
+def annotate(engine: Any, found: Sequence[Incident]) -> dict[int, dict[str, Any]]:
+    """incident id → ``{"state", "symptom", "diagnosis", "acknowledged_at", "acknowledged_by"}``."""
+    notes = signals.notes(engine, [i.id for i in found])
+    out = {}
+    for incident in found:
+        note = notes.get(incident.id)
+        acked = note is not None and note.acknowledged_at is not None
+        state = incident.state.value
+        if acked and incident.state is IncidentState.FIRING:
+            state = "acknowledged"
+        out[incident.id] = {
+            "state": state,
+            "symptom": note.symptom if note else None,
+            "diagnosis": note.diagnosis if note else None,
+            "acknowledged_at": iso(note.acknowledged_at) if note and note.acknowledged_at else None,
+            "acknowledged_by": note.acknowledged_by if acked and note else None,
+        }
+    return out
+
+
+class DiagnoseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    start: str = Field(description="RFC 3339 or Unix seconds")
+    end: str = Field(description="RFC 3339 or Unix seconds")
+    model: str | None = None
+    instance: str | None = None
+    tenant: str | None = None
+    priority: str | None = None
+    reference_start: str | None = Field(None, description="default: the same length before start")
+    reference_end: str | None = None
+
+
+@router.post("/diagnose", dependencies=_READ, summary="Diagnose any window (symptom → cause)")
+def post_diagnose(request: Request, body: DiagnoseBody) -> dict[str, Any]:
+    window = Window(parse_time("start", body.start), parse_time("end", body.end))
+    if window.end - window.start > MAX_DIAGNOSIS_WINDOW:
+        raise InvalidInput("a diagnosis window covers at most one day")
+    reference = None
+    if (body.reference_start is None) != (body.reference_end is None):
+        raise InvalidInput("give both reference_start and reference_end, or neither")
+    if body.reference_start is not None and body.reference_end is not None:
+        reference = Window(
+            parse_time("reference_start", body.reference_start),
+            parse_time("reference_end", body.reference_end),
+        )
+    selector = Selector(body.model, body.instance, body.tenant, body.priority)
+    state = request.app.state
+    result = diagnose_window(state.engine, window, selector, state.rules, reference)
+    reference = reference or window.preceding()
+    return {
+        **result.to_dict(),
+        "window": {"start": iso(window.start), "end": iso(window.end)},
+        "reference": {"start": iso(reference.start), "end": iso(reference.end)},
+    }
+
+
+class AckBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    by: str = Field("", max_length=128)
+
+
+@router.post(
+    "/alerts/{incident_id}/acknowledge", dependencies=_ADMIN, summary="Acknowledge an incident"
+)
+def acknowledge(request: Request, incident_id: int, body: AckBody | None = None) -> dict[str, Any]:
+    state = request.app.state
+    note = signals.acknowledge(state.engine, incident_id, (body or AckBody()).by, state.clock())
+    assert note.acknowledged_at is not None
+    return {
+        "id": incident_id,
+        "acknowledged_at": iso(note.acknowledged_at),
+        "acknowledged_by": note.acknowledged_by,
+    }
+
+
+class SilenceBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    matchers: dict[str, str]
+    ends_at: str | None = Field(None, description="RFC 3339 or Unix seconds")
+    duration_s: Annotated[float | None, Field(gt=0, le=90 * 86400)] = None
+    starts_at: str | None = None
+    created_by: str = ""
+    comment: str = ""
+
+
+@router.post("/silences", dependencies=_ADMIN, status_code=201, summary="Create a silence")
+def create_silence(request: Request, body: SilenceBody) -> dict[str, Any]:
+    now: datetime = request.app.state.clock()
+    starts = parse_time("starts_at", body.starts_at) if body.starts_at else now
+    if (body.ends_at is None) == (body.duration_s is None):
+        raise InvalidInput("give ends_at or duration_s")
+    ends = (
+        parse_time("ends_at", body.ends_at)
+        if body.ends_at
+        else starts + timedelta(seconds=body.duration_s or 0.0)
+    )
+    new = silence_store.NewSilence(body.matchers, starts, ends, body.created_by, body.comment)
+    return silence_store.add(request.app.state.engine, new, now).to_dict()
+
+
+@router.get("/silences", dependencies=_READ, summary="Silences in force now")
+def list_silences(request: Request) -> dict[str, Any]:
+    state = request.app.state
+    return {"silences": [s.to_dict() for s in silence_store.active(state.engine, state.clock())]}
+
+
+@router.delete(
+    "/silences/{silence_id}", dependencies=_ADMIN, status_code=204, summary="End a silence"
+)
+def delete_silence(request: Request, silence_id: int) -> Response:
+    state = request.app.state
+    silence_store.expire(state.engine, silence_id, state.clock())
+    return Response(status_code=204)
