@@ -8,7 +8,7 @@ registry), ``/healthz`` and the scheduled jobs (started with the app's lifespan 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from alerts.notify import Notifier
+from alerts.routing import Router
 from alerts.rules import load_rules
 from api import errors, routes_alerts, routes_query, routes_slos
 from api.auth import Scope, check_exposure, parse_tokens, requires
@@ -27,6 +29,7 @@ from api.evaluation import Evaluator, default_policy
 from api.jobs import Jobs, LeaderLock, leader_lock
 from api.limits import BodyLimit
 from api.metrics import StoreCollector, registry_for
+from api.notifications import Announcer, Delivery
 from api.settings import ApiSettings
 from core.burn import IncidentListener, Policy
 from storage.maintenance import RetentionPolicy
@@ -50,6 +53,9 @@ def create_app(
     policy: Policy | None = None,
     listeners: Sequence[IncidentListener] = (),
     lock: LeaderLock | None = None,
+    notifiers: Mapping[str, Notifier] | None = None,
+    router: Router | None = None,
+    dashboard_url: str = "",
 ) -> FastAPI:
     """The API for ``engine``'s store. Raises ``ConfigurationError`` for unsafe settings."""
     tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file)
@@ -59,7 +65,9 @@ def create_app(
     policy = policy or default_policy()
     rules = load_rules()
     # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
-    listeners = (DiagnosisListener(engine, pack=rules), *listeners)
+    announcer = Announcer(engine, notifiers, clock, router, dashboard_url) if notifiers else None
+    delivery = Delivery(engine, notifiers) if notifiers else None
+    listeners = (DiagnosisListener(engine, pack=rules, announce=announcer), *listeners)
     evaluator = Evaluator(engine, policy, listeners, retention.finest_for)
     jobs = Jobs(
         engine,
@@ -69,6 +77,7 @@ def create_app(
         lock or leader_lock(engine),
         settings.evaluation_interval_s,
         settings.maintenance_interval_s,
+        deliver=delivery,
     )
 
     @asynccontextmanager
@@ -95,6 +104,7 @@ def create_app(
     app.state.policy = policy
     app.state.evaluator = evaluator
     app.state.rules = rules
+    app.state.delivery = delivery
     app.state.jobs = jobs
     registry = registry_for(
         StoreCollector(engine, policy, clock, retention.finest_for, exact_max_rows)

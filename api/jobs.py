@@ -133,6 +133,8 @@ class Jobs:
         lock: LeaderLock,
         evaluation_interval_s: float,
         maintenance_interval_s: float,
+        deliver: Callable[[datetime], object] | None = None,
+        delivery_interval_s: float = 10.0,
     ) -> None:
         self.engine = engine
         self.evaluator = evaluator
@@ -142,6 +144,11 @@ class Jobs:
         self.evaluation_interval_s = evaluation_interval_s
         self.maintenance_interval_s = maintenance_interval_s
         self.runs: dict[str, int] = {"evaluate": 0, "maintain": 0}
+        # Notification delivery runs apart from the evaluation: a down endpoint delays only it.
+        self.deliver = deliver
+        self.delivery_interval_s = delivery_interval_s
+        if deliver is not None:
+            self.runs["deliver"] = 0
         self.last_error: str | None = None
         self._scheduler: BackgroundScheduler | None = None
 
@@ -153,6 +160,12 @@ class Jobs:
         return self._guarded(
             "maintain", lambda: maintain(self.engine, self.clock(), self.retention)
         )
+
+    def tick_delivery(self) -> bool:
+        deliver = self.deliver
+        if deliver is None:
+            return False
+        return self._guarded("deliver", lambda: deliver(self.clock()))
 
     def _guarded(self, name: str, work: Callable[[], object]) -> bool:
         if not self.lock.acquire():
@@ -185,6 +198,15 @@ class Jobs:
             max_instances=1,
             coalesce=True,
         )
+        if self.deliver is not None:
+            scheduler.add_job(
+                self.tick_delivery,
+                "interval",
+                seconds=self.delivery_interval_s,
+                id="deliver",
+                max_instances=1,
+                coalesce=True,
+            )
         scheduler.start()
         self._scheduler = scheduler
 

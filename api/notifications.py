@@ -1,0 +1,149 @@
+"""Notifications: incident changes → outbox (routed, silenced) → notifiers, on a job of its own.
+
+``Announcer`` is the ``DiagnosisListener``'s ``announce`` callback: it turns an incident change
+with its diagnosis into a ``Notification``, skips it while a silence matches, and enqueues one
+outbox message per routed notifier (idempotent per incident, event and severity, so a
+re-evaluation or a flap within one incident never pages twice). ``Delivery`` is the job that
+drains the outbox; it runs apart from the evaluation, so an endpoint that is down only delays
+its own messages. ``notifiers_from_env`` builds the notifiers from environment variables or
+secret files; the secrets live only inside the notifier objects and are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine
+
+from alerts.dispatch import Backoff, DispatchReport, deliver_due
+from alerts.notifiers.alertmanager import AlertmanagerNotifier
+from alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
+from alerts.notifiers.slack import SlackNotifier
+from alerts.notify import Event, Notification, Notifier
+from alerts.routing import Router
+from core.burn import Incident, Transition
+from core.errors import ConfigurationError
+from storage import silences
+from storage.outbox import Outbox
+
+log = logging.getLogger(__name__)
+_EVENTS = {
+    Transition.OPENED: Event.TRIGGER,
+    Transition.ESCALATED: Event.TRIGGER,
+    Transition.DEESCALATED: Event.TRIGGER,
+    Transition.RESOLVED: Event.RESOLVE,
+}
+
+
+def labels_of(incident: Incident) -> dict[str, str]:
+    """The labels silences and routes match: slo, severity and the scope's own labels."""
+    labels = {"slo": incident.slo, "severity": incident.severity.value}
+    if incident.scope not in ("", "*"):
+        for part in incident.scope.split(","):
+            name, _, value = part.partition("=")
+            labels[name] = value
+    return labels
+
+
+class Announcer:
+    def __init__(
+        self,
+        engine: Engine,
+        notifiers: Mapping[str, Notifier],
+        clock: Callable[[], datetime],
+        router: Router | None = None,
+        dashboard_url: str = "",
+    ) -> None:
+        self.outbox = Outbox(engine)
+        self.engine = engine
+        self.notifiers = dict(notifiers)
+        self.clock = clock
+        self.router = router or Router()
+        self.dashboard_url = dashboard_url
+
+    def __call__(
+        self,
+        incident: Incident,
+        transition: Transition,
+        symptom: dict[str, Any],
+        diagnosis: dict[str, Any],
+    ) -> None:
+        event = _EVENTS.get(transition)
+        if event is None:
+            return
+        labels = labels_of(incident)
+        at = incident.resolved_at or incident.updated_at
+        if event is Event.TRIGGER and silences.silenced(self.engine, labels, at):
+            log.info("incident %s is silenced; not notified", incident.id)
+            return
+        notification = Notification(
+            incident_id=incident.id,
+            slo=incident.slo,
+            scope=incident.scope,
+            severity=incident.severity.value,
+            event=event,
+            at=at,
+            opened_at=incident.opened_at,
+            labels=labels,
+            symptom=symptom,
+            diagnosis=diagnosis,
+            dashboard_url=self.dashboard_url,
+        )
+        for name in self.router.targets(labels, sorted(self.notifiers)):
+            payload = json.dumps(self.notifiers[name].render(notification), sort_keys=True)
+            self.outbox.enqueue(name, notification.key, payload, self.clock())
+
+
+class Delivery:
+    """The outbox-draining job."""
+
+    def __init__(
+        self, engine: Engine, notifiers: Mapping[str, Notifier], backoff: Backoff | None = None
+    ) -> None:
+        self.outbox = Outbox(engine)
+        self.notifiers = dict(notifiers)
+        self.backoff = backoff or Backoff()
+
+    def __call__(self, now: datetime) -> DispatchReport:
+        return deliver_due(self.outbox, self.notifiers, now, self.backoff)
+
+
+def _secret(environ: Mapping[str, str], name: str) -> str | None:
+    """``NAME`` from the environment, or the contents of the file named by ``NAME_FILE``."""
+    value = environ.get(name)
+    if value:
+        return value.strip()
+    path = environ.get(f"{name}_FILE")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read the secret file named by {name}_FILE", details={"error": exc.strerror}
+        ) from None
+
+
+def notifiers_from_env(
+    client: httpx.Client, environ: Mapping[str, str] | None = None
+) -> dict[str, Notifier]:
+    """Slack (``INFERSIGHT_SLACK_WEBHOOK_URL``), PagerDuty (``INFERSIGHT_PAGERDUTY_ROUTING_KEY``,
+    ``INFERSIGHT_PAGERDUTY_URL``) and Alertmanager (``INFERSIGHT_ALERTMANAGER_URL``); each secret
+    may instead come from the file named by the same variable with ``_FILE`` appended."""
+    env = os.environ if environ is None else environ
+    out: dict[str, Notifier] = {}
+    if slack := _secret(env, "INFERSIGHT_SLACK_WEBHOOK_URL"):
+        out["slack"] = SlackNotifier(slack, client)
+    if key := _secret(env, "INFERSIGHT_PAGERDUTY_ROUTING_KEY"):
+        url = env.get("INFERSIGHT_PAGERDUTY_URL") or EVENTS_URL
+        out["pagerduty"] = PagerDutyNotifier(key, client, url=url)
+    if am := _secret(env, "INFERSIGHT_ALERTMANAGER_URL"):
+        out["alertmanager"] = AlertmanagerNotifier(am, client)
+    return out
