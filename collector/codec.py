@@ -1,8 +1,10 @@
 """Spool payload encoding: request records, stage fragments and samples as compact JSON.
 
-Records are a JSON list in ``RECORD_FIELDS`` order with the start as epoch seconds; decoding
-goes through the record constructor again, so a payload that no longer validates is caught
-before it reaches the store.
+Records are a JSON list in ``RECORD_FIELDS`` order with the start as epoch seconds. Only
+records that passed ``RequestRecord`` validation are ever encoded (by the ingestor, into this
+process's own spool), so decoding rebuilds them with ``RequestRecord.trusted`` instead of
+validating every field a second time; a payload of the wrong shape or with an unknown enum
+value is still refused, and the store's writer checks what it stores.
 """
 
 from __future__ import annotations
@@ -39,9 +41,12 @@ def encode_record(record: RequestRecord) -> bytes:
 
 
 def decode_record(payload: bytes) -> RequestRecord:
+    """A record this sidecar validated and spooled (see the module docstring)."""
     values = json.loads(payload)
+    if not isinstance(values, list) or len(values) != len(RECORD_FIELDS):
+        raise ValueError("a spooled record must be a list with one value per field")
     values[_START_AT] = datetime.fromtimestamp(values[_START_AT], tz=UTC)
-    return RequestRecord(**dict(zip(RECORD_FIELDS, values, strict=True)))
+    return RequestRecord.trusted(values)
 
 
 def encode_fragment(fragment: StageFragment) -> bytes:

@@ -14,6 +14,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from importlib.util import find_spec
 from typing import Any, Final
 
 import uvicorn
@@ -33,6 +34,13 @@ from core.errors import InfersightError, InvalidInput, TooLarge, Unauthorized, U
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S: Final = 5
+#: Exports up to this size (about a hundred spans) are decoded and mapped on the event loop:
+#: a few milliseconds, less than the thread hand-off costs; larger ones go to a worker thread
+#: so that /healthz and /metrics keep answering while they are processed.
+INLINE_MAX_BYTES: Final = 64 * 1024
+#: The C HTTP parser and event loop when they are installed (the ``collector`` extra).
+HTTP_IMPL: Final = "httptools" if find_spec("httptools") else "h11"
+LOOP_IMPL: Final = "uvloop" if find_spec("uvloop") else "asyncio"
 _MEDIA: Final = (otlp.PROTOBUF, otlp.JSON)
 
 
@@ -81,9 +89,10 @@ def create_app(
                 return _error(415, f"unsupported content type {media!r}", reply_media)
             encoding = request.headers.get("content-encoding", "identity")
             body = await read_capped(request.stream(), encoding, cap)
-            # Decoding and mapping are CPU work: off the event loop, so that /healthz and
-            # /metrics answer while a large export is being processed.
-            ingested = await run_in_threadpool(_decode_and_ingest, body, media)
+            if len(body) <= INLINE_MAX_BYTES:
+                ingested = _decode_and_ingest(body, media)
+            else:
+                ingested = await run_in_threadpool(_decode_and_ingest, body, media)
             await asyncio.wrap_future(ingested.durable)
         except InfersightError as exc:
             status, result, headers = _refusal(exc)
@@ -124,7 +133,13 @@ class HttpServer:
         self.host = host
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="off", ws="none", http="h11", access_log=False
+            app,
+            log_level="warning",
+            lifespan="off",
+            ws="none",
+            http=HTTP_IMPL,
+            loop=LOOP_IMPL,
+            access_log=False,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="otlp-http", daemon=True)

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 SPOOL_FILE: Final = "spool.sqlite"
 ROW_OVERHEAD: Final = 64  # bytes a row costs beyond its payload (key, index entry, header)
+#: SQLite page cache of the spool connection (KiB). Appends and the shipper's reads touch the
+#: newest pages only; the default 2 MiB would mostly hold pages that are never read again.
+CACHE_KIB: Final = 512
 MAX_GROUP_WINDOW_S: Final = 0.2
 
 _SCHEMA: Final = (
@@ -103,6 +106,7 @@ class Spool:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         if config.max_pages is not None:
             self._db.execute(f"PRAGMA max_page_count={int(config.max_pages)}")
         for statement in _SCHEMA:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from operator import attrgetter
 from typing import Final, TypeVar
 
 from core.errors import InvalidRecord
@@ -39,6 +41,21 @@ _EARLIEST: Final = datetime(2000, 1, 1, tzinfo=UTC)
 _LATEST: Final = datetime(2200, 1, 1, tzinfo=UTC)
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
+#: Label fields in the order ``__post_init__`` checks them.
+_LABEL_FIELDS: Final = (
+    "instance",
+    "service",
+    "model",
+    "tenant",
+    "priority",
+    "operation",
+    "error_type",
+    "finish_reason",
+)
+_LABEL_VALUES: Final = attrgetter(*_LABEL_FIELDS)
+_DURATION_VALUES: Final = attrgetter(*DURATION_FIELDS)
+_TOKEN_VALUES: Final = attrgetter(*TOKEN_FIELDS)
+_SET: Final = object.__setattr__
 
 
 class Engine(StrEnum):
@@ -116,6 +133,35 @@ def check_count(name: str, value: int | None, limit: int = MAX_TOKENS) -> None:
         raise InvalidRecord(f"{name} must be an integer in [0, {limit}]", details={name: value})
 
 
+# The three checks below run for every span the sidecar receives: values that are plainly
+# valid skip the per-field checks; anything else goes through them in field order, so a bad
+# value is refused exactly as those checks word it.
+
+
+def _check_labels(values: tuple[str, ...]) -> None:
+    for value in values:
+        if type(value) is not str or len(value) > MAX_LABEL_LEN:
+            for name, each in zip(_LABEL_FIELDS, values, strict=True):
+                check_label(name, each)
+            return
+
+
+def _check_durations(values: tuple[float | None, ...]) -> None:
+    for value in values:
+        if value is not None and not (type(value) is float and 0.0 <= value <= MAX_DURATION_S):
+            for name, each in zip(DURATION_FIELDS, values, strict=True):
+                check_duration(name, each)
+            return
+
+
+def _check_counts(values: tuple[int | None, ...]) -> None:
+    for value in values:
+        if value is not None and not (type(value) is int and 0 <= value <= MAX_TOKENS):
+            for name, each in zip(TOKEN_FIELDS, values, strict=True):
+                check_count(name, each)
+            return
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One finished inference request.
@@ -163,19 +209,36 @@ class RequestRecord:
         check_timestamp("start", self.start)
         if not self.instance:
             raise InvalidRecord("instance must not be empty")
-        for name in ("instance", "service", "model", "tenant", "priority", "operation"):
-            check_label(name, getattr(self, name))
-        check_label("error_type", self.error_type)
-        check_label("finish_reason", self.finish_reason)
-        for name in DURATION_FIELDS:
-            check_duration(name, getattr(self, name))
-        for name in TOKEN_FIELDS:
-            check_count(name, getattr(self, name))
+        _check_labels(_LABEL_VALUES(self))
+        _check_durations(_DURATION_VALUES(self))
+        _check_counts(_TOKEN_VALUES(self))
         # Enum fields accept their string values; store the enum so equality is uniform.
         if not isinstance(self.engine, Engine):
             object.__setattr__(self, "engine", _enum(Engine, "engine", self.engine))
         if not isinstance(self.status, Status):
             object.__setattr__(self, "status", _enum(Status, "status", self.status))
+
+    @classmethod
+    def trusted(cls, values: Sequence[object]) -> RequestRecord:
+        """A record from values in ``RECORD_FIELDS`` order that were validated before,
+        **without re-validating them**: only for records this process validated on their way
+        into its own storage (the sidecar's spool) and reads back. Anything from outside
+        must go through the constructor. Enum fields given as strings are still converted
+        (and refused with ``InvalidRecord`` when unknown), and the field count is checked.
+        """
+        if len(values) != len(_RECORD_FIELD_NAMES):
+            raise InvalidRecord(
+                "a record needs one value per field",
+                details={"values": len(values), "fields": len(_RECORD_FIELD_NAMES)},
+            )
+        record = object.__new__(cls)
+        for name, value in zip(_RECORD_FIELD_NAMES, values, strict=True):
+            _SET(record, name, value)
+        if not isinstance(record.engine, Engine):
+            _SET(record, "engine", _enum(Engine, "engine", record.engine))
+        if not isinstance(record.status, Status):
+            _SET(record, "status", _enum(Status, "status", record.status))
+        return record
 
     @property
     def end(self) -> datetime | None:
@@ -204,6 +267,7 @@ def _enum(kind: type[_E], name: str, value: object) -> _E:
 
 #: Column order used by bulk writers and spools.
 RECORD_FIELDS: Final = tuple(f.name for f in fields(RequestRecord))
+_RECORD_FIELD_NAMES: Final = RECORD_FIELDS
 
 __all__ = [
     "DURATION_FIELDS",

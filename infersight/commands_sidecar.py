@@ -7,6 +7,7 @@ it shuts down cleanly (pending appends committed, eligible entries shipped).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -26,12 +27,19 @@ from collector.scrape.scraper import Scraper
 from collector.sidecar import Sidecar, SidecarConfig
 from collector.spool import FsyncMode
 from core.errors import ConfigurationError
-from storage.engine import create_store_engine
-from storage.writer import open_writer
 
 log = logging.getLogger(__name__)
 DEFAULT_STORE = "sqlite:///infersight.db"
-_M_ARENA_MAX = -8  # glibc's mallopt parameter number
+# glibc's mallopt parameter numbers
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+_MMAP_THRESHOLD = 128 * 1024
+#: How often the idle main thread hands freed heap back to the OS (``malloc_trim``).
+TRIM_EVERY_S = 10.0
+#: The store writer imports numpy for its rollup sketches, which are far too small to gain
+#: from BLAS threads; OpenBLAS would otherwise start (and size buffers for) one per core.
+_SINGLE_THREADED_MATH = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -153,7 +161,7 @@ def _store_url(ctx: click.Context, store: str | None) -> str:
 @click.pass_context
 def sidecar(ctx: click.Context, /, **options: Any) -> None:
     """Receive OTLP traces, scrape /metrics, sample GPUs; spool durably and ship to the store."""
-    _limit_malloc_arenas()
+    _tune_malloc()
     http_host, http_port = _address(options["otlp_http"], "--otlp-http")
     grpc_host, grpc_port = _address(options["otlp_grpc"], "--otlp-grpc")
     instance = options["instance"] or socket.gethostname()
@@ -191,21 +199,51 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     gpu = build_gpu_sampler(options["gpu_source"], instance, options["gpu_interval"], on_xid)
     if gpu is not None:
         samplers.append(gpu)
-    sink = open_writer(create_store_engine(_store_url(ctx, options["store"])))
+    sink = _open_sink(_store_url(ctx, options["store"]))
     app = Sidecar(
         config, sink, samplers, scraped_model=scraper.current_model if scraper else lambda: ""
     )
     _run(app)
 
 
-def _limit_malloc_arenas(arenas: int = 2) -> None:
-    """glibc gives every thread its own malloc arena; a sidecar with a dozen mostly idle
-    threads pays tens of MB of RSS for them. Must run before the threads start."""
+def _open_sink(url: str) -> Any:
+    """The store writer, imported here (not at module import) so that the math libraries
+    it pulls in see the single-thread settings first."""
+    for name in _SINGLE_THREADED_MATH:
+        os.environ.setdefault(name, "1")
+    from storage.engine import create_store_engine  # noqa: PLC0415 (after the settings)
+    from storage.writer import open_writer  # noqa: PLC0415
+
+    return open_writer(create_store_engine(url))
+
+
+def _libc() -> Any:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def _tune_malloc(arenas: int = 1) -> None:
+    """Keep glibc's heap small. It gives every thread its own malloc arena, and a sidecar
+    with a dozen mostly idle threads pays tens of MB of RSS for them; its allocations are
+    small and made under the GIL (pymalloc serves most), so one arena costs no contention.
+    Fixed mmap / trim thresholds stop glibc from raising them after the first large export
+    body is freed, which would keep every later body in the heap. Must run before the
+    threads start."""
+    libc = _libc()
+    try:
         libc.mallopt(_M_ARENA_MAX, arenas)
-    except (OSError, AttributeError):
-        log.debug("mallopt is not available; keeping the default malloc arenas")
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, _MMAP_THRESHOLD)
+    except AttributeError:
+        log.debug("mallopt is not available; keeping glibc's defaults")
+
+
+def _trim_heap() -> None:
+    """Return the heap's free pages to the OS (glibc keeps them after bursts otherwise)."""
+    with contextlib.suppress(AttributeError):
+        _libc().malloc_trim(0)
 
 
 def _run(app: Sidecar) -> None:
@@ -225,8 +263,12 @@ def _run(app: Sidecar) -> None:
         nl=True,
     )
     try:
+        waited = 0.0
         while not stop.wait(0.5):
-            pass
+            waited += 0.5
+            if waited >= TRIM_EVERY_S:
+                waited = 0.0
+                _trim_heap()
     finally:
         app.stop()
         for sig, handler in previous.items():

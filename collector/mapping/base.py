@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from collector.mapping.spans import (
     STATUS_ERROR,
@@ -91,9 +91,11 @@ class StageFragment:
 Outcome = RequestRecord | StageFragment | Skipped
 
 
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """What an engine mapper extracted; ``None`` means the engine did not report it."""
+class Timings(NamedTuple):
+    """What an engine mapper extracted; ``None`` means the engine did not report it.
+
+    A ``NamedTuple``: one is built for every request span, and a tuple is the cheapest
+    immutable value to build."""
 
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -143,7 +145,7 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
     if span.start_ns <= 0:
         return Skipped("invalid_time", engine.value, rejected=True)
     if t.e2e_s is None:
-        t = dataclasses.replace(t, e2e_s=span.duration_s)
+        t = t._replace(e2e_s=span.duration_s)
     status, error_type, finish = outcome_fields(span)
     try:
         return RequestRecord(
