@@ -47,27 +47,26 @@ class Outbox:
 
     def enqueue(self, notifier: str, key: str, payload: str, now: datetime) -> bool:
         """Add a message; ``False`` when (notifier, key) was enqueued before."""
-        with self.engine.connect() as connection:
-            exists = connection.execute(
-                select(outbox.c.id).where(outbox.c.notifier == notifier, outbox.c.key == key)
-            ).first()
-            if exists is not None:
-                return False
-            try:
-                with connection.begin():
-                    connection.execute(
-                        insert(outbox).values(
-                            notifier=notifier,
-                            key=key,
-                            payload=payload,
-                            state=MessageState.PENDING.value,
-                            attempts=0,
-                            created_at=now,
-                            next_attempt_at=now,
-                        )
+        try:
+            with self.engine.begin() as connection:
+                exists = connection.execute(
+                    select(outbox.c.id).where(outbox.c.notifier == notifier, outbox.c.key == key)
+                ).first()
+                if exists is not None:
+                    return False
+                connection.execute(
+                    insert(outbox).values(
+                        notifier=notifier,
+                        key=key,
+                        payload=payload,
+                        state=MessageState.PENDING.value,
+                        attempts=0,
+                        created_at=now,
+                        next_attempt_at=now,
                     )
-            except IntegrityError:
-                return False  # a concurrent enqueue of the same key won
+                )
+        except IntegrityError:
+            return False  # a concurrent enqueue of the same key won
         return True
 
     def due(self, now: datetime, limit: int = 100) -> list[Message]:
