@@ -1,0 +1,150 @@
+"""Incident → diagnosis → outbox → notifiers, through the app's own evaluator and delivery job.
+
+The store holds the compressed thermal-throttle scenario (``bench/bench_alerts.py``); a TPOT
+SLO on the 70B model pages six minutes into the fault. Endpoints are ``httpx.MockTransport``
+fakes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from alerts.notifiers.pagerduty import PagerDutyNotifier
+from alerts.notifiers.slack import SlackNotifier
+from api import create_app
+from api.settings import ApiSettings
+from core.query import Selector
+from core.slo import Sli, SliKind, SloSpec
+from storage import slo_store
+from storage.outbox import MessageState, Outbox
+from tests.api.conftest import Api, FakeClock
+from tests.api.test_diagnose import bench
+from tests.conftest import Store
+
+TPOT = SloSpec(
+    "70b-tpot",
+    Sli(SliKind.LATENCY, "tpot", 0.03),
+    0.99,
+    timedelta(days=7),
+    Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
+)
+_cache: dict[str, Any] = {}
+
+
+class Endpoint:
+    def __init__(self) -> None:
+        self.up = True
+        self.accepted: list[dict[str, Any]] = []
+        self.refused = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if not self.up:
+            raise httpx.ConnectError("connection refused")
+        self.accepted.append(json.loads(request.content))
+        return httpx.Response(202)
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self))
+
+
+@pytest.fixture
+def setup(
+    store: Store, request: pytest.FixtureRequest
+) -> Callable[..., tuple[Api, Any, Endpoint, Endpoint]]:
+    if "run" not in _cache:
+        _cache["run"] = bench.simulate("fault-thermal-throttle")
+    scenario, batch = _cache["run"]
+    bench.store_batch(store.engine, batch)
+
+    def make() -> tuple[Api, Any, Endpoint, Endpoint]:
+        pager, chat = Endpoint(), Endpoint()
+        notifiers = {
+            "pagerduty": PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/"),
+            "slack": SlackNotifier("https://hooks.slack.test/x", chat.client()),
+        }
+        clock = FakeClock(scenario.start)
+        app = create_app(
+            ApiSettings(run_jobs=False),
+            store.engine,
+            clock,
+            notifiers=notifiers,
+            dashboard_url="http://127.0.0.1:8080/",
+        )
+        # The jobs' leader lock (a PostgreSQL advisory lock) must not outlive the test.
+        request.addfinalizer(app.state.jobs.stop)
+        slo_store.put_slo(store.engine, TPOT, scenario.start)
+        return Api(app, clock), scenario, pager, chat
+
+    return make
+
+
+def _evaluate(api: Api, at: Any) -> Any:
+    api.clock.now = at
+    return api.app.state.evaluator.run(at)
+
+
+def test_a_page_reaches_every_notifier_once_with_its_diagnosis(setup: Any) -> None:
+    api, scenario, pager, chat = setup()
+    incident, _ = bench.windows(scenario)
+    opened = _evaluate(api, incident.start + timedelta(minutes=6))
+    assert [t.value for _, t in opened.changes] == ["opened"]
+    assert pager.accepted == chat.accepted == []  # evaluation only enqueues
+    messages = Outbox(api.app.state.engine).messages()
+    assert sorted(m.notifier for m in messages) == ["pagerduty", "slack"]
+    jobs = api.app.state.jobs
+    assert jobs.tick_delivery()
+    assert jobs.tick_delivery()
+    [page] = pager.accepted
+    assert page["payload"]["custom_details"]["diagnosis"]["cause"] == "gpu_throttled"
+    assert page["payload"]["severity"] == "critical"
+    [message] = chat.accepted
+    assert "gpu_throttled" in message["text"]
+
+
+def test_an_endpoint_down_for_an_hour_delays_only_its_own_messages(setup: Any) -> None:
+    api, scenario, pager, chat = setup()
+    pager.up = False
+    incident, _ = bench.windows(scenario)
+    start = incident.start + timedelta(minutes=6)
+    _evaluate(api, start)
+    jobs = api.app.state.jobs
+    evaluations = 0
+    for minutes in range(0, 60, 2):
+        at = start + timedelta(minutes=minutes)
+        api.clock.now = at
+        assert jobs.tick_delivery(), jobs.last_error
+        if at < incident.end:  # evaluation goes on while the endpoint is down (data ends here)
+            assert api.app.state.evaluator.run(at).changes == ()
+            evaluations += 1
+    assert evaluations == 2
+    assert len(chat.accepted) == 1
+    assert pager.accepted == []
+    outbox = Outbox(api.app.state.engine)
+    [pending] = [m for m in outbox.messages() if m.notifier == "pagerduty"]
+    assert pending.state is MessageState.PENDING
+    assert pending.attempts >= 3
+    pager.up = True
+    api.clock.now = start + timedelta(hours=2)
+    jobs.tick_delivery()
+    jobs.tick_delivery()
+    assert len(pager.accepted) == 1
+
+
+def test_a_silenced_slo_is_diagnosed_but_not_notified(setup: Any) -> None:
+    api, scenario, _pager, _chat = setup()
+    incident, _ = bench.windows(scenario)
+    api.clock.now = incident.start
+    created = api.request(
+        "POST", "/api/v1/silences", json={"matchers": {"slo": "70b-tpot"}, "duration_s": 3600}
+    )
+    assert created.status_code == 201
+    _evaluate(api, incident.start + timedelta(minutes=6))
+    assert Outbox(api.app.state.engine).messages() == []
+    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    assert alert["diagnosis"]["cause"] == "gpu_throttled"
