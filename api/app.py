@@ -29,7 +29,7 @@ from api.evaluation import Evaluator, default_policy
 from api.jobs import Jobs, LeaderLock, leader_lock
 from api.limits import BodyLimit
 from api.metrics import StoreCollector, registry_for
-from api.notifications import Announcer, Delivery
+from api.notifications import Announcer, Delivery, FollowUp
 from api.settings import ApiSettings
 from core.burn import IncidentListener, Policy
 from storage.maintenance import RetentionPolicy
@@ -67,7 +67,9 @@ def create_app(
     # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
     announcer = Announcer(engine, notifiers, clock, router, dashboard_url) if notifiers else None
     delivery = Delivery(engine, notifiers) if notifiers else None
-    listeners = (DiagnosisListener(engine, pack=rules, announce=announcer), *listeners)
+    diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer)
+    listeners = (diagnosis, *listeners)
+
     evaluator = Evaluator(engine, policy, listeners, retention.finest_for)
     jobs = Jobs(
         engine,
@@ -77,7 +79,7 @@ def create_app(
         lock or leader_lock(engine),
         settings.evaluation_interval_s,
         settings.maintenance_interval_s,
-        deliver=delivery,
+        deliver=FollowUp(diagnosis, delivery),
     )
 
     @asynccontextmanager

@@ -4,8 +4,9 @@
 the ``IncidentListener`` the evaluation job calls on every incident change: it diagnoses the
 incident (the last ``window`` before the change against the same length before the incident
 opened), stores symptom and diagnosis with the incident, and hands the result to an optional
-``announce`` callback (the notification router). A failure is logged, never raised: the
-evaluation carries on.
+``announce`` callback (the notification router). ``refresh`` diagnoses firing incidents again
+(on the delivery job's tick), so the stored diagnosis follows the incident while it fires.
+A failure is logged, never raised: the evaluation carries on.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from core.burn import Incident, Transition
 from core.errors import InfersightError, InvalidInput
 from core.query import Selector
 from core.window import Window
-from storage import signals, slo_store
+from storage import incidents, signals, slo_store
 
 log = logging.getLogger(__name__)
-DEFAULT_WINDOW: Final = timedelta(minutes=10)
+#: The incident window: short, so that an early diagnosis is not diluted by healthy minutes.
+DEFAULT_WINDOW: Final = timedelta(minutes=5)
+#: How often a firing incident is diagnosed again (``refresh``).
+DEFAULT_EVERY: Final = timedelta(minutes=2)
 Announce = Callable[[Incident, Transition, dict[str, Any], dict[str, Any]], None]
 
 
@@ -94,12 +98,32 @@ class DiagnosisListener:
         *,
         pack: RulePack | None = None,
         window: timedelta = DEFAULT_WINDOW,
+        every: timedelta = DEFAULT_EVERY,
         announce: Announce | None = None,
     ) -> None:
         self.engine = engine
         self.pack = pack or load_rules()
         self.window = window
+        self.every = every
         self.announce = announce
+
+    def refresh(self, now: datetime) -> int:
+        """Diagnose again every firing incident whose diagnosis is older than ``every``."""
+        firing = incidents.list_incidents(self.engine, "firing")
+        kept = signals.notes(self.engine, [i.id for i in firing])
+        done = 0
+        for incident in firing:
+            note = kept.get(incident.id)
+            diagnosed_at = note.diagnosed_at if note is not None else None
+            if diagnosed_at is not None and now - diagnosed_at < self.every:
+                continue
+            try:
+                self._diagnose_at(incident, now)
+            except InfersightError:
+                log.exception("re-diagnosis of incident %s failed", incident.id)
+                continue
+            done += 1
+        return done
 
     def on_incident(self, incident: Incident, transition: Transition) -> None:
         try:
@@ -117,7 +141,11 @@ class DiagnosisListener:
             kept = signals.notes(self.engine, [incident.id]).get(incident.id)
             if kept is not None and kept.diagnosis is not None and kept.symptom is not None:
                 return kept.symptom, kept.diagnosis
-        at = incident.resolved_at or incident.updated_at
+        return self._diagnose_at(incident, incident.resolved_at or incident.updated_at)
+
+    def _diagnose_at(
+        self, incident: Incident, at: datetime
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         current, reference = windows_for(incident, at, self.window)
         result = diagnose_window(
             self.engine, current, selector_of(incident.scope), self.pack, reference

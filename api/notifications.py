@@ -28,6 +28,7 @@ from alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from alerts.notify import Event, Notification, Notifier
 from alerts.routing import Router
+from api.diagnosis import DiagnosisListener
 from core.burn import Incident, Transition
 from core.errors import ConfigurationError
 from storage import silences
@@ -113,6 +114,19 @@ class Delivery:
 
     def __call__(self, now: datetime) -> DispatchReport:
         return deliver_due(self.outbox, self.notifiers, now, self.backoff)
+
+
+class FollowUp:
+    """The job that runs apart from the evaluation: re-diagnose firing incidents, then drain
+    the outbox (when notifiers are configured)."""
+
+    def __init__(self, diagnosis: DiagnosisListener, delivery: Delivery | None) -> None:
+        self.diagnosis = diagnosis
+        self.delivery = delivery
+
+    def __call__(self, now: datetime) -> DispatchReport | None:
+        self.diagnosis.refresh(now)
+        return self.delivery(now) if self.delivery is not None else None
 
 
 def _secret(environ: Mapping[str, str], name: str) -> str | None:

@@ -10,6 +10,11 @@ measured in the same run: the engine's cost is noise next to the two store reads
 To keep a full run short, each scenario is *compressed*: the same fleet, traffic, seed and
 faults (kind, instance, magnitude), with the fault moved to ``[10 min, 20 min)`` of a 20-minute
 run; the reference window is ``[2 min, 10 min)`` (the first two minutes warm the servers up).
+Then, unless ``--no-latency``: the time from fault onset to a notification in the outbox, for
+a total outage under a 99.9 % availability SLO and for a queue backlog (the shipped arrival
+surge under a TTFT SLO), next to the time the burn-rate condition became true (the target:
+within two evaluation intervals of it).
+
 The mixed scenario keeps its two overlapping faults (thermal throttling and an arrival surge on
 different instances) over the same window; the quiet day keeps its first 20 minutes. Without
 ``--store`` a temporary SQLite file is used.
@@ -21,11 +26,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -172,13 +178,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", help="store URL (default: a temporary SQLite file)")
     parser.add_argument("--scenario", action="append", help="scenario name (default: all)")
+    parser.add_argument(
+        "--no-latency", action="store_true", help="skip the onset → notification measurement"
+    )
     args = parser.parse_args(argv)
     names = args.scenario or shipped_scenarios()
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_store_engine(args.store or f"sqlite:///{tmp}/bench-alerts.db")
         try:
             migrate.upgrade(engine)
-            return _run(engine, names)
+            result = _run(engine, names)
+            if not args.no_latency:
+                rows = latency_cases(engine)
+                print()
+                print(latency_table(rows))
+                result["latency"] = rows
+            return result
         finally:
             engine.dispose()
 
@@ -211,6 +226,157 @@ def _run(engine: Engine, names: Sequence[str]) -> dict[str, Any]:
         "total": len(outcomes),
         "outcomes": {o.scenario: o for o in outcomes},
     }
+
+
+# -- Time from fault onset to a notification in the outbox ------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Latency:
+    case: str
+    condition_s: float | None
+    """Fault onset → the burn-rate condition first true (scanned every ``SCAN_S``)."""
+    notified_s: float | None
+    """Fault onset → the first message in the outbox (evaluations every ``INTERVAL_S``)."""
+    cause: str
+
+    @property
+    def lag_intervals(self) -> float | None:
+        if self.condition_s is None or self.notified_s is None:
+            return None
+        return (self.notified_s - self.condition_s) / INTERVAL_S
+
+
+INTERVAL_S: Final = 30.0
+SCAN_S: Final = 5.0
+
+
+class _Accepting:
+    """A notifier that accepts everything (the outbox is what is measured)."""
+
+    name = "recorder"
+
+    def render(self, notification: Any) -> dict[str, Any]:
+        return {"summary": notification.summary()}
+
+    def send(self, payload: Any) -> Any:
+        from alerts.notify import SendResult
+
+        return SendResult(True)
+
+
+def time_to_notification(
+    engine: Engine, case: str, spec: Any, onset: datetime, horizon: timedelta
+) -> Latency:
+    """Evaluate ``spec`` every ``INTERVAL_S`` from ``onset`` through the app's listener chain
+    (diagnosis → announcer → outbox) and scan the burn-rate condition every ``SCAN_S``."""
+    from api.diagnosis import DiagnosisListener
+    from api.evaluation import Evaluator, default_policy, status
+    from api.notifications import Announcer
+    from storage import slo_store
+    from storage.outbox import Outbox
+
+    policy = default_policy()
+    slo_store.put_slo(engine, spec, onset - timedelta(hours=1))
+    clock_now = [onset]
+    announcer = Announcer(engine, {"recorder": _Accepting()}, lambda: clock_now[0])
+    evaluator = Evaluator(engine, policy, [DiagnosisListener(engine, announce=announcer)])
+    condition_s = None
+    with engine.connect() as connection:
+        t = 0.0
+        while t <= horizon.total_seconds():
+            current = status(connection, spec, policy, onset + timedelta(seconds=t))
+            if current.evaluation.firing is not None:
+                condition_s = t
+                break
+            t += SCAN_S
+    notified_s, cause = None, "-"
+    t = 0.0
+    while t <= horizon.total_seconds():
+        clock_now[0] = onset + timedelta(seconds=t)
+        evaluator.run(clock_now[0])
+        messages = Outbox(engine).messages()
+        if messages:
+            notified_s = t
+            cause = str(json.loads(messages[0].payload)["summary"])
+            break
+        t += INTERVAL_S
+    return Latency(case, condition_s, notified_s, cause)
+
+
+def _outage(batch: Batch, onset: datetime) -> Batch:
+    """Every request from ``onset`` on fails (a total outage)."""
+    from core.records import Status
+
+    completions = tuple(
+        dataclasses.replace(
+            c, record=dataclasses.replace(c.record, status=Status.ERROR, error_type="outage")
+        )
+        if c.record.start >= onset
+        else c
+        for c in batch.completions
+    )
+    return Batch(completions, batch.server_samples, batch.gpu_samples)
+
+
+def latency_cases(engine: Engine) -> list[Latency]:
+    from core.query import Selector
+    from core.slo import Sli, SliKind, SloSpec
+
+    out = []
+    # 1. A total outage of the whole fleet under a 99.9 % availability SLO: the first hour of
+    #    the quiet day, every request failing from 40 minutes in.
+    quiet = dataclasses.replace(load_scenario("quiet-day"), duration_s=3600.0)
+    sink = MemorySink()
+    run_scenario(quiet, [sink])
+    onset = quiet.start + timedelta(minutes=40)
+    empty(engine)
+    whole = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
+    store_batch(engine, _outage(whole, onset))
+    availability = SloSpec("availability", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=30))
+    out.append(
+        time_to_notification(
+            engine, "total outage, 99.9 %", availability, onset, timedelta(minutes=10)
+        )
+    )
+    # 2. A queue backlog: the shipped arrival surge (uncompressed), TTFT ≤ 200 ms at 99.9 %.
+    surge = load_scenario("fault-arrival-surge")
+    sink = MemorySink()
+    run_scenario(surge, [sink])
+    empty(engine)
+    store_batch(
+        engine,
+        Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples)),
+    )
+    [fault] = surge.faults
+    onset = surge.start + timedelta(seconds=fault.start_s)
+    ttft = SloSpec(
+        "ttft", Sli(SliKind.LATENCY, "ttft", 0.2), 0.999, timedelta(days=7),
+        Selector(instance=fault.instance),
+    )  # fmt: skip
+    out.append(
+        time_to_notification(
+            engine, "queue backlog (arrival surge), TTFT 99.9 %", ttft, onset, timedelta(minutes=20)
+        )
+    )
+    return out
+
+
+def latency_table(rows: Sequence[Latency]) -> str:
+    def s(v: float | None) -> str:
+        return "never" if v is None else f"{v:.0f} s"
+
+    lines = [
+        f"evaluation interval {INTERVAL_S:.0f} s; condition scanned every {SCAN_S:.0f} s",
+        f"{'case':44} {'onset→condition':>15} {'onset→outbox':>12} {'lag (intervals)':>15}"
+        "  notification",
+    ]
+    for r in rows:
+        lag = "-" if r.lag_intervals is None else f"{r.lag_intervals:.2f}"
+        lines.append(
+            f"{r.case:44} {s(r.condition_s):>15} {s(r.notified_s):>12} {lag:>15}  {r.cause}"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -167,3 +167,35 @@ def test_silences_are_created_listed_and_ended(api: Api) -> None:
         "POST", "/api/v1/silences", json={"matchers": {"colour": "x"}, "duration_s": 1}
     )
     assert bad.status_code == 400
+
+
+def test_a_firing_incident_is_diagnosed_again_while_it_fires(
+    throttled: Any, make_api: Callable[..., Api], request: pytest.FixtureRequest
+) -> None:
+    api = make_api()
+    request.addfinalizer(api.app.state.jobs.stop)  # releases the leader lock on PostgreSQL
+    tpot = SloSpec(
+        "70b-tpot",
+        Sli(SliKind.LATENCY, "tpot", 0.03),
+        0.99,
+        timedelta(days=7),
+        Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
+    )
+    slo_store.put_slo(api.app.state.engine, tpot, throttled.start)
+    incident_window, _ = bench.windows(throttled)
+    opened_at = incident_window.start + timedelta(minutes=6)
+    api.clock.now = opened_at
+    api.app.state.evaluator.run(opened_at)
+    [first] = api.get("/api/v1/alerts").json()["alerts"]
+    jobs = api.app.state.jobs
+    api.clock.now = opened_at + timedelta(minutes=1)
+    assert jobs.tick_delivery()  # too soon: the diagnosis is kept
+    [same] = api.get("/api/v1/alerts").json()["alerts"]
+    assert same["diagnosis"]["window"] == first["diagnosis"]["window"]
+    later = opened_at + timedelta(minutes=3, seconds=30)
+    api.clock.now = later
+    assert jobs.tick_delivery()
+    [again] = api.get("/api/v1/alerts").json()["alerts"]
+    assert again["diagnosis"]["window"]["end"] == _iso(later)
+    assert again["diagnosis"]["reference"] == first["diagnosis"]["reference"]
+    assert again["diagnosis"]["cause"] == "gpu_throttled"
