@@ -123,6 +123,15 @@ def _size(value: AttrValue) -> int:
     return 8
 
 
+#: Scalar ``AnyValue`` kinds read inline, and whether their size counts against the limit.
+_SCALAR_SIZED: Final = {
+    "string_value": True,
+    "double_value": False,
+    "int_value": False,
+    "bool_value": False,
+}
+
+
 def _attributes(items: Any, limit: int) -> tuple[dict[str, AttrValue], int]:
     """Attributes as a dict; values (or keys) over ``limit`` bytes are dropped and counted.
 
@@ -131,23 +140,19 @@ def _attributes(items: Any, limit: int) -> tuple[dict[str, AttrValue], int]:
     """
     out: dict[str, AttrValue] = {}
     dropped = 0
+    sized = _SCALAR_SIZED.get
     for kv in items:
         key = kv.key
         any_value = kv.value
         kind = any_value.WhichOneof("value")
+        is_string = sized(kind)
         value: AttrValue
-        if kind == "string_value":
-            text: str = any_value.string_value
-            value, too_big = text, len(text) > limit
-        elif kind == "double_value":
-            value, too_big = any_value.double_value, False
-        elif kind == "int_value":
-            value, too_big = any_value.int_value, False
-        elif kind == "bool_value":
-            value, too_big = any_value.bool_value, False
-        else:
+        if is_string is None:
             value = _value(any_value)
             too_big = _size(value) > limit
+        else:
+            value = getattr(any_value, kind)
+            too_big = is_string and len(value) > limit  # type: ignore[arg-type]
         if too_big or len(key) > limit:
             dropped += 1
             continue
@@ -173,20 +178,21 @@ def _collect(
     for span, resource, scope in _iter(message):
         attrs, lost = _attributes(span.attributes, limits.max_attribute_bytes)
         dropped += lost
+        status = span.status
         views.append(
-            SpanView(
-                trace_id=_hex_id(span.trace_id, 16),
-                span_id=_hex_id(span.span_id, 8),
-                parent_span_id=_hex_id(span.parent_span_id, 8),
-                name=span.name[: limits.max_attribute_bytes],
-                kind=int(span.kind),
-                start_ns=int(span.start_time_unix_nano),
-                end_ns=int(span.end_time_unix_nano),
-                attributes=attrs,
-                resource=resource,
-                scope=scope,
-                status_code=int(span.status.code),
-                status_message=span.status.message[:256],
+            SpanView(  # positional, in field order: this runs for every span received
+                _hex_id(span.trace_id, 16),
+                _hex_id(span.span_id, 8),
+                span.name[: limits.max_attribute_bytes],
+                span.start_time_unix_nano,
+                span.end_time_unix_nano,
+                _hex_id(span.parent_span_id, 8),
+                span.kind,
+                attrs,
+                resource,
+                scope,
+                status.code,
+                status.message[:256],
             )
         )
     return tuple(views), dropped

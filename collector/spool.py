@@ -35,6 +35,11 @@ ROW_OVERHEAD: Final = 64  # bytes a row costs beyond its payload (key, index ent
 CACHE_KIB: Final = 512
 MAX_GROUP_WINDOW_S: Final = 0.2
 
+#: The one kind of entry looked up by trace id (``collector.codec.Kind.STAGE``: stage
+#: fragments waiting for their request). Only these are indexed: indexing every entry by a
+#: random trace id made each append dirty an index page per row, most of an append's cost.
+TRACE_INDEXED_KIND: Final = 2
+
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS entries (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -42,7 +47,9 @@ _SCHEMA: Final = (
         trace_id TEXT NOT NULL,
         ready_at REAL NOT NULL,
         payload BLOB NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS entries_trace ON entries (trace_id, kind)",
+    "DROP INDEX IF EXISTS entries_trace",  # spools written before the partial index
+    f"""CREATE INDEX IF NOT EXISTS entries_stage_trace ON entries (trace_id)
+        WHERE kind = {TRACE_INDEXED_KIND}""",
 )
 
 
@@ -218,7 +225,10 @@ class Spool:
         return [Stored(*row) for row in rows]
 
     def by_trace(self, trace_ids: Sequence[str], kind: int) -> list[Stored]:
+        """Entries of ``kind`` for these traces (indexed for ``TRACE_INDEXED_KIND`` only)."""
         out: list[Stored] = []
+        # The kind is spelled as a literal so that SQLite can use the partial index.
+        kind_literal = int(kind)
         with self._lock:
             for start in range(0, len(trace_ids), 500):
                 chunk = trace_ids[start : start + 500]
@@ -227,8 +237,8 @@ class Spool:
                     Stored(*row)
                     for row in self._db.execute(
                         f"SELECT seq, kind, trace_id, ready_at, payload FROM entries "
-                        f"WHERE trace_id IN ({marks}) AND kind = ?",
-                        (*chunk, kind),
+                        f"WHERE trace_id IN ({marks}) AND kind = {kind_literal}",
+                        chunk,
                     )
                 )
         return out

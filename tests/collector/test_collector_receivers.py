@@ -327,7 +327,7 @@ def test_an_undecodable_grpc_message_is_not_accepted_and_the_next_one_is(
 
 def test_a_full_disk_is_503_not_a_crash(make_receiver: Callable[..., Receiver]) -> None:
     receiver = make_receiver(spool_config={"max_pages": 30})  # the file may not grow past 120 KiB
-    big = encoded(vllm_spans(400))
+    big = encoded(vllm_spans(1000))
     response = post(receiver, big, PROTOBUF)
     assert response.status_code == 503
     assert "retry-after" in response.headers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.spool import Entry, FsyncMode, Spool, SpoolConfig
+from collector.spool import SPOOL_FILE, TRACE_INDEXED_KIND, Entry, FsyncMode, Spool, SpoolConfig
 from core.errors import ConfigurationError, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +82,31 @@ def test_a_full_disk_fails_the_append_with_unavailable_and_the_spool_keeps_worki
             spool.append(too_much).result(timeout=10)
         spool.append([entry(500)]).result(timeout=10)
         assert [int(s.payload) for s in spool.ready(now=1.0, kinds=[1], limit=10)] == [0, 500]
+    finally:
+        spool.close()
+
+
+def test_entries_are_found_by_trace_whatever_their_kind_and_an_older_spool_is_reindexed(
+    tmp_path: Path,
+) -> None:
+    old = sqlite3.connect(tmp_path / SPOOL_FILE)
+    old.execute(
+        "CREATE TABLE entries (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind INTEGER NOT NULL, "
+        "trace_id TEXT NOT NULL, ready_at REAL NOT NULL, payload BLOB NOT NULL)"
+    )
+    old.execute("CREATE INDEX entries_trace ON entries (trace_id, kind)")
+    old.execute("INSERT INTO entries (kind, trace_id, ready_at, payload) VALUES (2, 'a', 0, X'78')")
+    old.commit()
+    old.close()
+    spool = Spool(SpoolConfig(tmp_path))
+    try:
+        stage = Entry(TRACE_INDEXED_KIND, "b", 0.0, b"stage")
+        spool.append([entry(1), stage, Entry(1, "b", 0.0, b"record")]).result(timeout=10)
+        indexes = {row[1] for row in spool._db.execute("PRAGMA index_list(entries)")}
+        assert indexes == {"entries_stage_trace"}
+        found = spool.by_trace(["a", "b"], TRACE_INDEXED_KIND)
+        assert sorted(s.payload for s in found) == [b"stage", b"x"]
+        assert [s.payload for s in spool.by_trace(["b"], 1)] == [b"record"]
     finally:
         spool.close()
 
