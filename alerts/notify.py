@@ -9,6 +9,7 @@ returns a ``SendResult``: delivered, retryable (429, 5xx, transport errors; with
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,13 +52,19 @@ class Notification:
 
     @property
     def dedup_key(self) -> str:
-        """Stable for the incident's whole life: trigger and resolve meet at the receiver."""
-        return f"infersight/{self.slo}/{self.scope}/{self.incident_id}"[:255]
+        """Stable per SLO and scope: trigger and resolve meet at the receiver, and an incident
+        that flaps back open within the hold-down continues the receiver's open alert."""
+        return f"infersight/{self.slo}/{self.scope}"[:255]
+
+    @property
+    def group(self) -> str:
+        """A short, fixed-length name of the SLO and scope (outbox keys start with it)."""
+        return hashlib.sha256(f"{self.slo}\0{self.scope}".encode()).hexdigest()[:16]
 
     @property
     def key(self) -> str:
         """The outbox idempotency key: one message per incident, event and severity."""
-        return f"{self.incident_id}:{self.event.value}:{self.severity}"
+        return f"{self.group}:{self.incident_id}:{self.event.value}:{self.severity}"
 
     @property
     def cause(self) -> str:

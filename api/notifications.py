@@ -3,10 +3,11 @@
 ``Announcer`` is the ``DiagnosisListener``'s ``announce`` callback: it turns an incident change
 with its diagnosis into a ``Notification``, skips it while a silence matches, and enqueues one
 outbox message per routed notifier (idempotent per incident, event and severity, so a
-re-evaluation or a flap within one incident never pages twice). ``Delivery`` is the job that
-drains the outbox; it runs apart from the evaluation, so an endpoint that is down only delays
-its own messages. ``notifiers_from_env`` builds the notifiers from environment variables or
-secret files; the secrets live only inside the notifier objects and are never logged.
+re-evaluation never pages twice); resolves wait a hold-down so that a flapping alert pages
+once. ``Delivery`` is the job that drains the outbox; it runs apart from the evaluation, so
+an endpoint that is down only delays its own messages. ``notifiers_from_env`` builds the
+notifiers from environment variables or secret files; the secrets live only inside the
+notifier objects and are never logged.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from storage import silences
 from storage.outbox import Outbox
 
 log = logging.getLogger(__name__)
+#: How long a resolve notification waits in case the alert flaps back open.
+DEFAULT_FLAP_HOLD = timedelta(minutes=5)
 _EVENTS = {
     Transition.OPENED: Event.TRIGGER,
     Transition.ESCALATED: Event.TRIGGER,
@@ -61,7 +64,9 @@ class Announcer:
         clock: Callable[[], datetime],
         router: Router | None = None,
         dashboard_url: str = "",
+        flap_hold: timedelta = DEFAULT_FLAP_HOLD,
     ) -> None:
+        self.flap_hold = flap_hold
         self.outbox = Outbox(engine)
         self.engine = engine
         self.notifiers = dict(notifiers)
@@ -97,9 +102,18 @@ class Announcer:
             diagnosis=diagnosis,
             dashboard_url=self.dashboard_url,
         )
+        now = self.clock()
+        # Flapping: a resolve waits ``flap_hold``; an incident of the same SLO and scope that
+        # opens meanwhile withdraws it and is not announced (the receiver's alert is still open
+        # under the same dedup key), so trigger/resolve/trigger within the hold is one page.
+        not_before = at + self.flap_hold if event is Event.RESOLVE else None
+        held_back = f"{notification.group}:%:{Event.RESOLVE.value}:%"
         for name in self.router.targets(labels, sorted(self.notifiers)):
+            if transition is Transition.OPENED and self.outbox.cancel_pending(name, held_back):
+                log.info("incident %s flapped back open; %s not paged again", incident.id, name)
+                continue
             payload = json.dumps(self.notifiers[name].render(notification), sort_keys=True)
-            self.outbox.enqueue(name, notification.key, payload, self.clock())
+            self.outbox.enqueue(name, notification.key, payload, now, not_before)
 
 
 class Delivery:

@@ -4,7 +4,8 @@ A message is enqueued once per (notifier, key) — enqueueing the same key again
 a re-run of the evaluation or a retry never produces a second page. ``due`` hands out pending
 messages whose next attempt has come; the dispatcher reports each outcome back with
 ``delivered``, ``retry_at`` (backoff, ``Retry-After``) or ``failed`` (a permanent refusal).
-Rows stay after delivery as history.
+A message may wait (``not_before``) and be ``cancel_pending``-ed before it goes out: that is
+how a flapping alert's held-back resolve is withdrawn. Rows stay after delivery as history.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class MessageState(StrEnum):
     PENDING = "pending"
     DELIVERED = "delivered"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +47,16 @@ class Outbox:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def enqueue(self, notifier: str, key: str, payload: str, now: datetime) -> bool:
-        """Add a message; ``False`` when (notifier, key) was enqueued before."""
+    def enqueue(
+        self,
+        notifier: str,
+        key: str,
+        payload: str,
+        now: datetime,
+        not_before: datetime | None = None,
+    ) -> bool:
+        """Add a message (first sent at ``not_before``, default now); ``False`` when
+        (notifier, key) was enqueued before."""
         try:
             with self.engine.begin() as connection:
                 exists = connection.execute(
@@ -62,12 +72,26 @@ class Outbox:
                         state=MessageState.PENDING.value,
                         attempts=0,
                         created_at=now,
-                        next_attempt_at=now,
+                        next_attempt_at=not_before or now,
                     )
                 )
         except IntegrityError:
             return False  # a concurrent enqueue of the same key won
         return True
+
+    def cancel_pending(self, notifier: str, key_like: str) -> int:
+        """Cancel the pending messages of ``notifier`` whose key matches the SQL LIKE pattern."""
+        with self.engine.begin() as connection:
+            done = connection.execute(
+                update(outbox)
+                .where(
+                    outbox.c.notifier == notifier,
+                    outbox.c.state == MessageState.PENDING.value,
+                    outbox.c.key.like(key_like),
+                )
+                .values(state=MessageState.CANCELLED.value)
+            )
+        return int(done.rowcount)
 
     def due(self, now: datetime, limit: int = 100) -> list[Message]:
         with self.engine.connect() as connection:

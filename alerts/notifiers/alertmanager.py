@@ -43,7 +43,6 @@ class AlertmanagerNotifier:
             "slo": n.slo,
             "severity": n.severity,
             "scope": n.scope,
-            "incident": str(n.incident_id),
             **{
                 k: v
                 for k, v in n.labels.items()

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
+from alerts.dispatch import deliver_due
 from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from api import create_app
+from api.notifications import Announcer
 from api.settings import ApiSettings
+from core.burn import Incident, IncidentState, Severity, Transition
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
 from storage import slo_store
@@ -148,3 +151,40 @@ def test_a_silenced_slo_is_diagnosed_but_not_notified(setup: Any) -> None:
     assert Outbox(api.app.state.engine).messages() == []
     [alert] = api.get("/api/v1/alerts").json()["alerts"]
     assert alert["diagnosis"]["cause"] == "gpu_throttled"
+
+
+def test_an_alert_that_flaps_within_the_hold_down_pages_once(store: Store) -> None:
+    pager = Endpoint()
+    pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
+    t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    now = [t0]
+    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: now[0])
+
+    def incident(number: int, opened: datetime, resolved: datetime | None = None) -> Incident:
+        state = IncidentState.RESOLVED if resolved else IncidentState.FIRING
+        return Incident(number, "chat", "*", Severity.PAGE, state, opened, resolved or opened,
+                        resolved)  # fmt: skip
+
+    def deliver(at: datetime) -> None:
+        now[0] = at
+        deliver_due(Outbox(store.engine), {"pagerduty": pd}, at)
+
+    announce(incident(1, t0), Transition.OPENED, {}, {"cause": "overload"})
+    deliver(t0)
+    resolved_at = t0 + timedelta(minutes=10)
+    now[0] = resolved_at
+    announce(incident(1, t0, resolved_at), Transition.RESOLVED, {}, {})
+    deliver(resolved_at + timedelta(minutes=1))  # the resolve is held back
+    reopened = resolved_at + timedelta(minutes=2)
+    now[0] = reopened
+    announce(incident(2, reopened), Transition.OPENED, {}, {"cause": "overload"})
+    deliver(reopened + timedelta(minutes=10))
+    assert [b["event_action"] for b in pager.accepted] == ["trigger"]  # one page, still open
+    final = reopened + timedelta(minutes=20)
+    now[0] = final
+    announce(incident(2, reopened, final), Transition.RESOLVED, {}, {})
+    deliver(final + timedelta(minutes=6))
+    assert [b["event_action"] for b in pager.accepted] == ["trigger", "resolve"]
+    assert len({b["dedup_key"] for b in pager.accepted}) == 1
+    states = sorted(m.state.value for m in Outbox(store.engine).messages())
+    assert states == ["cancelled", "delivered", "delivered"]
