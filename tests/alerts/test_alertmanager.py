@@ -1,0 +1,112 @@
+"""Integration with a real Prometheus Alertmanager (Debian's ``prometheus-alertmanager``).
+
+Our notifier posts an incident; Alertmanager lists it as active; our resolve ends it and it
+leaves the active list. Alertmanager runs on a free loopback port with clustering off and its
+state in a temporary directory, and is stopped at the end. Skipped only where the binary is
+not installed (CI installs it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from alerts.notifiers.alertmanager import AlertmanagerNotifier
+from alerts.notify import Event, Notification
+
+BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(BINARY is None, reason="prometheus-alertmanager is not installed"),
+]
+CONFIG = "route:\n  receiver: default\nreceivers:\n  - name: default\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    assert BINARY is not None
+    (tmp_path / "am.yml").write_text(CONFIG, encoding="utf-8")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            BINARY,
+            f"--config.file={tmp_path / 'am.yml'}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, "alertmanager exited"
+            assert time.monotonic() < deadline, "alertmanager did not become ready"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _ours(url: str) -> list[dict[str, Any]]:
+    alerts = httpx.get(f"{url}/api/v2/alerts", params={"active": "true"}, timeout=5).json()
+    return [a for a in alerts if a["labels"].get("alertname") == "InfersightSLOBurn"]
+
+
+def _notification(event: Event, at: datetime, opened_at: datetime) -> Notification:
+    return Notification(
+        incident_id=3,
+        slo="chat-avail",
+        scope="model=llama-70b",
+        severity="page",
+        event=event,
+        at=at,
+        opened_at=opened_at,
+        labels={"model": "llama-70b"},
+        diagnosis={"cause": "gpu_throttled", "confidence": 0.9, "evidence": []},
+    )
+
+
+def test_alertmanager_receives_lists_and_resolves_our_alert(alertmanager: str) -> None:
+    opened = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    with httpx.Client(timeout=5) as client:
+        notifier = AlertmanagerNotifier(alertmanager, client)
+        trigger = _notification(Event.TRIGGER, datetime.now(UTC), opened)
+        assert notifier.send(notifier.render(trigger)).ok
+        [listed] = _ours(alertmanager)
+        assert listed["labels"]["slo"] == "chat-avail"
+        assert listed["annotations"]["cause"] == "gpu_throttled"
+        assert listed["status"]["state"] == "active"
+        resolve = _notification(Event.RESOLVE, datetime.now(UTC), opened)
+        assert notifier.send(notifier.render(resolve)).ok
+        deadline = time.monotonic() + 10
+        while _ours(alertmanager) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _ours(alertmanager) == []
