@@ -1,0 +1,85 @@
+"""``storage.signals`` on a real store: per-instance aggregates of requests, server and GPU
+samples over a window, and the stored diagnoses of incidents."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from core.errors import NotFound
+from core.query import Selector
+from core.samples import GpuSample, ServerSample
+from core.window import Window
+from storage import signals
+from storage.writer import open_writer
+from tests.conftest import Store
+from tests.factories import make_records
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+WINDOW = Window(T0, T0 + timedelta(minutes=10))
+
+
+def _samples(store: Store) -> None:
+    writer = open_writer(store.engine)
+    server = []
+    gpus = []
+    for i in range(10):
+        ts = T0 + timedelta(minutes=i)
+        # The preemption counter restarts (server restart) after the fifth scrape.
+        preempted = float(i * 3) if i < 5 else float((i - 5) * 2)
+        server.append(
+            ServerSample(ts, "gpu-0", requests_running=4.0, requests_waiting=float(i),
+                         kv_cache_usage=0.5, preemptions_total=preempted)
+        )  # fmt: skip
+        for index in (0, 1):
+            reasons = ("sw_thermal_slowdown",) if i >= 5 and index == 0 else ()
+            busy = 0.0 if i == 0 else 0.8
+            gpus.append(
+                GpuSample(ts, "gpu-0", index, util_gpu=busy, sm_clock_mhz=1000.0 if busy else 300.0,
+                          throttle_reasons=reasons if busy else ("gpu_idle",),
+                          ecc_sbe_total=float(i * index), temperature_c=60.0, power_w=300.0)
+            )  # fmt: skip
+    writer.write_server_samples(server)
+    writer.write_gpu_samples(gpus)
+
+
+def test_window_signals_aggregate_each_instance(store: Store) -> None:
+    rng = np.random.default_rng(5)
+    records = make_records(rng, T0, 400, span=timedelta(minutes=10), instances=("gpu-0", "gpu-1"),
+                           error_rate=0.0)  # fmt: skip
+    open_writer(store.engine).write_requests(records)
+    _samples(store)
+    got = signals.window_signals(store.engine, WINDOW).by_instance()
+    assert sorted(got) == ["gpu-0", "gpu-1"]
+    mine = [r for r in records if r.instance == "gpu-0"]
+    zero = got["gpu-0"]
+    assert zero.get("requests") == len(mine)
+    assert zero.get("request_rate") == pytest.approx(len(mine) / 600)
+    ttft = [r.ttft_s for r in mine if r.ttft_s is not None]
+    assert zero.get("ttft_p90") == pytest.approx(float(np.quantile(ttft, 0.9)))
+    assert zero.get("requests_waiting") == pytest.approx(4.5)
+    # 0→12 before the restart, then 0→8 after it: 20 preemptions over 600 s.
+    assert zero.get("preemptions_per_s") == pytest.approx(20 / 600)
+    assert zero.get("sm_clock_mhz") == pytest.approx(1000.0)  # idle samples left out
+    assert zero.get("throttled_share") == pytest.approx(5 / 20)  # GPU 0, last five
+    assert zero.get("ecc_sbe_per_s") == pytest.approx(9 / 600)  # GPU 1's counter only
+    assert got["gpu-1"].get("util_gpu") is None  # no GPU samples for it
+
+
+def test_a_selector_narrows_the_instances(store: Store) -> None:
+    rng = np.random.default_rng(6)
+    records = make_records(rng, T0, 100, span=timedelta(minutes=10), instances=("gpu-0", "gpu-1"))
+    open_writer(store.engine).write_requests(records)
+    only = signals.window_signals(store.engine, WINDOW, Selector(instance="gpu-1"))
+    assert [s.instance for s in only.instances] == ["gpu-1"]
+    assert signals.window_signals(store.engine, WINDOW, Selector(model="none")).instances == ()
+
+
+def test_diagnoses_of_unknown_incidents_are_refused(store: Store) -> None:
+    with pytest.raises(NotFound):
+        signals.save_diagnosis(store.engine, 999, {}, {"cause": "unknown"}, T0)
+    with pytest.raises(NotFound):
+        signals.acknowledge(store.engine, 999, "sre", T0)
+    assert signals.notes(store.engine, [999]) == {}
