@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
+from collector.http_receiver import HTTP_IMPL
 from collector.ingest import Ingestor
 from collector.mapping import MappingContext
 from collector.metrics import CollectorMetrics
@@ -324,7 +325,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     pin(1)
     bodies = payloads(args.payloads, args.spans)
     results: dict[str, float] = {}
-    print(f"collector benchmark: {os.cpu_count()} CPUs, {args.spans} spans per export")
+    print(
+        f"collector benchmark: {os.cpu_count()} CPUs, {args.spans} spans per export, "
+        f"HTTP parser {HTTP_IMPL}"
+    )
     results["decode"] = bench_decode(bodies, args.spans, args.repeats)
     line("reference: bare protobuf decode", f"{results['decode']:,.0f} spans/s")
     results["pipeline"] = bench_pipeline(bodies, args.spans, args.repeats)
