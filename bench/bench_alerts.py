@@ -97,6 +97,16 @@ def empty(engine: Engine) -> None:
             connection.execute(table.delete())
 
 
+_SIMULATED: dict[str, tuple[Scenario, Batch]] = {}
+
+
+def simulate_cached(name: str) -> tuple[Scenario, Batch]:
+    """``simulate`` once per process (tests share runs; a run is deterministic)."""
+    if name not in _SIMULATED:
+        _SIMULATED[name] = simulate(name)
+    return _SIMULATED[name]
+
+
 def store_batch(engine: Engine, batch: Batch) -> None:
     sink = StoreSink(open_writer(engine))
     sink.write(batch)

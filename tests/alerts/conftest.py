@@ -19,7 +19,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     log = config.stash.get(_LOG, {})
     if not log:
         return
-    import bench_alerts  # type: ignore[import-not-found]  # loaded by test_accuracy
+    import bench_alerts  # loaded by test_accuracy
 
     for dialect in sorted({d for d, _ in log}):
         rows = [o for (d, _), o in sorted(log.items()) if d == dialect]

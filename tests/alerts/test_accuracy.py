@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,19 +38,10 @@ def _bench() -> ModuleType:
 
 
 bench = _bench()
-_runs: dict[str, Any] = {}
 
 
 def _simulated(name: str) -> Any:
-    if name not in _runs:
-        _runs[name] = bench.simulate(name)
-    return _runs[name]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _forget_runs() -> Iterator[None]:
-    yield
-    _runs.clear()
+    return bench.simulate_cached(name)
 
 
 @pytest.mark.parametrize("name", shipped_scenarios())
