@@ -28,7 +28,6 @@ from datetime import UTC, date, datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import Any, Final, Protocol
 
-import psycopg
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -197,8 +196,15 @@ class PostgresWriter(_BaseWriter):
         "LEFT JOIN stored USING (trace_id, span_id) WHERE stored.trace_id IS NULL"
     )
 
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self._known_days: set[date] = set()
+
     def _prepare(self, connection: Connection, rows: Sequence[Row]) -> None:
-        ensure_partitions(connection, "requests", _days(rows))
+        days = _days(rows)
+        if not days <= self._known_days:
+            ensure_partitions(connection, "requests", days)
+            self._known_days |= days
 
     def _store(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
         """COPY straight into ``requests`` when the batch is new (the common case).
@@ -207,14 +213,27 @@ class PostgresWriter(_BaseWriter):
         its savepoint, which is rolled back, and the batch takes the staging path, whose
         conflict-aware insert skips what exists.
         """
-        savepoint = connection.begin_nested()
-        try:
-            self._copy(connection, "requests", rows)
-        except psycopg.errors.UniqueViolation:
-            savepoint.rollback()
-            return super()._store(connection, rows)
-        savepoint.commit()
-        return rows
+        from psycopg.errors import CheckViolation, UniqueViolation  # noqa: PLC0415 (PostgreSQL only)
+
+        for attempt in range(2):
+            savepoint = connection.begin_nested()
+            try:
+                self._copy(connection, "requests", rows)
+            except UniqueViolation:
+                savepoint.rollback()
+                return super()._store(connection, rows)
+            except CheckViolation:
+                # A day this writer had seen was dropped since (retention): forget what it
+                # knows, create what is missing, and copy again.
+                savepoint.rollback()
+                if attempt:
+                    raise
+                self._known_days.clear()
+                self._prepare(connection, rows)
+                continue
+            savepoint.commit()
+            return rows
+        raise AssertionError("unreachable")
 
     def _insert_skipping_duplicates(
         self, connection: Connection, rows: Sequence[Row]

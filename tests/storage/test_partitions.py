@@ -93,3 +93,17 @@ def test_retention_policy_picks_the_finest_resolution_still_kept():
     assert policy.finest_for(Window(NOW - timedelta(days=365), NOW), NOW) is Resolution.DAY
     with pytest.raises(InvalidInput):
         RetentionPolicy(minute_days=30, hour_days=7)
+
+
+@pytest.mark.postgres
+def test_a_writer_recreates_a_partition_that_retention_dropped_under_it(pg_store):
+    day = NOW - timedelta(days=20)
+    writer = open_writer(pg_store.engine)
+    first = make_records(np.random.default_rng(14), day, 100, span=timedelta(hours=1))
+    assert writer.write_requests(first).inserted == 100  # the writer now knows this day
+    report = maintain(pg_store.engine, NOW, RetentionPolicy(raw_days=14, partition_ahead_days=0))
+    assert f"requests_p{day:%Y%m%d}" in report.dropped
+    late = make_records(np.random.default_rng(15), day, 50, span=timedelta(hours=1))
+    assert writer.write_requests(late).inserted == 50
+    with pg_store.engine.connect() as c:
+        assert c.execute(select(func.count()).select_from(requests)).scalar_one() == 50
