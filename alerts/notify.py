@@ -43,6 +43,9 @@ class Notification:
     symptom: Mapping[str, Any] = field(default_factory=dict)
     diagnosis: Mapping[str, Any] = field(default_factory=dict)
     dashboard_url: str = ""
+    revision: str = ""
+    """Non-empty for an update of an open alert (a changed diagnosis): same dedup key, new
+    outbox key."""
 
     def __post_init__(self) -> None:
         if self.severity not in ("page", "ticket"):
@@ -64,7 +67,8 @@ class Notification:
     @property
     def key(self) -> str:
         """The outbox idempotency key: one message per incident, event and severity."""
-        return f"{self.group}:{self.incident_id}:{self.event.value}:{self.severity}"
+        key = f"{self.group}:{self.incident_id}:{self.event.value}:{self.severity}"
+        return f"{key}:{self.revision}"[:256] if self.revision else key
 
     @property
     def cause(self) -> str:
@@ -73,6 +77,8 @@ class Notification:
     def summary(self) -> str:
         """One line: SLO, scope, severity and the top cause."""
         state = "RESOLVED" if self.event is Event.RESOLVE else self.severity.upper()
+        if self.revision and self.event is Event.TRIGGER:
+            state += " UPDATE"
         confidence = self.diagnosis.get("confidence")
         why = f"likely {self.cause}"
         if isinstance(confidence, int | float):

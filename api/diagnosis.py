@@ -5,7 +5,8 @@ the ``IncidentListener`` the evaluation job calls on every incident change: it d
 incident (the last ``window`` before the change against the same length before the incident
 opened), stores symptom and diagnosis with the incident, and hands the result to an optional
 ``announce`` callback (the notification router). ``refresh`` diagnoses firing incidents again
-(on the delivery job's tick), so the stored diagnosis follows the incident while it fires.
+(on the delivery job's tick), so the stored diagnosis follows the incident while it fires;
+when the top cause changes, the receivers get an update of the open alert.
 A failure is logged, never raised: the evaluation carries on.
 """
 
@@ -118,11 +119,15 @@ class DiagnosisListener:
             if diagnosed_at is not None and now - diagnosed_at < self.every:
                 continue
             try:
-                self._diagnose_at(incident, now)
+                symptom, diagnosis = self._diagnose_at(incident, now)
             except InfersightError:
                 log.exception("re-diagnosis of incident %s failed", incident.id)
                 continue
             done += 1
+            before = note.diagnosis.get("cause") if note and note.diagnosis else None
+            if self.announce is not None and diagnosis["cause"] != before:
+                # The open alert is updated (same dedup key), not paged again.
+                self.announce(incident, Transition.NONE, symptom, diagnosis)
         return done
 
     def on_incident(self, incident: Incident, transition: Transition) -> None:

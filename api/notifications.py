@@ -81,7 +81,9 @@ class Announcer:
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
     ) -> None:
-        event = _EVENTS.get(transition)
+        # ``NONE`` from the diagnosis seam: the diagnosis of an open incident changed.
+        update = transition is Transition.NONE
+        event = Event.TRIGGER if update else _EVENTS.get(transition)
         if event is None:
             return
         labels = labels_of(incident)
@@ -101,6 +103,7 @@ class Announcer:
             symptom=symptom,
             diagnosis=diagnosis,
             dashboard_url=self.dashboard_url,
+            revision=f"cause={diagnosis.get('cause')}" if update else "",
         )
         now = self.clock()
         # Flapping: a resolve waits ``flap_hold``; an incident of the same SLO and scope that

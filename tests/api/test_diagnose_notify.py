@@ -188,3 +188,29 @@ def test_an_alert_that_flaps_within_the_hold_down_pages_once(store: Store) -> No
     assert len({b["dedup_key"] for b in pager.accepted}) == 1
     states = sorted(m.state.value for m in Outbox(store.engine).messages())
     assert states == ["cancelled", "delivered", "delivered"]
+
+
+def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: Any) -> None:
+    api, scenario, pager, chat = setup()
+    incident, _ = bench.windows(scenario)
+    early = incident.start + timedelta(minutes=1)
+    opened = _evaluate(api, early)
+    assert [t.value for _, t in opened.changes] == ["opened"]
+    jobs = api.app.state.jobs
+    assert jobs.tick_delivery()
+    [first] = pager.accepted
+    early_cause = first["payload"]["custom_details"]["diagnosis"]["cause"]
+    assert early_cause != "gpu_throttled"  # one minute of fault in a five-minute window
+    api.clock.now = early + timedelta(minutes=5)
+    assert jobs.tick_delivery()  # re-diagnoses, announces the change, delivers it
+    assert jobs.tick_delivery()
+    assert [b["event_action"] for b in pager.accepted] == ["trigger", "trigger"]
+    update = pager.accepted[1]
+    assert update["dedup_key"] == first["dedup_key"]  # the same PagerDuty incident
+    assert update["payload"]["custom_details"]["diagnosis"]["cause"] == "gpu_throttled"
+    assert "UPDATE" in update["payload"]["summary"]
+    assert [m["text"].split("]")[0] for m in chat.accepted][1].endswith("UPDATE")
+    api.clock.now = early + timedelta(minutes=8)
+    jobs.tick_delivery()
+    jobs.tick_delivery()
+    assert len(pager.accepted) == 2  # an unchanged diagnosis sends nothing new
