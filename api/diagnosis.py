@@ -125,8 +125,10 @@ class DiagnosisListener:
                 continue
             done += 1
             before = note.diagnosis.get("cause") if note and note.diagnosis else None
-            if self.announce is not None and diagnosis["cause"] != before:
-                # The open alert is updated (same dedup key), not paged again.
+            cause = diagnosis["cause"]
+            if self.announce is not None and cause not in (before, "unknown"):
+                # The open alert is updated (same dedup key), not paged again; a diagnosis that
+                # fades to ``unknown`` (the signals went quiet) is stored but not announced.
                 self.announce(incident, Transition.NONE, symptom, diagnosis)
         return done
 
