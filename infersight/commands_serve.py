@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import httpx
 import uvicorn
 
 from api import create_app
+from api.notifications import notifiers_from_env
 from api.settings import ApiSettings
 from core.errors import InvalidInput
 from infersight.settings import Settings
@@ -74,13 +76,20 @@ def serve(
     engine = create_store_engine(settings.database_url)
     if run_migrations:
         migrate.upgrade(engine)
+    client = httpx.Client(timeout=10.0)
+    notifiers = notifiers_from_env(client)
+    # Names only: webhook URLs and routing keys are secrets and never reach a log.
+    click.echo(f"notifiers: {', '.join(sorted(notifiers)) or 'none configured'}", err=True)
     app = create_app(
         api_settings,
         engine,
         retention=settings.retention(),
         exact_max_rows=settings.exact_max_rows,
+        notifiers=notifiers,
+        dashboard_url=f"http://{host}:{port}",
     )
     try:
         uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
     finally:
+        client.close()
         engine.dispose()
