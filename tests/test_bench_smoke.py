@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.benchmarks import load_bench
 from tests.conftest import POSTGRES_ADMIN_URL
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_storage.py"
 
 
 @pytest.mark.postgres
 def test_storage_benchmark_runs_and_reports_every_figure(capsys):
-    spec = importlib.util.spec_from_file_location("bench_storage", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_storage"] = module
-    spec.loader.exec_module(module)
+    module = load_bench("bench_storage")
     results = module.main(
         ["--postgres", POSTGRES_ADMIN_URL, "--days", "1", "--rpm", "5", "--ingest-records", "1500",
          "--batch", "500", "--repeats", "2"]

@@ -10,34 +10,16 @@ with no confidence. The accuracy table is printed in the terminal summary.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from alerts.rules import Cause, load_rules
 from simulator.specs import shipped_scenarios
+from tests.benchmarks import load_bench
 from tests.conftest import Store
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_alerts.py"
-
-
-def _bench() -> ModuleType:
-    if "bench_alerts" in sys.modules:
-        return sys.modules["bench_alerts"]
-    spec = importlib.util.spec_from_file_location("bench_alerts", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_alerts"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load_bench("bench_alerts")
 
 
 def _simulated(name: str) -> Any:

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.benchmarks import load_bench
 from tests.conftest import POSTGRES_ADMIN_URL
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_api.py"
 
 
 @pytest.mark.postgres
 def test_api_benchmark_runs_and_reports_every_figure(capsys):
-    spec = importlib.util.spec_from_file_location("bench_api", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_api"] = module
-    spec.loader.exec_module(module)
+    module = load_bench("bench_api")
     results = module.main(
         ["--postgres", POSTGRES_ADMIN_URL, "--days", "1", "--rpm", "3", "--repeats", "3",
          "--slos", "8", "--cycles", "1"]

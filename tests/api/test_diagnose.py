@@ -6,12 +6,8 @@ over the last ten) written through ``StoreSink`` → ``storage.writer``.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,23 +16,10 @@ from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
 from storage import slo_store
 from tests.api.conftest import Api
+from tests.benchmarks import load_bench
 from tests.conftest import Store
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_alerts.py"
-
-
-def _bench() -> ModuleType:
-    if "bench_alerts" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_alerts", BENCH)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_alerts"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["bench_alerts"]
-
-
-bench = _bench()
+bench = load_bench("bench_alerts")
 _cache: dict[str, Any] = {}
 
 

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_collector.py"
+from tests.benchmarks import load_bench
 
 
 @pytest.mark.slow
 def test_the_collector_benchmark_runs_and_prints_every_figure(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    spec = importlib.util.spec_from_file_location("bench_collector", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_collector"] = module
-    spec.loader.exec_module(module)
+    module = load_bench("bench_collector")
     affinity = module.os.sched_getaffinity(0)
     try:
         tiny = "--payloads 2 --spans 50 --repeats 1 --seconds 1 --senders 1 --no-postgres"
