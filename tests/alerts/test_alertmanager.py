@@ -8,6 +8,7 @@ not installed (CI installs it).
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -26,7 +27,11 @@ from alerts.notify import Event, Notification
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(BINARY is None, reason="prometheus-alertmanager is not installed"),
+    # .ci/run installs Debian's prometheus-alertmanager, so under CI a missing binary fails.
+    pytest.mark.skipif(
+        BINARY is None and not os.environ.get("CI"),
+        reason="prometheus-alertmanager is not installed (CI installs it)",
+    ),
 ]
 CONFIG = "route:\n  receiver: default\nreceivers:\n  - name: default\n"
 
