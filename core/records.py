@@ -226,13 +226,13 @@ class RequestRecord:
         must go through the constructor. Enum fields given as strings are still converted
         (and refused with ``InvalidRecord`` when unknown), and the field count is checked.
         """
-        if len(values) != len(_RECORD_FIELD_NAMES):
+        if len(values) != len(RECORD_FIELDS):
             raise InvalidRecord(
                 "a record needs one value per field",
-                details={"values": len(values), "fields": len(_RECORD_FIELD_NAMES)},
+                details={"values": len(values), "fields": len(RECORD_FIELDS)},
             )
         record = object.__new__(cls)
-        for name, value in zip(_RECORD_FIELD_NAMES, values, strict=True):
+        for name, value in zip(RECORD_FIELDS, values, strict=True):
             _SET(record, name, value)
         if not isinstance(record.engine, Engine):
             _SET(record, "engine", _enum(Engine, "engine", record.engine))
@@ -267,7 +267,6 @@ def _enum(kind: type[_E], name: str, value: object) -> _E:
 
 #: Column order used by bulk writers and spools.
 RECORD_FIELDS: Final = tuple(f.name for f in fields(RequestRecord))
-_RECORD_FIELD_NAMES: Final = RECORD_FIELDS
 
 __all__ = [
     "DURATION_FIELDS",
