@@ -8,7 +8,6 @@ address and elsewhere only with ``--insecure-no-auth`` (``check_exposure`` decid
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from fastapi import Request
 
 from core.errors import ConfigurationError, Forbidden, Unauthorized
+from core.net import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +90,6 @@ def parse_tokens(env_value: str, file_path: str = "") -> Tokens:
             key, value = _pair(parts[0], parts[1], f"token file line {number}")
             scopes[key] = value
     return Tokens(scopes)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, tokens: Tokens, insecure_no_auth: bool) -> None:

@@ -4,18 +4,9 @@ loopback must have a token unless the operator explicitly opted out."""
 from __future__ import annotations
 
 import hmac
-import ipaddress
 
 from core.errors import ConfigurationError
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from core.net import is_loopback
 
 
 def check_bind(host: str, token: str | None, insecure_no_auth: bool) -> None:

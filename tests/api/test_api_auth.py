@@ -7,9 +7,10 @@ import logging
 import pytest
 
 from api import create_app
-from api.auth import Scope, check_exposure, is_loopback, parse_tokens
+from api.auth import Scope, check_exposure, parse_tokens
 from api.settings import ApiSettings
 from core.errors import ConfigurationError
+from core.net import is_loopback
 from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN
 
 TOKENS = f"read:{READ_TOKEN},admin:{ADMIN_TOKEN}"
