@@ -33,6 +33,13 @@ class Context:
 pass_context = click.make_pass_decorator(Context)
 
 
+def current_settings(ctx: click.Context) -> Settings:
+    """The settings the ``infersight`` group built, or the environment's when a command runs
+    on its own (as tests invoke it)."""
+    context = ctx.find_object(Context)
+    return context.settings if context is not None else Settings()
+
+
 class LazyGroup(click.Group):
     """A group whose heavier subcommands are imported only when they run.
 

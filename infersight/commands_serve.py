@@ -12,7 +12,7 @@ from api import create_app
 from api.notifications import notifiers_from_env
 from api.settings import ApiSettings
 from core.errors import InvalidInput
-from infersight.settings import Settings
+from infersight.cli import current_settings
 from storage import migrate
 from storage.engine import create_store_engine
 
@@ -23,14 +23,6 @@ def split_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise InvalidInput(f"--listen must be HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
-
-
-def _settings(ctx: click.Context) -> Settings:
-    settings = getattr(ctx.obj, "settings", None)
-    if isinstance(settings, Settings):
-        return settings
-    from_env: dict[str, Any] = {}
-    return Settings(**from_env)
 
 
 @click.command("serve")
@@ -72,7 +64,7 @@ def serve(
         overrides["run_jobs"] = False
     api_settings = ApiSettings(**overrides)
     host, port = split_listen(api_settings.listen)
-    settings = _settings(ctx)
+    settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
     if run_migrations:
         migrate.upgrade(engine)

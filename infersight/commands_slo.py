@@ -9,24 +9,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import click
 
 from api.evaluation import default_policy, status
 from api.specs import parse_specs, to_document
-from infersight.settings import Settings
+from infersight.cli import current_settings
 from storage import migrate
 from storage.engine import create_store_engine
 from storage.slo_store import CycleCounter, list_slos, put_slo
-
-
-def _settings(ctx: click.Context) -> Settings:
-    settings = getattr(ctx.obj, "settings", None)
-    if isinstance(settings, Settings):
-        return settings
-    from_env: dict[str, Any] = {}
-    return Settings(**from_env)
 
 
 @click.group("slo")
@@ -42,7 +33,7 @@ def slo() -> None:
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Create or replace the SLOs defined in FILES (YAML or JSON)."""
     specs = [spec for path in files for spec in parse_specs(path.read_bytes())]
-    engine = create_store_engine(_settings(ctx).database_url)
+    engine = create_store_engine(current_settings(ctx).database_url)
     try:
         migrate.upgrade(engine)
         now = datetime.now(UTC)
@@ -58,7 +49,7 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every SLO with its SLI, error budget remaining and firing severity now."""
-    settings = _settings(ctx)
+    settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
     try:
         policy, now = default_policy(), datetime.now(UTC)
