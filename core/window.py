@@ -77,9 +77,6 @@ class Window:
     def __contains__(self, ts: datetime) -> bool:
         return self.start <= ts < self.end
 
-    def shifted(self, delta: timedelta) -> Window:
-        return Window(self.start + delta, self.end + delta)
-
     def preceding(self) -> Window:
         """The window of the same length that ends where this one starts (a reference period)."""
         return Window(self.start - (self.end - self.start), self.start)

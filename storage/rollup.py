@@ -1,6 +1,6 @@
 """Request rollups: per-series, per-bucket counts and sketches, merged as batches arrive.
 
-``deltas_from_records`` turns a batch of freshly stored records into one delta per
+``deltas_from_rows`` turns a batch of freshly stored records (as row tuples) into one delta per
 (resolution, bucket, series) at all three resolutions in a few vectorised passes; ``apply``
 merges those deltas into ``request_rollups`` (sketches are merged, never recomputed). Because
 the writer only rolls up the records its insert actually stored, a replayed batch changes
@@ -24,7 +24,7 @@ from sqlalchemy import Connection, and_, bindparam, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.records import DURATION_FIELDS, GROUP_LABELS, RECORD_FIELDS, RequestRecord, Status
+from core.records import DURATION_FIELDS, GROUP_LABELS, RECORD_FIELDS, Status
 from core.sketch import IntArray, QuantileSketch, merge_all, sketches_by_group
 from core.window import Resolution
 from storage.tables import SKETCH_COLUMNS, request_rollups
@@ -53,13 +53,8 @@ class RollupDelta:
     sketches: dict[str, QuantileSketch] = field(default_factory=dict)
 
 
-def deltas_from_records(records: Sequence[RequestRecord]) -> list[RollupDelta]:
-    """One delta per (resolution, bucket, series) that ``records`` touch."""
-    return deltas_from_rows([record_row(r) for r in records])
-
-
 def deltas_from_rows(rows: Sequence[tuple[Any, ...]]) -> list[RollupDelta]:
-    """``deltas_from_records`` for records already flattened by ``record_row``."""
+    """One delta per (resolution, bucket, series) that the rows (``record_row`` tuples) touch."""
     if not rows:
         return []
     columns = dict(zip(RECORD_FIELDS, zip(*rows, strict=True), strict=True))
