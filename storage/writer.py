@@ -34,7 +34,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from core.errors import InvalidInput, Unavailable
-from core.records import RECORD_FIELDS, RequestRecord
+from core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
 from storage import rollup
 from storage.partitions import ensure_partitions
@@ -51,10 +51,9 @@ _PG_TYPES: Final = {
     "output_tokens": "int4",
     "cached_tokens": "int4",
 }
-_FLOAT_FIELDS: Final = frozenset(f.name for f in fields(RequestRecord) if "float" in str(f.type))
 #: PostgreSQL types of a record row, for binary COPY.
 COPY_TYPES: Final = [
-    _PG_TYPES.get(name, "float8" if name in _FLOAT_FIELDS else "text") for name in RECORD_FIELDS
+    _PG_TYPES.get(name, "float8" if name in DURATION_FIELDS else "text") for name in RECORD_FIELDS
 ]
 _ENGINE_AT: Final = RECORD_FIELDS.index("engine")
 _STATUS_AT: Final = RECORD_FIELDS.index("status")
