@@ -36,8 +36,8 @@ pass_context = click.make_pass_decorator(Context)
 def current_settings(ctx: click.Context) -> Settings:
     """The settings the ``infersight`` group built, or the environment's when a command runs
     on its own (as tests invoke it)."""
-    context = ctx.find_object(Context)
-    return context.settings if context is not None else Settings()
+    settings = getattr(ctx.obj, "settings", None)
+    return settings if isinstance(settings, Settings) else Settings()
 
 
 class LazyGroup(click.Group):
