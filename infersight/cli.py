@@ -61,6 +61,19 @@ class LazyGroup(click.Group):
             "demo",
             "Play a simulated fleet with incidents and report.",
         ),
+        "cost": ("infersight.commands_cost", "cost", "Show and configure unit costs."),
+        "report": ("infersight.commands_report", "report", "Generate cost reports."),
+        "baseline": (
+            "infersight.commands_baseline",
+            "baseline",
+            "Capture, import and compare performance baselines.",
+        ),
+        "loadtest": (
+            "infersight.commands_loadtest",
+            "loadtest",
+            "Drive an OpenAI-compatible endpoint and measure it.",
+        ),
+        "capacity": ("infersight.commands_capacity", "capacity", "Plan instances and GPU memory."),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
