@@ -1,4 +1,4 @@
-"""Baselines and load-test runs (issue 8 fills this in).
+"""Baselines (issue 8 fills this in).
 
 Revision ID: 0005
 Revises: 0004
