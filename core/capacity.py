@@ -1,0 +1,425 @@
+"""Capacity math: GPU memory budgets, physical latency floors and instance counts.
+
+Pure arithmetic over two data tables (``core/data/gpu_specs.yaml``, ``core/data/models.yaml``),
+parsed at the edge into ``GpuSpec`` / ``ModelSpec`` by ``catalog_from_mappings``.
+
+* **Memory budget** of one instance (a model on ``tensor_parallel`` GPUs of one kind):
+  weights + KV cache (KV bytes per token × concurrency × context) + activations + one CUDA
+  context per GPU must stay within ``limit`` (85 %) of the instance's GPU memory; the rest is
+  the buffer that keeps a traffic peak from turning into an out-of-memory crash.
+* **Floors**: a decode step streams every weight once, so TPOT ≥ weight bytes ÷ memory
+  bandwidth (plus the KV bytes the batch reads); a prefill does ≈ 2·params·n + 2·layers·n²·d
+  FLOPs (linear layers, then causal attention over ``d = heads × head_dim``), so TTFT ≥ those
+  FLOPs ÷ dense 16-bit peak, and never less than one pass over the weights.
+* **Instances**: peak QPS × (1 + headroom) ÷ measured per-instance capacity, rounded up; the
+  headroom (30–50 %) absorbs bursts and the loss of an instance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from core.errors import InvalidInput, NotFound
+
+MIB: Final = 1024 * 1024
+GIB: Final = 1024 * MIB
+#: Bytes per element of the dtypes weights and KV caches are stored in.
+DTYPE_BYTES: Final = {
+    "float32": 4.0,
+    "float16": 2.0,
+    "bfloat16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+}
+DEFAULT_MEMORY_LIMIT: Final = 0.85
+#: The 30–50 % of headroom the capacity method asks for; the midpoint is the default.
+HEADROOM_RANGE: Final = (0.3, 0.5)
+DEFAULT_HEADROOM: Final = 0.4
+#: vLLM's default token budget of one engine step (chunked prefill), which sizes activations.
+DEFAULT_BATCHED_TOKENS: Final = 8192
+_MAX_TP: Final = 64
+_T = TypeVar("_T")
+
+
+def dtype_bytes(dtype: str) -> float:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise InvalidInput(
+            f"unknown dtype {dtype!r}", details={"known": sorted(DTYPE_BYTES)}
+        ) from None
+
+
+def _positive(owner: str, **values: float) -> None:
+    for name, value in values.items():
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidInput(f"{owner}: {name} must be a positive number", details={name: value})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU model: what capacity planning needs of its datasheet."""
+
+    name: str
+    product: str
+    memory_bytes: float
+    bandwidth_bytes_per_s: float
+    dense_flops: float
+    cuda_context_bytes: float
+
+    def __post_init__(self) -> None:
+        _positive(
+            f"gpu {self.name}",
+            memory_bytes=self.memory_bytes,
+            bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+            dense_flops=self.dense_flops,
+        )
+        if not 0 <= self.cuda_context_bytes < self.memory_bytes:
+            raise InvalidInput(f"gpu {self.name}: cuda_context must be within its memory")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer's architecture parameters."""
+
+    name: str
+    hf_id: str
+    params: float
+    layers: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    dtype: str
+
+    def __post_init__(self) -> None:
+        _positive(f"model {self.name}", params=self.params)
+        for field in ("layers", "attention_heads", "kv_heads", "head_dim", "hidden_size"):
+            if getattr(self, field) < 1:
+                raise InvalidInput(f"model {self.name}: {field} must be ≥ 1")
+        if self.attention_heads % self.kv_heads:
+            raise InvalidInput(f"model {self.name}: attention heads must be a multiple of KV heads")
+        dtype_bytes(self.dtype)
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * dtype_bytes(self.dtype)
+
+    def kv_bytes_per_token(self, kv_dtype: str | None = None) -> float:
+        """K and V of every layer for one token (GQA stores ``kv_heads``, not all heads)."""
+        element = dtype_bytes(kv_dtype or self.dtype)
+        return 2 * self.layers * self.kv_heads * self.head_dim * element
+
+    def prefill_flops(self, tokens: int) -> float:
+        """FLOPs of one prefill: linear layers, then causal attention (half of n × n)."""
+        attention_width = self.attention_heads * self.head_dim
+        return 2 * self.params * tokens + 2 * self.layers * tokens * tokens * attention_width
+
+    def activation_bytes(self, batched_tokens: int, sequences: int) -> float:
+        """Peak transient memory of one step (an estimate, as vLLM's profiling run measures).
+
+        Per batched token the widest live tensors of a layer (the MLP's gate and up projections,
+        the attention's q, k, v and output) in the model's dtype, plus the fp32 logits of every
+        sequence that samples a token.
+        """
+        per_token = (2 * self.intermediate_size + 4 * self.hidden_size) * dtype_bytes(self.dtype)
+        return batched_tokens * per_token + sequences * self.vocab_size * 4
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The GPU and model tables, by name."""
+
+    gpus: Mapping[str, GpuSpec]
+    models: Mapping[str, ModelSpec]
+
+    def gpu(self, name: str) -> GpuSpec:
+        return _lookup("GPU", self.gpus, name)
+
+    def model(self, name: str) -> ModelSpec:
+        return _lookup("model", self.models, name)
+
+
+def _lookup(kind: str, table: Mapping[str, _T], name: str) -> _T:
+    key = name.strip().lower()
+    if key not in table:
+        raise NotFound(f"unknown {kind} {name!r}", details={"known": sorted(table)})
+    return table[key]
+
+
+def _field(entry: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = entry.get(name)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise InvalidInput(f"{name} must be a {kind.__name__}", details={name: repr(value)[:64]})
+    return value
+
+
+def gpu_from_mapping(entry: Mapping[str, Any]) -> GpuSpec:
+    return GpuSpec(
+        name=_field(entry, "name", str).lower(),
+        product=str(entry.get("product", "")),
+        memory_bytes=_field(entry, "memory_mib", float) * MIB,
+        bandwidth_bytes_per_s=_field(entry, "bandwidth_gbps", float) * 1e9,
+        dense_flops=_field(entry, "dense_tflops_16bit", float) * 1e12,
+        cuda_context_bytes=float(entry.get("cuda_context_mib", 512)) * MIB,
+    )
+
+
+def model_from_mapping(entry: Mapping[str, Any]) -> ModelSpec:
+    return ModelSpec(
+        name=_field(entry, "name", str).lower(),
+        hf_id=str(entry.get("hf_id", "")),
+        params=_field(entry, "params_b", float) * 1e9,
+        layers=_field(entry, "layers", int),
+        attention_heads=_field(entry, "attention_heads", int),
+        kv_heads=_field(entry, "kv_heads", int),
+        head_dim=_field(entry, "head_dim", int),
+        hidden_size=_field(entry, "hidden_size", int),
+        intermediate_size=_field(entry, "intermediate_size", int),
+        vocab_size=_field(entry, "vocab_size", int),
+        dtype=_field(entry, "dtype", str).lower(),
+    )
+
+
+def catalog_from_mappings(gpus: Mapping[str, Any], models: Mapping[str, Any]) -> Catalog:
+    """The catalog from the two parsed data files (``gpus:`` and ``models:`` lists)."""
+    gpu_list = _entries(gpus, "gpus")
+    model_list = _entries(models, "models")
+    return Catalog(
+        gpus={g.name: g for g in map(gpu_from_mapping, gpu_list)},
+        models={m.name: m for m in map(model_from_mapping, model_list)},
+    )
+
+
+def _entries(document: Mapping[str, Any], key: str) -> Sequence[Mapping[str, Any]]:
+    entries = document.get(key) if isinstance(document, Mapping) else None
+    if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+        raise InvalidInput(f"the {key} table must be a list of mappings under '{key}:'")
+    return entries
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBudget:
+    """Where one instance's GPU memory goes, in bytes (all its GPUs together)."""
+
+    capacity_bytes: float
+    limit_fraction: float
+    weights_bytes: float
+    kv_bytes_per_token: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    cuda_context_bytes: float
+    concurrency: int
+    context_tokens: int
+
+    @property
+    def limit_bytes(self) -> float:
+        return self.capacity_bytes * self.limit_fraction
+
+    @property
+    def total_bytes(self) -> float:
+        parts = (self.weights_bytes, self.kv_cache_bytes, self.activation_bytes)
+        return sum(parts) + self.cuda_context_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.limit_bytes
+
+    @property
+    def max_concurrency(self) -> int:
+        """The most sequences of ``context_tokens`` whose KV cache fits under the limit."""
+        free = self.limit_bytes - self.weights_bytes - self.activation_bytes
+        free -= self.cuda_context_bytes
+        per_sequence = self.kv_bytes_per_token * self.context_tokens
+        return max(0, int(free // per_sequence)) if per_sequence > 0 else 0
+
+
+def memory_budget(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    concurrency: int,
+    context_tokens: int,
+    tensor_parallel: int = 1,
+    kv_dtype: str | None = None,
+    activation_bytes: float | None = None,
+    batched_tokens: int = DEFAULT_BATCHED_TOKENS,
+    limit: float = DEFAULT_MEMORY_LIMIT,
+) -> MemoryBudget:
+    """The budget of ``concurrency`` sequences of ``context_tokens`` (input + output) each."""
+    _check_tp(tensor_parallel)
+    if concurrency < 1 or context_tokens < 1:
+        raise InvalidInput("concurrency and context tokens must be ≥ 1")
+    if not 0 < limit <= 1:
+        raise InvalidInput("the memory limit is a fraction in (0, 1]", details={"limit": limit})
+    kv_token = model.kv_bytes_per_token(kv_dtype)
+    if activation_bytes is None:
+        tokens = min(batched_tokens, concurrency * context_tokens)
+        activation_bytes = model.activation_bytes(tokens, concurrency)
+    return MemoryBudget(
+        capacity_bytes=gpu.memory_bytes * tensor_parallel,
+        limit_fraction=limit,
+        weights_bytes=model.weight_bytes,
+        kv_bytes_per_token=kv_token,
+        kv_cache_bytes=kv_token * concurrency * context_tokens,
+        activation_bytes=activation_bytes,
+        cuda_context_bytes=gpu.cuda_context_bytes * tensor_parallel,
+        concurrency=concurrency,
+        context_tokens=context_tokens,
+    )
+
+
+def _check_tp(tensor_parallel: int) -> None:
+    if not 1 <= tensor_parallel <= _MAX_TP:
+        raise InvalidInput(f"tensor_parallel must be in [1, {_MAX_TP}]")
+
+
+# -- floors ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Floors:
+    """Latencies physics does not let an instance beat (seconds)."""
+
+    tpot_s: float
+    tpot_at_concurrency_s: float
+    ttft_s: float
+    prefill_flops: float
+
+
+def floors(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    input_tokens: int,
+    tensor_parallel: int = 1,
+    concurrency: int = 1,
+    context_tokens: int = 0,
+    kv_dtype: str | None = None,
+) -> Floors:
+    """TPOT and TTFT floors; tensor parallelism pools bandwidth and FLOPs (no comm cost)."""
+    _check_tp(tensor_parallel)
+    if input_tokens < 1 or concurrency < 1 or context_tokens < 0:
+        raise InvalidInput("input tokens and concurrency must be ≥ 1, context ≥ 0")
+    bandwidth = gpu.bandwidth_bytes_per_s * tensor_parallel
+    weights_pass = model.weight_bytes / bandwidth
+    kv_read = concurrency * context_tokens * model.kv_bytes_per_token(kv_dtype)
+    flops = model.prefill_flops(input_tokens)
+    return Floors(
+        tpot_s=weights_pass,
+        tpot_at_concurrency_s=weights_pass + kv_read / bandwidth,
+        ttft_s=max(flops / (gpu.dense_flops * tensor_parallel), weights_pass),
+        prefill_flops=flops,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One sanity check of a target against physics or the memory budget."""
+
+    check: str
+    ok: bool
+    message: str
+
+
+def check_targets(
+    fl: Floors, budget: MemoryBudget, *, ttft_target_s: float | None, tpot_target_s: float | None
+) -> tuple[Finding, ...]:
+    """Targets below the floors cannot be met by any software; an overfull budget crashes."""
+    out = [
+        Finding(
+            "memory",
+            budget.fits,
+            f"{budget.total_bytes / GIB:.1f} GiB needed of {budget.limit_bytes / GIB:.1f} GiB "
+            f"({budget.limit_fraction:.0%} of {budget.capacity_bytes / GIB:.1f} GiB); "
+            f"at most {budget.max_concurrency} sequences of {budget.context_tokens} tokens fit",
+        )
+    ]
+    for name, target, floor in (
+        ("ttft", ttft_target_s, fl.ttft_s),
+        ("tpot", tpot_target_s, fl.tpot_at_concurrency_s),
+    ):
+        if target is None:
+            continue
+        ok = target >= floor
+        verdict = "above" if ok else "below"
+        out.append(
+            Finding(
+                name,
+                ok,
+                f"{name.upper()} target {target * 1e3:.1f} ms is {verdict} the physical floor "
+                f"{floor * 1e3:.1f} ms",
+            )
+        )
+    return tuple(out)
+
+
+# -- instances ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InstancePlan:
+    """How many instances carry a peak with headroom."""
+
+    peak_qps: float
+    capacity_rps: float
+    headroom: float
+    instances: int
+    instances_low: int
+    instances_high: int
+
+    @property
+    def utilisation_at_peak(self) -> float:
+        return self.peak_qps / (self.instances * self.capacity_rps)
+
+
+def instances_needed(peak_qps: float, capacity_rps: float, headroom: float) -> int:
+    if not math.isfinite(peak_qps) or peak_qps < 0:
+        raise InvalidInput("peak QPS must be ≥ 0", details={"peak_qps": peak_qps})
+    _positive("capacity", capacity_rps=capacity_rps)
+    if not 0 <= headroom <= 4:
+        raise InvalidInput("headroom is a fraction in [0, 4]", details={"headroom": headroom})
+    # A tiny epsilon keeps an exact fit (e.g. 10 × 1.4 / 14 = 1.0000000002) from rounding up.
+    return max(1, math.ceil(peak_qps * (1 + headroom) / capacity_rps - 1e-9))
+
+
+def plan_instances(
+    peak_qps: float, capacity_rps: float, headroom: float = DEFAULT_HEADROOM
+) -> InstancePlan:
+    low, high = HEADROOM_RANGE
+    return InstancePlan(
+        peak_qps=peak_qps,
+        capacity_rps=capacity_rps,
+        headroom=headroom,
+        instances=instances_needed(peak_qps, capacity_rps, headroom),
+        instances_low=instances_needed(peak_qps, capacity_rps, low),
+        instances_high=instances_needed(peak_qps, capacity_rps, high),
+    )
+
+
+def scale_capacity(
+    measured_rps: float, measured_output_tokens: float, planned_output_tokens: float
+) -> float:
+    """Per-instance request capacity at another output length.
+
+    Decode dominates serving time, so what a measurement transfers to another workload is its
+    output-token throughput: requests per second scale inversely with the output length.
+    """
+    _positive(
+        "capacity",
+        measured_rps=measured_rps,
+        measured_output_tokens=measured_output_tokens,
+        planned_output_tokens=planned_output_tokens,
+    )
+    return measured_rps * measured_output_tokens / planned_output_tokens

@@ -1,0 +1,193 @@
+"""Load-test runs: phases, per-request results measured by the client, and level summaries.
+
+A run is a sequence of ``Phase``s, each holding a fixed number of concurrent users (closed
+loop) for a duration: one phase for a steady run, one per level for a step run, three for a
+burst. Every request becomes a ``RequestResult`` with client-side timings: TTFT (send → first
+content token), TPOT (first → last token ÷ tokens − 1, the engine's definition), the gaps
+between tokens (ITL) and E2E. ``summarise`` turns the results of each phase into a
+``PhaseSummary`` over its steady part (the first ``warmup`` fraction is the ramp between
+levels), which is what knee detection and capacity planning read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from core.errors import InvalidInput
+from core.knee import MIN_LEVELS, Knee, LevelPoint, find_knee
+
+DEFAULT_WARMUP: Final = 0.25
+MAX_PHASES: Final = 1000
+
+
+class ScenarioKind(StrEnum):
+    STEADY = "steady"
+    STEP = "step"
+    BURST = "burst"
+    LONG_TAIL = "long-tail"
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """``concurrency`` users for ``duration_s`` seconds, from ``start_s`` after the run began."""
+
+    index: int
+    label: str
+    concurrency: int
+    start_s: float
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise InvalidInput("a phase needs at least one concurrent user")
+        if not math.isfinite(self.duration_s) or self.duration_s <= 0:
+            raise InvalidInput("a phase lasts a positive number of seconds")
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """One request as the load generator saw it (seconds; ``sent_s`` from the run's start)."""
+
+    seq: int
+    phase: int
+    sent_s: float
+    e2e_s: float
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    itl_s: tuple[float, ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+    ok: bool = True
+    error: str = ""
+    trace_id: str = ""
+
+    @property
+    def done_s(self) -> float:
+        return self.sent_s + self.e2e_s
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSummary:
+    """Throughput and latency quantiles of one phase's steady part."""
+
+    phase: int
+    label: str
+    concurrency: int
+    requests: int
+    errors: int
+    seconds: float
+    throughput_rps: float
+    output_tokens_per_s: float
+    latency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def quantile(self, metric: str, q: str = "0.5") -> float | None:
+        return self.latency.get(metric, {}).get(q)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "label": self.label,
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "errors": self.errors,
+            "seconds": self.seconds,
+            "throughput_rps": self.throughput_rps,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "latency": {k: dict(v) for k, v in self.latency.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTestRun:
+    """A finished run: what was driven, where, and every request's result."""
+
+    name: str
+    scenario: ScenarioKind
+    target: str
+    model: str
+    started_at: datetime
+    phases: tuple[Phase, ...]
+    results: tuple[RequestResult, ...]
+    warnings: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.phases or len(self.phases) > MAX_PHASES:
+            raise InvalidInput(f"a run has between 1 and {MAX_PHASES} phases")
+
+    @property
+    def duration_s(self) -> float:
+        return max(p.end_s for p in self.phases)
+
+
+QUANTILES: Final = (("0.5", 0.5), ("0.9", 0.9), ("0.99", 0.99))
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
+    """Linear-interpolated quantiles of ``values`` (exact; a run is small)."""
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    out = {}
+    for key, q in QUANTILES:
+        pos = q * (len(ordered) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        out[key] = ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    out["mean"] = sum(ordered) / len(ordered)
+    return out
+
+
+def summarise_phase(
+    phase: Phase, results: Sequence[RequestResult], warmup: float = DEFAULT_WARMUP
+) -> PhaseSummary:
+    """Requests completed in the phase's steady part, and the latency of those sent in it."""
+    if not 0 <= warmup < 1:
+        raise InvalidInput("warmup is a fraction of a phase in [0, 1)")
+    start = phase.start_s + warmup * phase.duration_s
+    seconds = phase.end_s - start
+    done = [r for r in results if r.ok and start <= r.done_s < phase.end_s]
+    sent = [r for r in results if r.phase == phase.index and r.sent_s >= start]
+    ok = [r for r in sent if r.ok]
+    latency = {
+        "ttft": _quantiles([r.ttft_s for r in ok if r.ttft_s is not None]),
+        "tpot": _quantiles([r.tpot_s for r in ok if r.tpot_s is not None]),
+        "e2e": _quantiles([r.e2e_s for r in ok]),
+        "itl": _quantiles([gap for r in ok for gap in r.itl_s]),
+    }
+    return PhaseSummary(
+        phase=phase.index,
+        label=phase.label,
+        concurrency=phase.concurrency,
+        requests=len(sent),
+        errors=len(sent) - len(ok),
+        seconds=seconds,
+        throughput_rps=len(done) / seconds,
+        output_tokens_per_s=sum(r.output_tokens for r in done) / seconds,
+        latency={k: v for k, v in latency.items() if v},
+    )
+
+
+def summarise(run: LoadTestRun, warmup: float = DEFAULT_WARMUP) -> tuple[PhaseSummary, ...]:
+    return tuple(summarise_phase(p, run.results, warmup) for p in run.phases)
+
+
+def knee_of(summaries: Sequence[PhaseSummary], metric: str = "e2e") -> Knee | None:
+    """The knee of a step run's levels (median ``metric`` latency as the latency axis)."""
+    points = [
+        LevelPoint(s.concurrency, s.throughput_rps, s.quantile(metric) or 0.0)
+        for s in summaries
+        if s.requests
+    ]
+    if len(points) < MIN_LEVELS:
+        return None
+    return find_knee(points)
