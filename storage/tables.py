@@ -232,3 +232,54 @@ outbox = Table(
     UniqueConstraint("notifier", "key"),
     Index("ix_outbox_state_next_attempt_at", "state", "next_attempt_at"),
 )
+
+# -- Cost models and cost reports (issue 7) -------------------------------------------------
+
+#: Cost models applied by operators (``infersight cost apply``); ``spec`` is ``storage.cost``'s
+#: JSON form of ``core.cost.CostModel``.
+cost_models = Table(
+    "cost_models",
+    metadata,
+    Column("name", String(128), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("name"),
+)
+
+#: Generated cost reports: one per kind and period (``weekly`` / ``2026-W48``), regenerating
+#: replaces it. ``body`` is the report's JSON; ``html`` and ``csv`` its other renderings.
+cost_reports = Table(
+    "cost_reports",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("kind", String(16), nullable=False),
+    Column("period", String(32), nullable=False),
+    Column("start", UTCDateTime(), nullable=False),
+    Column("end", UTCDateTime(), nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("html", Text, nullable=False),
+    Column("csv", Text, nullable=False),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("kind", "period"),
+    Index("ix_cost_reports_kind_start", "kind", "start"),
+)
+
+# -- Baselines (issue 8) --------------------------------------------------------------------
+
+#: One row per named baseline; ``document`` is ``core.baseline.to_dict`` as JSON (sketches
+#: included), the other columns are what a listing shows without decoding it.
+baselines = Table(
+    "baselines",
+    metadata,
+    Column("name", String(128), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("description", String(1024), nullable=False, server_default=""),
+    Column("document", Text, nullable=False),
+    PrimaryKeyConstraint("name"),
+    Index("ix_baselines_created_at", "created_at"),
+)

@@ -1,0 +1,510 @@
+"""Cost queries: what a window of GPU time cost, per model / instance / tenant / priority.
+
+``cost(engine, window, model, selector, group_by)`` is the one entry point (the API, the
+dashboard, the weekly report, capacity planning and ``/metrics`` all call it); the math is
+``core.cost``'s. Three reads feed it:
+
+* **GPU usage** (``gpu_usage``): one aggregate per (instance, GPU) over ``gpu_samples``,
+  computed in the database with window functions. A sample stands for the time until the
+  next sample of the same GPU, at most ``model.sample_gap_s`` (a longer silence means the
+  sidecar or the instance was gone, and is not billed); the last sample in the window stands
+  for the time to the window's end, with the same cap. Utilisation is time-weighted; energy
+  is the increase of NVML's total-energy counter between consecutive samples (a reset counts
+  from zero), or power × time where the counter is missing.
+* **Served work** (``series_usage``): requests, tokens and prefill / decode request-seconds
+  per series (model, instance, tenant, priority), from raw rows at the window's edges and
+  rollups in between (``core.window.split``): the sums of the prefill and decode sketches.
+* **Good tokens**: tokens of successful requests whose TTFT and TPOT met the model's
+  ``GoodRequest`` thresholds (a measurement the engine did not report does not fail a
+  request). Counted exactly on raw rows; where retention already dropped raw rows of the
+  window, ``CostResult.good_tokens_exact`` is ``False``.
+
+Cost models applied by operators are kept in ``cost_models`` as a JSON form of
+``core.cost.CostModel`` (``put_model``, ``get_model``, ``list_models``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Final
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Float,
+    and_,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from core.cost import (
+    ZERO,
+    CostModel,
+    CostResult,
+    GoodRequest,
+    GpuPrice,
+    GpuUsage,
+    SeriesUsage,
+    attribute,
+    decimal_of,
+    group_lines,
+    price_instance,
+)
+from core.errors import NotFound
+from core.query import Selector, check_group_by
+from core.records import GROUP_LABELS
+from core.sketch import header_totals
+from core.window import Resolution, Window, split
+from storage.tables import cost_models, gpu_samples, request_rollups, requests, server_samples
+
+LabelKey = tuple[str, ...]
+_SERIES: Final = GROUP_LABELS
+
+
+def _epoch(dialect: str, column: Any) -> ColumnElement[float]:
+    """Seconds since the epoch of a timestamp column, to the microsecond on both databases."""
+    if dialect == "postgresql":
+        return cast(func.date_part("epoch", column), Float(53))
+    # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds exactly, plus the fraction.
+    whole: ColumnElement[float] = cast(func.strftime("%s", column), Float(53))
+    return whole + cast(func.substr(column, 20), Float(53))
+
+
+# -- GPU usage ------------------------------------------------------------------------------
+
+
+def gpu_usage(
+    connection: Connection,
+    window: Window,
+    model: CostModel,
+    instance: str | None = None,
+) -> list[GpuUsage]:
+    """One ``GpuUsage`` per (instance, GPU) that sampled within ``window``."""
+    g = gpu_samples.c
+    t = _epoch(connection.dialect.name, g.ts)
+    where = [g.ts >= window.start, g.ts < window.end]
+    if instance is not None:
+        where.append(g.instance == instance)
+    samples = (
+        select(
+            g.instance,
+            g.gpu_index,
+            g.name,
+            g.util_gpu.label("util"),
+            g.energy_j.label("energy"),
+            g.power_w.label("power"),
+            t.label("t"),
+            func.lead(t)
+            .over(partition_by=(g.instance, g.gpu_index), order_by=g.ts)
+            .label("t_next"),
+            func.lead(g.energy_j)
+            .over(partition_by=(g.instance, g.gpu_index), order_by=g.ts)
+            .label("energy_next"),
+        )
+        .where(*where)
+        .subquery()
+    )
+    s = samples.c
+    gap = float(model.sample_gap_s)
+    span = func.coalesce(s.t_next, window.end.timestamp()) - s.t
+    dt = case((span > gap, gap), else_=span)
+    energy = case(
+        (
+            and_(s.energy.is_not(None), s.energy_next.is_not(None)),
+            case((s.energy_next >= s.energy, s.energy_next - s.energy), else_=s.energy_next),
+        ),
+        (s.power.is_not(None), s.power * dt),
+        else_=0.0,
+    )
+    intervals = select(
+        s.instance, s.gpu_index, s.name, s.util, dt.label("dt"), energy.label("energy")
+    ).subquery()
+    i = intervals.c
+    floor = model.idle_utilisation_floor
+    query = select(
+        i.instance,
+        i.gpu_index,
+        func.max(i.name),
+        func.sum(i.dt),
+        func.sum(case((i.util < floor, i.dt), else_=0.0)),
+        func.sum(i.energy),
+        func.sum(case((i.util.is_not(None), i.dt), else_=0.0)),
+        func.sum(func.coalesce(i.util, 0.0) * i.dt),
+    ).group_by(i.instance, i.gpu_index)
+    out = []
+    for row in connection.execute(query):
+        seconds = decimal_of(float(row[3] or 0.0), 3)
+        out.append(
+            GpuUsage(
+                instance=row[0],
+                gpu_index=int(row[1]),
+                name=row[2] or "",
+                gpu_seconds=seconds,
+                idle_seconds=min(seconds, decimal_of(float(row[4] or 0.0), 3)),
+                energy_j=decimal_of(max(float(row[5] or 0.0), 0.0), 3),
+                util_seconds=float(row[6] or 0.0),
+                util_weighted=float(row[7] or 0.0),
+            )
+        )
+    return sorted(out, key=lambda u: (u.instance, u.gpu_index))
+
+
+# -- served work ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Acc:
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    good_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+
+def _good(good: GoodRequest) -> ColumnElement[bool]:
+    r = requests.c
+    return and_(
+        r.status == "ok",
+        or_(r.ttft_s.is_(None), r.ttft_s <= good.ttft_s),
+        or_(r.tpot_s.is_(None), r.tpot_s <= good.tpot_s),
+    )
+
+
+def series_usage(
+    connection: Connection,
+    window: Window,
+    good: GoodRequest,
+    instance: str | None = None,
+    finest: Resolution = Resolution.MINUTE,
+) -> tuple[list[SeriesUsage], bool]:
+    """What every series served over ``window``, and whether good tokens are exact."""
+    acc: dict[LabelKey, _Acc] = defaultdict(_Acc)
+    r, u = requests.c, request_rollups.c
+    for segment in split(window, finest):
+        if segment.raw:
+            where = [r.start >= segment.start, r.start < segment.end]
+            if instance is not None:
+                where.append(r.instance == instance)
+            keys = [r[name] for name in _SERIES]
+            query = (
+                select(
+                    *keys,
+                    func.count(),
+                    func.coalesce(func.sum(r.input_tokens), 0),
+                    func.coalesce(func.sum(r.output_tokens), 0),
+                    func.coalesce(func.sum(r.prefill_s), 0.0),
+                    func.coalesce(func.sum(r.decode_s), 0.0),
+                )
+                .where(*where)
+                .group_by(*keys)
+            )
+            for row in connection.execute(query):
+                a = acc[tuple(row[:4])]
+                a.requests += int(row[4])
+                a.input_tokens += int(row[5])
+                a.output_tokens += int(row[6])
+                a.prefill_s += float(row[7])
+                a.decode_s += float(row[8])
+            continue
+        assert segment.resolution is not None
+        where = [
+            u.resolution == segment.resolution.value,
+            u.bucket >= segment.start,
+            u.bucket < segment.end,
+        ]
+        if instance is not None:
+            where.append(u.instance == instance)
+        query = select(
+            *(u[name] for name in _SERIES),
+            u.requests,
+            u.input_tokens,
+            u.output_tokens,
+            u.prefill_sketch,
+            u.decode_sketch,
+        ).where(*where)
+        for row in connection.execute(query):
+            a = acc[tuple(row[:4])]
+            a.requests += int(row[4])
+            a.input_tokens += int(row[5])
+            a.output_tokens += int(row[6])
+            if row[7] is not None:
+                a.prefill_s += header_totals(row[7])[1]
+            if row[8] is not None:
+                a.decode_s += header_totals(row[8])[1]
+    exact = _good_tokens(connection, window, good, instance, acc)
+    series = [
+        SeriesUsage(
+            labels=dict(zip(_SERIES, key, strict=True)),
+            requests=a.requests,
+            input_tokens=a.input_tokens,
+            output_tokens=a.output_tokens,
+            good_tokens=a.good_tokens,
+            prefill_s=decimal_of(a.prefill_s),
+            decode_s=decimal_of(a.decode_s),
+        )
+        for key, a in sorted(acc.items())
+        if a.requests
+    ]
+    return series, exact
+
+
+def _good_tokens(
+    connection: Connection,
+    window: Window,
+    good: GoodRequest,
+    instance: str | None,
+    acc: dict[LabelKey, _Acc],
+) -> bool:
+    """Add good tokens per series from raw rows; ``True`` when every request had its row."""
+    r = requests.c
+    where = [r.start >= window.start, r.start < window.end]
+    if instance is not None:
+        where.append(r.instance == instance)
+    tokens = func.coalesce(r.input_tokens, 0) + func.coalesce(r.output_tokens, 0)
+    keys = [r[name] for name in _SERIES]
+    query = (
+        select(
+            *keys, func.count(), func.coalesce(func.sum(case((_good(good), tokens), else_=0)), 0)
+        )
+        .where(*where)
+        .group_by(*keys)
+    )
+    raw = 0
+    for row in connection.execute(query):
+        raw += int(row[4])
+        acc[tuple(row[:4])].good_tokens += int(row[5])
+    return raw == sum(a.requests for a in acc.values())
+
+
+# -- the cost of a window -------------------------------------------------------------------
+
+
+def cost(
+    engine: Engine,
+    window: Window,
+    model: CostModel,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+    *,
+    finest: Resolution = Resolution.MINUTE,
+) -> CostResult:
+    """Cost, tokens, good tokens, energy, utilisation and idle cost per group over ``window``.
+
+    Every instance that sampled GPUs or served requests in the window is priced and its cost
+    attributed to the series it served (``core.cost``); the groups are the attributed lines
+    of the series ``selector`` picks, summed per ``group_by`` labels, sorted by labels.
+    ``total`` sums the same lines, so the groups add up to it exactly.
+    """
+    groups = check_group_by(group_by)
+    with engine.connect() as connection:
+        usage = gpu_usage(connection, window, model, selector.instance)
+        series, exact = series_usage(connection, window, model.good, selector.instance, finest)
+    by_instance: dict[str, list[GpuUsage]] = defaultdict(list)
+    for gpu in usage:
+        by_instance[gpu.instance].append(gpu)
+    served: dict[str, list[SeriesUsage]] = defaultdict(list)
+    for s in series:
+        served[s.labels["instance"]].append(s)
+    instances = [
+        price_instance(model, name, by_instance.get(name, []), bool(served.get(name)))
+        for name in sorted({*by_instance, *served})
+    ]
+    lines = [
+        line
+        for instance in instances
+        for line in attribute(instance, served.get(instance.instance, []))
+        if selector.matches(line.labels)
+    ]
+    grouped, total = group_lines(lines, groups, model.currency)
+    return CostResult(
+        window=window,
+        model_name=model.name,
+        currency=model.currency,
+        example_prices=model.example,
+        group_by=groups,
+        groups=tuple(grouped),
+        total=total,
+        instances=tuple(i for i in instances if selector.instance in (None, i.instance)),
+        unmetered=tuple(sorted(set(served) - set(by_instance))),
+        good_tokens_exact=exact,
+    )
+
+
+# -- evidence for savings -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEvidence:
+    """Means of an instance's scraped server gauges over a window (``None``: not reported)."""
+
+    instance: str
+    engine: str
+    requests_running: float | None
+    requests_waiting: float | None
+    prefix_cache_hit_ratio: float | None
+    kv_cache_usage: float | None
+
+
+def server_evidence(engine: Engine, window: Window) -> dict[str, ServerEvidence]:
+    s = server_samples.c
+    query = (
+        select(
+            s.instance,
+            func.max(s.engine),
+            func.avg(s.requests_running),
+            func.avg(s.requests_waiting),
+            func.avg(s.prefix_cache_hit_ratio),
+            func.avg(s.kv_cache_usage),
+        )
+        .where(s.ts >= window.start, s.ts < window.end)
+        .group_by(s.instance)
+    )
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    return {
+        row[0]: ServerEvidence(
+            row[0], row[1] or "", *(None if v is None else float(v) for v in row[2:])
+        )
+        for row in rows
+    }
+
+
+# -- stored cost models ---------------------------------------------------------------------
+
+
+def _price_json(price: GpuPrice) -> dict[str, Any]:
+    return {
+        "on_demand_per_hour": str(price.on_demand_per_hour),
+        "reserved_per_hour": None
+        if price.reserved_per_hour is None
+        else str(price.reserved_per_hour),
+        "reserved_share": str(price.reserved_share),
+    }
+
+
+def _price_from(data: Mapping[str, Any]) -> GpuPrice:
+    reserved = data.get("reserved_per_hour")
+    return GpuPrice(
+        Decimal(data["on_demand_per_hour"]),
+        None if reserved is None else Decimal(reserved),
+        Decimal(data.get("reserved_share", "0")),
+    )
+
+
+def model_to_json(model: CostModel) -> str:
+    """The stored form of a cost model (Decimals as strings, so nothing is rounded)."""
+    return json.dumps(
+        {
+            "currency": model.currency,
+            "gpu_prices": {k: _price_json(v) for k, v in model.gpu_prices.items()},
+            "instance_prices": {k: _price_json(v) for k, v in model.instance_prices.items()},
+            "default_price": None
+            if model.default_price is None
+            else _price_json(model.default_price),
+            "electricity_per_kwh": None
+            if model.electricity_per_kwh is None
+            else str(model.electricity_per_kwh),
+            "overhead_per_gpu_hour": str(model.overhead_per_gpu_hour),
+            "overhead_ratio": str(model.overhead_ratio),
+            "idle_utilisation_floor": model.idle_utilisation_floor,
+            "sample_gap_s": model.sample_gap_s,
+            "good": {"ttft_s": model.good.ttft_s, "tpot_s": model.good.tpot_s},
+            "example": model.example,
+        },
+        sort_keys=True,
+    )
+
+
+def model_from_json(name: str, text: str) -> CostModel:
+    data = json.loads(text)
+    electricity = data.get("electricity_per_kwh")
+    default = data.get("default_price")
+    return CostModel(
+        name=name,
+        currency=data["currency"],
+        gpu_prices={k: _price_from(v) for k, v in data["gpu_prices"].items()},
+        instance_prices={k: _price_from(v) for k, v in data["instance_prices"].items()},
+        default_price=None if default is None else _price_from(default),
+        electricity_per_kwh=None if electricity is None else Decimal(electricity),
+        overhead_per_gpu_hour=Decimal(data["overhead_per_gpu_hour"]),
+        overhead_ratio=Decimal(data["overhead_ratio"]),
+        idle_utilisation_floor=float(data["idle_utilisation_floor"]),
+        sample_gap_s=float(data["sample_gap_s"]),
+        good=GoodRequest(**data["good"]),
+        example=bool(data.get("example", False)),
+    )
+
+
+def put_model(engine: Engine, model: CostModel, now: datetime) -> bool:
+    """Create or replace a cost model by name; ``True`` when it was created."""
+    values = {
+        "name": model.name,
+        "spec": model_to_json(model),
+        "created_at": now,
+        "updated_at": now,
+    }
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    insert = dialect.insert(cost_models).values(**values)
+    upsert = insert.on_conflict_do_update(
+        index_elements=[cost_models.c.name],
+        set_={"spec": insert.excluded.spec, "updated_at": insert.excluded.updated_at},
+    )
+    with engine.begin() as connection:
+        existed = connection.execute(
+            select(cost_models.c.name).where(cost_models.c.name == model.name)
+        ).first()
+        connection.execute(upsert)
+    return existed is None
+
+
+def get_model(engine: Engine, name: str) -> CostModel:
+    """The stored cost model ``name``; ``NotFound`` when there is none."""
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(cost_models.c.spec).where(cost_models.c.name == name)
+        ).first()
+    if row is None:
+        raise NotFound(f"no cost model named {name!r}", details={"name": name})
+    return model_from_json(name, row[0])
+
+
+def find_model(engine: Engine, name: str) -> CostModel | None:
+    try:
+        return get_model(engine, name)
+    except NotFound:
+        return None
+
+
+def list_models(engine: Engine) -> list[CostModel]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(cost_models.c.name, cost_models.c.spec).order_by(cost_models.c.name)
+        ).all()
+    return [model_from_json(name, spec) for name, spec in rows]
+
+
+__all__ = [
+    "ZERO",
+    "ServerEvidence",
+    "cost",
+    "find_model",
+    "get_model",
+    "gpu_usage",
+    "list_models",
+    "model_from_json",
+    "model_to_json",
+    "put_model",
+    "series_usage",
+    "server_evidence",
+]

@@ -1,0 +1,106 @@
+"""The worked example: one H200 serving a known load for ISO week 2026-W48, and an H200 that
+sat idle for one day of it, written through the real storage writer.
+
+Hand-computed figures (tests compare with ``Decimal`` equality):
+
+* H200 blended price: 0.75 × 2.80 reserved + 0.25 × 4.00 on demand = 3.10 USD per GPU-hour.
+* ``h200-a``: 168 GPU-hours (a sample every 5 minutes all week) → GPU 520.80; 500 W for
+  168 h = 84 kWh at 0.12 → energy 10.08; overhead 0.20 per GPU-hour → 33.60; total 564.48.
+* It served 3,360 requests of 2,000 input + 1,000 output tokens = 10,080,000 tokens →
+  56.00 per million. Prefill 0.2 s and decode 0.8 s per request → input cost 20 % = 112.896
+  over 6,720,000 input tokens = 16.80 per million; output 451.584 over 3,360,000 = 134.40.
+  One request in five had a 3 s TTFT (over the 2 s objective) → 8,064,000 good tokens →
+  70.00 per million good tokens. 10,080,000 tokens / 302.4 MJ = 1/30 token per joule.
+* ``h200-idle``: sampled for Wednesday only at 0 % utilisation and 100 W, served nothing:
+  24 GPU-hours → 74.40 + 2.4 kWh × 0.12 = 0.288 + overhead 4.80 = 79.488, all of it idle.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Final
+
+from sqlalchemy import Engine
+
+from core.cost import CostModel, GoodRequest, GpuPrice
+from core.records import RequestRecord
+from core.samples import GpuSample
+from core.window import Window
+from storage.writer import open_writer
+
+WEEK_START: Final = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of 2026-W48
+WEEK: Final = Window(WEEK_START, WEEK_START + timedelta(days=7))
+IDLE_DAY: Final = Window(WEEK_START + timedelta(days=2), WEEK_START + timedelta(days=3))
+STEP: Final = timedelta(minutes=5)
+REQUESTS: Final = 3360
+
+MODEL: Final = CostModel(
+    name="worked",
+    currency="USD",
+    gpu_prices={
+        "H200": GpuPrice(Decimal("4.00"), Decimal("2.80"), Decimal("0.75")),
+        "L40S": GpuPrice(Decimal("1.20")),
+    },
+    electricity_per_kwh=Decimal("0.12"),
+    overhead_per_gpu_hour=Decimal("0.20"),
+    good=GoodRequest(ttft_s=2.0, tpot_s=0.1),
+)
+
+
+def gpu_series(
+    instance: str, window: Window, util: float, power_w: float, name: str = "NVIDIA H200"
+) -> list[GpuSample]:
+    out = []
+    ts, energy = window.start, 1_000_000.0
+    while ts < window.end:
+        out.append(
+            GpuSample(
+                ts=ts,
+                instance=instance,
+                gpu_index=0,
+                name=name,
+                util_gpu=util,
+                power_w=power_w,
+                energy_j=energy,
+            )
+        )
+        ts += STEP
+        energy += power_w * STEP.total_seconds()
+    return out
+
+
+def worked_requests() -> list[RequestRecord]:
+    gap = WEEK.seconds / REQUESTS
+    out = []
+    for i in range(REQUESTS):
+        slow = i % 5 == 0
+        out.append(
+            RequestRecord(
+                trace_id=f"{i + 1:032x}",
+                span_id=f"{i + 1:016x}",
+                start=WEEK.start + timedelta(seconds=i * gap),
+                instance="h200-a",
+                engine="vllm",
+                model="llama-70b",
+                tenant="acme",
+                priority="interactive",
+                ttft_s=3.0 if slow else 0.5,
+                tpot_s=0.05,
+                e2e_s=(3.0 if slow else 0.5) + 0.05 * 999,
+                queue_s=2.7 if slow else 0.2,
+                prefill_s=0.2,
+                decode_s=0.8,
+                input_tokens=2000,
+                output_tokens=1000,
+                finish_reason="stop",
+            )
+        )
+    return out
+
+
+def write_worked_week(engine: Engine) -> None:
+    writer = open_writer(engine)
+    writer.write_gpu_samples(gpu_series("h200-a", WEEK, util=0.6, power_w=500.0))
+    writer.write_gpu_samples(gpu_series("h200-idle", IDLE_DAY, util=0.0, power_w=100.0))
+    writer.write_requests(worked_requests())
