@@ -1,0 +1,200 @@
+"""Baselines in the store, and capturing one from a time window of production traffic.
+
+A baseline is kept whole as its JSON document (``core.baseline.to_dict``) next to the few
+columns a listing needs. ``capture_window`` reads the window the way every query does
+(``storage.queries``): latency quantiles exact from raw rows when the window is small enough,
+else from the rollup sketches, and always the merged sketch of each latency metric, so a
+month-long baseline costs a few hundred rollup rows and still carries its distribution.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Final
+
+from sqlalchemy import Engine, delete, func, insert, select, union, update
+
+from core.baseline import (
+    BASELINE_QUANTILES,
+    LATENCY_METRICS,
+    Baseline,
+    LatencySummary,
+    check_name,
+    from_dict,
+    to_dict,
+)
+from core.errors import Conflict, InvalidInput, NotFound
+from core.query import LATENCY_METRICS as COLUMNS
+from core.query import Method, Selector
+from core.sketch import QuantileSketch
+from core.window import Resolution, Window
+from storage import queries
+from storage.tables import baselines, gpu_samples, request_rollups, requests
+
+MAX_LISTED: Final = 1000
+
+
+# -- definitions ----------------------------------------------------------------------------
+
+
+def save_baseline(engine: Engine, baseline: Baseline, *, replace: bool = False) -> bool:
+    """Store ``baseline``; ``True`` when it is new. An existing name is a ``Conflict``
+    unless ``replace``."""
+    values = {
+        "name": baseline.name,
+        "created_at": baseline.created_at,
+        "source": baseline.source,
+        "description": baseline.description,
+        "document": json.dumps(to_dict(baseline), separators=(",", ":")),
+    }
+    with engine.begin() as connection:
+        exists = connection.execute(
+            select(baselines.c.name).where(baselines.c.name == baseline.name)
+        ).first()
+        if exists is None:
+            connection.execute(insert(baselines).values(**values))
+            return True
+        if not replace:
+            raise Conflict(
+                f"a baseline named {baseline.name!r} exists (replace it explicitly)",
+                details={"name": baseline.name},
+            )
+        connection.execute(
+            update(baselines).where(baselines.c.name == baseline.name).values(**values)
+        )
+        return False
+
+
+def get_baseline(engine: Engine, name: str) -> Baseline:
+    check_name(name)
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(baselines.c.document).where(baselines.c.name == name)
+        ).first()
+    if row is None:
+        raise NotFound(f"no baseline named {name!r}", details={"name": name})
+    return from_dict(json.loads(row[0]))
+
+
+def list_baselines(engine: Engine, limit: int = MAX_LISTED) -> list[Baseline]:
+    """Baselines, newest first."""
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(baselines.c.document)
+            .order_by(baselines.c.created_at.desc(), baselines.c.name)
+            .limit(max(1, min(limit, MAX_LISTED)))
+        ).all()
+    return [from_dict(json.loads(document)) for (document,) in rows]
+
+
+def delete_baseline(engine: Engine, name: str) -> None:
+    with engine.begin() as connection:
+        if not connection.execute(delete(baselines).where(baselines.c.name == name)).rowcount:
+            raise NotFound(f"no baseline named {name!r}", details={"name": name})
+
+
+# -- capture from a window ------------------------------------------------------------------
+
+
+def capture_window(
+    engine: Engine,
+    name: str,
+    window: Window,
+    selector: Selector,
+    created_at: datetime,
+    *,
+    description: str = "",
+    finest: Resolution = Resolution.MINUTE,
+    exact_max_rows: int = queries.DEFAULT_EXACT_MAX_ROWS,
+    cost_per_million_tokens: Decimal | None = None,
+) -> Baseline:
+    """A baseline of the requests ``selector`` picks in ``window`` (not stored)."""
+    totals = queries.throughput(engine, window, selector, finest=finest)
+    if not totals:
+        raise InvalidInput(
+            "the window holds no requests for this selector",
+            details={"start": window.start.isoformat(), "end": window.end.isoformat()},
+        )
+    total = totals[0]
+    latency = {
+        metric: _latency(engine, metric, window, selector, finest, exact_max_rows)
+        for metric in LATENCY_METRICS
+    }
+    return Baseline(
+        name=name,
+        created_at=created_at,
+        source="window",
+        duration_s=window.seconds,
+        requests=total.requests,
+        errors=total.errors,
+        request_throughput=(total.requests - total.errors) / window.seconds,
+        output_token_throughput=total.output_tokens_per_s,
+        latency={m: s for m, s in latency.items() if s is not None},
+        input_tokens=total.input_tokens,
+        output_tokens=total.output_tokens,
+        gpu_utilization=gpu_utilization(engine, window, selector),
+        cost_per_million_tokens=cost_per_million_tokens,
+        description=description,
+        labels=dict(selector.items()),
+        window_start=window.start,
+        window_end=window.end,
+    )
+
+
+def _latency(
+    engine: Engine,
+    metric: str,
+    window: Window,
+    selector: Selector,
+    finest: Resolution,
+    exact_max_rows: int,
+) -> LatencySummary | None:
+    answer = queries.latency(
+        engine,
+        metric,
+        window,
+        selector,
+        (),
+        BASELINE_QUANTILES,
+        Method.AUTO,
+        finest=finest,
+        exact_max_rows=exact_max_rows,
+    )
+    if not answer.groups:
+        return None
+    with engine.connect() as connection:
+        sketches = queries.group_sketches(connection, COLUMNS[metric], window, selector, (), finest)
+    sketch = sketches.get((), QuantileSketch())
+    return LatencySummary.of_sketch(sketch, answer.groups[0].quantiles)
+
+
+def gpu_utilization(engine: Engine, window: Window, selector: Selector) -> float | None:
+    """Mean GPU utilisation of the instances that served ``selector``'s requests.
+
+    GPU samples carry only the instance, so a selector on model, tenant or priority is
+    resolved to the instances that served such requests during the window (raw rows, and
+    rollups for windows older than raw retention).
+    """
+    where = [
+        gpu_samples.c.ts >= window.start,
+        gpu_samples.c.ts < window.end,
+        gpu_samples.c.util_gpu.is_not(None),
+    ]
+    pinned = selector.items()
+    if pinned:
+        raw = select(requests.c.instance).where(
+            requests.c.start >= window.start,
+            requests.c.start < window.end,
+            *(requests.c[label] == value for label, value in pinned),
+        )
+        rolled = select(request_rollups.c.instance).where(
+            request_rollups.c.bucket >= window.start - timedelta(days=1),
+            request_rollups.c.bucket < window.end,
+            *(request_rollups.c[label] == value for label, value in pinned),
+        )
+        where.append(gpu_samples.c.instance.in_(union(raw, rolled)))
+    with engine.connect() as connection:
+        mean = connection.execute(select(func.avg(gpu_samples.c.util_gpu)).where(*where)).scalar()
+    return None if mean is None else min(1.0, max(0.0, float(mean)))
