@@ -35,8 +35,8 @@ from core.query import Method
 from core.records import RECORD_FIELDS, RequestRecord
 from core.window import Window
 from storage import migrate, queries
+from storage.batch import Batch
 from storage.engine import create_store_engine
-from storage.rollup import record_row
 from storage.writer import COPY_TYPES, open_writer
 
 MODELS = ("llama-3.1-8b", "llama-3.1-70b")
@@ -116,7 +116,7 @@ def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
 def reference_copy(url: str, records: list[RequestRecord], batch: int) -> float:
     """Raw binary COPY of the same rows into a plain, unindexed table: the ceiling."""
     engine = create_store_engine(url)
-    rows = [record_row(r) for r in records]
+    rows = list(Batch.of(records).rows())
     columns = ", ".join(f'"{c}"' for c in RECORD_FIELDS)
     with engine.begin() as c:
         c.exec_driver_sql("CREATE TABLE copy_reference AS SELECT * FROM requests WITH NO DATA")

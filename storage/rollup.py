@@ -1,6 +1,7 @@
 """Request rollups: per-series, per-bucket counts and sketches, merged as batches arrive.
 
-``deltas_from_rows`` turns a batch of freshly stored records (as row tuples) into one delta per
+``deltas_from_batch`` turns a batch of freshly stored records (``storage.batch.Batch``, held as
+columns) into one delta per
 (resolution, bucket, series) at all three resolutions in a few vectorised passes; ``apply``
 merges those deltas into ``request_rollups`` (sketches are merged, never recomputed). Because
 the writer only rolls up the records its insert actually stored, a replayed batch changes
@@ -16,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from operator import attrgetter
 from typing import Any, Final
 
 import numpy as np
@@ -27,13 +27,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from core.records import DURATION_FIELDS, GROUP_LABELS, RECORD_FIELDS, Status
 from core.sketch import IntArray, QuantileSketch, merge_all, sketches_by_group
 from core.window import Resolution
+from storage.batch import Batch
 from storage.tables import SKETCH_COLUMNS, request_rollups
 
-#: A record flattened to a tuple in ``RECORD_FIELDS`` order (one C-level call per record).
-record_row: Final = attrgetter(*RECORD_FIELDS)
 COUNTERS: Final = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens")
 _SERIES_SHIFT: Final = 1 << 32
 _KEY_CHUNK: Final = 500
+#: Joins a series' labels into one key (a control character that labels practically never hold).
+_SEPARATOR: Final = "\x1f"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -53,12 +54,12 @@ class RollupDelta:
     sketches: dict[str, QuantileSketch] = field(default_factory=dict)
 
 
-def deltas_from_rows(rows: Sequence[tuple[Any, ...]]) -> list[RollupDelta]:
-    """One delta per (resolution, bucket, series) that the rows (``record_row`` tuples) touch."""
-    if not rows:
+def deltas_from_batch(batch: Batch) -> list[RollupDelta]:
+    """One delta per (resolution, bucket, series) that the batch's records touch."""
+    if not len(batch):
         return []
-    columns = dict(zip(RECORD_FIELDS, zip(*rows, strict=True), strict=True))
-    n = len(rows)
+    columns = dict(zip(RECORD_FIELDS, batch.columns, strict=True))
+    n = len(batch)
     # Per-row work stays in C (map over builtins and dict lookups): this runs for every batch.
     series_ids, series_labels = _series(columns)
     epoch = np.fromiter(map(datetime.timestamp, columns["start"]), dtype=np.float64, count=n)
@@ -107,11 +108,20 @@ def deltas_from_rows(rows: Sequence[tuple[Any, ...]]) -> list[RollupDelta]:
     return minutes + _coarsen(minutes, Resolution.HOUR) + _coarsen(minutes, Resolution.DAY)
 
 
-def _series(columns: dict[str, tuple[Any, ...]]) -> tuple[IntArray, list[tuple[str, ...]]]:
+def _series(columns: dict[str, list[Any]]) -> tuple[IntArray, list[tuple[str, ...]]]:
     """Dense series ids for the rows, and each id's (model, instance, tenant, priority)."""
-    keys = list(zip(*(columns[name] for name in GROUP_LABELS), strict=True))
-    labels = list(dict.fromkeys(keys))
-    index = {key: i for i, key in enumerate(labels)}
+    label_columns = [columns[name] for name in GROUP_LABELS]
+    rows = zip(*label_columns, strict=True)
+    # Joined strings rather than tuples when no label holds the separator: a list of tuples
+    # per batch would wake the garbage collector, which then walks every live object.
+    if not any(_SEPARATOR in value for column in label_columns for value in set(column)):
+        keys: list[Any] = list(map(_SEPARATOR.join, rows))
+        index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        labels = [tuple(key.split(_SEPARATOR)) for key in index]
+    else:
+        keys = list(rows)
+        index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        labels = list(index)
     return np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)), labels
 
 

@@ -24,8 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from datetime import UTC, date, datetime, timedelta
-from operator import attrgetter, itemgetter
+from datetime import UTC, date, datetime
 from typing import Any, Final, Protocol
 
 from sqlalchemy import Connection, Engine, Table
@@ -37,6 +36,7 @@ from core.errors import InvalidInput, Unavailable
 from core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
 from storage import rollup
+from storage.batch import Batch
 from storage.partitions import ensure_partitions
 from storage.tables import gpu_samples, server_samples
 
@@ -55,14 +55,6 @@ _PG_TYPES: Final = {
 COPY_TYPES: Final = [
     _PG_TYPES.get(name, "float8" if name in DURATION_FIELDS else "text") for name in RECORD_FIELDS
 ]
-_ENGINE_AT: Final = RECORD_FIELDS.index("engine")
-_STATUS_AT: Final = RECORD_FIELDS.index("status")
-_START_AT: Final = RECORD_FIELDS.index("start")
-_TRACE_AT: Final = RECORD_FIELDS.index("trace_id")
-_SPAN_AT: Final = RECORD_FIELDS.index("span_id")
-Row = tuple[Any, ...]
-#: A batch spanning more days than this gets partitions only for the days it really touches.
-_MAX_SPAN_DAYS: Final = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +81,6 @@ def open_writer(engine: Engine) -> Writer:
     raise InvalidInput(f"unsupported database: {engine.dialect.name}")
 
 
-_KEY: Final = attrgetter("trace_id", "span_id")
-
-
-def _unique_rows(records: Sequence[RequestRecord]) -> list[Row]:
-    """The batch as row tuples, one per natural key (a repeated key keeps its last copy)."""
-    return list(
-        dict(zip(map(_KEY, records), map(rollup.record_row, records), strict=True)).values()
-    )
-
-
 @contextmanager
 def _translate_errors() -> Iterator[None]:
     try:
@@ -122,16 +104,16 @@ class _BaseWriter:
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         if not records:
             return WriteResult(0, 0, 0)
-        rows = _unique_rows(records)
+        batch = Batch.of(records)
         # The rollup deltas of the whole batch are computed in a worker thread while the
         # database stages and inserts the rows (waiting on it releases the GIL); they are
         # recomputed for the subset only in the rare case that some rows were duplicates.
         with ThreadPoolExecutor(1, thread_name_prefix="rollup") as pool:
-            optimistic = pool.submit(rollup.deltas_from_rows, rows)
+            optimistic = pool.submit(rollup.deltas_from_batch, batch)
             with _translate_errors(), self.engine.begin() as connection:
-                self._prepare(connection, rows)
-                fresh = self._store(connection, rows)
-                deltas = optimistic.result() if fresh is rows else rollup.deltas_from_rows(fresh)
+                self._prepare(connection, batch)
+                fresh = self._store(connection, batch)
+                deltas = optimistic.result() if fresh is batch else rollup.deltas_from_batch(fresh)
                 rollup.apply(connection, deltas)
         return WriteResult(len(records), len(fresh), len(records) - len(fresh))
 
@@ -163,21 +145,19 @@ class _BaseWriter:
             stored = connection.execute(statement, rows).all()
         return len(stored)
 
-    def _prepare(self, connection: Connection, rows: Sequence[Row]) -> None:
+    def _prepare(self, connection: Connection, batch: Batch) -> None:
         """Dialect hook run before staging (partition creation on PostgreSQL)."""
 
-    def _store(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
-        """Put ``rows`` into ``requests``, skipping existing keys; return those stored."""
+    def _store(self, connection: Connection, batch: Batch) -> Batch:
+        """Put ``batch`` into ``requests``, skipping existing keys; return what was stored."""
         connection.exec_driver_sql(self.staging_ddl)
-        self._stage(connection, rows)
-        return self._insert_skipping_duplicates(connection, rows)
+        self._stage(connection, batch)
+        return self._insert_skipping_duplicates(connection, batch)
 
-    def _stage(self, connection: Connection, rows: Sequence[Row]) -> None:
+    def _stage(self, connection: Connection, batch: Batch) -> None:
         raise NotImplementedError
 
-    def _insert_skipping_duplicates(
-        self, connection: Connection, rows: Sequence[Row]
-    ) -> Sequence[Row]:
+    def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
         raise NotImplementedError
 
 
@@ -199,13 +179,13 @@ class PostgresWriter(_BaseWriter):
         super().__init__(engine)
         self._known_days: set[date] = set()
 
-    def _prepare(self, connection: Connection, rows: Sequence[Row]) -> None:
-        days = _days(rows)
+    def _prepare(self, connection: Connection, batch: Batch) -> None:
+        days = batch.days()
         if not days <= self._known_days:
             ensure_partitions(connection, "requests", days)
             self._known_days |= days
 
-    def _store(self, connection: Connection, rows: Sequence[Row]) -> Sequence[Row]:
+    def _store(self, connection: Connection, batch: Batch) -> Batch:
         """COPY straight into ``requests`` when the batch is new (the common case).
 
         A replayed or concurrently shipped batch meets the primary key: the COPY fails inside
@@ -217,10 +197,10 @@ class PostgresWriter(_BaseWriter):
         for attempt in range(2):
             savepoint = connection.begin_nested()
             try:
-                self._copy(connection, "requests", rows)
+                self._copy(connection, "requests", batch)
             except UniqueViolation:
                 savepoint.rollback()
-                return super()._store(connection, rows)
+                return super()._store(connection, batch)
             except CheckViolation:
                 # A day this writer had seen was dropped since (retention): forget what it
                 # knows, create what is missing, and copy again.
@@ -228,25 +208,21 @@ class PostgresWriter(_BaseWriter):
                 if attempt:
                     raise
                 self._known_days.clear()
-                self._prepare(connection, rows)
+                self._prepare(connection, batch)
                 continue
             savepoint.commit()
-            return rows
+            return batch
         raise AssertionError("unreachable")
 
-    def _insert_skipping_duplicates(
-        self, connection: Connection, rows: Sequence[Row]
-    ) -> Sequence[Row]:
-        duplicates = {tuple(d) for d in connection.exec_driver_sql(self.insert_select)}
-        if not duplicates:
-            return rows
-        return [r for r in rows if (r[_TRACE_AT], r[_SPAN_AT]) not in duplicates]
+    def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
+        duplicates = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
+        return batch.without(duplicates) if duplicates else batch
 
-    def _stage(self, connection: Connection, rows: Sequence[Row]) -> None:
-        self._copy(connection, "requests_staging", rows)
+    def _stage(self, connection: Connection, batch: Batch) -> None:
+        self._copy(connection, "requests_staging", batch)
 
     @staticmethod
-    def _copy(connection: Connection, table: str, rows: Sequence[Row]) -> None:
+    def _copy(connection: Connection, table: str, batch: Batch) -> None:
         raw = connection.connection.driver_connection
         assert raw is not None
         with (
@@ -254,7 +230,7 @@ class PostgresWriter(_BaseWriter):
             cursor.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
         ):
             copy.set_types(COPY_TYPES)
-            for row in rows:
+            for row in batch.rows():
                 copy.write_row(row)
 
 
@@ -268,37 +244,27 @@ class SqliteWriter(_BaseWriter):
         "WHERE true ON CONFLICT DO NOTHING RETURNING trace_id, span_id"
     )
 
-    def _stage(self, connection: Connection, rows: Sequence[Row]) -> None:
+    def _stage(self, connection: Connection, batch: Batch) -> None:
         connection.exec_driver_sql("DELETE FROM temp.requests_staging")
         placeholders = ", ".join("?" for _ in RECORD_FIELDS)
-        staged = []
-        for row in rows:
-            values = list(row)
-            values[_START_AT] = sqlite_timestamp(row[_START_AT])
-            values[_ENGINE_AT] = row[_ENGINE_AT].value
-            values[_STATUS_AT] = row[_STATUS_AT].value
-            staged.append(tuple(values))
+        # SQLite takes no enums or aware datetimes: those three columns are converted.
+        converted = {
+            "start": list(map(sqlite_timestamp, batch.column("start"))),
+            "engine": [engine.value for engine in batch.column("engine")],
+            "status": [status.value for status in batch.column("status")],
+        }
+        columns = [
+            converted.get(name, column)
+            for name, column in zip(RECORD_FIELDS, batch.columns, strict=True)
+        ]
         connection.exec_driver_sql(
-            f"INSERT INTO temp.requests_staging ({_COLUMNS}) VALUES ({placeholders})", staged
+            f"INSERT INTO temp.requests_staging ({_COLUMNS}) VALUES ({placeholders})",
+            list(zip(*columns, strict=True)),
         )
 
-    def _insert_skipping_duplicates(
-        self, connection: Connection, rows: Sequence[Row]
-    ) -> Sequence[Row]:
-        stored = set(map(tuple, connection.exec_driver_sql(self.insert_select)))
-        if len(stored) == len(rows):
-            return rows
-        return [r for r in rows if (r[_TRACE_AT], r[_SPAN_AT]) in stored]
-
-
-def _days(rows: Sequence[Row]) -> set[date]:
-    """The UTC days a batch touches, from its earliest and latest start (two C-level passes)."""
-    starts = list(map(itemgetter(_START_AT), rows))
-    first = min(starts).astimezone(UTC).date()
-    last = max(starts).astimezone(UTC).date()
-    if (last - first).days > _MAX_SPAN_DAYS:  # a stray old record: only the days really present
-        return {ts.astimezone(UTC).date() for ts in starts}
-    return {first + timedelta(days=i) for i in range((last - first).days + 1)}
+    def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
+        stored = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
+        return batch if len(stored) == len(batch) else batch.only(stored)
 
 
 def sqlite_timestamp(ts: datetime) -> str:

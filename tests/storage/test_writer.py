@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -140,3 +141,29 @@ def test_a_replayed_batch_leaves_no_connection_inside_a_copy(store):
             ).scalar_one()
         assert stuck == 0
     assert counts(store) == (2500, {"1m": 2500, "1h": 2500, "1d": 2500})
+
+
+def test_spans_of_one_trace_are_separate_requests(store):
+    records = make_records(np.random.default_rng(4), T0, 6, span=timedelta(minutes=1))
+    one_trace = [dataclasses.replace(r, trace_id=records[0].trace_id) for r in records]
+    result = open_writer(store.engine).write_requests(one_trace + one_trace[:2])
+    assert (result.received, result.inserted, result.duplicates) == (8, 6, 2)
+    assert counts(store) == (6, {"1m": 6, "1h": 6, "1d": 6})
+
+
+def test_labels_holding_control_characters_keep_their_own_series(store):
+    """Two label sets that would read alike if joined with a separator stay apart."""
+    first, second = make_records(np.random.default_rng(5), T0, 2, span=timedelta(seconds=10))
+    records = [
+        dataclasses.replace(first, model="m\x1fi", instance="x"),
+        dataclasses.replace(second, model="m", instance="i\x1fx"),
+    ]
+    open_writer(store.engine).write_requests(records)
+    with store.engine.connect() as c:
+        rows = c.execute(
+            select(request_rollups.c.model, request_rollups.c.instance).where(
+                request_rollups.c.resolution == "1m"
+            )
+        )
+        series = {tuple(row) for row in rows}
+    assert series == {("m\x1fi", "x"), ("m", "i\x1fx")}
