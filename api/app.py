@@ -22,13 +22,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import load_rules
-from api import errors, routes_alerts, routes_query, routes_slos
+from api import errors, routes_alerts, routes_cost, routes_query, routes_slos
 from api.auth import Scope, check_exposure, parse_tokens, requires
+from api.cost_spec import active_model
 from api.diagnosis import DiagnosisListener
 from api.evaluation import Evaluator, default_policy
 from api.jobs import Jobs, LeaderLock, leader_lock
 from api.limits import BodyLimit
-from api.metrics import StoreCollector, registry_for
+from api.metrics import CostCollector, StoreCollector, registry_for
 from api.notifications import Announcer, Delivery, FollowUp
 from api.settings import ApiSettings
 from core.burn import IncidentListener, Policy
@@ -109,7 +110,10 @@ def create_app(
     app.state.delivery = delivery
     app.state.jobs = jobs
     registry = registry_for(
-        StoreCollector(engine, policy, clock, retention.finest_for, exact_max_rows)
+        StoreCollector(engine, policy, clock, retention.finest_for, exact_max_rows),
+        CostCollector(
+            engine, lambda: active_model(engine, settings.cost_model), clock, retention.finest_for
+        ),
     )
 
     errors.install(app)
@@ -118,6 +122,7 @@ def create_app(
     app.include_router(routes_slos.router)
     app.include_router(routes_slos.alerts_router)
     app.include_router(routes_alerts.router)
+    app.include_router(routes_cost.router)
 
     @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
     def metrics() -> Response:

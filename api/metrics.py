@@ -9,6 +9,11 @@ Values are computed at scrape time from the store, so every replica answers the 
 * ``infersight_slo_events{slo}`` — events over the SLO window
 * ``infersight_latency_seconds{metric,model,quantile}`` — TTFT / TPOT / E2E quantiles per model
   over the last five minutes (exact or sketch, as the latency route decides)
+* ``infersight_cost_last_hour{model,currency}``, ``infersight_cost_per_million_tokens{model,
+  currency,kind}`` (kind total, input, output, good), ``infersight_tokens_per_joule{model}``,
+  ``infersight_idle_cost_last_hour{instance,currency}`` and
+  ``infersight_gpu_utilisation_ratio{instance}`` — unit economics of the last hour
+  (``CostCollector``)
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ from sqlalchemy import Engine
 
 from api.evaluation import FinestFor, status
 from core.burn import Policy
+from core.cost import CostModel
 from core.quantiles import quantile_key
 from core.window import Window
+from storage import cost as cost_store
 from storage import queries, slo_store
 
 log = logging.getLogger(__name__)
 LATENCY_WINDOW: Final = timedelta(minutes=5)
+COST_WINDOW: Final = timedelta(hours=1)
 LATENCY_METRICS: Final = ("ttft", "tpot", "e2e")
 LATENCY_QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
 
@@ -113,7 +121,79 @@ class StoreCollector(Collector):
         return family
 
 
-def registry_for(collector: StoreCollector) -> CollectorRegistry:
+class CostCollector(Collector):
+    """Cost gauges over the last hour, priced by the cost model ``model()`` returns."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: Callable[[], CostModel],
+        clock: Callable[[], datetime],
+        finest_for: FinestFor,
+    ) -> None:
+        self.engine = engine
+        self.model = model
+        self.clock = clock
+        self.finest_for = finest_for
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self.clock()
+        window = Window.last(COST_WINDOW, now)
+        result = cost_store.cost(
+            self.engine,
+            window,
+            self.model(),
+            group_by=("model",),
+            finest=self.finest_for(window, now),
+        )
+        cur = result.currency
+        spent = GaugeMetricFamily(
+            "infersight_cost_last_hour",
+            "Cost attributed to each model over the last hour.",
+            labels=["model", "currency"],
+        )
+        per_million = GaugeMetricFamily(
+            "infersight_cost_per_million_tokens",
+            "Cost per million tokens over the last hour (kind: total, input, output, good).",
+            labels=["model", "currency", "kind"],
+        )
+        per_joule = GaugeMetricFamily(
+            "infersight_tokens_per_joule",
+            "Tokens served per joule of measured GPU energy over the last hour.",
+            labels=["model"],
+        )
+        for line in result.groups:
+            model = line.labels["model"]
+            spent.add_metric([model, cur], float(line.cost))
+            for kind, value in (
+                ("total", line.cost_per_million_tokens),
+                ("input", line.cost_per_million_input_tokens),
+                ("output", line.cost_per_million_output_tokens),
+                ("good", line.cost_per_million_good_tokens),
+            ):
+                if value is not None:
+                    per_million.add_metric([model, cur, kind], float(value.amount))
+            if line.tokens_per_joule is not None:
+                per_joule.add_metric([model], line.tokens_per_joule)
+        idle = GaugeMetricFamily(
+            "infersight_idle_cost_last_hour",
+            "Cost of idle GPU time (under the utilisation floor, or no work) over the last hour.",
+            labels=["instance", "currency"],
+        )
+        util = GaugeMetricFamily(
+            "infersight_gpu_utilisation_ratio",
+            "Time-weighted mean GPU utilisation over the last hour.",
+            labels=["instance"],
+        )
+        for instance in result.instances:
+            idle.add_metric([instance.instance, cur], float(instance.idle_cost.amount))
+            if instance.utilisation is not None:
+                util.add_metric([instance.instance], instance.utilisation)
+        yield from (spent, per_million, per_joule, idle, util)
+
+
+def registry_for(*collectors: Collector) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    for collector in collectors:
+        registry.register(collector)
     return registry

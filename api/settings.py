@@ -29,3 +29,15 @@ class ApiSettings(BaseSettings):
     )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body accepted.")
     max_query_days: int = Field(400, ge=1, description="Longest time window a query may cover.")
+    cost_model: str = Field(
+        "default",
+        max_length=128,
+        description="Name of the stored cost model to use (example list prices when absent).",
+    )
+    report_timezone: str = Field(
+        "UTC", description="IANA time zone of weekly report periods and their schedule."
+    )
+    report_schedule: str = Field(
+        "mon 09:00",
+        description="When the weekly cost report job runs: DAY HH:MM in report_timezone.",
+    )

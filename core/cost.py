@@ -79,7 +79,9 @@ class Money:
 
     def __post_init__(self) -> None:
         if not isinstance(self.amount, Decimal) or not self.amount.is_finite():
-            raise InvalidInput("money amounts are finite Decimals", details={"amount": self.amount})
+            raise InvalidInput(
+                "money amounts are finite Decimals", details={"amount": str(self.amount)}
+            )
         check_currency(self.currency)
 
     @classmethod
@@ -119,7 +121,9 @@ class Money:
 
 def _price(name: str, value: Decimal) -> Decimal:
     if not isinstance(value, Decimal) or not value.is_finite() or not ZERO <= value <= MAX_PRICE:
-        raise InvalidInput(f"{name} must be a price in [0, {MAX_PRICE}]", details={name: value})
+        raise InvalidInput(
+            f"{name} must be a price in [0, {MAX_PRICE}]", details={name: str(value)}
+        )
     return value
 
 

@@ -28,6 +28,15 @@ class Settings(BaseSettings):
         200_000, ge=0, description="Above this many requests, quantiles come from sketches."
     )
 
+    cost_model: str = Field(
+        "default",
+        max_length=128,
+        description="Name of the stored cost model to use (example list prices when absent).",
+    )
+    report_timezone: str = Field(
+        "UTC", description="IANA time zone of weekly report periods and their schedule."
+    )
+
     def retention(self) -> RetentionPolicy:
         return RetentionPolicy(
             raw_days=self.raw_retention_days,
