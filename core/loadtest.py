@@ -191,3 +191,18 @@ def knee_of(summaries: Sequence[PhaseSummary], metric: str = "e2e") -> Knee | No
     if len(points) < MIN_LEVELS:
         return None
     return find_knee(points)
+
+
+@dataclass(frozen=True, slots=True)
+class RunListing:
+    """What a list of runs shows without loading every request."""
+
+    id: int
+    name: str
+    scenario: ScenarioKind
+    target: str
+    model: str
+    started_at: datetime
+    duration_s: float
+    requests: int
+    errors: int

@@ -372,7 +372,7 @@ class InstanceSim:
     def _finish(self, r: RequestState, end: float) -> None:
         self.requests_total += 1
         trace_id, span_id, request_id = self._ids.next()
-        record = finished_record(r, self._labels, trace_id, span_id, end)
+        record = finished_record(r, self._labels, r.trace_id or trace_id, span_id, end)
         self._emit(r, record, request_id)
 
     def _reject(self, r: RequestState, t: float) -> None:
@@ -380,7 +380,7 @@ class InstanceSim:
         self.requests_total += 1
         self.errors_total += 1
         trace_id, span_id, request_id = self._ids.next()
-        record = refused_record(r, self._labels, trace_id, span_id, t)
+        record = refused_record(r, self._labels, r.trace_id or trace_id, span_id, t)
         r.first_sched = t
         self._emit(r, record, request_id)
 

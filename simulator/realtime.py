@@ -10,6 +10,7 @@ TTFT and TPOT measured by a client follow the model.
 
 Prompt length is estimated at four characters per token; a request generates exactly
 ``max_tokens`` tokens (``finish_reason: "length"``), so load tests control output length.
+A W3C ``traceparent`` header makes the request's record carry the caller's trace id.
 """
 
 from __future__ import annotations
@@ -55,6 +56,21 @@ class _Stream:
 
     def on_finish(self, completion: Completion) -> None:
         self.queue.put_nowait(completion)
+
+
+def trace_id(traceparent: str) -> str:
+    """The trace id of a W3C ``traceparent`` header, or ``""`` (vLLM's spans join the caller's
+    trace the same way, so a client can find its requests among the server's records)."""
+    parts = traceparent.strip().lower().split("-")
+    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
+        return ""
+    trace = parts[1]
+    if len(trace) != 32 or trace == "0" * 32 or not all(c in _HEX for c in trace):
+        return ""
+    return trace
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -198,7 +214,15 @@ class RealtimeServer:
         stream = _Stream()
         now = self.now()
         self.sim.submit(
-            Arrival(now, prompt_tokens(body), max_tokens, max_tokens, "", ""),
+            Arrival(
+                now,
+                prompt_tokens(body),
+                max_tokens,
+                max_tokens,
+                "",
+                "",
+                trace_id=trace_id(request.headers.get("traceparent", "")),
+            ),
             listener=stream,
             temperature=temperature,
             top_p=top_p,

@@ -57,6 +57,7 @@ class RequestState:
         "tenant",
         "tokenize_s",
         "top_p",
+        "trace_id",
     )
 
     def __init__(self, rid: int, a: Arrival, queued: float, tokenize_s: float) -> None:
@@ -70,6 +71,7 @@ class RequestState:
         self.tenant = a.tenant
         self.priority = a.priority
         self.gateway_s = a.gateway_s
+        self.trace_id = a.trace_id
         self.temperature = 0.7
         self.top_p = 0.95
         self.prefill_left = a.input_tokens

@@ -187,6 +187,8 @@ class Arrival:
     tenant: str
     priority: str
     gateway_s: float = 0.0
+    #: The client's W3C trace id (``traceparent``), which the server's span joins; else drawn.
+    trace_id: str = ""
 
 
 def _choice(

@@ -18,6 +18,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Float,
+    ForeignKey,
     Index,
     Integer,
     LargeBinary,
@@ -282,4 +283,48 @@ baselines = Table(
     Column("document", Text, nullable=False),
     PrimaryKeyConstraint("name"),
     Index("ix_baselines_created_at", "created_at"),
+)
+
+# -- Load-test runs (issue 8) ---------------------------------------------------------------
+
+#: One row per load-test run: what was driven where, its phases, configuration and generator
+#: warnings (JSON), and the request counts a listing shows.
+loadtest_runs = Table(
+    "loadtest_runs",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("name", String(128), nullable=False),
+    Column("scenario", String(16), nullable=False),
+    Column("target", String(1024), nullable=False),
+    Column("model", LABEL, nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("duration_s", Float(53), nullable=False),
+    Column("requests", Integer, nullable=False),
+    Column("errors", Integer, nullable=False),
+    Column("phases", Text, nullable=False),
+    Column("config", Text, nullable=False),
+    Column("warnings", Text, nullable=False),
+    PrimaryKeyConstraint("id"),
+    Index("ix_loadtest_runs_started_at", "started_at"),
+)
+
+#: One row per request of a run, as the client measured it; ``itl`` holds the inter-token
+#: gaps as little-endian float32 seconds (a long output has thousands).
+loadtest_results = Table(
+    "loadtest_results",
+    metadata,
+    Column("run_id", Integer, ForeignKey("loadtest_runs.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("sent_s", Float(53), nullable=False),
+    Column("e2e_s", Float(53), nullable=False),
+    Column("ttft_s", Float(53), nullable=True),
+    Column("tpot_s", Float(53), nullable=True),
+    Column("itl", LargeBinary, nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    Column("status", String(8), nullable=False),
+    Column("error", String(256), nullable=False, server_default=""),
+    Column("trace_id", String(32), nullable=False, server_default=""),
+    PrimaryKeyConstraint("run_id", "seq"),
 )

@@ -1,0 +1,8 @@
+"""Load generator for OpenAI-compatible streaming endpoints (``infersight loadtest``).
+
+``client`` sends one streamed request and times its tokens; ``workload`` chooses input and
+output lengths (a distribution, a long-tail mix, or a replay of production records);
+``scenarios`` turns steady / step / burst / long-tail into phases of fixed concurrency;
+``runner`` drives the phases with closed-loop users on one event loop while ``monitor``
+watches that the generator itself is not the bottleneck; ``progress`` draws the bar.
+"""

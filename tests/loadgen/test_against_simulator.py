@@ -1,0 +1,90 @@
+"""The load generator against the simulator's streaming endpoint over real HTTP.
+
+Client-side TTFT and TPOT are matched to the server's own records by trace id (the generator
+sends a W3C ``traceparent``); a step run's knee is compared with the saturation point the
+simulator is configured with (its batch capacity, ``max_num_seqs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+import numpy as np
+import pytest
+
+from core.loadtest import ScenarioKind, knee_of, summarise
+from loadgen.client import Endpoint
+from loadgen.runner import Runner
+from loadgen.scenarios import steady, step
+from loadgen.workload import DistKind, Lengths, Sampled
+from tests.loadgen.support import scaled_profile, serving
+
+pytestmark = pytest.mark.e2e
+
+
+def fixed(n: int) -> Lengths:
+    return Lengths(DistKind.FIXED, n)
+
+
+def test_client_ttft_and_tpot_agree_with_the_servers_records_within_ten_percent() -> None:
+    profile = scaled_profile(3.0)  # ~18 ms decode steps; a 2000-token prefill takes ~0.2 s
+    with serving(profile) as (url, server, sink):
+        endpoint = Endpoint(url, server.model)
+        runner = Runner(
+            endpoint,
+            steady(4, 3.0),
+            Sampled(fixed(2000), fixed(30), np.random.default_rng(1)),
+            rng=np.random.default_rng(2),
+        )
+        run = asyncio.run(runner.run(name="agreement", scenario=ScenarioKind.STEADY))
+    records = {r.trace_id: r for r in sink.records}
+    assert len(run.results) >= 8
+    assert all(r.ok for r in run.results)
+    ttft_errors, tpot_errors = [], []
+    for result in run.results:
+        record = records[result.trace_id]  # every request is found by its trace id
+        assert result.output_tokens == record.output_tokens == 30
+        assert result.input_tokens == record.input_tokens == 2000
+        ttft_errors.append(abs(result.ttft_s - record.ttft_s) / record.ttft_s)
+        tpot_errors.append(abs(result.tpot_s - record.tpot_s) / record.tpot_s)
+    ttft, tpot = statistics.median(ttft_errors), statistics.median(tpot_errors)
+    print(  # the figures the issue asks for, shown with -s
+        f"\nagreement over {len(ttft_errors)} requests: TTFT median {ttft:.2%} "
+        f"max {max(ttft_errors):.2%}; TPOT median {tpot:.2%} max {max(tpot_errors):.2%}; "
+        f"generator {run.config['generator']}"
+    )
+    # The median request: on a shared CI machine a few requests can be held up by the OS
+    # scheduler for tens of milliseconds (the generator's monitor reports that as a warning).
+    assert ttft < 0.10
+    assert tpot < 0.10
+    client = statistics.median(r.ttft_s for r in run.results)
+    assert client == pytest.approx(
+        statistics.median(records[r.trace_id].ttft_s for r in run.results), rel=0.10
+    )
+
+
+def test_the_knee_of_a_step_run_is_the_servers_batch_capacity() -> None:
+    slots = 8  # the configured saturation point: the batch holds 8 sequences
+    profile = scaled_profile(4.0, max_num_seqs=slots)
+    with serving(profile) as (url, server, _sink):
+        runner = Runner(
+            Endpoint(url, server.model),
+            step([2, 4, 6, 8, 10, 12, 14, 16], 1.5),
+            Sampled(fixed(40), fixed(10), np.random.default_rng(3)),
+            rng=np.random.default_rng(4),
+        )
+        run = asyncio.run(runner.run(name="knee", scenario=ScenarioKind.STEP))
+    summaries = summarise(run)
+    knee = knee_of(summaries)
+    assert knee is not None
+    error = abs(knee.concurrency - slots) / slots
+    print(
+        f"\nknee at {knee.concurrency:g} users (configured {slots}; error {error:.0%}); "
+        + ", ".join(f"{s.concurrency}: {s.throughput_rps:.1f} rps" for s in summaries)
+    )
+    assert error <= 0.2
+    # Past the knee throughput is flat and latency climbs with the queue.
+    assert knee.latency_growth > 1.5
+    last = summaries[-1]
+    assert last.throughput_rps == pytest.approx(knee.throughput_rps, rel=0.2)
