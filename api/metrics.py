@@ -7,6 +7,9 @@ Values are computed at scrape time from the store, so every replica answers the 
 * ``infersight_slo_error_budget_remaining_ratio{slo}`` — unspent share of the budget, 0..1
 * ``infersight_slo_burn_rate{slo,window}`` — burn rate per policy window (5m … 3d)
 * ``infersight_slo_events{slo}`` — events over the SLO window
+* ``infersight_slo_window_events{slo,window}`` and ``infersight_slo_window_bad_events{slo,window}``
+  — events and bad events per policy window: what ``infersight slo export-rules``'s
+  Prometheus rules compute burn rates from
 * ``infersight_latency_seconds{metric,model,quantile}`` — TTFT / TPOT / E2E quantiles per model
   over the last five minutes (exact or sketch, as the latency route decides)
 * ``infersight_cost_last_hour{model,currency}``, ``infersight_cost_per_million_tokens{model,
@@ -32,7 +35,7 @@ from api.evaluation import FinestFor, status
 from core.burn import Policy
 from core.cost import CostModel
 from core.quantiles import quantile_key
-from core.window import Window
+from core.window import Window, format_duration
 from storage import cost as cost_store
 from storage import queries, slo_store
 
@@ -85,6 +88,16 @@ class StoreCollector(Collector):
         events = GaugeMetricFamily(
             "infersight_slo_events", "Events counted over the SLO window.", labels=["slo"]
         )
+        window_events = GaugeMetricFamily(
+            "infersight_slo_window_events",
+            "Events counted over each burn-rate policy window.",
+            labels=["slo", "window"],
+        )
+        window_bad = GaugeMetricFamily(
+            "infersight_slo_window_bad_events",
+            "Bad events (failed, or slower than the threshold) over each policy window.",
+            labels=["slo", "window"],
+        )
         with self.engine.connect() as connection:
             counter = slo_store.CycleCounter(connection, now, self.finest_for)
             for spec in slo_store.list_slos(self.engine):
@@ -96,7 +109,10 @@ class StoreCollector(Collector):
                 events.add_metric([spec.name], current.counts.total)
                 for window, rate in current.burn_rates().items():
                     burn.add_metric([spec.name, window], rate)
-        yield from (sli, objective, budget, burn, events)
+                for span, counts in current.evaluation.counts.items():
+                    window_events.add_metric([spec.name, format_duration(span)], counts.total)
+                    window_bad.add_metric([spec.name, format_duration(span)], counts.bad)
+        yield from (sli, objective, budget, burn, events, window_events, window_bad)
 
     def _latency(self, now: datetime) -> GaugeMetricFamily:
         family = GaugeMetricFamily(
