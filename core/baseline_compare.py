@@ -55,7 +55,7 @@ class Direction(StrEnum):
     NEUTRAL = "neutral"
 
 
-class Test(StrEnum):
+class StatTest(StrEnum):
     BOOTSTRAP = "bootstrap"
     POISSON = "poisson"
     TWO_PROPORTIONS = "two_proportions"
@@ -153,9 +153,18 @@ class MetricComparison:
     ci_high: float | None
     threshold: float
     absolute: bool
-    test: Test
+    test: StatTest
     verdict: Verdict
     note: str = ""
+
+    @property
+    def worse(self) -> bool:
+        """The estimate moved the worse way (never for a metric without a direction)."""
+        if self.change is None or self.direction is Direction.NEUTRAL:
+            return False
+        return (self.change > 0) == (self.direction is Direction.LOWER_IS_BETTER) and bool(
+            self.change
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,12 +176,15 @@ class Comparison:
 
     @property
     def verdict(self) -> Verdict:
-        """``regressed`` if any metric regressed, else ``inconclusive``, ``improved``, ``pass``."""
+        """``regressed`` if any metric regressed; else ``inconclusive`` if a metric moved the
+        worse way beyond its threshold without the interval to confirm it; else ``improved``
+        if any metric improved; else ``pass``. A neutral metric's move never decides."""
         verdicts = {m.verdict for m in self.metrics}
-        for verdict in (Verdict.REGRESSED, Verdict.INCONCLUSIVE, Verdict.IMPROVED):
-            if verdict in verdicts:
-                return verdict
-        return Verdict.PASS
+        if Verdict.REGRESSED in verdicts:
+            return Verdict.REGRESSED
+        if any(m.verdict is Verdict.INCONCLUSIVE and m.worse for m in self.metrics):
+            return Verdict.INCONCLUSIVE
+        return Verdict.IMPROVED if Verdict.IMPROVED in verdicts else Verdict.PASS
 
     @property
     def regressed(self) -> tuple[MetricComparison, ...]:
@@ -324,7 +336,7 @@ def _row(
     cand: float | None,
     change: float | None,
     ci: tuple[float, float] | None,
-    test: Test,
+    test: StatTest,
     policy: Policy,
     note: str = "",
 ) -> MetricComparison:
@@ -344,7 +356,7 @@ def _row(
         None if ci is None else ci[1],
         threshold,
         spec.absolute,
-        test if ci is not None else Test.NONE,
+        test if ci is not None else StatTest.NONE,
         verdict,
         note,
     )
@@ -380,7 +392,7 @@ def _latency(
                 log_ratio = math.log(cand / base)
                 ci = (math.expm1(log_ratio + deviation[0]), math.expm1(log_ratio + deviation[1]))
     note = "" if ci is not None or change is None else "no distribution: threshold only"
-    return _row(spec, base, cand, change, ci, Test.BOOTSTRAP, policy, note)
+    return _row(spec, base, cand, change, ci, StatTest.BOOTSTRAP, policy, note)
 
 
 def _throughput(
@@ -398,7 +410,7 @@ def _throughput(
         if half is not None:
             log_ratio = math.log(cand / base)
             ci = (math.expm1(log_ratio + half[0]), math.expm1(log_ratio + half[1]))
-    return _row(spec, base, cand, change, ci, Test.POISSON, policy)
+    return _row(spec, base, cand, change, ci, StatTest.POISSON, policy)
 
 
 def _errors(
@@ -419,7 +431,7 @@ def _errors(
             # Centre the smoothed interval's width on the observed difference.
             middle = (interval[0] + interval[1]) / 2
             ci = (change + interval[0] - middle, change + interval[1] - middle)
-    return _row(spec, base, cand, change, ci, Test.TWO_PROPORTIONS, policy)
+    return _row(spec, base, cand, change, ci, StatTest.TWO_PROPORTIONS, policy)
 
 
 def _plain(
@@ -428,5 +440,9 @@ def _plain(
     raw_base, raw_cand = getattr(baseline, spec.name), getattr(candidate, spec.name)
     base = None if raw_base is None else float(raw_base)
     cand = None if raw_cand is None else float(raw_cand)
+    if spec.name == "cost_per_million_tokens" and baseline.labels.get(
+        "cost_currency"
+    ) != candidate.labels.get("cost_currency"):
+        return _row(spec, base, cand, None, None, StatTest.NONE, policy, "different currencies")
     note = "threshold only" if base is not None and cand is not None else ""
-    return _row(spec, base, cand, _relative(base, cand), None, Test.NONE, policy, note)
+    return _row(spec, base, cand, _relative(base, cand), None, StatTest.NONE, policy, note)

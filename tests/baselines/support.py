@@ -15,9 +15,9 @@ def synthetic_run(
     rng: np.random.Generator,
     name: str = "run",
     *,
-    requests: int = 4000,
+    requests: int = 6000,
     slowdown: float = 1.0,
-    sigma: float = 0.5,
+    sigma: float = 0.4,
     concurrency: int = 16,
     error_rate: float = 0.005,
 ) -> Baseline:
