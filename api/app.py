@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import load_rules
-from api import errors, routes_alerts, routes_cost, routes_query, routes_slos
+from api import dashboard, errors, routes_alerts, routes_cost, routes_query, routes_slos
 from api.auth import Scope, check_exposure, parse_tokens, requires
 from api.cost_spec import active_model
 from api.diagnosis import DiagnosisListener
@@ -123,6 +123,7 @@ def create_app(
     app.include_router(routes_slos.alerts_router)
     app.include_router(routes_alerts.router)
     app.include_router(routes_cost.router)
+    app.include_router(dashboard.router)
 
     @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
     def metrics() -> Response:

@@ -1,0 +1,185 @@
+"""View-models of the GPUs and Incidents pages.
+
+GPUs: every GPU's utilisation, memory, power, clocks, temperature and throttled share per
+bucket (``storage.timeseries.gpu_series``), plus a summary row per GPU over the range.
+Incidents: the incidents that overlap the range (and the filters' scope) on a timeline, each
+with its stored symptom, diagnosis, evidence and alternatives.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from api import dashboard_svg as svg
+from api.dashboard_context import Context
+from api.dashboard_views import label_step
+from api.diagnosis import selector_of
+from api.routes_alerts import annotate
+from core.burn import Incident, IncidentState
+from core.errors import InfersightError
+from core.query import Selector
+from core.records import GROUP_LABELS
+from storage import incidents, timeseries
+
+GpuKey = tuple[str, int]
+
+
+def _memory_share(b: timeseries.GpuBucket) -> float | None:
+    used, total = b.means.get("memory_used_bytes"), b.means.get("memory_total_bytes")
+    return used / total if used is not None and total else None
+
+
+#: (chart id, title, value of a bucket, format, fixed top of the axis)
+GPU_CHARTS: Final[
+    tuple[
+        tuple[str, str, Callable[[timeseries.GpuBucket], float | None], svg.Format, float | None],
+        ...,
+    ]
+] = (
+    ("util", "GPU utilisation", lambda b: b.means.get("util_gpu"), svg.percent, 1.0),
+    ("memory", "Memory used", _memory_share, svg.percent, 1.0),
+    ("power", "Power", lambda b: b.means.get("power_w"), svg.unit("W"), None),
+    ("sm_clock", "SM clock", lambda b: b.means.get("sm_clock_mhz"), svg.unit("MHz"), None),
+    ("temperature", "Temperature", lambda b: b.means.get("temperature_c"), svg.unit("°C"), None),
+    ("throttled", "Throttled share of samples", lambda b: b.throttled_share, svg.percent, 1.0),
+)
+INCIDENT_LIMIT: Final = 500
+
+
+def gpu_instances(state: Any, ctx: Context) -> list[str] | None:
+    """The instances the filters pick (``None``: all); a model picks the instances serving it."""
+    if ctx.selector.instance is not None:
+        return [ctx.selector.instance]
+    if ctx.selector.model is None and ctx.selector.tenant is None:
+        return None
+    sets = timeseries.label_sets(state.engine, ctx.window, label_step(ctx))
+    return sorted(
+        {s[1] for s in sets if ctx.selector.matches(dict(zip(GROUP_LABELS, s, strict=True)))}
+    )
+
+
+def gpus(state: Any, ctx: Context) -> dict[str, Any]:
+    instances = gpu_instances(state, ctx)
+    buckets = (
+        timeseries.gpu_series(state.engine, ctx.window, ctx.gpu_step_s, instances)
+        if instances is None or instances
+        else []
+    )
+    per_gpu: dict[GpuKey, list[timeseries.GpuBucket]] = defaultdict(list)
+    for b in buckets:
+        per_gpu[(b.instance, b.gpu_index)].append(b)
+    keys = sorted(per_gpu)
+    start, end = ctx.window.start, ctx.window.end
+    charts = []
+    for chart_id, title, value, fmt, top in GPU_CHARTS:
+        series = [
+            svg.Series(f"{inst}/gpu{idx}", [(b.bucket, value(b)) for b in per_gpu[(inst, idx)]])
+            for inst, idx in keys
+        ]
+        charts.append(
+            {
+                "id": chart_id,
+                "title": title,
+                "svg": svg.line_chart(
+                    series, start, end, fmt, label=f"{title} per GPU", y_max=top,
+                    empty="no GPU samples in this range",
+                ),
+            }
+        )  # fmt: skip
+    return {
+        "charts": charts,
+        "table": [_gpu_summary(key, per_gpu[key]) for key in keys],
+        "step_s": ctx.gpu_step_s,
+    }
+
+
+def _weighted(rows: Sequence[timeseries.GpuBucket], name: str) -> float | None:
+    pairs = [(b.means[name], b.samples) for b in rows if name in b.means]
+    weight = sum(n for _, n in pairs)
+    return sum(v * n for v, n in pairs) / weight if weight else None
+
+
+def _gpu_summary(key: GpuKey, rows: Sequence[timeseries.GpuBucket]) -> dict[str, Any]:
+    samples = sum(b.samples for b in rows)
+    reasons: dict[str, int] = defaultdict(int)
+    for b in rows:
+        for reason, count in b.reasons.items():
+            reasons[reason] += count
+    sbe = [b.ecc_sbe_total for b in rows if b.ecc_sbe_total is not None]
+    dbe = [b.ecc_dbe_total for b in rows if b.ecc_dbe_total is not None]
+    used, total = _weighted(rows, "memory_used_bytes"), _weighted(rows, "memory_total_bytes")
+    temperatures = [b.means["temperature_c"] for b in rows if "temperature_c" in b.means]
+    return {
+        "instance": key[0],
+        "gpu": key[1],
+        "name": next((b.name for b in rows if b.name), ""),
+        "samples": samples,
+        "util": _weighted(rows, "util_gpu"),
+        "memory": used / total if used is not None and total else None,
+        "memory_total": total,
+        "power": _weighted(rows, "power_w"),
+        "power_limit": _weighted(rows, "power_limit_w"),
+        "sm_clock": _weighted(rows, "sm_clock_mhz"),
+        "temperature_max": max(temperatures) if temperatures else None,
+        "throttled": sum(b.throttled_samples for b in rows) / samples if samples else 0.0,
+        "reasons": sorted(reasons, key=lambda r: -reasons[r]),
+        "ecc_sbe": max(sbe) - min(sbe) if sbe else None,
+        "ecc_dbe": max(dbe) - min(dbe) if dbe else None,
+        "xid": next((b.xid_last for b in reversed(rows) if b.xid_last), None),
+    }
+
+
+# -- Incidents --------------------------------------------------------------------------------
+
+
+def _in_scope(incident: Incident, selector: Selector) -> bool:
+    """The incident's scope can include the filtered requests (``*`` includes everything)."""
+    try:
+        scope = selector_of(incident.scope)
+    except InfersightError:
+        return True
+    return all(getattr(scope, name) in (None, value) for name, value in selector.items())
+
+
+def _overlaps(incident: Incident, ctx: Context) -> bool:
+    ended = incident.resolved_at or ctx.now
+    return incident.opened_at < ctx.window.end and ended >= ctx.window.start
+
+
+def incident_list(state: Any, ctx: Context, state_filter: str) -> dict[str, Any]:
+    found = [
+        i
+        for i in incidents.list_incidents(state.engine, state_filter, INCIDENT_LIMIT)
+        if _overlaps(i, ctx) and _in_scope(i, ctx.selector)
+    ]
+    notes = annotate(state.engine, found)
+    rows = [{"incident": i, **notes[i.id]} for i in found]
+    bars = [
+        svg.Bar(
+            f"#{i.id} {i.slo}",
+            max(i.opened_at, ctx.window.start),
+            min(i.resolved_at or ctx.now, ctx.window.end),
+            i.severity.value if i.state is IncidentState.FIRING else "resolved",
+            f"#{i.id} {i.slo} [{i.scope}] {i.severity.value}, {i.state.value}; "
+            f"peak burn {i.peak_burn_rate:.1f}×",
+            f"incident-{i.id}",
+        )
+        for i in reversed(found)
+    ]
+    return {
+        "rows": rows,
+        "timeline": svg.timeline(bars, ctx.window.start, ctx.window.end, label="incidents"),
+        "firing": sum(i.state is IncidentState.FIRING for i in found),
+    }
+
+
+def duration_text(start: datetime, end: datetime) -> str:
+    seconds = int((end - start).total_seconds())
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"

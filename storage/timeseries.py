@@ -1,0 +1,284 @@
+"""Time series for the dashboard: rollup buckets per series, and GPU samples per time bucket.
+
+``storage.queries`` answers one number per group over a whole window; a chart needs one per
+bucket. Request series read ``request_rollups`` at one resolution (a minute, an hour or a day
+per point), so a 30-day chart reads a few hundred rollup rows, never the raw requests. GPU
+samples have no rollups: they are averaged per bucket in SQL (one grouped scan of the window,
+on the ``(instance, ts)`` index), and the clock-event reasons come back as counts per distinct
+reason list so that "throttled" keeps its one definition (``core.samples``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Integer,
+    and_,
+    cast,
+    func,
+    select,
+)
+
+from core.query import LATENCY_METRICS, Selector, check_group_by, check_metric
+from core.records import GROUP_LABELS
+from core.samples import THROTTLE_REASONS
+from core.sketch import QuantileSketch, merge_all
+from core.window import Resolution, Window
+from storage.tables import gpu_samples, request_rollups
+
+LabelKey = tuple[str, ...]
+#: Clock-event reasons that do not slow a busy GPU down (as ``GpuSample.throttled`` decides).
+BENIGN_REASONS: Final = frozenset(
+    {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
+)
+#: The most series listed for filter menus (a menu, not an inventory).
+MAX_SERIES: Final = 5000
+
+
+def _pinned(selector: Selector) -> list[ColumnElement[bool]]:
+    return [request_rollups.c[name] == value for name, value in selector.items()]
+
+
+def _rollup_rows(window: Window, step: Resolution, selector: Selector) -> ColumnElement[bool]:
+    # Buckets that overlap the window: the first may start before it (charts show whole buckets).
+    return and_(
+        request_rollups.c.resolution == step.value,
+        request_rollups.c.bucket >= step.floor(window.start),
+        request_rollups.c.bucket < window.end,
+        *_pinned(selector),
+    )
+
+
+def label_sets(
+    engine: Engine, window: Window, step: Resolution = Resolution.HOUR
+) -> list[tuple[str, ...]]:
+    """The distinct (model, instance, tenant, priority) series with requests in ``window``.
+
+    Read from ``step`` rollups (hours, or days for long ranges): the filter menus of a page
+    are built from these, each menu narrowed by the other filters.
+    """
+    keys = [request_rollups.c[n] for n in GROUP_LABELS]
+    query = (
+        select(*keys)
+        .where(_rollup_rows(window, step, Selector()))
+        .group_by(*keys)
+        .order_by(*keys)
+        .limit(MAX_SERIES)
+    )
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(query)]
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Request totals of one series in one bucket."""
+
+    requests: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+
+
+def request_series(
+    engine: Engine,
+    window: Window,
+    step: Resolution,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+) -> dict[LabelKey, dict[datetime, Counts]]:
+    """Request and token totals per group per ``step`` bucket overlapping ``window``."""
+    groups = check_group_by(group_by)
+    keys = [request_rollups.c[n] for n in groups]
+    bucket = request_rollups.c.bucket
+    query = (
+        select(
+            bucket,
+            *keys,
+            *(
+                func.sum(request_rollups.c[n])
+                for n in ("requests", "errors", "input_tokens", "output_tokens")
+            ),
+        )
+        .where(_rollup_rows(window, step, selector))
+        .group_by(bucket, *keys)
+        .order_by(bucket)
+    )
+    out: dict[LabelKey, dict[datetime, Counts]] = defaultdict(dict)
+    with engine.connect() as connection:
+        for row in connection.execute(query):
+            at, *rest = row
+            labels, totals = tuple(rest[: len(groups)]), rest[len(groups) :]
+            out[labels][at] = Counts(*(int(t or 0) for t in totals))
+    return dict(out)
+
+
+def bucket_sketches(
+    engine: Engine,
+    metric: str,
+    window: Window,
+    step: Resolution,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+) -> dict[LabelKey, dict[datetime, QuantileSketch]]:
+    """One merged sketch of ``metric`` per group per ``step`` bucket overlapping ``window``."""
+    column = LATENCY_METRICS[check_metric(metric)]
+    groups = check_group_by(group_by)
+    sketch = request_rollups.c[f"{column.removesuffix('_s')}_sketch"]
+    query = select(request_rollups.c.bucket, *(request_rollups.c[n] for n in groups), sketch).where(
+        _rollup_rows(window, step, selector), sketch.is_not(None)
+    )
+    parts: dict[tuple[LabelKey, datetime], list[QuantileSketch]] = defaultdict(list)
+    with engine.connect() as connection:
+        for row in connection.execute(query):
+            parts[(tuple(row[1:-1]), row[0])].append(QuantileSketch.from_bytes(row[-1]))
+    out: dict[LabelKey, dict[datetime, QuantileSketch]] = defaultdict(dict)
+    for (labels, at), sketches in sorted(parts.items(), key=lambda item: item[0][1]):
+        out[labels][at] = sketches[0] if len(sketches) == 1 else merge_all(sketches)
+    return dict(out)
+
+
+# -- GPU samples ----------------------------------------------------------------------------
+
+#: GPU sample columns averaged per bucket.
+GPU_MEANS: Final = (
+    "util_gpu",
+    "util_memory",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuBucket:
+    """One GPU's samples over one bucket: means, the throttled share and error counters."""
+
+    instance: str
+    gpu_index: int
+    bucket: datetime
+    samples: int
+    means: dict[str, float]
+    throttled_samples: int
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Samples per non-benign clock-event reason."""
+    ecc_sbe_total: float | None = None
+    ecc_dbe_total: float | None = None
+    xid_last: int | None = None
+    name: str = ""
+
+    @property
+    def throttled_share(self) -> float:
+        return self.throttled_samples / self.samples if self.samples else 0.0
+
+
+def _epoch_bucket(connection: Connection, step_s: int) -> ColumnElement[Any]:
+    ts = gpu_samples.c.ts
+    if connection.dialect.name == "postgresql":
+        seconds: ColumnElement[Any] = cast(func.floor(func.extract("epoch", ts)), Integer)
+    else:
+        seconds = cast(func.strftime("%s", ts), Integer)
+    return (seconds // step_s) * step_s
+
+
+def gpu_series(
+    engine: Engine, window: Window, step_s: int, instances: Sequence[str] | None = None
+) -> list[GpuBucket]:
+    """Every GPU's samples in ``window`` averaged per ``step_s`` bucket, in time order."""
+    if step_s < 1:
+        raise ValueError("step_s must be at least one second")
+    g = gpu_samples.c
+    where = [g.ts >= window.start, g.ts < window.end]
+    if instances is not None:
+        where.append(g.instance.in_(list(instances)))
+    with engine.connect() as connection:
+        at = _epoch_bucket(connection, step_s).label("at")
+        query = (
+            select(
+                g.instance,
+                g.gpu_index,
+                at,
+                g.throttle_reasons,
+                func.count(),
+                *(func.avg(g[name]) for name in GPU_MEANS),
+                *(func.count(g[name]) for name in GPU_MEANS),
+                func.max(g.ecc_sbe_total),
+                func.max(g.ecc_dbe_total),
+                func.max(g.xid_last),
+                func.max(g.name),
+            )
+            .where(*where)
+            .group_by(g.instance, g.gpu_index, at, g.throttle_reasons)
+        )
+        rows = connection.execute(query).all()
+    return _merge_reason_rows(rows)
+
+
+def _merge_reason_rows(rows: Sequence[Any]) -> list[GpuBucket]:
+    """Rows are per (GPU, bucket, reason list); weight their means back into one per bucket."""
+    acc: dict[tuple[str, int, int], dict[str, Any]] = {}
+    n = len(GPU_MEANS)
+    for row in rows:
+        instance, index, at, reasons, count = row[:5]
+        means, counts = row[5 : 5 + n], row[5 + n : 5 + 2 * n]
+        sbe, dbe, xid, name = row[5 + 2 * n :]
+        slot = acc.setdefault(
+            (instance, int(index), int(at)),
+            {"samples": 0, "sums": [0.0] * n, "counts": [0] * n, "throttled": 0,
+             "reasons": defaultdict(int), "sbe": None, "dbe": None, "xid": None, "name": ""},
+        )  # fmt: skip
+        slot["samples"] += int(count)
+        for i, (mean, present) in enumerate(zip(means, counts, strict=True)):
+            if mean is not None and present:
+                slot["sums"][i] += float(mean) * int(present)
+                slot["counts"][i] += int(present)
+        hard = [r for r in (reasons or "").split(",") if r and r not in BENIGN_REASONS]
+        if hard:
+            slot["throttled"] += int(count)
+            for reason in hard:
+                if reason in THROTTLE_REASONS:
+                    slot["reasons"][reason] += int(count)
+        slot["sbe"] = _max(slot["sbe"], sbe)
+        slot["dbe"] = _max(slot["dbe"], dbe)
+        slot["xid"] = _max(slot["xid"], xid)
+        slot["name"] = slot["name"] or (name or "")
+    out = []
+    for (instance, index, at), slot in sorted(acc.items(), key=lambda item: item[0][2]):
+        means_out = {
+            GPU_MEANS[i]: slot["sums"][i] / slot["counts"][i] for i in range(n) if slot["counts"][i]
+        }
+        out.append(
+            GpuBucket(
+                instance=instance,
+                gpu_index=index,
+                bucket=datetime.fromtimestamp(at, UTC),
+                samples=slot["samples"],
+                means=means_out,
+                throttled_samples=slot["throttled"],
+                reasons=dict(slot["reasons"]),
+                ecc_sbe_total=slot["sbe"],
+                ecc_dbe_total=slot["dbe"],
+                xid_last=int(slot["xid"]) if slot["xid"] is not None else None,
+                name=slot["name"],
+            )
+        )
+    return out
+
+
+def _max(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return max(a, b)
