@@ -22,7 +22,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import load_rules
-from api import dashboard, errors, routes_alerts, routes_cost, routes_query, routes_slos
+from api import (
+    dashboard,
+    errors,
+    routes_alerts,
+    routes_capacity,
+    routes_cost,
+    routes_query,
+    routes_slos,
+)
 from api.auth import Scope, check_exposure, parse_tokens, requires
 from api.cost_spec import active_model
 from api.diagnosis import DiagnosisListener
@@ -118,12 +126,16 @@ def create_app(
 
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.include_router(routes_query.router)
-    app.include_router(routes_slos.router)
-    app.include_router(routes_slos.alerts_router)
-    app.include_router(routes_alerts.router)
-    app.include_router(routes_cost.router)
-    app.include_router(dashboard.router)
+    for routes in (
+        routes_query.router,
+        routes_slos.router,
+        routes_slos.alerts_router,
+        routes_alerts.router,
+        routes_cost.router,
+        routes_capacity.router,
+        dashboard.router,
+    ):
+        app.include_router(routes)
 
     @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
     def metrics() -> Response:

@@ -423,3 +423,135 @@ def scale_capacity(
         planned_output_tokens=planned_output_tokens,
     )
     return measured_rps * measured_output_tokens / planned_output_tokens
+
+
+# -- the whole plan -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInput:
+    """What a capacity plan is asked: the deployment, the traffic and the targets."""
+
+    model: str
+    gpu: str
+    peak_qps: float
+    input_tokens: int
+    output_tokens: int
+    capacity_rps: float
+    tensor_parallel: int = 1
+    concurrency: int | None = None
+    ttft_target_s: float | None = None
+    tpot_target_s: float | None = None
+    headroom: float = DEFAULT_HEADROOM
+    kv_dtype: str | None = None
+    capacity_source: str = "given"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.input_tokens <= 10_000_000 or not 1 <= self.output_tokens <= 10_000_000:
+            raise InvalidInput("input and output tokens must be between 1 and 10,000,000")
+        for name in ("ttft_target_s", "tpot_target_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise InvalidInput(f"{name} must be a positive number of seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityPlan:
+    request: PlanInput
+    instances: InstancePlan
+    concurrency: int
+    concurrency_source: str
+    memory: MemoryBudget
+    floors: Floors
+    findings: tuple[Finding, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+
+def planned_concurrency(p: PlanInput, instances: int) -> tuple[int, str]:
+    """Sequences in flight per instance at peak: given, else Little's law on the targets."""
+    if p.concurrency is not None:
+        if p.concurrency < 1:
+            raise InvalidInput("concurrency must be ≥ 1")
+        return p.concurrency, "given"
+    if p.ttft_target_s is None or p.tpot_target_s is None:
+        raise InvalidInput(
+            "give the concurrency per instance, or both latency targets to derive it from"
+        )
+    e2e = p.ttft_target_s + (p.output_tokens - 1) * p.tpot_target_s
+    return max(1, math.ceil(p.peak_qps / instances * e2e)), "little's law at the targets"
+
+
+def plan(catalog: Catalog, p: PlanInput) -> CapacityPlan:
+    model, gpu = catalog.model(p.model), catalog.gpu(p.gpu)
+    instances = plan_instances(p.peak_qps, p.capacity_rps, p.headroom)
+    concurrency, source = planned_concurrency(p, instances.instances)
+    context = p.input_tokens + p.output_tokens
+    budget = memory_budget(
+        model,
+        gpu,
+        concurrency=concurrency,
+        context_tokens=context,
+        tensor_parallel=p.tensor_parallel,
+        kv_dtype=p.kv_dtype,
+    )
+    fl = floors(
+        model,
+        gpu,
+        input_tokens=p.input_tokens,
+        tensor_parallel=p.tensor_parallel,
+        concurrency=concurrency,
+        context_tokens=context,
+        kv_dtype=p.kv_dtype,
+    )
+    findings = check_targets(
+        fl, budget, ttft_target_s=p.ttft_target_s, tpot_target_s=p.tpot_target_s
+    )
+    return CapacityPlan(p, instances, concurrency, source, budget, fl, findings)
+
+
+def plan_to_dict(result: CapacityPlan) -> dict[str, Any]:
+    """The JSON form the API answers and ``infersight capacity plan --json`` prints."""
+    p, m, fl, n = result.request, result.memory, result.floors, result.instances
+    return {
+        "model": p.model,
+        "gpu": p.gpu,
+        "tensor_parallel": p.tensor_parallel,
+        "peak_qps": p.peak_qps,
+        "input_tokens": p.input_tokens,
+        "output_tokens": p.output_tokens,
+        "feasible": result.feasible,
+        "instances": {
+            "count": n.instances,
+            "headroom": n.headroom,
+            "range": {"headroom_30": n.instances_low, "headroom_50": n.instances_high},
+            "capacity_rps": n.capacity_rps,
+            "capacity_source": p.capacity_source,
+            "utilisation_at_peak": n.utilisation_at_peak,
+            "gpus": n.instances * p.tensor_parallel,
+        },
+        "concurrency": {"per_instance": result.concurrency, "source": result.concurrency_source},
+        "memory": {
+            "capacity_bytes": m.capacity_bytes,
+            "limit_bytes": m.limit_bytes,
+            "limit_fraction": m.limit_fraction,
+            "weights_bytes": m.weights_bytes,
+            "kv_bytes_per_token": m.kv_bytes_per_token,
+            "kv_cache_bytes": m.kv_cache_bytes,
+            "activation_bytes": m.activation_bytes,
+            "cuda_context_bytes": m.cuda_context_bytes,
+            "total_bytes": m.total_bytes,
+            "fits": m.fits,
+            "max_concurrency": m.max_concurrency,
+        },
+        "floors": {
+            "tpot_s": fl.tpot_s,
+            "tpot_at_concurrency_s": fl.tpot_at_concurrency_s,
+            "ttft_s": fl.ttft_s,
+            "prefill_flops": fl.prefill_flops,
+        },
+        "targets": {"ttft_s": p.ttft_target_s, "tpot_s": p.tpot_target_s},
+        "findings": [{"check": f.check, "ok": f.ok, "message": f.message} for f in result.findings],
+    }

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from core.baseline import Baseline, from_samples
 from core.errors import InvalidInput
 from core.knee import MIN_LEVELS, Knee, LevelPoint, find_knee
 
@@ -206,3 +207,75 @@ class RunListing:
     duration_s: float
     requests: int
     errors: int
+
+
+def to_baseline(
+    run: LoadTestRun, name: str, created_at: datetime, description: str = ""
+) -> Baseline:
+    """A baseline of the whole run, from every request's client-side measurements."""
+    ok = [r for r in run.results if r.ok]
+    labels = {"model": run.model, "scenario": run.scenario.value}
+    if run.id is not None:
+        labels["run"] = str(run.id)
+    return from_samples(
+        name,
+        created_at,
+        duration_s=run.duration_s,
+        ttft_s=[r.ttft_s for r in ok if r.ttft_s is not None],
+        tpot_s=[r.tpot_s for r in ok if r.tpot_s is not None],
+        e2e_s=[r.e2e_s for r in ok],
+        errors=len(run.results) - len(ok),
+        input_tokens=sum(r.input_tokens for r in ok),
+        output_tokens=sum(r.output_tokens for r in ok),
+        source="run",
+        description=description,
+        labels=labels,
+        window_start=run.started_at,
+        window_end=run.started_at + timedelta(seconds=run.duration_s),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredCapacity:
+    """The best sustainable level of a run: its throughput, concurrency and output length."""
+
+    throughput_rps: float
+    concurrency: int
+    mean_output_tokens: float
+    phase: str
+
+
+def measured_capacity(
+    summaries: Sequence[PhaseSummary],
+    *,
+    ttft_p99_max_s: float | None = None,
+    tpot_p99_max_s: float | None = None,
+) -> MeasuredCapacity:
+    """The highest-throughput level that meets the targets (at p99), no further than the knee.
+
+    Past the knee added users only queue, so a level beyond it is not an operating point even
+    when its latency still meets a generous target.
+    """
+    usable = [s for s in summaries if s.requests and s.throughput_rps > 0]
+    knee = knee_of(usable) if len(usable) >= MIN_LEVELS else None
+    if knee is not None:
+        usable = [s for s in usable if s.concurrency <= knee.concurrency]
+    fits = [
+        s
+        for s in usable
+        if _within(s.quantile("ttft", "0.99"), ttft_p99_max_s)
+        and _within(s.quantile("tpot", "0.99"), tpot_p99_max_s)
+    ]
+    if not fits:
+        raise InvalidInput("no level of the run met the latency targets at p99")
+    best = max(fits, key=lambda s: s.throughput_rps)
+    return MeasuredCapacity(
+        best.throughput_rps,
+        best.concurrency,
+        best.output_tokens_per_s / best.throughput_rps,
+        best.label,
+    )
+
+
+def _within(value: float | None, limit: float | None) -> bool:
+    return limit is None or (value is not None and value <= limit)

@@ -1,0 +1,174 @@
+"""``infersight capacity plan|gpus|models``: how many instances, and does the model fit.
+
+``plan`` takes the peak QPS, input and output lengths and latency targets, and the measured
+per-instance capacity (``--capacity-rps``, or ``--run ID`` of a stored step run), and prints
+the instance count with 30–50 % headroom, the GPU memory budget of one instance and the
+physical floors the targets are checked against. Exit code 1 when a check fails (a target
+below its floor, or a budget over 85 % of GPU memory), so a pipeline can gate on it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from api.routes_capacity import capacity_from_run, load_catalog
+from core.capacity import (
+    DEFAULT_HEADROOM,
+    GIB,
+    CapacityPlan,
+    PlanInput,
+    plan,
+    plan_to_dict,
+)
+from infersight.cli import current_settings
+from storage.engine import create_store_engine
+
+
+@click.group("capacity")
+def capacity() -> None:
+    """Capacity planning: instances, GPU memory and physical latency floors."""
+
+
+@capacity.command("plan")
+@click.option("--model", required=True, help="A model of `infersight capacity models`.")
+@click.option("--gpu", required=True, help="A GPU of `infersight capacity gpus`.")
+@click.option(
+    "--tp",
+    "tensor_parallel",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="GPUs per instance (tensor parallel).",
+)
+@click.option("--peak-qps", type=click.FloatRange(min=0), required=True)
+@click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(1), default=256, show_default=True)
+@click.option(
+    "--ttft-target",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds (p99).",
+)
+@click.option(
+    "--tpot-target",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds (p99).",
+)
+@click.option(
+    "--capacity-rps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Measured requests per second one instance sustains.",
+)
+@click.option(
+    "--run",
+    "run_id",
+    type=int,
+    default=None,
+    help="A stored load-test run that measured the capacity.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1),
+    default=None,
+    help="Sequences in flight per instance (default: the run's, or Little's law).",
+)
+@click.option(
+    "--headroom", type=click.FloatRange(0, 4), default=DEFAULT_HEADROOM, show_default=True
+)
+@click.option("--kv-dtype", default=None, help="KV-cache dtype when not the model's (fp8).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def plan_command(ctx: click.Context, /, **o: Any) -> None:
+    """Instances for a peak, one instance's GPU memory budget, and the latency floors."""
+    if (o["capacity_rps"] is None) == (o["run_id"] is None):
+        raise click.UsageError("give exactly one of --capacity-rps and --run")
+    capacity_rps, source, concurrency = o["capacity_rps"], "given", o["concurrency"]
+    if o["run_id"] is not None:
+        engine = create_store_engine(current_settings(ctx).database_url)
+        try:
+            capacity_rps, measured, source = capacity_from_run(
+                engine, o["run_id"], o["output_tokens"], o["ttft_target"], o["tpot_target"]
+            )
+        finally:
+            engine.dispose()
+        concurrency = concurrency or measured
+    result = plan(
+        load_catalog(),
+        PlanInput(
+            model=o["model"],
+            gpu=o["gpu"],
+            peak_qps=o["peak_qps"],
+            input_tokens=o["input_tokens"],
+            output_tokens=o["output_tokens"],
+            capacity_rps=capacity_rps,
+            tensor_parallel=o["tensor_parallel"],
+            concurrency=concurrency,
+            ttft_target_s=o["ttft_target"],
+            tpot_target_s=o["tpot_target"],
+            headroom=o["headroom"],
+            kv_dtype=o["kv_dtype"],
+            capacity_source=source,
+        ),
+    )
+    if o["as_json"]:
+        click.echo(json.dumps(plan_to_dict(result), indent=2))
+    else:
+        _print(result)
+    if not result.feasible:
+        sys.exit(1)
+
+
+def _print(result: CapacityPlan) -> None:
+    p, n, m, fl = result.request, result.instances, result.memory, result.floors
+    click.echo(
+        f"{p.model} on {p.tensor_parallel}× {p.gpu}: {n.instances} instances "
+        f"({n.instances * p.tensor_parallel} GPUs) for {p.peak_qps:g} QPS at peak "
+        f"with {n.headroom:.0%} headroom ({n.instances_low}–{n.instances_high} for 30–50 %)"
+    )
+    click.echo(
+        f"  per instance: {n.capacity_rps:.2f} req/s ({p.capacity_source}), "
+        f"{n.utilisation_at_peak:.0%} busy at peak, {result.concurrency} sequences in flight "
+        f"({result.concurrency_source})"
+    )
+    click.echo(
+        f"  memory: weights {m.weights_bytes / GIB:.1f} GiB + KV {m.kv_cache_bytes / GIB:.1f} GiB "
+        f"({m.kv_bytes_per_token / 1024:.0f} KiB/token × {m.concurrency} × {m.context_tokens}) "
+        f"+ activations {m.activation_bytes / GIB:.1f} GiB + CUDA {m.cuda_context_bytes / GIB:.1f}"
+        f" GiB = {m.total_bytes / GIB:.1f} GiB of {m.limit_bytes / GIB:.1f} GiB allowed"
+    )
+    click.echo(
+        f"  floors: TPOT ≥ {fl.tpot_s * 1e3:.1f} ms ({fl.tpot_at_concurrency_s * 1e3:.1f} ms at "
+        f"{result.concurrency} sequences), TTFT ≥ {fl.ttft_s * 1e3:.1f} ms for "
+        f"{p.input_tokens} input tokens"
+    )
+    for f in result.findings:
+        click.echo(f"  {'ok' if f.ok else 'FAIL'}  {f.check}: {f.message}")
+
+
+@capacity.command("gpus")
+def gpus() -> None:
+    """The GPU spec table."""
+    click.echo(f"{'NAME':<6} {'MEMORY':>9} {'BANDWIDTH':>11} {'16-BIT DENSE':>13}  PRODUCT")
+    for g in load_catalog().gpus.values():
+        click.echo(
+            f"{g.name:<6} {g.memory_bytes / GIB:>6.1f}GiB "
+            f"{g.bandwidth_bytes_per_s / 1e9:>7.0f}GB/s {g.dense_flops / 1e12:>8.0f}TFLOPS  "
+            f"{g.product}"
+        )
+
+
+@capacity.command("models")
+def models() -> None:
+    """The model architecture table."""
+    click.echo(f"{'NAME':<12} {'PARAMS':>7} {'LAYERS':>6} {'KV HEADS':>8} {'KV/TOKEN':>9}  DTYPE")
+    for m in load_catalog().models.values():
+        click.echo(
+            f"{m.name:<12} {m.params / 1e9:>6.2f}B {m.layers:>6} {m.kv_heads:>8} "
+            f"{m.kv_bytes_per_token() / 1024:>6.0f}KiB  {m.dtype}"
+        )

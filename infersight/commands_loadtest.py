@@ -1,0 +1,297 @@
+"""``infersight loadtest URL``: drive an OpenAI-compatible endpoint and measure it.
+
+Wires ``loadgen`` to the store: the run (every request's client-side timings) is saved unless
+``--no-store``, ``--replay`` reads production request shapes from the store, and
+``--capture-baseline NAME`` saves the run as a baseline that ``infersight baseline compare``
+gates on. Prints a table per phase (and the knee of a step run), or JSON with ``--json``;
+the progress bar and the generator's own warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import numpy as np
+
+from core.baseline import check_name
+from core.loadtest import (
+    DEFAULT_WARMUP,
+    LoadTestRun,
+    PhaseSummary,
+    ScenarioKind,
+    knee_of,
+    summarise,
+    to_baseline,
+)
+from core.query import Selector
+from core.window import Window, parse_duration
+from infersight.cli import current_settings
+from loadgen.client import Endpoint
+from loadgen.monitor import SelfMonitor
+from loadgen.progress import NoProgress, Progress, TextProgress
+from loadgen.runner import Runner
+from loadgen.scenarios import phases_for
+from loadgen.workload import LongTail, Replay, Sampled, Workload, parse_lengths
+from storage import migrate
+from storage.baselines import save_baseline
+from storage.engine import create_store_engine, redact
+from storage.runs import production_shapes, save_run
+
+API_KEY_ENV = "INFERSIGHT_LOADTEST_API_KEY"
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter("levels are comma-separated integers, e.g. 1,2,4,8") from None
+
+
+@click.command("loadtest")
+@click.argument("url")
+@click.option("--model", required=True, help="The served model name requests ask for.")
+@click.option(
+    "--scenario",
+    type=click.Choice([k.value for k in ScenarioKind]),
+    default=ScenarioKind.STEADY.value,
+    show_default=True,
+)
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds of a steady or long-tail run (a burst: before + after).",
+)
+@click.option("--levels", default="1,2,4,8,16,32", show_default=True, help="Step run levels.")
+@click.option(
+    "--hold",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds each step level is held.",
+)
+@click.option("--burst-multiplier", type=click.FloatRange(1.01, 10), default=2.5, show_default=True)
+@click.option("--burst-duration", type=click.FloatRange(min=0.1), default=90.0, show_default=True)
+@click.option(
+    "--input-tokens",
+    default="lognormal:512:0.5",
+    show_default=True,
+    help="fixed:N, uniform:LO:HI, normal:MEAN:SD or lognormal:MEDIAN:SIGMA.",
+)
+@click.option("--output-tokens", default="lognormal:256:0.5", show_default=True)
+@click.option(
+    "--long-output",
+    type=click.IntRange(1, 1_000_000),
+    default=4096,
+    show_default=True,
+    help="Output tokens of a long-tail run's long requests.",
+)
+@click.option(
+    "--long-fraction",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.02,
+    show_default=True,
+)
+@click.option(
+    "--replay",
+    metavar="DURATION",
+    default=None,
+    help="Replay the shapes of production requests of the last DURATION (e.g. 1h).",
+)
+@click.option("--replay-model", default=None, help="Only replay requests of this model.")
+@click.option("--replay-instance", default=None, help="Only replay requests of this instance.")
+@click.option("--completions", is_flag=True, help="Use /v1/completions instead of chat.")
+@click.option("--no-ignore-eos", is_flag=True, help="Do not send vLLM's ignore_eos.")
+@click.option(
+    "--api-key",
+    envvar=API_KEY_ENV,
+    default="",
+    show_envvar=True,
+    help="Bearer token for the target.",
+)
+@click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=DEFAULT_WARMUP,
+    show_default=True,
+    help="Fraction of each phase left out of its summary.",
+)
+@click.option("--name", default="", help="Name of the run (default: scenario and time).")
+@click.option("--seed", type=int, default=None, help="Seed of lengths and prompts.")
+@click.option("--no-store", is_flag=True, help="Do not save the run in the store.")
+@click.option(
+    "--capture-baseline", metavar="NAME", default=None, help="Also save the run as baseline NAME."
+)
+@click.option("--replace-baseline", is_flag=True, help="Replace baseline NAME if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.pass_context
+def loadtest(ctx: click.Context, /, url: str, **options: Any) -> None:
+    """Drive the OpenAI-compatible endpoint at URL and measure TTFT, TPOT, ITL and E2E."""
+    o = options
+    if o["capture_baseline"] is not None:
+        check_name(o["capture_baseline"])
+        if o["no_store"]:
+            raise click.UsageError("--capture-baseline needs the store (drop --no-store)")
+    kind = ScenarioKind(o["scenario"])
+    phases = phases_for(
+        kind,
+        concurrency=o["concurrency"],
+        duration_s=o["duration"],
+        levels=_levels(o["levels"]),
+        hold_s=o["hold"],
+        multiplier=o["burst_multiplier"],
+        burst_s=o["burst_duration"],
+    )
+    endpoint = Endpoint(
+        url,
+        o["model"],
+        chat=not o["completions"],
+        api_key=o["api_key"],
+        ignore_eos=not o["no_ignore_eos"],
+    )
+    rng = np.random.default_rng(o["seed"])
+    settings = current_settings(ctx)
+    needs_store = not o["no_store"] or o["replay"]
+    engine = create_store_engine(settings.database_url) if needs_store else None
+    try:
+        if engine is not None:
+            migrate.upgrade(engine)
+        workload = _workload(engine, kind, rng, o)
+        total = max(p.end_s for p in phases)
+        progress: Progress = NoProgress() if o["quiet"] else TextProgress(sys.stderr, total)
+        runner = Runner(
+            endpoint,
+            phases,
+            workload,
+            rng=rng,
+            progress=progress,
+            monitor=SelfMonitor(),
+            request_timeout_s=o["timeout"],
+        )
+        started = datetime.now(UTC)
+        name = o["name"] or f"{kind.value} {started:%Y-%m-%d %H:%M:%S}"
+        config = _config(o, workload)
+        run = asyncio.run(runner.run(name=name, scenario=kind, config=config))
+        for warning in run.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        if engine is not None and not o["no_store"]:
+            run = _store(engine, run, o)
+            click.echo(f"saved run {run.id} in {redact(settings.database_url)}", err=True)
+    finally:
+        if engine is not None:
+            engine.dispose()
+    _report(run, o["warmup"], as_json=o["as_json"])
+
+
+def _workload(engine: Any, kind: ScenarioKind, rng: np.random.Generator, o: Any) -> Workload:
+    workload: Workload
+    if o["replay"]:
+        end = datetime.now(UTC)
+        window = Window(end - parse_duration(o["replay"]), end)
+        selector = Selector(model=o["replay_model"], instance=o["replay_instance"])
+        workload = Replay(production_shapes(engine, window, selector))
+    else:
+        workload = Sampled(parse_lengths(o["input_tokens"]), parse_lengths(o["output_tokens"]), rng)
+    if kind is ScenarioKind.LONG_TAIL:
+        workload = LongTail(workload, o["long_output"], o["long_fraction"], rng)
+    return workload
+
+
+def _config(o: Any, workload: Workload) -> dict[str, Any]:
+    """What reproduces the run (never the API key)."""
+    keys = (
+        "scenario",
+        "concurrency",
+        "duration",
+        "levels",
+        "hold",
+        "burst_multiplier",
+        "burst_duration",
+        "input_tokens",
+        "output_tokens",
+        "long_output",
+        "long_fraction",
+        "replay",
+        "replay_model",
+        "replay_instance",
+        "completions",
+        "seed",
+        "timeout",
+    )
+    return {**{k: o[k] for k in keys}, "mean_output_tokens": workload.mean_output}
+
+
+def _store(engine: Any, run: LoadTestRun, o: Any) -> LoadTestRun:
+    run_id = save_run(engine, run)
+    run = dataclasses.replace(run, id=run_id)
+    name = o["capture_baseline"]
+    if name is not None:
+        baseline = to_baseline(run, name, datetime.now(UTC), f"load-test run {run_id}")
+        save_baseline(engine, baseline, replace=o["replace_baseline"])
+        click.echo(f"saved baseline {name}", err=True)
+    return run
+
+
+def _report(run: LoadTestRun, warmup: float, *, as_json: bool) -> None:
+    summaries = summarise(run, warmup)
+    knee = knee_of(summaries) if run.scenario is ScenarioKind.STEP else None
+    if as_json:
+        body = {
+            "run": run.id,
+            "name": run.name,
+            "scenario": run.scenario.value,
+            "target": run.target,
+            "model": run.model,
+            "requests": len(run.results),
+            "errors": sum(not r.ok for r in run.results),
+            "phases": [s.to_dict() for s in summaries],
+            "knee": None
+            if knee is None
+            else {
+                "concurrency": knee.concurrency,
+                "throughput_rps": knee.throughput_rps,
+                "latency_s": knee.latency_s,
+            },
+            "warnings": list(run.warnings),
+            "generator": run.config.get("generator", {}),
+        }
+        click.echo(json.dumps(body, indent=2))
+        return
+    click.echo(
+        f"{'PHASE':<12} {'USERS':>5} {'REQS':>6} {'ERR':>4} {'REQ/S':>7} {'TOK/S':>8} "
+        f"{'TTFT p50':>9} {'p99':>7} {'TPOT p50':>9} {'p99':>7} {'E2E p50':>8} {'p99':>7}"
+    )
+    for s in summaries:
+        click.echo(_row(s))
+    if run.scenario is ScenarioKind.STEP:
+        if knee is None:
+            click.echo("knee: none within the levels tested (throughput still rising)")
+        else:
+            click.echo(
+                f"knee: {knee.concurrency:g} users, {knee.throughput_rps:.2f} req/s "
+                f"(median E2E {knee.latency_s:.3f} s, ×{knee.latency_growth:.1f} by the last level)"
+            )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.0f}ms"
+
+
+def _row(s: PhaseSummary) -> str:
+    q = s.quantile
+    return (
+        f"{s.label[:12]:<12} {s.concurrency:>5} {s.requests:>6} {s.errors:>4} "
+        f"{s.throughput_rps:>7.2f} {s.output_tokens_per_s:>8.1f} "
+        f"{_ms(q('ttft')):>9} {_ms(q('ttft', '0.99')):>7} {_ms(q('tpot')):>9} "
+        f"{_ms(q('tpot', '0.99')):>7} {_ms(q('e2e')):>8} {_ms(q('e2e', '0.99')):>7}"
+    )
