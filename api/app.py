@@ -22,15 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import load_rules
-from api import (
-    dashboard,
-    errors,
-    routes_alerts,
-    routes_capacity,
-    routes_cost,
-    routes_query,
-    routes_slos,
-)
+from api import errors, routes_alerts, routes_baselines, routes_cost, routes_query, routes_slos
 from api.auth import Scope, check_exposure, parse_tokens, requires
 from api.cost_spec import active_model
 from api.diagnosis import DiagnosisListener
@@ -132,8 +124,7 @@ def create_app(
         routes_slos.alerts_router,
         routes_alerts.router,
         routes_cost.router,
-        routes_capacity.router,
-        dashboard.router,
+        routes_baselines.router,
     ):
         app.include_router(routes)
 

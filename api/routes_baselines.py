@@ -1,0 +1,211 @@
+"""``/api/v1/baselines``: capture, import, list and compare performance baselines.
+
+``POST /api/v1/baselines`` (admin) stores a baseline from one of three sources: a time
+window of the store (``start``/``end`` and a selector), a load tester's result file
+(``import``: vllm bench serve, LLMPerf or AIPerf JSON, optionally with per-request samples),
+or a baseline document made elsewhere (``baseline``, e.g. by ``infersight loadtest``).
+``GET /api/v1/baselines/{name}/compare?start=&end=&model=…`` captures the window as the
+candidate and answers per-metric verdicts (``core.baseline_compare``); the bootstrap's seed
+is a parameter, so the same question gets the same answer.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.auth import Scope, requires
+from api.cost_spec import active_model
+from api.params import Common, common, parse_time
+from core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
+from core.baseline_compare import Policy
+from core.baseline_compare import compare as compare_baselines
+from core.baseline_report import comparison_dict
+from core.errors import InvalidInput
+from core.importers import FORMATS
+from core.importers import parse as parse_result
+from core.query import Selector
+from core.window import Window
+from storage import baselines as store
+
+router = APIRouter(prefix="/api/v1/baselines")
+_READ = [Depends(requires(Scope.READ))]
+_ADMIN = [Depends(requires(Scope.ADMIN))]
+Params = Annotated[Common, Depends(common)]
+
+
+class ImportBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["vllm", "llmperf", "aiperf"] | None = Field(
+        None, description=f"one of {', '.join(FORMATS)}; guessed when absent"
+    )
+    result: dict[str, Any]
+    samples: list[Any] | None = Field(
+        None, description="LLMPerf individual responses or AIPerf profile_export.jsonl records"
+    )
+
+
+class CaptureBody(BaseModel):
+    """Exactly one source: a window (``start``/``end`` + selector), ``import`` or ``baseline``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(max_length=128)
+    description: str = Field("", max_length=1024)
+    replace: bool = False
+    start: str | None = Field(None, max_length=64)
+    end: str | None = Field(None, max_length=64)
+    model: str | None = Field(None, max_length=256)
+    instance: str | None = Field(None, max_length=256)
+    tenant: str | None = Field(None, max_length=256)
+    priority: str | None = Field(None, max_length=256)
+    import_: ImportBody | None = Field(None, alias="import")
+    baseline: dict[str, Any] | None = None
+
+
+def _window(request: Request, start: str | None, end: str | None) -> Window:
+    if not start or not end:
+        raise InvalidInput("a window capture needs both start and end")
+    window = Window(parse_time("start", start), parse_time("end", end))
+    max_days: int = request.app.state.settings.max_query_days
+    if window.end - window.start > timedelta(days=max_days):
+        raise InvalidInput(f"a window covers at most {max_days} days")
+    return window
+
+
+def _capture(
+    request: Request, name: str, window: Window, selector: Selector, description: str = ""
+) -> Baseline:
+    state = request.app.state
+    return store.capture_window(
+        state.engine,
+        name,
+        window,
+        selector,
+        state.clock(),
+        description=description,
+        finest=state.retention.finest_for(window, state.clock()),
+        exact_max_rows=state.exact_max_rows,
+        cost_model=active_model(state.engine, state.settings.cost_model),
+    )
+
+
+def _build(request: Request, body: CaptureBody) -> Baseline:
+    check_name(body.name)
+    window_given = any(
+        v is not None
+        for v in (body.start, body.end, body.model, body.instance, body.tenant, body.priority)
+    )
+    sources = sum((window_given, body.import_ is not None, body.baseline is not None))
+    if sources != 1:
+        raise InvalidInput("give exactly one of: start/end (a window), import, baseline")
+    if body.import_ is not None:
+        return parse_result(
+            body.import_.result,
+            name=body.name,
+            created_at=request.app.state.clock(),
+            fmt=body.import_.format,
+            description=body.description,
+            samples=body.import_.samples,
+        )
+    if body.baseline is not None:
+        return renamed(from_dict(body.baseline), body.name, body.description or None)
+    selector = Selector(body.model, body.instance, body.tenant, body.priority)
+    return _capture(
+        request, body.name, _window(request, body.start, body.end), selector, body.description
+    )
+
+
+@router.post(
+    "",
+    dependencies=_ADMIN,
+    status_code=201,
+    summary="Capture a baseline from a window, import a load tester's result, or store one",
+    responses={201: {"description": "Created"}, 200: {"description": "Replaced"}},
+)
+def capture(request: Request, body: CaptureBody, response: Response) -> dict[str, Any]:
+    baseline = _build(request, body)
+    created = store.save_baseline(request.app.state.engine, baseline, replace=body.replace)
+    response.status_code = 201 if created else 200
+    return summary_dict(baseline)
+
+
+@router.get("", dependencies=_READ, summary="Every baseline, newest first")
+def list_baselines(
+    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+) -> dict[str, Any]:
+    found = store.list_baselines(request.app.state.engine, limit)
+    return {"baselines": [summary_dict(b) for b in found]}
+
+
+@router.get("/{name}", dependencies=_READ, summary="One baseline")
+def get_baseline(
+    request: Request,
+    name: str,
+    distributions: Annotated[bool, Query(description="include the serialised sketches")] = False,
+) -> dict[str, Any]:
+    baseline = store.get_baseline(request.app.state.engine, name)
+    return to_dict(baseline) if distributions else summary_dict(baseline)
+
+
+@router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete a baseline")
+def delete_baseline(request: Request, name: str) -> Response:
+    store.delete_baseline(request.app.state.engine, check_name(name))
+    return Response(status_code=204)
+
+
+def parse_thresholds(text: str) -> dict[str, float]:
+    """``"ttft.p99:0.2,tpot:0.15"`` → ``{"ttft.p99": 0.2, "tpot": 0.15}``."""
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        metric, sep, value = item.partition(":")
+        try:
+            out[metric.strip()] = float(value)
+        except ValueError:
+            raise InvalidInput(
+                "thresholds are METRIC:NUMBER pairs", details={"thresholds": text[:200]}
+            ) from None
+        if not sep:
+            raise InvalidInput("thresholds are METRIC:NUMBER pairs")
+    return out
+
+
+@router.get(
+    "/{name}/compare",
+    dependencies=_READ,
+    summary="Compare a window (or another baseline) with a baseline: per-metric verdicts",
+)
+def compare(
+    request: Request,
+    name: str,
+    params: Params,
+    against: Annotated[
+        str | None, Query(max_length=128, description="compare this stored baseline instead")
+    ] = None,
+    threshold: Annotated[float, Query(ge=0, le=10, description="default relative threshold")] = 0.1,
+    thresholds: Annotated[
+        str, Query(max_length=1000, description="per metric: ttft.p99:0.2,tpot:0.15")
+    ] = "",
+    confidence: Annotated[float, Query(ge=0.5, lt=1.0)] = 0.95,
+    seed: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
+) -> dict[str, Any]:
+    if params.group_by:
+        raise InvalidInput("a comparison covers one selector; group_by is not supported")
+    policy = Policy(
+        thresholds=parse_thresholds(thresholds), default_threshold=threshold, confidence=confidence
+    )
+    state = request.app.state
+    baseline = store.get_baseline(state.engine, name)
+    if against is not None:
+        candidate = store.get_baseline(state.engine, against)
+    else:
+        window = params.window
+        label = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
+        candidate = _capture(request, label, window, params.selector)
+    result = compare_baselines(baseline, candidate, np.random.default_rng(seed), policy)
+    return comparison_dict(result)

@@ -1,0 +1,100 @@
+"""Capturing a baseline from a window of the store, on SQLite and PostgreSQL: exact quantiles
+when the window is small, sketch quantiles within 1 % when it is not, throughput, errors,
+GPU utilisation of the instances that served the selector, and cost per million tokens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from api.cost_spec import example_model
+from core.baseline import BASELINE_QUANTILES
+from core.errors import InvalidInput
+from core.query import Selector
+from core.samples import GpuSample
+from core.window import Window
+from storage.baselines import capture_window
+from storage.writer import open_writer
+from tests.api.conftest import NOW
+from tests.factories import make_records
+
+START = NOW - timedelta(hours=3)
+WINDOW = Window(START, NOW)
+
+
+@pytest.fixture
+def fleet(store):
+    """Two models on two instances (one each), with GPU samples every 30 s."""
+    rng = np.random.default_rng(8)
+    small = make_records(
+        rng, START, 1500, span=timedelta(hours=3), models=("llama-8b",), instances=("gpu-0",)
+    )
+    large = make_records(
+        rng, START, 900, span=timedelta(hours=3), models=("llama-70b",), instances=("gpu-1",)
+    )
+    writer = open_writer(store.engine)
+    writer.write_requests(small + large)
+    samples = [
+        GpuSample(
+            START + timedelta(seconds=30 * i),
+            instance,
+            0,
+            name="NVIDIA H100 80GB HBM3",
+            util_gpu=util,
+        )
+        for i in range(360)
+        for instance, util in (("gpu-0", 0.8), ("gpu-1", 0.3))
+    ]
+    writer.write_gpu_samples(samples)
+    return store, small, large
+
+
+def _numpy(records, field):
+    values = [getattr(r, field) for r in records if getattr(r, field) is not None]
+    return dict(zip(BASELINE_QUANTILES, np.quantile(values, BASELINE_QUANTILES), strict=True))
+
+
+def test_a_small_window_is_captured_with_exact_quantiles_and_its_distribution(fleet):
+    store, small, _ = fleet
+    b = capture_window(store.engine, "prod", WINDOW, Selector(model="llama-8b"), NOW)
+    assert b.source == "window"
+    assert b.labels == {"model": "llama-8b"}
+    assert b.requests == len(small)
+    assert b.errors == sum(r.status == "error" for r in small)
+    assert b.duration_s == pytest.approx(3 * 3600)
+    assert b.request_throughput == pytest.approx((b.requests - b.errors) / (3 * 3600))
+    assert b.output_token_throughput == pytest.approx(
+        sum(r.output_tokens for r in small) / (3 * 3600)
+    )
+    for metric, field in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
+        assert b.latency[metric].quantiles == pytest.approx(_numpy(small, field))
+        sketch = b.latency[metric].distribution()
+        assert sketch is not None
+        assert sketch.count == len(small)
+    assert b.gpu_utilization == pytest.approx(0.8)
+    assert (b.window_start, b.window_end) == (WINDOW.start, WINDOW.end)
+
+
+def test_a_large_window_uses_sketches_within_one_percent(fleet):
+    store, small, large = fleet
+    b = capture_window(store.engine, "prod", WINDOW, Selector(), NOW, exact_max_rows=0)
+    assert b.requests == len(small) + len(large)
+    for q, exact in _numpy(small + large, "ttft_s").items():
+        assert b.latency["ttft"].quantiles[q] == pytest.approx(exact, rel=0.01)
+    assert b.gpu_utilization == pytest.approx(0.55)
+
+
+def test_a_cost_model_adds_cost_per_million_tokens_in_its_currency(fleet):
+    store, _, _ = fleet
+    model = example_model()
+    b = capture_window(store.engine, "prod", WINDOW, Selector(), NOW, cost_model=model)
+    assert b.cost_per_million_tokens is not None
+    assert b.cost_per_million_tokens > 0
+    assert b.labels["cost_currency"] == model.currency
+
+
+def test_an_empty_window_is_refused(store):
+    with pytest.raises(InvalidInput, match="no requests"):
+        capture_window(store.engine, "prod", WINDOW, Selector(model="nobody"), NOW)
