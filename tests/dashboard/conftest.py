@@ -1,0 +1,146 @@
+"""Fixtures of the dashboard tests: a seeded store, the real app under uvicorn, Chromium.
+
+The browser tests share one SQLite store filled by ``seed.seed`` (a simulated fleet with a
+throttled GPU, SLOs and the incident it causes) and two live servers over it: one open, one
+with API tokens. Chromium is Debian's (``/usr/bin/chromium``), driven by Playwright.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from sqlalchemy import Engine
+
+from api import create_app
+from api.settings import ApiSettings
+from storage import migrate
+from storage.engine import create_store_engine
+from storage.maintenance import RetentionPolicy
+from tests.dashboard.seed import seed
+
+CHROMIUM = os.environ.get("INFERSIGHT_CHROMIUM", "/usr/bin/chromium")
+READ_TOKEN = "viewer-token-0123456789"
+ADMIN_TOKEN = "admin-token-0123456789ab"
+#: The seeded data is from January 2026; keep all of it at full resolution.
+RETENTION = RetentionPolicy(raw_days=400, minute_days=400, hour_days=400, day_days=1095)
+
+
+@dataclass
+class Seeded:
+    engine: Engine
+    now: datetime
+
+
+@dataclass
+class Live:
+    url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+    messages: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    path: Path = tmp_path_factory.mktemp("dashboard") / "store.db"
+    engine = create_store_engine(f"sqlite:///{path}")
+    migrate.upgrade(engine)
+    now = seed(engine)
+    yield Seeded(engine, now)
+    engine.dispose()
+
+
+def serve(engine: Engine, now: datetime, tokens: str = "") -> Live:
+    """The real app on a free port in a thread (uvicorn), its clock fixed at ``now``."""
+    settings = ApiSettings(run_jobs=False, api_tokens=tokens)
+    app = create_app(settings, engine, lambda: now, retention=RETENTION)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "the dashboard could not start"
+        assert time.monotonic() < deadline, "the dashboard did not start within 30 s"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return Live(f"http://127.0.0.1:{port}", server, thread)
+
+
+@pytest.fixture(scope="session")
+def live(seeded: Seeded) -> Iterator[Live]:
+    server = serve(seeded.engine, seeded.now)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def live_auth(seeded: Seeded) -> Iterator[Live]:
+    server = serve(seeded.engine, seeded.now, f"read:{READ_TOKEN},admin:{ADMIN_TOKEN}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield browser
+        browser.close()
+
+
+@dataclass
+class Page:
+    """A browser tab that records console errors and warnings and uncaught page errors."""
+
+    tab: Any
+    problems: list[str]
+
+    def goto(self, url: str) -> Any:
+        response = self.tab.goto(url)
+        self.tab.wait_for_load_state("load")
+        return response
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on(
+        "console",
+        lambda m: (
+            problems.append(f"console {m.type}: {m.text}")
+            if m.type in ("error", "warning")
+            else None
+        ),
+    )
+    tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    yield Page(tab, problems)
+    context.close()
+
+
+def screenshot(page: Page, name: str) -> None:
+    """Full-page screenshot into ``INFERSIGHT_DASHBOARD_SHOTS`` when set (for eyeballing)."""
+    folder = os.environ.get("INFERSIGHT_DASHBOARD_SHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.tab.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)

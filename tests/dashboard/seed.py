@@ -1,0 +1,77 @@
+"""A store with something to look at: a simulated fleet with a fault, SLOs and incidents.
+
+The shipped ``mixed-incident`` scenario, cut to ``minutes`` with its first fault (thermal
+throttling of ``vllm-70b-0`` from minute 30), goes through the real store writer; three SLOs
+are stored and evaluated every ``every`` from minute 20 with the diagnosis listener, so the
+incident the fault causes is opened and diagnosed the way ``infersight serve`` would do it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine
+
+from alerts.rules import load_rules
+from api.diagnosis import DiagnosisListener
+from api.evaluation import Evaluator, default_policy
+from core.query import Selector
+from core.slo import Sli, SliKind, SloSpec
+from simulator.events import Batch
+from simulator.fleet import run_scenario
+from simulator.sinks import MemorySink
+from simulator.sinks.store import StoreSink
+from simulator.specs import load_scenario
+from storage import slo_store
+from storage.writer import open_writer
+
+MODEL_8B = "meta-llama/Llama-3.1-8B-Instruct"
+MODEL_70B = "meta-llama/Llama-3.1-70B-Instruct"
+INSTANCES = ("vllm-70b-0", "vllm-70b-1", "vllm-8b-0", "vllm-8b-1")
+THROTTLED = "vllm-70b-0"
+
+SLOS = (
+    SloSpec(
+        "chat-70b-tpot",
+        Sli(SliKind.LATENCY, "tpot", 0.035),
+        0.999,
+        timedelta(days=28),
+        Selector(model=MODEL_70B),
+        "Llama 3.1 70B streams a token every 35 ms or faster",
+    ),
+    SloSpec(
+        "chat-8b-ttft",
+        Sli(SliKind.LATENCY, "ttft", 0.5),
+        0.999,
+        timedelta(days=28),
+        Selector(model=MODEL_8B),
+        "Llama 3.1 8B answers within 500 ms",
+    ),
+    SloSpec("fleet-availability", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=28)),
+)
+
+
+def seed(engine: Engine, minutes: int = 45, every: timedelta = timedelta(minutes=2)) -> datetime:
+    """Fill ``engine``'s (migrated, empty) store; returns the end of the data: the page's now."""
+    scenario = load_scenario("mixed-incident")
+    scenario = dataclasses.replace(scenario, duration_s=minutes * 60.0, faults=scenario.faults[:1])
+    memory = MemorySink()
+    run_scenario(scenario, [memory])
+    sink = StoreSink(open_writer(engine))
+    sink.write(_batch(memory))
+    sink.close()
+    end = scenario.start + timedelta(minutes=minutes)
+    for spec in SLOS:
+        slo_store.put_slo(engine, spec, scenario.start)
+    diagnosis = DiagnosisListener(engine, pack=load_rules())
+    evaluator = Evaluator(engine, default_policy(), [diagnosis])
+    at = scenario.start + timedelta(minutes=20)
+    while at <= end:
+        evaluator.run(at)
+        at += every
+    return end
+
+
+def _batch(memory: MemorySink) -> Batch:
+    return Batch(tuple(memory.completions), tuple(memory.server_samples), tuple(memory.gpu_samples))

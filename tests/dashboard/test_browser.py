@@ -1,0 +1,185 @@
+"""The dashboard in Debian's Chromium against a live server over a seeded store.
+
+Every page loads with data and draws its charts, the filters and pickers change what is shown
+and keep it in the URL, legend items toggle their line, the login form admits a token and
+sets a safe session cookie, and no page logs a console error or warning.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.dashboard.conftest import READ_TOKEN, Live, Page, screenshot
+from tests.dashboard.seed import INSTANCES, MODEL_8B, THROTTLED
+
+pytestmark = [pytest.mark.e2e]
+
+
+def _query(page: Page) -> dict[str, list[str]]:
+    return parse_qs(urlparse(page.tab.url).query)
+
+
+def test_the_overview_shows_slos_the_firing_incident_and_fleet_throughput(live: Live, page: Page):
+    response = page.goto(f"{live.url}/")
+    assert response.status == 200
+    assert page.tab.url.endswith("/ui/overview")
+    slos = page.tab.locator("tr[data-slo]")
+    assert slos.count() == 3
+    burning = page.tab.locator('tr[data-slo="chat-70b-tpot"]')
+    assert "page" in burning.inner_text()
+    assert "0 %" in burning.locator(".meter").inner_text()  # the budget is spent
+    assert page.tab.locator("#kpi-incidents strong").inner_text() == "1"
+    assert "GPU throttled" in page.tab.locator(".incidents-short").inner_text()
+    assert page.tab.locator("svg.chart polyline").count() >= 4  # 2 charts × 2 models
+    screenshot(page, "overview")
+    assert page.problems == []
+
+
+def test_the_latency_page_draws_percentiles_a_heatmap_and_the_stage_breakdown(
+    live: Live, page: Page
+):
+    page.goto(f"{live.url}/ui/latency")
+    rows = page.tab.locator("table.latency tbody tr")
+    assert sorted(rows.nth(i).get_attribute("data-instance") for i in range(rows.count())) == (
+        sorted(INSTANCES)
+    )
+    for metric in ("ttft", "tpot", "e2e"):
+        chart = page.tab.locator(f"#chart-{metric} svg.chart")
+        assert chart.locator("g.series").count() == 4
+        assert chart.locator("polyline").count() >= 4
+    assert page.tab.locator("#heatmap rect.cell").count() > 100
+    assert page.tab.locator("#breakdown .hbar-row").count() == 2
+    assert "decode" in page.tab.locator("#breakdown").inner_text()
+    screenshot(page, "latency")
+    # The percentile picker redraws the charts at another quantile and keeps it in the URL.
+    p99 = page.tab.locator("#chart-ttft polyline").first.get_attribute("points")
+    page.tab.click("a.pill:text-is('P50')")
+    page.tab.wait_for_load_state("load")
+    assert _query(page)["q"] == ["0.5"]
+    assert page.tab.locator("#chart-ttft polyline").first.get_attribute("points") != p99
+    assert page.problems == []
+
+
+def test_the_gpu_page_shows_every_gpu_and_the_throttled_one(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/gpus")
+    rows = page.tab.locator("table.gpus tbody tr")
+    assert rows.count() == 10  # 2 × 70B on four GPUs, 2 × 8B on one
+    throttled = page.tab.locator(f'table.gpus tr[data-instance="{THROTTLED}"]').first
+    assert "thermal" in throttled.inner_text()
+    healthy = page.tab.locator('table.gpus tr[data-instance="vllm-8b-0"]').first
+    assert "none" in healthy.inner_text()
+    for chart in ("util", "memory", "power", "sm_clock", "temperature", "throttled"):
+        assert page.tab.locator(f"#gpu-{chart} polyline").count() == 10
+    screenshot(page, "gpus")
+    assert page.problems == []
+
+
+def test_the_incident_page_shows_the_timeline_diagnosis_and_evidence(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/incidents")
+    cards = page.tab.locator("section.incident")
+    assert cards.count() == 1
+    card = cards.first
+    assert "chat-70b-tpot" in card.inner_text()
+    assert "GPU throttled" in card.locator(".diagnosis h3").inner_text()
+    assert THROTTLED in card.locator(".diagnosis").inner_text()
+    assert card.locator("table.evidence tbody tr").count() >= 1
+    bar = page.tab.locator(".timeline a.tl-bar")
+    assert bar.count() == 1
+    bar.click()
+    assert page.tab.url.endswith(f"#{card.get_attribute('id')}")
+    screenshot(page, "incidents")
+    assert page.problems == []
+
+
+@pytest.mark.parametrize("name", ["cost", "baselines", "capacity"])
+def test_the_pages_that_depend_on_other_modules_load_without_errors(
+    live: Live, page: Page, name: str
+):
+    response = page.goto(f"{live.url}/ui/{name}")
+    assert response.status == 200
+    assert page.tab.locator("main section.card").count() >= 1
+    screenshot(page, name)
+    assert page.problems == []
+
+
+def test_filters_narrow_every_page_and_stay_in_the_url(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/latency")
+    page.tab.select_option("#filter-instance", "vllm-8b-0")
+    page.tab.wait_for_url(re.compile(r"instance=vllm-8b-0"))
+    rows = page.tab.locator("table.latency tbody tr")
+    assert rows.count() == 1
+    assert rows.first.get_attribute("data-instance") == "vllm-8b-0"
+    assert page.tab.locator("#chart-ttft g.series").count() == 1
+    # The menus narrow each other: with one instance chosen, one model is left to choose.
+    models = page.tab.locator("#filter-model option").all_inner_texts()
+    assert models == ["all", MODEL_8B]
+    # Moving to another page keeps the filter.
+    page.tab.click("nav.tabs a:text-is('GPUs')")
+    page.tab.wait_for_load_state("load")
+    assert _query(page)["instance"] == ["vllm-8b-0"]
+    assert page.tab.locator("table.gpus tbody tr").count() == 1
+    # A model filter hides the incident of the other model's SLO.
+    page.goto(f"{live.url}/ui/incidents?model={MODEL_8B}")
+    assert page.tab.locator("section.incident").count() == 0
+    assert "No incidents" in page.tab.locator("main").inner_text()
+    assert page.problems == []
+
+
+def test_the_range_picker_and_auto_refresh(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/overview")
+    before = page.tab.locator(".toolbar .window").inner_text()
+    page.tab.select_option("#range", "6h")
+    page.tab.wait_for_url(re.compile(r"range=6h"))
+    assert page.tab.locator(".toolbar .window").inner_text() != before
+    assert "per 1h" in page.tab.locator("main").inner_text()  # hour buckets for 6 hours
+    page.tab.select_option("#refresh", "30s")
+    page.tab.wait_for_url(re.compile(r"refresh=30s"))
+    assert page.tab.locator("body").get_attribute("data-refresh") == "30"
+    assert _query(page)["range"] == ["6h"]
+    # A custom range is two RFC 3339 times; a bad one is explained, not a stack trace.
+    page.goto(f"{live.url}/ui/overview?start=2026-01-05T12:10:00Z&end=2026-01-05T12:20:00Z")
+    assert page.tab.locator("#range").input_value() == "custom"
+    bad = page.goto(f"{live.url}/ui/overview?start=yesterday&end=now")
+    assert bad.status == 400
+    assert "RFC 3339" in page.tab.locator("[data-state=error]").inner_text()
+    assert [p for p in page.problems if "400" not in p] == []
+
+
+def test_a_legend_item_hides_and_shows_its_line(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/latency")
+    card = page.tab.locator("#chart-tpot")
+    first = card.locator(".legend-item").first
+    line = card.locator('g.series[data-series="0"]')
+    assert line.is_visible()
+    first.click()
+    assert not line.is_visible()
+    first.click()
+    assert line.is_visible()
+    assert page.problems == []
+
+
+def test_with_tokens_a_viewer_signs_in_with_a_read_token(live_auth: Live, page: Page):
+    response = page.goto(f"{live_auth.url}/ui/gpus?range=6h")
+    assert urlparse(page.tab.url).path == "/ui/login"
+    assert response.status == 200
+    page.tab.fill("#token", "not-a-token-at-all-000")
+    page.tab.click("button[type=submit]")
+    assert "not valid" in page.tab.locator(".error-text").inner_text()
+    page.tab.fill("#token", READ_TOKEN)
+    page.tab.click("button[type=submit]")
+    page.tab.wait_for_url(re.compile(r"/ui/gpus\?range=6h$"))
+    assert page.tab.locator(".session .role").inner_text() == "viewer"
+    assert page.tab.locator("table.gpus tbody tr").count() == 10
+    (cookie,) = page.tab.context.cookies()
+    assert cookie["httpOnly"] is True
+    assert cookie["sameSite"] == "Strict"
+    assert READ_TOKEN not in cookie["value"]
+    screenshot(page, "gpus-viewer")
+    page.tab.click(".session button")
+    page.tab.wait_for_url(re.compile(r"/ui/login"))
+    page.goto(f"{live_auth.url}/ui/overview")
+    assert urlparse(page.tab.url).path == "/ui/login"
+    assert [p for p in page.problems if "401" not in p] == []
