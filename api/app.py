@@ -25,12 +25,14 @@ from alerts.rules import load_rules
 from api import errors, routes_alerts, routes_baselines, routes_cost, routes_query, routes_slos
 from api.auth import Scope, check_exposure, parse_tokens, requires
 from api.cost_spec import active_model
+from api.cost_spec import active_model
 from api.diagnosis import DiagnosisListener
 from api.evaluation import Evaluator, default_policy
 from api.jobs import Jobs, LeaderLock, leader_lock
 from api.limits import BodyLimit
 from api.metrics import CostCollector, StoreCollector, registry_for
 from api.notifications import Announcer, Delivery, FollowUp
+from api.reports import WeeklyReports, parse_schedule
 from api.settings import ApiSettings
 from core.burn import IncidentListener, Policy
 from storage.maintenance import RetentionPolicy
@@ -81,6 +83,18 @@ def create_app(
         settings.evaluation_interval_s,
         settings.maintenance_interval_s,
         deliver=FollowUp(diagnosis, delivery),
+        report=WeeklyReports(
+            engine,
+            lambda: active_model(engine, settings.cost_model),
+            settings.report_timezone,
+            retention.finest_for,
+            notifiers=list(notifiers or {}),
+            base_url=dashboard_url,
+        ),
+        report_cron={
+            **parse_schedule(settings.report_schedule),
+            "timezone": settings.report_timezone,
+        },
     )
 
     @asynccontextmanager

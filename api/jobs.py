@@ -6,7 +6,8 @@ when it stops (or its connection dies) the lock is released and the next replica
 over. On SQLite there is one process, which always leads.
 
 Jobs: SLO evaluation (every ``evaluation_interval_s``) and maintenance — daily partitions
-ahead of time, and retention of raw rows and rollups (every ``maintenance_interval_s``).
+ahead of time, and retention of raw rows and rollups (every ``maintenance_interval_s``); the
+weekly cost report on a cron schedule in its own time zone (``api.reports``), when given.
 Rollups themselves are merged as batches arrive (``storage.rollup``), so compaction here is
 the retention of the finer resolutions that coarser ones have made redundant.
 """
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Connection, Engine, text
@@ -135,6 +136,8 @@ class Jobs:
         maintenance_interval_s: float,
         deliver: Callable[[datetime], object] | None = None,
         delivery_interval_s: float = 10.0,
+        report: Callable[[datetime], object] | None = None,
+        report_cron: Mapping[str, Any] | None = None,
     ) -> None:
         self.engine = engine
         self.evaluator = evaluator
@@ -149,6 +152,11 @@ class Jobs:
         self.delivery_interval_s = delivery_interval_s
         if deliver is not None:
             self.runs["deliver"] = 0
+        # The weekly report: cron fields (day_of_week, hour, minute, timezone) for APScheduler.
+        self.report = report
+        self.report_cron = dict(report_cron or {})
+        if report is not None:
+            self.runs["report"] = 0
         self.last_error: str | None = None
         self._scheduler: BackgroundScheduler | None = None
 
@@ -166,6 +174,12 @@ class Jobs:
         if deliver is None:
             return False
         return self._guarded("deliver", lambda: deliver(self.clock()))
+
+    def tick_report(self) -> bool:
+        report = self.report
+        if report is None:
+            return False
+        return self._guarded("report", lambda: report(self.clock()))
 
     def _guarded(self, name: str, work: Callable[[], object]) -> bool:
         if not self.lock.acquire():
@@ -206,6 +220,16 @@ class Jobs:
                 id="deliver",
                 max_instances=1,
                 coalesce=True,
+            )
+        if self.report is not None:
+            scheduler.add_job(
+                self.tick_report,
+                "cron",
+                id="report",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=6 * 3600,
+                **self.report_cron,
             )
         scheduler.start()
         self._scheduler = scheduler

@@ -6,98 +6,35 @@ energy, cost (total, input, output, idle), cost per million tokens (total, input
 good), tokens per joule and average GPU utilisation; plus each instance's cost. Money and
 hours are decimal strings (never rounded through binary floats) with the currency beside
 them. ``GET /api/v1/cost/model`` shows the cost model in use; ``PUT`` replaces it (admin).
+
+Stored cost reports: ``GET /api/v1/reports`` lists them (newest first), ``GET
+/api/v1/reports/{id}`` answers a report's JSON, ``…/html`` and ``…/csv`` its other renderings;
+``POST /api/v1/reports/weekly?week=2026-W48`` (admin) generates one now.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import HTMLResponse
 
 from api.auth import Scope, requires
 from api.cost_spec import active_model, parse_models, to_document
+from api.cost_view import cost_dict
 from api.params import Common, common, iso
-from core.cost import CostLine, CostModel, CostResult, InstanceCost, Money, quantize
+from api.reports import previous_week
+from core.cost import CostModel
 from core.errors import InvalidInput
 from storage import cost as cost_store
+from storage import reports as report_store
+from storage.reports import ReportInfo
 
 Params = Annotated[Common, Depends(common)]
 router = APIRouter(prefix="/api/v1")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
-
-
-def amount(value: Decimal) -> str:
-    """A Decimal quantity as the API writes it: a string with six decimal places."""
-    return str(quantize(value))
-
-
-def _money(value: Money | None) -> str | None:
-    return None if value is None else amount(value.amount)
-
-
-def line_dict(line: CostLine) -> dict[str, Any]:
-    return {
-        "labels": dict(line.labels),
-        "requests": line.requests,
-        "tokens": line.tokens,
-        "input_tokens": line.input_tokens,
-        "output_tokens": line.output_tokens,
-        "good_tokens": line.good_tokens,
-        "gpu_hours": amount(line.gpu_hours),
-        "idle_gpu_hours": amount(line.idle_gpu_hours),
-        "energy_kwh": amount(line.energy_kwh),
-        "cost": amount(line.cost),
-        "input_cost": amount(line.input_cost),
-        "output_cost": amount(line.output_cost),
-        "idle_cost": amount(line.idle_cost),
-        "cost_per_million_tokens": {
-            "total": _money(line.cost_per_million_tokens),
-            "input": _money(line.cost_per_million_input_tokens),
-            "output": _money(line.cost_per_million_output_tokens),
-            "good": _money(line.cost_per_million_good_tokens),
-        },
-        "tokens_per_joule": line.tokens_per_joule,
-        "utilisation": line.utilisation,
-    }
-
-
-def instance_dict(instance: InstanceCost) -> dict[str, Any]:
-    return {
-        "instance": instance.instance,
-        "gpus": instance.gpus,
-        "gpu_names": list(instance.gpu_names),
-        "gpu_hours": amount(instance.gpu_hours),
-        "idle_gpu_hours": amount(instance.idle_gpu_hours),
-        "energy_kwh": amount(instance.energy_kwh),
-        "gpu_cost": amount(instance.gpu_cost.amount),
-        "energy_cost": amount(instance.energy_cost.amount),
-        "overhead_cost": amount(instance.overhead_cost.amount),
-        "cost": amount(instance.total.amount),
-        "idle_cost": amount(instance.idle_cost.amount),
-        "utilisation": instance.utilisation,
-        "served": instance.served,
-        "unpriced_gpus": list(instance.unpriced),
-    }
-
-
-def cost_dict(result: CostResult) -> dict[str, Any]:
-    """The JSON answer of ``GET /api/v1/cost`` (the weekly report embeds the same shape)."""
-    return {
-        "start": iso(result.window.start),
-        "end": iso(result.window.end),
-        "currency": result.currency,
-        "cost_model": {"name": result.model_name, "example_prices": result.example_prices},
-        "group_by": list(result.group_by),
-        "groups": [line_dict(g) for g in result.groups],
-        "total": line_dict(result.total),
-        "instances": [instance_dict(i) for i in result.instances],
-        "unpriced_gpus": list(result.unpriced),
-        "unmetered_instances": list(result.unmetered),
-        "good_tokens_method": "exact" if result.good_tokens_exact else "partial",
-    }
 
 
 def model_for(request: Request) -> CostModel:
@@ -144,3 +81,66 @@ async def put_model(request: Request) -> dict[str, Any]:
     now: datetime = request.app.state.clock()
     cost_store.put_model(request.app.state.engine, model, now)
     return to_document(model)
+
+
+# -- stored reports -------------------------------------------------------------------------
+
+
+def _info(info: ReportInfo) -> dict[str, Any]:
+    base = f"/api/v1/reports/{info.id}"
+    return {
+        "id": info.id,
+        "kind": info.kind,
+        "period": info.period,
+        "start": iso(info.start),
+        "end": iso(info.end),
+        "currency": info.currency,
+        "created_at": iso(info.created_at),
+        "summary": info.summary,
+        "links": {"json": base, "html": f"{base}/html", "csv": f"{base}/csv"},
+    }
+
+
+@router.get("/reports", summary="Stored cost reports, newest first", dependencies=_READ)
+def list_reports(
+    request: Request,
+    kind: Annotated[str | None, Query(max_length=16)] = None,
+    limit: Annotated[int, Query(ge=1, le=report_store.MAX_LIST)] = 52,
+) -> dict[str, Any]:
+    infos = report_store.list_reports(request.app.state.engine, kind, limit)
+    return {"reports": [_info(i) for i in infos]}
+
+
+@router.post("/reports/weekly", summary="Generate a weekly report now (admin)", dependencies=_ADMIN)
+def generate_weekly(
+    request: Request,
+    week: Annotated[str | None, Query(description="ISO week, e.g. 2026-W48")] = None,
+) -> dict[str, Any]:
+    jobs = request.app.state.jobs.report
+    now: datetime = request.app.state.clock()
+    generated = jobs.generate(week or previous_week(now, jobs.tz), now)
+    stored = report_store.get_report(request.app.state.engine, generated.id)
+    return _info(stored.info)
+
+
+@router.get("/reports/{report_id}", summary="A stored report's JSON", dependencies=_READ)
+def get_report(request: Request, report_id: int) -> Response:
+    stored = report_store.get_report(request.app.state.engine, report_id)
+    return Response(stored.body, media_type="application/json")
+
+
+@router.get("/reports/{report_id}/html", summary="A stored report as HTML", dependencies=_READ)
+def get_report_html(request: Request, report_id: int) -> Response:
+    stored = report_store.get_report(request.app.state.engine, report_id)
+    return HTMLResponse(stored.html)
+
+
+@router.get("/reports/{report_id}/csv", summary="A stored report as CSV", dependencies=_READ)
+def get_report_csv(request: Request, report_id: int) -> Response:
+    stored = report_store.get_report(request.app.state.engine, report_id)
+    name = f"infersight-{stored.info.kind}-{stored.info.period}.csv"
+    return Response(
+        stored.csv,
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )

@@ -17,8 +17,8 @@ import click
 import yaml
 
 from api.cost_spec import active_model, parse_models, to_document
+from api.cost_view import cost_dict
 from api.params import parse_time
-from api.routes_cost import cost_dict
 from core.query import Selector, check_group_by
 from core.window import Window, parse_duration
 from infersight.cli import current_settings

@@ -21,13 +21,15 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Final
 
+import numpy as np
 from sqlalchemy import Engine
 
 from core.cost import CostModel, GoodRequest, GpuPrice
 from core.records import RequestRecord
-from core.samples import GpuSample
+from core.samples import GpuSample, ServerSample
 from core.window import Window
 from storage.writer import open_writer
+from tests.factories import make_records
 
 WEEK_START: Final = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of 2026-W48
 WEEK: Final = Window(WEEK_START, WEEK_START + timedelta(days=7))
@@ -104,3 +106,39 @@ def write_worked_week(engine: Engine) -> None:
     writer.write_gpu_samples(gpu_series("h200-a", WEEK, util=0.6, power_w=500.0))
     writer.write_gpu_samples(gpu_series("h200-idle", IDLE_DAY, util=0.0, power_w=100.0))
     writer.write_requests(worked_requests())
+
+
+def write_simulated_week(engine: Engine) -> None:
+    """The worked week plus a second model on two under-used L40S instances (random load),
+    with server gauges that show requests waiting on one of them."""
+    write_worked_week(engine)
+    rng = np.random.default_rng(48)
+    writer = open_writer(engine)
+    writer.write_requests(
+        make_records(
+            rng,
+            WEEK.start,
+            1500,
+            span=timedelta(days=7),
+            models=("llama-8b",),
+            instances=("l40s-0", "l40s-1"),
+        )
+    )
+    for name, util in (("l40s-0", 0.2), ("l40s-1", 0.15)):
+        writer.write_gpu_samples(
+            gpu_series(name, WEEK, util=util, power_w=200.0, name="NVIDIA L40S")
+        )
+    writer.write_server_samples(
+        [
+            ServerSample(
+                ts=WEEK.start + timedelta(hours=h),
+                instance="l40s-0",
+                engine="vllm",
+                model="llama-8b",
+                requests_running=2.0,
+                requests_waiting=3.0,
+                kv_cache_usage=0.3,
+            )
+            for h in range(0, 168, 6)
+        ]
+    )

@@ -1,0 +1,495 @@
+"""Weekly cost reports: data, renderings (JSON, HTML with server-side SVG charts, CSV),
+storage, the Slack summary and the scheduled job.
+
+A weekly report covers one ISO week (Monday 00:00 to Monday 00:00 in the report time zone).
+Its numbers are exactly what ``GET /api/v1/cost`` answers for the same windows: the report
+embeds the API's JSON for the week by model and by instance and for each day, so the two
+cannot drift apart. Savings opportunities come from ``core.savings`` with the evidence that
+triggered them. ``WeeklyReports`` is the job ``infersight serve`` schedules (default Monday
+09:00): it reports the week that ended, stores every rendering, and enqueues a short summary
+with a link in the notification outbox for Slack (idempotent per week).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from itertools import pairwise
+from typing import Any, Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy import Engine
+
+from api.cost_view import amount, cost_dict
+from api.evaluation import FinestFor
+from api.params import iso
+from core.cost import CostLine, CostModel, CostResult, quantize
+from core.errors import ConfigurationError, InvalidInput
+from core.savings import RULES, Category, InstanceFacts, find_savings
+from core.window import Window
+from storage import cost as cost_store
+from storage import reports as report_store
+from storage.outbox import Outbox
+
+KIND: Final = "weekly"
+_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
+_DAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+CSV_COLUMNS: Final = (
+    "section",
+    "date",
+    "model",
+    "instance",
+    "cost",
+    "idle_cost",
+    "input_cost",
+    "output_cost",
+    "gpu_hours",
+    "idle_gpu_hours",
+    "energy_kwh",
+    "requests",
+    "tokens",
+    "input_tokens",
+    "output_tokens",
+    "good_tokens",
+    "cost_per_million_tokens",
+    "cost_per_million_input_tokens",
+    "cost_per_million_output_tokens",
+    "cost_per_million_good_tokens",
+    "tokens_per_joule",
+    "utilisation",
+)
+
+
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(f"unknown time zone {name!r}", details={"zone": name}) from None
+
+
+def parse_week(period: str) -> date:
+    """``2026-W48`` → the Monday of that ISO week."""
+    match = _WEEK.match(period.strip())
+    if not match:
+        raise InvalidInput("a week is written like 2026-W48", details={"week": period[:32]})
+    try:
+        return date.fromisocalendar(int(match[1]), int(match[2]), 1)
+    except ValueError:
+        raise InvalidInput("no such ISO week", details={"week": period[:32]}) from None
+
+
+def week_of(day: date) -> str:
+    year, week, _ = day.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def previous_week(now: datetime, tz: ZoneInfo) -> str:
+    """The ISO week that ended most recently at ``now`` in ``tz``."""
+    return week_of(now.astimezone(tz).date() - timedelta(days=7))
+
+
+def _midnight(day: date, tz: ZoneInfo) -> datetime:
+    return datetime.combine(day, time(), tzinfo=tz)
+
+
+def day_windows(period: str, tz: ZoneInfo) -> list[tuple[date, Window]]:
+    """The seven local days of the week (23 or 25 hours long across a DST change)."""
+    monday = parse_week(period)
+    days = [monday + timedelta(days=i) for i in range(8)]
+    return [
+        (day, Window(_midnight(day, tz), _midnight(after, tz))) for day, after in pairwise(days)
+    ]
+
+
+def week_window(period: str, tz: ZoneInfo) -> Window:
+    monday = parse_week(period)
+    return Window(_midnight(monday, tz), _midnight(monday + timedelta(days=7), tz))
+
+
+def parse_schedule(text: str) -> dict[str, Any]:
+    """``mon 09:00`` → APScheduler cron fields (day_of_week, hour, minute)."""
+    parts = text.strip().lower().split()
+    if len(parts) == 2 and parts[0] in _DAYS and re.fullmatch(r"\d{1,2}:\d{2}", parts[1]):
+        hour, minute = (int(p) for p in parts[1].split(":"))
+        if hour < 24 and minute < 60:
+            return {"day_of_week": parts[0], "hour": hour, "minute": minute}
+    raise ConfigurationError(
+        "report_schedule must be DAY HH:MM, e.g. 'mon 09:00'", details={"schedule": text[:32]}
+    )
+
+
+# -- the report's data ----------------------------------------------------------------------
+
+
+def _facts(
+    result: CostResult, model: CostModel, evidence: Mapping[str, Any]
+) -> list[InstanceFacts]:
+    """Per-instance facts for the savings rules, from a (model, instance) cost result."""
+    lines: dict[str, list[CostLine]] = {}
+    for line in result.groups:
+        lines.setdefault(line.labels["instance"], []).append(line)
+    out = []
+    for instance in result.instances:
+        mine = lines.get(instance.instance, [])
+        main = max(mine, key=lambda line: line.cost, default=None)
+        split = sum((line.input_cost + line.output_cost for line in mine), Decimal(0))
+        seen = evidence.get(instance.instance)
+        price = model.price_for(
+            instance.instance, instance.gpu_names[0] if instance.gpu_names else ""
+        )
+        out.append(
+            InstanceFacts(
+                instance=instance.instance,
+                model=main.labels["model"] if main is not None else "",
+                engine=seen.engine if seen is not None else "",
+                cost=instance.total.amount,
+                idle_cost=instance.idle_cost.amount,
+                input_cost=sum((line.input_cost for line in mine), Decimal(0)),
+                output_cost=sum((line.output_cost for line in mine), Decimal(0)),
+                gpu_cost=instance.gpu_cost.amount,
+                price_per_gpu_hour=None if price is None else price.blended_per_hour,
+                utilisation=instance.utilisation,
+                served=instance.served,
+                tokens=sum(line.tokens for line in mine),
+                good_tokens=sum(line.good_tokens for line in mine),
+                prefill_share=float(sum((line.input_cost for line in mine), Decimal(0)) / split)
+                if split
+                else None,
+                requests_running=seen.requests_running if seen is not None else None,
+                requests_waiting=seen.requests_waiting if seen is not None else None,
+                prefix_cache_hit_ratio=seen.prefix_cache_hit_ratio if seen is not None else None,
+            )
+        )
+    return out
+
+
+def _cheapest(model: CostModel) -> Decimal | None:
+    prices = [p.blended_per_hour for p in model.gpu_prices.values() if p.blended_per_hour > 0]
+    return min(prices, default=None)
+
+
+def build_weekly(
+    engine: Engine,
+    model: CostModel,
+    period: str,
+    timezone: str,
+    finest_for: FinestFor,
+    now: datetime,
+) -> dict[str, Any]:
+    """The weekly report's JSON body (see the module docstring)."""
+    tz = zone(timezone)
+    window = week_window(period, tz)
+
+    def priced(w: Window, group_by: tuple[str, ...]) -> CostResult:
+        return cost_store.cost(engine, w, model, group_by=group_by, finest=finest_for(w, now))
+
+    by_model = priced(window, ("model",))
+    by_instance = priced(window, ("instance",))
+    both = priced(window, ("model", "instance"))
+    evidence = cost_store.server_evidence(engine, window)
+    savings = find_savings(_facts(both, model, evidence), _cheapest(model))
+    total = by_model.total
+    return {
+        "kind": KIND,
+        "period": period,
+        "timezone": timezone,
+        "start": iso(window.start),
+        "end": iso(window.end),
+        "generated_at": iso(now),
+        "currency": model.currency,
+        "cost_model": {"name": model.name, "example_prices": model.example},
+        "summary": {
+            "cost": amount(total.cost),
+            "idle_cost": amount(total.idle_cost),
+            "gpu_hours": amount(total.gpu_hours),
+            "tokens": total.tokens,
+            "cost_per_million_tokens": _text(total.cost_per_million_tokens),
+            "cost_per_million_good_tokens": _text(total.cost_per_million_good_tokens),
+            "utilisation": total.utilisation,
+            "tokens_per_joule": total.tokens_per_joule,
+        },
+        "by_model": cost_dict(by_model),
+        "by_instance": cost_dict(by_instance),
+        "daily": [
+            {"date": day.isoformat(), **cost_dict(priced(w, ()))}
+            for day, w in day_windows(period, tz)
+        ],
+        "savings": [
+            {
+                "rank": rank,
+                "kind": o.kind,
+                "category": o.category.name.lower(),
+                "scope": o.scope,
+                "action": o.action,
+                "evidence": [
+                    {"signal": e.signal, "value": e.value, "threshold": e.threshold}
+                    for e in o.evidence
+                ],
+                "estimated_saving": amount(o.estimated_saving),
+                "assumption": o.assumption,
+                "rule": RULES[o.kind],
+            }
+            for rank, o in enumerate(savings, start=1)
+        ],
+        "savings_total": amount(sum((o.estimated_saving for o in savings), Decimal(0))),
+    }
+
+
+def _text(money: Any) -> str | None:
+    return None if money is None else amount(money.amount)
+
+
+# -- renderings -----------------------------------------------------------------------------
+
+
+def _csv_row(section: str, day: str, line: Mapping[str, Any]) -> list[str]:
+    labels, per = line["labels"], line["cost_per_million_tokens"]
+    values: dict[str, Any] = {
+        "section": section,
+        "date": day,
+        "model": labels.get("model", ""),
+        "instance": labels.get("instance", ""),
+        **{k: line[k] for k in CSV_COLUMNS if k in line},
+        "cost_per_million_tokens": per["total"],
+        "cost_per_million_input_tokens": per["input"],
+        "cost_per_million_output_tokens": per["output"],
+        "cost_per_million_good_tokens": per["good"],
+    }
+    # Floats are written with repr so that they read back to the same value.
+    return [
+        ""
+        if values[k] is None
+        else repr(values[k])
+        if isinstance(values[k], float)
+        else str(values[k])
+        for k in CSV_COLUMNS
+    ]
+
+
+def render_csv(body: Mapping[str, Any]) -> str:
+    """One row per group: the week by model and by instance, each day, and the total."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for section in ("by_model", "by_instance"):
+        for line in body[section]["groups"]:
+            writer.writerow(_csv_row(section, "", line))
+    for day in body["daily"]:
+        writer.writerow(_csv_row("daily", day["date"], day["total"]))
+    writer.writerow(_csv_row("total", "", body["by_model"]["total"]))
+    return out.getvalue()
+
+
+_ENV: Environment | None = None
+
+
+def _environment() -> Environment:
+    global _ENV  # noqa: PLW0603 - one template environment per process, built on first use
+    if _ENV is None:
+        _ENV = Environment(
+            loader=PackageLoader("dashboards", "reports"),
+            autoescape=select_autoescape(["html"]),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        _ENV.filters["money"] = lambda v: "–" if v is None else f"{Decimal(v):,.2f}"
+        _ENV.filters["pct"] = lambda v: "–" if v is None else f"{v:.0%}"
+        _ENV.filters["num"] = lambda v: "–" if v is None else f"{v:,}"
+        _ENV.filters["label"] = lambda labels: (
+            ", ".join(v or "(unattributed)" for v in labels.values()) or "all"
+        )
+    return _ENV
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    label: str
+    value: float
+    text: str
+
+
+def _bars(items: list[tuple[str, float, str]]) -> list[Bar]:
+    return [Bar(label, max(value, 0.0), text) for label, value, text in items]
+
+
+def charts(body: Mapping[str, Any]) -> dict[str, list[Bar]]:
+    """The four charts' bars (drawn as SVG by the template)."""
+    cur = body["currency"]
+    per_model = [
+        (g["labels"]["model"] or "(unattributed)", float(v), f"{Decimal(v):,.2f} {cur}")
+        for g in body["by_model"]["groups"]
+        if (v := g["cost_per_million_tokens"]["total"]) is not None
+    ]
+    return {
+        "daily_cost": _bars(
+            [
+                (d["date"][5:], float(d["total"]["cost"]), f"{Decimal(d['total']['cost']):,.2f}")
+                for d in body["daily"]
+            ]
+        ),
+        "cost_per_million": _bars(per_model),
+        "utilisation": _bars(
+            [
+                (i["instance"], i["utilisation"], f"{i['utilisation']:.0%}")
+                for i in body["by_instance"]["instances"]
+                if i["utilisation"] is not None
+            ]
+        ),
+        "idle_cost": _bars(
+            [
+                (i["instance"], float(i["idle_cost"]), f"{Decimal(i['idle_cost']):,.2f}")
+                for i in body["by_instance"]["instances"]
+            ]
+        ),
+    }
+
+
+def render_html(body: Mapping[str, Any]) -> str:
+    """A self-contained page: no scripts, no CDN, charts as inline SVG."""
+    template = _environment().get_template("weekly.html")
+    return template.render(
+        report=body, charts=charts(body), categories=[c.name.lower() for c in Category]
+    )
+
+
+def summary_line(body: Mapping[str, Any]) -> str:
+    s, cur = body["summary"], body["currency"]
+    per = s["cost_per_million_tokens"]
+    good = s["cost_per_million_good_tokens"]
+    text = (
+        f"Week {body['period']}: {Decimal(s['cost']):,.2f} {cur} for {s['tokens']:,} tokens"
+        f" ({'n/a' if per is None else f'{Decimal(per):,.2f}'} {cur} per million,"
+        f" good {'n/a' if good is None else f'{Decimal(good):,.2f}'});"
+        f" idle {Decimal(s['idle_cost']):,.2f} {cur}"
+    )
+    if body["savings"]:
+        top = body["savings"][0]
+        saving = Decimal(top["estimated_saving"])
+        text += f"; first saving: {top['kind']} on {top['scope']} (~{saving:,.2f} {cur})"
+    if body["cost_model"]["example_prices"]:
+        text += " [example prices]"
+    return text
+
+
+def slack_payload(body: Mapping[str, Any], link: str) -> dict[str, Any]:
+    text = summary_line(body)
+    blocks: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": f"Cost report {body['period']}"[:150]},
+        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
+    ]
+    savings = [
+        f"{s['rank']}. *{s['kind']}* ({s['category']}) on `{s['scope']}`: "
+        f"~{Decimal(s['estimated_saving']):,.2f} {body['currency']}"
+        for s in body["savings"][:5]
+    ]
+    if savings:
+        blocks.append(
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(savings)[:3000]}}
+        )
+    if link:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": "Open report"},
+                        "url": link,
+                    }
+                ],
+            }
+        )
+    return {"text": text[:3000], "blocks": blocks}
+
+
+# -- generation, storage and the job --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    id: int
+    period: str
+    body: dict[str, Any]
+    html: str
+    csv: str
+
+
+class WeeklyReports:
+    """Generates, stores and announces weekly reports; called by the scheduler with ``now``."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: Callable[[], CostModel],
+        timezone: str,
+        finest_for: FinestFor,
+        notifiers: Collection[str] = (),
+        base_url: str = "",
+    ) -> None:
+        self.engine = engine
+        self.model = model
+        self.timezone = timezone
+        self.tz = zone(timezone)
+        self.finest_for = finest_for
+        self.notifiers = set(notifiers)
+        self.base_url = base_url.rstrip("/")
+
+    def generate(self, period: str, now: datetime) -> Generated:
+        """Build and store the report of ``period`` (replacing an earlier one)."""
+        window = week_window(period, self.tz)
+        if window.end > now:
+            raise InvalidInput(
+                "that week has not ended yet", details={"week": period, "ends": iso(window.end)}
+            )
+        body = build_weekly(self.engine, self.model(), period, self.timezone, self.finest_for, now)
+        html, text = render_html(body), render_csv(body)
+        report_id = report_store.save_report(
+            self.engine,
+            KIND,
+            period,
+            window.start,
+            window.end,
+            body["currency"],
+            now,
+            summary_line(body),
+            json.dumps(body, sort_keys=True),
+            html,
+            text,
+        )
+        return Generated(report_id, period, body, html, text)
+
+    def __call__(self, now: datetime) -> Generated:
+        """Report the week that ended and post its summary to Slack (once per week)."""
+        generated = self.generate(previous_week(now, self.tz), now)
+        if "slack" in self.notifiers:
+            link = f"{self.base_url}/api/v1/reports/{generated.id}/html" if self.base_url else ""
+            payload = json.dumps(slack_payload(generated.body, link), sort_keys=True)
+            Outbox(self.engine).enqueue("slack", f"report:{KIND}:{generated.period}", payload, now)
+        return generated
+
+
+__all__ = [
+    "CSV_COLUMNS",
+    "KIND",
+    "Generated",
+    "WeeklyReports",
+    "build_weekly",
+    "day_windows",
+    "parse_schedule",
+    "parse_week",
+    "previous_week",
+    "quantize",
+    "render_csv",
+    "render_html",
+    "week_window",
+]
