@@ -1,163 +1,253 @@
-"""``infersight demo``: a simulated fleet with incidents, stored and read back, on SQLite.
+"""``infersight demo``: a simulated fleet with incidents, watched live by infersight.
 
-It migrates the store (the embedded SQLite default unless ``--store`` says otherwise), plays a
-shipped scenario of the simulated fleet into it in virtual time, and prints what infersight
-sees: latency percentiles and throughput per model, where end-to-end time goes, and for every
-injected fault how the affected instance's latency compares with the hour before it. The
-dashboard, the API and live sidecars join the demo as those parts land.
+By default everything runs in this one process on the embedded SQLite store: a simulated
+fleet of two models × two vLLM-style instances serving in real time, one sidecar per
+instance collecting its OTLP spans, ``/metrics`` and GPU metrics, and the API with its jobs
+and the dashboard. It backfills some healthy history, applies the demo SLOs, prints the
+dashboard's URL, then injects one fault after another (the first a minute in) and reports
+incidents as they open, are diagnosed and resolve, until Ctrl-C (or SIGTERM) stops it cleanly.
+
+``--virtual`` keeps the original mode: play a scenario into the store in virtual time, as
+fast as the machine allows, and print a report of what infersight saw.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import click
 from sqlalchemy import Engine
 
-from core.query import Method, Selector
-from core.window import Window
+from api.specs import parse_specs
+from core.burn import Incident
 from infersight.cli import Context, pass_context
-from simulator.fleet import Progress, RunResult, run_scenario
+from infersight.commands_serve import split_listen
+from infersight.demo_live import DemoStatus, LiveDemo, shift_faults
+from infersight.demo_report import progress_bar, report
+from simulator.fleet import run_scenario
 from simulator.scenario import Scenario
 from simulator.sinks.store import StoreSink
-from simulator.specs import load_scenario, parse_duration, shipped_scenarios
-from storage import migrate, queries
+from simulator.specs import load_scenario, parse_duration
+from storage import migrate
 from storage.engine import create_store_engine, redact
 from storage.writer import open_writer
 
-QUANTILES = (0.5, 0.9, 0.99)
+VIRTUAL_SCENARIO = "mixed-incident"
+#: How often the live demo prints a progress line (incidents are reported as they change).
+PROGRESS_EVERY_S = 10.0
+_POLL_S = 1.0
 
 
-def _progress() -> tuple[Callable[[Progress], None], Callable[[], None]]:
-    last = [0.0]
-
-    def report(p: Progress) -> None:
-        now = time.monotonic()
-        if now - last[0] < 1.0 and p.virtual_s < p.duration_s:
-            return
-        last[0] = now
-        share = p.virtual_s / p.duration_s if p.duration_s else 1.0
-        bar = "█" * int(share * 30)
-        click.echo(
-            f"\r  [{bar:<30}] {share:>4.0%}  {timedelta(seconds=int(p.virtual_s))} simulated, "
-            f"{p.requests:,} requests",
-            nl=False,
-            err=True,
-        )
-
-    def done() -> None:
-        click.echo("", err=True)
-
-    return report, done
+def _shipped(name: str) -> Path:
+    return Path(str(resources.files("infersight").joinpath(name)))
 
 
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value * 1000:,.0f}"
-
-
-def _report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
-    window = Window(scenario.start, scenario.start + timedelta(seconds=scenario.duration_s))
-    echo = click.echo
-    echo(f"\nWhat infersight saw over {window.start:%Y-%m-%d %H:%M}–{window.end:%H:%M} UTC")
-    echo("\nLatency per model (ms; from per-request records, not histogram buckets)")
-    rates = {t.labels["model"]: t for t in queries.throughput(engine, window, group_by=["model"])}
-    width = max([len("model"), *(len(model) for model in rates)]) + 2
-    header = f"  {'model':<{width}}{'requests':>10}{'errors':>8}"
-    for metric in ("ttft", "tpot", "e2e"):
-        header += "".join(f"{metric.upper() + ' P' + format(q * 100, 'g'):>13}" for q in QUANTILES)
-    echo(header)
-    answers = {
-        metric: {
-            g.labels["model"]: g
-            for g in queries.latency(
-                engine,
-                metric,
-                window,
-                group_by=["model"],
-                quantiles=QUANTILES,
-                method=Method.SKETCH,
-            ).groups
-        }
-        for metric in ("ttft", "tpot", "e2e")
-    }
-    for model, rate in sorted(rates.items()):
-        line = f"  {model:<{width}}{rate.requests:>10,}{(rate.error_ratio or 0):>8.2%}"
-        for metric in ("ttft", "tpot", "e2e"):
-            group = answers[metric].get(model)
-            line += "".join(
-                f"{_ms(group.quantiles.get(q) if group else None):>13}" for q in QUANTILES
-            )
-        echo(line)
-    echo("  (sketch method: every figure within 1 % of the exact percentile)")
-
-    echo("\nWhere end-to-end time goes")
-    for row in queries.breakdown(engine, window, group_by=["model"]):
-        parts = ", ".join(
-            f"{s.stage} {s.share:.0%}"
-            for s in row.stages
-            if s.share is not None and s.share >= 0.005
-        )
-        echo(f"  {row.labels['model']:<{width}}{parts}")
-
-    faults = [f for f in result.ground_truth if f.start < window.end]
-    if faults:
-        echo("\nInjected faults, and what the affected instance's TTFT / TPOT P99 did")
-        echo(f"  {'fault':<22}{'instance':<14}{'when (UTC)':<14}{'TTFT P99':>18}{'TPOT P99':>18}")
-    for fault in faults:
-        during = Window(fault.start, min(fault.end, window.end))
-        before = Window(max(window.start, fault.start - timedelta(hours=1)), fault.start)
-        cells = []
-        for metric in ("ttft", "tpot"):
-            values = []
-            for span in (before, during):
-                groups = queries.latency(
-                    engine,
-                    metric,
-                    span,
-                    Selector(instance=fault.instance),
-                    quantiles=(0.99,),
-                    method=Method.EXACT,
-                ).groups
-                values.append(groups[0].quantiles[0.99] if groups else None)
-            cells.append(f"{_ms(values[0])} → {_ms(values[1])}")
-        echo(
-            f"  {fault.kind:<22}{fault.instance:<14}"
-            f"{fault.start:%H:%M}–{fault.end:%H:%M}  {cells[0]:>18}{cells[1]:>18}"
-        )
+def _seconds(value: str | None) -> float | None:
+    """A duration option in seconds (``InvalidInput``, exit status 2, when it is not one)."""
+    return None if value is None else parse_duration(value)
 
 
 @click.command("demo")
 @click.option(
     "--scenario",
-    default="mixed-incident",
+    metavar="NAME|FILE",
+    default=None,
+    help="Scenario to play (default: the live demo fleet; mixed-incident with --virtual).",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8080",
     show_default=True,
-    type=click.Choice(shipped_scenarios()),
-    help="Which shipped scenario to play.",
+    metavar="HOST:PORT",
+    help="Where the API and dashboard listen (port 0: any free port).",
+)
+@click.option(
+    "--history",
+    default="30m",
+    show_default=True,
+    metavar="DURATION",
+    help="Healthy history played into the store before the live fleet starts.",
+)
+@click.option(
+    "--first-fault",
+    default="1m",
+    show_default=True,
+    metavar="DURATION",
+    help="When the first injected fault starts; the others keep their spacing.",
+)
+@click.option(
+    "--slos",
+    "slo_file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="SLO specs to apply (default: the demo's own).",
 )
 @click.option(
     "--duration",
     default=None,
     metavar="DURATION",
-    help="Play only the first DURATION of the scenario (e.g. 45m).",
+    help="Stop after DURATION (live), or play only the first DURATION (--virtual).",
 )
+@click.option("--virtual", is_flag=True, help="Play the scenario in virtual time and report.")
 @pass_context
-def demo(context: Context, scenario: str, duration: str | None) -> None:
-    """Play a simulated fleet with incidents into the store and show what infersight sees."""
+def demo(
+    context: Context,
+    scenario: str | None,
+    listen: str,
+    history: str,
+    first_fault: str,
+    slo_file: Path | None,
+    duration: str | None,
+    virtual: bool,
+) -> None:
+    """Run a simulated fleet with sidecars, the API and the dashboard, and watch incidents."""
+    duration_s = _seconds(duration)
+    history_s = _seconds(history) or 0.0
+    first_s = _seconds(first_fault) or 0.0
+    host, port = split_listen(listen)
     url = context.settings.database_url
-    engine = create_store_engine(url)
-    click.echo(f"store: {redact(url)}", err=True)
-    migrate.upgrade(engine)
-    plan = load_scenario(scenario)
-    if duration is not None:
-        seconds = min(parse_duration(duration), plan.duration_s)
+    engine = create_store_engine(url, pool_size=10, max_overflow=20)
+    try:
+        click.echo(f"store: {redact(url)}", err=True)
+        migrate.upgrade(engine)
+        if virtual:
+            _virtual(engine, load_scenario(scenario or VIRTUAL_SCENARIO), duration_s)
+            return
+        plan = shift_faults(load_scenario(scenario or _shipped("demo_fleet.yaml")), first_s)
+        # A fresh seed per run: a second demo on the same store must not repeat trace ids.
+        plan = dataclasses.replace(plan, seed=(plan.seed + time.time_ns()) % (1 << 31))
+        slos = parse_specs((slo_file or _shipped("demo_slos.yaml")).read_bytes())
+        demo_ = LiveDemo(engine, context.settings, plan, slos, host=host, port=port)
+        _live(demo_, history_s, duration_s)
+    finally:
+        engine.dispose()
+
+
+# -- live ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGINT or SIGTERM (the previous handlers come back afterwards)."""
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
+    plan = demo_.scenario
+    with _stop_on_signals() as stop:
+        click.echo(f"applied SLOs: {', '.join(demo_.apply_slos())}", err=True)
+        if history_s > 0:
+            click.echo(
+                f"backfilling {timedelta(seconds=int(history_s))} of healthy history…", err=True
+            )
+            written = demo_.backfill(history_s, stop)
+            click.echo(f"  {written:,} requests stored", err=True)
+        if stop.is_set():
+            return
+        try:
+            url = demo_.start()
+            instances = sum(len(d.instances) for d in plan.deployments)
+            click.echo(f"infersight dashboard: {url}")
+            click.echo(
+                f"live: {len(plan.deployments)} models × {instances // len(plan.deployments)} "
+                f"instances, {instances} sidecars, API at {url}api/v1/, metrics at {url}metrics",
+                err=True,
+            )
+            for fault in plan.faults:
+                click.echo(
+                    f"  fault {fault.kind.value} on {fault.instance} at "
+                    f"+{timedelta(seconds=int(fault.start_s))}–"
+                    f"+{timedelta(seconds=int(fault.end_s))}",
+                    err=True,
+                )
+            click.echo("press Ctrl-C to stop", err=True)
+            sys.stdout.flush()
+            _watch(demo_, stop, duration_s)
+        finally:
+            click.echo("stopping: fleet, sidecars (draining their spools), API…", err=True)
+            demo_.stop()
+    leftover = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if leftover:
+        # Every part joins its threads on stop; name any that did not, rather than hide it.
+        click.echo(f"warning: threads still running: {', '.join(sorted(leftover))}", err=True)
+    click.echo("demo stopped", err=True)
+
+
+def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> None:
+    announced: dict[int, str | None] = {}
+    last_line = 0.0
+    while not stop.wait(_POLL_S):
+        current = demo_.status()
+        _announce(demo_, current, announced)
+        if current.elapsed_s - last_line >= PROGRESS_EVERY_S:
+            last_line = current.elapsed_s
+            _progress_line(current)
+        if duration_s is not None and current.elapsed_s >= duration_s:
+            return
+
+
+def _announce(demo_: LiveDemo, current: DemoStatus, announced: dict[int, str | None]) -> None:
+    firing = {i.id: i for i in current.firing}
+    for incident in firing.values():
+        if incident.id not in announced:
+            cause = demo_.cause_of(incident)
+            announced[incident.id] = cause
+            click.echo(
+                f"⚠ incident #{incident.id} opened: SLO {incident.slo} ({incident.scope}) "
+                f"{incident.severity.value}, burn rate {_peak(incident)} — "
+                f"{'diagnosis: ' + cause if cause else 'diagnosing…'}",
+                err=True,
+            )
+        elif (cause := demo_.cause_of(incident)) != announced[incident.id] and cause:
+            # Firing incidents are diagnosed again as their window fills with the fault.
+            announced[incident.id] = cause
+            click.echo(f"  incident #{incident.id} diagnosis: {cause}", err=True)
+    for incident_id in [i for i in announced if i not in firing]:
+        del announced[incident_id]
+        click.echo(f"✓ incident #{incident_id} resolved", err=True)
+
+
+def _peak(incident: Incident) -> str:
+    return f"{incident.peak_burn_rate:,.1f}×"
+
+
+def _progress_line(current: DemoStatus) -> None:
+    firing = ", ".join(f"{i.slo} ({i.severity.value})" for i in current.firing) or "none"
+    click.echo(
+        f"[{timedelta(seconds=int(current.elapsed_s))}] {current.served:,} requests served, "
+        f"{current.stored:,} stored · firing: {firing}",
+        err=True,
+    )
+
+
+# -- virtual time --------------------------------------------------------------------------
+
+
+def _virtual(engine: Engine, plan: Scenario, duration_s: float | None) -> None:
+    if duration_s is not None:
+        seconds = min(duration_s, plan.duration_s)
         plan = dataclasses.replace(
-            plan,
-            duration_s=seconds,
-            faults=tuple(f for f in plan.faults if f.start_s < seconds),
+            plan, duration_s=seconds, faults=tuple(f for f in plan.faults if f.start_s < seconds)
         )
     click.echo(
         f"playing '{plan.name}': {len(plan.instances)} simulated vLLM instances, "
@@ -165,9 +255,9 @@ def demo(context: Context, scenario: str, duration: str | None) -> None:
         err=True,
     )
     sink = StoreSink(open_writer(engine))
-    report, done = _progress()
+    show, done = progress_bar()
     try:
-        result = run_scenario(plan, [sink], progress=report)
+        result = run_scenario(plan, [sink], progress=show)
         sink.close()
     except KeyboardInterrupt:
         done()
@@ -180,5 +270,4 @@ def demo(context: Context, scenario: str, duration: str | None) -> None:
         f"{result.gpu_samples:,} GPU samples in {result.wall_s:.0f} s",
         err=True,
     )
-    _report(engine, plan, result)
-    engine.dispose()
+    report(engine, plan, result)

@@ -1,0 +1,120 @@
+"""The virtual-time demo's read-out: what infersight saw in a scenario played into the store.
+
+Latency percentiles and throughput per model, where end-to-end time goes, and for every
+injected fault how the affected instance's latency compares with the hour before it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import click
+from sqlalchemy import Engine
+
+from core.query import Method, Selector
+from core.window import Window
+from simulator.fleet import Progress, RunResult
+from simulator.scenario import Scenario
+from storage import queries
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def progress_bar() -> tuple[Callable[[Progress], None], Callable[[], None]]:
+    last = [0.0]
+
+    def report(p: Progress) -> None:
+        now = time.monotonic()
+        if now - last[0] < 1.0 and p.virtual_s < p.duration_s:
+            return
+        last[0] = now
+        share = p.virtual_s / p.duration_s if p.duration_s else 1.0
+        bar = "█" * int(share * 30)
+        click.echo(
+            f"\r  [{bar:<30}] {share:>4.0%}  {timedelta(seconds=int(p.virtual_s))} simulated, "
+            f"{p.requests:,} requests",
+            nl=False,
+            err=True,
+        )
+
+    def done() -> None:
+        click.echo("", err=True)
+
+    return report, done
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1000:,.0f}"
+
+
+def report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
+    window = Window(scenario.start, scenario.start + timedelta(seconds=scenario.duration_s))
+    echo = click.echo
+    echo(f"\nWhat infersight saw over {window.start:%Y-%m-%d %H:%M}–{window.end:%H:%M} UTC")
+    echo("\nLatency per model (ms; from per-request records, not histogram buckets)")
+    rates = {t.labels["model"]: t for t in queries.throughput(engine, window, group_by=["model"])}
+    width = max([len("model"), *(len(model) for model in rates)]) + 2
+    header = f"  {'model':<{width}}{'requests':>10}{'errors':>8}"
+    for metric in ("ttft", "tpot", "e2e"):
+        header += "".join(f"{metric.upper() + ' P' + format(q * 100, 'g'):>13}" for q in QUANTILES)
+    echo(header)
+    answers = {
+        metric: {
+            g.labels["model"]: g
+            for g in queries.latency(
+                engine,
+                metric,
+                window,
+                group_by=["model"],
+                quantiles=QUANTILES,
+                method=Method.SKETCH,
+            ).groups
+        }
+        for metric in ("ttft", "tpot", "e2e")
+    }
+    for model, rate in sorted(rates.items()):
+        line = f"  {model:<{width}}{rate.requests:>10,}{(rate.error_ratio or 0):>8.2%}"
+        for metric in ("ttft", "tpot", "e2e"):
+            group = answers[metric].get(model)
+            line += "".join(
+                f"{_ms(group.quantiles.get(q) if group else None):>13}" for q in QUANTILES
+            )
+        echo(line)
+    echo("  (sketch method: every figure within 1 % of the exact percentile)")
+
+    echo("\nWhere end-to-end time goes")
+    for row in queries.breakdown(engine, window, group_by=["model"]):
+        parts = ", ".join(
+            f"{s.stage} {s.share:.0%}"
+            for s in row.stages
+            if s.share is not None and s.share >= 0.005
+        )
+        echo(f"  {row.labels['model']:<{width}}{parts}")
+
+    faults = [f for f in result.ground_truth if f.start < window.end]
+    if faults:
+        echo("\nInjected faults, and what the affected instance's TTFT / TPOT P99 did")
+        echo(f"  {'fault':<22}{'instance':<14}{'when (UTC)':<14}{'TTFT P99':>18}{'TPOT P99':>18}")
+    for fault in faults:
+        during = Window(fault.start, min(fault.end, window.end))
+        before = Window(max(window.start, fault.start - timedelta(hours=1)), fault.start)
+        cells = []
+        for metric in ("ttft", "tpot"):
+            values = []
+            for span in (before, during):
+                groups = queries.latency(
+                    engine,
+                    metric,
+                    span,
+                    Selector(instance=fault.instance),
+                    quantiles=(0.99,),
+                    method=Method.EXACT,
+                ).groups
+                values.append(groups[0].quantiles[0.99] if groups else None)
+            cells.append(f"{_ms(values[0])} → {_ms(values[1])}")
+        echo(
+            f"  {fault.kind:<22}{fault.instance:<14}"
+            f"{fault.start:%H:%M}–{fault.end:%H:%M}  {cells[0]:>18}{cells[1]:>18}"
+        )
