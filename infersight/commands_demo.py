@@ -154,6 +154,7 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
     plan = demo_.scenario
+    demo_.check_listen()
     with _stop_on_signals() as stop:
         click.echo(f"applied SLOs: {', '.join(demo_.apply_slos())}", err=True)
         if history_s > 0:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import tempfile
 import threading
 import time
@@ -150,6 +151,19 @@ class LiveDemo:
         self.url = ""
 
     # -- before the fleet ----------------------------------------------------------------
+
+    def check_listen(self) -> None:
+        """Fail before the backfill, not after, when the API's address is taken."""
+        if self.port == 0:
+            return
+        with socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"the API cannot listen on {self.host}:{self.port}: {exc.strerror}"
+                ) from None
 
     def apply_slos(self) -> list[str]:
         now = self._clock()

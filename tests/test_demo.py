@@ -15,8 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import httpx
 import pytest
@@ -26,6 +28,7 @@ from storage.engine import create_store_engine
 from storage.tables import gpu_samples, requests
 
 CLI = [sys.executable, "-c", "from infersight.cli import main; main()"]
+T = TypeVar("T")
 INSTANCES = {"vllm-8b-0", "vllm-8b-1", "vllm-70b-0", "vllm-70b-1"}
 
 
@@ -55,12 +58,12 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _lines(stream, into: queue.Queue[str]) -> None:
+def _lines(stream: IO[str], into: queue.Queue[str]) -> None:
     for line in stream:
         into.put(line)
 
 
-def _wait_for(check, timeout_s: float, what: str):
+def _wait_for(check: Callable[[], T], timeout_s: float, what: str) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         result = check()
@@ -97,8 +100,9 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
 
         assert _wait_for(lambda: live_instances() == INSTANCES, 45, "records from every sidecar")
 
-        def incidents() -> list[dict]:
-            return client.get("/api/v1/alerts", params={"state": "all"}).json()["alerts"]
+        def incidents() -> list[dict[str, Any]]:
+            body: dict[str, Any] = client.get("/api/v1/alerts", params={"state": "all"}).json()
+            return list(body["alerts"])
 
         found = _wait_for(incidents, 60, "an incident")
         # The surge on vllm-8b-0 comes first and slows the 8B model's token rate.
@@ -134,7 +138,9 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
 
 
 @pytest.mark.slow
-def test_the_virtual_demo_plays_a_scenario_into_sqlite_and_reports_what_it_saw(tmp_path):
+def test_the_virtual_demo_plays_a_scenario_into_sqlite_and_reports_what_it_saw(
+    tmp_path: Path,
+) -> None:
     store = f"sqlite:///{tmp_path / 'demo.db'}"
     done = subprocess.run(
         [*CLI, "--store", store, "demo", "--virtual", "--duration", "50m"],
@@ -160,7 +166,7 @@ def test_the_virtual_demo_plays_a_scenario_into_sqlite_and_reports_what_it_saw(t
 
 
 @pytest.mark.parametrize("option", ["--duration", "--history", "--first-fault"])
-def test_a_bad_duration_is_refused_with_a_clear_error(tmp_path, option):
+def test_a_bad_duration_is_refused_with_a_clear_error(tmp_path: Path, option: str) -> None:
     done = subprocess.run(
         [*CLI, "--store", f"sqlite:///{tmp_path / 'x.db'}", "demo", option, "soon"],
         capture_output=True, text=True, timeout=120, check=False,

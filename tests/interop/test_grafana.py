@@ -56,7 +56,8 @@ def _panels(board: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.fixture(params=BOARDS, ids=[b.name for b in BOARDS])
 def board(request: pytest.FixtureRequest) -> dict[str, Any]:
-    return json.loads(request.param.read_text(encoding="utf-8"))
+    board: dict[str, Any] = json.loads(request.param.read_text(encoding="utf-8"))
+    return board
 
 
 def test_both_dashboards_ship_inside_the_package() -> None:
