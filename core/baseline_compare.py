@@ -229,30 +229,38 @@ def _z(confidence: float) -> float:
 def _bootstrap_quantiles(
     sketch: QuantileSketch, q: float, resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """``resamples`` bootstrap replicates of the ``q`` quantile, resampling the buckets."""
-    values, counts = _buckets(sketch)
+    """``resamples`` bootstrap replicates of the ``q`` quantile, resampling the buckets.
+
+    Within its bucket a replicate's quantile is placed by its rank among the bucket's values
+    (log-linear across the bucket ``(γ^(k−1), γ^k]``), so replicates move smoothly with the
+    resampled counts instead of jumping a whole bucket (which would quantise the interval).
+    """
+    keys, counts, zero = _buckets(sketch)
     draws = rng.multinomial(sketch.count, counts / counts.sum(), size=resamples)
     cumulative = np.cumsum(draws, axis=1)
     rank = math.floor(q * (sketch.count - 1))
-    index = np.minimum((cumulative <= rank).sum(axis=1), values.size - 1)
-    # A value is known only to within its bucket (±α): spread each replicate uniformly over
-    # it in log space, so the interval is not quantised to whole buckets (smoothed bootstrap).
-    half_width = math.log((1.0 + sketch.alpha) / (1.0 - sketch.alpha)) / 2.0
-    jitter = np.exp(rng.uniform(-half_width, half_width, size=resamples))
-    return np.asarray(values[index] * jitter, dtype=np.float64)
+    index = np.minimum((cumulative <= rank).sum(axis=1), keys.size - 1)
+    rows = np.arange(resamples)
+    before = np.where(index > 0, cumulative[rows, np.maximum(index - 1, 0)], 0)
+    inside = np.maximum(draws[rows, index], 1)
+    fraction = np.clip((rank - before + 0.5) / inside, 0.0, 1.0)
+    ln_gamma = math.log((1.0 + sketch.alpha) / (1.0 - sketch.alpha))
+    values = np.exp((keys[index] - 1.0 + fraction) * ln_gamma)
+    if zero:
+        values = np.where(index == 0, 0.0, values)
+    return np.asarray(np.clip(values, max(sketch.min, 0.0), sketch.max), dtype=np.float64)
 
 
-def _buckets(sketch: QuantileSketch) -> tuple[np.ndarray, np.ndarray]:
-    """Representative values and counts of a sketch's buckets, the zero bucket first."""
-    gamma = (1.0 + sketch.alpha) / (1.0 - sketch.alpha)
+def _buckets(sketch: QuantileSketch) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Keys and counts of a sketch's buckets (the zero bucket first, if any) and whether
+    there is a zero bucket."""
     # The bucket arrays are the sketch's own; reading them is the point of a bootstrap.
-    keys, counts = sketch._keys, sketch._counts
-    values = 2.0 * np.power(gamma, keys.astype(np.float64)) / (gamma + 1.0)
+    keys = sketch._keys.astype(np.float64)
+    counts = sketch._counts.astype(np.float64)
     if sketch.zero_count:
-        values = np.concatenate(([0.0], values))
-        counts = np.concatenate(([sketch.zero_count], counts))
-    values = np.clip(values, max(sketch.min, 0.0), sketch.max)
-    return values, counts.astype(np.float64)
+        keys = np.concatenate(([0.0], keys))
+        counts = np.concatenate(([float(sketch.zero_count)], counts))
+    return keys, counts, bool(sketch.zero_count)
 
 
 def bootstrap_ratio_interval(

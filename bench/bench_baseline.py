@@ -1,0 +1,126 @@
+"""Benchmark of the baseline comparison: speed, interval width, and the gate's error rates.
+
+For each run size it times ``core.baseline_compare.compare`` (bootstrap over the two sketches
+of each latency metric) against a reference measured in the same run: the textbook bootstrap
+over the raw per-request values (``numpy`` resampling, ``np.quantile``) for the same nine
+percentiles and the same number of resamples. It also prints how wide the sketch intervals are
+relative to the raw ones (near 1 means the sketch loses nothing that matters), and, over many
+seeds, how often the gate calls ``regressed`` for a 3 % change (should be 0) and for a 15 %
+change (the gate's power) — the figures the README's claims rest on.
+
+    python bench/bench_baseline.py [--sizes 1000,10000,50000] [--seeds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.baseline import from_samples
+from core.baseline_compare import COMPARED_QUANTILES, Policy, Verdict, compare
+from tests.baselines.support import CREATED, synthetic_run
+
+
+def _raw(rng: np.random.Generator, n: int, slowdown: float) -> dict[str, np.ndarray]:
+    ttft = rng.lognormal(np.log(0.12), 0.4, n) * slowdown
+    tpot = rng.lognormal(np.log(0.025), 0.2, n) * slowdown
+    e2e = ttft + tpot * (rng.integers(64, 512, n) - 1)
+    return {"ttft": ttft, "tpot": tpot, "e2e": e2e}
+
+
+def _raw_bootstrap(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], resamples: int, rng: np.random.Generator
+) -> dict[str, tuple[float, float]]:
+    """Reference: resample the raw values themselves; 95 % interval of q_b / q_a − 1."""
+    out = {}
+    for metric, x in a.items():
+        y = b[metric]
+        parts_x, parts_y = [], []
+        for done in range(0, resamples, 50):  # in chunks: 50 resamples × n values at a time
+            k = min(50, resamples - done)
+            parts_x.append(
+                np.quantile(x[rng.integers(0, x.size, (k, x.size))], COMPARED_QUANTILES, axis=1)
+            )
+            parts_y.append(
+                np.quantile(y[rng.integers(0, y.size, (k, y.size))], COMPARED_QUANTILES, axis=1)
+            )
+        qx, qy = np.concatenate(parts_x, axis=1), np.concatenate(parts_y, axis=1)
+        for i, q in enumerate(COMPARED_QUANTILES):
+            low, high = np.quantile(qy[i] / qx[i] - 1.0, [0.025, 0.975])
+            out[f"{metric}.p{round(q * 100)}"] = (float(low), float(high))
+    return out
+
+
+def speed(sizes: list[int], resamples: int) -> list[dict[str, Any]]:
+    rows = []
+    header = f"{'requests':>9} {'compare ms':>11} {'raw bootstrap ms':>17} {'ratio':>6}"
+    print(header + f" {'CI width ratio':>15}")
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        raw_a, raw_b = _raw(rng, n, 1.0), _raw(rng, n, 1.05)
+        a, b = (
+            from_samples(
+                name, CREATED, duration_s=600.0, ttft_s=r["ttft"], tpot_s=r["tpot"], e2e_s=r["e2e"]
+            )
+            for name, r in (("a", raw_a), ("b", raw_b))
+        )
+        policy = Policy(resamples=resamples)
+        t0 = time.perf_counter()
+        result = compare(a, b, np.random.default_rng(0), policy)
+        ours = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        reference = _raw_bootstrap(raw_a, raw_b, resamples, np.random.default_rng(0))
+        ref = time.perf_counter() - t0
+        widths = [
+            (m.ci_high - m.ci_low) / (reference[m.name][1] - reference[m.name][0])
+            for m in result.metrics
+            if m.name in reference and m.ci_low is not None and m.ci_high is not None
+        ]
+        width = statistics.median(widths)
+        print(f"{n:>9} {ours * 1000:>11.1f} {ref * 1000:>17.1f} {ref / ours:>5.1f}x {width:>15.2f}")
+        rows.append({"requests": n, "compare_s": ours, "reference_s": ref, "ci_width_ratio": width})
+    return rows
+
+
+def error_rates(seeds: int, requests: int) -> dict[str, dict[str, int]]:
+    print(f"\ngate verdicts over {seeds} seeds ({requests} requests per run):")
+    rates: dict[str, dict[str, int]] = {}
+    for label, slowdown in (("same", 1.0), ("+3%", 1.03), ("-3%", 0.97), ("+15%", 1.15)):
+        counts: Counter[str] = Counter()
+        for seed in range(seeds):
+            rng = np.random.default_rng(10_000 + seed)
+            base = synthetic_run(rng, "base", requests=requests)
+            cand = synthetic_run(rng, "cand", requests=requests, slowdown=slowdown)
+            counts[
+                compare(base, cand, np.random.default_rng(seed), Policy(resamples=500)).verdict
+            ] += 1
+        rates[label] = {v.value: counts[v] for v in Verdict}
+        print(f"  {label:>5}: " + ", ".join(f"{k} {v}" for k, v in rates[label].items()))
+    return rates
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,50000")
+    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument("--requests", type=int, default=6000)
+    args = parser.parse_args(argv)
+    print("reference: bootstrap over raw per-request values (numpy), same resamples\n")
+    return {
+        "speed": speed([int(s) for s in args.sizes.split(",")], args.resamples),
+        "gate": error_rates(args.seeds, args.requests),
+    }
+
+
+if __name__ == "__main__":
+    main()
