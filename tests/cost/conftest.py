@@ -1,23 +1,38 @@
-"""Fixtures of the cost tests: the API over a real store, with a stored cost model."""
+"""Fixtures of the cost tests: a worked or simulated week written once per module and store
+(the tests only read it, or add reports and cost models that do not change its numbers), and
+the API over such a store."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from api import create_app
 from api.settings import ApiSettings
+from storage import cost
 from tests.api.conftest import Api, FakeClock
-from tests.conftest import Store
+from tests.conftest import BOTH_STORES, Store, empty_store
+from tests.cost.scenario import MODEL, WEEK, write_simulated_week, write_worked_week
 
 
-@pytest.fixture
-def make_api(store: Store) -> Callable[..., Api]:
-    def make(**settings: Any) -> Api:
-        clock = FakeClock()
-        app = create_app(ApiSettings(**{"run_jobs": False, **settings}), store.engine, clock)
-        return Api(app, clock)
+def api_for(store: Store, **settings: object) -> Api:
+    clock = FakeClock()
+    app = create_app(ApiSettings(**{"run_jobs": False, **settings}), store.engine, clock)
+    return Api(app, clock)
 
-    return make
+
+@pytest.fixture(scope="module", params=BOTH_STORES)
+def worked(request: pytest.FixtureRequest) -> Store:
+    """The worked H200 week (``tests.cost.scenario``) with its cost model stored."""
+    store = empty_store(request)
+    write_worked_week(store.engine)
+    cost.put_model(store.engine, MODEL, WEEK.end)
+    return store
+
+
+@pytest.fixture(scope="module", params=BOTH_STORES)
+def week(request: pytest.FixtureRequest) -> Store:
+    """The simulated week (worked week plus a second model) with the cost model stored."""
+    store = empty_store(request)
+    write_simulated_week(store.engine)
+    cost.put_model(store.engine, MODEL, WEEK.end)
+    return store

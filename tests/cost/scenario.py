@@ -4,10 +4,10 @@ sat idle for one day of it, written through the real storage writer.
 Hand-computed figures (tests compare with ``Decimal`` equality):
 
 * H200 blended price: 0.75 × 2.80 reserved + 0.25 × 4.00 on demand = 3.10 USD per GPU-hour.
-* ``h200-a``: 168 GPU-hours (a sample every 5 minutes all week) → GPU 520.80; 500 W for
+* ``h200-a``: 168 GPU-hours (a sample every 15 minutes all week) → GPU 520.80; 500 W for
   168 h = 84 kWh at 0.12 → energy 10.08; overhead 0.20 per GPU-hour → 33.60; total 564.48.
-* It served 3,360 requests of 2,000 input + 1,000 output tokens = 10,080,000 tokens →
-  56.00 per million. Prefill 0.2 s and decode 0.8 s per request → input cost 20 % = 112.896
+* It served 480 requests of 14,000 input + 7,000 output tokens = 10,080,000 tokens →
+  56.00 per million. Prefill 2 s and decode 8 s per request → input cost 20 % = 112.896
   over 6,720,000 input tokens = 16.80 per million; output 451.584 over 3,360,000 = 134.40.
   One request in five had a 3 s TTFT (over the 2 s objective) → 8,064,000 good tokens →
   70.00 per million good tokens. 10,080,000 tokens / 302.4 MJ = 1/30 token per joule.
@@ -34,8 +34,8 @@ from tests.factories import make_records
 WEEK_START: Final = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of 2026-W48
 WEEK: Final = Window(WEEK_START, WEEK_START + timedelta(days=7))
 IDLE_DAY: Final = Window(WEEK_START + timedelta(days=2), WEEK_START + timedelta(days=3))
-STEP: Final = timedelta(minutes=5)
-REQUESTS: Final = 3360
+STEP: Final = timedelta(minutes=15)
+REQUESTS: Final = 480
 
 MODEL: Final = CostModel(
     name="worked",
@@ -46,6 +46,7 @@ MODEL: Final = CostModel(
     },
     electricity_per_kwh=Decimal("0.12"),
     overhead_per_gpu_hour=Decimal("0.20"),
+    sample_gap_s=900.0,
     good=GoodRequest(ttft_s=2.0, tpot_s=0.1),
 )
 
@@ -89,12 +90,12 @@ def worked_requests() -> list[RequestRecord]:
                 priority="interactive",
                 ttft_s=3.0 if slow else 0.5,
                 tpot_s=0.05,
-                e2e_s=(3.0 if slow else 0.5) + 0.05 * 999,
+                e2e_s=(3.0 if slow else 0.5) + 0.05 * 6999,
                 queue_s=2.7 if slow else 0.2,
-                prefill_s=0.2,
-                decode_s=0.8,
-                input_tokens=2000,
-                output_tokens=1000,
+                prefill_s=2.0,
+                decode_s=8.0,
+                input_tokens=14000,
+                output_tokens=7000,
                 finish_reason="stop",
             )
         )
@@ -118,7 +119,7 @@ def write_simulated_week(engine: Engine) -> None:
         make_records(
             rng,
             WEEK.start,
-            1500,
+            300,
             span=timedelta(days=7),
             models=("llama-8b",),
             instances=("l40s-0", "l40s-1"),

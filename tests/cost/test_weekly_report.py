@@ -20,9 +20,9 @@ from api.notifications import Delivery
 from api.reports import CSV_COLUMNS, WeeklyReports, day_windows, parse_schedule, previous_week, zone
 from core.errors import ConfigurationError, InvalidInput
 from infersight.cli import cli
-from storage import cost
 from storage.maintenance import RetentionPolicy
-from tests.cost.scenario import MODEL, WEEK, write_simulated_week
+from tests.cost.conftest import api_for
+from tests.cost.scenario import MODEL, WEEK
 
 PERIOD = "2026-W48"
 PER_MILLION = {
@@ -80,15 +80,8 @@ def _cost(api, window, **params):
     return response.json()
 
 
-@pytest.fixture
-def week(store):
-    write_simulated_week(store.engine)
-    cost.put_model(store.engine, MODEL, WEEK.end)
-    return store
-
-
-def test_the_weekly_report_holds_exactly_what_the_api_answers(week, make_api, tmp_path):
-    api = make_api(cost_model="worked")
+def test_the_weekly_report_holds_exactly_what_the_api_answers(week, tmp_path):
+    api = api_for(week, cost_model="worked")
     api.clock.now = WEEK.end + timedelta(hours=9)
     made = api.request("POST", "/api/v1/reports/weekly", params={"week": PERIOD})
     assert made.status_code == 200, made.text
@@ -165,8 +158,8 @@ def test_the_weekly_report_holds_exactly_what_the_api_answers(week, make_api, tm
     assert "<svg" in (out / f"cost-report-{PERIOD}.html").read_text()
 
 
-def test_savings_come_free_configuration_first_then_model_then_hardware(week, make_api):
-    api = make_api(cost_model="worked")
+def test_savings_come_free_configuration_first_then_model_then_hardware(week):
+    api = api_for(week, cost_model="worked")
     api.clock.now = WEEK.end + timedelta(hours=9)
     info = api.request("POST", "/api/v1/reports/weekly", params={"week": PERIOD}).json()
     savings = api.get(info["links"]["json"]).json()["savings"]
@@ -252,8 +245,8 @@ def test_a_week_in_a_time_zone_with_a_dst_change_has_a_long_day():
     assert lengths == {24.0, 25.0}
 
 
-def test_a_week_that_has_not_ended_is_not_reported(week, make_api):
-    api = make_api(cost_model="worked")
+def test_a_week_that_has_not_ended_is_not_reported(week):
+    api = api_for(week, cost_model="worked")
     api.clock.now = WEEK.end - timedelta(hours=1)
     refused = api.request("POST", "/api/v1/reports/weekly", params={"week": PERIOD})
     assert refused.status_code == 400

@@ -9,18 +9,11 @@ import pytest
 from core.cost import Money
 from core.query import Selector
 from storage import cost
-from tests.conftest import Store
-from tests.cost.scenario import IDLE_DAY, MODEL, WEEK, write_worked_week
+from tests.cost.scenario import IDLE_DAY, MODEL, WEEK
 
 
 def usd(text: str) -> Money:
     return Money(Decimal(text), "USD")
-
-
-@pytest.fixture
-def worked(store: Store) -> Store:
-    write_worked_week(store.engine)
-    return store
 
 
 def test_an_h200_serving_a_known_week_costs_the_hand_computed_amounts(worked):
