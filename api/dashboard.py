@@ -77,6 +77,9 @@ def _environment() -> jinja2.Environment:
         refreshes=list(REFRESH),
         signal_label=_signal_label,
         signal_value=_signal_value,
+        metric_value=more.metric_value,
+        metric_change=more.metric_change,
+        change_bar=more.change_bar,
     )
     return env
 
@@ -207,11 +210,15 @@ def _cost(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
 
 
 def _baselines(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    return more.baselines(state, ctx, query.get("baseline", ""))
+    name = query.get("baseline", "")
+    ctx_b = ctx.with_extra(**({"baseline": name} if name else {}))
+    return {**more.baselines(state, ctx_b, name), "ctx": ctx_b}
 
 
-def _capacity(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return more.capacity(state, ctx)
+def _capacity(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    run = query.get("run", "")
+    ctx_r = ctx.with_extra(**({"run": run} if run else {}))
+    return {**more.capacity(state, ctx_r, run), "ctx": ctx_r}
 
 
 _BUILDERS: Final[dict[str, tuple[Build, str]]] = {

@@ -14,22 +14,28 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 
 from alerts.rules import load_rules
+from api.cost_spec import example_model
 from api.diagnosis import DiagnosisListener
 from api.evaluation import Evaluator, default_policy
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
+from core.window import Window
 from simulator.events import Batch
 from simulator.fleet import run_scenario
 from simulator.sinks import MemorySink
 from simulator.sinks.store import StoreSink
 from simulator.specs import load_scenario
 from storage import slo_store
+from storage.baselines import capture_window, save_baseline
+from storage.runs import save_run
 from storage.writer import open_writer
+from tests.capacity.support import saturating_run
 
 MODEL_8B = "meta-llama/Llama-3.1-8B-Instruct"
 MODEL_70B = "meta-llama/Llama-3.1-70B-Instruct"
 INSTANCES = ("vllm-70b-0", "vllm-70b-1", "vllm-8b-0", "vllm-8b-1")
 THROTTLED = "vllm-70b-0"
+BASELINE = "70b-healthy"
 
 SLOS = (
     SloSpec(
@@ -70,7 +76,25 @@ def seed(engine: Engine, minutes: int = 45, every: timedelta = timedelta(minutes
     while at <= end:
         evaluator.run(at)
         at += every
+    _baseline_and_run(engine, scenario.start)
     return end
+
+
+def _baseline_and_run(engine: Engine, start: datetime) -> None:
+    """A baseline of the 70B model before the fault, and a step load test of the 8B model."""
+    healthy = Window(start + timedelta(minutes=5), start + timedelta(minutes=25))
+    baseline = capture_window(
+        engine,
+        BASELINE,
+        healthy,
+        Selector(model=MODEL_70B),
+        start + timedelta(minutes=26),
+        description="70B before the throttling",
+        cost_model=example_model(),
+    )
+    save_baseline(engine, baseline)
+    run = dataclasses.replace(saturating_run(), model=MODEL_8B, started_at=start)
+    save_run(engine, run)
 
 
 def _batch(memory: MemorySink) -> Batch:

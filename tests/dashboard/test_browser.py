@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.dashboard.conftest import READ_TOKEN, Live, Page, screenshot
-from tests.dashboard.seed import INSTANCES, MODEL_8B, THROTTLED
+from tests.dashboard.seed import BASELINE, INSTANCES, MODEL_8B, THROTTLED
 
 pytestmark = [pytest.mark.e2e]
 
@@ -94,14 +94,37 @@ def test_the_incident_page_shows_the_timeline_diagnosis_and_evidence(live: Live,
     assert page.problems == []
 
 
-@pytest.mark.parametrize("name", ["cost", "baselines", "capacity"])
-def test_the_pages_that_depend_on_other_modules_load_without_errors(
-    live: Live, page: Page, name: str
-):
-    response = page.goto(f"{live.url}/ui/{name}")
-    assert response.status == 200
-    assert page.tab.locator("main section.card").count() >= 1
-    screenshot(page, name)
+def test_the_cost_page_prices_every_model_and_instance(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/cost")
+    assert page.tab.locator("table.cost-models tbody tr").count() == 2
+    assert page.tab.locator("table.cost-instances tbody tr").count() == 4
+    assert "USD" in page.tab.locator("#kpi-cost-per-million").inner_text()
+    assert "example list prices" in page.tab.locator("main").inner_text()
+    assert page.tab.locator("#cost-split .hbar-row").count() == 2
+    screenshot(page, "cost")
+    assert page.problems == []
+
+
+def test_the_baseline_page_finds_the_regression_the_throttling_caused(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/baselines")
+    assert BASELINE in page.tab.locator("#comparison h2").inner_text()
+    assert page.tab.locator("#comparison h2 .badge").inner_text() == "regressed"
+    tpot = page.tab.locator('tr[data-metric="tpot.p99"]')
+    assert tpot.locator(".badge").inner_text() == "regressed"
+    assert page.tab.locator('tr[data-metric="error_ratio"] .badge').inner_text() == "pass"
+    screenshot(page, "baselines")
+    assert page.problems == []
+
+
+def test_the_capacity_page_shows_the_step_run_and_the_fleet_load(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/capacity")
+    levels = page.tab.locator("table.levels tbody tr")
+    assert levels.count() == 6
+    assert "knee" in page.tab.locator("table.levels tr.knee").inner_text()
+    load = page.tab.locator(f'table.fleet-load tr[data-model="{MODEL_8B}"]')
+    assert "16 req/s per instance" in load.inner_text()
+    assert load.locator(".meter").count() == 1
+    screenshot(page, "capacity")
     assert page.problems == []
 
 
