@@ -199,6 +199,9 @@ def compare(
     policy = Policy(
         thresholds=parse_thresholds(thresholds), default_threshold=threshold, confidence=confidence
     )
+    window_keys = {"start", "end", "model", "instance", "tenant", "priority"}
+    if against is not None and window_keys & set(request.query_params):
+        raise InvalidInput("against= compares two baselines; it takes no window or selector")
     state = request.app.state
     baseline = store.get_baseline(state.engine, name)
     if against is not None:

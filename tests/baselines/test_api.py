@@ -179,6 +179,10 @@ def test_reading_needs_a_token_and_writing_needs_admin(api):
     doc = {"name": "x", "import": {"result": load("vllm_result.json")}}
     assert api.request("POST", "/api/v1/baselines", json=doc, headers=reader).status_code == 403
     assert api.get("/api/v1/baselines/unknown/compare", headers=reader).status_code == 404
+    mixed = api.get(
+        "/api/v1/baselines/unknown/compare", params={"against": "b", "model": "m"}, headers=reader
+    )
+    assert mixed.status_code == 400
     bad = api.get(
         "/api/v1/baselines/unknown/compare", params={"thresholds": "ttft"}, headers=reader
     )

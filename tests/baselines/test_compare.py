@@ -221,3 +221,23 @@ def test_the_markdown_summary_leads_with_the_verdict_and_lists_every_measured_me
     data = comparison_dict(result)
     assert data["verdict"] == "regressed"
     assert [m["metric"] for m in data["metrics"]] == list(METRIC_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "change", "message"),
+    [
+        ("errors cannot exceed requests", {"requests": 5, "errors": 6}, "errors"),
+        ("a duration is positive", {"duration_s": 0.0}, "duration"),
+        ("throughput is finite", {"request_throughput": float("nan")}, "request_throughput"),
+        ("utilisation is a ratio", {"gpu_utilization": 1.5}, "ratio"),
+        ("cost is not negative", {"cost_per_million_tokens": Decimal("-1")}, "cost"),
+        ("sources are known", {"source": "jmeter"}, "source"),
+        ("labels are bounded", {"labels": {f"k{i}": "v" for i in range(40)}}, "labels"),
+        ("created_at has a time zone", {"created_at": CREATED.replace(tzinfo=None)}, "timezone"),
+    ],
+)
+def test_invalid_baselines_are_refused(sentence, change, message):
+    valid = synthetic_run(np.random.default_rng(91), "valid", requests=100)
+    values = {f: getattr(valid, f) for f in valid.__dataclass_fields__}
+    with pytest.raises(InvalidInput, match=message):
+        type(valid)(**{**values, **change})
