@@ -157,7 +157,11 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
     demo_.check_listen()
     with _stop_on_signals() as stop:
         click.echo(f"applied SLOs: {', '.join(demo_.apply_slos())}", err=True)
-        if history_s > 0:
+        if history_s > 0 and (held := demo_.recent_requests(history_s)):
+            # A demo ran on this store lately: its traffic is the history; adding more would
+            # double the request rate over that stretch.
+            click.echo(f"the store holds {held:,} recent requests: no backfill", err=True)
+        elif history_s > 0:
             click.echo(
                 f"backfilling {timedelta(seconds=int(history_s))} of healthy history…", err=True
             )
@@ -195,7 +199,7 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
 
 
 def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> None:
-    announced: dict[int, str | None] = {}
+    announced: dict[int, tuple[str, str | None]] = {}
     last_line = 0.0
     while not stop.wait(_POLL_S):
         current = demo_.status()
@@ -207,22 +211,30 @@ def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> 
             return
 
 
-def _announce(demo_: LiveDemo, current: DemoStatus, announced: dict[int, str | None]) -> None:
+def _announce(
+    demo_: LiveDemo, current: DemoStatus, announced: dict[int, tuple[str, str | None]]
+) -> None:
+    """Report incidents as they open, change severity, get (re)diagnosed and resolve;
+    ``announced`` remembers each open incident's severity and cause as last reported."""
     firing = {i.id: i for i in current.firing}
     for incident in firing.values():
+        severity, cause = incident.severity.value, demo_.cause_of(incident)
         if incident.id not in announced:
-            cause = demo_.cause_of(incident)
-            announced[incident.id] = cause
             click.echo(
                 f"⚠ incident #{incident.id} opened: SLO {incident.slo} ({incident.scope}) "
-                f"{incident.severity.value}, burn rate {_peak(incident)} — "
+                f"{severity}, burn rate {_peak(incident)} — "
                 f"{'diagnosis: ' + cause if cause else 'diagnosing…'}",
                 err=True,
             )
-        elif (cause := demo_.cause_of(incident)) != announced[incident.id] and cause:
+            announced[incident.id] = (severity, cause)
+            continue
+        before, diagnosed = announced[incident.id]
+        if severity != before:
+            click.echo(f"  incident #{incident.id} is now {severity}", err=True)
+        if cause and cause != diagnosed:
             # Firing incidents are diagnosed again as their window fills with the fault.
-            announced[incident.id] = cause
             click.echo(f"  incident #{incident.id} diagnosis: {cause}", err=True)
+        announced[incident.id] = (severity, cause or diagnosed)
     for incident_id in [i for i in announced if i not in firing]:
         del announced[incident_id]
         click.echo(f"✓ incident #{incident_id} resolved", err=True)

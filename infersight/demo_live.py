@@ -181,9 +181,10 @@ class LiveDemo:
         number of requests written (0 when interrupted by ``stop``)."""
         if history_s <= 0:
             return 0
+        start = self._clock() - timedelta(seconds=history_s)
         past = dataclasses.replace(
             self.scenario,
-            start=self._clock() - timedelta(seconds=history_s),
+            start=start,
             duration_s=history_s,
             faults=(),
             seed=self.scenario.seed + 1,  # trace ids must not repeat the live fleet's
@@ -203,6 +204,15 @@ class LiveDemo:
         finally:
             sink.close()
         return result.requests
+
+    def recent_requests(self, history_s: float) -> int:
+        """Requests the store already holds for the history window (a demo run before)."""
+        since = self._clock() - timedelta(seconds=history_s)
+        with self.engine.connect() as connection:
+            found = connection.execute(
+                select(func.count()).select_from(requests).where(requests.c.start >= since)
+            ).scalar_one()
+        return int(found)
 
     # -- start and stop ------------------------------------------------------------------
 
