@@ -251,3 +251,26 @@ def test_a_week_that_has_not_ended_is_not_reported(week):
     refused = api.request("POST", "/api/v1/reports/weekly", params={"week": PERIOD})
     assert refused.status_code == 400
     assert api.get("/api/v1/reports/999").status_code == 404
+
+
+def test_serve_schedules_the_report_for_monday_nine_in_the_report_time_zone(week):
+    api = api_for(week, report_timezone="Europe/Berlin", cost_model="worked")
+    jobs = api.app.state.jobs
+    jobs.start()
+    try:
+        run = jobs._scheduler.get_job("report").next_run_time
+    finally:
+        jobs.stop()
+    local = run.astimezone(zone("Europe/Berlin"))
+    assert (local.weekday(), local.hour, local.minute) == (0, 9, 0)
+    assert jobs.tick_report() is True  # a tick reports the week that ended before "now"
+    assert jobs.runs["report"] == 1
+
+
+def test_a_week_with_no_data_still_makes_a_report(week, tmp_path):
+    job = WeeklyReports(week.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
+    generated = job.generate("2026-W40", WEEK.end)
+    assert generated.body["summary"]["cost"] == "0.000000"
+    assert generated.body["savings"] == []
+    assert "No data." in generated.html
+    assert generated.csv.count("\n") == 1 + 7 + 1  # header, seven days, the total
