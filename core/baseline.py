@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from core.errors import InvalidInput
 from core.quantiles import exact_quantiles
@@ -43,6 +44,8 @@ MAX_DESCRIPTION_LEN: Final = 1024
 MAX_LABELS: Final = 32
 MAX_LABEL_LEN: Final = 256
 MAX_SKETCH_BYTES: Final = 1 << 20
+#: Per-request values: a list or a numpy array.
+Values = Sequence[float] | npt.NDArray[np.float64]
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]*$")
 
 
@@ -86,7 +89,7 @@ class LatencySummary:
         object.__setattr__(self, "quantiles", dict(sorted(self.quantiles.items())))
 
     @classmethod
-    def of(cls, values: Sequence[float] | np.ndarray) -> LatencySummary:
+    def of(cls, values: Values) -> LatencySummary:
         """Exact quantiles and a sketch of ``values`` (seconds)."""
         array = np.asarray(values, dtype=np.float64)
         if array.size == 0:
@@ -205,9 +208,9 @@ def from_samples(
     created_at: datetime,
     *,
     duration_s: float,
-    ttft_s: Sequence[float],
-    tpot_s: Sequence[float],
-    e2e_s: Sequence[float],
+    ttft_s: Values,
+    tpot_s: Values,
+    e2e_s: Values,
     errors: int = 0,
     requests: int | None = None,
     input_tokens: int = 0,

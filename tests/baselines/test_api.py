@@ -38,7 +38,7 @@ def api(store) -> Api:
     return client
 
 
-def write_window(store, window, seed, slowdown=1.0, count=3000):
+def write_window(store, window, seed, slowdown=1.0, count=2000):
     rng = np.random.default_rng(seed)
     records = make_records(
         rng,
@@ -73,7 +73,7 @@ def test_capture_list_get_and_compare_the_same_window_passes(store, api):
     body = created.json()
     assert body["source"] == "window"
     assert body["latency"]["ttft"]["distribution"] is True
-    assert body["requests"] == 3000
+    assert body["requests"] == 2000
     listed = api.get("/api/v1/baselines").json()["baselines"]
     assert [b["name"] for b in listed] == ["prod-before"]
     one = api.get(
