@@ -89,6 +89,7 @@ class PhaseSummary:
     throughput_rps: float
     output_tokens_per_s: float
     latency: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    mean_output_tokens: float = 0.0
 
     def quantile(self, metric: str, q: str = "0.5") -> float | None:
         return self.latency.get(metric, {}).get(q)
@@ -103,6 +104,7 @@ class PhaseSummary:
             "seconds": self.seconds,
             "throughput_rps": self.throughput_rps,
             "output_tokens_per_s": self.output_tokens_per_s,
+            "mean_output_tokens": self.mean_output_tokens,
             "latency": {k: dict(v) for k, v in self.latency.items()},
         }
 
@@ -148,10 +150,38 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
     return out
 
 
+def _tokens_between(results: Sequence[RequestResult], start: float, end: float) -> float:
+    """Output tokens that reached the client in [start, end).
+
+    Each content chunk carries ``output_tokens ÷ chunks`` tokens at its arrival time; a result
+    without token times counts its tokens when it completed.
+    """
+    total = 0.0
+    for r in results:
+        if not r.ok or r.output_tokens <= 0:
+            continue
+        if r.ttft_s is None:
+            total += r.output_tokens if start <= r.done_s < end else 0
+            continue
+        t = r.sent_s + r.ttft_s
+        per_chunk = r.output_tokens / (len(r.itl_s) + 1)
+        total += per_chunk * (start <= t < end)
+        for gap in r.itl_s:
+            t += gap
+            total += per_chunk * (start <= t < end)
+    return total
+
+
 def summarise_phase(
     phase: Phase, results: Sequence[RequestResult], warmup: float = DEFAULT_WARMUP
 ) -> PhaseSummary:
-    """Requests completed in the phase's steady part, and the latency of those sent in it."""
+    """Throughput over the phase's steady part, and the latency of the requests sent in it.
+
+    Output tokens per second count every token that arrived in the steady part. Request
+    throughput is that token rate over the mean output length: closed-loop users that start
+    together finish together, so counting completions in a short window jumps by whole batches,
+    while the token stream flows at every engine step.
+    """
     if not 0 <= warmup < 1:
         raise InvalidInput("warmup is a fraction of a phase in [0, 1)")
     start = phase.start_s + warmup * phase.duration_s
@@ -159,6 +189,10 @@ def summarise_phase(
     done = [r for r in results if r.ok and start <= r.done_s < phase.end_s]
     sent = [r for r in results if r.phase == phase.index and r.sent_s >= start]
     ok = [r for r in sent if r.ok]
+    lengths = [r.output_tokens for r in (ok or done)]
+    mean_output = sum(lengths) / len(lengths) if lengths else 0.0
+    tokens_per_s = _tokens_between(results, start, phase.end_s) / seconds
+    rps = tokens_per_s / mean_output if mean_output > 0 else len(done) / seconds
     latency = {
         "ttft": _quantiles([r.ttft_s for r in ok if r.ttft_s is not None]),
         "tpot": _quantiles([r.tpot_s for r in ok if r.tpot_s is not None]),
@@ -172,9 +206,10 @@ def summarise_phase(
         requests=len(sent),
         errors=len(sent) - len(ok),
         seconds=seconds,
-        throughput_rps=len(done) / seconds,
-        output_tokens_per_s=sum(r.output_tokens for r in done) / seconds,
+        throughput_rps=rps,
+        output_tokens_per_s=tokens_per_s,
         latency={k: v for k, v in latency.items() if v},
+        mean_output_tokens=mean_output,
     )
 
 
@@ -272,7 +307,7 @@ def measured_capacity(
     return MeasuredCapacity(
         best.throughput_rps,
         best.concurrency,
-        best.output_tokens_per_s / best.throughput_rps,
+        best.mean_output_tokens or best.output_tokens_per_s / best.throughput_rps,
         best.label,
     )
 

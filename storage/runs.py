@@ -187,4 +187,3 @@ def production_shapes(
     )
     with engine.connect() as connection:
         return [(int(i), int(o)) for i, o in connection.execute(query)]
-
