@@ -247,6 +247,8 @@ def _peak_rates(state: Any, ctx: Context) -> dict[str, dict[str, Any]]:
             "mean_rps": sum(e["buckets"].values()) / covered,
             "instances": sorted(e["instances"]),
             "step": step.value,
+            "capacity_rps": None,
+            "load": None,
         }
         for model, e in sorted(out.items())
     }
