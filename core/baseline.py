@@ -19,7 +19,7 @@ import base64
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
@@ -262,11 +262,9 @@ def from_samples(
 
 def renamed(baseline: Baseline, name: str, description: str | None = None) -> Baseline:
     """The same measurement under another name (and optionally another description)."""
-    values = {f: getattr(baseline, f) for f in Baseline.__dataclass_fields__}
-    values["name"] = name
-    if description is not None:
-        values["description"] = description
-    return Baseline(**values)
+    if description is None:
+        return replace(baseline, name=name)
+    return replace(baseline, name=name, description=description)
 
 
 # -- the JSON form --------------------------------------------------------------------------

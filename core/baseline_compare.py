@@ -125,9 +125,9 @@ class Policy:
             raise InvalidInput(
                 "confidence must be in [0.5, 1)", details={"confidence": self.confidence}
             )
-        if not 100 <= self.resamples <= 20_000:
+        if not 100 <= self.resamples <= 5000:
             raise InvalidInput(
-                "resamples must be in [100, 20000]", details={"resamples": self.resamples}
+                "resamples must be in [100, 5000]", details={"resamples": self.resamples}
             )
         object.__setattr__(self, "thresholds", dict(self.thresholds))
 
