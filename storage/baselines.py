@@ -25,12 +25,14 @@ from core.baseline import (
     from_dict,
     to_dict,
 )
+from core.cost import CostModel
 from core.errors import Conflict, InvalidInput, NotFound
 from core.query import LATENCY_METRICS as COLUMNS
 from core.query import Method, Selector
 from core.sketch import QuantileSketch
 from core.window import Resolution, Window
 from storage import queries
+from storage.cost import cost
 from storage.tables import baselines, gpu_samples, request_rollups, requests
 
 MAX_LISTED: Final = 1000
@@ -108,9 +110,13 @@ def capture_window(
     description: str = "",
     finest: Resolution = Resolution.MINUTE,
     exact_max_rows: int = queries.DEFAULT_EXACT_MAX_ROWS,
-    cost_per_million_tokens: Decimal | None = None,
+    cost_model: CostModel | None = None,
 ) -> Baseline:
-    """A baseline of the requests ``selector`` picks in ``window`` (not stored)."""
+    """A baseline of the requests ``selector`` picks in ``window`` (not stored).
+
+    With a ``cost_model`` the baseline also carries the window's cost per million tokens
+    (``storage.cost``), and its currency as the ``cost_currency`` label.
+    """
     totals = queries.throughput(engine, window, selector, finest=finest)
     if not totals:
         raise InvalidInput(
@@ -118,6 +124,13 @@ def capture_window(
             details={"start": window.start.isoformat(), "end": window.end.isoformat()},
         )
     total = totals[0]
+    labels = dict(selector.items())
+    cost_per_million: Decimal | None = None
+    if cost_model is not None:
+        per_million = cost(engine, window, cost_model, selector, finest=finest).total
+        money = per_million.cost_per_million_tokens
+        if money is not None:
+            cost_per_million, labels["cost_currency"] = money.amount, money.currency
     latency = {
         metric: _latency(engine, metric, window, selector, finest, exact_max_rows)
         for metric in LATENCY_METRICS
@@ -135,9 +148,9 @@ def capture_window(
         input_tokens=total.input_tokens,
         output_tokens=total.output_tokens,
         gpu_utilization=gpu_utilization(engine, window, selector),
-        cost_per_million_tokens=cost_per_million_tokens,
+        cost_per_million_tokens=cost_per_million,
         description=description,
-        labels=dict(selector.items()),
+        labels=labels,
         window_start=window.start,
         window_end=window.end,
     )
