@@ -148,6 +148,7 @@ class LiveDemo:
         self._api: uvicorn.Server | None = None
         self._api_thread: threading.Thread | None = None
         self._started = time.monotonic()
+        self._served = 0
         self.url = ""
 
     # -- before the fleet ----------------------------------------------------------------
@@ -296,10 +297,20 @@ class LiveDemo:
             stored = connection.execute(select(func.count()).select_from(requests)).scalar_one()
         return DemoStatus(
             elapsed_s=time.monotonic() - self._started,
-            served=self.fleet.requests if self.fleet is not None else 0,
+            served=self._count_served(),
             stored=int(stored),
             firing=tuple(incidents.list_incidents(self.engine, "firing")),
         )
+
+    def _count_served(self) -> int:
+        """Requests the fleet finished so far. Each simulated server keeps a list of its
+        completions, which would grow for as long as the demo runs: the demo counts and
+        drops them (``del [:n]`` leaves what the server appends meanwhile in place)."""
+        for server in self.fleet.servers if self.fleet is not None else ():
+            done = len(server.completions)
+            del server.completions[:done]
+            self._served += done
+        return self._served
 
     def cause_of(self, incident: Incident) -> str | None:
         """The stored diagnosis's top cause, once the diagnosis job has written it."""
