@@ -1,7 +1,8 @@
-"""The cost model and the money math of unit economics: prices, instance costs, attribution.
+"""The cost model and the math of unit economics: prices, instance costs, idle cost, attribution.
 
-Money is ``Decimal`` with an explicit currency (``Money``); amounts are kept to a millionth of
-the currency unit (``QUANTUM``). How a window's cost is computed:
+Money is ``Decimal`` with an explicit currency (``core.money.Money``, re-exported here);
+amounts are kept to a millionth of the currency unit (``QUANTUM``). How a window's cost is
+computed:
 
 1. **Instance cost.** Each GPU of an instance is billed for the GPU-hours its samples cover,
    at the blended price of its GPU model (or the instance's own price): ``reserved_share ×
@@ -33,90 +34,27 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Final
 
 from core.errors import InvalidInput
+from core.money import (
+    MILLION,
+    QUANTUM,
+    ZERO,
+    Money,
+    allocate,
+    check_currency,
+    decimal_of,
+    quantize,
+)
 from core.records import GROUP_LABELS
 from core.window import Window
 
-#: Money is kept to a millionth of the currency unit.
-QUANTUM: Final = Decimal("0.000001")
-MILLION: Final = Decimal(1_000_000)
+MAX_PRICE: Final = Decimal(1_000_000)
 SECONDS_PER_HOUR: Final = Decimal(3600)
 JOULES_PER_KWH: Final = Decimal(3_600_000)
-MAX_PRICE: Final = Decimal(1_000_000)
-_CURRENCY = re.compile(r"[A-Z]{3}")
 _WORD = re.compile(r"[A-Z0-9]+")
-ZERO: Final = Decimal(0)
-
-
-def check_currency(code: str) -> str:
-    if not _CURRENCY.fullmatch(code):
-        raise InvalidInput(
-            "currency must be an ISO 4217 code such as USD", details={"currency": code[:16]}
-        )
-    return code
-
-
-def quantize(amount: Decimal) -> Decimal:
-    return amount.quantize(QUANTUM, rounding=ROUND_HALF_EVEN)
-
-
-def decimal_of(value: float, places: int = 6) -> Decimal:
-    """A measured float as a Decimal rounded to ``places`` (seconds, joules from the store)."""
-    if not math.isfinite(value):
-        raise InvalidInput("a measured quantity is not finite", details={"value": repr(value)})
-    return Decimal(f"{value:.{places}f}")
-
-
-@dataclass(frozen=True, slots=True)
-class Money:
-    """An amount in one currency; adding amounts of two currencies is an error."""
-
-    amount: Decimal
-    currency: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.amount, Decimal) or not self.amount.is_finite():
-            raise InvalidInput(
-                "money amounts are finite Decimals", details={"amount": str(self.amount)}
-            )
-        check_currency(self.currency)
-
-    @classmethod
-    def zero(cls, currency: str) -> Money:
-        return cls(ZERO, currency)
-
-    def _same(self, other: Money) -> None:
-        if other.currency != self.currency:
-            raise InvalidInput(
-                "cannot combine amounts in different currencies",
-                details={"currencies": [self.currency, other.currency]},
-            )
-
-    def __add__(self, other: Money) -> Money:
-        self._same(other)
-        return Money(self.amount + other.amount, self.currency)
-
-    def __sub__(self, other: Money) -> Money:
-        self._same(other)
-        return Money(self.amount - other.amount, self.currency)
-
-    def times(self, factor: Decimal) -> Money:
-        return Money(self.amount * factor, self.currency)
-
-    def quantized(self) -> Money:
-        return Money(quantize(self.amount), self.currency)
-
-    def per_million(self, units: int) -> Money | None:
-        """This amount per million ``units`` (tokens), or ``None`` for no units."""
-        if units <= 0:
-            return None
-        return Money(quantize(self.amount * MILLION / Decimal(units)), self.currency)
-
-    def __str__(self) -> str:
-        return f"{self.amount} {self.currency}"
 
 
 def _price(name: str, value: Decimal) -> Decimal:
@@ -344,32 +282,6 @@ def price_instance(
     )
 
 
-def allocate(
-    total: Decimal, weights: Sequence[Decimal], quantum: Decimal = QUANTUM
-) -> list[Decimal]:
-    """Split ``total`` (a multiple of ``quantum``) in proportion to ``weights``, in multiples
-    of ``quantum`` that add up to ``total`` exactly (largest remainders get the leftovers).
-    Zero weights everywhere split evenly."""
-    if not weights:
-        return []
-    if any(w < 0 for w in weights):
-        raise InvalidInput("allocation weights must be ≥ 0")
-    whole = sum(weights, ZERO)
-    if whole == 0:
-        weights, whole = [Decimal(1)] * len(weights), Decimal(len(weights))
-    units = (total / quantum).to_integral_value(rounding=ROUND_HALF_EVEN)
-    exact = [units * w / whole for w in weights]
-    floors = [e.to_integral_value(rounding=ROUND_FLOOR) for e in exact]
-    left = int(units - sum(floors, ZERO))
-    order = sorted(range(len(exact)), key=lambda i: (exact[i] - floors[i], -i), reverse=True)
-    for i in order[:left] if left > 0 else ():
-        floors[i] += 1
-    if left < 0:  # negative totals: take the leftovers back from the smallest remainders
-        for i in order[left:]:
-            floors[i] -= 1
-    return [f * quantum for f in floors]
-
-
 # -- attribution ----------------------------------------------------------------------------
 
 
@@ -534,3 +446,30 @@ class CostResult:
     @property
     def unpriced(self) -> tuple[str, ...]:
         return tuple(sorted({name for i in self.instances for name in i.unpriced}))
+
+
+__all__ = [
+    "JOULES_PER_KWH",
+    "MILLION",
+    "QUANTUM",
+    "SECONDS_PER_HOUR",
+    "ZERO",
+    "CostLine",
+    "CostModel",
+    "CostResult",
+    "GoodRequest",
+    "GpuPrice",
+    "GpuUsage",
+    "InstanceCost",
+    "Money",
+    "SeriesUsage",
+    "allocate",
+    "attribute",
+    "check_currency",
+    "decimal_of",
+    "gpu_words",
+    "group_lines",
+    "price_instance",
+    "quantize",
+    "unattributed_labels",
+]

@@ -1,0 +1,129 @@
+"""Cost models in the store: one row per name in ``cost_models``, in a JSON form of
+``core.cost.CostModel`` of its own (Decimals as strings, so nothing is rounded), not the
+operator's document, whose format is the API's business."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from core.cost import CostModel, GoodRequest, GpuPrice
+from core.errors import NotFound
+from storage.tables import cost_models
+
+
+def _price_json(price: GpuPrice) -> dict[str, Any]:
+    return {
+        "on_demand_per_hour": str(price.on_demand_per_hour),
+        "reserved_per_hour": None
+        if price.reserved_per_hour is None
+        else str(price.reserved_per_hour),
+        "reserved_share": str(price.reserved_share),
+    }
+
+
+def _price_from(data: Mapping[str, Any]) -> GpuPrice:
+    reserved = data.get("reserved_per_hour")
+    return GpuPrice(
+        Decimal(data["on_demand_per_hour"]),
+        None if reserved is None else Decimal(reserved),
+        Decimal(data.get("reserved_share", "0")),
+    )
+
+
+def model_to_json(model: CostModel) -> str:
+    """The stored form of a cost model (Decimals as strings, so nothing is rounded)."""
+    return json.dumps(
+        {
+            "currency": model.currency,
+            "gpu_prices": {k: _price_json(v) for k, v in model.gpu_prices.items()},
+            "instance_prices": {k: _price_json(v) for k, v in model.instance_prices.items()},
+            "default_price": None
+            if model.default_price is None
+            else _price_json(model.default_price),
+            "electricity_per_kwh": None
+            if model.electricity_per_kwh is None
+            else str(model.electricity_per_kwh),
+            "overhead_per_gpu_hour": str(model.overhead_per_gpu_hour),
+            "overhead_ratio": str(model.overhead_ratio),
+            "idle_utilisation_floor": model.idle_utilisation_floor,
+            "sample_gap_s": model.sample_gap_s,
+            "good": {"ttft_s": model.good.ttft_s, "tpot_s": model.good.tpot_s},
+            "example": model.example,
+        },
+        sort_keys=True,
+    )
+
+
+def model_from_json(name: str, text: str) -> CostModel:
+    data = json.loads(text)
+    electricity = data.get("electricity_per_kwh")
+    default = data.get("default_price")
+    return CostModel(
+        name=name,
+        currency=data["currency"],
+        gpu_prices={k: _price_from(v) for k, v in data["gpu_prices"].items()},
+        instance_prices={k: _price_from(v) for k, v in data["instance_prices"].items()},
+        default_price=None if default is None else _price_from(default),
+        electricity_per_kwh=None if electricity is None else Decimal(electricity),
+        overhead_per_gpu_hour=Decimal(data["overhead_per_gpu_hour"]),
+        overhead_ratio=Decimal(data["overhead_ratio"]),
+        idle_utilisation_floor=float(data["idle_utilisation_floor"]),
+        sample_gap_s=float(data["sample_gap_s"]),
+        good=GoodRequest(**data["good"]),
+        example=bool(data.get("example", False)),
+    )
+
+
+def put_model(engine: Engine, model: CostModel, now: datetime) -> bool:
+    """Create or replace a cost model by name; ``True`` when it was created."""
+    values = {
+        "name": model.name,
+        "spec": model_to_json(model),
+        "created_at": now,
+        "updated_at": now,
+    }
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    insert = dialect.insert(cost_models).values(**values)
+    upsert = insert.on_conflict_do_update(
+        index_elements=[cost_models.c.name],
+        set_={"spec": insert.excluded.spec, "updated_at": insert.excluded.updated_at},
+    )
+    with engine.begin() as connection:
+        existed = connection.execute(
+            select(cost_models.c.name).where(cost_models.c.name == model.name)
+        ).first()
+        connection.execute(upsert)
+    return existed is None
+
+
+def get_model(engine: Engine, name: str) -> CostModel:
+    """The stored cost model ``name``; ``NotFound`` when there is none."""
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(cost_models.c.spec).where(cost_models.c.name == name)
+        ).first()
+    if row is None:
+        raise NotFound(f"no cost model named {name!r}", details={"name": name})
+    return model_from_json(name, row[0])
+
+
+def find_model(engine: Engine, name: str) -> CostModel | None:
+    try:
+        return get_model(engine, name)
+    except NotFound:
+        return None
+
+
+def list_models(engine: Engine) -> list[CostModel]:
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(cost_models.c.name, cost_models.c.spec).order_by(cost_models.c.name)
+        ).all()
+    return [model_from_json(name, spec) for name, spec in rows]
