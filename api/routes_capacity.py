@@ -1,13 +1,14 @@
 """``GET /api/v1/capacity``: instances, GPU memory budget and physical floors for a workload.
 
-The per-instance capacity is given (``capacity_rps``) or measured by a stored load-test run
-(``run``: its best level within the latency targets, no further than its knee, rescaled to the
-planned output length). The GPU and model tables are package data read once.
+The per-instance capacity is given (``capacity_rps``), measured by a stored load-test run
+(``run``) or by production traffic (``production=7d``), rescaled to the planned output length.
+The GPU and model tables are package data read once.
 """
 
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from importlib import resources
 from typing import Annotated, Any
 
@@ -26,6 +27,9 @@ from core.capacity import (
 )
 from core.errors import InvalidInput
 from core.loadtest import measured_capacity, summarise
+from core.query import Selector
+from core.window import Window, parse_duration
+from storage.capacity import production_capacity
 from storage.runs import get_run
 
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))])
@@ -41,20 +45,46 @@ def load_catalog() -> Catalog:
     )
 
 
-def capacity_from_run(
+def resolve_capacity(
     engine: Any,
-    run_id: int,
+    now: datetime,
+    *,
+    capacity_rps: float | None,
+    run: int | None,
+    production: str | None,
+    selector: Selector,
     output_tokens: int,
     ttft_target_s: float | None,
     tpot_target_s: float | None,
-) -> tuple[float, int, str]:
-    """(requests per second at ``output_tokens``, concurrency, description) from a run."""
-    run = get_run(engine, run_id)
-    best = measured_capacity(
-        summarise(run), ttft_p99_max_s=ttft_target_s, tpot_p99_max_s=tpot_target_s
-    )
+) -> tuple[float, int | None, str]:
+    """(requests per second at ``output_tokens``, concurrency if measured, where it came from).
+
+    Exactly one source: a given figure, a stored run (its best level within the targets, no
+    further than the knee) or the last ``production`` duration of the store (its busiest
+    instance-minute within the targets). Measurements are rescaled to the planned output length.
+    """
+    if sum(x is not None for x in (capacity_rps, run, production)) != 1:
+        raise InvalidInput("give exactly one of capacity_rps, run and production")
+    if capacity_rps is not None:
+        if not capacity_rps > 0:
+            raise InvalidInput("capacity_rps must be positive")
+        return capacity_rps, None, "given"
+    if run is not None:
+        best = measured_capacity(
+            summarise(get_run(engine, run)),
+            ttft_p99_max_s=ttft_target_s,
+            tpot_p99_max_s=tpot_target_s,
+        )
+        source = f"run {run}, level {best.phase}"
+    else:
+        assert production is not None  # the one source left
+        window = Window(now - parse_duration(production), now)
+        best = production_capacity(
+            engine, window, selector, ttft_p99_max_s=ttft_target_s, tpot_p99_max_s=tpot_target_s
+        )
+        source = f"production, busiest minute within the targets: {best.phase}"
     rps = scale_capacity(best.throughput_rps, best.mean_output_tokens, output_tokens)
-    return rps, best.concurrency, f"run {run_id}, level {best.phase}"
+    return rps, best.concurrency or None, source
 
 
 def _optional_positive(name: str, value: float | None) -> None:
@@ -73,6 +103,11 @@ def capacity(
     tensor_parallel: Annotated[int, Query(ge=1, le=64)] = 1,
     capacity_rps: Annotated[float | None, Query(description="measured per instance")] = None,
     run: Annotated[int | None, Query(description="a stored step run measuring it")] = None,
+    production: Annotated[
+        str | None, Query(max_length=16, description="measure it over the last 7d, 24h, …")
+    ] = None,
+    production_model: Annotated[str | None, Query(max_length=256)] = None,
+    instance: Annotated[str | None, Query(max_length=256)] = None,
     concurrency: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     ttft_target: Annotated[float | None, Query(description="seconds")] = None,
     tpot_target: Annotated[float | None, Query(description="seconds")] = None,
@@ -81,16 +116,17 @@ def capacity(
 ) -> dict[str, Any]:
     for name, value in (("ttft_target", ttft_target), ("tpot_target", tpot_target)):
         _optional_positive(name, value)
-    if (capacity_rps is None) == (run is None):
-        raise InvalidInput("give exactly one of capacity_rps and run")
-    source = "given"
-    if run is not None:
-        capacity_rps, measured, source = capacity_from_run(
-            request.app.state.engine, run, output_tokens, ttft_target, tpot_target
-        )
-        concurrency = concurrency or measured
-    assert capacity_rps is not None  # one of the two, checked above
-    _optional_positive("capacity_rps", capacity_rps)
+    rps, measured, source = resolve_capacity(
+        request.app.state.engine,
+        request.app.state.clock(),
+        capacity_rps=capacity_rps,
+        run=run,
+        production=production,
+        selector=Selector(model=production_model, instance=instance),
+        output_tokens=output_tokens,
+        ttft_target_s=ttft_target,
+        tpot_target_s=tpot_target,
+    )
     result = plan(
         load_catalog(),
         PlanInput(
@@ -99,9 +135,9 @@ def capacity(
             peak_qps=peak_qps,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
-            capacity_rps=capacity_rps,
+            capacity_rps=rps,
             tensor_parallel=tensor_parallel,
-            concurrency=concurrency,
+            concurrency=concurrency or measured,
             ttft_target_s=ttft_target,
             tpot_target_s=tpot_target,
             headroom=headroom,

@@ -1,7 +1,8 @@
 """``infersight capacity plan|gpus|models``: how many instances, and does the model fit.
 
 ``plan`` takes the peak QPS, input and output lengths and latency targets, and the measured
-per-instance capacity (``--capacity-rps``, or ``--run ID`` of a stored step run), and prints
+per-instance capacity (``--capacity-rps``, ``--run ID`` of a stored step run, or
+``--production 7d``: the busiest minute of an instance within the targets), and prints
 the instance count with 30–50 % headroom, the GPU memory budget of one instance and the
 physical floors the targets are checked against. Exit code 1 when a check fails (a target
 below its floor, or a budget over 85 % of GPU memory), so a pipeline can gate on it.
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from api.routes_capacity import capacity_from_run, load_catalog
+from api.routes_capacity import load_catalog, resolve_capacity
 from core.capacity import (
     DEFAULT_HEADROOM,
     GIB,
@@ -24,6 +26,7 @@ from core.capacity import (
     plan,
     plan_to_dict,
 )
+from core.query import Selector
 from infersight.cli import current_settings
 from storage.engine import create_store_engine
 
@@ -73,6 +76,14 @@ def capacity() -> None:
     help="A stored load-test run that measured the capacity.",
 )
 @click.option(
+    "--production",
+    metavar="DURATION",
+    default=None,
+    help="Measure the capacity from the last DURATION of production traffic (e.g. 7d).",
+)
+@click.option("--production-model", default=None, help="Served model name to measure.")
+@click.option("--instance", default=None, help="Only this instance's production traffic.")
+@click.option(
     "--concurrency",
     type=click.IntRange(1),
     default=None,
@@ -86,18 +97,25 @@ def capacity() -> None:
 @click.pass_context
 def plan_command(ctx: click.Context, /, **o: Any) -> None:
     """Instances for a peak, one instance's GPU memory budget, and the latency floors."""
-    if (o["capacity_rps"] is None) == (o["run_id"] is None):
-        raise click.UsageError("give exactly one of --capacity-rps and --run")
-    capacity_rps, source, concurrency = o["capacity_rps"], "given", o["concurrency"]
-    if o["run_id"] is not None:
-        engine = create_store_engine(current_settings(ctx).database_url)
-        try:
-            capacity_rps, measured, source = capacity_from_run(
-                engine, o["run_id"], o["output_tokens"], o["ttft_target"], o["tpot_target"]
-            )
-        finally:
-            engine.dispose()
-        concurrency = concurrency or measured
+    sources = (o["capacity_rps"], o["run_id"], o["production"])
+    if sum(x is not None for x in sources) != 1:
+        raise click.UsageError("give exactly one of --capacity-rps, --run and --production")
+    engine = create_store_engine(current_settings(ctx).database_url)
+    try:
+        capacity_rps, measured, source = resolve_capacity(
+            engine,
+            datetime.now(UTC),
+            capacity_rps=o["capacity_rps"],
+            run=o["run_id"],
+            production=o["production"],
+            selector=Selector(model=o["production_model"], instance=o["instance"]),
+            output_tokens=o["output_tokens"],
+            ttft_target_s=o["ttft_target"],
+            tpot_target_s=o["tpot_target"],
+        )
+    finally:
+        engine.dispose()
+    concurrency = o["concurrency"] or measured
     result = plan(
         load_catalog(),
         PlanInput(
