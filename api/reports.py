@@ -1,5 +1,5 @@
-"""Weekly cost reports: data, renderings (JSON, HTML with server-side SVG charts, CSV),
-storage, the Slack summary and the scheduled job.
+"""Weekly cost reports: the data, storage, the Slack summary and the scheduled job (the
+renderings, JSON → CSV / HTML with SVG charts / Slack, are ``api.report_render``'s).
 
 A weekly report covers one ISO week (Monday 00:00 to Monday 00:00 in the report time zone).
 Its numbers are exactly what ``GET /api/v1/cost`` answers for the same windows: the report
@@ -12,8 +12,6 @@ with a link in the notification outbox for Slack (idempotent per week).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -24,15 +22,15 @@ from itertools import pairwise
 from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from jinja2 import Environment, PackageLoader, select_autoescape
 from sqlalchemy import Engine
 
 from api.cost_view import amount, cost_dict
 from api.evaluation import FinestFor
 from api.params import iso
+from api.report_render import CSV_COLUMNS, render_csv, render_html, slack_payload, summary_line
 from core.cost import CostLine, CostModel, CostResult, quantize
 from core.errors import ConfigurationError, InvalidInput
-from core.savings import RULES, Category, InstanceFacts, find_savings
+from core.savings import RULES, InstanceFacts, find_savings
 from core.window import Window
 from storage import cost as cost_store
 from storage import reports as report_store
@@ -41,30 +39,6 @@ from storage.outbox import Outbox
 KIND: Final = "weekly"
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 _DAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-CSV_COLUMNS: Final = (
-    "section",
-    "date",
-    "model",
-    "instance",
-    "cost",
-    "idle_cost",
-    "input_cost",
-    "output_cost",
-    "gpu_hours",
-    "idle_gpu_hours",
-    "energy_kwh",
-    "requests",
-    "tokens",
-    "input_tokens",
-    "output_tokens",
-    "good_tokens",
-    "cost_per_million_tokens",
-    "cost_per_million_input_tokens",
-    "cost_per_million_output_tokens",
-    "cost_per_million_good_tokens",
-    "tokens_per_joule",
-    "utilisation",
-)
 
 
 def zone(name: str) -> ZoneInfo:
@@ -244,172 +218,6 @@ def build_weekly(
 
 def _text(money: Any) -> str | None:
     return None if money is None else amount(money.amount)
-
-
-# -- renderings -----------------------------------------------------------------------------
-
-
-def _csv_row(section: str, day: str, line: Mapping[str, Any]) -> list[str]:
-    labels, per = line["labels"], line["cost_per_million_tokens"]
-    values: dict[str, Any] = {
-        "section": section,
-        "date": day,
-        "model": labels.get("model", ""),
-        "instance": labels.get("instance", ""),
-        **{k: line[k] for k in CSV_COLUMNS if k in line},
-        "cost_per_million_tokens": per["total"],
-        "cost_per_million_input_tokens": per["input"],
-        "cost_per_million_output_tokens": per["output"],
-        "cost_per_million_good_tokens": per["good"],
-    }
-    # Floats are written with repr so that they read back to the same value.
-    return [
-        ""
-        if values[k] is None
-        else repr(values[k])
-        if isinstance(values[k], float)
-        else str(values[k])
-        for k in CSV_COLUMNS
-    ]
-
-
-def render_csv(body: Mapping[str, Any]) -> str:
-    """One row per group: the week by model and by instance, each day, and the total."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for section in ("by_model", "by_instance"):
-        for line in body[section]["groups"]:
-            writer.writerow(_csv_row(section, "", line))
-    for day in body["daily"]:
-        writer.writerow(_csv_row("daily", day["date"], day["total"]))
-    writer.writerow(_csv_row("total", "", body["by_model"]["total"]))
-    return out.getvalue()
-
-
-_ENV: Environment | None = None
-
-
-def _environment() -> Environment:
-    global _ENV  # noqa: PLW0603 - one template environment per process, built on first use
-    if _ENV is None:
-        _ENV = Environment(
-            loader=PackageLoader("dashboards", "reports"),
-            autoescape=select_autoescape(["html"]),
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        _ENV.filters["money"] = lambda v: "–" if v is None else f"{Decimal(v):,.2f}"
-        _ENV.filters["pct"] = lambda v: "–" if v is None else f"{v:.0%}"
-        _ENV.filters["num"] = lambda v: "–" if v is None else f"{v:,}"
-        _ENV.filters["label"] = lambda labels: (
-            ", ".join(v or "(unattributed)" for v in labels.values()) or "all"
-        )
-    return _ENV
-
-
-@dataclass(frozen=True, slots=True)
-class Bar:
-    label: str
-    value: float
-    text: str
-
-
-def _bars(items: list[tuple[str, float, str]]) -> list[Bar]:
-    return [Bar(label, max(value, 0.0), text) for label, value, text in items]
-
-
-def charts(body: Mapping[str, Any]) -> dict[str, list[Bar]]:
-    """The four charts' bars (drawn as SVG by the template)."""
-    cur = body["currency"]
-    per_model = [
-        (g["labels"]["model"] or "(unattributed)", float(v), f"{Decimal(v):,.2f} {cur}")
-        for g in body["by_model"]["groups"]
-        if (v := g["cost_per_million_tokens"]["total"]) is not None
-    ]
-    return {
-        "daily_cost": _bars(
-            [
-                (d["date"][5:], float(d["total"]["cost"]), f"{Decimal(d['total']['cost']):,.2f}")
-                for d in body["daily"]
-            ]
-        ),
-        "cost_per_million": _bars(per_model),
-        "utilisation": _bars(
-            [
-                (i["instance"], i["utilisation"], f"{i['utilisation']:.0%}")
-                for i in body["by_instance"]["instances"]
-                if i["utilisation"] is not None
-            ]
-        ),
-        "idle_cost": _bars(
-            [
-                (i["instance"], float(i["idle_cost"]), f"{Decimal(i['idle_cost']):,.2f}")
-                for i in body["by_instance"]["instances"]
-            ]
-        ),
-    }
-
-
-def render_html(body: Mapping[str, Any]) -> str:
-    """A self-contained page: no scripts, no CDN, charts as inline SVG."""
-    template = _environment().get_template("weekly.html")
-    return template.render(
-        report=body, charts=charts(body), categories=[c.name.lower() for c in Category]
-    )
-
-
-def summary_line(body: Mapping[str, Any]) -> str:
-    s, cur = body["summary"], body["currency"]
-    per = s["cost_per_million_tokens"]
-    good = s["cost_per_million_good_tokens"]
-    text = (
-        f"Week {body['period']}: {Decimal(s['cost']):,.2f} {cur} for {s['tokens']:,} tokens"
-        f" ({'n/a' if per is None else f'{Decimal(per):,.2f}'} {cur} per million,"
-        f" good {'n/a' if good is None else f'{Decimal(good):,.2f}'});"
-        f" idle {Decimal(s['idle_cost']):,.2f} {cur}"
-    )
-    if body["savings"]:
-        top = body["savings"][0]
-        saving = Decimal(top["estimated_saving"])
-        text += f"; first saving: {top['kind']} on {top['scope']} (~{saving:,.2f} {cur})"
-    if body["cost_model"]["example_prices"]:
-        text += " [example prices]"
-    return text
-
-
-def slack_payload(body: Mapping[str, Any], link: str) -> dict[str, Any]:
-    text = summary_line(body)
-    blocks: list[dict[str, Any]] = [
-        {
-            "type": "header",
-            "text": {"type": "plain_text", "text": f"Cost report {body['period']}"[:150]},
-        },
-        {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
-    ]
-    savings = [
-        f"{s['rank']}. *{s['kind']}* ({s['category']}) on `{s['scope']}`: "
-        f"~{Decimal(s['estimated_saving']):,.2f} {body['currency']}"
-        for s in body["savings"][:5]
-    ]
-    if savings:
-        blocks.append(
-            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(savings)[:3000]}}
-        )
-    if link:
-        blocks.append(
-            {
-                "type": "actions",
-                "elements": [
-                    {
-                        "type": "button",
-                        "text": {"type": "plain_text", "text": "Open report"},
-                        "url": link,
-                    }
-                ],
-            }
-        )
-    return {"text": text[:3000], "blocks": blocks}
 
 
 # -- generation, storage and the job --------------------------------------------------------
