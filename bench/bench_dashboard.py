@@ -1,0 +1,242 @@
+"""Dashboard benchmark (issue 9): every page's server time over 30 days of data.
+
+Prints, in one run on this machine, the time the app takes to answer each dashboard page
+(``GET /ui/<page>``: queries, view-model, SVG and template; through httpx's ASGI transport,
+so no network and no browser), P50 / P95 over ``--repeats`` calls, for the last 30 days and
+for the default range; target < 300 ms each. The reference, measured in the same run, is
+``GET /api/v1/latency`` over the same 30 days (one rollup-served JSON query); the ratio says
+how many such queries a page costs.
+
+The data set: ``bench_storage.load_days`` (``--rpm`` requests a minute over ``--days`` days,
+two models on two instances) on a fresh PostgreSQL database, plus GPU samples (two GPUs per
+instance every ``--gpu-interval`` seconds), five SLOs evaluated once, a stored baseline and
+a step load-test run. ``--url`` reuses a database loaded earlier with ``--keep``.
+``--days 1 --rpm 3 --repeats 2`` is a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from api import create_app
+from api.cost_spec import example_model
+from api.evaluation import Evaluator, default_policy
+from api.settings import ApiSettings
+from core.loadtest import LoadTestRun, RequestResult, ScenarioKind
+from core.query import Selector
+from core.samples import GpuSample
+from core.slo import Sli, SliKind, SloSpec
+from core.window import Window
+from loadgen.scenarios import step
+from storage import slo_store
+from storage.baselines import capture_window, save_baseline
+from storage.engine import create_store_engine
+from storage.maintenance import RetentionPolicy
+from storage.runs import save_run
+from storage.writer import open_writer
+
+PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
+TARGET_MS = 300.0
+GPUS_PER_INSTANCE = 2
+
+
+def _bench_storage() -> Any:
+    path = Path(__file__).resolve().parent / "bench_storage.py"
+    spec = importlib.util.spec_from_file_location("bench_storage", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_storage", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def gpu_samples(instances: tuple[str, ...], start: datetime, end: datetime, interval_s: int):
+    """Busy GPUs with a daily utilisation cycle; one GPU throttles for an hour a day."""
+    rng = np.random.default_rng(5)
+    at = start
+    batch: list[GpuSample] = []
+    while at < end:
+        hour = at.hour + at.minute / 60
+        busy = 0.55 + 0.35 * np.sin((hour - 8) / 24 * 2 * np.pi)
+        for instance in instances:
+            for index in range(GPUS_PER_INSTANCE):
+                hot = instance == instances[0] and index == 0 and 14 <= at.hour < 15
+                util = float(np.clip(busy + rng.normal(0, 0.03), 0, 1))
+                batch.append(
+                    GpuSample(
+                        at, instance, index, name="NVIDIA H200", util_gpu=util,
+                        util_memory=util * 0.7, memory_used_bytes=120e9,
+                        memory_total_bytes=141e9, power_w=150 + 500 * util, power_limit_w=700.0,
+                        temperature_c=88.0 if hot else 55 + 15 * util,
+                        sm_clock_mhz=1300.0 if hot else 1980.0, memory_clock_mhz=3201.0,
+                        throttle_reasons=("sw_thermal_slowdown",) if hot else (),
+                    )
+                )  # fmt: skip
+        if len(batch) >= 20_000:
+            yield batch
+            batch = []
+        at += timedelta(seconds=interval_s)
+    if batch:
+        yield batch
+
+
+def step_run(model: str, started_at: datetime) -> LoadTestRun:
+    """A step load test of a server that saturates at 8 concurrent requests (2 req/s each)."""
+    phases = step([2, 4, 8, 12, 16], 10.0)
+    results, seq = [], 0
+    for phase in phases:
+        rps = 2.0 * min(phase.concurrency, 8)
+        e2e = phase.concurrency / rps
+        for k in range(int(rps * phase.duration_s)):
+            seq += 1
+            results.append(
+                RequestResult(
+                    seq=seq, phase=phase.index, sent_s=phase.start_s + k / rps, e2e_s=e2e,
+                    ttft_s=0.05 + (e2e - 0.5), tpot_s=0.0045, input_tokens=500, output_tokens=100,
+                )
+            )  # fmt: skip
+    return LoadTestRun(
+        "bench-step", ScenarioKind.STEP, "http://bench", model, started_at, phases, tuple(results)
+    )
+
+
+def load_extras(url: str, bench_storage: Any, days: int, now: datetime, interval: int) -> None:
+    engine = create_store_engine(url)
+    try:
+        writer = open_writer(engine)
+        start = now - timedelta(days=days)
+        for batch in gpu_samples(bench_storage.INSTANCES, start, now, interval):
+            writer.write_gpu_samples(batch)
+        models, instances = bench_storage.MODELS, bench_storage.INSTANCES
+        specs = [
+            SloSpec("availability", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=30)),
+            *(
+                SloSpec(f"ttft-{i}", Sli(SliKind.LATENCY, "ttft", 0.3), 0.99,
+                        timedelta(days=28), Selector(model=m))
+                for i, m in enumerate(models)
+            ),
+            *(
+                SloSpec(f"tpot-{i}", Sli(SliKind.LATENCY, "tpot", 0.015), 0.99,
+                        timedelta(days=28), Selector(instance=inst))
+                for i, inst in enumerate(instances)
+            ),
+        ]  # fmt: skip
+        for spec in specs:
+            slo_store.put_slo(engine, spec, start)
+        Evaluator(engine, default_policy()).run(now)
+        first_day = Window(start, start + timedelta(days=1))
+        baseline = capture_window(
+            engine, "first-day", first_day, Selector(model=models[0]), start + timedelta(days=1),
+            cost_model=example_model(),
+        )  # fmt: skip
+        save_baseline(engine, baseline)
+        save_run(engine, step_run(models[0], start))
+    finally:
+        engine.dispose()
+
+
+def timed_pages(app: Any, params: dict[str, str], repeats: int) -> dict[str, list[float]]:
+    async def run() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            for page in (*PAGES, "reference"):
+                url = "/api/v1/latency" if page == "reference" else f"/ui/{page}"
+                query = {**params, "metric": "ttft"} if page == "reference" else params
+                (await client.get(url, params=query)).raise_for_status()  # warm-up
+                times = []
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    response = await client.get(url, params=query)
+                    times.append(time.perf_counter() - started)
+                    response.raise_for_status()
+                out[page] = times
+        return out
+
+    return asyncio.run(run())
+
+
+def report(title: str, times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    print(f"\n== {title} ==")
+    ref = float(np.percentile(np.asarray(times["reference"]) * 1000, 50))
+    out = {}
+    for page, seconds in times.items():
+        ms = np.asarray(seconds) * 1000
+        p50, p95 = float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
+        out[page] = {"p50": p50, "p95": p95}
+        name = "reference: GET /api/v1/latency" if page == "reference" else f"/ui/{page}"
+        verdict = "" if page == "reference" else ("  ok" if p95 < TARGET_MS else "  OVER")
+        print(f"  {name:<32} P50 {p50:7.1f} ms  P95 {p95:7.1f} ms  "
+              f"{p50 / ref:5.1f}× reference{verdict}")  # fmt: skip
+    print(f"  target: every page P95 < {TARGET_MS:.0f} ms")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument("--url", help="a database loaded earlier (with --keep); skips loading")
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--rpm", type=int, default=30)
+    parser.add_argument("--gpu-interval", type=int, default=30, help="seconds between samples")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args(argv)
+    bench_storage = _bench_storage()
+    now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
+    drop, url = None, args.url
+    if url is None:
+        url, drop = bench_storage.fresh_postgres(args.postgres)
+        started = time.perf_counter()
+        loaded = bench_storage.load_days(
+            url, args.days, args.rpm, now.replace(second=0, microsecond=0), seed=11
+        )
+        load_extras(url, bench_storage, args.days, now, args.gpu_interval)
+        print(f"  loaded {loaded:,} requests and GPU samples in "
+              f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+    engine = create_store_engine(url)
+    results: dict[str, Any] = {}
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE")
+        retention = RetentionPolicy(raw_days=60, minute_days=60, hour_days=180)
+        app = create_app(ApiSettings(run_jobs=False), engine, lambda: now, retention=retention)
+        span = f"{args.days}d" if args.days in (1, 7, 30) else None
+        long_params = (
+            {"range": "24h" if args.days == 1 else span}
+            if span
+            else {"start": (now - timedelta(days=args.days)).isoformat(), "end": now.isoformat()}
+        )
+        results["range_30d_ms"] = report(
+            f"every page over the last {args.days} days ({args.rpm}/min)",
+            timed_pages(app, long_params, args.repeats),
+        )
+        results["default_range_ms"] = report(
+            "every page over its default range (1 h; 24 h for cost, incidents, capacity)",
+            timed_pages(app, {}, args.repeats),
+        )
+    finally:
+        engine.dispose()
+        if drop is not None:
+            if args.keep:
+                print(f"  kept: {url}")
+            else:
+                drop()
+    return results
+
+
+if __name__ == "__main__":
+    main()
