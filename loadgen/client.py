@@ -43,6 +43,11 @@ class Endpoint:
             raise InvalidInput("a load test needs the served model's name")
 
     @property
+    def display_url(self) -> str:
+        """The base URL without any credentials in it (what a stored run records)."""
+        return str(httpx.URL(self.base_url).copy_with(username=None, password=None))
+
+    @property
     def url(self) -> str:
         root = self.base_url.rstrip("/")
         root = root.removesuffix("/v1")

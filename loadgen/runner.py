@@ -79,7 +79,7 @@ class Runner:
         return LoadTestRun(
             name=name,
             scenario=scenario,
-            target=self._endpoint.base_url,
+            target=self._endpoint.display_url,
             model=self._endpoint.model,
             started_at=started_at,
             phases=self._phases,

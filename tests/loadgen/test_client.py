@@ -126,6 +126,11 @@ def test_failures_become_results_not_exceptions(handler, error) -> None:
     assert error in result.error
 
 
+def test_a_stored_target_carries_no_credentials() -> None:
+    endpoint = Endpoint("https://user:secret@llm.example:8443/v1", "m")
+    assert endpoint.display_url == "https://llm.example:8443/v1"
+
+
 @pytest.mark.parametrize(
     ("url", "model"),
     [pytest.param("server:8000", "m", id="no scheme"), pytest.param("http://s", "", id="no model")],
