@@ -1,0 +1,159 @@
+"""How much load one generator process drives, and what its machinery costs.
+
+A stand-in server in a subprocess (its own CPU, no GIL shared) answers every request at once
+with an SSE stream of ``--tokens`` chunks, so the client side is the bottleneck. Prints, for
+``--users`` concurrent users over ``--seconds``:
+
+1. the reference: a bare loop of httpx streaming requests (read every line, nothing else);
+2. ``loadgen``'s runner on the same server (prompts, timing each chunk, results, the self-
+   monitor, the progress hook): requests and tokens per second, the ratio to the reference,
+   and what the self-monitor saw (event-loop lag p99, CPU share of the loop thread).
+
+    .venv/bin/python bench/bench_loadgen.py [--users 32] [--seconds 10] [--tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import numpy as np
+
+from core.loadtest import ScenarioKind
+from loadgen.client import Endpoint
+from loadgen.runner import Runner
+from loadgen.scenarios import steady
+from loadgen.workload import DistKind, Lengths, Sampled
+
+MODEL = "bench"
+
+
+def _app(tokens: int) -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": " w"}}]})
+    usage = json.dumps({"choices": [], "usage": {"completion_tokens": tokens}})
+
+    async def lines() -> AsyncIterator[str]:
+        for _ in range(tokens):
+            yield f"data: {chunk}\n\n"
+        yield f"data: {usage}\n\ndata: [DONE]\n\n"
+
+    async def chat(request: Request) -> StreamingResponse:
+        await request.body()
+        return StreamingResponse(lines(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def _serve(port: int, tokens: int) -> None:
+    import uvicorn
+
+    uvicorn.run(_app(tokens), host="127.0.0.1", port=port, log_level="warning")
+
+
+@contextmanager
+def server(tokens: int) -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [sys.executable, __file__, "--serve", str(port), "--tokens", str(tokens)]
+    process = subprocess.Popen(argv)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.post(url + "/v1/chat/completions", json={}, timeout=1).read()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def bare(url: str, users: int, seconds: float) -> tuple[int, int]:
+    """Requests and chunks a plain httpx loop gets through."""
+    done = chunks = 0
+    end = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=users, max_keepalive_connections=users)
+
+    async def user(client: httpx.AsyncClient) -> None:
+        nonlocal done, chunks
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+        while time.perf_counter() < end:
+            async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                async for line in r.aiter_lines():
+                    chunks += line.startswith("data:")
+            done += 1
+
+    async with httpx.AsyncClient(limits=limits) as client:
+        await asyncio.gather(*(user(client) for _ in range(users)))
+    return done, chunks
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve is not None:
+        _serve(args.serve, args.tokens)
+        return {}
+    with server(args.tokens) as url:
+        t0 = time.perf_counter()
+        done, chunks = asyncio.run(bare(url, args.users, args.seconds))
+        bare_s = time.perf_counter() - t0
+        workload = Sampled(
+            Lengths(DistKind.FIXED, 64),
+            Lengths(DistKind.FIXED, args.tokens),
+            np.random.default_rng(),
+        )
+        runner = Runner(Endpoint(url, MODEL), steady(args.users, args.seconds), workload)
+        run = asyncio.run(runner.run(name="bench", scenario=ScenarioKind.STEADY))
+    ok = [r for r in run.results if r.ok]
+    span = max(r.done_s for r in ok) if ok else args.seconds
+    results = {
+        "bare_rps": done / bare_s,
+        "bare_chunks_per_s": chunks / bare_s,
+        "loadgen_rps": len(ok) / span,
+        "loadgen_tokens_per_s": sum(r.output_tokens for r in ok) / span,
+        "errors": len(run.results) - len(ok),
+        "generator": runner.monitor_report.to_dict(),
+    }
+    results["ratio"] = results["loadgen_rps"] / results["bare_rps"] if done else 0.0
+    print(f"{args.users} users, {args.tokens}-token streams, {args.seconds:g} s each")
+    print(
+        f"reference: bare httpx loop   {results['bare_rps']:8.1f} req/s "
+        f"{results['bare_chunks_per_s']:9.0f} chunks/s"
+    )
+    print(
+        f"loadgen runner               {results['loadgen_rps']:8.1f} req/s "
+        f"{results['loadgen_tokens_per_s']:9.0f} tokens/s  ({results['ratio']:.2f}x the reference)"
+    )
+    gen = results["generator"]
+    print(
+        f"self-monitor: loop lag p99 {gen['loop_lag_p99_s'] * 1e3:.1f} ms, "
+        f"CPU share {gen['cpu_share']:.0%}; warnings: {len(run.warnings)}"
+    )
+    return results
+
+
+if __name__ == "__main__":
+    main()
