@@ -212,7 +212,6 @@ def build_weekly(
             }
             for rank, o in enumerate(savings, start=1)
         ],
-        "savings_total": amount(sum((o.estimated_saving for o in savings), Decimal(0))),
     }
 
 
