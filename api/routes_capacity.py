@@ -138,6 +138,7 @@ def capacity(
             capacity_rps=rps,
             tensor_parallel=tensor_parallel,
             concurrency=concurrency or measured,
+            concurrency_source="given" if concurrency else "the measured level",
             ttft_target_s=ttft_target,
             tpot_target_s=tpot_target,
             headroom=headroom,

@@ -445,6 +445,7 @@ class PlanInput:
     headroom: float = DEFAULT_HEADROOM
     kv_dtype: str | None = None
     capacity_source: str = "given"
+    concurrency_source: str = "given"
 
     def __post_init__(self) -> None:
         if not 1 <= self.input_tokens <= 10_000_000 or not 1 <= self.output_tokens <= 10_000_000:
@@ -475,7 +476,7 @@ def planned_concurrency(p: PlanInput, instances: int) -> tuple[int, str]:
     if p.concurrency is not None:
         if p.concurrency < 1:
             raise InvalidInput("concurrency must be ≥ 1")
-        return p.concurrency, "given"
+        return p.concurrency, p.concurrency_source
     if p.ttft_target_s is None or p.tpot_target_s is None:
         raise InvalidInput(
             "give the concurrency per instance, or both latency targets to derive it from"

@@ -127,6 +127,7 @@ def plan_command(ctx: click.Context, /, **o: Any) -> None:
             capacity_rps=capacity_rps,
             tensor_parallel=o["tensor_parallel"],
             concurrency=concurrency,
+            concurrency_source="given" if o["concurrency"] else "the measured level",
             ttft_target_s=o["ttft_target"],
             tpot_target_s=o["tpot_target"],
             headroom=o["headroom"],

@@ -119,7 +119,7 @@ def test_plan_from_a_stored_step_run(store: Store) -> None:
     # 16 req/s of 100-token answers at the knee is 8 req/s of 200-token answers.
     assert body["instances"]["capacity_rps"] == pytest.approx(8, rel=0.05)
     assert body["instances"]["count"] == 28  # ceil(160 × 1.4 / 8)
-    assert body["concurrency"] == {"per_instance": 8, "source": "given"}
+    assert body["concurrency"] == {"per_instance": 8, "source": "the measured level"}
     assert body["instances"]["capacity_source"].startswith(f"run {run_id}")
 
 
