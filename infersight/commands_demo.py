@@ -231,8 +231,9 @@ def _announce(
         before, diagnosed = announced[incident.id]
         if severity != before:
             click.echo(f"  incident #{incident.id} is now {severity}", err=True)
-        if cause and cause != diagnosed:
-            # Firing incidents are diagnosed again as their window fills with the fault.
+        if cause and cause not in (diagnosed, "unknown"):
+            # Firing incidents are diagnosed again as their window fills with the fault; a fade
+            # to "unknown" once the fault is over is not news (the alert does not announce it).
             click.echo(f"  incident #{incident.id} diagnosis: {cause}", err=True)
         announced[incident.id] = (severity, cause or diagnosed)
     for incident_id in [i for i in announced if i not in firing]:
