@@ -166,7 +166,7 @@ def test_the_virtual_demo_plays_a_scenario_into_sqlite_and_reports_what_it_saw(
     assert gpus > 0
 
 
-@pytest.mark.parametrize("option", ["--duration", "--history", "--first-fault"])
+@pytest.mark.parametrize("option", ["--duration", "--first-fault"])
 def test_a_bad_duration_is_refused_with_a_clear_error(tmp_path: Path, option: str) -> None:
     done = subprocess.run(
         [*CLI, "--store", f"sqlite:///{tmp_path / 'x.db'}", "demo", option, "soon"],
