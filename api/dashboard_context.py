@@ -47,6 +47,8 @@ class Context:
     refresh: str = "off"
     extra: Mapping[str, str] = field(default_factory=dict)
     """Page-specific parameters kept in links (e.g. the latency quantile)."""
+    default_range: str = DEFAULT_RANGE
+    """The page's range when the URL names none (left out of links)."""
 
     @property
     def selector(self) -> Selector:
@@ -76,7 +78,7 @@ class Context:
         out: dict[str, str] = {}
         if self.range_key == "custom":
             out["start"], out["end"] = iso(self.window.start), iso(self.window.end)
-        elif self.range_key != DEFAULT_RANGE:
+        elif self.range_key != self.default_range:
             out["range"] = self.range_key
         out.update(self.filters)
         if self.refresh != "off":
@@ -90,6 +92,8 @@ class Context:
         if "range" in overrides:
             out.pop("start", None)
             out.pop("end", None)
+            if out.get("range") == self.default_range:
+                del out["range"]
         return out
 
     def query(self, **overrides: str | None) -> str:
@@ -131,18 +135,21 @@ def parse_context(
         window = Window.last(RANGES[range_key], now)
     if window.end - window.start > timedelta(days=max_days):
         raise InvalidInput(f"a range covers at most {max_days} days")
-    return Context(window, now, range_key, filters, refresh)
+    return Context(window, now, range_key, filters, refresh, default_range=default_range)
 
 
 def parse_quantile(text: str, default: float = 0.99) -> float:
     """A latency quantile from the URL (``0.99`` or ``p99``)."""
-    text = (text or "").strip().lower().removeprefix("p")
+    text = (text or "").strip().lower()
     if not text:
         return default
+    percentile = text.startswith("p")
     try:
-        value = float(text) if "." in text else float(text) / 100.0
+        value = float(text.removeprefix("p"))
     except ValueError:
         raise InvalidInput("q must be a quantile such as 0.99 or p99") from None
+    if percentile or value >= 1.0:  # 99 and p99.9 are percentiles; 0.99 is a fraction
+        value /= 100.0
     if not math.isfinite(value) or not 0.0 < value < 1.0:
-        raise InvalidInput("q must be between 0 and 1")
+        raise InvalidInput("q must be between 0 and 1 (or a percentile below 100)")
     return value

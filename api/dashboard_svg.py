@@ -88,13 +88,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     raw = (high - low) / max(count, 1)
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    first = math.floor(low / step) * step
-    ticks = []
-    value = first
-    while value <= high + step * 0.5:
-        ticks.append(round(value, 12))
-        value += step
-    return ticks
+    first, last = math.floor(low / step), math.ceil(high / step)
+    return [round(i * step, 12) for i in range(first, last + 1)]
 
 
 def _time_ticks(start: datetime, end: datetime) -> list[datetime]:

@@ -1,0 +1,90 @@
+"""The dashboard's pure parts: axis ticks, URL context, quantile parsing, SVG escaping."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from api import dashboard_svg as svg
+from api.dashboard_context import parse_context, parse_quantile
+from core.errors import InvalidInput
+from core.window import Resolution
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+@given(
+    st.floats(min_value=0, max_value=1e9, allow_nan=False),
+    st.floats(min_value=1e-6, max_value=1e9, allow_nan=False),
+)
+def test_ticks_are_round_ascending_and_cover_the_range(low, width):
+    high = low + width
+    ticks = svg.nice_ticks(low, high)
+    assert ticks == sorted(ticks)
+    assert ticks[0] <= low * (1 + 1e-9) + 1e-12
+    assert ticks[-1] >= high * (1 - 1e-9)
+    assert 2 <= len(ticks) <= 12
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0.99),
+        ("0.5", 0.5),
+        ("p90", 0.9),
+        ("P99", 0.99),
+        ("99.9", 0.999),
+        ("p99.9", 0.999),
+        ("1", 0.01),
+    ],
+)
+def test_a_quantile_is_read_as_a_fraction_or_a_percentile(text, expected):
+    assert parse_quantile(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["x", "0", "100", "p100", "-5", "nan"])
+def test_a_quantile_outside_0_and_1_is_refused(text):
+    with pytest.raises(InvalidInput):
+        parse_quantile(text)
+
+
+def test_the_context_keeps_range_filters_and_refresh_in_links():
+    ctx = parse_context({"range": "6h", "model": "m/a b", "refresh": "1m"}, NOW, 400)
+    assert ctx.window.end == NOW
+    assert ctx.window.start == NOW - timedelta(hours=6)
+    assert ctx.step is Resolution.HOUR
+    assert ctx.query() == "?range=6h&model=m%2Fa+b&refresh=1m"
+    assert ctx.query(model=None, range="1h") == "?refresh=1m"
+    page = ctx.with_extra(q="0.5")
+    assert "q=0.5" in page.query()
+    assert "q=" not in page.nav_query()
+
+
+def test_a_custom_range_is_kept_as_start_and_end_and_capped_in_length():
+    ctx = parse_context({"start": "1772438400", "end": "2026-03-02T09:00:00Z"}, NOW, 400)
+    assert ctx.range_key == "custom"
+    assert ctx.step is Resolution.MINUTE
+    assert ctx.params() == {"start": "2026-03-02T08:00:00Z", "end": "2026-03-02T09:00:00Z"}
+    with pytest.raises(InvalidInput, match="at most 7 days"):
+        parse_context({"range": "30d"}, NOW, 7)
+
+
+def test_chart_text_is_escaped():
+    start = NOW - timedelta(hours=1)
+    series = [svg.Series("<script>alert(1)</script>", [(start, 1.0), (NOW, 2.0)])]
+    html = str(svg.line_chart(series, start, NOW, label='a "label"'))
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+    assert 'aria-label="a "label""' not in html
+    assert "&quot;label&quot;" in html
+
+
+def test_a_missing_bucket_breaks_the_line():
+    start = NOW - timedelta(minutes=3)
+    points = [(start + timedelta(minutes=i), v) for i, v in enumerate([1.0, 2.0, None, 3.0])]
+    html = str(svg.line_chart([svg.Series("s", points)], start, NOW, label="x"))
+    assert html.count("<polyline") == 1
+    assert html.count("<circle") == 1
