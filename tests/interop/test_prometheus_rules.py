@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from datetime import timedelta
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -138,9 +139,10 @@ CASES = {
 @needs_promtool
 def test_the_exported_rules_pass_promtool_check_rules(tmp_path: Path) -> None:
     path = tmp_path / "rules.yml"
+    specs = str(resources.files("infersight").joinpath("demo_slos.yaml"))
     done = subprocess.run(
         [sys.executable, "-c", "from infersight.cli import main; main()", "slo", "export-rules",
-         str(Path("infersight/demo_slos.yaml").resolve()), "-o", str(path), "--interval", "30s"],
+         specs, "-o", str(path), "--interval", "30s"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
