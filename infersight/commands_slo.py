@@ -118,6 +118,10 @@ def export_rules(
     else:
         engine = create_store_engine(current_settings(ctx).database_url)
         try:
+            if migrate.current(engine) is None:
+                raise click.ClickException(
+                    "the store has no schema yet: run 'infersight db upgrade' and apply SLOs"
+                )
             specs = list_slos(engine)
         finally:
             engine.dispose()

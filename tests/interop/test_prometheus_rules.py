@@ -12,12 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from alerts.prometheus_rules import ALERT, rule_groups, to_yaml
 from api.evaluation import default_policy
@@ -25,6 +27,10 @@ from core.burn import Policy, evaluate
 from core.query import Selector
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import format_duration
+from infersight.commands_slo import slo
+from infersight.settings import Settings
+from storage import migrate
+from storage.engine import create_store_engine
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
@@ -191,3 +197,38 @@ def test_rules_cover_every_slo_and_policy_window_with_the_slo_s_own_budget() -> 
         assert all(r["expr"].endswith(f"/ {spec.error_budget:g}") for r in burns)
         alerts = [r for r in group["rules"] if "alert" in r]
         assert sorted(a["labels"]["severity"] for a in alerts) == ["page", "ticket"]
+
+
+@dataclass
+class _Obj:
+    settings: Settings
+
+
+def test_export_rules_reads_the_stored_slos_and_refuses_when_there_are_none(
+    tmp_path: Path,
+) -> None:
+    obj = _Obj(Settings(database_url=f"sqlite:///{tmp_path / 'cli.db'}"))
+    runner = CliRunner()
+    unmigrated = runner.invoke(slo, ["export-rules"], obj=obj)
+    assert unmigrated.exit_code == 1
+    assert "infersight db upgrade" in unmigrated.output
+    engine = create_store_engine(obj.settings.database_url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    empty = runner.invoke(slo, ["export-rules"], obj=obj)
+    assert empty.exit_code == 1
+    assert "no SLOs to export" in empty.output
+    specs = str(resources.files("infersight").joinpath("demo_slos.yaml"))
+    assert runner.invoke(slo, ["apply", specs], obj=obj).exit_code == 0
+    exported = runner.invoke(slo, ["export-rules"], obj=obj)
+    assert exported.exit_code == 0, exported.output
+    document = yaml.safe_load(exported.output)
+    assert [g["name"] for g in document["groups"]] == [
+        "infersight-slo-chat-70b-tpot",
+        "infersight-slo-chat-8b-tpot",
+        "infersight-slo-chat-8b-ttft",
+        "infersight-slo-fleet-availability",
+    ]
+    bad = runner.invoke(slo, ["export-rules", "--interval", "soon"], obj=obj)
+    assert bad.exit_code == 2
+    assert "expected a duration" in bad.output
