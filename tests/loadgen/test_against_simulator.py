@@ -16,7 +16,7 @@ import pytest
 from core.loadtest import ScenarioKind, knee_of, summarise
 from loadgen.client import Endpoint
 from loadgen.runner import Runner
-from loadgen.scenarios import steady, step
+from loadgen.scenarios import burst, steady, step
 from loadgen.workload import DistKind, Lengths, Sampled
 from tests.loadgen.support import scaled_profile, serving
 
@@ -92,3 +92,22 @@ def test_the_knee_of_a_step_run_is_the_servers_batch_capacity() -> None:
     assert knee.latency_growth > 1.5
     last = summaries[-1]
     assert last.throughput_rps == pytest.approx(knee.throughput_rps, rel=0.2)
+
+
+def most_in_flight(results, phase: int) -> int:
+    """The most requests sent in ``phase`` that were in flight at one moment."""
+    spans = [(r.sent_s, r.done_s) for r in results if r.phase == phase]
+    return max(sum(s <= t < d for s, d in spans) for t, _ in spans)
+
+
+def test_a_burst_raises_the_users_and_lets_them_go_again() -> None:
+    with serving(scaled_profile(1.0)) as (url, server, _sink):
+        runner = Runner(
+            Endpoint(url, server.model),
+            burst(1, 3.0, 0.8, 0.8, 0.8),
+            Sampled(fixed(20), fixed(8), np.random.default_rng(5)),
+        )
+        run = asyncio.run(runner.run(name="burst", scenario=ScenarioKind.BURST))
+    assert all(r.ok for r in run.results)
+    assert [most_in_flight(run.results, p) for p in (0, 1, 2)] == [1, 3, 1]
+    assert max(r.sent_s for r in run.results) < 2.4  # nobody starts after the last phase
