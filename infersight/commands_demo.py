@@ -153,7 +153,6 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 
 def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
-    plan = demo_.scenario
     demo_.check_listen()
     with _stop_on_signals() as stop:
         click.echo(f"applied SLOs: {', '.join(demo_.apply_slos())}", err=True)
@@ -170,23 +169,7 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
         if stop.is_set():
             return
         try:
-            url = demo_.start()
-            instances = sum(len(d.instances) for d in plan.deployments)
-            click.echo(f"infersight dashboard: {url}")
-            click.echo(
-                f"live: {len(plan.deployments)} models × {instances // len(plan.deployments)} "
-                f"instances, {instances} sidecars, API at {url}api/v1/, metrics at {url}metrics",
-                err=True,
-            )
-            for fault in plan.faults:
-                click.echo(
-                    f"  fault {fault.kind.value} on {fault.instance} at "
-                    f"+{timedelta(seconds=int(fault.start_s))}–"
-                    f"+{timedelta(seconds=int(fault.end_s))}",
-                    err=True,
-                )
-            click.echo("press Ctrl-C to stop", err=True)
-            sys.stdout.flush()
+            _introduce(demo_.scenario, demo_.start())
             _watch(demo_, stop, duration_s)
         finally:
             click.echo("stopping: fleet, sidecars (draining their spools), API…", err=True)
@@ -196,6 +179,25 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
         # Every part joins its threads on stop; name any that did not, rather than hide it.
         click.echo(f"warning: threads still running: {', '.join(sorted(leftover))}", err=True)
     click.echo("demo stopped", err=True)
+
+
+def _introduce(plan: Scenario, url: str) -> None:
+    """The URL on stdout (for people and scripts), what runs and what will break on stderr."""
+    click.echo(f"infersight dashboard: {url}")
+    sys.stdout.flush()
+    instances = sum(len(d.instances) for d in plan.deployments)
+    click.echo(
+        f"live: {len(plan.deployments)} models, {instances} instances with a sidecar each; "
+        f"API at {url}api/v1/, Prometheus metrics at {url}metrics",
+        err=True,
+    )
+    for fault in plan.faults:
+        click.echo(
+            f"  fault {fault.kind.value} on {fault.instance} at "
+            f"+{timedelta(seconds=int(fault.start_s))}–+{timedelta(seconds=int(fault.end_s))}",
+            err=True,
+        )
+    click.echo("press Ctrl-C to stop", err=True)
 
 
 def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> None:
