@@ -4,7 +4,8 @@ Wires ``loadgen`` to the store: the run (every request's client-side timings) is
 ``--no-store``, ``--replay`` reads production request shapes from the store, and
 ``--capture-baseline NAME`` saves the run as a baseline that ``infersight baseline compare``
 gates on. Prints a table per phase (and the knee of a step run), or JSON with ``--json``;
-the progress bar and the generator's own warnings go to stderr.
+the progress bar and the generator's own warnings go to stderr. Exits 1 when no request
+succeeded, 2 when the target fails the preflight request.
 """
 
 from __future__ import annotations
@@ -191,6 +192,9 @@ def loadtest(ctx: click.Context, /, url: str, **options: Any) -> None:
         if engine is not None:
             engine.dispose()
     _report(run, o["warmup"], as_json=o["as_json"])
+    if not any(r.ok for r in run.results):
+        click.echo("error: no request succeeded", err=True)
+        sys.exit(1)
 
 
 def _workload(engine: Any, kind: ScenarioKind, rng: np.random.Generator, o: Any) -> Workload:

@@ -150,3 +150,26 @@ def test_bad_options_are_refused_before_any_request(extra, message) -> None:
     assert result.exit_code != 0
     text = result.output + str(getattr(result.exception, "message", ""))
     assert message in text
+
+
+def test_a_run_in_which_nothing_succeeds_exits_1() -> None:
+    with serving(scaled_profile(1.0)) as (base, server, _sink):
+        args = [
+            base,
+            "--model",
+            server.model,
+            "--concurrency",
+            "1",
+            "--duration",
+            "0.5",
+            "--output-tokens",
+            "fixed:40000",
+            "--no-store",
+            "--quiet",
+            "--json",
+        ]
+        result = CliRunner().invoke(loadtest, args, obj=Obj(Settings()))
+    assert result.exit_code == 1
+    body = json.loads(result.stdout)
+    assert body["requests"] == body["errors"] > 0
+    assert "no request succeeded" in result.stderr
