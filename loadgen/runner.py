@@ -67,11 +67,10 @@ class Runner:
         users = max(p.concurrency for p in self._phases)
         limits = httpx.Limits(max_connections=users, max_keepalive_connections=users)
         timeout = httpx.Timeout(self._timeout, connect=min(self._timeout, 30.0))
-        started_at = self._wall_clock()
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
             await self._preflight(client)
             self._monitor.start()
-            self._t0 = self._clock()
+            started_at, self._t0 = self._wall_clock(), self._clock()
             await self._drive(client)
             self.monitor_report = await self._monitor.stop()
         self._progress.close()
@@ -105,7 +104,7 @@ class Runner:
         if not result.ok:
             raise Unavailable(
                 "the target did not answer a first test request",
-                details={"url": self._endpoint.url, "error": result.error},
+                details={"url": self._endpoint.display_url, "error": result.error},
             )
 
     async def _drive(self, client: httpx.AsyncClient) -> None:
