@@ -18,14 +18,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from api.auth import Scope, requires
 from core.capacity import (
     DEFAULT_HEADROOM,
-    Catalog,
     PlanInput,
-    catalog_from_mappings,
     plan,
     plan_to_dict,
     scale_capacity,
 )
 from core.errors import InvalidInput
+from core.hardware import Catalog, catalog_from_mappings
 from core.loadtest import measured_capacity, summarise
 from core.query import Selector
 from core.window import Window, parse_duration

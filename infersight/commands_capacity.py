@@ -20,12 +20,12 @@ import click
 from api.routes_capacity import load_catalog, resolve_capacity
 from core.capacity import (
     DEFAULT_HEADROOM,
-    GIB,
     CapacityPlan,
     PlanInput,
     plan,
     plan_to_dict,
 )
+from core.hardware import GIB
 from core.query import Selector
 from infersight.cli import current_settings
 from storage.engine import create_store_engine

@@ -10,10 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.capacity import (
-    GIB,
-    MIB,
-    Catalog,
-    catalog_from_mappings,
     check_targets,
     floors,
     instances_needed,
@@ -22,6 +18,7 @@ from core.capacity import (
     scale_capacity,
 )
 from core.errors import InvalidInput, NotFound
+from core.hardware import GIB, MIB, Catalog, catalog_from_mappings
 
 
 @pytest.fixture(scope="module")
