@@ -53,7 +53,7 @@ class Live:
         self.thread.join(timeout=30)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     path: Path = tmp_path_factory.mktemp("dashboard") / "store.db"
     engine = create_store_engine(f"sqlite:///{path}")
@@ -81,22 +81,24 @@ def serve(engine: Engine, now: datetime, tokens: str = "") -> Live:
     return Live(f"http://127.0.0.1:{port}", server, thread)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def live(seeded: Seeded) -> Iterator[Live]:
     server = serve(seeded.engine, seeded.now)
     yield server
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def live_auth(seeded: Seeded) -> Iterator[Live]:
     server = serve(seeded.engine, seeded.now, f"read:{READ_TOKEN},admin:{ADMIN_TOKEN}")
     yield server
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one test module: Playwright's sync API keeps an event loop running in
+    this thread while it is open, which ``asyncio.run`` in later tests would trip over."""
     if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium not found at {CHROMIUM} (apt-get install chromium)")
     from playwright.sync_api import sync_playwright

@@ -132,7 +132,7 @@ BAD_QUERIES = [
     ({"start": "2026-03-02T10:00:00Z"}, "needs both start and end"),
     ({"start": "2026-03-02T10:00:00Z", "end": "2026-03-01T10:00:00Z"}, "end must be after"),
     ({"refresh": "1s"}, "unknown refresh"),
-    ({"q": "1.5"}, "q must be between 0 and 1"),
+    ({"q": "150"}, "q must be between 0 and 1"),
     ({"heatmap": "queue_depth"}, "heatmap must be"),
     ({"model": "m" * 300}, "longer than"),
 ]
