@@ -28,15 +28,15 @@ def fixed(n: int) -> Lengths:
 
 
 def test_client_ttft_and_tpot_agree_with_the_servers_records_within_ten_percent() -> None:
-    # 60 ms decode steps; four 500-token prompts prefill together in ~0.7 s. Long against the
+    # 60 ms decode steps; four 1000-token prompts prefill together in ~1.4 s. Long against the
     # few milliseconds HTTP adds, and against a busy CI machine's scheduling delays.
     profile = scaled_profile(10.0)
     with serving(profile) as (url, server, sink):
         endpoint = Endpoint(url, server.model)
         runner = Runner(
             endpoint,
-            steady(4, 5.0),
-            Sampled(fixed(500), fixed(20), np.random.default_rng(1)),
+            steady(4, 6.0),
+            Sampled(fixed(1000), fixed(20), np.random.default_rng(1)),
             rng=np.random.default_rng(2),
         )
         run = asyncio.run(runner.run(name="agreement", scenario=ScenarioKind.STEADY))
@@ -47,7 +47,7 @@ def test_client_ttft_and_tpot_agree_with_the_servers_records_within_ten_percent(
     for result in run.results:
         record = records[result.trace_id]  # every request is found by its trace id
         assert result.output_tokens == record.output_tokens == 20
-        assert result.input_tokens == record.input_tokens == 500
+        assert result.input_tokens == record.input_tokens == 1000
         ttft_errors.append(abs(result.ttft_s - record.ttft_s) / record.ttft_s)
         tpot_errors.append(abs(result.tpot_s - record.tpot_s) / record.tpot_s)
     ttft, tpot = statistics.median(ttft_errors), statistics.median(tpot_errors)
