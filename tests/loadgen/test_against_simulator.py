@@ -60,6 +60,7 @@ def test_client_ttft_and_tpot_agree_with_the_servers_records_within_ten_percent(
     # scheduler for tens of milliseconds (the generator's monitor reports that as a warning).
     assert ttft < 0.10
     assert tpot < 0.10
+    assert max(tpot_errors) < 0.10  # a mean over 19 gaps: every request agrees
     client = statistics.median(r.ttft_s for r in run.results)
     assert client == pytest.approx(
         statistics.median(records[r.trace_id].ttft_s for r in run.results), rel=0.10
