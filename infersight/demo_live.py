@@ -275,7 +275,11 @@ class LiveDemo:
 
     def stop(self) -> None:
         """Traffic first (its last spans reach the sidecars), then the sidecars drain into
-        the store, then the API and its jobs."""
+        the store, then the API and its jobs. The sidecars stop scraping before the servers
+        they scrape go away (a stopping demo is no scrape failure worth a warning)."""
+        for sidecar in self.sidecars.values():
+            for task in sidecar.tasks:
+                task.stop()  # idempotent: Sidecar.stop stops them again
         if self.fleet is not None:
             self.fleet.stop()  # closes the relay, which flushes and shuts down the exporters
             self.fleet = None
