@@ -133,6 +133,7 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
     text = log.read_text()
     assert "demo stopped" in text
     assert "threads still running" not in text  # the demo names any thread outliving its stop
+    assert "Traceback" not in text
     assert not [pid for pid in spawned if _alive(pid)]
     assert not _children(os.getpid()) & spawned
     assert not (tmp_path / "infersight.db").exists()  # --store was honoured
