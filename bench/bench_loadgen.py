@@ -10,6 +10,7 @@ with an SSE stream of ``--tokens`` chunks, so the client side is the bottleneck.
    and what the self-monitor saw (event-loop lag p99, CPU share of the loop thread).
 
     .venv/bin/python bench/bench_loadgen.py [--users 32] [--seconds 10] [--tokens 64]
+        [--repeats 3]   # each measured that often, alternating; the best of each is shown
 """
 
 from __future__ import annotations
@@ -111,33 +112,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--users", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:
         _serve(args.serve, args.tokens)
         return {}
+    best_bare, best_run, runner = 0.0, None, None
     with server(args.tokens) as url:
-        t0 = time.perf_counter()
-        done, chunks = asyncio.run(bare(url, args.users, args.seconds))
-        bare_s = time.perf_counter() - t0
-        workload = Sampled(
-            Lengths(DistKind.FIXED, 64),
-            Lengths(DistKind.FIXED, args.tokens),
-            np.random.default_rng(),
-        )
-        runner = Runner(Endpoint(url, MODEL), steady(args.users, args.seconds), workload)
-        run = asyncio.run(runner.run(name="bench", scenario=ScenarioKind.STEADY))
+        for _ in range(args.repeats):  # alternate, keep the best of each: a shared box is noisy
+            t0 = time.perf_counter()
+            done, chunks = asyncio.run(bare(url, args.users, args.seconds))
+            bare_s = time.perf_counter() - t0
+            if done / bare_s > best_bare:
+                best_bare, best_chunks = done / bare_s, chunks / bare_s
+            lengths = Lengths(DistKind.FIXED, args.tokens)
+            workload = Sampled(Lengths(DistKind.FIXED, 64), lengths, np.random.default_rng())
+            attempt = Runner(Endpoint(url, MODEL), steady(args.users, args.seconds), workload)
+            run = asyncio.run(attempt.run(name="bench", scenario=ScenarioKind.STEADY))
+            if best_run is None or len(run.results) > len(best_run.results):
+                best_run, runner = run, attempt
+    assert best_run is not None
+    assert runner is not None
+    run = best_run
     ok = [r for r in run.results if r.ok]
     span = max(r.done_s for r in ok) if ok else args.seconds
     results = {
-        "bare_rps": done / bare_s,
-        "bare_chunks_per_s": chunks / bare_s,
+        "bare_rps": best_bare,
+        "bare_chunks_per_s": best_chunks,
         "loadgen_rps": len(ok) / span,
         "loadgen_tokens_per_s": sum(r.output_tokens for r in ok) / span,
         "errors": len(run.results) - len(ok),
         "generator": runner.monitor_report.to_dict(),
     }
-    results["ratio"] = results["loadgen_rps"] / results["bare_rps"] if done else 0.0
+    results["ratio"] = results["loadgen_rps"] / best_bare if best_bare else 0.0
     print(f"{args.users} users, {args.tokens}-token streams, {args.seconds:g} s each")
     print(
         f"reference: bare httpx loop   {results['bare_rps']:8.1f} req/s "

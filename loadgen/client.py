@@ -5,7 +5,9 @@ The request asks for ``stream: true`` with usage in the last chunk and carries a
 the request's span into that trace, so a run's results join the server's records by trace id.
 TTFT is send → first chunk with content; TPOT is first → last content chunk ÷ (tokens − 1),
 the engine's definition, with the token count from the usage chunk when the server sends one
-(a chunk may carry several tokens); ITL are the gaps between content chunks.
+(a chunk may carry several tokens); ITL are the gaps between content chunks; E2E ends at
+``data: [DONE]`` (the rest of the body is still read, so the connection goes back to the pool
+instead of being closed: a new TCP or TLS handshake would land in the next request's TTFT).
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ class _Timing:
     tokens: list[float]
     usage_tokens: int | None = None
     error: str = ""
+    #: When ``[DONE]`` arrived: the end of the request, though the body is still read out.
+    done: float | None = None
 
 
 def _content(event: dict[str, Any]) -> str:
@@ -137,15 +141,16 @@ async def send(
                 timing.error = f"HTTP {response.status_code}: {text[:MAX_ERROR_CHARS]}"
             else:
                 async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
+                    if not line.startswith("data:") or timing.done is not None:
+                        continue  # read to the end all the same: the connection is reused
                     data = line[5:].strip()
                     if data == "[DONE]":
-                        break
+                        timing.done = clock()
+                        continue
                     _read_event(data, timing, clock())
     except httpx.HTTPError as exc:
         timing.error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-    end = clock()
+    end = timing.done if timing.done is not None and not timing.error else clock()
     return _result(timing, seq, phase, sent - t0, end - sent, sent, input_tokens, trace_id)
 
 

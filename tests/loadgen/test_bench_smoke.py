@@ -10,7 +10,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_loadgen_benchmark_runs_and_reports_every_figure(capsys):
-    results = load_bench("bench_loadgen").main(["--users", "2", "--seconds", "1", "--tokens", "8"])
+    results = load_bench("bench_loadgen").main(
+        ["--users", "2", "--seconds", "1", "--tokens", "8", "--repeats", "1"]
+    )
     out = capsys.readouterr().out
     assert "reference: bare httpx loop" in out
     assert results["errors"] == 0
