@@ -148,7 +148,6 @@ class LiveDemo:
         self._api: uvicorn.Server | None = None
         self._api_thread: threading.Thread | None = None
         self._started = time.monotonic()
-        self._served = 0
         self.url = ""
 
     # -- before the fleet ----------------------------------------------------------------
@@ -307,14 +306,8 @@ class LiveDemo:
         )
 
     def _count_served(self) -> int:
-        """Requests the fleet finished so far. Each simulated server keeps a list of its
-        completions, which would grow for as long as the demo runs: the demo counts and
-        drops them (``del [:n]`` leaves what the server appends meanwhile in place)."""
-        for server in self.fleet.servers if self.fleet is not None else ():
-            done = len(server.completions)
-            del server.completions[:done]
-            self._served += done
-        return self._served
+        """Requests the fleet finished so far."""
+        return self.fleet.requests if self.fleet is not None else 0
 
     def cause_of(self, incident: Incident) -> str | None:
         """The stored diagnosis's top cause, once the diagnosis job has written it."""

@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -93,6 +94,7 @@ class RealtimeServer:
         sinks: Sequence[Sink] = (),
         close_sinks: bool = True,
         served_model_name: str | None = None,
+        keep_completions: int = 100_000,
     ) -> None:
         self.sim = sim
         self.name = sim.name
@@ -105,7 +107,10 @@ class RealtimeServer:
         self._epoch = sim.epoch
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.completions: list[Completion] = []
+        #: The latest finished requests (for tests and load-test cross-checks), bounded so a
+        #: long-running server does not grow without limit; ``served`` counts them all.
+        self.completions: deque[Completion] = deque(maxlen=keep_completions)
+        self.served = 0
 
     @classmethod
     def standalone(
@@ -141,6 +146,7 @@ class RealtimeServer:
             batch = self.sim.drain()
             if len(batch):
                 self.completions.extend(batch.completions)
+                self.served += len(batch.completions)
                 for sink in self._sinks:
                     sink.write(batch)
             delay = self.sim.next_event() - self.now()

@@ -67,7 +67,7 @@ class FleetServer:
 
     @property
     def requests(self) -> int:
-        return sum(len(s.completions) for s in self.servers)
+        return sum(s.served for s in self.servers)
 
     def _run(self) -> None:
         try:
