@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 import uvicorn
 
@@ -44,10 +45,17 @@ def serving(profile: ModelProfile) -> Iterator[tuple[str, RealtimeServer, Memory
     """The server's base URL, the server, and the sink its records go to."""
     sink = MemorySink()
     server = RealtimeServer.standalone("lt-0", profile, epoch=EPOCH, sinks=[sink])
+    with serving_app(server.app()) as url:
+        yield url, server, sink
+
+
+@contextmanager
+def serving_app(app: Any) -> Iterator[str]:
+    """Any ASGI app under uvicorn on a free loopback port, in a thread."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(server.app(), log_level="warning", lifespan="on", ws="none")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="none")
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -56,7 +64,7 @@ def serving(profile: ModelProfile) -> Iterator[tuple[str, RealtimeServer, Memory
         time.sleep(0.01)
     assert uv.started
     try:
-        yield f"http://127.0.0.1:{port}", server, sink
+        yield f"http://127.0.0.1:{port}"
     finally:
         uv.should_exit = True
         thread.join(timeout=10)

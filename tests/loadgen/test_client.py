@@ -10,10 +10,15 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
 
 from core.errors import InvalidInput
 from core.loadtest import RequestResult
 from loadgen.client import Endpoint, send
+from tests.loadgen.support import serving_app
 
 
 def sse(*events: object) -> bytes:
@@ -124,6 +129,40 @@ def test_failures_become_results_not_exceptions(handler, error) -> None:
     result, _ = call(handler)
     assert not result.ok
     assert error in result.error
+
+
+def test_one_user_keeps_its_connection_from_request_to_request() -> None:
+    ports: list[int] = []
+
+    async def chat(request: Request) -> StreamingResponse:
+        await request.body()
+        ports.append(request.client.port if request.client else 0)
+        body = sse(chunk("a"), chunk("b"), "[DONE]").decode()
+        return StreamingResponse(iter([body]), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+    async def three(url: str) -> list[RequestResult]:
+        async with httpx.AsyncClient() as client:
+            return [
+                await send(
+                    client,
+                    Endpoint(url, "m"),
+                    "hi",
+                    input_tokens=1,
+                    max_tokens=2,
+                    seq=i,
+                    phase=0,
+                    t0=0.0,
+                )
+                for i in range(3)
+            ]
+
+    with serving_app(app) as url:
+        results = asyncio.run(three(url))
+    assert all(r.ok and r.output_tokens == 2 for r in results)
+    assert len(ports) == 3
+    assert len(set(ports)) == 1  # the stream was read to its end, so the connection was reused
 
 
 def test_a_stored_target_carries_no_credentials() -> None:
