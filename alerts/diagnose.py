@@ -5,13 +5,20 @@ Each instance in scope is compared with itself in the reference window and with 
 candidate, scored by the rule's weight, its supporting evidence and how badly that instance is
 hurt compared with the worst one. Candidates are ranked per cause; the best is the diagnosis,
 the rest its alternatives. No IO, no clock: the caller passes everything in.
+
+Errors have no cause of their own in the contract's vocabulary: a failure that no rule
+explains (a total outage, a bad deploy) stays ``unknown``, but its evidence says what fails —
+the error ratio against the reference and the most frequent error types (``error_type:NAME``,
+the share of failed requests that carry it). When one instance fails while its peers do not,
+the rule pack blames that instance (``instance_degraded``).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -26,6 +33,10 @@ _SECONDARY: Final = 0.5
 _SYMPTOM_SIGNALS: Final = ("ttft_p90", "tpot_p90", "e2e_p90", "error_ratio")
 #: Confidence of ``unknown`` when something hurts but no rule explains it.
 _UNEXPLAINED: Final = 0.2
+#: How many error types the evidence names.
+_ERROR_TYPES: Final = 3
+#: Failed requests per instance and error type (``storage.signals.error_types``).
+ErrorCounts = Mapping[str, Mapping[str, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +222,59 @@ def _symptom_evidence(ctx: _Context) -> tuple[Evidence, ...]:
     return tuple(out)
 
 
-def diagnose(current: WindowSignals, reference: WindowSignals, pack: RulePack) -> Diagnosis:
-    """Rank the causes that explain ``current`` against ``reference`` under ``pack``."""
+def _errors_of(contexts: list[_Context], errors: ErrorCounts, at_reference: bool) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for ctx in contexts:
+        out.update(errors.get((ctx.ref if at_reference and ctx.ref else ctx.now).instance, {}))
+    return out
+
+
+def _failed(contexts: list[_Context], reference: bool) -> tuple[float, float]:
+    """(failed requests, requests) over ``contexts`` in one window."""
+    failed = total = 0.0
+    for ctx in contexts:
+        signals = ctx.ref if reference and ctx.ref is not None else ctx.now
+        n = signals.get("requests") or 0.0
+        failed += n * (signals.get("error_ratio") or 0.0)
+        total += n
+    return failed, total
+
+
+def _error_evidence(
+    failing: list[_Context], errors: ErrorCounts, reference_errors: ErrorCounts
+) -> tuple[Evidence, ...]:
+    """What fails on ``failing`` instances: their error ratio, then the top error types."""
+    if not failing:
+        return ()
+    instance = failing[0].now.instance if len(failing) == 1 else ""
+    now_failed, now_total = _failed(failing, reference=False)
+    ref_failed, ref_total = _failed(failing, reference=True)
+    current = now_failed / now_total if now_total else 0.0
+    baseline = ref_failed / ref_total if ref_total else None
+    out = [Evidence("error_ratio", current, baseline, ratio(current, baseline), instance)]
+    kinds = _errors_of(failing, errors, at_reference=False)
+    before = _errors_of(failing, reference_errors, at_reference=True)
+    failed, failed_before = sum(kinds.values()), sum(before.values())
+    for kind, n in sorted(kinds.items(), key=lambda item: (-item[1], item[0]))[:_ERROR_TYPES]:
+        share = n / failed
+        was = before.get(kind, 0) / failed_before if failed_before else None
+        out.append(
+            Evidence(f"error_type:{kind or 'untyped'}", share, was, ratio(share, was), instance)
+        )
+    return tuple(out)
+
+
+def diagnose(
+    current: WindowSignals,
+    reference: WindowSignals,
+    pack: RulePack,
+    errors: ErrorCounts | None = None,
+    reference_errors: ErrorCounts | None = None,
+) -> Diagnosis:
+    """Rank the causes that explain ``current`` against ``reference`` under ``pack``;
+    ``errors`` / ``reference_errors`` (failed requests per instance and error type) name the
+    error types in the evidence when failures are among the symptoms."""
+    errors, reference_errors = errors or {}, reference_errors or {}
     contexts = _contexts(pack, current, reference)
     hurt = [c for c in contexts if c.symptoms]
     if not hurt:
@@ -235,16 +297,49 @@ def diagnose(current: WindowSignals, reference: WindowSignals, pack: RulePack) -
             if held is None or confidence > held.confidence:
                 best[cause] = Candidate(cause, confidence, ctx.now.instance, evidence)
     worst = max(hurt, key=_impact)
+    failing = [c for c in hurt if "errors" in c.symptoms]
     if not best:
-        return Diagnosis(
-            Cause.UNKNOWN, _UNEXPLAINED, worst.now.instance, (), (), _symptom_evidence(worst)
-        )
+        # Nothing explains it; if requests fail, say what fails and where (one instance, or
+        # the whole scope when several fail).
+        where = worst.now.instance if len(failing) != 1 else failing[0].now.instance
+        if len(failing) > 1:
+            where = ""
+        evidence = _error_evidence(failing, errors, reference_errors)
+        return Diagnosis(Cause.UNKNOWN, _UNEXPLAINED, where, evidence, (), _symptom_evidence(worst))
     ranked = sorted(best.values(), key=lambda c: (-c.confidence, c.cause.value))
     top = ranked[0]
     symptoms = next((_symptom_evidence(c) for c in hurt if c.now.instance == top.instance), ())
-    return Diagnosis(
-        top.cause, top.confidence, top.instance, top.evidence, tuple(ranked[1:]), symptoms
-    )
+    evidence = top.evidence
+    if errors:
+        named = {e.signal for e in evidence}
+        on_top = [c for c in failing if c.now.instance == top.instance]
+        extra = _error_evidence(on_top, errors, reference_errors)
+        evidence += tuple(e for e in extra if e.signal not in named)
+    return Diagnosis(top.cause, top.confidence, top.instance, evidence, tuple(ranked[1:]), symptoms)
+
+
+def step_onset(ratios: Sequence[float]) -> int | None:
+    """Where a series steps up: the index ``k`` that best splits it into ``ratios[:k]`` and a
+    higher ``ratios[k:]`` (least squares, two constant levels), or ``None`` with no step up.
+
+    Used on an SLO's bad-event ratio per minute before an incident opened, to find when the
+    burn began (the reference window must end before it)."""
+    n = len(ratios)
+    if n < 2:
+        return None
+    total, squares = sum(ratios), sum(x * x for x in ratios)
+    best: tuple[float, int] | None = None
+    before = before_sq = 0.0
+    for k in range(1, n):
+        before += ratios[k - 1]
+        before_sq += ratios[k - 1] ** 2
+        after, after_sq = total - before, squares - before_sq
+        if after / (n - k) <= before / k:
+            continue
+        sse = before_sq - before * before / k + after_sq - after * after / (n - k)
+        if best is None or sse < best[0] - _TINY:
+            best = (sse, k)
+    return None if best is None else best[1]
 
 
 def by_cause(diagnosis: Diagnosis) -> Mapping[Cause, float]:

@@ -2,11 +2,21 @@
 
 ``diagnose_window`` answers ``POST /api/v1/diagnose`` for any window. ``DiagnosisListener`` is
 the ``IncidentListener`` the evaluation job calls on every incident change: it diagnoses the
-incident (the last ``window`` before the change against the same length before the incident
-opened), stores symptom and diagnosis with the incident, and hands the result to an optional
-``announce`` callback (the notification router). ``refresh`` diagnoses firing incidents again
-(on the delivery job's tick), so the stored diagnosis follows the incident while it fires;
-when the top cause changes, the receivers get an update of the open alert.
+incident, stores symptom and diagnosis with the incident, and hands the result to an optional
+``announce`` callback (the notification router).
+
+Which windows: the burn's onset is found first (``burn_onset``: where the SLO's bad-event
+ratio per minute steps up, over the hour before the incident opened). The incident window is
+the last ``window`` but not before the onset, so the first diagnosis — the one in the page,
+often seconds after the onset at 99.9 % — is not diluted by healthy minutes; the reference is
+the same length ending a minute before the onset (or, if earlier, ``window`` before the
+opening), so a slow burn that opened a ticket long after its onset is not compared with
+itself. Without an onset (no step, a deleted SLO) the window starts ``lead`` before the
+opening and the reference ends ``window`` before it.
+
+``refresh`` diagnoses firing incidents again (on the delivery job's tick), so the stored
+diagnosis follows the incident while it fires; when the top cause changes, the receivers get
+an update of the open alert.
 A failure is logged, never raised: the evaluation carries on.
 """
 
@@ -19,17 +29,28 @@ from typing import Any, Final
 
 from sqlalchemy import Engine
 
-from alerts.diagnose import Diagnosis, diagnose
+from alerts.diagnose import Diagnosis, diagnose, step_onset
 from alerts.rules import RulePack, load_rules
 from core.burn import Incident, Transition
 from core.errors import InfersightError, InvalidInput
 from core.query import Selector
-from core.window import Window
+from core.slo import SloSpec
+from core.window import Resolution, Window
 from storage import incidents, signals, slo_store
 
 log = logging.getLogger(__name__)
 #: The incident window: short, so that an early diagnosis is not diluted by healthy minutes.
 DEFAULT_WINDOW: Final = timedelta(minutes=5)
+#: How far before its opening an incident's window reaches: a fast burn pages within a minute
+#: or two of its onset, so the minutes before that are healthy and would dilute the first
+#: diagnosis (the one in the page). The window grows to ``window`` as the incident goes on.
+DEFAULT_LEAD: Final = timedelta(minutes=1)
+#: How far back, before an incident opened, the start of its burn is looked for.
+ONSET_LOOKBACK: Final = timedelta(hours=1)
+#: The shortest incident window (the first diagnosis of a burn found seconds after its onset).
+MIN_WINDOW: Final = timedelta(seconds=30)
+#: The reference ends this long before the burn's onset (found to the minute).
+ONSET_MARGIN: Final = timedelta(minutes=1)
 #: How often a firing incident is diagnosed again (``refresh``).
 DEFAULT_EVERY: Final = timedelta(minutes=2)
 Announce = Callable[[Incident, Transition, dict[str, Any], dict[str, Any]], None]
@@ -59,15 +80,54 @@ def diagnose_window(
     reference = reference or window.preceding()
     current = signals.window_signals(engine, window, selector)
     before = signals.window_signals(engine, reference, selector)
-    return diagnose(current, before, pack)
+    errors = signals.error_types(engine, window, selector)
+    errors_before = signals.error_types(engine, reference, selector) if errors else {}
+    return diagnose(current, before, pack, errors, errors_before)
 
 
-def windows_for(incident: Incident, at: datetime, length: timedelta) -> tuple[Window, Window]:
-    """(incident window, reference window): the last ``length`` before ``at``, and the same
-    length ending ``length`` before the incident opened (so re-diagnoses keep one reference)."""
-    current = Window(at - length, at)
+def burn_onset(
+    engine: Engine, spec: SloSpec, opened_at: datetime, lookback: timedelta = ONSET_LOOKBACK
+) -> datetime | None:
+    """When ``spec`` began to burn before ``opened_at``: the minute where its bad-event ratio
+    per minute steps up (``alerts.diagnose.step_onset``), or ``None`` if it does not."""
+    end = Resolution.MINUTE.floor(opened_at)
+    minute = timedelta(minutes=1)
+    spans = [
+        Window(end - k * minute, end - (k - 1) * minute) for k in range(lookback // minute, 0, -1)
+    ]
+    if opened_at > end:
+        spans.append(Window(end, opened_at))
+    starts, ratios = [], []
+    with engine.connect() as connection:
+        for span in spans:
+            counts = slo_store.count_events(connection, spec.sli, span, spec.selector)
+            if counts.total:
+                starts.append(span.start)
+                ratios.append(counts.bad / counts.total)
+    k = step_onset(ratios)
+    return None if k is None else starts[k]
+
+
+def windows_for(
+    incident: Incident,
+    at: datetime,
+    length: timedelta,
+    lead: timedelta = DEFAULT_LEAD,
+    onset: datetime | None = None,
+) -> tuple[Window, Window]:
+    """(incident window, reference window). With the burn's ``onset``: the last ``length``
+    before ``at`` but not before the onset (and at least ``MIN_WINDOW``), against ``length``
+    ending ``ONSET_MARGIN`` before the onset or ``length`` before the opening, whichever is
+    earlier (a burn that grows slowly shows its step late). Without: the last ``length`` but
+    from no earlier than ``lead`` before the incident opened, against ``length`` ending
+    ``length`` before it opened. Either way re-diagnoses keep one reference, clear of the burn."""
+    if onset is not None and onset <= at:
+        start = max(at - length, min(onset, at - MIN_WINDOW))
+        anchor = min(onset - ONSET_MARGIN, incident.opened_at - length)
+        return Window(start, at), Window(anchor - length, anchor)
+    start = max(at - length, incident.opened_at - lead)
     anchor = incident.opened_at - length
-    return current, Window(anchor - length, anchor)
+    return Window(start, at), Window(anchor - length, anchor)
 
 
 def symptom_of(engine: Engine, incident: Incident, diagnosis: Diagnosis) -> dict[str, Any]:
@@ -99,12 +159,14 @@ class DiagnosisListener:
         *,
         pack: RulePack | None = None,
         window: timedelta = DEFAULT_WINDOW,
+        lead: timedelta = DEFAULT_LEAD,
         every: timedelta = DEFAULT_EVERY,
         announce: Announce | None = None,
     ) -> None:
         self.engine = engine
         self.pack = pack or load_rules()
         self.window = window
+        self.lead = min(lead, window)
         self.every = every
         self.announce = announce
 
@@ -153,7 +215,9 @@ class DiagnosisListener:
     def _diagnose_at(
         self, incident: Incident, at: datetime
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        current, reference = windows_for(incident, at, self.window)
+        current, reference = windows_for(
+            incident, at, self.window, self.lead, self._onset(incident)
+        )
         result = diagnose_window(
             self.engine, current, selector_of(incident.scope), self.pack, reference
         )
@@ -165,6 +229,13 @@ class DiagnosisListener:
         }
         signals.save_diagnosis(self.engine, incident.id, symptom, diagnosis, at)
         return symptom, diagnosis
+
+    def _onset(self, incident: Incident) -> datetime | None:
+        try:
+            spec = slo_store.get_slo(self.engine, incident.slo)
+        except InfersightError:
+            return None  # a deleted SLO: its incidents keep the default windows
+        return burn_onset(self.engine, spec, incident.opened_at)
 
 
 def _iso(ts: datetime) -> str:

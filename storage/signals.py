@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Final
 
 import numpy as np
-from sqlalchemy import Connection, Engine, and_, insert, select, update
+from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 
 from core.errors import InvalidInput, NotFound
 from core.query import Selector
@@ -191,6 +191,41 @@ def window_signals(
         model = rows[0].model if rows else (selector.model or "")
         out.append(InstanceSignals(name, model, values))
     return WindowSignals(window, tuple(out))
+
+
+#: Error types kept per instance (the most frequent ones); the rest are summed as ``other``.
+MAX_ERROR_TYPES: Final = 5
+
+
+def error_types(
+    engine: Engine, window: Window, selector: Selector = Selector()
+) -> dict[str, dict[str, int]]:
+    """Failed requests per instance and ``error_type`` over ``window`` (``""``: untyped),
+    the ``MAX_ERROR_TYPES`` most frequent per instance and the rest as ``other``."""
+    filters = [requests.c[name] == value for name, value in selector.items()]
+    statement = (
+        select(requests.c.instance, requests.c.error_type, func.count())
+        .where(
+            requests.c.start >= window.start,
+            requests.c.start < window.end,
+            requests.c.status == "error",
+            *filters,
+        )
+        .group_by(requests.c.instance, requests.c.error_type)
+    )
+    counts: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    with engine.connect() as connection:
+        for instance, kind, n in connection.execute(statement):
+            counts[instance].append((int(n), str(kind or "")))
+    out: dict[str, dict[str, int]] = {}
+    for instance, kinds in counts.items():
+        kinds.sort(key=lambda item: (-item[0], item[1]))
+        kept = {kind: n for n, kind in kinds[:MAX_ERROR_TYPES]}
+        rest = sum(n for n, _ in kinds[MAX_ERROR_TYPES:])
+        if rest:
+            kept["other"] = kept.get("other", 0) + rest
+        out[instance] = kept
+    return out
 
 
 # -- Diagnoses of incidents: the latest one per incident, and its acknowledgement -------------

@@ -1,4 +1,4 @@
-"""The accuracy table: tests record their outcomes, the terminal summary prints them."""
+"""The accuracy tables: tests record their outcomes, the terminal summary prints them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 _LOG = pytest.StashKey[dict[tuple[str, str], Any]]()
+_PATH_LOG = pytest.StashKey[dict[str, Any]]()
 
 
 @pytest.fixture(scope="session")
@@ -15,14 +16,26 @@ def accuracy_log(pytestconfig: pytest.Config) -> dict[tuple[str, str], Any]:
     return pytestconfig.stash.setdefault(_LOG, {})
 
 
+@pytest.fixture(scope="session")
+def real_path_log(pytestconfig: pytest.Config) -> dict[str, Any]:
+    """scenario → ``bench_diagnosis.PathOutcome``; printed after the run."""
+    return pytestconfig.stash.setdefault(_PATH_LOG, {})
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     log = config.stash.get(_LOG, {})
-    if not log:
-        return
-    import bench_alerts  # loaded by test_accuracy
+    if log:
+        import bench_alerts  # loaded by test_accuracy
 
-    for dialect in sorted({d for d, _ in log}):
-        rows = [o for (d, _), o in sorted(log.items()) if d == dialect]
-        terminalreporter.write_sep("-", f"diagnosis accuracy ({dialect})")
-        for line in bench_alerts.table(rows).splitlines():
+        for dialect in sorted({d for d, _ in log}):
+            rows = [o for (d, _), o in sorted(log.items()) if d == dialect]
+            terminalreporter.write_sep("-", f"diagnosis accuracy ({dialect})")
+            for line in bench_alerts.table(rows).splitlines():
+                terminalreporter.write_line(line)
+    paths = config.stash.get(_PATH_LOG, {})
+    if paths:
+        import bench_diagnosis  # loaded by test_real_path
+
+        terminalreporter.write_sep("-", "diagnosis through the real path (sqlite)")
+        for line in bench_diagnosis.table([paths[n] for n in sorted(paths)]).splitlines():
             terminalreporter.write_line(line)

@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from alerts.diagnose import diagnose, ratio
+from alerts.diagnose import diagnose, ratio, step_onset
 from alerts.rules import Cause, RulePack, load_rules
 from core.errors import InvalidInput
 from core.signals import InstanceSignals, WindowSignals
@@ -211,3 +213,108 @@ def test_signals_reject_unknown_names_and_negative_values() -> None:
         InstanceSignals("gpu-0", "m", {"not_a_signal": 1.0})
     with pytest.raises(InvalidInput):
         InstanceSignals("gpu-0", "m", {"util_gpu": -1.0})
+
+
+def test_slow_tokenization_with_slower_decode_steps_is_the_host_not_the_tokenizer(
+    pack: RulePack,
+) -> None:
+    # The first minute of a CPU-starved host: tokenization 25x slower, decode steps 3x slower,
+    # the GPU's utilisation not yet far down. The tokenizer alone cannot slow decode steps.
+    changes = {"ttft_p90": 0.13, "tpot_p90": 0.029, "preprocess_mean": 0.022, "util_gpu": 0.7}
+    result = diagnose(_window(NOW, changes), _window(REF, {}), pack)
+    assert result.cause is not Cause.PREPROCESSING_SLOW
+    assert Cause.PREPROCESSING_SLOW not in result.ranked
+
+
+def _errors(share: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    return {"gpu-0": dict(share), "gpu-1": dict(share)}
+
+
+def test_a_total_outage_stays_unknown_with_the_error_ratio_and_types_as_evidence(
+    pack: RulePack,
+) -> None:
+    failing = {**HEALTHY, "error_ratio": 1.0}
+    now = WindowSignals(
+        NOW,
+        (
+            InstanceSignals("gpu-0", "llama-8b", failing),
+            InstanceSignals("gpu-1", "llama-8b", failing),
+        ),
+    )
+    errors = _errors({"upstream_unavailable": 2700, "timeout": 300})
+    result = diagnose(now, _window(REF, {}), pack, errors, {})
+    assert result.cause is Cause.UNKNOWN
+    assert 0.0 < result.confidence <= 0.3
+    assert result.instance == ""  # every instance fails: the scope, not one of them
+    evidence = {e.signal: e for e in result.evidence}
+    assert list(evidence) == [
+        "error_ratio",
+        "error_type:upstream_unavailable",
+        "error_type:timeout",
+    ]
+    assert evidence["error_ratio"].current == pytest.approx(1.0)
+    assert evidence["error_ratio"].baseline == pytest.approx(0.0)
+    assert evidence["error_type:upstream_unavailable"].current == pytest.approx(0.9)
+    assert evidence["error_type:timeout"].current == pytest.approx(0.1)
+    assert evidence["error_type:timeout"].baseline is None  # no failures in the reference
+
+
+def test_error_types_are_compared_with_their_share_in_the_reference(pack: RulePack) -> None:
+    now = WindowSignals(
+        NOW, tuple(InstanceSignals(n, "m", {**HEALTHY, "error_ratio": 0.5}) for n in ("a", "b"))
+    )
+    ref = WindowSignals(
+        REF, tuple(InstanceSignals(n, "m", {**HEALTHY, "error_ratio": 0.002}) for n in ("a", "b"))
+    )
+    errors = {"a": {"oom": 750, "timeout": 750}, "b": {"oom": 1500}}
+    before = {"a": {"timeout": 3}, "b": {"timeout": 3}}
+    result = diagnose(now, ref, pack, errors, before)
+    evidence = {e.signal: e for e in result.evidence}
+    assert evidence["error_type:oom"].current == pytest.approx(0.75)
+    assert evidence["error_type:oom"].baseline == pytest.approx(0.0)
+    assert evidence["error_type:timeout"].baseline == pytest.approx(1.0)
+    assert evidence["error_type:timeout"].ratio == pytest.approx(0.25)
+    assert evidence["error_ratio"].ratio == pytest.approx(250.0)
+
+
+def test_one_instance_failing_while_its_peer_serves_is_a_degraded_instance(
+    pack: RulePack,
+) -> None:
+    changes = {"error_ratio": 0.4, "util_gpu": 0.3, "xid_samples": 12}
+    errors = {"gpu-1": {"xid_79": 1200}}
+    result = diagnose(_window(NOW, changes), _window(REF, {}), pack, errors, {})
+    assert result.cause is Cause.INSTANCE_DEGRADED, result.to_dict()
+    assert result.instance == "gpu-1"
+    signals = [e.signal for e in result.evidence]
+    assert "error_ratio" in signals
+    assert "error_type:xid_79" in signals
+
+
+@pytest.mark.parametrize(
+    ("ratios", "onset"),
+    [
+        pytest.param([0.0, 0.0, 0.0, 0.02, 0.03], 3, id="a clean step up is found where it starts"),
+        pytest.param(
+            [0.0, 0.001, 0.0, 0.0, 0.01, 0.012, 0.011], 4, id="noise before it is ignored"
+        ),
+        pytest.param([0.0, 0.0, 0.0, 0.0, 0.05], 4, id="a step in the last minute is found"),
+        pytest.param([0.05, 0.04, 0.0, 0.0], None, id="a step down is no onset"),
+        pytest.param([0.01, 0.01, 0.01], None, id="a flat series has no onset"),
+        pytest.param([0.3], None, id="one minute has no onset"),
+        pytest.param([], None, id="no minutes have no onset"),
+    ],
+)
+def test_step_onset(ratios: list[float], onset: int | None) -> None:
+    assert step_onset(ratios) == onset
+
+
+@given(
+    quiet=st.integers(1, 40),
+    burning=st.integers(1, 40),
+    low=st.floats(0.0, 0.001),
+    high=st.floats(0.005, 1.0),
+)
+def test_a_two_level_series_steps_where_the_levels_change(
+    quiet: int, burning: int, low: float, high: float
+) -> None:
+    assert step_onset([low] * quiet + [high] * burning) == quiet

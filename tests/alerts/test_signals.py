@@ -3,14 +3,18 @@ samples over a window, and the stored diagnoses of incidents."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
+from api.diagnosis import burn_onset, windows_for
+from core.burn import Incident, IncidentState, Severity
 from core.errors import NotFound
 from core.query import Selector
 from core.samples import GpuSample, ServerSample
+from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
 from storage import signals
 from storage.writer import open_writer
@@ -83,3 +87,66 @@ def test_diagnoses_of_unknown_incidents_are_refused(store: Store) -> None:
     with pytest.raises(NotFound):
         signals.acknowledge(store.engine, 999, "sre", T0)
     assert signals.notes(store.engine, [999]) == {}
+
+
+def test_error_types_count_failures_per_instance_and_fold_the_rare_ones(store: Store) -> None:
+    rng = np.random.default_rng(7)
+    records = make_records(rng, T0, 200, span=timedelta(minutes=10), instances=("gpu-0", "gpu-1"),
+                           error_rate=0.0)  # fmt: skip
+    kinds = ["a", "a", "a", "b", "b", "c", "d", "e", "f", "g", ""]
+    failed = [
+        dataclasses.replace(r, status="error", error_type=kinds[i], finish_reason="")
+        for i, r in enumerate(x for x in records if x.instance == "gpu-0")
+        if i < len(kinds)
+    ]
+    keep = {r.span_id for r in failed}
+    open_writer(store.engine).write_requests([r for r in records if r.span_id not in keep])
+    open_writer(store.engine).write_requests(failed)
+    got = signals.error_types(store.engine, WINDOW)
+    assert list(got) == ["gpu-0"]
+    # The five most frequent (ties by name, "" first), then the rest as "other".
+    assert got["gpu-0"] == {"a": 3, "b": 2, "": 1, "c": 1, "d": 1, "other": 3}
+    assert signals.error_types(store.engine, WINDOW, Selector(instance="gpu-1")) == {}
+
+
+def _incident(opened: datetime) -> Incident:
+    return Incident(1, "ttft", "*", Severity.PAGE, IncidentState.FIRING, opened, opened)
+
+
+def test_a_burn_onset_found_to_the_minute_places_the_windows(store: Store) -> None:
+    rng = np.random.default_rng(8)
+    healthy = make_records(rng, T0, 1200, span=timedelta(minutes=10), error_rate=0.0)
+    burning = make_records(rng, T0 + timedelta(minutes=10), 300, span=timedelta(minutes=3),
+                           error_rate=0.0)  # fmt: skip
+    slow = [dataclasses.replace(r, ttft_s=2.0) if i % 2 else r for i, r in enumerate(burning)]
+    open_writer(store.engine).write_requests(healthy + slow)
+    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
+    opened = T0 + timedelta(minutes=12, seconds=30)
+    onset = burn_onset(store.engine, spec, opened)
+    assert onset == T0 + timedelta(minutes=10)
+    current, reference = windows_for(_incident(opened), opened, timedelta(minutes=5), onset=onset)
+    assert current == Window(onset, opened)
+    # Five minutes ending five minutes before the opening (earlier than a minute before the
+    # onset here).
+    assert reference == Window(opened - timedelta(minutes=10), opened - timedelta(minutes=5))
+    long_ago = T0 + timedelta(minutes=2)
+    _, slow_burn = windows_for(_incident(opened), opened, timedelta(minutes=5), onset=long_ago)
+    assert slow_burn == Window(long_ago - timedelta(minutes=6), long_ago - timedelta(minutes=1))
+    later = opened + timedelta(minutes=10)
+    current, again = windows_for(_incident(opened), later, timedelta(minutes=5), onset=onset)
+    assert current == Window(later - timedelta(minutes=5), later)
+    assert again == reference  # re-diagnoses keep one reference
+    # Without an onset: from a minute before the opening, against the five minutes that end
+    # five minutes before it.
+    current, reference = windows_for(_incident(opened), opened, timedelta(minutes=5))
+    assert current == Window(opened - timedelta(minutes=1), opened)
+    assert reference == Window(opened - timedelta(minutes=10), opened - timedelta(minutes=5))
+
+
+def test_no_step_up_in_the_burn_means_no_onset(store: Store) -> None:
+    rng = np.random.default_rng(9)
+    open_writer(store.engine).write_requests(
+        make_records(rng, T0, 600, span=timedelta(minutes=10), error_rate=0.0)
+    )
+    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 60.0), 0.999, timedelta(days=30))
+    assert burn_onset(store.engine, spec, T0 + timedelta(minutes=10)) is None
