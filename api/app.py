@@ -22,9 +22,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import load_rules
-from api import errors, routes_alerts, routes_baselines, routes_cost, routes_query, routes_slos
+from api import (
+    dashboard,
+    errors,
+    routes_alerts,
+    routes_baselines,
+    routes_capacity,
+    routes_cost,
+    routes_query,
+    routes_slos,
+)
 from api.auth import Scope, check_exposure, parse_tokens, requires
-from api.cost_spec import active_model
 from api.cost_spec import active_model
 from api.diagnosis import DiagnosisListener
 from api.evaluation import Evaluator, default_policy
@@ -128,6 +136,7 @@ def create_app(
         CostCollector(
             engine, lambda: active_model(engine, settings.cost_model), clock, retention.finest_for
         ),
+        ttl_s=settings.metrics_cache_s,
     )
 
     errors.install(app)
@@ -138,7 +147,9 @@ def create_app(
         routes_slos.alerts_router,
         routes_alerts.router,
         routes_cost.router,
+        routes_capacity.router,
         routes_baselines.router,
+        dashboard.router,
     ):
         app.include_router(routes)
 

@@ -22,12 +22,15 @@ Values are computed at scrape time from the store, so every replica answers the 
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Final
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
@@ -208,8 +211,37 @@ class CostCollector(Collector):
         yield from (spent, per_million, per_joule, idle, util)
 
 
-def registry_for(*collectors: Collector) -> CollectorRegistry:
+class Cached(Collector):
+    """``inner``'s families, reused for ``ttl_s`` seconds.
+
+    The gauges are computed from the store at scrape time (every SLO's status, the last
+    hour's cost): on a large store that takes a good part of a second. Several Prometheus
+    servers, or a dashboard next to them, then share one computation per ``ttl_s``, and
+    concurrent scrapes wait for the one in flight instead of starting their own.
+    """
+
+    def __init__(
+        self, inner: Collector, ttl_s: float, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.inner = inner
+        self.ttl_s = ttl_s
+        self.monotonic = monotonic
+        self._lock = threading.Lock()
+        self._families: list[Metric] = []
+        self._expires = -math.inf
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if self.ttl_s <= 0 or self.monotonic() >= self._expires:
+                self._families = list(self.inner.collect())
+                self._expires = self.monotonic() + self.ttl_s
+            return iter(self._families)
+
+
+def registry_for(
+    *collectors: Collector, ttl_s: float = 0.0, monotonic: Callable[[], float] = time.monotonic
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     for collector in collectors:
-        registry.register(collector)
+        registry.register(Cached(collector, ttl_s, monotonic) if ttl_s > 0 else collector)
     return registry

@@ -28,6 +28,9 @@ class ApiSettings(BaseSettings):
         3600.0, gt=0, description="Seconds between partition and retention maintenance runs."
     )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body accepted.")
+    metrics_cache_s: float = Field(
+        10.0, ge=0, description="Seconds later /metrics scrapes reuse a computed answer (0: never)."
+    )
     max_query_days: int = Field(400, ge=1, description="Longest time window a query may cover.")
     cost_model: str = Field(
         "default",
