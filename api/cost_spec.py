@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
+from functools import cache
 from importlib import resources
 from typing import Any, Final
 
@@ -213,8 +214,9 @@ def format_duration_s(seconds: float) -> str:
     return format_duration(timedelta(seconds=int(seconds)))
 
 
+@cache
 def example_model() -> CostModel:
-    """The bundled example list prices."""
+    """The bundled example list prices (read once per process)."""
     text = resources.files("core").joinpath("data/gpu_prices.yaml").read_text(encoding="utf-8")
     return parse_models(text)[0]
 
