@@ -2,8 +2,11 @@
 
 For each scenario shipped with the simulator: simulate it in virtual time (compressed as in
 ``bench_alerts``: the same fleet, traffic, seed and faults, the fault over ``[10 min, 20 min)``
-of a 20-minute run; the quiet day is the 20 minutes around its 14:00 peak, its busiest), then
-drive it through the production path in virtual time, one evaluation interval (30 s) at a time:
+of a 20-minute run; the quiet day is the 20 minutes around its 14:00 peak, its busiest) after
+a 10-minute pre-roll that warms the simulated servers and gives the store a past (its first
+two minutes dropped, the rest written straight into the store: on an empty store one slow
+request in the first minute burns a 99.9 % budget). Then drive the run through the production
+path in virtual time, one evaluation interval (30 s) at a time:
 
 * the requests that finished in the interval are exported as spans by the real
   ``opentelemetry-sdk`` exporters (``simulator.sinks.otlp``) to one real sidecar per instance
@@ -18,9 +21,13 @@ fleet availability, 99.9 %). A single fault must open at least one incident, and
 must name the injected cause as its top cause, on the injected instance, with evidence naming
 the injected signal — in the first page and in the last diagnosis; a mixed scenario's incidents
 must each blame one of the injected causes, with both causes in their top two; the quiet day
-must open no incident at all. Prints the accuracy table with the time from fault onset to the
-first notification in the outbox. Each scenario gets a store of its own (a temporary SQLite
-file, or ``--store`` emptied first); ``--jobs N`` runs scenarios in N processes.
+must open no incident at all. One case is not a shipped scenario: ``total-outage``, the quiet
+day with every request failing from ten minutes in — no cause in the vocabulary explains it,
+so its incidents must say ``unknown`` for the whole scope with the error ratio as evidence.
+Prints the accuracy table with the time from fault onset to the first notification in the
+outbox (the page enters it in the evaluation that opens the incident). Each scenario gets a
+store of its own (a temporary SQLite file, or ``--store`` emptied first); ``--jobs N`` runs
+scenarios in N processes.
 
     python bench/bench_diagnosis.py [--store URL] [--jobs N] [--scenario NAME ...]
 """
@@ -73,6 +80,9 @@ from storage.writer import open_writer
 SLO_FILE: Final = SCENARIOS_DIR / "slos" / "fleet.yaml"
 #: The API's default evaluation interval (``ApiSettings.evaluation_interval_s``).
 INTERVAL_S: Final = 30.0
+#: Not a shipped scenario: the quiet day at its peak, every request failing from ten minutes in
+#: (the error side: no cause in the vocabulary, `unknown` with the errors as evidence).
+OUTAGE: Final = "total-outage"
 #: The quiet day is judged on its busiest 20 minutes.
 QUIET_FROM: Final = "13:50:00"
 #: Simulated before the run, so that servers are warm and the store has a past (on an empty
@@ -112,11 +122,33 @@ def scenario_for(name: str) -> Scenario:
 
 
 def simulate(name: str) -> tuple[Scenario, Batch]:
-    scenario = scenario_for(name)
+    """The simulated run of ``name``; ``OUTAGE`` is the quiet day going dark at its peak."""
+    if name == OUTAGE:
+        scenario = dataclasses.replace(scenario_for("quiet-day"), name=OUTAGE)
+    else:
+        scenario = scenario_for(name)
     sink = MemorySink()
     run_scenario(scenario, [sink])
     batch = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
+    if name == OUTAGE:
+        batch = bench_alerts._outage(batch, outage_onset(scenario))
     return scenario, batch
+
+
+def outage_onset(scenario: Scenario) -> datetime:
+    return scenario.start + PRE_ROLL + timedelta(seconds=bench_alerts.FAULT_FROM_S)
+
+
+def truth(scenario: Scenario) -> tuple[tuple[tuple[str, str, str], ...], datetime]:
+    """(kind, instance, expected cause) per injected fault, and the first fault's onset."""
+    if scenario.name == OUTAGE:
+        return (("outage", "", "unknown"),), outage_onset(scenario)
+    faults = tuple(
+        (f.kind.value, f.instance, t.expected_cause)
+        for f, t in zip(scenario.faults, scenario.ground_truth(), strict=True)
+    )
+    onsets = [t.start for t in scenario.ground_truth()]
+    return faults, min(onsets, default=scenario.start + PRE_ROLL)
 
 
 # -- The real path -----------------------------------------------------------------------------
@@ -222,11 +254,18 @@ def judge(faults: Sequence[tuple[str, str, str]], seen: Sequence[Seen]) -> tuple
     expected = {cause for _, _, cause in faults}
     if len(faults) == 1:
         kind, instance, cause = faults[0]
-        wanted = bench_alerts.INJECTED_SIGNALS[bench_alerts.FaultKind(kind)]
+        # A total outage has no cause in the vocabulary: `unknown`, scope-wide, with the error
+        # ratio as evidence.
+        wanted = (
+            frozenset({"error_ratio"})
+            if kind == "outage"
+            else bench_alerts.INJECTED_SIGNALS[bench_alerts.FaultKind(kind)]
+        )
         for s in seen:
             for when, d in (("page", s.paged), ("last", s.last)):
                 named = {e["signal"] for e in d.get("evidence", [])}
-                if d.get("cause") != cause or d.get("instance") != instance or not named & wanted:
+                where = d.get("instance") or ""
+                if d.get("cause") != cause or where != instance or not named & wanted:
                     problems.append(
                         f"{s.slo} {when}: {d.get('cause')} on {d.get('instance')} "
                         f"({', '.join(sorted(named)) or 'no evidence'})"
@@ -263,7 +302,7 @@ def run_path(engine: Engine, name: str, workdir: Path) -> PathOutcome:
     scenario, batch = simulate(name)
     run_from = scenario.start + PRE_ROLL
     run_end = scenario.start + timedelta(seconds=scenario.duration_s)
-    onset = min((t.start for t in scenario.ground_truth()), default=run_from)
+    faults, onset = truth(scenario)
     now = [run_from]
     recorder = Recorder()
     app = create_app(
@@ -310,11 +349,16 @@ def run_path(engine: Engine, name: str, workdir: Path) -> PathOutcome:
             jobs.tick_delivery()
         if sink.failed:
             raise RuntimeError(f"{name}: {sink.failed} span exports failed")
-    return _outcome(engine, scenario, onset, fed, time.perf_counter() - started)
+    return _outcome(engine, scenario.name, faults, onset, fed, time.perf_counter() - started)
 
 
 def _outcome(
-    engine: Engine, scenario: Scenario, onset: datetime, requests_: int, wall_s: float
+    engine: Engine,
+    name: str,
+    faults: tuple[tuple[str, str, str], ...],
+    onset: datetime,
+    requests_: int,
+    wall_s: float,
 ) -> PathOutcome:
     messages = Outbox(engine).messages()
     pages: dict[int, Mapping[str, Any]] = {}
@@ -341,12 +385,8 @@ def _outcome(
         )
     created = [m.created_at for m in messages if m.created_at is not None]
     notified = (min(created) - onset).total_seconds() if created else None
-    faults = tuple(
-        (f.kind.value, f.instance, t.expected_cause)
-        for f, t in zip(scenario.faults, scenario.ground_truth(), strict=True)
-    )
     return PathOutcome(
-        scenario.name,
+        name,
         faults,
         tuple(seen),
         notified,
@@ -385,6 +425,8 @@ HEADER: Final = (
 
 def row(o: PathOutcome) -> str:
     injected = "+".join(c for _, _, c in o.faults) or "none (no incident)"
+    if o.scenario == OUTAGE:
+        injected = "(every request fails)"
     first = o.first
     if first is None:
         top, conf, two, evidence = "no incident", "-", "-", "-"
@@ -427,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> list[PathOutcome]:
     parser.add_argument("--scenario", action="append", help="scenario name (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
     args = parser.parse_args(argv)
-    names = args.scenario or shipped_scenarios()
+    names = args.scenario or [*shipped_scenarios(), OUTAGE]
     started = time.perf_counter()
     if args.jobs > 1 and not args.store:
         with ProcessPoolExecutor(args.jobs) as pool:
