@@ -12,6 +12,7 @@ A page whose source holds nothing says so and how to fill it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Final
@@ -30,13 +31,16 @@ from core.loadtest import PhaseSummary, knee_of, measured_capacity, summarise
 from core.query import Selector
 from core.records import GROUP_LABELS
 from core.slo import scope_of
-from core.window import Resolution
+from core.window import Resolution, Window
 from storage import baselines as baseline_store
 from storage import cost as cost_store
 from storage import runs as run_store
 from storage import timeseries
 
 MAX_LISTED: Final = 50
+#: The longest window the overview and the baseline comparison price: ``storage.cost`` reads
+#: raw requests and GPU samples for good tokens and GPU time, which takes seconds over a month.
+COST_SPAN: Final = timedelta(days=1)
 #: Bootstrap resamples of a comparison: fewer than the release gate's 1000 (a page must stay
 #: fast); the intervals are a little wider, the verdicts the same but at the margin.
 BOOTSTRAP: Final = 200
@@ -63,14 +67,20 @@ def money(amount: Decimal | None, currency: str, places: int = 2) -> str:
 
 
 def cost_summary(state: Any, ctx: Context) -> dict[str, Any] | None:
-    """The overview's cost per million tokens over the range (``None``: nothing metered)."""
-    result = _cost_result(state, ctx, ())
+    """The overview's cost per million tokens (``None``: nothing metered).
+
+    Over the range, or over its last day when the range is longer (see ``COST_SPAN``).
+    """
+    window, span = ctx.window, "over the range"
+    if window.end - window.start > COST_SPAN:
+        window, span = Window(window.end - COST_SPAN, window.end), "over the last 24 h"
+    result = _cost_result(state, replace(ctx, window=window), ())
     per_million = result.total.cost_per_million_tokens
     if per_million is None or not result.instances:
         return None
     return {
         "per_million": money(per_million.amount, per_million.currency),
-        "detail": f"{money(result.total.cost, result.currency)} over the range"
+        "detail": f"{money(result.total.cost, result.currency)} {span}"
         + (" · example prices" if result.example_prices else ""),
     }
 
@@ -165,11 +175,14 @@ def baselines(state: Any, ctx: Context, name: str) -> dict[str, Any]:
         raise InvalidInput(f"no baseline named {name!r}")
     # Like for like: without filters on the page, the window is read with the baseline's own.
     selector = ctx.selector if ctx.filters else _selector_of(chosen.labels)
+    short = ctx.window.end - ctx.window.start <= COST_SPAN
+    cost_model = active_model(state.engine, state.settings.cost_model) if short else None
     out: dict[str, Any] = {
         "available": True,
         "baselines": stored,
         "chosen": chosen,
         "scope": scope_of(selector),
+        "cost_compared": short,
     }
     try:
         candidate = baseline_store.capture_window(
@@ -180,7 +193,7 @@ def baselines(state: Any, ctx: Context, name: str) -> dict[str, Any]:
             ctx.now,
             finest=state.retention.finest_for(ctx.window, ctx.now),
             exact_max_rows=0,  # sketches (±1 %): a page must stay fast over any range
-            cost_model=active_model(state.engine, state.settings.cost_model),
+            cost_model=cost_model,
         )
     except InfersightError as exc:
         out["comparison"], out["comparison_error"] = None, exc.message

@@ -24,7 +24,9 @@ from sqlalchemy import (
     and_,
     cast,
     func,
+    literal,
     select,
+    text,
 )
 
 from core.query import LATENCY_METRICS, Selector, check_group_by, check_metric
@@ -33,8 +35,10 @@ from core.samples import THROTTLE_REASONS
 from core.sketch import QuantileSketch, merge_all
 from core.window import Resolution, Window
 from storage.tables import gpu_samples, request_rollups
+from storage.types import UTCDateTime
 
 LabelKey = tuple[str, ...]
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 #: Clock-event reasons that do not slow a busy GPU down (as ``GpuSample.throttled`` decides).
 BENIGN_REASONS: Final = frozenset(
     {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
@@ -147,17 +151,15 @@ def bucket_sketches(
 
 # -- GPU samples ----------------------------------------------------------------------------
 
-#: GPU sample columns averaged per bucket.
+#: GPU sample columns averaged per bucket (what the GPU page shows).
 GPU_MEANS: Final = (
     "util_gpu",
-    "util_memory",
     "memory_used_bytes",
     "memory_total_bytes",
     "power_w",
     "power_limit_w",
     "temperature_c",
     "sm_clock_mhz",
-    "memory_clock_mhz",
 )
 
 
@@ -183,12 +185,14 @@ class GpuBucket:
         return self.throttled_samples / self.samples if self.samples else 0.0
 
 
-def _epoch_bucket(connection: Connection, step_s: int) -> ColumnElement[Any]:
+def _bucket(connection: Connection, step_s: int) -> ColumnElement[Any]:
+    """The start of each sample's bucket: a timestamp on PostgreSQL, Unix seconds on SQLite."""
     ts = gpu_samples.c.ts
     if connection.dialect.name == "postgresql":
-        seconds: ColumnElement[Any] = cast(func.floor(func.extract("epoch", ts)), Integer)
-    else:
-        seconds = cast(func.strftime("%s", ts), Integer)
+        # date_bin (PostgreSQL 14+) is about twice as fast as arithmetic on extract(epoch).
+        origin = literal(_EPOCH, UTCDateTime())
+        return func.date_bin(text(f"interval '{int(step_s)} seconds'"), ts, origin)
+    seconds = cast(func.strftime("%s", ts), Integer)
     return (seconds // step_s) * step_s
 
 
@@ -203,7 +207,7 @@ def gpu_series(
     if instances is not None:
         where.append(g.instance.in_(list(instances)))
     with engine.connect() as connection:
-        at = _epoch_bucket(connection, step_s).label("at")
+        at = _bucket(connection, step_s).label("at")
         query = (
             select(
                 g.instance,
@@ -212,7 +216,6 @@ def gpu_series(
                 g.throttle_reasons,
                 func.count(),
                 *(func.avg(g[name]) for name in GPU_MEANS),
-                *(func.count(g[name]) for name in GPU_MEANS),
                 func.max(g.ecc_sbe_total),
                 func.max(g.ecc_dbe_total),
                 func.max(g.xid_last),
@@ -226,23 +229,28 @@ def gpu_series(
 
 
 def _merge_reason_rows(rows: Sequence[Any]) -> list[GpuBucket]:
-    """Rows are per (GPU, bucket, reason list); weight their means back into one per bucket."""
-    acc: dict[tuple[str, int, int], dict[str, Any]] = {}
+    """Rows are per (GPU, bucket, reason list); weight their means back into one per bucket.
+
+    A row's mean is weighted by its sample count: one GPU's samples come from one source,
+    which reports a field in all of them or in none.
+    """
+    acc: dict[tuple[str, int, float], dict[str, Any]] = {}
     n = len(GPU_MEANS)
     for row in rows:
         instance, index, at, reasons, count = row[:5]
-        means, counts = row[5 : 5 + n], row[5 + n : 5 + 2 * n]
-        sbe, dbe, xid, name = row[5 + 2 * n :]
+        means = row[5 : 5 + n]
+        sbe, dbe, xid, name = row[5 + n :]
+        epoch = at.timestamp() if isinstance(at, datetime) else float(at)
         slot = acc.setdefault(
-            (instance, int(index), int(at)),
+            (instance, int(index), epoch),
             {"samples": 0, "sums": [0.0] * n, "counts": [0] * n, "throttled": 0,
              "reasons": defaultdict(int), "sbe": None, "dbe": None, "xid": None, "name": ""},
         )  # fmt: skip
         slot["samples"] += int(count)
-        for i, (mean, present) in enumerate(zip(means, counts, strict=True)):
-            if mean is not None and present:
-                slot["sums"][i] += float(mean) * int(present)
-                slot["counts"][i] += int(present)
+        for i, mean in enumerate(means):
+            if mean is not None:
+                slot["sums"][i] += float(mean) * int(count)
+                slot["counts"][i] += int(count)
         hard = [r for r in (reasons or "").split(",") if r and r not in BENIGN_REASONS]
         if hard:
             slot["throttled"] += int(count)
