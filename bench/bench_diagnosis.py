@@ -3,9 +3,10 @@
 For each scenario shipped with the simulator: simulate it in virtual time (compressed as in
 ``bench_alerts``: the same fleet, traffic, seed and faults, the fault over ``[10 min, 20 min)``
 of a 20-minute run; the quiet day is the 20 minutes around its 14:00 peak, its busiest) after
-a 10-minute pre-roll that warms the simulated servers and gives the store a past (its first
-two minutes dropped, the rest written straight into the store: on an empty store one slow
-request in the first minute burns a 99.9 % budget). Then drive the run through the production
+a pre-roll (``--pre-roll``, an hour by default, ten minutes in the tests) that warms the
+simulated servers and gives the store a past (its first two minutes dropped, the rest written
+straight into the store: on an empty store one slow request in the first minute burns a
+99.9 % budget). Then drive the run through the production
 path in virtual time, one evaluation interval (30 s) at a time:
 
 * the requests that finished in the interval are exported as spans by the real
@@ -29,7 +30,7 @@ outbox (the page enters it in the evaluation that opens the incident). Each scen
 store of its own (a temporary SQLite file, or ``--store`` emptied first); ``--jobs N`` runs
 scenarios in N processes.
 
-    python bench/bench_diagnosis.py [--store URL] [--jobs N] [--scenario NAME ...]
+    python bench/bench_diagnosis.py [--store URL] [--jobs N] [--pre-roll MIN] [--scenario NAME ...]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -87,7 +89,9 @@ OUTAGE: Final = "total-outage"
 QUIET_FROM: Final = "13:50:00"
 #: Simulated before the run, so that servers are warm and the store has a past (on an empty
 #: store one slow request in the first minute is a burn): its first ``WARM_UP`` is dropped (the
-#: simulated servers start empty), the rest written straight into the store.
+#: simulated servers start empty), the rest written straight into the store. Ten minutes in the
+#: tests; the command line's default is an hour, so that the 1 h burn window is full of history
+#: (with less, a burn reaches its rate sooner and pages earlier than it would in production).
 PRE_ROLL: Final = timedelta(minutes=10)
 WARM_UP: Final = timedelta(minutes=2)
 #: How long the sidecars may take to land one interval's spans in the store.
@@ -98,35 +102,35 @@ def fleet_slos() -> list[SloSpec]:
     return parse_specs(SLO_FILE.read_text(encoding="utf-8"))
 
 
-def _document(name: str) -> dict[str, Any]:
-    """The scenario file, starting ``PRE_ROLL`` earlier (a quiet day: before its peak)."""
+def _document(name: str, pre_roll: timedelta) -> dict[str, Any]:
+    """The scenario file, starting ``pre_roll`` earlier (a quiet day: before its peak)."""
     path = SCENARIOS_DIR / f"{name}.yaml"
     data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     start = str(data["spec"]["start"])
     if not data["spec"].get("faults"):
         start = f"{start[:10]}T{QUIET_FROM}Z"
-    at = datetime.fromisoformat(start.replace("Z", "+00:00")) - PRE_ROLL
+    at = datetime.fromisoformat(start.replace("Z", "+00:00")) - pre_roll
     data["spec"]["start"] = at.isoformat().replace("+00:00", "Z")
     return data
 
 
-def scenario_for(name: str) -> Scenario:
-    """What is simulated: ``PRE_ROLL``, then the compressed run (``bench_alerts.compressed``:
+def scenario_for(name: str, pre_roll: timedelta = PRE_ROLL) -> Scenario:
+    """What is simulated: ``pre_roll``, then the compressed run (``bench_alerts.compressed``:
     20 minutes, the faults over the last 10; a quiet day: the 20 minutes around its peak)."""
-    shift = PRE_ROLL.total_seconds()
-    run = bench_alerts.compressed(scenario_from_data(_document(name), name))
+    shift = pre_roll.total_seconds()
+    run = bench_alerts.compressed(scenario_from_data(_document(name, pre_roll), name))
     faults = tuple(
         dataclasses.replace(f, start_s=f.start_s + shift, end_s=f.end_s + shift) for f in run.faults
     )
     return dataclasses.replace(run, duration_s=run.duration_s + shift, faults=faults)
 
 
-def simulate(name: str) -> tuple[Scenario, Batch]:
+def simulate(name: str, pre_roll: timedelta = PRE_ROLL) -> tuple[Scenario, Batch]:
     """The simulated run of ``name``; ``OUTAGE`` is the quiet day going dark at its peak."""
     if name == OUTAGE:
-        scenario = dataclasses.replace(scenario_for("quiet-day"), name=OUTAGE)
+        scenario = dataclasses.replace(scenario_for("quiet-day", pre_roll), name=OUTAGE)
     else:
-        scenario = scenario_for(name)
+        scenario = scenario_for(name, pre_roll)
     sink = MemorySink()
     run_scenario(scenario, [sink])
     batch = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
@@ -135,8 +139,13 @@ def simulate(name: str) -> tuple[Scenario, Batch]:
     return scenario, batch
 
 
+def run_start(scenario: Scenario) -> datetime:
+    """Where the run (the last ``RUN_S``) starts, after the pre-roll."""
+    return scenario.start + timedelta(seconds=scenario.duration_s - bench_alerts.RUN_S)
+
+
 def outage_onset(scenario: Scenario) -> datetime:
-    return scenario.start + PRE_ROLL + timedelta(seconds=bench_alerts.FAULT_FROM_S)
+    return run_start(scenario) + timedelta(seconds=bench_alerts.FAULT_FROM_S)
 
 
 def truth(scenario: Scenario) -> tuple[tuple[tuple[str, str, str], ...], datetime]:
@@ -148,7 +157,7 @@ def truth(scenario: Scenario) -> tuple[tuple[tuple[str, str, str], ...], datetim
         for f, t in zip(scenario.faults, scenario.ground_truth(), strict=True)
     )
     onsets = [t.start for t in scenario.ground_truth()]
-    return faults, min(onsets, default=scenario.start + PRE_ROLL)
+    return faults, min(onsets, default=run_start(scenario))
 
 
 # -- The real path -----------------------------------------------------------------------------
@@ -296,11 +305,13 @@ def _pre_roll(engine: Engine, batch: Batch, since: datetime, until: datetime) ->
     return past.inserted
 
 
-def run_path(engine: Engine, name: str, workdir: Path) -> PathOutcome:
+def run_path(
+    engine: Engine, name: str, workdir: Path, pre_roll: timedelta = PRE_ROLL
+) -> PathOutcome:
     """Drive scenario ``name`` through the real path into ``engine``'s (empty, migrated) store."""
     started = time.perf_counter()
-    scenario, batch = simulate(name)
-    run_from = scenario.start + PRE_ROLL
+    scenario, batch = simulate(name, pre_roll)
+    run_from = run_start(scenario)
     run_end = scenario.start + timedelta(seconds=scenario.duration_s)
     faults, onset = truth(scenario)
     now = [run_from]
@@ -405,14 +416,14 @@ def empty(engine: Engine) -> None:
             connection.execute(table.delete())
 
 
-def run_one(name: str, store: str | None = None) -> PathOutcome:
+def run_one(name: str, store: str | None = None, pre_roll: timedelta = PRE_ROLL) -> PathOutcome:
     """``run_path`` on a store of its own (a temporary SQLite file unless ``store``)."""
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_store_engine(store or f"sqlite:///{tmp}/diagnosis.db")
         try:
             migrate.upgrade(engine)
             empty(engine)
-            return run_path(engine, name, Path(tmp))
+            return run_path(engine, name, Path(tmp), pre_roll)
         finally:
             engine.dispose()
 
@@ -468,14 +479,22 @@ def main(argv: Sequence[str] | None = None) -> list[PathOutcome]:
     parser.add_argument("--store", help="store URL, emptied per scenario (default: SQLite)")
     parser.add_argument("--scenario", action="append", help="scenario name (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
+    parser.add_argument(
+        "--pre-roll",
+        type=float,
+        default=60.0,
+        help="minutes of healthy past before each run (default 60: a full 1 h burn window; "
+        "the tests use 10)",
+    )
     args = parser.parse_args(argv)
+    pre_roll = timedelta(minutes=args.pre_roll)
     names = args.scenario or [*shipped_scenarios(), OUTAGE]
     started = time.perf_counter()
     if args.jobs > 1 and not args.store:
         with ProcessPoolExecutor(args.jobs) as pool:
-            outcomes = list(pool.map(run_one, names))
+            outcomes = list(pool.map(partial(run_one, pre_roll=pre_roll), names))
     else:
-        outcomes = [run_one(name, args.store) for name in names]
+        outcomes = [run_one(name, args.store, pre_roll) for name in names]
     wall = time.perf_counter() - started
     print(table(outcomes))
     print()
