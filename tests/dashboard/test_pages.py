@@ -215,3 +215,16 @@ def test_logging_out_clears_the_cookie(sqlite_store: Store):
     assert response.status_code == 303
     assert 'infersight_session=""' in response.headers["set-cookie"]
     assert "Max-Age=0" in response.headers["set-cookie"]
+
+
+def test_a_sign_in_posted_from_another_site_is_refused(sqlite_store: Store):
+    client = Client(sqlite_store, f"read:{READ}")
+    foreign = client.request(
+        "POST", "/ui/login", data={"token": READ}, headers={"origin": "https://evil.example"}
+    )
+    assert foreign.status_code == 403
+    assert "set-cookie" not in foreign.headers
+    same = client.request(
+        "POST", "/ui/login", data={"token": READ}, headers={"origin": "http://test"}
+    )
+    assert same.status_code == 303
