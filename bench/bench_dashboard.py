@@ -21,6 +21,7 @@ import asyncio
 import importlib.util
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,9 @@ def _bench_storage() -> Any:
     return module
 
 
-def gpu_samples(instances: tuple[str, ...], start: datetime, end: datetime, interval_s: int):
+def gpu_samples(
+    instances: tuple[str, ...], start: datetime, end: datetime, interval_s: int
+) -> Iterator[list[GpuSample]]:
     """Busy GPUs with a daily utilisation cycle; one GPU throttles for an hour a day."""
     rng = np.random.default_rng(5)
     at = start
