@@ -10,7 +10,7 @@ import pytest
 
 from collector.codec import decode_record, encode_record
 from core.errors import InvalidRecord
-from core.records import Engine, RequestRecord, Status
+from core.records import RECORD_FIELDS, Engine, RequestRecord, Status
 
 T0 = datetime(2026, 11, 30, 9, 0, 0, 250000, tzinfo=UTC)
 
@@ -67,3 +67,26 @@ def test_a_payload_of_the_wrong_shape_or_with_an_unknown_engine_is_refused() -> 
         decode_record(json.dumps(values).encode())
     with pytest.raises(InvalidRecord, match="one value per field"):
         RequestRecord.trusted(values[:3])
+
+
+def test_a_record_spooled_by_the_standard_json_encoder_still_decodes() -> None:
+    # Spools written before orjson: the same JSON list, spaced the standard library's way.
+    original = full_record()
+    values = json.loads(encode_record(original))
+    assert decode_record(json.dumps(values).encode()) == original
+
+
+def test_a_label_holding_a_lone_surrogate_survives_the_spool() -> None:
+    # Command-line labels may carry undecodable bytes as surrogate escapes; orjson refuses them.
+    original = RequestRecord("ef" * 16, "01" * 8, T0, "node-\udcff", model="m\ud800")
+    decoded = decode_record(encode_record(original))
+    assert decoded == original
+
+
+def test_truncated_json_or_an_unknown_status_is_refused() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        decode_record(b'["ab", "cd"')
+    values = json.loads(encode_record(full_record()))
+    values[RECORD_FIELDS.index("status")] = "maybe"
+    with pytest.raises(InvalidRecord, match="status must be one of"):
+        decode_record(json.dumps(values).encode())
