@@ -5,6 +5,13 @@ fragments are merged in, the batch is written idempotently (the store ignores ke
 and only then are the entries deleted from the spool. A store that is down is retried
 forever with backoff (5 s × 1.5, capped at 30 s), so an outage only grows the spool.
 Stage fragments whose request never arrives are dropped (and counted) after ``orphan_ttl_s``.
+
+Cadence: every pass costs the store a fixed amount of work (a transaction, the rollup rows of
+each series read, merged and rewritten) besides its per-record cost, so passes are spaced at
+least ``idle_s`` apart while less than a batch is waiting. Within that bound a pass starts as
+soon as the oldest waiting record becomes eligible: an OpenTelemetry SDK exports a few large
+batches (512 spans every few seconds), and each is shipped the moment its reassembly window
+ends, in one pass, instead of waiting for the next tick of a fixed timer.
 """
 
 from __future__ import annotations
@@ -56,6 +63,8 @@ class ShipResult:
     shipped: int = 0
     retryable: bool = False
     error: str = ""
+    #: When the oldest record left in the spool becomes eligible (``None``: none is left).
+    next_ready_at: float | None = None
 
 
 class Shipper:
@@ -69,14 +78,21 @@ class Shipper:
         orphan_ttl_s: float = 300.0,
         idle_s: float = 1.0,
         clock: Callable[[], float] | None = None,
+        max_idle_s: float = 10.0,
     ) -> None:
+        if idle_s < 0:
+            raise ConfigurationError("the shipper's idle pause must not be negative")
         self.spool = spool
         self.sink = sink
         self.metrics = metrics
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
         self.orphan_ttl_s = orphan_ttl_s
+        #: Least time between the starts of two passes while less than a batch is waiting.
         self.idle_s = idle_s
+        #: Most time between passes while records wait for their window (samples, orphans
+        #: and gauges are handled on every pass).
+        self.max_idle_s = max(idle_s, max_idle_s)
         self._clock = clock or spool.now
 
     # --- one pass --------------------------------------------------------------------------
@@ -96,7 +112,8 @@ class Shipper:
             return ShipResult(ok=False, retryable=True, error=repr(exc)[:200])
         self._drop_orphans(now)
         self._update_gauges(now)
-        return ShipResult(ok=True, shipped=shipped)
+        next_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
+        return ShipResult(ok=True, shipped=shipped, next_ready_at=next_ready_at)
 
     def _ship_records(self, horizon: float) -> int:
         stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
@@ -180,6 +197,7 @@ class Shipper:
         pause = wait or stop.wait
         failures = 0
         while not stop.is_set():
+            started = self._clock()
             result = self.ship_once()
             if not result.ok:
                 if pause(self.backoff.delay(failures)):
@@ -187,8 +205,20 @@ class Shipper:
                 failures += 1
                 continue
             failures = 0
-            if result.shipped < self.batch_size and pause(self.idle_s):
+            if result.shipped >= self.batch_size:
+                continue  # a backlog: keep going
+            if pause(self.idle_delay(started, result.next_ready_at)):
                 return
+
+    def idle_delay(self, started: float, next_ready_at: float | None) -> float:
+        """Seconds from now to the next pass, for a pass that started at ``started``: when
+        the oldest waiting record becomes eligible, but no sooner than ``idle_s`` and no
+        later than ``max_idle_s`` after that start (``idle_s`` when no record waits)."""
+        earliest = started + self.idle_s
+        wake = earliest
+        if next_ready_at is not None:
+            wake = min(started + self.max_idle_s, max(earliest, next_ready_at))
+        return max(0.0, wake - self._clock())
 
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(target=self.run, args=(stop,), name="shipper", daemon=True)
