@@ -301,9 +301,9 @@ def diagnose(
     if not best:
         # Nothing explains it; if requests fail, say what fails and where (one instance, or
         # the whole scope when several fail).
-        where = worst.now.instance if len(failing) != 1 else failing[0].now.instance
-        if len(failing) > 1:
-            where = ""
+        where = failing[0].now.instance if len(failing) == 1 else ""
+        if not failing:
+            where = worst.now.instance
         evidence = _error_evidence(failing, errors, reference_errors)
         return Diagnosis(Cause.UNKNOWN, _UNEXPLAINED, where, evidence, (), _symptom_evidence(worst))
     ranked = sorted(best.values(), key=lambda c: (-c.confidence, c.cause.value))
