@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Final
+from typing import Any, Final
 
-from sqlalchemy import Engine, delete, func, insert, select, union, update
+from sqlalchemy import Engine, delete, insert, select, union, update
 
 from core.baseline import (
     BASELINE_QUANTILES,
@@ -31,11 +31,14 @@ from core.query import LATENCY_METRICS as COLUMNS
 from core.query import Method, Selector
 from core.sketch import QuantileSketch
 from core.window import Resolution, Window
-from storage import queries
+from storage import gpu_rollup, queries
 from storage.cost import cost
-from storage.tables import baselines, gpu_samples, request_rollups, requests
+from storage.tables import baselines, request_rollups, requests
 
 MAX_LISTED: Final = 1000
+#: Up to this long a window also reads raw requests to find the instances a selector served
+#: (rollups alone answer longer ones: every request has its day rollup row).
+RAW_INSTANCES_MAX_S: Final = 86400.0
 
 
 # -- definitions ----------------------------------------------------------------------------
@@ -147,7 +150,7 @@ def capture_window(
         latency={m: s for m, s in latency.items() if s is not None},
         input_tokens=total.input_tokens,
         output_tokens=total.output_tokens,
-        gpu_utilization=gpu_utilization(engine, window, selector),
+        gpu_utilization=gpu_utilization(engine, window, selector, finest),
         cost_per_million_tokens=cost_per_million,
         description=description,
         labels=labels,
@@ -183,31 +186,35 @@ def _latency(
     return LatencySummary.of_sketch(sketch, answer.groups[0].quantiles)
 
 
-def gpu_utilization(engine: Engine, window: Window, selector: Selector) -> float | None:
-    """Mean GPU utilisation of the instances that served ``selector``'s requests.
+def gpu_utilization(
+    engine: Engine,
+    window: Window,
+    selector: Selector,
+    finest: Resolution = Resolution.MINUTE,
+) -> float | None:
+    """Mean GPU utilisation (per sample) of the instances that served ``selector``'s requests.
 
     GPU samples carry only the instance, so a selector on model, tenant or priority is
-    resolved to the instances that served such requests during the window (raw rows, and
-    rollups for windows older than raw retention).
+    resolved to the instances that served such requests during the window (day rollups, and
+    raw rows too for short windows). Samples are summed from ``gpu_rollups`` between raw edges.
     """
-    where = [
-        gpu_samples.c.ts >= window.start,
-        gpu_samples.c.ts < window.end,
-        gpu_samples.c.util_gpu.is_not(None),
-    ]
     pinned = selector.items()
+    instances: Any = None
     if pinned:
-        raw = select(requests.c.instance).where(
-            requests.c.start >= window.start,
-            requests.c.start < window.end,
-            *(requests.c[label] == value for label, value in pinned),
-        )
-        rolled = select(request_rollups.c.instance).where(
-            request_rollups.c.bucket >= window.start - timedelta(days=1),
+        # Day rows suffice: every request is counted in its day's row (kept the longest).
+        instances = select(request_rollups.c.instance).where(
+            request_rollups.c.resolution == Resolution.DAY.value,
+            request_rollups.c.bucket >= Resolution.DAY.floor(window.start),
             request_rollups.c.bucket < window.end,
             *(request_rollups.c[label] == value for label, value in pinned),
         )
-        where.append(gpu_samples.c.instance.in_(union(raw, rolled)))
+        if window.seconds <= RAW_INSTANCES_MAX_S:
+            raw = select(requests.c.instance).where(
+                requests.c.start >= window.start,
+                requests.c.start < window.end,
+                *(requests.c[label] == value for label, value in pinned),
+            )
+            instances = union(raw, instances)
     with engine.connect() as connection:
-        mean = connection.execute(select(func.avg(gpu_samples.c.util_gpu)).where(*where)).scalar()
-    return None if mean is None else min(1.0, max(0.0, float(mean)))
+        total, count = gpu_rollup.util_sums(connection, window, instances, finest)
+    return None if not count else min(1.0, max(0.0, total / count))

@@ -27,18 +27,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     Engine,
-    Float,
-    and_,
-    case,
-    cast,
     func,
-    or_,
     select,
 )
 
@@ -57,7 +52,8 @@ from core.cost import (
 from core.query import Selector, check_group_by
 from core.records import GROUP_LABELS
 from core.sketch import header_totals
-from core.window import Resolution, Window, split
+from core.window import Resolution, Segment, Window, split
+from storage import good_tokens, gpu_rollup
 from storage.cost_models import (
     find_model,
     get_model,
@@ -66,22 +62,12 @@ from storage.cost_models import (
     model_to_json,
     put_model,
 )
-from storage.tables import gpu_samples, request_rollups, requests, server_samples
+from storage.tables import request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
 _SERIES: Final = GROUP_LABELS
-
-
-def _epoch(dialect: str, column: Any) -> ColumnElement[float]:
-    """Seconds since the epoch of a timestamp column, to the microsecond on both databases."""
-    if dialect == "postgresql":
-        return cast(func.date_part("epoch", column), Float(53))
-    # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds exactly, plus the fraction.
-    whole: ColumnElement[float] = cast(func.strftime("%s", column), Float(53))
-    return whole + cast(func.substr(column, 20), Float(53))
-
-
-# -- GPU usage ------------------------------------------------------------------------------
+#: Windows up to this long read GPU time from raw samples (a few thousand rows a GPU).
+ROLLUP_MIN_S: Final = 6 * 3600.0
 
 
 def gpu_usage(
@@ -89,72 +75,35 @@ def gpu_usage(
     window: Window,
     model: CostModel,
     instance: str | None = None,
+    finest: Resolution = Resolution.MINUTE,
 ) -> list[GpuUsage]:
-    """One ``GpuUsage`` per (instance, GPU) that sampled within ``window``."""
-    g = gpu_samples.c
-    t = _epoch(connection.dialect.name, g.ts)
-    where = [g.ts >= window.start, g.ts < window.end]
-    if instance is not None:
-        where.append(g.instance == instance)
-    samples = (
-        select(
-            g.instance,
-            g.gpu_index,
-            g.name,
-            g.util_gpu.label("util"),
-            g.energy_j.label("energy"),
-            g.power_w.label("power"),
-            t.label("t"),
-            func.lead(t)
-            .over(partition_by=(g.instance, g.gpu_index), order_by=g.ts)
-            .label("t_next"),
-            func.lead(g.energy_j)
-            .over(partition_by=(g.instance, g.gpu_index), order_by=g.ts)
-            .label("energy_next"),
-        )
-        .where(*where)
-        .subquery()
-    )
-    s = samples.c
-    gap = float(model.sample_gap_s)
-    span = func.coalesce(s.t_next, window.end.timestamp()) - s.t
-    dt = case((span > gap, gap), else_=span)
-    energy = case(
-        (
-            and_(s.energy.is_not(None), s.energy_next.is_not(None)),
-            case((s.energy_next >= s.energy, s.energy_next - s.energy), else_=s.energy_next),
-        ),
-        (s.power.is_not(None), s.power * dt),
-        else_=0.0,
-    )
-    intervals = select(
-        s.instance, s.gpu_index, s.name, s.util, dt.label("dt"), energy.label("energy")
-    ).subquery()
-    i = intervals.c
+    """One ``GpuUsage`` per (instance, GPU) that sampled within ``window``.
+
+    Windows longer than ``ROLLUP_MIN_S`` under the rollups' sample gap are read from
+    ``gpu_rollups`` with raw samples at the edges (the same answer: see ``storage.gpu_rollup``);
+    others from raw samples.
+    """
     floor = model.idle_utilisation_floor
-    query = select(
-        i.instance,
-        i.gpu_index,
-        func.max(i.name),
-        func.sum(i.dt),
-        func.sum(case((i.util < floor, i.dt), else_=0.0)),
-        func.sum(i.energy),
-        func.sum(case((i.util.is_not(None), i.dt), else_=0.0)),
-        func.sum(func.coalesce(i.util, 0.0) * i.dt),
-    ).group_by(i.instance, i.gpu_index)
+    gap = float(model.sample_gap_s)
+    if gap == gpu_rollup.ROLLUP_GAP_S and window.seconds > ROLLUP_MIN_S:
+        parts = gpu_rollup.covered_time(connection, window, floor, instance, finest)
+    else:
+        parts = gpu_rollup.raw_intervals(
+            connection, window.start, window.end, window.end, gap, floor, instance
+        )
     out = []
-    for row in connection.execute(query):
-        seconds = decimal_of(float(row[3] or 0.0), 3)
+    for (name, index), part in parts.items():
+        seconds = decimal_of(part.covered_s, 3)
         out.append(
             GpuUsage(
-                instance=row[0],
-                gpu_index=int(row[1]),
-                name=row[2] or "",
+                instance=name,
+                gpu_index=index,
+                name=part.name,
                 gpu_seconds=seconds,
-                idle_seconds=min(seconds, decimal_of(float(row[4] or 0.0), 3)),
-                energy_j=decimal_of(max(float(row[5] or 0.0), 0.0), 3),
-                util_seconds=float(row[6] or 0.0),
-                util_weighted=float(row[7] or 0.0),
+                idle_seconds=min(seconds, decimal_of(max(part.idle_s, 0.0), 3)),
+                energy_j=decimal_of(max(part.energy_j, 0.0), 3),
+                util_seconds=part.util_s,
+                util_weighted=part.util_weighted_s,
             )
         )
     return sorted(out, key=lambda u: (u.instance, u.gpu_index))
@@ -173,26 +122,25 @@ class _Acc:
     decode_s: float = 0.0
 
 
-def _good(good: GoodRequest) -> ColumnElement[bool]:
-    r = requests.c
-    return and_(
-        r.status == "ok",
-        or_(r.ttft_s.is_(None), r.ttft_s <= good.ttft_s),
-        or_(r.tpot_s.is_(None), r.tpot_s <= good.tpot_s),
-    )
-
-
 def series_usage(
     connection: Connection,
     window: Window,
     good: GoodRequest,
     instance: str | None = None,
     finest: Resolution = Resolution.MINUTE,
+    pending: list[dict[str, Any]] | None = None,
 ) -> tuple[list[SeriesUsage], bool]:
-    """What every series served over ``window``, and whether good tokens are exact."""
+    """What every series served over ``window``, and whether good tokens are exact.
+
+    Good tokens of whole days come from ``storage.good_tokens`` (counted days it kept, or
+    raw rows); days freshly counted from complete raw rows are added to ``pending`` for the
+    caller to keep once its read is done.
+    """
     acc: dict[LabelKey, _Acc] = defaultdict(_Acc)
+    day_requests: dict[datetime, dict[LabelKey, int]] = defaultdict(dict)
     r, u = requests.c, request_rollups.c
-    for segment in split(window, finest):
+    segments = split(window, finest)
+    for segment in segments:
         if segment.raw:
             where = [r.start >= segment.start, r.start < segment.end]
             if instance is not None:
@@ -233,8 +181,11 @@ def series_usage(
             u.output_tokens,
             u.prefill_sketch,
             u.decode_sketch,
+            u.bucket,
         ).where(*where)
         for row in connection.execute(query):
+            if segment.resolution is Resolution.DAY:
+                day_requests[row[9]][tuple(row[:4])] = int(row[4])
             a = acc[tuple(row[:4])]
             a.requests += int(row[4])
             a.input_tokens += int(row[5])
@@ -243,7 +194,14 @@ def series_usage(
                 a.prefill_s += header_totals(row[7])[1]
             if row[8] is not None:
                 a.decode_s += header_totals(row[8])[1]
-    exact = _good_tokens(connection, window, good, instance, acc)
+    counted = good_tokens.count(
+        connection, good, day_requests, _not_days(window, segments), instance
+    )
+    for key, tokens in counted.good_tokens.items():
+        acc[key].good_tokens += tokens
+    if pending is not None:
+        pending += counted.to_keep
+    exact = counted.raw_requests == sum(a.requests for a in acc.values())
     series = [
         SeriesUsage(
             labels=dict(zip(_SERIES, key, strict=True)),
@@ -260,32 +218,13 @@ def series_usage(
     return series, exact
 
 
-def _good_tokens(
-    connection: Connection,
-    window: Window,
-    good: GoodRequest,
-    instance: str | None,
-    acc: dict[LabelKey, _Acc],
-) -> bool:
-    """Add good tokens per series from raw rows; ``True`` when every request had its row."""
-    r = requests.c
-    where = [r.start >= window.start, r.start < window.end]
-    if instance is not None:
-        where.append(r.instance == instance)
-    tokens = func.coalesce(r.input_tokens, 0) + func.coalesce(r.output_tokens, 0)
-    keys = [r[name] for name in _SERIES]
-    query = (
-        select(
-            *keys, func.count(), func.coalesce(func.sum(case((_good(good), tokens), else_=0)), 0)
-        )
-        .where(*where)
-        .group_by(*keys)
-    )
-    raw = 0
-    for row in connection.execute(query):
-        raw += int(row[4])
-        acc[tuple(row[:4])].good_tokens += int(row[5])
-    return raw == sum(a.requests for a in acc.values())
+def _not_days(window: Window, segments: Sequence[Segment]) -> list[tuple[datetime, datetime]]:
+    """The parts of ``window`` outside its day-rollup segments (read raw for good tokens)."""
+    days = [s for s in segments if s.resolution is Resolution.DAY]
+    if not days:
+        return [(window.start, window.end)]
+    first, last = days[0].start, days[-1].end
+    return [(a, b) for a, b in ((window.start, first), (last, window.end)) if a < b]
 
 
 # -- the cost of a window -------------------------------------------------------------------
@@ -308,9 +247,13 @@ def cost(
     ``total`` sums the same lines, so the groups add up to it exactly.
     """
     groups = check_group_by(group_by)
+    pending: list[dict[str, Any]] = []
     with engine.connect() as connection:
-        usage = gpu_usage(connection, window, model, selector.instance)
-        series, exact = series_usage(connection, window, model.good, selector.instance, finest)
+        usage = gpu_usage(connection, window, model, selector.instance, finest)
+        series, exact = series_usage(
+            connection, window, model.good, selector.instance, finest, pending
+        )
+    good_tokens.keep(engine, pending)
     by_instance: dict[str, list[GpuUsage]] = defaultdict(list)
     for gpu in usage:
         by_instance[gpu.instance].append(gpu)

@@ -328,3 +328,83 @@ loadtest_results = Table(
     Column("trace_id", String(32), nullable=False, server_default=""),
     PrimaryKeyConstraint("run_id", "seq"),
 )
+
+# -- GPU-sample rollups and good-token day totals (issues 7 and 9) -------------------------
+
+#: GPU sample fields whose per-sample sums (and counts of reporting samples) a GPU rollup
+#: keeps, so a bucket's means are ``sum / n``.
+GPU_ROLLUP_MEANS: Final = (
+    "util_gpu",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "temperature_c",
+    "sm_clock_mhz",
+)
+#: Clock-event reasons that slow a busy GPU down (``core.samples.GpuSample.throttled``):
+#: a GPU rollup counts the samples that report each.
+GPU_ROLLUP_REASONS: Final = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+#: Utilisation histogram of a GPU rollup: ``util_bin_KK`` holds the seconds with utilisation in
+#: [KK/20, (KK+1)/20) for KK < 20, and ``util_bin_20`` those at exactly 1 (a saturated GPU).
+GPU_UTIL_BINS: Final = 21
+
+gpu_rollups = Table(
+    "gpu_rollups",
+    metadata,
+    Column("resolution", String(2), nullable=False),
+    Column("bucket", UTCDateTime(), nullable=False),
+    Column("instance", LABEL, nullable=False),
+    Column("gpu_index", SmallInteger, nullable=False),
+    Column("name", LABEL, nullable=False, server_default=""),
+    # Per sample (the GPU page's means and throttled shares, a baseline's utilisation).
+    Column("samples", BigInteger, nullable=False, server_default="0"),
+    *(
+        column
+        for field in GPU_ROLLUP_MEANS
+        for column in (
+            Column(f"{field}_sum", Float(53), nullable=False, server_default="0"),
+            Column(f"{field}_n", BigInteger, nullable=False, server_default="0"),
+        )
+    ),
+    Column("throttled_samples", BigInteger, nullable=False, server_default="0"),
+    *(
+        Column(f"reason_{reason}", BigInteger, nullable=False, server_default="0")
+        for reason in GPU_ROLLUP_REASONS
+    ),
+    Column("ecc_sbe_max", Float(53), nullable=True),
+    Column("ecc_dbe_max", Float(53), nullable=True),
+    Column("xid_max", Integer, nullable=True),
+    # Per second that samples cover (cost): see ``storage.gpu_rollup``.
+    Column("covered_s", Float(53), nullable=False, server_default="0"),
+    Column("util_s", Float(53), nullable=False, server_default="0"),
+    Column("util_weighted_s", Float(53), nullable=False, server_default="0"),
+    Column("energy_j", Float(53), nullable=False, server_default="0"),
+    Column("throttled_s", Float(53), nullable=False, server_default="0"),
+    *(
+        Column(f"util_bin_{k:02d}", Float(53), nullable=False, server_default="0")
+        for k in range(GPU_UTIL_BINS)
+    ),
+    PrimaryKeyConstraint("resolution", "bucket", "instance", "gpu_index"),
+)
+
+#: Good tokens per UTC day and series for one pair of ``GoodRequest`` limits, with the number
+#: of requests they were counted over (``storage.good_tokens``): kept past raw retention.
+good_token_days = Table(
+    "good_token_days",
+    metadata,
+    Column("ttft_s", Float(53), nullable=False),
+    Column("tpot_s", Float(53), nullable=False),
+    Column("day", UTCDateTime(), nullable=False),
+    *(Column(name, LABEL, nullable=False) for name in GROUP_LABELS),
+    Column("requests", BigInteger, nullable=False),
+    Column("good_tokens", BigInteger, nullable=False),
+    PrimaryKeyConstraint("ttft_s", "tpot_s", "day", *GROUP_LABELS),
+)

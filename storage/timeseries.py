@@ -3,9 +3,10 @@
 ``storage.queries`` answers one number per group over a whole window; a chart needs one per
 bucket. Request series read ``request_rollups`` at one resolution (a minute, an hour or a day
 per point), so a 30-day chart reads a few hundred rollup rows, never the raw requests. GPU
-samples have no rollups: they are averaged per bucket in SQL (one grouped scan of the window,
-on the ``(instance, ts)`` index), and the clock-event reasons come back as counts per distinct
-reason list so that "throttled" keeps its one definition (``core.samples``).
+samples are summed per bucket from ``gpu_rollups`` over long windows (raw samples at the ragged
+edges, and for short windows one grouped scan on the ``(instance, ts)`` index); clock-event
+reasons come back as counts per hard reason so that "throttled" keeps its one definition
+(``core.samples``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    or_,
     select,
     text,
 )
@@ -33,8 +35,9 @@ from core.query import LATENCY_METRICS, Selector, check_group_by, check_metric
 from core.records import GROUP_LABELS
 from core.samples import THROTTLE_REASONS
 from core.sketch import QuantileSketch, merge_all
-from core.window import Resolution, Window
-from storage.tables import gpu_samples, request_rollups
+from core.window import Resolution, Segment, Window
+from storage import gpu_rollup
+from storage.tables import GPU_ROLLUP_REASONS, gpu_rollups, gpu_samples, request_rollups
 from storage.types import UTCDateTime
 
 LabelKey = tuple[str, ...]
@@ -196,92 +199,187 @@ def _bucket(connection: Connection, step_s: int) -> ColumnElement[Any]:
     return (seconds // step_s) * step_s
 
 
+#: GPU charts over windows up to this long read raw samples (a few thousand a GPU).
+GPU_ROLLUP_MIN_S: Final = 6 * 3600.0
+
+
 def gpu_series(
-    engine: Engine, window: Window, step_s: int, instances: Sequence[str] | None = None
+    engine: Engine,
+    window: Window,
+    step_s: int,
+    instances: Sequence[str] | None = None,
+    finest: Resolution = Resolution.MINUTE,
 ) -> list[GpuBucket]:
-    """Every GPU's samples in ``window`` averaged per ``step_s`` bucket, in time order."""
+    """Every GPU's samples in ``window`` averaged per ``step_s`` bucket, in time order.
+
+    A long window whose step is a whole number of minutes reads ``gpu_rollups`` (the coarsest
+    resolution that divides the step, no finer than ``finest``) and raw samples only at its
+    ragged edges; every rollup bucket lies inside one step bucket, so the sums are the same.
+    """
     if step_s < 1:
         raise ValueError("step_s must be at least one second")
+    acc = _GpuAcc(step_s)
+    with engine.connect() as connection:
+        if step_s % 60 or window.seconds <= GPU_ROLLUP_MIN_S:
+            acc.add_raw(_raw_gpu_rows(connection, window.start, window.end, step_s, instances))
+            return acc.buckets()
+        coarsest = next(r for r in (Resolution.DAY, Resolution.HOUR, Resolution.MINUTE)
+                        if step_s % r.seconds == 0)  # fmt: skip
+        segments = gpu_rollup.plan(window, coarsest, finest)
+        for seg in segments:
+            if seg.raw:
+                acc.add_raw(_raw_gpu_rows(connection, seg.start, seg.end, step_s, instances))
+        rolled = [seg for seg in segments if not seg.raw]
+        if rolled:
+            acc.add_rollups(_rollup_gpu_rows(connection, rolled, instances))
+    return acc.buckets()
+
+
+def _raw_gpu_rows(
+    connection: Connection,
+    start: datetime,
+    end: datetime,
+    step_s: int,
+    instances: Sequence[str] | None,
+) -> Sequence[Any]:
     g = gpu_samples.c
-    where = [g.ts >= window.start, g.ts < window.end]
+    where = [g.ts >= start, g.ts < end]
     if instances is not None:
         where.append(g.instance.in_(list(instances)))
-    with engine.connect() as connection:
-        at = _bucket(connection, step_s).label("at")
-        query = (
-            select(
-                g.instance,
-                g.gpu_index,
-                at,
-                g.throttle_reasons,
-                func.count(),
-                *(func.avg(g[name]) for name in GPU_MEANS),
-                func.max(g.ecc_sbe_total),
-                func.max(g.ecc_dbe_total),
-                func.max(g.xid_last),
-                func.max(g.name),
-            )
-            .where(*where)
-            .group_by(g.instance, g.gpu_index, at, g.throttle_reasons)
+    at = _bucket(connection, step_s).label("at")
+    query = (
+        select(
+            g.instance,
+            g.gpu_index,
+            at,
+            g.throttle_reasons,
+            func.count(),
+            *(func.avg(g[name]) for name in GPU_MEANS),
+            func.max(g.ecc_sbe_total),
+            func.max(g.ecc_dbe_total),
+            func.max(g.xid_last),
+            func.max(g.name),
         )
-        rows = connection.execute(query).all()
-    return _merge_reason_rows(rows)
+        .where(*where)
+        .group_by(g.instance, g.gpu_index, at, g.throttle_reasons)
+    )
+    return connection.execute(query).all()
 
 
-def _merge_reason_rows(rows: Sequence[Any]) -> list[GpuBucket]:
-    """Rows are per (GPU, bucket, reason list); weight their means back into one per bucket.
+def _rollup_gpu_rows(
+    connection: Connection, segments: Sequence[Segment], instances: Sequence[str] | None
+) -> Sequence[Any]:
+    r = gpu_rollups.c
+    where = [
+        or_(
+            *(
+                and_(r.resolution == seg.resolution, r.bucket >= seg.start, r.bucket < seg.end)
+                for seg in segments
+            )
+        )
+    ]
+    if instances is not None:
+        where.append(r.instance.in_(list(instances)))
+    columns = [
+        r.instance,
+        r.gpu_index,
+        r.bucket,
+        r.samples,
+        *(r[f"{name}_{part}"] for name in GPU_MEANS for part in ("sum", "n")),
+        r.throttled_samples,
+        *(r[f"reason_{reason}"] for reason in GPU_ROLLUP_REASONS),
+        r.ecc_sbe_max,
+        r.ecc_dbe_max,
+        r.xid_max,
+        r.name,
+    ]
+    return connection.execute(select(*columns).where(*where)).all()
 
-    A row's mean is weighted by its sample count: one GPU's samples come from one source,
-    which reports a field in all of them or in none.
-    """
-    acc: dict[tuple[str, int, float], dict[str, Any]] = {}
-    n = len(GPU_MEANS)
-    for row in rows:
-        instance, index, at, reasons, count = row[:5]
-        means = row[5 : 5 + n]
-        sbe, dbe, xid, name = row[5 + n :]
-        epoch = at.timestamp() if isinstance(at, datetime) else float(at)
-        slot = acc.setdefault(
+
+class _GpuAcc:
+    """Per (GPU, step bucket): samples, per-field sums and counts, throttle counts, maxima."""
+
+    def __init__(self, step_s: int) -> None:
+        self.step_s = step_s
+        self.slots: dict[tuple[str, int, float], dict[str, Any]] = {}
+
+    def _slot(self, instance: str, index: int, epoch: float) -> dict[str, Any]:
+        return self.slots.setdefault(
             (instance, int(index), epoch),
-            {"samples": 0, "sums": [0.0] * n, "counts": [0] * n, "throttled": 0,
-             "reasons": defaultdict(int), "sbe": None, "dbe": None, "xid": None, "name": ""},
+            {"samples": 0, "sums": [0.0] * len(GPU_MEANS), "counts": [0] * len(GPU_MEANS),
+             "throttled": 0, "reasons": defaultdict(int), "sbe": None, "dbe": None, "xid": None,
+             "name": ""},
         )  # fmt: skip
-        slot["samples"] += int(count)
-        for i, mean in enumerate(means):
-            if mean is not None:
-                slot["sums"][i] += float(mean) * int(count)
-                slot["counts"][i] += int(count)
-        hard = [r for r in (reasons or "").split(",") if r and r not in BENIGN_REASONS]
-        if hard:
-            slot["throttled"] += int(count)
-            for reason in hard:
-                if reason in THROTTLE_REASONS:
-                    slot["reasons"][reason] += int(count)
+
+    @staticmethod
+    def _maxima(slot: dict[str, Any], sbe: Any, dbe: Any, xid: Any, name: Any) -> None:
         slot["sbe"] = _max(slot["sbe"], sbe)
         slot["dbe"] = _max(slot["dbe"], dbe)
         slot["xid"] = _max(slot["xid"], xid)
-        slot["name"] = slot["name"] or (name or "")
-    out = []
-    for (instance, index, at), slot in sorted(acc.items(), key=lambda item: item[0][2]):
-        means_out = {
-            GPU_MEANS[i]: slot["sums"][i] / slot["counts"][i] for i in range(n) if slot["counts"][i]
-        }
-        out.append(
-            GpuBucket(
-                instance=instance,
-                gpu_index=index,
-                bucket=datetime.fromtimestamp(at, UTC),
-                samples=slot["samples"],
-                means=means_out,
-                throttled_samples=slot["throttled"],
-                reasons=dict(slot["reasons"]),
-                ecc_sbe_total=slot["sbe"],
-                ecc_dbe_total=slot["dbe"],
-                xid_last=int(slot["xid"]) if slot["xid"] is not None else None,
-                name=slot["name"],
+        slot["name"] = max(slot["name"], name or "")
+
+    def add_raw(self, rows: Sequence[Any]) -> None:
+        """Rows per (GPU, bucket, reason list): their means weigh back by sample count (one
+        GPU's samples come from one source, which reports a field in all or none of them)."""
+        n = len(GPU_MEANS)
+        for row in rows:
+            instance, index, at, reasons, count = row[:5]
+            slot = self._slot(instance, index, gpu_rollup.bucket_epoch(at))
+            slot["samples"] += int(count)
+            for i, mean in enumerate(row[5 : 5 + n]):
+                if mean is not None:
+                    slot["sums"][i] += float(mean) * int(count)
+                    slot["counts"][i] += int(count)
+            hard = [r for r in (reasons or "").split(",") if r and r not in BENIGN_REASONS]
+            if hard:
+                slot["throttled"] += int(count)
+                for reason in hard:
+                    if reason in THROTTLE_REASONS:
+                        slot["reasons"][reason] += int(count)
+            self._maxima(slot, *row[5 + n :])
+
+    def add_rollups(self, rows: Sequence[Any]) -> None:
+        n, k = len(GPU_MEANS), len(GPU_ROLLUP_REASONS)
+        for row in rows:
+            instance, index, at, samples = row[:4]
+            epoch = gpu_rollup.bucket_epoch(at)
+            slot = self._slot(instance, index, epoch - epoch % self.step_s)
+            slot["samples"] += int(samples)
+            for i in range(n):
+                slot["sums"][i] += float(row[4 + 2 * i])
+                slot["counts"][i] += int(row[5 + 2 * i])
+            throttled = int(row[4 + 2 * n])
+            slot["throttled"] += throttled
+            for j, reason in enumerate(GPU_ROLLUP_REASONS):
+                if row[5 + 2 * n + j]:
+                    slot["reasons"][reason] += int(row[5 + 2 * n + j])
+            self._maxima(slot, *row[5 + 2 * n + k :])
+
+    def buckets(self) -> list[GpuBucket]:
+        n = len(GPU_MEANS)
+        out = []
+        for (instance, index, at), slot in sorted(self.slots.items(), key=lambda i: i[0][2]):
+            means = {
+                GPU_MEANS[i]: slot["sums"][i] / slot["counts"][i]
+                for i in range(n)
+                if slot["counts"][i]
+            }
+            out.append(
+                GpuBucket(
+                    instance=instance,
+                    gpu_index=index,
+                    bucket=datetime.fromtimestamp(at, UTC),
+                    samples=slot["samples"],
+                    means=means,
+                    throttled_samples=slot["throttled"],
+                    reasons=dict(slot["reasons"]),
+                    ecc_sbe_total=slot["sbe"],
+                    ecc_dbe_total=slot["dbe"],
+                    xid_last=int(slot["xid"]) if slot["xid"] is not None else None,
+                    name=slot["name"],
+                )
             )
-        )
-    return out
+        return out
 
 
 def _max(a: Any, b: Any) -> Any:

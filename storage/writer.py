@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from core.errors import InvalidInput, Unavailable
 from core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
-from storage import rollup
+from storage import gpu_rollup, rollup
 from storage.batch import Batch
 from storage.partitions import ensure_partitions
 from storage.tables import gpu_samples, server_samples
@@ -118,6 +118,9 @@ class _BaseWriter:
         return WriteResult(len(records), len(fresh), len(records) - len(fresh))
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
+        """Store ``samples`` (skipping ones already stored) and roll up those it stored."""
+        if not samples:
+            return 0
         rows = [
             {
                 **{f.name: getattr(s, f.name) for f in fields(GpuSample)},
@@ -125,7 +128,33 @@ class _BaseWriter:
             }
             for s in samples
         ]
-        return self._insert_samples(gpu_samples, rows, [s.ts for s in samples])
+        insert: Callable[[Table], Any] = (
+            pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        )
+        c = gpu_samples.c
+        days = {s.ts.astimezone(UTC).date() for s in samples}
+        with _translate_errors(), self.engine.begin() as connection:
+            # The GPUs' rollup writers are serialised first, so that neighbouring samples
+            # stored by another writer are either committed or not yet begun.
+            gpu_rollup.lock(connection, ((s.instance, s.gpu_index) for s in samples))
+            ensure_partitions(connection, gpu_samples.name, days)
+            statement = (
+                insert(gpu_samples)
+                .on_conflict_do_nothing()
+                .returning(c.ts, c.instance, c.gpu_index)
+            )
+            keys = {
+                (ts.astimezone(UTC), i, int(g)) for ts, i, g in connection.execute(statement, rows)
+            }
+            # A key twice in one batch is stored (and rolled up) once.
+            picked = {
+                key: s
+                for s in samples
+                if (key := (s.ts.astimezone(UTC), s.instance, s.gpu_index)) in keys
+            }
+            stored = list(picked.values())
+            gpu_rollup.apply_samples(connection, stored)
+        return len(stored)
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
         rows = [{f.name: getattr(s, f.name) for f in fields(ServerSample)} for s in samples]
