@@ -11,7 +11,9 @@ each series read, merged and rewritten) besides its per-record cost, so passes a
 least ``idle_s`` apart while less than a batch is waiting. Within that bound a pass starts as
 soon as the oldest waiting record becomes eligible: an OpenTelemetry SDK exports a few large
 batches (512 spans every few seconds), and each is shipped the moment its reassembly window
-ends, in one pass, instead of waiting for the next tick of a fixed timer.
+ends, in one pass, instead of waiting for the next tick of a fixed timer. GPU and server
+samples have no such deadline and are shipped every ``samples_every_s`` (the store merges
+each batch of a GPU's samples into its rollups at a fixed cost, whatever the batch's size).
 """
 
 from __future__ import annotations
@@ -79,9 +81,10 @@ class Shipper:
         idle_s: float = 1.0,
         clock: Callable[[], float] | None = None,
         max_idle_s: float = 10.0,
+        samples_every_s: float = 0.0,
     ) -> None:
-        if idle_s < 0:
-            raise ConfigurationError("the shipper's idle pause must not be negative")
+        if idle_s < 0 or samples_every_s < 0:
+            raise ConfigurationError("the shipper's pauses must not be negative")
         self.spool = spool
         self.sink = sink
         self.metrics = metrics
@@ -93,7 +96,10 @@ class Shipper:
         #: Most time between passes while records wait for their window (samples, orphans
         #: and gauges are handled on every pass).
         self.max_idle_s = max(idle_s, max_idle_s)
+        #: Least time between two passes that ship samples (0: every pass).
+        self.samples_every_s = samples_every_s
         self._clock = clock or spool.now
+        self._samples_shipped_at = float("-inf")
 
     # --- one pass --------------------------------------------------------------------------
 
@@ -101,7 +107,9 @@ class Shipper:
         now = self._clock()
         horizon = float("inf") if ignore_window else now
         try:
-            shipped = self._ship_records(horizon) + self._ship_samples(horizon)
+            shipped = self._ship_records(horizon)
+            if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
+                shipped += self._ship_samples(horizon, now)
         except Unavailable as exc:
             self.metrics.ship_errors.labels("unavailable").inc()
             log.warning("store unavailable, will retry: %s", exc.message)
@@ -162,8 +170,10 @@ class Shipper:
         if duplicates:
             self.metrics.ship_duplicates.inc(duplicates)
 
-    def _ship_samples(self, horizon: float) -> int:
+    def _ship_samples(self, horizon: float, now: float) -> int:
         stored = self.spool.ready(horizon, [Kind.GPU, Kind.SERVER], self.batch_size)
+        if len(stored) < self.batch_size:  # a backlog is shipped on the next passes too
+            self._samples_shipped_at = now
         if not stored:
             return 0
         gpu = [decode_gpu(s.payload) for s in stored if s.kind == Kind.GPU]

@@ -223,3 +223,33 @@ def test_the_backoff_is_capped_at_30_seconds() -> None:
     assert [backoff.delay(n) for n in range(7)] == pytest.approx(
         [5.0, 7.5, 11.25, 16.875, 25.3125, 30.0, 30.0]
     )
+
+
+def test_samples_are_shipped_in_batches_every_samples_every_s(store, spool: Spool) -> None:
+    clock = Clock(T0.timestamp())
+    writer = open_writer(store.engine)
+    shipper = Shipper(spool, writer, CollectorMetrics(), clock=clock, samples_every_s=10.0)
+
+    def sample(at: float) -> Entry:
+        ts = datetime.fromtimestamp(at, tz=UTC)
+        gpu = GpuSample(ts=ts, instance="node-1", gpu_index=0, power_w=300.0)
+        return Entry(Kind.GPU, "", at, encode_sample(gpu))
+
+    def count() -> int:
+        with store.engine.connect() as c:
+            return int(c.execute(select(func.count()).select_from(gpu_samples)).scalar_one())
+
+    put(spool, [sample(clock.now)])
+    assert shipper.ship_once().shipped == 1  # the first pass ships what is there
+    for step in range(4):
+        clock.now += 2.0
+        put(spool, [sample(clock.now)])
+        put(spool, record_entries([record(step)], ready_at=clock.now))
+        assert shipper.ship_once().shipped == 1  # the record only
+    assert count() == 1
+    clock.now += 2.0
+    assert shipper.ship_once().shipped == 4  # ten seconds on: the four samples at once
+    assert count() == 5
+    put(spool, [sample(clock.now + 1.0)])
+    assert shipper.ship_once(ignore_window=True).shipped == 1  # a drain ships everything
+    assert spool.stats() == (0, 0)

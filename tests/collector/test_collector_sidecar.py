@@ -196,6 +196,7 @@ def test_scrapes_and_gpu_samples_are_shipped_and_the_scraped_model_attributes_sp
         http_port=0,
         grpc_port=0,
         window_s=0.0,
+        sample_ship_interval_s=0.5,
         backoff=Backoff(0.1, 1.5, 0.5),
     )
     app = Sidecar(config, open_writer(store.engine), [scraper, gpu], scraper.current_model).start()
