@@ -8,10 +8,11 @@ the sidecar's configuration).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
-from collector.mapping.base import MappingContext, Outcome, Timings, build_record, tokens
-from collector.mapping.spans import SpanView, as_float
+from collector.mapping.base import MappingContext, Outcome, Timings, build_record
+from collector.mapping.spans import AttrValue, SpanView, as_float, as_int
 from core.records import Engine
 
 SPAN_NAME: Final = "llm_request"
@@ -23,19 +24,26 @@ def claims(span: SpanView) -> bool:
 
 
 def timings(span: SpanView) -> Timings:
-    get = span.attributes.get  # plain lookups: this runs for every request span
+    get = span.attributes.get  # plain lookups, positional fields: this runs for every request
     return Timings(
-        ttft_s=as_float(get("gen_ai.latency.time_to_first_token")),
-        e2e_s=as_float(get("gen_ai.latency.e2e")),
-        queue_s=as_float(get("gen_ai.latency.time_in_queue")),
-        prefill_s=as_float(get("gen_ai.latency.time_in_model_prefill")),
-        decode_s=as_float(get("gen_ai.latency.time_in_model_decode")),
-        input_tokens=tokens(span, "gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens"),
-        output_tokens=tokens(span, "gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens"),
-        cached_tokens=tokens(
-            span, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cached_tokens"
-        ),
+        as_float(get("gen_ai.latency.time_to_first_token")),
+        None,  # TPOT is derived
+        as_float(get("gen_ai.latency.e2e")),
+        as_float(get("gen_ai.latency.time_in_queue")),
+        as_float(get("gen_ai.latency.time_in_model_prefill")),
+        as_float(get("gen_ai.latency.time_in_model_decode")),
+        None,
+        None,
+        None,
+        as_int(_first(get, "gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")),
+        as_int(_first(get, "gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")),
+        as_int(_first(get, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cached_tokens")),
     )
+
+
+def _first(get: Callable[[str], AttrValue], name: str, fallback: str) -> AttrValue:
+    value = get(name)
+    return get(fallback) if value is None else value
 
 
 def map_span(span: SpanView, ctx: MappingContext) -> Outcome:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 import pytest
 
 from collector.mapping import MappingContext, Skipped, StageFragment, map_span, merge_stages
+from collector.mapping.base import Timings, build_record
 from collector.mapping.spans import STATUS_ERROR, parse_duration
 from core.records import Engine, RequestRecord, Status
 from tests.collector import collector_shapes as shapes
@@ -251,3 +253,36 @@ def test_an_enclosing_gateway_span_contributes_only_its_own_overhead() -> None:
     assert isinstance(fragment, StageFragment)
     merged = merge_stages(record, [fragment])
     assert merged.gateway_s == pytest.approx(2.5 - shapes.VLLM_V1["gen_ai.latency.e2e"])
+
+
+def test_build_record_puts_every_value_in_the_field_of_its_name() -> None:
+    # build_record passes the record's 25 fields by position, for speed: each must land
+    # where the keyword of the same name would put it.
+    timings = Timings(*(0.001 * (i + 1) for i in range(9)), 101, 102, 103)
+    attrs = {
+        "gen_ai.request.model": "the-model",
+        "infersight.tenant": "the-tenant",
+        "infersight.priority": "the-priority",
+        "gen_ai.operation.name": "the-operation",
+        "error.type": "the-error",
+        "finish_reason": "the-finish",
+    }
+    view = span("anything", attrs, service="the-service")
+    record = as_record(build_record(view, Engine.SGLANG, timings, CTX))
+    expected = RequestRecord(
+        trace_id=view.trace_id,
+        span_id=view.span_id,
+        start=datetime.fromtimestamp(shapes.START_NS / 1e9, tz=UTC),
+        instance="node-1",
+        service="the-service",
+        engine=Engine.SGLANG,
+        model="the-model",
+        tenant="the-tenant",
+        priority="the-priority",
+        operation="the-operation",
+        **{name: getattr(timings, name) for name in Timings._fields},
+        status=Status.ERROR,
+        error_type="the-error",
+        finish_reason="the-finish",
+    )
+    assert record == expected
