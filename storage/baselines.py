@@ -10,7 +10,7 @@ month-long baseline costs a few hundred rollup rows and still carries its distri
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 

@@ -76,16 +76,20 @@ def gpu_usage(
     model: CostModel,
     instance: str | None = None,
     finest: Resolution = Resolution.MINUTE,
+    *,
+    raw_only: bool = False,
 ) -> list[GpuUsage]:
     """One ``GpuUsage`` per (instance, GPU) that sampled within ``window``.
 
     Windows longer than ``ROLLUP_MIN_S`` under the rollups' sample gap are read from
-    ``gpu_rollups`` with raw samples at the edges (the same answer: see ``storage.gpu_rollup``);
-    others from raw samples.
+    ``gpu_rollups`` with raw samples at the edges (the same answer, but for idle time under a
+    utilisation floor off the histogram's 5 % edges, which is interpolated: see
+    ``storage.gpu_rollup``); others, and all with ``raw_only``, from raw samples.
     """
     floor = model.idle_utilisation_floor
     gap = float(model.sample_gap_s)
-    if gap == gpu_rollup.ROLLUP_GAP_S and window.seconds > ROLLUP_MIN_S:
+    long = window.seconds > ROLLUP_MIN_S
+    if gap == gpu_rollup.ROLLUP_GAP_S and long and not raw_only:
         parts = gpu_rollup.covered_time(connection, window, floor, instance, finest)
     else:
         parts = gpu_rollup.raw_intervals(

@@ -1,21 +1,27 @@
 """Retention and partition upkeep: what the maintenance job runs.
 
 Raw rows (requests and samples) are kept ``raw_days``; minute rollups ``minute_days``, hour
-rollups ``hour_days`` and day rollups ``day_days``. Queries over windows older than the minute
-retention must use hour rollups (``finest_for``), and so on.
+rollups ``hour_days`` and day rollups ``day_days`` (request and GPU-sample rollups alike).
+Queries over windows older than the minute retention must use hour rollups (``finest_for``),
+and so on. Before raw requests are dropped, their days' good tokens are counted and kept
+(``storage.good_tokens``) for the limits of every stored cost model and the default ones;
+kept days live as long as day rollups.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, func, select
 
+from core.cost import GoodRequest
 from core.errors import InvalidInput
 from core.window import Resolution, Window
+from storage import good_tokens
+from storage.cost_models import list_models
 from storage.partitions import drop_before, ensure_partitions
-from storage.tables import PARTITIONED, request_rollups
+from storage.tables import PARTITIONED, good_token_days, gpu_rollups, request_rollups, requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,7 @@ def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> Maintena
     created: list[str] = []
     dropped: list[str] = []
     deleted = 0
+    _keep_good_tokens(engine, today - timedelta(days=policy.raw_days))
     with engine.begin() as connection:
         for table in PARTITIONED:
             created += ensure_partitions(connection, table, ahead)
@@ -68,11 +75,25 @@ def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> Maintena
             (Resolution.DAY, policy.day_days),
         ):
             cutoff = resolution.floor(now - timedelta(days=days))
-            result = connection.execute(
-                delete(request_rollups).where(
-                    request_rollups.c.resolution == resolution.value,
-                    request_rollups.c.bucket < cutoff,
+            for rollups in (request_rollups, gpu_rollups):
+                result = connection.execute(
+                    delete(rollups).where(
+                        rollups.c.resolution == resolution.value, rollups.c.bucket < cutoff
+                    )
                 )
-            )
-            deleted += max(result.rowcount, 0)
+                deleted += max(result.rowcount, 0)
+        cutoff = Resolution.DAY.floor(now - timedelta(days=policy.day_days))
+        result = connection.execute(delete(good_token_days).where(good_token_days.c.day < cutoff))
+        deleted += max(result.rowcount, 0)
     return MaintenanceReport(tuple(created), tuple(dropped), deleted)
+
+
+def _keep_good_tokens(engine: Engine, cutoff: date) -> int:
+    """Count and keep the good tokens of the raw days before ``cutoff`` (about to be dropped)."""
+    with engine.connect() as connection:
+        oldest = connection.execute(select(func.min(requests.c.start))).scalar()
+    if oldest is None or oldest.date() >= cutoff:
+        return 0
+    days = [oldest.date() + timedelta(days=i) for i in range((cutoff - oldest.date()).days)]
+    goods = [GoodRequest(), *(model.good for model in list_models(engine))]
+    return good_tokens.keep_days(engine, goods, days)

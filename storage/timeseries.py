@@ -209,6 +209,8 @@ def gpu_series(
     step_s: int,
     instances: Sequence[str] | None = None,
     finest: Resolution = Resolution.MINUTE,
+    *,
+    raw_only: bool = False,
 ) -> list[GpuBucket]:
     """Every GPU's samples in ``window`` averaged per ``step_s`` bucket, in time order.
 
@@ -220,7 +222,7 @@ def gpu_series(
         raise ValueError("step_s must be at least one second")
     acc = _GpuAcc(step_s)
     with engine.connect() as connection:
-        if step_s % 60 or window.seconds <= GPU_ROLLUP_MIN_S:
+        if raw_only or step_s % 60 or window.seconds <= GPU_ROLLUP_MIN_S:
             acc.add_raw(_raw_gpu_rows(connection, window.start, window.end, step_s, instances))
             return acc.buckets()
         coarsest = next(r for r in (Resolution.DAY, Resolution.HOUR, Resolution.MINUTE)
@@ -358,7 +360,9 @@ class _GpuAcc:
     def buckets(self) -> list[GpuBucket]:
         n = len(GPU_MEANS)
         out = []
-        for (instance, index, at), slot in sorted(self.slots.items(), key=lambda i: i[0][2]):
+        for (instance, index, at), slot in sorted(
+            self.slots.items(), key=lambda i: (i[0][2], i[0][0], i[0][1])
+        ):
             means = {
                 GPU_MEANS[i]: slot["sums"][i] / slot["counts"][i]
                 for i in range(n)
