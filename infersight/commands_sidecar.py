@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 import signal
@@ -246,6 +247,16 @@ def _trim_heap() -> None:
         _libc().malloc_trim(0)
 
 
+def _freeze_startup_objects() -> None:
+    """Move everything start-up created (modules, protobuf descriptors, SQLAlchemy, numpy:
+    some 75,000 objects that live as long as the process) out of the garbage collector's
+    reach. Ingest allocates and frees many short-lived objects, and the older-generation
+    collections that churn triggers would otherwise walk all of them again and again;
+    end-to-end throughput measured about 8 % higher with this (bench/bench_collector.py)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _run(app: Sidecar) -> None:
     stop = threading.Event()
 
@@ -257,6 +268,7 @@ def _run(app: Sidecar) -> None:
         app.start()
     except OSError as exc:
         raise ConfigurationError(f"cannot listen: {exc}") from None
+    _freeze_startup_objects()
     click.echo(
         f"infersight sidecar {app.config.instance}: http={app.http.host}:{app.http.port} "
         f"grpc={app.grpc.host}:{app.grpc.port} spool={app.spool.path}",
