@@ -64,7 +64,13 @@ def gpu_instances(state: Any, ctx: Context) -> list[str] | None:
 def gpus(state: Any, ctx: Context) -> dict[str, Any]:
     instances = gpu_instances(state, ctx)
     buckets = (
-        timeseries.gpu_series(state.engine, ctx.window, ctx.gpu_step_s, instances)
+        timeseries.gpu_series(
+            state.engine,
+            ctx.window,
+            ctx.gpu_step_s,
+            instances,
+            state.retention.finest_for(ctx.window, ctx.now),
+        )
         if instances is None or instances
         else []
     )

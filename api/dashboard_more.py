@@ -12,7 +12,6 @@ A page whose source holds nothing says so and how to fill it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Final
@@ -31,16 +30,13 @@ from core.loadtest import PhaseSummary, knee_of, measured_capacity, summarise
 from core.query import Selector
 from core.records import GROUP_LABELS
 from core.slo import scope_of
-from core.window import Resolution, Window
+from core.window import Resolution
 from storage import baselines as baseline_store
 from storage import cost as cost_store
 from storage import runs as run_store
 from storage import timeseries
 
 MAX_LISTED: Final = 50
-#: The longest window the overview and the baseline comparison price: ``storage.cost`` reads
-#: raw requests and GPU samples for good tokens and GPU time, which takes seconds over a month.
-COST_SPAN: Final = timedelta(days=1)
 #: Bootstrap resamples of a comparison: fewer than the release gate's 1000 (a page must stay
 #: fast); the intervals are a little wider, the verdicts the same but at the margin.
 BOOTSTRAP: Final = 200
@@ -67,20 +63,17 @@ def money(amount: Decimal | None, currency: str, places: int = 2) -> str:
 
 
 def cost_summary(state: Any, ctx: Context) -> dict[str, Any] | None:
-    """The overview's cost per million tokens (``None``: nothing metered).
+    """The overview's cost per million tokens over the whole range (``None``: nothing metered).
 
-    Over the range, or over its last day when the range is longer (see ``COST_SPAN``).
+    Long ranges are priced from GPU rollups and kept good-token days (``storage.cost``).
     """
-    window, span = ctx.window, "over the range"
-    if window.end - window.start > COST_SPAN:
-        window, span = Window(window.end - COST_SPAN, window.end), "over the last 24 h"
-    result = _cost_result(state, replace(ctx, window=window), ())
+    result = _cost_result(state, ctx, ())
     per_million = result.total.cost_per_million_tokens
     if per_million is None or not result.instances:
         return None
     return {
         "per_million": money(per_million.amount, per_million.currency),
-        "detail": f"{money(result.total.cost, result.currency)} {span}"
+        "detail": f"{money(result.total.cost, result.currency)} over the range"
         + (" · example prices" if result.example_prices else ""),
     }
 
@@ -107,8 +100,30 @@ def _line(line: CostLine, currency: str) -> dict[str, Any]:
     }
 
 
+def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
+    """What the page must say about how exact its figures are."""
+    good = "tokens of requests within their SLO"
+    if not result.good_tokens_exact:
+        good += " · partial: raw requests of part of the range are gone and were not kept"
+    idle = ""
+    if cost_store.idle_method(floor, ctx.window) == "interpolated":
+        idle = (
+            f"Idle time under the {floor:.1%} utilisation floor is interpolated within its "
+            "5 % histogram bin over ranges longer than 6 h."
+        )
+    return {"good_note": good, "idle_note": idle}
+
+
 def cost(state: Any, ctx: Context) -> dict[str, Any]:
-    result = _cost_result(state, ctx, ("model",))
+    model = active_model(state.engine, state.settings.cost_model)
+    result = cost_store.cost(
+        state.engine,
+        ctx.window,
+        model,
+        ctx.selector,
+        ("model",),
+        finest=state.retention.finest_for(ctx.window, ctx.now),
+    )
     if not result.instances:
         return {
             "available": False,
@@ -153,6 +168,7 @@ def cost(state: Any, ctx: Context) -> dict[str, Any]:
             for i in result.instances
         ],
         "split": svg.stacked_bars(bars, label="shares of the range's cost"),
+        **_notes(result, ctx, model.idle_utilisation_floor),
         "unmetered": result.unmetered,
         "unpriced": result.unpriced,
     }
@@ -175,14 +191,12 @@ def baselines(state: Any, ctx: Context, name: str) -> dict[str, Any]:
         raise InvalidInput(f"no baseline named {name!r}")
     # Like for like: without filters on the page, the window is read with the baseline's own.
     selector = ctx.selector if ctx.filters else _selector_of(chosen.labels)
-    short = ctx.window.end - ctx.window.start <= COST_SPAN
-    cost_model = active_model(state.engine, state.settings.cost_model) if short else None
+    cost_model = active_model(state.engine, state.settings.cost_model)
     out: dict[str, Any] = {
         "available": True,
         "baselines": stored,
         "chosen": chosen,
         "scope": scope_of(selector),
-        "cost_compared": short,
     }
     try:
         candidate = baseline_store.capture_window(

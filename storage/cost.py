@@ -4,20 +4,24 @@
 dashboard, the weekly report, capacity planning and ``/metrics`` all call it); the math is
 ``core.cost``'s. Three reads feed it:
 
-* **GPU usage** (``gpu_usage``): one aggregate per (instance, GPU) over ``gpu_samples``,
-  computed in the database with window functions. A sample stands for the time until the
-  next sample of the same GPU, at most ``model.sample_gap_s`` (a longer silence means the
-  sidecar or the instance was gone, and is not billed); the last sample in the window stands
-  for the time to the window's end, with the same cap. Utilisation is time-weighted; energy
-  is the increase of NVML's total-energy counter between consecutive samples (a reset counts
-  from zero), or power × time where the counter is missing.
+* **GPU usage** (``gpu_usage``): one aggregate per (instance, GPU). A sample stands for the
+  time until the next sample of the same GPU, at most ``model.sample_gap_s`` (a longer silence
+  means the sidecar or the instance was gone, and is not billed); the last sample in the window
+  stands for the time to the window's end, with the same cap. Utilisation is time-weighted;
+  energy is the increase of NVML's total-energy counter to the next sample when that comes
+  within the gap (a reset counts from zero), else power × the seconds billed. Windows longer
+  than ``ROLLUP_MIN_S`` under the default gap are read from ``gpu_rollups`` with raw samples
+  only at the edges, which gives the same figures (``storage.gpu_rollup``); idle time under a
+  floor off the utilisation histogram's 5 % edges is then interpolated in its bin
+  (``idle_method`` says which).
 * **Served work** (``series_usage``): requests, tokens and prefill / decode request-seconds
   per series (model, instance, tenant, priority), from raw rows at the window's edges and
   rollups in between (``core.window.split``): the sums of the prefill and decode sketches.
 * **Good tokens**: tokens of successful requests whose TTFT and TPOT met the model's
   ``GoodRequest`` thresholds (a measurement the engine did not report does not fail a
-  request). Counted exactly on raw rows; where retention already dropped raw rows of the
-  window, ``CostResult.good_tokens_exact`` is ``False``.
+  request). Counted exactly: whole days from ``storage.good_tokens`` (each counted once from
+  raw rows and kept, so they outlive raw retention), the rest of the window from raw rows.
+  Where neither has every request of the window, ``CostResult.good_tokens_exact`` is ``False``.
 
 Cost models applied by operators are kept by ``storage.cost_models`` (re-exported here).
 """
@@ -111,6 +115,13 @@ def gpu_usage(
             )
         )
     return sorted(out, key=lambda u: (u.instance, u.gpu_index))
+
+
+def idle_method(floor: float, window: Window, gap: float = gpu_rollup.ROLLUP_GAP_S) -> str:
+    """How ``cost`` answers idle time for ``floor`` over ``window``: ``exact``, or
+    ``interpolated`` where rollups serve the window and the floor is off a histogram edge."""
+    rolled = gap == gpu_rollup.ROLLUP_GAP_S and window.seconds > ROLLUP_MIN_S
+    return "interpolated" if rolled and not gpu_rollup.floor_on_edge(floor) else "exact"
 
 
 # -- served work ----------------------------------------------------------------------------
@@ -335,6 +346,7 @@ __all__ = [
     "find_model",
     "get_model",
     "gpu_usage",
+    "idle_method",
     "list_models",
     "model_from_json",
     "model_to_json",
