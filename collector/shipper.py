@@ -67,6 +67,8 @@ class ShipResult:
     error: str = ""
     #: When the oldest record left in the spool becomes eligible (``None``: none is left).
     next_ready_at: float | None = None
+    #: Spool entries of request records among ``shipped``.
+    records: int = 0
 
 
 class Shipper:
@@ -107,7 +109,7 @@ class Shipper:
         now = self._clock()
         horizon = float("inf") if ignore_window else now
         try:
-            shipped = self._ship_records(horizon)
+            records = shipped = self._ship_records(horizon)
             if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
                 shipped += self._ship_samples(horizon, now)
         except Unavailable as exc:
@@ -121,7 +123,7 @@ class Shipper:
         self._drop_orphans(now)
         self._update_gauges(now)
         next_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
-        return ShipResult(ok=True, shipped=shipped, next_ready_at=next_ready_at)
+        return ShipResult(ok=True, shipped=shipped, next_ready_at=next_ready_at, records=records)
 
     def _ship_records(self, horizon: float) -> int:
         stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
@@ -217,17 +219,23 @@ class Shipper:
             failures = 0
             if result.shipped >= self.batch_size:
                 continue  # a backlog: keep going
-            if pause(self.idle_delay(started, result.next_ready_at)):
+            if pause(self.idle_delay(started, result.next_ready_at, bool(result.records))):
                 return
 
-    def idle_delay(self, started: float, next_ready_at: float | None) -> float:
+    def idle_delay(
+        self, started: float, next_ready_at: float | None, shipped_records: bool = True
+    ) -> float:
         """Seconds from now to the next pass, for a pass that started at ``started``: when
-        the oldest waiting record becomes eligible, but no sooner than ``idle_s`` and no
-        later than ``max_idle_s`` after that start (``idle_s`` when no record waits)."""
+        the oldest waiting record becomes eligible, but no later than ``max_idle_s`` after
+        that start and, if this pass stored records, no sooner than ``idle_s`` after it
+        (``idle_s`` when no record waits). A pass that stored none cost the store nothing,
+        so it does not hold back the next one."""
         earliest = started + self.idle_s
         wake = earliest
         if next_ready_at is not None:
-            wake = min(started + self.max_idle_s, max(earliest, next_ready_at))
+            wake = min(started + self.max_idle_s, next_ready_at)
+            if shipped_records:
+                wake = max(earliest, wake)
         return max(0.0, wake - self._clock())
 
     def start(self, stop: threading.Event) -> threading.Thread:

@@ -109,23 +109,26 @@ def test_a_stage_whose_request_never_comes_is_dropped_after_its_ttl(store, spool
 
 
 @pytest.mark.parametrize(
-    ("next_ready_in", "expected_wait"),
+    ("next_ready_in", "shipped_records", "expected_wait"),
     [
-        pytest.param(None, 2.0, id="no record waits: the idle pause"),
-        pytest.param(0.5, 2.0, id="a record ready sooner waits for the idle pause"),
-        pytest.param(3.25, 3.25, id="a record ready later is shipped when it is ready"),
-        pytest.param(60.0, 10.0, id="a record ready much later waits at most max_idle_s"),
+        pytest.param(None, True, 2.0, id="no record waits: the idle pause"),
+        pytest.param(0.5, True, 2.0, id="after storing records, one ready sooner waits"),
+        pytest.param(0.5, False, 0.5, id="after storing none, one ready sooner goes when ready"),
+        pytest.param(3.25, True, 3.25, id="a record ready later is shipped when it is ready"),
+        pytest.param(60.0, True, 10.0, id="a record ready much later waits at most max_idle_s"),
     ],
 )
 def test_the_next_pass_starts_when_the_oldest_record_is_ready_within_bounds(
-    spool: Spool, next_ready_in: float | None, expected_wait: float
+    spool: Spool, next_ready_in: float | None, shipped_records: bool, expected_wait: float
 ) -> None:
     clock = Clock()
     shipper = Shipper(spool, NoStore(), CollectorMetrics(), idle_s=2.0, clock=clock)
     ready_at = None if next_ready_in is None else clock.now + next_ready_in
-    assert shipper.idle_delay(clock.now, ready_at) == pytest.approx(expected_wait)
-    clock.now += 0.75  # the pass took this long: the pause counts from its start
-    assert shipper.idle_delay(clock.now - 0.75, ready_at) == pytest.approx(expected_wait - 0.75)
+    started = clock.now
+    assert shipper.idle_delay(started, ready_at, shipped_records) == pytest.approx(expected_wait)
+    clock.now += 0.25  # the pass took this long: the pause counts from its start
+    waited = shipper.idle_delay(started, ready_at, shipped_records)
+    assert waited == pytest.approx(expected_wait - 0.25)
 
 
 def test_the_loop_sleeps_until_the_next_export_leaves_its_window(store, spool: Spool) -> None:
@@ -146,6 +149,25 @@ def test_the_loop_sleeps_until_the_next_export_leaves_its_window(store, spool: S
     shipper.run(stop, wait=wait)
     assert waits[0] == pytest.approx(4.5)  # one pass for each export, none in between
     assert len(stored_keys(store)) == 2
+
+
+def test_an_empty_pass_does_not_delay_the_next_export(store, spool: Spool) -> None:
+    clock = Clock()
+    shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), idle_s=2.0, clock=clock)
+    put(spool, record_entries([record(1)], ready_at=clock.now + 0.25))
+    stop = threading.Event()
+    waits: list[float] = []
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        clock.now += seconds
+        if spool.stats()[0] == 0:
+            stop.set()
+        return stop.is_set()
+
+    shipper.run(stop, wait=wait)
+    assert waits[0] == pytest.approx(0.25)  # not the 2 s idle pause
+    assert len(stored_keys(store)) == 1
 
 
 class NoStore:
