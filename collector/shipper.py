@@ -7,11 +7,12 @@ forever with backoff (5 s × 1.5, capped at 30 s), so an outage only grows the s
 Stage fragments whose request never arrives are dropped (and counted) after ``orphan_ttl_s``.
 
 Cadence: every pass costs the store a fixed amount of work (a transaction, the rollup rows of
-each series read, merged and rewritten) besides its per-record cost, so passes are spaced at
-least ``idle_s`` apart while less than a batch is waiting. Within that bound a pass starts as
-soon as the oldest waiting record becomes eligible: an OpenTelemetry SDK exports a few large
-batches (512 spans every few seconds), and each is shipped the moment its reassembly window
-ends, in one pass, instead of waiting for the next tick of a fixed timer. GPU and server
+each series read, merged and rewritten) besides its per-record cost, so a pass that stored
+records is followed by the next one no sooner than ``idle_s`` after it started, unless a
+whole batch is waiting. Within that bound a pass starts as soon as the oldest waiting record
+becomes eligible: an OpenTelemetry SDK exports a few large batches (512 spans every few
+seconds), and each is shipped the moment its reassembly window ends, in one pass, instead of
+waiting for the next tick of a fixed timer. GPU and server
 samples have no such deadline and are shipped every ``samples_every_s`` (the store merges
 each batch of a GPU's samples into its rollups at a fixed cost, whatever the batch's size).
 """
