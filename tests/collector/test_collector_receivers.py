@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from collector import http_receiver
 from collector.otlp import Limits
 from tests.collector.collector_shapes import VLLM_V1
 from tests.collector.harness import Receiver, encoded, vllm_spans
@@ -332,3 +333,16 @@ def test_a_full_disk_is_503_not_a_crash(make_receiver: Callable[..., Receiver]) 
     assert response.status_code == 503
     assert "retry-after" in response.headers
     assert post(receiver, encoded(vllm_spans(1)), PROTOBUF).status_code == 200
+
+
+def test_the_http_receiver_stops_at_once_however_long_its_housekeeping_tick(
+    make_receiver: Callable[..., Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_receiver, "TICK_S", 3600.0)
+    receiver = make_receiver()
+    assert httpx.get(receiver.url + "/healthz").status_code == 200
+    response = post(receiver, encoded(vllm_spans(1)), PROTOBUF)
+    assert response.status_code == 200
+    assert "date" in response.headers
+    receiver.http.stop()
+    assert not receiver.http._thread.is_alive()  # stopped, not left waiting for the tick
