@@ -137,11 +137,14 @@ class Shipper:
         records: list[RequestRecord] = []
         for entry in stored:
             record = self._decode(entry)
-            if record is not None:
-                frags = [
-                    decode_fragment(f.trace_id, f.payload) for f in by_trace.get(entry.trace_id, [])
-                ]
-                records.append(merge_stages(record, frags))
+            if record is None:
+                continue
+            waiting = by_trace.get(entry.trace_id)
+            if waiting:
+                record = merge_stages(
+                    record, [decode_fragment(f.trace_id, f.payload) for f in waiting]
+                )
+            records.append(record)
         self._write_records(records)
         self.spool.delete([s.seq for s in stored] + [f.seq for f in fragments])
         self.metrics.shipped.labels("record").inc(len(records))
