@@ -23,3 +23,4 @@ def test_the_collector_benchmark_runs_and_prints_every_figure(
     assert "end to end OTLP/HTTP → spool" in out
     assert results["http"] > 0
     assert results["decode"] > results["pipeline"] > 0
+    assert results["pipeline_cpu"] > 0
