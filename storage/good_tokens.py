@@ -29,7 +29,6 @@ from sqlalchemy.exc import DBAPIError
 
 from core.cost import GoodRequest
 from core.records import GROUP_LABELS
-from core.window import Resolution
 from storage.tables import good_token_days, requests
 
 log = logging.getLogger(__name__)
@@ -192,9 +191,3 @@ def keep_days(engine: Engine, goods: Iterable[GoodRequest], days: Iterable[date]
                     counted += 1
         keep(engine, rows)
     return counted
-
-
-def whole_days(start: datetime, end: datetime) -> tuple[datetime, datetime]:
-    """The whole UTC days inside ``[start, end)`` (an empty range when there are none)."""
-    first, last = Resolution.DAY.ceil(start), Resolution.DAY.floor(end)
-    return (first, last) if first < last else (start, start)

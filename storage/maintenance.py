@@ -3,9 +3,10 @@
 Raw rows (requests and samples) are kept ``raw_days``; minute rollups ``minute_days``, hour
 rollups ``hour_days`` and day rollups ``day_days`` (request and GPU-sample rollups alike).
 Queries over windows older than the minute retention must use hour rollups (``finest_for``),
-and so on. Before raw requests are dropped, their days' good tokens are counted and kept
-(``storage.good_tokens``) for the limits of every stored cost model and the default ones;
-kept days live as long as day rollups.
+and so on. Every closed day of raw requests has its good tokens counted once and kept
+(``storage.good_tokens``) for the limits of every stored cost model and the default ones, so
+long cost answers read them and they outlive the raw rows; kept days live as long as day
+rollups.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> Maintena
     created: list[str] = []
     dropped: list[str] = []
     deleted = 0
-    _keep_good_tokens(engine, today - timedelta(days=policy.raw_days))
+    _keep_good_tokens(engine, today)
     with engine.begin() as connection:
         for table in PARTITIONED:
             created += ensure_partitions(connection, table, ahead)
@@ -89,7 +90,7 @@ def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> Maintena
 
 
 def _keep_good_tokens(engine: Engine, cutoff: date) -> int:
-    """Count and keep the good tokens of the raw days before ``cutoff`` (about to be dropped)."""
+    """Count and keep the good tokens of the raw days before ``cutoff`` not kept yet."""
     with engine.connect() as connection:
         oldest = connection.execute(select(func.min(requests.c.start))).scalar()
     if oldest is None or oldest.date() >= cutoff:
