@@ -12,9 +12,9 @@ records is followed by the next one no sooner than ``idle_s`` after it started, 
 whole batch is waiting. Within that bound a pass starts as soon as the oldest waiting record
 becomes eligible: an OpenTelemetry SDK exports a few large batches (512 spans every few
 seconds), and each is shipped the moment its reassembly window ends, in one pass, instead of
-waiting for the next tick of a fixed timer. GPU and server
-samples have no such deadline and are shipped every ``samples_every_s`` (the store merges
-each batch of a GPU's samples into its rollups at a fixed cost, whatever the batch's size).
+waiting for the next tick of a fixed timer. GPU and server samples have no such deadline and
+are shipped every ``samples_every_s`` (the store merges each batch of a GPU's samples into its
+rollups at a fixed cost, whatever the batch's size), and whenever the shipper drains.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ class Shipper:
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
         self.orphan_ttl_s = orphan_ttl_s
-        #: Least time between the starts of two passes while less than a batch is waiting.
+        #: Least time from the start of a pass that stored records to the next pass, while
+        #: less than a batch is waiting.
         self.idle_s = idle_s
         #: Most time between passes while records wait for their window (samples, orphans
         #: and gauges are handled on every pass).
@@ -250,6 +251,7 @@ class Shipper:
     def drain(self, timeout_s: float = 10.0) -> None:
         """Ship what is eligible now, for shutdown; stops at the first failure or timeout."""
         deadline = time.monotonic() + timeout_s
+        self._samples_shipped_at = float("-inf")  # samples too, however recently shipped
         while time.monotonic() < deadline:
             result = self.ship_once()
             if not result.ok or result.shipped == 0:

@@ -272,6 +272,11 @@ def test_samples_are_shipped_in_batches_every_samples_every_s(store, spool: Spoo
     clock.now += 2.0
     assert shipper.ship_once().shipped == 4  # ten seconds on: the four samples at once
     assert count() == 5
+    clock.now += 2.0
+    put(spool, [sample(clock.now)])
+    assert shipper.ship_once().shipped == 0  # two seconds since the last samples were shipped
+    shipper.drain()  # shutting down: the samples go too
+    assert count() == 6
     put(spool, [sample(clock.now + 1.0)])
-    assert shipper.ship_once(ignore_window=True).shipped == 1  # a drain ships everything
+    assert shipper.ship_once(ignore_window=True).shipped == 1  # a replay ships everything
     assert spool.stats() == (0, 0)
