@@ -37,7 +37,10 @@ class CollectorMetrics:
         self.spool_records = Gauge(_P + "spool_records", "Entries held in the spool", registry=r)
         self.spool_bytes = Gauge(_P + "spool_bytes", "Bytes held in the spool", registry=r)
         self.ship_lag = Gauge(
-            _P + "ship_lag_seconds", "Age of the oldest entry waiting to be shipped", registry=r
+            _P + "ship_lag_seconds",
+            "How long the oldest entry has been eligible and not shipped (samples: beyond "
+            "the interval they are batched for)",
+            registry=r,
         )
         self.shipped = Counter(_P + "shipped", "Entries stored, by kind", ["kind"], registry=r)
         self.ship_duplicates = Counter(

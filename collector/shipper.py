@@ -123,8 +123,8 @@ class Shipper:
             log.exception("shipping failed, will retry")
             return ShipResult(ok=False, retryable=True, error=repr(exc)[:200])
         self._drop_orphans(now)
-        self._update_gauges(now)
         next_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
+        self._update_gauges(now, next_ready_at)
         return ShipResult(ok=True, shipped=shipped, next_ready_at=next_ready_at, records=records)
 
     def _ship_records(self, horizon: float) -> int:
@@ -200,9 +200,15 @@ class Shipper:
             self.spool.delete([s.seq for s in orphans])
             self.metrics.orphan_stages.inc(len(orphans))
 
-    def _update_gauges(self, now: float) -> None:
-        oldest = self.spool.oldest_ready_at([Kind.RECORD, Kind.GPU, Kind.SERVER])
-        self.metrics.ship_lag.set(0.0 if oldest is None else max(0.0, now - oldest))
+    def _update_gauges(self, now: float, record_ready_at: float | None) -> None:
+        # Samples are held for samples_every_s on purpose: only a wait beyond that is lag.
+        lags = [0.0]
+        if record_ready_at is not None:
+            lags.append(now - record_ready_at)
+        sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
+        if sample_ready_at is not None:
+            lags.append(now - sample_ready_at - self.samples_every_s)
+        self.metrics.ship_lag.set(max(lags))
         records, size = self.spool.stats()
         self.metrics.spool_records.set(records)
         self.metrics.spool_bytes.set(size)

@@ -249,8 +249,8 @@ def test_the_backoff_is_capped_at_30_seconds() -> None:
 
 def test_samples_are_shipped_in_batches_every_samples_every_s(store, spool: Spool) -> None:
     clock = Clock(T0.timestamp())
-    writer = open_writer(store.engine)
-    shipper = Shipper(spool, writer, CollectorMetrics(), clock=clock, samples_every_s=10.0)
+    metrics = CollectorMetrics()
+    shipper = Shipper(spool, open_writer(store.engine), metrics, clock=clock, samples_every_s=10.0)
 
     def sample(at: float) -> Entry:
         ts = datetime.fromtimestamp(at, tz=UTC)
@@ -269,6 +269,8 @@ def test_samples_are_shipped_in_batches_every_samples_every_s(store, spool: Spoo
         put(spool, record_entries([record(step)], ready_at=clock.now))
         assert shipper.ship_once().shipped == 1  # the record only
     assert count() == 1
+    # Samples held back on purpose are not lag; eight seconds is within the ten.
+    assert metrics.value("infersight_collector_ship_lag_seconds") == 0.0
     clock.now += 2.0
     assert shipper.ship_once().shipped == 4  # ten seconds on: the four samples at once
     assert count() == 5
@@ -280,3 +282,16 @@ def test_samples_are_shipped_in_batches_every_samples_every_s(store, spool: Spoo
     put(spool, [sample(clock.now + 1.0)])
     assert shipper.ship_once(ignore_window=True).shipped == 1  # a replay ships everything
     assert spool.stats() == (0, 0)
+
+
+def test_ship_lag_is_how_long_an_eligible_record_has_waited(store, spool: Spool) -> None:
+    clock = Clock()
+    metrics = CollectorMetrics()
+    shipper = Shipper(spool, open_writer(store.engine), metrics, batch_size=1, clock=clock)
+    put(spool, record_entries([record(1)], ready_at=clock.now - 7.0))
+    put(spool, record_entries([record(2)], ready_at=clock.now - 3.0))
+    put(spool, record_entries([record(3)], ready_at=clock.now + 2.0))  # still in its window
+    assert shipper.ship_once().shipped == 1
+    assert metrics.value("infersight_collector_ship_lag_seconds") == pytest.approx(3.0)
+    assert shipper.ship_once().shipped == 1
+    assert metrics.value("infersight_collector_ship_lag_seconds") == 0.0
