@@ -44,7 +44,6 @@ from typing import Any, Final
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Engine,
     Float,
     and_,
     case,
@@ -364,34 +363,32 @@ _SAMPLE_FIELDS: Final = tuple(
 )
 
 
-def rebuild(engine: Engine) -> int:
-    """Roll every stored sample up again from scratch, one GPU at a time.
-
-    For a store upgraded in place with samples already in it; the writer keeps the rollups
-    current from then on. Returns the number of samples rolled up.
+def rebuild(connection: Connection) -> int:
+    """Roll every stored sample up again from scratch, one GPU at a time, in the caller's
+    transaction (migration 0007 runs it for stores upgraded with samples already in them; the
+    writer keeps the rollups current from then on). Returns the number of samples rolled up.
     """
     g = gpu_samples.c
     rolled = 0
-    with engine.begin() as connection:
-        connection.execute(delete(gpu_rollups))
-        gpus = connection.execute(select(g.instance, g.gpu_index).distinct()).all()
-        for instance, index in gpus:
-            key = (instance, int(index))
-            rows = connection.execute(
-                select(gpu_samples)
-                .where(g.instance == instance, g.gpu_index == index)
-                .order_by(g.ts)
-            ).mappings()
-            samples = [sample_of(row) for row in rows]
-            around = {
-                key: [
-                    (s.ts, _point(s.ts, s.util_gpu, s.power_w, s.energy_j,
-                                  ",".join(s.throttle_reasons)))
-                    for s in samples
-                ]
-            }  # fmt: skip
-            _merge(connection, _coarsen(_book(samples, around, ROLLUP_GAP_S)))
-            rolled += len(samples)
+    connection.execute(delete(gpu_rollups))
+    gpus = connection.execute(select(g.instance, g.gpu_index).distinct()).all()
+    for instance, index in gpus:
+        key = (instance, int(index))
+        rows = connection.execute(
+            select(gpu_samples).where(g.instance == instance, g.gpu_index == index).order_by(g.ts)
+        ).mappings()
+        samples = [sample_of(row) for row in rows]
+        around = {
+            key: [
+                (
+                    s.ts,
+                    _point(s.ts, s.util_gpu, s.power_w, s.energy_j, ",".join(s.throttle_reasons)),
+                )
+                for s in samples
+            ]
+        }
+        _merge(connection, _coarsen(_book(samples, around, ROLLUP_GAP_S)))
+        rolled += len(samples)
     return rolled
 
 

@@ -7,8 +7,8 @@ Create Date: 2026-11-30
 ``gpu_rollups`` holds one row per (resolution, bucket, instance, GPU): per-sample sums for
 means, throttle counts, and the seconds the samples cover with their utilisation histogram and
 energy (``storage.gpu_rollup``). ``good_token_days`` keeps good tokens per day and series for a
-pair of latency limits (``storage.good_tokens``). Existing GPU samples are rolled up by
-``storage.gpu_rollup.rebuild`` (a store upgraded in place with samples already in it).
+pair of latency limits (``storage.good_tokens``). GPU samples already stored are rolled up
+(``storage.gpu_rollup.rebuild``; nothing to do on a new store).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from storage import gpu_rollup
 from storage.types import UTCDateTime
 
 revision = "0007"
@@ -86,6 +87,7 @@ def upgrade() -> None:
         sa.Column("good_tokens", sa.BigInteger, nullable=False),
         sa.PrimaryKeyConstraint("ttft_s", "tpot_s", "day", *_LABELS, name="pk_good_token_days"),
     )
+    gpu_rollup.rebuild(op.get_bind())
 
 
 def downgrade() -> None:

@@ -7,19 +7,21 @@ GPU time, idle time, energy and money to the last digit, whatever order the batc
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, insert, select
 
 from core.cost import CostModel, GpuPrice, price_instance
 from core.query import Selector
 from core.samples import GpuSample
 from core.window import Window
-from storage import cost, gpu_rollup, timeseries
+from storage import cost, gpu_rollup, migrate, timeseries
 from storage.baselines import gpu_utilization
-from storage.tables import gpu_rollups
+from storage.engine import create_store_engine
+from storage.tables import gpu_rollups, gpu_samples
 from storage.writer import open_writer
 
 T0 = datetime(2026, 11, 20, 23, 0, tzinfo=UTC)
@@ -120,7 +122,8 @@ def test_rebuilding_the_rollups_from_stored_samples_gives_the_same_rows(fleet):
     store, _ = fleet
     with store.engine.connect() as connection:
         before = connection.execute(select(gpu_rollups).order_by(*gpu_rollups.primary_key)).all()
-    assert gpu_rollup.rebuild(store.engine) == len(_fleet())
+    with store.engine.begin() as connection:
+        assert gpu_rollup.rebuild(connection) == len(_fleet())
     with store.engine.connect() as connection:
         after = connection.execute(select(gpu_rollups).order_by(*gpu_rollups.primary_key)).all()
     assert after == before
@@ -158,3 +161,24 @@ def test_a_baselines_mean_utilisation_is_the_mean_of_its_samples(fleet):
     inside = [s.util_gpu for s in samples if s.ts in window and s.util_gpu is not None]
     mean = gpu_utilization(store.engine, window, Selector())
     assert mean == pytest.approx(sum(inside) / len(inside))
+
+
+def test_upgrading_a_store_that_holds_samples_rolls_them_up(tmp_path):
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    try:
+        migrate.upgrade(engine, "0006")
+        rows = [
+            {**{f.name: getattr(s, f.name) for f in fields(GpuSample)},
+             "throttle_reasons": ",".join(s.throttle_reasons)}
+            for s in _fleet()
+        ]  # fmt: skip
+        with engine.begin() as connection:
+            connection.execute(insert(gpu_samples), rows)
+        migrate.upgrade(engine)
+        window = WINDOWS["ragged ends"]
+        with engine.connect() as connection:
+            rolled = cost.gpu_usage(connection, window, MODEL)
+            assert rolled == cost.gpu_usage(connection, window, MODEL, raw_only=True)
+            assert connection.execute(select(func.count()).select_from(gpu_rollups)).scalar()
+    finally:
+        engine.dispose()
