@@ -31,7 +31,7 @@ from core.query import LATENCY_METRICS as COLUMNS
 from core.query import Method, Selector
 from core.sketch import QuantileSketch
 from core.window import Resolution, Window
-from storage import gpu_rollup, queries
+from storage import gpu_reads, queries
 from storage.cost import cost
 from storage.tables import baselines, request_rollups, requests
 
@@ -216,5 +216,5 @@ def gpu_utilization(
             )
             instances = union(raw, instances)
     with engine.connect() as connection:
-        total, count = gpu_rollup.util_sums(connection, window, instances, finest)
+        total, count = gpu_reads.util_sums(connection, window, instances, finest)
     return None if not count else min(1.0, max(0.0, total / count))

@@ -57,7 +57,7 @@ from core.query import Selector, check_group_by
 from core.records import GROUP_LABELS
 from core.sketch import header_totals
 from core.window import Resolution, Segment, Window, split
-from storage import good_tokens, gpu_rollup
+from storage import good_tokens, gpu_reads, gpu_rollup
 from storage.cost_models import (
     find_model,
     get_model,
@@ -94,9 +94,9 @@ def gpu_usage(
     gap = float(model.sample_gap_s)
     long = window.seconds > ROLLUP_MIN_S
     if gap == gpu_rollup.ROLLUP_GAP_S and long and not raw_only:
-        parts = gpu_rollup.covered_time(connection, window, floor, instance, finest)
+        parts = gpu_reads.covered_time(connection, window, floor, instance, finest)
     else:
-        parts = gpu_rollup.raw_intervals(
+        parts = gpu_reads.raw_intervals(
             connection, window.start, window.end, window.end, gap, floor, instance
         )
     out = []

@@ -36,7 +36,7 @@ from core.records import GROUP_LABELS
 from core.samples import THROTTLE_REASONS
 from core.sketch import QuantileSketch, merge_all
 from core.window import Resolution, Segment, Window
-from storage import gpu_rollup
+from storage import gpu_reads
 from storage.tables import GPU_ROLLUP_REASONS, gpu_rollups, gpu_samples, request_rollups
 from storage.types import UTCDateTime
 
@@ -227,7 +227,7 @@ def gpu_series(
             return acc.buckets()
         coarsest = next(r for r in (Resolution.DAY, Resolution.HOUR, Resolution.MINUTE)
                         if step_s % r.seconds == 0)  # fmt: skip
-        segments = gpu_rollup.plan(window, coarsest, finest)
+        segments = gpu_reads.plan(window, coarsest, finest)
         for seg in segments:
             if seg.raw:
                 acc.add_raw(_raw_gpu_rows(connection, seg.start, seg.end, step_s, instances))
@@ -326,7 +326,7 @@ class _GpuAcc:
         n = len(GPU_MEANS)
         for row in rows:
             instance, index, at, reasons, count = row[:5]
-            slot = self._slot(instance, index, gpu_rollup.bucket_epoch(at))
+            slot = self._slot(instance, index, gpu_reads.bucket_epoch(at))
             slot["samples"] += int(count)
             for i, mean in enumerate(row[5 : 5 + n]):
                 if mean is not None:
@@ -344,7 +344,7 @@ class _GpuAcc:
         n, k = len(GPU_MEANS), len(GPU_ROLLUP_REASONS)
         for row in rows:
             instance, index, at, samples = row[:4]
-            epoch = gpu_rollup.bucket_epoch(at)
+            epoch = gpu_reads.bucket_epoch(at)
             slot = self._slot(instance, index, epoch - epoch % self.step_s)
             slot["samples"] += int(samples)
             for i in range(n):
