@@ -87,7 +87,6 @@ VALUE_COLUMNS: Final = (*(f"{f}_sum" for f in GPU_ROLLUP_MEANS), *TIME_COLUMNS)
 SUM_COLUMNS: Final = (*COUNT_COLUMNS, *VALUE_COLUMNS)
 MAX_COLUMNS: Final = ("ecc_sbe_max", "ecc_dbe_max", "xid_max")
 _RESOLUTIONS: Final = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 GpuKey = tuple[str, int]
 
