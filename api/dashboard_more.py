@@ -65,7 +65,7 @@ def money(amount: Decimal | None, currency: str, places: int = 2) -> str:
 def cost_summary(state: Any, ctx: Context) -> dict[str, Any] | None:
     """The overview's cost per million tokens over the whole range (``None``: nothing metered).
 
-    Long ranges are priced from GPU rollups and kept good-token days (``storage.cost``).
+    Long ranges are priced from GPU rollups and kept good-token counts (``storage.cost``).
     """
     result = _cost_result(state, ctx, ())
     per_million = result.total.cost_per_million_tokens

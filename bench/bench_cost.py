@@ -4,8 +4,9 @@ Prints, for PostgreSQL and SQLite, in one run on this machine:
 
 1. ``storage.cost.cost`` over the whole window, grouped by model: GPU-hours from the GPU
    rollups with raw samples at the window's edges, served work from request rollups, good
-   tokens of whole days from ``good_token_days``. The first answer counts each whole day's good
-   tokens from raw rows once and keeps them (printed separately); later answers read them;
+   tokens of whole hours and days from ``good_token_counts``. The first answer counts each whole
+   hour's and day's good tokens from raw rows once and keeps them (printed separately); later
+   answers read them;
 2. the reference measured in the same run: one plain aggregate scan of the same GPU samples
    (``count`` and ``sum(util_gpu)`` over the window), what a raw-sample answer must read at
    least, and the ratio of the two;

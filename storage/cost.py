@@ -19,8 +19,9 @@ dashboard, the weekly report, capacity planning and ``/metrics`` all call it); t
   rollups in between (``core.window.split``): the sums of the prefill and decode sketches.
 * **Good tokens**: tokens of successful requests whose TTFT and TPOT met the model's
   ``GoodRequest`` thresholds (a measurement the engine did not report does not fail a
-  request). Counted exactly: whole days from ``storage.good_tokens`` (each counted once from
-  raw rows and kept, so they outlive raw retention), the rest of the window from raw rows.
+  request). Counted exactly: whole hours and days from ``storage.good_tokens`` (each counted
+  once from raw rows and kept, so they outlive raw retention), the minutes at the window's
+  ends from raw rows.
   Where neither has every request of the window, ``CostResult.good_tokens_exact`` is ``False``.
 
 Cost models applied by operators are kept by ``storage.cost_models`` (re-exported here).
@@ -147,12 +148,12 @@ def series_usage(
 ) -> tuple[list[SeriesUsage], bool]:
     """What every series served over ``window``, and whether good tokens are exact.
 
-    Good tokens of whole days come from ``storage.good_tokens`` (counted days it kept, or
-    raw rows); days freshly counted from complete raw rows are added to ``pending`` for the
+    Good tokens of whole hours and days come from ``storage.good_tokens`` (buckets it kept, or
+    raw rows); buckets freshly counted from complete raw rows are added to ``pending`` for the
     caller to keep once its read is done.
     """
     acc: dict[LabelKey, _Acc] = defaultdict(_Acc)
-    day_requests: dict[datetime, dict[LabelKey, int]] = defaultdict(dict)
+    rolled: dict[good_tokens.Bucket, dict[LabelKey, int]] = defaultdict(dict)
     r, u = requests.c, request_rollups.c
     segments = split(window, finest)
     for segment in segments:
@@ -199,8 +200,8 @@ def series_usage(
             u.bucket,
         ).where(*where)
         for row in connection.execute(query):
-            if segment.resolution is Resolution.DAY:
-                day_requests[row[9]][tuple(row[:4])] = int(row[4])
+            if segment.resolution in good_tokens.KEPT:
+                rolled[(segment.resolution, row[9])][tuple(row[:4])] = int(row[4])
             a = acc[tuple(row[:4])]
             a.requests += int(row[4])
             a.input_tokens += int(row[5])
@@ -209,14 +210,12 @@ def series_usage(
                 a.prefill_s += header_totals(row[7])[1]
             if row[8] is not None:
                 a.decode_s += header_totals(row[8])[1]
-    counted = good_tokens.count(
-        connection, good, day_requests, _not_days(window, segments), instance
-    )
+    counted = good_tokens.count(connection, good, rolled, _unkept(segments), instance)
     for key, tokens in counted.good_tokens.items():
         acc[key].good_tokens += tokens
     if pending is not None:
         pending += counted.to_keep
-    exact = counted.raw_requests == sum(a.requests for a in acc.values())
+    exact = counted.requests == sum(a.requests for a in acc.values())
     series = [
         SeriesUsage(
             labels=dict(zip(_SERIES, key, strict=True)),
@@ -233,13 +232,17 @@ def series_usage(
     return series, exact
 
 
-def _not_days(window: Window, segments: Sequence[Segment]) -> list[tuple[datetime, datetime]]:
-    """The parts of ``window`` outside its day-rollup segments (read raw for good tokens)."""
-    days = [s for s in segments if s.resolution is Resolution.DAY]
-    if not days:
-        return [(window.start, window.end)]
-    first, last = days[0].start, days[-1].end
-    return [(a, b) for a, b in ((window.start, first), (last, window.end)) if a < b]
+def _unkept(segments: Sequence[Segment]) -> list[tuple[datetime, datetime]]:
+    """The ranges of a window outside its hour and day segments (good tokens from raw rows)."""
+    out: list[tuple[datetime, datetime]] = []
+    for seg in segments:
+        if seg.resolution in good_tokens.KEPT:
+            continue
+        if out and out[-1][1] == seg.start:
+            out[-1] = (out[-1][0], seg.end)
+        else:
+            out.append((seg.start, seg.end))
+    return out
 
 
 # -- the cost of a window -------------------------------------------------------------------

@@ -1,16 +1,18 @@
-"""Good tokens per UTC day and series, counted once from raw rows and kept past their retention.
+"""Good tokens per UTC hour and day and series, counted once from raw rows and kept past retention.
 
 A good token belongs to a successful request whose TTFT and TPOT met a ``GoodRequest``'s limits
 (``storage.cost``). Which requests are good depends on limits an operator may change, so it
-cannot be rolled up at ingest; instead each closed day is counted exactly from raw rows once
-per pair of limits and kept in ``good_token_days`` with the number of requests it was counted
-over. A kept day is used while that number still equals the day rollup's request count for
-the series (so late data, which changes the rollup, makes the day count again from raw rows);
-the maintenance job counts the days retention is about to drop, for the limits of every stored
-cost model and the default ones, so cost answers stay exact beyond raw retention.
+cannot be rolled up at ingest; instead each closed hour and day is counted exactly from raw rows
+once per pair of limits and kept in ``good_token_counts`` with the number of requests it was
+counted over. A kept bucket is used while that number still equals the request rollup's count
+for the series in the same bucket (late data changes the rollup, and the bucket is counted
+again from raw rows). The maintenance job counts every closed day and its hours for the limits
+of every stored cost model and the default ones, so cost answers stay exact beyond raw
+retention: a window reads kept days in its middle, kept hours at its edges, and raw rows only
+for the minutes at its two ends (which rollups serve from raw rows too).
 
-``count`` answers a window: kept days where they are current, raw rows for the rest (one
-grouped aggregate per range or day), and says whether every request was counted.
+``count`` answers a window and says how many requests it counted, for the caller to compare with
+the rollups' total.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from sqlalchemy.exc import DBAPIError
 
 from core.cost import GoodRequest
 from core.records import GROUP_LABELS
-from storage.tables import good_token_days, requests
+from core.window import Resolution
+from storage.tables import good_token_counts, requests
 
 log = logging.getLogger(__name__)
 LabelKey = tuple[str, ...]
-DAY: Final = timedelta(days=1)
+#: A kept bucket: (resolution, bucket start).
+Bucket = tuple[Resolution, datetime]
+KEPT: Final = (Resolution.HOUR, Resolution.DAY)
 
 
 def _good(good: GoodRequest) -> ColumnElement[bool]:
@@ -74,74 +79,83 @@ class Counted:
     """Good tokens per series over a window, and what ``count`` learnt on the way."""
 
     good_tokens: dict[LabelKey, int] = field(default_factory=lambda: defaultdict(int))
-    raw_requests: int = 0
-    """Requests counted (raw rows, or a kept day's count)."""
+    requests: int = 0
+    """Requests counted (raw rows, or a kept bucket's count)."""
     to_keep: list[dict[str, Any]] = field(default_factory=list)
-    """Days counted from complete raw rows, to store with ``keep``."""
+    """Buckets counted from complete raw rows, to store with ``keep``."""
+
+    def add(
+        self, counted: Mapping[LabelKey, tuple[int, int]], only: Iterable[LabelKey] = ()
+    ) -> None:
+        wanted = set(only)
+        for key, (n, tokens) in counted.items():
+            if not wanted or key in wanted:
+                self.requests += n
+                self.good_tokens[key] += tokens
 
 
 def _kept(
-    connection: Connection, good: GoodRequest, days: Iterable[datetime], instance: str | None
-) -> dict[datetime, dict[LabelKey, tuple[int, int]]]:
-    wanted = sorted(set(days))
+    connection: Connection, good: GoodRequest, buckets: Iterable[Bucket], instance: str | None
+) -> dict[Bucket, dict[LabelKey, tuple[int, int]]]:
+    wanted = sorted(buckets)
     if not wanted:
         return {}
-    k = good_token_days.c
+    k = good_token_counts.c
+    starts = [start for _, start in wanted]
     where = [
         k.ttft_s == good.ttft_s,
         k.tpot_s == good.tpot_s,
-        k.day >= wanted[0],
-        k.day <= wanted[-1],
+        k.resolution.in_(sorted({r.value for r, _ in wanted})),
+        k.bucket >= min(starts),
+        k.bucket <= max(starts),
     ]
     if instance is not None:
         where.append(k.instance == instance)
-    query = select(k.day, *(k[n] for n in GROUP_LABELS), k.requests, k.good_tokens).where(*where)
-    out: dict[datetime, dict[LabelKey, tuple[int, int]]] = defaultdict(dict)
+    query = select(
+        k.resolution, k.bucket, *(k[n] for n in GROUP_LABELS), k.requests, k.good_tokens
+    ).where(*where)
+    out: dict[Bucket, dict[LabelKey, tuple[int, int]]] = defaultdict(dict)
     for row in connection.execute(query):
-        out[row[0]][tuple(row[1:5])] = (int(row[5]), int(row[6]))
+        out[(Resolution(row[0]), row[1])][tuple(row[2:6])] = (int(row[6]), int(row[7]))
     return out
 
 
 def count(
     connection: Connection,
     good: GoodRequest,
-    day_requests: Mapping[datetime, Mapping[LabelKey, int]],
+    rolled: Mapping[Bucket, Mapping[LabelKey, int]],
     ranges: Iterable[tuple[datetime, datetime]],
     instance: str | None = None,
 ) -> Counted:
-    """Good tokens over whole ``day_requests`` days (with each day's rollup request counts per
-    series) and over the other ``ranges`` of a window (always from raw rows)."""
+    """Good tokens over the hour and day buckets of ``rolled`` (with each bucket's rollup
+    request counts per series) and over the other ``ranges`` of a window (raw rows)."""
     out = Counted()
     for start, end in ranges:
-        for key, (n, tokens) in from_raw(connection, start, end, good, instance).items():
-            out.raw_requests += n
-            out.good_tokens[key] += tokens
-    kept = _kept(connection, good, day_requests, instance)
-    for day, rolled in sorted(day_requests.items()):
-        stored = kept.get(day, {})
-        if stored and all(stored.get(key, (-1, 0))[0] == n for key, n in rolled.items()):
-            for key, (n, tokens) in stored.items():
-                if key in rolled:
-                    out.raw_requests += n
-                    out.good_tokens[key] += tokens
+        out.add(from_raw(connection, start, end, good, instance))
+    kept = _kept(connection, good, rolled, instance)
+    for bucket, counts in sorted(rolled.items()):
+        stored = kept.get(bucket, {})
+        if stored and all(stored.get(key, (-1, 0))[0] == n for key, n in counts.items()):
+            out.add(stored, counts)
             continue
-        counted = from_raw(connection, day, day + DAY, good, instance)
-        for key, (n, tokens) in counted.items():
-            out.raw_requests += n
-            out.good_tokens[key] += tokens
-        if all(counted.get(key, (0, 0))[0] == n for key, n in rolled.items()):
-            out.to_keep += _rows(good, day, counted)
+        resolution, start = bucket
+        end = start + timedelta(seconds=resolution.seconds)
+        counted = from_raw(connection, start, end, good, instance)
+        out.add(counted)
+        if all(counted.get(key, (0, 0))[0] == n for key, n in counts.items()):
+            out.to_keep += _rows(good, bucket, counted)
     return out
 
 
 def _rows(
-    good: GoodRequest, day: datetime, counted: Mapping[LabelKey, tuple[int, int]]
+    good: GoodRequest, bucket: Bucket, counted: Mapping[LabelKey, tuple[int, int]]
 ) -> list[dict[str, Any]]:
     return [
         {
             "ttft_s": good.ttft_s,
             "tpot_s": good.tpot_s,
-            "day": day,
+            "resolution": bucket[0].value,
+            "bucket": bucket[1],
             **dict(zip(GROUP_LABELS, key, strict=True)),
             "requests": n,
             "good_tokens": tokens,
@@ -151,30 +165,31 @@ def _rows(
 
 
 def keep(engine: Engine, rows: list[dict[str, Any]]) -> None:
-    """Store counted days (replacing what was kept); a store that refuses writes (a read-only
-    replica) only loses the shortcut, so the failure is logged, not raised."""
+    """Store counted buckets (replacing what was kept); a store that refuses writes (a
+    read-only replica) only loses the shortcut, so the failure is logged, not raised."""
     if not rows:
         return
     postgres = engine.dialect.name == "postgresql"
-    insert = (pg_insert if postgres else sqlite_insert)(good_token_days)
+    insert = (pg_insert if postgres else sqlite_insert)(good_token_counts)
     statement = insert.on_conflict_do_update(
-        index_elements=list(good_token_days.primary_key.columns),
+        index_elements=list(good_token_counts.primary_key.columns),
         set_={"requests": insert.excluded.requests, "good_tokens": insert.excluded.good_tokens},
     )
     try:
         with engine.begin() as connection:
             connection.execute(statement, sorted(rows, key=_row_key))
     except DBAPIError as exc:
-        log.warning("could not keep good-token days: %s", exc.orig)
+        log.warning("could not keep good-token counts: %s", exc.orig)
 
 
 def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (row["ttft_s"], row["tpot_s"], row["day"], *(row[n] for n in GROUP_LABELS))
+    keys = ("ttft_s", "tpot_s", "resolution", "bucket", *GROUP_LABELS)
+    return tuple(row[name] for name in keys)
 
 
 def keep_days(engine: Engine, goods: Iterable[GoodRequest], days: Iterable[date]) -> int:
-    """Count ``days`` from raw rows for each pair of limits not kept yet (the maintenance job,
-    before retention drops them). Returns the number of (limits, day) pairs counted."""
+    """Count each of ``days`` and its hours from raw rows, for each pair of limits that has
+    not kept that day yet (the maintenance job). Returns the (limits, day) pairs counted."""
     counted = 0
     limits = sorted({(g.ttft_s, g.tpot_s) for g in goods})
     for day in sorted(set(days)):
@@ -183,11 +198,16 @@ def keep_days(engine: Engine, goods: Iterable[GoodRequest], days: Iterable[date]
         with engine.connect() as connection:
             for ttft_s, tpot_s in limits:
                 good = GoodRequest(ttft_s, tpot_s)
-                if _kept(connection, good, [start], None):
+                if _kept(connection, good, [(Resolution.DAY, start)], None):
                     continue
-                raw = from_raw(connection, start, start + DAY, good)
-                if raw:
-                    rows += _rows(good, start, raw)
-                    counted += 1
+                whole = from_raw(connection, start, start + timedelta(days=1), good)
+                if not whole:
+                    continue
+                rows += _rows(good, (Resolution.DAY, start), whole)
+                for hour in range(24):
+                    at = start + timedelta(hours=hour)
+                    part = from_raw(connection, at, at + timedelta(hours=1), good)
+                    rows += _rows(good, (Resolution.HOUR, at), part)
+                counted += 1
         keep(engine, rows)
     return counted

@@ -3,10 +3,10 @@
 Raw rows (requests and samples) are kept ``raw_days``; minute rollups ``minute_days``, hour
 rollups ``hour_days`` and day rollups ``day_days`` (request and GPU-sample rollups alike).
 Queries over windows older than the minute retention must use hour rollups (``finest_for``),
-and so on. Every closed day of raw requests has its good tokens counted once and kept
-(``storage.good_tokens``) for the limits of every stored cost model and the default ones, so
-long cost answers read them and they outlive the raw rows; kept days live as long as day
-rollups.
+and so on. Every closed day of raw requests has its good tokens counted once, per day and per
+hour, and kept (``storage.good_tokens``) for the limits of every stored cost model and the
+default ones, so long cost answers read them and they outlive the raw rows; kept hours and days
+live as long as hour and day rollups.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from core.window import Resolution, Window
 from storage import good_tokens
 from storage.cost_models import list_models
 from storage.partitions import drop_before, ensure_partitions
-from storage.tables import PARTITIONED, good_token_days, gpu_rollups, request_rollups, requests
+from storage.tables import PARTITIONED, good_token_counts, gpu_rollups, request_rollups, requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +83,18 @@ def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> Maintena
                     )
                 )
                 deleted += max(result.rowcount, 0)
-        cutoff = Resolution.DAY.floor(now - timedelta(days=policy.day_days))
-        result = connection.execute(delete(good_token_days).where(good_token_days.c.day < cutoff))
-        deleted += max(result.rowcount, 0)
+        for resolution, days in (
+            (Resolution.HOUR, policy.hour_days),
+            (Resolution.DAY, policy.day_days),
+        ):
+            kept = good_token_counts.c
+            result = connection.execute(
+                delete(good_token_counts).where(
+                    kept.resolution == resolution.value,
+                    kept.bucket < resolution.floor(now - timedelta(days=days)),
+                )
+            )
+            deleted += max(result.rowcount, 0)
     return MaintenanceReport(tuple(created), tuple(dropped), deleted)
 
 

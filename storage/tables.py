@@ -395,16 +395,17 @@ gpu_rollups = Table(
     PrimaryKeyConstraint("resolution", "bucket", "instance", "gpu_index"),
 )
 
-#: Good tokens per UTC day and series for one pair of ``GoodRequest`` limits, with the number
-#: of requests they were counted over (``storage.good_tokens``): kept past raw retention.
-good_token_days = Table(
-    "good_token_days",
+#: Good tokens per UTC hour and day and series for one pair of ``GoodRequest`` limits, with the
+#: number of requests they were counted over (``storage.good_tokens``): kept past raw retention.
+good_token_counts = Table(
+    "good_token_counts",
     metadata,
     Column("ttft_s", Float(53), nullable=False),
     Column("tpot_s", Float(53), nullable=False),
-    Column("day", UTCDateTime(), nullable=False),
+    Column("resolution", String(2), nullable=False),
+    Column("bucket", UTCDateTime(), nullable=False),
     *(Column(name, LABEL, nullable=False) for name in GROUP_LABELS),
     Column("requests", BigInteger, nullable=False),
     Column("good_tokens", BigInteger, nullable=False),
-    PrimaryKeyConstraint("ttft_s", "tpot_s", "day", *GROUP_LABELS),
+    PrimaryKeyConstraint("ttft_s", "tpot_s", "resolution", "bucket", *GROUP_LABELS),
 )

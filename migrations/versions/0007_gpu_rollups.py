@@ -1,4 +1,4 @@
-"""GPU-sample rollups and good-token day totals.
+"""GPU-sample rollups and kept good-token counts.
 
 Revision ID: 0007
 Revises: 0006
@@ -6,9 +6,9 @@ Create Date: 2026-11-30
 
 ``gpu_rollups`` holds one row per (resolution, bucket, instance, GPU): per-sample sums for
 means, throttle counts, and the seconds the samples cover with their utilisation histogram and
-energy (``storage.gpu_rollup``). ``good_token_days`` keeps good tokens per day and series for a
-pair of latency limits (``storage.good_tokens``). GPU samples already stored are rolled up
-(``storage.gpu_rollup.rebuild``; nothing to do on a new store).
+energy (``storage.gpu_rollup``). ``good_token_counts`` keeps good tokens per hour and day and
+series for a pair of latency limits (``storage.good_tokens``). GPU samples already stored are
+rolled up (``storage.gpu_rollup.rebuild``; nothing to do on a new store).
 """
 
 from __future__ import annotations
@@ -78,18 +78,21 @@ def upgrade() -> None:
         ),
     )
     op.create_table(
-        "good_token_days",
+        "good_token_counts",
         sa.Column("ttft_s", sa.Float(53), nullable=False),
         sa.Column("tpot_s", sa.Float(53), nullable=False),
-        sa.Column("day", UTCDateTime(), nullable=False),
+        sa.Column("resolution", sa.String(2), nullable=False),
+        sa.Column("bucket", UTCDateTime(), nullable=False),
         *(sa.Column(name, sa.String(256), nullable=False) for name in _LABELS),
         sa.Column("requests", sa.BigInteger, nullable=False),
         sa.Column("good_tokens", sa.BigInteger, nullable=False),
-        sa.PrimaryKeyConstraint("ttft_s", "tpot_s", "day", *_LABELS, name="pk_good_token_days"),
+        sa.PrimaryKeyConstraint(
+            "ttft_s", "tpot_s", "resolution", "bucket", *_LABELS, name="pk_good_token_counts"
+        ),
     )
     gpu_rollup.rebuild(op.get_bind())
 
 
 def downgrade() -> None:
-    op.drop_table("good_token_days")
+    op.drop_table("good_token_counts")
     op.drop_table("gpu_rollups")

@@ -12,7 +12,7 @@ from core.window import Window
 from storage import cost
 from storage.cost_models import put_model
 from storage.maintenance import RetentionPolicy, maintain
-from storage.tables import good_token_days, requests
+from storage.tables import good_token_counts, requests
 from storage.writer import open_writer
 
 DAY0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -48,7 +48,9 @@ def _expected(records: list[RequestRecord], window: Window) -> int:
 
 def _kept_days(engine) -> int:
     with engine.connect() as connection:
-        return connection.execute(select(func.count(func.distinct(good_token_days.c.day)))).scalar()
+        kept = good_token_counts.c
+        query = select(func.count(func.distinct(kept.bucket))).where(kept.resolution == "1d")
+        return connection.execute(query).scalar()
 
 
 def test_whole_days_are_kept_and_answer_once_their_raw_rows_are_gone(store):
@@ -90,3 +92,17 @@ def test_maintenance_keeps_the_days_it_drops_for_every_stored_cost_models_limits
     answer = cost.cost(store.engine, WINDOW, MODEL)
     assert answer.good_tokens_exact
     assert answer.total.good_tokens == _expected(records, WINDOW)
+
+
+def test_a_window_starting_mid_day_beyond_raw_retention_reads_kept_hours(store):
+    records = _traffic()
+    open_writer(store.engine).write_requests(records)
+    put_model(store.engine, MODEL, DAY0)
+    now = DAY0 + timedelta(days=4, hours=1)
+    policy = RetentionPolicy(raw_days=2, minute_days=2)
+    maintain(store.engine, now, policy)
+    window = Window(DAY0 + timedelta(hours=13, minutes=20), DAY0 + timedelta(days=3, hours=5))
+    answer = cost.cost(store.engine, window, MODEL, finest=policy.finest_for(window, now))
+    assert answer.good_tokens_exact
+    assert answer.total.requests == sum(r.start in window for r in records)
+    assert answer.total.good_tokens == _expected(records, window)
