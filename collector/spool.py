@@ -39,6 +39,10 @@ MAX_GROUP_WINDOW_S: Final = 0.2
 #: fragments waiting for their request). Only these are indexed: indexing every entry by a
 #: random trace id made each append dirty an index page per row, most of an append's cost.
 TRACE_INDEXED_KIND: Final = 2
+#: The kinds of periodic samples (``collector.codec.Kind.GPU`` and ``SERVER``): few rows, but
+#: looked up on every shipping pass; their own index keeps that from scanning a spool full of
+#: records (a backlog after an outage) to find that there are none.
+SAMPLE_KINDS: Final = (3, 4)
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS entries (
@@ -50,7 +54,14 @@ _SCHEMA: Final = (
     "DROP INDEX IF EXISTS entries_trace",  # spools written before the partial index
     f"""CREATE INDEX IF NOT EXISTS entries_stage_trace ON entries (trace_id)
         WHERE kind = {TRACE_INDEXED_KIND}""",
+    f"""CREATE INDEX IF NOT EXISTS entries_samples ON entries (seq)
+        WHERE kind IN ({", ".join(map(str, SAMPLE_KINDS))})""",
 )
+
+
+def _kinds(kinds: Sequence[int]) -> str:
+    """Kinds spelled as literals, so that SQLite can match a partial index to the query."""
+    return ", ".join(str(kind) for kind in sorted({int(kind) for kind in kinds}))
 
 
 class FsyncMode(StrEnum):
@@ -214,12 +225,11 @@ class Spool:
 
     def ready(self, now: float, kinds: Sequence[int], limit: int) -> list[Stored]:
         """Up to ``limit`` entries of ``kinds`` whose ``ready_at`` has passed, oldest first."""
-        marks = ",".join("?" * len(kinds))
         with self._lock:
             rows = self._db.execute(
                 f"SELECT seq, kind, trace_id, ready_at, payload FROM entries "
-                f"WHERE kind IN ({marks}) AND ready_at <= ? ORDER BY seq LIMIT ?",
-                (*kinds, now, limit),
+                f"WHERE kind IN ({_kinds(kinds)}) AND ready_at <= ? ORDER BY seq LIMIT ?",
+                (now, limit),
             ).fetchall()
         return list(map(Stored._make, rows))
 
@@ -253,11 +263,9 @@ class Spool:
 
     def oldest_ready_at(self, kinds: Sequence[int]) -> float | None:
         """``ready_at`` of the oldest entry of ``kinds`` (by append order: no full scan)."""
-        marks = ",".join("?" * len(kinds))
         with self._lock:
             row = self._db.execute(
-                f"SELECT ready_at FROM entries WHERE kind IN ({marks}) ORDER BY seq LIMIT 1",
-                tuple(kinds),
+                f"SELECT ready_at FROM entries WHERE kind IN ({_kinds(kinds)}) ORDER BY seq LIMIT 1"
             ).fetchone()
         return None if row is None else float(row[0])
 

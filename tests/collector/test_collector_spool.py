@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from collector.spool import SPOOL_FILE, TRACE_INDEXED_KIND, Entry, FsyncMode, Spool, SpoolConfig
+from collector.codec import Kind
+from collector.spool import (
+    SAMPLE_KINDS,
+    SPOOL_FILE,
+    TRACE_INDEXED_KIND,
+    Entry,
+    FsyncMode,
+    Spool,
+    SpoolConfig,
+)
 from core.errors import ConfigurationError, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +112,7 @@ def test_entries_are_found_by_trace_whatever_their_kind_and_an_older_spool_is_re
         stage = Entry(TRACE_INDEXED_KIND, "b", 0.0, b"stage")
         spool.append([entry(1), stage, Entry(1, "b", 0.0, b"record")]).result(timeout=10)
         indexes = {row[1] for row in spool._db.execute("PRAGMA index_list(entries)")}
-        assert indexes == {"entries_stage_trace"}
+        assert indexes == {"entries_stage_trace", "entries_samples"}
         found = spool.by_trace(["a", "b"], TRACE_INDEXED_KIND)
         assert sorted(s.payload for s in found) == [b"stage", b"x"]
         assert [s.payload for s in spool.by_trace(["b"], 1)] == [b"record"]
@@ -158,3 +167,24 @@ def test_every_acknowledged_entry_survives_kill_9(tmp_path: Path) -> None:
         assert set(range(acked + 1)) <= stored
     finally:
         spool.close()
+
+
+def test_sample_lookups_use_their_own_index_not_a_scan_of_the_records(tmp_path: Path) -> None:
+    spool = Spool(SpoolConfig(tmp_path))
+    try:
+        spool.append([entry(i) for i in range(50)]).result(timeout=10)
+        spool.append([Entry(SAMPLE_KINDS[0], "", 7.0, b"gpu")]).result(timeout=10)
+        assert spool.oldest_ready_at(SAMPLE_KINDS) == 7.0
+        assert [s.payload for s in spool.ready(10.0, SAMPLE_KINDS, 10)] == [b"gpu"]
+        plan = spool._db.execute(
+            "EXPLAIN QUERY PLAN SELECT ready_at FROM entries "
+            f"WHERE kind IN ({', '.join(map(str, SAMPLE_KINDS))}) ORDER BY seq LIMIT 1"
+        ).fetchall()
+        assert "entries_samples" in str(plan)
+    finally:
+        spool.close()
+
+
+def test_the_spools_indexed_kinds_are_the_codecs_stage_and_sample_kinds() -> None:
+    assert TRACE_INDEXED_KIND == Kind.STAGE
+    assert set(SAMPLE_KINDS) == {Kind.GPU, Kind.SERVER}
