@@ -45,10 +45,11 @@ class SidecarConfig:
     group_window_s: float = 0.02
     spool_max_bytes: int = 1 << 30
     window_s: float = 2.0
-    #: Least time between the starts of two shipping passes while the spool holds less than
-    #: a batch. Each pass costs the store writer a fixed ~10 ms of CPU (transaction,
-    #: partitions, rollups), so passes at most every 2 s bound that at low rates. A pass
-    #: starts as soon as the oldest record's reassembly window ends, within that bound, so
+    #: Least time from the start of a shipping pass that stored records to the next pass,
+    #: while the spool holds less than a batch. Each such pass costs the store writer a fixed
+    #: ~10 ms of CPU (transaction, partitions, rollups), so at most one every 2 s bounds that
+    #: at high export rates. A pass starts as soon as the oldest record's reassembly window
+    #: ends, within that bound, so
     #: records reach the store ``window_s`` after their acknowledgement when exports come in
     #: large batches (the SDK's default), and within ``window_s`` + ``ship_interval_s``
     #: (4 s by default) when many small exports arrive.
