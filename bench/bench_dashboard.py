@@ -11,7 +11,7 @@ The data set: ``bench_storage.load_days`` (``--rpm`` requests a minute over ``--
 two models on two instances) on a fresh PostgreSQL database, plus GPU samples (two GPUs per
 instance every ``--gpu-interval`` seconds), five SLOs evaluated once, a stored baseline and
 a step load-test run. The maintenance job then runs once, as the API's scheduler would: it
-counts and keeps each closed day's good tokens (``storage.good_tokens``), which the Cost page and
+counts and keeps each closed day's and hour's good tokens (``storage.good_tokens``), which the Cost page and
 the overview read over long ranges (its time is printed). ``--url`` reuses a database loaded
 earlier with ``--keep``.
 ``--days 1 --rpm 3 --repeats 2`` is a smoke run.
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         retention = RetentionPolicy(raw_days=60, minute_days=60, hour_days=180)
         started = time.perf_counter()
         maintain(engine, now, retention)
-        print(f"  maintenance (keeps each closed day's good tokens): "
+        print(f"  maintenance (keeps each closed day's and hour's good tokens): "
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
         app = create_app(ApiSettings(run_jobs=False), engine, lambda: now, retention=retention)
         span = f"{args.days}d" if args.days in (1, 7, 30) else None
