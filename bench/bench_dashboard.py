@@ -11,9 +11,9 @@ The data set: ``bench_storage.load_days`` (``--rpm`` requests a minute over ``--
 two models on two instances) on a fresh PostgreSQL database, plus GPU samples (two GPUs per
 instance every ``--gpu-interval`` seconds), five SLOs evaluated once, a stored baseline and
 a step load-test run. The maintenance job then runs once, as the API's scheduler would: it
-counts and keeps each closed day's and hour's good tokens (``storage.good_tokens``), which the Cost page and
-the overview read over long ranges (its time is printed). ``--url`` reuses a database loaded
-earlier with ``--keep``.
+counts and keeps each closed day's and hour's good tokens (``storage.good_tokens``), which the
+Cost page and the overview read over long ranges (its time is printed). ``--url`` reuses a
+database loaded earlier with ``--keep``.
 ``--days 1 --rpm 3 --repeats 2`` is a smoke run.
 """
 
