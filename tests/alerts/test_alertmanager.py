@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -23,6 +21,7 @@ import pytest
 
 from alerts.notifiers.alertmanager import AlertmanagerNotifier
 from alerts.notify import Event, Notification
+from tests.peers import free_port, ready_server
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 pytestmark = [
@@ -36,48 +35,20 @@ pytestmark = [
 CONFIG = "route:\n  receiver: default\nreceivers:\n  - name: default\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     assert BINARY is not None
     (tmp_path / "am.yml").write_text(CONFIG, encoding="utf-8")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            BINARY,
-            f"--config.file={tmp_path / 'am.yml'}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "alertmanager exited"
-            assert time.monotonic() < deadline, "alertmanager did not become ready"
-            time.sleep(0.1)
+    port = free_port()
+    command = [
+        BINARY,
+        f"--config.file={tmp_path / 'am.yml'}",
+        f"--storage.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    with ready_server(command, f"http://127.0.0.1:{port}", timeout_s=20) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _ours(url: str) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from infersight.commands_serve import split_listen
 from infersight.commands_slo import slo
 from infersight.settings import Settings
 from tests.api.test_api_slos import OPENSLO_LATENCY, TTFT_SLO
+from tests.peers import free_port
 
 
 @dataclass
@@ -72,15 +72,9 @@ def test_bad_listen_addresses_are_refused(text):
         split_listen(text)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.e2e
 def test_serve_answers_over_http_and_stops_cleanly(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "INFERSIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}",
            "INFERSIGHT_EVALUATION_INTERVAL_S": "0.2"}  # fmt: skip
     code = f"from infersight.commands_serve import serve; serve(['--listen', '127.0.0.1:{port}'])"

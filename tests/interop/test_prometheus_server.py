@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ from alerts.prometheus_rules import rule_groups, to_yaml
 from api.evaluation import default_policy
 from tests.interop.conftest import SLO, Running
 from tests.interop.test_grafana import BOARDS, _panels
+from tests.peers import free_port, ready_server
 
 BINARY = shutil.which("prometheus")
 pytestmark = [
@@ -42,12 +41,6 @@ GRAFANA_VARIABLES = {
     "$model": ".*",
     "$instance": ".*",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _host(url: str) -> str:
@@ -72,37 +65,15 @@ def prometheus(running: Running, tmp_path_factory: pytest.TempPathFactory) -> It
         ],
     }
     (root / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            BINARY,
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "prometheus exited"
-            assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.1)
+    port = free_port()
+    command = [
+        BINARY,
+        f"--config.file={root / 'prometheus.yml'}",
+        f"--storage.tsdb.path={root / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with ready_server(command, f"http://127.0.0.1:{port}", timeout_s=30) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _query(prometheus: str, expr: str) -> dict[str, Any]:
