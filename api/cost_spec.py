@@ -37,7 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine
 
-from api.specs import parse_threshold
+from api.specs import Metadata, parse_threshold
 from core.cost import CostModel, GoodRequest, GpuPrice
 from core.errors import InvalidInput
 from core.window import format_duration, parse_duration
@@ -86,16 +86,10 @@ class _Spec(_Strict):
     example: bool = False
 
 
-class _Metadata(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-    name: str
-    description: str = ""
-
-
 class _Document(_Strict):
     apiVersion: str
     kind: str
-    metadata: _Metadata
+    metadata: Metadata
     spec: _Spec
 
 

@@ -67,7 +67,9 @@ class _SpecDoc(_Strict):
     objective: float | str
 
 
-class _Metadata(BaseModel):
+class Metadata(BaseModel):
+    """A document's ``metadata``: its name, and a description; other keys are ignored."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
     name: str
     description: str = ""
@@ -76,7 +78,7 @@ class _Metadata(BaseModel):
 class _Document(_Strict):
     apiVersion: str
     kind: str
-    metadata: _Metadata
+    metadata: Metadata
     spec: _SpecDoc
 
 
