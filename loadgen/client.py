@@ -16,7 +16,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Final
 
@@ -35,7 +35,7 @@ class Endpoint:
     base_url: str
     model: str
     chat: bool = True
-    api_key: str = ""
+    api_key: str = field(default="", repr=False)  # never in a log line or a traceback
     ignore_eos: bool = True
 
     def __post_init__(self) -> None:

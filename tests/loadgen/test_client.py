@@ -177,3 +177,8 @@ def test_a_stored_target_carries_no_credentials() -> None:
 def test_an_endpoint_needs_a_url_and_a_model(url: str, model: str) -> None:
     with pytest.raises(InvalidInput):
         Endpoint(url, model)
+
+
+def test_the_api_key_never_shows_in_the_endpoints_repr():
+    endpoint = Endpoint("http://127.0.0.1:1", "m", api_key="sk-secret-value-123")
+    assert "sk-secret" not in repr(endpoint)
