@@ -26,6 +26,10 @@ THROTTLE_REASONS: Final = (
     "hw_power_brake_slowdown",
     "display_clock_setting",
 )
+#: Clock-event reasons that do not slow a busy GPU down: idleness and clock settings.
+BENIGN_REASONS: Final = frozenset(
+    {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
+)
 
 GPU_RATIO_FIELDS: Final = (
     "util_gpu",
@@ -116,8 +120,7 @@ class GpuSample:
     @property
     def throttled(self) -> bool:
         """True when clocks are held down for a reason other than idleness or a setting."""
-        benign = {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
-        return any(reason not in benign for reason in self.throttle_reasons)
+        return any(reason not in BENIGN_REASONS for reason in self.throttle_reasons)
 
 
 @dataclass(frozen=True, slots=True)

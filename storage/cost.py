@@ -86,15 +86,15 @@ def gpu_usage(
 ) -> list[GpuUsage]:
     """One ``GpuUsage`` per (instance, GPU) that sampled within ``window``.
 
-    Windows longer than ``ROLLUP_MIN_S`` under the rollups' sample gap are read from
+    Windows longer than ``ROLLUP_MIN_S``, or older than minute retention (whose raw samples
+    are gone too, by default), under the rollups' sample gap are read from
     ``gpu_rollups`` with raw samples at the edges (the same answer, but for idle time under a
     utilisation floor off the histogram's 5 % edges, which is interpolated: see
     ``storage.gpu_rollup``); others, and all with ``raw_only``, from raw samples.
     """
     floor = model.idle_utilisation_floor
     gap = float(model.sample_gap_s)
-    long = window.seconds > ROLLUP_MIN_S
-    if gap == gpu_rollup.ROLLUP_GAP_S and long and not raw_only:
+    if gap == gpu_rollup.ROLLUP_GAP_S and _rolled(window, finest) and not raw_only:
         parts = gpu_reads.covered_time(connection, window, floor, instance, finest)
     else:
         parts = gpu_reads.raw_intervals(
@@ -118,10 +118,21 @@ def gpu_usage(
     return sorted(out, key=lambda u: (u.instance, u.gpu_index))
 
 
-def idle_method(floor: float, window: Window, gap: float = gpu_rollup.ROLLUP_GAP_S) -> str:
+def _rolled(window: Window, finest: Resolution) -> bool:
+    """Whether GPU time over ``window`` comes from the rollups: long windows, and windows
+    beyond minute retention, where raw samples no longer exist."""
+    return window.seconds > ROLLUP_MIN_S or finest is not Resolution.MINUTE
+
+
+def idle_method(
+    floor: float,
+    window: Window,
+    gap: float = gpu_rollup.ROLLUP_GAP_S,
+    finest: Resolution = Resolution.MINUTE,
+) -> str:
     """How ``cost`` answers idle time for ``floor`` over ``window``: ``exact``, or
     ``interpolated`` where rollups serve the window and the floor is off a histogram edge."""
-    rolled = gap == gpu_rollup.ROLLUP_GAP_S and window.seconds > ROLLUP_MIN_S
+    rolled = gap == gpu_rollup.ROLLUP_GAP_S and _rolled(window, finest)
     return "interpolated" if rolled and not gpu_rollup.floor_on_edge(floor) else "exact"
 
 

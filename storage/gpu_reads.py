@@ -145,9 +145,13 @@ def covered_time(
     The window splits at ``cut = end − gap``: before it every sample's successor (if any
     within the gap) lies inside the window, so whole intervals apply and are read from
     rollups between raw edges; the last gap is read raw with the window's own end.
+
+    Past minute retention (``finest`` coarser than a minute) the raw samples are gone too:
+    the window is read from the rollup buckets it covers, with no raw tail, so an interval
+    crossing the window's end counts in full and ragged ends finer than ``finest`` are lost.
     """
     gap = ROLLUP_GAP_S
-    cut = window.end - timedelta(seconds=gap)
+    cut = window.end if finest is not Resolution.MINUTE else window.end - timedelta(seconds=gap)
     out: dict[GpuKey, CoveredTime] = defaultdict(CoveredTime)
 
     def add(parts: dict[GpuKey, CoveredTime]) -> None:

@@ -53,7 +53,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from core.samples import GpuSample
+from core.samples import BENIGN_REASONS, GpuSample
 from core.window import Resolution
 from storage.tables import (
     GPU_ROLLUP_MEANS,
@@ -180,7 +180,7 @@ def _sample_values(s: GpuSample) -> dict[str, float]:
 
 
 def _point(ts: datetime, util: Any, power: Any, energy: Any, reasons: str) -> _Point:
-    hard = any(r and r not in _BENIGN for r in reasons.split(","))
+    hard = any(r and r not in BENIGN_REASONS for r in reasons.split(","))
     return _Point(
         ts.timestamp(),
         None if util is None else float(util),
@@ -188,9 +188,6 @@ def _point(ts: datetime, util: Any, power: Any, energy: Any, reasons: str) -> _P
         None if energy is None else float(energy),
         hard,
     )
-
-
-_BENIGN: Final = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting"})
 
 
 def _neighbours(

@@ -25,14 +25,13 @@ from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 
 from core.errors import InvalidInput, NotFound
 from core.query import Selector
-from core.samples import THROTTLE_REASONS
+from core.samples import BENIGN_REASONS, THROTTLE_REASONS
 from core.signals import InstanceSignals, WindowSignals
 from core.window import Window
 from storage.tables import gpu_samples, incident_diagnoses, incidents, requests, server_samples
 
 MAX_ROWS: Final = 2_000_000
-_BENIGN: Final = frozenset({"gpu_idle", "applications_clocks_setting", "display_clock_setting"})
-_NOT_BENIGN: Final = frozenset(THROTTLE_REASONS) - _BENIGN
+_NOT_BENIGN: Final = frozenset(THROTTLE_REASONS) - BENIGN_REASONS
 _NONE: Final[frozenset[str]] = frozenset()
 
 

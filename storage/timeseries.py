@@ -33,19 +33,21 @@ from sqlalchemy import (
 
 from core.query import LATENCY_METRICS, Selector, check_group_by, check_metric
 from core.records import GROUP_LABELS
-from core.samples import THROTTLE_REASONS
+from core.samples import BENIGN_REASONS, THROTTLE_REASONS
 from core.sketch import QuantileSketch, merge_all
 from core.window import Resolution, Segment, Window
 from storage import gpu_reads
-from storage.tables import GPU_ROLLUP_REASONS, gpu_rollups, gpu_samples, request_rollups
+from storage.tables import (
+    GPU_ROLLUP_MEANS,
+    GPU_ROLLUP_REASONS,
+    gpu_rollups,
+    gpu_samples,
+    request_rollups,
+)
 from storage.types import UTCDateTime
 
 LabelKey = tuple[str, ...]
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-#: Clock-event reasons that do not slow a busy GPU down (as ``GpuSample.throttled`` decides).
-BENIGN_REASONS: Final = frozenset(
-    {"gpu_idle", "applications_clocks_setting", "display_clock_setting"}
-)
 #: The most series listed for filter menus (a menu, not an inventory).
 MAX_SERIES: Final = 5000
 
@@ -154,16 +156,9 @@ def bucket_sketches(
 
 # -- GPU samples ----------------------------------------------------------------------------
 
-#: GPU sample columns averaged per bucket (what the GPU page shows).
-GPU_MEANS: Final = (
-    "util_gpu",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "sm_clock_mhz",
-)
+#: GPU sample columns averaged per bucket (what the GPU page shows): the ones the GPU rollups
+#: keep sums of, so raw and rolled-up buckets answer the same fields.
+GPU_MEANS: Final = GPU_ROLLUP_MEANS
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,11 @@ class _BaseWriter:
         """Store ``samples`` (skipping ones already stored) and roll up those it stored."""
         if not samples:
             return 0
+        # A key repeated within the batch keeps its last copy (as requests do), so the row
+        # stored and the sample rolled up are the same one whichever the database keeps.
+        samples = list(
+            {(s.ts.astimezone(UTC), s.instance, s.gpu_index): s for s in samples}.values()
+        )
         rows = [
             {
                 **{f.name: getattr(s, f.name) for f in fields(GpuSample)},
@@ -150,13 +155,7 @@ class _BaseWriter:
             keys = {
                 (ts.astimezone(UTC), i, int(g)) for ts, i, g in self._insert_gpu(connection, rows)
             }
-            # A key twice in one batch is stored (and rolled up) once.
-            picked = {
-                key: s
-                for s in samples
-                if (key := (s.ts.astimezone(UTC), s.instance, s.gpu_index)) in keys
-            }
-            stored = list(picked.values())
+            stored = [s for s in samples if (s.ts.astimezone(UTC), s.instance, s.gpu_index) in keys]
             gpu_rollup.apply_samples(connection, stored)
         return len(stored)
 

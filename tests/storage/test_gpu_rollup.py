@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select
 from core.cost import CostModel, GpuPrice, price_instance
 from core.query import Selector
 from core.samples import GpuSample
-from core.window import Window
+from core.window import Resolution, Window
 from storage import cost, gpu_rollup, migrate, timeseries
 from storage.baselines import gpu_utilization
 from storage.engine import create_store_engine
@@ -97,6 +97,23 @@ def test_gpu_time_energy_and_money_from_rollups_equal_the_raw_answer(fleet, wind
         assert price_instance(MODEL, instance, mine, True) == price_instance(
             MODEL, instance, theirs, True
         )
+
+
+def test_a_short_window_past_raw_retention_is_priced_from_the_rollups(fleet):
+    """Retention has dropped the raw samples of an old day: a three-hour window of it, read at
+    hour resolution (what retention says is kept), still has its GPU time."""
+    store, _ = fleet
+    window = Window(T0 + timedelta(hours=2), T0 + timedelta(hours=5))
+    with store.engine.connect() as connection:
+        before = cost.gpu_usage(connection, window, MODEL, raw_only=True)
+    with store.engine.begin() as connection:
+        connection.execute(gpu_samples.delete())
+    with store.engine.connect() as connection:
+        after = cost.gpu_usage(connection, window, MODEL, finest=Resolution.HOUR)
+    assert sum(u.gpu_seconds for u in before) > 0
+    assert [(u.instance, u.gpu_index, u.gpu_seconds) for u in after] == [
+        (u.instance, u.gpu_index, u.gpu_seconds) for u in before
+    ]
 
 
 def test_a_floor_between_histogram_edges_is_interpolated_within_its_bin(fleet):
@@ -182,3 +199,20 @@ def test_upgrading_a_store_that_holds_samples_rolls_them_up(tmp_path):
             assert connection.execute(select(func.count()).select_from(gpu_rollups)).scalar()
     finally:
         engine.dispose()
+
+
+def test_a_sample_repeated_within_a_batch_keeps_its_last_copy_in_rows_and_rollups(store):
+    first = GpuSample(T0, "a", 0, name="NVIDIA H100", util_gpu=0.1, power_w=100.0)
+    last = GpuSample(T0, "a", 0, name="NVIDIA H100", util_gpu=0.9, power_w=300.0)
+    assert open_writer(store.engine).write_gpu_samples([first, last]) == 1
+    with store.engine.connect() as connection:
+        stored = connection.execute(select(gpu_samples.c.util_gpu)).scalars().all()
+        rolled = (
+            connection.execute(
+                select(gpu_rollups.c.util_gpu_sum).where(gpu_rollups.c.resolution == "1m")
+            )
+            .scalars()
+            .all()
+        )
+    assert stored == [pytest.approx(0.9)]
+    assert rolled == [pytest.approx(0.9)]
