@@ -2,7 +2,8 @@
 
 The login form takes an API token (the same ``read`` / ``admin`` tokens as the JSON API). On
 success the server sets ``infersight_session``: ``EXPIRY.NONCE.MAC`` where MAC is
-HMAC-SHA256 keyed by the token itself over ``EXPIRY.NONCE``. The cookie never carries the
+HMAC-SHA256 over ``EXPIRY.NONCE`` keyed by a PBKDF2 stretch of the token (so a leaked cookie
+is a slow, not a cheap, oracle for guessing the token). The cookie never carries the
 token; it is checked by recomputing the MAC with every known token (constant-time compare),
 which also says which token, and so which scope, it belongs to. This needs no server-side
 session store (API replicas that share tokens share sessions), removing or rotating a token
@@ -16,6 +17,7 @@ same pages. A ``Authorization: Bearer`` header is accepted as well (scripts, cur
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -31,8 +33,19 @@ SESSION_LIFETIME: Final = timedelta(hours=12)
 _CONTEXT: Final = b"infersight-dashboard-session/v1|"
 
 
+#: PBKDF2 rounds that turn a token into its session key: a leaked cookie then costs an
+#: attacker a full key derivation per guessed token, not one HMAC.
+_KDF_ROUNDS: Final = 300_000
+
+
+@functools.lru_cache(maxsize=256)
+def _key(token: str) -> bytes:
+    """``token``'s session key, derived once per token and process."""
+    return hashlib.pbkdf2_hmac("sha256", token.encode(), _CONTEXT, _KDF_ROUNDS)
+
+
 def _mac(token: str, payload: str) -> str:
-    return hmac.new(token.encode(), _CONTEXT + payload.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(_key(token), _CONTEXT + payload.encode(), hashlib.sha256).hexdigest()
 
 
 def issue(token: str, now: datetime) -> str:
