@@ -1,15 +1,19 @@
-"""Real peer servers for interoperability tests: a Debian binary on a free loopback port,
-waited on until its ``/-/ready`` answers, and stopped (terminated, then killed) afterwards."""
+"""Real servers for tests: an ASGI app under uvicorn in a thread, or a Debian binary
+(Prometheus, Alertmanager), each on a free loopback port, waited on until it answers and
+stopped afterwards."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
+import uvicorn
 
 
 def free_port() -> int:
@@ -43,3 +47,27 @@ def ready_server(command: Sequence[str], url: str, timeout_s: float) -> Iterator
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextmanager
+def serving_app(app: Any, timeout_s: float = 30.0) -> Iterator[str]:
+    """``app`` under uvicorn on a free loopback port in a thread; yields its base URL and
+    checks on the way out that the server thread stopped."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="none"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not server.started:
+            assert thread.is_alive(), "the server could not start"
+            assert time.monotonic() < deadline, f"the server did not start within {timeout_s} s"
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        assert not thread.is_alive()

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from sqlalchemy import Engine
 
 from api import create_app
@@ -27,6 +25,7 @@ from storage import migrate
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy
 from tests.dashboard.seed import seed
+from tests.peers import serving_app
 
 CHROMIUM = os.environ.get("INFERSIGHT_CHROMIUM", "/usr/bin/chromium")
 READ_TOKEN = "viewer-token-0123456789"
@@ -41,16 +40,9 @@ class Seeded:
     now: datetime
 
 
-@dataclass
+@dataclass(frozen=True)
 class Live:
     url: str
-    server: uvicorn.Server
-    thread: threading.Thread
-    messages: list[str] = field(default_factory=list)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -63,36 +55,24 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     engine.dispose()
 
 
-def serve(engine: Engine, now: datetime, tokens: str = "") -> Live:
+@contextmanager
+def serve(engine: Engine, now: datetime, tokens: str = "") -> Iterator[Live]:
     """The real app on a free port in a thread (uvicorn), its clock fixed at ``now``."""
     settings = ApiSettings(run_jobs=False, api_tokens=tokens)
-    app = create_app(settings, engine, lambda: now, retention=RETENTION)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive(), "the dashboard could not start"
-        assert time.monotonic() < deadline, "the dashboard did not start within 30 s"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return Live(f"http://127.0.0.1:{port}", server, thread)
+    with serving_app(create_app(settings, engine, lambda: now, retention=RETENTION)) as url:
+        yield Live(url)
 
 
 @pytest.fixture(scope="module")
 def live(seeded: Seeded) -> Iterator[Live]:
-    server = serve(seeded.engine, seeded.now)
-    yield server
-    server.stop()
+    with serve(seeded.engine, seeded.now) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def live_auth(seeded: Seeded) -> Iterator[Live]:
-    server = serve(seeded.engine, seeded.now, f"read:{READ_TOKEN},admin:{ADMIN_TOKEN}")
-    yield server
-    server.stop()
+    with serve(seeded.engine, seeded.now, f"read:{READ_TOKEN},admin:{ADMIN_TOKEN}") as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,6 @@ spans through a real OTLP exporter. Both serve their real ``/metrics``."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -14,7 +12,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from api import create_app
@@ -28,6 +25,7 @@ from storage import migrate, slo_store
 from storage.engine import create_store_engine
 from storage.writer import open_writer
 from tests.factories import make_records
+from tests.peers import serving_app
 
 SLO = SloSpec("chat-ttft", Sli(SliKind.LATENCY, "ttft", 0.5), 0.99, timedelta(days=28))
 
@@ -59,20 +57,6 @@ def _series_names(family: str, kind: str) -> set[str]:
     return {family + suffix for suffix in suffixes.get(kind, ("",))}
 
 
-def _serve(app: object) -> tuple[uvicorn.Server, threading.Thread, int]:
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")  # type: ignore[arg-type]
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive(), "the API could not start"
-        assert time.monotonic() < deadline, "the API did not start within 30 s"
-        time.sleep(0.02)
-    return server, thread, server.servers[0].sockets[0].getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     root: Path = tmp_path_factory.mktemp("interop")
@@ -88,16 +72,11 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         SidecarConfig("interop-0", root / "spool", http_port=0, grpc_port=0, model="llama-8b"),
         open_writer(engine),
     ).start()
-    server = thread = None
     try:
         _export_spans(sidecar, records[:50])
-        app = create_app(ApiSettings(run_jobs=False), engine)
-        server, thread, port = _serve(app)
-        yield Running(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{sidecar.http.port}")
+        with serving_app(create_app(ApiSettings(run_jobs=False), engine)) as api:
+            yield Running(api, f"http://127.0.0.1:{sidecar.http.port}")
     finally:
-        if server is not None and thread is not None:
-            server.should_exit = True
-            thread.join(timeout=30)
         sidecar.stop()
         engine.dispose()
 

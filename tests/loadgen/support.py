@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
-
-import uvicorn
 
 from simulator.profiles import ModelProfile, StepCosts
 from simulator.realtime import RealtimeServer
 from simulator.sinks import MemorySink
 from simulator.specs import load_profile
+from tests.peers import serving_app
 
 EPOCH = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
@@ -47,26 +42,3 @@ def serving(profile: ModelProfile) -> Iterator[tuple[str, RealtimeServer, Memory
     server = RealtimeServer.standalone("lt-0", profile, epoch=EPOCH, sinks=[sink])
     with serving_app(server.app()) as url:
         yield url, server, sink
-
-
-@contextmanager
-def serving_app(app: Any) -> Iterator[str]:
-    """Any ASGI app under uvicorn on a free loopback port, in a thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="none")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert uv.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-        assert not thread.is_alive()

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from core.errors import InvalidInput
 from core.loadtest import RequestResult
 from loadgen.client import Endpoint, send
-from tests.loadgen.support import serving_app
+from tests.peers import serving_app
 
 
 def sse(*events: object) -> bytes:

@@ -3,46 +3,25 @@
 from __future__ import annotations
 
 import json
-import socket
 import statistics
-import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.profiles import ModelProfile
 from simulator.realtime import RealtimeServer
+from tests.peers import serving_app
 from tests.simulator.support import START
 
 
-@contextmanager
-def serving(server: RealtimeServer) -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(server.app(), log_level="warning", lifespan="on", ws="none")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert uv.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-        assert not thread.is_alive()
+def serving(server: RealtimeServer) -> AbstractContextManager[str]:
+    return serving_app(server.app(), timeout_s=10)
 
 
 @pytest.fixture
