@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import statistics
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+import bench_storage
 import httpx
 import numpy as np
 
@@ -39,17 +37,6 @@ from core.window import Window
 from storage import queries, slo_store
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy
-
-
-def _bench_storage() -> Any:
-    path = Path(__file__).resolve().parent / "bench_storage.py"
-    spec = importlib.util.spec_from_file_location("bench_storage", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_storage", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -119,7 +106,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
-    bench_storage = _bench_storage()
     now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
     drop = None
     url = args.url

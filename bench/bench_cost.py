@@ -22,7 +22,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -30,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psycopg
+from bench_storage import fresh_postgres
 from sqlalchemy import Engine, func, select
-from sqlalchemy.engine import make_url
 
 from api.reports import build_weekly, week_of
 from core.cost import CostModel, GpuPrice
@@ -57,20 +55,6 @@ START = datetime(2026, 11, 16, tzinfo=UTC)  # a Monday: the bench week is ISO we
 
 def progress(message: str) -> None:
     print(f"  … {message}", file=sys.stderr, flush=True)
-
-
-def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
-    name = f"infersight_bench_{uuid.uuid4().hex[:10]}"
-    admin = make_url(admin_url)
-    dsn = admin.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        with psycopg.connect(dsn, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return admin.set(database=name).render_as_string(hide_password=False), drop
 
 
 def samples(args: argparse.Namespace, rng: np.random.Generator) -> list[GpuSample]:

@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+import bench_storage
 import httpx
 import numpy as np
 
@@ -52,17 +50,6 @@ from storage.writer import open_writer
 PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
 TARGET_MS = 300.0
 GPUS_PER_INSTANCE = 2
-
-
-def _bench_storage() -> Any:
-    path = Path(__file__).resolve().parent / "bench_storage.py"
-    spec = importlib.util.spec_from_file_location("bench_storage", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_storage", module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def gpu_samples(
@@ -201,7 +188,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
-    bench_storage = _bench_storage()
     now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
     drop, url = None, args.url
     if url is None:
