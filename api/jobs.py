@@ -196,30 +196,15 @@ class Jobs:
 
     def start(self) -> None:
         scheduler = BackgroundScheduler(timezone="UTC")
-        scheduler.add_job(
-            self.tick_evaluation,
-            "interval",
-            seconds=self.evaluation_interval_s,
-            id="evaluate",
-            max_instances=1,
-            coalesce=True,
-        )
-        scheduler.add_job(
-            self.tick_maintenance,
-            "interval",
-            seconds=self.maintenance_interval_s,
-            id="maintain",
-            max_instances=1,
-            coalesce=True,
-        )
+        intervals = [
+            ("evaluate", self.tick_evaluation, self.evaluation_interval_s),
+            ("maintain", self.tick_maintenance, self.maintenance_interval_s),
+        ]
         if self.deliver is not None:
+            intervals.append(("deliver", self.tick_delivery, self.delivery_interval_s))
+        for job_id, tick, seconds in intervals:
             scheduler.add_job(
-                self.tick_delivery,
-                "interval",
-                seconds=self.delivery_interval_s,
-                id="deliver",
-                max_instances=1,
-                coalesce=True,
+                tick, "interval", seconds=seconds, id=job_id, max_instances=1, coalesce=True
             )
         if self.report is not None:
             scheduler.add_job(
