@@ -71,17 +71,6 @@ class WriteResult:
 class Writer(Protocol):
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult: ...
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int: ...
-    def _insert_gpu(self, connection: Connection, rows: list[dict[str, Any]]) -> Sequence[Any]:
-        """Insert GPU sample rows, skipping stored keys; the keys it stored."""
-        c = gpu_samples.c
-        insert: Callable[[Table], Any] = (
-            pg_insert if connection.dialect.name == "postgresql" else sqlite_insert
-        )
-        statement = (
-            insert(gpu_samples).on_conflict_do_nothing().returning(c.ts, c.instance, c.gpu_index)
-        )
-        return connection.execute(statement, rows).all()
-
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
 
 
