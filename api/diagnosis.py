@@ -245,7 +245,8 @@ class DiagnosisListener:
         elif headline is None or note is None or note.symptom is None:
             self._page(incident, incident.updated_at)  # opened (or escalated before its page)
         else:
-            self._evaluate(incident, headline, note.symptom, incident.updated_at)
+            if incident.recovering_since is None:  # a recovering one has nothing new to show
+                self._evaluate(incident, headline, note.symptom, incident.updated_at)
             if self.announce is not None:
                 self.announce(incident, transition, note.symptom, self._headline(incident))
 
@@ -261,7 +262,8 @@ class DiagnosisListener:
         cause = str(note.diagnosis.get("cause") or "unknown")
         if incident.recovering_since is not None:
             if last is None or last.verdict != "recovering":
-                self._step(incident, incident.recovering_since, "recovering", cause)
+                since = max(incident.recovering_since, last.at if last else now)
+                self._step(incident, since, "recovering", cause)
             return 0  # the symptom cleared: healthy minutes are not diagnosed
         if last is not None and last.verdict == "recovering":
             self._step(incident, now, "burning", cause)
@@ -276,8 +278,9 @@ class DiagnosisListener:
     def _page(self, incident: Incident, at: datetime) -> bool:
         """The onset diagnosis (the headline) and the page, unless the incident window holds
         too little of the burn yet and the page may still wait; whether it was made."""
-        current, reference = self._windows(incident, at)
-        young = at - current.start < self.min_evidence
+        onset = self._onset(incident)
+        current, reference = windows_for(incident, at, self.window, self.lead, onset)
+        young = at - (onset or current.start) < self.min_evidence
         if young and at - incident.opened_at < self.max_page_wait:
             log.info("incident %s: the page waits for evidence", incident.id)
             return False
@@ -288,7 +291,7 @@ class DiagnosisListener:
         )
         if len(self._onsets) >= _ONSETS_KEPT:
             self._onsets.clear()
-        self._onsets[incident.id] = self._onset(incident)
+        self._onsets[incident.id] = onset
         if self.announce is not None:
             fresh = incidents.get_incident(self.engine, incident.id)
             self.announce(fresh, Transition.OPENED, symptom, diagnosis)

@@ -308,6 +308,7 @@ def time_to_notification(
     while t <= horizon.total_seconds():
         clock_now[0] = onset + timedelta(seconds=t)
         evaluator.run(clock_now[0])
+        listener.refresh(clock_now[0])  # the follow-up job: a page that waited for evidence
         messages = Outbox(engine).messages()
         if messages:
             notified_s = t

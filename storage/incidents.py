@@ -160,6 +160,8 @@ def _reload(connection: Connection, incident_id: int) -> Incident:
 
 def get_incident(engine: Engine, incident_id: int) -> Incident:
     """One incident by id; ``NotFound`` if there is none."""
+    if not 0 < incident_id < 2**63:
+        raise NotFound(f"no incident {incident_id}", details={"id": incident_id})
     with engine.connect() as connection:
         row = connection.execute(select(incidents).where(incidents.c.id == incident_id)).first()
     if row is None:
