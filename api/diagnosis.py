@@ -343,10 +343,8 @@ class DiagnosisListener:
         return note.diagnosis
 
     def _last_diagnosis(self, incident_id: int) -> dict[str, Any] | None:
-        for entry in reversed(incident_history.entries(self.engine, incident_id)):
-            if entry.diagnosis is not None:
-                return entry.diagnosis
-        return None
+        entry = incident_history.last_diagnosis(self.engine, incident_id)
+        return entry.diagnosis if entry is not None else None
 
     def _windows(self, incident: Incident, at: datetime) -> tuple[Window, Window]:
         return windows_for(incident, at, self.window, self.lead, self._onset(incident))

@@ -102,6 +102,22 @@ def entries(engine: Engine, incident_id: int) -> list[Entry]:
         return [_entry(row) for row in connection.execute(query)]
 
 
+def last_diagnosis(engine: Engine, incident_id: int) -> Entry | None:
+    """The incident's newest entry that holds a diagnosis (not a lifecycle step)."""
+    query = (
+        select(incident_history)
+        .where(
+            incident_history.c.incident_id == incident_id,
+            incident_history.c.verdict.in_(DIAGNOSES),
+        )
+        .order_by(incident_history.c.id.desc())
+        .limit(1)
+    )
+    with engine.connect() as connection:
+        row = connection.execute(query).first()
+    return _entry(row) if row is not None else None
+
+
 def latest(engine: Engine, incident_ids: Iterable[int]) -> dict[int, Entry]:
     """The newest entry of each given incident (absent ids have none)."""
     ids = list(incident_ids)

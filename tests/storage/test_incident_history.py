@@ -35,8 +35,14 @@ def test_the_history_keeps_the_onset_and_the_newest_entries(
         incident_history.append(store.engine, incident, at, "kept", f"c{k}", {"cause": f"c{k}"})
     kept = incident_history.entries(store.engine, incident)
     assert [e.cause for e in kept] == ["overload", "c5", "c6", "c7", "c8"]
+    assert incident_history.last_diagnosis(store.engine, incident + 1) is None
     assert incident_history.onsets(store.engine, [incident])[incident].cause == "overload"
     assert incident_history.latest(store.engine, [incident])[incident].cause == "c8"
+    incident_history.append(store.engine, incident, T0 + timedelta(hours=1), "recovering", "c8")
+    assert incident_history.latest(store.engine, [incident])[incident].verdict == "recovering"
+    last = incident_history.last_diagnosis(store.engine, incident)
+    assert last is not None
+    assert last.diagnosis == {"cause": "c8"}
     with pytest.raises(InvalidInput):
         incident_history.append(store.engine, incident, T0, "guessed", "overload")
 
