@@ -77,6 +77,8 @@ def detail(state: Any, ctx: Context, incident_id: int) -> dict[str, Any]:
     onset = next((h for h in history if h["verdict"] == "onset"), None)
     headline = note["diagnosis"]
     raised = [h for h in history if h["verdict"] == "raised"]
+    named = [h for h in history if h["diagnosis"] is not None and h["cause"] != "unknown"]
+    latest = named[-1] if named else None
     return {
         "incident": incident,
         "note": note,
@@ -88,4 +90,13 @@ def detail(state: Any, ctx: Context, incident_id: int) -> dict[str, Any]:
         "burn_chart": chart,
         "thresholds": thresholds(state.policy, incident),
         "diagnoses": sum(h["diagnosis"] is not None for h in history),
+        "elsewhere": latest if _elsewhere(headline, latest) else None,
     }
+
+
+def _elsewhere(headline: dict[str, Any] | None, latest: dict[str, Any] | None) -> bool:
+    """The newest diagnosis that names a cause names another cause or instance than the
+    headline: kept out of the headline, but worth showing."""
+    if headline is None or latest is None:
+        return False
+    return (latest["cause"], latest["instance"]) != (headline["cause"], headline.get("instance"))

@@ -188,6 +188,13 @@ def test_an_incident_keeps_its_onset_cause_through_recovery_and_another_fault_th
             assert after["verdict"] in ("burning", "resolved")
     assert detail["burn_points"][0]["at"] == detail["opened_at"]
     assert detail["burn_points"][-1]["at"] == detail["resolved_at"]
+    # The incident's page keeps the headline and shows the fault elsewhere beside it.
+    html = api.get(f"/ui/incidents/{alert['id']}").text
+    assert "Overload</span>" in html
+    notice = html[html.index('id="elsewhere"') :].split("</p>")[0]
+    assert "GPU throttled" in notice
+    assert "vllm-8b-1" in notice
+    assert "another instance" in notice
     # One page and one resolve per receiver (the update of an open alert is not a page).
     for endpoint in (pager, chat):
         assert len(endpoint.accepted) == 2
