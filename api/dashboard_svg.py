@@ -369,7 +369,12 @@ def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, lab
 
 # -- timeline ---------------------------------------------------------------------------------
 
-SEVERITY_COLOURS: Final = {"page": "#dc2626", "ticket": "#d97706", "resolved": "#94a3b8"}
+SEVERITY_COLOURS: Final = {
+    "page": "#dc2626",
+    "ticket": "#d97706",
+    "recovering": "#16a34a",
+    "resolved": "#94a3b8",
+}
 
 
 @dataclass(frozen=True, slots=True)
