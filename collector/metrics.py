@@ -18,6 +18,12 @@ class CollectorMetrics:
             ["transport", "result"],
             registry=r,
         )
+        self.bodies_refused = Counter(
+            _P + "bodies_refused",
+            "Export bodies refused, by transport and reason (too_many_spans, too_deep, busy...)",
+            ["transport", "reason"],
+            registry=r,
+        )
         self.spans_received = Counter(_P + "spans_received", "Spans received", registry=r)
         self.spans_accepted = Counter(
             _P + "spans_accepted", "Spans durably spooled and acknowledged", registry=r

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collector.admission import Admission, AdmissionConfig
 from collector.auth import check_bind
 from collector.grpc_receiver import GrpcServer
 from collector.http_receiver import HttpServer, create_app
@@ -59,6 +60,8 @@ class SidecarConfig:
     #: neighbouring samples), so five samples at once cost a fifth of one at a time.
     sample_ship_interval_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
+    #: Exports decoded at once and admitted to wait, shared by both receivers.
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     backoff: Backoff = field(default_factory=Backoff)
 
     def __post_init__(self) -> None:
@@ -102,12 +105,19 @@ class Sidecar:
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
         )
+        self.admission = Admission(config.admission)
         self.http = HttpServer(
-            create_app(self.ingestor, config.token, self._health),
+            create_app(self.ingestor, config.token, self._health, self.admission),
             config.http_host,
             config.http_port,
         )
-        self.grpc = GrpcServer(self.ingestor, config.grpc_host, config.grpc_port, config.token)
+        self.grpc = GrpcServer(
+            self.ingestor,
+            config.grpc_host,
+            config.grpc_port,
+            config.token,
+            admission=self.admission,
+        )
         self.tasks = [
             PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
             for s in samplers
@@ -150,6 +160,7 @@ class Sidecar:
     def stop(self) -> None:
         self.http.stop()
         self.grpc.stop()
+        self.admission.close()
         for task in self.tasks:
             task.stop()
         self._stop.set()

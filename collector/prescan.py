@@ -1,0 +1,139 @@
+"""Bounding the cost of decoding an OTLP body before it is decoded.
+
+Decoding builds one object per message (protobuf) or per container (JSON), and an export
+can pack them densely: two bytes make an empty ``ResourceSpans``, three bytes an empty JSON
+object, so 20 MiB could become ten million objects and gigabytes of memory before any
+per-export limit is checked on the result. These checks bound that number first, in time
+linear in the body and without building anything:
+
+* protobuf: every embedded message starts with a tag byte whose field number is below 16
+  (all message-typed fields of the OTLP trace schema are) and whose wire type is 2, so the
+  count of such bytes is an upper bound on the messages a parse creates. Counting bytes
+  runs at memory speed. Only when that bound exceeds the budget (a large export with much
+  binary or text content) is the wire format walked exactly, by the schema, stopping as
+  soon as the budget is spent.
+* JSON: ``{`` and ``[`` bytes bound the containers a parse creates; when they exceed the
+  budget (brackets inside strings count too), the bound is retaken outside string literals.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from core.errors import InvalidInput, TooLarge
+
+#: One-byte tags of length-delimited fields 1..15 (``field << 3 | 2``).
+_LEN_TAGS: Final = tuple(bytes([field << 3 | 2]) for field in range(1, 16))
+#: The decoder's own nesting limit (upb refuses deeper messages).
+MAX_WIRE_DEPTH: Final = 100
+#: Sizes of the fixed-width wire types (64-bit, 32-bit).
+_FIXED: Final = {1: 8, 5: 4}
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def _schema(root: Descriptor) -> dict[str, dict[int, str]]:
+    """Message-typed fields of every message reachable from ``root``: number → type name."""
+    out: dict[str, dict[int, str]] = {}
+    todo = [root]
+    while todo:
+        message = todo.pop()
+        if message.full_name in out:
+            continue
+        children = {
+            f.number: f.message_type
+            for f in message.fields
+            if f.type == FieldDescriptor.TYPE_MESSAGE
+        }
+        out[message.full_name] = {n: t.full_name for n, t in children.items()}
+        todo.extend(children.values())
+    return out
+
+
+_SCHEMA: Final = _schema(ExportTraceServiceRequest.DESCRIPTOR)
+_ROOT: Final = ExportTraceServiceRequest.DESCRIPTOR.full_name
+
+
+def _too_many(kind: str, limit: int) -> TooLarge:
+    return TooLarge(
+        f"the export holds more than {limit} {kind}",
+        details={"limit": limit, "reason": "too_many_messages"},
+    )
+
+
+def check_protobuf(body: bytes, max_messages: int) -> None:
+    """``TooLarge`` if parsing ``body`` would build more than ``max_messages`` messages."""
+    if sum(body.count(tag) for tag in _LEN_TAGS) <= max_messages:
+        return
+    _walk(body, 0, len(body), _ROOT, 0, max_messages, max_messages)
+
+
+def _undecodable() -> InvalidInput:
+    return InvalidInput("undecodable OTLP protobuf", details={"reason": "undecodable"})
+
+
+def _varint(body: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        try:
+            byte = body[pos]
+        except IndexError:
+            raise _undecodable() from None
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise _undecodable()
+
+
+def _walk(body: bytes, pos: int, end: int, kind: str, depth: int, left: int, limit: int) -> int:
+    """Count the messages in ``body[pos:end]`` (a ``kind``); the budget left after them."""
+    children = _SCHEMA[kind]
+    while pos < end:
+        tag = body[pos]
+        pos += 1
+        if tag >= 0x80:
+            tag, pos = _varint(body, pos - 1)
+        wire = tag & 7
+        if wire == 2:
+            size = body[pos] if pos < end else 0x80
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = _varint(body, pos)
+            if pos + size > end:
+                raise _undecodable()
+            child = children.get(tag >> 3)
+            if child is not None:
+                left = _child(body, pos, pos + size, child, depth + 1, left - 1, limit)
+            pos += size
+        elif wire == 0:
+            _, pos = _varint(body, pos)
+        else:
+            pos += _FIXED.get(wire, end + 1)  # groups (3, 4) and 6, 7 do not occur in OTLP
+    if pos != end:
+        raise _undecodable()
+    return left
+
+
+def _child(body: bytes, pos: int, end: int, kind: str, depth: int, left: int, limit: int) -> int:
+    if left < 0:
+        raise _too_many("messages", limit)
+    if depth > MAX_WIRE_DEPTH:
+        raise InvalidInput("OTLP protobuf nested too deeply", details={"reason": "too_deep"})
+    return _walk(body, pos, end, kind, depth, left, limit)
+
+
+def check_json(body: bytes, max_containers: int) -> None:
+    """``TooLarge`` if parsing ``body`` would build more than ``max_containers`` objects
+    and arrays."""
+    if body.count(b"{") + body.count(b"[") <= max_containers:
+        return
+    bare = _JSON_STRING.sub(b'""', body)
+    if bare.count(b"{") + bare.count(b"[") > max_containers:
+        raise _too_many("JSON objects and arrays", max_containers)

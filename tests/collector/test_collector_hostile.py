@@ -1,0 +1,210 @@
+"""Hostile OTLP bodies against running receivers (real HTTP, real gRPC): each is refused by
+its structure before it costs more than its size, with a clear answer and a counted reason,
+and the receiver keeps answering /healthz while exports are being decoded."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import grpc
+import httpx
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from collector.admission import Admission, AdmissionConfig
+from collector.otlp import Limits
+from tests.collector.collector_shapes import VLLM_V1
+from tests.collector.harness import Receiver, encoded, vllm_spans
+
+T = TypeVar("T")
+PROTOBUF = {"content-type": "application/x-protobuf"}
+JSON = {"content-type": "application/json"}
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+def post(receiver: Receiver, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(receiver.url + "/v1/traces", content=body, headers=headers, timeout=120)
+
+
+def refused(receiver: Receiver, reason: str, transport: str = "http") -> float:
+    return receiver.metrics.value(
+        "infersight_collector_bodies_refused_total", transport=transport, reason=reason
+    )
+
+
+def grpc_export(receiver: Receiver, body: bytes) -> grpc.RpcError | None:
+    with grpc.insecure_channel(receiver.target) as channel:
+        try:
+            channel.unary_unary(EXPORT)(body, timeout=120)
+        except grpc.RpcError as exc:
+            return exc
+    return None
+
+
+def still_serves(receiver: Receiver) -> None:
+    assert post(receiver, encoded(vllm_spans(1)), PROTOBUF).status_code == 200
+    assert httpx.get(receiver.url + "/healthz").status_code == 200
+
+
+def test_a_body_of_many_empty_gzip_members_is_refused_at_once(receiver: Receiver) -> None:
+    body = gzip.compress(b"") * 160_000  # the issue's reproduction: 3.2 MB
+    response = post(receiver, body, {**PROTOBUF, "content-encoding": "gzip"})
+    assert response.status_code == 400
+    assert "gzip members" in status_pb2.Status.FromString(response.content).message
+    assert refused(receiver, "too_many_members") == 1
+    still_serves(receiver)
+
+
+def test_a_few_gzip_members_holding_spans_still_decode(receiver: Receiver) -> None:
+    body = encoded(vllm_spans(3))
+    members = b"".join(gzip.compress(body[i : i + 50]) for i in range(0, len(body), 50))
+    response = post(receiver, members, {**PROTOBUF, "content-encoding": "gzip"})
+    assert response.status_code == 200
+    assert len(receiver.records()) == 3
+
+
+def test_dense_empty_resource_spans_are_refused_before_parsing(receiver: Receiver) -> None:
+    response = post(receiver, b"\x0a\x00" * 1_000_000, PROTOBUF)  # 2 MB, a million entries
+    assert response.status_code == 413
+    assert refused(receiver, "too_many_messages") == 1
+    exc = grpc_export(receiver, b"\x0a\x00" * 500_001)
+    assert exc is not None
+    assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert refused(receiver, "too_many_messages", "grpc") == 1
+    still_serves(receiver)
+
+
+def test_too_many_resource_or_scope_entries_are_refused_whatever_their_spans(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    receiver = make_receiver(limits=Limits(max_resources=100, max_scopes=100))
+    assert post(receiver, b"\x0a\x00" * 101, PROTOBUF).status_code == 413
+    assert refused(receiver, "too_many_resources") == 1
+    one_resource_many_scopes = b"\x0a\xca\x01" + b"\x12\x00" * 101  # 202 bytes of scopes
+    assert post(receiver, one_resource_many_scopes, PROTOBUF).status_code == 413
+    assert refused(receiver, "too_many_scopes") == 1
+    exc = grpc_export(receiver, b"\x0a\x00" * 101)
+    assert exc is not None
+    assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert post(receiver, b"\x0a\x00" * 100, PROTOBUF).status_code == 200
+
+
+def test_attributes_beyond_the_per_span_limit_are_dropped_and_counted(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    receiver = make_receiver(limits=Limits(max_attributes=30))
+    extra = {f"junk.{i}": i for i in range(40)}
+    response = post(receiver, encoded(vllm_spans(1, **extra)), PROTOBUF)
+    assert response.status_code == 200
+    (record,) = receiver.records()
+    assert record.input_tokens == 100  # the request's own attributes come first and are kept
+    dropped = receiver.metrics.value("infersight_collector_attributes_dropped_total")
+    assert dropped == len({**VLLM_V1, "gen_ai.usage.prompt_tokens": 0, **extra}) - 30
+
+
+def json_document(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+
+
+def test_dense_otlp_json_is_refused_before_it_is_parsed(receiver: Receiver) -> None:
+    body = b'{"resourceSpans":[' + b"{}," * 1_000_000 + b"{}]}"  # 3 MB
+    assert post(receiver, body, JSON).status_code == 413
+    assert refused(receiver, "too_many_messages") == 1
+    too_many_spans = json.dumps(json_document([{}] * 10_001)).encode()
+    response = post(receiver, too_many_spans, JSON)
+    assert response.status_code == 413
+    assert "too many spans" in response.json()["message"]
+    assert refused(receiver, "too_many_spans") == 1
+    still_serves(receiver)
+
+
+def test_deeply_nested_otlp_json_is_400_with_a_clear_message_and_no_traceback(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    value: dict[str, Any] = {"intValue": "1"}
+    for _ in range(40):
+        value = {"arrayValue": {"values": [value]}}
+    nested_attribute = json_document([{"attributes": [{"key": "k", "value": value}]}])
+    with caplog.at_level(logging.WARNING):
+        for body in (b"[" * 100_000, b'{"a":' * 100_000, json.dumps(nested_attribute).encode()):
+            response = post(receiver, body, JSON)
+            assert response.status_code == 400
+            assert "nested too deeply" in response.json()["message"]
+    assert refused(receiver, "too_deep") == 3
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    still_serves(receiver)
+
+
+class HeldAdmission(Admission):
+    """An ``Admission`` whose decode slots wait for ``release`` before working, so a test
+    knows an export is being decoded (``started``) for as long as it needs."""
+
+    def __init__(self, config: AdmissionConfig) -> None:
+        super().__init__(config)
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def submit(self, work: Callable[..., T], *args: object) -> Any:
+        def held() -> T:
+            self.started.set()
+            assert self.release.wait(60)
+            return work(*args)
+
+        return super().submit(held)
+
+
+@pytest.fixture
+def held(make_receiver: Callable[..., Receiver]) -> Iterator[tuple[Receiver, HeldAdmission]]:
+    admission = HeldAdmission(AdmissionConfig(slots=1, waiting=0))
+    yield make_receiver(admission=admission), admission
+    admission.release.set()
+
+
+def test_healthz_answers_while_a_compressed_export_is_being_decoded(
+    held: tuple[Receiver, HeldAdmission],
+) -> None:
+    receiver, admission = held
+    body = gzip.compress(encoded(vllm_spans(5)))
+    with ThreadPoolExecutor(1) as pool:
+        export = pool.submit(post, receiver, body, {**PROTOBUF, "content-encoding": "gzip"})
+        assert admission.started.wait(60)
+        health = httpx.get(receiver.url + "/healthz", timeout=30)
+        metrics = httpx.get(receiver.url + "/metrics", timeout=30)
+        assert not export.done()  # answered while the export is still being decoded
+        admission.release.set()
+        assert export.result().status_code == 200
+    assert health.status_code == 200
+    assert metrics.status_code == 200
+    assert len(receiver.records()) == 5
+
+
+def test_exports_beyond_the_admitted_are_shed_with_retry_hints(
+    held: tuple[Receiver, HeldAdmission],
+) -> None:
+    receiver, admission = held
+    body = encoded(vllm_spans(200))  # over the inline size: decoded in the slot
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(post, receiver, body, PROTOBUF)
+        assert admission.started.wait(60)
+        shed = post(receiver, body, PROTOBUF)
+        exc = grpc_export(receiver, body)
+        admission.release.set()
+        assert first.result().status_code == 200
+    assert shed.status_code == 429
+    assert int(shed.headers["retry-after"]) >= 1
+    assert exc is not None
+    assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailer = dict(exc.trailing_metadata() or ())["grpc-status-details-bin"]
+    (detail,) = status_pb2.Status.FromString(trailer).details
+    info = error_details_pb2.RetryInfo()
+    assert detail.Unpack(info)
+    assert info.retry_delay.seconds >= 1
+    assert refused(receiver, "busy") == 1
+    assert refused(receiver, "busy", "grpc") == 1
+    assert post(receiver, body, PROTOBUF).status_code == 200
