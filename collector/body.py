@@ -11,6 +11,11 @@ zlib consumed, so the rest of the body is never re-copied: when a gzip member en
 copies what it was given past the member's end into ``unused_data``, and that copy is at most
 one piece. The number of concatenated gzip members is capped too: each costs a fresh
 decompressor, and a body of a million empty members is nothing any exporter sends.
+
+Past ``RATIO_FLOOR_BYTES`` of output, a body that inflates more than ``max_ratio`` times the
+compressed bytes consumed is refused as well: decoding costs in proportion to the inflated
+size, and this keeps that cost a bounded multiple of what the client sent. OTLP exports
+compress 5-30 times (random ids and timestamps do not compress); 256 leaves a wide margin.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ _WBITS: Final = {
 PIECE_BYTES: Final = 64 * 1024
 #: Default cap on concatenated gzip members in one body.
 MAX_MEMBERS: Final = 64
+#: Default cap on inflated / compressed size, checked once ``RATIO_FLOOR_BYTES`` are out.
+MAX_RATIO: Final = 256
+RATIO_FLOOR_BYTES: Final = 1 << 20
 
 
 class UnsupportedEncoding(InvalidInput):
@@ -54,7 +62,13 @@ async def read_raw(chunks: AsyncIterator[bytes], cap: int) -> bytes:
     return bytes(raw)
 
 
-def inflate(raw: bytes, encoding: str, cap: int, max_members: int = MAX_MEMBERS) -> bytes:
+def inflate(
+    raw: bytes,
+    encoding: str,
+    cap: int,
+    max_members: int = MAX_MEMBERS,
+    max_ratio: int = MAX_RATIO,
+) -> bytes:
     """The decoded body, or ``TooLarge`` / ``InvalidInput`` / ``UnsupportedEncoding``.
 
     Work is linear in ``len(raw)`` plus the inflated size, which is at most ``cap + 1``.
@@ -64,15 +78,18 @@ def inflate(raw: bytes, encoding: str, cap: int, max_members: int = MAX_MEMBERS)
         if len(raw) > cap:
             raise TooLarge("body over the cap", details={"cap": cap, "reason": "body_too_large"})
         return raw
-    return _Inflation(memoryview(raw), encoding, cap, max_members).run()
+    return _Inflation(memoryview(raw), encoding, cap, max_members, max_ratio).run()
 
 
 class _Inflation:
-    def __init__(self, view: memoryview, encoding: str, cap: int, max_members: int) -> None:
+    def __init__(
+        self, view: memoryview, encoding: str, cap: int, max_members: int, max_ratio: int
+    ) -> None:
         self.view = view
         self.encoding = encoding
         self.cap = cap
         self.max_members = max_members
+        self.max_ratio = max_ratio
         self.out = bytearray()
         self.pos = 0
 
@@ -115,6 +132,11 @@ class _Inflation:
             # Below the cap zlib consumed the whole piece, or stopped at the member's end.
             left = len(z.unused_data) if z.eof else len(z.unconsumed_tail)
             self.pos = stop - left
+            if len(self.out) > max(RATIO_FLOOR_BYTES, self.max_ratio * self.pos):
+                raise TooLarge(
+                    f"body inflates more than {self.max_ratio} times its compressed size",
+                    details={"limit": self.max_ratio, "reason": "inflation_ratio"},
+                )
 
 
 async def read_capped(chunks: AsyncIterator[bytes], encoding: str, cap: int) -> bytes:

@@ -111,7 +111,7 @@ def create_app(
     gate = admission or Admission()
 
     def _decode_and_ingest(raw: bytes, encoding: str, media: str) -> Ingested:
-        body = inflate(raw, encoding, cap, limits.max_members)
+        body = inflate(raw, encoding, cap, limits.max_members, limits.max_inflation_ratio)
         return ingestor.ingest(otlp.parse(body, media, limits))
 
     async def _read(request: Request) -> bytes:

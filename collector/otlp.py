@@ -62,12 +62,14 @@ class Limits:
     max_depth: int = 16
     #: Concatenated gzip members in one body.
     max_members: int = 64
+    #: Inflated size over compressed size (checked past the first MiB inflated).
+    max_inflation_ratio: int = 256
 
     def __post_init__(self) -> None:
         values = (
             self.max_body_bytes, self.max_spans, self.max_attribute_bytes, self.max_resources,
             self.max_scopes, self.max_attributes, self.max_messages, self.max_depth,
-            self.max_members,
+            self.max_members, self.max_inflation_ratio,
         )  # fmt: skip
         if min(values) <= 0:
             raise InvalidInput("limits must be positive")

@@ -61,6 +61,13 @@ def test_a_body_of_many_empty_gzip_members_is_refused_at_once(receiver: Receiver
     still_serves(receiver)
 
 
+def test_a_gzip_body_inflating_hundreds_of_times_its_size_is_refused(receiver: Receiver) -> None:
+    body = gzip.compress(b"\x0a\x00" * (2 << 20))
+    response = post(receiver, body, {**PROTOBUF, "content-encoding": "gzip"})
+    assert response.status_code == 413
+    assert refused(receiver, "inflation_ratio") == 1
+
+
 def test_a_few_gzip_members_holding_spans_still_decode(receiver: Receiver) -> None:
     body = encoded(vllm_spans(3))
     members = b"".join(gzip.compress(body[i : i + 50]) for i in range(0, len(body), 50))
