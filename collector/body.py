@@ -54,12 +54,14 @@ def normal_encoding(encoding: str) -> str:
 
 async def read_raw(chunks: AsyncIterator[bytes], cap: int) -> bytes:
     """The body as sent (still compressed), or ``TooLarge`` once it exceeds ``cap``."""
-    raw = bytearray()
+    pieces: list[bytes] = []
+    size = 0
     async for chunk in chunks:
-        raw += chunk
-        if len(raw) > cap:
+        pieces.append(chunk)
+        size += len(chunk)
+        if size > cap:
             raise TooLarge("body over the cap", details={"cap": cap, "reason": "body_too_large"})
-    return bytes(raw)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def inflate(

@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector.mapping.spans import AttrValue, SpanView
-from collector.prescan import check_json, check_protobuf
+from collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_json, check_protobuf
 from core.errors import InvalidInput, TooLarge
 
 PROTOBUF: Final = "application/x-protobuf"
@@ -85,9 +85,28 @@ def _refused(message: str, reason: str, **details: Any) -> TooLarge:
     return TooLarge(message, details={**details, "reason": reason})
 
 
+def _too_many_resources(limits: Limits) -> TooLarge:
+    return _refused("too many resources in one export", "too_many_resources",
+                    limit=limits.max_resources)  # fmt: skip
+
+
+def _too_many_scopes(limits: Limits) -> TooLarge:
+    return _refused("too many scopes in one export", "too_many_scopes",
+                    limit=limits.max_scopes)  # fmt: skip
+
+
+def _too_many_spans(limits: Limits) -> TooLarge:
+    return _refused("too many spans in one export", "too_many_spans", limit=limits.max_spans)
+
+
 def parse_protobuf(body: bytes, limits: Limits | None = None) -> ExportTraceServiceRequest:
     limits = limits or Limits()
-    check_protobuf(body, limits.max_messages)
+    entries = {
+        RESOURCE_SPANS: (limits.max_resources, _too_many_resources(limits)),
+        SCOPE_SPANS: (limits.max_scopes, _too_many_scopes(limits)),
+        SPAN: (limits.max_spans, _too_many_spans(limits)),
+    }
+    check_protobuf(body, limits.max_messages, entries)
     message = ExportTraceServiceRequest()
     try:
         message.ParseFromString(body)
@@ -139,6 +158,10 @@ def _check_depth(value: Any, limit: int) -> None:
 
 def _prepare_attributes(owner: Any, limits: Limits) -> None:
     items = _entries(owner, "attributes")
+    if any(not isinstance(item, dict) or not item.get("key") for item in items):
+        # An attribute without a key maps to nothing; parsing it would cost as much as one
+        # that does (and three bytes, "{},", make one).
+        items[:] = [item for item in items if isinstance(item, dict) and item.get("key")]
     if len(items) > limits.max_attributes:
         # Dropped before they are parsed, and recorded where OTLP records such drops.
         owner["droppedAttributesCount"] = len(items) - limits.max_attributes
@@ -152,22 +175,19 @@ def _prepare(document: dict[str, Any], limits: Limits) -> None:
     span events and links (nothing reads them), and rewrite hex ids as base64."""
     resources = _entries(document, "resourceSpans")
     if len(resources) > limits.max_resources:
-        raise _refused("too many resources in one export", "too_many_resources",
-                       limit=limits.max_resources)  # fmt: skip
+        raise _too_many_resources(limits)
     scopes = spans = 0
     for resource_spans in resources:
         _prepare_attributes((resource_spans or {}).get("resource"), limits)
         entries = _entries(resource_spans, "scopeSpans")
         scopes += len(entries)
         if scopes > limits.max_scopes:
-            raise _refused("too many scopes in one export", "too_many_scopes",
-                           limit=limits.max_scopes)  # fmt: skip
+            raise _too_many_scopes(limits)
         for scope_spans in entries:
             _prepare_attributes((scope_spans or {}).get("scope"), limits)
             spans += len(_entries(scope_spans, "spans"))
             if spans > limits.max_spans:
-                raise _refused("too many spans in one export", "too_many_spans",
-                               limit=limits.max_spans)  # fmt: skip
+                raise _too_many_spans(limits)
     for resource_spans in resources:
         for scope_spans in _entries(resource_spans, "scopeSpans"):
             for span in _entries(scope_spans, "spans"):
@@ -278,20 +298,17 @@ def check_structure(message: ExportTraceServiceRequest, limits: Limits) -> None:
     counting at the first limit exceeded, so it costs at most ``max_scopes`` steps."""
     resources = message.resource_spans
     if len(resources) > limits.max_resources:
-        raise _refused("too many resources in one export", "too_many_resources",
-                       limit=limits.max_resources)  # fmt: skip
+        raise _too_many_resources(limits)
     scopes = spans = 0
     for resource_spans in resources:
         scope_spans = resource_spans.scope_spans
         scopes += len(scope_spans)
         if scopes > limits.max_scopes:
-            raise _refused("too many scopes in one export", "too_many_scopes",
-                           limit=limits.max_scopes)  # fmt: skip
+            raise _too_many_scopes(limits)
         for entry in scope_spans:
             spans += len(entry.spans)
             if spans > limits.max_spans:
-                raise _refused("too many spans in one export", "too_many_spans",
-                               limit=limits.max_spans)  # fmt: skip
+                raise _too_many_spans(limits)
 
 
 def span_views(message: ExportTraceServiceRequest, limits: Limits) -> Decoded:

@@ -19,6 +19,7 @@ linear in the body and without building anything:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -64,11 +65,24 @@ def _too_many(kind: str, limit: int) -> TooLarge:
     )
 
 
-def check_protobuf(body: bytes, max_messages: int) -> None:
-    """``TooLarge`` if parsing ``body`` would build more than ``max_messages`` messages."""
+#: Full names of the entry messages that ``check_protobuf`` may count against their limits.
+RESOURCE_SPANS: Final = "opentelemetry.proto.trace.v1.ResourceSpans"
+SCOPE_SPANS: Final = "opentelemetry.proto.trace.v1.ScopeSpans"
+SPAN: Final = "opentelemetry.proto.trace.v1.Span"
+
+
+def check_protobuf(
+    body: bytes, max_messages: int, entries: Mapping[str, tuple[int, TooLarge]] | None = None
+) -> None:
+    """``TooLarge`` if parsing ``body`` would build more than ``max_messages`` messages.
+
+    When the exact walk runs, it also raises the error given in ``entries`` for a message
+    type as soon as more than its limit of that type is seen: a body of a million empty
+    ``ResourceSpans`` is refused after ``max_resources`` steps, not ``max_messages``.
+    """
     if sum(body.count(tag) for tag in _LEN_TAGS) <= max_messages:
         return
-    _walk(body, 0, len(body), _ROOT, 0, max_messages, max_messages)
+    _Walk(body, max_messages, entries or {}).walk(0, len(body), _ROOT, 0)
 
 
 def _undecodable() -> InvalidInput:
@@ -91,42 +105,57 @@ def _varint(body: bytes, pos: int) -> tuple[int, int]:
             raise _undecodable()
 
 
-def _walk(body: bytes, pos: int, end: int, kind: str, depth: int, left: int, limit: int) -> int:
-    """Count the messages in ``body[pos:end]`` (a ``kind``); the budget left after them."""
-    children = _SCHEMA[kind]
-    while pos < end:
-        tag = body[pos]
-        pos += 1
-        if tag >= 0x80:
-            tag, pos = _varint(body, pos - 1)
-        wire = tag & 7
-        if wire == 2:
-            size = body[pos] if pos < end else 0x80
-            if size < 0x80:
-                pos += 1
+class _Walk:
+    def __init__(
+        self, body: bytes, max_messages: int, entries: Mapping[str, tuple[int, TooLarge]]
+    ) -> None:
+        self.body = body
+        self.limit = max_messages
+        self.left = max_messages
+        self.remaining = {kind: limit for kind, (limit, _) in entries.items()}
+        self.errors = {kind: error for kind, (_, error) in entries.items()}
+
+    def walk(self, pos: int, end: int, kind: str, depth: int) -> None:
+        """Count the messages in ``body[pos:end]`` (a ``kind``) against the budgets."""
+        body = self.body
+        children = _SCHEMA[kind]
+        while pos < end:
+            tag = body[pos]
+            pos += 1
+            if tag >= 0x80:
+                tag, pos = _varint(body, pos - 1)
+            wire = tag & 7
+            if wire == 2:
+                size = body[pos] if pos < end else 0x80
+                if size < 0x80:
+                    pos += 1
+                else:
+                    size, pos = _varint(body, pos)
+                if pos + size > end:
+                    raise _undecodable()
+                child = children.get(tag >> 3)
+                if child is not None:
+                    self.enter(child, depth + 1)
+                    self.walk(pos, pos + size, child, depth + 1)
+                pos += size
+            elif wire == 0:
+                _, pos = _varint(body, pos)
             else:
-                size, pos = _varint(body, pos)
-            if pos + size > end:
-                raise _undecodable()
-            child = children.get(tag >> 3)
-            if child is not None:
-                left = _child(body, pos, pos + size, child, depth + 1, left - 1, limit)
-            pos += size
-        elif wire == 0:
-            _, pos = _varint(body, pos)
-        else:
-            pos += _FIXED.get(wire, end + 1)  # groups (3, 4) and 6, 7 do not occur in OTLP
-    if pos != end:
-        raise _undecodable()
-    return left
+                pos += _FIXED.get(wire, end + 1)  # groups (3, 4) and 6, 7 do not occur in OTLP
+        if pos != end:
+            raise _undecodable()
 
-
-def _child(body: bytes, pos: int, end: int, kind: str, depth: int, left: int, limit: int) -> int:
-    if left < 0:
-        raise _too_many("messages", limit)
-    if depth > MAX_WIRE_DEPTH:
-        raise InvalidInput("OTLP protobuf nested too deeply", details={"reason": "too_deep"})
-    return _walk(body, pos, end, kind, depth, left, limit)
+    def enter(self, kind: str, depth: int) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise _too_many("messages", self.limit)
+        if depth > MAX_WIRE_DEPTH:
+            raise InvalidInput("OTLP protobuf nested too deeply", details={"reason": "too_deep"})
+        remaining = self.remaining.get(kind)
+        if remaining is not None:
+            self.remaining[kind] = remaining - 1
+            if remaining < 1:
+                raise self.errors[kind]
 
 
 def check_json(body: bytes, max_containers: int) -> None:

@@ -76,15 +76,37 @@ def test_a_few_gzip_members_holding_spans_still_decode(receiver: Receiver) -> No
     assert len(receiver.records()) == 3
 
 
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    size, header = len(payload), bytearray([number << 3 | 2])
+    while size >= 0x80:
+        header.append(size & 0x7F | 0x80)
+        size >>= 7
+    return bytes(header) + bytes([size]) + payload
+
+
 def test_dense_empty_resource_spans_are_refused_before_parsing(receiver: Receiver) -> None:
     response = post(receiver, b"\x0a\x00" * 1_000_000, PROTOBUF)  # 2 MB, a million entries
     assert response.status_code == 413
-    assert refused(receiver, "too_many_messages") == 1
+    assert refused(receiver, "too_many_resources") == 1
     exc = grpc_export(receiver, b"\x0a\x00" * 500_001)
     assert exc is not None
     assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert refused(receiver, "too_many_messages", "grpc") == 1
+    assert refused(receiver, "too_many_resources", "grpc") == 1
     still_serves(receiver)
+
+
+def test_a_span_packed_with_empty_attributes_is_refused_before_parsing(
+    receiver: Receiver,
+) -> None:
+    span = field(9, b"") * 600_000  # 1.2 MB: 600,000 empty attributes, each a message
+    body = field(1, field(2, field(2, span)))  # resource spans > scope spans > span
+    assert post(receiver, body, PROTOBUF).status_code == 413
+    assert refused(receiver, "too_many_messages") == 1
+    exc = grpc_export(receiver, body)
+    assert exc is not None
+    assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert refused(receiver, "too_many_messages", "grpc") == 1
 
 
 def test_too_many_resource_or_scope_entries_are_refused_whatever_their_spans(
