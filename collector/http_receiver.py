@@ -139,7 +139,12 @@ def create_app(
         finally:
             if not handed_off:
                 gate.leave()
-        return await asyncio.wrap_future(work)
+        try:
+            return await asyncio.wrap_future(work)
+        finally:
+            # The future holds the error raised in it, whose traceback holds this frame:
+            # without this, the cycle (and the body in it) lives until a full collection.
+            del work, raw
 
     async def traces(request: Request) -> Response:
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()

@@ -102,9 +102,9 @@ def _too_many_spans(limits: Limits) -> TooLarge:
 def parse_protobuf(body: bytes, limits: Limits | None = None) -> ExportTraceServiceRequest:
     limits = limits or Limits()
     entries = {
-        RESOURCE_SPANS: (limits.max_resources, _too_many_resources(limits)),
-        SCOPE_SPANS: (limits.max_scopes, _too_many_scopes(limits)),
-        SPAN: (limits.max_spans, _too_many_spans(limits)),
+        RESOURCE_SPANS: (limits.max_resources, lambda: _too_many_resources(limits)),
+        SCOPE_SPANS: (limits.max_scopes, lambda: _too_many_scopes(limits)),
+        SPAN: (limits.max_spans, lambda: _too_many_spans(limits)),
     }
     check_protobuf(body, limits.max_messages, entries)
     message = ExportTraceServiceRequest()

@@ -19,7 +19,7 @@ linear in the body and without building anything:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -72,12 +72,15 @@ SPAN: Final = "opentelemetry.proto.trace.v1.Span"
 
 
 def check_protobuf(
-    body: bytes, max_messages: int, entries: Mapping[str, tuple[int, TooLarge]] | None = None
+    body: bytes,
+    max_messages: int,
+    entries: Mapping[str, tuple[int, Callable[[], TooLarge]]] | None = None,
 ) -> None:
     """``TooLarge`` if parsing ``body`` would build more than ``max_messages`` messages.
 
-    When the exact walk runs, it also raises the error given in ``entries`` for a message
-    type as soon as more than its limit of that type is seen: a body of a million empty
+    When the exact walk runs, it also raises the error made by ``entries`` for a message
+    type as soon as more than its limit of that type is seen (made when raised: an error
+    kept beforehand would hold the frames, and so the body, in a reference cycle): a body of a million empty
     ``ResourceSpans`` is refused after ``max_resources`` steps, not ``max_messages``.
     """
     if sum(body.count(tag) for tag in _LEN_TAGS) <= max_messages:
@@ -107,7 +110,10 @@ def _varint(body: bytes, pos: int) -> tuple[int, int]:
 
 class _Walk:
     def __init__(
-        self, body: bytes, max_messages: int, entries: Mapping[str, tuple[int, TooLarge]]
+        self,
+        body: bytes,
+        max_messages: int,
+        entries: Mapping[str, tuple[int, Callable[[], TooLarge]]],
     ) -> None:
         self.body = body
         self.limit = max_messages
@@ -155,7 +161,7 @@ class _Walk:
         if remaining is not None:
             self.remaining[kind] = remaining - 1
             if remaining < 1:
-                raise self.errors[kind]
+                raise self.errors[kind]()
 
 
 def check_json(body: bytes, max_containers: int) -> None:

@@ -4,10 +4,12 @@ and the receiver keeps answering /healthz while exports are being decoded."""
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import logging
 import threading
+import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -237,3 +239,39 @@ def test_exports_beyond_the_admitted_are_shed_with_retry_hints(
     assert refused(receiver, "busy") == 1
     assert refused(receiver, "busy", "grpc") == 1
     assert post(receiver, body, PROTOBUF).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b"\x0a\x00" * 600_000, PROTOBUF),
+        (b'{"resourceSpans":[' + b"{}," * 600_000 + b"{}]}", JSON),
+        (gzip.compress(b"") * 100, {**PROTOBUF, "content-encoding": "gzip"}),
+        (b"\x0a\x00" * 600_000, {}),
+    ],
+    ids=["protobuf", "json", "gzip", "grpc"],
+)
+def test_a_refused_body_is_freed_at_once_not_at_the_next_full_collection(
+    receiver: Receiver, body: bytes, headers: dict[str, str]
+) -> None:
+    # A reference cycle through the error's traceback would keep the body's frames (and so
+    # the body) alive until a full collection, which a long-lived sidecar rarely runs.
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        if headers:
+            assert post(receiver, body, headers).status_code in (400, 413)
+        else:
+            assert grpc_export(receiver, body) is not None
+        gc.collect()
+        kept = [
+            f"{o.f_code.co_filename}:{o.f_code.co_name}"
+            for o in gc.garbage
+            if isinstance(o, types.FrameType) and "/collector/" in o.f_code.co_filename
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == []
