@@ -99,41 +99,43 @@ def refusal_reason(exc: InfersightError, result: str) -> str:
     return reason if isinstance(reason, str) else result
 
 
-def create_app(
-    ingestor: Ingestor,
-    token: str | None = None,
-    health: Callable[[], dict[str, Any]] | None = None,
-    admission: Admission | None = None,
-) -> Starlette:
-    metrics = ingestor.metrics
-    limits = ingestor.limits
-    cap = limits.max_body_bytes
-    gate = admission or Admission()
+class _Decoding:
+    """Reading a body on the event loop, then inflating, decoding and mapping it in one of
+    the admission's decode slots."""
 
-    def _decode_and_ingest(raw: bytes, encoding: str, media: str) -> Ingested:
-        body = inflate(raw, encoding, cap, limits.max_members, limits.max_inflation_ratio)
-        return ingestor.ingest(otlp.parse(body, media, limits))
+    def __init__(self, ingestor: Ingestor, gate: Admission) -> None:
+        self.ingestor = ingestor
+        self.limits = ingestor.limits
+        self.gate = gate
 
-    async def _read(request: Request) -> bytes:
+    def decode_and_ingest(self, raw: bytes, encoding: str, media: str) -> Ingested:
+        limits = self.limits
+        body = inflate(
+            raw, encoding, limits.max_body_bytes, limits.max_members, limits.max_inflation_ratio
+        )
+        return self.ingestor.ingest(otlp.parse(body, media, limits))
+
+    async def read(self, request: Request) -> bytes:
         try:
             async with asyncio.timeout(BODY_TIMEOUT_S):
-                return await read_raw(request.stream(), cap)
+                return await read_raw(request.stream(), self.limits.max_body_bytes)
         except TimeoutError:
             raise BodyTimeout(
                 "the body did not arrive in time", details={"reason": "body_timeout"}
             ) from None
 
-    async def _ingest(request: Request, media: str) -> Ingested:
+    async def ingest(self, request: Request, media: str) -> Ingested:
         encoding = normal_encoding(request.headers.get("content-encoding", "identity"))
+        gate = self.gate
         gate.enter()
         handed_off = False
         try:
-            raw = await _read(request)
+            raw = await self.read(request)
             if encoding == "identity" and media == otlp.PROTOBUF and len(raw) <= INLINE_MAX_BYTES:
-                return _decode_and_ingest(raw, encoding, media)
+                return self.decode_and_ingest(raw, encoding, media)
             # The place is given back when the decoding ends, not when this request does:
             # a client that hangs up does not stop the work it started.
-            work = gate.submit(_decode_and_ingest, raw, encoding, media)
+            work = gate.submit(self.decode_and_ingest, raw, encoding, media)
             work.add_done_callback(gate.leave)
             handed_off = True
         finally:
@@ -146,6 +148,16 @@ def create_app(
             # without this, the cycle (and the body in it) lives until a full collection.
             del work, raw
 
+
+def create_app(
+    ingestor: Ingestor,
+    token: str | None = None,
+    health: Callable[[], dict[str, Any]] | None = None,
+    admission: Admission | None = None,
+) -> Starlette:
+    metrics = ingestor.metrics
+    decoding = _Decoding(ingestor, admission or Admission())
+
     async def traces(request: Request) -> Response:
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         reply_media = media if media in _MEDIA else otlp.PROTOBUF
@@ -156,7 +168,7 @@ def create_app(
                 metrics.exports.labels("http", "unsupported_media_type").inc()
                 metrics.bodies_refused.labels("http", "unsupported_media_type").inc()
                 return _error(415, f"unsupported content type {media!r}", reply_media)
-            ingested = await _ingest(request, media)
+            ingested = await decoding.ingest(request, media)
             await asyncio.wrap_future(ingested.durable)
         except InfersightError as exc:
             status, result, headers = _refusal(exc)

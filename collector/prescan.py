@@ -79,9 +79,10 @@ def check_protobuf(
     """``TooLarge`` if parsing ``body`` would build more than ``max_messages`` messages.
 
     When the exact walk runs, it also raises the error made by ``entries`` for a message
-    type as soon as more than its limit of that type is seen (made when raised: an error
-    kept beforehand would hold the frames, and so the body, in a reference cycle): a body of a million empty
-    ``ResourceSpans`` is refused after ``max_resources`` steps, not ``max_messages``.
+    type as soon as more than its limit of that type is seen: a body of a million empty
+    ``ResourceSpans`` is refused after ``max_resources`` steps, not ``max_messages``. (The
+    error is made when raised: one made beforehand would hold the frames, and so the body,
+    in a reference cycle.)
     """
     if sum(body.count(tag) for tag in _LEN_TAGS) <= max_messages:
         return
