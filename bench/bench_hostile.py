@@ -109,9 +109,38 @@ def peak_rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else 0.0
 
 
+#: The prober process (standard library only, so it starts at once): GET /healthz every
+#: ``argv[2]`` seconds until stdin closes, then print the latencies and failures as JSON. It
+#: runs apart from this process so that the senders' threads do not delay it on our GIL.
+PROBE = """
+import http.client, json, sys, threading, time
+from urllib.parse import urlsplit
+url, every = urlsplit(sys.argv[1]), float(sys.argv[2])
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+latencies, failures = [], 0
+while not stop.is_set():
+    started = time.perf_counter()
+    try:
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        response.read()
+        failures += response.status != 200
+    except (OSError, http.client.HTTPException):
+        failures += 1
+        connection.close()
+    latencies.append(time.perf_counter() - started)
+    if len(latencies) == 1:
+        print("ready", flush=True)
+    stop.wait(every)
+print(json.dumps({"latencies": latencies, "failures": failures}), flush=True)
+"""
+
+
 @dataclass
 class Prober:
-    """GET /healthz every ``every_s`` in a thread; the latencies and RSS samples it saw."""
+    """/healthz probed from a separate process; RSS sampled here, for as long as it runs."""
 
     url: str
     pid: int
@@ -119,30 +148,36 @@ class Prober:
     latencies: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
     failures: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        with httpx.Client(timeout=30) as client:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                try:
-                    ok = client.get(self.url + "/healthz").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.latencies.append(time.perf_counter() - started)
-                self.failures += not ok
-                self.rss.append(rss_mb(self.pid))
-                self._stop.wait(self.every_s)
 
     @contextmanager
     def running(self) -> Iterator[Prober]:
-        thread = threading.Thread(target=self.run, daemon=True)
-        thread.start()
+        command = [sys.executable, "-c", PROBE, self.url, str(self.every_s)]
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(self.every_s):
+                self.rss.append(rss_mb(self.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
         try:
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit("the /healthz prober did not start")
+            self.rss.append(rss_mb(self.pid))
+            sampler.start()
             yield self
         finally:
-            self._stop.set()
-            thread.join()
+            stop.set()
+            proc.stdin.close()
+            result = json.loads(proc.stdout.read() or "{}")
+            proc.stdout.close()
+            proc.wait(timeout=30)
+            if sampler.is_alive():
+                sampler.join()
+            self.latencies = result.get("latencies", [])
+            self.failures = result.get("failures", 0)
 
 
 @dataclass(frozen=True)
@@ -207,12 +242,9 @@ def settle(pid: int, idle_rss: float, timeout: float) -> float:
 def measure(side: Sidecar, case: Case, rss_before: float) -> Row:
     exact_peak = reset_peak(side.pid)
     cpu0 = cpu_seconds(side.pid)
-    with Prober(side.http, side.pid).running() as prober:
-        prober_started = threading.Event()
-        while not prober.latencies:  # the prober answers once before the input is sent
-            prober_started.wait(0.005)
-        with ThreadPoolExecutor(case.concurrent) as pool:
-            answers = list(pool.map(lambda _: send(side, case), range(case.concurrent)))
+    prober = Prober(side.http, side.pid)  # it has had one answer before the input is sent
+    with prober.running(), ThreadPoolExecutor(case.concurrent) as pool:
+        answers = list(pool.map(lambda _: send(side, case), range(case.concurrent)))
     cpu = cpu_seconds(side.pid) - cpu0
     peak = peak_rss_mb(side.pid) if exact_peak else max(prober.rss)
     tally = {a: answers.count(a) for a in sorted(set(answers))}

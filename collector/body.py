@@ -33,6 +33,9 @@ _WBITS: Final = {
 }
 #: Most compressed bytes handed to zlib in one call (bounds the copy behind ``unused_data``).
 PIECE_BYTES: Final = 64 * 1024
+#: Most inflated bytes asked of zlib in one call, so the ratio is checked at least this often
+#: (64 KiB of a bomb inflates to 64 MiB).
+OUT_PIECE_BYTES: Final = 1 << 20
 #: Default cap on concatenated gzip members in one body.
 MAX_MEMBERS: Final = 64
 #: Default cap on inflated / compressed size, checked once ``RATIO_FLOOR_BYTES`` are out.
@@ -52,25 +55,23 @@ def normal_encoding(encoding: str) -> str:
     return encoding
 
 
-async def read_raw(chunks: AsyncIterator[bytes], cap: int) -> bytes:
+async def read_raw(chunks: AsyncIterator[bytes], cap: int) -> bytes | bytearray:
     """The body as sent (still compressed), or ``TooLarge`` once it exceeds ``cap``."""
-    pieces: list[bytes] = []
-    size = 0
+    raw = bytearray()  # returned as it is: a copy into ``bytes`` would double the peak
     async for chunk in chunks:
-        pieces.append(chunk)
-        size += len(chunk)
-        if size > cap:
+        raw += chunk
+        if len(raw) > cap:
             raise TooLarge("body over the cap", details={"cap": cap, "reason": "body_too_large"})
-    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    return raw
 
 
 def inflate(
-    raw: bytes,
+    raw: bytes | bytearray,
     encoding: str,
     cap: int,
     max_members: int = MAX_MEMBERS,
     max_ratio: int = MAX_RATIO,
-) -> bytes:
+) -> bytes | bytearray:
     """The decoded body, or ``TooLarge`` / ``InvalidInput`` / ``UnsupportedEncoding``.
 
     Work is linear in ``len(raw)`` plus the inflated size, which is at most ``cap + 1``.
@@ -113,10 +114,14 @@ class _Inflation:
         start, end = self.pos, len(self.view)
         while not z.eof:
             if self.pos >= end:
-                raise InvalidInput(f"truncated {self.encoding} body")
+                self.out += z.flush()  # output zlib still holds (a few bytes at most)
+                if not z.eof:
+                    raise InvalidInput(f"truncated {self.encoding} body")
+                break
             stop = min(self.pos + PIECE_BYTES, end)
+            room = min(OUT_PIECE_BYTES, self.cap + 1 - len(self.out))
             try:
-                piece = z.decompress(self.view[self.pos : stop], self.cap + 1 - len(self.out))
+                piece = z.decompress(self.view[self.pos : stop], room)
             except zlib.error as exc:
                 if raw_fallback and self.pos == start and not self.out:
                     # Some clients send raw DEFLATE without the zlib wrapper.
@@ -131,7 +136,7 @@ class _Inflation:
                     "body over the cap after decompression",
                     details={"cap": self.cap, "reason": "inflated_too_large"},
                 )
-            # Below the cap zlib consumed the whole piece, or stopped at the member's end.
+            # What zlib did not consume: past the member's end, or beyond ``room``.
             left = len(z.unused_data) if z.eof else len(z.unconsumed_tail)
             self.pos = stop - left
             if len(self.out) > max(RATIO_FLOOR_BYTES, self.max_ratio * self.pos):
@@ -141,7 +146,7 @@ class _Inflation:
                 )
 
 
-async def read_capped(chunks: AsyncIterator[bytes], encoding: str, cap: int) -> bytes:
+async def read_capped(chunks: AsyncIterator[bytes], encoding: str, cap: int) -> bytes | bytearray:
     """Read and inflate in one step (the compressed size is capped at ``cap`` as well)."""
     encoding = normal_encoding(encoding)
     return inflate(await read_raw(chunks, cap), encoding, cap)

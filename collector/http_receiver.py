@@ -108,14 +108,14 @@ class _Decoding:
         self.limits = ingestor.limits
         self.gate = gate
 
-    def decode_and_ingest(self, raw: bytes, encoding: str, media: str) -> Ingested:
+    def decode_and_ingest(self, raw: bytes | bytearray, encoding: str, media: str) -> Ingested:
         limits = self.limits
         body = inflate(
             raw, encoding, limits.max_body_bytes, limits.max_members, limits.max_inflation_ratio
         )
         return self.ingestor.ingest(otlp.parse(body, media, limits))
 
-    async def read(self, request: Request) -> bytes:
+    async def read(self, request: Request) -> bytes | bytearray:
         try:
             async with asyncio.timeout(BODY_TIMEOUT_S):
                 return await read_raw(request.stream(), self.limits.max_body_bytes)

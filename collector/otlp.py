@@ -99,7 +99,9 @@ def _too_many_spans(limits: Limits) -> TooLarge:
     return _refused("too many spans in one export", "too_many_spans", limit=limits.max_spans)
 
 
-def parse_protobuf(body: bytes, limits: Limits | None = None) -> ExportTraceServiceRequest:
+def parse_protobuf(
+    body: bytes | bytearray, limits: Limits | None = None
+) -> ExportTraceServiceRequest:
     limits = limits or Limits()
     entries = {
         RESOURCE_SPANS: (limits.max_resources, lambda: _too_many_resources(limits)),
@@ -201,7 +203,7 @@ def _prepare(document: dict[str, Any], limits: Limits) -> None:
                         span[key] = _hex_to_b64(span[key])
 
 
-def parse_json(body: bytes, limits: Limits | None = None) -> ExportTraceServiceRequest:
+def parse_json(body: bytes | bytearray, limits: Limits | None = None) -> ExportTraceServiceRequest:
     limits = limits or Limits()
     check_json(body, limits.max_messages)
     try:
@@ -224,7 +226,7 @@ def parse_json(body: bytes, limits: Limits | None = None) -> ExportTraceServiceR
 
 
 def parse(
-    body: bytes, content_type: str, limits: Limits | None = None
+    body: bytes | bytearray, content_type: str, limits: Limits | None = None
 ) -> ExportTraceServiceRequest:
     media = content_type.split(";", 1)[0].strip().lower()
     if media == PROTOBUF:

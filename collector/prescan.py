@@ -72,7 +72,7 @@ SPAN: Final = "opentelemetry.proto.trace.v1.Span"
 
 
 def check_protobuf(
-    body: bytes,
+    body: bytes | bytearray,
     max_messages: int,
     entries: Mapping[str, tuple[int, Callable[[], TooLarge]]] | None = None,
 ) -> None:
@@ -93,7 +93,7 @@ def _undecodable() -> InvalidInput:
     return InvalidInput("undecodable OTLP protobuf", details={"reason": "undecodable"})
 
 
-def _varint(body: bytes, pos: int) -> tuple[int, int]:
+def _varint(body: bytes | bytearray, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         try:
@@ -112,7 +112,7 @@ def _varint(body: bytes, pos: int) -> tuple[int, int]:
 class _Walk:
     def __init__(
         self,
-        body: bytes,
+        body: bytes | bytearray,
         max_messages: int,
         entries: Mapping[str, tuple[int, Callable[[], TooLarge]]],
     ) -> None:
@@ -165,11 +165,15 @@ class _Walk:
                 raise self.errors[kind]()
 
 
-def check_json(body: bytes, max_containers: int) -> None:
+def check_json(body: bytes | bytearray, max_containers: int) -> None:
     """``TooLarge`` if parsing ``body`` would build more than ``max_containers`` objects
     and arrays."""
     if body.count(b"{") + body.count(b"[") <= max_containers:
         return
-    bare = _JSON_STRING.sub(b'""', body)
-    if bare.count(b"{") + bare.count(b"[") > max_containers:
+    inside = 0  # brackets inside string literals (counted without copying the body)
+    for match in _JSON_STRING.finditer(body):
+        if match.end() - match.start() > 2:
+            text = match.group()
+            inside += text.count(b"{") + text.count(b"[")
+    if body.count(b"{") + body.count(b"[") - inside > max_containers:
         raise _too_many("JSON objects and arrays", max_containers)

@@ -21,7 +21,7 @@ async def chunks(data: bytes, size: int = 1000) -> AsyncIterator[bytes]:
 
 
 def read(data: bytes, encoding: str, cap: int = 1 << 20) -> bytes:
-    return asyncio.run(read_capped(chunks(data), encoding, cap))
+    return bytes(asyncio.run(read_capped(chunks(data), encoding, cap)))
 
 
 def raw_deflate(data: bytes) -> bytes:
