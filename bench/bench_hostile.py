@@ -309,7 +309,7 @@ def cases(quick: bool, body_limit: int) -> list[tuple[str, Callable[[], Case]]]:
         ("dense json 3MB", lambda: http("OTLP/JSON: 3 MB empty resourceSpans",
                                         json_dense(3_000_000), JSON_MEDIA)),
         ("json bounded worst", lambda: http("OTLP/JSON: worst accepted (128 keyed attrs/span)",
-                                            json_spans(500 if quick else 3_800, 128), JSON_MEDIA)),
+                                            json_spans(500 if quick else 2_300, 128), JSON_MEDIA)),
         ("dense grpc", lambda: Case("gRPC: empty ResourceSpans", "grpc", dense(big), {}, big)),
         ("dense grpc 1MB", lambda: Case("gRPC: 1 MB empty ResourceSpans", "grpc",
                                         dense(1_000_000), {}, 1_000_000)),

@@ -54,10 +54,12 @@ class Limits:
     #: Attributes kept per span, resource or scope (the OpenTelemetry SDK's default limit);
     #: the rest are dropped and counted.
     max_attributes: int = 128
-    #: Messages a protobuf parse may build, or objects and arrays a JSON parse may build:
-    #: about 32 MB of parsed protobuf (64 bytes a message). A 10,000-span vLLM export holds
-    #: about 280,000.
+    #: Messages a protobuf parse may build: about 32 MB of parsed protobuf (64 bytes a
+    #: message). A 10,000-span vLLM export holds about 280,000.
     max_messages: int = 500_000
+    #: The same for OTLP/JSON, whose objects cost far more (a Python dict each, 200 bytes
+    #: and up): about 70 MB. A 10,000-span vLLM export in OTLP/JSON holds about 280,000.
+    max_json_containers: int = 300_000
     #: Nesting of attribute values (arrays in arrays, key-value lists) in OTLP/JSON.
     max_depth: int = 16
     #: Concatenated gzip members in one body.
@@ -69,7 +71,7 @@ class Limits:
         values = (
             self.max_body_bytes, self.max_spans, self.max_attribute_bytes, self.max_resources,
             self.max_scopes, self.max_attributes, self.max_messages, self.max_depth,
-            self.max_members, self.max_inflation_ratio,
+            self.max_members, self.max_inflation_ratio, self.max_json_containers,
         )  # fmt: skip
         if min(values) <= 0:
             raise InvalidInput("limits must be positive")
@@ -205,7 +207,7 @@ def _prepare(document: dict[str, Any], limits: Limits) -> None:
 
 def parse_json(body: bytes | bytearray, limits: Limits | None = None) -> ExportTraceServiceRequest:
     limits = limits or Limits()
-    check_json(body, limits.max_messages)
+    check_json(body, limits.max_json_containers)
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
