@@ -116,6 +116,13 @@ class _Decoding:
         return self.ingestor.ingest(otlp.parse(body, media, limits))
 
     async def read(self, request: Request) -> bytes | bytearray:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+            # Refused before a byte of it is read (or held).
+            raise TooLarge(
+                "body over the cap",
+                details={"cap": self.limits.max_body_bytes, "reason": "body_too_large"},
+            )
         try:
             async with asyncio.timeout(BODY_TIMEOUT_S):
                 return await read_raw(request.stream(), self.limits.max_body_bytes)

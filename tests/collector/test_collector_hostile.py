@@ -8,6 +8,7 @@ import gc
 import gzip
 import json
 import logging
+import socket
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -275,3 +276,45 @@ def test_a_refused_body_is_freed_at_once_not_at_the_next_full_collection(
         gc.garbage.clear()
         gc.enable()
     assert kept == []
+
+
+def test_otlp_json_attributes_are_capped_and_keyless_ones_dropped_before_parsing(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    receiver = make_receiver(limits=Limits(max_attributes=8))
+    attributes = [{"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": "7"}}]
+    attributes += [{}] * 1000 + [{"value": {"intValue": "1"}}] * 1000  # no key: dropped
+    attributes += [{"key": f"junk.{i}", "value": {"intValue": str(i)}} for i in range(50)]
+    span = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+        "name": "llm_request",
+        "kind": 2,
+        "startTimeUnixNano": "1764000000000000000",
+        "endTimeUnixNano": "1764000002000000000",
+        "attributes": attributes,
+        "events": [{"name": "e", "attributes": [{}] * 1000}],  # never read: not parsed
+    }
+    document = json_document([span])
+    document["resourceSpans"][0]["resource"] = {
+        "attributes": [{"key": "service.name", "value": {"stringValue": "vllm"}}]
+    }
+    response = post(receiver, json.dumps(document).encode(), JSON)
+    assert response.status_code == 200
+    (record,) = receiver.records()
+    assert record.input_tokens == 7
+
+
+def test_a_declared_length_over_the_cap_is_refused_before_the_body_is_read(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    receiver = make_receiver(limits=Limits(max_body_bytes=4096))
+    head = (
+        "POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/x-protobuf\r\nContent-Length: 1073741824\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", receiver.http.port), timeout=60) as sock:
+        sock.sendall(head.encode() + b"\x0a\x00" * 1024)  # and no more of the 1 GiB declared
+        reply = sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 413")
+    assert refused(receiver, "body_too_large") == 1
