@@ -56,7 +56,7 @@ class _TraceService:
         reason = exc.details.get("reason")
         metrics.bodies_refused.labels("grpc", reason if isinstance(reason, str) else result).inc()
         if isinstance(exc, Busy):
-            context.set_trailing_metadata((("grpc-status-details-bin", _retry_info(exc)),))
+            context.set_trailing_metadata(_retry_info(exc))
         context.abort(code, exc.message)
 
     def export(self, body: bytes, context: Any) -> ExportTraceServiceResponse:
@@ -92,15 +92,20 @@ class _TraceService:
         return response
 
 
-def _retry_info(exc: Busy) -> bytes:
-    """A ``google.rpc.Status`` carrying ``RetryInfo``, as gRPC's status details trailer."""
+def _retry_info(exc: Busy) -> tuple[tuple[str, bytes], ...]:
+    """The retry delay as trailers: a ``google.rpc.Status`` carrying ``RetryInfo`` (gRPC's
+    status details, read by the OpenTelemetry Collector's exporters) and the bare
+    ``RetryInfo`` under the key the OpenTelemetry Python exporter reads."""
+    info = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after_s))
     detail = AnyMessage()
-    detail.Pack(error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after_s)))
+    detail.Pack(info)
     status = status_pb2.Status(
         code=code_pb2.RESOURCE_EXHAUSTED, message=exc.message, details=[detail]
     )
-    trailer: bytes = status.SerializeToString()
-    return trailer
+    return (
+        ("grpc-status-details-bin", status.SerializeToString()),
+        ("google.rpc.retryinfo-bin", info.SerializeToString()),
+    )
 
 
 class GrpcServer:

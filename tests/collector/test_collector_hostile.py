@@ -19,6 +19,10 @@ import grpc
 import httpx
 import pytest
 from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcExporter,
+)
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from collector.admission import Admission, AdmissionConfig
 from collector.otlp import Limits
@@ -232,11 +236,13 @@ def test_exports_beyond_the_admitted_are_shed_with_retry_hints(
     assert int(shed.headers["retry-after"]) >= 1
     assert exc is not None
     assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-    trailer = dict(exc.trailing_metadata() or ())["grpc-status-details-bin"]
-    (detail,) = status_pb2.Status.FromString(trailer).details
+    trailers = dict(exc.trailing_metadata() or ())
+    (detail,) = status_pb2.Status.FromString(trailers["grpc-status-details-bin"]).details
     info = error_details_pb2.RetryInfo()
     assert detail.Unpack(info)
     assert info.retry_delay.seconds >= 1
+    bare = error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
+    assert bare.retry_delay.seconds == info.retry_delay.seconds
     assert refused(receiver, "busy") == 1
     assert refused(receiver, "busy", "grpc") == 1
     assert post(receiver, body, PROTOBUF).status_code == 200
@@ -318,3 +324,25 @@ def test_a_declared_length_over_the_cap_is_refused_before_the_body_is_read(
         reply = sock.recv(4096)
     assert reply.startswith(b"HTTP/1.1 413")
     assert refused(receiver, "body_too_large") == 1
+
+
+def test_the_sdk_grpc_exporter_retries_a_shed_export_after_the_hinted_delay(
+    held: tuple[Receiver, HeldAdmission],
+) -> None:
+    receiver, admission = held
+    exporter = GrpcExporter(endpoint=receiver.target, insecure=True, timeout=30)
+    spans = vllm_spans(3)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(post, receiver, encoded(vllm_spans(200)), PROTOBUF)
+            assert admission.started.wait(60)
+            exported = pool.submit(exporter.export, spans)
+            while refused(receiver, "busy", "grpc") < 1:  # shed once while the slot is held
+                assert not exported.done()
+                admission.started.wait(0.01)
+            admission.release.set()
+            assert first.result().status_code == 200
+            assert exported.result() is SpanExportResult.SUCCESS  # retried, then accepted
+    finally:
+        exporter.shutdown()
+    assert {r.span_id for r in receiver.records()} >= {f"{s.context.span_id:016x}" for s in spans}
