@@ -22,6 +22,9 @@ from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcExporter,
 )
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpExporter,
+)
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from collector.admission import Admission, AdmissionConfig
@@ -338,6 +341,28 @@ def test_the_sdk_grpc_exporter_retries_a_shed_export_after_the_hinted_delay(
             assert admission.started.wait(60)
             exported = pool.submit(exporter.export, spans)
             while refused(receiver, "busy", "grpc") < 1:  # shed once while the slot is held
+                assert not exported.done()
+                admission.started.wait(0.01)
+            admission.release.set()
+            assert first.result().status_code == 200
+            assert exported.result() is SpanExportResult.SUCCESS  # retried, then accepted
+    finally:
+        exporter.shutdown()
+    assert {r.span_id for r in receiver.records()} >= {f"{s.context.span_id:016x}" for s in spans}
+
+
+def test_the_sdk_http_exporter_retries_a_shed_export_after_retry_after(
+    held: tuple[Receiver, HeldAdmission],
+) -> None:
+    receiver, admission = held
+    exporter = HttpExporter(endpoint=receiver.url + "/v1/traces", timeout=30)
+    spans = vllm_spans(3)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(post, receiver, encoded(vllm_spans(200)), PROTOBUF)
+            assert admission.started.wait(60)
+            exported = pool.submit(exporter.export, spans)
+            while refused(receiver, "busy") < 1:  # shed once (429) while the slot is held
                 assert not exported.done()
                 admission.started.wait(0.01)
             admission.release.set()
