@@ -369,5 +369,5 @@ def test_the_sdk_http_exporter_retries_a_shed_export_after_retry_after(
             assert first.result().status_code == 200
             assert exported.result() is SpanExportResult.SUCCESS  # retried, then accepted
     finally:
-        exporter.shutdown()
+        exporter.shutdown()  # type: ignore[no-untyped-call]
     assert {r.span_id for r in receiver.records()} >= {f"{s.context.span_id:016x}" for s in spans}
