@@ -101,3 +101,29 @@ def test_a_body_inflating_far_beyond_its_compressed_size_is_refused() -> None:
     assert caught.value.details["reason"] == "inflation_ratio"
     small = gzip.compress(bytes(1 << 19))  # half a MiB of zeros: under the ratio's floor
     assert inflate(small, "gzip", 20 << 20) == bytes(1 << 19)
+
+
+@pytest.mark.parametrize(
+    ("body", "containers"),
+    [
+        (b'{"a":"{{{{"}', 1),
+        (b'{"a":"\\\\"}{{{', 4),  # an escaped backslash ends the string
+        (b'["\\"[[["]', 1),  # an escaped quote does not
+        (b'["\\\\",[[]]', 3),
+    ],
+)
+def test_json_brackets_inside_strings_do_not_count(body: bytes, containers: int) -> None:
+    from collector.prescan import check_json
+
+    check_json(body, containers)
+    with pytest.raises(TooLarge):
+        check_json(body, containers - 1)
+
+
+def test_a_run_of_escaped_quotes_is_counted_in_one_pass() -> None:
+    from collector.prescan import check_json
+
+    # A pattern that retries from every quote would take minutes here.
+    body = b"[" * 1001 + b'"' + b'\\"' * 1_000_000
+    with pytest.raises(TooLarge):
+        check_json(body, 1000)
