@@ -84,7 +84,9 @@ def test_stage_fragments_are_merged_and_records_wait_for_the_window(store, spool
     shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), clock=clock)
     root = record(1)
     put(spool, record_entries([root], ready_at=clock.now + 2.0))
-    fragment = StageFragment(root.trace_id, "00000000000000ff", "preprocess", 0.012)
+    fragment = StageFragment(
+        root.trace_id, "00000000000000ff", "preprocess", 0.012, parent_span_id=root.span_id
+    )
     put(spool, [Entry(Kind.STAGE, root.trace_id, clock.now, encode_fragment(fragment))])
     assert shipper.ship_once().shipped == 0
     clock.now += 2.0
