@@ -123,6 +123,11 @@ class _Trace:
             fragment = pieces[j]
             assert isinstance(fragment, StageFragment)
             verdict, owner = self._walk(fragment, requests, pieces)
+            if verdict == _MERGED and fragment.stage == "gateway":
+                # Inside the request, a span named after a gateway is the server's own time
+                # (in its end-to-end time) and no gateway in front of it: settled, unused.
+                out.merged.append(j)
+                continue
             if verdict != _MERGED and fragment.span_id in gateways:
                 verdict, owner = _MERGED, gateways[fragment.span_id]
             elif verdict != _MERGED and fragment.span_id in ancestors:
