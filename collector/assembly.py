@@ -95,11 +95,12 @@ def assemble(requests: Sequence[Request], pieces: Sequence[Piece]) -> Assembly:
 class _Trace:
     """One trace's request spans and pieces, by span id (the first of duplicates wins)."""
 
-    __slots__ = ("fragments", "nodes")
+    __slots__ = ("_ways", "fragments", "nodes")
 
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[bool, int]] = {}  # span id → (is a request, index)
         self.fragments: list[int] = []
+        self._ways: dict[str, _Way] = {}
 
     def add_request(self, i: int, request: Request) -> None:
         self.nodes.setdefault(request.record.span_id, (True, i))
@@ -144,49 +145,84 @@ class _Trace:
         self, fragment: StageFragment, requests: Sequence[Request], pieces: Sequence[Piece]
     ) -> tuple[str, int | None]:
         """Up from ``fragment`` to the first request span, the root, or an unknown parent."""
-        seen = {fragment.span_id}
         parent = fragment.parent_span_id
-        while True:
-            if not parent or parent in seen:
-                return _ROOT, None
-            node = self.nodes.get(parent)
-            if node is None:
-                return _WAITING, None
-            is_request, index = node
-            if is_request:
-                if requests[index].record.service != fragment.service:
-                    return Refusal.OTHER_SERVICE, None
-                return _MERGED, index
-            piece = pieces[index]
-            if piece.service != fragment.service:
+        if parent == fragment.span_id:
+            return _ROOT, None
+        end, owner, service = self._resolve(parent, pieces)
+        if service is None or (service and service != fragment.service):
+            return Refusal.OTHER_SERVICE, None  # the way up crosses into another service
+        if end == _MERGED and owner is not None:
+            if requests[owner].record.service != fragment.service:
                 return Refusal.OTHER_SERVICE, None
-            seen.add(parent)
-            parent = piece.parent_span_id
+            return _MERGED, owner
+        return end, None
+
+    def _resolve(self, span_id: str, pieces: Sequence[Piece]) -> _Way:
+        """Where the way up from ``span_id`` (a piece, or not) ends: at a request span
+        (``_MERGED``, its index), the root or a loop (``_ROOT``), or an unknown span
+        (``_WAITING``); and the one service of the pieces on the way (``""``: none;
+        ``None``: more than one). Memoised, so that a trace costs time linear in its size."""
+        path: list[str] = []
+        on_path: set[str] = set()
+        current = span_id
+        while True:
+            if current in self._ways:
+                way = self._ways[current]
+                break
+            node = self.nodes.get(current) if current else None
+            if not current or current in on_path:
+                way = _Way(_ROOT, None, "")
+                break
+            if node is None:
+                way = _Way(_WAITING, None, "")
+                break
+            if node[0]:
+                way = _Way(_MERGED, node[1], "")
+                self._ways[current] = way
+                break
+            path.append(current)
+            on_path.add(current)
+            current = pieces[node[1]].parent_span_id
+        for span in reversed(path):
+            service = pieces[self.nodes[span][1]].service
+            if way.service is None or (way.service and way.service != service):
+                way = _Way(way.end, way.owner, None)
+            else:
+                way = _Way(way.end, way.owner, service)
+            self._ways[span] = way
+        return way
 
     def _above(
         self, requests: Sequence[Request], pieces: Sequence[Piece]
     ) -> tuple[dict[str, int], set[str]]:
         """The gateway span directly in front of each request (span id → request index), and
-        every other piece above a request span."""
+        every other piece above a request span. Each piece is visited once."""
         gateways: dict[str, int] = {}
         ancestors: set[str] = set()
+        visited: set[str] = set()
         for is_request, i in list(self.nodes.values()):
             place = requests[i].place if is_request else None
             if place is None:
                 continue
-            parent, seen, first = place.parent_span_id, {requests[i].record.span_id}, True
-            while parent and parent not in seen:
+            parent, first = place.parent_span_id, True
+            while parent and parent not in visited:
                 node = self.nodes.get(parent)
                 if node is None or node[0]:
                     break  # unknown, or another request: its own ancestors are its own
+                visited.add(parent)
                 piece = pieces[node[1]]
                 if first and _is_gateway(piece):
                     gateways.setdefault(parent, i)
                 else:
                     ancestors.add(parent)
-                seen.add(parent)
                 parent, first = piece.parent_span_id, False
         return gateways, ancestors
+
+
+class _Way(NamedTuple):
+    end: str
+    owner: int | None
+    service: str | None
 
 
 def _is_gateway(piece: Piece) -> bool:

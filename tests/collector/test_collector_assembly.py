@@ -179,3 +179,13 @@ def test_a_span_named_after_a_gateway_inside_the_request_is_no_gateway_in_front_
     out = assemble([request(S1)], [inside])
     assert out.merged == [0]  # settled (it leaves the spool) …
     assert out.records[0].gateway_s is None  # … but it is the server's own time
+
+
+def test_a_deep_chain_of_spans_is_settled_in_one_pass_over_it() -> None:
+    depth = 20_000
+    ids = [f"{i + 1:016x}" for i in range(depth)]
+    chain = [link(ids[i], ids[i - 1] if i else S1) for i in range(depth)]
+    below = [fragment(f"{depth + i + 1:016x}", ids[i], "decode", 0, 1) for i in range(0, depth, 7)]
+    out = assemble([request(S1)], [*chain, *below])
+    assert len(out.merged) == len(below)
+    assert out.records[0].decode_s == pytest.approx(0.001)
