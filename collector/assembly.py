@@ -83,8 +83,11 @@ def assemble(requests: Sequence[Request], pieces: Sequence[Piece]) -> Assembly:
     for trace in traces.values():
         trace.decide(requests, pieces, owned, out)
     for i, request in enumerate(requests):
-        fragments = owned.get(i)
         record = request.record
+        # A replayed record is in the batch twice: each copy gets the stages (the first
+        # copy is the one in the trace's map).
+        first = traces[record.trace_id].nodes.get(record.span_id, (True, i))[1]
+        fragments = owned.get(first)
         if fragments:
             place = request.place or Place()
             record = merge_stages(record, fragments, place.start_ns, place.end_ns)

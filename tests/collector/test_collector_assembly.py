@@ -189,3 +189,9 @@ def test_a_deep_chain_of_spans_is_settled_in_one_pass_over_it() -> None:
     out = assemble([request(S1)], [*chain, *below])
     assert len(out.merged) == len(below)
     assert out.records[0].decode_s == pytest.approx(0.001)
+
+
+def test_a_record_replayed_into_the_same_batch_gets_its_stages_in_both_copies() -> None:
+    queue = fragment("c" * 16, S1, "queue", 0, 20)
+    out = assemble([request(S1), request(S1)], [queue])
+    assert [r.queue_s for r in out.records] == [pytest.approx(0.02), pytest.approx(0.02)]
