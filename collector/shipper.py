@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from collector.assembly import Piece, Request, assemble
 from collector.codec import Kind, decode_gpu, decode_piece, decode_placed, decode_server
@@ -40,6 +40,11 @@ from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
 
 log = logging.getLogger(__name__)
+
+#: The most trace pieces (stage fragments and links) of one trace read in a shipping pass:
+#: a request's own stage spans are far fewer (SGLang's decode slices of a long answer are a
+#: few thousand); beyond it a flooded trace's pieces wait and expire, and memory stays bounded.
+MAX_PIECES_PER_TRACE: Final = 20_000
 
 
 class Sink(Protocol):
@@ -136,7 +141,8 @@ class Shipper:
         stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
         if not stored:
             return 0
-        spooled = self.spool.by_trace(sorted({s.trace_id for s in stored}), Kind.STAGE)
+        traces = sorted({s.trace_id for s in stored})
+        spooled = self.spool.by_trace(traces, Kind.STAGE, per_trace=MAX_PIECES_PER_TRACE)
         requests = [r for r in map(self._decode, stored) if r is not None]
         kept: list[Stored] = []
         pieces: list[Piece] = []
