@@ -62,7 +62,10 @@ class CollectorMetrics:
         for reason in Refusal:  # exported at 0 from the start, so that rates can be taken
             self.fragments_refused.labels(reason.value)
         self.orphan_stages = Counter(
-            _P + "orphan_stages", "Stage spans whose request never arrived in time", registry=r
+            _P + "orphan_stages",
+            "Stage spans that expired unsettled: their request, or a span on the way up to it, "
+            "never arrived in time",
+            registry=r,
         )
         self.scrapes = Counter(_P + "scrapes", "Scrapes of the server /metrics", registry=r)
         self.scrape_errors = Counter(
