@@ -132,7 +132,12 @@ def test_an_sglang_trace_with_a_64_bit_id_reassembles_from_its_stage_slices_in_a
         "Tokenizer (host:abcd1234 | pid:42)", {"pid": 42}, trace_id=trace_id, parent=root_id
     )
     # One after the other, as SGLang's threads run them.
-    steps = [("tokenize", 0.02), ("prefill_forward", 0.3), ("decode_loop", 1.0), ("decode_loop", 1.5)]
+    steps = [
+        ("tokenize", 0.02),
+        ("prefill_forward", 0.3),
+        ("decode_loop", 1.0),
+        ("decode_loop", 1.5),
+    ]
     starts = [shapes.START_NS + int(sum(d for _, d in steps[:i]) * 1e9) for i in range(4)]
     slices = [
         span(name, {}, duration_s=d, trace_id=trace_id, parent=thread.span_id, start_ns=start)
