@@ -23,7 +23,14 @@ Each fragment gets a verdict from the request spans and pieces known at the time
 * **waiting**: a parent on its way up is not known yet (a request span or a link still to
   come): it stays in the spool until a later request of its trace settles it, or it expires.
 
-Pure: no IO. The shipper feeds it the records due and their traces' spooled pieces.
+Where the pieces wait: the ingestor spools each request record with its place in the trace
+(``ready_at`` = arrival + the reassembly window), and each stage fragment and link (a span
+that is neither a request nor a stage) at once; the shipper, when records are due, reads
+their traces' pieces, calls ``assemble``, deletes the records and the settled fragments, and
+drops what still waits after its orphan TTL. This module is pure: no IO.
+
+A span of the request's own service that hangs beside the request span rather than below it
+(an HTTP-server span of the same process, say) is refused too: only descendants count.
 """
 
 from __future__ import annotations
