@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from alerts.rules import CauseRule, Condition
+from alerts.rules import SUPPORT_BASE, CauseRule, Condition
 from core.signals import FAMILIES, FAMILY_OF, InstanceSignals
 
 #: Below this, a reference value counts as zero (ratios then become infinite or 1).
@@ -170,7 +170,7 @@ def judge(rule: CauseRule, ctx: Context) -> Verdict:
         blind,
         True,
         True,
-        rule.weight * (0.7 + 0.3 * share),
+        rule.weight * (SUPPORT_BASE + (1.0 - SUPPORT_BASE) * share),
         tuple(evidence.values()),
         unchecked,
     )

@@ -31,6 +31,9 @@ from core.signals import FAMILIES, FAMILY_OF, REQUESTS, SIGNALS
 RULES_DIR: Final = Path(__file__).parent / "rules"
 DEFAULT_RULES: Final = RULES_DIR / "default.yaml"
 API_VERSIONS: Final = ("infersight/v1", "infersight/v2")
+#: A matched rule scores ``weight × (SUPPORT_BASE + (1 − SUPPORT_BASE) × share of its support
+#: conditions that hold)``.
+SUPPORT_BASE: Final = 0.7
 #: Families a rule may declare: every one but the requests themselves, which are always there.
 DECLARABLE: Final = tuple(f for f in FAMILIES if f != REQUESTS)
 
@@ -211,6 +214,12 @@ class RulePack:
                 raise InvalidInput(
                     f"{where} covers {cause}, whose rules need no signal family "
                     "(they are never blind, so the fallback would never stand in)"
+                )
+            weakest = min(r.weight for r in rules) * SUPPORT_BASE
+            if fb.weight * (1.0 - self.unchecked_penalty) >= weakest:
+                raise InvalidInput(
+                    f"{where} could outscore a rule of {cause} it stands in for: its weight × "
+                    f"(1 − unchecked_penalty) must stay below {weakest:.3g}"
                 )
             for rule in rules:
                 lacking = rule.needs - set(fb.missing)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.rules import DEFAULT_RULES, Cause, load_rules, rule_pack_from_data
+from alerts.rules import DEFAULT_RULES, SUPPORT_BASE, Cause, load_rules, rule_pack_from_data
 from core.errors import InvalidInput
 from core.signals import GPU, SERVER, STAGES
 
@@ -43,10 +43,12 @@ def test_every_rule_declares_what_it_needs_and_what_merely_supports_it() -> None
         for family in rule.needs | rule.supports:
             assert rule.missing[family].strip(), (rule.cause, family)
         assert rule.weight <= 1.0
-    # Each fallback weighs less than every rule it stands in for.
+    # A fallback always lacks a family (that of the rule it stands in for): its best score is
+    # below the worst score of every rule it covers.
     for fb in pack.fallbacks:
+        best = fb.weight * (1 - pack.unchecked_penalty)
         for cause in fb.covers:
-            assert all(fb.weight < r.weight for r in pack.rules_of(cause)), (fb.cause, cause)
+            assert all(best < r.weight * SUPPORT_BASE for r in pack.rules_of(cause))
     # The essay's table: each pattern has its fallback.
     covered = {cause for fb in pack.fallbacks for cause in fb.covers}
     assert {Cause.GPU_THROTTLED, Cause.GPU_SATURATED, Cause.MEMORY_BANDWIDTH_BOUND} <= covered
@@ -97,6 +99,7 @@ def _fallback(data: dict[str, Any], cause: str) -> dict[str, Any]:
             "a sentence for each family gpu_throttled needs",
         ),
         (lambda d: d["spec"].update(unchecked_penalty=1.0), "unchecked_penalty"),
+        (lambda d: _fallback(d, "decode_bound").update(weight=0.9), "could outscore"),
         (lambda d: d["spec"].update(fallback=[]), "unknown `spec` keys"),
     ],
     ids=[
@@ -121,6 +124,7 @@ def _fallback(data: dict[str, Any], cause: str) -> dict[str, Any]:
         "a fallback covering an unknown cause is refused",
         "a fallback without a sentence for what its covered rules need is refused",
         "a penalty of 1 is refused",
+        "a fallback that could outscore the rules it stands in for is refused",
         "a misspelt spec key is refused",
     ],
 )
