@@ -375,7 +375,12 @@ def stacked_bars(
 
 # -- timeline ---------------------------------------------------------------------------------
 
-SEVERITY_COLOURS: Final = {"page": "#dc2626", "ticket": "#d97706", "resolved": "#94a3b8"}
+SEVERITY_COLOURS: Final = {
+    "page": "#dc2626",
+    "ticket": "#d97706",
+    "recovering": "#16a34a",
+    "resolved": "#94a3b8",
+}
 
 
 @dataclass(frozen=True, slots=True)
