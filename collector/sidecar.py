@@ -1,5 +1,17 @@
 """The sidecar assembled: spool, receivers, shipper and samplers, started and stopped as one.
 
+Start-up order: the spool opens and both receivers bind and accept first; the store writer
+(SQLAlchemy, the database driver, the rollup math: most of a cold start) is built afterwards in
+the shipper's thread when ``sink`` is given as a factory, so a restarted sidecar acknowledges
+exports within its exporters' retry budget whatever the store's libraries cost to load, and
+whether or not the store answers.
+
+``/healthz`` says ``"status": "ok"`` or ``"degraded: cannot ship since …"`` with the last
+error, and answers 200 either way: a sidecar waiting for its store is alive and accepting (it
+spools), so neither a liveness nor a readiness probe should act on it (a failing readiness
+probe would take the inference server's pod out of its Service). ``/healthz?strict=1``
+answers 503 while degraded, for monitors that read only the status code.
+
 ``Sidecar.stop`` is the clean shutdown: receivers stop taking exports, pending appends are
 committed, samplers stop, the shipper drains what is eligible, then the spool closes.
 """
@@ -24,6 +36,7 @@ from collector.otlp import Limits
 from collector.periodic import PeriodicTask, Sampler
 from collector.shipper import Backoff, Shipper, Sink
 from collector.spool import FsyncMode, Spool, SpoolConfig
+from core.accept import AcceptWindow
 from core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -60,6 +73,10 @@ class SidecarConfig:
     sample_ship_interval_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
     backoff: Backoff = field(default_factory=Backoff)
+    #: Span starts outside it are refused per span (``infersight sidecar`` sets it from
+    #: the raw retention and the future skew); ``None`` accepts any plausible start, for
+    #: embedders replaying history in virtual time (the simulator's scenarios, benchmarks).
+    accept: AcceptWindow | None = None
 
     def __post_init__(self) -> None:
         check_bind(self.http_host, self.token, self.insecure_no_auth)
@@ -74,7 +91,7 @@ class Sidecar:
     def __init__(
         self,
         config: SidecarConfig,
-        sink: Sink,
+        sink: Sink | Callable[[], Sink],
         samplers: Sequence[Sampler] = (),
         scraped_model: Callable[[], str] = lambda: "",
         clock: Callable[[], float] = time.time,
@@ -93,7 +110,9 @@ class Sidecar:
         context = MappingContext(
             config.instance, config.model, dict(config.service_models), scraped_model
         )
-        self.ingestor = Ingestor(self.spool, context, self.metrics, config.limits, config.window_s)
+        self.ingestor = Ingestor(
+            self.spool, context, self.metrics, config.limits, config.window_s, accept=config.accept
+        )
         self.shipper = Shipper(
             self.spool,
             sink,
@@ -125,10 +144,7 @@ class Sidecar:
         return lambda count: self.metrics.scrapes.inc()
 
     def _health(self) -> dict[str, Any]:
-        return {
-            "instance": self.config.instance,
-            "ship_lag_seconds": self.metrics.value("infersight_collector_ship_lag_seconds"),
-        }
+        return {"instance": self.config.instance, **self.shipper.health()}
 
     def start(self) -> Sidecar:
         self.http.start()

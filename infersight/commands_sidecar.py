@@ -3,6 +3,10 @@
 Builds the sidecar's configuration from flags once, wires the store writer, the scraper and
 the GPU source into ``collector.sidecar.Sidecar``, and runs until SIGTERM / SIGINT, on which
 it shuts down cleanly (pending appends committed, eligible entries shipped).
+
+Start-up binds and accepts first: the store writer (SQLAlchemy, the driver, numpy) is imported
+and built in the shipper's thread after the receivers listen, and nothing here imports
+``storage`` at module level.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from collector.periodic import Sampler
 from collector.scrape.scraper import Scraper
 from collector.sidecar import Sidecar, SidecarConfig
 from collector.spool import FsyncMode
+from core.accept import AcceptWindow
 from core.errors import ConfigurationError
+from infersight.cli import current_settings
 
 log = logging.getLogger(__name__)
 DEFAULT_STORE = "sqlite:///infersight.db"
@@ -166,6 +172,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     http_host, http_port = _address(options["otlp_http"], "--otlp-http")
     grpc_host, grpc_port = _address(options["otlp_grpc"], "--otlp-grpc")
     instance = options["instance"] or socket.gethostname()
+    window = current_settings(ctx).accept_window()
     config = SidecarConfig(
         instance=instance,
         spool_dir=options["spool_dir"],
@@ -182,6 +189,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         spool_max_bytes=options["spool_max_bytes"],
         window_s=options["window_s"],
         limits=Limits(max_body_bytes=options["max_body_bytes"]),
+        accept=window,
     )
     samplers: list[Sampler] = []
     scraper: Scraper | None = None
@@ -200,22 +208,34 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     gpu = build_gpu_sampler(options["gpu_source"], instance, options["gpu_interval"], on_xid)
     if gpu is not None:
         samplers.append(gpu)
-    sink = _open_sink(_store_url(ctx, options["store"]))
+    url = _store_url(ctx, options["store"])
+    _check_store_url(url)
     app = Sidecar(
-        config, sink, samplers, scraped_model=scraper.current_model if scraper else lambda: ""
+        config,
+        lambda: _open_sink(url, window),
+        samplers,
+        scraped_model=scraper.current_model if scraper else lambda: "",
     )
     _run(app)
 
 
-def _open_sink(url: str) -> Any:
-    """The store writer, imported here (not at module import) so that the math libraries
-    it pulls in see the single-thread settings first."""
+def _check_store_url(url: str) -> None:
+    """Refuse a store URL that can never work before listening (the full parse needs
+    SQLAlchemy, which loads after the receivers are up)."""
+    scheme = url.partition(":")[0].partition("+")[0].lower()
+    if scheme not in ("postgresql", "postgres", "sqlite") or "://" not in url:
+        raise ConfigurationError("the store must be a postgresql:// or sqlite:// URL")
+
+
+def _open_sink(url: str, window: AcceptWindow) -> Any:
+    """The store writer, imported here (in the shipper's thread, after the receivers bind),
+    so that the math libraries it pulls in see the single-thread settings first."""
     for name in _SINGLE_THREADED_MATH:
         os.environ.setdefault(name, "1")
     from storage.engine import create_store_engine  # noqa: PLC0415 (after the settings)
     from storage.writer import open_writer  # noqa: PLC0415
 
-    return open_writer(create_store_engine(url))
+    return open_writer(create_store_engine(url), accept=window)
 
 
 def _libc() -> Any:
@@ -268,16 +288,18 @@ def _run(app: Sidecar) -> None:
         app.start()
     except OSError as exc:
         raise ConfigurationError(f"cannot listen: {exc}") from None
-    _freeze_startup_objects()
     click.echo(
         f"infersight sidecar {app.config.instance}: http={app.http.host}:{app.http.port} "
         f"grpc={app.grpc.host}:{app.grpc.port} spool={app.spool.path}",
         nl=True,
     )
     try:
-        waited = 0.0
+        waited, frozen = 0.0, False
         while not stop.wait(0.5):
             waited += 0.5
+            if not frozen and app.shipper.opened.is_set():
+                _freeze_startup_objects()  # once the store's libraries are loaded too
+                frozen = True
             if waited >= TRIM_EVERY_S:
                 waited = 0.0
                 _trim_heap()
