@@ -106,6 +106,9 @@ class Shipper:
             self.sink = sink  # type: ignore[assignment]
         else:
             self.open_sink = sink
+        #: The sink is built once ``open_when()`` holds or ``open_delay_s`` has passed.
+        self.open_when: Callable[[], bool] = lambda: True
+        self.open_delay_s = 0.0
         #: Set once the sink exists.
         self.opened = threading.Event()
         if self.sink is not None:
@@ -311,6 +314,8 @@ class Shipper:
     def run(self, stop: threading.Event, wait: Callable[[float], bool] | None = None) -> None:
         """Ship until ``stop`` is set; ``wait(seconds)`` sleeps and says whether to stop."""
         pause = wait or self._waiter(stop)
+        if self.sink is None and self._hold_open(stop):
+            return
         failures = 0
         while not stop.is_set():
             started = self._clock()
@@ -341,6 +346,17 @@ class Shipper:
             if shipped_records:
                 wake = max(earliest, wake)
         return max(0.0, wake - self._clock())
+
+    def _hold_open(self, stop: threading.Event) -> bool:
+        """Before building the sink, let the receivers answer the first export alone:
+        importing the store's libraries holds the GIL for a second or more, and a restarted
+        sidecar's first job is to acknowledge its exporters' retries. Waits until
+        ``open_when()`` or ``open_delay_s``; whether to stop."""
+        deadline = time.monotonic() + self.open_delay_s
+        while not self.open_when() and time.monotonic() < deadline:
+            if stop.wait(0.02):
+                return True
+        return stop.is_set()
 
     def _waiter(self, stop: threading.Event) -> Callable[[float], bool]:
         """``stop.wait`` in slices of ``REFRESH_S``, refreshing the gauges between them."""

@@ -40,6 +40,8 @@ from core.accept import AcceptWindow
 from core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
+#: Longest the store writer waits for a first export before it is built anyway.
+OPEN_DELAY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,10 @@ class Sidecar:
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
         )
+        # A sink given as a factory is built once the first export is acknowledged (or
+        # after OPEN_DELAY_S): see ``Shipper._hold_open``.
+        self.shipper.open_when = lambda: self.metrics.spans_accepted._value.get() > 0
+        self.shipper.open_delay_s = OPEN_DELAY_S
         self.http = HttpServer(
             create_app(self.ingestor, config.token, self._health),
             config.http_host,
@@ -145,6 +151,18 @@ class Sidecar:
 
     def _health(self) -> dict[str, Any]:
         return {"instance": self.config.instance, **self.shipper.health()}
+
+    def add_samplers(self, samplers: Sequence[Sampler]) -> None:
+        """Add samplers after start (the CLI builds them once the receivers listen: NVML's
+        initialisation and the scrape client are not needed to accept exports)."""
+        tasks = [
+            PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
+            for s in samplers
+        ]
+        self.tasks += tasks
+        if self._shipper_thread is not None:
+            for task in tasks:
+                task.start()
 
     def start(self) -> Sidecar:
         self.http.start()

@@ -20,15 +20,14 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from collector.gpu.source import build_gpu_sampler
 from collector.otlp import Limits
 from collector.periodic import Sampler
-from collector.scrape.scraper import Scraper
 from collector.sidecar import Sidecar, SidecarConfig
 from collector.spool import FsyncMode
 from core.accept import AcceptWindow
@@ -191,32 +190,46 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         limits=Limits(max_body_bytes=options["max_body_bytes"]),
         accept=window,
     )
-    samplers: list[Sampler] = []
-    scraper: Scraper | None = None
-    if options["scrape_url"]:
-        scraper = Scraper(
-            options["scrape_url"], instance, options["scrape_interval"], options["scrape_timeout"]
+    gpu_source = options["gpu_source"]
+    if gpu_source not in ("nvml", "none") and not gpu_source.startswith("dcgm:"):
+        raise ConfigurationError(
+            "--gpu-source must be nvml, dcgm:URL or none", details={"value": gpu_source}
         )
-        samplers.append(scraper)
-    app: Sidecar | None = None
-
-    def on_xid(gpu_index: int, xid: int) -> None:
-        log.warning("GPU %d reported XID %d", gpu_index, xid)
-        if app is not None:
-            app.metrics.xid_events.labels(str(xid)).inc()
-
-    gpu = build_gpu_sampler(options["gpu_source"], instance, options["gpu_interval"], on_xid)
-    if gpu is not None:
-        samplers.append(gpu)
     url = _store_url(ctx, options["store"])
     _check_store_url(url)
+    scrapers: list[Any] = []  # the scraper, once built (after the receivers listen)
     app = Sidecar(
         config,
         lambda: _open_sink(url, window),
-        samplers,
-        scraped_model=scraper.current_model if scraper else lambda: "",
+        scraped_model=lambda: scrapers[0].current_model() if scrapers else "",
     )
-    _run(app)
+
+    def on_xid(gpu_index: int, xid: int) -> None:
+        log.warning("GPU %d reported XID %d", gpu_index, xid)
+        app.metrics.xid_events.labels(str(xid)).inc()
+
+    def add_samplers() -> None:
+        """Built after the receivers listen: the scrape client and NVML's initialisation are
+        not needed to accept exports."""
+        from collector.gpu.source import build_gpu_sampler  # noqa: PLC0415
+        from collector.scrape.scraper import Scraper  # noqa: PLC0415
+
+        samplers: list[Sampler] = []
+        if options["scrape_url"]:
+            scraper = Scraper(
+                options["scrape_url"],
+                instance,
+                options["scrape_interval"],
+                options["scrape_timeout"],
+            )
+            scrapers.append(scraper)
+            samplers.append(scraper)
+        gpu = build_gpu_sampler(gpu_source, instance, options["gpu_interval"], on_xid)
+        if gpu is not None:
+            samplers.append(gpu)
+        app.add_samplers(samplers)
+
+    _run(app, add_samplers)
 
 
 def _check_store_url(url: str) -> None:
@@ -277,7 +290,7 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def _run(app: Sidecar) -> None:
+def _run(app: Sidecar, after_start: Callable[[], None] = lambda: None) -> None:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -294,6 +307,7 @@ def _run(app: Sidecar) -> None:
         nl=True,
     )
     try:
+        after_start()
         waited, frozen = 0.0, False
         while not stop.wait(0.5):
             waited += 0.5
