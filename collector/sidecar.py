@@ -123,9 +123,11 @@ class Sidecar:
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
         )
-        # A sink given as a factory is built once the first export is acknowledged (or
-        # after OPEN_DELAY_S): see ``Shipper._hold_open``.
-        self.shipper.open_when = lambda: self.metrics.spans_accepted._value.get() > 0
+        # A sink given as a factory is built once the first export is durable, about to be
+        # acknowledged (nothing leaves the spool before), or after OPEN_DELAY_S: see
+        # ``Shipper._hold_open``.
+        held = self.spool.stats()[0]
+        self.shipper.open_when = lambda: self.spool.stats()[0] != held
         self.shipper.open_delay_s = OPEN_DELAY_S
         self.http = HttpServer(
             create_app(self.ingestor, config.token, self._health),

@@ -53,7 +53,9 @@ def test_a_sidecar_acknowledges_exports_before_its_store_writer_exists(
         window_s=0.0,
         backoff=Backoff(0.1, 1.5, 0.5),
     )
-    app = Sidecar(config, slow_writer).start()
+    app = Sidecar(config, slow_writer)
+    app.shipper.open_delay_s = 600.0  # only the first export may start it, on any machine
+    app.start()
     base = f"http://127.0.0.1:{app.http.port}"
     try:
         assert not asked.is_set()  # nothing is built before the first export is answered
