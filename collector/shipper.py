@@ -20,6 +20,7 @@ rollups at a fixed cost, whatever the batch's size), and whenever the shipper dr
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -174,8 +175,11 @@ class Shipper:
 
     def refresh(self) -> None:
         """Re-read the oldest eligible times from the spool (cheap: two indexed lookups)."""
-        self._record_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
-        self._sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
+        try:
+            self._record_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
+            self._sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
+        except sqlite3.Error:  # the loop outlives a spool error; the last values stand
+            log.exception("cannot read the spool's oldest entries")
 
     def _failed(self, now: float, reason: str, error: str) -> ShipResult:
         self.metrics.ship_errors.labels(reason).inc()
