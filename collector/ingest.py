@@ -17,11 +17,13 @@ from dataclasses import dataclass
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from collector import validation
 from collector.codec import Kind, encode_fragment, encode_link, encode_record
 from collector.mapping import Link, MappingContext, Place, Skipped, StageFragment, map_span
 from collector.metrics import CollectorMetrics
 from collector.otlp import Limits, span_views
 from collector.spool import Entry, Spool
+from core.accept import AcceptWindow
 from core.errors import InvalidInput
 from core.records import RequestRecord
 
@@ -46,6 +48,7 @@ class Ingestor:
         limits: Limits,
         window_s: float = 2.0,
         clock: Callable[[], float] | None = None,
+        accept: AcceptWindow | None = None,
     ) -> None:
         if window_s < 0:
             raise InvalidInput("the reassembly window must not be negative")
@@ -55,6 +58,8 @@ class Ingestor:
         self.limits = limits
         self.window_s = window_s
         self._clock = clock or spool.now
+        #: Starts outside it are refused (``None``: any plausible start, for replays).
+        self.accept = accept
 
     def ingest(self, message: ExportTraceServiceRequest) -> Ingested:
         """Map and queue the export; raises ``TooLarge`` / ``Unavailable`` to refuse it."""
@@ -66,7 +71,7 @@ class Ingestor:
         entries: list[Entry] = []
         rejected: Tally[str] = Tally()
         for view in decoded.spans:
-            outcome = map_span(view, self.context)
+            outcome = validation.check(map_span(view, self.context), view, now, self.accept)
             if isinstance(outcome, RequestRecord):
                 place = Place(view.parent_span_id, view.start_ns, view.end_ns)
                 payload = encode_record(outcome, place)

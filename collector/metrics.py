@@ -50,6 +50,16 @@ class CollectorMetrics:
             "the interval they are batched for)",
             registry=r,
         )
+        self.ship_failing_since = Gauge(
+            _P + "ship_failing_since_timestamp_seconds",
+            "Unix time shipping began failing, for as long as it fails (0: shipping works)",
+            registry=r,
+        )
+        self.ship_last_success = Gauge(
+            _P + "ship_last_success_timestamp_seconds",
+            "Unix time of the last shipping pass that succeeded (0: none yet)",
+            registry=r,
+        )
         self.shipped = Counter(_P + "shipped", "Entries stored, by kind", ["kind"], registry=r)
         self.ship_duplicates = Counter(
             _P + "ship_duplicates", "Records the store already had (replays)", registry=r
