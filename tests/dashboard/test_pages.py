@@ -20,7 +20,7 @@ from api import create_app
 from api import dashboard_auth as auth
 from api.auth import Scope, parse_tokens
 from api.settings import ApiSettings
-from core.samples import GpuSample
+from core.samples import EngineSample, GpuSample, ServerSample
 from storage.writer import open_writer
 from tests.conftest import Store, empty_store
 from tests.factories import make_records
@@ -116,6 +116,39 @@ def test_pages_show_the_store_s_data(filled: Store):
     assert "NVIDIA H200" in gpus
     narrowed = client.get("/ui/gpus", params={"instance": "gpu-1"}).text
     assert narrowed.count("<tr data-instance=") == 1
+
+
+def test_the_gpu_page_lists_the_engines_of_a_data_parallel_server_only(filled: Store):
+    start = NOW - timedelta(minutes=30)
+    engines = [(0.92, 8.0), (0.40, 3.0)]
+    open_writer(filled.engine).write_server_samples(
+        [
+            ServerSample(
+                ts=start + timedelta(seconds=15 * i),
+                instance=instance,
+                engine="vllm",
+                per_engine=tuple(
+                    EngineSample(str(rank), requests_running=running, kv_cache_usage=kv)
+                    for rank, (kv, running) in enumerate(engines)
+                )
+                if instance == "gpu-0"
+                else (),
+                kv_cache_usage=0.66,
+            )
+            for i in range(60)
+            for instance in ("gpu-0", "gpu-1")
+        ]
+    )
+    client = Client(filled)
+    page = client.get("/ui/gpus").text
+    assert page.count('data-engine="') == 2  # gpu-1 runs one engine: no rows of its own
+    assert '<tr data-instance="gpu-0" data-engine="0" class="warn">' in page
+    assert '<tr data-instance="gpu-0" data-engine="1" class="">' in page
+    assert "92 %" in page
+    assert ">hot<" in page
+    assert 'id="engine-kv"' in page
+    narrowed = client.get("/ui/gpus", params={"instance": "gpu-1"}).text
+    assert 'id="engines"' not in narrowed
 
 
 def test_an_empty_store_says_there_is_nothing_to_show(store: Store):

@@ -1,0 +1,60 @@
+"""Per-engine server samples.
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-01
+
+A server with data-parallel engines (vLLM's ``engine`` label, SGLang's ``dp_rank``) is stored
+as one ``server_samples`` row for the instance, whose ratios are now the engines' mean
+(``core.samples.combine_engines``), plus one ``server_engine_samples`` row per engine.
+``server_samples.kv_cache_usage_max`` keeps the hottest engine's KV-cache usage. Rows stored
+before this revision keep their figures and have no maximum (NULL): a sidecar cannot tell,
+after the fact, which of its sums were a data-parallel server's.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from storage.types import UTCDateTime
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+SERVER_FLOATS = (
+    "requests_running",
+    "requests_waiting",
+    "requests_swapped",
+    "kv_cache_usage",
+    "prefix_cache_hit_ratio",
+    "preemptions_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "requests_total",
+    "request_errors_total",
+)
+
+
+def upgrade() -> None:
+    op.add_column("server_samples", sa.Column("kv_cache_usage_max", sa.Float(53), nullable=True))
+    op.create_table(
+        "server_engine_samples",
+        sa.Column("ts", UTCDateTime(), nullable=False),
+        sa.Column("instance", sa.String(256), nullable=False),
+        sa.Column("rank", sa.String(64), nullable=False),
+        *(sa.Column(name, sa.Float(53), nullable=True) for name in SERVER_FLOATS),
+        sa.PrimaryKeyConstraint("ts", "instance", "rank", name="pk_server_engine_samples"),
+        postgresql_partition_by="RANGE (ts)",
+    )
+    op.create_index(
+        "ix_server_engine_samples_instance_ts", "server_engine_samples", ["instance", "ts"]
+    )
+
+
+def downgrade() -> None:
+    # Dropping a partitioned parent drops its partitions with it.
+    op.drop_table("server_engine_samples")
+    op.drop_column("server_samples", "kv_cache_usage_max")
