@@ -406,17 +406,19 @@ gpu_rollups = Table(
     PrimaryKeyConstraint("resolution", "bucket", "instance", "gpu_index"),
 )
 
-#: Good tokens per UTC hour and day and series for one pair of ``GoodRequest`` limits, with the
-#: number of requests they were counted over (``storage.good_tokens``): kept past raw retention.
+#: Good tokens per UTC hour and day and series for one set of ``core.goodput.GoodLimits`` (TTFT,
+#: TPOT and end-to-end seconds, 0 for no limit; ``e2e_s`` since revision 0008), with the number
+#: of requests they were counted over (``storage.good_tokens``): kept past raw retention.
 good_token_counts = Table(
     "good_token_counts",
     metadata,
     Column("ttft_s", Float(53), nullable=False),
     Column("tpot_s", Float(53), nullable=False),
+    Column("e2e_s", Float(53), nullable=False, server_default="0"),
     Column("resolution", String(2), nullable=False),
     Column("bucket", UTCDateTime(), nullable=False),
     *(Column(name, LABEL, nullable=False) for name in GROUP_LABELS),
     Column("requests", BigInteger, nullable=False),
     Column("good_tokens", BigInteger, nullable=False),
-    PrimaryKeyConstraint("ttft_s", "tpot_s", "resolution", "bucket", *GROUP_LABELS),
+    PrimaryKeyConstraint("ttft_s", "tpot_s", "e2e_s", "resolution", "bucket", *GROUP_LABELS),
 )

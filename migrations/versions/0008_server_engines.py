@@ -1,4 +1,4 @@
-"""Per-engine server samples.
+"""Per-engine server samples; good tokens kept per TTFT, TPOT and end-to-end limits.
 
 Revision ID: 0008
 Revises: 0007
@@ -10,6 +10,11 @@ as one ``server_samples`` row for the instance, whose ratios are now the engines
 ``server_samples.kv_cache_usage_max`` keeps the hottest engine's KV-cache usage. Rows stored
 before this revision keep their figures and have no maximum (NULL): a sidecar cannot tell,
 after the fact, which of its sums were a data-parallel server's.
+
+``good_token_counts`` gains ``e2e_s`` in its key (good tokens are now measured against the
+latency SLOs covering a series, which may limit end-to-end latency; 0 stands for no limit, as
+for the other two). Kept counts stay valid: they were counted with no end-to-end limit. The
+downgrade keeps only those.
 """
 
 from __future__ import annotations
@@ -38,8 +43,18 @@ SERVER_FLOATS = (
 )
 
 
+_LABELS = ("model", "instance", "tenant", "priority")
+_GOOD_KEY = ("ttft_s", "tpot_s", "resolution", "bucket", *_LABELS)
+
+
 def upgrade() -> None:
     op.add_column("server_samples", sa.Column("kv_cache_usage_max", sa.Float(53), nullable=True))
+    with op.batch_alter_table("good_token_counts") as batch:
+        batch.add_column(sa.Column("e2e_s", sa.Float(53), nullable=False, server_default="0"))
+        batch.drop_constraint("pk_good_token_counts", type_="primary")
+        batch.create_primary_key(
+            "pk_good_token_counts", ["ttft_s", "tpot_s", "e2e_s", *_GOOD_KEY[2:]]
+        )
     op.create_table(
         "server_engine_samples",
         sa.Column("ts", UTCDateTime(), nullable=False),
@@ -55,6 +70,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Revision 0007 knows only pairs of positive TTFT and TPOT limits.
+    op.execute("DELETE FROM good_token_counts WHERE e2e_s <> 0 OR ttft_s = 0 OR tpot_s = 0")
+    with op.batch_alter_table("good_token_counts") as batch:
+        batch.drop_constraint("pk_good_token_counts", type_="primary")
+        batch.create_primary_key("pk_good_token_counts", list(_GOOD_KEY))
+        batch.drop_column("e2e_s")
     # Dropping a partitioned parent drops its partitions with it.
     op.drop_table("server_engine_samples")
     op.drop_column("server_samples", "kv_cache_usage_max")

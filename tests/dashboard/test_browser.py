@@ -114,6 +114,13 @@ def test_the_cost_page_prices_every_model_and_instance(live: Live, page: Page):
     assert "USD" in page.tab.locator("#kpi-cost-per-million").inner_text()
     assert "example list prices" in page.tab.locator("main").inner_text()
     assert page.tab.locator("#cost-split .hbar-row").count() == 2
+    # Good tokens are measured against the seed's SLOs, and the page says which.
+    good = page.tab.locator("#kpi-cost-per-million-good")
+    assert good.get_attribute("data-basis") == "slo"
+    assert "chat-70b-tpot (TPOT ≤ 35 ms)" in good.inner_text()
+    assert "chat-8b-ttft (TTFT ≤ 500 ms)" in good.inner_text()
+    bases = page.tab.locator("table.cost-models td[data-basis]")
+    assert [bases.nth(i).get_attribute("data-basis") for i in range(2)] == ["slo", "slo"]
     screenshot(page, "cost")
     assert page.problems == []
 

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, insert, inspect, select, text
+from sqlalchemy import MetaData, Table, create_engine, insert, inspect, select, text
 
 from core.samples import EngineSample, ServerSample
 from storage import migrate
 from storage.engine import create_store_engine
 from storage.partitions import ensure_partitions
-from storage.tables import metadata, server_engine_samples, server_samples
+from storage.tables import good_token_counts, metadata, server_engine_samples, server_samples
 from storage.writer import open_writer
 from tests.conftest import POSTGRES_ADMIN_URL
 
@@ -104,3 +104,27 @@ def test_0008_adds_engine_rows_keeping_stored_server_samples_and_downgrades(fres
     assert [tuple(r) for r in kept] == [("new", 0.48), ("old", 0.4)]
     migrate.upgrade(fresh_engine)
     assert migrate.current(fresh_engine) == migrate.head()
+
+
+def test_0008_keys_kept_good_tokens_by_end_to_end_limit_too_and_keeps_the_old_counts(fresh_engine):
+    """Counts kept under 0007 (a pair of TTFT and TPOT limits) read as "no end-to-end limit"
+    after 0008; the downgrade keeps them and drops what 0007 could not have kept."""
+    bucket = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    labels = {"model": "m", "instance": "i", "tenant": "t", "priority": "p"}
+    old = {"ttft_s": 2.0, "tpot_s": 0.1, "resolution": "1h", "bucket": bucket, **labels}
+    migrate.upgrade(fresh_engine, "0007")
+    legacy = Table("good_token_counts", MetaData(), autoload_with=fresh_engine)
+    with fresh_engine.begin() as connection:
+        connection.execute(insert(legacy).values(**old, requests=10, good_tokens=900))
+    migrate.upgrade(fresh_engine, "0008")
+    k = good_token_counts.c
+    with fresh_engine.begin() as connection:
+        assert connection.execute(select(k.e2e_s, k.good_tokens)).all() == [(0.0, 900)]
+        for e2e, tpot in ((1.5, 0.1), (0.0, 0.0)):  # an end-to-end limit; no TPOT limit
+            row = {**old, "tpot_s": tpot, "e2e_s": e2e, "requests": 10, "good_tokens": 50}
+            connection.execute(insert(good_token_counts).values(**row))
+    migrate.downgrade(fresh_engine, "0007")
+    with fresh_engine.connect() as connection:
+        kept = connection.execute(text("SELECT ttft_s, tpot_s, good_tokens FROM good_token_counts"))
+        assert [tuple(r) for r in kept] == [(2.0, 0.1, 900)]
+    migrate.upgrade(fresh_engine)
