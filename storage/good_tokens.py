@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError
 from core.goodput import GoodLimits, GoodPolicy
 from core.records import GROUP_LABELS
 from core.window import Resolution
-from storage.tables import good_token_counts, requests
+from storage.tables import good_token_counts, request_rollups, requests
 
 log = logging.getLogger(__name__)
 LabelKey = tuple[str, ...]
@@ -208,10 +208,11 @@ def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _series_of_day(connection: Connection, start: datetime) -> list[LabelKey]:
-    r = requests.c
-    keys = [r[name] for name in GROUP_LABELS]
-    query = (
-        select(*keys).where(r.start >= start, r.start < start + timedelta(days=1)).group_by(*keys)
+    """The series with requests on the day from ``start``, from its day rollups (one row
+    each: the hourly maintenance run need not scan a day of raw rows to learn them)."""
+    u = request_rollups.c
+    query = select(*(u[name] for name in GROUP_LABELS)).where(
+        u.resolution == Resolution.DAY.value, u.bucket == start
     )
     return [tuple(row) for row in connection.execute(query)]
 
