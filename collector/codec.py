@@ -26,7 +26,7 @@ import orjson
 
 from collector.mapping.base import Link, Place, StageFragment
 from core.records import RECORD_FIELDS, Engine, RequestRecord, Status
-from core.samples import GpuSample, ServerSample
+from core.samples import EngineSample, GpuSample, ServerSample
 
 _START_AT: Final = RECORD_FIELDS.index("start")
 _ENGINE_AT: Final = RECORD_FIELDS.index("engine")
@@ -153,6 +153,9 @@ def decode_gpu(payload: bytes) -> GpuSample:
 
 
 def decode_server(payload: bytes) -> ServerSample:
+    """A server sample; one spooled by an older sidecar has no ``per_engine`` and decodes with
+    none."""
     values = json.loads(payload)
     values["ts"] = datetime.fromtimestamp(values["ts"], tz=UTC)
+    values["per_engine"] = tuple(EngineSample(**e) for e in values.get("per_engine", ()))
     return ServerSample(**values)
