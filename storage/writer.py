@@ -233,9 +233,7 @@ class _BaseWriter:
                 for e in s.per_engine
             ]
             if engines:
-                ensure_partitions(
-                    connection, server_engine_samples.name, days, oldest=self._oldest
-                )
+                ensure_partitions(connection, server_engine_samples.name, days, oldest=self._oldest)
                 connection.execute(insert(server_engine_samples).on_conflict_do_nothing(), engines)
         return len(stored)
 

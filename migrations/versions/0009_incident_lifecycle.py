@@ -19,7 +19,7 @@ from alembic import op
 from storage.types import UTCDateTime
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
