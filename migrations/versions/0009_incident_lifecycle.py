@@ -1,7 +1,7 @@
 """The incident lifecycle: recovering incidents, diagnosis history and burn-rate points.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-01
 
 ``incidents.recovering_since`` marks an open incident whose symptom has cleared while its
