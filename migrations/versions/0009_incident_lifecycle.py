@@ -1,7 +1,7 @@
 """The incident lifecycle: recovering incidents, diagnosis history and burn-rate points.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-01
 
 ``incidents.recovering_since`` marks an open incident whose symptom has cleared while its
@@ -19,7 +19,7 @@ from alembic import op
 from storage.types import UTCDateTime
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.dashboard.conftest import READ_TOKEN, Live, Page, screenshot
-from tests.dashboard.seed import BASELINE, INSTANCES, MODEL_8B, THROTTLED
+from tests.dashboard.seed import BASELINE, DATA_PARALLEL, INSTANCES, MODEL_8B, THROTTLED
 
 pytestmark = [pytest.mark.e2e]
 
@@ -74,6 +74,19 @@ def test_the_gpu_page_shows_every_gpu_and_the_throttled_one(live: Live, page: Pa
     for chart in ("util", "memory", "power", "sm_clock", "temperature", "throttled"):
         assert page.tab.locator(f"#gpu-{chart} polyline").count() == 10
     screenshot(page, "gpus")
+    assert page.problems == []
+
+
+def test_the_gpu_page_shows_the_engines_of_a_data_parallel_server(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/gpus")
+    engines = page.tab.locator("#engines table.engines tbody tr")
+    assert engines.count() == 2
+    hot = page.tab.locator(f'#engines tr[data-instance="{DATA_PARALLEL}"][data-engine="0"]')
+    assert "hot" in hot.inner_text()
+    cool = page.tab.locator(f'#engines tr[data-instance="{DATA_PARALLEL}"][data-engine="1"]')
+    assert "hot" not in cool.inner_text()
+    assert page.tab.locator("#engine-kv polyline").count() == 2
+    screenshot(page, "gpus-engines")
     assert page.problems == []
 
 
@@ -138,6 +151,13 @@ def test_the_cost_page_prices_every_model_and_instance(live: Live, page: Page):
     assert "USD" in page.tab.locator("#kpi-cost-per-million").inner_text()
     assert "example list prices" in page.tab.locator("main").inner_text()
     assert page.tab.locator("#cost-split .hbar-row").count() == 2
+    # Good tokens are measured against the seed's SLOs, and the page says which.
+    good = page.tab.locator("#kpi-cost-per-million-good")
+    assert good.get_attribute("data-basis") == "slo"
+    assert "chat-70b-tpot (TPOT ≤ 35 ms)" in good.inner_text()
+    assert "chat-8b-ttft (TTFT ≤ 500 ms)" in good.inner_text()
+    bases = page.tab.locator("table.cost-models td[data-basis]")
+    assert [bases.nth(i).get_attribute("data-basis") for i in range(2)] == ["slo", "slo"]
     screenshot(page, "cost")
     assert page.problems == []
 
