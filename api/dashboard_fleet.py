@@ -200,8 +200,8 @@ def incident_list(state: Any, ctx: Context, state_filter: str) -> dict[str, Any]
             f"#{i.id} {i.slo}",
             max(i.opened_at, ctx.window.start),
             min(i.resolved_at or ctx.now, ctx.window.end),
-            i.severity.value if i.state is IncidentState.FIRING else "resolved",
-            f"#{i.id} {i.slo} [{i.scope}] {i.severity.value}, {i.state.value}; "
+            i.severity.value if i.phase == "firing" else i.phase,
+            f"#{i.id} {i.slo} [{i.scope}] {i.severity.value}, {i.phase}; "
             f"peak burn {i.peak_burn_rate:.1f}×",
             f"incident-{i.id}",
         )

@@ -191,9 +191,34 @@ incidents = Table(
     Column("resolved_at", UTCDateTime(), nullable=True),
     Column("peak_burn_rate", Float(53), nullable=False),
     Column("burn_rates", Text, nullable=False),
+    Column("recovering_since", UTCDateTime(), nullable=True),
     PrimaryKeyConstraint("id"),
     Index("ix_incidents_slo_scope_state", "slo", "scope", "state"),
     Index("ix_incidents_state_opened_at", "state", "opened_at"),
+)
+
+#: An incident's diagnoses after its onset and its lifecycle steps (issue 13), oldest first.
+incident_history = Table(
+    "incident_history",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("incident_id", Integer, nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("verdict", String(16), nullable=False),
+    Column("cause", String(64), nullable=False),
+    Column("diagnosis", Text, nullable=True),
+    PrimaryKeyConstraint("id"),
+    Index("ix_incident_history_incident_id", "incident_id", "id"),
+)
+
+#: The burn rates an evaluation saw for an open incident (at most one point a minute).
+incident_burn_points = Table(
+    "incident_burn_points",
+    metadata,
+    Column("incident_id", Integer, nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("burn_rates", Text, nullable=False),
+    PrimaryKeyConstraint("incident_id", "at"),
 )
 
 # -- Diagnoses, silences and the notification outbox (issue 6) ------------------------------

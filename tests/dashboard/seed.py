@@ -79,6 +79,7 @@ def seed(engine: Engine, minutes: int = 45, every: timedelta = timedelta(minutes
     at = scenario.start + timedelta(minutes=20)
     while at <= end:
         evaluator.run(at)
+        diagnosis.refresh(at)  # the follow-up job: pages that wait for evidence, re-diagnoses
         at += every
     _baseline_and_run(engine, scenario.start)
     return end
