@@ -318,7 +318,7 @@ def time_to_notification(
     from api.diagnosis import DiagnosisListener
     from api.evaluation import Evaluator, default_policy, status
     from api.notifications import Announcer
-    from storage import incidents, signals, slo_store
+    from storage import incident_history, incidents, slo_store
     from storage.outbox import Outbox
 
     policy = default_policy()
@@ -341,6 +341,7 @@ def time_to_notification(
     while t <= horizon.total_seconds():
         clock_now[0] = onset + timedelta(seconds=t)
         evaluator.run(clock_now[0])
+        listener.refresh(clock_now[0])  # the follow-up job: a page that waited for evidence
         messages = Outbox(engine).messages()
         if messages:
             notified_s = t
@@ -351,9 +352,10 @@ def time_to_notification(
     if notified_s is not None:
         listener.refresh(onset + timedelta(seconds=notified_s + 300))
         [incident] = incidents.list_incidents(engine, "firing")
-        note = signals.notes(engine, [incident.id])[incident.id]
-        if note.diagnosis is not None:
-            later = f"{note.diagnosis['cause']} ({note.diagnosis['confidence']:.0%})"
+        # The newest diagnosis (the history's), not the headline the page named.
+        entry = incident_history.last_diagnosis(engine, incident.id)
+        if entry is not None and entry.diagnosis is not None:
+            later = f"{entry.diagnosis['cause']} ({entry.diagnosis['confidence']:.0%})"
     return Latency(case, condition_s, notified_s, cause, later)
 
 

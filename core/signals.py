@@ -39,7 +39,8 @@ SIGNALS: Final[Mapping[str, str]] = {
     "slow_input_tokens_p50": "tokens: median prompt length of the slowest 10 % (by TTFT)",
     "requests_running": "count: mean running requests (server scrape)",
     "requests_waiting": "count: mean waiting requests (server scrape)",
-    "kv_cache_usage": "ratio: mean KV-cache usage (server scrape)",
+    "kv_cache_usage": "ratio: mean KV-cache usage (server scrape; data-parallel engines' mean)",
+    "kv_cache_usage_max": "ratio: mean KV-cache usage of the hottest data-parallel engine",
     "preemptions_per_s": "1/s: preemptions per second (server counter)",
     "util_gpu": "ratio: mean GPU utilisation",
     "dram_bw_util": "ratio: mean DRAM bandwidth (or memory-controller) utilisation",
@@ -71,7 +72,9 @@ FAMILY_OF: Final[Mapping[str, str]] = {
         STAGES,
     ),
     **dict.fromkeys(
-        ("requests_running", "requests_waiting", "kv_cache_usage", "preemptions_per_s"), SERVER
+        ("requests_running", "requests_waiting", "kv_cache_usage", "kv_cache_usage_max",
+         "preemptions_per_s"),
+        SERVER,
     ),
     **dict.fromkeys(
         ("util_gpu", "dram_bw_util", "sm_clock_mhz", "throttled_share", "temperature_c",

@@ -103,6 +103,10 @@ def _server_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
     _put(out, "requests_running", _mean([r.requests_running for r in rows]))
     _put(out, "requests_waiting", _mean([r.requests_waiting for r in rows]))
     _put(out, "kv_cache_usage", _mean([r.kv_cache_usage for r in rows]))
+    # Rows stored before the hottest engine was kept have none: their instance figure stands in.
+    hottest = [r.kv_cache_usage if r.kv_cache_usage_max is None else r.kv_cache_usage_max
+               for r in rows]  # fmt: skip
+    _put(out, "kv_cache_usage_max", _mean(hottest))
     if any(r.preemptions_total is not None for r in rows):
         out["preemptions_per_s"] = _increase(r.preemptions_total for r in rows) / seconds
     return out

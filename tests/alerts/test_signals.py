@@ -181,3 +181,17 @@ def test_no_step_up_in_the_burn_means_no_onset(store: Store) -> None:
     )
     spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 60.0), 0.999, timedelta(days=30))
     assert burn_onset(store.engine, spec, T0 + timedelta(minutes=10)) is None
+
+
+def test_a_burn_that_begins_late_in_a_minute_is_found_within_it(store: Store) -> None:
+    # The demo's surge began 35 s into a minute; an onset floored to the minute put 35 s of
+    # healthy traffic into the page's window.
+    rng = np.random.default_rng(10)
+    onset = T0 + timedelta(minutes=10, seconds=35)
+    healthy = make_records(rng, T0, 1270, span=onset - T0, error_rate=0.0)
+    burning = make_records(rng, onset, 200, span=timedelta(seconds=60), error_rate=0.0)
+    slow = [dataclasses.replace(r, ttft_s=2.0) if i % 2 else r for i, r in enumerate(burning)]
+    open_writer(store.engine).write_requests(healthy + slow)
+    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
+    found = burn_onset(store.engine, spec, onset + timedelta(seconds=40))
+    assert found == T0 + timedelta(minutes=10, seconds=30)  # the 10 s slice that holds it
