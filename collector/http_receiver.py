@@ -190,12 +190,15 @@ def create_app(
     async def prometheus(_: Request) -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
 
-    async def healthz(_: Request) -> Response:
+    async def healthz(request: Request) -> Response:
         records, size = ingestor.spool.stats()
         state: dict[str, Any] = {"status": "ok", "spool_records": records, "spool_bytes": size}
         if health is not None:
             state.update(health())
-        return Response(json.dumps(state), media_type="application/json")
+        # 200 while degraded (alive, accepting into the spool): see ``collector.sidecar``.
+        strict = request.query_params.get("strict", "") not in ("", "0", "false")
+        status = 503 if strict and state["status"] != "ok" else 200
+        return Response(json.dumps(state), status_code=status, media_type="application/json")
 
     return Starlette(
         routes=[
