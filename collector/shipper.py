@@ -1,10 +1,14 @@
 """The shipper: drains the spool into the store through the storage bulk writer.
 
-Records become eligible once their reassembly window has passed; their trace's stage
-fragments are merged in, the batch is written idempotently (the store ignores keys it has),
-and only then are the entries deleted from the spool. A store that is down is retried
-forever with backoff (5 s × 1.5, capped at 30 s), so an outage only grows the spool.
-Stage fragments whose request never arrives are dropped (and counted) after ``orphan_ttl_s``.
+Records become eligible once their reassembly window has passed; the stage fragments of
+their traces that are their own are merged in (``collector.assembly``: a request's stages are
+its span's descendants in its service), the batch is written idempotently (the store ignores
+keys it has), and only then are the entries deleted from the spool, with the fragments that
+were merged or refused (refusals are counted by reason); fragments still waiting for a parent
+stay. A store that is down is retried forever with backoff (5 s × 1.5, capped at 30 s), so an
+outage only grows the spool. Stage fragments whose request never arrives are dropped (and
+counted) after ``orphan_ttl_s``; links (spans kept only for their place in a trace) expire
+with them, uncounted.
 
 Cadence: every pass costs the store a fixed amount of work (a transaction, the rollup rows of
 each series read, merged and rewritten) besides its per-record cost, so a pass that stored
@@ -28,8 +32,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from collector.codec import Kind, decode_fragment, decode_gpu, decode_record, decode_server
-from collector.mapping import merge_stages
+from collector.assembly import Piece, Request, assemble
+from collector.codec import Kind, decode_gpu, decode_piece, decode_placed, decode_server
+from collector.mapping import Link
 from collector.metrics import CollectorMetrics
 from collector.spool import Spool, Stored
 from core.errors import ConfigurationError, InvalidInput, Unavailable
@@ -37,6 +42,11 @@ from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
 
 log = logging.getLogger(__name__)
+
+#: The most trace pieces (stage fragments and links) of one trace read in a shipping pass:
+#: a request's own stage spans are far fewer (SGLang's decode slices of a long answer are a
+#: few thousand); beyond it a flooded trace's pieces wait and expire, and memory stays bounded.
+MAX_PIECES_PER_TRACE: Final = 20_000
 
 
 class Sink(Protocol):
@@ -232,32 +242,39 @@ class Shipper:
         stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
         if not stored:
             return 0
-        fragments = self.spool.by_trace(sorted({s.trace_id for s in stored}), Kind.STAGE)
-        by_trace: dict[str, list[Stored]] = {}
-        for fragment in fragments:
-            by_trace.setdefault(fragment.trace_id, []).append(fragment)
-        records: list[RequestRecord] = []
-        for entry in stored:
-            record = self._decode(entry)
-            if record is None:
-                continue
-            waiting = by_trace.get(entry.trace_id)
-            if waiting:
-                record = merge_stages(
-                    record, [decode_fragment(f.trace_id, f.payload) for f in waiting]
-                )
-            records.append(record)
-        self._write_records(records)
-        self.spool.delete([s.seq for s in stored] + [f.seq for f in fragments])
-        self.metrics.shipped.labels("record").inc(len(records))
+        traces = sorted({s.trace_id for s in stored})
+        spooled = self.spool.by_trace(traces, Kind.STAGE, per_trace=MAX_PIECES_PER_TRACE)
+        requests = [r for r in map(self._decode, stored) if r is not None]
+        kept: list[Stored] = []
+        pieces: list[Piece] = []
+        for entry in spooled:
+            piece = self._decode_piece(entry)
+            if piece is not None:
+                kept.append(entry)
+                pieces.append(piece)
+        assembly = assemble(requests, pieces)
+        self._write_records(assembly.records)
+        settled = [kept[j].seq for j in assembly.merged]
+        for reason, indexes in assembly.refused.items():
+            settled += [kept[j].seq for j in indexes]
+            self.metrics.fragments_refused.labels(reason.value).inc(len(indexes))
+        self.spool.delete([s.seq for s in stored] + settled)
+        self.metrics.shipped.labels("record").inc(len(assembly.records))
         return len(stored)
 
-    def _decode(self, entry: Stored) -> RequestRecord | None:
+    def _decode(self, entry: Stored) -> Request | None:
         try:
-            return decode_record(entry.payload)
+            return Request(*decode_placed(entry.payload))
         except (InvalidInput, ValueError, TypeError) as exc:
             self.metrics.ship_errors.labels("invalid_payload").inc()
             log.error("dropping an undecodable spool entry %d: %s", entry.seq, exc)
+            return None
+
+    def _decode_piece(self, entry: Stored) -> Piece | None:
+        """A trace piece, or ``None`` for one that can settle nothing (it expires)."""
+        try:
+            return decode_piece(entry.trace_id, entry.payload)
+        except (InvalidInput, ValueError, TypeError):
             return None
 
     def _write_records(self, records: list[RequestRecord]) -> None:
@@ -308,10 +325,12 @@ class Shipper:
         return len(stored)
 
     def _drop_orphans(self, now: float) -> None:
-        orphans = self.spool.ready(now - self.orphan_ttl_s, [Kind.STAGE], self.batch_size)
-        if orphans:
-            self.spool.delete([s.seq for s in orphans])
-            self.metrics.orphan_stages.inc(len(orphans))
+        expired = self.spool.ready(now - self.orphan_ttl_s, [Kind.STAGE], self.batch_size)
+        if expired:
+            self.spool.delete([s.seq for s in expired])
+            links = sum(isinstance(self._decode_piece(s), Link) for s in expired)
+            if len(expired) > links:
+                self.metrics.orphan_stages.inc(len(expired) - links)
 
     # --- the loop --------------------------------------------------------------------------
 

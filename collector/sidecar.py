@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collector.admission import Admission, AdmissionConfig
 from collector.auth import check_bind
 from collector.grpc_receiver import GrpcServer
 from collector.http_receiver import HttpServer, create_app
@@ -74,6 +75,8 @@ class SidecarConfig:
     #: neighbouring samples), so five samples at once cost a fifth of one at a time.
     sample_ship_interval_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
+    #: Exports decoded at once and admitted to wait, shared by both receivers.
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     backoff: Backoff = field(default_factory=Backoff)
     #: Span starts outside it are refused per span (``infersight sidecar`` sets it from
     #: the raw retention and the future skew); ``None`` accepts any plausible start, for
@@ -123,6 +126,7 @@ class Sidecar:
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
         )
+        self.admission = Admission(config.admission)
         # A sink given as a factory is built once the first export is durable, about to be
         # acknowledged (nothing leaves the spool before), or after OPEN_DELAY_S: see
         # ``Shipper._hold_open``.
@@ -130,11 +134,17 @@ class Sidecar:
         self.shipper.open_when = lambda: self.spool.stats()[0] != held
         self.shipper.open_delay_s = OPEN_DELAY_S
         self.http = HttpServer(
-            create_app(self.ingestor, config.token, self._health),
+            create_app(self.ingestor, config.token, self._health, self.admission),
             config.http_host,
             config.http_port,
         )
-        self.grpc = GrpcServer(self.ingestor, config.grpc_host, config.grpc_port, config.token)
+        self.grpc = GrpcServer(
+            self.ingestor,
+            config.grpc_host,
+            config.grpc_port,
+            config.token,
+            admission=self.admission,
+        )
         self.tasks = [
             PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
             for s in samplers
@@ -186,6 +196,7 @@ class Sidecar:
     def stop(self) -> None:
         self.http.stop()
         self.grpc.stop()
+        self.admission.close()
         for task in self.tasks:
             task.stop()
         self._stop.set()

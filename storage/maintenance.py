@@ -4,9 +4,10 @@ Raw rows (requests and samples) are kept ``raw_days``; minute rollups ``minute_d
 rollups ``hour_days`` and day rollups ``day_days`` (request and GPU-sample rollups alike).
 Queries over windows older than the minute retention must use hour rollups (``finest_for``),
 and so on. Every closed day of raw requests has its good tokens counted once, per day and per
-hour, and kept (``storage.good_tokens``) for the limits of every stored cost model and the
-default ones, so long cost answers read them and they outlive the raw rows; kept hours and days
-live as long as hour and day rollups.
+hour, and kept (``storage.good_tokens``) for the limits each series is held to: its covering
+latency SLOs, else the limits of every stored cost model and the default ones; so long cost
+answers read them and they outlive the raw rows; kept hours and days live as long as hour and
+day rollups.
 
 Far-future data: the last day that may hold rows is ``today + max(partition_ahead_days, 1)``
 (a record may start at most a day ahead, ``core.accept``). Partitions after it, and rollup rows
@@ -23,10 +24,12 @@ from sqlalchemy import Engine, delete, func, select
 
 from core.cost import GoodRequest
 from core.errors import InvalidInput
+from core.goodput import GoodPolicy
 from core.window import Resolution, Window
 from storage import good_tokens
 from storage.cost_models import list_models
 from storage.partitions import DROP_BATCH, drop_after, drop_before, ensure_partitions
+from storage.slo_store import list_slos
 from storage.tables import PARTITIONED, good_token_counts, gpu_rollups, request_rollups, requests
 
 
@@ -131,5 +134,7 @@ def _keep_good_tokens(engine: Engine, cutoff: date) -> int:
     if oldest is None or oldest.date() >= cutoff:
         return 0
     days = [oldest.date() + timedelta(days=i) for i in range((cutoff - oldest.date()).days)]
+    slos = list_slos(engine)
     goods = [GoodRequest(), *(model.good for model in list_models(engine))]
-    return good_tokens.keep_days(engine, goods, days)
+    policies = [GoodPolicy.of(slos, good.limits) for good in goods]
+    return good_tokens.keep_days(engine, policies, days)

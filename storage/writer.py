@@ -24,6 +24,7 @@ Expected failures are results or ``Unavailable`` (the database cannot be reached
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +45,7 @@ from core.samples import GpuSample, ServerSample
 from storage import gpu_rollup, rollup
 from storage.batch import Batch
 from storage.partitions import ensure_partitions
-from storage.tables import gpu_samples, server_samples
+from storage.tables import gpu_samples, server_engine_samples, server_samples
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ _PG_TYPES: Final = {
     "cached_tokens": "int4",
 }
 _GPU_FIELDS: Final = tuple(column.name for column in gpu_samples.columns)
+_SERVER_COLUMNS: Final = tuple(column.name for column in server_samples.columns)
 _GPU_COLUMNS: Final = ", ".join(f'"{name}"' for name in _GPU_FIELDS)
 #: PostgreSQL types of a record row, for binary COPY.
 COPY_TYPES: Final = [
@@ -207,27 +209,32 @@ class _BaseWriter:
         return connection.execute(statement, rows).all()
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
+        """Store ``samples`` (skipping ones already stored) with the engines of those stored,
+        in one transaction: an instance's row and its engines' rows land together or not."""
         samples = self._in_window(samples, _ts, "server samples")
-        rows = [{f.name: getattr(s, f.name) for f in fields(ServerSample)} for s in samples]
-        return self._insert_samples(server_samples, rows, [s.ts for s in samples])
-
-    def _insert_samples(
-        self, table: Table, rows: list[dict[str, Any]], times: list[datetime]
-    ) -> int:
-        if not rows:
+        if not samples:
             return 0
+        by_key = {(s.ts.astimezone(UTC), s.instance): s for s in samples}
+        rows = [{name: getattr(s, name) for name in _SERVER_COLUMNS} for s in by_key.values()]
         insert: Callable[[Table], Any] = (
             pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
         )
+        days = {ts.date() for ts, _ in by_key}
         with _translate_errors(), self.engine.begin() as connection:
-            ensure_partitions(
-                connection,
-                table.name,
-                {t.astimezone(UTC).date() for t in times},
-                oldest=self._oldest,
-            )
-            statement = insert(table).on_conflict_do_nothing().returning(table.c.ts)
-            stored = connection.execute(statement, rows).all()
+            ensure_partitions(connection, server_samples.name, days, oldest=self._oldest)
+            c = server_samples.c
+            statement = insert(server_samples).on_conflict_do_nothing().returning(c.ts, c.instance)
+            stored = [
+                by_key[(ts.astimezone(UTC), i)] for ts, i in connection.execute(statement, rows)
+            ]
+            engines = [
+                {"ts": s.ts, "instance": s.instance, **dataclasses.asdict(e)}
+                for s in stored
+                for e in s.per_engine
+            ]
+            if engines:
+                ensure_partitions(connection, server_engine_samples.name, days, oldest=self._oldest)
+                connection.execute(insert(server_engine_samples).on_conflict_do_nothing(), engines)
         return len(stored)
 
     def _prepare(self, connection: Connection, batch: Batch) -> None:
