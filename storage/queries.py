@@ -140,6 +140,10 @@ def _exact(
         out = []
         for row in connection.execute(query):
             *key, count, values = row
+            if not count:
+                # An aggregate without GROUP BY answers one row even over no rows (count 0,
+                # NULL percentiles); SQLite's path answers no group at all: so does this one.
+                continue
             out.append(
                 GroupQuantiles(
                     _labels(group_by, key), int(count), dict(zip(qs, values, strict=True))
