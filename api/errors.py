@@ -88,15 +88,18 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return await _infersight_error(request, InvalidInput(message, details={"problems": problems}))
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route serves at the request's path (Starlette's 405 names only the
     first route that matched the path, e.g. POST where GET is served too)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "\x00"})
-        if match is not Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    ]
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -25,8 +25,8 @@ from core.window import Window
 Clock = Callable[[], datetime]
 DEFAULT_SPAN = timedelta(hours=1)
 
-#: The largest id a stored row can have: the store's ids are signed 64-bit integers.
-MAX_ID: Final = 2**63 - 1
+#: The largest id a stored row can have: the store's ids are 32-bit integers (PostgreSQL INTEGER).
+MAX_ID: Final = 2**31 - 1
 #: A stored row's id in a path or query parameter. Bounded so that a larger number is refused
 #: as invalid input (400) instead of overflowing the store's integer type (a 500).
 Id = Annotated[int, annotated_types.Interval(ge=1, le=MAX_ID)]

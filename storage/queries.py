@@ -140,6 +140,8 @@ def _exact(
         out = []
         for row in connection.execute(query):
             *key, count, values = row
+            if not count:  # an aggregate without GROUP BY answers one row even when empty
+                continue
             out.append(
                 GroupQuantiles(
                     _labels(group_by, key), int(count), dict(zip(qs, values, strict=True))
