@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from api import routes_alerts
 from api.auth import Scope, requires
 from api.evaluation import status
+from api.params import Id
 from api.specs import load_document, parse_spec, to_document
 from core.burn import Incident
 from core.errors import InvalidInput
@@ -139,3 +140,19 @@ def alerts(
     # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (api.diagnosis).
     notes = routes_alerts.annotate(request.app.state.engine, found)
     return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
+
+
+@alerts_router.get(
+    "/alerts/{incident_id:int}",
+    dependencies=_READ,
+    summary="One incident with its diagnosis history and burn-rate timeline",
+)
+def alert(request: Request, incident_id: Id) -> dict[str, Any]:
+    engine = request.app.state.engine
+    incident = incidents.get_incident(engine, incident_id)
+    notes = routes_alerts.annotate(engine, [incident])
+    return {
+        **incident_dict(incident),
+        **notes[incident.id],
+        **routes_alerts.history_of(engine, incident.id),
+    }

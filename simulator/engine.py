@@ -397,6 +397,7 @@ class InstanceSim:
             forward_s=forward,
             execute_s=forward * _EXECUTE_OVERHEAD,
             preemptions=r.preemptions,
+            parent_span_id=r.parent_span_id,
         )
         self._completions.append(completion)
         if r.listener is not None:

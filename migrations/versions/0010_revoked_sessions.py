@@ -1,7 +1,7 @@
 """Revoked dashboard sessions.
 
 Revision ID: 0010
-Revises: 0007
+Revises: 0009
 Create Date: 2026-12-01
 
 A dashboard session is a signed cookie that needs no server state to be checked; signing out
@@ -17,7 +17,7 @@ from alembic import op
 from storage.types import UTCDateTime
 
 revision = "0010"
-down_revision = "0007"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -6,7 +6,9 @@ Each finished request becomes vLLM V1's ``llm_request`` SERVER span (``vllm/trac
 set explicitly from virtual time and, optionally, a ``tokenize`` child span for the frontend's
 preprocessing, and, when the traffic passes a gateway, an enclosing ``gateway …`` root span
 (its duration minus the request's E2E is the gateway's share). The span's trace and span
-ids are the record's, so what a receiver stores can be compared with the simulator's records.
+ids are the record's, so what a receiver stores can be compared with the simulator's records;
+a request whose caller propagated its trace context (``traceparent``) is a child of the
+caller's span.
 
 Each instance has its own ``TracerProvider`` (resource ``service.name`` /
 ``service.instance.id`` = the instance) and ``BatchSpanProcessor``; ``write`` flushes (unless
@@ -58,6 +60,19 @@ class _ScriptedIds(IdGenerator):
 
     def generate_span_id(self) -> int:
         return self.span_ids.pop(0)
+
+
+def _caller(trace_id: int, parent_span_id: str) -> trace.Span:
+    """The caller's span (remote) that a propagated request's span is a child of; else none."""
+    if not parent_span_id:
+        return trace.INVALID_SPAN
+    context = trace.SpanContext(
+        trace_id,
+        int(parent_span_id, 16),
+        is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+    )
+    return trace.NonRecordingSpan(context)
 
 
 class CountingExporter(SpanExporter):
@@ -194,7 +209,7 @@ class OtlpSink:
         end_ns = start_ns + int((r.e2e_s or 0.0) * _NS)
         span_id = int(r.span_id, 16)
         ids.trace_id = int(r.trace_id, 16)
-        parent = trace.set_span_in_context(trace.INVALID_SPAN)
+        parent = trace.set_span_in_context(_caller(ids.trace_id, c.parent_span_id))
         gateway = None
         if r.gateway_s:
             half_ns = round(r.gateway_s * _NS / 2)

@@ -27,6 +27,8 @@ ID_ROUTES = [
     ("GET", f"/api/v1/reports/{HUGE}/html"),
     ("GET", f"/api/v1/reports/{HUGE}/csv"),
     ("POST", f"/api/v1/alerts/{HUGE}/acknowledge"),
+    ("GET", f"/api/v1/alerts/{HUGE}"),
+    ("GET", f"/api/v1/alerts/{2**31}"),
     ("GET", f"/api/v1/capacity?model=llama-3-8b&gpu=h100&peak_qps=1&run={HUGE}"),
 ]
 
@@ -42,6 +44,8 @@ def test_ids_beyond_64_bits_are_refused_with_the_error_shape(store: Store):
             response = httpx.request(method, url + path, timeout=10)
             assert response.status_code in (400, 404), (path, response.text)
             assert response.json()["error"]["code"] in ("invalid_input", "not_found")
+        page = httpx.get(f"{url}/ui/incidents/{2**31}", timeout=10)  # the dashboard's page
+        assert page.status_code == 400
         # the largest id that fits is simply not found
         largest = httpx.get(f"{url}/api/v1/reports/{2**31 - 1}", timeout=10)
         assert httpx.get(f"{url}/api/v1/reports/{2**31}", timeout=10).status_code == 400

@@ -25,6 +25,7 @@ SURFACE = {
     "DELETE /api/v1/silences/{silence_id}": ["path:silence_id"],
     "DELETE /api/v1/slos/{name}": ["path:name"],
     "GET /api/v1/alerts": _q("limit", "state"),
+    "GET /api/v1/alerts/{incident_id}": ["path:incident_id"],
     "GET /api/v1/baselines": _q("limit"),
     "GET /api/v1/baselines/{name}": ["path:name", *_q("distributions")],
     "GET /api/v1/baselines/{name}/compare": [
