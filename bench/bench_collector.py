@@ -160,8 +160,17 @@ def sidecar(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     if not match:
         proc.kill()
         raise SystemExit(f"the sidecar did not start: {line!r}")
+    base = f"http://127.0.0.1:{match.group(1)}"
+    # The sidecar loads its store writer after it binds (at the first export, or after 5 s):
+    # measure the steady state, not that one-off import.
+    deadline = time.monotonic() + 120
+    while httpx.get(f"{base}/healthz").json().get("shipping") == "starting":
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit("the sidecar's store writer did not open")
+        time.sleep(0.1)
     try:
-        yield proc, f"http://127.0.0.1:{match.group(1)}/v1/traces"
+        yield proc, f"{base}/v1/traces"
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)

@@ -67,7 +67,7 @@ class _TraceService:
             metrics.bodies_refused.labels("grpc", "unauthorized").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
-            with self.admission.admit():
+            with self.admission.admit(len(body)):
                 ingested = self.admission.run(self._decode_and_ingest, body)
             ingested.durable.result(timeout=ACK_TIMEOUT_S)
         except Busy as exc:

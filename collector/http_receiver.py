@@ -121,14 +121,18 @@ class _Decoding:
         )
         return self.ingestor.ingest(otlp.parse(body, media, limits))
 
-    async def read(self, request: Request) -> bytes | bytearray:
+    def declared_size(self, request: Request) -> int:
+        """The body's declared length (the cap when none is declared); over the cap, it is
+        refused before a byte of it is read or held."""
+        cap = self.limits.max_body_bytes
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.limits.max_body_bytes:
-            # Refused before a byte of it is read (or held).
-            raise TooLarge(
-                "body over the cap",
-                details={"cap": self.limits.max_body_bytes, "reason": "body_too_large"},
-            )
+        if not declared.isdigit():
+            return cap
+        if int(declared) > cap:
+            raise TooLarge("body over the cap", details={"cap": cap, "reason": "body_too_large"})
+        return int(declared)
+
+    async def read(self, request: Request) -> bytes | bytearray:
         try:
             async with asyncio.timeout(BODY_TIMEOUT_S):
                 return await read_raw(request.stream(), self.limits.max_body_bytes)
@@ -139,8 +143,9 @@ class _Decoding:
 
     async def ingest(self, request: Request, media: str) -> Ingested:
         encoding = normal_encoding(request.headers.get("content-encoding", "identity"))
+        size = self.declared_size(request)
         gate = self.gate
-        gate.enter()
+        gate.enter(size)
         handed_off = False
         try:
             raw = await self.read(request)
@@ -149,11 +154,11 @@ class _Decoding:
             # The place is given back when the decoding ends, not when this request does:
             # a client that hangs up does not stop the work it started.
             work = gate.submit(self.decode_and_ingest, raw, encoding, media)
-            work.add_done_callback(gate.leave)
+            work.add_done_callback(lambda _: gate.leave(size))
             handed_off = True
         finally:
             if not handed_off:
-                gate.leave()
+                gate.leave(size)
         try:
             return await asyncio.wrap_future(work)
         finally:

@@ -201,7 +201,7 @@ def _introduce(plan: Scenario, url: str) -> None:
 
 
 def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> None:
-    announced: dict[int, tuple[str, str | None]] = {}
+    announced: dict[int, tuple[str, str | None, str]] = {}
     last_line = 0.0
     while not stop.wait(_POLL_S):
         current = demo_.status()
@@ -214,10 +214,10 @@ def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> 
 
 
 def _announce(
-    demo_: LiveDemo, current: DemoStatus, announced: dict[int, tuple[str, str | None]]
+    demo_: LiveDemo, current: DemoStatus, announced: dict[int, tuple[str, str | None, str]]
 ) -> None:
-    """Report incidents as they open, change severity, get (re)diagnosed and resolve;
-    ``announced`` remembers each open incident's severity and cause as last reported."""
+    """Report incidents as they open, change severity, get (re)diagnosed, recover and resolve;
+    ``announced`` remembers each open incident's severity, cause and phase as last reported."""
     firing = {i.id: i for i in current.firing}
     for incident in firing.values():
         severity, cause = incident.severity.value, demo_.cause_of(incident)
@@ -228,16 +228,19 @@ def _announce(
                 f"{'diagnosis: ' + cause if cause else 'diagnosing…'}",
                 err=True,
             )
-            announced[incident.id] = (severity, cause)
+            announced[incident.id] = (severity, cause, incident.phase)
             continue
-        before, diagnosed = announced[incident.id]
+        before, diagnosed, phase = announced[incident.id]
         if severity != before:
             click.echo(f"  incident #{incident.id} is now {severity}", err=True)
         if cause and cause not in (diagnosed, "unknown"):
-            # Firing incidents are diagnosed again as their window fills with the fault; a fade
-            # to "unknown" once the fault is over is not news (the alert does not announce it).
+            # The page's diagnosis once it is made (the page waits for evidence), or a cause
+            # raised over it with stronger evidence (the stored headline).
             click.echo(f"  incident #{incident.id} diagnosis: {cause}", err=True)
-        announced[incident.id] = (severity, cause or diagnosed)
+        if incident.phase != phase:
+            what = "recovering (symptom cleared)" if incident.phase == "recovering" else "burning"
+            click.echo(f"  incident #{incident.id} {what}", err=True)
+        announced[incident.id] = (severity, cause or diagnosed, incident.phase)
     for incident_id in [i for i in announced if i not in firing]:
         del announced[incident_id]
         click.echo(f"✓ incident #{incident_id} resolved", err=True)

@@ -35,6 +35,7 @@ from tests.collector.harness import Receiver, encoded, vllm_spans
 T = TypeVar("T")
 PROTOBUF = {"content-type": "application/x-protobuf"}
 JSON = {"content-type": "application/json"}
+GZIP = {"content-encoding": "gzip"}
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
@@ -371,3 +372,28 @@ def test_the_sdk_http_exporter_retries_a_shed_export_after_retry_after(
     finally:
         exporter.shutdown()  # type: ignore[no-untyped-call]
     assert {r.span_id for r in receiver.records()} >= {f"{s.context.span_id:016x}" for s in spans}
+
+
+def test_bodies_beyond_the_admitted_bytes_are_shed_while_small_ones_still_wait(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    admission = HeldAdmission(AdmissionConfig(slots=1, waiting=5, max_bytes=200_000))
+    receiver = make_receiver(admission=admission)
+    big, small = encoded(vllm_spans(200)), encoded(vllm_spans(2))
+    assert 100_000 < len(big) < 200_000 < 2 * len(big)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(post, receiver, big, PROTOBUF)
+            assert admission.started.wait(60)
+            shed = post(receiver, big, PROTOBUF)  # the two would exceed the bytes admitted
+            waiting = pool.submit(post, receiver, gzip.compress(small), {**PROTOBUF, **GZIP})
+            while admission.admitted < 2:  # the small one is admitted and waits for the slot
+                assert not waiting.done()
+                admission.started.wait(0.01)
+            admission.release.set()
+            assert first.result().status_code == 200
+            assert waiting.result().status_code == 200
+    finally:
+        admission.release.set()
+    assert shed.status_code == 429
+    assert refused(receiver, "busy") == 1

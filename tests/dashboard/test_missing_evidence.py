@@ -64,9 +64,17 @@ def test_an_incident_without_gpu_samples_shows_its_fallback_and_what_is_missing(
     assert "vllm-70b-0" in diagnosis.locator("h3").inner_text()
     missing = diagnosis.locator(".missing-evidence li")
     assert missing.count() == 1
-    assert missing.first.inner_text() == (
+    sentence = (
         "no GPU samples for vllm-70b-0: cannot tell compute from memory bandwidth, "
         "nor see clock throttling"
     )
+    assert missing.first.inner_text() == sentence
     screenshot(page, "incidents-no-gpu")
+    # The incident's own page lists the same missing evidence under its headline.
+    card.locator("h2 a").click()
+    page.tab.wait_for_load_state("load")
+    assert "Decode bound (GPU side)" in page.tab.locator("#headline h3").inner_text()
+    detail = page.tab.locator("#missing-evidence li")
+    assert detail.count() == 1
+    assert detail.first.inner_text() == sentence
     assert page.problems == []
