@@ -26,6 +26,7 @@ from alerts.rules import load_rules
 from api import (
     dashboard,
     errors,
+    openapi,
     routes_alerts,
     routes_baselines,
     routes_capacity,
@@ -41,6 +42,7 @@ from api.jobs import Jobs, LeaderLock, leader_lock
 from api.limits import BodyLimit
 from api.metrics import CostCollector, StoreCollector, registry_for
 from api.notifications import Announcer, Delivery, FollowUp
+from api.origin import AllowedHosts, OriginGuard
 from api.reports import WeeklyReports, parse_schedule
 from api.settings import ApiSettings
 from api.startup import add_healthz, install_store_errors, lifecycle
@@ -138,7 +140,10 @@ def create_app(
 
     errors.install(app)
     install_store_errors(app)
+    openapi.install(app, auth=tokens.enabled)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    allowed = AllowedHosts(host, settings.allowed_hosts.split(","))
+    app.add_middleware(OriginGuard, allowed=allowed)  # outermost: before anything is read
     for routes in (
         routes_query.router,
         routes_slos.router,

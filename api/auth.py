@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, Final
 
-from fastapi import Request
+from fastapi import Request, Security
+from fastapi.security import HTTPBearer
 
 from core.errors import ConfigurationError, Forbidden, Unauthorized
 from core.net import is_loopback
@@ -105,10 +107,28 @@ def check_exposure(host: str, tokens: Tokens, insecure_no_auth: bool) -> None:
     log.warning("serving the API WITHOUT authentication on %s (--insecure-no-auth)", host)
 
 
-def requires(scope: Scope) -> Callable[[Request], None]:
-    """A FastAPI dependency that admits requests whose token grants ``scope``."""
+#: The bearer scheme as the OpenAPI document declares it. It reads nothing itself
+#: (``auto_error=False``); ``requires`` checks the header, so every failure keeps the one
+#: error shape.
+BEARER: Final = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="An API token (INFERSIGHT_API_TOKENS): scope read for queries, admin for "
+    "changes as well.",
+)
 
-    def check(request: Request) -> None:
+
+def requires(scope: Scope) -> Callable[..., None]:
+    """A FastAPI dependency that admits requests whose bearer token grants ``scope``.
+
+    It depends on ``BEARER`` with ``scope`` as its scope, so the OpenAPI document lists the
+    requirement per operation. The dashboard's session cookie is not accepted here: the JSON
+    API wants a bearer token.
+    """
+
+    bearer = Security(BEARER, scopes=[scope.value])
+
+    def check(request: Request, _bearer: Any = bearer) -> None:
         tokens: Tokens = request.app.state.tokens
         if not tokens.enabled:
             return

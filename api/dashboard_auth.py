@@ -5,11 +5,13 @@ success the server sets ``infersight_session``: ``EXPIRY.NONCE.MAC`` where MAC i
 HMAC-SHA256 over ``EXPIRY.NONCE`` keyed by a PBKDF2 stretch of the token (so a leaked cookie
 is a slow, not a cheap, oracle for guessing the token). The cookie never carries the
 token; it is checked by recomputing the MAC with every known token (constant-time compare),
-which also says which token, and so which scope, it belongs to. This needs no server-side
-session store (API replicas that share tokens share sessions), removing or rotating a token
-ends its sessions, and a session lasts ``SESSION_LIFETIME`` at most. The cookie is
-``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no cross-site request carries it,
-which is the CSRF defence of the login and logout forms) and ``Secure`` on HTTPS.
+which also says which token, and so which scope, it belongs to. No session store is needed
+to sign in (API replicas that share tokens share sessions), removing or rotating a token
+ends its sessions, and a session lasts ``SESSION_LIFETIME`` at most. Signing out revokes the
+session on the server: its digest goes to ``storage.sessions`` until it would have expired,
+so a copy of the cookie replayed later is refused by every replica. The cookie is
+``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no cross-site request carries it)
+and ``Secure`` on HTTPS; forms posted from another origin are refused by ``api.origin``.
 
 The dashboard only reads, so a ``read`` token is its viewer role; an ``admin`` token sees the
 same pages. A ``Authorization: Bearer`` header is accepted as well (scripts, curl).
@@ -21,12 +23,13 @@ import functools
 import hashlib
 import hmac
 import secrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from fastapi import Request, Response
 
 from api.auth import GRANTS, Scope, Tokens
+from storage import sessions
 
 COOKIE: Final = "infersight_session"
 SESSION_LIFETIME: Final = timedelta(hours=12)
@@ -71,6 +74,26 @@ def verify(tokens: Tokens, value: str, now: datetime) -> Scope | None:
     return found
 
 
+def session_scope(request: Request, now: datetime) -> Scope | None:
+    """The scope of the request's session cookie: signed, unexpired and not signed out."""
+    cookie = request.cookies.get(COOKIE)
+    if not cookie:
+        return None
+    scope = verify(request.app.state.tokens, cookie, now)
+    if scope is None or sessions.is_revoked(request.app.state.engine, cookie):
+        return None
+    return scope
+
+
+def revoke(request: Request, now: datetime) -> None:
+    """Sign the request's session out on the server (a valid cookie only: nothing to store
+    for a forged one)."""
+    cookie = request.cookies.get(COOKIE)
+    if cookie and verify(request.app.state.tokens, cookie, now) is not None:
+        expires = datetime.fromtimestamp(int(cookie.partition(".")[0]), UTC)
+        sessions.revoke(request.app.state.engine, cookie, expires, now)
+
+
 def viewer_scope(request: Request, now: datetime) -> Scope | None:
     """Who is looking: ``ADMIN`` when auth is off, else the cookie's or bearer's scope."""
     tokens: Tokens = request.app.state.tokens
@@ -80,8 +103,7 @@ def viewer_scope(request: Request, now: datetime) -> Scope | None:
     kind, _, token = header.partition(" ")
     if kind.lower() == "bearer" and token.strip():
         return tokens.scope_of(token.strip())
-    cookie = request.cookies.get(COOKIE)
-    return verify(tokens, cookie, now) if cookie else None
+    return session_scope(request, now)
 
 
 def can_read(scope: Scope | None) -> bool:
@@ -102,17 +124,6 @@ def set_session(response: Response, request: Request, value: str) -> None:
 
 def clear_session(response: Response) -> None:
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
-
-
-def same_origin(request: Request) -> bool:
-    """A form post from this site: browsers send ``Origin`` on POST; absent (old clients,
-    scripts) is allowed, a foreign one is not (a login CSRF would sign a victim in as the
-    attacker)."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return True
-    host = request.headers.get("host", "")
-    return origin.partition("://")[2] == host
 
 
 def safe_next(target: str | None) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from api import dashboard_svg as svg
 from api.dashboard_context import Context
+from api.params import MAX_ID
 from api.routes_alerts import annotate, history_of
 from core.burn import Incident, Policy
 from core.errors import InvalidInput
@@ -25,7 +26,7 @@ _MARGIN: Final = timedelta(minutes=5)
 
 def incident_id_of(query: dict[str, str]) -> int:
     text = query.get("incident_id", "")
-    if not text.isdigit() or len(text) > 18:
+    if not text.isdigit() or len(text) > 18 or not 1 <= int(text) <= MAX_ID:
         raise InvalidInput("an incident id is a positive whole number")
     return int(text)
 

@@ -13,12 +13,42 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from core.errors import InfersightError, InvalidInput, Unauthorized
 
 log = logging.getLogger(__name__)
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="stable, machine-readable: invalid_input, not_found, …")
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every failure (documented for every operation)."""
+
+    error: ErrorDetail
+
+
+#: What each error status means, as the OpenAPI document says it.
+STATUS_MEANING: dict[int, str] = {
+    400: "Invalid input (the error names the parameter), or an unknown Host",
+    401: "No bearer token, or an unknown one",
+    403: "The token lacks the admin scope, or a change was sent from another site",
+    404: "Not found",
+    409: "Conflicts with what is stored",
+    413: "Request body too large",
+}
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: ``statuses`` answered with ``ErrorBody``."""
+    return {s: {"model": ErrorBody, "description": STATUS_MEANING[s]} for s in statuses}
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -31,22 +61,55 @@ async def _infersight_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(exc.to_dict(), status_code=exc.http_status, headers=headers)
 
 
+#: What a parameter pattern means in words, for error messages (``described``).
+_PATTERN_MEANINGS: dict[str, str] = {}
+
+
+def described(pattern: str, meaning: str) -> str:
+    """Register ``pattern``'s meaning ("must be …") for validation errors; returns it."""
+    _PATTERN_MEANINGS[pattern] = meaning
+    return pattern
+
+
+def _problem(error: Any) -> dict[str, Any]:
+    message = str(error.get("msg", ""))
+    pattern = (error.get("ctx") or {}).get("pattern")
+    if error.get("type") == "string_pattern_mismatch" and pattern in _PATTERN_MEANINGS:
+        message = f"must be {_PATTERN_MEANINGS[pattern]}"
+    return {"loc": [str(p) for p in error.get("loc", ())], "msg": message}
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = [
-        {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-        for e in exc.errors()
+    problems = [_problem(e) for e in exc.errors()]
+    message = "the request is not valid"
+    if len(problems) == 1 and problems[0]["loc"]:
+        message += f": {problems[0]['loc'][-1]} {problems[0]['msg']}"
+    return await _infersight_error(request, InvalidInput(message, details={"problems": problems}))
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (Starlette's 405 names only the
+    first route that matched the path, e.g. POST where GET is served too)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
     ]
-    return await _infersight_error(
-        request, InvalidInput("the request is not valid", details={"problems": problems})
-    )
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
     return JSONResponse(
-        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers
     )
 
 

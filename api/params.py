@@ -7,21 +7,46 @@ hour that ends now. Everything invalid raises ``InvalidInput`` with the paramete
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Annotated, Final
 
+import annotated_types
 from fastapi import Query, Request
 
+from api.errors import described
 from core.errors import InvalidInput
 from core.query import Selector, check_group_by
+from core.records import MAX_LABEL_LEN
 from core.window import Window
 
 Clock = Callable[[], datetime]
 DEFAULT_SPAN = timedelta(hours=1)
 
+#: The largest id a stored row can have: the store's ids are 32-bit integers (PostgreSQL INTEGER).
+MAX_ID: Final = 2**31 - 1
+#: A stored row's id in a path or query parameter. Bounded so that a larger number is refused
+#: as invalid input (400) instead of overflowing the store's integer type (a 500).
+Id = Annotated[int, annotated_types.Interval(ge=1, le=MAX_ID)]
+
+
+#: What ``parse_time`` accepts, as the OpenAPI document states it: Unix seconds before
+#: 7,000,000,000 (the year 2191), or an RFC 3339-style date and time with its offset.
+TIME_PATTERN: Final = described(
+    r"^\s*(?:[0-9]{1,9}|[1-6][0-9]{9})(?:\.[0-9]{1,9})?\s*$"
+    r"|^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?"
+    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})\s*$",
+    "RFC 3339 with a time zone (2026-11-30T10:00:00Z) or Unix seconds",
+)
+_TIME = re.compile(TIME_PATTERN)
+TIME_HELP: Final = "RFC 3339 (2026-11-30T10:00:00Z) or Unix seconds"
+
 
 def parse_time(name: str, text: str) -> datetime:
+    if len(text) > 64 or not _TIME.match(text):
+        raise InvalidInput(f"{name} must be RFC 3339 or Unix seconds", details={name: text[:64]})
     text = text.strip()
     try:
         seconds = float(text)
@@ -33,17 +58,30 @@ def parse_time(name: str, text: str) -> datetime:
         return datetime.fromtimestamp(seconds, UTC)
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+        return value.astimezone(UTC)
+    except (ValueError, OverflowError):  # no such date, or beyond year 1..9999 in UTC
         raise InvalidInput(
             f"{name} must be RFC 3339 or Unix seconds", details={name: text[:64]}
         ) from None
-    if value.tzinfo is None:
-        raise InvalidInput(f"{name} needs a time zone (e.g. 'Z')", details={name: text[:64]})
-    return value.astimezone(UTC)
 
 
 def iso(ts: datetime) -> str:
     return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+_LABEL = "(?:model|instance|tenant|priority)"
+#: ``group_by``: comma-separated label names (or nothing).
+GROUP_BY_PATTERN: Final = described(
+    rf"^\s*(?:{_LABEL}\s*(?:,\s*{_LABEL}\s*){{0,3}})?$",
+    "comma-separated labels: model, instance, tenant, priority (cannot group by others)",
+)
+#: Longest label value a selector takes (``core.query.Selector``'s limit).
+MAX_LABEL: Final = MAX_LABEL_LEN
+#: Rules between parameters that no JSON Schema states; said in each operation's description.
+WINDOW_RULES: Final = (
+    "start must be before end, and a window covers at most max_query_days (400 by default); "
+    "a request that breaks either is answered 400."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +96,19 @@ class Common:
 
 def common(
     request: Request,
-    start: str | None = Query(None, description="RFC 3339 or Unix seconds (default: end − 1 h)"),
-    end: str | None = Query(None, description="RFC 3339 or Unix seconds (default: now)"),
-    model: str | None = None,
-    instance: str | None = None,
-    tenant: str | None = None,
-    priority: str | None = None,
-    group_by: str = Query("", description="comma-separated: model, instance, tenant, priority"),
+    start: str | None = Query(
+        None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
+    ),
+    end: str | None = Query(None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)"),
+    model: str | None = Query(None, max_length=MAX_LABEL),
+    instance: str | None = Query(None, max_length=MAX_LABEL),
+    tenant: str | None = Query(None, max_length=MAX_LABEL),
+    priority: str | None = Query(None, max_length=MAX_LABEL),
+    group_by: str = Query(
+        "",
+        pattern=GROUP_BY_PATTERN,
+        description="comma-separated: model, instance, tenant, priority",
+    ),
 ) -> Common:
     now: datetime = request.app.state.clock()
     end_ts = parse_time("end", end) if end else now

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Scope, requires
 from api.diagnosis import diagnose_window
-from api.params import iso, parse_time
+from api.params import TIME_HELP, TIME_PATTERN, Id, iso, parse_time
 from core.burn import Incident, IncidentState
 from core.errors import InvalidInput
 from core.query import Selector
+from core.records import MAX_LABEL_LEN as MAX_LABEL
 from core.window import Window
 from storage import incident_history, signals
 from storage import silences as silence_store
@@ -99,17 +100,25 @@ def history_of(engine: Any, incident_id: int) -> dict[str, Any]:
 class DiagnoseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    start: str = Field(description="RFC 3339 or Unix seconds")
-    end: str = Field(description="RFC 3339 or Unix seconds")
-    model: str | None = None
-    instance: str | None = None
-    tenant: str | None = None
-    priority: str | None = None
-    reference_start: str | None = Field(None, description="default: the same length before start")
-    reference_end: str | None = None
+    start: str = Field(pattern=TIME_PATTERN, description=TIME_HELP)
+    end: str = Field(pattern=TIME_PATTERN, description=TIME_HELP)
+    model: str | None = Field(None, max_length=MAX_LABEL)
+    instance: str | None = Field(None, max_length=MAX_LABEL)
+    tenant: str | None = Field(None, max_length=MAX_LABEL)
+    priority: str | None = Field(None, max_length=MAX_LABEL)
+    reference_start: str | None = Field(
+        None, pattern=TIME_PATTERN, description="default: the same length before start"
+    )
+    reference_end: str | None = Field(None, pattern=TIME_PATTERN)
 
 
-@router.post("/diagnose", dependencies=_READ, summary="Diagnose any window (symptom → cause)")
+@router.post(
+    "/diagnose",
+    dependencies=_READ,
+    summary="Diagnose any window (symptom → cause)",
+    description="start must be before end and the window at most one day long; give both "
+    "reference_start and reference_end or neither. A request that breaks these is answered 400.",
+)
 def post_diagnose(request: Request, body: DiagnoseBody) -> dict[str, Any]:
     window = Window(parse_time("start", body.start), parse_time("end", body.end))
     if window.end - window.start > MAX_DIAGNOSIS_WINDOW:
@@ -140,9 +149,11 @@ class AckBody(BaseModel):
 
 
 @router.post(
-    "/alerts/{incident_id}/acknowledge", dependencies=_ADMIN, summary="Acknowledge an incident"
+    "/alerts/{incident_id:int}/acknowledge",
+    dependencies=_ADMIN,
+    summary="Acknowledge an incident",
 )
-def acknowledge(request: Request, incident_id: int, body: AckBody | None = None) -> dict[str, Any]:
+def acknowledge(request: Request, incident_id: Id, body: AckBody | None = None) -> dict[str, Any]:
     state = request.app.state
     note = signals.acknowledge(state.engine, incident_id, (body or AckBody()).by, state.clock())
     assert note.acknowledged_at is not None
@@ -157,14 +168,22 @@ class SilenceBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     matchers: dict[str, str]
-    ends_at: str | None = Field(None, description="RFC 3339 or Unix seconds")
+    ends_at: str | None = Field(None, pattern=TIME_PATTERN, description=TIME_HELP)
     duration_s: Annotated[float | None, Field(gt=0, le=90 * 86400)] = None
-    starts_at: str | None = None
-    created_by: str = ""
-    comment: str = ""
+    starts_at: str | None = Field(None, pattern=TIME_PATTERN, description=TIME_HELP)
+    created_by: str = Field("", max_length=128)
+    comment: str = Field("", max_length=1024)
 
 
-@router.post("/silences", dependencies=_ADMIN, status_code=201, summary="Create a silence")
+@router.post(
+    "/silences",
+    dependencies=_ADMIN,
+    status_code=201,
+    summary="Create a silence",
+    description="Give ends_at or duration_s (not both); matchers name slo, severity, model, "
+    "instance, tenant or priority, and the silence must end after it starts and within 90 "
+    "days. A request that breaks these is answered 400.",
+)
 def create_silence(request: Request, body: SilenceBody) -> dict[str, Any]:
     now: datetime = request.app.state.clock()
     starts = parse_time("starts_at", body.starts_at) if body.starts_at else now
@@ -186,9 +205,9 @@ def list_silences(request: Request) -> dict[str, Any]:
 
 
 @router.delete(
-    "/silences/{silence_id}", dependencies=_ADMIN, status_code=204, summary="End a silence"
+    "/silences/{silence_id:int}", dependencies=_ADMIN, status_code=204, summary="End a silence"
 )
-def delete_silence(request: Request, silence_id: int) -> Response:
+def delete_silence(request: Request, silence_id: Id) -> Response:
     state = request.app.state
     silence_store.expire(state.engine, silence_id, state.clock())
     return Response(status_code=204)

@@ -15,12 +15,13 @@ from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Scope, requires
 from api.cost_spec import active_model
-from api.params import Common, common, parse_time
+from api.errors import described, responses
+from api.params import TIME_PATTERN, WINDOW_RULES, Common, common, parse_time
 from core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
 from core.baseline_compare import Policy
 from core.baseline_compare import compare as compare_baselines
@@ -36,6 +37,12 @@ router = APIRouter(prefix="/api/v1/baselines")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 Params = Annotated[Common, Depends(common)]
+#: A baseline's name (``core.baseline.check_name``).
+NAME_PATTERN = described(
+    r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$",
+    "1-128 letters, digits or ._:@+-, starting with a letter or digit (a baseline name)",
+)
+Name = Annotated[str, Path(pattern=NAME_PATTERN, description="a baseline's name")]
 
 
 class ImportBody(BaseModel):
@@ -55,11 +62,11 @@ class CaptureBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    name: str = Field(max_length=128)
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = Field("", max_length=1024)
     replace: bool = False
-    start: str | None = Field(None, max_length=64)
-    end: str | None = Field(None, max_length=64)
+    start: str | None = Field(None, pattern=TIME_PATTERN)
+    end: str | None = Field(None, pattern=TIME_PATTERN)
     model: str | None = Field(None, max_length=256)
     instance: str | None = Field(None, max_length=256)
     tenant: str | None = Field(None, max_length=256)
@@ -126,7 +133,15 @@ def _build(request: Request, body: CaptureBody) -> Baseline:
     dependencies=_ADMIN,
     status_code=201,
     summary="Capture a baseline from a window, import a load tester's result, or store one",
-    responses={201: {"description": "Created"}, 200: {"description": "Replaced"}},
+    description="Give exactly one source: start and end (with an optional selector), import "
+    "(a vllm, LLMPerf or AIPerf result) or baseline (a baseline document). A window follows "
+    "the window rules (start before end, at most max_query_days); an existing name without "
+    "replace is a conflict (409). A request that breaks these is answered 400.",
+    responses={
+        201: {"description": "Created"},
+        200: {"description": "Replaced"},
+        **responses(409),
+    },
 )
 def capture(request: Request, body: CaptureBody, response: Response) -> dict[str, Any]:
     baseline = _build(request, body)
@@ -146,7 +161,7 @@ def list_baselines(
 @router.get("/{name}", dependencies=_READ, summary="One baseline")
 def get_baseline(
     request: Request,
-    name: str,
+    name: Name,
     distributions: Annotated[bool, Query(description="include the serialised sketches")] = False,
 ) -> dict[str, Any]:
     baseline = store.get_baseline(request.app.state.engine, name)
@@ -154,7 +169,7 @@ def get_baseline(
 
 
 @router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete a baseline")
-def delete_baseline(request: Request, name: str) -> Response:
+def delete_baseline(request: Request, name: Name) -> Response:
     store.delete_baseline(request.app.state.engine, check_name(name))
     return Response(status_code=204)
 
@@ -179,13 +194,16 @@ def parse_thresholds(text: str) -> dict[str, float]:
     "/{name}/compare",
     dependencies=_READ,
     summary="Compare a window (or another baseline) with a baseline: per-metric verdicts",
+    description=f"{WINDOW_RULES} against= compares two stored baselines and takes no window "
+    "or selector; group_by is not supported. A request that breaks these is answered 400.",
 )
 def compare(
     request: Request,
-    name: str,
+    name: Name,
     params: Params,
     against: Annotated[
-        str | None, Query(max_length=128, description="compare this stored baseline instead")
+        str | None,
+        Query(pattern=NAME_PATTERN, description="compare this stored baseline instead"),
     ] = None,
     threshold: Annotated[float, Query(ge=0, le=10, description="default relative threshold")] = 0.1,
     thresholds: Annotated[

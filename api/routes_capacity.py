@@ -16,6 +16,8 @@ import yaml
 from fastapi import APIRouter, Depends, Query, Request
 
 from api.auth import Scope, requires
+from api.errors import responses
+from api.params import Id
 from core.capacity import (
     DEFAULT_HEADROOM,
     PlanInput,
@@ -91,7 +93,14 @@ def _optional_positive(name: str, value: float | None) -> None:
         raise InvalidInput(f"{name} must be positive", details={name: value})
 
 
-@router.get("/capacity", summary="Instances, GPU memory budget and latency floors")
+@router.get(
+    "/capacity",
+    summary="Instances, GPU memory budget and latency floors",
+    description="Give exactly one of capacity_rps, run and production. An unknown model, GPU "
+    "or run is answered 404; a workload that cannot be planned (no level of the run meets the "
+    "targets, the model does not fit the GPU, no production traffic in the window) 400.",
+    responses=responses(404),
+)
 def capacity(
     request: Request,
     model: Annotated[str, Query(max_length=128, description="e.g. llama-3-8b")],
@@ -100,16 +109,18 @@ def capacity(
     input_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 512,
     output_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 256,
     tensor_parallel: Annotated[int, Query(ge=1, le=64)] = 1,
-    capacity_rps: Annotated[float | None, Query(description="measured per instance")] = None,
-    run: Annotated[int | None, Query(description="a stored step run measuring it")] = None,
+    capacity_rps: Annotated[
+        float | None, Query(gt=0, le=1e9, description="measured per instance")
+    ] = None,
+    run: Annotated[Id | None, Query(description="a stored step run measuring it")] = None,
     production: Annotated[
         str | None, Query(max_length=16, description="measure it over the last 7d, 24h, …")
     ] = None,
     production_model: Annotated[str | None, Query(max_length=256)] = None,
     instance: Annotated[str | None, Query(max_length=256)] = None,
     concurrency: Annotated[int | None, Query(ge=1, le=100_000)] = None,
-    ttft_target: Annotated[float | None, Query(description="seconds")] = None,
-    tpot_target: Annotated[float | None, Query(description="seconds")] = None,
+    ttft_target: Annotated[float | None, Query(gt=0, le=86400, description="seconds")] = None,
+    tpot_target: Annotated[float | None, Query(gt=0, le=86400, description="seconds")] = None,
     headroom: Annotated[float, Query(ge=0, le=4)] = DEFAULT_HEADROOM,
     kv_dtype: Annotated[str | None, Query(max_length=16)] = None,
 ) -> dict[str, Any]:

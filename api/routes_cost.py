@@ -25,7 +25,8 @@ from fastapi.responses import HTMLResponse
 from api.auth import Scope, requires
 from api.cost_spec import active_model, parse_models, to_document
 from api.cost_view import cost_dict
-from api.params import Common, common, iso
+from api.errors import described
+from api.params import WINDOW_RULES, Common, Id, common, iso
 from api.reports import previous_week
 from core.cost import CostModel
 from core.errors import InvalidInput
@@ -34,6 +35,10 @@ from storage import reports as report_store
 from storage.reports import ReportInfo
 
 Params = Annotated[Common, Depends(common)]
+#: ``week``: an ISO week, ``2026-W48``.
+WEEK_PATTERN = described(
+    r"^[1-9][0-9]{3}-W(?:0[1-9]|[1-4][0-9]|5[0-3])$", "an ISO week, written like 2026-W48"
+)
 router = APIRouter(prefix="/api/v1")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
@@ -48,6 +53,7 @@ def model_for(request: Request) -> CostModel:
 @router.get(
     "/cost",
     summary="Cost, cost per million tokens, energy and idle cost per group",
+    description=WINDOW_RULES,
     dependencies=_READ,
 )
 def get_cost(request: Request, params: Params) -> dict[str, Any]:
@@ -68,7 +74,22 @@ def get_model(request: Request) -> dict[str, Any]:
     return to_document(model_for(request))
 
 
-@router.put("/cost/model", summary="Replace the cost model in use (admin)", dependencies=_ADMIN)
+@router.put(
+    "/cost/model",
+    summary="Replace the cost model in use (admin)",
+    description="The body is one CostModel document (YAML or JSON) named as the cost_model "
+    "setting; anything else is answered 400.",
+    dependencies=_ADMIN,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                media: {"schema": {"type": "object", "description": "a CostModel document"}}
+                for media in ("application/yaml", "application/json")
+            },
+        }
+    },
+)
 async def put_model(request: Request) -> dict[str, Any]:
     models = parse_models(await request.body())
     if len(models) != 1:
@@ -113,10 +134,18 @@ def list_reports(
     return {"reports": [_info(i) for i in infos]}
 
 
-@router.post("/reports/weekly", summary="Generate a weekly report now (admin)", dependencies=_ADMIN)
+@router.post(
+    "/reports/weekly",
+    summary="Generate a weekly report now (admin)",
+    description="A week that has not ended yet (in the report time zone), or week 53 of a "
+    "year that has 52, is answered 400.",
+    dependencies=_ADMIN,
+)
 def generate_weekly(
     request: Request,
-    week: Annotated[str | None, Query(description="ISO week, e.g. 2026-W48")] = None,
+    week: Annotated[
+        str | None, Query(pattern=WEEK_PATTERN, description="ISO week, e.g. 2026-W48")
+    ] = None,
 ) -> dict[str, Any]:
     jobs = request.app.state.jobs.report
     now: datetime = request.app.state.clock()
@@ -125,20 +154,37 @@ def generate_weekly(
     return _info(stored.info)
 
 
-@router.get("/reports/{report_id}", summary="A stored report's JSON", dependencies=_READ)
-def get_report(request: Request, report_id: int) -> Response:
+@router.get(
+    "/reports/{report_id:int}",
+    summary="A stored report's JSON",
+    dependencies=_READ,
+    responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
+)
+def get_report(request: Request, report_id: Id) -> Response:
     stored = report_store.get_report(request.app.state.engine, report_id)
     return Response(stored.body, media_type="application/json")
 
 
-@router.get("/reports/{report_id}/html", summary="A stored report as HTML", dependencies=_READ)
-def get_report_html(request: Request, report_id: int) -> Response:
+@router.get(
+    "/reports/{report_id:int}/html",
+    summary="A stored report as HTML",
+    dependencies=_READ,
+    response_class=HTMLResponse,
+    responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
+)
+def get_report_html(request: Request, report_id: Id) -> Response:
     stored = report_store.get_report(request.app.state.engine, report_id)
     return HTMLResponse(stored.html)
 
 
-@router.get("/reports/{report_id}/csv", summary="A stored report as CSV", dependencies=_READ)
-def get_report_csv(request: Request, report_id: int) -> Response:
+@router.get(
+    "/reports/{report_id:int}/csv",
+    summary="A stored report as CSV",
+    dependencies=_READ,
+    response_class=Response,
+    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+)
+def get_report_csv(request: Request, report_id: Id) -> Response:
     stored = report_store.get_report(request.app.state.engine, report_id)
     name = f"infersight-{stored.info.kind}-{stored.info.period}.csv"
     return Response(

@@ -12,13 +12,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from api.auth import Scope, requires
-from api.params import Common, common, iso
+from api.errors import described
+from api.params import WINDOW_RULES, Common, common, iso
 from core.quantiles import parse_quantiles, quantile_key
-from core.query import Method
+from core.query import LATENCY_METRICS, Method
 from storage import queries
 
 Params = Annotated[Common, Depends(common)]
 _QUANTILES = "0.5,0.9,0.95,0.99"
+_Q = r"(?:0(?:\.[0-9]{1,9})?|1(?:\.0{1,9})?|\.[0-9]{1,9})"
+#: ``quantiles``: 1 to 32 comma-separated numbers in [0, 1].
+QUANTILES_PATTERN = described(
+    rf"^\s*{_Q}\s*(?:,\s*{_Q}\s*){{0,31}}$", "1 to 32 comma-separated quantiles in [0, 1]"
+)
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))])
 
 
@@ -26,14 +32,20 @@ def _finest(request: Request, params: Common) -> Any:
     return request.app.state.retention.finest_for(params.window, params.now)
 
 
-@router.get("/latency", summary="Latency quantiles per group")
+@router.get("/latency", summary="Latency quantiles per group", description=WINDOW_RULES)
 def latency(
     request: Request,
     params: Params,
     metric: Annotated[
-        str, Query(description="ttft, tpot, e2e, queue, prefill, decode, …")
+        str,
+        Query(
+            description="ttft, tpot, e2e, queue, prefill, decode, …",
+            json_schema_extra={"enum": sorted(LATENCY_METRICS)},
+        ),
     ] = "ttft",
-    quantiles: Annotated[str, Query(description="comma-separated, in [0, 1]")] = _QUANTILES,
+    quantiles: Annotated[
+        str, Query(pattern=QUANTILES_PATTERN, description="comma-separated, in [0, 1]")
+    ] = _QUANTILES,
     method: Annotated[Method, Query(description="auto, exact or sketch")] = Method.AUTO,
 ) -> dict[str, Any]:
     result = queries.latency(
@@ -65,7 +77,11 @@ def latency(
     }
 
 
-@router.get("/throughput", summary="Requests, errors and tokens per second per group")
+@router.get(
+    "/throughput",
+    summary="Requests, errors and tokens per second per group",
+    description=WINDOW_RULES,
+)
 def throughput(request: Request, params: Params) -> dict[str, Any]:
     rows = queries.throughput(
         request.app.state.engine,
@@ -96,7 +112,9 @@ def throughput(request: Request, params: Params) -> dict[str, Any]:
     }
 
 
-@router.get("/breakdown", summary="Share of end-to-end time per stage per group")
+@router.get(
+    "/breakdown", summary="Share of end-to-end time per stage per group", description=WINDOW_RULES
+)
 def breakdown(request: Request, params: Params) -> dict[str, Any]:
     """Each stage's share of the requests' time (end to end, plus a gateway's own time in
     front); the shares add up to at most 1. Stages the engines reported as overlapping (adding

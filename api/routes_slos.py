@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from api import routes_alerts
 from api.auth import Scope, requires
 from api.evaluation import status
+from api.params import Id
 from api.specs import load_document, parse_spec, to_document
 from core.burn import Incident
 from core.errors import InvalidInput
-from core.slo import SloSpec
+from core.slo import NAME_PATTERN, SloSpec
 from storage import incidents, slo_store
+
+STATES = list(incidents.STATES)
 
 router = APIRouter(prefix="/api/v1/slos")
 alerts_router = APIRouter(prefix="/api/v1")
@@ -82,6 +85,8 @@ def get_slo(request: Request, name: str) -> dict[str, Any]:
     "/{name}",
     dependencies=_ADMIN,
     summary="Create or replace an SLO (infersight/v1 or OpenSLO v1, YAML or JSON body)",
+    description="The body is an SLO document; one that does not describe a valid SLO, or "
+    "whose metadata.name differs from the path, is answered 400.",
     status_code=200,
     responses={201: {"description": "Created"}, 200: {"description": "Replaced"}},
     openapi_extra={
@@ -94,7 +99,11 @@ def get_slo(request: Request, name: str) -> dict[str, Any]:
         }
     },
 )
-async def put_slo(request: Request, name: str, response: Response) -> dict[str, Any]:
+async def put_slo(
+    request: Request,
+    name: Annotated[str, Path(pattern=f"^{NAME_PATTERN.pattern}$")],
+    response: Response,
+) -> dict[str, Any]:
     data = load_document(await request.body())
     metadata = data.get("metadata")
     if isinstance(metadata, dict) and "name" not in metadata:
@@ -122,7 +131,9 @@ def delete_slo(request: Request, name: str) -> Response:
 @alerts_router.get("/alerts", dependencies=_READ, summary="Incidents, newest first")
 def alerts(
     request: Request,
-    state: Annotated[str, Query(description="firing, resolved or all")] = "firing",
+    state: Annotated[
+        str, Query(description="firing, resolved or all", json_schema_extra={"enum": STATES})
+    ] = "firing",
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     found = incidents.list_incidents(request.app.state.engine, state, limit)
@@ -132,11 +143,11 @@ def alerts(
 
 
 @alerts_router.get(
-    "/alerts/{incident_id}",
+    "/alerts/{incident_id:int}",
     dependencies=_READ,
     summary="One incident with its diagnosis history and burn-rate timeline",
 )
-def alert(request: Request, incident_id: int) -> dict[str, Any]:
+def alert(request: Request, incident_id: Id) -> dict[str, Any]:
     engine = request.app.state.engine
     incident = incidents.get_incident(engine, incident_id)
     notes = routes_alerts.annotate(engine, [incident])

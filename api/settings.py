@@ -22,6 +22,20 @@ class ApiSettings(BaseSettings):
     insecure_no_auth: bool = Field(
         False, description="Serve without tokens on a non-loopback address (warns at start-up)."
     )
+    allowed_hosts: str = Field(
+        "",
+        description="Host names the API answers to besides its listen address and localhost "
+        "(comma-separated; '.example.com' for a domain and its subdomains, '*' for any).",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="Seconds a client has to send a request's headers."
+    )
+    keep_alive_s: int = Field(
+        5, ge=1, le=300, description="Seconds an idle keep-alive connection stays open."
+    )
+    max_connections: int = Field(
+        256, ge=1, le=100_000, description="Open connections at most; more are closed at once."
+    )
     run_jobs: bool = Field(True, description="Run the scheduled jobs in this process.")
     evaluation_interval_s: float = Field(30.0, gt=0, description="Seconds between SLO evaluations.")
     maintenance_interval_s: float = Field(

@@ -80,7 +80,7 @@ def latency_endpoint(app: Any, window: Window, repeats: int) -> tuple[list[float
     async def run() -> tuple[list[float], str]:
         times, method = [], ""
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             await client.get("/api/v1/latency", params=params)  # warm-up
             for _ in range(repeats):
                 started = time.perf_counter()

@@ -143,7 +143,7 @@ def timed_pages(app: Any, params: dict[str, str], repeats: int) -> dict[str, lis
     async def run() -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             for page in (*PAGES, "reference"):
                 url = "/api/v1/latency" if page == "reference" else f"/ui/{page}"
                 query = {**params, "metric": "ttft"} if page == "reference" else params

@@ -4,13 +4,22 @@ loopback must have a token unless the operator explicitly opted out."""
 from __future__ import annotations
 
 import hmac
+from typing import Final
 
 from core.errors import ConfigurationError
 from core.net import is_loopback
 
+#: The shortest bearer token accepted, as for the API's tokens (``api.auth``).
+MIN_TOKEN_CHARS: Final = 16
+
 
 def check_bind(host: str, token: str | None, insecure_no_auth: bool) -> None:
-    """Refuse to listen on a non-loopback address without a token (unless opted out)."""
+    """Refuse to listen on a non-loopback address without a token (unless opted out), and
+    any token shorter than ``MIN_TOKEN_CHARS``."""
+    if token and len(token.strip()) < MIN_TOKEN_CHARS:
+        raise ConfigurationError(
+            f"the OTLP bearer token is shorter than {MIN_TOKEN_CHARS} characters"
+        )
     if not token and not insecure_no_auth and not is_loopback(host):
         raise ConfigurationError(
             f"listening on {host} needs a bearer token (--token / --token-file) "

@@ -35,6 +35,7 @@ from collector.auth import authorized
 from collector.body import UnsupportedEncoding, inflate, normal_encoding, read_raw
 from collector.ingest import Ingested, Ingestor
 from core.errors import InfersightError, InvalidInput, TooLarge, Unauthorized, Unavailable
+from httpd import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ INLINE_MAX_BYTES: Final = 64 * 1024
 HTTP_IMPL: Final = "httptools" if find_spec("httptools") else "h11"
 LOOP_IMPL: Final = "asyncio"
 _MEDIA: Final = (otlp.PROTOBUF, otlp.JSON)
+#: Connection bounds of the receiver: a server's exporter holds a connection or two and a
+#: scraper one more, so 128 is generous; a client gets 10 s to send a request's headers.
+RECEIVER_LIMITS: Final = ConnectionLimits(
+    header_timeout_s=10.0, keep_alive_s=5, max_connections=128
+)
 
 
 def _error(
@@ -251,7 +257,9 @@ class _QuietServer(uvicorn.Server):
 class HttpServer:
     """uvicorn in a background thread on an already-bound socket (port 0 works)."""
 
-    def __init__(self, app: Starlette, host: str, port: int) -> None:
+    def __init__(
+        self, app: Starlette, host: str, port: int, limits: ConnectionLimits = RECEIVER_LIMITS
+    ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -263,9 +271,10 @@ class HttpServer:
             log_level="warning",
             lifespan="off",
             ws="none",
-            http=HTTP_IMPL,
             loop=LOOP_IMPL,
             access_log=False,
+            # header deadline (slowloris), idle keep-alive, connection and header size caps
+            **limits.uvicorn_options(HTTP_IMPL),
         )
         self._server = _QuietServer(config)
         self._thread = threading.Thread(target=self._run, name="otlp-http", daemon=True)

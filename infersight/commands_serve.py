@@ -16,6 +16,7 @@ from sqlalchemy import Engine, text
 
 from api import create_app
 from api.notifications import notifiers_from_env
+from api.serving import server_config
 from api.settings import ApiSettings
 from core.errors import InvalidInput
 from infersight.cli import current_settings
@@ -91,7 +92,8 @@ def serve(
         prepare=(lambda: migrate.upgrade(engine)) if run_migrations else (lambda: _probe(engine)),
     )
     try:
-        uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
+        config = server_config(app, host, port, api_settings, app.state.tokens.scopes)
+        uvicorn.Server(config).run()
     finally:
         client.close()
         engine.dispose()

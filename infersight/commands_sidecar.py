@@ -70,7 +70,14 @@ def _service_models(pairs: tuple[str, ...]) -> dict[str, str]:
 def _token(token: str | None, token_file: Path | None) -> str | None:
     if token_file is not None:
         return token_file.read_text().strip() or None
-    return token or os.environ.get("INFERSIGHT_OTLP_TOKEN") or None
+    if token:
+        click.echo(
+            "warning: --token is readable by every local user in the process list "
+            "(/proc/PID/cmdline); prefer --token-file or INFERSIGHT_OTLP_TOKEN",
+            err=True,
+        )
+        return token
+    return os.environ.get("INFERSIGHT_OTLP_TOKEN") or None
 
 
 def _store_url(ctx: click.Context, store: str | None) -> str:
@@ -157,9 +164,17 @@ def _store_url(ctx: click.Context, store: str | None) -> str:
 @click.option(
     "--max-body-bytes", default=20 * 1024 * 1024, show_default=True, type=click.IntRange(min=1024)
 )
-@click.option("--token", default=None, help="Bearer token the receivers require.")
 @click.option(
-    "--token-file", default=None, type=click.Path(dir_okay=False, exists=True, path_type=Path)
+    "--token",
+    default=None,
+    help="Bearer token the receivers require (16+ characters). Visible in the process list: "
+    "prefer --token-file or INFERSIGHT_OTLP_TOKEN.",
+)
+@click.option(
+    "--token-file",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A file holding the bearer token.",
 )
 @click.option(
     "--insecure-no-auth", is_flag=True, help="Allow non-loopback listening without a token."

@@ -34,6 +34,7 @@ import uvicorn
 from sqlalchemy import Engine, func, select
 
 from api import create_app
+from api.serving import limits_of
 from api.settings import ApiSettings
 from collector.gpu.source import build_gpu_sampler
 from collector.periodic import Sampler
@@ -255,7 +256,13 @@ class LiveDemo:
             exact_max_rows=self.settings.exact_max_rows,
         )
         config = uvicorn.Config(
-            app, host=self.host, port=self.port, log_level="warning", ws="none", lifespan="on"
+            app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            ws="none",
+            lifespan="on",
+            **limits_of(api_settings).uvicorn_options(),
         )
         self._api = uvicorn.Server(config)
         self._api_thread = threading.Thread(target=self._api.run, name="demo-api", daemon=True)

@@ -447,3 +447,15 @@ good_token_counts = Table(
     Column("good_tokens", BigInteger, nullable=False),
     PrimaryKeyConstraint("ttft_s", "tpot_s", "e2e_s", "resolution", "bucket", *GROUP_LABELS),
 )
+
+# -- Dashboard sessions (issue 14) -----------------------------------------------------------
+
+#: Signed-out dashboard sessions: the SHA-256 of the cookie, kept until it would have expired.
+revoked_sessions = Table(
+    "revoked_sessions",
+    metadata,
+    Column("digest", String(64), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("digest"),
+    Index("ix_revoked_sessions_expires_at", "expires_at"),
+)

@@ -40,7 +40,9 @@ class Api:
     def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         async def call() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://localhost"
+            ) as client:
                 headers = {**self.headers, **kwargs.pop("headers", {})}
                 return await client.request(method, url, headers=headers, **kwargs)
 

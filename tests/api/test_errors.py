@@ -41,7 +41,7 @@ def test_an_unexpected_exception_is_an_internal_error_without_its_details(api):
 
     async def call() -> httpx.Response:
         transport = httpx.ASGITransport(app=api.app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             return await client.get("/boom")
 
     response = asyncio.run(call())

@@ -67,7 +67,7 @@ def test_a_receiver_beyond_loopback_needs_a_token_or_an_explicit_opt_out() -> No
 
     check_bind("127.0.0.1", None, insecure_no_auth=False)
     check_bind("::1", None, insecure_no_auth=False)
-    check_bind("0.0.0.0", "token", insecure_no_auth=False)
+    check_bind("0.0.0.0", "a-token-of-16-chars", insecure_no_auth=False)
     check_bind("0.0.0.0", None, insecure_no_auth=True)
     with pytest.raises(ConfigurationError):
         check_bind("0.0.0.0", None, insecure_no_auth=False)

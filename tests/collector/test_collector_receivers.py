@@ -252,18 +252,21 @@ def test_a_full_spool_answers_503_with_retry_after_and_grpc_unavailable(
 
 
 def test_a_bearer_token_is_required_when_configured(make_receiver: Callable[..., Receiver]) -> None:
-    receiver = make_receiver(token="s3cret")
+    receiver = make_receiver(token="s3cret-0123456789")
     body = encoded(vllm_spans(1))
     assert post(receiver, body, PROTOBUF).status_code == 401
     assert post(receiver, body, {**PROTOBUF, "authorization": "Bearer wrong"}).status_code == 401
-    assert post(receiver, body, {**PROTOBUF, "authorization": "Bearer s3cret"}).status_code == 200
+    assert (
+        post(receiver, body, {**PROTOBUF, "authorization": "Bearer s3cret-0123456789"}).status_code
+        == 200
+    )
     request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
     with grpc.insecure_channel(receiver.target) as channel:
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
         with pytest.raises(grpc.RpcError) as caught:
             stub.Export(request, timeout=10)
         assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
-        stub.Export(request, timeout=10, metadata=[("authorization", "Bearer s3cret")])
+        stub.Export(request, timeout=10, metadata=[("authorization", "Bearer s3cret-0123456789")])
     assert len(receiver.records()) == 2
 
 

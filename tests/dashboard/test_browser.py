@@ -262,4 +262,12 @@ def test_with_tokens_a_viewer_signs_in_with_a_read_token(live_auth: Live, page: 
     page.tab.wait_for_url(re.compile(r"/ui/login"))
     page.goto(f"{live_auth.url}/ui/overview")
     assert urlparse(page.tab.url).path == "/ui/login"
+    # A copy of the signed-out cookie, put back in the browser, is refused by the server.
+    page.tab.context.add_cookies([cookie])
+    page.goto(f"{live_auth.url}/ui/overview")
+    assert urlparse(page.tab.url).path == "/ui/login"
+    # and signing in again (the same form, same-origin) still works
+    page.tab.fill("#token", READ_TOKEN)
+    page.tab.click("button[type=submit]")
+    page.tab.wait_for_url(re.compile(r"/ui/overview"))
     assert [p for p in page.problems if "401" not in p] == []

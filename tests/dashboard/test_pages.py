@@ -53,7 +53,7 @@ class Client:
         async def call() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app)
             async with httpx.AsyncClient(
-                transport=transport, base_url="http://test", cookies=self.cookies
+                transport=transport, base_url="http://localhost", cookies=self.cookies
             ) as client:
                 return await client.request(method, url, **kwargs)
 
@@ -279,6 +279,6 @@ def test_a_sign_in_posted_from_another_site_is_refused(sqlite_store: Store):
     assert foreign.status_code == 403
     assert "set-cookie" not in foreign.headers
     same = client.request(
-        "POST", "/ui/login", data={"token": READ}, headers={"origin": "http://test"}
+        "POST", "/ui/login", data={"token": READ}, headers={"origin": "http://localhost"}
     )
     assert same.status_code == 303

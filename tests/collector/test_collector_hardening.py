@@ -1,0 +1,89 @@
+"""Issue 14 on the sidecar: tokens of 16+ characters, the --token flag warned about, and an
+HTTP receiver that closes connections which never complete their headers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collector.auth import MIN_TOKEN_CHARS, check_bind
+from collector.http_receiver import HttpServer, create_app
+from collector.ingest import Ingestor
+from collector.mapping import MappingContext
+from collector.metrics import CollectorMetrics
+from collector.otlp import Limits
+from collector.sidecar import SidecarConfig
+from collector.spool import Spool, SpoolConfig
+from core.errors import ConfigurationError
+from httpd import ConnectionLimits
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("token", ["s3cret", "x" * (MIN_TOKEN_CHARS - 1), "  short-token  "])
+def test_a_sidecar_token_shorter_than_the_apis_minimum_is_refused(token, tmp_path):
+    with pytest.raises(ConfigurationError, match="shorter than 16"):
+        check_bind("127.0.0.1", token, insecure_no_auth=False)
+    with pytest.raises(ConfigurationError, match="shorter than 16"):
+        SidecarConfig(instance="i", spool_dir=tmp_path, token=token)
+    SidecarConfig(instance="i", spool_dir=tmp_path, token="x" * MIN_TOKEN_CHARS)
+
+
+def _sidecar(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from infersight.commands_sidecar import sidecar; sidecar()",
+         "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "127.0.0.1:0", "--gpu-source", "none",
+         "--store", "sqlite:///:memory:", *args],
+        check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )  # fmt: skip
+
+
+def test_the_token_flag_warns_that_the_process_list_shows_it(tmp_path):
+    # A short token makes the sidecar exit at start-up, after the flag was read.
+    result = _sidecar("--token", "short", "--spool-dir", str(tmp_path / "s"))
+    assert result.returncode != 0
+    assert "--token is readable by every local user" in result.stderr
+    assert "shorter than 16" in result.stderr + result.stdout
+    assert "short" not in result.stderr.replace("shorter", "")  # the token is not echoed
+    from_env = _sidecar("--spool-dir", str(tmp_path / "e"), env={"INFERSIGHT_OTLP_TOKEN": "tiny"})
+    assert from_env.returncode != 0
+    assert "--token is readable" not in from_env.stderr
+
+
+@pytest.mark.e2e
+def test_the_http_receiver_closes_idle_and_slowloris_connections(tmp_path):
+    spool = Spool(SpoolConfig(tmp_path / "spool"))
+    ingestor = Ingestor(spool, MappingContext("n"), CollectorMetrics(), Limits(), 0.0)
+    limits = ConnectionLimits(header_timeout_s=1.0, keep_alive_s=1, max_connections=4)
+    server = HttpServer(create_app(ingestor), "127.0.0.1", 0, limits=limits).start()
+    try:
+        idle = socket.create_connection(("127.0.0.1", server.port))
+        idle.settimeout(None)
+        assert idle.recv(1024) == b""  # closed by the server, with nothing sent
+        slow = socket.create_connection(("127.0.0.1", server.port))
+        slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")
+        slow.settimeout(0.2)
+        closed = False
+        while not closed:
+            try:
+                slow.sendall(b"X")
+                closed = slow.recv(1024) == b""
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+        held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(4)]
+        held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        held[0].settimeout(None)
+        assert held[0].recv(1024).startswith(b"HTTP/1.1 200")
+        for s in (idle, slow, *held):
+            s.close()
+    finally:
+        server.stop()
+        spool.close()
