@@ -17,7 +17,6 @@ from simulator.faults import EXPECTED_CAUSE, Fault, FaultKind
 from simulator.profiles import ModelProfile
 from simulator.workload import ArrivalProcess, RequestMix
 
-
 #: Data-parallel engines one simulated instance may run.
 MAX_ENGINES: Final = 16
 

@@ -19,9 +19,9 @@ Spans are the SDK's own ``ReadableSpan``s built with their virtual times and ids
 tracer API would stamp wall-clock times and draw ids), handed to one ``BatchSpanProcessor``
 per service and instance (resource ``service.name`` / ``service.instance.id``) whose real
 exporter sends them; ``write`` flushes (unless told not to, as in real-time mode), so export
-keeps pace with virtual time and no span is dropped for a full queue. The endpoint picks the exporter: ``http(s)://…`` → OTLP/HTTP
-protobuf (``/v1/traces`` appended when missing), ``grpc://host:port`` → OTLP/gRPC (insecure
-on loopback).
+keeps pace with virtual time and no span is dropped for a full queue. The endpoint picks the
+exporter: ``http(s)://…`` → OTLP/HTTP protobuf (``/v1/traces`` appended when missing),
+``grpc://host:port`` → OTLP/gRPC (insecure on loopback).
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ class OtlpSink:
             root,
             root_start,
             tok_end,
-            {"gen_ai.usage.input_tokens": r.input_tokens or 0},
+            {"app.prompt.tokens": r.input_tokens or 0},
             scope=_CLIENT_SCOPE,
         )
         if gateway_ns:
@@ -398,7 +398,7 @@ class OtlpSink:
     def close(self) -> None:
         for route in self._routes.values():
             route.processor.force_flush(self._flush_ms)
-            route.processor.shutdown()
+            route.processor.shutdown()  # type: ignore[no-untyped-call]
 
     @property
     def exported(self) -> int:

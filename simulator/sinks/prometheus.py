@@ -1,9 +1,10 @@
 """vLLM-style and dcgm-exporter-style ``/metrics`` for simulated servers (prometheus_client).
 
 Each instance gets two ``CollectorRegistry``s of its own: the server's (vLLM V1 names, labels
-``model_name`` and ``engine`` — one series per data-parallel engine —, vLLM's default buckets) and its GPUs' (dcgm-exporter field
-names with labels ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``; power in W, frame
-buffer in MiB, energy in mJ). Histograms are kept as bucket counts so that a request's
+``model_name`` and ``engine`` — one series per data-parallel engine —, vLLM's default
+buckets; or SGLang's, with ``dp_rank``) and its GPUs' (dcgm-exporter field names with labels
+``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``; power in W, frame buffer in MiB,
+energy in mJ). Histograms are kept as bucket counts so that a request's
 ``n − 1`` inter-token latencies are added in one go; custom collectors expose them.
 """
 
@@ -131,8 +132,9 @@ class VllmCollector(Collector):
     ``model_name`` and ``engine`` (``"0"`` … ``"N-1"`` for N data-parallel engines, each with
     its own KV usage, queues, counters and histograms)."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, histograms: bool = True) -> None:
         self._model = model_name
+        self._histograms = histograms
         self._lock = threading.Lock()
         self._engines: dict[int, _EngineState] = {0: _EngineState()}
 
@@ -202,7 +204,7 @@ class VllmCollector(Collector):
                 for reason, count in sorted(state.success.items()):
                     success.add_metric([*values, reason], count)
             yield success
-            for name, (doc, _) in _HISTOGRAMS.items():
+            for name, (doc, _) in _HISTOGRAMS.items() if self._histograms else ():
                 family = HistogramMetricFamily(name, doc, labels=names)
                 for values, state in engines:
                     hist = state.hists[name]
@@ -231,8 +233,9 @@ class SglangCollector(Collector):
     """The server's metrics as SGLang exposes them: labels ``model_name``, ``tp_rank`` and,
     per data-parallel rank, ``dp_rank`` (each rank its own scheduler, queue and KV pool)."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, histograms: bool = True) -> None:
         self._model = model_name
+        self._histograms = histograms
         self._lock = threading.Lock()
         self._ranks: dict[int, dict[str, float]] = {}
         self._hists: dict[int, dict[str, Hist]] = {}
@@ -282,7 +285,7 @@ class SglangCollector(Collector):
                 for labels, i in ranks:
                     c.add_metric(labels, self._ranks[i][key])
                 yield c
-            for name, (doc, key) in _SGLANG_HISTOGRAMS.items():
+            for name, (doc, key) in _SGLANG_HISTOGRAMS.items() if self._histograms else ():
                 family = HistogramMetricFamily(name, doc, labels=names)
                 for labels, i in ranks:
                     hist = self._hists[i][key]
@@ -375,9 +378,12 @@ class MetricsSink:
     """Keeps every instance's server (vLLM, or SGLang with ``flavour="sglang"``) and
     dcgm-exporter registries current."""
 
-    def __init__(self, flavour: str = "vllm") -> None:
+    def __init__(self, flavour: str = "vllm", *, histograms: bool = True) -> None:
+        """``histograms=False`` leaves the latency histograms out of the server's exposition
+        (what a sidecar reads from a scrape is its gauges and counters)."""
         if flavour not in ("vllm", "sglang"):
             raise InvalidInput("the simulated /metrics flavour is vllm or sglang")
+        self._histograms = histograms
         self._server_kind = VllmCollector if flavour == "vllm" else SglangCollector
         self._vllm: dict[str, tuple[CollectorRegistry, VllmCollector | SglangCollector]] = {}
         self._dcgm: dict[str, tuple[CollectorRegistry, DcgmCollector]] = {}
@@ -386,7 +392,7 @@ class MetricsSink:
         """The instance's server collector (named for the default flavour)."""
         if instance not in self._vllm:
             registry = CollectorRegistry(auto_describe=False)
-            collector = self._server_kind(model_name)
+            collector = self._server_kind(model_name, self._histograms)
             registry.register(collector)
             self._vllm[instance] = (registry, collector)
         return self._vllm[instance][1]
