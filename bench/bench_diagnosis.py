@@ -494,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> Sequence[PathOutcome | Any]:
     parser.add_argument("--quick", action="store_true", help="the matrix's smoke subset")
     parser.add_argument("--cell", action="append", help="matrix cells whose name contains this")
     parser.add_argument("--out", help="also write the matrix's table to this file")
+    parser.add_argument("--json", help="also write every cell's outcome as JSON to this file")
     parser.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
     parser.add_argument(
         "--pre-roll",
@@ -540,6 +541,9 @@ def matrix(args: argparse.Namespace) -> list[Any]:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
+    if args.json:
+        document = [o.to_dict() for o in outcomes]
+        Path(args.json).write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
     return outcomes
 
 

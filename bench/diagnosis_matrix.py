@@ -456,6 +456,31 @@ class CellOutcome:
     def passed(self) -> bool:
         return not self.problems
 
+    def to_dict(self) -> dict[str, Any]:
+        c = self.cell
+        return {
+            "cell": c.name,
+            "family": c.family,
+            "gpu": c.gpu,
+            "engines": c.engines,
+            "client_spans": c.client,
+            "faults": [
+                {
+                    "kind": f.kind.value,
+                    "instance": f.instance,
+                    "start_s": f.start_s,
+                    "end_s": f.end_s,
+                    "expected": list(expected_causes(f, c.gpu)),
+                }
+                for f in c.faults
+            ],
+            "sent": self.sent,
+            "stored": self.stored,
+            "wall_s": self.wall_s,
+            "problems": list(self.problems),
+            "incidents": [dataclasses.asdict(s) for s in self.seen],
+        }
+
 
 class _Feed:
     """What the run hands the real path, interval by interval: spans of the requests that
@@ -647,13 +672,10 @@ def judge(cell: Cell, seen: Sequence[Seen], sent: int, stored: int) -> tuple[str
         return tuple(problems)
     if not seen:
         return (*problems, "no incident opened")
-    for s in seen:
-        if not s.paged:
-            problems.append(f"{s.slo}: opened without a page")
-        if s.state != "resolved":
-            problems.append(
-                f"{s.slo}: still {s.state} {cell.after_s / 60:.0f} min after the fault cleared"
-            )
+    # Whether an incident resolved is reported, not judged: the policy may rightly hold a
+    # ticket while the long windows still burn (a 5-minute total loss keeps a 2 h window of a
+    # 99.9 % SLO above 3× for over an hour).
+    problems.extend(f"{s.slo}: opened without a page" for s in seen if not s.paged)
     if len(cell.faults) == 1:
         problems.extend(_judge_single(cell, seen))
     else:
@@ -667,7 +689,7 @@ def _judge_single(cell: Cell, seen: Sequence[Seen]) -> list[str]:
     fallback = wanted != (fault.cause,)
     problems = []
     for s in seen:
-        for when, d in (("page", s.paged), ("cleared+20m", s.final)):
+        for when, d in (("page", s.paged), ("after clearing", s.final)):
             if not _names(d, wanted, fault.instance):
                 problems.append(
                     f"{s.slo} {when}: {d.get('cause')} on {d.get('instance') or '-'} "
@@ -689,7 +711,7 @@ def _judge_overlap(cell: Cell, seen: Sequence[Seen]) -> list[str]:
         if not any(_names(s.paged, wanted, fault.instance) for s in seen):
             problems.append(f"{fault.cause} on {fault.instance}: no incident paged with it")
     for s in seen:
-        for when, d in (("page", s.paged), ("cleared+20m", s.final)):
+        for when, d in (("page", s.paged), ("after clearing", s.final)):
             if not any(_names(d, expected_causes(f, cell.gpu), f.instance) for f in cell.faults):
                 problems.append(f"{s.slo} {when}: {d.get('cause')} on {d.get('instance') or '-'}")
     return problems
@@ -719,7 +741,7 @@ def _short(d: Mapping[str, Any]) -> str:
 def progress_line(o: CellOutcome) -> str:
     first = o.seen[0] if o.seen else None
     page = _short(first.paged) if first else "no incident"
-    verdict = "PASS" if o.passed else "FAIL"
+    verdict = "PASS" if o.passed else f"FAIL ({len(o.problems)}: {o.problems[0]})"
     return f"cell {o.cell.name:46} {page:34} {o.sent:7d} requests {o.wall_s:6.1f} s {verdict}"
 
 
