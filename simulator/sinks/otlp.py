@@ -365,11 +365,15 @@ class OtlpSink:
             root,
             call_start,
             call_end,
-            {
+            {  # what opentelemetry-instrumentation-openai-v2 records on its CLIENT span
                 "gen_ai.operation.name": "chat",
                 "gen_ai.system": "openai",
                 "gen_ai.request.model": r.model,
+                "gen_ai.response.model": r.model,
+                "gen_ai.usage.input_tokens": r.input_tokens or 0,
+                "gen_ai.usage.output_tokens": r.output_tokens or 0,
                 "server.address": r.instance,
+                "server.port": 8000,
             },
             scope=_CLIENT_SCOPE,
         )
