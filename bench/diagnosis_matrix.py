@@ -97,21 +97,19 @@ AFTER_S: Final = 1200.0
 LOW_RATE: Final = 1.0
 LAND_TIMEOUT_S: Final = 120.0
 
-#: The causes a right diagnosis may name when there are no GPU samples, for the injected
-#: causes whose telling evidence is on the GPU (clocks and throttle reasons, ECC errors, an
-#: idle GPU). Derived from what each fault does (``simulator.faults``) and the symptom table
-#: of issue 13, never from a diagnosis: a throttled board slows decoding on one instance —
-#: TPOT up, decode time per token up — which is ``decode_bound`` ("GPU side, cannot tell
-#: compute from bandwidth"); a failing board is one instance slower than its peers at GPU
-#: work (``instance_degraded`` still has its peer comparison, or ``decode_bound``); a starved
-#: host slows the tokenizer and the scheduler loop of one instance, which spans show as
-#: preprocessing and host time (``host_bound`` or ``preprocessing_slow``) or, from latency
-#: alone, as that instance being slower than its peers (``instance_degraded``). Each must
-#: come with a non-empty ``missing_evidence``.
+#: What a right diagnosis names when there are no GPU samples, for the injected causes whose
+#: telling evidence is on the GPU (clocks and throttle reasons, ECC errors, an idle GPU) —
+#: derived from what each fault does (``simulator.faults``) and issue 13's symptom table,
+#: never from a diagnosis, and the same as the rules' ``EXPECTED_CAUSE_WITHOUT_GPU``: a
+#: throttled and a degraded board both slow decoding on one instance, which without clocks,
+#: clock-event reasons and ECC counters look alike — the GPU side, compute or bandwidth
+#: unknown (``decode_bound``); a starved host still shows in its slow tokenizer together with
+#: slow decode steps (``host_bound``, its idle GPU unseen). Each of these must come with a
+#: non-empty ``missing_evidence``; the other causes never needed GPU samples.
 FALLBACK_WITHOUT_GPU: Final = {
     "gpu_throttled": ("decode_bound",),
-    "instance_degraded": ("instance_degraded", "decode_bound"),
-    "host_bound": ("host_bound", "preprocessing_slow", "instance_degraded"),
+    "instance_degraded": ("decode_bound",),
+    "host_bound": ("host_bound",),
 }
 
 FAULT_FILES: Final = {
@@ -686,7 +684,7 @@ def judge(cell: Cell, seen: Sequence[Seen], sent: int, stored: int) -> tuple[str
 def _judge_single(cell: Cell, seen: Sequence[Seen]) -> list[str]:
     [fault] = cell.faults
     wanted = expected_causes(fault, cell.gpu)
-    fallback = wanted != (fault.cause,)
+    fallback = not cell.gpu and fault.cause in FALLBACK_WITHOUT_GPU
     problems = []
     for s in seen:
         for when, d in (("page", s.paged), ("after clearing", s.final)):
