@@ -495,6 +495,9 @@ def main(argv: Sequence[str] | None = None) -> Sequence[PathOutcome | Any]:
     parser.add_argument("--cell", action="append", help="matrix cells whose name contains this")
     parser.add_argument("--out", help="also write the matrix's table to this file")
     parser.add_argument("--json", help="also write every cell's outcome as JSON to this file")
+    parser.add_argument(
+        "--table", help="print the table of a past run's --json file, judged again; run nothing"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
     parser.add_argument(
         "--pre-roll",
@@ -506,6 +509,13 @@ def main(argv: Sequence[str] | None = None) -> Sequence[PathOutcome | Any]:
     args = parser.parse_args(argv)
     if args.scenario or args.shipped:
         return shipped(args)
+    if args.table:
+        document = json.loads(Path(args.table).read_text(encoding="utf-8"))
+        outcomes = diagnosis_matrix.rejudged(document)
+        print(diagnosis_matrix.table(outcomes))
+        print()
+        print(diagnosis_matrix.incidents_table(outcomes))
+        return outcomes
     return matrix(args)
 
 

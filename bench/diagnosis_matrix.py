@@ -811,6 +811,20 @@ def summary(outcomes: Sequence[CellOutcome]) -> str:
     return "\n".join(f"{label + ':':42} {n}/{total}" for label, n, total in rows)
 
 
+def rejudged(document: Sequence[Mapping[str, Any]]) -> list[CellOutcome]:
+    """Outcomes read back from ``--json`` output and judged again (the table of a past run
+    under the current expectations): cells are matched by name."""
+    cells = {c.name: c for c in [*matrix_cells(), *quick_cells()]}
+    out = []
+    for item in document:
+        cell = cells[item["cell"]]
+        seen = tuple(Seen(**s) for s in item["incidents"])
+        sent, stored = int(item["sent"]), int(item["stored"])
+        problems = judge(cell, seen, sent, stored)
+        out.append(CellOutcome(cell, seen, sent, stored, float(item["wall_s"]), problems))
+    return out
+
+
 def incidents_table(outcomes: Sequence[CellOutcome]) -> str:
     lines = [f"{'cell':46} {'slo':16} {'opened':>7}  page → +20 min after clearing (state)"]
     for o in outcomes:
