@@ -6,6 +6,13 @@ candidate, scored by the rule's weight, its supporting evidence and how badly th
 hurt compared with the worst one. Candidates are ranked per cause; the best is the diagnosis,
 the rest its alternatives. No IO, no clock: the caller passes everything in.
 
+Telemetry is often partial (``alerts.matching``): a rule that needs a signal family the
+instance lacks (no GPU samples, no engine ``/metrics``, no stage spans) is skipped, and when no
+rule explains an instance, the pack's fallbacks name the cause its symptom pattern supports
+(``decode_bound`` for a decode slowdown without GPU samples). Every candidate loses
+``unchecked_penalty`` of its score per family it could not read, and says so in
+``missing_evidence``.
+
 Errors have no cause of their own in the contract's vocabulary: a failure that no rule
 explains (a total outage, a bad deploy) stays ``unknown``, but its evidence says what fails —
 the error ratio against the reference and the most frequent error types (``error_type:NAME``,
@@ -16,14 +23,16 @@ the rule pack blames that instance (``instance_degraded``).
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from alerts.rules import Cause, CauseRule, Condition, RulePack
-from core.signals import InstanceSignals, WindowSignals
+from alerts.matching import Context, Evidence, holds, judge, missing_evidence, ratio
+from alerts.rules import Cause, RulePack
+from core.signals import WindowSignals
+
+__all__ = ["Candidate", "Diagnosis", "Evidence", "by_cause", "diagnose", "ratio", "step_onset"]
 
 #: Below this, a reference value counts as zero (ratios then become infinite or 1).
 _TINY: Final = 1e-12
@@ -40,29 +49,12 @@ ErrorCounts = Mapping[str, Mapping[str, int]]
 
 
 @dataclass(frozen=True, slots=True)
-class Evidence:
-    signal: str
-    current: float
-    baseline: float | None
-    ratio: float | None
-    instance: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "signal": self.signal,
-            "instance": self.instance,
-            "current": _finite(self.current),
-            "baseline": _finite(self.baseline),
-            "ratio": _finite(self.ratio),
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class Candidate:
     cause: Cause
     confidence: float
     instance: str
     evidence: tuple[Evidence, ...] = ()
+    missing_evidence: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,12 +62,16 @@ class Candidate:
             "confidence": round(self.confidence, 3),
             "instance": self.instance,
             "evidence": [e.to_dict() for e in self.evidence],
+            "missing_evidence": list(self.missing_evidence),
         }
 
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
-    """The contract's diagnosis: top cause, confidence, evidence, ranked alternatives."""
+    """The contract's diagnosis: top cause, confidence, evidence, ranked alternatives, and
+    what could not be checked for want of telemetry (``missing_evidence``, one sentence per
+    absent signal family: "no GPU samples for vllm-8b-0: cannot tell compute from memory
+    bandwidth")."""
 
     cause: Cause
     confidence: float
@@ -83,6 +79,7 @@ class Diagnosis:
     evidence: tuple[Evidence, ...]
     alternatives: tuple[Candidate, ...]
     symptoms: tuple[Evidence, ...] = ()
+    missing_evidence: tuple[str, ...] = ()
 
     @property
     def ranked(self) -> tuple[Cause, ...]:
@@ -96,91 +93,21 @@ class Diagnosis:
             "evidence": [e.to_dict() for e in self.evidence],
             "alternatives": [c.to_dict() for c in self.alternatives],
             "symptoms": [e.to_dict() for e in self.symptoms],
+            "missing_evidence": list(self.missing_evidence),
         }
 
 
-def _finite(value: float | None) -> float | None:
-    if value is None or not math.isfinite(value):
-        return None
-    return round(value, 6)
+def _symptoms(pack: RulePack, ctx: Context) -> dict[str, Evidence | None]:
+    """The symptoms that hold for the instance, with their evidence."""
+    out = {}
+    for name, cond in pack.symptoms:
+        held, evidence = holds(cond, ctx)
+        if held:
+            out[name] = evidence
+    return out
 
 
-def ratio(current: float, reference: float | None) -> float | None:
-    """``current / reference``; a zero reference gives ∞ (or 1 when both are zero)."""
-    if reference is None:
-        return None
-    if abs(reference) <= _TINY:
-        return math.inf if current > _TINY else 1.0
-    return current / reference
-
-
-@dataclass(frozen=True, slots=True)
-class _Context:
-    """One instance in both windows, its peers, and the symptoms that hold for it."""
-
-    now: InstanceSignals
-    ref: InstanceSignals | None
-    peers: tuple[InstanceSignals, ...]
-    symptoms: frozenset[str] = frozenset()
-
-    def peer_median(self, signal: str) -> float | None:
-        values = [v for p in self.peers if (v := p.get(signal)) is not None]
-        return statistics.median(values) if values else None
-
-
-def _holds(cond: Condition, ctx: _Context) -> tuple[bool, Evidence | None]:
-    if cond.symptom:
-        return cond.symptom in ctx.symptoms, None
-    current = ctx.now.get(cond.signal)
-    if current is None:
-        return False, None
-    reference = ctx.ref.get(cond.signal) if ctx.ref is not None else None
-    r = ratio(current, reference)
-    checks = [
-        cond.above is None or current > cond.above,
-        cond.below is None or current < cond.below,
-        cond.ratio_above is None or (r is not None and r >= cond.ratio_above),
-        cond.ratio_below is None or (r is not None and r <= cond.ratio_below),
-    ]
-    evidence = Evidence(cond.signal, current, reference, r, ctx.now.instance)
-    if cond.peer_ratio_above is not None:
-        peer = ctx.peer_median(cond.signal)
-        pr = ratio(current, peer)
-        checks.append(pr is not None and pr >= cond.peer_ratio_above)
-        if cond.ratio_above is None:
-            evidence = Evidence(cond.signal, current, peer, pr, ctx.now.instance)
-    return all(checks), evidence
-
-
-def _match(rule: CauseRule, ctx: _Context) -> tuple[float, tuple[Evidence, ...]] | None:
-    """The rule's strength for this instance and its evidence, or ``None`` if it fails."""
-    evidence: dict[str, Evidence] = {}
-
-    def check(conds: tuple[Condition, ...]) -> list[bool]:
-        out = []
-        for cond in conds:
-            ok, ev = _holds(cond, ctx)
-            out.append(ok)
-            if ok and ev is not None:
-                evidence.setdefault(ev.signal, ev)
-        return out
-
-    if not all(check(rule.when)):
-        return None
-    if rule.any and not any(check(rule.any)):
-        return None
-    if any(_holds(cond, ctx)[0] for cond in rule.unless):
-        return None
-    support = check(rule.support)
-    share = sum(support) / len(support) if support else 1.0
-    return rule.weight * (0.7 + 0.3 * share), tuple(evidence.values())
-
-
-def _symptoms(pack: RulePack, ctx: _Context) -> frozenset[str]:
-    return frozenset(name for name, cond in pack.symptoms if _holds(cond, ctx)[0])
-
-
-def _impact(ctx: _Context) -> float:
+def _impact(ctx: Context) -> float:
     """How badly the instance is hurt: log of its worst latency ratio, plus error growth."""
     worst = 1.0
     for signal in ("ttft_p90", "tpot_p90", "e2e_p90"):
@@ -194,7 +121,7 @@ def _impact(ctx: _Context) -> float:
     return math.log(worst) + max(0.0, errors) * 10.0
 
 
-def _contexts(pack: RulePack, current: WindowSignals, reference: WindowSignals) -> list[_Context]:
+def _contexts(pack: RulePack, current: WindowSignals, reference: WindowSignals) -> list[Context]:
     refs = reference.by_instance()
     out = []
     for now in current.instances:
@@ -204,32 +131,30 @@ def _contexts(pack: RulePack, current: WindowSignals, reference: WindowSignals) 
         if ref is None or (ref.get("requests") or 0) < pack.min_requests:
             continue
         same = [p for p in current.instances if p.instance != now.instance and p.model == now.model]
-        ctx = _Context(now, ref, tuple(same))
-        out.append(_Context(now, ref, ctx.peers, _symptoms(pack, ctx)))
+        ctx = Context(now, ref, tuple(same))
+        out.append(Context(now, ref, ctx.peers, _symptoms(pack, ctx)))
     return out
 
 
-def _symptom_evidence(ctx: _Context) -> tuple[Evidence, ...]:
+def _symptom_evidence(ctx: Context) -> tuple[Evidence, ...]:
     out = []
     for signal in _SYMPTOM_SIGNALS:
         current = ctx.now.get(signal)
         if current is None:
             continue
         reference = ctx.ref.get(signal) if ctx.ref else None
-        out.append(
-            Evidence(signal, current, reference, ratio(current, reference), ctx.now.instance)
-        )
+        out.append(Evidence(signal, current, reference, ratio(current, reference), ctx.instance))
     return tuple(out)
 
 
-def _errors_of(contexts: list[_Context], errors: ErrorCounts, at_reference: bool) -> Counter[str]:
+def _errors_of(contexts: list[Context], errors: ErrorCounts, at_reference: bool) -> Counter[str]:
     out: Counter[str] = Counter()
     for ctx in contexts:
         out.update(errors.get((ctx.ref if at_reference and ctx.ref else ctx.now).instance, {}))
     return out
 
 
-def _failed(contexts: list[_Context], reference: bool) -> tuple[float, float]:
+def _failed(contexts: list[Context], reference: bool) -> tuple[float, float]:
     """(failed requests, requests) over ``contexts`` in one window."""
     failed = total = 0.0
     for ctx in contexts:
@@ -241,12 +166,12 @@ def _failed(contexts: list[_Context], reference: bool) -> tuple[float, float]:
 
 
 def _error_evidence(
-    failing: list[_Context], errors: ErrorCounts, reference_errors: ErrorCounts
+    failing: list[Context], errors: ErrorCounts, reference_errors: ErrorCounts
 ) -> tuple[Evidence, ...]:
     """What fails on ``failing`` instances: their error ratio, then the top error types."""
     if not failing:
         return ()
-    instance = failing[0].now.instance if len(failing) == 1 else ""
+    instance = failing[0].instance if len(failing) == 1 else ""
     now_failed, now_total = _failed(failing, reference=False)
     ref_failed, ref_total = _failed(failing, reference=True)
     current = now_failed / now_total if now_total else 0.0
@@ -283,39 +208,72 @@ def diagnose(
         return Diagnosis(Cause.UNKNOWN, 0.0, "", (), (), symptoms)
     top_impact = max(*(_impact(c) for c in hurt), _TINY)
     best: dict[Cause, Candidate] = {}
+    gaps: dict[str, tuple[str, ...]] = {}
     for ctx in hurt:
         scale = 0.5 + 0.5 * min(1.0, _impact(ctx) / top_impact)
-        matches = []
-        for rule in pack.causes:
-            found = _match(rule, ctx)
-            if found is not None:
-                matches.append((found[0], rule.cause, found[1]))
-        matches.sort(key=lambda m: m[0], reverse=True)
-        for rank, (strength, cause, evidence) in enumerate(matches):
-            confidence = strength * scale * (1.0 if rank == 0 else _SECONDARY)
-            held = best.get(cause)
+        found, gaps[ctx.instance] = _candidates(pack, ctx)
+        found.sort(key=lambda c: c.confidence, reverse=True)
+        for rank, candidate in enumerate(found):
+            confidence = candidate.confidence * scale * (1.0 if rank == 0 else _SECONDARY)
+            held = best.get(candidate.cause)
             if held is None or confidence > held.confidence:
-                best[cause] = Candidate(cause, confidence, ctx.now.instance, evidence)
+                best[candidate.cause] = replace(candidate, confidence=confidence)
     worst = max(hurt, key=_impact)
     failing = [c for c in hurt if "errors" in c.symptoms]
     if not best:
         # Nothing explains it; if requests fail, say what fails and where (one instance, or
         # the whole scope when several fail).
-        where = failing[0].now.instance if len(failing) == 1 else ""
+        where = failing[0].instance if len(failing) == 1 else ""
         if not failing:
-            where = worst.now.instance
+            where = worst.instance
         evidence = _error_evidence(failing, errors, reference_errors)
-        return Diagnosis(Cause.UNKNOWN, _UNEXPLAINED, where, evidence, (), _symptom_evidence(worst))
+        missing = gaps.get(where) or gaps[worst.instance]
+        return Diagnosis(
+            Cause.UNKNOWN, _UNEXPLAINED, where, evidence, (), _symptom_evidence(worst), missing
+        )
     ranked = sorted(best.values(), key=lambda c: (-c.confidence, c.cause.value))
     top = ranked[0]
-    symptoms = next((_symptom_evidence(c) for c in hurt if c.now.instance == top.instance), ())
+    symptoms = next((_symptom_evidence(c) for c in hurt if c.instance == top.instance), ())
     evidence = top.evidence
     if errors:
         named = {e.signal for e in evidence}
-        on_top = [c for c in failing if c.now.instance == top.instance]
+        on_top = [c for c in failing if c.instance == top.instance]
         extra = _error_evidence(on_top, errors, reference_errors)
         evidence += tuple(e for e in extra if e.signal not in named)
-    return Diagnosis(top.cause, top.confidence, top.instance, evidence, tuple(ranked[1:]), symptoms)
+    return Diagnosis(
+        top.cause,
+        top.confidence,
+        top.instance,
+        evidence,
+        tuple(ranked[1:]),
+        symptoms,
+        top.missing_evidence,
+    )
+
+
+def _candidates(pack: RulePack, ctx: Context) -> tuple[list[Candidate], tuple[str, ...]]:
+    """The causes that explain one instance (unscaled), and what could not be checked there.
+
+    Rules first; a rule that is blind here is skipped. Only when no rule matched are the
+    fallbacks tried, each where a rule of a cause it covers is blind but might have matched.
+    Every candidate loses ``unchecked_penalty`` of its score per family it could not read."""
+    verdicts = [judge(rule, ctx) for rule in pack.causes]
+    blind = [v for v in verdicts if v.blind and v.might]
+    matched = [v for v in verdicts if v.matched]
+    if not matched:
+        for fb in pack.fallbacks:
+            stood_for = [v for v in blind if v.rule.cause in fb.covers]
+            if stood_for:
+                verdict = judge(fb, ctx)
+                if verdict.matched:
+                    covered = frozenset().union(*(v.blind for v in stood_for))
+                    matched.append(replace(verdict, unchecked=verdict.unchecked | covered))
+    out = []
+    for v in matched:
+        missing = missing_evidence(ctx, v.rule, sorted(v.unchecked), blind)
+        strength = v.strength * (1.0 - pack.unchecked_penalty) ** len(missing)
+        out.append(Candidate(v.rule.cause, strength, ctx.instance, v.evidence, missing))
+    return out, missing_evidence(ctx, None, (), blind)
 
 
 def step_onset(ratios: Sequence[float]) -> int | None:

@@ -97,6 +97,13 @@ class Notification:
             out.append(f"{e.get('signal')}: {now} vs {before} ({shown})")
         return out
 
+    def missing_lines(self, limit: int = 5) -> list[str]:
+        """What the diagnosis could not check for want of telemetry (``missing_evidence``)."""
+        items = self.diagnosis.get("missing_evidence") or []
+        if not isinstance(items, list | tuple):
+            return []
+        return [str(item) for item in items[:limit]]
+
 
 def _num(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, int | float) else "n/a"

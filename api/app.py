@@ -3,21 +3,22 @@
 Wires the routes, the one error shape, request limits, authentication, ``/metrics`` (its own
 registry), ``/healthz`` and the scheduled jobs (started with the app's lifespan when
 ``settings.run_jobs``; ``infersight serve`` runs it under uvicorn).
+
+Given ``prepare`` (the migrations, in ``infersight serve``), the app starts whether or not the
+store answers: ``api.startup.StoreGate`` retries ``prepare`` with backoff and starts the jobs
+once it succeeds; until then ``/healthz`` answers 503 ``"degraded: waiting for the store
+since …"`` and requests that need the store answer 503 ``unavailable``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from fastapi import Depends, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import Engine, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine
 
 from alerts.notify import Notifier
 from alerts.routing import Router
@@ -42,6 +43,7 @@ from api.metrics import CostCollector, StoreCollector, registry_for
 from api.notifications import Announcer, Delivery, FollowUp
 from api.reports import WeeklyReports, parse_schedule
 from api.settings import ApiSettings
+from api.startup import add_healthz, install_store_errors, lifecycle
 from core.burn import IncidentListener, Policy
 from storage.maintenance import RetentionPolicy
 from storage.queries import DEFAULT_EXACT_MAX_ROWS
@@ -67,6 +69,7 @@ def create_app(
     notifiers: Mapping[str, Notifier] | None = None,
     router: Router | None = None,
     dashboard_url: str = "",
+    prepare: Callable[[], object] | None = None,
 ) -> FastAPI:
     """The API for ``engine``'s store. Raises ``ConfigurationError`` for unsafe settings."""
     tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file)
@@ -105,14 +108,7 @@ def create_app(
         },
     )
 
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if settings.run_jobs:
-            jobs.start()
-        try:
-            yield
-        finally:
-            jobs.stop()
+    lifespan, gate = lifecycle(jobs, settings.run_jobs, prepare)
 
     app = FastAPI(
         title="infersight",
@@ -131,6 +127,7 @@ def create_app(
     app.state.rules = rules
     app.state.delivery = delivery
     app.state.jobs = jobs
+    app.state.store_gate = gate
     registry = registry_for(
         StoreCollector(engine, policy, clock, retention.finest_for, exact_max_rows),
         CostCollector(
@@ -140,6 +137,7 @@ def create_app(
     )
 
     errors.install(app)
+    install_store_errors(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     for routes in (
         routes_query.router,
@@ -157,15 +155,5 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/healthz", summary="Liveness and store reachability")
-    def healthz(request: Request) -> Response:
-        body: dict[str, Any] = {"status": "ok", "store": "ok", "jobs": dict(jobs.runs)}
-        try:
-            with engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
-        except SQLAlchemyError:
-            body.update(status="unavailable", store="unreachable")
-            return JSONResponse(body, status_code=503)
-        return JSONResponse(body)
-
+    add_healthz(app, engine, jobs, gate)
     return app

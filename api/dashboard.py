@@ -27,6 +27,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from api import dashboard_auth as auth
 from api import dashboard_fleet as fleet
+from api import dashboard_incident as one_incident
 from api import dashboard_more as more
 from api import dashboard_svg as svg
 from api import dashboard_views as views
@@ -139,14 +140,16 @@ def _login_redirect(request: Request) -> RedirectResponse:
     return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
 
 
-def _page(page: str, build: Build, *, default_range: str = "1h") -> Callable[..., Response]:
+def _page(
+    page: str, build: Build, *, default_range: str = "1h", template: str = ""
+) -> Callable[..., Response]:
     def handler(request: Request) -> Response:
         state = request.app.state
         now = state.clock()
         scope = auth.viewer_scope(request, now)
         if not auth.can_read(scope):
             return _login_redirect(request)
-        query = dict(request.query_params)
+        query = {**request.query_params, **request.path_params}
         common = {
             "page": page,
             "auth_on": state.tokens.enabled,
@@ -165,9 +168,9 @@ def _page(page: str, build: Build, *, default_range: str = "1h") -> Callable[...
             )  # fmt: skip
         elapsed_ms = (time.perf_counter() - started) * 1000
         values = {"ctx": ctx, "menus": menus, **common, **data}  # a page may refine ctx
-        return _render(f"{page}.html", elapsed_ms=elapsed_ms, **values)
+        return _render(template or f"{page}.html", elapsed_ms=elapsed_ms, **values)
 
-    handler.__name__ = f"page_{page}"
+    handler.__name__ = f"page_{template.removesuffix('.html') or page}"
     return handler
 
 
@@ -205,6 +208,13 @@ def _incidents(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any
     }
 
 
+def _incident(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    return {
+        **one_incident.detail(state, ctx, one_incident.incident_id_of(query)),
+        "duration_text": fleet.duration_text,
+    }
+
+
 def _cost(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
     return more.cost(state, ctx)
 
@@ -234,6 +244,13 @@ for _name, (_build, _default) in _BUILDERS.items():
     router.add_api_route(
         f"/ui/{_name}", _page(_name, _build, default_range=_default), methods=["GET"]
     )
+
+
+router.add_api_route(
+    "/ui/incidents/{incident_id}",
+    _page("incidents", _incident, default_range="24h", template="incident.html"),
+    methods=["GET"],
+)
 
 
 @router.get("/")

@@ -1,7 +1,9 @@
 """View-models of the GPUs and Incidents pages.
 
 GPUs: every GPU's utilisation, memory, power, clocks, temperature and throttled share per
-bucket (``storage.timeseries.gpu_series``), plus a summary row per GPU over the range.
+bucket (``storage.timeseries.gpu_series``), plus a summary row per GPU over the range; and,
+for servers that run two or more data-parallel engines, each engine's KV-cache usage and
+queues (``storage.server_engines``), so that one hot engine behind a calm instance shows.
 Incidents: the incidents that overlap the range (and the filters' scope) on a timeline, each
 with its stored symptom, diagnosis, evidence and alternatives.
 """
@@ -22,7 +24,7 @@ from core.burn import Incident, IncidentState
 from core.errors import InfersightError
 from core.query import Selector
 from core.records import GROUP_LABELS
-from storage import incidents, timeseries
+from storage import incidents, server_engines, timeseries
 
 GpuKey = tuple[str, int]
 
@@ -99,6 +101,36 @@ def gpus(state: Any, ctx: Context) -> dict[str, Any]:
         "charts": charts,
         "table": [_gpu_summary(key, per_gpu[key]) for key in keys],
         "step_s": ctx.gpu_step_s,
+        "engines": _engines(state, ctx, instances),
+    }
+
+
+def _engines(state: Any, ctx: Context, instances: list[str] | None) -> dict[str, Any] | None:
+    """The data-parallel engines of the servers that run two or more (``None``: none do)."""
+    if instances is not None and not instances:
+        return None
+    table = server_engines.engine_summaries(state.engine, ctx.window, instances)
+    if not table:
+        return None
+    buckets = server_engines.engine_series(state.engine, ctx.window, ctx.gpu_step_s, instances)
+    per_engine: dict[tuple[str, str], list[server_engines.EngineBucket]] = defaultdict(list)
+    for b in buckets:
+        per_engine[(b.instance, b.rank)].append(b)
+    series = [
+        svg.Series(f"{s.instance}/engine {s.rank}", [(b.bucket, b.kv_cache_usage) for b in
+                                                     per_engine[(s.instance, s.rank)]])
+        for s in table
+    ]  # fmt: skip
+    chart = svg.line_chart(
+        series, ctx.window.start, ctx.window.end, svg.percent,
+        label="KV-cache usage per data-parallel engine", y_max=1.0,
+        empty="no engine samples in this range",
+    )  # fmt: skip
+    return {
+        "table": table,
+        "chart": chart,
+        "hot": sum(s.hot for s in table),
+        "margin": server_engines.HOT_MARGIN,
     }
 
 
@@ -168,8 +200,8 @@ def incident_list(state: Any, ctx: Context, state_filter: str) -> dict[str, Any]
             f"#{i.id} {i.slo}",
             max(i.opened_at, ctx.window.start),
             min(i.resolved_at or ctx.now, ctx.window.end),
-            i.severity.value if i.state is IncidentState.FIRING else "resolved",
-            f"#{i.id} {i.slo} [{i.scope}] {i.severity.value}, {i.state.value}; "
+            i.severity.value if i.phase == "firing" else i.phase,
+            f"#{i.id} {i.slo} [{i.scope}] {i.severity.value}, {i.phase}; "
             f"peak burn {i.peak_burn_rate:.1f}×",
             f"incident-{i.id}",
         )

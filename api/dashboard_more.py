@@ -21,6 +21,7 @@ from markupsafe import Markup
 
 from api import dashboard_svg as svg
 from api.cost_spec import active_model
+from api.cost_view import good_basis, good_text
 from api.dashboard_context import Context
 from api.dashboard_views import bucket_times, short_model
 from core.baseline_compare import Direction, MetricComparison, Policy, compare
@@ -95,6 +96,7 @@ def _line(line: CostLine, currency: str) -> dict[str, Any]:
         "per_million_input": per_million(line.cost_per_million_input_tokens),
         "per_million_output": per_million(line.cost_per_million_output_tokens),
         "per_million_good": per_million(line.cost_per_million_good_tokens),
+        "good_basis": line.good_basis,
         "tokens_per_joule": line.tokens_per_joule,
         "utilisation": line.utilisation,
     }
@@ -102,7 +104,7 @@ def _line(line: CostLine, currency: str) -> dict[str, Any]:
 
 def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
     """What the page must say about how exact its figures are."""
-    good = "tokens of requests within their SLO"
+    good = good_text(result)
     if not result.good_tokens_exact:
         good += " · partial: raw requests of part of the range are gone and were not kept"
     idle = ""
@@ -111,7 +113,7 @@ def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
             f"Idle time under the {floor:.1%} utilisation floor is interpolated within its "
             "5 % histogram bin over ranges longer than 6 h."
         )
-    return {"good_note": good, "idle_note": idle}
+    return {"good_note": good, "good_basis": good_basis(result), "idle_note": idle}
 
 
 def cost(state: Any, ctx: Context) -> dict[str, Any]:

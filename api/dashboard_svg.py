@@ -335,8 +335,11 @@ def log_edges(low: float, high: float, bins: int) -> list[float]:
 # -- stacked bars (HTML: they stretch to any width with text at the page's size) ----------
 
 
-def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, label: str) -> Markup:
-    """One horizontal bar per row; each part is (name, share of the bar in [0, 1])."""
+def stacked_bars(
+    rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, label: str, note: str = ""
+) -> Markup:
+    """One horizontal bar per row; each part is (name, share of the bar in [0, 1]); ``note``
+    (plain text) is shown under the legend."""
     if not rows:
         return _safe('<p class="muted">no requests in this range</p>')
     names = list(dict.fromkeys(name for _, parts in rows for name, _ in parts))
@@ -364,12 +367,20 @@ def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, lab
         f"</span>{escape(n)}</span>"
         for n in names
     )
-    return _safe("".join(out)) + _safe(f'<div class="legend">{swatches}</div>')
+    legend = _safe(f'<div class="legend">{swatches}</div>')
+    if note:
+        legend += _safe(f'<p class="muted small">{escape(note)}</p>')
+    return _safe("".join(out)) + legend
 
 
 # -- timeline ---------------------------------------------------------------------------------
 
-SEVERITY_COLOURS: Final = {"page": "#dc2626", "ticket": "#d97706", "resolved": "#94a3b8"}
+SEVERITY_COLOURS: Final = {
+    "page": "#dc2626",
+    "ticket": "#d97706",
+    "recovering": "#16a34a",
+    "resolved": "#94a3b8",
+}
 
 
 @dataclass(frozen=True, slots=True)

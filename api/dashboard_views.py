@@ -264,14 +264,23 @@ def latency_heatmap(
 def breakdown(state: Any, ctx: Context) -> Any:
     finest = state.retention.finest_for(ctx.window, ctx.now)
     rows = queries.breakdown(state.engine, ctx.window, ctx.selector, ("model",), finest=finest)
-    bars = []
+    bars, scaled = [], []
     for b in rows:
         parts = [(s.stage, s.share) for s in b.stages if s.share]
         if b.unaccounted_share:
             parts.append(("other", b.unaccounted_share))
         if parts:
-            bars.append((short_model(b.labels.get("model", "")), parts))
-    return svg.stacked_bars(bars, label="share of end-to-end time per stage")
+            model = short_model(b.labels.get("model", ""))
+            bars.append((model, parts))
+            if b.scaled_by < 1.0:
+                scaled.append(f"{model} ×{b.scaled_by:.2f}")
+    note = ""
+    if scaled:
+        note = (
+            "The stage times the engine reported add up to more than the end-to-end time "
+            "(its stages overlap); their shares are scaled down together: " + ", ".join(scaled)
+        )
+    return svg.stacked_bars(bars, label="share of end-to-end time per stage", note=note)
 
 
 def latency(state: Any, ctx: Context, q: float, heat_metric: str) -> dict[str, Any]:

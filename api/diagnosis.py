@@ -14,9 +14,21 @@ opening), so a slow burn that opened a ticket long after its onset is not compar
 itself. Without an onset (no step, a deleted SLO) the window starts ``lead`` before the
 opening and the reference ends ``window`` before it.
 
-``refresh`` diagnoses firing incidents again (on the delivery job's tick), so the stored
-diagnosis follows the incident while it fires; when the top cause changes, the receivers get
-an update of the open alert.
+The onset is found to the minute, then to ``ONSET_SLICE`` within it (a burn that began late in
+a minute would otherwise share its window with up to a minute of healthy traffic). The page's
+diagnosis waits for evidence: while the incident window holds less than ``MIN_EVIDENCE`` of
+the burn, and for at most ``MAX_PAGE_WAIT`` after the opening, the page is held back and sent
+by ``refresh`` (the follow-up job, every few seconds). Requests are stored when they finish,
+so the newest seconds of a window lack the requests still in flight — most of all on an
+overloaded instance, whose arrival surge then hides behind its slowness (a surge paged as
+``instance_degraded`` seconds after its onset, and as ``overload`` half a minute later).
+
+The lifecycle (``alerts.lifecycle``): the page's diagnosis is the incident's headline, with the
+symptom at onset; ``refresh`` diagnoses a firing incident again every ``every`` and appends the
+result to its history (``storage.incident_history``), where it replaces the headline only when
+``alerts.lifecycle.judge`` raises it (the receivers then get an update of the open alert).
+Once the symptom has cleared (``core.burn.recovered``: the incident is *recovering*) healthy
+minutes are not diagnosed; a resolution is recorded and announced with the headline.
 A failure is logged, never raised: the evaluation carries on.
 """
 
@@ -30,13 +42,14 @@ from typing import Any, Final
 from sqlalchemy import Engine
 
 from alerts.diagnose import Diagnosis, diagnose, step_onset
+from alerts.lifecycle import Verdict, judge
 from alerts.rules import RulePack, load_rules
 from core.burn import Incident, Transition
 from core.errors import InfersightError, InvalidInput
 from core.query import Selector
 from core.slo import SloSpec
 from core.window import Resolution, Window
-from storage import incidents, signals, slo_store
+from storage import incident_history, incidents, signals, slo_store
 
 log = logging.getLogger(__name__)
 #: The incident window: short, so that an early diagnosis is not diluted by healthy minutes.
@@ -53,6 +66,13 @@ MIN_WINDOW: Final = timedelta(seconds=30)
 ONSET_MARGIN: Final = timedelta(minutes=1)
 #: How often a firing incident is diagnosed again (``refresh``).
 DEFAULT_EVERY: Final = timedelta(minutes=2)
+#: The onset is refined within its minute to slices this long.
+ONSET_SLICE: Final = timedelta(seconds=10)
+#: How much of the burn the incident window must hold before the page's diagnosis is made.
+MIN_EVIDENCE: Final = timedelta(seconds=30)
+#: The longest a page waits for that evidence after the incident opened.
+MAX_PAGE_WAIT: Final = timedelta(seconds=60)
+_ONSETS_KEPT: Final = 10_000
 Announce = Callable[[Incident, Transition, dict[str, Any], dict[str, Any]], None]
 
 
@@ -105,7 +125,26 @@ def burn_onset(
                 starts.append(span.start)
                 ratios.append(counts.bad / counts.total)
     k = step_onset(ratios)
-    return None if k is None else starts[k]
+    if k is None:
+        return None
+    return _refined(engine, spec, starts[k], opened_at)
+
+
+def _refined(engine: Engine, spec: SloSpec, minute: datetime, opened_at: datetime) -> datetime:
+    """The onset within its ``minute``: where the bad-event ratio steps up over slices of
+    ``ONSET_SLICE`` from a minute before it to the minute's end (or the opening)."""
+    end = min(minute + timedelta(minutes=1), opened_at)
+    at, starts, ratios = minute - timedelta(minutes=1), [], []
+    with engine.connect() as connection:
+        while at < end:
+            span = Window(at, min(at + ONSET_SLICE, end))
+            counts = slo_store.count_events(connection, spec.sli, span, spec.selector, exact=True)
+            if counts.total:
+                starts.append(span.start)
+                ratios.append(counts.bad / counts.total)
+            at = span.end
+    k = step_onset(ratios)
+    return minute if k is None else starts[k]
 
 
 def windows_for(
@@ -151,7 +190,7 @@ def symptom_of(engine: Engine, incident: Incident, diagnosis: Diagnosis) -> dict
 
 
 class DiagnosisListener:
-    """Diagnoses every incident change and stores the outcome with the incident."""
+    """Diagnoses incidents and keeps their lifecycle: headline, history, recovering, resolved."""
 
     def __init__(
         self,
@@ -162,6 +201,8 @@ class DiagnosisListener:
         lead: timedelta = DEFAULT_LEAD,
         every: timedelta = DEFAULT_EVERY,
         announce: Announce | None = None,
+        min_evidence: timedelta = MIN_EVIDENCE,
+        max_page_wait: timedelta = MAX_PAGE_WAIT,
     ) -> None:
         self.engine = engine
         self.pack = pack or load_rules()
@@ -169,55 +210,148 @@ class DiagnosisListener:
         self.lead = min(lead, window)
         self.every = every
         self.announce = announce
-
-    def refresh(self, now: datetime) -> int:
-        """Diagnose again every firing incident whose diagnosis is older than ``every``."""
-        firing = incidents.list_incidents(self.engine, "firing")
-        kept = signals.notes(self.engine, [i.id for i in firing])
-        done = 0
-        for incident in firing:
-            note = kept.get(incident.id)
-            diagnosed_at = note.diagnosed_at if note is not None else None
-            if diagnosed_at is not None and now - diagnosed_at < self.every:
-                continue
-            try:
-                symptom, diagnosis = self._diagnose_at(incident, now)
-            except InfersightError:
-                log.exception("re-diagnosis of incident %s failed", incident.id)
-                continue
-            done += 1
-            before = note.diagnosis.get("cause") if note and note.diagnosis else None
-            cause = diagnosis["cause"]
-            if self.announce is not None and cause not in (before, "unknown"):
-                # The open alert is updated (same dedup key), not paged again; a diagnosis that
-                # fades to ``unknown`` (the signals went quiet) is stored but not announced.
-                self.announce(incident, Transition.NONE, symptom, diagnosis)
-        return done
+        self.min_evidence = min_evidence
+        self.max_page_wait = max_page_wait
+        #: Onsets of incidents already paged (an onset does not move once the page is out).
+        self._onsets: dict[int, datetime | None] = {}
 
     def on_incident(self, incident: Incident, transition: Transition) -> None:
         try:
-            symptom, diagnosis = self._diagnose(incident, transition)
+            self._on_incident(incident, transition)
         except InfersightError:
             log.exception("diagnosis of incident %s failed", incident.id)
-            return
-        if self.announce is not None:
-            self.announce(incident, transition, symptom, diagnosis)
 
-    def _diagnose(
-        self, incident: Incident, transition: Transition
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def refresh(self, now: datetime) -> int:
+        """The follow-up of every firing incident: its held-back page, its recovering mark, or
+        a new diagnosis when the last is older than ``every``; the incidents diagnosed."""
+        firing = incidents.list_incidents(self.engine, "firing")
+        kept = signals.notes(self.engine, [i.id for i in firing])
+        last = incident_history.latest(self.engine, [i.id for i in firing])
+        done = 0
+        for incident in firing:
+            try:
+                done += self._follow_up(incident, kept.get(incident.id), last.get(incident.id), now)
+            except InfersightError:
+                log.exception("re-diagnosis of incident %s failed", incident.id)
+        return done
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _on_incident(self, incident: Incident, transition: Transition) -> None:
+        note = signals.notes(self.engine, [incident.id]).get(incident.id)
+        headline = note.diagnosis if note is not None else None
         if transition is Transition.RESOLVED:
-            kept = signals.notes(self.engine, [incident.id]).get(incident.id)
-            if kept is not None and kept.diagnosis is not None and kept.symptom is not None:
-                return kept.symptom, kept.diagnosis
-        return self._diagnose_at(incident, incident.resolved_at or incident.updated_at)
+            self._resolved(incident, note)
+        elif headline is None or note is None or note.symptom is None:
+            self._page(incident, incident.updated_at)  # opened (or escalated before its page)
+        else:
+            if incident.recovering_since is None:  # a recovering one has nothing new to show
+                self._evaluate(incident, headline, note.symptom, incident.updated_at)
+            if self.announce is not None:
+                self.announce(incident, transition, note.symptom, self._headline(incident))
 
-    def _diagnose_at(
-        self, incident: Incident, at: datetime
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        current, reference = windows_for(
-            incident, at, self.window, self.lead, self._onset(incident)
+    def _follow_up(
+        self,
+        incident: Incident,
+        note: signals.IncidentNote | None,
+        last: incident_history.Entry | None,
+        now: datetime,
+    ) -> int:
+        if note is None or note.diagnosis is None or note.symptom is None:
+            return int(self._page(incident, now))
+        cause = str(note.diagnosis.get("cause") or "unknown")
+        if incident.recovering_since is not None:
+            if last is None or last.verdict != "recovering":
+                since = max(incident.recovering_since, last.at if last else now)
+                self._step(incident, since, "recovering", cause)
+            return 0  # the symptom cleared: healthy minutes are not diagnosed
+        if last is not None and last.verdict == "recovering":
+            self._step(incident, now, "burning", cause)
+        if note.diagnosed_at is not None and now - note.diagnosed_at < self.every:
+            return 0
+        verdict, diagnosis = self._evaluate(incident, note.diagnosis, note.symptom, now)
+        if verdict is Verdict.RAISED and self.announce is not None:
+            # The open alert is updated (same dedup key), not paged again.
+            self.announce(incident, Transition.NONE, note.symptom, diagnosis)
+        return 1
+
+    def _page(self, incident: Incident, at: datetime) -> bool:
+        """The onset diagnosis (the headline) and the page, unless the incident window holds
+        too little of the burn yet and the page may still wait; whether it was made."""
+        onset = self._onset(incident)
+        current, reference = windows_for(incident, at, self.window, self.lead, onset)
+        young = at - (onset or current.start) < self.min_evidence
+        if young and at - incident.opened_at < self.max_page_wait:
+            log.info("incident %s: the page waits for evidence", incident.id)
+            return False
+        symptom, diagnosis = self._run(incident, current, reference)
+        signals.save_diagnosis(self.engine, incident.id, symptom, diagnosis, at)
+        incident_history.append(
+            self.engine, incident.id, at, "onset", diagnosis["cause"], diagnosis
         )
+        if len(self._onsets) >= _ONSETS_KEPT:
+            self._onsets.clear()
+        self._onsets[incident.id] = onset
+        if self.announce is not None:
+            fresh = incidents.get_incident(self.engine, incident.id)
+            self.announce(fresh, Transition.OPENED, symptom, diagnosis)
+        return True
+
+    def _evaluate(
+        self,
+        incident: Incident,
+        headline: dict[str, Any],
+        symptom: dict[str, Any],
+        at: datetime,
+    ) -> tuple[Verdict, dict[str, Any]]:
+        """Diagnose again, append to the history; the headline changes only when raised."""
+        current, reference = self._windows(incident, at)
+        _, diagnosis = self._run(incident, current, reference)
+        previous = self._last_diagnosis(incident.id)
+        verdict = judge(headline, diagnosis, previous)
+        incident_history.append(
+            self.engine, incident.id, at, verdict.value, diagnosis["cause"], diagnosis
+        )
+        kept = diagnosis if verdict is Verdict.RAISED else headline
+        signals.save_diagnosis(self.engine, incident.id, symptom, kept, at)
+        return verdict, kept
+
+    def _resolved(self, incident: Incident, note: signals.IncidentNote | None) -> None:
+        at = incident.resolved_at or incident.updated_at
+        if note is None or note.diagnosis is None or note.symptom is None:
+            # Resolved before its page went out: diagnose the burn it had, page nobody.
+            current, reference = self._windows(incident, at)
+            symptom, diagnosis = self._run(incident, current, reference)
+            signals.save_diagnosis(self.engine, incident.id, symptom, diagnosis, at)
+            incident_history.append(
+                self.engine, incident.id, at, "onset", diagnosis["cause"], diagnosis
+            )
+            self._step(incident, at, "resolved", diagnosis["cause"])
+            return
+        self._step(incident, at, "resolved", str(note.diagnosis.get("cause") or "unknown"))
+        if self.announce is not None:
+            self.announce(incident, Transition.RESOLVED, note.symptom, note.diagnosis)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _step(self, incident: Incident, at: datetime, verdict: str, cause: str) -> None:
+        incident_history.append(self.engine, incident.id, at, verdict, cause)
+
+    def _headline(self, incident: Incident) -> dict[str, Any]:
+        note = signals.notes(self.engine, [incident.id])[incident.id]
+        assert note.diagnosis is not None
+        return note.diagnosis
+
+    def _last_diagnosis(self, incident_id: int) -> dict[str, Any] | None:
+        entry = incident_history.last_diagnosis(self.engine, incident_id)
+        return entry.diagnosis if entry is not None else None
+
+    def _windows(self, incident: Incident, at: datetime) -> tuple[Window, Window]:
+        return windows_for(incident, at, self.window, self.lead, self._onset(incident))
+
+    def _run(
+        self, incident: Incident, current: Window, reference: Window
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         result = diagnose_window(
             self.engine, current, selector_of(incident.scope), self.pack, reference
         )
@@ -227,10 +361,11 @@ class DiagnosisListener:
             "window": {"start": _iso(current.start), "end": _iso(current.end)},
             "reference": {"start": _iso(reference.start), "end": _iso(reference.end)},
         }
-        signals.save_diagnosis(self.engine, incident.id, symptom, diagnosis, at)
         return symptom, diagnosis
 
     def _onset(self, incident: Incident) -> datetime | None:
+        if incident.id in self._onsets:
+            return self._onsets[incident.id]
         try:
             spec = slo_store.get_slo(self.engine, incident.slo)
         except InfersightError:

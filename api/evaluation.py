@@ -2,7 +2,8 @@
 
 ``status`` computes one SLO's SLI, budget and burn rates at ``now`` (read-only; used by the
 routes and ``/metrics``). ``Evaluator.run`` does that for every stored SLO, steps each alert
-state (``core.burn.step``), persists the outcome (``storage.incidents``) and then tells the
+state (``core.burn.step``), marks an open incident whose symptom has cleared as recovering
+(``core.burn.recovered``), persists the outcome (``storage.incidents``) and then tells the
 ``IncidentListener``s (diagnosis and notifications live behind that seam).
 """
 
@@ -27,6 +28,7 @@ from core.burn import (
     Transition,
     evaluate,
     policy_from_mapping,
+    recovered,
     step,
 )
 from core.slo import EventCounts, SloSpec, budget_remaining, sli_value
@@ -156,6 +158,7 @@ class Evaluator:
             current.burn_rates(),
             now,
             current=open_incident,
+            recovering=recovered(self.policy, current.evaluation, state.severity),
         )
         if incident is None or transition is Transition.NONE:
             return None

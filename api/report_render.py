@@ -37,6 +37,7 @@ CSV_COLUMNS: Final = (
     "input_tokens",
     "output_tokens",
     "good_tokens",
+    "good_basis",
     "cost_per_million_tokens",
     "cost_per_million_input_tokens",
     "cost_per_million_output_tokens",

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import Engine
 
-from api.cost_view import amount, cost_dict
+from api.cost_view import amount, cost_dict, good_basis, good_text
 from api.evaluation import FinestFor
 from api.params import iso
 from api.report_render import CSV_COLUMNS, render_csv, render_html, slack_payload, summary_line
@@ -186,6 +186,8 @@ def build_weekly(
             "tokens": total.tokens,
             "cost_per_million_tokens": _text(total.cost_per_million_tokens),
             "cost_per_million_good_tokens": _text(total.cost_per_million_good_tokens),
+            "good_basis": good_basis(by_model),
+            "good_tokens_note": good_text(by_model),
             "utilisation": total.utilisation,
             "tokens_per_joule": total.tokens_per_joule,
         },

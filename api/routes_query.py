@@ -98,6 +98,9 @@ def throughput(request: Request, params: Params) -> dict[str, Any]:
 
 @router.get("/breakdown", summary="Share of end-to-end time per stage per group")
 def breakdown(request: Request, params: Params) -> dict[str, Any]:
+    """Each stage's share of the requests' time (end to end, plus a gateway's own time in
+    front); the shares add up to at most 1. Stages the engines reported as overlapping (adding
+    up to more than the end-to-end time) are scaled down together: ``scaled_by`` < 1."""
     rows = queries.breakdown(
         request.app.state.engine,
         params.window,
@@ -123,6 +126,7 @@ def breakdown(request: Request, params: Params) -> dict[str, Any]:
                     for s in b.stages
                 ],
                 "unaccounted_share": b.unaccounted_share,
+                "scaled_by": b.scaled_by,
             }
             for b in rows
         ],

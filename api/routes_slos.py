@@ -129,3 +129,19 @@ def alerts(
     # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (api.diagnosis).
     notes = routes_alerts.annotate(request.app.state.engine, found)
     return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
+
+
+@alerts_router.get(
+    "/alerts/{incident_id}",
+    dependencies=_READ,
+    summary="One incident with its diagnosis history and burn-rate timeline",
+)
+def alert(request: Request, incident_id: int) -> dict[str, Any]:
+    engine = request.app.state.engine
+    incident = incidents.get_incident(engine, incident_id)
+    notes = routes_alerts.annotate(engine, [incident])
+    return {
+        **incident_dict(incident),
+        **notes[incident.id],
+        **routes_alerts.history_of(engine, incident.id),
+    }

@@ -10,10 +10,13 @@ measured in the same run: the engine's cost is noise next to the two store reads
 To keep a full run short, each scenario is *compressed*: the same fleet, traffic, seed and
 faults (kind, instance, magnitude), with the fault moved to ``[10 min, 20 min)`` of a 20-minute
 run; the reference window is ``[2 min, 10 min)`` (the first two minutes warm the servers up).
-Then, unless ``--no-latency``: the time from fault onset to a notification in the outbox, for
-a total outage under a 99.9 % availability SLO and for a queue backlog (the shipped arrival
-surge under a TTFT SLO), next to the time the burn-rate condition became true (the target:
-within two evaluation intervals of it).
+Each scenario is diagnosed twice: as simulated, and stored without its GPU samples (a fleet
+whose sidecars run ``--gpu-source none``), where the expected causes are the fallbacks of
+``simulator.faults.EXPECTED_CAUSE_WITHOUT_GPU`` and the diagnosis must state its missing
+evidence. Then, unless ``--no-latency``: the time from fault onset to a notification in the
+outbox, for a total outage under a 99.9 % availability SLO and for a queue backlog (the
+shipped arrival surge under a TTFT SLO), next to the time the burn-rate condition became true
+(the target: within two evaluation intervals of it).
 
 The mixed scenario keeps its two overlapping faults (thermal throttling and an arrival surge on
 different instances) over the same window; the quiet day keeps its first 20 minutes. Without
@@ -44,7 +47,7 @@ from alerts.diagnose import Diagnosis, diagnose
 from alerts.rules import Cause, RulePack, load_rules
 from core.window import Window
 from simulator.events import Batch
-from simulator.faults import FaultKind
+from simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU, FaultKind
 from simulator.fleet import run_scenario
 from simulator.scenario import Scenario
 from simulator.sinks import MemorySink
@@ -71,6 +74,15 @@ INJECTED_SIGNALS: Final = {
     FaultKind.DEGRADED_INSTANCE: frozenset({"ecc_sbe_per_s"}),
     FaultKind.CPU_STARVED: frozenset({"util_gpu"}),
 }
+#: The same without GPU telemetry: what the fallbacks can still name.
+INJECTED_SIGNALS_WITHOUT_GPU: Final = {
+    **INJECTED_SIGNALS,
+    FaultKind.THERMAL_THROTTLE: frozenset({"tpot_p90", "decode_per_token_mean"}),
+    FaultKind.DEGRADED_INSTANCE: frozenset({"tpot_p90", "decode_per_token_mean"}),
+    FaultKind.CPU_STARVED: frozenset({"preprocess_mean"}),
+}
+#: The scenario-name suffix of a run without GPU telemetry.
+NO_GPU: Final = " (no GPU)"
 
 
 def compressed(scenario: Scenario) -> Scenario:
@@ -88,6 +100,17 @@ def simulate(name: str) -> tuple[Scenario, Batch]:
     run_scenario(scenario, [sink])
     batch = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
     return scenario, batch
+
+
+def without_gpu(batch: Batch) -> Batch:
+    """``batch`` as a fleet without GPU telemetry ships it (``--gpu-source none``)."""
+    return Batch(batch.completions, batch.server_samples, ())
+
+
+def expected_causes(scenario: Scenario, gpu: bool = True) -> tuple[str, ...]:
+    if gpu:
+        return tuple(t.expected_cause for t in scenario.ground_truth())
+    return tuple(EXPECTED_CAUSE_WITHOUT_GPU[f.kind] for f in scenario.faults)
 
 
 def empty(engine: Engine) -> None:
@@ -136,36 +159,42 @@ class Outcome:
         evidence = ",".join(e.signal for e in d.evidence[:3]) or "-"
         expected = "+".join(self.expected) or "unknown (no incident)"
         return (
-            f"{self.scenario:24} {expected:34} {d.cause.value:19} {d.confidence:5.2f} "
+            f"{self.scenario:33} {expected:34} {d.cause.value:19} {d.confidence:5.2f} "
             f"{d.instance or '-':11} {second:19} {evidence:40} {'PASS' if self.passed else 'FAIL'}"
         )
 
 
 HEADER: Final = (
-    f"{'scenario':24} {'expected':34} {'top cause':19} {'conf':>5} {'instance':11} "
+    f"{'scenario':33} {'expected':34} {'top cause':19} {'conf':>5} {'instance':11} "
     f"{'second':19} {'evidence (first 3)':40} result"
 )
 
 
-def judge(scenario: Scenario, d: Diagnosis) -> bool:
+def judge(scenario: Scenario, d: Diagnosis, gpu: bool = True) -> bool:
     """The acceptance rule: single fault → top cause, instance and injected signal; mixed →
-    both causes in the top two; no fault → ``unknown`` with low confidence."""
+    both causes in the top two; no fault → ``unknown`` with low confidence. Without GPU
+    telemetry (``gpu`` false) the expected causes are the fallbacks
+    (``EXPECTED_CAUSE_WITHOUT_GPU``), and a hurt scope must say what evidence was missing."""
     faults = scenario.faults
     if not faults:
         return d.cause is Cause.UNKNOWN and d.confidence <= 0.2
-    truth = scenario.ground_truth()
+    expected = expected_causes(scenario, gpu)
+    if not gpu and not d.missing_evidence:
+        return False
     if len(faults) == 1:
         named = {e.signal for e in d.evidence}
+        injected = (INJECTED_SIGNALS if gpu else INJECTED_SIGNALS_WITHOUT_GPU)[faults[0].kind]
         return (
-            d.cause.value == truth[0].expected_cause
-            and d.instance == truth[0].instance
-            and bool(named & INJECTED_SIGNALS[faults[0].kind])
+            d.cause.value == expected[0]
+            and d.instance == faults[0].instance
+            and bool(named & injected)
         )
     top_two = {c.value for c in d.ranked[:2]}
-    return {t.expected_cause for t in truth} <= top_two
+    return set(expected) <= top_two
 
 
-def evaluate(engine: Engine, scenario: Scenario, pack: RulePack) -> Outcome:
+def evaluate(engine: Engine, scenario: Scenario, pack: RulePack, gpu: bool = True) -> Outcome:
+    """Diagnose the stored run of ``scenario`` (stored without GPU samples: ``gpu`` false)."""
     incident, reference = windows(scenario)
     t0 = time.perf_counter()
     now = window_signals(engine, incident)
@@ -173,8 +202,9 @@ def evaluate(engine: Engine, scenario: Scenario, pack: RulePack) -> Outcome:
     t1 = time.perf_counter()
     d = diagnose(now, before, pack)
     t2 = time.perf_counter()
-    expected = tuple(t.expected_cause for t in scenario.ground_truth())
-    return Outcome(scenario.name, expected, d, judge(scenario, d), t1 - t0, t2 - t1)
+    name = scenario.name if gpu else scenario.name + NO_GPU
+    expected = expected_causes(scenario, gpu)
+    return Outcome(name, expected, d, judge(scenario, d, gpu), t1 - t0, t2 - t1)
 
 
 def table(outcomes: Sequence[Outcome]) -> str:
@@ -221,6 +251,9 @@ def _run(engine: Engine, names: Sequence[str]) -> dict[str, Any]:
         outcome = evaluate(engine, scenario, pack)
         outcomes.append(outcome)
         timings.append((name, len(batch.completions), t1 - t0, t2 - t1, outcome))
+        empty(engine)
+        store_batch(engine, without_gpu(batch))
+        outcomes.append(evaluate(engine, scenario, pack, gpu=False))
     print(table(outcomes))
     print()
     print(f"{'scenario':24} {'requests':>8} {'simulate s':>10} {'store s':>8} "
@@ -285,7 +318,7 @@ def time_to_notification(
     from api.diagnosis import DiagnosisListener
     from api.evaluation import Evaluator, default_policy, status
     from api.notifications import Announcer
-    from storage import incidents, signals, slo_store
+    from storage import incident_history, incidents, slo_store
     from storage.outbox import Outbox
 
     policy = default_policy()
@@ -308,6 +341,7 @@ def time_to_notification(
     while t <= horizon.total_seconds():
         clock_now[0] = onset + timedelta(seconds=t)
         evaluator.run(clock_now[0])
+        listener.refresh(clock_now[0])  # the follow-up job: a page that waited for evidence
         messages = Outbox(engine).messages()
         if messages:
             notified_s = t
@@ -318,9 +352,10 @@ def time_to_notification(
     if notified_s is not None:
         listener.refresh(onset + timedelta(seconds=notified_s + 300))
         [incident] = incidents.list_incidents(engine, "firing")
-        note = signals.notes(engine, [incident.id])[incident.id]
-        if note.diagnosis is not None:
-            later = f"{note.diagnosis['cause']} ({note.diagnosis['confidence']:.0%})"
+        # The newest diagnosis (the history's), not the headline the page named.
+        entry = incident_history.last_diagnosis(engine, incident.id)
+        if entry is not None and entry.diagnosis is not None:
+            later = f"{entry.diagnosis['cause']} ({entry.diagnosis['confidence']:.0%})"
     return Latency(case, condition_s, notified_s, cause, later)
 
 

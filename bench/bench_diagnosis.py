@@ -133,8 +133,9 @@ def scenario_for(name: str, pre_roll: timedelta = PRE_ROLL) -> Scenario:
     return dataclasses.replace(run, duration_s=run.duration_s + shift, faults=faults)
 
 
-def simulate(name: str, pre_roll: timedelta = PRE_ROLL) -> tuple[Scenario, Batch]:
-    """The simulated run of ``name``; ``OUTAGE`` is the quiet day going dark at its peak."""
+def simulate(name: str, pre_roll: timedelta = PRE_ROLL, gpu: bool = True) -> tuple[Scenario, Batch]:
+    """The simulated run of ``name``; ``OUTAGE`` is the quiet day going dark at its peak.
+    Without ``gpu``: no GPU samples, as from sidecars running ``--gpu-source none``."""
     if name == OUTAGE:
         scenario = dataclasses.replace(scenario_for("quiet-day", pre_roll), name=OUTAGE)
     else:
@@ -144,7 +145,7 @@ def simulate(name: str, pre_roll: timedelta = PRE_ROLL) -> tuple[Scenario, Batch
     batch = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
     if name == OUTAGE:
         batch = bench_alerts._outage(batch, outage_onset(scenario))
-    return scenario, batch
+    return scenario, batch if gpu else bench_alerts.without_gpu(batch)
 
 
 def run_start(scenario: Scenario) -> datetime:
@@ -156,13 +157,17 @@ def outage_onset(scenario: Scenario) -> datetime:
     return run_start(scenario) + timedelta(seconds=bench_alerts.FAULT_FROM_S)
 
 
-def truth(scenario: Scenario) -> tuple[tuple[tuple[str, str, str], ...], datetime]:
-    """(kind, instance, expected cause) per injected fault, and the first fault's onset."""
+def truth(
+    scenario: Scenario, gpu: bool = True
+) -> tuple[tuple[tuple[str, str, str], ...], datetime]:
+    """(kind, instance, expected cause) per injected fault, and the first fault's onset; without
+    ``gpu``, the fallback each fault is expected to lead to."""
     if scenario.name == OUTAGE:
         return (("outage", "", "unknown"),), outage_onset(scenario)
+    expected = bench_alerts.expected_causes(scenario, gpu)
     faults = tuple(
-        (f.kind.value, f.instance, t.expected_cause)
-        for f, t in zip(scenario.faults, scenario.ground_truth(), strict=True)
+        (f.kind.value, f.instance, cause)
+        for f, cause in zip(scenario.faults, expected, strict=True)
     )
     onsets = [t.start for t in scenario.ground_truth()]
     return faults, min(onsets, default=run_start(scenario))
@@ -261,8 +266,11 @@ class PathOutcome:
         return min(self.seen, key=lambda s: s.opened_s, default=None)
 
 
-def judge(faults: Sequence[tuple[str, str, str]], seen: Sequence[Seen]) -> tuple[str, ...]:
-    """What is wrong with the run's incidents (empty: it passed)."""
+def judge(
+    faults: Sequence[tuple[str, str, str]], seen: Sequence[Seen], gpu: bool = True
+) -> tuple[str, ...]:
+    """What is wrong with the run's incidents (empty: it passed). Without ``gpu`` every
+    diagnosis must also say what evidence was missing."""
     if not faults:
         return tuple(f"incident on a quiet day: {s.slo} ({s.scope})" for s in seen)
     if not seen:
@@ -273,10 +281,13 @@ def judge(faults: Sequence[tuple[str, str, str]], seen: Sequence[Seen]) -> tuple
         kind, instance, cause = faults[0]
         # A total outage has no cause in the vocabulary: `unknown`, scope-wide, with the error
         # ratio as evidence.
+        signals = (
+            bench_alerts.INJECTED_SIGNALS if gpu else bench_alerts.INJECTED_SIGNALS_WITHOUT_GPU
+        )
         wanted = (
             frozenset({"error_ratio"})
             if kind == "outage"
-            else bench_alerts.INJECTED_SIGNALS[bench_alerts.FaultKind(kind)]
+            else signals[bench_alerts.FaultKind(kind)]
         )
         for s in seen:
             for when, d in (("page", s.paged), ("last", s.last)):
@@ -287,6 +298,8 @@ def judge(faults: Sequence[tuple[str, str, str]], seen: Sequence[Seen]) -> tuple
                         f"{s.slo} {when}: {d.get('cause')} on {d.get('instance')} "
                         f"({', '.join(sorted(named)) or 'no evidence'})"
                     )
+                if not gpu and not d.get("missing_evidence"):
+                    problems.append(f"{s.slo} {when}: no missing evidence without GPU samples")
         return tuple(problems)
     top_two: set[str] = set()
     for s in seen:
@@ -314,14 +327,15 @@ def _pre_roll(engine: Engine, batch: Batch, since: datetime, until: datetime) ->
 
 
 def run_path(
-    engine: Engine, name: str, workdir: Path, pre_roll: timedelta = PRE_ROLL
+    engine: Engine, name: str, workdir: Path, pre_roll: timedelta = PRE_ROLL, gpu: bool = True
 ) -> PathOutcome:
-    """Drive scenario ``name`` through the real path into ``engine``'s (empty, migrated) store."""
+    """Drive scenario ``name`` through the real path into ``engine``'s (empty, migrated) store;
+    without ``gpu``, as a fleet with no GPU telemetry (no GPU samples reach the store)."""
     started = time.perf_counter()
-    scenario, batch = simulate(name, pre_roll)
+    scenario, batch = simulate(name, pre_roll, gpu)
     run_from = run_start(scenario)
     run_end = scenario.start + timedelta(seconds=scenario.duration_s)
-    faults, onset = truth(scenario)
+    faults, onset = truth(scenario, gpu)
     now = [run_from]
     recorder = Recorder()
     app = create_app(
@@ -368,7 +382,8 @@ def run_path(
             jobs.tick_delivery()
         if sink.failed:
             raise RuntimeError(f"{name}: {sink.failed} span exports failed")
-    return _outcome(engine, scenario.name, faults, onset, fed, time.perf_counter() - started)
+    label = scenario.name if gpu else scenario.name + bench_alerts.NO_GPU
+    return _outcome(engine, label, faults, onset, fed, time.perf_counter() - started, gpu)
 
 
 def _outcome(
@@ -378,6 +393,7 @@ def _outcome(
     onset: datetime,
     requests_: int,
     wall_s: float,
+    gpu: bool = True,
 ) -> PathOutcome:
     messages = Outbox(engine).messages()
     pages: dict[int, Mapping[str, Any]] = {}
@@ -411,7 +427,7 @@ def _outcome(
         notified,
         requests_,
         wall_s,
-        judge(faults, seen),
+        judge(faults, seen, gpu),
     )
 
 

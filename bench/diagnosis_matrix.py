@@ -32,7 +32,7 @@ evaluation opened, i.e. its onset diagnosis), the cause the stored incident show
 (``GET /api/v1/alerts``) ``AFTER_S`` after the fault cleared, and whether it resolved. The
 expected cause comes from the injected fault (``simulator.faults.EXPECTED_CAUSE``); where GPU
 telemetry is off and the expected cause needs GPU evidence, the matrix expects the fallback
-the symptom pattern supports (``FALLBACK_WITHOUT_GPU``) with a non-empty ``missing_evidence``.
+the symptom pattern supports (``EXPECTED_CAUSE_WITHOUT_GPU``) with a non-empty ``missing_evidence``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,13 @@ from collector.shipper import Backoff
 from collector.sidecar import Sidecar, SidecarConfig
 from core.samples import GpuSample
 from simulator.events import Batch, Completion, EngineSample
-from simulator.faults import DEFAULT_MAGNITUDE, EXPECTED_CAUSE, Fault, FaultKind
+from simulator.faults import (
+    DEFAULT_MAGNITUDE,
+    EXPECTED_CAUSE,
+    EXPECTED_CAUSE_WITHOUT_GPU,
+    Fault,
+    FaultKind,
+)
 from simulator.fleet import run_scenario
 from simulator.scenario import Scenario
 from simulator.sinks import MemorySink
@@ -97,20 +103,16 @@ AFTER_S: Final = 1200.0
 LOW_RATE: Final = 1.0
 LAND_TIMEOUT_S: Final = 120.0
 
-#: What a right diagnosis names when there are no GPU samples, for the injected causes whose
-#: telling evidence is on the GPU (clocks and throttle reasons, ECC errors, an idle GPU) —
-#: derived from what each fault does (``simulator.faults``) and issue 13's symptom table,
-#: never from a diagnosis, and the same as the rules' ``EXPECTED_CAUSE_WITHOUT_GPU``: a
-#: throttled and a degraded board both slow decoding on one instance, which without clocks,
-#: clock-event reasons and ECC counters look alike — the GPU side, compute or bandwidth
-#: unknown (``decode_bound``); a starved host still shows in its slow tokenizer together with
-#: slow decode steps (``host_bound``, its idle GPU unseen). Each of these must come with a
-#: non-empty ``missing_evidence``; the other causes never needed GPU samples.
-FALLBACK_WITHOUT_GPU: Final = {
-    "gpu_throttled": ("decode_bound",),
-    "instance_degraded": ("decode_bound",),
-    "host_bound": ("host_bound",),
-}
+#: The faults whose telling evidence is on the GPU (clocks and throttle reasons, ECC errors, an
+#: idle GPU: ``bench_alerts.INJECTED_SIGNALS``). Without GPU samples a right diagnosis names
+#: ``simulator.faults.EXPECTED_CAUSE_WITHOUT_GPU`` (from what each fault does, never from a
+#: diagnosis: a throttled and a degraded board both slow decoding on one instance and look alike
+#: without clocks and ECC counters, ``decode_bound``; a starved host still shows in its slow
+#: tokenizer and decode steps, ``host_bound``), and for these it must list its
+#: ``missing_evidence``; the other faults never needed GPU samples.
+GPU_EVIDENCED: Final = frozenset(
+    {FaultKind.THERMAL_THROTTLE, FaultKind.DEGRADED_INSTANCE, FaultKind.CPU_STARVED}
+)
 
 FAULT_FILES: Final = {
     FaultKind.ARRIVAL_SURGE: "fault-arrival-surge",
@@ -644,9 +646,7 @@ def _seen(engine: Engine, app: Any, cell: Cell, run_from: datetime) -> tuple[See
 
 def expected_causes(fault: Injected, gpu: bool) -> tuple[str, ...]:
     """What a right diagnosis of ``fault`` names, given what telemetry there is."""
-    if gpu or fault.cause not in FALLBACK_WITHOUT_GPU:
-        return (fault.cause,)
-    return FALLBACK_WITHOUT_GPU[fault.cause]
+    return (fault.cause if gpu else EXPECTED_CAUSE_WITHOUT_GPU[fault.kind],)
 
 
 def _names(d: Mapping[str, Any], causes: Sequence[str], instance: str) -> bool:
@@ -684,7 +684,7 @@ def judge(cell: Cell, seen: Sequence[Seen], sent: int, stored: int) -> tuple[str
 def _judge_single(cell: Cell, seen: Sequence[Seen]) -> list[str]:
     [fault] = cell.faults
     wanted = expected_causes(fault, cell.gpu)
-    fallback = not cell.gpu and fault.cause in FALLBACK_WITHOUT_GPU
+    fallback = not cell.gpu and fault.kind in GPU_EVIDENCED
     problems = []
     for s in seen:
         for when, d in (("page", s.paged), ("after clearing", s.final)):

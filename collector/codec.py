@@ -1,4 +1,5 @@
-"""Spool payload encoding: request records, stage fragments and samples as compact JSON.
+"""Spool payload encoding: request records (with their place in the trace), trace pieces
+(stage fragments and links) and samples, as compact JSON.
 
 Records are a JSON list in ``RECORD_FIELDS`` order with the start as epoch seconds. Only
 records that passed ``RequestRecord`` validation are ever encoded (by the ingestor, into this
@@ -23,9 +24,9 @@ from typing import Any, Final
 
 import orjson
 
-from collector.mapping.base import StageFragment
+from collector.mapping.base import Link, Place, StageFragment
 from core.records import RECORD_FIELDS, Engine, RequestRecord, Status
-from core.samples import GpuSample, ServerSample
+from core.samples import EngineSample, GpuSample, ServerSample
 
 _START_AT: Final = RECORD_FIELDS.index("start")
 _ENGINE_AT: Final = RECORD_FIELDS.index("engine")
@@ -42,14 +43,19 @@ class Kind(IntEnum):
     """What a spool entry holds."""
 
     RECORD = 1
+    #: A trace piece waiting for its request: a stage fragment, or a link (a span that is
+    #: neither a request nor a stage, kept for the ancestry it tells).
     STAGE = 2
     GPU = 3
     SERVER = 4
 
 
-def encode_record(record: RequestRecord) -> bytes:
+def encode_record(record: RequestRecord, place: Place | None = None) -> bytes:
+    """The record as a list in ``RECORD_FIELDS`` order, then its ``Place`` when given."""
     values: list[Any] = list(_VALUES(record))
     values[_START_AT] = record.start.timestamp()
+    if place is not None:
+        values.append(list(place))
     try:
         return orjson.dumps(values)
     except orjson.JSONEncodeError:  # a lone surrogate (from a command-line label): escaped
@@ -58,26 +64,77 @@ def encode_record(record: RequestRecord) -> bytes:
 
 def decode_record(payload: bytes) -> RequestRecord:
     """A record this sidecar validated and spooled (see the module docstring)."""
+    return decode_placed(payload)[0]
+
+
+def decode_placed(payload: bytes) -> tuple[RequestRecord, Place | None]:
+    """A spooled record and its ``Place`` (``None`` when spooled without one)."""
     try:
         values = orjson.loads(payload)
     except orjson.JSONDecodeError:  # escaped lone surrogates are JSON, but not for orjson
         values = json.loads(payload)
+    place: Place | None = None
+    if isinstance(values, list) and len(values) == len(RECORD_FIELDS) + 1:
+        place = _place(values.pop())
     if not isinstance(values, list) or len(values) != len(RECORD_FIELDS):
         raise ValueError("a spooled record must be a list with one value per field")
     values[_START_AT] = datetime.fromtimestamp(values[_START_AT], tz=UTC)
     engine, status = values[_ENGINE_AT], values[_STATUS_AT]
     values[_ENGINE_AT] = _ENGINES.get(engine, engine)
     values[_STATUS_AT] = _STATUSES.get(status, status)
-    return RequestRecord.trusted(values)
+    return RequestRecord.trusted(values), place
+
+
+def _place(value: Any) -> Place:
+    if not isinstance(value, list) or len(value) != len(Place._fields):
+        raise ValueError("a spooled record's place must be [parent, start_ns, end_ns]")
+    parent, start_ns, end_ns = value
+    return Place(str(parent), int(start_ns), int(end_ns))
 
 
 def encode_fragment(fragment: StageFragment) -> bytes:
-    return json.dumps([fragment.span_id, fragment.stage, fragment.seconds]).encode()
+    f = fragment
+    values = [f.span_id, f.stage, f.seconds, f.parent_span_id, f.service, f.kind]
+    return json.dumps([*values, f.start_ns, f.end_ns]).encode()
+
+
+def encode_link(link: Link) -> bytes:
+    return json.dumps(
+        [link.span_id, None, None, link.parent_span_id, link.service, link.kind]
+    ).encode()
 
 
 def decode_fragment(trace_id: str, payload: bytes) -> StageFragment:
-    span_id, stage, seconds = json.loads(payload)
-    return StageFragment(trace_id, span_id, stage, float(seconds))
+    piece = decode_piece(trace_id, payload)
+    if not isinstance(piece, StageFragment):
+        raise ValueError("not a stage fragment")
+    return piece
+
+
+def decode_piece(trace_id: str, payload: bytes) -> StageFragment | Link | None:
+    """A trace piece spooled under ``Kind.STAGE``: a stage fragment or a link. ``None`` for
+    a fragment spooled by an older sidecar (``[span_id, stage, seconds]``: where it sits in
+    the trace is unknown, so it can belong to no request; it expires as an orphan)."""
+    values = json.loads(payload)
+    if not isinstance(values, list):
+        raise ValueError("a spooled trace piece must be a list")
+    if len(values) == 3:
+        return None
+    span_id, stage, seconds, parent, service, kind, *times = values
+    if stage is None:
+        return Link(trace_id, str(span_id), str(parent), str(service), int(kind))
+    start_ns, end_ns = (int(t) for t in times) if times else (0, 0)
+    return StageFragment(
+        trace_id,
+        str(span_id),
+        str(stage),
+        float(seconds),
+        str(parent),
+        str(service),
+        int(kind),
+        start_ns,
+        end_ns,
+    )
 
 
 def encode_sample(sample: GpuSample | ServerSample) -> bytes:
@@ -96,6 +153,9 @@ def decode_gpu(payload: bytes) -> GpuSample:
 
 
 def decode_server(payload: bytes) -> ServerSample:
+    """A server sample; one spooled by an older sidecar has no ``per_engine`` and decodes with
+    none."""
     values = json.loads(payload)
     values["ts"] = datetime.fromtimestamp(values["ts"], tz=UTC)
+    values["per_engine"] = tuple(EngineSample(**e) for e in values.get("per_engine", ()))
     return ServerSample(**values)

@@ -1,8 +1,12 @@
 """The OTLP/gRPC receiver (``TraceService/Export``) on its own port.
 
-gRPC status equivalents of the HTTP answers: INVALID_ARGUMENT (undecodable, too many spans
-is RESOURCE_EXHAUSTED), UNAVAILABLE when the spool refuses, UNAUTHENTICATED for a bad token.
-The size cap is gRPC's receive limit, which applies to the decompressed message.
+gRPC status equivalents of the HTTP answers: INVALID_ARGUMENT (undecodable; over an entry
+limit is RESOURCE_EXHAUSTED), UNAVAILABLE when the spool refuses, UNAUTHENTICATED for a bad
+token, and RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` (which OTLP exporters read as
+"retry after this delay") when too many exports are in flight. The size cap is gRPC's receive
+limit, which applies to the decompressed message. Decoding runs in the shared admission's
+decode slots (``collector.admission``), and gRPC itself refuses calls beyond the admission's
+places, so messages waiting in gRPC's own queue stay bounded too.
 """
 
 from __future__ import annotations
@@ -11,13 +15,17 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+from google.protobuf.any_pb2 import Any as AnyMessage
+from google.protobuf.duration_pb2 import Duration
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceResponse,
 )
 
+from collector.admission import Admission, Busy
 from collector.auth import authorized
-from collector.ingest import Ingestor
+from collector.ingest import Ingested, Ingestor
 from collector.otlp import parse_protobuf
 from core.errors import InfersightError, TooLarge, Unavailable
 
@@ -32,28 +40,44 @@ class _TraceService:
     undecodable message is answered INVALID_ARGUMENT, as OTLP asks, rather than the
     INTERNAL that a failing generated deserializer would produce."""
 
-    def __init__(self, ingestor: Ingestor, token: str | None) -> None:
+    def __init__(self, ingestor: Ingestor, token: str | None, admission: Admission) -> None:
         self.ingestor = ingestor
         self.token = token
+        self.admission = admission
+
+    def _decode_and_ingest(self, body: bytes) -> Ingested:
+        return self.ingestor.ingest(parse_protobuf(body, self.ingestor.limits))
+
+    def _refuse(
+        self, context: Any, code: grpc.StatusCode, exc: InfersightError, result: str
+    ) -> None:
+        metrics = self.ingestor.metrics
+        metrics.exports.labels("grpc", result).inc()
+        reason = exc.details.get("reason")
+        metrics.bodies_refused.labels("grpc", reason if isinstance(reason, str) else result).inc()
+        if isinstance(exc, Busy):
+            context.set_trailing_metadata(_retry_info(exc))
+        context.abort(code, exc.message)
 
     def export(self, body: bytes, context: Any) -> ExportTraceServiceResponse:
         metrics = self.ingestor.metrics
         metadata = dict(context.invocation_metadata())
         if not authorized(metadata.get("authorization"), self.token):
             metrics.exports.labels("grpc", "unauthorized").inc()
+            metrics.bodies_refused.labels("grpc", "unauthorized").inc()
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
-            ingested = self.ingestor.ingest(parse_protobuf(body))
+            with self.admission.admit():
+                ingested = self.admission.run(self._decode_and_ingest, body)
             ingested.durable.result(timeout=ACK_TIMEOUT_S)
+        except Busy as exc:
+            self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "busy")
         except TooLarge as exc:
-            metrics.exports.labels("grpc", "too_large").inc()
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message)
+            self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "too_large")
         except Unavailable as exc:
-            metrics.exports.labels("grpc", "spool_full").inc()
-            context.abort(grpc.StatusCode.UNAVAILABLE, exc.message)
+            self._refuse(context, grpc.StatusCode.UNAVAILABLE, exc, "spool_full")
         except InfersightError as exc:
-            metrics.exports.labels("grpc", "undecodable").inc()
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
+            self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, exc, "undecodable")
         self.ingestor.acknowledged(ingested)
         response = ExportTraceServiceResponse()
         if ingested.rejected:
@@ -68,16 +92,42 @@ class _TraceService:
         return response
 
 
+def _retry_info(exc: Busy) -> tuple[tuple[str, bytes], ...]:
+    """The retry delay as trailers: a ``google.rpc.Status`` carrying ``RetryInfo`` (gRPC's
+    status details, read by the OpenTelemetry Collector's exporters) and the bare
+    ``RetryInfo`` under the key the OpenTelemetry Python exporter reads."""
+    info = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after_s))
+    detail = AnyMessage()
+    detail.Pack(info)
+    status = status_pb2.Status(
+        code=code_pb2.RESOURCE_EXHAUSTED, message=exc.message, details=[detail]
+    )
+    return (
+        ("grpc-status-details-bin", status.SerializeToString()),
+        ("google.rpc.retryinfo-bin", info.SerializeToString()),
+    )
+
+
 class GrpcServer:
     def __init__(
-        self, ingestor: Ingestor, host: str, port: int, token: str | None = None, workers: int = 4
+        self,
+        ingestor: Ingestor,
+        host: str,
+        port: int,
+        token: str | None = None,
+        workers: int = 4,
+        admission: Admission | None = None,
     ) -> None:
         cap = ingestor.limits.max_body_bytes
+        admission = admission or Admission()
+        places = admission.config.slots + admission.config.waiting
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
             options=[("grpc.max_receive_message_length", cap)],
+            # Calls beyond these are refused by gRPC before their messages queue up.
+            maximum_concurrent_rpcs=max(workers, places) + 1,
         )
-        service = _TraceService(ingestor, token)
+        service = _TraceService(ingestor, token, admission)
         export = grpc.unary_unary_rpc_method_handler(
             service.export, response_serializer=ExportTraceServiceResponse.SerializeToString
         )

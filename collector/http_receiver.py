@@ -2,8 +2,12 @@
 ``GET /healthz``, as a Starlette app; ``serve_http`` runs it under uvicorn in a thread.
 
 Status codes follow the OTLP specification: 200 (with ``partial_success`` when some spans
-were rejected), 400 undecodable, 401 bad token, 413 over the cap after decompression,
-415 unsupported media type or encoding, 503 + ``Retry-After`` when the spool refuses.
+were rejected), 400 undecodable, 401 bad token, 408 body not received in time, 413 over the
+cap after decompression or over an entry limit, 415 unsupported media type or encoding,
+429 + ``Retry-After`` when too many exports are in flight (``collector.admission``), 503 +
+``Retry-After`` when the spool refuses. The body is read on the event loop (I/O only) and
+inflated, decoded and mapped in a decode slot's thread, except a small uncompressed protobuf
+body, whose decoding costs less than the hand-off.
 """
 
 from __future__ import annotations
@@ -21,25 +25,28 @@ from typing import Any, Final
 import uvicorn
 from google.rpc import status_pb2
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from collector import otlp
+from collector.admission import Admission, Busy
 from collector.auth import authorized
-from collector.body import UnsupportedEncoding, read_capped
+from collector.body import UnsupportedEncoding, inflate, normal_encoding, read_raw
 from collector.ingest import Ingested, Ingestor
 from core.errors import InfersightError, InvalidInput, TooLarge, Unauthorized, Unavailable
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S: Final = 5
+#: Seconds a client has to send the whole body once its headers are in.
+BODY_TIMEOUT_S: Final = 30.0
 #: Seconds between the HTTP server's housekeeping wake-ups (see ``_QuietServer``).
 TICK_S: Final = 1.0
-#: Exports up to this size (about a hundred spans) are decoded and mapped on the event loop:
-#: a few milliseconds, less than the thread hand-off costs; larger ones go to a worker thread
-#: so that /healthz and /metrics keep answering while they are processed.
+#: Uncompressed protobuf exports up to this size (about a hundred spans) are decoded and
+#: mapped on the event loop: a few milliseconds (bounded by the entry limits), less than the
+#: thread hand-off costs; all others go to a decode slot so that /healthz and /metrics keep
+#: answering while they are processed.
 INLINE_MAX_BYTES: Final = 64 * 1024
 #: The C HTTP parser when it is installed (the ``collector`` extra). The event loop stays
 #: asyncio's: uvloop saves little at OTLP request rates and costs the sidecar about 2 MB RSS.
@@ -59,28 +66,104 @@ def _error(
     return Response(body, status_code=status, media_type=media, headers=headers)
 
 
+class BodyTimeout(InvalidInput):
+    """The body did not arrive within ``BODY_TIMEOUT_S`` (HTTP 408)."""
+
+
+#: HTTP status and ``exports`` result of each refusal, most specific class first.
+_REFUSALS: Final[tuple[tuple[type[InfersightError], int, str], ...]] = (
+    (UnsupportedEncoding, 415, "unsupported_encoding"),
+    (TooLarge, 413, "too_large"),
+    (Busy, 429, "busy"),
+    (BodyTimeout, 408, "timeout"),
+    (Unavailable, 503, "spool_full"),
+    (Unauthorized, 401, "unauthorized"),
+)
+
+
 def _refusal(exc: InfersightError) -> tuple[int, str, dict[str, str] | None]:
-    if isinstance(exc, UnsupportedEncoding):
-        return 415, "unsupported_encoding", None
-    if isinstance(exc, TooLarge):
-        return 413, "too_large", None
-    if isinstance(exc, Unavailable):
-        return 503, "spool_full", {"Retry-After": str(RETRY_AFTER_S)}
-    if isinstance(exc, Unauthorized):
-        return 401, "unauthorized", None
-    return 400, "undecodable", None
+    status, result = next(
+        ((status, result) for kind, status, result in _REFUSALS if isinstance(exc, kind)),
+        (400, "undecodable"),
+    )
+    if isinstance(exc, Busy):
+        return status, result, {"Retry-After": str(exc.retry_after_s)}
+    if status == 503:
+        return status, result, {"Retry-After": str(RETRY_AFTER_S)}
+    return status, result, None
+
+
+def refusal_reason(exc: InfersightError, result: str) -> str:
+    """The reason a body was refused, for ``infersight_collector_bodies_refused_total``."""
+    reason = exc.details.get("reason")
+    return reason if isinstance(reason, str) else result
+
+
+class _Decoding:
+    """Reading a body on the event loop, then inflating, decoding and mapping it in one of
+    the admission's decode slots."""
+
+    def __init__(self, ingestor: Ingestor, gate: Admission) -> None:
+        self.ingestor = ingestor
+        self.limits = ingestor.limits
+        self.gate = gate
+
+    def decode_and_ingest(self, raw: bytes | bytearray, encoding: str, media: str) -> Ingested:
+        limits = self.limits
+        body = inflate(
+            raw, encoding, limits.max_body_bytes, limits.max_members, limits.max_inflation_ratio
+        )
+        return self.ingestor.ingest(otlp.parse(body, media, limits))
+
+    async def read(self, request: Request) -> bytes | bytearray:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+            # Refused before a byte of it is read (or held).
+            raise TooLarge(
+                "body over the cap",
+                details={"cap": self.limits.max_body_bytes, "reason": "body_too_large"},
+            )
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                return await read_raw(request.stream(), self.limits.max_body_bytes)
+        except TimeoutError:
+            raise BodyTimeout(
+                "the body did not arrive in time", details={"reason": "body_timeout"}
+            ) from None
+
+    async def ingest(self, request: Request, media: str) -> Ingested:
+        encoding = normal_encoding(request.headers.get("content-encoding", "identity"))
+        gate = self.gate
+        gate.enter()
+        handed_off = False
+        try:
+            raw = await self.read(request)
+            if encoding == "identity" and media == otlp.PROTOBUF and len(raw) <= INLINE_MAX_BYTES:
+                return self.decode_and_ingest(raw, encoding, media)
+            # The place is given back when the decoding ends, not when this request does:
+            # a client that hangs up does not stop the work it started.
+            work = gate.submit(self.decode_and_ingest, raw, encoding, media)
+            work.add_done_callback(gate.leave)
+            handed_off = True
+        finally:
+            if not handed_off:
+                gate.leave()
+        try:
+            return await asyncio.wrap_future(work)
+        finally:
+            # The future holds the error raised in it, whose traceback holds this frame:
+            # without this, the cycle (and the body in it) lives until a full collection.
+            del work, raw
 
 
 def create_app(
     ingestor: Ingestor,
     token: str | None = None,
     health: Callable[[], dict[str, Any]] | None = None,
+    admission: Admission | None = None,
 ) -> Starlette:
     metrics = ingestor.metrics
-    cap = ingestor.limits.max_body_bytes
-
-    def _decode_and_ingest(body: bytes, media: str) -> Ingested:
-        return ingestor.ingest(otlp.parse(body, media))
+    decoding = _Decoding(ingestor, admission or Admission())
 
     async def traces(request: Request) -> Response:
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -90,17 +173,14 @@ def create_app(
                 raise Unauthorized("missing or wrong bearer token")
             if media not in _MEDIA:
                 metrics.exports.labels("http", "unsupported_media_type").inc()
+                metrics.bodies_refused.labels("http", "unsupported_media_type").inc()
                 return _error(415, f"unsupported content type {media!r}", reply_media)
-            encoding = request.headers.get("content-encoding", "identity")
-            body = await read_capped(request.stream(), encoding, cap)
-            if len(body) <= INLINE_MAX_BYTES:
-                ingested = _decode_and_ingest(body, media)
-            else:
-                ingested = await run_in_threadpool(_decode_and_ingest, body, media)
+            ingested = await decoding.ingest(request, media)
             await asyncio.wrap_future(ingested.durable)
         except InfersightError as exc:
             status, result, headers = _refusal(exc)
             metrics.exports.labels("http", result).inc()
+            metrics.bodies_refused.labels("http", refusal_reason(exc, result)).inc()
             return _error(status, exc.message, reply_media, headers)
         ingestor.acknowledged(ingested)
         metrics.exports.labels("http", "partial" if ingested.rejected else "ok").inc()
@@ -110,12 +190,15 @@ def create_app(
     async def prometheus(_: Request) -> Response:
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
 
-    async def healthz(_: Request) -> Response:
+    async def healthz(request: Request) -> Response:
         records, size = ingestor.spool.stats()
         state: dict[str, Any] = {"status": "ok", "spool_records": records, "spool_bytes": size}
         if health is not None:
             state.update(health())
-        return Response(json.dumps(state), media_type="application/json")
+        # 200 while degraded (alive, accepting into the spool): see ``collector.sidecar``.
+        strict = request.query_params.get("strict", "") not in ("", "0", "false")
+        status = 503 if strict and state["status"] != "ok" else 200
+        return Response(json.dumps(state), status_code=status, media_type="application/json")
 
     return Starlette(
         routes=[

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from collector.assembly import Refusal
+
 _P = "infersight_collector_"
 
 
@@ -16,6 +18,12 @@ class CollectorMetrics:
             _P + "exports",
             "OTLP export requests by transport and result",
             ["transport", "result"],
+            registry=r,
+        )
+        self.bodies_refused = Counter(
+            _P + "bodies_refused",
+            "Export bodies refused, by transport and reason (too_many_spans, too_deep, busy...)",
+            ["transport", "reason"],
             registry=r,
         )
         self.spans_received = Counter(_P + "spans_received", "Spans received", registry=r)
@@ -42,6 +50,16 @@ class CollectorMetrics:
             "the interval they are batched for)",
             registry=r,
         )
+        self.ship_failing_since = Gauge(
+            _P + "ship_failing_since_timestamp_seconds",
+            "Unix time shipping began failing, for as long as it fails (0: shipping works)",
+            registry=r,
+        )
+        self.ship_last_success = Gauge(
+            _P + "ship_last_success_timestamp_seconds",
+            "Unix time of the last shipping pass that succeeded (0: none yet)",
+            registry=r,
+        )
         self.shipped = Counter(_P + "shipped", "Entries stored, by kind", ["kind"], registry=r)
         self.ship_duplicates = Counter(
             _P + "ship_duplicates", "Records the store already had (replays)", registry=r
@@ -49,8 +67,21 @@ class CollectorMetrics:
         self.ship_errors = Counter(
             _P + "ship_errors", "Failed shipping attempts, by reason", ["reason"], registry=r
         )
+        self.fragments_refused = Counter(
+            _P + "fragments_refused",
+            "Stage spans that belong to no request of their trace, by reason: not_descendant "
+            "(not below a request span: a client's or a sibling's span), ancestor (above a "
+            "request span), other_service (another service's span)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in Refusal:  # exported at 0 from the start, so that rates can be taken
+            self.fragments_refused.labels(reason.value)
         self.orphan_stages = Counter(
-            _P + "orphan_stages", "Stage spans whose request never arrived in time", registry=r
+            _P + "orphan_stages",
+            "Stage spans that expired unsettled: their request, or a span on the way up to it, "
+            "never arrived in time",
+            registry=r,
         )
         self.scrapes = Counter(_P + "scrapes", "Scrapes of the server /metrics", registry=r)
         self.scrape_errors = Counter(

@@ -4,6 +4,13 @@ the ``ExportTraceServiceResponse`` bodies sent back.
 OTLP/JSON differs from protobuf's canonical JSON mapping in one way that matters here: trace
 and span ids are hex strings, not base64; they are converted before ``json_format`` parses
 the rest (which already accepts string-encoded 64-bit integers and enum numbers).
+
+Every export is bounded by its structure before the expensive work: the messages (or JSON
+containers) a parse would build are counted first (``collector.prescan``), then resource,
+scope and span entries are counted on the parsed export (or JSON document) before any span
+is walked, attributes beyond ``max_attributes`` per owner are dropped and counted, and JSON
+attribute values may nest at most ``max_depth`` levels. So the CPU and memory an export costs
+are bounded by the limits, not by how densely a hostile body packs empty entries.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -25,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector.mapping.spans import AttrValue, SpanView
+from collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_json, check_protobuf
 from core.errors import InvalidInput, TooLarge
 
 PROTOBUF: Final = "application/x-protobuf"
@@ -34,14 +43,37 @@ _ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Caps on what one export may carry."""
+    """Caps on what one export may carry (and so on what decoding it may cost)."""
 
     max_body_bytes: int = 20 * 1024 * 1024
     max_spans: int = 10_000
     max_attribute_bytes: int = 4096
+    #: ``ResourceSpans`` and ``ScopeSpans`` entries (each, per export).
+    max_resources: int = 10_000
+    max_scopes: int = 10_000
+    #: Attributes kept per span, resource or scope (the OpenTelemetry SDK's default limit);
+    #: the rest are dropped and counted.
+    max_attributes: int = 128
+    #: Messages a protobuf parse may build: about 32 MB of parsed protobuf (64 bytes a
+    #: message). A 10,000-span vLLM export holds about 280,000.
+    max_messages: int = 500_000
+    #: The same for OTLP/JSON, whose objects cost far more (a Python dict each, 200 bytes
+    #: and up): about 70 MB. A 10,000-span vLLM export in OTLP/JSON holds about 280,000.
+    max_json_containers: int = 300_000
+    #: Nesting of attribute values (arrays in arrays, key-value lists) in OTLP/JSON.
+    max_depth: int = 16
+    #: Concatenated gzip members in one body.
+    max_members: int = 64
+    #: Inflated size over compressed size (checked past the first MiB inflated).
+    max_inflation_ratio: int = 256
 
     def __post_init__(self) -> None:
-        if min(self.max_body_bytes, self.max_spans, self.max_attribute_bytes) <= 0:
+        values = (
+            self.max_body_bytes, self.max_spans, self.max_attribute_bytes, self.max_resources,
+            self.max_scopes, self.max_attributes, self.max_messages, self.max_depth,
+            self.max_members, self.max_inflation_ratio, self.max_json_containers,
+        )  # fmt: skip
+        if min(values) <= 0:
             raise InvalidInput("limits must be positive")
 
 
@@ -51,7 +83,34 @@ class Decoded:
     dropped_attributes: int
 
 
-def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+def _refused(message: str, reason: str, **details: Any) -> TooLarge:
+    return TooLarge(message, details={**details, "reason": reason})
+
+
+def _too_many_resources(limits: Limits) -> TooLarge:
+    return _refused("too many resources in one export", "too_many_resources",
+                    limit=limits.max_resources)  # fmt: skip
+
+
+def _too_many_scopes(limits: Limits) -> TooLarge:
+    return _refused("too many scopes in one export", "too_many_scopes",
+                    limit=limits.max_scopes)  # fmt: skip
+
+
+def _too_many_spans(limits: Limits) -> TooLarge:
+    return _refused("too many spans in one export", "too_many_spans", limit=limits.max_spans)
+
+
+def parse_protobuf(
+    body: bytes | bytearray, limits: Limits | None = None
+) -> ExportTraceServiceRequest:
+    limits = limits or Limits()
+    entries = {
+        RESOURCE_SPANS: (limits.max_resources, lambda: _too_many_resources(limits)),
+        SCOPE_SPANS: (limits.max_scopes, lambda: _too_many_scopes(limits)),
+        SPAN: (limits.max_spans, lambda: _too_many_spans(limits)),
+    }
+    check_protobuf(body, limits.max_messages, entries)
     message = ExportTraceServiceRequest()
     try:
         message.ParseFromString(body)
@@ -72,36 +131,110 @@ def _hex_to_b64(value: Any) -> Any:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _fix_ids(node: Any) -> None:
-    """Rewrite hex ids in place, in spans and in their links."""
-    for resource_spans in node.get("resourceSpans") or ():
-        for scope_spans in resource_spans.get("scopeSpans") or ():
-            for span in scope_spans.get("spans") or ():
-                for owner in (span, *(span.get("links") or ())):
-                    for key in _ID_FIELDS:
-                        if key in owner:
-                            owner[key] = _hex_to_b64(owner[key])
+def _entries(node: Any, key: str) -> list[Any]:
+    value = node.get(key) if isinstance(node, dict) else None
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput(f"OTLP/JSON {key} must be an array")
+    return value
 
 
-def parse_json(body: bytes) -> ExportTraceServiceRequest:
+def _too_deep(limit: int) -> InvalidInput:
+    return InvalidInput(
+        f"OTLP/JSON nested too deeply (attribute values may nest {limit} levels)",
+        details={"limit": limit, "reason": "too_deep"},
+    )
+
+
+def _check_depth(value: Any, limit: int) -> None:
+    """Refuse attribute values (arrays and key-value lists of values) nested too deeply."""
+    todo = [(value, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > limit:
+            raise _too_deep(limit)
+        if isinstance(node, dict):
+            todo.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list):
+            todo.extend((child, depth + 1) for child in node)
+
+
+def _prepare_attributes(owner: Any, limits: Limits) -> None:
+    items = _entries(owner, "attributes")
+    if any(not isinstance(item, dict) or not item.get("key") for item in items):
+        # An attribute without a key maps to nothing; parsing it would cost as much as one
+        # that does (and three bytes, "{},", make one).
+        items[:] = [item for item in items if isinstance(item, dict) and item.get("key")]
+    if len(items) > limits.max_attributes:
+        # Dropped before they are parsed, and recorded where OTLP records such drops.
+        owner["droppedAttributesCount"] = len(items) - limits.max_attributes
+        del items[limits.max_attributes :]
+    for item in items:
+        _check_depth(item, 3 * limits.max_depth + 2)  # a value level is three JSON levels
+
+
+def _prepare(document: dict[str, Any], limits: Limits) -> None:
+    """Count entries before parsing (``TooLarge``), cap attributes and their nesting, drop
+    span events and links (nothing reads them), and rewrite hex ids as base64."""
+    resources = _entries(document, "resourceSpans")
+    if len(resources) > limits.max_resources:
+        raise _too_many_resources(limits)
+    scopes = spans = 0
+    for resource_spans in resources:
+        _prepare_attributes((resource_spans or {}).get("resource"), limits)
+        entries = _entries(resource_spans, "scopeSpans")
+        scopes += len(entries)
+        if scopes > limits.max_scopes:
+            raise _too_many_scopes(limits)
+        for scope_spans in entries:
+            _prepare_attributes((scope_spans or {}).get("scope"), limits)
+            spans += len(_entries(scope_spans, "spans"))
+            if spans > limits.max_spans:
+                raise _too_many_spans(limits)
+    for resource_spans in resources:
+        for scope_spans in _entries(resource_spans, "scopeSpans"):
+            for span in _entries(scope_spans, "spans"):
+                if not isinstance(span, dict):
+                    raise InvalidInput("OTLP/JSON spans must be objects")
+                span.pop("events", None)
+                span.pop("links", None)
+                _prepare_attributes(span, limits)
+                for key in _ID_FIELDS:
+                    if key in span:
+                        span[key] = _hex_to_b64(span[key])
+
+
+def parse_json(body: bytes | bytearray, limits: Limits | None = None) -> ExportTraceServiceRequest:
+    limits = limits or Limits()
+    check_json(body, limits.max_json_containers)
     try:
-        document = json.loads(body)
-        if not isinstance(document, dict):
-            raise InvalidInput("OTLP/JSON body must be an object")
-        _fix_ids(document)
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc) or "recursion" in str(exc).lower():
+            raise _too_deep(limits.max_depth) from None
+        raise InvalidInput("undecodable OTLP/JSON", details={"error": str(exc)[:200]}) from None
+    if not isinstance(document, dict):
+        raise InvalidInput("OTLP/JSON body must be an object")
+    try:
+        _prepare(document, limits)
         message = ExportTraceServiceRequest()
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
         return message
+    except RecursionError:  # a backstop: ``_prepare`` bounds every nesting it parses
+        raise _too_deep(limits.max_depth) from None
     except (ValueError, TypeError, AttributeError, json_format.ParseError, binascii.Error) as exc:
         raise InvalidInput("undecodable OTLP/JSON", details={"error": str(exc)[:200]}) from None
 
 
-def parse(body: bytes, content_type: str) -> ExportTraceServiceRequest:
+def parse(
+    body: bytes | bytearray, content_type: str, limits: Limits | None = None
+) -> ExportTraceServiceRequest:
     media = content_type.split(";", 1)[0].strip().lower()
     if media == PROTOBUF:
-        return parse_protobuf(body)
+        return parse_protobuf(body, limits)
     if media == JSON:
-        return parse_json(body)
+        return parse_json(body, limits)
     raise InvalidInput("unsupported content type", details={"content_type": content_type[:100]})
 
 
@@ -132,14 +265,18 @@ _SCALAR_SIZED: Final = {
 }
 
 
-def _attributes(items: Any, limit: int) -> tuple[dict[str, AttrValue], int]:
-    """Attributes as a dict; values (or keys) over ``limit`` bytes are dropped and counted.
+def _attributes(items: Any, limit: int, most: int) -> tuple[dict[str, AttrValue], int]:
+    """Attributes as a dict; values (or keys) over ``limit`` bytes, and attributes beyond
+    the first ``most``, are dropped and counted.
 
     The common scalar kinds are read inline: this loop runs for every attribute of every
     span and dominates decoding cost.
     """
     out: dict[str, AttrValue] = {}
     dropped = 0
+    if len(items) > most:
+        dropped = len(items) - most
+        items = items[:most]
     sized = _SCALAR_SIZED.get
     for kv in items:
         key = kv.key
@@ -160,13 +297,27 @@ def _attributes(items: Any, limit: int) -> tuple[dict[str, AttrValue], int]:
     return out, dropped
 
 
+def check_structure(message: ExportTraceServiceRequest, limits: Limits) -> None:
+    """``TooLarge`` when the export holds too many resource, scope or span entries; stops
+    counting at the first limit exceeded, so it costs at most ``max_scopes`` steps."""
+    resources = message.resource_spans
+    if len(resources) > limits.max_resources:
+        raise _too_many_resources(limits)
+    scopes = spans = 0
+    for resource_spans in resources:
+        scope_spans = resource_spans.scope_spans
+        scopes += len(scope_spans)
+        if scopes > limits.max_scopes:
+            raise _too_many_scopes(limits)
+        for entry in scope_spans:
+            spans += len(entry.spans)
+            if spans > limits.max_spans:
+                raise _too_many_spans(limits)
+
+
 def span_views(message: ExportTraceServiceRequest, limits: Limits) -> Decoded:
-    """Flatten the export into span views, enforcing the span and attribute limits."""
-    count = sum(len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans)
-    if count > limits.max_spans:
-        raise TooLarge(
-            "too many spans in one export", details={"spans": count, "limit": limits.max_spans}
-        )
+    """Flatten the export into span views, enforcing the entry and attribute limits."""
+    check_structure(message, limits)
     return Decoded(*_collect(message, limits))
 
 
@@ -175,8 +326,9 @@ def _collect(
 ) -> tuple[tuple[SpanView, ...], int]:
     views: list[SpanView] = []
     dropped = 0
-    for span, resource, scope in _iter(message):
-        attrs, lost = _attributes(span.attributes, limits.max_attribute_bytes)
+    most = limits.max_attributes
+    for span, resource, scope in _iter(message, most):
+        attrs, lost = _attributes(span.attributes, limits.max_attribute_bytes, most)
         dropped += lost
         status = span.status
         views.append(
@@ -198,9 +350,11 @@ def _collect(
     return tuple(views), dropped
 
 
-def _iter(message: ExportTraceServiceRequest) -> Iterator[tuple[Any, dict[str, AttrValue], str]]:
+def _iter(
+    message: ExportTraceServiceRequest, most: int
+) -> Iterator[tuple[Any, dict[str, AttrValue], str]]:
     for resource_spans in message.resource_spans:
-        resource, _ = _attributes(resource_spans.resource.attributes, 4096)
+        resource, _ = _attributes(resource_spans.resource.attributes, 4096, most)
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:

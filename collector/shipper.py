@@ -1,10 +1,14 @@
 """The shipper: drains the spool into the store through the storage bulk writer.
 
-Records become eligible once their reassembly window has passed; their trace's stage
-fragments are merged in, the batch is written idempotently (the store ignores keys it has),
-and only then are the entries deleted from the spool. A store that is down is retried
-forever with backoff (5 s × 1.5, capped at 30 s), so an outage only grows the spool.
-Stage fragments whose request never arrives are dropped (and counted) after ``orphan_ttl_s``.
+Records become eligible once their reassembly window has passed; the stage fragments of
+their traces that are their own are merged in (``collector.assembly``: a request's stages are
+its span's descendants in its service), the batch is written idempotently (the store ignores
+keys it has), and only then are the entries deleted from the spool, with the fragments that
+were merged or refused (refusals are counted by reason); fragments still waiting for a parent
+stay. A store that is down is retried forever with backoff (5 s × 1.5, capped at 30 s), so an
+outage only grows the spool. Stage fragments whose request never arrives are dropped (and
+counted) after ``orphan_ttl_s``; links (spans kept only for their place in a trace) expire
+with them, uncounted.
 
 Cadence: every pass costs the store a fixed amount of work (a transaction, the rollup rows of
 each series read, merged and rewritten) besides its per-record cost, so a pass that stored
@@ -20,14 +24,17 @@ rollups at a fixed cost, whatever the batch's size), and whenever the shipper dr
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
 
-from collector.codec import Kind, decode_fragment, decode_gpu, decode_record, decode_server
-from collector.mapping import merge_stages
+from collector.assembly import Piece, Request, assemble
+from collector.codec import Kind, decode_gpu, decode_piece, decode_placed, decode_server
+from collector.mapping import Link
 from collector.metrics import CollectorMetrics
 from collector.spool import Spool, Stored
 from core.errors import ConfigurationError, InvalidInput, Unavailable
@@ -35,6 +42,11 @@ from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
 
 log = logging.getLogger(__name__)
+
+#: The most trace pieces (stage fragments and links) of one trace read in a shipping pass:
+#: a request's own stage spans are far fewer (SGLang's decode slices of a long answer are a
+#: few thousand); beyond it a flooded trace's pieces wait and expire, and memory stays bounded.
+MAX_PIECES_PER_TRACE: Final = 20_000
 
 
 class Sink(Protocol):
@@ -72,11 +84,19 @@ class ShipResult:
     records: int = 0
 
 
+#: Seconds between refreshes of the shipper's gauges while it waits (backoff, idle).
+REFRESH_S: Final = 1.0
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 class Shipper:
     def __init__(
         self,
         spool: Spool,
-        sink: Sink,
+        sink: Sink | Callable[[], Sink],
         metrics: CollectorMetrics,
         backoff: Backoff | None = None,
         batch_size: int = 2000,
@@ -89,7 +109,21 @@ class Shipper:
         if idle_s < 0 or samples_every_s < 0:
             raise ConfigurationError("the shipper's pauses must not be negative")
         self.spool = spool
-        self.sink = sink
+        #: The store writer; ``None`` until ``open_sink`` has built it (in the shipper's
+        #: thread, so that the sidecar accepts exports while the store's libraries load).
+        self.sink: Sink | None = None
+        self.open_sink: Callable[[], Sink] | None = None
+        if hasattr(sink, "write_requests"):
+            self.sink = sink  # type: ignore[assignment]
+        else:
+            self.open_sink = sink
+        #: The sink is built once ``open_when()`` holds or ``open_delay_s`` has passed.
+        self.open_when: Callable[[], bool] = lambda: True
+        self.open_delay_s = 0.0
+        #: Set once the sink exists.
+        self.opened = threading.Event()
+        if self.sink is not None:
+            self.opened.set()
         self.metrics = metrics
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
@@ -104,71 +138,156 @@ class Shipper:
         self.samples_every_s = samples_every_s
         self._clock = clock or spool.now
         self._samples_shipped_at = float("-inf")
+        # What /metrics and /healthz report, true at any moment: the oldest eligible times
+        # are refreshed after every pass, failed or not, and every REFRESH_S while waiting;
+        # the lag is computed from them when it is read.
+        self._record_ready_at: float | None = None
+        self._sample_ready_at: float | None = None
+        self.failing_since: float | None = None
+        self.last_error = ""
+        self.last_error_at: float | None = None
+        self.last_success_at: float | None = None
+        metrics.ship_lag.set_function(self.lag)
+        metrics.spool_records.set_function(lambda: spool.stats()[0])
+        metrics.spool_bytes.set_function(lambda: spool.stats()[1])
+        metrics.ship_failing_since.set_function(lambda: self.failing_since or 0.0)
+        metrics.ship_last_success.set_function(lambda: self.last_success_at or 0.0)
+
+    # --- health ----------------------------------------------------------------------------
+
+    def lag(self) -> float:
+        """How long the oldest eligible entry has waited (samples: beyond their interval)."""
+        now = self._clock()
+        lags = [0.0]
+        if self._record_ready_at is not None:
+            lags.append(now - self._record_ready_at)
+        if self._sample_ready_at is not None:
+            lags.append(now - self._sample_ready_at - self.samples_every_s)
+        return max(lags)
+
+    def health(self) -> dict[str, Any]:
+        """The shipping part of ``/healthz``: ``status`` is present only when degraded."""
+        state: dict[str, Any] = {
+            "ship_lag_seconds": round(self.lag(), 3),
+            "shipping": "ok",
+            "last_shipped_at": _iso(self.last_success_at) if self.last_success_at else None,
+            "last_error": self.last_error or None,
+            "last_error_at": _iso(self.last_error_at) if self.last_error_at else None,
+        }
+        if self.failing_since is not None:
+            state["shipping"] = "failing"
+            state["status"] = (
+                f"degraded: cannot ship since {_iso(self.failing_since)} ({self.last_error})"
+            )
+        elif self.sink is None:
+            state["shipping"] = "starting"
+        return state
+
+    def refresh(self) -> None:
+        """Re-read the oldest eligible times from the spool (cheap: two indexed lookups)."""
+        try:
+            self._record_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
+            self._sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
+        except sqlite3.Error:  # the loop outlives a spool error; the last values stand
+            log.exception("cannot read the spool's oldest entries")
+
+    def _failed(self, now: float, reason: str, error: str) -> ShipResult:
+        self.metrics.ship_errors.labels(reason).inc()
+        if self.failing_since is None:
+            self.failing_since = now
+        self.last_error, self.last_error_at = error, now
+        self.refresh()
+        return ShipResult(ok=False, retryable=True, error=error)
 
     # --- one pass --------------------------------------------------------------------------
 
     def ship_once(self, *, ignore_window: bool = False) -> ShipResult:
         now = self._clock()
+        if self.sink is None and not self._open(now):
+            return ShipResult(ok=False, retryable=True, error=self.last_error)
         horizon = float("inf") if ignore_window else now
         try:
             records = shipped = self._ship_records(horizon)
             if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
                 shipped += self._ship_samples(horizon, now)
         except Unavailable as exc:
-            self.metrics.ship_errors.labels("unavailable").inc()
             log.warning("store unavailable, will retry: %s", exc.message)
-            return ShipResult(ok=False, retryable=True, error=exc.message)
+            return self._failed(now, "unavailable", exc.message)
         except Exception as exc:  # the loop must outlive any one failure; it is retried
-            self.metrics.ship_errors.labels("unexpected").inc()
             log.exception("shipping failed, will retry")
-            return ShipResult(ok=False, retryable=True, error=repr(exc)[:200])
+            return self._failed(now, "unexpected", repr(exc)[:200])
         self._drop_orphans(now)
-        next_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
-        self._update_gauges(now, next_ready_at)
-        return ShipResult(ok=True, shipped=shipped, next_ready_at=next_ready_at, records=records)
+        if self.failing_since is not None:
+            log.warning("shipping again after failing since %s", _iso(self.failing_since))
+        self.failing_since = None
+        self.last_success_at = now
+        self.refresh()
+        return ShipResult(
+            ok=True, shipped=shipped, next_ready_at=self._record_ready_at, records=records
+        )
+
+    def _open(self, now: float) -> bool:
+        """Build the sink (imports the store's libraries, connects nothing yet)."""
+        assert self.open_sink is not None
+        try:
+            self.sink = self.open_sink()
+        except Exception as exc:  # a bad URL or a missing driver: reported, retried
+            log.exception("cannot open the store writer, will retry")
+            self._failed(now, "open", f"cannot open the store writer: {exc}"[:300])
+            return False
+        self.opened.set()
+        return True
 
     def _ship_records(self, horizon: float) -> int:
         stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
         if not stored:
             return 0
-        fragments = self.spool.by_trace(sorted({s.trace_id for s in stored}), Kind.STAGE)
-        by_trace: dict[str, list[Stored]] = {}
-        for fragment in fragments:
-            by_trace.setdefault(fragment.trace_id, []).append(fragment)
-        records: list[RequestRecord] = []
-        for entry in stored:
-            record = self._decode(entry)
-            if record is None:
-                continue
-            waiting = by_trace.get(entry.trace_id)
-            if waiting:
-                record = merge_stages(
-                    record, [decode_fragment(f.trace_id, f.payload) for f in waiting]
-                )
-            records.append(record)
-        self._write_records(records)
-        self.spool.delete([s.seq for s in stored] + [f.seq for f in fragments])
-        self.metrics.shipped.labels("record").inc(len(records))
+        traces = sorted({s.trace_id for s in stored})
+        spooled = self.spool.by_trace(traces, Kind.STAGE, per_trace=MAX_PIECES_PER_TRACE)
+        requests = [r for r in map(self._decode, stored) if r is not None]
+        kept: list[Stored] = []
+        pieces: list[Piece] = []
+        for entry in spooled:
+            piece = self._decode_piece(entry)
+            if piece is not None:
+                kept.append(entry)
+                pieces.append(piece)
+        assembly = assemble(requests, pieces)
+        self._write_records(assembly.records)
+        settled = [kept[j].seq for j in assembly.merged]
+        for reason, indexes in assembly.refused.items():
+            settled += [kept[j].seq for j in indexes]
+            self.metrics.fragments_refused.labels(reason.value).inc(len(indexes))
+        self.spool.delete([s.seq for s in stored] + settled)
+        self.metrics.shipped.labels("record").inc(len(assembly.records))
         return len(stored)
 
-    def _decode(self, entry: Stored) -> RequestRecord | None:
+    def _decode(self, entry: Stored) -> Request | None:
         try:
-            return decode_record(entry.payload)
+            return Request(*decode_placed(entry.payload))
         except (InvalidInput, ValueError, TypeError) as exc:
             self.metrics.ship_errors.labels("invalid_payload").inc()
             log.error("dropping an undecodable spool entry %d: %s", entry.seq, exc)
             return None
 
+    def _decode_piece(self, entry: Stored) -> Piece | None:
+        """A trace piece, or ``None`` for one that can settle nothing (it expires)."""
+        try:
+            return decode_piece(entry.trace_id, entry.payload)
+        except (InvalidInput, ValueError, TypeError):
+            return None
+
     def _write_records(self, records: list[RequestRecord]) -> None:
         if not records:
             return
+        sink = self._sink()
         try:
-            result = self.sink.write_requests(records)
+            result = sink.write_requests(records)
         except InvalidInput:
             # One bad record must not block the spool: isolate it, keep the others.
             for record in records:
                 try:
-                    self.sink.write_requests([record])
+                    self._count_refused(sink.write_requests([record]))
                 except InvalidInput as exc:
                     self.metrics.ship_errors.labels("invalid_record").inc()
                     log.error("the store refused record %s: %s", record.span_id, exc.message)
@@ -176,6 +295,17 @@ class Shipper:
         duplicates = getattr(result, "duplicates", 0)
         if duplicates:
             self.metrics.ship_duplicates.inc(duplicates)
+        self._count_refused(result)
+
+    def _count_refused(self, result: object) -> None:
+        refused = getattr(result, "refused", 0)
+        if refused:  # outside the store's accepted window: dropped, as retention would
+            self.metrics.ship_errors.labels("out_of_window").inc(refused)
+
+    def _sink(self) -> Sink:
+        if self.sink is None:
+            raise Unavailable("the store writer is not open yet")
+        return self.sink
 
     def _ship_samples(self, horizon: float, now: float) -> int:
         stored = self.spool.ready(horizon, [Kind.GPU, Kind.SERVER], self.batch_size)
@@ -186,38 +316,29 @@ class Shipper:
         gpu = [decode_gpu(s.payload) for s in stored if s.kind == Kind.GPU]
         server = [decode_server(s.payload) for s in stored if s.kind == Kind.SERVER]
         if gpu:
-            self.sink.write_gpu_samples(gpu)
+            self._sink().write_gpu_samples(gpu)
         if server:
-            self.sink.write_server_samples(server)
+            self._sink().write_server_samples(server)
         self.spool.delete([s.seq for s in stored])
         self.metrics.shipped.labels("gpu").inc(len(gpu))
         self.metrics.shipped.labels("server").inc(len(server))
         return len(stored)
 
     def _drop_orphans(self, now: float) -> None:
-        orphans = self.spool.ready(now - self.orphan_ttl_s, [Kind.STAGE], self.batch_size)
-        if orphans:
-            self.spool.delete([s.seq for s in orphans])
-            self.metrics.orphan_stages.inc(len(orphans))
-
-    def _update_gauges(self, now: float, record_ready_at: float | None) -> None:
-        # Samples are held for samples_every_s on purpose: only a wait beyond that is lag.
-        lags = [0.0]
-        if record_ready_at is not None:
-            lags.append(now - record_ready_at)
-        sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
-        if sample_ready_at is not None:
-            lags.append(now - sample_ready_at - self.samples_every_s)
-        self.metrics.ship_lag.set(max(lags))
-        records, size = self.spool.stats()
-        self.metrics.spool_records.set(records)
-        self.metrics.spool_bytes.set(size)
+        expired = self.spool.ready(now - self.orphan_ttl_s, [Kind.STAGE], self.batch_size)
+        if expired:
+            self.spool.delete([s.seq for s in expired])
+            links = sum(isinstance(self._decode_piece(s), Link) for s in expired)
+            if len(expired) > links:
+                self.metrics.orphan_stages.inc(len(expired) - links)
 
     # --- the loop --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event, wait: Callable[[float], bool] | None = None) -> None:
         """Ship until ``stop`` is set; ``wait(seconds)`` sleeps and says whether to stop."""
-        pause = wait or stop.wait
+        pause = wait or self._waiter(stop)
+        if self.sink is None and self._hold_open(stop):
+            return
         failures = 0
         while not stop.is_set():
             started = self._clock()
@@ -249,6 +370,30 @@ class Shipper:
                 wake = max(earliest, wake)
         return max(0.0, wake - self._clock())
 
+    def _hold_open(self, stop: threading.Event) -> bool:
+        """Before building the sink, let the receivers answer the first export alone:
+        importing the store's libraries holds the GIL for a second or more, and a restarted
+        sidecar's first job is to acknowledge its exporters' retries. Waits until
+        ``open_when()`` or ``open_delay_s``; whether to stop."""
+        deadline = time.monotonic() + self.open_delay_s
+        while not self.open_when() and time.monotonic() < deadline:
+            if stop.wait(0.02):
+                return True
+        return stop.is_set()
+
+    def _waiter(self, stop: threading.Event) -> Callable[[float], bool]:
+        """``stop.wait`` in slices of ``REFRESH_S``, refreshing the gauges between them."""
+
+        def wait(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > REFRESH_S:
+                if stop.wait(REFRESH_S):
+                    return True
+                self.refresh()
+            return stop.wait(max(0.0, left))
+
+        return wait
+
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(target=self.run, args=(stop,), name="shipper", daemon=True)
         thread.start()
@@ -256,6 +401,8 @@ class Shipper:
 
     def drain(self, timeout_s: float = 10.0) -> None:
         """Ship what is eligible now, for shutdown; stops at the first failure or timeout."""
+        if self.sink is None:
+            return  # never opened: everything stays in the spool for the next start
         deadline = time.monotonic() + timeout_s
         self._samples_shipped_at = float("-inf")  # samples too, however recently shipped
         while time.monotonic() < deadline:

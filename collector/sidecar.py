@@ -1,5 +1,17 @@
 """The sidecar assembled: spool, receivers, shipper and samplers, started and stopped as one.
 
+Start-up order: the spool opens and both receivers bind and accept first; the store writer
+(SQLAlchemy, the database driver, the rollup math: most of a cold start) is built afterwards in
+the shipper's thread when ``sink`` is given as a factory, so a restarted sidecar acknowledges
+exports within its exporters' retry budget whatever the store's libraries cost to load, and
+whether or not the store answers.
+
+``/healthz`` says ``"status": "ok"`` or ``"degraded: cannot ship since …"`` with the last
+error, and answers 200 either way: a sidecar waiting for its store is alive and accepting (it
+spools), so neither a liveness nor a readiness probe should act on it (a failing readiness
+probe would take the inference server's pod out of its Service). ``/healthz?strict=1``
+answers 503 while degraded, for monitors that read only the status code.
+
 ``Sidecar.stop`` is the clean shutdown: receivers stop taking exports, pending appends are
 committed, samplers stop, the shipper drains what is eligible, then the spool closes.
 """
@@ -14,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collector.admission import Admission, AdmissionConfig
 from collector.auth import check_bind
 from collector.grpc_receiver import GrpcServer
 from collector.http_receiver import HttpServer, create_app
@@ -24,9 +37,12 @@ from collector.otlp import Limits
 from collector.periodic import PeriodicTask, Sampler
 from collector.shipper import Backoff, Shipper, Sink
 from collector.spool import FsyncMode, Spool, SpoolConfig
+from core.accept import AcceptWindow
 from core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
+#: Longest the store writer waits for a first export before it is built anyway.
+OPEN_DELAY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +75,13 @@ class SidecarConfig:
     #: neighbouring samples), so five samples at once cost a fifth of one at a time.
     sample_ship_interval_s: float = 10.0
     limits: Limits = field(default_factory=Limits)
+    #: Exports decoded at once and admitted to wait, shared by both receivers.
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     backoff: Backoff = field(default_factory=Backoff)
+    #: Span starts outside it are refused per span (``infersight sidecar`` sets it from
+    #: the raw retention and the future skew); ``None`` accepts any plausible start, for
+    #: embedders replaying history in virtual time (the simulator's scenarios, benchmarks).
+    accept: AcceptWindow | None = None
 
     def __post_init__(self) -> None:
         check_bind(self.http_host, self.token, self.insecure_no_auth)
@@ -74,7 +96,7 @@ class Sidecar:
     def __init__(
         self,
         config: SidecarConfig,
-        sink: Sink,
+        sink: Sink | Callable[[], Sink],
         samplers: Sequence[Sampler] = (),
         scraped_model: Callable[[], str] = lambda: "",
         clock: Callable[[], float] = time.time,
@@ -93,7 +115,9 @@ class Sidecar:
         context = MappingContext(
             config.instance, config.model, dict(config.service_models), scraped_model
         )
-        self.ingestor = Ingestor(self.spool, context, self.metrics, config.limits, config.window_s)
+        self.ingestor = Ingestor(
+            self.spool, context, self.metrics, config.limits, config.window_s, accept=config.accept
+        )
         self.shipper = Shipper(
             self.spool,
             sink,
@@ -102,12 +126,25 @@ class Sidecar:
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
         )
+        self.admission = Admission(config.admission)
+        # A sink given as a factory is built once the first export is durable, about to be
+        # acknowledged (nothing leaves the spool before), or after OPEN_DELAY_S: see
+        # ``Shipper._hold_open``.
+        held = self.spool.stats()[0]
+        self.shipper.open_when = lambda: self.spool.stats()[0] != held
+        self.shipper.open_delay_s = OPEN_DELAY_S
         self.http = HttpServer(
-            create_app(self.ingestor, config.token, self._health),
+            create_app(self.ingestor, config.token, self._health, self.admission),
             config.http_host,
             config.http_port,
         )
-        self.grpc = GrpcServer(self.ingestor, config.grpc_host, config.grpc_port, config.token)
+        self.grpc = GrpcServer(
+            self.ingestor,
+            config.grpc_host,
+            config.grpc_port,
+            config.token,
+            admission=self.admission,
+        )
         self.tasks = [
             PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
             for s in samplers
@@ -125,10 +162,19 @@ class Sidecar:
         return lambda count: self.metrics.scrapes.inc()
 
     def _health(self) -> dict[str, Any]:
-        return {
-            "instance": self.config.instance,
-            "ship_lag_seconds": self.metrics.value("infersight_collector_ship_lag_seconds"),
-        }
+        return {"instance": self.config.instance, **self.shipper.health()}
+
+    def add_samplers(self, samplers: Sequence[Sampler]) -> None:
+        """Add samplers after start (the CLI builds them once the receivers listen: NVML's
+        initialisation and the scrape client are not needed to accept exports)."""
+        tasks = [
+            PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
+            for s in samplers
+        ]
+        self.tasks += tasks
+        if self._shipper_thread is not None:
+            for task in tasks:
+                task.start()
 
     def start(self) -> Sidecar:
         self.http.start()
@@ -150,6 +196,7 @@ class Sidecar:
     def stop(self) -> None:
         self.http.stop()
         self.grpc.stop()
+        self.admission.close()
         for task in self.tasks:
             task.stop()
         self._stop.set()

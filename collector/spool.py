@@ -233,9 +233,14 @@ class Spool:
             ).fetchall()
         return list(map(Stored._make, rows))
 
-    def by_trace(self, trace_ids: Sequence[str], kind: int) -> list[Stored]:
-        """Entries of ``kind`` for these traces (indexed for ``TRACE_INDEXED_KIND`` only)."""
+    def by_trace(
+        self, trace_ids: Sequence[str], kind: int, per_trace: int | None = None
+    ) -> list[Stored]:
+        """Entries of ``kind`` for these traces (indexed for ``TRACE_INDEXED_KIND`` only), at
+        most the oldest ``per_trace`` of each trace when given (memory stays bounded whatever
+        one trace holds)."""
         out: list[Stored] = []
+        columns = "seq, kind, trace_id, ready_at, payload"
         # The kind is spelled as a literal so that SQLite can use the partial index.
         kind_literal = int(kind)
         with self._lock:
@@ -249,16 +254,18 @@ class Spool:
             for start in range(0, len(trace_ids), 500):
                 chunk = trace_ids[start : start + 500]
                 marks = ",".join("?" * len(chunk))
-                out.extend(
-                    map(
-                        Stored._make,
-                        self._db.execute(
-                            f"SELECT seq, kind, trace_id, ready_at, payload FROM entries "
-                            f"WHERE trace_id IN ({marks}) AND kind = {kind_literal}",
-                            chunk,
-                        ),
-                    )
+                query = (
+                    f"SELECT {columns} FROM entries "
+                    f"WHERE trace_id IN ({marks}) AND kind = {kind_literal}"
                 )
+                params: list[object] = list(chunk)
+                if per_trace is not None:
+                    query = (
+                        f"SELECT {columns} FROM (SELECT {columns}, ROW_NUMBER() OVER "
+                        f"(PARTITION BY trace_id ORDER BY seq) AS n FROM ({query})) WHERE n <= ?"
+                    )
+                    params.append(per_trace)
+                out.extend(map(Stored._make, self._db.execute(query, params)))
         return out
 
     def oldest_ready_at(self, kinds: Sequence[int]) -> float | None:

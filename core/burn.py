@@ -196,6 +196,21 @@ def step(state: AlertState, evaluation: Evaluation, now: datetime) -> tuple[Aler
     return AlertState(new, state.since), change
 
 
+def recovered(policy: Policy, evaluation: Evaluation, severity: Severity | None) -> bool:
+    """Whether the symptom of an alert at ``severity`` has cleared: the policy's shortest
+    window burns below every rate of that severity's rules.
+
+    The long windows (and the hysteresis) keep the alert open for a while after the fault
+    clears; the shortest window says what is burning now. An incident in that state is
+    *recovering*: its healthy minutes are not diagnosed again."""
+    if severity is None:
+        return True
+    now = evaluation.burn_rates.get(policy.windows[0])
+    if now is None:
+        return False
+    return all(now < rule.burn_rate for rule in policy.rules if rule.severity is severity)
+
+
 class IncidentState(StrEnum):
     FIRING = "firing"
     RESOLVED = "resolved"
@@ -216,6 +231,8 @@ class Incident:
     peak_burn_rate: float = 0.0
     burn_rates: Mapping[str, float] = field(default_factory=dict)
     """The burn rate per window (``"5m"`` → rate) at the last update."""
+    recovering_since: datetime | None = None
+    """Since when the symptom has cleared (``recovered``) while the alert still holds."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.severity, Severity):
@@ -224,6 +241,16 @@ class Incident:
             object.__setattr__(self, "state", IncidentState(str(self.state)))
         if (self.state is IncidentState.RESOLVED) != (self.resolved_at is not None):
             raise InvalidInput("a resolved incident has a resolution time, a firing one none")
+        if self.recovering_since is not None and self.state is not IncidentState.FIRING:
+            raise InvalidInput("only a firing incident can be recovering")
+
+    @property
+    def phase(self) -> str:
+        """``firing``, ``recovering`` (the symptom cleared, the alert still holds) or
+        ``resolved``."""
+        if self.state is IncidentState.RESOLVED:
+            return "resolved"
+        return "recovering" if self.recovering_since is not None else "firing"
 
 
 class IncidentListener(Protocol):

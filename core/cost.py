@@ -21,8 +21,10 @@ computed:
    unattributed series (empty model, tenant and priority).
 4. **Input / output split.** A series' cost splits into input (prefill) and output (decode)
    cost by its prefill-vs-decode GPU-time share (token share when stage timings are missing).
-5. **Good tokens** are the tokens of successful requests that met the model's latency
-   objectives (``GoodRequest``); cost per million good tokens charges the whole cost to them.
+5. **Good tokens** are the tokens of successful requests that were within their SLO: the
+   latency SLOs covering their series, else the cost model's ``GoodRequest`` limits
+   (``core.goodput``); cost per million good tokens charges the whole cost to them, and every
+   line says which basis its good tokens have.
 
 Shares are allocated with the largest-remainder method at ``QUANTUM``, so they add up to the
 total exactly.
@@ -38,6 +40,7 @@ from decimal import Decimal
 from typing import Final
 
 from core.errors import InvalidInput
+from core.goodput import GoodLimits, GoodRule, basis_of
 from core.money import (
     MILLION,
     QUANTUM,
@@ -102,6 +105,10 @@ class GoodRequest:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise InvalidInput(f"good.{name} must be a positive number of seconds")
+
+    @property
+    def limits(self) -> GoodLimits:
+        return GoodLimits(ttft_s=self.ttft_s, tpot_s=self.tpot_s)
 
 
 def gpu_words(name: str) -> frozenset[str]:
@@ -197,6 +204,8 @@ class SeriesUsage:
     good_tokens: int = 0
     prefill_s: Decimal = ZERO
     decode_s: Decimal = ZERO
+    good_basis: str = ""
+    """``slo`` or ``cost_model``: what the series' good tokens were measured against."""
 
     def __post_init__(self) -> None:
         if set(self.labels) != set(GROUP_LABELS):
@@ -304,10 +313,17 @@ class CostLine:
     idle_cost: Decimal = ZERO
     util_weighted_hours: float = 0.0
     util_hours: float = 0.0
+    good_bases: frozenset[str] = frozenset()
+    """What the good tokens of the line's series were measured against (``core.goodput``)."""
 
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def good_basis(self) -> str:
+        """``slo``, ``cost_model`` or ``mixed`` (``""``: no series)."""
+        return basis_of(self.good_bases)
 
     @property
     def utilisation(self) -> float | None:
@@ -356,6 +372,7 @@ class CostLine:
             idle_cost=self.idle_cost + other.idle_cost,
             util_weighted_hours=self.util_weighted_hours + other.util_weighted_hours,
             util_hours=self.util_hours + other.util_hours,
+            good_bases=self.good_bases | other.good_bases,
         )
 
 
@@ -406,6 +423,7 @@ def attribute(instance: InstanceCost, series: Sequence[SeriesUsage]) -> list[Cos
                 idle_cost=idle[i],
                 util_weighted_hours=float(hours[i]) * util if util is not None else 0.0,
                 util_hours=float(hours[i]) if util is not None else 0.0,
+                good_bases=frozenset({s.good_basis}) if s.good_basis else frozenset(),
             )
         )
     return lines
@@ -442,6 +460,8 @@ class CostResult:
     """Instances that served requests but sent no GPU samples (their time is not priced)."""
     good_tokens_exact: bool = True
     """``False`` when raw rows of part of the window are gone, so good tokens undercount."""
+    good_rules: tuple[tuple[GoodRule, tuple[Mapping[str, str], ...]], ...] = ()
+    """Each set of good-token limits used, with the series (labels) held to it."""
 
     @property
     def unpriced(self) -> tuple[str, ...]:

@@ -127,10 +127,21 @@ class StageShare:
 
 @dataclass(frozen=True, slots=True)
 class Breakdown:
+    """Where a group's request time goes, stage by stage; the shares add up to at most 1.
+
+    The time shared out is each request's end-to-end time plus, where a gateway enclosed it,
+    the gateway's own time (which lies outside the server's end-to-end time). The other
+    stages lie within the end-to-end time; where the times the engines reported for them add
+    up to more than it (the stages overlap), their shares are scaled down together by
+    ``scaled_by`` (< 1), so that no instant counts twice; their ``seconds_total`` stay as
+    reported.
+    """
+
     labels: Mapping[str, str]
     requests: int
     e2e_seconds_total: float
     stages: tuple[StageShare, ...] = field(default_factory=tuple)
+    scaled_by: float = 1.0
 
     @property
     def unaccounted_share(self) -> float | None:
@@ -138,3 +149,28 @@ class Breakdown:
         if not self.e2e_seconds_total or not known:
             return None
         return max(0.0, 1.0 - sum(known))
+
+
+def breakdown_of(
+    labels: Mapping[str, str],
+    e2e: tuple[int, float],
+    stages: Mapping[str, tuple[int, float]],
+) -> Breakdown:
+    """A group's ``Breakdown`` from (count, seconds) totals of end-to-end time and of each
+    of ``STAGES`` (a stage absent from ``stages`` was reported by no request)."""
+    e2e_count, e2e_total = e2e
+    e2e_total = max(0.0, e2e_total)
+    totals = {stage: stages.get(stage, (0, 0.0)) for stage in STAGES}
+    gateway = max(0.0, totals["gateway"][1])
+    inner = sum(max(0.0, seconds) for stage, (_, seconds) in totals.items() if stage != "gateway")
+    scale = e2e_total / inner if inner > e2e_total else 1.0
+    whole = e2e_total + gateway
+    shares = []
+    for stage, (count, seconds) in totals.items():
+        share = None
+        if whole > 0 and count:
+            part = max(0.0, seconds) * (1.0 if stage == "gateway" else scale)
+            share = min(1.0, part / whole)
+        coverage = count / e2e_count if e2e_count else None
+        shares.append(StageShare(stage, seconds, share, coverage))
+    return Breakdown(dict(labels), int(e2e_count), e2e_total, tuple(shares), scale)

@@ -2,7 +2,10 @@
 
 The store computes them (``storage.signals``) and the diagnosis engine (``alerts.diagnose``)
 reads them, so neither needs the other: this module is their shared vocabulary. A signal the
-source cannot provide (no GPU samples, no requests) is simply absent from ``values``.
+source cannot provide (no GPU samples, no requests) is simply absent from ``values`` — never a
+0.0 — and each instance says which *families* of signals it had data for in the window
+(``available``): telemetry is often partial (no NVML in the container, no engine ``/metrics``,
+an engine that emits no stage spans), and the diagnosis must tell "not measured" from "zero".
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ SIGNALS: Final[Mapping[str, str]] = {
     "preprocess_mean": "s: mean tokenization / prompt assembly time",
     "prefill_mean": "s: mean prefill time",
     "decode_mean": "s: mean decode time",
+    "decode_per_token_mean": "s: mean engine decode time per output token after the first",
     "input_tokens_mean": "tokens: mean prompt length",
     "slow_input_tokens_p50": "tokens: median prompt length of the slowest 10 % (by TTFT)",
     "requests_running": "count: mean running requests (server scrape)",
     "requests_waiting": "count: mean waiting requests (server scrape)",
-    "kv_cache_usage": "ratio: mean KV-cache usage (server scrape)",
+    "kv_cache_usage": "ratio: mean KV-cache usage (server scrape; data-parallel engines' mean)",
+    "kv_cache_usage_max": "ratio: mean KV-cache usage of the hottest data-parallel engine",
     "preemptions_per_s": "1/s: preemptions per second (server counter)",
     "util_gpu": "ratio: mean GPU utilisation",
     "dram_bw_util": "ratio: mean DRAM bandwidth (or memory-controller) utilisation",
@@ -48,14 +53,57 @@ SIGNALS: Final[Mapping[str, str]] = {
     "xid_samples": "count: GPU samples that report an XID error",
 }
 
+#: Signal families: where each signal comes from. ``requests`` are the request records
+#: themselves (always there for an instance that is judged); the others are separate feeds a
+#: deployment may lack.
+REQUESTS: Final = "requests"
+STAGES: Final = "stages"
+SERVER: Final = "server"
+GPU: Final = "gpu"
+FAMILY_OF: Final[Mapping[str, str]] = {
+    **dict.fromkeys(
+        ("requests", "request_rate", "error_ratio", "ttft_p50", "ttft_p90", "tpot_p50",
+         "tpot_p90", "e2e_p90", "input_tokens_mean", "slow_input_tokens_p50"),
+        REQUESTS,
+    ),
+    **dict.fromkeys(
+        ("queue_mean", "queue_p90", "preprocess_mean", "prefill_mean", "decode_mean",
+         "decode_per_token_mean"),
+        STAGES,
+    ),
+    **dict.fromkeys(
+        ("requests_running", "requests_waiting", "kv_cache_usage", "preemptions_per_s"), SERVER
+    ),
+    **dict.fromkeys(
+        ("util_gpu", "dram_bw_util", "sm_clock_mhz", "throttled_share", "temperature_c",
+         "power_w", "ecc_sbe_per_s", "ecc_dbe_per_s", "xid_samples"),
+        GPU,
+    ),
+}  # fmt: skip
+#: Each family as the evidence of its absence names it ("no GPU samples for vllm-8b-0: …").
+FAMILIES: Final[Mapping[str, str]] = {
+    REQUESTS: "requests",
+    STAGES: "stage spans",
+    SERVER: "engine /metrics samples",
+    GPU: "GPU samples",
+}
+
+
+def families_of(values: Mapping[str, float]) -> frozenset[str]:
+    """The families that have at least one signal in ``values``."""
+    return frozenset(FAMILY_OF[name] for name in values if name in FAMILY_OF)
+
 
 @dataclass(frozen=True, slots=True)
 class InstanceSignals:
-    """The signals of one instance over one window."""
+    """The signals of one instance over one window. ``available``: the signal families the
+    source had data for (default: those with a signal in ``values``); a family can be
+    available with some of its signals absent (an exposition without a KV-cache gauge)."""
 
     instance: str
     model: str = ""
     values: Mapping[str, float] = field(default_factory=dict)
+    available: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.instance:
@@ -69,9 +117,20 @@ class InstanceSignals:
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise InvalidInput("a signal is a finite number ≥ 0", details={name: repr(value)})
         object.__setattr__(self, "values", dict(self.values))
+        available = families_of(self.values) if self.available is None else self.available
+        available = frozenset(available)
+        if not available <= set(FAMILIES):
+            raise InvalidInput("unknown signal families", details={"families": sorted(available)})
+        if not families_of(self.values) <= available:
+            raise InvalidInput("a signal of a family marked unavailable")
+        object.__setattr__(self, "available", available)
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
+
+    def has(self, family: str) -> bool:
+        """Whether the source had data of ``family`` for this instance in the window."""
+        return self.available is not None and family in self.available
 
 
 @dataclass(frozen=True, slots=True)

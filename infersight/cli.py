@@ -10,23 +10,26 @@ import logging
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 import click
 
-from core.errors import InfersightError
+from core.errors import InfersightError, Unavailable
 from infersight import __version__
 from infersight.settings import Settings
-from storage import migrate
-from storage.engine import create_store_engine, redact
-from storage.maintenance import maintain
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 @dataclass
 class Context:
     settings: Settings
 
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
+        # Imported here: ``infersight sidecar`` must bind before SQLAlchemy is loaded.
+        from storage.engine import create_store_engine  # noqa: PLC0415
+
         return create_store_engine(self.settings.database_url)
 
 
@@ -136,9 +139,14 @@ def db() -> None:
 @pass_context
 def db_upgrade(context: Context, revision: str) -> None:
     """Migrate the store up to REVISION (default: the newest)."""
+    from storage import migrate  # noqa: PLC0415 (Alembic: only the db commands need it)
+    from storage.engine import reaching, redact  # noqa: PLC0415
+
     engine = context.engine()
-    migrate.upgrade(engine, revision)
-    click.echo(f"{redact(context.settings.database_url)} is at revision {migrate.current(engine)}")
+    with reaching(context.settings.database_url):
+        migrate.upgrade(engine, revision)
+        current = migrate.current(engine)
+    click.echo(f"{redact(context.settings.database_url)} is at revision {current}")
 
 
 @db.command("downgrade")
@@ -147,28 +155,41 @@ def db_upgrade(context: Context, revision: str) -> None:
 @pass_context
 def db_downgrade(context: Context, revision: str, yes: bool) -> None:
     """Migrate the store down to REVISION ('base' removes every table and its data)."""
+    from storage import migrate  # noqa: PLC0415
+    from storage.engine import reaching, redact  # noqa: PLC0415
+
     if not yes:
         click.confirm(
             f"Downgrade {redact(context.settings.database_url)} to {revision}?", abort=True
         )
     engine = context.engine()
-    migrate.downgrade(engine, revision)
-    click.echo(f"now at revision {migrate.current(engine) or 'base'}")
+    with reaching(context.settings.database_url):
+        migrate.downgrade(engine, revision)
+        current = migrate.current(engine)
+    click.echo(f"now at revision {current or 'base'}")
 
 
 @db.command("current")
 @pass_context
 def db_current(context: Context) -> None:
     """Print the store's revision and the newest one this version ships."""
-    current = migrate.current(context.engine())
+    from storage import migrate  # noqa: PLC0415
+    from storage.engine import reaching  # noqa: PLC0415
+
+    with reaching(context.settings.database_url):
+        current = migrate.current(context.engine())
     click.echo(f"current: {current or 'none (not migrated)'}; head: {migrate.head()}")
 
 
 @db.command("maintain")
 @pass_context
 def db_maintain(context: Context) -> None:
-    """Create upcoming daily partitions and apply retention now."""
-    report = maintain(context.engine(), datetime.now(UTC), context.settings.retention())
+    """Create upcoming daily partitions, apply retention, drop far-future partitions."""
+    from storage.engine import reaching  # noqa: PLC0415
+    from storage.maintenance import maintain  # noqa: PLC0415
+
+    with reaching(context.settings.database_url):
+        report = maintain(context.engine(), datetime.now(UTC), context.settings.retention())
     click.echo(
         f"partitions created: {len(report.created)}, dropped: {len(report.dropped)}, "
         f"rollup rows deleted: {report.rollups_deleted}"
@@ -177,11 +198,15 @@ def db_maintain(context: Context) -> None:
         click.echo(f"  dropped {name}")
 
 
+#: Exit status when the store (or another dependency) cannot be reached: retry later.
+EXIT_UNAVAILABLE = 3
+
+
 def _fail(error: InfersightError) -> NoReturn:
     click.echo(f"error: {error.message}", err=True)
     for key, value in error.details.items():
         click.echo(f"  {key}: {value}", err=True)
-    sys.exit(2)
+    sys.exit(EXIT_UNAVAILABLE if isinstance(error, Unavailable) else 2)
 
 
 def main() -> None:

@@ -140,6 +140,7 @@ def _table(body: dict[str, Any]) -> None:
             f"{_short(per['input']):>9} {_short(per['output']):>9} {_short(per['good']):>9} "
             f"{util:>5}"
         )
+    click.echo(f"good tokens: {body['good_tokens']['text']}")
 
 
 def _short(value: str | None, places: int = 2) -> str:

@@ -1,4 +1,9 @@
-"""``infersight serve``: the API service (and its scheduled jobs) under uvicorn."""
+"""``infersight serve``: the API service (and its scheduled jobs) under uvicorn.
+
+The store may be down when it starts: the service listens at once, applies the migrations
+(or, with ``--no-migrate``, checks the store answers) in the background with backoff, reports
+``degraded`` on ``/healthz`` meanwhile, and starts its jobs once the store answers.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import Any
 import click
 import httpx
 import uvicorn
+from sqlalchemy import Engine, text
 
 from api import create_app
 from api.notifications import notifiers_from_env
@@ -23,6 +29,11 @@ def split_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise InvalidInput(f"--listen must be HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def _probe(engine: Engine) -> None:
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
 
 
 @click.command("serve")
@@ -66,8 +77,6 @@ def serve(
     host, port = split_listen(api_settings.listen)
     settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
-    if run_migrations:
-        migrate.upgrade(engine)
     client = httpx.Client(timeout=10.0)
     notifiers = notifiers_from_env(client)
     # Names only: webhook URLs and routing keys are secrets and never reach a log.
@@ -79,6 +88,7 @@ def serve(
         exact_max_rows=settings.exact_max_rows,
         notifiers=notifiers,
         dashboard_url=f"http://{host}:{port}",
+        prepare=(lambda: migrate.upgrade(engine)) if run_migrations else (lambda: _probe(engine)),
     )
     try:
         uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)

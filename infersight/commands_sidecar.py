@@ -3,6 +3,10 @@
 Builds the sidecar's configuration from flags once, wires the store writer, the scraper and
 the GPU source into ``collector.sidecar.Sidecar``, and runs until SIGTERM / SIGINT, on which
 it shuts down cleanly (pending appends committed, eligible entries shipped).
+
+Start-up binds and accepts first: the store writer (SQLAlchemy, the driver, numpy) is imported
+and built in the shipper's thread after the receivers listen, and nothing here imports
+``storage`` at module level.
 """
 
 from __future__ import annotations
@@ -16,18 +20,19 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from collector.gpu.source import build_gpu_sampler
 from collector.otlp import Limits
 from collector.periodic import Sampler
-from collector.scrape.scraper import Scraper
 from collector.sidecar import Sidecar, SidecarConfig
 from collector.spool import FsyncMode
+from core.accept import AcceptWindow
 from core.errors import ConfigurationError
+from infersight.cli import current_settings
 
 log = logging.getLogger(__name__)
 DEFAULT_STORE = "sqlite:///infersight.db"
@@ -166,6 +171,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     http_host, http_port = _address(options["otlp_http"], "--otlp-http")
     grpc_host, grpc_port = _address(options["otlp_grpc"], "--otlp-grpc")
     instance = options["instance"] or socket.gethostname()
+    window = current_settings(ctx).accept_window()
     config = SidecarConfig(
         instance=instance,
         spool_dir=options["spool_dir"],
@@ -182,40 +188,67 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         spool_max_bytes=options["spool_max_bytes"],
         window_s=options["window_s"],
         limits=Limits(max_body_bytes=options["max_body_bytes"]),
+        accept=window,
     )
-    samplers: list[Sampler] = []
-    scraper: Scraper | None = None
-    if options["scrape_url"]:
-        scraper = Scraper(
-            options["scrape_url"], instance, options["scrape_interval"], options["scrape_timeout"]
+    gpu_source = options["gpu_source"]
+    if gpu_source not in ("nvml", "none") and not gpu_source.startswith("dcgm:"):
+        raise ConfigurationError(
+            "--gpu-source must be nvml, dcgm:URL or none", details={"value": gpu_source}
         )
-        samplers.append(scraper)
-    app: Sidecar | None = None
+    url = _store_url(ctx, options["store"])
+    _check_store_url(url)
+    scrapers: list[Any] = []  # the scraper, once built (after the receivers listen)
+    app = Sidecar(
+        config,
+        lambda: _open_sink(url, window),
+        scraped_model=lambda: scrapers[0].current_model() if scrapers else "",
+    )
 
     def on_xid(gpu_index: int, xid: int) -> None:
         log.warning("GPU %d reported XID %d", gpu_index, xid)
-        if app is not None:
-            app.metrics.xid_events.labels(str(xid)).inc()
+        app.metrics.xid_events.labels(str(xid)).inc()
 
-    gpu = build_gpu_sampler(options["gpu_source"], instance, options["gpu_interval"], on_xid)
-    if gpu is not None:
-        samplers.append(gpu)
-    sink = _open_sink(_store_url(ctx, options["store"]))
-    app = Sidecar(
-        config, sink, samplers, scraped_model=scraper.current_model if scraper else lambda: ""
-    )
-    _run(app)
+    def add_samplers() -> None:
+        """Built after the receivers listen: the scrape client and NVML's initialisation are
+        not needed to accept exports."""
+        from collector.gpu.source import build_gpu_sampler  # noqa: PLC0415
+        from collector.scrape.scraper import Scraper  # noqa: PLC0415
+
+        samplers: list[Sampler] = []
+        if options["scrape_url"]:
+            scraper = Scraper(
+                options["scrape_url"],
+                instance,
+                options["scrape_interval"],
+                options["scrape_timeout"],
+            )
+            scrapers.append(scraper)
+            samplers.append(scraper)
+        gpu = build_gpu_sampler(gpu_source, instance, options["gpu_interval"], on_xid)
+        if gpu is not None:
+            samplers.append(gpu)
+        app.add_samplers(samplers)
+
+    _run(app, add_samplers)
 
 
-def _open_sink(url: str) -> Any:
-    """The store writer, imported here (not at module import) so that the math libraries
-    it pulls in see the single-thread settings first."""
+def _check_store_url(url: str) -> None:
+    """Refuse a store URL that can never work before listening (the full parse needs
+    SQLAlchemy, which loads after the receivers are up)."""
+    scheme = url.partition(":")[0].partition("+")[0].lower()
+    if scheme not in ("postgresql", "postgres", "sqlite") or "://" not in url:
+        raise ConfigurationError("the store must be a postgresql:// or sqlite:// URL")
+
+
+def _open_sink(url: str, window: AcceptWindow) -> Any:
+    """The store writer, imported here (in the shipper's thread, after the receivers bind),
+    so that the math libraries it pulls in see the single-thread settings first."""
     for name in _SINGLE_THREADED_MATH:
         os.environ.setdefault(name, "1")
     from storage.engine import create_store_engine  # noqa: PLC0415 (after the settings)
     from storage.writer import open_writer  # noqa: PLC0415
 
-    return open_writer(create_store_engine(url))
+    return open_writer(create_store_engine(url), accept=window)
 
 
 def _libc() -> Any:
@@ -257,7 +290,7 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def _run(app: Sidecar) -> None:
+def _run(app: Sidecar, after_start: Callable[[], None] = lambda: None) -> None:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -268,16 +301,19 @@ def _run(app: Sidecar) -> None:
         app.start()
     except OSError as exc:
         raise ConfigurationError(f"cannot listen: {exc}") from None
-    _freeze_startup_objects()
     click.echo(
         f"infersight sidecar {app.config.instance}: http={app.http.host}:{app.http.port} "
         f"grpc={app.grpc.host}:{app.grpc.port} spool={app.spool.path}",
         nl=True,
     )
     try:
-        waited = 0.0
+        after_start()
+        waited, frozen = 0.0, False
         while not stop.wait(0.5):
             waited += 0.5
+            if not frozen and app.shipper.opened.is_set():
+                _freeze_startup_objects()  # once the store's libraries are loaded too
+                frozen = True
             if waited >= TRIM_EVERY_S:
                 waited = 0.0
                 _trim_heap()

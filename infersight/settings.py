@@ -5,10 +5,15 @@ Every field here is documented in the README's settings table; a test fails when
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from storage.maintenance import RetentionPolicy
+from core.accept import MAX_FUTURE_SKEW_S, AcceptWindow
+
+if TYPE_CHECKING:  # the sidecar reads these settings and must not wait for SQLAlchemy
+    from storage.maintenance import RetentionPolicy
 
 
 class Settings(BaseSettings):
@@ -24,6 +29,12 @@ class Settings(BaseSettings):
     partition_ahead_days: int = Field(
         3, ge=0, le=60, description="Daily partitions created ahead of time (PostgreSQL)."
     )
+    max_future_skew_s: float = Field(
+        300.0,
+        ge=0,
+        le=MAX_FUTURE_SKEW_S,
+        description="Seconds a span may start after the sidecar's clock and still be accepted.",
+    )
     exact_max_rows: int = Field(
         200_000, ge=0, description="Above this many requests, quantiles come from sketches."
     )
@@ -37,7 +48,13 @@ class Settings(BaseSettings):
         "UTC", description="IANA time zone of weekly report periods and their schedule."
     )
 
+    def accept_window(self) -> AcceptWindow:
+        """Starts a sidecar and the store accept: raw retention back, the skew ahead."""
+        return AcceptWindow.of_days(self.raw_retention_days, self.max_future_skew_s)
+
     def retention(self) -> RetentionPolicy:
+        from storage.maintenance import RetentionPolicy  # noqa: PLC0415 (see the import)
+
         return RetentionPolicy(
             raw_days=self.raw_retention_days,
             minute_days=self.minute_rollup_retention_days,

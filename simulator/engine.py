@@ -403,6 +403,7 @@ class InstanceSim:
             execute_s=forward * _EXECUTE_OVERHEAD,
             preemptions=r.preemptions,
             engine=self.engine_index,
+            parent_span_id=r.parent_span_id,
         )
         self._completions.append(completion)
         if r.listener is not None:

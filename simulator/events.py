@@ -2,7 +2,8 @@
 
 A ``Completion`` wraps the normalised ``RequestRecord`` together with what only the OTLP span
 carries (request id, sampling parameters, scheduler / forward / execute time, the tokenizer's
-own service time). A ``Batch`` is what the fleet hands to its sinks.
+own service time, the caller's span when it propagated its trace context). A ``Batch`` is
+what the fleet hands to its sinks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Completion:
     preemptions: int = 0
     #: The data-parallel engine of the instance that served it.
     engine: int = 0
+    #: The caller's span (from its ``traceparent``) that the request span is a child of.
+    parent_span_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,19 @@ EXPECTED_CAUSE: Final = {
     FaultKind.CPU_STARVED: "host_bound",
 }
 
+#: The diagnosis each fault should lead to without GPU telemetry (``--gpu-source none``): the
+#: fallback the symptom pattern supports (``alerts/rules/default.yaml``'s ``fallbacks``), with
+#: the missing evidence stated. A throttled and a degraded board both slow decode on one
+#: instance; without clocks, clock-event reasons and ECC counters they look the same — the GPU
+#: side, compute or bandwidth unknown (``decode_bound``). A starved host still shows in its
+#: slow tokenizer together with slow decode steps (``host_bound``, its idle GPU unseen). The
+#: others never needed GPU samples.
+EXPECTED_CAUSE_WITHOUT_GPU: Final = {
+    **EXPECTED_CAUSE,
+    FaultKind.THERMAL_THROTTLE: "decode_bound",
+    FaultKind.DEGRADED_INSTANCE: "decode_bound",
+}
+
 #: Magnitude used when a scenario gives none; its meaning depends on the kind (see ``effects``).
 DEFAULT_MAGNITUDE: Final = {
     FaultKind.ARRIVAL_SURGE: 3.0,  # arrival-rate multiplier

@@ -10,7 +10,8 @@ TTFT and TPOT measured by a client follow the model.
 
 Prompt length is estimated at four characters per token; a request generates exactly
 ``max_tokens`` tokens (``finish_reason: "length"``), so load tests control output length.
-A W3C ``traceparent`` header makes the request's record carry the caller's trace id.
+A W3C ``traceparent`` header makes the request's record carry the caller's trace id, and its
+span a child of the caller's span.
 """
 
 from __future__ import annotations
@@ -62,13 +63,21 @@ class _Stream:
 def trace_id(traceparent: str) -> str:
     """The trace id of a W3C ``traceparent`` header, or ``""`` (vLLM's spans join the caller's
     trace the same way, so a client can find its requests among the server's records)."""
+    return trace_context(traceparent)[0]
+
+
+def trace_context(traceparent: str) -> tuple[str, str]:
+    """``(trace id, parent span id)`` of a W3C ``traceparent`` header, or ``("", "")``: the
+    server's span joins the caller's trace as a child of the caller's span, as vLLM's does."""
     parts = traceparent.strip().lower().split("-")
     if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
-        return ""
-    trace = parts[1]
+        return "", ""
+    trace, parent = parts[1], parts[2]
     if len(trace) != 32 or trace == "0" * 32 or not all(c in _HEX for c in trace):
-        return ""
-    return trace
+        return "", ""
+    if len(parent) != 16 or parent == "0" * 16 or not all(c in _HEX for c in parent):
+        return "", ""
+    return trace, parent
 
 
 _HEX = frozenset("0123456789abcdef")
@@ -219,6 +228,7 @@ class RealtimeServer:
         max_tokens, temperature, top_p = parsed
         stream = _Stream()
         now = self.now()
+        caller_trace, caller_span = trace_context(request.headers.get("traceparent", ""))
         self.sim.submit(
             Arrival(
                 now,
@@ -227,7 +237,8 @@ class RealtimeServer:
                 max_tokens,
                 "",
                 "",
-                trace_id=trace_id(request.headers.get("traceparent", "")),
+                trace_id=caller_trace,
+                parent_span_id=caller_span,
             ),
             listener=stream,
             temperature=temperature,

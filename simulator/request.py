@@ -48,6 +48,7 @@ class RequestState:
         "listener",
         "max_tokens",
         "output_tokens",
+        "parent_span_id",
         "preemptions",
         "prefill_left",
         "priority",
@@ -72,6 +73,7 @@ class RequestState:
         self.priority = a.priority
         self.gateway_s = a.gateway_s
         self.trace_id = a.trace_id
+        self.parent_span_id = a.parent_span_id if a.trace_id else ""
         self.temperature = 0.7
         self.top_p = 0.95
         self.prefill_left = a.input_tokens

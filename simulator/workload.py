@@ -204,6 +204,8 @@ class Arrival:
     gateway_s: float = 0.0
     #: The client's W3C trace id (``traceparent``), which the server's span joins; else drawn.
     trace_id: str = ""
+    #: The client's span the request was sent from (``traceparent``): the server span's parent.
+    parent_span_id: str = ""
 
 
 def _choice(

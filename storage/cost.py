@@ -17,11 +17,12 @@ dashboard, the weekly report, capacity planning and ``/metrics`` all call it); t
 * **Served work** (``series_usage``): requests, tokens and prefill / decode request-seconds
   per series (model, instance, tenant, priority), from raw rows at the window's edges and
   rollups in between (``core.window.split``): the sums of the prefill and decode sketches.
-* **Good tokens**: tokens of successful requests whose TTFT and TPOT met the model's
-  ``GoodRequest`` thresholds (a measurement the engine did not report does not fail a
-  request). Counted exactly: whole hours and days from ``storage.good_tokens`` (each counted
-  once from raw rows and kept, so they outlive raw retention), the minutes at the window's
-  ends from raw rows.
+* **Good tokens**: tokens of successful requests within their SLO: each series is held to the
+  latency SLOs that cover it (stored SLOs, ``core.goodput``), or to the cost model's
+  ``GoodRequest`` limits where none does; each line and the result say which (a measurement
+  the engine did not report does not fail a request). Counted exactly: whole hours and days
+  from ``storage.good_tokens`` (each counted once from raw rows per set of limits and kept, so
+  they outlive raw retention), the minutes at the window's ends from raw rows.
   Where neither has every request of the window, ``CostResult.good_tokens_exact`` is ``False``.
 
 Cost models applied by operators are kept by ``storage.cost_models`` (re-exported here).
@@ -54,9 +55,11 @@ from core.cost import (
     group_lines,
     price_instance,
 )
+from core.goodput import GoodBasis, GoodLimits, GoodPolicy, GoodRule
 from core.query import Selector, check_group_by
 from core.records import GROUP_LABELS
 from core.sketch import header_totals
+from core.slo import SloSpec
 from core.window import Resolution, Segment, Window, split
 from storage import good_tokens, gpu_reads, gpu_rollup
 from storage.cost_models import (
@@ -67,6 +70,7 @@ from storage.cost_models import (
     model_to_json,
     put_model,
 )
+from storage.slo_store import list_slos
 from storage.tables import request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
@@ -152,17 +156,21 @@ class _Acc:
 def series_usage(
     connection: Connection,
     window: Window,
-    good: GoodRequest,
+    good: GoodPolicy | GoodRequest,
     instance: str | None = None,
     finest: Resolution = Resolution.MINUTE,
     pending: list[dict[str, Any]] | None = None,
+    rules: dict[LabelKey, GoodRule] | None = None,
 ) -> tuple[list[SeriesUsage], bool]:
     """What every series served over ``window``, and whether good tokens are exact.
 
-    Good tokens of whole hours and days come from ``storage.good_tokens`` (buckets it kept, or
-    raw rows); buckets freshly counted from complete raw rows are added to ``pending`` for the
-    caller to keep once its read is done.
+    Each series' good tokens are measured against the limits ``good`` holds it to (a bare
+    ``GoodRequest``: the same limits for all, basis ``cost_model``); the rule of each series is
+    put in ``rules``. Good tokens of whole hours and days come from ``storage.good_tokens``
+    (buckets it kept, or raw rows); buckets freshly counted from complete raw rows are added to
+    ``pending`` for the caller to keep once its read is done.
     """
+    policy = good if isinstance(good, GoodPolicy) else GoodPolicy((), good.limits)
     acc: dict[LabelKey, _Acc] = defaultdict(_Acc)
     rolled: dict[good_tokens.Bucket, dict[LabelKey, int]] = defaultdict(dict)
     r, u = requests.c, request_rollups.c
@@ -221,12 +229,9 @@ def series_usage(
                 a.prefill_s += header_totals(row[7])[1]
             if row[8] is not None:
                 a.decode_s += header_totals(row[8])[1]
-    counted = good_tokens.count(connection, good, rolled, _unkept(segments), instance)
-    for key, tokens in counted.good_tokens.items():
-        acc[key].good_tokens += tokens
-    if pending is not None:
-        pending += counted.to_keep
-    exact = counted.requests == sum(a.requests for a in acc.values())
+    bases, exact = _good_tokens(
+        connection, acc, policy, rolled, _unkept(segments), instance, pending, rules
+    )
     series = [
         SeriesUsage(
             labels=dict(zip(_SERIES, key, strict=True)),
@@ -236,11 +241,43 @@ def series_usage(
             good_tokens=a.good_tokens,
             prefill_s=decimal_of(a.prefill_s),
             decode_s=decimal_of(a.decode_s),
+            good_basis=bases[key],
         )
         for key, a in sorted(acc.items())
         if a.requests
     ]
     return series, exact
+
+
+def _good_tokens(
+    connection: Connection,
+    acc: dict[LabelKey, _Acc],
+    policy: GoodPolicy,
+    rolled: dict[good_tokens.Bucket, dict[LabelKey, int]],
+    ranges: list[tuple[datetime, datetime]],
+    instance: str | None,
+    pending: list[dict[str, Any]] | None,
+    rules: dict[LabelKey, GoodRule] | None,
+) -> tuple[dict[LabelKey, str], bool]:
+    """Add each series' good tokens to ``acc``, counted once per set of limits for the series
+    held to it; the basis of each series, and whether every request was counted."""
+    held: dict[GoodLimits, list[LabelKey]] = defaultdict(list)
+    bases: dict[LabelKey, str] = {}
+    for key in sorted(k for k, a in acc.items() if a.requests):
+        rule = policy.rule_for(dict(zip(_SERIES, key, strict=True)))
+        held[rule.limits].append(key)
+        bases[key] = rule.basis.value
+        if rules is not None:
+            rules[key] = rule
+    counted_requests = 0
+    for limits, series in sorted(held.items(), key=lambda item: item[0].key):
+        counted = good_tokens.count(connection, limits, rolled, ranges, instance, series=series)
+        for key, tokens in counted.good_tokens.items():
+            acc[key].good_tokens += tokens
+        counted_requests += counted.requests
+        if pending is not None:
+            pending += counted.to_keep
+    return bases, counted_requests == sum(a.requests for a in acc.values())
 
 
 def _unkept(segments: Sequence[Segment]) -> list[tuple[datetime, datetime]]:
@@ -259,6 +296,13 @@ def _unkept(segments: Sequence[Segment]) -> list[tuple[datetime, datetime]]:
 # -- the cost of a window -------------------------------------------------------------------
 
 
+def good_policy(
+    engine: Engine, model: CostModel, slos: Sequence[SloSpec] | None = None
+) -> GoodPolicy:
+    """Good tokens under the stored SLOs (or ``slos``), else ``model``'s ``goodRequest``."""
+    return GoodPolicy.of(list_slos(engine) if slos is None else slos, model.good.limits)
+
+
 def cost(
     engine: Engine,
     window: Window,
@@ -267,20 +311,25 @@ def cost(
     group_by: Sequence[str] = (),
     *,
     finest: Resolution = Resolution.MINUTE,
+    slos: Sequence[SloSpec] | None = None,
 ) -> CostResult:
     """Cost, tokens, good tokens, energy, utilisation and idle cost per group over ``window``.
 
     Every instance that sampled GPUs or served requests in the window is priced and its cost
     attributed to the series it served (``core.cost``); the groups are the attributed lines
     of the series ``selector`` picks, summed per ``group_by`` labels, sorted by labels.
-    ``total`` sums the same lines, so the groups add up to it exactly.
+    ``total`` sums the same lines, so the groups add up to it exactly. Good tokens are held to
+    the stored SLOs (or ``slos``) covering each series, else to ``model``'s ``goodRequest``;
+    ``good_rules`` says which limits held for which series.
     """
     groups = check_group_by(group_by)
     pending: list[dict[str, Any]] = []
+    rules: dict[LabelKey, GoodRule] = {}
+    policy = good_policy(engine, model, slos)
     with engine.connect() as connection:
         usage = gpu_usage(connection, window, model, selector.instance, finest)
         series, exact = series_usage(
-            connection, window, model.good, selector.instance, finest, pending
+            connection, window, policy, selector.instance, finest, pending, rules
         )
     good_tokens.keep(engine, pending)
     by_instance: dict[str, list[GpuUsage]] = defaultdict(list)
@@ -311,7 +360,21 @@ def cost(
         instances=tuple(i for i in instances if selector.instance in (None, i.instance)),
         unmetered=tuple(sorted(set(served) - set(by_instance))),
         good_tokens_exact=exact,
+        good_rules=_rules_used(rules, selector),
     )
+
+
+def _rules_used(
+    rules: dict[LabelKey, GoodRule], selector: Selector
+) -> tuple[tuple[GoodRule, tuple[dict[str, str], ...]], ...]:
+    """Each rule with the series ``selector`` picks that it held (SLO rules first)."""
+    held: dict[GoodRule, list[dict[str, str]]] = defaultdict(list)
+    for key, rule in sorted(rules.items()):
+        labels = dict(zip(_SERIES, key, strict=True))
+        if selector.matches(labels):
+            held[rule].append(labels)
+    order = sorted(held, key=lambda r: (r.basis != GoodBasis.SLO, r.slos, r.limits.key))
+    return tuple((rule, tuple(held[rule])) for rule in order)
 
 
 # -- evidence for savings -------------------------------------------------------------------

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
 
-from core.errors import ConfigurationError
+from core.errors import ConfigurationError, Unavailable
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -55,3 +57,37 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+#: SQLite's words for a database file that cannot be opened (its other OperationalErrors,
+#: such as a missing table, are not about reaching the store).
+_SQLITE_UNREACHABLE = ("unable to open", "disk i/o error", "database is locked")
+
+
+def unreachable(exc: Exception) -> bool:
+    """Whether a database error means the store cannot be reached (retry later)."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    if type(exc.orig).__module__.startswith("sqlite3"):
+        return any(words in str(exc.orig).lower() for words in _SQLITE_UNREACHABLE)
+    return True
+
+
+def reason(exc: Exception) -> str:
+    """The driver's own first line of a database error (no SQL, no traceback)."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    return (lines[0] if lines else type(orig).__name__)[:300]
+
+
+@contextmanager
+def reaching(url: str) -> Iterator[None]:
+    """Turn "the store cannot be reached" into one ``Unavailable`` with a one-line message."""
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        if not unreachable(exc):
+            raise
+        raise Unavailable(f"cannot reach the store {redact(url)}: {reason(exc)}") from None

@@ -1,15 +1,20 @@
 """Good tokens per UTC hour and day and series, counted once from raw rows and kept past retention.
 
-A good token belongs to a successful request whose TTFT and TPOT met a ``GoodRequest``'s limits
-(``storage.cost``). Which requests are good depends on limits an operator may change, so it
-cannot be rolled up at ingest; instead each closed hour and day is counted exactly from raw rows
-once per pair of limits and kept in ``good_token_counts`` with the number of requests it was
-counted over. A kept bucket is used while that number still equals the request rollup's count
-for the series in the same bucket (late data changes the rollup, and the bucket is counted
-again from raw rows). The maintenance job counts every closed day and its hours for the limits
-of every stored cost model and the default ones, so cost answers stay exact beyond raw
-retention: a window reads kept days in its middle, kept hours at its edges, and raw rows only
-for the minutes at its two ends (which rollups serve from raw rows too).
+A good token belongs to a successful request whose TTFT, TPOT and end-to-end latency met its
+series' ``GoodLimits`` (``core.goodput``: the latency SLOs covering the series, else the cost
+model's ``goodRequest``). Which requests are good depends on limits an operator may change, so
+it cannot be rolled up at ingest; instead each closed hour and day is counted exactly from raw
+rows once per set of limits, for the series held to them, and kept in ``good_token_counts``
+(keyed by the three limits, 0 for none) with the number of requests it was counted over. A kept
+bucket is used while that number still equals the request rollup's count for the series in the
+same bucket (late data changes the rollup, and the bucket is counted again from raw rows). The
+maintenance job counts every closed day and its hours for the limits each series is held to
+(under the stored SLOs, and under every stored cost model's and the default limits for series
+no SLO covers), so cost answers stay exact beyond raw retention: a window reads kept days in its
+middle, kept hours at its edges, and raw rows only for the minutes at its two ends (which
+rollups serve from raw rows too). An SLO changed later re-measures the past: hours still in raw
+retention are counted again under the new limits; older ones, never counted under them, make
+the answer partial.
 
 ``count`` answers a window and says how many requests it counted, for the caller to compare with
 the rollups' total.
@@ -29,10 +34,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 
-from core.cost import GoodRequest
+from core.goodput import GoodLimits, GoodPolicy
 from core.records import GROUP_LABELS
 from core.window import Resolution
-from storage.tables import good_token_counts, requests
+from storage.tables import good_token_counts, request_rollups, requests
 
 log = logging.getLogger(__name__)
 LabelKey = tuple[str, ...]
@@ -41,12 +46,11 @@ Bucket = tuple[Resolution, datetime]
 KEPT: Final = (Resolution.HOUR, Resolution.DAY)
 
 
-def _good(good: GoodRequest) -> ColumnElement[bool]:
+def _good(limits: GoodLimits) -> ColumnElement[bool]:
     r = requests.c
     return and_(
         r.status == "ok",
-        or_(r.ttft_s.is_(None), r.ttft_s <= good.ttft_s),
-        or_(r.tpot_s.is_(None), r.tpot_s <= good.tpot_s),
+        *(or_(r[name].is_(None), r[name] <= value) for name, value in limits.items()),
     )
 
 
@@ -54,7 +58,7 @@ def from_raw(
     connection: Connection,
     start: datetime,
     end: datetime,
-    good: GoodRequest,
+    good: GoodLimits,
     instance: str | None = None,
 ) -> dict[LabelKey, tuple[int, int]]:
     """Per series: (raw requests, good tokens) over ``[start, end)``, in one grouped scan."""
@@ -95,16 +99,18 @@ class Counted:
 
 
 def _kept(
-    connection: Connection, good: GoodRequest, buckets: Iterable[Bucket], instance: str | None
+    connection: Connection, good: GoodLimits, buckets: Iterable[Bucket], instance: str | None
 ) -> dict[Bucket, dict[LabelKey, tuple[int, int]]]:
     wanted = sorted(buckets)
     if not wanted:
         return {}
     k = good_token_counts.c
     starts = [start for _, start in wanted]
+    ttft, tpot, e2e = good.key
     where = [
-        k.ttft_s == good.ttft_s,
-        k.tpot_s == good.tpot_s,
+        k.ttft_s == ttft,
+        k.tpot_s == tpot,
+        k.e2e_s == e2e,
         k.resolution.in_(sorted({r.value for r, _ in wanted})),
         k.bucket >= min(starts),
         k.bucket <= max(starts),
@@ -122,16 +128,28 @@ def _kept(
 
 def count(
     connection: Connection,
-    good: GoodRequest,
+    good: GoodLimits,
     rolled: Mapping[Bucket, Mapping[LabelKey, int]],
     ranges: Iterable[tuple[datetime, datetime]],
     instance: str | None = None,
+    series: Iterable[LabelKey] | None = None,
 ) -> Counted:
     """Good tokens over the hour and day buckets of ``rolled`` (with each bucket's rollup
-    request counts per series) and over the other ``ranges`` of a window (raw rows)."""
+    request counts per series) and over the other ``ranges`` of a window (raw rows), of the
+    ``series`` held to ``good`` (all when ``None``)."""
+    only = None if series is None else set(series)
+
+    def mine(counted: Mapping[LabelKey, tuple[int, int]]) -> dict[LabelKey, tuple[int, int]]:
+        return {k: v for k, v in counted.items() if only is None or k in only}
+
     out = Counted()
     for start, end in ranges:
-        out.add(from_raw(connection, start, end, good, instance))
+        out.add(mine(from_raw(connection, start, end, good, instance)))
+    rolled = {
+        bucket: {k: n for k, n in counts.items() if only is None or k in only}
+        for bucket, counts in rolled.items()
+    }
+    rolled = {bucket: counts for bucket, counts in rolled.items() if counts}
     kept = _kept(connection, good, rolled, instance)
     for bucket, counts in sorted(rolled.items()):
         stored = kept.get(bucket, {})
@@ -140,7 +158,7 @@ def count(
             continue
         resolution, start = bucket
         end = start + timedelta(seconds=resolution.seconds)
-        counted = from_raw(connection, start, end, good, instance)
+        counted = mine(from_raw(connection, start, end, good, instance))
         out.add(counted)
         if all(counted.get(key, (0, 0))[0] == n for key, n in counts.items()):
             out.to_keep += _rows(good, bucket, counted)
@@ -148,12 +166,14 @@ def count(
 
 
 def _rows(
-    good: GoodRequest, bucket: Bucket, counted: Mapping[LabelKey, tuple[int, int]]
+    good: GoodLimits, bucket: Bucket, counted: Mapping[LabelKey, tuple[int, int]]
 ) -> list[dict[str, Any]]:
+    ttft, tpot, e2e = good.key
     return [
         {
-            "ttft_s": good.ttft_s,
-            "tpot_s": good.tpot_s,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
             "resolution": bucket[0].value,
             "bucket": bucket[1],
             **dict(zip(GROUP_LABELS, key, strict=True)),
@@ -183,31 +203,58 @@ def keep(engine: Engine, rows: list[dict[str, Any]]) -> None:
 
 
 def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    keys = ("ttft_s", "tpot_s", "resolution", "bucket", *GROUP_LABELS)
+    keys = ("ttft_s", "tpot_s", "e2e_s", "resolution", "bucket", *GROUP_LABELS)
     return tuple(row[name] for name in keys)
 
 
-def keep_days(engine: Engine, goods: Iterable[GoodRequest], days: Iterable[date]) -> int:
-    """Count each of ``days`` and its hours from raw rows, for each pair of limits that has
-    not kept that day yet (the maintenance job). Returns the (limits, day) pairs counted."""
+def _series_of_day(connection: Connection, start: datetime) -> list[LabelKey]:
+    """The series with requests on the day from ``start``, from its day rollups (one row
+    each: the hourly maintenance run need not scan a day of raw rows to learn them)."""
+    u = request_rollups.c
+    query = select(*(u[name] for name in GROUP_LABELS)).where(
+        u.resolution == Resolution.DAY.value, u.bucket == start
+    )
+    return [tuple(row) for row in connection.execute(query)]
+
+
+def held_to(
+    policies: Iterable[GoodPolicy], series: Iterable[LabelKey]
+) -> dict[GoodLimits, set[LabelKey]]:
+    """The series held to each set of limits under any of ``policies``."""
+    out: dict[GoodLimits, set[LabelKey]] = defaultdict(set)
+    keys = list(series)
+    for policy in policies:
+        for key in keys:
+            out[policy.rule_for(dict(zip(GROUP_LABELS, key, strict=True))).limits].add(key)
+    return out
+
+
+def keep_days(engine: Engine, policies: Iterable[GoodPolicy], days: Iterable[date]) -> int:
+    """Count each of ``days`` and its hours from raw rows, for each set of limits its series
+    are held to under ``policies`` and not kept yet for them (the maintenance job). Returns
+    the (limits, day) pairs counted."""
     counted = 0
-    limits = sorted({(g.ttft_s, g.tpot_s) for g in goods})
+    policies = list(policies)
     for day in sorted(set(days)):
         start = datetime.combine(day, time(), tzinfo=UTC)
         rows: list[dict[str, Any]] = []
         with engine.connect() as connection:
-            for ttft_s, tpot_s in limits:
-                good = GoodRequest(ttft_s, tpot_s)
-                if _kept(connection, good, [(Resolution.DAY, start)], None):
+            groups = held_to(policies, _series_of_day(connection, start))
+            for good, series in sorted(groups.items(), key=lambda g: g[0].key):
+                kept = _kept(connection, good, [(Resolution.DAY, start)], None)
+                if series <= set(kept.get((Resolution.DAY, start), {})):
                     continue
                 whole = from_raw(connection, start, start + timedelta(days=1), good)
+                whole = {k: v for k, v in whole.items() if k in series}
                 if not whole:
                     continue
                 rows += _rows(good, (Resolution.DAY, start), whole)
                 for hour in range(24):
                     at = start + timedelta(hours=hour)
                     part = from_raw(connection, at, at + timedelta(hours=1), good)
-                    rows += _rows(good, (Resolution.HOUR, at), part)
+                    rows += _rows(good, (Resolution.HOUR, at), {
+                        k: v for k, v in part.items() if k in series
+                    })  # fmt: skip
                 counted += 1
         keep(engine, rows)
     return counted

@@ -1,8 +1,10 @@
 """Incidents in the store: one row per alert of an SLO and scope, not one per evaluation.
 
 ``apply_step`` writes what ``core.burn.step`` decided: it opens a row, updates the open row's
-severity and burn rates, or resolves it. At most one incident per SLO and scope is firing;
-the evaluation job is the only writer (one leader), so no database constraint is needed.
+severity, burn rates and recovering mark (``core.burn.recovered``), or resolves it; the burn
+rates it saw go to the incident's timeline (``storage.incident_history.add_burn_point``). At
+most one incident per SLO and scope is firing; the evaluation job is the only writer (one
+leader), so no database constraint is needed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from core.burn import (
     Severity,
     Transition,
 )
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
+from storage.incident_history import add_burn_point
 from storage.tables import incidents
 
 STATES: Final = ("firing", "resolved", "all")
@@ -39,6 +42,7 @@ def _incident(row: Row[Any]) -> Incident:
         resolved_at=row.resolved_at,
         peak_burn_rate=row.peak_burn_rate,
         burn_rates=json.loads(row.burn_rates),
+        recovering_since=row.recovering_since if row.state == "firing" else None,
     )
 
 
@@ -77,10 +81,13 @@ def apply_step(
     now: datetime,
     *,
     current: Incident | Literal["lookup"] | None = "lookup",
+    recovering: bool = False,
 ) -> Incident | None:
     """Persist one evaluation's outcome; the incident as it now is (``None``: none open).
 
-    ``current`` is the open incident when the caller already read it (``all_firing``).
+    ``current`` is the open incident when the caller already read it (``all_firing``);
+    ``recovering``: the symptom has cleared while the alert still holds (kept since when it
+    was first seen, cleared when the burn comes back).
     """
     if current == "lookup":
         current = firing(connection, slo, scope)
@@ -103,17 +110,22 @@ def apply_step(
             )
             .returning(incidents.c.id)
         )
-        return _reload(connection, result.scalar_one())
+        opened = result.scalar_one()
+        add_burn_point(connection, opened, now, burn_rates, force=True)
+        return _reload(connection, opened)
     values: dict[str, Any] = {
         "updated_at": now,
         "burn_rates": rates,
         "peak_burn_rate": max(current.peak_burn_rate, peak),
     }
-    if transition is Transition.RESOLVED or state.severity is None:
-        values.update(state=IncidentState.RESOLVED.value, resolved_at=now)
+    resolved = transition is Transition.RESOLVED or state.severity is None
+    if resolved or state.severity is None:
+        values.update(state=IncidentState.RESOLVED.value, resolved_at=now, recovering_since=None)
     else:
         values["severity"] = state.severity.value
+        values["recovering_since"] = (current.recovering_since or now) if recovering else None
     connection.execute(update(incidents).where(incidents.c.id == current.id).values(**values))
+    add_burn_point(connection, current.id, now, burn_rates, force=resolved)
     return _reload(connection, current.id)
 
 
@@ -125,7 +137,12 @@ def resolve(connection: Connection, incident_ids: Iterable[int], now: datetime) 
     connection.execute(
         update(incidents)
         .where(incidents.c.id.in_(ids), incidents.c.state == IncidentState.FIRING.value)
-        .values(state=IncidentState.RESOLVED.value, resolved_at=now, updated_at=now)
+        .values(
+            state=IncidentState.RESOLVED.value,
+            resolved_at=now,
+            updated_at=now,
+            recovering_since=None,
+        )
     )
     return [_reload(connection, incident_id) for incident_id in ids]
 
@@ -138,6 +155,17 @@ def resolve_all(connection: Connection, slo: str, now: datetime) -> list[Inciden
 
 def _reload(connection: Connection, incident_id: int) -> Incident:
     row = connection.execute(select(incidents).where(incidents.c.id == incident_id)).one()
+    return _incident(row)
+
+
+def get_incident(engine: Engine, incident_id: int) -> Incident:
+    """One incident by id; ``NotFound`` if there is none."""
+    if not 0 < incident_id < 2**63:
+        raise NotFound(f"no incident {incident_id}", details={"id": incident_id})
+    with engine.connect() as connection:
+        row = connection.execute(select(incidents).where(incidents.c.id == incident_id)).first()
+    if row is None:
+        raise NotFound(f"no incident {incident_id}", details={"id": incident_id})
     return _incident(row)
 
 

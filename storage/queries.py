@@ -35,8 +35,8 @@ from core.query import (
     LatencyResult,
     Method,
     Selector,
-    StageShare,
     Throughput,
+    breakdown_of,
     check_group_by,
     check_metric,
 )
@@ -290,7 +290,8 @@ def breakdown(
     *,
     finest: Resolution = Resolution.MINUTE,
 ) -> list[Breakdown]:
-    """Each stage's share of end-to-end time, per group, over ``window``."""
+    """Each stage's share of the requests' time, per group, over ``window`` (shares add up
+    to at most 1: see ``core.query.Breakdown``)."""
     groups = check_group_by(group_by)
     # per group: field -> [count, sum]
     acc: dict[LabelKey, dict[str, list[float]]] = defaultdict(
@@ -331,15 +332,8 @@ def breakdown(
 
 def _breakdown(labels: Mapping[str, str], fields_: Mapping[str, list[float]]) -> Breakdown:
     e2e_count, e2e_total = fields_["e2e_s"]
-    stages = []
+    stages = {}
     for stage in STAGES:
         count, total = fields_[f"{stage}_s"]
-        stages.append(
-            StageShare(
-                stage,
-                total,
-                share=total / e2e_total if e2e_total and count else None,
-                coverage=count / e2e_count if e2e_count else None,
-            )
-        )
-    return Breakdown(labels, int(e2e_count), e2e_total, tuple(stages))
+        stages[stage] = (int(count), total)
+    return breakdown_of(labels, (int(e2e_count), e2e_total), stages)

@@ -5,6 +5,9 @@ quantiles, stage means, input lengths of the slowest requests), server samples (
 gauges, preemption counter deltas) and GPU samples (utilisation, clocks while busy, throttle
 share, ECC counter deltas, XIDs). Diagnosis windows are incident-sized (minutes to hours), so
 raw rows are read; the row cap keeps a mistaken month-long window from exhausting memory.
+Each instance also says which signal families the store had data of (``available``: stage
+timings on any request, any server scrape, any GPU sample), so that a deployment without GPU
+telemetry reads as "not measured", never as zeros.
 
 The diagnoses made from those signals are kept here too: the latest one per incident, with
 the incident's acknowledgement (``incident_diagnoses``).
@@ -26,13 +29,14 @@ from sqlalchemy import Connection, Engine, and_, func, insert, select, update
 from core.errors import InvalidInput, NotFound
 from core.query import Selector
 from core.samples import BENIGN_REASONS, THROTTLE_REASONS
-from core.signals import InstanceSignals, WindowSignals
+from core.signals import GPU, REQUESTS, SERVER, STAGES, InstanceSignals, WindowSignals, families_of
 from core.window import Window
 from storage.tables import gpu_samples, incident_diagnoses, incidents, requests, server_samples
 
 MAX_ROWS: Final = 2_000_000
 _NOT_BENIGN: Final = frozenset(THROTTLE_REASONS) - BENIGN_REASONS
 _NONE: Final[frozenset[str]] = frozenset()
+_STAGES: Final = ("queue_s", "preprocess_s", "prefill_s", "decode_s")
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -80,6 +84,12 @@ def _request_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
     _put(out, "preprocess_mean", _mean([r.preprocess_s for r in rows]))
     _put(out, "prefill_mean", _mean([r.prefill_s for r in rows]))
     _put(out, "decode_mean", _mean([r.decode_s for r in rows]))
+    per_token = [
+        r.decode_s / (r.output_tokens - 1)
+        for r in rows
+        if r.decode_s is not None and r.output_tokens is not None and r.output_tokens > 1
+    ]
+    _put(out, "decode_per_token_mean", _mean(per_token))
     _put(out, "input_tokens_mean", _mean([r.input_tokens for r in rows]))
     cut = out.get("ttft_p90")
     if cut is not None:
@@ -93,6 +103,10 @@ def _server_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
     _put(out, "requests_running", _mean([r.requests_running for r in rows]))
     _put(out, "requests_waiting", _mean([r.requests_waiting for r in rows]))
     _put(out, "kv_cache_usage", _mean([r.kv_cache_usage for r in rows]))
+    # Rows stored before the hottest engine was kept have none: their instance figure stands in.
+    hottest = [r.kv_cache_usage if r.kv_cache_usage_max is None else r.kv_cache_usage_max
+               for r in rows]  # fmt: skip
+    _put(out, "kv_cache_usage_max", _mean(hottest))
     if any(r.preemptions_total is not None for r in rows):
         out["preemptions_per_s"] = _increase(r.preemptions_total for r in rows) / seconds
     return out
@@ -149,7 +163,7 @@ def window_signals(
         requests.c[c]
         for c in (
             "instance", "model", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preprocess_s",
-            "prefill_s", "decode_s", "input_tokens", "status",
+            "prefill_s", "decode_s", "input_tokens", "output_tokens", "status",
         )
     ]  # fmt: skip
     reqs = _grouped(
@@ -188,8 +202,26 @@ def window_signals(
         values.update(_server_values(server.get(name, []), seconds))
         values.update(_gpu_values(gpu_rows.get(name, []), seconds))
         model = rows[0].model if rows else (selector.model or "")
-        out.append(InstanceSignals(name, model, values))
+        available = _available(rows, server.get(name, []), gpu_rows.get(name, []))
+        out.append(InstanceSignals(name, model, values, available | families_of(values)))
     return WindowSignals(window, tuple(out))
+
+
+def _available(
+    requests_: Sequence[Any], server: Sequence[Any], gpu: Sequence[Any]
+) -> frozenset[str]:
+    """The signal families the store holds data of: requests, stage timings on any request,
+    any server scrape and any GPU sample (a family with data may still lack some signals)."""
+    out = set()
+    if requests_:
+        out.add(REQUESTS)
+    if any(getattr(r, stage) is not None for r in requests_ for stage in _STAGES):
+        out.add(STAGES)
+    if server:
+        out.add(SERVER)
+    if gpu:
+        out.add(GPU)
+    return frozenset(out)
 
 
 #: Error types kept per instance (the most frequent ones); the rest are summed as ``other``.

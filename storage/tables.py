@@ -1,9 +1,10 @@
 """The one ``MetaData`` of infersight and every table in it.
 
-Raw tables (``requests``, ``gpu_samples``, ``server_samples``) are range-partitioned by day on
-PostgreSQL; their primary keys therefore lead with the time column (a partitioned table's unique
-keys must contain the partition key). That keeps writes idempotent: a replayed span carries the
-same start time, trace id and span id, so it meets its earlier copy in the same partition.
+Raw tables (``requests``, ``gpu_samples``, ``server_samples``, ``server_engine_samples``) are
+range-partitioned by day on PostgreSQL; their primary keys therefore lead with the time column
+(a partitioned table's unique keys must contain the partition key). That keeps writes
+idempotent: a replayed span carries the same start time, trace id and span id, so it meets its
+earlier copy in the same partition.
 
 ``request_rollups`` holds one row per series (model, instance, tenant, priority) per bucket at
 three resolutions (1m, 1h, 1d): counts, token sums and one serialised ``QuantileSketch`` per
@@ -32,6 +33,7 @@ from sqlalchemy import (
 )
 
 from core.records import DURATION_FIELDS, GROUP_LABELS
+from core.samples import SERVER_METRIC_FIELDS
 from storage.types import UTCDateTime
 
 NAMING: Final = {
@@ -45,7 +47,12 @@ metadata = MetaData(naming_convention=NAMING)
 
 LABEL = String(256)
 #: Tables partitioned by day on PostgreSQL, with their time column.
-PARTITIONED: Final = {"requests": "start", "gpu_samples": "ts", "server_samples": "ts"}
+PARTITIONED: Final = {
+    "requests": "start",
+    "gpu_samples": "ts",
+    "server_samples": "ts",
+    "server_engine_samples": "ts",
+}
 
 requests = Table(
     "requests",
@@ -126,6 +133,9 @@ gpu_samples = Table(
     postgresql_partition_by="RANGE (ts)",
 )
 
+#: One row per scrape of a server: the instance's figures (``core.samples.combine_engines``:
+#: counts summed over data-parallel engines, ratios their mean, ``kv_cache_usage_max`` the
+#: hottest engine's; NULL on rows stored before revision 0008).
 server_samples = Table(
     "server_samples",
     metadata,
@@ -133,23 +143,24 @@ server_samples = Table(
     Column("instance", LABEL, nullable=False),
     Column("engine", String(16), nullable=False, server_default="generic"),
     Column("model", LABEL, nullable=False, server_default=""),
-    *(
-        Column(name, Float(53), nullable=True)
-        for name in (
-            "requests_running",
-            "requests_waiting",
-            "requests_swapped",
-            "kv_cache_usage",
-            "prefix_cache_hit_ratio",
-            "preemptions_total",
-            "prompt_tokens_total",
-            "generation_tokens_total",
-            "requests_total",
-            "request_errors_total",
-        )
-    ),
+    *(Column(name, Float(53), nullable=True) for name in SERVER_METRIC_FIELDS),
+    Column("kv_cache_usage_max", Float(53), nullable=True),
     PrimaryKeyConstraint("ts", "instance"),
     Index("ix_server_samples_instance_ts", "instance", "ts"),
+    postgresql_partition_by="RANGE (ts)",
+)
+
+#: One row per data-parallel engine of a scrape whose server runs two or more (vLLM's
+#: ``engine`` label, SGLang's ``dp_rank``), next to the instance's row in ``server_samples``.
+server_engine_samples = Table(
+    "server_engine_samples",
+    metadata,
+    Column("ts", UTCDateTime(), nullable=False),
+    Column("instance", LABEL, nullable=False),
+    Column("rank", String(64), nullable=False),
+    *(Column(name, Float(53), nullable=True) for name in SERVER_METRIC_FIELDS),
+    PrimaryKeyConstraint("ts", "instance", "rank"),
+    Index("ix_server_engine_samples_instance_ts", "instance", "ts"),
     postgresql_partition_by="RANGE (ts)",
 )
 
@@ -180,9 +191,34 @@ incidents = Table(
     Column("resolved_at", UTCDateTime(), nullable=True),
     Column("peak_burn_rate", Float(53), nullable=False),
     Column("burn_rates", Text, nullable=False),
+    Column("recovering_since", UTCDateTime(), nullable=True),
     PrimaryKeyConstraint("id"),
     Index("ix_incidents_slo_scope_state", "slo", "scope", "state"),
     Index("ix_incidents_state_opened_at", "state", "opened_at"),
+)
+
+#: An incident's diagnoses after its onset and its lifecycle steps (issue 13), oldest first.
+incident_history = Table(
+    "incident_history",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("incident_id", Integer, nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("verdict", String(16), nullable=False),
+    Column("cause", String(64), nullable=False),
+    Column("diagnosis", Text, nullable=True),
+    PrimaryKeyConstraint("id"),
+    Index("ix_incident_history_incident_id", "incident_id", "id"),
+)
+
+#: The burn rates an evaluation saw for an open incident (at most one point a minute).
+incident_burn_points = Table(
+    "incident_burn_points",
+    metadata,
+    Column("incident_id", Integer, nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("burn_rates", Text, nullable=False),
+    PrimaryKeyConstraint("incident_id", "at"),
 )
 
 # -- Diagnoses, silences and the notification outbox (issue 6) ------------------------------
@@ -395,17 +431,19 @@ gpu_rollups = Table(
     PrimaryKeyConstraint("resolution", "bucket", "instance", "gpu_index"),
 )
 
-#: Good tokens per UTC hour and day and series for one pair of ``GoodRequest`` limits, with the
-#: number of requests they were counted over (``storage.good_tokens``): kept past raw retention.
+#: Good tokens per UTC hour and day and series for one set of ``core.goodput.GoodLimits`` (TTFT,
+#: TPOT and end-to-end seconds, 0 for no limit; ``e2e_s`` since revision 0008), with the number
+#: of requests they were counted over (``storage.good_tokens``): kept past raw retention.
 good_token_counts = Table(
     "good_token_counts",
     metadata,
     Column("ttft_s", Float(53), nullable=False),
     Column("tpot_s", Float(53), nullable=False),
+    Column("e2e_s", Float(53), nullable=False, server_default="0"),
     Column("resolution", String(2), nullable=False),
     Column("bucket", UTCDateTime(), nullable=False),
     *(Column(name, LABEL, nullable=False) for name in GROUP_LABELS),
     Column("requests", BigInteger, nullable=False),
     Column("good_tokens", BigInteger, nullable=False),
-    PrimaryKeyConstraint("ttft_s", "tpot_s", "resolution", "bucket", *GROUP_LABELS),
+    PrimaryKeyConstraint("ttft_s", "tpot_s", "e2e_s", "resolution", "bucket", *GROUP_LABELS),
 )

@@ -183,9 +183,10 @@ class GpuBucket:
         return self.throttled_samples / self.samples if self.samples else 0.0
 
 
-def _bucket(connection: Connection, step_s: int) -> ColumnElement[Any]:
-    """The start of each sample's bucket: a timestamp on PostgreSQL, Unix seconds on SQLite."""
-    ts = gpu_samples.c.ts
+def bucket_of(connection: Connection, step_s: int, ts: Any = None) -> ColumnElement[Any]:
+    """The start of each sample's bucket (of ``ts``, GPU samples' time by default): a
+    timestamp on PostgreSQL, Unix seconds on SQLite (``gpu_reads.bucket_epoch`` reads both)."""
+    ts = gpu_samples.c.ts if ts is None else ts
     if connection.dialect.name == "postgresql":
         # date_bin (PostgreSQL 14+) is about twice as fast as arithmetic on extract(epoch).
         origin = literal(_EPOCH, UTCDateTime())
@@ -243,7 +244,7 @@ def _raw_gpu_rows(
     where = [g.ts >= start, g.ts < end]
     if instances is not None:
         where.append(g.instance.in_(list(instances)))
-    at = _bucket(connection, step_s).label("at")
+    at = bucket_of(connection, step_s).label("at")
     query = (
         select(
             g.instance,

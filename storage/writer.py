@@ -13,12 +13,18 @@ once in the rollups.
 
 The rollup deltas of a batch are computed in a worker thread while the database works.
 
+A writer given an ``AcceptWindow`` refuses records and samples whose timestamp lies outside it
+(counted in ``WriteResult.refused``, logged, never stored) and never creates a partition outside
+it; without one it accepts any timestamp the record allows (backfills, imports, simulations),
+and ``storage.partitions`` still refuses partitions beyond its horizon.
+
 Expected failures are results or ``Unavailable`` (the database cannot be reached: retry later);
 ``InvalidInput`` is raised for data the database refuses (a bug upstream: do not retry).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,13 +38,14 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from core.accept import AcceptWindow
 from core.errors import InvalidInput, Unavailable
 from core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
 from storage import gpu_rollup, rollup
 from storage.batch import Batch
 from storage.partitions import ensure_partitions
-from storage.tables import gpu_samples, server_samples
+from storage.tables import gpu_samples, server_engine_samples, server_samples
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,7 @@ _PG_TYPES: Final = {
     "cached_tokens": "int4",
 }
 _GPU_FIELDS: Final = tuple(column.name for column in gpu_samples.columns)
+_SERVER_COLUMNS: Final = tuple(column.name for column in server_samples.columns)
 _GPU_COLUMNS: Final = ", ".join(f'"{name}"' for name in _GPU_FIELDS)
 #: PostgreSQL types of a record row, for binary COPY.
 COPY_TYPES: Final = [
@@ -61,11 +69,13 @@ COPY_TYPES: Final = [
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
-    """What a batch did: ``inserted + duplicates == received``."""
+    """What a batch did: ``inserted + duplicates + refused == received``."""
 
     received: int
     inserted: int
     duplicates: int
+    #: Records outside the writer's accepted window, not stored.
+    refused: int = 0
 
 
 class Writer(Protocol):
@@ -74,12 +84,16 @@ class Writer(Protocol):
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
 
 
-def open_writer(engine: Engine) -> Writer:
-    """The writer for ``engine``'s database."""
+def open_writer(
+    engine: Engine,
+    accept: AcceptWindow | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> Writer:
+    """The writer for ``engine``'s database, refusing timestamps outside ``accept``."""
     if engine.dialect.name == "postgresql":
-        return PostgresWriter(engine)
+        return PostgresWriter(engine, accept, clock)
     if engine.dialect.name == "sqlite":
-        return SqliteWriter(engine)
+        return SqliteWriter(engine, accept, clock)
     raise InvalidInput(f"unsupported database: {engine.dialect.name}")
 
 
@@ -97,15 +111,48 @@ def _translate_errors() -> Iterator[None]:
         raise
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class _BaseWriter:
     staging_ddl: str
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        accept: AcceptWindow | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.engine = engine
+        self.accept = accept
+        self.clock = clock or _utc_now
+        #: The first day a partition may be created for (``None``: no bound but the horizon).
+        self._oldest: date | None = None
+
+    def _in_window(self, items: Sequence[Any], when: Callable[[Any], datetime], what: str) -> Any:
+        """``items`` without those whose time lies outside the accepted window."""
+        if self.accept is None:
+            return items
+        now = self.clock()
+        low, high = self.accept.bounds(now)
+        self._oldest = low.astimezone(UTC).date()
+        kept = [item for item in items if low <= when(item) <= high]
+        if len(kept) < len(items):
+            log.warning(
+                "refused %d %s outside the accepted window [%s, %s]",
+                len(items) - len(kept),
+                what,
+                low.isoformat(timespec="seconds"),
+                high.isoformat(timespec="seconds"),
+            )
+        return kept
 
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
+        received = len(records)
+        records = self._in_window(records, _start, "requests")
         if not records:
-            return WriteResult(0, 0, 0)
+            return WriteResult(received, 0, 0, received)
         batch = Batch.of(records)
         # The rollup deltas of the whole batch are computed in a worker thread while the
         # database stages and inserts the rows (waiting on it releases the GIL); they are
@@ -117,10 +164,12 @@ class _BaseWriter:
                 fresh = self._store(connection, batch)
                 deltas = optimistic.result() if fresh is batch else rollup.deltas_from_batch(fresh)
                 rollup.apply(connection, deltas)
-        return WriteResult(len(records), len(fresh), len(records) - len(fresh))
+        refused = received - len(records)
+        return WriteResult(received, len(fresh), len(records) - len(fresh), refused)
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
         """Store ``samples`` (skipping ones already stored) and roll up those it stored."""
+        samples = self._in_window(samples, _ts, "GPU samples")
         if not samples:
             return 0
         # A key repeated within the batch keeps its last copy (as requests do), so the row
@@ -140,7 +189,7 @@ class _BaseWriter:
             # The GPUs' rollup writers are serialised first, so that neighbouring samples
             # stored by another writer are either committed or not yet begun.
             gpu_rollup.lock(connection, ((s.instance, s.gpu_index) for s in samples))
-            ensure_partitions(connection, gpu_samples.name, days)
+            ensure_partitions(connection, gpu_samples.name, days, oldest=self._oldest)
             keys = {
                 (ts.astimezone(UTC), i, int(g)) for ts, i, g in self._insert_gpu(connection, rows)
             }
@@ -160,21 +209,32 @@ class _BaseWriter:
         return connection.execute(statement, rows).all()
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
-        rows = [{f.name: getattr(s, f.name) for f in fields(ServerSample)} for s in samples]
-        return self._insert_samples(server_samples, rows, [s.ts for s in samples])
-
-    def _insert_samples(
-        self, table: Table, rows: list[dict[str, Any]], times: list[datetime]
-    ) -> int:
-        if not rows:
+        """Store ``samples`` (skipping ones already stored) with the engines of those stored,
+        in one transaction: an instance's row and its engines' rows land together or not."""
+        samples = self._in_window(samples, _ts, "server samples")
+        if not samples:
             return 0
+        by_key = {(s.ts.astimezone(UTC), s.instance): s for s in samples}
+        rows = [{name: getattr(s, name) for name in _SERVER_COLUMNS} for s in by_key.values()]
         insert: Callable[[Table], Any] = (
             pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
         )
+        days = {ts.date() for ts, _ in by_key}
         with _translate_errors(), self.engine.begin() as connection:
-            ensure_partitions(connection, table.name, {t.astimezone(UTC).date() for t in times})
-            statement = insert(table).on_conflict_do_nothing().returning(table.c.ts)
-            stored = connection.execute(statement, rows).all()
+            ensure_partitions(connection, server_samples.name, days, oldest=self._oldest)
+            c = server_samples.c
+            statement = insert(server_samples).on_conflict_do_nothing().returning(c.ts, c.instance)
+            stored = [
+                by_key[(ts.astimezone(UTC), i)] for ts, i in connection.execute(statement, rows)
+            ]
+            engines = [
+                {"ts": s.ts, "instance": s.instance, **dataclasses.asdict(e)}
+                for s in stored
+                for e in s.per_engine
+            ]
+            if engines:
+                ensure_partitions(connection, server_engine_samples.name, days, oldest=self._oldest)
+                connection.execute(insert(server_engine_samples).on_conflict_do_nothing(), engines)
         return len(stored)
 
     def _prepare(self, connection: Connection, batch: Batch) -> None:
@@ -207,14 +267,19 @@ class PostgresWriter(_BaseWriter):
         "LEFT JOIN stored USING (trace_id, span_id) WHERE stored.trace_id IS NULL"
     )
 
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(engine)
+    def __init__(
+        self,
+        engine: Engine,
+        accept: AcceptWindow | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        super().__init__(engine, accept, clock)
         self._known_days: set[date] = set()
 
     def _prepare(self, connection: Connection, batch: Batch) -> None:
         days = batch.days()
         if not days <= self._known_days:
-            ensure_partitions(connection, "requests", days)
+            ensure_partitions(connection, "requests", days, oldest=self._oldest)
             self._known_days |= days
 
     def _store(self, connection: Connection, batch: Batch) -> Batch:
@@ -316,6 +381,14 @@ class SqliteWriter(_BaseWriter):
     def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
         stored = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
         return batch if len(stored) == len(batch) else batch.only(stored)
+
+
+def _start(record: RequestRecord) -> datetime:
+    return record.start
+
+
+def _ts(sample: GpuSample | ServerSample) -> datetime:
+    return sample.ts
 
 
 def sqlite_timestamp(ts: datetime) -> str:

@@ -59,6 +59,9 @@ class AlertmanagerNotifier:
             },
             "startsAt": _iso(n.opened_at),
         }
+        missing = n.missing_lines()
+        if missing:
+            alert["annotations"]["missing_evidence"] = "\n".join(missing)
         # A resolve ends the alert now; a trigger holds it for a while unless re-sent.
         alert["endsAt"] = _iso(n.at if n.event is Event.RESOLVE else n.at + self._hold)
         if n.dashboard_url:

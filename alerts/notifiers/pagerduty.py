@@ -55,6 +55,7 @@ class PagerDutyNotifier:
                     "scope": n.scope,
                     "symptom": dict(n.symptom),
                     "diagnosis": dict(n.diagnosis),
+                    "missing_evidence": n.missing_lines(),
                 },
             },
             "client": "infersight",

@@ -64,6 +64,10 @@ class SlackNotifier:
                     "fields": [{"type": "mrkdwn", "text": _cut(line, 2000)} for line in evidence],
                 }
             )
+        missing = n.missing_lines()
+        if missing:
+            text = "*Not checked (missing telemetry):*\n" + "\n".join(f"• {m}" for m in missing)
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, 3000)}})
         if n.dashboard_url:
             blocks.append(
                 {

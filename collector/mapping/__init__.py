@@ -6,8 +6,10 @@ was skipped.
 """
 
 from collector.mapping.base import (
+    Link,
     MappingContext,
     Outcome,
+    Place,
     Skipped,
     StageFragment,
     merge_stages,
@@ -16,8 +18,10 @@ from collector.mapping.dispatch import map_span
 from collector.mapping.spans import SpanView
 
 __all__ = [
+    "Link",
     "MappingContext",
     "Outcome",
+    "Place",
     "Skipped",
     "SpanView",
     "StageFragment",

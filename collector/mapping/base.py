@@ -8,6 +8,8 @@ An engine mapper only extracts numbers from its engine's attribute shape into ``
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -77,16 +79,54 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class StageFragment:
-    """The duration of one pipeline stage of a request, from a child span of its trace."""
+    """The duration of one pipeline stage of a request, from a span of its trace.
+
+    Where it sits in the trace (its parent, its service, its kind) and when it ran decide
+    which request it belongs to, if any (``collector.assembly``); ``start_ns`` / ``end_ns``
+    are 0 when unknown."""
 
     trace_id: str
     span_id: str
     stage: str
     seconds: float
+    parent_span_id: str = ""
+    service: str = ""
+    kind: int = 0
+    start_ns: int = 0
+    end_ns: int = 0
 
     def __post_init__(self) -> None:
         if self.stage not in STAGE_FIELDS:
             raise InvalidRecord("unknown stage", details={"stage": self.stage})
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A span of a trace that is neither a request nor a stage (a client's root span, an
+    engine's thread span), kept only for where it sits: it lets a stage below it be traced
+    to its request, or shown to belong to none."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    service: str
+    kind: int
+
+    @classmethod
+    def of(cls, span: SpanView) -> Link | None:
+        """The link of ``span``, or ``None`` when it lacks the ids to place it."""
+        if not span.trace_id or not span.span_id:
+            return None
+        service = span.service[:MAX_LABEL_LEN]
+        return cls(span.trace_id, span.span_id, span.parent_span_id, service, span.kind)
+
+
+class Place(NamedTuple):
+    """Where a request span sits in its trace: its parent and its own start and end (ns)."""
+
+    parent_span_id: str = ""
+    start_ns: int = 0
+    end_ns: int = 0
 
 
 Outcome = RequestRecord | StageFragment | Skipped
@@ -218,33 +258,98 @@ def classify_stage(name: str) -> str | None:
     return None
 
 
-def stage_fragment(span: SpanView, stage: str) -> Outcome:
+def stage_fragment(span: SpanView, stage: str, service: str = "") -> Outcome:
     seconds = span.duration_s
     if not span.trace_id or not span.span_id:
         return Skipped("invalid_id", rejected=True)
     if seconds is None:
         return Skipped("invalid_time", rejected=True)
-    return StageFragment(span.trace_id, span.span_id, stage, seconds)
+    return StageFragment(
+        span.trace_id,
+        span.span_id,
+        stage,
+        seconds,
+        span.parent_span_id,
+        service or span.service[:MAX_LABEL_LEN],
+        span.kind,
+        span.start_ns,
+        span.end_ns,
+    )
 
 
-def merge_stages(record: RequestRecord, fragments: Iterable[StageFragment]) -> RequestRecord:
-    """Fill the stage timings the request span did not report from its trace's fragments.
+def stage_seconds(
+    fragments: Iterable[StageFragment], start_ns: int = 0, end_ns: int = 0
+) -> dict[str, float]:
+    """Each stage's time among ``fragments``, every instant counted once.
 
-    Repeated fragments of one stage (SGLang's decode loop) add up; a value the request span
+    Fragments with known times are intervals: an instant covered by several of them counts
+    for the most recently started one (a nested span's time is its own, not its parent's;
+    two spans of one stage running side by side count once), and only within the request's
+    own span ``[start_ns, end_ns]`` when that is known (0: not known). Fragments without
+    times (spooled by an older sidecar) add up. Gateway fragments are left out: a gateway
+    encloses the request (see ``merge_stages``).
+    """
+    totals: dict[str, float] = {}
+    timed: list[tuple[int, int, str]] = []
+    for f in fragments:
+        if f.stage == "gateway":
+            continue
+        if f.start_ns > 0 and f.end_ns >= f.start_ns:
+            lo, hi = f.start_ns, f.end_ns
+            if end_ns > start_ns > 0:
+                lo, hi = max(lo, start_ns), min(hi, end_ns)
+            if hi >= lo:  # within the request's span: the stage was seen, maybe for 0 s
+                timed.append((lo, hi, f.stage))
+                totals.setdefault(f.stage, 0.0)
+        else:
+            totals[f.stage] = totals.get(f.stage, 0.0) + f.seconds
+    for stage, nanos in _self_times(timed).items():
+        totals[stage] = totals.get(stage, 0.0) + nanos / 1e9
+    return totals
+
+
+def _self_times(intervals: list[tuple[int, int, str]]) -> dict[str, int]:
+    """Nanoseconds per stage, each instant given to the latest-starting interval covering it
+    (ties: the one that ends first). A sweep over the sorted boundaries: O(n log n)."""
+    out: dict[str, int] = {}
+    intervals = sorted(i for i in intervals if i[1] > i[0])
+    bounds = sorted({t for lo, hi, _ in intervals for t in (lo, hi)})
+    active: list[tuple[int, int, str]] = []  # (-start, end, stage): the latest start on top
+    i = 0
+    for a, b in itertools.pairwise(bounds):
+        while i < len(intervals) and intervals[i][0] <= a:
+            lo, hi, stage = intervals[i]
+            heapq.heappush(active, (-lo, hi, stage))
+            i += 1
+        while active and active[0][1] <= a:
+            heapq.heappop(active)
+        if active:
+            stage = active[0][2]
+            out[stage] = out.get(stage, 0) + (b - a)
+    return out
+
+
+def merge_stages(
+    record: RequestRecord,
+    fragments: Iterable[StageFragment],
+    start_ns: int = 0,
+    end_ns: int = 0,
+) -> RequestRecord:
+    """Fill the stage timings the request span did not report from its own fragments.
+
+    The caller has decided which fragments are the request's (``collector.assembly``); only
+    those of the record's trace are read. Each stage's time is ``stage_seconds`` of them
+    within the request span ``[start_ns, end_ns]`` (when known); a value the request span
     itself reported always wins. A gateway fragment is the enclosing gateway span's
     duration; the gateway's share is that minus the request's end-to-end time.
     """
-    totals: dict[str, float] = {}
-    for fragment in fragments:
-        if fragment.trace_id == record.trace_id:
-            totals[fragment.stage] = totals.get(fragment.stage, 0.0) + fragment.seconds
-    if "gateway" in totals:
+    mine = [f for f in fragments if f.trace_id == record.trace_id]
+    totals = stage_seconds(mine, start_ns, end_ns)
+    gateways = [f.seconds for f in mine if f.stage == "gateway"]
+    if gateways and record.e2e_s is not None:
         # A gateway span encloses the whole request: its own share is what the engine's
         # end-to-end time does not account for.
-        if record.e2e_s is None:
-            del totals["gateway"]
-        else:
-            totals["gateway"] = max(0.0, totals["gateway"] - record.e2e_s)
+        totals["gateway"] = max(0.0, min(gateways) - record.e2e_s)
     updates: dict[str, Any] = {
         STAGE_FIELDS[stage]: seconds
         for stage, seconds in totals.items()

@@ -8,6 +8,11 @@
   classic bodies, so each body is tried with the parser its content type names first.
 
 Lookups therefore accept a name with or without ``_total``.
+
+A server with data-parallel engines labels each engine's series (``engine="1"``,
+``dp_rank="1"``): ``split`` gives one ``Exposition`` per engine. Some servers also repeat a
+scheduler's series once per tensor- or pipeline-parallel worker (SGLang's ``tp_rank``):
+``without_replicas`` keeps one copy, so that a sum counts the scheduler once.
 """
 
 from __future__ import annotations
@@ -67,6 +72,40 @@ class Exposition:
             if value is not None:
                 return value
         return None
+
+    def without_replicas(self, *replica_labels: str) -> Exposition:
+        """Series that differ only by ``replica_labels`` counted once: the copy with the
+        lowest replica label values (numerically where they are numbers) is kept."""
+        if not replica_labels:
+            return self
+
+        def order(sample: Sample) -> tuple[tuple[int, str], ...]:
+            values = (sample.labels.get(label, "") for label in replica_labels)
+            return tuple((int(v), "") if v.isdigit() else (1 << 62, v) for v in values)
+
+        kept: list[tuple[str, Mapping[str, str], float]] = []
+        for name, samples in self._by_name.items():
+            copies: dict[tuple[tuple[str, str], ...], Sample] = {}
+            for sample in samples:
+                key = tuple(
+                    sorted((k, v) for k, v in sample.labels.items() if k not in replica_labels)
+                )
+                if key not in copies or order(sample) < order(copies[key]):
+                    copies[key] = sample
+            kept.extend((name, s.labels, s.value) for s in copies.values())
+        return Exposition(kept)
+
+    def split(self, label: str, prefix: str = "") -> dict[str, Exposition]:
+        """One exposition per value of ``label`` among the series named ``prefix…``, holding
+        the series that carry that value."""
+        parts: dict[str, list[tuple[str, Mapping[str, str], float]]] = {}
+        for name, samples in self._by_name.items():
+            if not name.startswith(prefix):
+                continue
+            for s in samples:
+                if label in s.labels:
+                    parts.setdefault(s.labels[label], []).append((name, s.labels, s.value))
+        return {value: Exposition(found) for value, found in parts.items()}
 
     def label_values(self, label: str) -> set[str]:
         return {

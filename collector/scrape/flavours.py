@@ -5,17 +5,36 @@ Names are as the engines document them: vLLM (V0 names and V1's renames, e.g.
 counters without ``_total``), Triton / TensorRT-LLM (``nv_inference_*``, ``nv_trt_llm_*``;
 durations are cumulative µs counters, not needed by a ``ServerSample``) and dcgm-exporter
 (``DCGM_FI_*``: percent, MiB, W, mJ), which yields ``GpuSample``s.
+
+Data-parallel engines behind one endpoint are told apart by a label: vLLM V1 labels every
+series with ``engine`` (the engine index, ``"0"`` with one engine); SGLang labels its
+schedulers' series with ``dp_rank`` when data parallelism is on, and with ``tp_rank`` /
+``pp_rank`` / ``moe_ep_rank`` per worker, where workers of one rank may repeat the same
+scheduler figures (kept once). SGLang's request and token counters come from its tokenizer
+process and carry no ``dp_rank``: they count for the instance only. TGI shards one model with
+tensor parallelism behind one router, and Triton labels TensorRT-LLM series by ``model`` and
+``version`` only: neither exposes data-parallel engines. With two or more engines the sample
+keeps one ``EngineSample`` each, and the instance's figures follow
+``core.samples.combine_engines`` (counts summed, ratios averaged, the hottest KV kept).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
 from collector.scrape.exposition import Exposition
 from core.errors import InvalidRecord
-from core.samples import THROTTLE_REASONS, GpuSample, ServerSample
+from core.samples import (
+    MAX_ENGINES,
+    THROTTLE_REASONS,
+    EngineSample,
+    GpuSample,
+    ServerSample,
+    combine_engines,
+)
 
 #: NVML clock-event reason bits, in THROTTLE_REASONS order.
 THROTTLE_BITS: Final = (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
@@ -122,12 +141,56 @@ _SERVER: Final[dict[str, Callable[[Exposition], dict[str, float | None]]]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class EngineLabels:
+    """How a flavour labels its data-parallel engines."""
+
+    prefix: str
+    rank: str
+    replicas: tuple[str, ...] = ()
+
+
+ENGINE_LABELS: Final = {
+    "vllm": EngineLabels("vllm:", "engine"),
+    "sglang": EngineLabels("sglang:", "dp_rank", ("tp_rank", "pp_rank", "moe_ep_rank")),
+}
+
+
+def _rank_order(rank: str) -> tuple[int, str]:
+    return (int(rank), "") if rank.isdigit() else (1 << 62, rank)
+
+
+def engine_samples(e: Exposition, flavour: str) -> tuple[EngineSample, ...]:
+    """One sample per data-parallel engine, when the server runs two or more."""
+    labels = ENGINE_LABELS.get(flavour)
+    if labels is None:
+        return ()
+    parts = e.split(labels.rank, labels.prefix)
+    if len(parts) < 2:
+        return ()
+    extract = _SERVER[flavour]
+    return tuple(
+        EngineSample(rank=rank, **extract(parts[rank])) for rank in sorted(parts, key=_rank_order)
+    )
+
+
 def server_sample(e: Exposition, flavour: str, ts: datetime, instance: str) -> ServerSample | None:
     extract = _SERVER.get(flavour)
     if extract is None:
         return None
+    labels = ENGINE_LABELS.get(flavour)
+    if labels is not None:
+        e = e.without_replicas(*labels.replicas)
+    engines = engine_samples(e, flavour)
+    figures = combine_engines(engines, extract(e))
     return ServerSample(
-        ts=ts, instance=instance, engine=flavour, model=single_model(e), **extract(e)
+        ts=ts,
+        instance=instance,
+        engine=flavour,
+        model=single_model(e),
+        # Beyond MAX_ENGINES only the instance's figures are kept (bounded rows per scrape).
+        per_engine=engines if len(engines) <= MAX_ENGINES else (),
+        **figures,
     )
 
 

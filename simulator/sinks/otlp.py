@@ -6,7 +6,9 @@ Each finished request becomes vLLM V1's ``llm_request`` SERVER span (``vllm/trac
 set explicitly from virtual time and, optionally, a ``tokenize`` child span for the frontend's
 preprocessing, and, when the traffic passes a gateway, an enclosing ``gateway …`` root span
 (its duration minus the request's E2E is the gateway's share). The span's trace and span
-ids are the record's, so what a receiver stores can be compared with the simulator's records.
+ids are the record's, so what a receiver stores can be compared with the simulator's records;
+a request whose caller propagated its trace context (``traceparent``) is a child of the
+caller's span.
 
 With ``client=ClientSpans(...)`` each request is also traced by the application that sent it,
 as an OTel-instrumented client does when it propagates its trace context: an application root
@@ -268,6 +270,8 @@ class OtlpSink:
         start_ns = int(r.start.timestamp() * _NS)
         end_ns = start_ns + int((r.e2e_s or 0.0) * _NS)
         parent = self._client_spans(c, trace_id, span_id, start_ns, end_ns)
+        if parent is None and c.parent_span_id:  # a caller that sent its traceparent
+            parent = int(c.parent_span_id, 16)
         if self._tokenizer_spans and r.preprocess_s is not None:
             self._span(
                 server,

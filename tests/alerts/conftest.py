@@ -36,6 +36,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if paths:
         import bench_diagnosis  # loaded by test_real_path
 
-        terminalreporter.write_sep("-", "diagnosis through the real path (sqlite)")
+        terminalreporter.write_sep("-", "diagnosis through the real path")
         for line in bench_diagnosis.table([paths[n] for n in sorted(paths)]).splitlines():
             terminalreporter.write_line(line)

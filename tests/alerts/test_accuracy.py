@@ -6,6 +6,12 @@ written into each store of the ``store`` fixture (SQLite and PostgreSQL). A sing
 the top cause, on the injected instance, with evidence naming the injected signal; the mixed
 scenario must have both injected causes in its top two; the quiet day must stay ``unknown``
 with no confidence. The accuracy table is printed in the terminal summary.
+
+Each scenario is also stored without its GPU samples, as a fleet whose sidecars run
+``--gpu-source none`` ships it: the GPU causes then fall back to what the symptom pattern
+supports (``simulator.faults.EXPECTED_CAUSE_WITHOUT_GPU``: a throttled or degraded board is
+``decode_bound`` on its instance), with lower confidence and the missing evidence stated; the
+causes that never needed GPU samples stay as they are.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 import pytest
 
 from alerts.rules import Cause, load_rules
+from simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU
 from simulator.specs import shipped_scenarios
 from tests.benchmarks import load_bench
 from tests.conftest import Store
@@ -46,4 +53,34 @@ def test_every_shipped_scenario_is_diagnosed_as_injected(
         assert d.confidence >= 0.5
     else:
         assert {t.expected_cause for t in truth} <= {c.value for c in d.ranked[:2]}
+    assert outcome.passed
+
+
+@pytest.mark.parametrize("name", shipped_scenarios())
+def test_every_shipped_scenario_without_gpu_telemetry_falls_back_and_says_why(
+    store: Store, name: str, accuracy_log: dict[tuple[str, str], Any]
+) -> None:
+    scenario, batch = _simulated(name)
+    bench.store_batch(store.engine, bench.without_gpu(batch))
+    outcome = bench.evaluate(store.engine, scenario, load_rules(), gpu=False)
+    accuracy_log[(store.dialect, outcome.scenario)] = outcome
+    d = outcome.diagnosis
+    faults = scenario.faults
+    if not faults:
+        assert d.cause is Cause.UNKNOWN
+        assert d.confidence <= 0.2
+    elif len(faults) == 1:
+        [fault] = faults
+        expected = EXPECTED_CAUSE_WITHOUT_GPU[fault.kind]
+        assert d.cause.value == expected, d.to_dict()
+        assert d.instance == fault.instance
+        assert {e.signal for e in d.evidence} & bench.INJECTED_SIGNALS_WITHOUT_GPU[fault.kind]
+        assert d.missing_evidence
+        assert all(s.startswith(f"no GPU samples for {fault.instance}") for s in d.missing_evidence)
+        if expected == "decode_bound":
+            assert "cannot tell compute from memory bandwidth" in d.missing_evidence[0]
+            assert d.confidence < 0.5
+    else:
+        wanted = {EXPECTED_CAUSE_WITHOUT_GPU[f.kind] for f in faults}
+        assert wanted <= {c.value for c in d.ranked[:2]}
     assert outcome.passed

@@ -66,7 +66,12 @@ def _notification(event: Event, at: datetime, opened_at: datetime) -> Notificati
         at=at,
         opened_at=opened_at,
         labels={"model": "llama-70b"},
-        diagnosis={"cause": "gpu_throttled", "confidence": 0.9, "evidence": []},
+        diagnosis={
+            "cause": "decode_bound",
+            "confidence": 0.45,
+            "evidence": [],
+            "missing_evidence": ["no GPU samples for vllm-70b-0: cannot tell compute from …"],
+        },
     )
 
 
@@ -78,7 +83,8 @@ def test_alertmanager_receives_lists_and_resolves_our_alert(alertmanager: str) -
         assert notifier.send(notifier.render(trigger)).ok
         [listed] = _ours(alertmanager)
         assert listed["labels"]["slo"] == "chat-avail"
-        assert listed["annotations"]["cause"] == "gpu_throttled"
+        assert listed["annotations"]["cause"] == "decode_bound"
+        assert listed["annotations"]["missing_evidence"].startswith("no GPU samples for")
         assert listed["status"]["state"] == "active"
         resolve = _notification(Event.RESOLVE, datetime.now(UTC), opened)
         assert notifier.send(notifier.render(resolve)).ok

@@ -38,6 +38,7 @@ HEALTHY: Mapping[str, float] = {
     "preprocess_mean": 0.0013,
     "prefill_mean": 0.03,
     "decode_mean": 1.9,
+    "decode_per_token_mean": 0.0085,
     "input_tokens_mean": 610,
     "slow_input_tokens_p50": 1200,
     "requests_running": 12,
@@ -147,6 +148,7 @@ def test_decision_table(
     assert signal in {e.signal for e in result.evidence}
     assert 0.5 <= result.confidence <= 1.0
     assert all(a.confidence <= result.confidence for a in result.alternatives)
+    assert result.missing_evidence == ()  # every signal family was there
 
 
 def test_nothing_changed_is_unknown_with_no_confidence(pack: RulePack) -> None:

@@ -3,6 +3,7 @@ Alertmanager v2 shapes, sent through ``httpx.MockTransport``; HTTP outcome class
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -130,6 +131,50 @@ def test_pagerduty_trigger_and_resolve_share_a_dedup_key_and_map_severities() ->
     assert body["custom_details"]["diagnosis"]["cause"] == "gpu_throttled"
     assert body["custom_details"]["diagnosis"]["evidence"][1]["signal"] == "sm_clock_mhz"
     assert sent_trigger["links"][0]["href"] == "http://127.0.0.1:8080/incidents/7"
+
+
+FALLBACK = {
+    "cause": "decode_bound",
+    "confidence": 0.45,
+    "instance": "vllm-70b-0",
+    "evidence": [{"signal": "tpot_p90", "current": 0.04, "baseline": 0.017, "ratio": 2.4}],
+    "alternatives": [{"cause": "instance_degraded", "confidence": 0.2}],
+    "missing_evidence": [
+        "no GPU samples for vllm-70b-0: cannot tell compute from memory bandwidth, "
+        "nor see clock throttling"
+    ],
+}
+
+
+def test_every_notifier_names_a_fallback_cause_and_what_evidence_was_missing() -> None:
+    n = dataclasses.replace(notification(), diagnosis=FALLBACK)
+    assert "likely decode_bound (45%) on vllm-70b-0" in n.summary()
+    slack = SlackNotifier(SLACK_URL, Recorder().client()).render(n)
+    text = json.dumps(slack["blocks"], ensure_ascii=False)
+    assert "`decode_bound`" in text
+    assert "Not checked (missing telemetry)" in text
+    assert "no GPU samples for vllm-70b-0: cannot tell compute from memory bandwidth" in text
+    pd = PagerDutyNotifier(ROUTING_KEY, Recorder().client()).render(n)
+    assert pd["payload"]["class"] == "decode_bound"
+    details = pd["payload"]["custom_details"]
+    assert details["missing_evidence"] == FALLBACK["missing_evidence"]
+    assert details["diagnosis"]["missing_evidence"] == FALLBACK["missing_evidence"]
+    [alert] = AlertmanagerNotifier("http://127.0.0.1:9093", Recorder().client()).render(n)["alerts"]
+    assert alert["annotations"]["cause"] == "decode_bound"
+    assert alert["annotations"]["missing_evidence"] == FALLBACK["missing_evidence"][0]
+    # With every signal family there, nothing is said about missing evidence.
+    full = SlackNotifier(SLACK_URL, Recorder().client()).render(notification())
+    assert "Not checked" not in json.dumps(full["blocks"])
+    [am] = AlertmanagerNotifier("http://127.0.0.1:9093", Recorder().client()).render(
+        notification()
+    )["alerts"]
+    assert "missing_evidence" not in am["annotations"]
+    assert (
+        PagerDutyNotifier(ROUTING_KEY, Recorder().client()).render(notification())["payload"][
+            "custom_details"
+        ]["missing_evidence"]
+        == []
+    )
 
 
 def test_alertmanager_gets_v2_alerts_that_end_at_resolution() -> None:

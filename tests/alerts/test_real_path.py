@@ -15,6 +15,12 @@ the negative case (the quiet day at its peak), both causes of the mixed scenario
 prints the accuracy table. One store is enough: both stores are covered by ``test_accuracy``
 (simulator → store → diagnosis), and the OTLP, evaluation and notification legs are what this
 adds.
+
+Without GPU telemetry (sidecars with ``--gpu-source none``: no GPU sample reaches the store) a
+throttled board is a decode slowdown on one instance — TPOT and the engine's decode time per
+token up — and its page and its last diagnosis name ``decode_bound`` on that instance with the
+missing evidence stated, on SQLite and on PostgreSQL; with GPU telemetry the same fault pages
+as ``gpu_throttled`` (``test_accuracy`` and the mixed scenario here).
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
 from simulator.specs import shipped_scenarios
+from storage.tables import gpu_samples
 from tests.benchmarks import load_bench
-from tests.conftest import Store
+from tests.conftest import BOTH_STORES, Store
 
 pytestmark = pytest.mark.e2e
 
@@ -62,3 +70,25 @@ def test_a_scenario_through_the_real_path_pages_with_the_injected_cause(
     assert outcome.notified_s < FAULT_S
     for seen in outcome.seen:
         assert seen.paged, f"{seen.slo} opened without a page"
+
+
+@pytest.mark.parametrize("store", BOTH_STORES, indirect=True)
+def test_a_throttled_gpu_without_gpu_telemetry_pages_as_decode_bound_with_what_is_missing(
+    store: Store, tmp_path: Path, real_path_log: dict[str, Any]
+) -> None:
+    outcome = bench.run_path(store.engine, "fault-thermal-throttle", tmp_path, gpu=False)
+    real_path_log[f"{outcome.scenario} [{store.dialect}]"] = outcome
+    assert outcome.requests > 10_000
+    with store.engine.connect() as connection:
+        assert connection.execute(select(func.count()).select_from(gpu_samples)).scalar_one() == 0
+    assert outcome.passed, "\n".join(outcome.problems)
+    assert outcome.seen
+    for seen in outcome.seen:
+        for diagnosis in (seen.paged, seen.last):
+            assert diagnosis["cause"] == "decode_bound"
+            assert diagnosis["instance"] == "vllm-70b-0"
+            assert diagnosis["confidence"] < 0.5
+            assert diagnosis["missing_evidence"] == [
+                "no GPU samples for vllm-70b-0: cannot tell compute from memory bandwidth, "
+                "nor see clock throttling"
+            ]

@@ -14,6 +14,7 @@ from core.burn import Incident, IncidentState, Severity
 from core.errors import NotFound
 from core.query import Selector
 from core.samples import GpuSample, ServerSample
+from core.signals import GPU, REQUESTS, SERVER, STAGES
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
 from storage import signals
@@ -70,6 +71,36 @@ def test_window_signals_aggregate_each_instance(store: Store) -> None:
     assert zero.get("throttled_share") == pytest.approx(5 / 20)  # GPU 0, last five
     assert zero.get("ecc_sbe_per_s") == pytest.approx(9 / 600)  # GPU 1's counter only
     assert got["gpu-1"].get("util_gpu") is None  # no GPU samples for it
+
+
+def test_each_instance_says_which_signal_families_the_store_had(store: Store) -> None:
+    # gpu-0: stage timings, scrapes and GPU samples; gpu-1: requests only, no stage spans
+    # (an engine that emits just the request span, a sidecar with --gpu-source none and no
+    # /metrics to scrape).
+    rng = np.random.default_rng(10)
+    records = make_records(rng, T0, 400, span=timedelta(minutes=10), instances=("gpu-0", "gpu-1"),
+                           error_rate=0.0)  # fmt: skip
+    bare = [
+        dataclasses.replace(r, queue_s=None, prefill_s=None, decode_s=None, preprocess_s=None)
+        if r.instance == "gpu-1"
+        else r
+        for r in records
+    ]
+    open_writer(store.engine).write_requests(bare)
+    _samples(store)
+    got = signals.window_signals(store.engine, WINDOW).by_instance()
+    full, partial = got["gpu-0"], got["gpu-1"]
+    assert full.available == {REQUESTS, STAGES, SERVER, GPU}
+    assert partial.available == {REQUESTS}
+    # Absent, not zero: a missing family has no value at all.
+    for name in ("queue_p90", "preprocess_mean", "decode_per_token_mean", "requests_waiting",
+                 "kv_cache_usage", "util_gpu", "throttled_share", "xid_samples"):  # fmt: skip
+        assert partial.get(name) is None, name
+    assert full.get("throttled_share") is not None
+    # The engine's decode time per output token after the first, averaged over requests.
+    mine = [r for r in records if r.instance == "gpu-0" and r.output_tokens > 1]
+    per_token = [r.decode_s / (r.output_tokens - 1) for r in mine]
+    assert full.get("decode_per_token_mean") == pytest.approx(float(np.mean(per_token)))
 
 
 def test_a_selector_narrows_the_instances(store: Store) -> None:
@@ -150,3 +181,17 @@ def test_no_step_up_in_the_burn_means_no_onset(store: Store) -> None:
     )
     spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 60.0), 0.999, timedelta(days=30))
     assert burn_onset(store.engine, spec, T0 + timedelta(minutes=10)) is None
+
+
+def test_a_burn_that_begins_late_in_a_minute_is_found_within_it(store: Store) -> None:
+    # The demo's surge began 35 s into a minute; an onset floored to the minute put 35 s of
+    # healthy traffic into the page's window.
+    rng = np.random.default_rng(10)
+    onset = T0 + timedelta(minutes=10, seconds=35)
+    healthy = make_records(rng, T0, 1270, span=onset - T0, error_rate=0.0)
+    burning = make_records(rng, onset, 200, span=timedelta(seconds=60), error_rate=0.0)
+    slow = [dataclasses.replace(r, ttft_s=2.0) if i % 2 else r for i, r in enumerate(burning)]
+    open_writer(store.engine).write_requests(healthy + slow)
+    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
+    found = burn_onset(store.engine, spec, onset + timedelta(seconds=40))
+    assert found == T0 + timedelta(minutes=10, seconds=30)  # the 10 s slice that holds it

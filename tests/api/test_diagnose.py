@@ -152,7 +152,7 @@ def test_silences_are_created_listed_and_ended(api: Api) -> None:
     assert bad.status_code == 400
 
 
-def test_a_firing_incident_is_diagnosed_again_while_it_fires(
+def test_a_firing_incident_is_diagnosed_again_while_it_fires_and_keeps_its_headline(
     throttled: Any, make_api: Callable[..., Api], request: pytest.FixtureRequest
 ) -> None:
     api = make_api()
@@ -179,6 +179,14 @@ def test_a_firing_incident_is_diagnosed_again_while_it_fires(
     api.clock.now = later
     assert jobs.tick_delivery()
     [again] = api.get("/api/v1/alerts").json()["alerts"]
-    assert again["diagnosis"]["window"]["end"] == _iso(later)
-    assert again["diagnosis"]["reference"] == first["diagnosis"]["reference"]
-    assert again["diagnosis"]["cause"] == "gpu_throttled"
+    # The headline is the onset's diagnosis; the new one went to the history.
+    assert again["diagnosis"] == first["diagnosis"]
+    assert again["onset"]["cause"] == first["diagnosis"]["cause"] == "gpu_throttled"
+    detail = api.get(f"/api/v1/alerts/{first['id']}").json()
+    onset, kept = detail["history"]
+    assert onset["verdict"] == "onset"
+    assert onset["diagnosis"] == first["diagnosis"]
+    assert kept["verdict"] == "kept"
+    assert kept["window"]["end"] == _iso(later)
+    assert kept["diagnosis"]["reference"] == first["diagnosis"]["reference"]
+    assert kept["cause"] == "gpu_throttled"

@@ -209,7 +209,10 @@ def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: An
     assert early_cause not in ("gpu_throttled", "unknown")
     open_writer(engine).write_gpu_samples(_cache["run"][1].gpu_samples)
     api.clock.now = early + timedelta(minutes=5)
-    assert jobs.tick_delivery()  # re-diagnoses, announces the change, delivers it
+    assert jobs.tick_delivery()  # re-diagnoses: a stronger cause, not confirmed yet
+    assert [b["event_action"] for b in pager.accepted] == ["trigger"]
+    api.clock.now = early + timedelta(minutes=7)
+    assert jobs.tick_delivery()  # confirmed: raised over the headline, announced, delivered
     assert jobs.tick_delivery()
     assert [b["event_action"] for b in pager.accepted] == ["trigger", "trigger"]
     update = pager.accepted[1]
@@ -217,7 +220,12 @@ def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: An
     assert update["payload"]["custom_details"]["diagnosis"]["cause"] == "gpu_throttled"
     assert "UPDATE" in update["payload"]["summary"]
     assert [m["text"].split("]")[0] for m in chat.accepted][1].endswith("UPDATE")
-    api.clock.now = early + timedelta(minutes=8)
+    api.clock.now = early + timedelta(minutes=10)
     jobs.tick_delivery()
     jobs.tick_delivery()
     assert len(pager.accepted) == 2  # an unchanged diagnosis sends nothing new
+    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    assert alert["diagnosis"]["cause"] == "gpu_throttled"
+    assert alert["onset"]["cause"] == early_cause  # the page's cause stays in the record
+    verdicts = [h["verdict"] for h in api.get(f"/api/v1/alerts/{alert['id']}").json()["history"]]
+    assert verdicts == ["onset", "kept", "raised", "kept"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from collector.admission import Admission
 from collector.grpc_receiver import GrpcServer
 from collector.http_receiver import HttpServer, create_app
 from collector.ingest import Ingestor
@@ -27,6 +28,7 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         limits: Limits | None = None,
         spool_config: dict[str, Any] | None = None,
         model: str = "",
+        admission: Admission | None = None,
     ) -> Receiver:
         directory = tmp_path / f"spool{len(started)}"
         spool = Spool(SpoolConfig(directory, **(spool_config or {})))
@@ -34,8 +36,10 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         ingestor = Ingestor(
             spool, MappingContext("test-node", model=model), metrics, limits or Limits(), 0.0
         )
-        http = HttpServer(create_app(ingestor, token=token), "127.0.0.1", 0).start()
-        grpc_server = GrpcServer(ingestor, "127.0.0.1", 0, token=token).start()
+        admission = admission or Admission()
+        app = create_app(ingestor, token=token, admission=admission)
+        http = HttpServer(app, "127.0.0.1", 0).start()
+        grpc_server = GrpcServer(ingestor, "127.0.0.1", 0, token=token, admission=admission).start()
         receiver = Receiver(spool, metrics, http, grpc_server)
         started.append(receiver)
         return receiver

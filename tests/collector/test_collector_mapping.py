@@ -131,11 +131,17 @@ def test_an_sglang_trace_with_a_64_bit_id_reassembles_from_its_stage_slices_in_a
     thread = span(
         "Tokenizer (host:abcd1234 | pid:42)", {"pid": 42}, trace_id=trace_id, parent=root_id
     )
+    # One after the other, as SGLang's threads run them.
+    steps = [
+        ("tokenize", 0.02),
+        ("prefill_forward", 0.3),
+        ("decode_loop", 1.0),
+        ("decode_loop", 1.5),
+    ]
+    starts = [shapes.START_NS + int(sum(d for _, d in steps[:i]) * 1e9) for i in range(4)]
     slices = [
-        span("tokenize", {}, duration_s=0.02, trace_id=trace_id, parent=thread.span_id),
-        span("prefill_forward", {}, duration_s=0.3, trace_id=trace_id, parent=thread.span_id),
-        span("decode_loop", {}, duration_s=1.0, trace_id=trace_id, parent=thread.span_id),
-        span("decode_loop", {}, duration_s=1.5, trace_id=trace_id, parent=thread.span_id),
+        span(name, {}, duration_s=d, trace_id=trace_id, parent=thread.span_id, start_ns=start)
+        for (name, d), start in zip(steps, starts, strict=True)
     ]
     outcomes = [map_span(s, CTX) for s in reversed([root, thread, *slices])]
     records = [o for o in outcomes if isinstance(o, RequestRecord)]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from collector.codec import Kind, encode_fragment, encode_record, encode_sample
-from collector.mapping import StageFragment
+from collector.codec import Kind, encode_fragment, encode_link, encode_record, encode_sample
+from collector.mapping import Link, StageFragment
 from collector.metrics import CollectorMetrics
 from collector.shipper import Backoff, Shipper
 from collector.spool import Entry, Spool, SpoolConfig
@@ -84,7 +84,9 @@ def test_stage_fragments_are_merged_and_records_wait_for_the_window(store, spool
     shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), clock=clock)
     root = record(1)
     put(spool, record_entries([root], ready_at=clock.now + 2.0))
-    fragment = StageFragment(root.trace_id, "00000000000000ff", "preprocess", 0.012)
+    fragment = StageFragment(
+        root.trace_id, "00000000000000ff", "preprocess", 0.012, parent_span_id=root.span_id
+    )
     put(spool, [Entry(Kind.STAGE, root.trace_id, clock.now, encode_fragment(fragment))])
     assert shipper.ship_once().shipped == 0
     clock.now += 2.0
@@ -106,6 +108,18 @@ def test_a_stage_whose_request_never_comes_is_dropped_after_its_ttl(store, spool
     shipper.ship_once()
     assert spool.stats()[0] == 0
     assert metrics.value("infersight_collector_orphan_stages_total") == 1
+
+
+def test_links_expire_with_the_ttl_without_counting_as_orphan_stages(store, spool: Spool) -> None:
+    clock = Clock()
+    metrics = CollectorMetrics()
+    shipper = Shipper(spool, open_writer(store.engine), metrics, orphan_ttl_s=60, clock=clock)
+    link = Link("ab" * 16, "00000000000000ee", "", "chat-app", 1)
+    put(spool, [Entry(Kind.STAGE, link.trace_id, clock.now, encode_link(link))])
+    clock.now += 61
+    shipper.ship_once()
+    assert spool.stats()[0] == 0
+    assert metrics.value("infersight_collector_orphan_stages_total") == 0
 
 
 @pytest.mark.parametrize(

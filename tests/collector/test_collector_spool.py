@@ -188,3 +188,20 @@ def test_sample_lookups_use_their_own_index_not_a_scan_of_the_records(tmp_path: 
 def test_the_spools_indexed_kinds_are_the_codecs_stage_and_sample_kinds() -> None:
     assert TRACE_INDEXED_KIND == Kind.STAGE
     assert set(SAMPLE_KINDS) == {Kind.GPU, Kind.SERVER}
+
+
+def test_by_trace_reads_at_most_the_oldest_n_entries_of_each_trace(tmp_path: Path) -> None:
+    spool = Spool(SpoolConfig(tmp_path))
+    try:
+        flood = [Entry(TRACE_INDEXED_KIND, "big", 0.0, f"{i}".encode()) for i in range(50)]
+        small = [
+            Entry(TRACE_INDEXED_KIND, "small", 0.0, b"s0"),
+            Entry(TRACE_INDEXED_KIND, "small", 0.0, b"s1"),
+        ]
+        spool.append([*flood, *small]).result(timeout=10)
+        found = spool.by_trace(["big", "small"], TRACE_INDEXED_KIND, per_trace=3)
+        assert sorted(s.payload for s in found if s.trace_id == "big") == [b"0", b"1", b"2"]
+        assert sorted(s.payload for s in found if s.trace_id == "small") == [b"s0", b"s1"]
+        assert len(spool.by_trace(["big"], TRACE_INDEXED_KIND)) == 50
+    finally:
+        spool.close()

@@ -17,6 +17,7 @@ from core.burn import (
     Transition,
     evaluate,
     policy_from_mapping,
+    recovered,
     step,
 )
 from core.errors import InvalidInput
@@ -130,6 +131,27 @@ def test_the_page_clears_within_the_short_window_after_recovery(policy):
     assert changes == [Transition.OPENED, Transition.DEESCALATED, Transition.RESOLVED]
     resolved_at = next(now for now, _, c in states if c is Transition.RESOLVED)
     assert resolved_at <= recovery + 6 * HOUR + INTERVAL  # the ticket rule's 6 h short window
+
+
+def test_an_outage_that_stops_is_recovering_within_5_minutes_until_it_resolves(policy):
+    outage, recovery = 3 * DAY, 3 * DAY + 600
+    timeline = Timeline(4 * DAY)
+    timeline.fail(outage, recovery)
+    state = AlertState()
+    marks = []
+    for now in range(outage, recovery + 7 * HOUR, INTERVAL):
+        evaluation = evaluate(policy, 0.999, timeline.counts(now, policy))
+        state, _ = step(state, evaluation, T0 + timedelta(seconds=now))
+        if state.active:
+            marks.append((now, recovered(policy, evaluation, state.severity)))
+    burning = [now for now, r in marks if not r]
+    assert burning[0] == outage + 60
+    # The symptom is gone once the 5 m window has forgotten the outage; the alert (a page, then
+    # a ticket as the long windows forget) is recovering from then until it resolves.
+    assert recovery <= burning[-1] <= recovery + 300
+    assert all(r for now, r in marks if now > burning[-1])
+    assert marks[-1][0] > recovery + HOUR
+    assert recovered(policy, evaluate(policy, 0.999, timeline.counts(outage + 60, policy)), None)
 
 
 def test_the_1h_page_clears_after_its_5_minute_short_window(policy):

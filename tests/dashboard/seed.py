@@ -4,6 +4,8 @@ The shipped ``mixed-incident`` scenario, cut to ``minutes`` with its first fault
 throttling of ``vllm-70b-0`` from minute 30), goes through the real store writer; three SLOs
 are stored and evaluated every ``every`` from minute 20 with the diagnosis listener, so the
 incident the fault causes is opened and diagnosed the way ``infersight serve`` would do it.
+``vllm-8b-1`` runs two data-parallel engines, one with 30 points more KV cache in use than
+the other (``two_engines``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from api.cost_spec import example_model
 from api.diagnosis import DiagnosisListener
 from api.evaluation import Evaluator, default_policy
 from core.query import Selector
+from core.samples import SERVER_METRIC_FIELDS, EngineSample, ServerSample, combine_engines
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
 from simulator.events import Batch
@@ -35,6 +38,7 @@ MODEL_8B = "meta-llama/Llama-3.1-8B-Instruct"
 MODEL_70B = "meta-llama/Llama-3.1-70B-Instruct"
 INSTANCES = ("vllm-70b-0", "vllm-70b-1", "vllm-8b-0", "vllm-8b-1")
 THROTTLED = "vllm-70b-0"
+DATA_PARALLEL = "vllm-8b-1"
 BASELINE = "70b-healthy"
 
 SLOS = (
@@ -75,6 +79,7 @@ def seed(engine: Engine, minutes: int = 45, every: timedelta = timedelta(minutes
     at = scenario.start + timedelta(minutes=20)
     while at <= end:
         evaluator.run(at)
+        diagnosis.refresh(at)  # the follow-up job: pages that wait for evidence, re-diagnoses
         at += every
     _baseline_and_run(engine, scenario.start)
     return end
@@ -97,5 +102,26 @@ def _baseline_and_run(engine: Engine, start: datetime) -> None:
     save_run(engine, run)
 
 
+def two_engines(sample: ServerSample) -> ServerSample:
+    """``sample`` as a server of two engines: engine 1 as the simulator's instance, engine 0
+    with 30 points more of its KV cache in use; the instance's figures are their combination
+    (``core.samples.combine_engines``)."""
+    kv = sample.kv_cache_usage
+    if kv is None:
+        return sample
+    running, waiting = sample.requests_running or 0.0, sample.requests_waiting or 0.0
+    engines = (
+        EngineSample("0", requests_running=0.6 * running, requests_waiting=waiting,
+                     kv_cache_usage=min(1.0, kv + 0.3)),
+        EngineSample("1", requests_running=0.4 * running, requests_waiting=0.0,
+                     kv_cache_usage=kv),
+    )  # fmt: skip
+    figures = combine_engines(engines, {f: getattr(sample, f) for f in SERVER_METRIC_FIELDS})
+    return dataclasses.replace(sample, per_engine=engines, **figures)
+
+
 def _batch(memory: MemorySink) -> Batch:
-    return Batch(tuple(memory.completions), tuple(memory.server_samples), tuple(memory.gpu_samples))
+    server = tuple(
+        two_engines(s) if s.instance == DATA_PARALLEL else s for s in memory.server_samples
+    )
+    return Batch(tuple(memory.completions), server, tuple(memory.gpu_samples))

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.dashboard.conftest import READ_TOKEN, Live, Page, screenshot
-from tests.dashboard.seed import BASELINE, INSTANCES, MODEL_8B, THROTTLED
+from tests.dashboard.seed import BASELINE, DATA_PARALLEL, INSTANCES, MODEL_8B, THROTTLED
 
 pytestmark = [pytest.mark.e2e]
 
@@ -77,6 +77,19 @@ def test_the_gpu_page_shows_every_gpu_and_the_throttled_one(live: Live, page: Pa
     assert page.problems == []
 
 
+def test_the_gpu_page_shows_the_engines_of_a_data_parallel_server(live: Live, page: Page):
+    page.goto(f"{live.url}/ui/gpus")
+    engines = page.tab.locator("#engines table.engines tbody tr")
+    assert engines.count() == 2
+    hot = page.tab.locator(f'#engines tr[data-instance="{DATA_PARALLEL}"][data-engine="0"]')
+    assert "hot" in hot.inner_text()
+    cool = page.tab.locator(f'#engines tr[data-instance="{DATA_PARALLEL}"][data-engine="1"]')
+    assert "hot" not in cool.inner_text()
+    assert page.tab.locator("#engine-kv polyline").count() == 2
+    screenshot(page, "gpus-engines")
+    assert page.problems == []
+
+
 def test_the_incident_page_shows_the_timeline_diagnosis_and_evidence(live: Live, page: Page):
     page.goto(f"{live.url}/ui/incidents")
     cards = page.tab.locator("section.incident")
@@ -94,6 +107,43 @@ def test_the_incident_page_shows_the_timeline_diagnosis_and_evidence(live: Live,
     assert page.problems == []
 
 
+def test_an_incident_page_shows_its_burn_timeline_headline_onset_evidence_and_history(
+    live: Live, page: Page
+):
+    page.goto(f"{live.url}/ui/incidents")
+    link = page.tab.locator("section.incident h2 a")
+    assert link.count() == 1
+    link.click()
+    page.tab.wait_for_load_state("load")
+    assert re.search(r"/ui/incidents/\d+", page.tab.url)
+    card = page.tab.locator("section.incident")
+    assert card.get_attribute("data-state") in ("firing", "recovering")
+    assert "chat-70b-tpot" in card.locator("h2").inner_text()
+    headline = page.tab.locator("#headline")
+    assert "GPU throttled" in headline.locator("h3").inner_text()
+    assert THROTTLED in headline.inner_text()
+    assert "at the onset" in headline.inner_text()
+    # The burn rates each evaluation saw: one line per window the page rules watch.
+    chart = page.tab.locator("#burn-timeline svg.chart")
+    assert chart.locator("g.series").count() == 4
+    assert chart.locator("polyline").count() >= 1
+    assert "14.4× over 1h and 5m" in page.tab.locator("#burn-timeline").inner_text()
+    onset = page.tab.locator("#onset-evidence")
+    assert onset.locator("table.evidence tbody tr").count() >= 3  # TTFT, TPOT, E2E…
+    rows = page.tab.locator("#history table.history > tbody > tr")
+    assert rows.count() >= 2
+    assert rows.last.get_attribute("data-verdict") == "onset"  # newest first
+    assert "GPU throttled" in rows.last.inner_text()
+    rows.last.locator("summary").click()
+    assert rows.last.locator("table.evidence").is_visible()
+    screenshot(page, "incident")
+    assert page.problems == []
+    # An id that does not exist is a clear 404 page, not an error.
+    response = page.goto(f"{live.url}/ui/incidents/999999")
+    assert response.status == 404
+    assert "no incident 999999" in page.tab.locator("main").inner_text()
+
+
 def test_the_cost_page_prices_every_model_and_instance(live: Live, page: Page):
     page.goto(f"{live.url}/ui/cost")
     assert page.tab.locator("table.cost-models tbody tr").count() == 2
@@ -101,6 +151,13 @@ def test_the_cost_page_prices_every_model_and_instance(live: Live, page: Page):
     assert "USD" in page.tab.locator("#kpi-cost-per-million").inner_text()
     assert "example list prices" in page.tab.locator("main").inner_text()
     assert page.tab.locator("#cost-split .hbar-row").count() == 2
+    # Good tokens are measured against the seed's SLOs, and the page says which.
+    good = page.tab.locator("#kpi-cost-per-million-good")
+    assert good.get_attribute("data-basis") == "slo"
+    assert "chat-70b-tpot (TPOT ≤ 35 ms)" in good.inner_text()
+    assert "chat-8b-ttft (TTFT ≤ 500 ms)" in good.inner_text()
+    bases = page.tab.locator("table.cost-models td[data-basis]")
+    assert [bases.nth(i).get_attribute("data-basis") for i in range(2)] == ["slo", "slo"]
     screenshot(page, "cost")
     assert page.problems == []
 

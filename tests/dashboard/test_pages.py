@@ -20,7 +20,10 @@ from api import create_app
 from api import dashboard_auth as auth
 from api.auth import Scope, parse_tokens
 from api.settings import ApiSettings
-from core.samples import GpuSample
+from core.query import Selector
+from core.samples import EngineSample, GpuSample, ServerSample
+from core.slo import Sli, SliKind, SloSpec
+from storage import slo_store
 from storage.writer import open_writer
 from tests.conftest import Store, empty_store
 from tests.factories import make_records
@@ -116,6 +119,57 @@ def test_pages_show_the_store_s_data(filled: Store):
     assert "NVIDIA H200" in gpus
     narrowed = client.get("/ui/gpus", params={"instance": "gpu-1"}).text
     assert narrowed.count("<tr data-instance=") == 1
+
+
+def test_the_gpu_page_lists_the_engines_of_a_data_parallel_server_only(filled: Store):
+    start = NOW - timedelta(minutes=30)
+    engines = [(0.92, 8.0), (0.40, 3.0)]
+    open_writer(filled.engine).write_server_samples(
+        [
+            ServerSample(
+                ts=start + timedelta(seconds=15 * i),
+                instance=instance,
+                engine="vllm",
+                per_engine=tuple(
+                    EngineSample(str(rank), requests_running=running, kv_cache_usage=kv)
+                    for rank, (kv, running) in enumerate(engines)
+                )
+                if instance == "gpu-0"
+                else (),
+                kv_cache_usage=0.66,
+            )
+            for i in range(60)
+            for instance in ("gpu-0", "gpu-1")
+        ]
+    )
+    client = Client(filled)
+    page = client.get("/ui/gpus").text
+    assert page.count('data-engine="') == 2  # gpu-1 runs one engine: no rows of its own
+    assert '<tr data-instance="gpu-0" data-engine="0" class="warn">' in page
+    assert '<tr data-instance="gpu-0" data-engine="1" class="">' in page
+    assert "92 %" in page
+    assert ">hot<" in page
+    assert 'id="engine-kv"' in page
+    narrowed = client.get("/ui/gpus", params={"instance": "gpu-1"}).text
+    assert 'id="engines"' not in narrowed
+
+
+def test_the_cost_page_says_what_good_tokens_were_measured_against(filled: Store):
+    client = Client(filled)
+    page = client.get("/ui/cost", params={"range": "1h"}).text
+    assert 'data-basis="cost_model"' in page
+    assert "goodRequest limits (TTFT ≤ 2 s, TPOT ≤ 100 ms)" in page
+    slo = SloSpec(
+        "fast-8b", Sli(SliKind.LATENCY, "ttft", 0.25), 0.99, timedelta(days=28),
+        Selector(model="llama-8b"),
+    )  # fmt: skip
+    slo_store.put_slo(filled.engine, slo, NOW)
+    page = client.get("/ui/cost", params={"range": "1h"}).text
+    assert 'id="kpi-cost-per-million-good" data-basis="mixed"' in page
+    assert "fast-8b (TTFT ≤ 250 ms) for llama-8b" in page
+    assert "no latency SLO covers llama-70b" in page
+    assert '<td class="num" data-basis="slo">' in page
+    assert page.count("<sup title=") == 1  # the 70B row's good figure: the cost model's limits
 
 
 def test_an_empty_store_says_there_is_nothing_to_show(store: Store):

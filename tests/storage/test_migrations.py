@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import MetaData, Table, create_engine, insert, inspect, select, text
 
+from core.samples import EngineSample, ServerSample
 from storage import migrate
 from storage.engine import create_store_engine
-from storage.tables import metadata
+from storage.partitions import ensure_partitions
+from storage.tables import good_token_counts, metadata, server_engine_samples, server_samples
+from storage.writer import open_writer
 from tests.conftest import POSTGRES_ADMIN_URL
 
 
@@ -57,3 +61,70 @@ def test_migrated_schema_matches_the_table_metadata(fresh_engine):
     # Partitions of raw tables are created at run time and are not part of the metadata.
     diff = [d for d in diff if not (d[0] == "remove_table" and "_p" in d[1].name)]
     assert diff == []
+
+
+def test_0008_adds_engine_rows_keeping_stored_server_samples_and_downgrades(fresh_engine):
+    """Server samples stored before 0008 survive it (with no hottest engine) and its
+    downgrade; the engines' table comes and goes; PostgreSQL's existing daily partition
+    gains the new column."""
+    ts = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    migrate.upgrade(fresh_engine, "0007")
+    with fresh_engine.begin() as connection:
+        ensure_partitions(connection, "server_samples", [ts.date()])
+        connection.execute(insert(server_samples).values(ts=ts, instance="old", kv_cache_usage=0.4))
+    migrate.upgrade(fresh_engine, "0008")
+    columns = {c["name"] for c in inspect(fresh_engine).get_columns("server_samples")}
+    assert "kv_cache_usage_max" in columns
+    with fresh_engine.connect() as connection:
+        old = connection.execute(select(server_samples)).one()
+    assert (old.instance, old.kv_cache_usage, old.kv_cache_usage_max) == ("old", 0.4, None)
+    sample = ServerSample(
+        ts=ts + timedelta(seconds=15),
+        instance="new",
+        kv_cache_usage=0.48,
+        kv_cache_usage_max=0.55,
+        per_engine=(EngineSample("0", kv_cache_usage=0.41), EngineSample("1", kv_cache_usage=0.55)),
+    )
+    assert open_writer(fresh_engine).write_server_samples([sample]) == 1
+    with fresh_engine.connect() as connection:
+        ranks = connection.execute(select(server_engine_samples.c.rank)).scalars().all()
+        hottest = connection.execute(
+            select(server_samples.c.kv_cache_usage_max).where(server_samples.c.instance == "new")
+        ).scalar_one()
+    assert (sorted(ranks), hottest) == (["0", "1"], 0.55)
+
+    migrate.downgrade(fresh_engine, "0007")
+    assert "server_engine_samples" not in inspect(fresh_engine).get_table_names()
+    columns = {c["name"] for c in inspect(fresh_engine).get_columns("server_samples")}
+    assert "kv_cache_usage_max" not in columns
+    with fresh_engine.connect() as connection:
+        kept = connection.execute(
+            text("SELECT instance, kv_cache_usage FROM server_samples ORDER BY instance")
+        ).all()
+    assert [tuple(r) for r in kept] == [("new", 0.48), ("old", 0.4)]
+    migrate.upgrade(fresh_engine)
+    assert migrate.current(fresh_engine) == migrate.head()
+
+
+def test_0008_keys_kept_good_tokens_by_end_to_end_limit_too_and_keeps_the_old_counts(fresh_engine):
+    """Counts kept under 0007 (a pair of TTFT and TPOT limits) read as "no end-to-end limit"
+    after 0008; the downgrade keeps them and drops what 0007 could not have kept."""
+    bucket = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    labels = {"model": "m", "instance": "i", "tenant": "t", "priority": "p"}
+    old = {"ttft_s": 2.0, "tpot_s": 0.1, "resolution": "1h", "bucket": bucket, **labels}
+    migrate.upgrade(fresh_engine, "0007")
+    legacy = Table("good_token_counts", MetaData(), autoload_with=fresh_engine)
+    with fresh_engine.begin() as connection:
+        connection.execute(insert(legacy).values(**old, requests=10, good_tokens=900))
+    migrate.upgrade(fresh_engine, "0008")
+    k = good_token_counts.c
+    with fresh_engine.begin() as connection:
+        assert connection.execute(select(k.e2e_s, k.good_tokens)).all() == [(0.0, 900)]
+        for e2e, tpot in ((1.5, 0.1), (0.0, 0.0)):  # an end-to-end limit; no TPOT limit
+            row = {**old, "tpot_s": tpot, "e2e_s": e2e, "requests": 10, "good_tokens": 50}
+            connection.execute(insert(good_token_counts).values(**row))
+    migrate.downgrade(fresh_engine, "0007")
+    with fresh_engine.connect() as connection:
+        kept = connection.execute(text("SELECT ttft_s, tpot_s, good_tokens FROM good_token_counts"))
+        assert [tuple(r) for r in kept] == [(2.0, 0.1, 900)]
+    migrate.upgrade(fresh_engine)

@@ -1,0 +1,121 @@
+"""The store down when a command starts: ``db upgrade`` fails with one line and its own exit
+status; ``serve`` listens anyway, reports degraded until the store answers, then migrates and
+runs its jobs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from storage import migrate
+from tests.collector.tcp_proxy import TcpProxy
+from tests.peers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "from infersight.cli import main; main()"]
+EXIT_UNAVAILABLE = 3
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 90.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("postgresql://postgres:s3cret@127.0.0.1:{port}/nothing", id="postgres"),
+        pytest.param("sqlite:///{tmp}/no/such/dir/store.db", id="sqlite"),
+    ],
+)
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["db", "current"], ["db", "maintain"]])
+def test_a_db_command_against_an_unreachable_store_says_so_in_one_line(
+    tmp_path: Path, url: str, command: list[str]
+) -> None:
+    store = url.format(port=free_port(), tmp=tmp_path)
+    result = run_cli("--store", store, *command)
+    assert result.returncode == EXIT_UNAVAILABLE
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: cannot reach the store ")
+    assert "s3cret" not in result.stderr  # the password is redacted
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def fetch_health(base: str) -> httpx.Response | None:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=5)
+    except httpx.TransportError:
+        return None
+
+
+@pytest.mark.e2e
+@pytest.mark.postgres
+def test_serve_waits_for_a_store_that_is_down_at_start_then_runs_its_jobs(pg_store) -> None:
+    url = make_url(pg_store.url)
+    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 5432)).start()
+    proxy.cut()
+    store = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [*CLI, "--store", store, "serve", "--listen", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "INFERSIGHT_EVALUATION_INTERVAL_S": "0.2"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert wait_until(lambda: fetch_health(base) is not None)
+        down = fetch_health(base)
+        assert down is not None
+        assert down.status_code == 503
+        assert down.json()["status"].startswith("degraded: waiting for the store since ")
+        assert down.json()["jobs"]["evaluate"] == 0
+        query = httpx.get(f"{base}/api/v1/slos", timeout=10)
+        assert query.status_code == 503
+        assert query.json()["error"]["code"] == "unavailable"
+        proxy.restore()
+
+        def serving() -> bool:
+            health = fetch_health(base)
+            return (
+                health is not None
+                and health.status_code == 200
+                and (health.json()["jobs"]["evaluate"] >= 1)
+            )
+
+        assert wait_until(serving)
+        assert migrate.current(pg_store.engine) == migrate.head()
+        assert httpx.get(f"{base}/api/v1/slos", timeout=10).status_code == 200
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=30)
+        proxy.cut()
+    assert "Traceback" not in output, output
+    assert "the store cannot be reached, retrying" in output

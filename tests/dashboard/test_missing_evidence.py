@@ -1,0 +1,72 @@
+"""The Incidents page in Chromium for an incident diagnosed without GPU telemetry.
+
+A store holding the compressed thermal-throttle scenario without its GPU samples (sidecars
+with ``--gpu-source none``), an SLO on the 70B model's TPOT, evaluated by the app's own
+evaluator (diagnosis listener included) until the incident opens; the real app under uvicorn.
+The page names the fallback cause and lists what could not be checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from alerts.rules import load_rules
+from api.diagnosis import DiagnosisListener
+from api.evaluation import Evaluator, default_policy
+from core.query import Selector
+from core.slo import Sli, SliKind, SloSpec
+from storage import migrate, slo_store
+from storage.engine import create_store_engine
+from tests.benchmarks import load_bench
+from tests.dashboard.conftest import Live, Page, screenshot, serve
+
+pytestmark = [pytest.mark.e2e]
+bench = load_bench("bench_alerts")
+
+
+@pytest.fixture(scope="module")
+def blind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    path: Path = tmp_path_factory.mktemp("blind") / "store.db"
+    engine = create_store_engine(f"sqlite:///{path}")
+    migrate.upgrade(engine)
+    scenario, batch = bench.simulate_cached("fault-thermal-throttle")
+    bench.store_batch(engine, bench.without_gpu(batch))
+    tpot = SloSpec(
+        "chat-70b-tpot",
+        Sli(SliKind.LATENCY, "tpot", 0.03),
+        0.99,
+        timedelta(days=7),
+        Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
+    )
+    slo_store.put_slo(engine, tpot, scenario.start)
+    evaluator = Evaluator(engine, default_policy(), [DiagnosisListener(engine, pack=load_rules())])
+    incident, _ = bench.windows(scenario)
+    at = incident.start
+    while at <= incident.start + timedelta(minutes=6):
+        evaluator.run(at)
+        at += timedelta(minutes=1)
+    with serve(engine, at) as live:
+        yield live
+    engine.dispose()
+
+
+def test_an_incident_without_gpu_samples_shows_its_fallback_and_what_is_missing(
+    blind: Live, page: Page
+) -> None:
+    page.goto(f"{blind.url}/ui/incidents")
+    card = page.tab.locator("section.incident").first
+    diagnosis = card.locator(".diagnosis")
+    assert "Decode bound (GPU side)" in diagnosis.locator("h3").inner_text()
+    assert "vllm-70b-0" in diagnosis.locator("h3").inner_text()
+    missing = diagnosis.locator(".missing-evidence li")
+    assert missing.count() == 1
+    assert missing.first.inner_text() == (
+        "no GPU samples for vllm-70b-0: cannot tell compute from memory bandwidth, "
+        "nor see clock throttling"
+    )
+    screenshot(page, "incidents-no-gpu")
+    assert page.problems == []
