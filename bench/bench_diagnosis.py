@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import sys
 import tempfile
@@ -526,7 +527,11 @@ def main(argv: Sequence[str] | None = None) -> Sequence[PathOutcome | Any]:
     if args.scenario or args.shipped:
         return shipped(args)
     if args.table:
-        document = json.loads(Path(args.table).read_text(encoding="utf-8"))
+        text = Path(args.table).read_text(encoding="utf-8")
+        if text.lstrip().startswith("["):
+            document = json.loads(text)
+        else:  # the JSON lines a run appends as it goes
+            document = [json.loads(line) for line in text.splitlines() if line.strip()]
         outcomes = diagnosis_matrix.rejudged(document)
         print(diagnosis_matrix.table(outcomes))
         print()
@@ -542,11 +547,12 @@ def matrix(args: argparse.Namespace) -> list[Any]:
         cells = [c for c in cells if any(part in c.name for part in args.cell)]
     pre_roll_s = diagnosis_matrix.PRE_ROLL_S if args.pre_roll is None else args.pre_roll * 60
     groups: dict[Any, list[Any]] = {}
-    for cell in cells:
+    for cell in sorted(cells, key=diagnosis_matrix.priority):
         groups.setdefault(diagnosis_matrix.simulation_key(cell), []).append(cell)
     started = time.perf_counter()
     print(f"{len(cells)} cells in {len(groups)} simulations, {args.jobs} job(s)", flush=True)
-    run = partial(_run_group, store=args.store, pre_roll_s=pre_roll_s)
+    progress = Path(args.json + ".lines") if args.json else None
+    run = partial(_run_group, store=args.store, pre_roll_s=pre_roll_s, progress=progress)
     if args.jobs > 1 and not args.store:
         with ProcessPoolExecutor(args.jobs) as pool:
             done = [o for group in pool.map(run, groups.values()) for o in group]
@@ -573,11 +579,20 @@ def matrix(args: argparse.Namespace) -> list[Any]:
     return outcomes
 
 
-def _run_group(cells: Sequence[Any], store: str | None, pre_roll_s: float) -> list[Any]:
+def _run_group(
+    cells: Sequence[Any], store: str | None, pre_roll_s: float, progress: Path | None
+) -> list[Any]:
+    """One simulation's cells; each outcome is also appended to ``progress`` (JSON lines) as it
+    finishes, so a run cut short still has a table (``--table FILE.lines``)."""
     out = []
     for cell in cells:
         outcome = diagnosis_matrix.run_one(cell, store, pre_roll_s)
         print(diagnosis_matrix.progress_line(outcome), flush=True)
+        if progress is not None:
+            line = json.dumps(outcome.to_dict(), default=str) + "\n"
+            with progress.open("a", encoding="utf-8") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                f.write(line)
         out.append(outcome)
     return out
 
