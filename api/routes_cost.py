@@ -3,7 +3,9 @@
 ``GET /api/v1/cost?start=&end=&model=&instance=&tenant=&priority=&group_by=model`` answers,
 per group and in total: requests, tokens (input, output, good), GPU-hours, idle GPU-hours,
 energy, cost (total, input, output, idle), cost per million tokens (total, input, output,
-good), tokens per joule and average GPU utilisation; plus each instance's cost. Money and
+good), tokens per joule and average GPU utilisation; plus each instance's cost. Good tokens
+say what they were measured against: ``good_basis`` per line, and ``good_tokens`` (basis,
+method, the limits used with their SLOs and models, a sentence) for the answer. Money and
 hours are decimal strings (never rounded through binary floats) with the currency beside
 them. ``GET /api/v1/cost/model`` shows the cost model in use; ``PUT`` replaces it (admin).
 

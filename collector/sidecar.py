@@ -42,7 +42,7 @@ from core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 #: Longest the store writer waits for a first export before it is built anyway.
-OPEN_DELAY_S = 1.0
+OPEN_DELAY_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)

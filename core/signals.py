@@ -72,7 +72,9 @@ FAMILY_OF: Final[Mapping[str, str]] = {
         STAGES,
     ),
     **dict.fromkeys(
-        ("requests_running", "requests_waiting", "kv_cache_usage", "preemptions_per_s"), SERVER
+        ("requests_running", "requests_waiting", "kv_cache_usage", "kv_cache_usage_max",
+         "preemptions_per_s"),
+        SERVER,
     ),
     **dict.fromkeys(
         ("util_gpu", "dram_bw_util", "sm_clock_mhz", "throttled_share", "temperature_c",

@@ -88,7 +88,11 @@ def test_sdk_exporters_over_http_and_grpc_land_records_in_the_store(
     with store.engine.connect() as c:
         models = set(c.execute(select(requests.c.model)).scalars())
     assert models == {"llama-8b"}
-    assert running.metrics.value("infersight_collector_shipped_total", kind="record") == 10
+    # Counted once the shipped entries are deleted from the spool, just after the store commit.
+    metrics = running.metrics
+    assert wait_until(
+        lambda: metrics.value("infersight_collector_shipped_total", kind="record") == 10
+    )
 
 
 def start_sidecar(url: str, spool: Path) -> tuple[subprocess.Popen[str], str]:
