@@ -30,13 +30,21 @@ outbox (the page enters it in the evaluation that opens the incident). Each scen
 store of its own (a temporary SQLite file, or ``--store`` emptied first); ``--jobs N`` runs
 scenarios in N processes.
 
-    python bench/bench_diagnosis.py [--store URL] [--jobs N] [--pre-roll MIN] [--scenario NAME ...]
+Without ``--scenario`` / ``--shipped`` it runs the adversarial scenario matrix of issue 13
+instead (``diagnosis_matrix``: every single fault × GPU telemetry on/off × 1 or 2 data-parallel
+engines × server spans only or client spans in the same trace, overlapping faults, low
+traffic, quiet cells; each fault clears and the run goes on 20 minutes), printing a progress
+line per cell and the accuracy table; ``--quick`` is its smoke subset (the suite runs it).
+
+    python bench/bench_diagnosis.py [--quick] [--cell TEXT ...] [--out FILE] [--jobs N]
+    python bench/bench_diagnosis.py --shipped | --scenario NAME ... [--store URL] [--pre-roll MIN]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import sys
 import tempfile
@@ -55,6 +63,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parent))  # bench_alerts, from the tests
 
 import bench_alerts
+import diagnosis_matrix
 import yaml
 from sqlalchemy import Engine, func, select
 
@@ -490,20 +499,107 @@ def incidents_table(outcomes: Sequence[PathOutcome]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> list[PathOutcome]:
+def main(argv: Sequence[str] | None = None) -> Sequence[PathOutcome | Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", help="store URL, emptied per scenario (default: SQLite)")
-    parser.add_argument("--scenario", action="append", help="scenario name (default: all)")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        help="shipped scenario name: run the shipped scenarios one by one instead of the matrix",
+    )
+    parser.add_argument("--shipped", action="store_true", help="every shipped scenario, one by one")
+    parser.add_argument("--quick", action="store_true", help="the matrix's smoke subset")
+    parser.add_argument("--cell", action="append", help="matrix cells whose name contains this")
+    parser.add_argument("--out", help="also write the matrix's table to this file")
+    parser.add_argument("--json", help="also write every cell's outcome as JSON to this file")
+    parser.add_argument(
+        "--table", help="print the table of a past run's --json file, judged again; run nothing"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="scenarios run in parallel")
     parser.add_argument(
         "--pre-roll",
         type=float,
-        default=60.0,
-        help="minutes of healthy past before each run (default 60: a full 1 h burn window; "
-        "the tests use 10)",
+        default=None,
+        help="minutes of healthy past before each run (shipped scenarios: 60 by default, a "
+        "full 1 h burn window, the tests use 10; the matrix: 10)",
     )
     args = parser.parse_args(argv)
-    pre_roll = timedelta(minutes=args.pre_roll)
+    if args.scenario or args.shipped:
+        return shipped(args)
+    if args.table:
+        text = Path(args.table).read_text(encoding="utf-8")
+        if text.lstrip().startswith("["):
+            document = json.loads(text)
+        else:  # the JSON lines a run appends as it goes
+            document = [json.loads(line) for line in text.splitlines() if line.strip()]
+        outcomes = diagnosis_matrix.rejudged(document)
+        print(diagnosis_matrix.table(outcomes))
+        print()
+        print(diagnosis_matrix.incidents_table(outcomes))
+        return outcomes
+    return matrix(args)
+
+
+def matrix(args: argparse.Namespace) -> list[Any]:
+    """The adversarial scenario matrix (``diagnosis_matrix``), cell by cell with progress."""
+    cells = diagnosis_matrix.quick_cells() if args.quick else diagnosis_matrix.matrix_cells()
+    if args.cell:
+        cells = [c for c in cells if any(part in c.name for part in args.cell)]
+    pre_roll_s = diagnosis_matrix.PRE_ROLL_S if args.pre_roll is None else args.pre_roll * 60
+    groups: dict[Any, list[Any]] = {}
+    for cell in sorted(cells, key=diagnosis_matrix.priority):
+        groups.setdefault(diagnosis_matrix.simulation_key(cell), []).append(cell)
+    started = time.perf_counter()
+    print(f"{len(cells)} cells in {len(groups)} simulations, {args.jobs} job(s)", flush=True)
+    progress = Path(args.json + ".lines") if args.json else None
+    run = partial(_run_group, store=args.store, pre_roll_s=pre_roll_s, progress=progress)
+    if args.jobs > 1 and not args.store:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            done = [o for group in pool.map(run, groups.values()) for o in group]
+    else:
+        done = [o for group in map(run, groups.values()) for o in group]
+    order = {cell: i for i, cell in enumerate(cells)}
+    outcomes = sorted(done, key=lambda o: order[o.cell])
+    wall = time.perf_counter() - started
+    text = "\n\n".join(
+        [
+            diagnosis_matrix.table(outcomes),
+            diagnosis_matrix.incidents_table(outcomes),
+            f"{len(outcomes)} cells, {sum(o.sent for o in outcomes)} requests through the real "
+            f"path, {wall:.0f} s wall with {args.jobs} job(s)",
+        ]
+    )
+    print()
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    if args.json:
+        document = [o.to_dict() for o in outcomes]
+        Path(args.json).write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
+    return outcomes
+
+
+def _run_group(
+    cells: Sequence[Any], store: str | None, pre_roll_s: float, progress: Path | None
+) -> list[Any]:
+    """One simulation's cells; each outcome is also appended to ``progress`` (JSON lines) as it
+    finishes, so a run cut short still has a table (``--table FILE.lines``)."""
+    out = []
+    for cell in cells:
+        outcome = diagnosis_matrix.run_one(cell, store, pre_roll_s)
+        print(diagnosis_matrix.progress_line(outcome), flush=True)
+        if progress is not None:
+            line = json.dumps(outcome.to_dict(), default=str) + "\n"
+            with progress.open("a", encoding="utf-8") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                f.write(line)
+        out.append(outcome)
+    return out
+
+
+def shipped(args: argparse.Namespace) -> list[PathOutcome]:
+    """Every shipped scenario (or ``--scenario``), one by one: the issue-6 accuracy table."""
+    pre_roll = timedelta(minutes=60.0 if args.pre_roll is None else args.pre_roll)
     names = args.scenario or [*shipped_scenarios(), OUTAGE]
     started = time.perf_counter()
     if args.jobs > 1 and not args.store:

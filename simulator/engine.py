@@ -62,8 +62,13 @@ class InstanceSim:
         id_source: Callable[[int], bytes] | None = None,
         sampling: tuple[float, float] = (0.7, 0.95),
         coalesce_steps: bool = True,
+        engine_index: int = 0,
+        gpu_telemetry: bool = True,
     ) -> None:
         self.name = name
+        #: Which data-parallel engine of the instance this is (vLLM's ``engine`` label).
+        self.engine_index = engine_index
+        self._gpu_telemetry = gpu_telemetry
         self.profile = profile
         self.service = service or name
         self.model = profile.model_name
@@ -397,6 +402,7 @@ class InstanceSim:
             forward_s=forward,
             execute_s=forward * _EXECUTE_OVERHEAD,
             preemptions=r.preemptions,
+            engine=self.engine_index,
             parent_span_id=r.parent_span_id,
         )
         self._completions.append(completion)
@@ -428,17 +434,19 @@ class InstanceSim:
                     request_errors_total=float(self.errors_total),
                 )
             )
-            self._gpu.extend(
-                gpu_samples(
-                    ts=ts,
-                    instance=self.name,
-                    profile=self.profile,
-                    busy=busy,
-                    interval_s=self._interval,
-                    fx=fx,
-                    counters=self._gpu_counters,
+            if self._gpu_telemetry:
+                self._gpu.extend(
+                    gpu_samples(
+                        ts=ts,
+                        instance=self.name,
+                        profile=self.profile,
+                        busy=busy,
+                        interval_s=self._interval,
+                        fx=fx,
+                        counters=self._gpu_counters,
+                        first_index=self.engine_index * self.profile.tensor_parallel,
+                    )
                 )
-            )
             self._next_sample += self._interval
 
     def drain(self) -> Batch:

@@ -26,8 +26,22 @@ class Completion:
     forward_s: float
     execute_s: float
     preemptions: int = 0
+    #: The data-parallel engine of the instance that served it.
+    engine: int = 0
     #: The caller's span (from its ``traceparent``) that the request span is a child of.
     parent_span_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """One data-parallel engine's own reading (``engine="0"`` in vLLM, ``dp_rank`` in SGLang).
+
+    ``sample`` holds that engine's gauges and counters only; the instance's ``ServerSample``
+    in ``Batch.server_samples`` aggregates its engines (see ``simulator.fleet``).
+    """
+
+    index: int
+    sample: ServerSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +51,8 @@ class Batch:
     completions: tuple[Completion, ...] = ()
     server_samples: tuple[ServerSample, ...] = ()
     gpu_samples: tuple[GpuSample, ...] = ()
+    #: Per-engine readings behind ``server_samples`` (one per engine per sample time).
+    engine_samples: tuple[EngineSample, ...] = ()
     meta: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Final
 
 from core.errors import InvalidInput
 from core.records import check_label, check_timestamp
@@ -16,17 +17,29 @@ from simulator.faults import EXPECTED_CAUSE, Fault, FaultKind
 from simulator.profiles import ModelProfile
 from simulator.workload import ArrivalProcess, RequestMix
 
+#: Data-parallel engines one simulated instance may run.
+MAX_ENGINES: Final = 16
+
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
-    """One model served by several identical instances, each with its share of the traffic."""
+    """One model served by several identical instances, each with its share of the traffic.
+
+    ``arrival`` is one instance's share. An instance may run ``engines`` data-parallel
+    engines (vLLM ``--data-parallel-size``): each engine has its own GPUs (the profile's
+    tensor-parallel group), scheduler, queues and KV cache, and receives an equal share of
+    the instance's traffic (random routing: independent Poisson streams).
+    """
 
     profile: ModelProfile
     instances: tuple[str, ...]
     arrival: ArrivalProcess
     mix: RequestMix
+    engines: int = 1
 
     def __post_init__(self) -> None:
+        if not 1 <= self.engines <= MAX_ENGINES:
+            raise InvalidInput(f"engines per instance must be in [1, {MAX_ENGINES}]")
         if not self.instances:
             raise InvalidInput("a deployment needs at least one instance")
         for name in self.instances:
@@ -57,6 +70,9 @@ class Scenario:
     deployments: tuple[Deployment, ...]
     faults: tuple[Fault, ...] = ()
     description: str = ""
+    #: ``False``: no GPU samples at all (a host without NVML or dcgm-exporter, as a sidecar
+    #: run with ``--gpu-source none`` sees it).
+    gpu_telemetry: bool = True
 
     def __post_init__(self) -> None:
         if not self.name:

@@ -18,7 +18,7 @@ from datetime import datetime
 
 import uvicorn
 
-from core.errors import Unavailable
+from core.errors import InvalidInput, Unavailable
 from simulator.fleet import build_instances
 from simulator.realtime import RealtimeServer
 from simulator.scenario import Scenario
@@ -36,6 +36,8 @@ class FleetServer:
         sinks: Sequence[Sink] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if any(d.engines > 1 for d in scenario.deployments):
+            raise InvalidInput("real-time serving runs one engine per instance")
         self.scenario = dataclasses.replace(scenario, start=epoch)
         self._host, self._base_port = host, base_port
         self._sinks = list(sinks)

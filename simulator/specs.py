@@ -194,6 +194,7 @@ class DeploymentSpec(_Spec):
     profile: str
     instances: int | list[str] = 1
     name_prefix: str | None = None
+    engines: int = Field(default=1, ge=1, le=16)
     arrival: ArrivalSpec
     mix: MixSpec
 
@@ -211,6 +212,7 @@ class ScenarioBody(_Spec):
     duration: float | str
     seed: int = 0
     sample_interval: float | str = "10s"
+    gpu_telemetry: bool = True
     fleet: list[DeploymentSpec]
     faults: list[FaultSpec] = Field(default_factory=list)
 
@@ -290,6 +292,7 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
                 instances=names,
                 arrival=d.arrival.convert(1.0 / len(names), start_of_day),
                 mix=d.mix.convert(),
+                engines=d.engines,
             )
         )
     faults = tuple(
@@ -311,6 +314,7 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
         sample_interval_s=parse_duration(body.sample_interval),
         deployments=tuple(deployments),
         faults=faults,
+        gpu_telemetry=body.gpu_telemetry,
     )
 
 

@@ -41,8 +41,13 @@ def gpu_samples(
     interval_s: float,
     fx: Effects,
     counters: list[GpuCounters],
+    first_index: int = 0,
 ) -> list[GpuSample]:
-    """One sample per GPU of the instance for an interval with busy fraction ``busy``."""
+    """One sample per GPU of the instance for an interval with busy fraction ``busy``.
+
+    ``first_index`` numbers the boards: a data-parallel engine ``k`` of an instance with
+    ``tp`` GPUs per engine owns GPUs ``k·tp … k·tp + tp − 1``.
+    """
     gpu = profile.gpu
     busy = min(1.0, max(0.0, busy))
     active = busy > 0.0
@@ -60,7 +65,8 @@ def gpu_samples(
     # the SMs are, tensor cores much less.
     dram = busy * 0.75
     out = []
-    for index, c in enumerate(counters):
+    for offset, c in enumerate(counters):
+        index = first_index + offset
         c.energy_j += power * interval_s
         c.ecc_sbe += fx.ecc_sbe_per_s * interval_s
         out.append(

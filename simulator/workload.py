@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final, Protocol
 
@@ -98,6 +98,21 @@ class Bursts:
     def rates(self, t: FloatArray) -> FloatArray:
         in_burst = np.mod(t - self.offset_s, self.every_s) < self.duration_s
         return np.where(in_burst, self.burst_rate, self.base_rate)
+
+
+def scaled(process: ArrivalProcess, factor: float) -> ArrivalProcess:
+    """``process`` with every rate multiplied by ``factor`` (a share of routed traffic)."""
+    if not math.isfinite(factor) or factor <= 0:
+        raise InvalidInput("a traffic share must be positive")
+    if isinstance(process, Poisson):
+        return Poisson(process.rate * factor)
+    if isinstance(process, Diurnal):
+        return replace(process, mean_rate=process.mean_rate * factor)
+    if isinstance(process, Bursts):
+        return replace(
+            process, base_rate=process.base_rate * factor, burst_rate=process.burst_rate * factor
+        )
+    raise InvalidInput(f"cannot split an arrival process of type {type(process).__name__}")
 
 
 class LengthKind(StrEnum):

@@ -1,9 +1,10 @@
 """vLLM-style and dcgm-exporter-style ``/metrics`` for simulated servers (prometheus_client).
 
-Each instance gets two ``CollectorRegistry``s of its own: the server's (vLLM V1 names, label
-``model_name`` and ``engine``, vLLM's default buckets) and its GPUs' (dcgm-exporter field
-names with labels ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``; power in W, frame
-buffer in MiB, energy in mJ). Histograms are kept as bucket counts so that a request's
+Each instance gets two ``CollectorRegistry``s of its own: the server's (vLLM V1 names, labels
+``model_name`` and ``engine`` — one series per data-parallel engine —, vLLM's default
+buckets; or SGLang's, with ``dp_rank``) and its GPUs' (dcgm-exporter field names with labels
+``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``; power in W, frame buffer in MiB,
+energy in mJ). Histograms are kept as bucket counts so that a request's
 ``n − 1`` inter-token latencies are added in one go; custom collectors expose them.
 """
 
@@ -24,6 +25,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from core.errors import InvalidInput
 from core.samples import THROTTLE_REASONS, GpuSample, ServerSample
 from simulator.events import Batch, Completion
 from simulator.profiles import MIB
@@ -101,25 +103,55 @@ _HISTOGRAMS: Final = {
 }
 
 
-class VllmCollector(Collector):
-    """The server's own metrics, as vLLM V1 exposes them."""
+class _EngineState:
+    """One engine's series: histograms, finish reasons, gauges and counters."""
 
-    def __init__(self, model_name: str) -> None:
-        self._labels = {"model_name": model_name, "engine": "0"}
+    __slots__ = ("counters", "gauges", "hists", "success")
+
+    def __init__(self) -> None:
+        self.hists = {name: Hist(bounds) for name, (_, bounds) in _HISTOGRAMS.items()}
+        self.success: dict[str, float] = {"stop": 0.0, "length": 0.0, "abort": 0.0}
+        self.gauges = {"running": 0.0, "waiting": 0.0, "kv": 0.0}
+        self.counters = {"preemptions": 0.0, "prompt": 0.0, "generation": 0.0}
+
+
+_GAUGES: Final = (
+    ("vllm:num_requests_running", "running", "Number of requests in model execution batches."),
+    ("vllm:num_requests_waiting", "waiting", "Number of requests waiting to be processed."),
+    ("vllm:kv_cache_usage_perc", "kv", "KV-cache usage. 1 means 100 percent usage."),
+)
+_COUNTERS: Final = (
+    ("vllm:num_preemptions", "preemptions", "Cumulative number of preemption from the engine."),
+    ("vllm:prompt_tokens", "prompt", "Number of prefill tokens processed."),
+    ("vllm:generation_tokens", "generation", "Number of generation tokens processed."),
+)
+
+
+class VllmCollector(Collector):
+    """The server's own metrics, as vLLM V1 exposes them: every series labelled with
+    ``model_name`` and ``engine`` (``"0"`` … ``"N-1"`` for N data-parallel engines, each with
+    its own KV usage, queues, counters and histograms)."""
+
+    def __init__(self, model_name: str, histograms: bool = True) -> None:
+        self._model = model_name
+        self._histograms = histograms
         self._lock = threading.Lock()
-        self._hists = {name: Hist(bounds) for name, (_, bounds) in _HISTOGRAMS.items()}
-        self._success: dict[str, float] = {"stop": 0.0, "length": 0.0, "abort": 0.0}
-        self._gauges = {"running": 0.0, "waiting": 0.0, "kv": 0.0}
-        self._counters = {"preemptions": 0.0, "prompt": 0.0, "generation": 0.0}
+        self._engines: dict[int, _EngineState] = {0: _EngineState()}
+
+    def _engine(self, index: int) -> _EngineState:
+        if index not in self._engines:
+            self._engines[index] = _EngineState()
+        return self._engines[index]
 
     def observe(self, c: Completion) -> None:
         r = c.record
         with self._lock:
+            state = self._engine(c.engine)
             reason = r.finish_reason or "stop"
-            self._success[reason] = self._success.get(reason, 0.0) + 1
+            state.success[reason] = state.success.get(reason, 0.0) + 1
             if r.ttft_s is None:
                 return
-            h = self._hists
+            h = state.hists
             h["vllm:time_to_first_token_seconds"].observe(r.ttft_s)
             if r.tpot_s is not None and r.output_tokens:
                 h["vllm:inter_token_latency_seconds"].observe(r.tpot_s, r.output_tokens - 1)
@@ -134,62 +166,130 @@ class VllmCollector(Collector):
                 if value is not None:
                     h[name].observe(value)
 
-    def update(self, s: ServerSample) -> None:
+    def update(self, s: ServerSample, engine: int = 0) -> None:
+        """``s`` is engine ``engine``'s own reading."""
         with self._lock:
-            self._gauges = {
+            state = self._engine(engine)
+            state.gauges = {
                 "running": s.requests_running or 0.0,
                 "waiting": s.requests_waiting or 0.0,
                 "kv": s.kv_cache_usage or 0.0,
             }
-            self._counters = {
+            state.counters = {
                 "preemptions": s.preemptions_total or 0.0,
                 "prompt": s.prompt_tokens_total or 0.0,
                 "generation": s.generation_tokens_total or 0.0,
             }
 
     def collect(self) -> Iterator[Metric]:
-        names, values = list(self._labels), list(self._labels.values())
+        names = ["model_name", "engine"]
         with self._lock:
-            for name, key, doc in (
-                (
-                    "vllm:num_requests_running",
-                    "running",
-                    "Number of requests in model execution batches.",
-                ),
-                (
-                    "vllm:num_requests_waiting",
-                    "waiting",
-                    "Number of requests waiting to be processed.",
-                ),
-                ("vllm:kv_cache_usage_perc", "kv", "KV-cache usage. 1 means 100 percent usage."),
-            ):
+            engines = [([self._model, str(i)], self._engines[i]) for i in sorted(self._engines)]
+            for name, key, doc in _GAUGES:
                 g = GaugeMetricFamily(name, doc, labels=names)
-                g.add_metric(values, self._gauges[key])
+                for values, state in engines:
+                    g.add_metric(values, state.gauges[key])
                 yield g
-            for name, key, doc in (
-                (
-                    "vllm:num_preemptions",
-                    "preemptions",
-                    "Cumulative number of preemption from the engine.",
-                ),
-                ("vllm:prompt_tokens", "prompt", "Number of prefill tokens processed."),
-                ("vllm:generation_tokens", "generation", "Number of generation tokens processed."),
-            ):
+            for name, key, doc in _COUNTERS:
                 c = CounterMetricFamily(name, doc, labels=names)
-                c.add_metric(values, self._counters[key])
+                for values, state in engines:
+                    c.add_metric(values, state.counters[key])
                 yield c
             success = CounterMetricFamily(
                 "vllm:request_success",
                 "Count of successfully processed requests.",
                 labels=[*names, "finished_reason"],
             )
-            for reason, count in sorted(self._success.items()):
-                success.add_metric([*values, reason], count)
+            for values, state in engines:
+                for reason, count in sorted(state.success.items()):
+                    success.add_metric([*values, reason], count)
             yield success
-            for name, (doc, _) in _HISTOGRAMS.items():
-                hist = self._hists[name]
+            for name, (doc, _) in _HISTOGRAMS.items() if self._histograms else ():
                 family = HistogramMetricFamily(name, doc, labels=names)
-                family.add_metric(values, hist.buckets(), hist.total)
+                for values, state in engines:
+                    hist = state.hists[name]
+                    family.add_metric(values, hist.buckets(), hist.total)
+                yield family
+
+
+_SGLANG_GAUGES: Final = (
+    ("sglang:num_running_reqs", "running", "The number of running requests."),
+    ("sglang:num_queue_reqs", "waiting", "The number of requests in the waiting queue."),
+    ("sglang:token_usage", "kv", "The token usage."),
+    ("sglang:cache_hit_rate", "hit", "The prefix cache hit rate."),
+)
+_SGLANG_COUNTERS: Final = (
+    ("sglang:prompt_tokens", "prompt", "Number of prefill tokens processed."),
+    ("sglang:generation_tokens", "generation", "Number of generation tokens processed."),
+    ("sglang:num_requests", "requests", "The number of processed requests."),
+)
+_SGLANG_HISTOGRAMS: Final = {
+    "sglang:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", "ttft"),
+    "sglang:e2e_request_latency_seconds": ("Histogram of End-to-end request latency.", "e2e"),
+}
+
+
+class SglangCollector(Collector):
+    """The server's metrics as SGLang exposes them: labels ``model_name``, ``tp_rank`` and,
+    per data-parallel rank, ``dp_rank`` (each rank its own scheduler, queue and KV pool)."""
+
+    def __init__(self, model_name: str, histograms: bool = True) -> None:
+        self._model = model_name
+        self._histograms = histograms
+        self._lock = threading.Lock()
+        self._ranks: dict[int, dict[str, float]] = {}
+        self._hists: dict[int, dict[str, Hist]] = {}
+
+    def _rank(self, index: int) -> tuple[dict[str, float], dict[str, Hist]]:
+        if index not in self._ranks:
+            self._ranks[index] = dict.fromkeys(
+                ("running", "waiting", "kv", "hit", "prompt", "generation", "requests"), 0.0
+            )
+            self._hists[index] = {
+                "ttft": Hist(TTFT_BUCKETS_ALL),
+                "e2e": Hist(REQUEST_LATENCY_BUCKETS_V1),
+            }
+        return self._ranks[index], self._hists[index]
+
+    def observe(self, c: Completion) -> None:
+        r = c.record
+        with self._lock:
+            values, hists = self._rank(c.engine)
+            values["requests"] += 1
+            if r.ttft_s is not None:
+                hists["ttft"].observe(r.ttft_s)
+            if r.e2e_s is not None:
+                hists["e2e"].observe(r.e2e_s)
+
+    def update(self, s: ServerSample, engine: int = 0) -> None:
+        with self._lock:
+            values, _ = self._rank(engine)
+            values["running"] = s.requests_running or 0.0
+            values["waiting"] = s.requests_waiting or 0.0
+            values["kv"] = s.kv_cache_usage or 0.0
+            values["hit"] = s.prefix_cache_hit_ratio or 0.0
+            values["prompt"] = s.prompt_tokens_total or 0.0
+            values["generation"] = s.generation_tokens_total or 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        names = ["model_name", "tp_rank", "dp_rank"]
+        with self._lock:
+            ranks = [([self._model, "0", str(i)], i) for i in sorted(self._ranks)]
+            for name, key, doc in _SGLANG_GAUGES:
+                g = GaugeMetricFamily(name, doc, labels=names)
+                for labels, i in ranks:
+                    g.add_metric(labels, self._ranks[i][key])
+                yield g
+            for name, key, doc in _SGLANG_COUNTERS:
+                c = CounterMetricFamily(name, doc, labels=names)
+                for labels, i in ranks:
+                    c.add_metric(labels, self._ranks[i][key])
+                yield c
+            for name, (doc, key) in _SGLANG_HISTOGRAMS.items() if self._histograms else ():
+                family = HistogramMetricFamily(name, doc, labels=names)
+                for labels, i in ranks:
+                    hist = self._hists[i][key]
+                    family.add_metric(labels, hist.buckets(), hist.total)
                 yield family
 
 
@@ -275,16 +375,24 @@ class DcgmCollector(Collector):
 
 
 class MetricsSink:
-    """Keeps every instance's vLLM and dcgm-exporter registries current."""
+    """Keeps every instance's server (vLLM, or SGLang with ``flavour="sglang"``) and
+    dcgm-exporter registries current."""
 
-    def __init__(self) -> None:
-        self._vllm: dict[str, tuple[CollectorRegistry, VllmCollector]] = {}
+    def __init__(self, flavour: str = "vllm", *, histograms: bool = True) -> None:
+        """``histograms=False`` leaves the latency histograms out of the server's exposition
+        (what a sidecar reads from a scrape is its gauges and counters)."""
+        if flavour not in ("vllm", "sglang"):
+            raise InvalidInput("the simulated /metrics flavour is vllm or sglang")
+        self._histograms = histograms
+        self._server_kind = VllmCollector if flavour == "vllm" else SglangCollector
+        self._vllm: dict[str, tuple[CollectorRegistry, VllmCollector | SglangCollector]] = {}
         self._dcgm: dict[str, tuple[CollectorRegistry, DcgmCollector]] = {}
 
-    def vllm(self, instance: str, model_name: str = "") -> VllmCollector:
+    def vllm(self, instance: str, model_name: str = "") -> VllmCollector | SglangCollector:
+        """The instance's server collector (named for the default flavour)."""
         if instance not in self._vllm:
             registry = CollectorRegistry(auto_describe=False)
-            collector = VllmCollector(model_name)
+            collector = self._server_kind(model_name, self._histograms)
             registry.register(collector)
             self._vllm[instance] = (registry, collector)
         return self._vllm[instance][1]
@@ -308,8 +416,12 @@ class MetricsSink:
     def write(self, batch: Batch) -> None:
         for c in batch.completions:
             self.vllm(c.record.instance, c.record.model).observe(c)
-        for s in batch.server_samples:
-            self.vllm(s.instance, s.model).update(s)
+        if batch.engine_samples:
+            for e in batch.engine_samples:
+                self.vllm(e.sample.instance, e.sample.model).update(e.sample, e.index)
+        else:
+            for s in batch.server_samples:
+                self.vllm(s.instance, s.model).update(s)
         for g in batch.gpu_samples:
             self.dcgm(g.instance).update(g)
 
