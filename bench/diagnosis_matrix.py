@@ -643,7 +643,7 @@ def _seen(engine: Engine, app: Any, cell: Cell, run_from: datetime) -> tuple[See
         if payload["event"] == "trigger":
             pages.setdefault(int(payload["incident"]), payload["diagnosis"])
     onset = run_from + timedelta(seconds=min((f.start_s for f in cell.faults), default=0.0))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         answer = client.get("/api/v1/alerts", params={"state": "all", "limit": 1000})
         answer.raise_for_status()
         alerts = answer.json()["alerts"]
