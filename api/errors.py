@@ -7,6 +7,7 @@ their own; anything unexpected is logged and answered as ``internal`` without it
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -16,11 +17,29 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
+from starlette.types import Send
 
 from core.errors import InfersightError, InvalidInput, Unauthorized
 
 log = logging.getLogger(__name__)
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+async def send_error(send: Send, error: InfersightError) -> None:
+    """Answer ``error`` in the JSON error shape from ASGI middleware (below FastAPI's
+    exception handlers: body limits, origin and host checks)."""
+    body = json.dumps(error.to_dict()).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.http_status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class ErrorDetail(BaseModel):

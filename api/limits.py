@@ -5,10 +5,9 @@ Pure ASGI middleware, so that an oversized upload is refused before a route pars
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import send_error
 from core.errors import TooLarge
 
 
@@ -53,18 +52,7 @@ class BodyLimit:
             f"request body larger than {self.max_bytes} bytes",
             details={"max_bytes": self.max_bytes},
         )
-        body = json.dumps(error.to_dict()).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": error.http_status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, error)
 
 
 class _Oversized(Exception):

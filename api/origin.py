@@ -20,14 +20,14 @@ plain HTML forms on any number of replicas.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Final
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from core.errors import Forbidden, InfersightError, InvalidInput
+from api.errors import send_error
+from core.errors import Forbidden, InvalidInput
 
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -103,7 +103,7 @@ class OriginGuard:
             return
         headers = Headers(scope=scope)
         if scope["path"] not in HOST_EXEMPT and not self.allowed.allows(headers.get("host", "")):
-            await _refuse(
+            await send_error(
                 send,
                 InvalidInput(
                     "unknown Host: this API answers to its listen address, localhost and "
@@ -113,7 +113,7 @@ class OriginGuard:
             )
             return
         if scope["method"] not in SAFE_METHODS and not same_origin(headers):
-            await _refuse(
+            await send_error(
                 send,
                 Forbidden(
                     "a change sent from another site is refused (Origin / Sec-Fetch-Site)",
@@ -122,18 +122,3 @@ class OriginGuard:
             )
             return
         await self.app(scope, receive, send)
-
-
-async def _refuse(send: Send, error: InfersightError) -> None:
-    body = json.dumps(error.to_dict()).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.http_status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
