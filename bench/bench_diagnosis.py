@@ -47,7 +47,6 @@ import dataclasses
 import fcntl
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -82,10 +81,9 @@ from simulator.sinks import MemorySink
 from simulator.sinks.otlp import OtlpSink
 from simulator.sinks.store import StoreSink
 from simulator.specs import SCENARIOS_DIR, scenario_from_data, shipped_scenarios
-from storage import incidents, migrate, signals, slo_store
-from storage.engine import create_store_engine
+from storage import incidents, signals, slo_store
 from storage.outbox import Outbox
-from storage.tables import metadata, requests
+from storage.tables import requests
 from storage.writer import open_writer
 
 SLO_FILE: Final = SCENARIOS_DIR / "slos" / "fleet.yaml"
@@ -435,22 +433,10 @@ def _outcome(
 # -- Stores and the table ----------------------------------------------------------------------
 
 
-def empty(engine: Engine) -> None:
-    with engine.begin() as connection:
-        for table in reversed(metadata.sorted_tables):
-            connection.execute(table.delete())
-
-
 def run_one(name: str, store: str | None = None, pre_roll: timedelta = PRE_ROLL) -> PathOutcome:
     """``run_path`` on a store of its own (a temporary SQLite file unless ``store``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        engine = create_store_engine(store or f"sqlite:///{tmp}/diagnosis.db")
-        try:
-            migrate.upgrade(engine)
-            empty(engine)
-            return run_path(engine, name, Path(tmp), pre_roll)
-        finally:
-            engine.dispose()
+    with diagnosis_matrix.scratch_store(store, "diagnosis.db") as (engine, tmp):
+        return run_path(engine, name, tmp, pre_roll)
 
 
 HEADER: Final = (

@@ -450,6 +450,20 @@ def empty(engine: Engine) -> None:
             connection.execute(table.delete())
 
 
+@contextmanager
+def scratch_store(store: str | None, filename: str) -> Iterator[tuple[Engine, Path]]:
+    """A migrated, empty store (a temporary SQLite ``filename`` unless ``store``) and a
+    temporary folder beside it, disposed of afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_store_engine(store or f"sqlite:///{tmp}/{filename}")
+        try:
+            migrate.upgrade(engine)
+            empty(engine)
+            yield engine, Path(tmp)
+        finally:
+            engine.dispose()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Seen:
     """One incident of a cell: its page (onset diagnosis) and what the store shows at the end."""
@@ -742,14 +756,8 @@ def _judge_overlap(cell: Cell, seen: Sequence[Seen]) -> list[str]:
 
 
 def run_one(cell: Cell, store: str | None = None, pre_roll_s: float = PRE_ROLL_S) -> CellOutcome:
-    with tempfile.TemporaryDirectory() as tmp:
-        engine = create_store_engine(store or f"sqlite:///{tmp}/matrix.db")
-        try:
-            migrate.upgrade(engine)
-            empty(engine)
-            return run_cell(engine, cell, Path(tmp), pre_roll_s)
-        finally:
-            engine.dispose()
+    with scratch_store(store, "matrix.db") as (engine, tmp):
+        return run_cell(engine, cell, tmp, pre_roll_s)
 
 
 def _short(d: Mapping[str, Any]) -> str:
