@@ -26,6 +26,12 @@ Per SLO, one rule group:
   a ticket may fire together; an Alertmanager inhibit rule (``severity="page"`` inhibits
   ``severity="ticket"`` with equal ``slo``) keeps the ticket quiet.
 
+With the policy's ``resolve_after`` (``core.burn``), a rule fires only while its burn is
+present (the shortest window burns at its rate too), and holding ends once the shortest window
+has stayed below every rate of the severity for ``resolve_after``
+(``max_over_time`` of its recorded burn rate, a range closed at both ends as Prometheus 2
+reads it, which is infersight's "cleared at every evaluation since").
+
 Pure: SLO specs and the policy in, the rule file's mapping (and its YAML text) out.
 """
 
@@ -98,8 +104,13 @@ def _burns(spec: SloSpec, rule: Rule, factor: float = 1.0) -> str:
 
 
 def _fires(spec: SloSpec, rule: Rule, policy: Policy) -> str:
-    """The rule burns and its long window holds at least ``min_events`` events."""
+    """The rule burns (with ``resolve_after``: and its burn is present now) and its long window
+    holds at least ``min_events`` events."""
     condition = _burns(spec, rule)
+    shortest = policy.windows[0]
+    if policy.resolve_after and rule.short_window != shortest:
+        now = _series(RECORDED_BURN_RATE, spec.name, format_duration(shortest))
+        condition += f"\n  and on (slo) {now} >= {_number(rule.burn_rate)}"
     if policy.min_events:
         long = format_duration(rule.long_window)
         condition += (
@@ -126,7 +137,13 @@ def _alert(spec: SloSpec, policy: Policy, severity: Severity) -> dict[str, Any] 
             f'ALERTS{{alertname="{ALERT}",alertstate="firing",'
             f'severity="{severity.value}",slo="{spec.name}"}}'
         )
-        expr += f"\nor\nmax by (slo) (\n(\n{holds}\n)\n  and on (slo) {firing}\n)"
+        hold = f"(\n{holds}\n)\n  and on (slo) {firing}"
+        if policy.resolve_after:
+            now = _series(RECORDED_BURN_RATE, spec.name, format_duration(policy.windows[0]))
+            span = format_duration(policy.resolve_after)
+            lowest = _number(min(r.burn_rate for r in rules))
+            hold += f"\n  and on (slo) max_over_time({now}[{span}]) >= {lowest}"
+        expr += f"\nor\nmax by (slo) (\n{hold}\n)"
     windows = ", ".join(
         f"{_number(r.burn_rate)}× over {format_duration(r.long_window)} and "
         f"{format_duration(r.short_window)}"

@@ -2,9 +2,10 @@
 
 ``status`` computes one SLO's SLI, budget and burn rates at ``now`` (read-only; used by the
 routes and ``/metrics``). ``Evaluator.run`` does that for every stored SLO, steps each alert
-state (``core.burn.step``), marks an open incident whose symptom has cleared as recovering
-(``core.burn.recovered``), persists the outcome (``storage.incidents``) and then tells the
-``IncidentListener``s (diagnosis and notifications live behind that seam).
+state (``core.burn.step``: an open incident whose symptom has cleared is recovering, and
+resolves once it stays cleared for the policy's ``resolve_after``), persists the outcome
+(``storage.incidents``) and then tells the ``IncidentListener``s (diagnosis and
+notifications live behind that seam).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from core.burn import (
     Transition,
     evaluate,
     policy_from_mapping,
-    recovered,
     step,
 )
 from core.slo import EventCounts, SloSpec, budget_remaining, sli_value
@@ -158,7 +158,7 @@ class Evaluator:
             current.burn_rates(),
             now,
             current=open_incident,
-            recovering=recovered(self.policy, current.evaluation, state.severity),
+            recovering=state.recovering_since is not None,
         )
         if incident is None or transition is Transition.NONE:
             return None

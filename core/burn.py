@@ -12,6 +12,14 @@ resolves. After a recovery the short window clears first, so an outage opens one
 resolves within the short window, and a burn rate hovering at a threshold does not open and
 close an alert at every evaluation.
 
+The long windows remember a burn long after it stopped: a five-minute outage keeps a 2-hour
+and a 6-hour window above the ticket rates for hours (the more so on a young store, whose
+"1 day" holds only what it has). So, with ``resolve_after`` set (the shipped policy: 5
+minutes), a burn must be *present* to open or escalate an alert (the policy's shortest window
+burns at the rule's rate too), and an alert whose symptom has *cleared* (``recovered``: the
+shortest window below every rate of its severity) for ``resolve_after`` resolves — or steps
+down to a severity whose burn is present — whatever its long windows still hold.
+
 Incidents are the persisted form of an alert; ``IncidentListener`` is the seam through which
 diagnosis and notifications learn of every change.
 
@@ -20,6 +28,7 @@ Everything is pure: counts per window and ``now`` come in, decisions come out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +80,9 @@ class Policy:
     min_events: int = 0
     resolve_ratio: float = 1.0
     """An open alert holds while its rule still burns at ``resolve_ratio`` × the rule's rate."""
+    resolve_after: timedelta = timedelta(0)
+    """An open alert whose symptom has cleared for this long resolves, and only a burn that is
+    present now opens one (``timedelta(0)``: an alert resolves only when nothing holds it)."""
 
     def __post_init__(self) -> None:
         if not self.rules:
@@ -79,6 +91,8 @@ class Policy:
             raise InvalidInput("min_events must not be negative")
         if not 0.0 < self.resolve_ratio <= 1.0:
             raise InvalidInput("resolve_ratio must be in (0, 1]")
+        if self.resolve_after < timedelta(0):
+            raise InvalidInput("resolve_after must not be negative")
         if list(self.windows) != sorted(set(self.windows)):
             raise InvalidInput("policy windows must be distinct and shortest first")
         missing = {w for r in self.rules for w in (r.long_window, r.short_window)} - set(
@@ -115,6 +129,9 @@ def policy_from_mapping(data: Mapping[str, Any]) -> Policy:
             rules,
             min_events=int(data.get("min_events", 0)),
             resolve_ratio=float(data.get("resolve_ratio", 1.0)),
+            resolve_after=parse_duration(str(data["resolve_after"]))
+            if "resolve_after" in data
+            else timedelta(0),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInput(f"invalid burn-rate policy: {exc}") from None
@@ -130,6 +147,13 @@ class Evaluation:
     fired_rules: tuple[Rule, ...] = field(default_factory=tuple)
     holding: frozenset[Severity] = frozenset()
     """Severities with a rule that burns at ``resolve_ratio`` × its rate over both windows."""
+    opening: Severity | None = None
+    """The severity a closed alert opens at (or an open one escalates to): ``firing``, or with
+    the policy's ``resolve_after`` set, the most severe fired rule whose burn is present now
+    (the shortest window burns at its rate too)."""
+    cleared: frozenset[Severity] = frozenset()
+    """Severities whose symptom has cleared: the shortest window burns below all their rates."""
+    resolve_after: timedelta = timedelta(0)
 
 
 def evaluate(
@@ -155,7 +179,20 @@ def evaluate(
         and rates[rule.short_window] >= rule.burn_rate * hold
     )
     firing = max((r.severity for r in fired), key=_rank, default=None)
-    return Evaluation(rates, dict(counts), firing, fired, holding)
+    shortest = rates[policy.windows[0]]
+    if policy.resolve_after:
+        present = (r.severity for r in fired if shortest >= r.burn_rate)
+        opening = max(present, key=_rank, default=None)
+    else:
+        opening = firing
+    cleared = frozenset(
+        severity
+        for severity in {r.severity for r in policy.rules}
+        if all(shortest < r.burn_rate for r in policy.rules if r.severity is severity)
+    )
+    return Evaluation(
+        rates, dict(counts), firing, fired, holding, opening, cleared, policy.resolve_after
+    )
 
 
 class Transition(StrEnum):
@@ -172,10 +209,14 @@ class AlertState:
 
     severity: Severity | None = None
     since: datetime | None = None
+    recovering_since: datetime | None = None
+    """Since when the symptom has cleared while the alert still holds (``recovered``)."""
 
     def __post_init__(self) -> None:
         if (self.severity is None) != (self.since is None):
             raise InvalidInput("an alert state has a severity and a start time, or neither")
+        if self.recovering_since is not None and self.severity is None:
+            raise InvalidInput("only an open alert can be recovering")
 
     @property
     def active(self) -> bool:
@@ -183,17 +224,26 @@ class AlertState:
 
 
 def step(state: AlertState, evaluation: Evaluation, now: datetime) -> tuple[AlertState, Transition]:
-    """The next alert state after ``evaluation`` at ``now``, and how it changed."""
+    """The next alert state after ``evaluation`` at ``now``, and how it changed.
+
+    An open alert holds its severity while one of its rules holds; with ``resolve_after`` set,
+    only until its symptom has stayed cleared that long (``recovering_since``), after which
+    only a burn present now keeps it open."""
     held = state.severity if state.severity in evaluation.holding else None
-    new = max((evaluation.firing, held), key=_rank)
+    since = state.recovering_since or now
+    settled = evaluation.resolve_after and now - since >= evaluation.resolve_after
+    if settled and state.severity in evaluation.cleared:
+        held = None
+    new = max((evaluation.opening, held), key=_rank)
+    recovering = since if new is not None and new in evaluation.cleared else None
     if new == state.severity:
-        return state, Transition.NONE
+        return dataclasses.replace(state, recovering_since=recovering), Transition.NONE
     if new is None:
         return AlertState(), Transition.RESOLVED
     if state.severity is None:
-        return AlertState(new, now), Transition.OPENED
+        return AlertState(new, now, recovering), Transition.OPENED
     change = Transition.ESCALATED if _rank(new) > _rank(state.severity) else Transition.DEESCALATED
-    return AlertState(new, state.since), change
+    return AlertState(new, state.since, recovering), change
 
 
 def recovered(policy: Policy, evaluation: Evaluation, severity: Severity | None) -> bool:

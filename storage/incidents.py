@@ -68,7 +68,7 @@ def alert_state(incident: Incident | None) -> AlertState:
     """The alert state an open incident stands for."""
     if incident is None:
         return AlertState()
-    return AlertState(incident.severity, incident.opened_at)
+    return AlertState(incident.severity, incident.opened_at, incident.recovering_since)
 
 
 def apply_step(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import numpy as np
@@ -48,9 +49,9 @@ def outage(store):
     return store
 
 
-def test_an_outage_opens_one_incident_that_steps_down_and_resolves(outage):
+def _replay(outage, policy):
     recorder = Recorder()
-    evaluator = Evaluator(outage.engine, default_policy(), [Broken(), recorder])
+    evaluator = Evaluator(outage.engine, policy, [Broken(), recorder])
     before = evaluator.run(OUTAGE - timedelta(seconds=30))
     assert before.slos == 1
     assert before.changes == ()
@@ -61,16 +62,30 @@ def test_an_outage_opens_one_incident_that_steps_down_and_resolves(outage):
         NOW + timedelta(hours=7),
     ):
         evaluator.run(at)
-    assert [(i.severity, t) for i, t in recorder.calls] == [
+    [incident] = incidents.list_incidents(outage.engine)
+    assert incident.state is IncidentState.RESOLVED
+    assert incident.peak_burn_rate > 14.4
+    assert incident.scope == "*"
+    return [(i.severity, t) for i, t in recorder.calls], incident
+
+
+def test_an_outage_opens_one_incident_that_resolves_once_its_burn_stopped(outage):
+    changes, incident = _replay(outage, default_policy())
+    # At +45 min the page rules no longer hold, and the ticket rules fire on the memory of
+    # the outage alone (their 2 h and 6 h windows), not on a burn present now.
+    assert changes == [(Severity.PAGE, Transition.OPENED), (Severity.PAGE, Transition.RESOLVED)]
+    assert (incident.opened_at, incident.resolved_at) == (NOW, NOW + timedelta(minutes=45))
+
+
+def test_without_resolve_after_an_outage_steps_down_to_a_ticket_before_it_resolves(outage):
+    policy = dataclasses.replace(default_policy(), resolve_after=timedelta(0))
+    changes, incident = _replay(outage, policy)
+    assert changes == [
         (Severity.PAGE, Transition.OPENED),
         (Severity.TICKET, Transition.DEESCALATED),
         (Severity.TICKET, Transition.RESOLVED),
     ]
-    [incident] = incidents.list_incidents(outage.engine)
-    assert incident.state is IncidentState.RESOLVED
     assert (incident.opened_at, incident.resolved_at) == (NOW, NOW + timedelta(hours=7))
-    assert incident.peak_burn_rate > 14.4
-    assert incident.scope == "*"
 
 
 def test_an_slo_scoped_to_another_model_does_not_alert(outage):

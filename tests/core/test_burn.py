@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -117,16 +118,40 @@ def test_a_2x_burn_tickets_but_never_pages(policy):
     assert [c for _, _, c in states].count(Transition.OPENED) == 1
 
 
-def test_the_page_clears_within_the_short_window_after_recovery(policy):
+def legacy(policy: Policy) -> Policy:
+    """``policy`` without ``resolve_after``: an alert resolves only when nothing holds it."""
+    return dataclasses.replace(policy, resolve_after=timedelta(0))
+
+
+def test_the_page_resolves_once_its_symptom_stayed_cleared_for_resolve_after(policy):
     outage, recovery = 3 * DAY, 3 * DAY + 600
     timeline = Timeline(4 * DAY)
     timeline.fail(outage, recovery)
     states = timeline.replay(policy, 0.999, outage, recovery + 7 * HOUR)
     paging = [now for now, s, _ in states if s.severity is Severity.PAGE]
     assert paging[0] == outage + 60
+    # One alert: it opens once and resolves, although the 1 d and 3 d windows still burn
+    # over the ticket rates (10 minutes at 1000× are a quarter of a 30-day budget).
+    changes = [c for _, _, c in states if c is not Transition.NONE]
+    assert changes == [Transition.OPENED, Transition.RESOLVED]
+    resolved_at = next(now for now, _, c in states if c is Transition.RESOLVED)
+    cleared = recovery + 300  # the 5 m window has forgotten the outage
+    settle = int(policy.resolve_after.total_seconds())
+    assert cleared + settle - INTERVAL <= resolved_at <= cleared + settle + INTERVAL
+    at_resolution = evaluate(policy, 0.999, timeline.counts(resolved_at, policy))
+    assert Severity.TICKET in at_resolution.holding
+    assert at_resolution.firing is not None  # by the memory of the long windows only:
+    assert at_resolution.opening is None
+
+
+def test_without_resolve_after_the_long_windows_hold_the_alert_as_a_ticket(policy):
+    outage, recovery = 3 * DAY, 3 * DAY + 600
+    timeline = Timeline(4 * DAY)
+    timeline.fail(outage, recovery)
+    states = timeline.replay(legacy(policy), 0.999, outage, recovery + 7 * HOUR)
+    paging = [now for now, s, _ in states if s.severity is Severity.PAGE]
     # The longest short window of a paging rule is 30 minutes.
     assert recovery < paging[-1] <= recovery + 1800
-    # One alert throughout: it opens once, steps down to a ticket, then resolves.
     changes = [c for _, _, c in states if c is not Transition.NONE]
     assert changes == [Transition.OPENED, Transition.DEESCALATED, Transition.RESOLVED]
     resolved_at = next(now for now, _, c in states if c is Transition.RESOLVED)
@@ -144,14 +169,52 @@ def test_an_outage_that_stops_is_recovering_within_5_minutes_until_it_resolves(p
         state, _ = step(state, evaluation, T0 + timedelta(seconds=now))
         if state.active:
             marks.append((now, recovered(policy, evaluation, state.severity)))
+            assert (state.recovering_since is not None) == marks[-1][1]
     burning = [now for now, r in marks if not r]
     assert burning[0] == outage + 60
-    # The symptom is gone once the 5 m window has forgotten the outage; the alert (a page, then
-    # a ticket as the long windows forget) is recovering from then until it resolves.
+    # The symptom is gone once the 5 m window has forgotten the outage; the alert is
+    # recovering from then until it resolves, ``resolve_after`` later.
     assert recovery <= burning[-1] <= recovery + 300
     assert all(r for now, r in marks if now > burning[-1])
-    assert marks[-1][0] > recovery + HOUR
+    settle = int(policy.resolve_after.total_seconds())
+    assert burning[-1] + settle - INTERVAL <= marks[-1][0] <= burning[-1] + settle
     assert recovered(policy, evaluate(policy, 0.999, timeline.counts(outage + 60, policy)), None)
+
+
+def test_a_young_store_s_five_minute_outage_resolves_within_20_minutes_of_clearing(policy):
+    # Half an hour of history: the 2 h, 6 h, 1 d and 3 d windows hold only that half hour, so
+    # each remembers the outage at several times the ticket rates for hours.
+    outage, recovery = 1800, 1800 + 300
+    timeline = Timeline(4 * HOUR)
+    timeline.fail(outage, recovery, share=0.1)  # 100× at 99.9 %
+    states = timeline.replay(policy, 0.999, 60, 4 * HOUR)
+    changes = [(now, c) for now, _, c in states if c is not Transition.NONE]
+    # A ticket first (the 3 d / 6 h rule), a page a minute later; one resolution, no reopening.
+    assert [c for _, c in changes] == [
+        Transition.OPENED, Transition.ESCALATED, Transition.RESOLVED
+    ]  # fmt: skip
+    assert changes[-1][0] <= recovery + 1200
+    # Without resolve_after the memory holds it all afternoon.
+    held = timeline.replay(legacy(policy), 0.999, 60, 4 * HOUR)
+    assert held[-1][1].active
+
+
+def test_a_burn_that_returns_while_recovering_keeps_the_alert_open(policy):
+    # The second begins 3 minutes after the first has cleared (its 5 m window forgot it).
+    first, second = 3 * DAY, 3 * DAY + 780
+    timeline = Timeline(4 * DAY)
+    timeline.fail(first, first + 300)
+    timeline.fail(second, second + 300)
+    states = timeline.replay(policy, 0.999, first, second + 2 * HOUR)
+    changes = [c for _, _, c in states if c is not Transition.NONE]
+    assert changes == [Transition.OPENED, Transition.RESOLVED]
+    marks = [(now, s.recovering_since) for now, s, _ in states if s.active]
+    # Recovering between the two burns, burning again during the second, then recovering
+    # anew (its clock restarted): it resolves resolve_after after the second has cleared.
+    assert any(since is not None and now < second for now, since in marks)
+    assert any(since is None and second < now < second + 300 for now, since in marks)
+    resolved_at = next(now for now, _, c in states if c is Transition.RESOLVED)
+    assert resolved_at >= second + 300 + 300 + int(policy.resolve_after.total_seconds()) - INTERVAL
 
 
 def test_the_1h_page_clears_after_its_5_minute_short_window(policy):

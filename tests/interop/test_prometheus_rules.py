@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from alerts.prometheus_rules import ALERT, rule_groups, to_yaml
 from api.evaluation import default_policy
-from core.burn import Policy, evaluate
+from core.burn import Policy, Severity, evaluate
 from core.query import Selector
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import format_duration
@@ -82,13 +82,29 @@ def _series(counts_over_time: list[dict[timedelta, EventCounts]]) -> list[dict[s
 def _expected(
     policy: Policy, counts_over_time: list[dict[timedelta, EventCounts]]
 ) -> list[set[str]]:
-    """Severities alerting after each minute, by ``core.burn``'s verdicts: one that fires,
-    or one that was alerting and still holds (its rules burn at ``resolve_ratio`` × rate)."""
+    """Severities alerting after each minute, by ``core.burn``'s verdicts per severity: one
+    whose burn fires (and is present now), or one that was alerting and still holds (its rules
+    burn at ``resolve_ratio`` × rate) while its symptom has not stayed cleared for
+    ``resolve_after`` (one evaluation a minute)."""
     out: list[set[str]] = []
+    cleared_for: dict[str, int] = {}
+    settle = int(policy.resolve_after.total_seconds() // 60)
     for counts in counts_over_time:
         evaluation = evaluate(policy, SPEC.objective, counts)
-        fired = {r.severity.value for r in evaluation.fired_rules}
-        held = {s.value for s in evaluation.holding} & (out[-1] if out else set())
+        shortest = evaluation.burn_rates[policy.windows[0]]
+        fired = {
+            r.severity.value
+            for r in evaluation.fired_rules
+            if not policy.resolve_after or shortest >= r.burn_rate
+        }
+        for severity in Severity:
+            cleared = severity in evaluation.cleared
+            cleared_for[severity.value] = cleared_for.get(severity.value, -1) + 1 if cleared else -1
+        held = {
+            s.value
+            for s in evaluation.holding
+            if not policy.resolve_after or cleared_for[s.value] < settle
+        } & (out[-1] if out else set())
         out.append(fired | held)
     return out
 
@@ -179,6 +195,24 @@ def test_an_open_page_holds_while_it_burns_at_the_resolve_ratio_then_resolves(
     # The story the table tells, as infersight decides it: hovering alone never opens an
     # alert, but holds one that is open; cooling resolves it and hovering does not reopen it.
     assert expected == [set(), {"page"}, {"page"}, {"page"}, {"page"}, set(), set()]
+    _run_promtool_test(tmp_path, timeline, expected)
+
+
+@needs_promtool
+def test_a_page_whose_burn_stopped_resolves_after_resolve_after_as_infersight_resolves_it(
+    tmp_path: Path,
+) -> None:
+    memory = ("30m", "1h", "2h", "6h", "1d", "3d")
+    burning = _counts(dict.fromkeys(ALL, 0.05), 5000)  # 50× everywhere: pages
+    stopped = _counts(dict.fromkeys(memory, 0.05), 5000)  # the 5 m window has forgotten it
+    settle = int(POLICY.resolve_after.total_seconds() // 60)
+    timeline = [burning] * 3 + [stopped] * (settle + 4)
+    expected = _expected(POLICY, timeline)
+    # Open for the burn and for resolve_after (5 minutes) of memory, then resolved although
+    # every long window still burns over every rate; the memory never reopens it.
+    assert expected[:3] == [{"page", "ticket"}] * 3
+    assert expected[3 : 3 + settle] == [{"page", "ticket"}] * settle
+    assert expected[3 + settle :] == [set()] * 4
     _run_promtool_test(tmp_path, timeline, expected)
 
 
