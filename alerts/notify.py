@@ -79,6 +79,7 @@ class Notification:
         state = "RESOLVED" if self.event is Event.RESOLVE else self.severity.upper()
         if self.revision and self.event is Event.TRIGGER:
             state += " UPDATE"
+        burning = "burning again" if self.diagnosis.get("burning_again_at") else "burning"
         confidence = self.diagnosis.get("confidence")
         why = f"likely {self.cause}"
         if isinstance(confidence, int | float):
@@ -86,7 +87,7 @@ class Notification:
         where = self.diagnosis.get("instance")
         if where:
             why += f" on {where}"
-        return f"[{state}] SLO {self.slo} ({self.scope}) burning: {why}"
+        return f"[{state}] SLO {self.slo} ({self.scope}) {burning}: {why}"
 
     def evidence_lines(self, limit: int = 5) -> list[str]:
         out = []

@@ -72,6 +72,10 @@ ONSET_SLICE: Final = timedelta(seconds=10)
 MIN_EVIDENCE: Final = timedelta(seconds=30)
 #: The longest a page waits for that evidence after the incident opened.
 MAX_PAGE_WAIT: Final = timedelta(seconds=60)
+#: A burn that returns after the symptom stayed cleared this long is announced as burning
+#: again even when it names the headline's cause (a returning burn that names another cause or
+#: instance always is).
+REBURN_AFTER: Final = timedelta(minutes=5)
 _ONSETS_KEPT: Final = 10_000
 Announce = Callable[[Incident, Transition, dict[str, Any], dict[str, Any]], None]
 
@@ -203,6 +207,7 @@ class DiagnosisListener:
         announce: Announce | None = None,
         min_evidence: timedelta = MIN_EVIDENCE,
         max_page_wait: timedelta = MAX_PAGE_WAIT,
+        reburn_after: timedelta = REBURN_AFTER,
     ) -> None:
         self.engine = engine
         self.pack = pack or load_rules()
@@ -212,6 +217,7 @@ class DiagnosisListener:
         self.announce = announce
         self.min_evidence = min_evidence
         self.max_page_wait = max_page_wait
+        self.reburn_after = reburn_after
         #: Onsets of incidents already paged (an onset does not move once the page is out).
         self._onsets: dict[int, datetime | None] = {}
 
@@ -266,7 +272,7 @@ class DiagnosisListener:
                 self._step(incident, since, "recovering", cause)
             return 0  # the symptom cleared: healthy minutes are not diagnosed
         if last is not None and last.verdict == "recovering":
-            self._step(incident, now, "burning", cause)
+            return int(self._burning_again(incident, note, last.at, now))
         if note.diagnosed_at is not None and now - note.diagnosed_at < self.every:
             return 0
         verdict, diagnosis = self._evaluate(incident, note.diagnosis, note.symptom, now)
@@ -307,6 +313,16 @@ class DiagnosisListener:
         """Diagnose again, append to the history; the headline changes only when raised."""
         current, reference = self._windows(incident, at)
         _, diagnosis = self._run(incident, current, reference)
+        return self._judged(incident, headline, symptom, diagnosis, at)
+
+    def _judged(
+        self,
+        incident: Incident,
+        headline: dict[str, Any],
+        symptom: dict[str, Any],
+        diagnosis: dict[str, Any],
+        at: datetime,
+    ) -> tuple[Verdict, dict[str, Any]]:
         previous = self._last_diagnosis(incident.id)
         verdict = judge(headline, diagnosis, previous)
         incident_history.append(
@@ -315,6 +331,39 @@ class DiagnosisListener:
         kept = diagnosis if verdict is Verdict.RAISED else headline
         signals.save_diagnosis(self.engine, incident.id, symptom, kept, at)
         return verdict, kept
+
+    def _burning_again(
+        self, incident: Incident, note: signals.IncidentNote, cleared_at: datetime, now: datetime
+    ) -> bool:
+        """The symptom came back: diagnose the new burn from its own onset (found since the
+        symptom cleared) against the incident's reference and append it to the history. It is
+        news — an update of the open alert for the receivers, not a new page — when it names
+        another cause or instance than the headline, or came after the symptom stayed cleared
+        for ``reburn_after``; the same fault flapping is not. Whether it was diagnosed (not
+        while the window holds less than ``min_evidence`` of the new burn)."""
+        assert note.diagnosis is not None
+        assert note.symptom is not None
+        onset = None
+        try:
+            spec = slo_store.get_slo(self.engine, incident.slo)
+            # From a little before the symptom cleared (its shortest window was healthy then).
+            onset = burn_onset(self.engine, spec, now, lookback=now - cleared_at + self.window)
+        except InfersightError:
+            pass  # a deleted SLO: the last window
+        if onset is not None and now - onset < self.min_evidence:
+            return False  # as a page does, wait until the window holds some of the new burn
+        self._step(incident, now, "burning", str(note.diagnosis.get("cause") or "unknown"))
+        _, reference = self._windows(incident, now)
+        start = max(now - self.window, min(onset or now - self.window, now - MIN_WINDOW))
+        _, diagnosis = self._run(incident, Window(start, now), reference)
+        diagnosis["burning_again_at"] = _iso(onset or start)
+        self._judged(incident, note.diagnosis, note.symptom, diagnosis, now)
+        elsewhere = any(diagnosis.get(k) != note.diagnosis.get(k) for k in ("cause", "instance"))
+        news = elsewhere or now - cleared_at >= self.reburn_after
+        log.info("incident %s is burning again: %s", incident.id, diagnosis["cause"])
+        if news and self.announce is not None:
+            self.announce(incident, Transition.NONE, note.symptom, diagnosis)
+        return True
 
     def _resolved(self, incident: Incident, note: signals.IncidentNote | None) -> None:
         at = incident.resolved_at or incident.updated_at

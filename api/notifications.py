@@ -4,14 +4,17 @@
 with its diagnosis into a ``Notification``, skips it while a silence matches, and enqueues one
 outbox message per routed notifier (idempotent per incident, event and severity, so a
 re-evaluation never pages twice); resolves wait a hold-down so that a flapping alert pages
-once. ``Delivery`` is the job that drains the outbox; it runs apart from the evaluation, so
-an endpoint that is down only delays its own messages. ``notifiers_from_env`` builds the
+once (an incident that opens within it naming another cause or instance than the last one is
+sent as an update of the receiver's still-open alert). ``Delivery`` is the job that drains
+the outbox; it runs apart from the evaluation, so an endpoint that is down only delays its own
+messages. ``notifiers_from_env`` builds the
 notifiers from environment variables or secret files; the secrets live only inside the
 notifier objects and are never logged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -32,7 +35,7 @@ from alerts.routing import Router
 from api.diagnosis import DiagnosisListener
 from core.burn import Incident, Transition
 from core.errors import ConfigurationError
-from storage import silences
+from storage import incidents, signals, silences
 from storage.outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,14 @@ _EVENTS = {
     Transition.DEESCALATED: Event.TRIGGER,
     Transition.RESOLVED: Event.RESOLVE,
 }
+
+
+def _revision(diagnosis: dict[str, Any]) -> str:
+    """An update's part of the outbox key: its cause, and when a burn that came back began (each
+    return of the burn is told once, a changed cause once)."""
+    revision = f"cause={diagnosis.get('cause')}"
+    again = diagnosis.get("burning_again_at")
+    return f"{revision}@{again}" if again else revision
 
 
 def labels_of(incident: Incident) -> dict[str, str]:
@@ -103,7 +114,7 @@ class Announcer:
             symptom=symptom,
             diagnosis=diagnosis,
             dashboard_url=self.dashboard_url,
-            revision=f"cause={diagnosis.get('cause')}" if update else "",
+            revision=_revision(diagnosis) if update else "",
         )
         now = self.clock()
         # Flapping: a resolve waits ``flap_hold``; an incident of the same SLO and scope that
@@ -111,12 +122,31 @@ class Announcer:
         # under the same dedup key), so trigger/resolve/trigger within the hold is one page.
         not_before = at + self.flap_hold if event is Event.RESOLVE else None
         held_back = f"{notification.group}:%:{Event.RESOLVE.value}:%"
+        reopened: Notification | None = None
         for name in self.router.targets(labels, sorted(self.notifiers)):
+            told = notification
             if transition is Transition.OPENED and self.outbox.cancel_pending(name, held_back):
-                log.info("incident %s flapped back open; %s not paged again", incident.id, name)
-                continue
-            payload = json.dumps(self.notifiers[name].render(notification), sort_keys=True)
-            self.outbox.enqueue(name, notification.key, payload, now, not_before)
+                if reopened is None:
+                    reopened = self._reopened(incident, notification)
+                if reopened is notification:
+                    log.info("incident %s flapped back open; %s not paged again", incident.id, name)
+                    continue
+                told = reopened  # another cause or instance: an update of the open alert
+            payload = json.dumps(self.notifiers[name].render(told), sort_keys=True)
+            self.outbox.enqueue(name, told.key, payload, now, not_before)
+
+    def _reopened(self, incident: Incident, notification: Notification) -> Notification:
+        """An incident that opened within the hold-down of the last one's resolve: the same
+        ``notification`` when it names that one's cause and instance (the alert flapped; the
+        receiver's alert is still open), else an update of the receiver's open alert."""
+        before = incidents.previous(self.engine, incident)
+        note = signals.notes(self.engine, [before.id]).get(before.id) if before else None
+        if note is None or note.diagnosis is None:
+            return notification  # nothing to tell it from
+        held, now = note.diagnosis, notification.diagnosis
+        if (held.get("cause"), held.get("instance")) == (now.get("cause"), now.get("instance")):
+            return notification
+        return dataclasses.replace(notification, revision=f"reopened:{_revision(dict(now))}")
 
 
 class Delivery:

@@ -169,6 +169,23 @@ def get_incident(engine: Engine, incident_id: int) -> Incident:
     return _incident(row)
 
 
+def previous(engine: Engine, incident: Incident) -> Incident | None:
+    """The incident of the same SLO and scope opened last before ``incident``, if any."""
+    query = (
+        select(incidents)
+        .where(
+            incidents.c.slo == incident.slo,
+            incidents.c.scope == incident.scope,
+            incidents.c.id < incident.id,
+        )
+        .order_by(incidents.c.id.desc())
+        .limit(1)
+    )
+    with engine.connect() as connection:
+        row = connection.execute(query).first()
+    return _incident(row) if row is not None else None
+
+
 def list_incidents(engine: Engine, state: str = "all", limit: int = 500) -> list[Incident]:
     """Incidents newest first, filtered by ``state`` (``firing``, ``resolved`` or ``all``)."""
     if state not in STATES:

@@ -21,10 +21,10 @@ from alerts.notifiers.slack import SlackNotifier
 from api import create_app
 from api.notifications import Announcer
 from api.settings import ApiSettings
-from core.burn import Incident, IncidentState, Severity, Transition
+from core.burn import AlertState, Incident, IncidentState, Severity, Transition
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
-from storage import slo_store
+from storage import incidents, signals, slo_store
 from storage.outbox import MessageState, Outbox
 from storage.tables import gpu_samples
 from storage.writer import open_writer
@@ -190,6 +190,61 @@ def test_an_alert_that_flaps_within_the_hold_down_pages_once(store: Store) -> No
     assert len({b["dedup_key"] for b in pager.accepted}) == 1
     states = sorted(m.state.value for m in Outbox(store.engine).messages())
     assert states == ["cancelled", "delivered", "delivered"]
+
+
+def test_an_incident_that_opens_within_the_hold_down_on_another_instance_is_told(
+    store: Store,
+) -> None:
+    # The first fault's incident resolved; another instance's fault opens the next incident of
+    # the same SLO and scope two minutes later, inside the resolve's hold-down.
+    pager = Endpoint()
+    pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
+    t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    now = [t0]
+    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: now[0])
+    first_cause = {"cause": "overload", "instance": "vllm-8b-0"}
+    second_cause = {"cause": "kv_cache_pressure", "instance": "vllm-8b-1"}
+
+    def opened(at: datetime, diagnosis: dict[str, Any]) -> Incident:
+        with store.engine.begin() as connection:
+            incident = incidents.apply_step(
+                connection, "chat", "*", AlertState(Severity.PAGE, at), Transition.OPENED,
+                {"5m": 20.0}, at,
+            )  # fmt: skip
+        assert incident is not None
+        signals.save_diagnosis(store.engine, incident.id, {}, diagnosis, at)
+        announce(incident, Transition.OPENED, {}, diagnosis)
+        return incident
+
+    def resolved(incident: Incident, at: datetime) -> None:
+        now[0] = at
+        with store.engine.begin() as connection:
+            done = incidents.apply_step(
+                connection, "chat", "*", AlertState(), Transition.RESOLVED, {"5m": 0.0}, at,
+                current=incident,
+            )  # fmt: skip
+        assert done is not None
+        announce(done, Transition.RESOLVED, {}, first_cause)
+
+    def deliver(at: datetime) -> None:
+        now[0] = at
+        deliver_due(Outbox(store.engine), {"pagerduty": pd}, at)
+
+    first = opened(t0, first_cause)
+    deliver(t0)
+    resolved(first, t0 + timedelta(minutes=10))
+    reopened = t0 + timedelta(minutes=12)
+    now[0] = reopened
+    opened(reopened, second_cause)
+    deliver(reopened + timedelta(minutes=10))
+    # The receiver's alert stays open (the resolve was withdrawn) and learns of the new cause:
+    # an update under the same dedup key, not a second page.
+    assert [b["event_action"] for b in pager.accepted] == ["trigger", "trigger"]
+    update = pager.accepted[1]
+    assert update["dedup_key"] == pager.accepted[0]["dedup_key"]
+    assert update["payload"]["summary"].startswith("[PAGE UPDATE]")
+    assert "kv_cache_pressure" in update["payload"]["summary"]
+    assert "vllm-8b-1" in update["payload"]["summary"]
 
 
 def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: Any) -> None:

@@ -9,10 +9,11 @@ they are taken), one evaluation interval at a time, and the app's evaluation and
 jobs run at each interval's end; PagerDuty and Slack are ``httpx.MockTransport`` endpoints.
 SQLite and PostgreSQL.
 
-The policy is the default's two page rules with the slow one's short window at 15 min
-instead of 30 (and no ticket rules): under the default policy a burn this strong leaves a
-ticket open until the 6 h window forgets it (recovering all along), and a 30 min hold-down
-would make this run twice as long.
+The policy is the shipped default: the strong burn leaves its 2 h, 6 h, 1 d and 3 d windows
+over the ticket rates for hours, and the incident still resolves ``resolve_after`` (5 min)
+after its symptom cleared. The throttling begins while the surge's incident is recovering:
+it burns the same SLO again, names another cause on another instance, and is announced as
+burning again (an update of the open alert), never as the headline.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import yaml
 from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from api import create_app
+from api.evaluation import default_policy
 from api.settings import ApiSettings
-from core.burn import policy_from_mapping
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
 from simulator.events import Batch
@@ -57,22 +58,11 @@ TPOT = SloSpec(
 )
 SURGE = (20 * 60 + 35, 23 * 60 + 35)
 THROTTLE = (30 * 60, 33 * 60)
-RUN_S = 56 * 60
+RUN_S = 62 * 60
 INTERVAL = timedelta(seconds=30)
 #: Stored at once before the jobs start (the healthy past).
 PAST = timedelta(minutes=19)
-POLICY = policy_from_mapping(
-    {
-        "version": 1,
-        "windows": ["5m", "15m", "1h", "6h"],
-        "min_events": 50,
-        "resolve_ratio": 0.9,
-        "rules": [
-            {"severity": "page", "burn_rate": 14.4, "long_window": "1h", "short_window": "5m"},
-            {"severity": "page", "burn_rate": 6, "long_window": "6h", "short_window": "15m"},
-        ],
-    }
-)
+POLICY = default_policy()
 _cache: dict[str, Any] = {}
 
 
@@ -195,13 +185,21 @@ def test_an_incident_keeps_its_onset_cause_through_recovery_and_another_fault_th
     assert "GPU throttled" in notice
     assert "vllm-8b-1" in notice
     assert "another instance" in notice
-    # One page and one resolve per receiver (the update of an open alert is not a page).
-    for endpoint in (pager, chat):
-        assert len(endpoint.accepted) == 2
-    assert [p["event_action"] for p in pager.accepted] == ["trigger", "resolve"]
+    # One page, one update (burning again: the throttling) and one resolve per receiver.
+    assert [m["event_action"] for m in pager.accepted] == ["trigger", "trigger", "resolve"]
+    again = pager.accepted[1]["payload"]
+    assert again["summary"].startswith("[PAGE UPDATE]")
+    assert "burning again: likely gpu_throttled" in again["summary"]
+    assert again["custom_details"]["diagnosis"]["instance"] == "vllm-8b-1"
     assert pager.accepted[1]["dedup_key"] == page["dedup_key"]
-    assert chat.accepted[1]["text"].startswith("[RESOLVED]")
-    assert "overload" in chat.accepted[1]["text"]
+    assert len(chat.accepted) == 3
+    # Resolved within resolve_after (plus an evaluation) of the symptom clearing for good.
+    cleared = [h["at"] for h in history if h["verdict"] == "recovering"][-1]
+    assert detail["resolved_at"] <= _iso(_parse(cleared) + POLICY.resolve_after + INTERVAL)
+    assert pager.accepted[2]["dedup_key"] == page["dedup_key"]
+    assert "burning again: likely gpu_throttled" in chat.accepted[1]["text"]
+    assert chat.accepted[2]["text"].startswith("[RESOLVED]")
+    assert "overload" in chat.accepted[2]["text"]
 
 
 @pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
@@ -253,3 +251,11 @@ def test_an_arrival_surge_that_opens_an_incident_seconds_after_its_onset_pages_o
     assert paged["window"]["start"] >= surge.isoformat().replace("+00:00", "Z")[:17]
     [alert] = api.get("/api/v1/alerts").json()["alerts"]
     assert alert["onset"]["cause"] == alert["diagnosis"]["cause"] == "overload"
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _iso(ts: datetime) -> str:
+    return ts.isoformat().replace("+00:00", "Z")
