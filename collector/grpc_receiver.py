@@ -25,8 +25,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from collector.admission import Admission, Busy
 from collector.auth import authorized
+from collector.decoding import DecoderFailed
 from collector.ingest import Ingested, Ingestor
-from collector.otlp import parse_protobuf
+from collector.otlp import PROTOBUF
 from core.errors import InfersightError, TooLarge, Unavailable
 
 ACK_TIMEOUT_S = 30.0
@@ -46,7 +47,7 @@ class _TraceService:
         self.admission = admission
 
     def _decode_and_ingest(self, body: bytes) -> Ingested:
-        return self.ingestor.ingest(parse_protobuf(body, self.ingestor.limits))
+        return self.ingestor.ingest_body(body, "identity", PROTOBUF)
 
     def _refuse(
         self, context: Any, code: grpc.StatusCode, exc: InfersightError, result: str
@@ -74,6 +75,8 @@ class _TraceService:
             self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "busy")
         except TooLarge as exc:
             self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "too_large")
+        except DecoderFailed as exc:
+            self._refuse(context, grpc.StatusCode.UNAVAILABLE, exc, "decoder_failed")
         except Unavailable as exc:
             self._refuse(context, grpc.StatusCode.UNAVAILABLE, exc, "spool_full")
         except InfersightError as exc:
