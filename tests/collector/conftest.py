@@ -10,7 +10,7 @@ import pytest
 
 from collector.admission import Admission
 from collector.decoding import DecoderPool
-from collector.grpc_receiver import GrpcServer
+from collector.grpc_receiver import GrpcLimits, GrpcServer
 from collector.http_receiver import HttpServer, create_app
 from collector.ingest import Ingestor
 from collector.mapping import MappingContext
@@ -32,6 +32,7 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         model: str = "",
         admission: Admission | None = None,
         decoders: bool = False,
+        grpc_limits: GrpcLimits | None = None,
     ) -> Receiver:
         directory = tmp_path / f"spool{len(started)}"
         spool = Spool(SpoolConfig(directory, **(spool_config or {})))
@@ -46,7 +47,9 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         admission = admission or Admission()
         app = create_app(ingestor, token=token, admission=admission)
         http = HttpServer(app, "127.0.0.1", 0).start()
-        grpc_server = GrpcServer(ingestor, "127.0.0.1", 0, token=token, admission=admission).start()
+        grpc_server = GrpcServer(
+            ingestor, "127.0.0.1", 0, token=token, admission=admission, limits=grpc_limits
+        ).start()
         receiver = Receiver(spool, metrics, http, grpc_server, pools[-1] if decoders else None)
         started.append(receiver)
         return receiver
