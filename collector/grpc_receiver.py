@@ -6,12 +6,15 @@ token, and RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` (which OTLP export
 "retry after this delay") when too many exports are in flight. The size cap is gRPC's receive
 limit, which applies to the decompressed message. Decoding runs in the shared admission's
 decode slots (``collector.admission``), and gRPC itself refuses calls beyond the admission's
-places, so messages waiting in gRPC's own queue stay bounded too.
+places, so messages waiting in gRPC's own queue stay bounded too. Connections are bounded as on
+the HTTP side (``GrpcLimits``): their number, the streams on each, the handshake time, and
+their idle time and age.
 """
 
 from __future__ import annotations
 
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -25,9 +28,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from collector.admission import Admission, Busy
 from collector.auth import authorized
+from collector.decoding import DecoderFailed
 from collector.ingest import Ingested, Ingestor
-from collector.otlp import parse_protobuf
-from core.errors import InfersightError, TooLarge, Unavailable
+from collector.otlp import PROTOBUF
+from core.errors import InfersightError, InvalidInput, TooLarge, Unavailable
 
 ACK_TIMEOUT_S = 30.0
 
@@ -46,7 +50,7 @@ class _TraceService:
         self.admission = admission
 
     def _decode_and_ingest(self, body: bytes) -> Ingested:
-        return self.ingestor.ingest(parse_protobuf(body, self.ingestor.limits))
+        return self.ingestor.ingest_body(body, "identity", PROTOBUF)
 
     def _refuse(
         self, context: Any, code: grpc.StatusCode, exc: InfersightError, result: str
@@ -74,6 +78,8 @@ class _TraceService:
             self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "busy")
         except TooLarge as exc:
             self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "too_large")
+        except DecoderFailed as exc:
+            self._refuse(context, grpc.StatusCode.UNAVAILABLE, exc, "decoder_failed")
         except Unavailable as exc:
             self._refuse(context, grpc.StatusCode.UNAVAILABLE, exc, "spool_full")
         except InfersightError as exc:
@@ -108,6 +114,43 @@ def _retry_info(exc: Busy) -> tuple[tuple[str, bytes], ...]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class GrpcLimits:
+    """Connection bounds of the gRPC receiver, the counterpart of the HTTP receiver's
+    (``collector.http_receiver.RECEIVER_LIMITS``): an exporter holds one connection, so 128
+    is generous."""
+
+    #: Connections beyond it are closed by gRPC as they are accepted.
+    max_connections: int = 128
+    #: Concurrent streams (calls) on one connection (HTTP/2 ``MAX_CONCURRENT_STREAMS``).
+    max_streams_per_connection: int = 16
+    #: Time a new connection has to complete the HTTP/2 handshake (gRPC's default: 120 s),
+    #: so connections that send nothing do not stay open.
+    handshake_timeout_s: float = 10.0
+    #: A connection without calls for this long is closed (GOAWAY; exporters reconnect).
+    idle_s: float = 300.0
+    #: A connection is closed after this long, calls in progress given ``age_grace_s`` more
+    #: (the counterpart of the HTTP body deadline for a call sent slowly).
+    max_age_s: float = 1800.0
+    age_grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if min(self.max_connections, self.max_streams_per_connection) < 1:
+            raise InvalidInput("gRPC connection limits must be positive")
+        if min(self.handshake_timeout_s, self.idle_s, self.max_age_s, self.age_grace_s) <= 0:
+            raise InvalidInput("gRPC connection timeouts must be positive")
+
+    def options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.max_concurrent_streams", self.max_streams_per_connection),
+            ("grpc.server_handshake_timeout_ms", int(self.handshake_timeout_s * 1000)),
+            ("grpc.max_connection_idle_ms", int(self.idle_s * 1000)),
+            ("grpc.max_connection_age_ms", int(self.max_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(self.age_grace_s * 1000)),
+        ]
+
+
 class GrpcServer:
     def __init__(
         self,
@@ -117,13 +160,15 @@ class GrpcServer:
         token: str | None = None,
         workers: int = 4,
         admission: Admission | None = None,
+        limits: GrpcLimits | None = None,
     ) -> None:
         cap = ingestor.limits.max_body_bytes
         admission = admission or Admission()
         places = admission.config.slots + admission.config.waiting
+        options = [("grpc.max_receive_message_length", cap), *(limits or GrpcLimits()).options()]
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
-            options=[("grpc.max_receive_message_length", cap)],
+            options=options,
             # Calls beyond these are refused by gRPC before their messages queue up.
             maximum_concurrent_rpcs=max(workers, places) + 1,
         )

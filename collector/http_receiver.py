@@ -6,8 +6,10 @@ were rejected), 400 undecodable, 401 bad token, 408 body not received in time, 4
 cap after decompression or over an entry limit, 415 unsupported media type or encoding,
 429 + ``Retry-After`` when too many exports are in flight (``collector.admission``), 503 +
 ``Retry-After`` when the spool refuses. The body is read on the event loop (I/O only) and
-inflated, decoded and mapped in a decode slot's thread, except a small uncompressed protobuf
-body, whose decoding costs less than the hand-off.
+inflated, decoded and mapped by a decode slot (in its decoder process, ``collector.decoding``,
+when the ingestor has one), except a small uncompressed protobuf body, whose decoding costs
+less than the hand-off. 503 + ``Retry-After`` also answers an export whose decoder process
+died under it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from collector import otlp
-from collector.admission import Admission, Busy
+from collector.admission import BUSY_RETRY_AFTER_S, Admission, Busy
 from collector.auth import authorized
-from collector.body import UnsupportedEncoding, inflate, normal_encoding, read_raw
+from collector.body import UnsupportedEncoding, normal_encoding, read_raw
+from collector.decoding import DecoderFailed
 from collector.ingest import Ingested, Ingestor
 from core.errors import InfersightError, InvalidInput, TooLarge, Unauthorized, Unavailable
 from httpd import ConnectionLimits
@@ -82,6 +85,7 @@ _REFUSALS: Final[tuple[tuple[type[InfersightError], int, str], ...]] = (
     (TooLarge, 413, "too_large"),
     (Busy, 429, "busy"),
     (BodyTimeout, 408, "timeout"),
+    (DecoderFailed, 503, "decoder_failed"),
     (Unavailable, 503, "spool_full"),
     (Unauthorized, 401, "unauthorized"),
 )
@@ -94,6 +98,8 @@ def _refusal(exc: InfersightError) -> tuple[int, str, dict[str, str] | None]:
     )
     if isinstance(exc, Busy):
         return status, result, {"Retry-After": str(exc.retry_after_s)}
+    if status == 503 and isinstance(exc, DecoderFailed):
+        return status, result, {"Retry-After": str(BUSY_RETRY_AFTER_S)}
     if status == 503:
         return status, result, {"Retry-After": str(RETRY_AFTER_S)}
     return status, result, None
@@ -115,11 +121,7 @@ class _Decoding:
         self.gate = gate
 
     def decode_and_ingest(self, raw: bytes | bytearray, encoding: str, media: str) -> Ingested:
-        limits = self.limits
-        body = inflate(
-            raw, encoding, limits.max_body_bytes, limits.max_members, limits.max_inflation_ratio
-        )
-        return self.ingestor.ingest(otlp.parse(body, media, limits))
+        return self.ingestor.ingest_body(raw, encoding, media)
 
     def declared_size(self, request: Request) -> int:
         """The body's declared length (the cap when none is declared); over the cap, it is
@@ -150,7 +152,7 @@ class _Decoding:
         try:
             raw = await self.read(request)
             if encoding == "identity" and media == otlp.PROTOBUF and len(raw) <= INLINE_MAX_BYTES:
-                return self.decode_and_ingest(raw, encoding, media)
+                return self.ingestor.ingest_decoded(otlp.decode(raw, media, self.limits))
             # The place is given back when the decoding ends, not when this request does:
             # a client that hangs up does not stop the work it started.
             work = gate.submit(self.decode_and_ingest, raw, encoding, media)

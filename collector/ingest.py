@@ -14,14 +14,16 @@ from collections import Counter as Tally
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collector import validation
+from collector import otlp, validation
+from collector.body import inflate
 from collector.codec import Kind, encode_fragment, encode_link, encode_record
 from collector.mapping import Link, MappingContext, Place, Skipped, StageFragment, map_span
 from collector.metrics import CollectorMetrics
-from collector.otlp import Limits, span_views
+from collector.otlp import Decoded, Limits, span_views
 from collector.spool import Entry, Spool
 from core.accept import AcceptWindow
 from core.errors import InvalidInput
@@ -37,6 +39,67 @@ class Ingested:
     stored: int
     rejected: int
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An export mapped into spool entries, with the tallies its metrics need: what a
+    decoder process sends back (plain values, cheap to pickle)."""
+
+    entries: list[Entry]
+    spans: int
+    dropped_attributes: int
+    #: (engine, reason) → spans that are neither requests nor stages.
+    unmapped: dict[tuple[str, str], int]
+    #: reason → spans rejected as bad data (reported in ``partial_success``).
+    rejected: dict[str, int]
+
+
+class Decoder(Protocol):
+    """Where bodies are decoded and mapped when not in the calling thread."""
+
+    def run(
+        self, raw: bytes | bytearray, encoding: str, media: str, now: float,
+        context: MappingContext,
+    ) -> Prepared: ...  # fmt: skip
+
+
+def decode_body(raw: bytes | bytearray, encoding: str, media: str, limits: Limits) -> Decoded:
+    """Inflate (bounded by ``limits``) and decode a body as received."""
+    body = inflate(raw, encoding, limits.max_body_bytes, limits.max_members,
+                   limits.max_inflation_ratio)  # fmt: skip
+    return otlp.decode(body, media, limits)
+
+
+def prepare(
+    decoded: Decoded,
+    context: MappingContext,
+    now: float,
+    accept: AcceptWindow | None,
+    window_s: float,
+) -> Prepared:
+    """Map and validate every span into spool entries (no I/O, no shared state)."""
+    entries: list[Entry] = []
+    rejected: Tally[str] = Tally()
+    unmapped: Tally[tuple[str, str]] = Tally()
+    for view in decoded.spans:
+        outcome = validation.check(map_span(view, context), view, now, accept)
+        if isinstance(outcome, RequestRecord):
+            place = Place(view.parent_span_id, view.start_ns, view.end_ns)
+            payload = encode_record(outcome, place)
+            entries.append(Entry(Kind.RECORD, outcome.trace_id, now + window_s, payload))
+        elif isinstance(outcome, StageFragment):
+            entries.append(Entry(Kind.STAGE, outcome.trace_id, now, encode_fragment(outcome)))
+        elif isinstance(outcome, Skipped) and outcome.rejected:
+            rejected[outcome.reason] += 1
+        else:
+            unmapped[outcome.engine, outcome.reason] += 1
+            link = Link.of(view)
+            if link is not None:
+                entries.append(Entry(Kind.STAGE, link.trace_id, now, encode_link(link)))
+    return Prepared(
+        entries, len(decoded.spans), decoded.dropped_attributes, dict(unmapped), dict(rejected)
+    )
 
 
 class Ingestor:
@@ -60,37 +123,42 @@ class Ingestor:
         self._clock = clock or spool.now
         #: Starts outside it are refused (``None``: any plausible start, for replays).
         self.accept = accept
+        #: Decoder processes for bodies (``ingest_body``); ``None``: decode in the caller.
+        self.decoder: Decoder | None = None
 
     def ingest(self, message: ExportTraceServiceRequest) -> Ingested:
         """Map and queue the export; raises ``TooLarge`` / ``Unavailable`` to refuse it."""
-        decoded = span_views(message, self.limits)
-        self.metrics.spans_received.inc(len(decoded.spans))
-        if decoded.dropped_attributes:
-            self.metrics.attributes_dropped.inc(decoded.dropped_attributes)
+        return self.ingest_decoded(span_views(message, self.limits))
+
+    def ingest_decoded(self, decoded: Decoded) -> Ingested:
+        prepared = prepare(decoded, self.context, self._clock(), self.accept, self.window_s)
+        return self.commit(prepared)
+
+    def ingest_body(self, raw: bytes | bytearray, encoding: str, media: str) -> Ingested:
+        """Inflate, decode, map and queue a body as received: in a decoder process when
+        ``decoder`` is set (``collector.decoding``), here otherwise."""
+        if self.decoder is None:
+            return self.ingest_decoded(decode_body(raw, encoding, media, self.limits))
         now = self._clock()
-        entries: list[Entry] = []
-        rejected: Tally[str] = Tally()
-        for view in decoded.spans:
-            outcome = validation.check(map_span(view, self.context), view, now, self.accept)
-            if isinstance(outcome, RequestRecord):
-                place = Place(view.parent_span_id, view.start_ns, view.end_ns)
-                payload = encode_record(outcome, place)
-                entries.append(Entry(Kind.RECORD, outcome.trace_id, now + self.window_s, payload))
-            elif isinstance(outcome, StageFragment):
-                entries.append(Entry(Kind.STAGE, outcome.trace_id, now, encode_fragment(outcome)))
-            elif isinstance(outcome, Skipped) and outcome.rejected:
-                rejected[outcome.reason] += 1
-            else:
-                self.metrics.spans_unmapped.labels(outcome.engine, outcome.reason).inc()
-                link = Link.of(view)
-                if link is not None:
-                    entries.append(Entry(Kind.STAGE, link.trace_id, now, encode_link(link)))
-        for reason, count in rejected.items():
-            self.metrics.spans_rejected.labels(reason).inc(count)
-        durable = self.spool.append(entries)
+        return self.commit(self.decoder.run(raw, encoding, media, now, self.context))
+
+    def commit(self, prepared: Prepared) -> Ingested:
+        """Count what an export became and append its entries to the spool."""
+        metrics = self.metrics
+        metrics.spans_received.inc(prepared.spans)
+        if prepared.dropped_attributes:
+            metrics.attributes_dropped.inc(prepared.dropped_attributes)
+        for (engine, reason), count in prepared.unmapped.items():
+            metrics.spans_unmapped.labels(engine, reason).inc(count)
+        for reason, count in prepared.rejected.items():
+            metrics.spans_rejected.labels(reason).inc(count)
+        durable = self.spool.append(prepared.entries)
+        rejected = prepared.rejected
         total_rejected = sum(rejected.values())
         message_text = ", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))
-        return Ingested(durable, len(decoded.spans), len(entries), total_rejected, message_text)
+        return Ingested(
+            durable, prepared.spans, len(prepared.entries), total_rejected, message_text
+        )
 
     def acknowledged(self, ingested: Ingested) -> None:
         self.metrics.spans_accepted.inc(ingested.spans - ingested.rejected)

@@ -1,9 +1,8 @@
 """OTLP/trace payload decoding: protobuf and OTLP/JSON bodies into ``SpanView`` lists, and
 the ``ExportTraceServiceResponse`` bodies sent back.
 
-OTLP/JSON differs from protobuf's canonical JSON mapping in one way that matters here: trace
-and span ids are hex strings, not base64; they are converted before ``json_format`` parses
-the rest (which already accepts string-encoded 64-bit integers and enum numbers).
+OTLP/JSON is decoded straight into span views by ``collector.otlp_json`` (no protobuf copy
+of the export is built); protobuf is parsed by upb, then walked.
 
 Every export is bounded by its structure before the expensive work: the messages (or JSON
 containers) a parse would build are counted first (``collector.prescan``), then resource,
@@ -15,14 +14,11 @@ are bounded by the limits, not by how densely a hostile body packs empty entries
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -32,13 +28,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from collector import otlp_json
 from collector.mapping.spans import AttrValue, SpanView
-from collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_json, check_protobuf
+from collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_protobuf
 from core.errors import InvalidInput, TooLarge
 
 PROTOBUF: Final = "application/x-protobuf"
 JSON: Final = "application/json"
-_ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,122 +115,24 @@ def parse_protobuf(
     return message
 
 
-def _hex_to_b64(value: Any) -> Any:
-    if not isinstance(value, str) or not value:
-        return value
-    try:
-        raw = bytes.fromhex(value)
-    except ValueError:
-        raise InvalidInput(
-            "OTLP/JSON ids must be hex strings", details={"id": value[:64]}
-        ) from None
-    return base64.b64encode(raw).decode("ascii")
-
-
-def _entries(node: Any, key: str) -> list[Any]:
-    value = node.get(key) if isinstance(node, dict) else None
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidInput(f"OTLP/JSON {key} must be an array")
-    return value
-
-
-def _too_deep(limit: int) -> InvalidInput:
-    return InvalidInput(
-        f"OTLP/JSON nested too deeply (attribute values may nest {limit} levels)",
-        details={"limit": limit, "reason": "too_deep"},
-    )
-
-
-def _check_depth(value: Any, limit: int) -> None:
-    """Refuse attribute values (arrays and key-value lists of values) nested too deeply."""
-    todo = [(value, 0)]
-    while todo:
-        node, depth = todo.pop()
-        if depth > limit:
-            raise _too_deep(limit)
-        if isinstance(node, dict):
-            todo.extend((child, depth + 1) for child in node.values())
-        elif isinstance(node, list):
-            todo.extend((child, depth + 1) for child in node)
-
-
-def _prepare_attributes(owner: Any, limits: Limits) -> None:
-    items = _entries(owner, "attributes")
-    if any(not isinstance(item, dict) or not item.get("key") for item in items):
-        # An attribute without a key maps to nothing; parsing it would cost as much as one
-        # that does (and three bytes, "{},", make one).
-        items[:] = [item for item in items if isinstance(item, dict) and item.get("key")]
-    if len(items) > limits.max_attributes:
-        # Dropped before they are parsed, and recorded where OTLP records such drops.
-        owner["droppedAttributesCount"] = len(items) - limits.max_attributes
-        del items[limits.max_attributes :]
-    for item in items:
-        _check_depth(item, 3 * limits.max_depth + 2)  # a value level is three JSON levels
-
-
-def _prepare(document: dict[str, Any], limits: Limits) -> None:
-    """Count entries before parsing (``TooLarge``), cap attributes and their nesting, drop
-    span events and links (nothing reads them), and rewrite hex ids as base64."""
-    resources = _entries(document, "resourceSpans")
-    if len(resources) > limits.max_resources:
-        raise _too_many_resources(limits)
-    scopes = spans = 0
-    for resource_spans in resources:
-        _prepare_attributes((resource_spans or {}).get("resource"), limits)
-        entries = _entries(resource_spans, "scopeSpans")
-        scopes += len(entries)
-        if scopes > limits.max_scopes:
-            raise _too_many_scopes(limits)
-        for scope_spans in entries:
-            _prepare_attributes((scope_spans or {}).get("scope"), limits)
-            spans += len(_entries(scope_spans, "spans"))
-            if spans > limits.max_spans:
-                raise _too_many_spans(limits)
-    for resource_spans in resources:
-        for scope_spans in _entries(resource_spans, "scopeSpans"):
-            for span in _entries(scope_spans, "spans"):
-                if not isinstance(span, dict):
-                    raise InvalidInput("OTLP/JSON spans must be objects")
-                span.pop("events", None)
-                span.pop("links", None)
-                _prepare_attributes(span, limits)
-                for key in _ID_FIELDS:
-                    if key in span:
-                        span[key] = _hex_to_b64(span[key])
-
-
-def parse_json(body: bytes | bytearray, limits: Limits | None = None) -> ExportTraceServiceRequest:
-    limits = limits or Limits()
-    check_json(body, limits.max_json_containers)
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" in str(exc) or "recursion" in str(exc).lower():
-            raise _too_deep(limits.max_depth) from None
-        raise InvalidInput("undecodable OTLP/JSON", details={"error": str(exc)[:200]}) from None
-    if not isinstance(document, dict):
-        raise InvalidInput("OTLP/JSON body must be an object")
-    try:
-        _prepare(document, limits)
-        message = ExportTraceServiceRequest()
-        json_format.ParseDict(document, message, ignore_unknown_fields=True)
-        return message
-    except RecursionError:  # a backstop: ``_prepare`` bounds every nesting it parses
-        raise _too_deep(limits.max_depth) from None
-    except (ValueError, TypeError, AttributeError, json_format.ParseError, binascii.Error) as exc:
-        raise InvalidInput("undecodable OTLP/JSON", details={"error": str(exc)[:200]}) from None
-
-
 def parse(
     body: bytes | bytearray, content_type: str, limits: Limits | None = None
 ) -> ExportTraceServiceRequest:
+    """A protobuf body as its message (OTLP/JSON is decoded straight into views: ``decode``)."""
     media = content_type.split(";", 1)[0].strip().lower()
     if media == PROTOBUF:
         return parse_protobuf(body, limits)
+    raise InvalidInput("unsupported content type", details={"content_type": content_type[:100]})
+
+
+def decode(body: bytes | bytearray, content_type: str, limits: Limits | None = None) -> Decoded:
+    """The span views of a protobuf or OTLP/JSON body, every limit enforced."""
+    limits = limits or Limits()
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == PROTOBUF:
+        return span_views(parse_protobuf(body, limits), limits)
     if media == JSON:
-        return parse_json(body, limits)
+        return Decoded(*otlp_json.decode(body, limits))
     raise InvalidInput("unsupported content type", details={"content_type": content_type[:100]})
 
 

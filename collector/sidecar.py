@@ -28,6 +28,7 @@ from typing import Any
 
 from collector.admission import Admission, AdmissionConfig
 from collector.auth import check_bind
+from collector.decoding import DecoderPool
 from collector.grpc_receiver import GrpcServer
 from collector.http_receiver import HttpServer, create_app
 from collector.ingest import Ingestor
@@ -77,6 +78,10 @@ class SidecarConfig:
     limits: Limits = field(default_factory=Limits)
     #: Exports decoded at once and admitted to wait, shared by both receivers.
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    #: Decode bodies in child processes, one per decode slot (``collector.decoding``), so
+    #: that /healthz and acknowledgements never wait on decoding and the heap it churns is
+    #: not the sidecar's; ``False`` decodes in the slots' threads.
+    decode_processes: bool = True
     backoff: Backoff = field(default_factory=Backoff)
     #: Span starts outside it are refused per span (``infersight sidecar`` sets it from
     #: the raw retention and the future skew); ``None`` accepts any plausible start, for
@@ -127,6 +132,13 @@ class Sidecar:
             samples_every_s=config.sample_ship_interval_s,
         )
         self.admission = Admission(config.admission)
+        self.decoders: DecoderPool | None = None
+        if config.decode_processes:
+            self.decoders = DecoderPool(
+                config.limits, context, config.accept, config.window_s,
+                workers=config.admission.slots,
+            )  # fmt: skip
+            self.ingestor.decoder = self.decoders
         # A sink given as a factory is built once the first export is durable, about to be
         # acknowledged (nothing leaves the spool before), or after OPEN_DELAY_S: see
         # ``Shipper._hold_open``.
@@ -179,6 +191,8 @@ class Sidecar:
     def start(self) -> Sidecar:
         self.http.start()
         self.grpc.start()
+        if self.decoders is not None:
+            self.decoders.start()  # in the background: the receivers accept already
         for task in self.tasks:
             task.start()
         self._shipper_thread = self.shipper.start(self._stop)
@@ -197,6 +211,8 @@ class Sidecar:
         self.http.stop()
         self.grpc.stop()
         self.admission.close()
+        if self.decoders is not None:
+            self.decoders.close()
         for task in self.tasks:
             task.stop()
         self._stop.set()

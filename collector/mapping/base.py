@@ -41,6 +41,11 @@ PRIORITY_ATTRS: Final = ("infersight.priority", "gen_ai.request.priority", "prio
 OPERATION_ATTRS: Final = ("gen_ai.operation.name",)
 
 
+def no_scraped_model() -> str:
+    """No model scraped (a function, not a lambda, so that a context can be pickled)."""
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class MappingContext:
     """What the sidecar knows besides the span: its own identity and model attribution."""
@@ -49,7 +54,7 @@ class MappingContext:
     model: str = ""
     service_models: Mapping[str, str] = field(default_factory=dict)
     #: The model name scraped from the server's /metrics when it serves exactly one.
-    scraped_model: Callable[[], str] = lambda: ""
+    scraped_model: Callable[[], str] = no_scraped_model
 
     def __post_init__(self) -> None:
         if not self.instance:

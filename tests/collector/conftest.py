@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from collector.admission import Admission
-from collector.grpc_receiver import GrpcServer
+from collector.decoding import DecoderPool
+from collector.grpc_receiver import GrpcLimits, GrpcServer
 from collector.http_receiver import HttpServer, create_app
 from collector.ingest import Ingestor
 from collector.mapping import MappingContext
@@ -22,6 +23,7 @@ from tests.collector.harness import Receiver
 @pytest.fixture
 def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
     started: list[Receiver] = []
+    pools: list[DecoderPool] = []
 
     def make(
         token: str | None = None,
@@ -29,6 +31,8 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         spool_config: dict[str, Any] | None = None,
         model: str = "",
         admission: Admission | None = None,
+        decoders: bool = False,
+        grpc_limits: GrpcLimits | None = None,
     ) -> Receiver:
         directory = tmp_path / f"spool{len(started)}"
         spool = Spool(SpoolConfig(directory, **(spool_config or {})))
@@ -36,11 +40,17 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         ingestor = Ingestor(
             spool, MappingContext("test-node", model=model), metrics, limits or Limits(), 0.0
         )
+        if decoders:
+            pool = DecoderPool(ingestor.limits, ingestor.context, None, 0.0)
+            ingestor.decoder = pool
+            pools.append(pool)
         admission = admission or Admission()
         app = create_app(ingestor, token=token, admission=admission)
         http = HttpServer(app, "127.0.0.1", 0).start()
-        grpc_server = GrpcServer(ingestor, "127.0.0.1", 0, token=token, admission=admission).start()
-        receiver = Receiver(spool, metrics, http, grpc_server)
+        grpc_server = GrpcServer(
+            ingestor, "127.0.0.1", 0, token=token, admission=admission, limits=grpc_limits
+        ).start()
+        receiver = Receiver(spool, metrics, http, grpc_server, pools[-1] if decoders else None)
         started.append(receiver)
         return receiver
 
@@ -49,6 +59,8 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         receiver.http.stop()
         receiver.grpc.stop(0)
         receiver.spool.close()
+    for pool in pools:
+        pool.close()
 
 
 @pytest.fixture

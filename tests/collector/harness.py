@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from collector.codec import Kind, decode_record
+from collector.decoding import DecoderPool
 from collector.grpc_receiver import GrpcServer
 from collector.http_receiver import HttpServer
 from collector.metrics import CollectorMetrics
@@ -27,6 +28,8 @@ class Receiver:
     metrics: CollectorMetrics
     http: HttpServer
     grpc: GrpcServer
+    #: The decoder processes, when the receiver was made with them.
+    decoders: DecoderPool | None = None
 
     @property
     def url(self) -> str:
