@@ -332,3 +332,23 @@ def test_a_two_level_series_steps_where_the_levels_change(
     quiet: int, burning: int, low: float, high: float
 ) -> None:
     assert step_onset([low] * quiet + [high] * burning) == quiet
+
+
+def test_support_the_window_cannot_give_is_missing_evidence_not_a_penalty(pack: RulePack) -> None:
+    # A failing board at the page: XIDs read, but each board's ECC counter once, so no rate.
+    slow = {**HEALTHY, "tpot_p90": 0.018, "util_gpu": 0.99, "xid_samples": 4.0}
+    for name in ("ecc_sbe_per_s", "ecc_dbe_per_s"):
+        del slow[name]
+    now = WindowSignals(
+        NOW,
+        (InstanceSignals("gpu-0", "llama-8b", HEALTHY), InstanceSignals("gpu-1", "llama-8b", slow)),
+    )
+    result = diagnose(now, _window(REF, {}), pack)
+    assert result.cause is Cause.INSTANCE_DEGRADED
+    assert result.instance == "gpu-1"
+    # One support of three held (the XIDs): 0.85 × (0.7 + 0.3 / 3), with no penalty on top.
+    assert result.confidence == pytest.approx(0.85 * 0.8)
+    assert result.missing_evidence == (
+        "the GPU samples of gpu-1 lack ecc_dbe_per_s, ecc_sbe_per_s: cannot rule out clock "
+        "throttling or see ECC and XID errors",
+    )
