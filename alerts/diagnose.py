@@ -11,7 +11,8 @@ instance lacks (no GPU samples, no engine ``/metrics``, no stage spans) is skipp
 rule explains an instance, the pack's fallbacks name the cause its symptom pattern supports
 (``decode_bound`` for a decode slowdown without GPU samples). Every candidate loses
 ``unchecked_penalty`` of its score per family it could not read, and says so in
-``missing_evidence``.
+``missing_evidence``; so too, without the penalty, for supporting evidence its family could
+not give in the window (a counter read once has no rate).
 
 Errors have no cause of their own in the contract's vocabulary: a failure that no rule
 explains (a total outage, a bad deploy) stays ``unknown``, but its evidence says what fails —
@@ -28,7 +29,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from alerts.matching import Context, Evidence, holds, judge, missing_evidence, ratio
+from alerts.matching import (
+    Context,
+    Evidence,
+    holds,
+    judge,
+    missing_evidence,
+    ratio,
+    unread_support,
+)
 from alerts.rules import Cause, RulePack
 from core.signals import WindowSignals
 
@@ -270,8 +279,15 @@ def _candidates(pack: RulePack, ctx: Context) -> tuple[list[Candidate], tuple[st
                     matched.append(replace(verdict, unchecked=verdict.unchecked | covered))
     out = []
     for v in matched:
-        missing = missing_evidence(ctx, v.rule, sorted(v.unchecked), blind)
-        strength = v.strength * (1.0 - pack.unchecked_penalty) ** len(missing)
+        unchecked = missing_evidence(ctx, v.rule, sorted(v.unchecked), blind)
+        strength = v.strength * (1.0 - pack.unchecked_penalty) ** len(unchecked)
+        # Support it could not read already counts as not holding: reported, not penalised.
+        unread = unread_support(v.rule, ctx) - v.unchecked
+        missing = (
+            missing_evidence(ctx, v.rule, [*sorted(v.unchecked), *sorted(unread)], blind)
+            if unread
+            else unchecked
+        )
         out.append(Candidate(v.rule.cause, strength, ctx.instance, v.evidence, missing))
     return out, missing_evidence(ctx, None, (), blind)
 

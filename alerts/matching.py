@@ -176,11 +176,22 @@ def judge(rule: CauseRule, ctx: Context) -> Verdict:
     )
 
 
+def unread_support(rule: CauseRule, ctx: Context) -> frozenset[str]:
+    """The families the instance has data of in which a ``support`` condition of ``rule``
+    finds no value (a counter read once in the window has no rate): evidence that could not
+    be computed, reported in ``missing_evidence``."""
+    return frozenset(
+        c.family
+        for c in rule.support
+        if c.signal and ctx.now.has(c.family) and ctx.now.get(c.signal) is None
+    )
+
+
 def _absent_signals(ctx: Context, family: str, rules: Iterable[CauseRule]) -> list[str]:
     signals = {
         c.signal
         for rule in rules
-        for c in (*rule.when, *rule.any, *rule.unless)
+        for c in (*rule.when, *rule.any, *rule.unless, *rule.support)
         if c.signal and FAMILY_OF[c.signal] == family and ctx.now.get(c.signal) is None
     }
     return sorted(signals)

@@ -2,9 +2,24 @@
 
 Three reads per window, each one pass over raw rows in time order: requests (latency
 quantiles, stage means, input lengths of the slowest requests), server samples (queue and KV
-gauges, preemption counter deltas) and GPU samples (utilisation, clocks while busy, throttle
-share, ECC counter deltas, XIDs). Diagnosis windows are incident-sized (minutes to hours), so
-raw rows are read; the row cap keeps a mistaken month-long window from exhausting memory.
+gauges, the preemption counter's rate) and GPU samples (utilisation, clocks while busy,
+throttle share, ECC counter rates, XIDs). Diagnosis windows are incident-sized (minutes to
+hours), so raw rows are read; the row cap keeps a mistaken month-long window from exhausting
+memory.
+
+Samples are sparse (a scrape every 10–30 s) while the first diagnosis of an incident reads a
+window of 30–60 s, so which readings describe a window matters:
+
+* A counter's rate is its increase between two readings over the time between them: the last
+  reading at or before the window's start (up to ``READING_SPAN_MAX`` before it) anchors it,
+  the last one in the window ends it. One reading has no rate: the signal is then absent, not
+  0 (a board that reads one ECC counter value in the window has not shown "no errors").
+* A GPU reading describes the time *before* it: utilisation and DCGM's profiling fields are
+  averages over the sample period that ends at the reading. Each reading stands for the time
+  since its board's previous one (at most ``READING_SPAN_MAX``) and weighs in a window's means
+  by how much of that time lies in the window; a reading at the window's start describes the
+  minute before the burn and weighs nothing. Server gauges (running, waiting, KV usage) are
+  the engine's state at the scrape and are read as such, over ``[start, end)``.
 Each instance also says which signal families the store had data of (``available``: stage
 timings on any request, any server scrape, any GPU sample), so that a deployment without GPU
 telemetry reads as "not measured", never as zeros.
@@ -20,7 +35,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any, Final
 
 import numpy as np
@@ -34,6 +50,9 @@ from core.window import Window
 from storage.tables import gpu_samples, incident_diagnoses, incidents, requests, server_samples
 
 MAX_ROWS: Final = 2_000_000
+#: The longest time one reading stands for, and how far before a window its anchor readings
+#: (a counter's start, a GPU reading's predecessor) are looked for.
+READING_SPAN_MAX: Final = timedelta(seconds=120)
 _NOT_BENIGN: Final = frozenset(THROTTLE_REASONS) - BENIGN_REASONS
 _NONE: Final[frozenset[str]] = frozenset()
 _STAGES: Final = ("queue_s", "preprocess_s", "prefill_s", "decode_s")
@@ -60,6 +79,26 @@ def _increase(values: Iterable[float | None]) -> float:
             total += v - last if v >= last else v
         last = v
     return total
+
+
+def _counter_rate(
+    readings: Sequence[tuple[datetime, float | None]], start: datetime
+) -> float | None:
+    """A counter's rate from time-ordered ``(ts, value)`` readings: its increase from the last
+    reading at or before ``start`` (or the first after it) to the last one, over the time
+    between them; ``None`` without two readings of it that far apart."""
+    present = [(ts, v) for ts, v in readings if v is not None]
+    first = 0
+    for k, (ts, _) in enumerate(present):
+        if ts <= start:
+            first = k
+    kept = present[first:]
+    if len(kept) < 2:
+        return None
+    seconds = (kept[-1][0] - kept[0][0]).total_seconds()
+    if seconds <= 0.0:
+        return None
+    return _increase(v for _, v in kept) / seconds
 
 
 def _put(out: dict[str, float], name: str, value: float | None) -> None:
@@ -98,47 +137,90 @@ def _request_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
     return out
 
 
-def _server_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
+def _server_values(rows: Sequence[Any], window: Window) -> dict[str, float]:
+    """Server gauges over the scrapes in ``window``; ``rows`` may begin with scrapes before it
+    (the preemption counter's anchor)."""
     out: dict[str, float] = {}
-    _put(out, "requests_running", _mean([r.requests_running for r in rows]))
-    _put(out, "requests_waiting", _mean([r.requests_waiting for r in rows]))
-    _put(out, "kv_cache_usage", _mean([r.kv_cache_usage for r in rows]))
+    inside = [r for r in rows if r.ts >= window.start]
+    _put(out, "requests_running", _mean([r.requests_running for r in inside]))
+    _put(out, "requests_waiting", _mean([r.requests_waiting for r in inside]))
+    _put(out, "kv_cache_usage", _mean([r.kv_cache_usage for r in inside]))
     # Rows stored before the hottest engine was kept have none: their instance figure stands in.
     hottest = [r.kv_cache_usage if r.kv_cache_usage_max is None else r.kv_cache_usage_max
-               for r in rows]  # fmt: skip
+               for r in inside]  # fmt: skip
     _put(out, "kv_cache_usage_max", _mean(hottest))
-    if any(r.preemptions_total is not None for r in rows):
-        out["preemptions_per_s"] = _increase(r.preemptions_total for r in rows) / seconds
+    if inside:
+        readings = [(r.ts, r.preemptions_total) for r in rows]
+        _put(out, "preemptions_per_s", _counter_rate(readings, window.start))
     return out
 
 
-def _gpu_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
+def _reading_weights(rows: Sequence[Any], window: Window) -> list[float]:
+    """How many seconds of ``window`` each GPU reading of one board describes (``rows`` in
+    time order): the time since the board's previous reading (at most ``READING_SPAN_MAX``;
+    for its first, the board's usual gap) that lies in the window."""
+    limit = READING_SPAN_MAX.total_seconds()
+    gaps = [(b.ts - a.ts).total_seconds() for a, b in pairwise(rows)]
+    usual = float(np.median([g for g in gaps if 0.0 < g <= limit] or [limit]))
+    out = []
+    for k, r in enumerate(rows):
+        span = gaps[k - 1] if k and 0.0 < gaps[k - 1] <= limit else usual
+        begin = max(r.ts - timedelta(seconds=span), window.start)
+        out.append(max(0.0, (min(r.ts, window.end) - begin).total_seconds()))
+    return out
+
+
+def _weighted(pairs: Iterable[tuple[float, float | None]]) -> float | None:
+    total = weight = 0.0
+    for w, v in pairs:
+        if v is not None and w > 0.0:
+            total += w * v
+            weight += w
+    return total / weight if weight > 0.0 else None
+
+
+def _gpu_values(rows: Sequence[Any], window: Window) -> dict[str, float]:
+    """GPU signals over ``window`` from one instance's readings, board by board in time order;
+    ``rows`` may begin with readings before the window (each board's anchor)."""
     out: dict[str, float] = {}
-    _put(out, "util_gpu", _mean([r.util_gpu for r in rows]))
-    dram = [r.dram_bw_util if r.dram_bw_util is not None else r.util_memory for r in rows]
-    _put(out, "dram_bw_util", _mean(dram))
-    reasons = [
-        frozenset(r.throttle_reasons.split(",")) if r.throttle_reasons else _NONE for r in rows
-    ]
-    busy = [
-        r
-        for r, why in zip(rows, reasons, strict=True)
-        if (r.util_gpu or 0.0) > 0.0 and "gpu_idle" not in why
-    ]
-    _put(out, "sm_clock_mhz", _mean([r.sm_clock_mhz for r in busy]))
-    if rows:
-        throttled = sum(not why.isdisjoint(_NOT_BENIGN) for why in reasons)
-        out["throttled_share"] = throttled / len(rows)
-        out["xid_samples"] = float(sum(r.xid_last is not None and r.xid_last > 0 for r in rows))
-    _put(out, "temperature_c", _mean([r.temperature_c for r in rows]))
-    _put(out, "power_w", _mean([r.power_w for r in rows]))
-    per_gpu: dict[int, list[Any]] = defaultdict(list)
+    boards: dict[int, list[Any]] = defaultdict(list)
     for r in rows:
-        per_gpu[r.gpu_index].append(r)
-    for name, column in (("ecc_sbe_per_s", "ecc_sbe_total"), ("ecc_dbe_per_s", "ecc_dbe_total")):
-        series = [[getattr(r, column) for r in g] for g in per_gpu.values()]
-        if any(v is not None for s in series for v in s):
-            out[name] = sum(_increase(s) for s in series) / seconds
+        boards[r.gpu_index].append(r)
+    weighted: list[tuple[float, Any, frozenset[str]]] = []
+    rates: dict[str, list[float]] = {"ecc_sbe_per_s": [], "ecc_dbe_per_s": []}
+    for board in boards.values():
+        for w, r in zip(_reading_weights(board, window), board, strict=True):
+            if w > 0.0:
+                why = frozenset(r.throttle_reasons.split(",")) if r.throttle_reasons else _NONE
+                weighted.append((w, r, why))
+        for name, column in (
+            ("ecc_sbe_per_s", "ecc_sbe_total"),
+            ("ecc_dbe_per_s", "ecc_dbe_total"),
+        ):
+            readings = [(r.ts, getattr(r, column)) for r in board]
+            rate = _counter_rate(readings, window.start)
+            if rate is not None:
+                rates[name].append(rate)
+    if not weighted:
+        return out
+    _put(out, "util_gpu", _weighted((w, r.util_gpu) for w, r, _ in weighted))
+    dram = (
+        (w, r.dram_bw_util if r.dram_bw_util is not None else r.util_memory) for w, r, _ in weighted
+    )
+    _put(out, "dram_bw_util", _weighted(dram))
+    busy = ((w, r.sm_clock_mhz) for w, r, why in weighted
+            if (r.util_gpu or 0.0) > 0.0 and "gpu_idle" not in why)  # fmt: skip
+    _put(out, "sm_clock_mhz", _weighted(busy))
+    throttled = ((w, float(not why.isdisjoint(_NOT_BENIGN))) for w, _, why in weighted)
+    _put(out, "throttled_share", _weighted(throttled))
+    out["xid_samples"] = float(
+        sum(r.xid_last is not None and r.xid_last > 0 for _, r, _ in weighted)
+    )
+    _put(out, "temperature_c", _weighted((w, r.temperature_c) for w, r, _ in weighted))
+    _put(out, "power_w", _weighted((w, r.power_w) for w, r, _ in weighted))
+    for name, found in rates.items():
+        if found:
+            out[name] = sum(found)
     return out
 
 
@@ -175,22 +257,26 @@ def window_signals(
     instances = sorted(reqs) if selector.instance is None else [selector.instance]
     if not instances:
         return WindowSignals(window, ())
+    # From READING_SPAN_MAX before the window: the readings that anchor counters and tell how
+    # long the first GPU reading in the window stands for.
+    since = window.start - READING_SPAN_MAX
     server = _grouped(
         engine,
         select(server_samples)
         .where(
-            server_samples.c.ts >= window.start,
+            server_samples.c.ts >= since,
             server_samples.c.ts < window.end,
             server_samples.c.instance.in_(instances),
         )
         .order_by(server_samples.c.instance, server_samples.c.ts),
     )
+    # A GPU reading describes the time before it: one at the window's end belongs to it.
     gpu_rows = _grouped(
         engine,
         select(gpu_samples)
         .where(
-            gpu_samples.c.ts >= window.start,
-            gpu_samples.c.ts < window.end,
+            gpu_samples.c.ts >= since,
+            gpu_samples.c.ts <= window.end,
             gpu_samples.c.instance.in_(instances),
         )
         .order_by(gpu_samples.c.instance, gpu_samples.c.gpu_index, gpu_samples.c.ts),
@@ -199,19 +285,21 @@ def window_signals(
     for name in instances:
         rows = reqs.get(name, [])
         values = _request_values(rows, seconds)
-        values.update(_server_values(server.get(name, []), seconds))
-        values.update(_gpu_values(gpu_rows.get(name, []), seconds))
+        scrapes = server.get(name, [])
+        values.update(_server_values(scrapes, window))
+        gpu = _gpu_values(gpu_rows.get(name, []), window)
+        values.update(gpu)
         model = rows[0].model if rows else (selector.model or "")
-        available = _available(rows, server.get(name, []), gpu_rows.get(name, []))
+        inside = any(r.ts >= window.start for r in scrapes)
+        available = _available(rows, inside, bool(gpu))
         out.append(InstanceSignals(name, model, values, available | families_of(values)))
     return WindowSignals(window, tuple(out))
 
 
-def _available(
-    requests_: Sequence[Any], server: Sequence[Any], gpu: Sequence[Any]
-) -> frozenset[str]:
+def _available(requests_: Sequence[Any], server: bool, gpu: bool) -> frozenset[str]:
     """The signal families the store holds data of: requests, stage timings on any request,
-    any server scrape and any GPU sample (a family with data may still lack some signals)."""
+    any server scrape in the window and any GPU reading that describes part of it (a family
+    with data may still lack some signals)."""
     out = set()
     if requests_:
         out.add(REQUESTS)

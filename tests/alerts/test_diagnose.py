@@ -92,17 +92,29 @@ CASES = [
         "input_tokens_mean",
         id="slow requests carry eight times longer prompts → long_inputs",
     ),
+    # Saturation needs more work: here the balancer gives gpu-1 a quarter more of the traffic
+    # than before and than its peer (not the 1.4× of an overload).
     pytest.param(
-        {"tpot_p90": 0.015, "util_gpu": 0.99, "requests_running": 20},
+        {"tpot_p90": 0.015, "util_gpu": 0.99, "requests_running": 20, "request_rate": 7.5},
         Cause.GPU_SATURATED,
         "util_gpu",
         id="TPOT up with TTFT normal and the GPU busy all the time → gpu_saturated",
     ),
     pytest.param(
-        {"tpot_p90": 0.015, "util_gpu": 0.9, "dram_bw_util": 0.95, "requests_running": 20},
+        {"tpot_p90": 0.015, "util_gpu": 0.9, "dram_bw_util": 0.95, "requests_running": 20,
+         "request_rate": 7.5},
         Cause.MEMORY_BANDWIDTH_BOUND,
         "dram_bw_util",
         id="TPOT up with TTFT normal and DRAM bandwidth at its limit → memory_bandwidth_bound",
+    ),
+    # The same busy GPU and larger running batch at its peer's traffic, no ECC or XID errors:
+    # the same work takes gpu-1 longer — the instance, not saturation.
+    pytest.param(
+        {"tpot_p90": 0.018, "util_gpu": 0.99, "requests_running": 24, "e2e_p90": 7.0},
+        Cause.INSTANCE_DEGRADED,
+        "tpot_p90",
+        id="one instance slower than its peer at the same traffic, its GPU busy → "
+        "instance_degraded, not gpu_saturated",
     ),
     pytest.param(
         {"tpot_p90": 0.016, "throttled_share": 1.0, "sm_clock_mhz": 1100, "temperature_c": 88},
@@ -320,3 +332,23 @@ def test_a_two_level_series_steps_where_the_levels_change(
     quiet: int, burning: int, low: float, high: float
 ) -> None:
     assert step_onset([low] * quiet + [high] * burning) == quiet
+
+
+def test_support_the_window_cannot_give_is_missing_evidence_not_a_penalty(pack: RulePack) -> None:
+    # A failing board at the page: XIDs read, but each board's ECC counter once, so no rate.
+    slow = {**HEALTHY, "tpot_p90": 0.018, "util_gpu": 0.99, "xid_samples": 4.0}
+    for name in ("ecc_sbe_per_s", "ecc_dbe_per_s"):
+        del slow[name]
+    now = WindowSignals(
+        NOW,
+        (InstanceSignals("gpu-0", "llama-8b", HEALTHY), InstanceSignals("gpu-1", "llama-8b", slow)),
+    )
+    result = diagnose(now, _window(REF, {}), pack)
+    assert result.cause is Cause.INSTANCE_DEGRADED
+    assert result.instance == "gpu-1"
+    # One support of three held (the XIDs): 0.85 × (0.7 + 0.3 / 3), with no penalty on top.
+    assert result.confidence == pytest.approx(0.85 * 0.8)
+    assert result.missing_evidence == (
+        "the GPU samples of gpu-1 lack ecc_dbe_per_s, ecc_sbe_per_s: cannot rule out clock "
+        "throttling or see ECC and XID errors",
+    )

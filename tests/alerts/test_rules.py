@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,16 @@ def test_the_default_pack_has_a_rule_for_every_cause_but_unknown() -> None:
     assert {r.cause for r in pack.causes} == set(Cause) - {Cause.UNKNOWN, Cause.DECODE_BOUND}
     assert Cause.DECODE_BOUND in {f.cause for f in pack.fallbacks}
     # A cause may have several rules (a degraded instance is slow in decode, slow end to end,
-    # or it fails); the engine keeps the strongest match per cause.
-    degraded = [r for r in pack.causes if r.cause is Cause.INSTANCE_DEGRADED]
-    assert len(degraded) == 3
-    assert len(pack.causes) == len(set(Cause)) - 2 + len(degraded) - 1
+    # or it fails; a busy GPU is saturated by its model's traffic, or by one instance's larger
+    # share of it); the engine keeps the strongest match per cause.
+    count = Counter(r.cause for r in pack.causes)
+    assert count[Cause.INSTANCE_DEGRADED] == 3
+    assert count[Cause.GPU_SATURATED] == count[Cause.MEMORY_BANDWIDTH_BOUND] == 2
+    assert {c for c, n in count.items() if n > 1} == {
+        Cause.INSTANCE_DEGRADED,
+        Cause.GPU_SATURATED,
+        Cause.MEMORY_BANDWIDTH_BOUND,
+    }
 
 
 def test_every_rule_declares_what_it_needs_and_what_merely_supports_it() -> None:

@@ -65,11 +65,15 @@ def test_window_signals_aggregate_each_instance(store: Store) -> None:
     ttft = [r.ttft_s for r in mine if r.ttft_s is not None]
     assert zero.get("ttft_p90") == pytest.approx(float(np.quantile(ttft, 0.9)))
     assert zero.get("requests_waiting") == pytest.approx(4.5)
-    # 0→12 before the restart, then 0→8 after it: 20 preemptions over 600 s.
-    assert zero.get("preemptions_per_s") == pytest.approx(20 / 600)
+    # 0→12 before the restart, then 0→8 after it: 20 preemptions between the readings at
+    # 0 and 9 minutes (a rate is over the time its readings span, not the window's length).
+    assert zero.get("preemptions_per_s") == pytest.approx(20 / 540)
     assert zero.get("sm_clock_mhz") == pytest.approx(1000.0)  # idle samples left out
-    assert zero.get("throttled_share") == pytest.approx(5 / 20)  # GPU 0, last five
-    assert zero.get("ecc_sbe_per_s") == pytest.approx(9 / 600)  # GPU 1's counter only
+    # The readings at the window's start describe the minute before it; of the other nine
+    # per board, GPU 0's last five are throttled.
+    assert zero.get("throttled_share") == pytest.approx(5 / 18)
+    assert zero.get("util_gpu") == pytest.approx(0.8)  # the idle reading at T0 is before
+    assert zero.get("ecc_sbe_per_s") == pytest.approx(9 / 540)  # GPU 1's counter only
     assert got["gpu-1"].get("util_gpu") is None  # no GPU samples for it
 
 
@@ -195,3 +199,69 @@ def test_a_burn_that_begins_late_in_a_minute_is_found_within_it(store: Store) ->
     spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
     found = burn_onset(store.engine, spec, onset + timedelta(seconds=40))
     assert found == T0 + timedelta(minutes=10, seconds=30)  # the 10 s slice that holds it
+
+
+def _board(store: Store, readings: list[tuple[int, float, float]]) -> None:
+    """Readings of gpu-0's one board at ``T0 + s`` seconds: (s, utilisation, ECC count), with
+    requests over five minutes so that the instance is in every window."""
+    rng = np.random.default_rng(11)
+    open_writer(store.engine).write_requests(
+        make_records(rng, T0, 300, span=timedelta(minutes=5), instances=("gpu-0",))
+    )
+    open_writer(store.engine).write_gpu_samples(
+        [
+            GpuSample(
+                T0 + timedelta(seconds=s),
+                "gpu-0",
+                0,
+                util_gpu=util,
+                sm_clock_mhz=1500.0,
+                ecc_sbe_total=ecc,
+            )
+            for s, util, ecc in readings
+        ]
+    )
+
+
+def test_a_counter_rate_is_anchored_by_the_reading_before_the_window(store: Store) -> None:
+    # A failing board at 30 s sampling, correctable errors from 60 s on (2/s). The page's window
+    # of 50 s holds one reading: its rate is the increase since the reading before the window.
+    _board(store, [(0, 0.9, 0.0), (30, 0.9, 0.0), (60, 0.9, 0.0), (90, 0.9, 60.0)])
+    window = Window(T0 + timedelta(seconds=70), T0 + timedelta(seconds=120))
+    [got] = signals.window_signals(store.engine, window).instances
+    assert got.get("ecc_sbe_per_s") == pytest.approx(60 / 30)
+
+
+def test_one_counter_reading_has_no_rate(store: Store) -> None:
+    # Without a reading before the window, one reading of a counter says nothing about its
+    # rate: absent (the diagnosis reports it missing), never 0 ("no errors").
+    _board(store, [(90, 0.9, 60.0)])
+    scrape = ServerSample(T0 + timedelta(seconds=90), "gpu-0", requests_waiting=2.0,
+                          preemptions_total=40.0)  # fmt: skip
+    open_writer(store.engine).write_server_samples([scrape])
+    window = Window(T0 + timedelta(seconds=70), T0 + timedelta(seconds=120))
+    [got] = signals.window_signals(store.engine, window).instances
+    assert got.has(GPU)
+    assert got.get("util_gpu") == pytest.approx(0.9)
+    assert got.get("ecc_sbe_per_s") is None
+    assert got.has(SERVER)
+    assert got.get("requests_waiting") == pytest.approx(2.0)
+    assert got.get("preemptions_per_s") is None
+
+
+def test_a_gpu_reading_describes_the_time_before_it(store: Store) -> None:
+    # 0.6 busy until 60 s, 0.3 after: the reading at 60 s (the window's start) describes
+    # (30 s, 60 s], the one at 90 s (60 s, 90 s].
+    _board(store, [(0, 0.6, 0.0), (30, 0.6, 0.0), (60, 0.6, 0.0), (90, 0.3, 0.0), (120, 0.3, 0.0)])
+    aligned = Window(T0 + timedelta(seconds=60), T0 + timedelta(seconds=120))
+    [got] = signals.window_signals(store.engine, aligned).instances
+    assert got.get("util_gpu") == pytest.approx(0.3)
+    # A window from 40 s: the reading at 60 s weighs 20 s of it, those at 90 s and 120 s 30 s.
+    late = Window(T0 + timedelta(seconds=40), T0 + timedelta(seconds=120))
+    [got] = signals.window_signals(store.engine, late).instances
+    assert got.get("util_gpu") == pytest.approx((20 * 0.6 + 30 * 0.3 + 30 * 0.3) / 80)
+    # Readings before a window and at its start describe none of it: no GPU samples there.
+    after = Window(T0 + timedelta(seconds=120), T0 + timedelta(seconds=180))
+    [got] = signals.window_signals(store.engine, after).instances
+    assert not got.has(GPU)
+    assert got.get("util_gpu") is None
