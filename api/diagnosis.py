@@ -419,7 +419,13 @@ class DiagnosisListener:
             spec = slo_store.get_slo(self.engine, incident.slo)
         except InfersightError:
             return None  # a deleted SLO: its incidents keep the default windows
-        return burn_onset(self.engine, spec, incident.opened_at)
+        # Not before the last incident of this SLO and scope resolved: the burn before that
+        # was its burn (a two-level fit over both would find the older step).
+        lookback = ONSET_LOOKBACK
+        before = incidents.previous(self.engine, incident)
+        if before is not None and before.resolved_at is not None:
+            lookback = max(MIN_WINDOW, min(lookback, incident.opened_at - before.resolved_at))
+        return burn_onset(self.engine, spec, incident.opened_at, lookback)
 
 
 def _iso(ts: datetime) -> str:

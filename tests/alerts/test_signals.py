@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
 
-from api.diagnosis import burn_onset, windows_for
-from core.burn import Incident, IncidentState, Severity
+from api.diagnosis import DiagnosisListener, burn_onset, windows_for
+from core.burn import AlertState, Incident, IncidentState, Severity, Transition
 from core.errors import NotFound
 from core.query import Selector
 from core.samples import GpuSample, ServerSample
 from core.signals import GPU, REQUESTS, SERVER, STAGES
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
-from storage import signals
+from storage import incidents, signals, slo_store
 from storage.writer import open_writer
 from tests.conftest import Store
 from tests.factories import make_records
@@ -265,3 +266,44 @@ def test_a_gpu_reading_describes_the_time_before_it(store: Store) -> None:
     [got] = signals.window_signals(store.engine, after).instances
     assert not got.has(GPU)
     assert got.get("util_gpu") is None
+
+
+def test_an_incident_opening_after_another_of_its_slo_resolved_is_paged_from_its_own_onset(
+    store: Store,
+) -> None:
+    # The demo's fourth fault: the 70B SLO burned 25 minutes earlier (another incident, since
+    # resolved); a two-level fit over the hour before the new opening found that older step,
+    # so the page's window held five diluted minutes and named nothing (`unknown`).
+    rng = np.random.default_rng(12)
+    minutes = lambda n: T0 + timedelta(minutes=n)  # noqa: E731
+    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
+    slo_store.put_slo(store.engine, spec, T0)
+
+    def traffic(start: float, end: float, slow_share: float) -> list[Any]:
+        count = int((end - start) * 120)
+        span = minutes(end) - minutes(start)
+        rows = make_records(rng, minutes(start), count, span=span, error_rate=0.0)
+        every = round(1 / slow_share) if slow_share else 0
+        return [
+            dataclasses.replace(r, ttft_s=2.0) if every and i % every == 0 else r
+            for i, r in enumerate(rows)
+        ]
+
+    open_writer(store.engine).write_requests(
+        traffic(0, 10, 0) + traffic(10, 14, 1.0) + traffic(14, 30, 0) + traffic(30, 30.75, 0.5)
+    )
+    with store.engine.begin() as connection:
+        first = incidents.apply_step(connection, "ttft", "*",
+                                     AlertState(Severity.PAGE, minutes(10.5)),
+                                     Transition.OPENED, {"5m": 500.0}, minutes(10.5))  # fmt: skip
+        assert first is not None
+        incidents.apply_step(connection, "ttft", "*", AlertState(), Transition.RESOLVED,
+                             {"5m": 0.0}, minutes(25), current=first)  # fmt: skip
+        second = incidents.apply_step(connection, "ttft", "*",
+                                      AlertState(Severity.PAGE, minutes(30.75)),
+                                      Transition.OPENED, {"5m": 500.0}, minutes(30.75))  # fmt: skip
+    assert second is not None
+    DiagnosisListener(store.engine).on_incident(second, Transition.OPENED)
+    note = signals.notes(store.engine, [second.id])[second.id]
+    assert note.diagnosis is not None
+    assert note.diagnosis["window"]["start"] == "2026-01-05T09:30:00Z"
