@@ -28,9 +28,13 @@ Per SLO, one rule group:
 
 With the policy's ``resolve_after`` (``core.burn``), a rule fires only while its burn is
 present (the shortest window burns at its rate too), and holding ends once the shortest window
-has stayed below every rate of the severity for ``resolve_after``
-(``max_over_time`` of its recorded burn rate, a range closed at both ends as Prometheus 2
-reads it, which is infersight's "cleared at every evaluation since").
+has stayed cleared — events, and a burn below every rate of the severity — for
+``resolve_after`` (``max_over_time`` of its recorded burn rate and ``min_over_time`` of its
+events, ranges closed at both ends as Prometheus 2 reads them, which is infersight's "cleared
+at every evaluation since"; Prometheus 3 opens ranges on the left, so there the hold ends one
+evaluation earlier). Each severity is its own alert with its own hold, while infersight keeps
+one incident at its highest severity: after a page, a ticket may go on firing here for up to
+``resolve_after`` (inhibited while the page fires).
 
 Pure: SLO specs and the policy in, the rule file's mapping (and its YAML text) out.
 """
@@ -129,7 +133,7 @@ def _alert(spec: SloSpec, policy: Policy, severity: Severity) -> dict[str, Any] 
         return None
     fires = _either(_fires(spec, r, policy) for r in rules)
     expr = f"max by (slo) (\n{fires}\n)"
-    if policy.resolve_ratio < 1.0:
+    if policy.resolve_ratio < 1.0 or policy.resolve_after:
         # Hysteresis, as core.burn.step: once firing, hold while a rule still burns at
         # resolve_ratio × its rate (ALERTS is this alert's own state at the last evaluation).
         holds = _either(f"({_burns(spec, r, policy.resolve_ratio)})" for r in rules)
@@ -139,10 +143,17 @@ def _alert(spec: SloSpec, policy: Policy, severity: Severity) -> dict[str, Any] 
         )
         hold = f"(\n{holds}\n)\n  and on (slo) {firing}"
         if policy.resolve_after:
-            now = _series(RECORDED_BURN_RATE, spec.name, format_duration(policy.windows[0]))
+            # ... and while the shortest window has not stayed cleared (events, and a burn
+            # below every rate) at every evaluation of the last resolve_after.
+            shortest = format_duration(policy.windows[0])
+            now = _series(RECORDED_BURN_RATE, spec.name, shortest)
+            heard = _series(RECORDED_EVENTS, spec.name, shortest)
             span = format_duration(policy.resolve_after)
             lowest = _number(min(r.burn_rate for r in rules))
-            hold += f"\n  and on (slo) max_over_time({now}[{span}]) >= {lowest}"
+            hold += (
+                f"\n  and on (slo) (max_over_time({now}[{span}]) >= {lowest}"
+                f"\n    or min_over_time({heard}[{span}]) == 0)"
+            )
         expr += f"\nor\nmax by (slo) (\n{hold}\n)"
     windows = ", ".join(
         f"{_number(r.burn_rate)}× over {format_duration(r.long_window)} and "

@@ -7,18 +7,22 @@ windows burn at least at its rate and the long window holds at least ``min_event
 Alert state moves with hysteresis: an alert opens at the most severe firing rule, escalates
 when a more severe rule fires, and holds its severity as long as one of that severity's rules
 still burns at ``resolve_ratio`` × its rate over both of its windows (the minimum-events guard
-is not applied to holding). When nothing holds it steps down to whatever still fires, or
-resolves. After a recovery the short window clears first, so an outage opens one alert that
-resolves within the short window, and a burn rate hovering at a threshold does not open and
-close an alert at every evaluation.
+is not applied to holding). When nothing holds it steps down to whatever still opens an alert
+(below), or resolves. After a recovery the short window clears first, so an outage opens one
+alert that resolves within the short window, and a burn rate hovering at a threshold does not
+open and close an alert at every evaluation.
 
 The long windows remember a burn long after it stopped: a five-minute outage keeps a 2-hour
 and a 6-hour window above the ticket rates for hours (the more so on a young store, whose
 "1 day" holds only what it has). So, with ``resolve_after`` set (the shipped policy: 5
 minutes), a burn must be *present* to open or escalate an alert (the policy's shortest window
 burns at the rule's rate too), and an alert whose symptom has *cleared* (``recovered``: the
-shortest window below every rate of its severity) for ``resolve_after`` resolves — or steps
-down to a severity whose burn is present — whatever its long windows still hold.
+shortest window holds events and burns below every rate of its severity) for
+``resolve_after`` resolves — or steps down to a severity whose burn is present — whatever its
+long windows still hold. infersight keeps one alert per SLO and scope at its highest
+severity; the exported Prometheus rules (``alerts.prometheus_rules``) keep one per severity,
+each with its own hold, so a ticket there may outlast infersight's page by up to
+``resolve_after`` (Alertmanager's inhibit rule keeps it quiet while the page fires).
 
 Incidents are the persisted form of an alert; ``IncidentListener`` is the seam through which
 diagnosis and notifications learn of every change.
@@ -152,7 +156,8 @@ class Evaluation:
     the policy's ``resolve_after`` set, the most severe fired rule whose burn is present now
     (the shortest window burns at its rate too)."""
     cleared: frozenset[Severity] = frozenset()
-    """Severities whose symptom has cleared: the shortest window burns below all their rates."""
+    """Severities whose symptom has cleared: the shortest window holds events and burns below
+    all their rates."""
     resolve_after: timedelta = timedelta(0)
 
 
@@ -185,10 +190,13 @@ def evaluate(
         opening = max(present, key=_rank, default=None)
     else:
         opening = firing
+    # A shortest window without events is no evidence that the symptom cleared (a service
+    # whose traffic stopped, or a trickle that fails every time, is not seen to recover).
+    heard = counts[policy.windows[0]].total > 0
     cleared = frozenset(
         severity
         for severity in {r.severity for r in policy.rules}
-        if all(shortest < r.burn_rate for r in policy.rules if r.severity is severity)
+        if heard and all(shortest < r.burn_rate for r in policy.rules if r.severity is severity)
     )
     return Evaluation(
         rates, dict(counts), firing, fired, holding, opening, cleared, policy.resolve_after
@@ -231,7 +239,7 @@ def step(state: AlertState, evaluation: Evaluation, now: datetime) -> tuple[Aler
     only a burn present now keeps it open."""
     held = state.severity if state.severity in evaluation.holding else None
     since = state.recovering_since or now
-    settled = evaluation.resolve_after and now - since >= evaluation.resolve_after
+    settled = bool(evaluation.resolve_after) and now - since >= evaluation.resolve_after
     if settled and state.severity in evaluation.cleared:
         held = None
     new = max((evaluation.opening, held), key=_rank)
@@ -247,18 +255,14 @@ def step(state: AlertState, evaluation: Evaluation, now: datetime) -> tuple[Aler
 
 
 def recovered(policy: Policy, evaluation: Evaluation, severity: Severity | None) -> bool:
-    """Whether the symptom of an alert at ``severity`` has cleared: the policy's shortest
-    window burns below every rate of that severity's rules.
+    """Whether the symptom of an alert at ``severity`` has cleared (``Evaluation.cleared``):
+    the policy's shortest window holds events and burns below every rate of that severity's
+    rules.
 
     The long windows (and the hysteresis) keep the alert open for a while after the fault
     clears; the shortest window says what is burning now. An incident in that state is
     *recovering*: its healthy minutes are not diagnosed again."""
-    if severity is None:
-        return True
-    now = evaluation.burn_rates.get(policy.windows[0])
-    if now is None:
-        return False
-    return all(now < rule.burn_rate for rule in policy.rules if rule.severity is severity)
+    return severity is None or severity in evaluation.cleared
 
 
 class IncidentState(StrEnum):

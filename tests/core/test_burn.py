@@ -297,3 +297,18 @@ def test_a_malformed_policy_is_rejected_with_a_reason(data, message):
 def test_a_rule_short_window_must_be_shorter():
     with pytest.raises(InvalidInput, match="shorter"):
         Rule(Severity.PAGE, 2.0, timedelta(minutes=5), timedelta(hours=1))
+
+
+def test_a_trickle_that_fails_every_time_is_never_seen_to_recover(policy):
+    # One request every 12 minutes after a 10-minute outage, each failing: the 5 m window is
+    # empty most of the time, which is no evidence of recovery, so the alert stays one alert.
+    outage = 3 * DAY
+    timeline = Timeline(4 * DAY)
+    timeline.fail(outage, outage + 600)
+    timeline.total[outage + 600 :] = 0
+    timeline.total[outage + 600 :: 720] = 1
+    timeline.bad[outage + 600 :: 720] = 1
+    states = timeline.replay(policy, 0.999, outage, outage + 2 * HOUR)
+    changes = [c for _, _, c in states if c is not Transition.NONE]
+    assert changes.count(Transition.OPENED) == 1
+    assert all(s.recovering_since is None for _, s, _ in states)

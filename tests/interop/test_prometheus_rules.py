@@ -8,12 +8,13 @@ ones ``core.burn`` fires for the same counts — minimum-events guard and hyster
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from click.testing import CliRunner
 
 from alerts.prometheus_rules import ALERT, rule_groups, to_yaml
 from api.evaluation import default_policy
-from core.burn import Policy, Severity, evaluate
+from core.burn import AlertState, Policy, Severity, evaluate, step
 from core.query import Selector
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import format_duration
@@ -82,7 +83,8 @@ def _series(counts_over_time: list[dict[timedelta, EventCounts]]) -> list[dict[s
 def _expected(
     policy: Policy, counts_over_time: list[dict[timedelta, EventCounts]]
 ) -> list[set[str]]:
-    """Severities alerting after each minute, by ``core.burn``'s verdicts per severity: one
+    """Severities alerting after each minute, by ``core.burn``'s verdicts applied to each
+    severity apart (the exported rules keep one alert per severity): one
     whose burn fires (and is present now), or one that was alerting and still holds (its rules
     burn at ``resolve_ratio`` × rate) while its symptom has not stayed cleared for
     ``resolve_after`` (one evaluation a minute)."""
@@ -110,9 +112,13 @@ def _expected(
 
 
 def _run_promtool_test(
-    tmp_path: Path, counts_over_time: list[dict[timedelta, EventCounts]], expected: list[set[str]]
+    tmp_path: Path,
+    counts_over_time: list[dict[timedelta, EventCounts]],
+    expected: list[set[str]],
+    policy: Policy = POLICY,
 ) -> None:
-    (tmp_path / "rules.yml").write_text(to_yaml(rule_groups([SPEC], POLICY)), encoding="utf-8")
+    rules = to_yaml(rule_groups([SPEC], policy))
+    (tmp_path / "rules.yml").write_text(rules, encoding="utf-8")
     checks = [
         {
             "expr": f'ALERTS{{alertname="{ALERT}",alertstate="firing"}}',
@@ -214,6 +220,47 @@ def test_a_page_whose_burn_stopped_resolves_after_resolve_after_as_infersight_re
     assert expected[3 : 3 + settle] == [{"page", "ticket"}] * settle
     assert expected[3 + settle :] == [set()] * 4
     _run_promtool_test(tmp_path, timeline, expected)
+    # infersight's one incident (its highest severity) opens and resolves at the same minutes.
+    assert _stepped(POLICY, timeline) == [max(e, key=_RANK.get, default=None) for e in expected]
+
+
+_RANK = {"ticket": 1, "page": 2}
+
+
+def _stepped(policy: Policy, timeline: list[dict[timedelta, EventCounts]]) -> list[str | None]:
+    """infersight's alert severity after each minute (``core.burn.step``)."""
+    state, out = AlertState(), []
+    for minute, counts in enumerate(timeline):
+        at = datetime(2026, 1, 5, tzinfo=UTC) + timedelta(minutes=minute)
+        state, _ = step(state, evaluate(policy, SPEC.objective, counts), at)
+        out.append(state.severity.value if state.severity else None)
+    return out
+
+
+@needs_promtool
+def test_without_hysteresis_resolve_after_still_holds_the_exported_alert(tmp_path: Path) -> None:
+    policy = dataclasses.replace(POLICY, resolve_ratio=1.0)
+    memory = ("30m", "1h", "2h", "6h", "1d", "3d")
+    timeline = [_counts(dict.fromkeys(ALL, 0.05), 5000)] * 3
+    timeline += [_counts(dict.fromkeys(memory, 0.05), 5000)] * 8
+    expected = _expected(policy, timeline)
+    settle = int(policy.resolve_after.total_seconds() // 60)
+    assert expected[3 : 3 + settle] == [{"page", "ticket"}] * settle
+    assert expected[3 + settle :] == [set()] * (8 - settle)
+    _run_promtool_test(tmp_path, timeline, expected, policy)
+    assert _stepped(policy, timeline) == [max(e, key=_RANK.get, default=None) for e in expected]
+
+
+@needs_promtool
+def test_a_shortest_window_without_events_is_no_sign_of_recovery(tmp_path: Path) -> None:
+    burning = _counts(dict.fromkeys(ALL, 0.05), 5000)
+    silent = _counts(dict.fromkeys(ALL, 0.05), 5000)
+    silent[POLICY.windows[0]] = EventCounts(0, 0)  # no request in the last 5 minutes
+    timeline = [burning] * 3 + [silent] * 8
+    expected = _expected(POLICY, timeline)
+    assert expected == [{"page", "ticket"}] * 11  # held by the long windows, never cleared
+    _run_promtool_test(tmp_path, timeline, expected)
+    assert _stepped(POLICY, timeline) == ["page"] * 11
 
 
 def test_rules_cover_every_slo_and_policy_window_with_the_slo_s_own_budget() -> None:
