@@ -79,7 +79,8 @@ class Notification:
         state = "RESOLVED" if self.event is Event.RESOLVE else self.severity.upper()
         if self.revision and self.event is Event.TRIGGER:
             state += " UPDATE"
-        burning = "burning again" if self.diagnosis.get("burning_again_at") else "burning"
+        again = self.revision and self.diagnosis.get("burning_again_at")
+        burning = "burning again" if again and self.event is Event.TRIGGER else "burning"
         confidence = self.diagnosis.get("confidence")
         why = f"likely {self.cause}"
         if isinstance(confidence, int | float):

@@ -74,8 +74,12 @@ MIN_EVIDENCE: Final = timedelta(seconds=30)
 MAX_PAGE_WAIT: Final = timedelta(seconds=60)
 #: A burn that returns after the symptom stayed cleared this long is announced as burning
 #: again even when it names the headline's cause (a returning burn that names another cause or
-#: instance always is).
-REBURN_AFTER: Final = timedelta(minutes=5)
+#: instance always is). Shorter than the policy's ``resolve_after`` (5 min), which resolves an
+#: incident that stays cleared longer.
+REBURN_AFTER: Final = timedelta(minutes=2)
+#: The onset of an incident that opens after another of its SLO and scope resolved is looked
+#: for from this long before that resolution (the symptom had cleared by then).
+CLEARED_BEFORE_RESOLVE: Final = timedelta(minutes=5)
 _ONSETS_KEPT: Final = 10_000
 Announce = Callable[[Incident, Transition, dict[str, Any], dict[str, Any]], None]
 
@@ -251,10 +255,18 @@ class DiagnosisListener:
         elif headline is None or note is None or note.symptom is None:
             self._page(incident, incident.updated_at)  # opened (or escalated before its page)
         else:
+            told: dict[str, Any] | None = None
             if incident.recovering_since is None:  # a recovering one has nothing new to show
-                self._evaluate(incident, headline, note.symptom, incident.updated_at)
+                last = incident_history.latest(self.engine, [incident.id]).get(incident.id)
+                if last is not None and last.verdict == "recovering":
+                    # Escalated by a burn that came back: told with that burn's own diagnosis.
+                    told = self._burning_again(incident, note, last.at, incident.updated_at,
+                                               wait=False, announce=False)  # fmt: skip
+                else:
+                    self._evaluate(incident, headline, note.symptom, incident.updated_at)
             if self.announce is not None:
-                self.announce(incident, transition, note.symptom, self._headline(incident))
+                shown = told or self._headline(incident)
+                self.announce(incident, transition, note.symptom, shown)
 
     def _follow_up(
         self,
@@ -272,7 +284,7 @@ class DiagnosisListener:
                 self._step(incident, since, "recovering", cause)
             return 0  # the symptom cleared: healthy minutes are not diagnosed
         if last is not None and last.verdict == "recovering":
-            return int(self._burning_again(incident, note, last.at, now))
+            return int(self._burning_again(incident, note, last.at, now) is not None)
         if note.diagnosed_at is not None and now - note.diagnosed_at < self.every:
             return 0
         verdict, diagnosis = self._evaluate(incident, note.diagnosis, note.symptom, now)
@@ -333,25 +345,33 @@ class DiagnosisListener:
         return verdict, kept
 
     def _burning_again(
-        self, incident: Incident, note: signals.IncidentNote, cleared_at: datetime, now: datetime
-    ) -> bool:
+        self,
+        incident: Incident,
+        note: signals.IncidentNote,
+        cleared_at: datetime,
+        now: datetime,
+        *,
+        wait: bool = True,
+        announce: bool = True,
+    ) -> dict[str, Any] | None:
         """The symptom came back: diagnose the new burn from its own onset (found since the
         symptom cleared) against the incident's reference and append it to the history. It is
         news — an update of the open alert for the receivers, not a new page — when it names
-        another cause or instance than the headline, or came after the symptom stayed cleared
-        for ``reburn_after``; the same fault flapping is not. Whether it was diagnosed (not
-        while the window holds less than ``min_evidence`` of the new burn)."""
+        another cause or instance than the headline, or began after the symptom had stayed
+        cleared for ``reburn_after``; the same fault flapping is not. The new burn's diagnosis,
+        or ``None`` while (``wait``) the window holds less than ``min_evidence`` of it."""
         assert note.diagnosis is not None
         assert note.symptom is not None
         onset = None
         try:
             spec = slo_store.get_slo(self.engine, incident.slo)
-            # From a little before the symptom cleared (its shortest window was healthy then).
-            onset = burn_onset(self.engine, spec, now, lookback=now - cleared_at + self.window)
+            # Since the symptom cleared (and a minute before, for the two levels' first).
+            lookback = now - cleared_at + timedelta(minutes=1)
+            onset = burn_onset(self.engine, spec, now, lookback=lookback)
         except InfersightError:
             pass  # a deleted SLO: the last window
-        if onset is not None and now - onset < self.min_evidence:
-            return False  # as a page does, wait until the window holds some of the new burn
+        if wait and onset is not None and now - onset < self.min_evidence:
+            return None  # as a page does, wait until the window holds some of the new burn
         self._step(incident, now, "burning", str(note.diagnosis.get("cause") or "unknown"))
         _, reference = self._windows(incident, now)
         start = max(now - self.window, min(onset or now - self.window, now - MIN_WINDOW))
@@ -359,11 +379,11 @@ class DiagnosisListener:
         diagnosis["burning_again_at"] = _iso(onset or start)
         self._judged(incident, note.diagnosis, note.symptom, diagnosis, now)
         elsewhere = any(diagnosis.get(k) != note.diagnosis.get(k) for k in ("cause", "instance"))
-        news = elsewhere or now - cleared_at >= self.reburn_after
+        quiet = (onset or now) - cleared_at >= self.reburn_after
         log.info("incident %s is burning again: %s", incident.id, diagnosis["cause"])
-        if news and self.announce is not None:
+        if announce and (elsewhere or quiet) and self.announce is not None:
             self.announce(incident, Transition.NONE, note.symptom, diagnosis)
-        return True
+        return diagnosis
 
     def _resolved(self, incident: Incident, note: signals.IncidentNote | None) -> None:
         at = incident.resolved_at or incident.updated_at
@@ -419,12 +439,13 @@ class DiagnosisListener:
             spec = slo_store.get_slo(self.engine, incident.slo)
         except InfersightError:
             return None  # a deleted SLO: its incidents keep the default windows
-        # Not before the last incident of this SLO and scope resolved: the burn before that
-        # was its burn (a two-level fit over both would find the older step).
+        # Not before the last incident of this SLO and scope cleared: the burn before that was
+        # its burn (a two-level fit over both would find the older step).
         lookback = ONSET_LOOKBACK
         before = incidents.previous(self.engine, incident)
         if before is not None and before.resolved_at is not None:
-            lookback = max(MIN_WINDOW, min(lookback, incident.opened_at - before.resolved_at))
+            since = incident.opened_at - before.resolved_at + CLEARED_BEFORE_RESOLVE
+            lookback = min(lookback, since)
         return burn_onset(self.engine, spec, incident.opened_at, lookback)
 
 

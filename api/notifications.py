@@ -137,10 +137,15 @@ class Announcer:
 
     def _reopened(self, incident: Incident, notification: Notification) -> Notification:
         """An incident that opened within the hold-down of the last one's resolve: the same
-        ``notification`` when it names that one's cause and instance (the alert flapped; the
-        receiver's alert is still open), else an update of the receiver's open alert."""
+        ``notification`` when it names that one's cause and instance at no higher severity
+        (the alert flapped; the receiver's alert is still open), else an update of the
+        receiver's open alert."""
         before = incidents.previous(self.engine, incident)
-        note = signals.notes(self.engine, [before.id]).get(before.id) if before else None
+        if before is None:
+            return notification
+        if incident.severity.rank > before.severity.rank:  # a ticket's resolve, then a page
+            return dataclasses.replace(notification, revision=f"reopened:{incident.severity}")
+        note = signals.notes(self.engine, [before.id]).get(before.id)
         if note is None or note.diagnosis is None:
             return notification  # nothing to tell it from
         held, now = note.diagnosis, notification.diagnosis

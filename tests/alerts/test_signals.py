@@ -307,3 +307,53 @@ def test_an_incident_opening_after_another_of_its_slo_resolved_is_paged_from_its
     note = signals.notes(store.engine, [second.id])[second.id]
     assert note.diagnosis is not None
     assert note.diagnosis["window"]["start"] == "2026-01-05T09:30:00Z"
+
+
+def test_an_escalation_by_a_burn_that_came_back_is_told_with_that_burn_s_diagnosis(
+    store: Store,
+) -> None:
+    # A ticket for slow TTFT on gpu-0 recovers; then gpu-1 burns and escalates it to a page.
+    # The page must name what burns now (gpu-1), not the headline's instance.
+    rng = np.random.default_rng(13)
+    minutes = lambda n: T0 + timedelta(minutes=n)  # noqa: E731
+    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
+    slo_store.put_slo(store.engine, spec, T0)
+
+    def traffic(start: float, end: float, slow: str | None) -> list[Any]:
+        span = minutes(end) - minutes(start)
+        rows = make_records(rng, minutes(start), int((end - start) * 240), span=span,
+                            error_rate=0.0)  # fmt: skip
+        return [dataclasses.replace(r, ttft_s=3.0) if r.instance == slow else r for r in rows]
+
+    open_writer(store.engine).write_requests(
+        traffic(0, 10, None) + traffic(10, 13, "gpu-0") + traffic(13, 22, None)
+        + traffic(22, 23.5, "gpu-1")
+    )  # fmt: skip
+    told: list[tuple[Transition, dict[str, Any]]] = []
+    listener = DiagnosisListener(store.engine, announce=lambda i, t, s, d: told.append((t, d)))
+    with store.engine.begin() as connection:
+        incident = incidents.apply_step(connection, "ttft", "*",
+                                        AlertState(Severity.TICKET, minutes(11)),
+                                        Transition.OPENED, {"5m": 50.0}, minutes(11))  # fmt: skip
+    assert incident is not None
+    listener.on_incident(incident, Transition.OPENED)
+    with store.engine.begin() as connection:
+        incident = incidents.apply_step(connection, "ttft", "*",
+                                        AlertState(Severity.TICKET, minutes(11), minutes(18)),
+                                        Transition.NONE, {"5m": 0.5}, minutes(18),
+                                        current=incident, recovering=True)  # fmt: skip
+    assert incident is not None
+    listener.refresh(minutes(18))  # the history says recovering
+    with store.engine.begin() as connection:
+        incident = incidents.apply_step(connection, "ttft", "*",
+                                        AlertState(Severity.PAGE, minutes(11)),
+                                        Transition.ESCALATED, {"5m": 80.0}, minutes(23.5),
+                                        current=incident)  # fmt: skip
+    assert incident is not None
+    listener.on_incident(incident, Transition.ESCALATED)
+    (first, paged), (escalated, now) = told
+    assert first is Transition.OPENED
+    assert paged["instance"] == "gpu-0"
+    assert escalated is Transition.ESCALATED
+    assert now["instance"] == "gpu-1"
+    assert now["burning_again_at"].startswith("2026-01-05T09:22")

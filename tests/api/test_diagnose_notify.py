@@ -192,23 +192,31 @@ def test_an_alert_that_flaps_within_the_hold_down_pages_once(store: Store) -> No
     assert states == ["cancelled", "delivered", "delivered"]
 
 
-def test_an_incident_that_opens_within_the_hold_down_on_another_instance_is_told(
-    store: Store,
+@pytest.mark.parametrize(
+    ("first_severity", "second"),
+    [
+        (Severity.PAGE, {"cause": "kv_cache_pressure", "instance": "vllm-8b-1"}),
+        (Severity.TICKET, {"cause": "overload", "instance": "vllm-8b-0"}),
+    ],
+    ids=["another instance", "same cause, now a page"],
+)
+def test_an_incident_that_opens_within_the_hold_down_with_news_is_told(
+    store: Store, first_severity: Severity, second: dict[str, Any]
 ) -> None:
-    # The first fault's incident resolved; another instance's fault opens the next incident of
-    # the same SLO and scope two minutes later, inside the resolve's hold-down.
+    # The first fault's incident resolved; the next incident of the same SLO and scope opens
+    # two minutes later, inside the resolve's hold-down: on another instance, or as a page
+    # after a ticket.
     pager = Endpoint()
     pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
     t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
     now = [t0]
     announce = Announcer(store.engine, {"pagerduty": pd}, lambda: now[0])
     first_cause = {"cause": "overload", "instance": "vllm-8b-0"}
-    second_cause = {"cause": "kv_cache_pressure", "instance": "vllm-8b-1"}
 
-    def opened(at: datetime, diagnosis: dict[str, Any]) -> Incident:
+    def opened(at: datetime, diagnosis: dict[str, Any], severity: Severity) -> Incident:
         with store.engine.begin() as connection:
             incident = incidents.apply_step(
-                connection, "chat", "*", AlertState(Severity.PAGE, at), Transition.OPENED,
+                connection, "chat", "*", AlertState(severity, at), Transition.OPENED,
                 {"5m": 20.0}, at,
             )  # fmt: skip
         assert incident is not None
@@ -230,12 +238,12 @@ def test_an_incident_that_opens_within_the_hold_down_on_another_instance_is_told
         now[0] = at
         deliver_due(Outbox(store.engine), {"pagerduty": pd}, at)
 
-    first = opened(t0, first_cause)
+    first = opened(t0, first_cause, first_severity)
     deliver(t0)
     resolved(first, t0 + timedelta(minutes=10))
     reopened = t0 + timedelta(minutes=12)
     now[0] = reopened
-    opened(reopened, second_cause)
+    opened(reopened, second, Severity.PAGE)
     deliver(reopened + timedelta(minutes=10))
     # The receiver's alert stays open (the resolve was withdrawn) and learns of the new cause:
     # an update under the same dedup key, not a second page.
@@ -243,8 +251,9 @@ def test_an_incident_that_opens_within_the_hold_down_on_another_instance_is_told
     update = pager.accepted[1]
     assert update["dedup_key"] == pager.accepted[0]["dedup_key"]
     assert update["payload"]["summary"].startswith("[PAGE UPDATE]")
-    assert "kv_cache_pressure" in update["payload"]["summary"]
-    assert "vllm-8b-1" in update["payload"]["summary"]
+    assert second["cause"] in update["payload"]["summary"]
+    assert second["instance"] in update["payload"]["summary"]
+    assert update["payload"]["severity"] == "critical"
 
 
 def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: Any) -> None:
