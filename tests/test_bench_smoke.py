@@ -41,6 +41,9 @@ def test_the_diagnosis_matrix_smoke_cell_runs_through_the_real_path(capsys, tmp_
     assert outcome.stored == outcome.sent  # client spans are not requests, none was lost
     assert outcome.seen, "the starved host did not page"
     assert all(s.paged for s in outcome.seen)
+    # 20 minutes after the fault cleared its incident has resolved, keeping the page's cause.
+    assert all(s.state == "resolved" for s in outcome.seen)
+    assert all(s.final.get("cause") == s.paged.get("cause") for s in outcome.seen)
     # The saved run is read back and judged again to the same verdict.
     [again] = module.main(["--table", str(saved)])
     assert again.seen == outcome.seen
