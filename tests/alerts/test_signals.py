@@ -4,6 +4,7 @@ samples over a window, and the stored diagnoses of incidents."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -268,6 +269,27 @@ def test_a_gpu_reading_describes_the_time_before_it(store: Store) -> None:
     assert got.get("util_gpu") is None
 
 
+TTFT_SLO = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
+
+
+def _at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def _traffic(
+    rng: np.random.Generator,
+    start: float,
+    end: float,
+    per_minute: int,
+    slow: Callable[[int, Any], bool],
+    ttft_s: float,
+) -> list[Any]:
+    """Requests from minute ``start`` to ``end``; those ``slow`` picks take ``ttft_s``."""
+    rows = make_records(rng, _at(start), int((end - start) * per_minute),
+                        span=_at(end) - _at(start), error_rate=0.0)  # fmt: skip
+    return [dataclasses.replace(r, ttft_s=ttft_s) if slow(i, r) else r for i, r in enumerate(rows)]
+
+
 def test_an_incident_opening_after_another_of_its_slo_resolved_is_paged_from_its_own_onset(
     store: Store,
 ) -> None:
@@ -275,19 +297,12 @@ def test_an_incident_opening_after_another_of_its_slo_resolved_is_paged_from_its
     # resolved); a two-level fit over the hour before the new opening found that older step,
     # so the page's window held five diluted minutes and named nothing (`unknown`).
     rng = np.random.default_rng(12)
-    minutes = lambda n: T0 + timedelta(minutes=n)  # noqa: E731
-    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
-    slo_store.put_slo(store.engine, spec, T0)
+    minutes = _at
+    slo_store.put_slo(store.engine, TTFT_SLO, T0)
 
     def traffic(start: float, end: float, slow_share: float) -> list[Any]:
-        count = int((end - start) * 120)
-        span = minutes(end) - minutes(start)
-        rows = make_records(rng, minutes(start), count, span=span, error_rate=0.0)
         every = round(1 / slow_share) if slow_share else 0
-        return [
-            dataclasses.replace(r, ttft_s=2.0) if every and i % every == 0 else r
-            for i, r in enumerate(rows)
-        ]
+        return _traffic(rng, start, end, 120, lambda i, _: bool(every) and i % every == 0, 2.0)
 
     open_writer(store.engine).write_requests(
         traffic(0, 10, 0) + traffic(10, 14, 1.0) + traffic(14, 30, 0) + traffic(30, 30.75, 0.5)
@@ -315,15 +330,11 @@ def test_an_escalation_by_a_burn_that_came_back_is_told_with_that_burn_s_diagnos
     # A ticket for slow TTFT on gpu-0 recovers; then gpu-1 burns and escalates it to a page.
     # The page must name what burns now (gpu-1), not the headline's instance.
     rng = np.random.default_rng(13)
-    minutes = lambda n: T0 + timedelta(minutes=n)  # noqa: E731
-    spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
-    slo_store.put_slo(store.engine, spec, T0)
+    minutes = _at
+    slo_store.put_slo(store.engine, TTFT_SLO, T0)
 
     def traffic(start: float, end: float, slow: str | None) -> list[Any]:
-        span = minutes(end) - minutes(start)
-        rows = make_records(rng, minutes(start), int((end - start) * 240), span=span,
-                            error_rate=0.0)  # fmt: skip
-        return [dataclasses.replace(r, ttft_s=3.0) if r.instance == slow else r for r in rows]
+        return _traffic(rng, start, end, 240, lambda _, r: r.instance == slow, 3.0)
 
     open_writer(store.engine).write_requests(
         traffic(0, 10, None) + traffic(10, 13, "gpu-0") + traffic(13, 22, None)
