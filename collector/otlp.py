@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector import otlp_json
-from collector.mapping.spans import AttrValue, SpanView
+from collector.mapping.spans import AttrValue, SpanView, attr_size
 from collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_protobuf
 from core.errors import InvalidInput, TooLarge
 
@@ -146,14 +146,6 @@ def _value(value: AnyValue) -> AttrValue:
     return result
 
 
-def _size(value: AttrValue) -> int:
-    if isinstance(value, str | bytes):
-        return len(value)
-    if isinstance(value, tuple):
-        return sum(_size(item) for item in value)
-    return 8
-
-
 #: Scalar ``AnyValue`` kinds read inline, and whether their size counts against the limit.
 _SCALAR_SIZED: Final = {
     "string_value": True,
@@ -184,7 +176,7 @@ def _attributes(items: Any, limit: int, most: int) -> tuple[dict[str, AttrValue]
         value: AttrValue
         if is_string is None:
             value = _value(any_value)
-            too_big = _size(value) > limit
+            too_big = attr_size(value) > limit
         else:
             value = getattr(any_value, kind)
             too_big = is_string and len(value) > limit  # type: ignore[arg-type]

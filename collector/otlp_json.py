@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from collector.mapping.spans import AttrValue, SpanView
+from collector.mapping.spans import AttrValue, SpanView, attr_size
 from collector.prescan import check_json
 from core.errors import InvalidInput, TooLarge
 
@@ -238,14 +238,6 @@ def _value(node: Any, depth: int, limit: int) -> AttrValue:
     return None
 
 
-def _size(value: AttrValue) -> int:
-    if isinstance(value, str | bytes):
-        return len(value)
-    if isinstance(value, tuple):
-        return sum(_size(item) for item in value)
-    return 8
-
-
 def _attributes(
     owner: dict[str, Any], limit: int, most: int, depth: int
 ) -> tuple[dict[str, AttrValue], int]:
@@ -265,7 +257,7 @@ def _attributes(
         if not isinstance(key, str):
             raise undecodable("attribute keys must be strings")
         value = _value(item.get("value"), 0, depth)
-        if len(key) > limit or _size(value) > limit:
+        if len(key) > limit or attr_size(value) > limit:
             dropped += 1
             continue
         out[key] = value

@@ -36,6 +36,16 @@ _UNIT_SECONDS: Final = {
 }
 
 
+def attr_size(value: AttrValue) -> int:
+    """An attribute value's size against the per-value limit: bytes of a string or bytes,
+    summed over an array's items, 8 for a number or a bool."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, tuple):
+        return sum(attr_size(item) for item in value)
+    return 8
+
+
 _NO_ATTRIBUTES: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
