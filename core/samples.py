@@ -150,19 +150,11 @@ class GpuSample:
         return any(reason not in BENIGN_REASONS for reason in self.throttle_reasons)
 
 
-def _check_server_metrics(sample: object) -> None:
-    for name in SERVER_RATIO_FIELDS:
-        _check_number(name, getattr(sample, name), 0.0, 1.0)
-    for name in (*SERVER_GAUGE_FIELDS, *SERVER_COUNTER_FIELDS):
-        _check_number(name, getattr(sample, name), 0.0, math.inf)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerMetrics:
+    """The metric fields of a server, and of each of its data-parallel engines
+    (``SERVER_METRIC_FIELDS``, keyword-only): gauges and counters as scraped, ratios in [0, 1]."""
 
-
-@dataclass(frozen=True, slots=True)
-class EngineSample:
-    """One data-parallel engine of a server at one scrape, identified by ``rank``: the value
-    of vLLM's ``engine`` label or SGLang's ``dp_rank``."""
-
-    rank: str
     requests_running: float | None = None
     requests_waiting: float | None = None
     requests_swapped: float | None = None
@@ -174,13 +166,27 @@ class EngineSample:
     requests_total: float | None = None
     request_errors_total: float | None = None
 
+    def _check_metrics(self) -> None:
+        for name in SERVER_RATIO_FIELDS:
+            _check_number(name, getattr(self, name), 0.0, 1.0)
+        for name in (*SERVER_GAUGE_FIELDS, *SERVER_COUNTER_FIELDS):
+            _check_number(name, getattr(self, name), 0.0, math.inf)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample(ServerMetrics):
+    """One data-parallel engine of a server at one scrape, identified by ``rank``: the value
+    of vLLM's ``engine`` label or SGLang's ``dp_rank``."""
+
+    rank: str
+
     def __post_init__(self) -> None:
         if not self.rank or len(self.rank) > MAX_RANK_LEN or not self.rank.isprintable():
             raise InvalidRecord(
                 f"an engine rank is 1 to {MAX_RANK_LEN} printable characters",
                 details={"rank": self.rank[:MAX_RANK_LEN]},
             )
-        _check_server_metrics(self)
+        self._check_metrics()
 
 
 def _mean(values: list[float]) -> float | None:
@@ -209,7 +215,7 @@ def combine_engines(
 
 
 @dataclass(frozen=True, slots=True)
-class ServerSample:
+class ServerSample(ServerMetrics):
     """One scrape of an inference server's /metrics, in infersight's vocabulary.
 
     Counters are cumulative as scraped; rates are computed by queries over consecutive samples.
@@ -221,16 +227,6 @@ class ServerSample:
     instance: str
     engine: str = "generic"
     model: str = ""
-    requests_running: float | None = None
-    requests_waiting: float | None = None
-    requests_swapped: float | None = None
-    kv_cache_usage: float | None = None
-    prefix_cache_hit_ratio: float | None = None
-    preemptions_total: float | None = None
-    prompt_tokens_total: float | None = None
-    generation_tokens_total: float | None = None
-    requests_total: float | None = None
-    request_errors_total: float | None = None
     kv_cache_usage_max: float | None = None
     per_engine: tuple[EngineSample, ...] = ()
 
@@ -240,7 +236,7 @@ class ServerSample:
             raise InvalidRecord("instance must not be empty")
         for name in ("instance", "engine", "model"):
             check_label(name, getattr(self, name))
-        _check_server_metrics(self)
+        self._check_metrics()
         _check_number("kv_cache_usage_max", self.kv_cache_usage_max, 0.0, 1.0)
         object.__setattr__(self, "per_engine", tuple(self.per_engine))
         if len(self.per_engine) > MAX_ENGINES:
