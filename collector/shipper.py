@@ -27,10 +27,10 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from collector.assembly import Piece, Request, assemble
 from collector.codec import Kind, decode_gpu, decode_piece, decode_placed, decode_server
@@ -39,7 +39,7 @@ from collector.metrics import CollectorMetrics
 from collector.spool import Spool, Stored
 from core.errors import ConfigurationError, InvalidInput, Unavailable
 from core.records import RequestRecord
-from core.samples import GpuSample, ServerSample
+from core.write import Sink, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,6 @@ log = logging.getLogger(__name__)
 #: a request's own stage spans are far fewer (SGLang's decode slices of a long answer are a
 #: few thousand); beyond it a flooded trace's pieces wait and expire, and memory stays bounded.
 MAX_PIECES_PER_TRACE: Final = 20_000
-
-
-class Sink(Protocol):
-    """What the shipper needs of ``storage.writer.Writer``."""
-
-    def write_requests(self, records: Sequence[RequestRecord]) -> object: ...
-    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int: ...
-    def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +105,8 @@ class Shipper:
         #: thread, so that the sidecar accepts exports while the store's libraries load).
         self.sink: Sink | None = None
         self.open_sink: Callable[[], Sink] | None = None
-        if hasattr(sink, "write_requests"):
-            self.sink = sink  # type: ignore[assignment]
+        if isinstance(sink, Sink):
+            self.sink = sink
         else:
             self.open_sink = sink
         #: The sink is built once ``open_when()`` holds or ``open_delay_s`` has passed.
@@ -292,15 +284,13 @@ class Shipper:
                     self.metrics.ship_errors.labels("invalid_record").inc()
                     log.error("the store refused record %s: %s", record.span_id, exc.message)
             return
-        duplicates = getattr(result, "duplicates", 0)
-        if duplicates:
-            self.metrics.ship_duplicates.inc(duplicates)
+        if result.duplicates:
+            self.metrics.ship_duplicates.inc(result.duplicates)
         self._count_refused(result)
 
-    def _count_refused(self, result: object) -> None:
-        refused = getattr(result, "refused", 0)
-        if refused:  # outside the store's accepted window: dropped, as retention would
-            self.metrics.ship_errors.labels("out_of_window").inc(refused)
+    def _count_refused(self, result: WriteResult) -> None:
+        if result.refused:  # outside the store's accepted window: dropped, as retention would
+            self.metrics.ship_errors.labels("out_of_window").inc(result.refused)
 
     def _sink(self) -> Sink:
         if self.sink is None:

@@ -36,10 +36,11 @@ from collector.mapping import MappingContext
 from collector.metrics import CollectorMetrics
 from collector.otlp import Limits
 from collector.periodic import PeriodicTask, Sampler
-from collector.shipper import Backoff, Shipper, Sink
+from collector.shipper import Backoff, Shipper
 from collector.spool import FsyncMode, Spool, SpoolConfig
 from core.accept import AcceptWindow
 from core.errors import ConfigurationError
+from core.write import Sink
 
 log = logging.getLogger(__name__)
 #: Longest the store writer waits for a first export before it is built anyway.

@@ -18,8 +18,9 @@ from collector.spool import Entry, Spool, SpoolConfig
 from core.errors import Unavailable
 from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
+from core.write import Sink, WriteResult
 from storage.tables import gpu_samples, requests, server_samples
-from storage.writer import Writer, open_writer
+from storage.writer import open_writer
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -185,7 +186,7 @@ def test_an_empty_pass_does_not_delay_the_next_export(store, spool: Spool) -> No
 
 
 class NoStore:
-    def write_requests(self, records: Sequence[RequestRecord]) -> object:
+    def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         raise AssertionError("nothing is shipped here")
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
@@ -216,11 +217,11 @@ def test_samples_are_shipped_too(store, spool: Spool) -> None:
 class FlakyStore:
     """The real writer behind a connection that is down for the first ``failures`` calls."""
 
-    def __init__(self, writer: Writer, failures: int) -> None:
+    def __init__(self, writer: Sink, failures: int) -> None:
         self.writer = writer
         self.failures = failures
 
-    def write_requests(self, records: Sequence[RequestRecord]) -> object:
+    def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         if self.failures > 0:
             self.failures -= 1
             raise Unavailable("connection refused")

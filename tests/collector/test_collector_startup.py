@@ -17,8 +17,9 @@ from sqlalchemy import select
 
 from collector.shipper import Backoff
 from collector.sidecar import Sidecar, SidecarConfig
+from core.write import Sink
 from storage.tables import requests
-from storage.writer import Writer, open_writer
+from storage.writer import open_writer
 from tests.collector.harness import encoded, vllm_spans
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def test_a_sidecar_acknowledges_exports_before_its_store_writer_exists(
     release = threading.Event()
     asked = threading.Event()
 
-    def slow_writer() -> Writer:  # stands for seconds of imports on a loaded host
+    def slow_writer() -> Sink:  # stands for seconds of imports on a loaded host
         asked.set()
         release.wait(60)
         return open_writer(store.engine)
