@@ -7,8 +7,8 @@ keys it has), and only then are the entries deleted from the spool, with the fra
 were merged or refused (refusals are counted by reason); fragments still waiting for a parent
 stay. A store that is down is retried forever with backoff (5 s × 1.5, capped at 30 s), so an
 outage only grows the spool. Stage fragments whose request never arrives are dropped (and
-counted) after ``orphan_ttl_s``; links (spans kept only for their place in a trace) expire
-with them, uncounted.
+counted) after the orphan TTL (``Reassembly.orphan_ttl_s``); links (spans kept only for their
+place in a trace) expire with them, uncounted.
 
 Cadence: every pass costs the store a fixed amount of work (a transaction, the rollup rows of
 each series read, merged and rewritten) besides its per-record cost, so a pass that stored
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from collector.assembly import Piece, Request, assemble
+from collector.assembly import Piece, Reassembly, Request, assemble
 from collector.codec import Kind, decode_gpu, decode_piece, decode_placed, decode_server
 from collector.mapping import Link
 from collector.metrics import CollectorMetrics
@@ -92,7 +92,7 @@ class Shipper:
         metrics: CollectorMetrics,
         backoff: Backoff | None = None,
         batch_size: int = 2000,
-        orphan_ttl_s: float = 300.0,
+        reassembly: Reassembly | None = None,
         idle_s: float = 1.0,
         clock: Callable[[], float] | None = None,
         max_idle_s: float = 10.0,
@@ -119,7 +119,8 @@ class Shipper:
         self.metrics = metrics
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
-        self.orphan_ttl_s = orphan_ttl_s
+        #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
+        self.reassembly = reassembly or Reassembly()
         #: Least time from the start of a pass that stored records to the next pass, while
         #: less than a batch is waiting.
         self.idle_s = idle_s
@@ -315,7 +316,8 @@ class Shipper:
         return len(stored)
 
     def _drop_orphans(self, now: float) -> None:
-        expired = self.spool.ready(now - self.orphan_ttl_s, [Kind.STAGE], self.batch_size)
+        horizon = self.reassembly.expired_before(now)
+        expired = self.spool.ready(horizon, [Kind.STAGE], self.batch_size)
         if expired:
             self.spool.delete([s.seq for s in expired])
             links = sum(isinstance(self._decode_piece(s), Link) for s in expired)

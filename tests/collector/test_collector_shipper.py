@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from collector.assembly import Reassembly
 from collector.codec import Kind, encode_fragment, encode_link, encode_record, encode_sample
 from collector.mapping import Link, StageFragment
 from collector.metrics import CollectorMetrics
@@ -100,7 +101,13 @@ def test_stage_fragments_are_merged_and_records_wait_for_the_window(store, spool
 def test_a_stage_whose_request_never_comes_is_dropped_after_its_ttl(store, spool: Spool) -> None:
     clock = Clock()
     metrics = CollectorMetrics()
-    shipper = Shipper(spool, open_writer(store.engine), metrics, orphan_ttl_s=60, clock=clock)
+    shipper = Shipper(
+        spool,
+        open_writer(store.engine),
+        metrics,
+        reassembly=Reassembly(orphan_ttl_s=60),
+        clock=clock,
+    )
     fragment = StageFragment("ab" * 16, "00000000000000ff", "decode", 1.0)
     put(spool, [Entry(Kind.STAGE, fragment.trace_id, clock.now, encode_fragment(fragment))])
     shipper.ship_once()
@@ -114,7 +121,13 @@ def test_a_stage_whose_request_never_comes_is_dropped_after_its_ttl(store, spool
 def test_links_expire_with_the_ttl_without_counting_as_orphan_stages(store, spool: Spool) -> None:
     clock = Clock()
     metrics = CollectorMetrics()
-    shipper = Shipper(spool, open_writer(store.engine), metrics, orphan_ttl_s=60, clock=clock)
+    shipper = Shipper(
+        spool,
+        open_writer(store.engine),
+        metrics,
+        reassembly=Reassembly(orphan_ttl_s=60),
+        clock=clock,
+    )
     link = Link("ab" * 16, "00000000000000ee", "", "chat-app", 1)
     put(spool, [Entry(Kind.STAGE, link.trace_id, clock.now, encode_link(link))])
     clock.now += 61
