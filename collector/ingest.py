@@ -3,10 +3,10 @@ outcome, append records and trace pieces to the spool.
 
 Records wait in the spool for the reassembly window (their ``ready_at`` is
 ``Reassembly.due_at``) so that stage spans of the same trace, arriving later or in other
-exports, are merged before shipping. Each
-record keeps its place in the trace (parent span, start, end); every span that is neither a
-request nor a stage is kept as a link (its ids, its service, its kind), so that the shipper
-can tell a request's own stages from its client's (``collector.assembly``).
+exports, are merged before shipping. Each record keeps its place in the trace (parent span,
+start, end); every span that is neither a request nor a stage is kept as a link (its ids, its
+service, its kind), so that the shipper can tell a request's own stages from its client's
+(``collector.assembly``).
 """
 
 from __future__ import annotations
