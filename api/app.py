@@ -35,18 +35,18 @@ from api import (
     routes_slos,
 )
 from api.auth import Scope, check_exposure, parse_tokens, requires
-from api.cost_spec import active_model
-from api.diagnosis import DiagnosisListener
-from api.evaluation import Evaluator, default_policy
-from api.jobs import Jobs, LeaderLock, leader_lock
 from api.limits import BodyLimit
 from api.metrics import CostCollector, StoreCollector, registry_for
-from api.notifications import Announcer, Delivery, FollowUp
 from api.origin import AllowedHosts, OriginGuard
-from api.reports import WeeklyReports, parse_schedule
 from api.settings import ApiSettings
 from api.startup import add_healthz, install_store_errors, lifecycle
 from core.burn import IncidentListener, Policy
+from service.cost_spec import active_model
+from service.diagnosis import DiagnosisListener
+from service.evaluation import Evaluator, default_policy
+from service.jobs import Jobs, LeaderLock, leader_lock
+from service.notifications import Announcer, Delivery, FollowUp
+from service.reports import WeeklyReports, parse_schedule
 from storage.maintenance import RetentionPolicy
 from storage.queries import DEFAULT_EXACT_MAX_ROWS
 

@@ -32,9 +32,9 @@ from api import dashboard_more as more
 from api import dashboard_svg as svg
 from api import dashboard_views as views
 from api.dashboard_context import RANGES, REFRESH, Context, parse_context, parse_quantile
-from api.params import iso
 from core.errors import InvalidInput, NotFound
 from core.signals import SIGNALS
+from core.timestamps import iso
 from core.window import Window, format_duration
 
 log = logging.getLogger(__name__)

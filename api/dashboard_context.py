@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from typing import Final
 from urllib.parse import urlencode
 
-from api.params import iso, parse_time
 from core.errors import InvalidInput
 from core.query import Selector
+from core.timestamps import iso, parse_time
 from core.window import Resolution, Window
 
 RANGES: Final = {

@@ -20,8 +20,6 @@ import numpy as np
 from markupsafe import Markup
 
 from api import dashboard_svg as svg
-from api.cost_spec import active_model
-from api.cost_view import good_basis, good_text
 from api.dashboard_context import Context
 from api.dashboard_views import bucket_times, short_model
 from core.baseline_compare import Direction, MetricComparison, Policy, compare
@@ -32,6 +30,8 @@ from core.query import Selector
 from core.records import GROUP_LABELS
 from core.slo import scope_of
 from core.window import Resolution
+from service.cost_spec import active_model
+from service.cost_view import good_basis, good_text
 from storage import baselines as baseline_store
 from storage import cost as cost_store
 from storage import runs as run_store

@@ -14,13 +14,13 @@ from typing import Any, Final
 
 from api import dashboard_svg as svg
 from api.dashboard_context import Context
-from api.evaluation import status
 from api.routes_alerts import annotate
 from core.query import STAGES, Method, Selector
 from core.records import GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all
 from core.slo import SliKind, SloSpec
 from core.window import Resolution, format_duration
+from service.evaluation import status
 from storage import incidents, queries, slo_store, timeseries
 
 QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)

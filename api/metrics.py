@@ -34,11 +34,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
-from api.evaluation import FinestFor, status
 from core.burn import Policy
 from core.cost import CostModel
 from core.quantiles import quantile_key
 from core.window import Window, format_duration
+from service.evaluation import FinestFor, status
 from storage import cost as cost_store
 from storage import queries, slo_store
 

@@ -6,11 +6,9 @@ hour that ends now. Everything invalid raises ``InvalidInput`` with the paramete
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Final
 
 import annotated_types
@@ -20,6 +18,7 @@ from api.errors import described
 from core.errors import InvalidInput
 from core.query import Selector, check_group_by
 from core.records import MAX_LABEL_LEN
+from core.timestamps import TIME_HELP, TIME_REGEX, parse_time
 from core.window import Window
 
 Clock = Callable[[], datetime]
@@ -32,41 +31,10 @@ MAX_ID: Final = 2**31 - 1
 Id = Annotated[int, annotated_types.Interval(ge=1, le=MAX_ID)]
 
 
-#: What ``parse_time`` accepts, as the OpenAPI document states it: Unix seconds before
-#: 7,000,000,000 (the year 2191), or an RFC 3339-style date and time with its offset.
+#: What ``parse_time`` accepts, as the OpenAPI document states it.
 TIME_PATTERN: Final = described(
-    r"^\s*(?:[0-9]{1,9}|[1-6][0-9]{9})(?:\.[0-9]{1,9})?\s*$"
-    r"|^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?"
-    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})\s*$",
-    "RFC 3339 with a time zone (2026-11-30T10:00:00Z) or Unix seconds",
+    TIME_REGEX, "RFC 3339 with a time zone (2026-11-30T10:00:00Z) or Unix seconds"
 )
-_TIME = re.compile(TIME_PATTERN)
-TIME_HELP: Final = "RFC 3339 (2026-11-30T10:00:00Z) or Unix seconds"
-
-
-def parse_time(name: str, text: str) -> datetime:
-    if len(text) > 64 or not _TIME.match(text):
-        raise InvalidInput(f"{name} must be RFC 3339 or Unix seconds", details={name: text[:64]})
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds) or not 0 <= seconds < 7_258_118_400:  # before 2200
-            raise InvalidInput(f"{name} is out of range", details={name: text})
-        return datetime.fromtimestamp(seconds, UTC)
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-        return value.astimezone(UTC)
-    except (ValueError, OverflowError):  # no such date, or beyond year 1..9999 in UTC
-        raise InvalidInput(
-            f"{name} must be RFC 3339 or Unix seconds", details={name: text[:64]}
-        ) from None
-
-
-def iso(ts: datetime) -> str:
-    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 _LABEL = "(?:model|instance|tenant|priority)"

@@ -18,13 +18,14 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Scope, requires
-from api.diagnosis import diagnose_window
-from api.params import TIME_HELP, TIME_PATTERN, Id, iso, parse_time
+from api.params import TIME_PATTERN, Id
 from core.burn import Incident, IncidentState
 from core.errors import InvalidInput
 from core.query import Selector
 from core.records import MAX_LABEL_LEN as MAX_LABEL
+from core.timestamps import TIME_HELP, iso, parse_time
 from core.window import Window
+from service.diagnosis import diagnose_window
 from storage import incident_history, signals
 from storage import silences as silence_store
 

@@ -19,9 +19,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Scope, requires
-from api.cost_spec import active_model
 from api.errors import described, responses
-from api.params import TIME_PATTERN, WINDOW_RULES, Common, common, parse_time
+from api.params import TIME_PATTERN, WINDOW_RULES, Common, common
 from core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
 from core.baseline_compare import Policy
 from core.baseline_compare import compare as compare_baselines
@@ -30,7 +29,9 @@ from core.errors import InvalidInput
 from core.importers import FORMATS
 from core.importers import parse as parse_result
 from core.query import Selector
+from core.timestamps import parse_time
 from core.window import Window
+from service.cost_spec import active_model
 from storage import baselines as store
 
 router = APIRouter(prefix="/api/v1/baselines")

@@ -23,13 +23,14 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from api.auth import Scope, requires
-from api.cost_spec import active_model, parse_models, to_document
-from api.cost_view import cost_dict
 from api.errors import described
-from api.params import WINDOW_RULES, Common, Id, common, iso
-from api.reports import previous_week
+from api.params import WINDOW_RULES, Common, Id, common
 from core.cost import CostModel
 from core.errors import InvalidInput
+from core.timestamps import iso
+from service.cost_spec import active_model, parse_models, to_document
+from service.cost_view import cost_dict
+from service.reports import previous_week
 from storage import cost as cost_store
 from storage import reports as report_store
 from storage.reports import ReportInfo

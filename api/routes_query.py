@@ -13,9 +13,10 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from api.auth import Scope, requires
 from api.errors import described
-from api.params import WINDOW_RULES, Common, common, iso
+from api.params import WINDOW_RULES, Common, common
 from core.quantiles import parse_quantiles, quantile_key
 from core.query import LATENCY_METRICS, Method
+from core.timestamps import iso
 from storage import queries
 
 Params = Annotated[Common, Depends(common)]

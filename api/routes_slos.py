@@ -15,12 +15,12 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from api import routes_alerts
 from api.auth import Scope, requires
-from api.evaluation import status
 from api.params import Id
-from api.specs import load_document, parse_spec, to_document
 from core.burn import Incident
 from core.errors import InvalidInput
 from core.slo import NAME_PATTERN, SloSpec
+from service.evaluation import status
+from service.specs import load_document, parse_spec, to_document
 from storage import incidents, slo_store
 
 STATES = list(incidents.STATES)
@@ -137,7 +137,7 @@ def alerts(
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     found = incidents.list_incidents(request.app.state.engine, state, limit)
-    # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (api.diagnosis).
+    # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
     notes = routes_alerts.annotate(request.app.state.engine, found)
     return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
 

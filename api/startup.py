@@ -23,7 +23,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from api.errors import error_body
-from api.jobs import Jobs
+from service.jobs import Jobs
 from storage.engine import reason, unreachable
 
 log = logging.getLogger(__name__)

@@ -315,9 +315,9 @@ def time_to_notification(
 ) -> Latency:
     """Evaluate ``spec`` every ``INTERVAL_S`` from ``onset`` through the app's listener chain
     (diagnosis → announcer → outbox) and scan the burn-rate condition every ``SCAN_S``."""
-    from api.diagnosis import DiagnosisListener
-    from api.evaluation import Evaluator, default_policy, status
-    from api.notifications import Announcer
+    from service.diagnosis import DiagnosisListener
+    from service.evaluation import Evaluator, default_policy, status
+    from service.notifications import Announcer
     from storage import incident_history, incidents, slo_store
     from storage.outbox import Outbox
 

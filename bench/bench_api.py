@@ -29,11 +29,11 @@ import httpx
 import numpy as np
 
 from api import create_app
-from api.evaluation import Evaluator, default_policy, status
 from api.settings import ApiSettings
 from core.query import Method, Selector
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
+from service.evaluation import Evaluator, default_policy, status
 from storage import queries, slo_store
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy

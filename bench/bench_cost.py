@@ -32,11 +32,11 @@ import numpy as np
 from bench_storage import fresh_postgres
 from sqlalchemy import Engine, func, select
 
-from api.reports import build_weekly, week_of
 from core.cost import CostModel, GpuPrice
 from core.records import RequestRecord
 from core.samples import GpuSample
 from core.window import Window
+from service.reports import build_weekly, week_of
 from storage import cost, migrate
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy

@@ -31,8 +31,6 @@ import httpx
 import numpy as np
 
 from api import create_app
-from api.cost_spec import example_model
-from api.evaluation import Evaluator, default_policy
 from api.settings import ApiSettings
 from core.loadtest import LoadTestRun, RequestResult, ScenarioKind
 from core.query import Selector
@@ -40,6 +38,8 @@ from core.samples import GpuSample
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
 from loadgen.scenarios import step
+from service.cost_spec import example_model
+from service.evaluation import Evaluator, default_policy
 from storage import slo_store
 from storage.baselines import capture_window, save_baseline
 from storage.engine import create_store_engine

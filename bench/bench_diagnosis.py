@@ -68,12 +68,12 @@ from sqlalchemy import Engine, func, select
 
 from alerts.notify import Notification, SendResult
 from api.app import create_app
-from api.jobs import SoleLeader
 from api.settings import ApiSettings
-from api.specs import parse_specs
 from collector.shipper import Backoff
 from collector.sidecar import Sidecar, SidecarConfig
 from core.slo import SloSpec
+from service.jobs import SoleLeader
+from service.specs import parse_specs
 from simulator.events import Batch, Completion
 from simulator.fleet import run_scenario
 from simulator.scenario import Scenario

@@ -53,14 +53,14 @@ from starlette.testclient import TestClient
 
 from alerts.notify import Notification, SendResult
 from api.app import create_app
-from api.jobs import SoleLeader
 from api.settings import ApiSettings
-from api.specs import parse_specs
 from collector.periodic import PeriodicTask
 from collector.scrape.scraper import Scraper
 from collector.shipper import Backoff
 from collector.sidecar import Sidecar, SidecarConfig
 from core.samples import GpuSample
+from service.jobs import SoleLeader
+from service.specs import parse_specs
 from simulator.events import Batch, Completion, EngineSample
 from simulator.faults import (
     DEFAULT_MAGNITUDE,

@@ -22,8 +22,6 @@ import click
 import numpy as np
 from sqlalchemy import Engine
 
-from api.cost_spec import active_model
-from api.params import parse_time
 from api.routes_baselines import parse_thresholds
 from core.baseline import Baseline, summary_dict
 from core.baseline_compare import Policy, Verdict
@@ -34,9 +32,11 @@ from core.importers import FORMATS
 from core.importers import parse as parse_result
 from core.loadtest import to_baseline
 from core.query import Selector
+from core.timestamps import parse_time
 from core.window import Window
 from infersight.cli import current_settings
 from infersight.settings import Settings
+from service.cost_spec import active_model
 from storage import baselines as store
 from storage import migrate
 from storage.engine import create_store_engine

@@ -16,12 +16,12 @@ from typing import Any
 import click
 import yaml
 
-from api.cost_spec import active_model, parse_models, to_document
-from api.cost_view import cost_dict
-from api.params import parse_time
 from core.query import Selector, check_group_by
+from core.timestamps import parse_time
 from core.window import Window, parse_duration
 from infersight.cli import current_settings
+from service.cost_spec import active_model, parse_models, to_document
+from service.cost_view import cost_dict
 from storage import cost as cost_store
 from storage import migrate
 from storage.engine import create_store_engine

@@ -28,12 +28,12 @@ from typing import Any
 import click
 from sqlalchemy import Engine
 
-from api.specs import parse_specs
 from core.burn import Incident
 from infersight.cli import Context, pass_context
 from infersight.commands_serve import split_listen
 from infersight.demo_live import DemoStatus, LiveDemo, shift_faults
 from infersight.demo_report import progress_bar, report
+from service.specs import parse_specs
 from simulator.fleet import run_scenario
 from simulator.scenario import Scenario
 from simulator.sinks.store import StoreSink

@@ -1,6 +1,6 @@
 """``infersight report weekly [--week 2026-W48] [--out DIR]``: a weekly cost report on demand.
 
-Generates the report the service's Monday job would (``api.reports``), stores it (so the API
+Generates the report the service's Monday job would (``service.reports``), stores it (so the API
 lists it) and writes ``cost-report-WEEK.html``, ``.csv`` and ``.json`` into DIR.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
-from api.cost_spec import active_model
-from api.reports import WeeklyReports, previous_week, zone
 from infersight.cli import current_settings
+from service.cost_spec import active_model
+from service.reports import WeeklyReports, previous_week, zone
 from storage import migrate
 from storage.engine import create_store_engine
 

@@ -15,11 +15,11 @@ import uvicorn
 from sqlalchemy import Engine, text
 
 from api import create_app
-from api.notifications import notifiers_from_env
 from api.serving import server_config
 from api.settings import ApiSettings
 from core.errors import InvalidInput
 from infersight.cli import current_settings
+from service.notifications import notifiers_from_env
 from storage import migrate
 from storage.engine import create_store_engine
 

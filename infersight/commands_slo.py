@@ -16,9 +16,9 @@ from pathlib import Path
 import click
 
 from alerts.prometheus_rules import rule_groups, to_yaml
-from api.evaluation import default_policy, status
-from api.specs import parse_specs, to_document
 from infersight.cli import current_settings
+from service.evaluation import default_policy, status
+from service.specs import parse_specs, to_document
 from storage import migrate
 from storage.engine import create_store_engine
 from storage.slo_store import CycleCounter, list_slos, put_slo

@@ -17,8 +17,8 @@ from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from alerts.notify import Event, Notification, post_json, retry_after_s
 from alerts.routing import Route, Router, router_from_data
-from api.notifications import notifiers_from_env
 from core.errors import ConfigurationError, InvalidInput
+from service.notifications import notifiers_from_env
 
 AT = datetime(2026, 1, 5, 9, 26, tzinfo=UTC)
 SLACK_URL = "https://hooks.slack.test/services/T000/B000/secret-path-42"

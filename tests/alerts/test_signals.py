@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from api.diagnosis import DiagnosisListener, burn_onset, windows_for
 from core.burn import AlertState, Incident, IncidentState, Severity, Transition
 from core.errors import NotFound
 from core.query import Selector
@@ -19,6 +18,7 @@ from core.samples import GpuSample, ServerSample
 from core.signals import GPU, REQUESTS, SERVER, STAGES
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
+from service.diagnosis import DiagnosisListener, burn_onset, windows_for
 from storage import incidents, signals, slo_store
 from storage.writer import open_writer
 from tests.conftest import Store

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import yaml
 
-from api.specs import parse_spec, to_document
 from core.errors import InvalidInput
 from core.slo import Sli, SliKind, count_events
 from core.window import Window
+from service.specs import parse_spec, to_document
 from storage.writer import open_writer
 from tests.api.conftest import NOW, Api
 from tests.factories import make_records

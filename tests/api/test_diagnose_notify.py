@@ -19,11 +19,11 @@ from alerts.dispatch import deliver_due
 from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from api import create_app
-from api.notifications import Announcer
 from api.settings import ApiSettings
 from core.burn import AlertState, Incident, IncidentState, Severity, Transition
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
+from service.notifications import Announcer
 from storage import incidents, signals, slo_store
 from storage.outbox import MessageState, Outbox
 from storage.tables import gpu_samples

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.evaluation import Evaluator, default_policy
 from core.burn import Incident, IncidentState, Severity, Transition
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
+from service.evaluation import Evaluator, default_policy
 from storage import incidents, slo_store
 from storage.writer import open_writer
 from tests.api.conftest import NOW, Api

@@ -30,10 +30,10 @@ import yaml
 from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from api import create_app
-from api.evaluation import default_policy
 from api.settings import ApiSettings
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
+from service.evaluation import default_policy
 from simulator.events import Batch
 from simulator.faults import Fault, FaultKind
 from simulator.fleet import run_scenario

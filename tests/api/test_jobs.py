@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from api.evaluation import Evaluator, default_policy
-from api.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
+from service.evaluation import Evaluator, default_policy
+from service.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
 from storage import migrate
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy

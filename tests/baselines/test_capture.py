@@ -9,12 +9,12 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from api.cost_spec import example_model
 from core.baseline import BASELINE_QUANTILES
 from core.errors import InvalidInput
 from core.query import Selector
 from core.samples import GpuSample
 from core.window import Window
+from service.cost_spec import example_model
 from storage.baselines import capture_window
 from storage.writer import open_writer
 from tests.api.conftest import NOW

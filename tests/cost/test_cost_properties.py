@@ -176,7 +176,7 @@ def test_amounts_in_two_currencies_do_not_add_up():
     ],
 )
 def test_gpu_names_match_the_most_specific_price(gpu_name, expected):
-    from api.cost_spec import example_model
+    from service.cost_spec import example_model
 
     price = example_model().price_for("any", gpu_name)
     assert price is not None

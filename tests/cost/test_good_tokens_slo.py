@@ -12,15 +12,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import delete, select
 
-from api.cost_view import cost_dict
-from api.report_render import render_csv, render_html
-from api.reports import build_weekly
 from core.cost import CostModel, GoodRequest
 from core.goodput import GoodBasis, GoodLimits, GoodPolicy
 from core.query import Selector
 from core.records import RequestRecord
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
+from service.cost_view import cost_dict
+from service.report_render import render_csv, render_html
+from service.reports import build_weekly
 from storage import cost, slo_store
 from storage.cost_models import put_model
 from storage.maintenance import RetentionPolicy, maintain

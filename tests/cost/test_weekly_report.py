@@ -16,10 +16,17 @@ import pytest
 from click.testing import CliRunner
 
 from alerts.notifiers.slack import SlackNotifier
-from api.notifications import Delivery
-from api.reports import CSV_COLUMNS, WeeklyReports, day_windows, parse_schedule, previous_week, zone
 from core.errors import ConfigurationError, InvalidInput
 from infersight.cli import cli
+from service.notifications import Delivery
+from service.reports import (
+    CSV_COLUMNS,
+    WeeklyReports,
+    day_windows,
+    parse_schedule,
+    previous_week,
+    zone,
+)
 from storage.maintenance import RetentionPolicy
 from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK

@@ -16,13 +16,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine
 
 from alerts.rules import load_rules
-from api.cost_spec import example_model
-from api.diagnosis import DiagnosisListener
-from api.evaluation import Evaluator, default_policy
 from core.query import Selector
 from core.samples import SERVER_METRIC_FIELDS, EngineSample, ServerSample, combine_engines
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
+from service.cost_spec import example_model
+from service.diagnosis import DiagnosisListener
+from service.evaluation import Evaluator, default_policy
 from simulator.events import Batch
 from simulator.fleet import run_scenario
 from simulator.sinks import MemorySink

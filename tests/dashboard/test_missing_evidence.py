@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from alerts.rules import load_rules
-from api.diagnosis import DiagnosisListener
-from api.evaluation import Evaluator, default_policy
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
+from service.diagnosis import DiagnosisListener
+from service.evaluation import Evaluator, default_policy
 from storage import migrate, slo_store
 from storage.engine import create_store_engine
 from tests.benchmarks import load_bench

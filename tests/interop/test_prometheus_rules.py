@@ -23,13 +23,13 @@ import yaml
 from click.testing import CliRunner
 
 from alerts.prometheus_rules import ALERT, rule_groups, to_yaml
-from api.evaluation import default_policy
 from core.burn import AlertState, Policy, Severity, evaluate, step
 from core.query import Selector
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import format_duration
 from infersight.commands_slo import slo
 from infersight.settings import Settings
+from service.evaluation import default_policy
 from storage import migrate
 from storage.engine import create_store_engine
 

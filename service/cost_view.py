@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from api.params import iso
 from core.cost import CostLine, CostResult, InstanceCost, Money, quantize
 from core.goodput import GoodBasis, GoodLimits, GoodRule, basis_of
+from core.timestamps import iso
 
 #: The most models a rule names in words (the API lists them all).
 NAMED_MODELS = 3

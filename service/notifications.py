@@ -32,9 +32,9 @@ from alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from alerts.notify import Event, Notification, Notifier
 from alerts.routing import Router
-from api.diagnosis import DiagnosisListener
 from core.burn import Incident, Transition
 from core.errors import ConfigurationError
+from service.diagnosis import DiagnosisListener
 from storage import incidents, signals, silences
 from storage.outbox import Outbox
 

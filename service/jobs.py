@@ -7,7 +7,7 @@ over. On SQLite there is one process, which always leads.
 
 Jobs: SLO evaluation (every ``evaluation_interval_s``) and maintenance — daily partitions
 ahead of time, and retention of raw rows and rollups (every ``maintenance_interval_s``); the
-weekly cost report on a cron schedule in its own time zone (``api.reports``), when given.
+weekly cost report on a cron schedule in its own time zone (``service.reports``), when given.
 Rollups themselves are merged as batches arrive (``storage.rollup``), so compaction here is
 the retention of the finer resolutions that coarser ones have made redundant.
 """
@@ -24,7 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from api.evaluation import Evaluator
+from service.evaluation import Evaluator
 from storage.maintenance import RetentionPolicy, maintain
 
 log = logging.getLogger(__name__)

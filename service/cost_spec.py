@@ -37,10 +37,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine
 
-from api.specs import Metadata, parse_threshold
 from core.cost import CostModel, GoodRequest, GpuPrice
 from core.errors import InvalidInput
 from core.window import format_duration, parse_duration
+from service.specs import Metadata, parse_threshold
 from storage import cost as cost_store
 
 API_VERSION: Final = "infersight/v1"

@@ -1,5 +1,5 @@
 """Weekly cost reports: the data, storage, the Slack summary and the scheduled job (the
-renderings, JSON → CSV / HTML with SVG charts / Slack, are ``api.report_render``'s).
+renderings, JSON → CSV / HTML with SVG charts / Slack, are ``service.report_render``'s).
 
 A weekly report covers one ISO week (Monday 00:00 to Monday 00:00 in the report time zone).
 Its numbers are exactly what ``GET /api/v1/cost`` answers for the same windows: the report
@@ -24,14 +24,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import Engine
 
-from api.cost_view import amount, cost_dict, good_basis, good_text
-from api.evaluation import FinestFor
-from api.params import iso
-from api.report_render import CSV_COLUMNS, render_csv, render_html, slack_payload, summary_line
 from core.cost import CostLine, CostModel, CostResult, quantize
 from core.errors import ConfigurationError, InvalidInput
 from core.savings import RULES, InstanceFacts, find_savings
+from core.timestamps import iso
 from core.window import Window
+from service.cost_view import amount, cost_dict, good_basis, good_text
+from service.evaluation import FinestFor
+from service.report_render import CSV_COLUMNS, render_csv, render_html, slack_payload, summary_line
 from storage import cost as cost_store
 from storage import reports as report_store
 from storage.outbox import Outbox
