@@ -41,7 +41,7 @@ from alerts.matching import (
 from alerts.rules import Cause, RulePack
 from core.signals import WindowSignals
 
-__all__ = ["Candidate", "Diagnosis", "Evidence", "by_cause", "diagnose", "ratio", "step_onset"]
+__all__ = ["Candidate", "Diagnosis", "Evidence", "diagnose", "ratio", "step_onset"]
 
 #: Below this, a reference value counts as zero (ratios then become infinite or 1).
 _TINY: Final = 1e-12
@@ -314,10 +314,3 @@ def step_onset(ratios: Sequence[float]) -> int | None:
         if best is None or sse < best[0] - _TINY:
             best = (sse, k)
     return None if best is None else best[1]
-
-
-def by_cause(diagnosis: Diagnosis) -> Mapping[Cause, float]:
-    """Every ranked cause with its confidence (for tables and tests)."""
-    out = {diagnosis.cause: diagnosis.confidence}
-    out.update({c.cause: c.confidence for c in diagnosis.alternatives})
-    return out

@@ -47,6 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
+from collector.assembly import Reassembly
 from collector.http_receiver import HTTP_IMPL
 from collector.ingest import Ingestor
 from collector.mapping import MappingContext
@@ -129,7 +130,9 @@ def bench_pipeline(bodies: list[bytes], spans: int, repeats: int) -> tuple[float
     the pipeline itself costs."""
     with tempfile.TemporaryDirectory() as tmp:
         spool = Spool(SpoolConfig(Path(tmp), max_bytes=8 << 30))
-        ingestor = Ingestor(spool, MappingContext("bench"), CollectorMetrics(), Limits(), 3600.0)
+        ingestor = Ingestor(
+            spool, MappingContext("bench"), CollectorMetrics(), Limits(), Reassembly(3600.0)
+        )
         started, cpu_started = time.perf_counter(), time.process_time()
         for _ in range(repeats):
             for body in bodies:

@@ -28,9 +28,7 @@ BUSY_RETRY_AFTER_S: Final = 1
 
 
 class Busy(Unavailable):
-    """Too many exports in flight: retry after ``retry_after_s``."""
-
-    retry_after_s = BUSY_RETRY_AFTER_S
+    """Too many exports in flight: retry after ``BUSY_RETRY_AFTER_S``."""
 
 
 @dataclass(frozen=True, slots=True)

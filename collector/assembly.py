@@ -1,5 +1,7 @@
-"""Trace assembly: which stage fragments of a trace belong to which request, and why the
-others belong to none.
+"""Stage reassembly, the whole concept: how long the pieces of a trace wait for each other
+(``Reassembly``: the window and the orphan TTL), which stage fragments belong to which request
+and why the others belong to none (``assemble``), and how a request's own fragments fill its
+stage timings (``merge_stages``). This module is pure: no IO.
 
 A request's stages are the stage spans *below its own span* (its descendants through
 ``parent_span_id``) *in its own service* (resource ``service.name``). An application that
@@ -9,7 +11,7 @@ Their names look like stages, but they are the client's time, never the server's
 
 The one stage that comes from above the request is its gateway: the span directly in front
 of it (its parent), of kind SERVER, named as a gateway; its duration minus the request's end
-to end time is the gateway's own share (``mapping.base.merge_stages``).
+to end time is the gateway's own share (``merge_stages``).
 
 Each fragment gets a verdict from the request spans and pieces known at the time:
 
@@ -23,11 +25,11 @@ Each fragment gets a verdict from the request spans and pieces known at the time
 * **waiting**: a parent on its way up is not known yet (a request span or a link still to
   come): it stays in the spool until a later request of its trace settles it, or it expires.
 
-Where the pieces wait: the ingestor spools each request record with its place in the trace
-(``ready_at`` = arrival + the reassembly window), and each stage fragment and link (a span
+Where the pieces wait: the ingestor spools each request record with its place in the trace,
+due at ``Reassembly.due_at`` (arrival + the window), and each stage fragment and link (a span
 that is neither a request nor a stage) at once; the shipper, when records are due, reads
 their traces' pieces, calls ``assemble``, deletes the records and the settled fragments, and
-drops what still waits after its orphan TTL. This module is pure: no IO.
+drops what was spooled before ``Reassembly.expired_before`` (the orphan TTL).
 
 A span of the request's own service that hangs beside the request span rather than below it
 (an HTTP-server span of the same process, say) is refused too: only descendants count.
@@ -35,16 +37,45 @@ A span of the request's own service that hangs beside the request span rather th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import heapq
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from collector.mapping.base import Link, Place, StageFragment, merge_stages
+from collector.mapping.base import STAGE_FIELDS, Link, Place, StageFragment
 from collector.mapping.spans import KIND_SERVER
+from core.errors import InvalidInput, InvalidRecord
 from core.records import RequestRecord
 
 Piece = StageFragment | Link
+
+
+@dataclass(frozen=True, slots=True)
+class Reassembly:
+    """How long the pieces of a trace are given to meet.
+
+    A request record waits ``window_s`` after it arrives, so that the stage spans of its
+    trace that come later or in other exports are merged before it ships; a trace piece that
+    no request has settled is dropped ``orphan_ttl_s`` after it arrived.
+    """
+
+    window_s: float = 2.0
+    orphan_ttl_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.window_s < 0:
+            raise InvalidInput("the reassembly window must not be negative")
+
+    def due_at(self, arrived_at: float) -> float:
+        """When a request record that arrived at ``arrived_at`` is due to ship."""
+        return arrived_at + self.window_s
+
+    def expired_before(self, now: float) -> float:
+        """Trace pieces that arrived before this, and are still unsettled, are dropped."""
+        return now - self.orphan_ttl_s
 
 
 class Refusal(StrEnum):
@@ -239,3 +270,92 @@ def _is_gateway(piece: Piece) -> bool:
     return (
         isinstance(piece, StageFragment) and piece.stage == "gateway" and piece.kind == KIND_SERVER
     )
+
+
+# --- merging a request's own fragments into its record ---------------------------------
+
+
+def stage_seconds(
+    fragments: Iterable[StageFragment], start_ns: int = 0, end_ns: int = 0
+) -> dict[str, float]:
+    """Each stage's time among ``fragments``, every instant counted once.
+
+    Fragments with known times are intervals: an instant covered by several of them counts
+    for the most recently started one (a nested span's time is its own, not its parent's;
+    two spans of one stage running side by side count once), and only within the request's
+    own span ``[start_ns, end_ns]`` when that is known (0: not known). Fragments without
+    times (spooled by an older sidecar) add up. Gateway fragments are left out: a gateway
+    encloses the request (see ``merge_stages``).
+    """
+    totals: dict[str, float] = {}
+    timed: list[tuple[int, int, str]] = []
+    for f in fragments:
+        if f.stage == "gateway":
+            continue
+        if f.start_ns > 0 and f.end_ns >= f.start_ns:
+            lo, hi = f.start_ns, f.end_ns
+            if end_ns > start_ns > 0:
+                lo, hi = max(lo, start_ns), min(hi, end_ns)
+            if hi >= lo:  # within the request's span: the stage was seen, maybe for 0 s
+                timed.append((lo, hi, f.stage))
+                totals.setdefault(f.stage, 0.0)
+        else:
+            totals[f.stage] = totals.get(f.stage, 0.0) + f.seconds
+    for stage, nanos in _self_times(timed).items():
+        totals[stage] = totals.get(stage, 0.0) + nanos / 1e9
+    return totals
+
+
+def _self_times(intervals: list[tuple[int, int, str]]) -> dict[str, int]:
+    """Nanoseconds per stage, each instant given to the latest-starting interval covering it
+    (ties: the one that ends first). A sweep over the sorted boundaries: O(n log n)."""
+    out: dict[str, int] = {}
+    intervals = sorted(i for i in intervals if i[1] > i[0])
+    bounds = sorted({t for lo, hi, _ in intervals for t in (lo, hi)})
+    active: list[tuple[int, int, str]] = []  # (-start, end, stage): the latest start on top
+    i = 0
+    for a, b in itertools.pairwise(bounds):
+        while i < len(intervals) and intervals[i][0] <= a:
+            lo, hi, stage = intervals[i]
+            heapq.heappush(active, (-lo, hi, stage))
+            i += 1
+        while active and active[0][1] <= a:
+            heapq.heappop(active)
+        if active:
+            stage = active[0][2]
+            out[stage] = out.get(stage, 0) + (b - a)
+    return out
+
+
+def merge_stages(
+    record: RequestRecord,
+    fragments: Iterable[StageFragment],
+    start_ns: int = 0,
+    end_ns: int = 0,
+) -> RequestRecord:
+    """Fill the stage timings the request span did not report from its own fragments.
+
+    The caller has decided which fragments are the request's (``assemble``); only
+    those of the record's trace are read. Each stage's time is ``stage_seconds`` of them
+    within the request span ``[start_ns, end_ns]`` (when known); a value the request span
+    itself reported always wins. A gateway fragment is the enclosing gateway span's
+    duration; the gateway's share is that minus the request's end-to-end time.
+    """
+    mine = [f for f in fragments if f.trace_id == record.trace_id]
+    totals = stage_seconds(mine, start_ns, end_ns)
+    gateways = [f.seconds for f in mine if f.stage == "gateway"]
+    if gateways and record.e2e_s is not None:
+        # A gateway span encloses the whole request: its own share is what the engine's
+        # end-to-end time does not account for.
+        totals["gateway"] = max(0.0, min(gateways) - record.e2e_s)
+    updates: dict[str, Any] = {
+        STAGE_FIELDS[stage]: seconds
+        for stage, seconds in totals.items()
+        if getattr(record, STAGE_FIELDS[stage]) is None
+    }
+    if not updates:
+        return record
+    try:
+        return dataclasses.replace(record, **updates)
+    except InvalidRecord:
+        return record

@@ -47,6 +47,14 @@ class UnsupportedEncoding(InvalidInput):
     """A ``Content-Encoding`` the receiver does not speak (HTTP 415)."""
 
 
+class UnsupportedMediaType(InvalidInput):
+    """A ``Content-Type`` other than OTLP's protobuf and JSON (HTTP 415)."""
+
+
+class BodyTimeout(InvalidInput):
+    """The body did not arrive in time (``http_receiver.BODY_TIMEOUT_S``; HTTP 408)."""
+
+
 def normal_encoding(encoding: str) -> str:
     """The encoding in canonical form, or ``UnsupportedEncoding``."""
     encoding = encoding.strip().lower() or "identity"

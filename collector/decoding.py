@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Final
 
+from collector.assembly import Reassembly
 from collector.body import UnsupportedEncoding
 from collector.ingest import Prepared, decode_body, prepare
 from collector.mapping import MappingContext
@@ -71,7 +72,7 @@ class Setup:
     limits: Limits
     context: MappingContext
     accept: AcceptWindow | None
-    window_s: float
+    reassembly: Reassembly
     retire_growth_bytes: int
 
 
@@ -212,11 +213,11 @@ class DecoderPool:
         limits: Limits,
         context: MappingContext,
         accept: AcceptWindow | None,
-        window_s: float,
+        reassembly: Reassembly,
         workers: int = 1,
         retire_growth_bytes: int = 64 << 20,
     ) -> None:
-        setup = Setup(limits, _portable(context), accept, window_s, retire_growth_bytes)
+        setup = Setup(limits, _portable(context), accept, reassembly, retire_growth_bytes)
         self._children = [_Child(setup) for _ in range(workers)]
         self._free: queue.SimpleQueue[_Child] = queue.SimpleQueue()
         for child in self._children:
@@ -300,7 +301,7 @@ def _serve(source: IO[bytes], out: IO[bytes]) -> None:
         try:
             decoded = decode_body(raw, encoding, media, setup.limits)
             del raw
-            result: Any = prepare(decoded, context, now, setup.accept, setup.window_s)
+            result: Any = prepare(decoded, context, now, setup.accept, setup.reassembly)
             del decoded
             status = "ok"
         except InfersightError as exc:

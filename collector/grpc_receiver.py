@@ -1,9 +1,10 @@
 """The OTLP/gRPC receiver (``TraceService/Export``) on its own port.
 
-gRPC status equivalents of the HTTP answers: INVALID_ARGUMENT (undecodable; over an entry
-limit is RESOURCE_EXHAUSTED), UNAVAILABLE when the spool refuses, UNAUTHENTICATED for a bad
-token, and RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` (which OTLP exporters read as
-"retry after this delay") when too many exports are in flight. The size cap is gRPC's receive
+gRPC status equivalents of the HTTP answers (``collector.refusal`` maps each refusal):
+INVALID_ARGUMENT (undecodable; over an entry limit is RESOURCE_EXHAUSTED), UNAVAILABLE when the
+spool refuses, UNAUTHENTICATED for a bad token, and RESOURCE_EXHAUSTED with a
+``google.rpc.RetryInfo`` (which OTLP exporters read as "retry after this delay") when too many
+exports are in flight. The size cap is gRPC's receive
 limit, which applies to the decompressed message. Decoding runs in the shared admission's
 decode slots (``collector.admission``), and gRPC itself refuses calls beyond the admission's
 places, so messages waiting in gRPC's own queue stay bounded too. Connections are bounded as on
@@ -20,18 +21,18 @@ from typing import Any
 import grpc
 from google.protobuf.any_pb2 import Any as AnyMessage
 from google.protobuf.duration_pb2 import Duration
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceResponse,
 )
 
-from collector.admission import Admission, Busy
+from collector.admission import Admission
 from collector.auth import authorized
-from collector.decoding import DecoderFailed
 from collector.ingest import Ingested, Ingestor
 from collector.otlp import PROTOBUF
-from core.errors import InfersightError, InvalidInput, TooLarge, Unavailable
+from collector.refusal import ExportRefusal
+from core.errors import InfersightError, InvalidInput, Unauthorized
 
 ACK_TIMEOUT_S = 30.0
 
@@ -52,38 +53,25 @@ class _TraceService:
     def _decode_and_ingest(self, body: bytes) -> Ingested:
         return self.ingestor.ingest_body(body, "identity", PROTOBUF)
 
-    def _refuse(
-        self, context: Any, code: grpc.StatusCode, exc: InfersightError, result: str
-    ) -> None:
-        metrics = self.ingestor.metrics
-        metrics.exports.labels("grpc", result).inc()
-        reason = exc.details.get("reason")
-        metrics.bodies_refused.labels("grpc", reason if isinstance(reason, str) else result).inc()
-        if isinstance(exc, Busy):
-            context.set_trailing_metadata(_retry_info(exc))
-        context.abort(code, exc.message)
+    def _refuse(self, context: Any, exc: InfersightError) -> None:
+        """Count the refusal and abort the call with its code (``context.abort`` raises)."""
+        refusal = ExportRefusal.of(exc)
+        refusal.count(self.ingestor.metrics, "grpc", exc)
+        if refusal.grpc_retry_info:
+            context.set_trailing_metadata(_retry_info(refusal, exc.message))
+        context.abort(refusal.grpc_code, exc.message)
 
     def export(self, body: bytes, context: Any) -> ExportTraceServiceResponse:
         metrics = self.ingestor.metrics
-        metadata = dict(context.invocation_metadata())
-        if not authorized(metadata.get("authorization"), self.token):
-            metrics.exports.labels("grpc", "unauthorized").inc()
-            metrics.bodies_refused.labels("grpc", "unauthorized").inc()
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
+            metadata = dict(context.invocation_metadata())
+            if not authorized(metadata.get("authorization"), self.token):
+                raise Unauthorized("missing or wrong bearer token")
             with self.admission.admit(len(body)):
                 ingested = self.admission.run(self._decode_and_ingest, body)
             ingested.durable.result(timeout=ACK_TIMEOUT_S)
-        except Busy as exc:
-            self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "busy")
-        except TooLarge as exc:
-            self._refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, exc, "too_large")
-        except DecoderFailed as exc:
-            self._refuse(context, grpc.StatusCode.UNAVAILABLE, exc, "decoder_failed")
-        except Unavailable as exc:
-            self._refuse(context, grpc.StatusCode.UNAVAILABLE, exc, "spool_full")
         except InfersightError as exc:
-            self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, exc, "undecodable")
+            self._refuse(context, exc)
         self.ingestor.acknowledged(ingested)
         response = ExportTraceServiceResponse()
         if ingested.rejected:
@@ -98,16 +86,15 @@ class _TraceService:
         return response
 
 
-def _retry_info(exc: Busy) -> tuple[tuple[str, bytes], ...]:
+def _retry_info(refusal: ExportRefusal, message: str) -> tuple[tuple[str, bytes], ...]:
     """The retry delay as trailers: a ``google.rpc.Status`` carrying ``RetryInfo`` (gRPC's
     status details, read by the OpenTelemetry Collector's exporters) and the bare
     ``RetryInfo`` under the key the OpenTelemetry Python exporter reads."""
-    info = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after_s))
+    info = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=refusal.retry_after_s))
     detail = AnyMessage()
     detail.Pack(info)
-    status = status_pb2.Status(
-        code=code_pb2.RESOURCE_EXHAUSTED, message=exc.message, details=[detail]
-    )
+    code, _ = refusal.grpc_code.value
+    status = status_pb2.Status(code=code, message=message, details=[detail])
     return (
         ("grpc-status-details-bin", status.SerializeToString()),
         ("google.rpc.retryinfo-bin", info.SerializeToString()),

@@ -1,15 +1,15 @@
 """The OTLP/HTTP receiver (``POST /v1/traces``) and the sidecar's ``GET /metrics`` and
 ``GET /healthz``, as a Starlette app; ``serve_http`` runs it under uvicorn in a thread.
 
-Status codes follow the OTLP specification: 200 (with ``partial_success`` when some spans
-were rejected), 400 undecodable, 401 bad token, 408 body not received in time, 413 over the
-cap after decompression or over an entry limit, 415 unsupported media type or encoding,
-429 + ``Retry-After`` when too many exports are in flight (``collector.admission``), 503 +
-``Retry-After`` when the spool refuses. The body is read on the event loop (I/O only) and
-inflated, decoded and mapped by a decode slot (in its decoder process, ``collector.decoding``,
-when the ingestor has one), except a small uncompressed protobuf body, whose decoding costs
-less than the hand-off. 503 + ``Retry-After`` also answers an export whose decoder process
-died under it.
+Status codes follow the OTLP specification (``collector.refusal`` maps each refusal): 200
+(with ``partial_success`` when some spans were rejected), 400 undecodable, 401 bad token, 408
+body not received in time, 413 over the cap after decompression or over an entry limit, 415
+unsupported media type or encoding, 429 + ``Retry-After`` when too many exports are in flight
+(``collector.admission``), 503 + ``Retry-After`` when the spool refuses. The body is read on
+the event loop (I/O only) and inflated, decoded and mapped by a decode slot (in its decoder
+process, ``collector.decoding``, when the ingestor has one), except a small uncompressed
+protobuf body, whose decoding costs less than the hand-off. 503 + ``Retry-After`` also answers
+an export whose decoder process died under it.
 """
 
 from __future__ import annotations
@@ -32,17 +32,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from collector import otlp
-from collector.admission import BUSY_RETRY_AFTER_S, Admission, Busy
+from collector.admission import Admission
 from collector.auth import authorized
-from collector.body import UnsupportedEncoding, normal_encoding, read_raw
-from collector.decoding import DecoderFailed
+from collector.body import BodyTimeout, UnsupportedMediaType, normal_encoding, read_raw
 from collector.ingest import Ingested, Ingestor
-from core.errors import InfersightError, InvalidInput, TooLarge, Unauthorized, Unavailable
+from collector.refusal import ExportRefusal
+from core.errors import InfersightError, InvalidInput, TooLarge, Unauthorized
 from httpd import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_S: Final = 5
 #: Seconds a client has to send the whole body once its headers are in.
 BODY_TIMEOUT_S: Final = 30.0
 #: Seconds between the HTTP server's housekeeping wake-ups (see ``_QuietServer``).
@@ -73,42 +72,6 @@ def _error(
         media = otlp.PROTOBUF
         body = status_pb2.Status(code=status, message=message).SerializeToString()
     return Response(body, status_code=status, media_type=media, headers=headers)
-
-
-class BodyTimeout(InvalidInput):
-    """The body did not arrive within ``BODY_TIMEOUT_S`` (HTTP 408)."""
-
-
-#: HTTP status and ``exports`` result of each refusal, most specific class first.
-_REFUSALS: Final[tuple[tuple[type[InfersightError], int, str], ...]] = (
-    (UnsupportedEncoding, 415, "unsupported_encoding"),
-    (TooLarge, 413, "too_large"),
-    (Busy, 429, "busy"),
-    (BodyTimeout, 408, "timeout"),
-    (DecoderFailed, 503, "decoder_failed"),
-    (Unavailable, 503, "spool_full"),
-    (Unauthorized, 401, "unauthorized"),
-)
-
-
-def _refusal(exc: InfersightError) -> tuple[int, str, dict[str, str] | None]:
-    status, result = next(
-        ((status, result) for kind, status, result in _REFUSALS if isinstance(exc, kind)),
-        (400, "undecodable"),
-    )
-    if isinstance(exc, Busy):
-        return status, result, {"Retry-After": str(exc.retry_after_s)}
-    if status == 503 and isinstance(exc, DecoderFailed):
-        return status, result, {"Retry-After": str(BUSY_RETRY_AFTER_S)}
-    if status == 503:
-        return status, result, {"Retry-After": str(RETRY_AFTER_S)}
-    return status, result, None
-
-
-def refusal_reason(exc: InfersightError, result: str) -> str:
-    """The reason a body was refused, for ``infersight_collector_bodies_refused_total``."""
-    reason = exc.details.get("reason")
-    return reason if isinstance(reason, str) else result
 
 
 class _Decoding:
@@ -185,16 +148,13 @@ def create_app(
             if not authorized(request.headers.get("authorization"), token):
                 raise Unauthorized("missing or wrong bearer token")
             if media not in _MEDIA:
-                metrics.exports.labels("http", "unsupported_media_type").inc()
-                metrics.bodies_refused.labels("http", "unsupported_media_type").inc()
-                return _error(415, f"unsupported content type {media!r}", reply_media)
+                raise UnsupportedMediaType(f"unsupported content type {media!r}")
             ingested = await decoding.ingest(request, media)
             await asyncio.wrap_future(ingested.durable)
         except InfersightError as exc:
-            status, result, headers = _refusal(exc)
-            metrics.exports.labels("http", result).inc()
-            metrics.bodies_refused.labels("http", refusal_reason(exc, result)).inc()
-            return _error(status, exc.message, reply_media, headers)
+            refusal = ExportRefusal.of(exc)
+            refusal.count(metrics, "http", exc)
+            return _error(refusal.http_status, exc.message, reply_media, refusal.http_headers())
         ingestor.acknowledged(ingested)
         metrics.exports.labels("http", "partial" if ingested.rejected else "ok").inc()
         body = otlp.response_body(ingested.rejected, ingested.message, reply_media)

@@ -1,11 +1,12 @@
 """From a decoded OTLP export to durable spool entries: decode spans, map them, count every
 outcome, append records and trace pieces to the spool.
 
-Records wait in the spool for the reassembly window (their ``ready_at``) so that stage spans
-of the same trace, arriving later or in other exports, are merged before shipping. Each
-record keeps its place in the trace (parent span, start, end); every span that is neither a
-request nor a stage is kept as a link (its ids, its service, its kind), so that the shipper
-can tell a request's own stages from its client's (``collector.assembly``).
+Records wait in the spool for the reassembly window (their ``ready_at`` is
+``Reassembly.due_at``) so that stage spans of the same trace, arriving later or in other
+exports, are merged before shipping. Each record keeps its place in the trace (parent span,
+start, end); every span that is neither a request nor a stage is kept as a link (its ids, its
+service, its kind), so that the shipper can tell a request's own stages from its client's
+(``collector.assembly``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Protocol
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector import otlp, validation
+from collector.assembly import Reassembly
 from collector.body import inflate
 from collector.codec import Kind, encode_fragment, encode_link, encode_record
 from collector.mapping import Link, MappingContext, Place, Skipped, StageFragment, map_span
@@ -26,7 +28,6 @@ from collector.metrics import CollectorMetrics
 from collector.otlp import Decoded, Limits, span_views
 from collector.spool import Entry, Spool
 from core.accept import AcceptWindow
-from core.errors import InvalidInput
 from core.records import RequestRecord
 
 
@@ -76,9 +77,10 @@ def prepare(
     context: MappingContext,
     now: float,
     accept: AcceptWindow | None,
-    window_s: float,
+    reassembly: Reassembly,
 ) -> Prepared:
     """Map and validate every span into spool entries (no I/O, no shared state)."""
+    due_at = reassembly.due_at(now)
     entries: list[Entry] = []
     rejected: Tally[str] = Tally()
     unmapped: Tally[tuple[str, str]] = Tally()
@@ -87,7 +89,7 @@ def prepare(
         if isinstance(outcome, RequestRecord):
             place = Place(view.parent_span_id, view.start_ns, view.end_ns)
             payload = encode_record(outcome, place)
-            entries.append(Entry(Kind.RECORD, outcome.trace_id, now + window_s, payload))
+            entries.append(Entry(Kind.RECORD, outcome.trace_id, due_at, payload))
         elif isinstance(outcome, StageFragment):
             entries.append(Entry(Kind.STAGE, outcome.trace_id, now, encode_fragment(outcome)))
         elif isinstance(outcome, Skipped) and outcome.rejected:
@@ -109,17 +111,15 @@ class Ingestor:
         context: MappingContext,
         metrics: CollectorMetrics,
         limits: Limits,
-        window_s: float = 2.0,
+        reassembly: Reassembly | None = None,
         clock: Callable[[], float] | None = None,
         accept: AcceptWindow | None = None,
     ) -> None:
-        if window_s < 0:
-            raise InvalidInput("the reassembly window must not be negative")
         self.spool = spool
         self.context = context
         self.metrics = metrics
         self.limits = limits
-        self.window_s = window_s
+        self.reassembly = reassembly or Reassembly()
         self._clock = clock or spool.now
         #: Starts outside it are refused (``None``: any plausible start, for replays).
         self.accept = accept
@@ -131,7 +131,7 @@ class Ingestor:
         return self.ingest_decoded(span_views(message, self.limits))
 
     def ingest_decoded(self, decoded: Decoded) -> Ingested:
-        prepared = prepare(decoded, self.context, self._clock(), self.accept, self.window_s)
+        prepared = prepare(decoded, self.context, self._clock(), self.accept, self.reassembly)
         return self.commit(prepared)
 
     def ingest_body(self, raw: bytes | bytearray, encoding: str, media: str) -> Ingested:

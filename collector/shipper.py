@@ -7,8 +7,8 @@ keys it has), and only then are the entries deleted from the spool, with the fra
 were merged or refused (refusals are counted by reason); fragments still waiting for a parent
 stay. A store that is down is retried forever with backoff (5 s × 1.5, capped at 30 s), so an
 outage only grows the spool. Stage fragments whose request never arrives are dropped (and
-counted) after ``orphan_ttl_s``; links (spans kept only for their place in a trace) expire
-with them, uncounted.
+counted) after the orphan TTL (``Reassembly.orphan_ttl_s``); links (spans kept only for their
+place in a trace) expire with them, uncounted.
 
 Cadence: every pass costs the store a fixed amount of work (a transaction, the rollup rows of
 each series read, merged and rewritten) besides its per-record cost, so a pass that stored
@@ -27,19 +27,19 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from collector.assembly import Piece, Request, assemble
+from collector.assembly import Piece, Reassembly, Request, assemble
 from collector.codec import Kind, decode_gpu, decode_piece, decode_placed, decode_server
 from collector.mapping import Link
 from collector.metrics import CollectorMetrics
 from collector.spool import Spool, Stored
 from core.errors import ConfigurationError, InvalidInput, Unavailable
 from core.records import RequestRecord
-from core.samples import GpuSample, ServerSample
+from core.write import Sink, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,6 @@ log = logging.getLogger(__name__)
 #: a request's own stage spans are far fewer (SGLang's decode slices of a long answer are a
 #: few thousand); beyond it a flooded trace's pieces wait and expire, and memory stays bounded.
 MAX_PIECES_PER_TRACE: Final = 20_000
-
-
-class Sink(Protocol):
-    """What the shipper needs of ``storage.writer.Writer``."""
-
-    def write_requests(self, records: Sequence[RequestRecord]) -> object: ...
-    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int: ...
-    def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +92,7 @@ class Shipper:
         metrics: CollectorMetrics,
         backoff: Backoff | None = None,
         batch_size: int = 2000,
-        orphan_ttl_s: float = 300.0,
+        reassembly: Reassembly | None = None,
         idle_s: float = 1.0,
         clock: Callable[[], float] | None = None,
         max_idle_s: float = 10.0,
@@ -113,8 +105,8 @@ class Shipper:
         #: thread, so that the sidecar accepts exports while the store's libraries load).
         self.sink: Sink | None = None
         self.open_sink: Callable[[], Sink] | None = None
-        if hasattr(sink, "write_requests"):
-            self.sink = sink  # type: ignore[assignment]
+        if isinstance(sink, Sink):
+            self.sink = sink
         else:
             self.open_sink = sink
         #: The sink is built once ``open_when()`` holds or ``open_delay_s`` has passed.
@@ -127,7 +119,8 @@ class Shipper:
         self.metrics = metrics
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
-        self.orphan_ttl_s = orphan_ttl_s
+        #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
+        self.reassembly = reassembly or Reassembly()
         #: Least time from the start of a pass that stored records to the next pass, while
         #: less than a batch is waiting.
         self.idle_s = idle_s
@@ -292,15 +285,13 @@ class Shipper:
                     self.metrics.ship_errors.labels("invalid_record").inc()
                     log.error("the store refused record %s: %s", record.span_id, exc.message)
             return
-        duplicates = getattr(result, "duplicates", 0)
-        if duplicates:
-            self.metrics.ship_duplicates.inc(duplicates)
+        if result.duplicates:
+            self.metrics.ship_duplicates.inc(result.duplicates)
         self._count_refused(result)
 
-    def _count_refused(self, result: object) -> None:
-        refused = getattr(result, "refused", 0)
-        if refused:  # outside the store's accepted window: dropped, as retention would
-            self.metrics.ship_errors.labels("out_of_window").inc(refused)
+    def _count_refused(self, result: WriteResult) -> None:
+        if result.refused:  # outside the store's accepted window: dropped, as retention would
+            self.metrics.ship_errors.labels("out_of_window").inc(result.refused)
 
     def _sink(self) -> Sink:
         if self.sink is None:
@@ -325,7 +316,8 @@ class Shipper:
         return len(stored)
 
     def _drop_orphans(self, now: float) -> None:
-        expired = self.spool.ready(now - self.orphan_ttl_s, [Kind.STAGE], self.batch_size)
+        horizon = self.reassembly.expired_before(now)
+        expired = self.spool.ready(horizon, [Kind.STAGE], self.batch_size)
         if expired:
             self.spool.delete([s.seq for s in expired])
             links = sum(isinstance(self._decode_piece(s), Link) for s in expired)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.admission import Admission, AdmissionConfig
+from collector.assembly import Reassembly
 from collector.auth import check_bind
 from collector.decoding import DecoderPool
 from collector.grpc_receiver import GrpcServer
@@ -36,10 +37,11 @@ from collector.mapping import MappingContext
 from collector.metrics import CollectorMetrics
 from collector.otlp import Limits
 from collector.periodic import PeriodicTask, Sampler
-from collector.shipper import Backoff, Shipper, Sink
+from collector.shipper import Backoff, Shipper
 from collector.spool import FsyncMode, Spool, SpoolConfig
 from core.accept import AcceptWindow
 from core.errors import ConfigurationError
+from core.write import Sink
 
 log = logging.getLogger(__name__)
 #: Longest the store writer waits for a first export before it is built anyway.
@@ -120,13 +122,15 @@ class Sidecar:
         context = MappingContext(
             config.instance, config.model, dict(config.service_models), scraped_model
         )
+        reassembly = Reassembly(config.window_s)
         self.ingestor = Ingestor(
-            self.spool, context, self.metrics, config.limits, config.window_s, accept=config.accept
+            self.spool, context, self.metrics, config.limits, reassembly, accept=config.accept
         )
         self.shipper = Shipper(
             self.spool,
             sink,
             self.metrics,
+            reassembly=reassembly,
             backoff=config.backoff,
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
@@ -135,7 +139,7 @@ class Sidecar:
         self.decoders: DecoderPool | None = None
         if config.decode_processes:
             self.decoders = DecoderPool(
-                config.limits, context, config.accept, config.window_s,
+                config.limits, context, config.accept, reassembly,
                 workers=config.admission.slots,
             )  # fmt: skip
             self.ingestor.decoder = self.decoders

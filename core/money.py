@@ -74,9 +74,6 @@ class Money:
     def times(self, factor: Decimal) -> Money:
         return Money(self.amount * factor, self.currency)
 
-    def quantized(self) -> Money:
-        return Money(quantize(self.amount), self.currency)
-
     def per_million(self, units: int) -> Money | None:
         """This amount per million ``units`` (tokens), or ``None`` for no units."""
         if units <= 0:

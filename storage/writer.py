@@ -29,9 +29,9 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import UTC, date, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -42,6 +42,7 @@ from core.accept import AcceptWindow
 from core.errors import InvalidInput, Unavailable
 from core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
+from core.write import Sink, WriteResult
 from storage import gpu_rollup, rollup
 from storage.batch import Batch
 from storage.partitions import ensure_partitions
@@ -67,28 +68,11 @@ COPY_TYPES: Final = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    """What a batch did: ``inserted + duplicates + refused == received``."""
-
-    received: int
-    inserted: int
-    duplicates: int
-    #: Records outside the writer's accepted window, not stored.
-    refused: int = 0
-
-
-class Writer(Protocol):
-    def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult: ...
-    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int: ...
-    def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
-
-
 def open_writer(
     engine: Engine,
     accept: AcceptWindow | None = None,
     clock: Callable[[], datetime] | None = None,
-) -> Writer:
+) -> Sink:
     """The writer for ``engine``'s database, refusing timestamps outside ``accept``."""
     if engine.dialect.name == "postgresql":
         return PostgresWriter(engine, accept, clock)

@@ -12,7 +12,6 @@ from collector.mapping.base import (
     Place,
     Skipped,
     StageFragment,
-    merge_stages,
 )
 from collector.mapping.dispatch import map_span
 from collector.mapping.spans import SpanView
@@ -26,5 +25,4 @@ __all__ = [
     "SpanView",
     "StageFragment",
     "map_span",
-    "merge_stages",
 ]

@@ -1,5 +1,6 @@
 """The core every engine mapper shares: context, outcomes, model attribution, outcome fields
-(status, error type, finish reason), derived latencies, stage fragments and their merge.
+(status, error type, finish reason), derived latencies and stage fragments (which request they
+belong to and how they are merged into it: ``collector.assembly``).
 
 An engine mapper only extracts numbers from its engine's attribute shape into ``Timings``;
 ``build_record`` turns them into a validated ``RequestRecord`` the same way for all engines.
@@ -7,13 +8,10 @@ An engine mapper only extracts numbers from its engine's attribute shape into ``
 
 from __future__ import annotations
 
-import dataclasses
-import heapq
-import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from collector.mapping.spans import (
     STATUS_ERROR,
@@ -280,89 +278,3 @@ def stage_fragment(span: SpanView, stage: str, service: str = "") -> Outcome:
         span.start_ns,
         span.end_ns,
     )
-
-
-def stage_seconds(
-    fragments: Iterable[StageFragment], start_ns: int = 0, end_ns: int = 0
-) -> dict[str, float]:
-    """Each stage's time among ``fragments``, every instant counted once.
-
-    Fragments with known times are intervals: an instant covered by several of them counts
-    for the most recently started one (a nested span's time is its own, not its parent's;
-    two spans of one stage running side by side count once), and only within the request's
-    own span ``[start_ns, end_ns]`` when that is known (0: not known). Fragments without
-    times (spooled by an older sidecar) add up. Gateway fragments are left out: a gateway
-    encloses the request (see ``merge_stages``).
-    """
-    totals: dict[str, float] = {}
-    timed: list[tuple[int, int, str]] = []
-    for f in fragments:
-        if f.stage == "gateway":
-            continue
-        if f.start_ns > 0 and f.end_ns >= f.start_ns:
-            lo, hi = f.start_ns, f.end_ns
-            if end_ns > start_ns > 0:
-                lo, hi = max(lo, start_ns), min(hi, end_ns)
-            if hi >= lo:  # within the request's span: the stage was seen, maybe for 0 s
-                timed.append((lo, hi, f.stage))
-                totals.setdefault(f.stage, 0.0)
-        else:
-            totals[f.stage] = totals.get(f.stage, 0.0) + f.seconds
-    for stage, nanos in _self_times(timed).items():
-        totals[stage] = totals.get(stage, 0.0) + nanos / 1e9
-    return totals
-
-
-def _self_times(intervals: list[tuple[int, int, str]]) -> dict[str, int]:
-    """Nanoseconds per stage, each instant given to the latest-starting interval covering it
-    (ties: the one that ends first). A sweep over the sorted boundaries: O(n log n)."""
-    out: dict[str, int] = {}
-    intervals = sorted(i for i in intervals if i[1] > i[0])
-    bounds = sorted({t for lo, hi, _ in intervals for t in (lo, hi)})
-    active: list[tuple[int, int, str]] = []  # (-start, end, stage): the latest start on top
-    i = 0
-    for a, b in itertools.pairwise(bounds):
-        while i < len(intervals) and intervals[i][0] <= a:
-            lo, hi, stage = intervals[i]
-            heapq.heappush(active, (-lo, hi, stage))
-            i += 1
-        while active and active[0][1] <= a:
-            heapq.heappop(active)
-        if active:
-            stage = active[0][2]
-            out[stage] = out.get(stage, 0) + (b - a)
-    return out
-
-
-def merge_stages(
-    record: RequestRecord,
-    fragments: Iterable[StageFragment],
-    start_ns: int = 0,
-    end_ns: int = 0,
-) -> RequestRecord:
-    """Fill the stage timings the request span did not report from its own fragments.
-
-    The caller has decided which fragments are the request's (``collector.assembly``); only
-    those of the record's trace are read. Each stage's time is ``stage_seconds`` of them
-    within the request span ``[start_ns, end_ns]`` (when known); a value the request span
-    itself reported always wins. A gateway fragment is the enclosing gateway span's
-    duration; the gateway's share is that minus the request's end-to-end time.
-    """
-    mine = [f for f in fragments if f.trace_id == record.trace_id]
-    totals = stage_seconds(mine, start_ns, end_ns)
-    gateways = [f.seconds for f in mine if f.stage == "gateway"]
-    if gateways and record.e2e_s is not None:
-        # A gateway span encloses the whole request: its own share is what the engine's
-        # end-to-end time does not account for.
-        totals["gateway"] = max(0.0, min(gateways) - record.e2e_s)
-    updates: dict[str, Any] = {
-        STAGE_FIELDS[stage]: seconds
-        for stage, seconds in totals.items()
-        if getattr(record, STAGE_FIELDS[stage]) is None
-    }
-    if not updates:
-        return record
-    try:
-        return dataclasses.replace(record, **updates)
-    except InvalidRecord:
-        return record

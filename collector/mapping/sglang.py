@@ -23,10 +23,6 @@ def claims(span: SpanView) -> bool:
     return bool(_ROOT_NAME.match(span.name))
 
 
-def is_sglang(span: SpanView) -> bool:
-    return "sglang" in span.service.lower() or span.scope.startswith("sglang")
-
-
 def timings(span: SpanView) -> Timings:
     def latency(name: str) -> float | None:
         return as_float(span.attr("gen_ai.latency." + name))

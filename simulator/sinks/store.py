@@ -1,40 +1,31 @@
 """A sink that writes a run into the infersight store through an injected writer.
 
 The simulator depends on ``core`` only, so the writer comes from the composition root
-(``storage.writer.open_writer(engine)`` in the CLI and the tests); anything with the same three
-methods works. Records are written in batches; an ``Unavailable`` store is retried with
-backoff a few times before the error propagates.
+(``storage.writer.open_writer(engine)`` in the CLI and the tests); any ``core.write.Sink``
+works. Records are written in batches; an ``Unavailable`` store is retried with backoff a few
+times before the error propagates.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 from core.errors import Unavailable
 from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
+from core.write import Sink
 from simulator.events import Batch
 
 _T = TypeVar("_T")
 
 
-class RecordWriter(Protocol):
-    """``storage.writer.Writer``'s shape (its ``WriteResult`` has ``inserted``/``duplicates``)."""
-
-    def write_requests(self, records: Sequence[RequestRecord]) -> Any: ...
-
-    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int: ...
-
-    def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
-
-
 class StoreSink:
     def __init__(
         self,
-        writer: RecordWriter,
+        writer: Sink,
         *,
         batch_size: int = 5000,
         retries: int = 5,

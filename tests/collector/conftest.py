@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from collector.admission import Admission
+from collector.assembly import Reassembly
 from collector.decoding import DecoderPool
 from collector.grpc_receiver import GrpcLimits, GrpcServer
 from collector.http_receiver import HttpServer, create_app
@@ -38,10 +39,14 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         spool = Spool(SpoolConfig(directory, **(spool_config or {})))
         metrics = CollectorMetrics()
         ingestor = Ingestor(
-            spool, MappingContext("test-node", model=model), metrics, limits or Limits(), 0.0
+            spool,
+            MappingContext("test-node", model=model),
+            metrics,
+            limits or Limits(),
+            Reassembly(0.0),
         )
         if decoders:
-            pool = DecoderPool(ingestor.limits, ingestor.context, None, 0.0)
+            pool = DecoderPool(ingestor.limits, ingestor.context, None, ingestor.reassembly)
             ingestor.decoder = pool
             pools.append(pool)
         admission = admission or Admission()

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.assembly import Refusal, Request, assemble
+from collector.assembly import Reassembly, Refusal, Request, assemble, stage_seconds
 from collector.codec import decode_piece, decode_placed, encode_fragment, encode_link, encode_record
 from collector.mapping import Link, Place, StageFragment
-from collector.mapping.base import stage_seconds
 from collector.mapping.spans import KIND_SERVER
+from core.errors import InvalidInput
 from core.records import RequestRecord
 
 TRACE = "ab" * 16
@@ -195,3 +195,12 @@ def test_a_record_replayed_into_the_same_batch_gets_its_stages_in_both_copies() 
     queue = fragment("c" * 16, S1, "queue", 0, 20)
     out = assemble([request(S1), request(S1)], [queue])
     assert [r.queue_s for r in out.records] == [pytest.approx(0.02), pytest.approx(0.02)]
+
+
+def test_the_reassembly_window_and_orphan_ttl_are_counted_from_arrival() -> None:
+    reassembly = Reassembly(window_s=2.0, orphan_ttl_s=300.0)
+    assert reassembly.due_at(1000.0) == 1002.0
+    assert reassembly.expired_before(1000.0) == 700.0
+    assert Reassembly(0.0).due_at(1000.0) == 1000.0
+    with pytest.raises(InvalidInput, match="must not be negative"):
+        Reassembly(window_s=-1.0)

@@ -5,7 +5,6 @@ served over HTTP, scraped by a running sidecar into SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,8 +15,6 @@ from sqlalchemy import select
 
 from collector.codec import decode_server, encode_sample
 from collector.scrape.scraper import Scraper
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
 from core.errors import InvalidRecord
 from core.samples import MAX_ENGINES, EngineSample, ServerSample
 from storage.tables import server_engine_samples, server_samples
@@ -30,6 +27,7 @@ from tests.collector.engine_expositions import (
     Rank,
     sglang_body,
 )
+from tests.collector.harness import running_sidecar, sidecar_config, wait_until
 
 TS = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -189,15 +187,6 @@ def test_per_engine_samples_survive_the_spool_and_old_payloads_decode() -> None:
 # -- through a sidecar into the store --------------------------------------------------------
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 def rows(store, table) -> list:
     with store.engine.connect() as c:
         return list(c.execute(select(table).order_by(*table.primary_key.columns)))
@@ -223,20 +212,9 @@ def test_a_sidecar_stores_the_instance_figures_and_each_engine(
 ) -> None:
     url, _ = serve(body)
     scraper = Scraper(url, "dp-0", interval_s=0.2)
-    config = SidecarConfig(
-        "dp-0",
-        tmp_path / "spool",
-        http_port=0,
-        grpc_port=0,
-        window_s=0.0,
-        sample_ship_interval_s=0.2,
-        backoff=Backoff(0.1, 1.5, 0.5),
-    )
-    app = Sidecar(config, open_writer(store.engine), [scraper], scraper.current_model).start()
-    try:
+    config = sidecar_config("dp-0", tmp_path / "spool", sample_ship_interval_s=0.2)
+    with running_sidecar(open_writer(store.engine), config, [scraper], scraper.current_model):
         assert wait_until(lambda: len(rows(store, server_samples)) >= 2)
-    finally:
-        app.stop()
     instance_rows = rows(store, server_samples)
     engine_rows = rows(store, server_engine_samples)
     assert {r.instance for r in instance_rows} == {"dp-0"}

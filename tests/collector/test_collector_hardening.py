@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.assembly import Reassembly
 from collector.auth import MIN_TOKEN_CHARS, check_bind
 from collector.http_receiver import HttpServer, create_app
 from collector.ingest import Ingestor
@@ -59,7 +60,7 @@ def test_the_token_flag_warns_that_the_process_list_shows_it(tmp_path):
 @pytest.mark.e2e
 def test_the_http_receiver_closes_idle_and_slowloris_connections(tmp_path):
     spool = Spool(SpoolConfig(tmp_path / "spool"))
-    ingestor = Ingestor(spool, MappingContext("n"), CollectorMetrics(), Limits(), 0.0)
+    ingestor = Ingestor(spool, MappingContext("n"), CollectorMetrics(), Limits(), Reassembly(0.0))
     limits = ConnectionLimits(header_timeout_s=1.0, keep_alive_s=1, max_connections=4)
     server = HttpServer(create_app(ingestor), "127.0.0.1", 0, limits=limits).start()
     try:

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from collector.mapping import MappingContext, Skipped, StageFragment, map_span, merge_stages
+from collector.assembly import merge_stages
+from collector.mapping import MappingContext, Skipped, StageFragment, map_span
 from collector.mapping.base import Timings, build_record
 from collector.mapping.spans import STATUS_ERROR, parse_duration
 from core.records import Engine, RequestRecord, Status

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.sdk.resources import Resource
@@ -20,14 +19,22 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
 
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
+from collector.sidecar import Sidecar
 from core.accept import AcceptWindow
 from storage.partitions import list_partitions
 from storage.tables import requests
 from storage.writer import open_writer
 from tests.collector.collector_shapes import VLLM_V1
-from tests.collector.harness import encoded
+from tests.collector.harness import (
+    Key,
+    base_url,
+    post_spans,
+    running_sidecar,
+    sidecar_config,
+    span_key,
+    stored_keys,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 NS = 1_000_000_000
@@ -56,51 +63,22 @@ def make_span(
     return finished
 
 
-def key(span: ReadableSpan) -> tuple[str, str]:
-    assert span.context is not None
-    return f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"
-
-
 @pytest.fixture
 def sidecar(store, tmp_path: Path) -> Iterator[Sidecar]:
-    config = SidecarConfig(
-        "plausible",
-        tmp_path / "spool",
-        http_port=0,
-        grpc_port=0,
-        window_s=0.0,
-        model="llama-8b",
-        backoff=Backoff(0.1, 1.5, 0.5),
-        accept=AcceptWindow.of_days(14, future_s=300.0),
-    )
-    app = Sidecar(config, open_writer(store.engine)).start()
-    yield app
-    app.stop()
+    accept = AcceptWindow.of_days(14, future_s=300.0)
+    config = sidecar_config("plausible", tmp_path / "spool", model="llama-8b", accept=accept)
+    with running_sidecar(open_writer(store.engine), config) as app:
+        yield app
 
 
 def export(app: Sidecar, spans: list[ReadableSpan]) -> trace_service_pb2.ExportTraceServiceResponse:
-    response = httpx.post(
-        f"http://127.0.0.1:{app.http.port}/v1/traces",
-        content=encoded(spans),
-        headers={"content-type": "application/x-protobuf"},
-        timeout=10,
-    )
+    response = post_spans(base_url(app), spans, timeout=10)
     assert response.status_code == 200
     return trace_service_pb2.ExportTraceServiceResponse.FromString(response.content)
 
 
-def stored(store) -> set[tuple[str, str]]:
-    with store.engine.connect() as c:
-        return {tuple(r) for r in c.execute(select(requests.c.trace_id, requests.c.span_id))}
-
-
-def wait_for(predicate, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
+def stored(store) -> set[Key]:
+    return set(stored_keys(store.engine))
 
 
 #: "Now" for the spans a test builds, read when the test starts (not when the module is
@@ -169,9 +147,9 @@ def test_implausible_spans_are_rejected_with_their_reasons_and_the_rest_are_stor
     for reason, n in reasons.items():
         assert metrics.value("infersight_collector_spans_rejected_total", reason=reason) == n
     assert metrics.value("infersight_collector_spans_accepted_total") == len(good)
-    assert wait_for(lambda: stored(store) == {key(s) for s in good})
+    assert wait_until(lambda: stored(store) == {span_key(s) for s in good})
     for sentence, span in refused.items():
-        assert key(span) not in stored(store), sentence
+        assert span_key(span) not in stored(store), sentence
 
 
 def test_plausible_edge_values_are_accepted(store, sidecar: Sidecar) -> None:
@@ -183,25 +161,17 @@ def test_plausible_edge_values_are_accepted(store, sidecar: Sidecar) -> None:
     ]
     answer = export(sidecar, spans)
     assert not answer.HasField("partial_success")
-    assert wait_for(lambda: stored(store) == {key(s) for s in spans})
+    assert wait_until(lambda: stored(store) == {span_key(s) for s in spans})
     with store.engine.connect() as c:
         tokens = dict(c.execute(select(requests.c.span_id, requests.c.output_tokens)).all())
-    assert tokens[key(spans[1])[1]] == 41
+    assert tokens[span_key(spans[1])[1]] == 41
 
 
 @pytest.mark.postgres
 def test_starts_spread_over_two_centuries_create_no_partitions(pg_store, tmp_path: Path) -> None:
     """The issue's reproduction: starts spread over 2000–2199 once made a partition each."""
-    config = SidecarConfig(
-        "far",
-        tmp_path / "spool",
-        http_port=0,
-        grpc_port=0,
-        window_s=0.0,
-        accept=AcceptWindow.of_days(14),
-    )
-    app = Sidecar(config, open_writer(pg_store.engine)).start()
-    try:
+    config = sidecar_config("far", tmp_path / "spool", accept=AcceptWindow.of_days(14))
+    with running_sidecar(open_writer(pg_store.engine), config) as app:
         with pg_store.engine.connect() as c:
             before = {name for name, _ in list_partitions(c, "requests")}
         year_ns = 365 * DAY_NS
@@ -209,9 +179,7 @@ def test_starts_spread_over_two_centuries_create_no_partitions(pg_store, tmp_pat
         answer = export(app, [*far, make_span()])
         plausible = [s for s in far if abs(s.start_time - NOW_NS) <= 14 * DAY_NS]
         assert answer.partial_success.rejected_spans == len(far) - len(plausible)
-        assert wait_for(lambda: len(stored(pg_store)) == 1 + len(plausible))
+        assert wait_until(lambda: len(stored(pg_store)) == 1 + len(plausible))
         with pg_store.engine.connect() as c:
             after = {name for name, _ in list_partitions(c, "requests")}
         assert len(after - before) <= 1  # today's, at most
-    finally:
-        app.stop()

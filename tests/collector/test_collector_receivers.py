@@ -25,7 +25,19 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collector import http_receiver
+from collector.admission import Busy
+from collector.body import BodyTimeout, UnsupportedEncoding, UnsupportedMediaType
+from collector.decoding import DecoderFailed
 from collector.otlp import Limits
+from collector.refusal import ExportRefusal
+from core.errors import (
+    InfersightError,
+    InvalidInput,
+    InvalidRecord,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
 from tests.collector.collector_shapes import VLLM_V1
 from tests.collector.harness import Receiver, encoded, vllm_spans
 
@@ -140,6 +152,44 @@ def post(receiver: Receiver, body: bytes, headers: dict[str, str]) -> httpx.Resp
 def still_serves(receiver: Receiver) -> None:
     response = post(receiver, encoded(vllm_spans(1)), PROTOBUF)
     assert response.status_code == 200
+
+
+S = grpc.StatusCode
+
+
+@pytest.mark.parametrize(
+    ("error", "result", "http_status", "retry_after", "grpc_code", "retry_info"),
+    [
+        (Unauthorized("x"), "unauthorized", 401, None, S.UNAUTHENTICATED, False),
+        (UnsupportedMediaType("x"), "unsupported_media_type", 415, None, S.INVALID_ARGUMENT, False),
+        (UnsupportedEncoding("x"), "unsupported_encoding", 415, None, S.INVALID_ARGUMENT, False),
+        (TooLarge("x"), "too_large", 413, None, S.RESOURCE_EXHAUSTED, False),
+        (Busy("x"), "busy", 429, "1", S.RESOURCE_EXHAUSTED, True),
+        (BodyTimeout("x"), "timeout", 408, None, S.INVALID_ARGUMENT, False),
+        (DecoderFailed("x"), "decoder_failed", 503, "1", S.UNAVAILABLE, False),
+        (Unavailable("x"), "spool_full", 503, "5", S.UNAVAILABLE, False),
+        (InvalidInput("x"), "undecodable", 400, None, S.INVALID_ARGUMENT, False),
+        (InvalidRecord("x"), "undecodable", 400, None, S.INVALID_ARGUMENT, False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, InfersightError) else None,
+)
+def test_each_refusal_has_one_answer_for_both_receivers(
+    error: InfersightError,
+    result: str,
+    http_status: int,
+    retry_after: str | None,
+    grpc_code: grpc.StatusCode,
+    retry_info: bool,
+) -> None:
+    refusal = ExportRefusal.of(error)
+    assert (refusal.result, refusal.http_status, refusal.grpc_code) == (
+        result,
+        http_status,
+        grpc_code,
+    )
+    headers = refusal.http_headers()
+    assert (headers or {}).get("Retry-After") == retry_after
+    assert refusal.grpc_retry_info is retry_info
 
 
 def test_a_truncated_protobuf_is_400_counted_and_the_next_request_is_served(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from collector.assembly import Reassembly
 from collector.codec import Kind, encode_fragment, encode_link, encode_record, encode_sample
 from collector.mapping import Link, StageFragment
 from collector.metrics import CollectorMetrics
@@ -18,8 +19,10 @@ from collector.spool import Entry, Spool, SpoolConfig
 from core.errors import Unavailable
 from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
+from core.write import Sink, WriteResult
 from storage.tables import gpu_samples, requests, server_samples
-from storage.writer import Writer, open_writer
+from storage.writer import open_writer
+from tests.collector.harness import stored_keys
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -43,6 +46,25 @@ class Clock:
         return self.now
 
 
+class Pauses:
+    """``Shipper.run``'s ``wait``: records each pause, moves ``clock`` on by it (when given)
+    and stops the loop once the spool is empty."""
+
+    def __init__(self, spool: Spool, clock: Clock | None = None) -> None:
+        self.spool = spool
+        self.clock = clock
+        self.stop = threading.Event()
+        self.waits: list[float] = []
+
+    def __call__(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        if self.clock is not None:
+            self.clock.now += seconds
+        if self.spool.stats()[0] == 0:
+            self.stop.set()
+        return self.stop.is_set()
+
+
 @pytest.fixture
 def spool(tmp_path: Path) -> Iterator[Spool]:
     spool = Spool(SpoolConfig(tmp_path / "spool", group_window_s=0.0))
@@ -58,11 +80,6 @@ def record_entries(records: Sequence[RequestRecord], ready_at: float = 0.0) -> l
     return [Entry(Kind.RECORD, r.trace_id, ready_at, encode_record(r)) for r in records]
 
 
-def stored_keys(store: object) -> list[tuple[str, str]]:
-    with store.engine.connect() as c:  # type: ignore[attr-defined]
-        return [tuple(row) for row in c.execute(select(requests.c.trace_id, requests.c.span_id))]
-
-
 def test_records_land_in_the_store_exactly_once_even_when_replayed(store, spool: Spool) -> None:
     metrics = CollectorMetrics()
     shipper = Shipper(spool, open_writer(store.engine), metrics, batch_size=100)
@@ -73,7 +90,7 @@ def test_records_land_in_the_store_exactly_once_even_when_replayed(store, spool:
     put(spool, record_entries(batch[:50]))  # a replay after a crash between write and delete
     while shipper.ship_once().shipped:
         pass
-    keys = stored_keys(store)
+    keys = stored_keys(store.engine)
     assert sorted(keys) == sorted((r.trace_id, r.span_id) for r in batch)
     assert spool.stats() == (0, 0)
     assert metrics.value("infersight_collector_ship_duplicates_total") == 50
@@ -99,7 +116,8 @@ def test_stage_fragments_are_merged_and_records_wait_for_the_window(store, spool
 def test_a_stage_whose_request_never_comes_is_dropped_after_its_ttl(store, spool: Spool) -> None:
     clock = Clock()
     metrics = CollectorMetrics()
-    shipper = Shipper(spool, open_writer(store.engine), metrics, orphan_ttl_s=60, clock=clock)
+    ttl = Reassembly(orphan_ttl_s=60)
+    shipper = Shipper(spool, open_writer(store.engine), metrics, reassembly=ttl, clock=clock)
     fragment = StageFragment("ab" * 16, "00000000000000ff", "decode", 1.0)
     put(spool, [Entry(Kind.STAGE, fragment.trace_id, clock.now, encode_fragment(fragment))])
     shipper.ship_once()
@@ -113,7 +131,8 @@ def test_a_stage_whose_request_never_comes_is_dropped_after_its_ttl(store, spool
 def test_links_expire_with_the_ttl_without_counting_as_orphan_stages(store, spool: Spool) -> None:
     clock = Clock()
     metrics = CollectorMetrics()
-    shipper = Shipper(spool, open_writer(store.engine), metrics, orphan_ttl_s=60, clock=clock)
+    ttl = Reassembly(orphan_ttl_s=60)
+    shipper = Shipper(spool, open_writer(store.engine), metrics, reassembly=ttl, clock=clock)
     link = Link("ab" * 16, "00000000000000ee", "", "chat-app", 1)
     put(spool, [Entry(Kind.STAGE, link.trace_id, clock.now, encode_link(link))])
     clock.now += 61
@@ -150,42 +169,24 @@ def test_the_loop_sleeps_until_the_next_export_leaves_its_window(store, spool: S
     shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), idle_s=2.0, clock=clock)
     put(spool, record_entries([record(1)], ready_at=clock.now))
     put(spool, record_entries([record(2)], ready_at=clock.now + 4.5))
-    stop = threading.Event()
-    waits: list[float] = []
-
-    def wait(seconds: float) -> bool:
-        waits.append(seconds)
-        clock.now += seconds
-        if spool.stats()[0] == 0:
-            stop.set()
-        return stop.is_set()
-
-    shipper.run(stop, wait=wait)
-    assert waits[0] == pytest.approx(4.5)  # one pass for each export, none in between
-    assert len(stored_keys(store)) == 2
+    pauses = Pauses(spool, clock)
+    shipper.run(pauses.stop, wait=pauses)
+    assert pauses.waits[0] == pytest.approx(4.5)  # one pass for each export, none in between
+    assert len(stored_keys(store.engine)) == 2
 
 
 def test_an_empty_pass_does_not_delay_the_next_export(store, spool: Spool) -> None:
     clock = Clock()
     shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), idle_s=2.0, clock=clock)
     put(spool, record_entries([record(1)], ready_at=clock.now + 0.25))
-    stop = threading.Event()
-    waits: list[float] = []
-
-    def wait(seconds: float) -> bool:
-        waits.append(seconds)
-        clock.now += seconds
-        if spool.stats()[0] == 0:
-            stop.set()
-        return stop.is_set()
-
-    shipper.run(stop, wait=wait)
-    assert waits[0] == pytest.approx(0.25)  # not the 2 s idle pause
-    assert len(stored_keys(store)) == 1
+    pauses = Pauses(spool, clock)
+    shipper.run(pauses.stop, wait=pauses)
+    assert pauses.waits[0] == pytest.approx(0.25)  # not the 2 s idle pause
+    assert len(stored_keys(store.engine)) == 1
 
 
 class NoStore:
-    def write_requests(self, records: Sequence[RequestRecord]) -> object:
+    def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         raise AssertionError("nothing is shipped here")
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
@@ -216,11 +217,11 @@ def test_samples_are_shipped_too(store, spool: Spool) -> None:
 class FlakyStore:
     """The real writer behind a connection that is down for the first ``failures`` calls."""
 
-    def __init__(self, writer: Writer, failures: int) -> None:
+    def __init__(self, writer: Sink, failures: int) -> None:
         self.writer = writer
         self.failures = failures
 
-    def write_requests(self, records: Sequence[RequestRecord]) -> object:
+    def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         if self.failures > 0:
             self.failures -= 1
             raise Unavailable("connection refused")
@@ -239,18 +240,10 @@ def test_a_store_outage_is_retried_with_backoff_and_nothing_is_lost(store, spool
     shipper = Shipper(spool, sink, metrics, backoff=Backoff(5.0, 1.5, 30.0))
     batch = [record(i) for i in range(20)]
     put(spool, record_entries(batch))
-    stop = threading.Event()
-    waits: list[float] = []
-
-    def wait(seconds: float) -> bool:
-        waits.append(seconds)
-        if spool.stats()[0] == 0:
-            stop.set()
-        return stop.is_set()
-
-    shipper.run(stop, wait=wait)
-    assert waits[:4] == [5.0, 7.5, 11.25, 16.875]
-    assert len(stored_keys(store)) == 20
+    pauses = Pauses(spool)
+    shipper.run(pauses.stop, wait=pauses)
+    assert pauses.waits[:4] == [5.0, 7.5, 11.25, 16.875]
+    assert len(stored_keys(store.engine)) == 20
     assert metrics.value("infersight_collector_ship_errors_total", reason="unavailable") == 4
 
 

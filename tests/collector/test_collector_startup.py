@@ -8,29 +8,24 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select
 
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
-from storage.tables import requests
-from storage.writer import Writer, open_writer
-from tests.collector.harness import encoded, vllm_spans
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(predicate, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
+from collector.sidecar import Sidecar
+from core.write import Sink
+from storage.writer import open_writer
+from tests.collector.harness import (
+    ROOT,
+    base_url,
+    post_spans,
+    sidecar_config,
+    span_key,
+    stored_keys,
+    vllm_spans,
+    wait_until,
+)
 
 
 @pytest.mark.e2e
@@ -40,45 +35,26 @@ def test_a_sidecar_acknowledges_exports_before_its_store_writer_exists(
     release = threading.Event()
     asked = threading.Event()
 
-    def slow_writer() -> Writer:  # stands for seconds of imports on a loaded host
+    def slow_writer() -> Sink:  # stands for seconds of imports on a loaded host
         asked.set()
         release.wait(60)
         return open_writer(store.engine)
 
-    config = SidecarConfig(
-        "startup",
-        tmp_path / "spool",
-        http_port=0,
-        grpc_port=0,
-        window_s=0.0,
-        backoff=Backoff(0.1, 1.5, 0.5),
-    )
-    app = Sidecar(config, slow_writer)
+    app = Sidecar(sidecar_config("startup", tmp_path / "spool"), slow_writer)
     app.shipper.open_delay_s = 600.0  # only the first export may start it, on any machine
     app.start()
-    base = f"http://127.0.0.1:{app.http.port}"
+    base = base_url(app)
     try:
         assert not asked.is_set()  # nothing is built before the first export is answered
         spans = vllm_spans(10)
-        response = httpx.post(
-            f"{base}/v1/traces",
-            content=encoded(spans),
-            headers={"content-type": "application/x-protobuf"},
-        )
-        assert response.status_code == 200
+        assert post_spans(base, spans).status_code == 200
         assert asked.wait(30)  # the first acknowledgement lets the writer be built
         state = httpx.get(f"{base}/healthz").json()
         assert (state["status"], state["shipping"]) == ("ok", "starting")
         assert state["spool_records"] == 10
         release.set()
-        expected = {(f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for s in spans}
-
-        def keys() -> set[tuple[str, str]]:
-            with store.engine.connect() as c:
-                rows = c.execute(select(requests.c.trace_id, requests.c.span_id))
-                return {(t, s) for t, s in rows}
-
-        assert wait_until(lambda: keys() == expected)
+        expected = {span_key(s) for s in spans}
+        assert wait_until(lambda: set(stored_keys(store.engine)) == expected)
         assert wait_until(lambda: httpx.get(f"{base}/healthz").json()["shipping"] == "ok")
     finally:
         release.set()

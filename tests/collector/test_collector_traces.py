@@ -26,10 +26,10 @@ from sqlalchemy import select
 
 from collector.codec import Kind, decode_piece
 from collector.mapping import StageFragment
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
+from collector.sidecar import Sidecar
 from storage.tables import requests
 from storage.writer import open_writer
+from tests.collector.harness import base_url, running_sidecar, sidecar_config
 
 pytestmark = pytest.mark.e2e
 
@@ -88,22 +88,13 @@ class Service:
 def sidecar(store, tmp_path: Path) -> Iterator[Sidecar]:
     # A long window: records are shipped when the test says so (ship_once ignoring the
     # window), after every export it makes has been acknowledged, whatever the machine's load.
-    config = SidecarConfig(
-        "vllm-0",
-        tmp_path / "spool",
-        http_port=0,
-        grpc_port=0,
-        window_s=600.0,
-        model="llama-8b",
-        backoff=Backoff(0.1, 1.5, 0.5),
-    )
-    app = Sidecar(config, open_writer(store.engine)).start()
-    yield app
-    app.stop()
+    config = sidecar_config("vllm-0", tmp_path / "spool", window_s=600.0, model="llama-8b")
+    with running_sidecar(open_writer(store.engine), config) as app:
+        yield app
 
 
 def export(sidecar: Sidecar, spans: list[ReadableSpan]) -> None:
-    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{sidecar.http.port}/v1/traces")
+    exporter = OTLPSpanExporter(endpoint=f"{base_url(sidecar)}/v1/traces")
     try:
         assert exporter.export(spans) is SpanExportResult.SUCCESS
     finally:
@@ -235,7 +226,7 @@ def test_a_sibling_services_queue_span_in_the_same_trace_is_refused_and_counted(
     record = stored_record(store, request)
     assert record["queue_s"] == pytest.approx(0.030)
     assert refused(sidecar, "other_service") == 2
-    exposition = httpx.get(f"http://127.0.0.1:{sidecar.http.port}/metrics").text
+    exposition = httpx.get(f"{base_url(sidecar)}/metrics").text
     assert 'infersight_collector_fragments_refused_total{reason="other_service"} 2.0' in exposition
     assert 'infersight_collector_fragments_refused_total{reason="ancestor"} 0.0' in exposition
 
@@ -269,7 +260,7 @@ def test_a_real_openai_instrumented_client_calling_the_simulator_pollutes_no_ser
     from simulator.specs import load_profile
     from tests.peers import serving_app
 
-    endpoint = f"http://127.0.0.1:{sidecar.http.port}/v1/traces"
+    endpoint = f"{base_url(sidecar)}/v1/traces"
     client_provider = TracerProvider(resource=Resource.create({"service.name": "chat-app"}))
     client_exporter = OTLPSpanExporter(endpoint=endpoint)
     client_provider.add_span_processor(SimpleSpanProcessor(client_exporter))
