@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, NoReturn
 
 import click
 
+from config.parts import DEFAULT_DATABASE_URL
 from core.errors import InfersightError, Unavailable
 from infersight import __version__
 from infersight.settings import Settings
@@ -113,7 +114,7 @@ class LazyGroup(click.Group):
     "--store",
     metavar="URL",
     default=None,
-    help="Store URL (overrides INFERSIGHT_DATABASE_URL; default sqlite:///infersight.db).",
+    help=f"Store URL (overrides INFERSIGHT_DATABASE_URL; default {DEFAULT_DATABASE_URL}).",
 )
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.pass_context

@@ -19,7 +19,7 @@ from api.serving import server_config
 from api.settings import ApiSettings
 from core.errors import InvalidInput
 from infersight.cli import current_settings
-from service.notifications import notifiers_from_env
+from service.notifications import notifiers_from_settings
 from storage import migrate
 from storage.engine import create_store_engine
 
@@ -79,7 +79,7 @@ def serve(
     settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
     client = httpx.Client(timeout=10.0)
-    notifiers = notifiers_from_env(client)
+    notifiers = notifiers_from_settings(client, api_settings)
     # Names only: webhook URLs and routing keys are secrets and never reach a log.
     click.echo(f"notifiers: {', '.join(sorted(notifiers)) or 'none configured'}", err=True)
     app = create_app(

@@ -30,12 +30,13 @@ from collector.otlp import Limits
 from collector.periodic import Sampler
 from collector.sidecar import Sidecar, SidecarConfig
 from collector.spool import FsyncMode
+from config.parts import DEFAULT_DATABASE_URL, StorePart
 from core.accept import AcceptWindow
 from core.errors import ConfigurationError
 from infersight.cli import current_settings
+from infersight.settings import SidecarSettings
 
 log = logging.getLogger(__name__)
-DEFAULT_STORE = "sqlite:///infersight.db"
 # glibc's mallopt parameter numbers
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -67,7 +68,14 @@ def _service_models(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _token(token: str | None, token_file: Path | None) -> str | None:
+def _settings(ctx: click.Context) -> SidecarSettings:
+    """The group's store settings (its ``--store`` applied) and the sidecar's own, read from
+    the environment."""
+    values = current_settings(ctx).model_dump(include=set(StorePart.model_fields))
+    return SidecarSettings(**values)
+
+
+def _token(token: str | None, token_file: Path | None, settings: SidecarSettings) -> str | None:
     if token_file is not None:
         return token_file.read_text().strip() or None
     if token:
@@ -77,15 +85,12 @@ def _token(token: str | None, token_file: Path | None) -> str | None:
             err=True,
         )
         return token
-    return os.environ.get("INFERSIGHT_OTLP_TOKEN") or None
+    return settings.otlp_token.get_secret_value() or None
 
 
-def _store_url(ctx: click.Context, store: str | None) -> str:
-    if store:
-        return store
-    settings = getattr(ctx.obj, "settings", None)
-    url = getattr(settings, "database_url", None)
-    return str(url or os.environ.get("INFERSIGHT_DATABASE_URL") or DEFAULT_STORE)
+def _store_url(store: str | None, settings: SidecarSettings) -> str:
+    """``--store``, else the settings' URL (an empty ``INFERSIGHT_DATABASE_URL``: the default)."""
+    return store or settings.database_url or DEFAULT_DATABASE_URL
 
 
 @click.command("sidecar")
@@ -186,7 +191,8 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     http_host, http_port = _address(options["otlp_http"], "--otlp-http")
     grpc_host, grpc_port = _address(options["otlp_grpc"], "--otlp-grpc")
     instance = options["instance"] or socket.gethostname()
-    window = current_settings(ctx).accept_window()
+    settings = _settings(ctx)
+    window = settings.accept_window()
     config = SidecarConfig(
         instance=instance,
         spool_dir=options["spool_dir"],
@@ -196,7 +202,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         grpc_port=grpc_port,
         model=options["model"],
         service_models=_service_models(options["service_models"]),
-        token=_token(options["token"], options["token_file"]),
+        token=_token(options["token"], options["token_file"], settings),
         insecure_no_auth=options["insecure_no_auth"],
         fsync=FsyncMode(options["fsync"]),
         group_window_s=options["fsync_window"],
@@ -210,7 +216,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         raise ConfigurationError(
             "--gpu-source must be nvml, dcgm:URL or none", details={"value": gpu_source}
         )
-    url = _store_url(ctx, options["store"])
+    url = _store_url(options["store"], settings)
     _check_store_url(url)
     scrapers: list[Any] = []  # the scraper, once built (after the receivers listen)
     app = Sidecar(

@@ -7,9 +7,9 @@ re-evaluation never pages twice); resolves wait a hold-down so that a flapping a
 once (an incident that opens within it naming another cause or instance than the last one is
 sent as an update of the receiver's still-open alert). ``Delivery`` is the job that drains
 the outbox; it runs apart from the evaluation, so an endpoint that is down only delays its own
-messages. ``notifiers_from_env`` builds the
-notifiers from environment variables or secret files; the secrets live only inside the
-notifier objects and are never logged.
+messages. ``notifiers_from_settings`` builds the
+notifiers from their settings (``config.parts.NotifierPart``: environment variables or secret
+files); the secrets live only inside the notifier objects and are never logged.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from alerts.dispatch import Backoff, DispatchReport, deliver_due
@@ -32,6 +32,7 @@ from alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from alerts.notify import Event, Notification, Notifier
 from alerts.routing import Router
+from config.parts import NotifierPart, variable
 from core.burn import Incident, Transition
 from core.errors import ConfigurationError
 from service.diagnosis import DiagnosisListener
@@ -181,35 +182,34 @@ class FollowUp:
         return self.delivery(now) if self.delivery is not None else None
 
 
-def _secret(environ: Mapping[str, str], name: str) -> str | None:
-    """``NAME`` from the environment, or the contents of the file named by ``NAME_FILE``."""
-    value = environ.get(name)
-    if value:
+def _secret(settings: NotifierPart, name: str) -> str | None:
+    """The setting ``name``, or the contents of the file its ``name_file`` setting names."""
+    secret: SecretStr = getattr(settings, name)
+    if value := secret.get_secret_value():
         return value.strip()
-    path = environ.get(f"{name}_FILE")
+    file = f"{name}_file"
+    path: str = getattr(settings, file)
     if not path:
         return None
     try:
         return Path(path).read_text(encoding="utf-8").strip() or None
     except OSError as exc:
         raise ConfigurationError(
-            f"cannot read the secret file named by {name}_FILE", details={"error": exc.strerror}
+            f"cannot read the secret file named by {variable(file)}",
+            details={"error": exc.strerror},
         ) from None
 
 
-def notifiers_from_env(
-    client: httpx.Client, environ: Mapping[str, str] | None = None
-) -> dict[str, Notifier]:
+def notifiers_from_settings(client: httpx.Client, settings: NotifierPart) -> dict[str, Notifier]:
     """Slack (``INFERSIGHT_SLACK_WEBHOOK_URL``), PagerDuty (``INFERSIGHT_PAGERDUTY_ROUTING_KEY``,
     ``INFERSIGHT_PAGERDUTY_URL``) and Alertmanager (``INFERSIGHT_ALERTMANAGER_URL``); each secret
     may instead come from the file named by the same variable with ``_FILE`` appended."""
-    env = os.environ if environ is None else environ
     out: dict[str, Notifier] = {}
-    if slack := _secret(env, "INFERSIGHT_SLACK_WEBHOOK_URL"):
+    if slack := _secret(settings, "slack_webhook_url"):
         out["slack"] = SlackNotifier(slack, client)
-    if key := _secret(env, "INFERSIGHT_PAGERDUTY_ROUTING_KEY"):
-        url = env.get("INFERSIGHT_PAGERDUTY_URL") or EVENTS_URL
+    if key := _secret(settings, "pagerduty_routing_key"):
+        url = settings.pagerduty_url or EVENTS_URL
         out["pagerduty"] = PagerDutyNotifier(key, client, url=url)
-    if am := _secret(env, "INFERSIGHT_ALERTMANAGER_URL"):
+    if am := _secret(settings, "alertmanager_url"):
         out["alertmanager"] = AlertmanagerNotifier(am, client)
     return out

@@ -5,21 +5,38 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from api.settings import ApiSettings
-from infersight.settings import Settings
+from config.parts import PARTS, NotifierPart, variable
+from infersight.settings import Settings, SidecarSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ROW = re.compile(r"^\| `(INFERSIGHT_[A-Z_]+)` \| `([^`]*)` \|", re.MULTILINE)
+NAME = re.compile(r"^\| `(INFERSIGHT_[A-Z_]+)` \|", re.MULTILINE)
+ROLES = (Settings, SidecarSettings, ApiSettings)
+
+
+def _notifications() -> str:
+    return README.read_text().split("### Notifications", 1)[1].split("\n#", 1)[0]
 
 
 def test_every_setting_is_in_the_readme_with_its_default():
     documented = dict(ROW.findall(README.read_text()))
     fields = {
-        f"INFERSIGHT_{name.upper()}": str(field.default)
-        for model in (Settings, ApiSettings)
-        for name, field in model.model_fields.items()
+        variable(name): str(field.default)
+        for part in PARTS
+        if part is not NotifierPart
+        for name, field in part.model_fields.items()
     }
     assert documented == fields
+
+
+def test_every_notifier_is_in_the_readme_and_its_secrets_may_come_from_files():
+    section = _notifications()
+    fields = {variable(name) for name in NotifierPart.model_fields if not name.endswith("_file")}
+    assert set(NAME.findall(section)) == fields
+    assert "named by the same variable with `_FILE` appended" in section
 
 
 def test_the_readme_has_exactly_the_two_setup_commands():
@@ -27,3 +44,11 @@ def test_the_readme_has_exactly_the_two_setup_commands():
     block = text.split("## Quick start", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
     assert commands == ["pip install -e '.[all]' && infersight demo", "bash .ci/run"]
+
+
+def test_the_roles_read_exactly_the_variables_the_readme_documents():
+    """The variables' names are the README's: a renamed field, or a part no role reads, fails."""
+    documented = set(dict(ROW.findall(README.read_text()))) | set(NAME.findall(_notifications()))
+    fields = {name: f for role in ROLES for name, f in role.model_fields.items()}
+    from_files = {f"{name}_file" for name, f in fields.items() if f.annotation is SecretStr}
+    assert {variable(name) for name in fields if name not in from_files} == documented

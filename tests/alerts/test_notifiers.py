@@ -17,8 +17,9 @@ from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from alerts.notify import Event, Notification, post_json, retry_after_s
 from alerts.routing import Route, Router, router_from_data
+from config.parts import NotifierPart
 from core.errors import ConfigurationError, InvalidInput
-from service.notifications import notifiers_from_env
+from service.notifications import notifiers_from_settings
 
 AT = datetime(2026, 1, 5, 9, 26, tzinfo=UTC)
 SLACK_URL = "https://hooks.slack.test/services/T000/B000/secret-path-42"
@@ -248,7 +249,18 @@ def test_routes_pick_notifiers_by_severity_and_model() -> None:
         Route(("slack",), {"colour": "red"})
 
 
-def test_secrets_come_from_env_or_files_and_never_show(tmp_path: Path) -> None:
+def _settings_of(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> NotifierPart:
+    """The notifier settings read from an environment that holds only ``env`` of them."""
+    for name in NotifierPart.model_fields:
+        monkeypatch.delenv(f"INFERSIGHT_{name.upper()}", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return NotifierPart()
+
+
+def test_secrets_come_from_env_or_files_and_never_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key_file = tmp_path / "pd-key"
     key_file.write_text(ROUTING_KEY + "\n", encoding="utf-8")
     env = {
@@ -256,10 +268,12 @@ def test_secrets_come_from_env_or_files_and_never_show(tmp_path: Path) -> None:
         "INFERSIGHT_PAGERDUTY_ROUTING_KEY_FILE": str(key_file),
     }
     with httpx.Client() as client:
-        notifiers = notifiers_from_env(client, env)
+        settings = _settings_of(monkeypatch, env)
+        notifiers = notifiers_from_settings(client, settings)
         assert sorted(notifiers) == ["pagerduty", "slack"]
         assert ROUTING_KEY not in repr(notifiers)
         assert SLACK_URL not in repr(notifiers)
+        assert SLACK_URL not in repr(settings)
         missing = {"INFERSIGHT_PAGERDUTY_ROUTING_KEY_FILE": str(tmp_path / "absent")}
         with pytest.raises(ConfigurationError):
-            notifiers_from_env(client, missing)
+            notifiers_from_settings(client, _settings_of(monkeypatch, missing))
