@@ -18,12 +18,12 @@ from typing import Any, Final
 from api import dashboard_svg as svg
 from api.dashboard_context import Context
 from api.dashboard_views import label_step
-from api.routes_alerts import annotate
 from core.burn import Incident, IncidentState
 from core.errors import InfersightError
 from core.query import Selector
 from core.records import GROUP_LABELS
 from service.diagnosis import selector_of
+from service.incidents import annotate
 from storage import incidents, server_engines, timeseries
 
 GpuKey = tuple[str, int]

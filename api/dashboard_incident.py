@@ -14,10 +14,10 @@ from typing import Any, Final
 from api import dashboard_svg as svg
 from api.dashboard_context import Context
 from api.params import MAX_ID
-from api.routes_alerts import annotate, history_of
 from core.burn import Incident, Policy
 from core.errors import InvalidInput
 from core.window import format_duration
+from service.incidents import annotate, history_of
 from storage import incidents
 
 #: Margin of the chart before the opening and after the resolution (or now).

@@ -14,13 +14,13 @@ from typing import Any, Final
 
 from api import dashboard_svg as svg
 from api.dashboard_context import Context
-from api.routes_alerts import annotate
 from core.query import STAGES, Method, Selector
 from core.records import GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all
 from core.slo import SliKind, SloSpec
 from core.window import Resolution, format_duration
-from service.evaluation import status
+from service.incidents import annotate
+from service.slos import with_status
 from storage import incidents, queries, slo_store, timeseries
 
 QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
@@ -92,31 +92,23 @@ def sli_text(spec: SloSpec) -> str:
 
 def slo_rows(state: Any, now: datetime) -> list[dict[str, Any]]:
     specs = slo_store.list_slos(state.engine)
-    rows = []
-    with state.engine.connect() as connection:
-        counter = slo_store.CycleCounter(connection, now, state.retention.finest_for)
-        firing = incidents.all_firing(connection)
-        for spec in specs:
-            current = status(
-                connection, spec, state.policy, now, state.retention.finest_for, counter
-            )
-            incident = firing.get((spec.name, spec.scope))
-            rows.append(
-                {
-                    "name": spec.name,
-                    "description": spec.description,
-                    "sli": sli_text(spec),
-                    "scope": spec.scope,
-                    "objective": spec.objective,
-                    "window": spec.window,
-                    "value": current.sli,
-                    "events": current.counts.total,
-                    "budget": current.budget_remaining,
-                    "burn_rates": current.burn_rates(),
-                    "firing": incident.severity.value if incident else None,
-                }
-            )
-    return rows
+    found = with_status(state.engine, specs, state.policy, now, state.retention.finest_for)
+    return [
+        {
+            "name": v.spec.name,
+            "description": v.spec.description,
+            "sli": sli_text(v.spec),
+            "scope": v.spec.scope,
+            "objective": v.spec.objective,
+            "window": v.spec.window,
+            "value": v.status.sli,
+            "events": v.status.counts.total,
+            "budget": v.status.budget_remaining,
+            "burn_rates": v.status.burn_rates(),
+            "firing": v.firing.severity.value if v.firing else None,
+        }
+        for v in found
+    ]
 
 
 def firing_incidents(state: Any) -> list[dict[str, Any]]:

@@ -1,16 +1,7 @@
-"""``POST /api/v1/diagnose``, incident acknowledgement and ``/api/v1/silences``.
-
-``annotate`` adds the stored symptom, headline diagnosis, lifecycle phase and acknowledgement to
-incidents for ``GET /api/v1/alerts`` (``state`` reads ``recovering`` once the symptom has
-cleared, ``acknowledged`` for an acknowledged incident that still burns; ``phase`` is always
-``firing``, ``recovering`` or ``resolved``), with ``onset``, the diagnosis the page named.
-``history_of`` adds the diagnosis history and the burn-rate points for
-``GET /api/v1/alerts/{id}``.
-"""
+"""``POST /api/v1/diagnose``, incident acknowledgement and ``/api/v1/silences``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
@@ -19,83 +10,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Scope, requires
 from api.params import TIME_PATTERN, Id
-from core.burn import Incident, IncidentState
 from core.errors import InvalidInput
 from core.query import Selector
 from core.records import MAX_LABEL_LEN as MAX_LABEL
 from core.timestamps import TIME_HELP, iso, parse_time
 from core.window import Window
 from service.diagnosis import diagnose_window
-from storage import incident_history, signals
+from storage import signals
 from storage import silences as silence_store
 
 router = APIRouter(prefix="/api/v1")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 MAX_DIAGNOSIS_WINDOW = timedelta(days=1)
-
-
-def annotate(engine: Any, found: Sequence[Incident]) -> dict[int, dict[str, Any]]:
-    """incident id → ``{"state", "phase", "recovering_since", "symptom", "diagnosis", "onset",
-    "acknowledged_at", "acknowledged_by"}``."""
-    ids = [i.id for i in found]
-    notes = signals.notes(engine, ids)
-    onsets = incident_history.onsets(engine, ids)
-    out = {}
-    for incident in found:
-        note = notes.get(incident.id)
-        acked = note is not None and note.acknowledged_at is not None
-        state = incident.phase
-        if acked and state == IncidentState.FIRING.value:
-            state = "acknowledged"
-        onset = onsets.get(incident.id)
-        out[incident.id] = {
-            "state": state,
-            "phase": incident.phase,
-            "recovering_since": iso(incident.recovering_since)
-            if incident.recovering_since
-            else None,
-            "symptom": note.symptom if note else None,
-            "diagnosis": note.diagnosis if note else None,
-            "onset": _brief(onset) if onset is not None else None,
-            "acknowledged_at": iso(note.acknowledged_at) if note and note.acknowledged_at else None,
-            "acknowledged_by": note.acknowledged_by if acked and note else None,
-        }
-    return out
-
-
-def _brief(entry: incident_history.Entry) -> dict[str, Any]:
-    """An entry's time, verdict and cause, with the confidence and instance of its diagnosis."""
-    d = entry.diagnosis or {}
-    return {
-        "at": iso(entry.at),
-        "verdict": entry.verdict,
-        "cause": entry.cause,
-        "confidence": d.get("confidence"),
-        "instance": d.get("instance"),
-    }
-
-
-def history_of(engine: Any, incident_id: int) -> dict[str, Any]:
-    """``{"history": [...], "burn_points": [...]}`` of one incident, oldest first: each entry
-    as ``_brief`` with the stored diagnosis's evidence and missing evidence."""
-    history = []
-    for entry in incident_history.entries(engine, incident_id):
-        d = entry.diagnosis or {}
-        history.append(
-            {
-                **_brief(entry),
-                "evidence": d.get("evidence", []) if entry.diagnosis else None,
-                "missing_evidence": d.get("missing_evidence", []) if entry.diagnosis else None,
-                "window": d.get("window"),
-                "diagnosis": entry.diagnosis,
-            }
-        )
-    points = [
-        {"at": iso(at), "burn_rates": rates}
-        for at, rates in incident_history.burn_points(engine, incident_id)
-    ]
-    return {"history": history, "burn_points": points}
 
 
 class DiagnoseBody(BaseModel):

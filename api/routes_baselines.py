@@ -31,6 +31,7 @@ from core.importers import parse as parse_result
 from core.query import Selector
 from core.timestamps import parse_time
 from core.window import Window
+from service.baselines import parse_thresholds
 from service.cost_spec import active_model
 from storage import baselines as store
 
@@ -173,22 +174,6 @@ def get_baseline(
 def delete_baseline(request: Request, name: Name) -> Response:
     store.delete_baseline(request.app.state.engine, check_name(name))
     return Response(status_code=204)
-
-
-def parse_thresholds(text: str) -> dict[str, float]:
-    """``"ttft.p99:0.2,tpot:0.15"`` → ``{"ttft.p99": 0.2, "tpot": 0.15}``."""
-    out: dict[str, float] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        metric, sep, value = item.partition(":")
-        try:
-            out[metric.strip()] = float(value)
-        except ValueError:
-            raise InvalidInput(
-                "thresholds are METRIC:NUMBER pairs", details={"thresholds": text[:200]}
-            ) from None
-        if not sep:
-            raise InvalidInput("thresholds are METRIC:NUMBER pairs")
-    return out
 
 
 @router.get(

@@ -13,13 +13,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from api import routes_alerts
 from api.auth import Scope, requires
 from api.params import Id
-from core.burn import Incident
 from core.errors import InvalidInput
 from core.slo import NAME_PATTERN, SloSpec
-from service.evaluation import status
+from service.incidents import annotate, history_of, incident_dict
+from service.slos import with_status
 from service.specs import load_document, parse_spec, to_document
 from storage import incidents, slo_store
 
@@ -31,44 +30,20 @@ _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 
 
-def incident_dict(incident: Incident) -> dict[str, Any]:
-    return {
-        "id": incident.id,
-        "slo": incident.slo,
-        "scope": incident.scope,
-        "severity": incident.severity.value,
-        "state": incident.state.value,
-        "opened_at": incident.opened_at.isoformat().replace("+00:00", "Z"),
-        "updated_at": incident.updated_at.isoformat().replace("+00:00", "Z"),
-        "resolved_at": (
-            incident.resolved_at.isoformat().replace("+00:00", "Z")
-            if incident.resolved_at
-            else None
-        ),
-        "peak_burn_rate": incident.peak_burn_rate,
-        "burn_rates": dict(incident.burn_rates),
-    }
-
-
 def _views(request: Request, specs: list[SloSpec]) -> list[dict[str, Any]]:
-    """Definitions with their status; the SLOs share one counter (one read per segment)."""
+    """Definitions with their status and open incident."""
     state = request.app.state
-    now, finest_for = state.clock(), state.retention.finest_for
-    views = []
-    with state.engine.connect() as connection:
-        counter = slo_store.CycleCounter(connection, now, finest_for)
-        open_incidents = incidents.all_firing(connection)
-        for spec in specs:
-            current = status(connection, spec, state.policy, now, finest_for, counter)
-            alert = open_incidents.get((spec.name, spec.scope))
-            views.append(
-                {
-                    **to_document(spec),
-                    "status": current.to_dict(),
-                    "alert": incident_dict(alert) if alert is not None else None,
-                }
-            )
-    return views
+    found = with_status(
+        state.engine, specs, state.policy, state.clock(), state.retention.finest_for
+    )
+    return [
+        {
+            **to_document(v.spec),
+            "status": v.status.to_dict(),
+            "alert": incident_dict(v.firing) if v.firing is not None else None,
+        }
+        for v in found
+    ]
 
 
 @router.get("", dependencies=_READ, summary="Every SLO with its status")
@@ -138,7 +113,7 @@ def alerts(
 ) -> dict[str, Any]:
     found = incidents.list_incidents(request.app.state.engine, state, limit)
     # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
-    notes = routes_alerts.annotate(request.app.state.engine, found)
+    notes = annotate(request.app.state.engine, found)
     return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
 
 
@@ -150,9 +125,9 @@ def alerts(
 def alert(request: Request, incident_id: Id) -> dict[str, Any]:
     engine = request.app.state.engine
     incident = incidents.get_incident(engine, incident_id)
-    notes = routes_alerts.annotate(engine, [incident])
+    notes = annotate(engine, [incident])
     return {
         **incident_dict(incident),
         **notes[incident.id],
-        **routes_alerts.history_of(engine, incident.id),
+        **history_of(engine, incident.id),
     }
