@@ -23,21 +23,12 @@ from sqlalchemy import Engine
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import load_rules
-from api import (
-    dashboard,
-    errors,
-    openapi,
-    routes_alerts,
-    routes_baselines,
-    routes_capacity,
-    routes_cost,
-    routes_query,
-    routes_slos,
-)
+from api import dashboard, errors, openapi
 from api.auth import Scope, check_exposure, parse_tokens, requires
 from api.limits import BodyLimit
 from api.metrics import CostCollector, StoreCollector, registry_for
 from api.origin import AllowedHosts, OriginGuard
+from api.routes import alerts, baselines, capacity, cost, query, slos
 from api.settings import ApiSettings
 from api.startup import add_healthz, install_store_errors, lifecycle
 from core.burn import IncidentListener, Policy
@@ -145,13 +136,13 @@ def create_app(
     allowed = AllowedHosts(host, settings.allowed_hosts.split(","))
     app.add_middleware(OriginGuard, allowed=allowed)  # outermost: before anything is read
     for routes in (
-        routes_query.router,
-        routes_slos.router,
-        routes_slos.alerts_router,
-        routes_alerts.router,
-        routes_cost.router,
-        routes_capacity.router,
-        routes_baselines.router,
+        query.router,
+        slos.router,
+        slos.alerts_router,
+        alerts.router,
+        cost.router,
+        capacity.router,
+        baselines.router,
         dashboard.router,
     ):
         app.include_router(routes)
