@@ -138,7 +138,6 @@ def create_app(
     for routes in (
         query.router,
         slos.router,
-        slos.alerts_router,
         alerts.router,
         cost.router,
         capacity.router,

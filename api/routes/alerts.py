@@ -1,11 +1,17 @@
-"""``POST /api/v1/diagnose``, incident acknowledgement and ``/api/v1/silences``."""
+"""``/api/v1/alerts`` (incidents, with their diagnosis), ``POST /api/v1/diagnose``, incident
+acknowledgement and ``/api/v1/silences``.
+
+An incident is answered with what ``service.incidents`` adds to its row: the symptom, the
+headline diagnosis, its phase and acknowledgement; one incident with its diagnosis history and
+burn-rate timeline as well.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Scope, requires
@@ -16,13 +22,45 @@ from core.records import MAX_LABEL_LEN as MAX_LABEL
 from core.timestamps import TIME_HELP, iso, parse_time
 from core.window import Window
 from service.diagnosis import diagnose_window
-from storage import signals
+from service.incidents import annotate, history_of, incident_dict
+from storage import incidents, signals
 from storage import silences as silence_store
 
 router = APIRouter(prefix="/api/v1")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 MAX_DIAGNOSIS_WINDOW = timedelta(days=1)
+STATES = list(incidents.STATES)
+
+
+@router.get("/alerts", dependencies=_READ, summary="Incidents, newest first")
+def alerts(
+    request: Request,
+    state: Annotated[
+        str, Query(description="firing, resolved or all", json_schema_extra={"enum": STATES})
+    ] = "firing",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> dict[str, Any]:
+    found = incidents.list_incidents(request.app.state.engine, state, limit)
+    # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
+    notes = annotate(request.app.state.engine, found)
+    return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
+
+
+@router.get(
+    "/alerts/{incident_id:int}",
+    dependencies=_READ,
+    summary="One incident with its diagnosis history and burn-rate timeline",
+)
+def alert(request: Request, incident_id: Id) -> dict[str, Any]:
+    engine = request.app.state.engine
+    incident = incidents.get_incident(engine, incident_id)
+    notes = annotate(engine, [incident])
+    return {
+        **incident_dict(incident),
+        **notes[incident.id],
+        **history_of(engine, incident.id),
+    }
 
 
 class DiagnoseBody(BaseModel):

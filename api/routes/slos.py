@@ -1,4 +1,4 @@
-"""``/api/v1/slos[/{name}]`` and ``/api/v1/alerts``: SLOs with their live status, incidents.
+"""``/api/v1/slos[/{name}]``: SLOs with their live status.
 
 SLO definitions are changed with PUT and DELETE (admin scope).
 
@@ -11,21 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 
 from api.auth import Scope, requires
-from api.params import Id
 from core.errors import InvalidInput
 from core.slo import NAME_PATTERN, SloSpec
-from service.incidents import annotate, history_of, incident_dict
+from service.incidents import incident_dict
 from service.slos import with_status
 from service.specs import load_document, parse_spec, to_document
-from storage import incidents, slo_store
-
-STATES = list(incidents.STATES)
+from storage import slo_store
 
 router = APIRouter(prefix="/api/v1/slos")
-alerts_router = APIRouter(prefix="/api/v1")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 
@@ -101,33 +97,3 @@ def delete_slo(request: Request, name: str) -> Response:
     slo_store.delete_slo(state.engine, name)
     state.evaluator.retire(name, state.clock())
     return Response(status_code=204)
-
-
-@alerts_router.get("/alerts", dependencies=_READ, summary="Incidents, newest first")
-def alerts(
-    request: Request,
-    state: Annotated[
-        str, Query(description="firing, resolved or all", json_schema_extra={"enum": STATES})
-    ] = "firing",
-    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
-) -> dict[str, Any]:
-    found = incidents.list_incidents(request.app.state.engine, state, limit)
-    # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
-    notes = annotate(request.app.state.engine, found)
-    return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
-
-
-@alerts_router.get(
-    "/alerts/{incident_id:int}",
-    dependencies=_READ,
-    summary="One incident with its diagnosis history and burn-rate timeline",
-)
-def alert(request: Request, incident_id: Id) -> dict[str, Any]:
-    engine = request.app.state.engine
-    incident = incidents.get_incident(engine, incident_id)
-    notes = annotate(engine, [incident])
-    return {
-        **incident_dict(incident),
-        **notes[incident.id],
-        **history_of(engine, incident.id),
-    }
