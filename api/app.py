@@ -23,8 +23,9 @@ from sqlalchemy import Engine
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import load_rules
-from api import dashboard, errors, openapi
+from api import errors, openapi
 from api.auth import Scope, check_exposure, parse_tokens, requires
+from api.dashboard import routes as dashboard
 from api.limits import BodyLimit
 from api.metrics import CostCollector, StoreCollector, registry_for
 from api.origin import AllowedHosts, OriginGuard

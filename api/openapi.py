@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.auth import Scope
-from api.dashboard_auth import COOKIE
+from api.dashboard.session import COOKIE
 from api.errors import STATUS_MEANING, ErrorBody
 from api.origin import HOST_EXEMPT
 

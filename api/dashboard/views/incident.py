@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from api import dashboard_svg as svg
-from api.dashboard_context import Context
+from api.dashboard import charts as svg
+from api.dashboard.context import Context
 from api.params import MAX_ID
 from core.burn import Incident, Policy
 from core.errors import InvalidInput

@@ -19,9 +19,9 @@ from typing import Any, Final
 import numpy as np
 from markupsafe import Markup
 
-from api import dashboard_svg as svg
-from api.dashboard_context import Context
-from api.dashboard_views import bucket_times, short_model
+from api.dashboard import charts as svg
+from api.dashboard.context import Context
+from api.dashboard.views.latency import bucket_times, short_model
 from core.baseline_compare import Direction, MetricComparison, Policy, compare
 from core.cost import CostLine, CostResult
 from core.errors import InfersightError, InvalidInput

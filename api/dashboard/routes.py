@@ -25,13 +25,13 @@ import jinja2
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from api import dashboard_auth as auth
-from api import dashboard_fleet as fleet
-from api import dashboard_incident as one_incident
-from api import dashboard_more as more
-from api import dashboard_svg as svg
-from api import dashboard_views as views
-from api.dashboard_context import RANGES, REFRESH, Context, parse_context, parse_quantile
+from api.dashboard import charts as svg
+from api.dashboard import session as auth
+from api.dashboard.context import RANGES, REFRESH, Context, parse_context, parse_quantile
+from api.dashboard.views import cost as more
+from api.dashboard.views import gpus as fleet
+from api.dashboard.views import incident as one_incident
+from api.dashboard.views import latency as views
 from core.errors import InvalidInput, NotFound
 from core.signals import SIGNALS
 from core.timestamps import iso

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from api import dashboard_svg as svg
-from api.dashboard_context import Context
+from api.dashboard import charts as svg
+from api.dashboard.context import Context
 from core.query import STAGES, Method, Selector
 from core.records import GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all

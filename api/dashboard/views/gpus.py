@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from api import dashboard_svg as svg
-from api.dashboard_context import Context
-from api.dashboard_views import label_step
+from api.dashboard import charts as svg
+from api.dashboard.context import Context
+from api.dashboard.views.latency import label_step
 from core.burn import Incident, IncidentState
 from core.errors import InfersightError
 from core.query import Selector
