@@ -1,12 +1,13 @@
-"""The web dashboard: server-rendered pages under ``/ui/`` (``/`` redirects to the overview).
+"""The web dashboard's routes: server-rendered pages under ``/ui/`` (``/`` redirects to the
+overview), the login form and the static assets.
 
 Pages are Jinja2 templates from the ``dashboards`` data package, filled by the view-models in
-``api.dashboard_views`` / ``api.dashboard_fleet`` / ``api.dashboard_more``; charts are SVG
-made on the server (``api.dashboard_svg``), so the pages work offline and need no CDN. The
-stylesheet and the small script (legend toggles, auto-submitting filters, auto-refresh) are
-served from ``dashboards/static`` at ``/ui/static/``.
+``api.dashboard.views`` (one module a page: its ``page`` function, name, title and default
+range); charts are SVG made on the server (``api.dashboard.charts``), so the pages work offline
+and need no CDN. The stylesheet and the small script (legend toggles, auto-submitting filters,
+auto-refresh) are served from ``dashboards/static`` at ``/ui/static/``.
 
-With API tokens configured, a page needs a session (``api.dashboard_auth``: a login form
+With API tokens configured, a page needs a session (``api.dashboard.session``: a login form
 that takes a token and sets an HttpOnly, SameSite=Strict cookie) or a bearer header; without
 one the browser is sent to ``/ui/login``. Every page is read-only.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, quote
@@ -25,31 +25,28 @@ import jinja2
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from api.dashboard import charts as svg
+from api.dashboard import formatting, shared
 from api.dashboard import session as auth
-from api.dashboard.context import RANGES, REFRESH, Context, parse_context, parse_quantile
-from api.dashboard.views import cost as more
-from api.dashboard.views import gpus as fleet
-from api.dashboard.views import incident as one_incident
-from api.dashboard.views import latency as views
+from api.dashboard.context import RANGES, REFRESH, Context, parse_context
+from api.dashboard.views import (
+    baselines,
+    capacity,
+    cost,
+    gpus,
+    incident,
+    incidents,
+    latency,
+    overview,
+)
 from core.errors import InvalidInput, NotFound
-from core.signals import SIGNALS
-from core.timestamps import iso
-from core.window import Window, format_duration
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
 Build = Callable[[Any, Context, dict[str, str]], dict[str, Any]]
 
-PAGES: Final = (
-    ("overview", "Overview"),
-    ("latency", "Latency"),
-    ("gpus", "GPUs"),
-    ("cost", "Cost"),
-    ("incidents", "Incidents"),
-    ("baselines", "Baselines"),
-    ("capacity", "Capacity"),
-)
+#: The pages of the navigation, in its order.
+VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity)
+PAGES: Final = tuple((view.NAME, view.TITLE) for view in VIEWS)
 STATIC: Final = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 MAX_LOGIN_BODY: Final = 4096
 
@@ -62,59 +59,11 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(
-        seconds=lambda v: "–" if v is None else svg.seconds(v),
-        percent=lambda v, digits=1: "–" if v is None else f"{v * 100:.{digits}f} %",
-        number=lambda v: "–" if v is None else svg.plain(v),
-        iso=lambda v: "" if v is None else iso(v),
-        when=lambda v: "" if v is None else v.strftime("%Y-%m-%d %H:%M UTC"),
-        duration=_duration,
-        objective=lambda v: f"{v * 100:.6g} %",
-        burn=_burn,
-    )
+    env.filters.update(formatting.FILTERS)
     env.globals.update(
-        pages=PAGES,
-        ranges=list(RANGES),
-        refreshes=list(REFRESH),
-        signal_label=_signal_label,
-        signal_value=_signal_value,
-        metric_value=more.metric_value,
-        metric_change=more.metric_change,
-        change_bar=more.change_bar,
+        pages=PAGES, ranges=list(RANGES), refreshes=list(REFRESH), **formatting.HELPERS
     )
     return env
-
-
-def _duration(delta: timedelta) -> str:
-    days, rest = divmod(int(delta.total_seconds()), 86400)
-    if days and not rest:
-        return f"{days} days" if days > 1 else "1 day"
-    return format_duration(delta)
-
-
-def _burn(rate: float) -> str:
-    if rate >= 10:
-        return f"{rate:,.0f}×"
-    return f"{rate:.2g}×" if rate else "0"
-
-
-def _signal_label(name: str) -> str:
-    """A diagnosis signal in words (``core.signals.SIGNALS``: ``unit: meaning``)."""
-    meaning = SIGNALS.get(name, "").partition(": ")[2]
-    return meaning or name.replace("_", " ")
-
-
-def _signal_value(name: str, value: float | None) -> str:
-    if value is None:
-        return "–"
-    unit = SIGNALS.get(name, "").partition(":")[0]
-    if unit == "s":
-        return svg.seconds(value)
-    if unit == "ratio":
-        return f"{value * 100:.3g} %"
-    if unit in ("count", "tokens", ""):
-        return svg.plain(value)
-    return f"{svg.plain(value)} {unit}"
 
 
 _ENV = _environment()
@@ -159,7 +108,7 @@ def _page(
         try:
             ctx = parse_context(query, now, state.settings.max_query_days, default_range)
             data = build(state, ctx, query)
-            menus = views.menus(state, ctx)
+            menus = shared.menus(state, ctx)
         except (InvalidInput, NotFound) as exc:
             ctx = parse_context({}, now, state.settings.max_query_days, default_range)
             return _render(
@@ -174,83 +123,18 @@ def _page(
     return handler
 
 
-# -- pages ------------------------------------------------------------------------------------
-
-
-def _overview(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return {**views.overview(state, ctx), "cost": more.cost_summary(state, ctx)}
-
-
-def _latency(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    q = parse_quantile(query.get("q", ""))
-    heat = query.get("heatmap", "ttft")
-    if heat not in views.LATENCY_METRICS:
-        raise InvalidInput("heatmap must be ttft, tpot or e2e")
-    ctx_q = ctx.with_extra(**({"q": f"{q:g}"} if q != 0.99 else {}))
-    ctx_q = ctx_q.with_extra(**({"heatmap": heat} if heat != "ttft" else {}))
-    return {"q": q, "heat_metric": heat, **views.latency(state, ctx_q, q, heat), "ctx": ctx_q}
-
-
-def _gpus(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return fleet.gpus(state, ctx)
-
-
-def _incidents(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    which = query.get("state", "all")
-    if which not in ("all", "firing", "resolved"):
-        raise InvalidInput("state must be all, firing or resolved")
-    ctx_s = ctx.with_extra(**({"state": which} if which != "all" else {}))
-    return {
-        **fleet.incident_list(state, ctx_s, which),
-        "state_filter": which,
-        "ctx": ctx_s,
-        "duration_text": fleet.duration_text,
-    }
-
-
-def _incident(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    return {
-        **one_incident.detail(state, ctx, one_incident.incident_id_of(query)),
-        "duration_text": fleet.duration_text,
-    }
-
-
-def _cost(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return more.cost(state, ctx)
-
-
-def _baselines(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    name = query.get("baseline", "")
-    ctx_b = ctx.with_extra(**({"baseline": name} if name else {}))
-    return {**more.baselines(state, ctx_b, name), "ctx": ctx_b}
-
-
-def _capacity(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    run = query.get("run", "")
-    ctx_r = ctx.with_extra(**({"run": run} if run else {}))
-    return {**more.capacity(state, ctx_r, run), "ctx": ctx_r}
-
-
-_BUILDERS: Final[dict[str, tuple[Build, str]]] = {
-    "overview": (_overview, "1h"),
-    "latency": (_latency, "1h"),
-    "gpus": (_gpus, "1h"),
-    "cost": (_cost, "24h"),
-    "incidents": (_incidents, "24h"),
-    "baselines": (_baselines, "1h"),
-    "capacity": (_capacity, "24h"),
-}
-for _name, (_build, _default) in _BUILDERS.items():
+for _view in VIEWS:
     router.add_api_route(
-        f"/ui/{_name}", _page(_name, _build, default_range=_default), methods=["GET"]
+        f"/ui/{_view.NAME}",
+        _page(_view.NAME, _view.page, default_range=_view.DEFAULT_RANGE),
+        methods=["GET"],
     )
-
-
 router.add_api_route(
     "/ui/incidents/{incident_id}",
-    _page("incidents", _incident, default_range="24h", template="incident.html"),
+    _page(incident.NAME, incident.page, default_range=incident.DEFAULT_RANGE,
+          template=incident.TEMPLATE),
     methods=["GET"],
-)
+)  # fmt: skip
 
 
 @router.get("/")
@@ -304,7 +188,3 @@ def static(name: str) -> Response:
         raise NotFound(f"no static file {name!r}")
     data = resources.files("dashboards").joinpath("static", name).read_bytes()
     return Response(data, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})
-
-
-def window_text(window: Window) -> str:
-    return f"{iso(window.start)} – {iso(window.end)}"

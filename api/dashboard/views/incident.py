@@ -1,4 +1,4 @@
-"""The view-model of one incident's page (``/ui/incidents/{id}``): its lifecycle at a glance.
+"""One incident's page (``/ui/incidents/{id}``): its lifecycle at a glance.
 
 The headline diagnosis (the onset's, or one raised over it), the burn rates each evaluation
 saw (``storage.incident_history``) as a chart of the windows its severity's rules watch, the
@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
+from api.dashboard.formatting import duration_text
 from api.params import MAX_ID
 from core.burn import Incident, Policy
 from core.errors import InvalidInput
@@ -20,8 +21,16 @@ from core.window import format_duration
 from service.incidents import annotate, history_of
 from storage import incidents
 
+NAME: Final = "incidents"
+"""The page the navigation marks."""
+TEMPLATE: Final = "incident.html"
+DEFAULT_RANGE: Final = "24h"
 #: Margin of the chart before the opening and after the resolution (or now).
 _MARGIN: Final = timedelta(minutes=5)
+
+
+def page(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    return {**detail(state, ctx, incident_id_of(query)), "duration_text": duration_text}
 
 
 def incident_id_of(query: dict[str, str]) -> int:

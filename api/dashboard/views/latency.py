@@ -1,9 +1,9 @@
-"""View-models of the Overview and Latency pages: store answers → what the templates show.
+"""The Latency page: P50…P99 of TTFT, TPOT and E2E per model and instance, their charts over
+time, a latency heatmap and the share of each stage.
 
-Each function takes the app state and the page's ``Context`` and returns a plain dict (charts
-already rendered to SVG by ``api.dashboard_svg``). Quantiles over a whole range come from
-``storage.queries`` (sketch method: the window is split exactly, ±1 %); charts come from rollup
-buckets (``storage.timeseries``), one point per minute, hour or day.
+Quantiles over a whole range come from ``storage.queries`` (sketch method: the window is split
+exactly, ±1 %); charts come from rollup buckets (``storage.timeseries``), one point per minute,
+hour or day. ``?q=`` picks the charts' quantile, ``?heatmap=`` the heatmap's metric.
 """
 
 from __future__ import annotations
@@ -13,159 +13,39 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from api.dashboard import charts as svg
-from api.dashboard.context import Context
-from core.query import STAGES, Method, Selector
-from core.records import GROUP_LABELS
+from api.dashboard.context import Context, parse_quantile
+from api.dashboard.formatting import instance_series_name, short_model
+from api.dashboard.shared import bucket_times, chart_step
+from core.errors import InvalidInput
+from core.query import STAGES, Method
 from core.sketch import QuantileSketch, merge_all
-from core.slo import SliKind, SloSpec
-from core.window import Resolution, format_duration
-from service.incidents import annotate
-from service.slos import with_status
-from storage import incidents, queries, slo_store, timeseries
+from core.window import Resolution
+from storage import queries, timeseries
 
+NAME: Final = "latency"
+TITLE: Final = "Latency"
+DEFAULT_RANGE: Final = "1h"
 QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
+
+
 LATENCY_METRICS: Final = {
     "ttft": "Time to first token",
     "tpot": "Time per output token",
     "e2e": "End-to-end latency",
 }
+
+
 HEATMAP_BINS: Final = 24
 
 
-def bucket_times(ctx: Context, step: Resolution) -> list[datetime]:
-    """Every bucket start of ``step`` that overlaps the range (gaps are drawn as gaps)."""
-    at, out = step.floor(ctx.window.start), []
-    while at < ctx.window.end:
-        out.append(at)
-        at += timedelta(seconds=step.seconds)
-    return out
-
-
-def chart_step(state: Any, ctx: Context) -> Resolution:
-    """The context's step, coarsened to what the retention policy still keeps."""
-    finest: Resolution = state.retention.finest_for(ctx.window, ctx.now)
-    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
-    return max(ctx.step, finest, key=order.index)
-
-
-def label_step(ctx: Context) -> Resolution:
-    """Rollups the filter menus read: hours, or days for ranges longer than 8 days."""
-    return Resolution.DAY if ctx.step is Resolution.DAY else Resolution.HOUR
-
-
-def menus(state: Any, ctx: Context) -> dict[str, list[str]]:
-    """Each filter's choices: the values seen in the range, narrowed by the *other* filters."""
-    sets = timeseries.label_sets(state.engine, ctx.window, label_step(ctx))
-    out = {}
-    for position, name in enumerate(GROUP_LABELS):
-        if name == "priority":
-            continue
-        others = Selector(**{k: v for k, v in ctx.filters.items() if k != name})
-        values = {
-            s[position] for s in sets if others.matches(dict(zip(GROUP_LABELS, s, strict=True)))
-        }
-        chosen = ctx.filters.get(name)
-        if chosen:
-            values.add(chosen)  # keep the choice visible even when nothing matches it now
-        out[name] = sorted(v for v in values if v)
-    return out
-
-
-def short_model(model: str) -> str:
-    """``meta-llama/Llama-3.1-8B-Instruct`` → ``Llama-3.1-8B-Instruct`` (legends, bar labels)."""
-    return model.rpartition("/")[2] or model or "—"
-
-
-def instance_series_name(model: str, instance: str) -> str:
-    return f"{instance} ({short_model(model)})"
-
-
-# -- Overview ---------------------------------------------------------------------------------
-
-
-def sli_text(spec: SloSpec) -> str:
-    if spec.sli.kind is SliKind.AVAILABILITY:
-        return "requests succeed"
-    assert spec.sli.threshold_s is not None
-    return f"{(spec.sli.metric or '').upper()} ≤ {svg.seconds(spec.sli.threshold_s)}"
-
-
-def slo_rows(state: Any, now: datetime) -> list[dict[str, Any]]:
-    specs = slo_store.list_slos(state.engine)
-    found = with_status(state.engine, specs, state.policy, now, state.retention.finest_for)
-    return [
-        {
-            "name": v.spec.name,
-            "description": v.spec.description,
-            "sli": sli_text(v.spec),
-            "scope": v.spec.scope,
-            "objective": v.spec.objective,
-            "window": v.spec.window,
-            "value": v.status.sli,
-            "events": v.status.counts.total,
-            "budget": v.status.budget_remaining,
-            "burn_rates": v.status.burn_rates(),
-            "firing": v.firing.severity.value if v.firing else None,
-        }
-        for v in found
-    ]
-
-
-def firing_incidents(state: Any) -> list[dict[str, Any]]:
-    found = incidents.list_incidents(state.engine, "firing", 50)
-    notes = annotate(state.engine, found)
-    return [{"incident": i, **notes[i.id]} for i in found]
-
-
-def fleet(state: Any, ctx: Context) -> dict[str, Any]:
-    """Throughput totals over the range, and per model over time."""
-    finest = state.retention.finest_for(ctx.window, ctx.now)
-    totals = queries.throughput(state.engine, ctx.window, ctx.selector, finest=finest)
-    step = chart_step(state, ctx)
-    per_model = timeseries.request_series(state.engine, ctx.window, step, ctx.selector, ["model"])
-    times = bucket_times(ctx, step)
-    rate, tokens = [], []
-    for labels, buckets in sorted(per_model.items()):
-        name = short_model(labels[0])
-        rate.append(
-            svg.Series(
-                name,
-                [(t, buckets[t].requests / step.seconds if t in buckets else None) for t in times],
-            )
-        )
-        tokens.append(
-            svg.Series(
-                name,
-                [
-                    (t, buckets[t].output_tokens / step.seconds if t in buckets else None)
-                    for t in times
-                ],
-            )
-        )
-    end = ctx.window.end
-    start = times[0] if times else ctx.window.start
-    return {
-        "totals": totals[0] if totals else None,
-        "rate_chart": svg.line_chart(
-            rate, start, end, svg.unit("req/s"), label="requests per second by model"
-        ),
-        "tokens_chart": svg.line_chart(
-            tokens, start, end, svg.unit("tok/s"), label="output tokens per second by model"
-        ),
-        "step": step,
-    }
-
-
-def overview(state: Any, ctx: Context) -> dict[str, Any]:
-    return {
-        "slos": slo_rows(state, ctx.now),
-        "burn_windows": [format_duration(w) for w in sorted(state.policy.windows)],
-        "firing": firing_incidents(state),
-        "fleet": fleet(state, ctx),
-    }
-
-
-# -- Latency ----------------------------------------------------------------------------------
+def page(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    q = parse_quantile(query.get("q", ""))
+    heat = query.get("heatmap", "ttft")
+    if heat not in LATENCY_METRICS:
+        raise InvalidInput("heatmap must be ttft, tpot or e2e")
+    ctx_q = ctx.with_extra(**({"q": f"{q:g}"} if q != 0.99 else {}))
+    ctx_q = ctx_q.with_extra(**({"heatmap": heat} if heat != "ttft" else {}))
+    return {"q": q, "heat_metric": heat, **latency(state, ctx_q, q, heat), "ctx": ctx_q}
 
 
 def latency_table(state: Any, ctx: Context) -> list[dict[str, Any]]:
