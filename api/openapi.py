@@ -35,7 +35,7 @@ _ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 
 
 def _scope_of(operation: dict[str, Any]) -> Scope | None:
-    """The scope ``api.auth.requires`` put in the operation's bearer requirement."""
+    """The scope ``api.deps.requires`` put in the operation's bearer requirement."""
     scopes = {s for r in operation.get("security", []) for s in r.get("bearer", [])}
     return Scope.ADMIN if Scope.ADMIN.value in scopes else (Scope.READ if scopes else None)
 

@@ -25,6 +25,7 @@ import jinja2
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from api.context import AppContext
 from api.dashboard import formatting, shared
 from api.dashboard import session as auth
 from api.dashboard.context import RANGES, REFRESH, Context, parse_context
@@ -38,11 +39,12 @@ from api.dashboard.views import (
     latency,
     overview,
 )
+from api.deps import App
 from core.errors import InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
-Build = Callable[[Any, Context, dict[str, str]], dict[str, Any]]
+Build = Callable[[AppContext, Context, dict[str, str]], dict[str, Any]]
 
 #: The pages of the navigation, in its order.
 VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity)
@@ -92,25 +94,24 @@ def _login_redirect(request: Request) -> RedirectResponse:
 def _page(
     page: str, build: Build, *, default_range: str = "1h", template: str = ""
 ) -> Callable[..., Response]:
-    def handler(request: Request) -> Response:
-        state = request.app.state
-        now = state.clock()
-        scope = auth.viewer_scope(request, now)
+    def handler(request: Request, app: App) -> Response:
+        now = app.clock()
+        scope = auth.viewer_scope(app, request, now)
         if not auth.can_read(scope):
             return _login_redirect(request)
         query = {**request.query_params, **request.path_params}
         common = {
             "page": page,
-            "auth_on": state.tokens.enabled,
+            "auth_on": app.tokens.enabled,
             "role": "viewer" if scope is not None and scope.value == "read" else "admin",
         }
         started = time.perf_counter()
         try:
-            ctx = parse_context(query, now, state.settings.max_query_days, default_range)
-            data = build(state, ctx, query)
-            menus = shared.menus(state, ctx)
+            ctx = parse_context(query, now, app.settings.max_query_days, default_range)
+            data = build(app, ctx, query)
+            menus = shared.menus(app, ctx)
         except (InvalidInput, NotFound) as exc:
-            ctx = parse_context({}, now, state.settings.max_query_days, default_range)
+            ctx = parse_context({}, now, app.settings.max_query_days, default_range)
             return _render(
                 "error.html", 400 if isinstance(exc, InvalidInput) else 404,
                 ctx=ctx, menus={}, error=exc, **common,
@@ -148,14 +149,14 @@ def home() -> RedirectResponse:
 
 
 @router.get("/ui/login")
-def login_form(request: Request, next: str = "") -> Response:
-    if not request.app.state.tokens.enabled:
+def login_form(app: App, next: str = "") -> Response:
+    if not app.tokens.enabled:
         return RedirectResponse(auth.safe_next(next), status_code=303)
     return _render("login.html", next=auth.safe_next(next), error="")
 
 
 @router.post("/ui/login")
-async def login(request: Request) -> Response:
+async def login(request: Request, app: App) -> Response:
     # A sign-in posted from another site (a login CSRF) never gets here: api.origin refuses it.
     body = await request.body()
     if len(body) > MAX_LOGIN_BODY:
@@ -163,20 +164,19 @@ async def login(request: Request) -> Response:
     form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
     target = auth.safe_next(form.get("next"))
     token = form.get("token", "").strip()
-    state = request.app.state
-    scope = state.tokens.scope_of(token) if token and state.tokens.enabled else None
+    scope = app.tokens.scope_of(token) if token and app.tokens.enabled else None
     if scope is None:
         log.info("dashboard login refused (unknown token)")
         return _render("login.html", 401, next=target, error="That token is not valid.")
     response = RedirectResponse(target, status_code=303)
-    auth.set_session(response, request, auth.issue(token, state.clock()))
+    auth.set_session(response, request, auth.issue(token, app.clock()))
     return response
 
 
 @router.post("/ui/logout")
-def logout(request: Request) -> Response:
-    if request.app.state.tokens.enabled:
-        auth.revoke(request, request.app.state.clock())
+def logout(request: Request, app: App) -> Response:
+    if app.tokens.enabled:
+        auth.revoke(app, request, app.clock())
     response = RedirectResponse("/ui/login", status_code=303)
     auth.clear_session(response)
     return response

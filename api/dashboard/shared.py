@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
+from api.context import AppContext
 from api.dashboard.context import Context
 from core.query import Selector
 from core.records import GROUP_LABELS
@@ -21,9 +21,9 @@ def bucket_times(ctx: Context, step: Resolution) -> list[datetime]:
     return out
 
 
-def chart_step(state: Any, ctx: Context) -> Resolution:
+def chart_step(app: AppContext, ctx: Context) -> Resolution:
     """The context's step, coarsened to what the retention policy still keeps."""
-    finest: Resolution = state.retention.finest_for(ctx.window, ctx.now)
+    finest: Resolution = app.retention.finest_for(ctx.window, ctx.now)
     order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
     return max(ctx.step, finest, key=order.index)
 
@@ -33,9 +33,9 @@ def label_step(ctx: Context) -> Resolution:
     return Resolution.DAY if ctx.step is Resolution.DAY else Resolution.HOUR
 
 
-def menus(state: Any, ctx: Context) -> dict[str, list[str]]:
+def menus(app: AppContext, ctx: Context) -> dict[str, list[str]]:
     """Each filter's choices: the values seen in the range, narrowed by the *other* filters."""
-    sets = timeseries.label_sets(state.engine, ctx.window, label_step(ctx))
+    sets = timeseries.label_sets(app.engine, ctx.window, label_step(ctx))
     out = {}
     for position, name in enumerate(GROUP_LABELS):
         if name == "priority":

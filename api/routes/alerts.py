@@ -11,10 +11,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.auth import Scope, requires
+from api.auth import Scope
+from api.deps import App, requires
 from api.params import TIME_PATTERN, Id
 from core.errors import InvalidInput
 from core.query import Selector
@@ -35,15 +36,15 @@ STATES = list(incidents.STATES)
 
 @router.get("/alerts", dependencies=_READ, summary="Incidents, newest first")
 def alerts(
-    request: Request,
+    app: App,
     state: Annotated[
         str, Query(description="firing, resolved or all", json_schema_extra={"enum": STATES})
     ] = "firing",
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
-    found = incidents.list_incidents(request.app.state.engine, state, limit)
+    found = incidents.list_incidents(app.engine, state, limit)
     # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
-    notes = annotate(request.app.state.engine, found)
+    notes = annotate(app.engine, found)
     return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
 
 
@@ -52,14 +53,13 @@ def alerts(
     dependencies=_READ,
     summary="One incident with its diagnosis history and burn-rate timeline",
 )
-def alert(request: Request, incident_id: Id) -> dict[str, Any]:
-    engine = request.app.state.engine
-    incident = incidents.get_incident(engine, incident_id)
-    notes = annotate(engine, [incident])
+def alert(app: App, incident_id: Id) -> dict[str, Any]:
+    incident = incidents.get_incident(app.engine, incident_id)
+    notes = annotate(app.engine, [incident])
     return {
         **incident_dict(incident),
         **notes[incident.id],
-        **history_of(engine, incident.id),
+        **history_of(app.engine, incident.id),
     }
 
 
@@ -85,7 +85,7 @@ class DiagnoseBody(BaseModel):
     description="start must be before end and the window at most one day long; give both "
     "reference_start and reference_end or neither. A request that breaks these is answered 400.",
 )
-def post_diagnose(request: Request, body: DiagnoseBody) -> dict[str, Any]:
+def post_diagnose(app: App, body: DiagnoseBody) -> dict[str, Any]:
     window = Window(parse_time("start", body.start), parse_time("end", body.end))
     if window.end - window.start > MAX_DIAGNOSIS_WINDOW:
         raise InvalidInput("a diagnosis window covers at most one day")
@@ -98,8 +98,7 @@ def post_diagnose(request: Request, body: DiagnoseBody) -> dict[str, Any]:
             parse_time("reference_end", body.reference_end),
         )
     selector = Selector(body.model, body.instance, body.tenant, body.priority)
-    state = request.app.state
-    result = diagnose_window(state.engine, window, selector, state.rules, reference)
+    result = diagnose_window(app.engine, window, selector, app.rules, reference)
     reference = reference or window.preceding()
     return {
         **result.to_dict(),
@@ -119,9 +118,8 @@ class AckBody(BaseModel):
     dependencies=_ADMIN,
     summary="Acknowledge an incident",
 )
-def acknowledge(request: Request, incident_id: Id, body: AckBody | None = None) -> dict[str, Any]:
-    state = request.app.state
-    note = signals.acknowledge(state.engine, incident_id, (body or AckBody()).by, state.clock())
+def acknowledge(app: App, incident_id: Id, body: AckBody | None = None) -> dict[str, Any]:
+    note = signals.acknowledge(app.engine, incident_id, (body or AckBody()).by, app.clock())
     assert note.acknowledged_at is not None
     return {
         "id": incident_id,
@@ -150,8 +148,8 @@ class SilenceBody(BaseModel):
     "instance, tenant or priority, and the silence must end after it starts and within 90 "
     "days. A request that breaks these is answered 400.",
 )
-def create_silence(request: Request, body: SilenceBody) -> dict[str, Any]:
-    now: datetime = request.app.state.clock()
+def create_silence(app: App, body: SilenceBody) -> dict[str, Any]:
+    now: datetime = app.clock()
     starts = parse_time("starts_at", body.starts_at) if body.starts_at else now
     if (body.ends_at is None) == (body.duration_s is None):
         raise InvalidInput("give ends_at or duration_s")
@@ -161,19 +159,17 @@ def create_silence(request: Request, body: SilenceBody) -> dict[str, Any]:
         else starts + timedelta(seconds=body.duration_s or 0.0)
     )
     new = silence_store.NewSilence(body.matchers, starts, ends, body.created_by, body.comment)
-    return silence_store.add(request.app.state.engine, new, now).to_dict()
+    return silence_store.add(app.engine, new, now).to_dict()
 
 
 @router.get("/silences", dependencies=_READ, summary="Silences in force now")
-def list_silences(request: Request) -> dict[str, Any]:
-    state = request.app.state
-    return {"silences": [s.to_dict() for s in silence_store.active(state.engine, state.clock())]}
+def list_silences(app: App) -> dict[str, Any]:
+    return {"silences": [s.to_dict() for s in silence_store.active(app.engine, app.clock())]}
 
 
 @router.delete(
     "/silences/{silence_id:int}", dependencies=_ADMIN, status_code=204, summary="End a silence"
 )
-def delete_silence(request: Request, silence_id: Id) -> Response:
-    state = request.app.state
-    silence_store.expire(state.engine, silence_id, state.clock())
+def delete_silence(app: App, silence_id: Id) -> Response:
+    silence_store.expire(app.engine, silence_id, app.clock())
     return Response(status_code=204)

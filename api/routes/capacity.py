@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
-from api.auth import Scope, requires
+from api.auth import Scope
+from api.deps import App, requires
 from api.errors import responses
 from api.params import Id
 from core.capacity import DEFAULT_HEADROOM, PlanInput, plan, plan_to_dict
@@ -36,7 +37,7 @@ def _optional_positive(name: str, value: float | None) -> None:
     responses=responses(404),
 )
 def capacity(
-    request: Request,
+    app: App,
     model: Annotated[str, Query(max_length=128, description="e.g. llama-3-8b")],
     gpu: Annotated[str, Query(max_length=64, description="a100, h100, h200, l4 or l40s")],
     peak_qps: Annotated[float, Query(ge=0, le=1e7)],
@@ -61,8 +62,8 @@ def capacity(
     for name, value in (("ttft_target", ttft_target), ("tpot_target", tpot_target)):
         _optional_positive(name, value)
     rps, measured, source = resolve_capacity(
-        request.app.state.engine,
-        request.app.state.clock(),
+        app.engine,
+        app.clock(),
         capacity_rps=capacity_rps,
         run=run,
         production=production,

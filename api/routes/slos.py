@@ -13,7 +13,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from api.auth import Scope, requires
+from api.auth import Scope
+from api.context import AppContext
+from api.deps import App, requires
 from core.errors import InvalidInput
 from core.slo import NAME_PATTERN, SloSpec
 from service.incidents import incident_dict
@@ -26,12 +28,9 @@ _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 
 
-def _views(request: Request, specs: list[SloSpec]) -> list[dict[str, Any]]:
+def _views(app: AppContext, specs: list[SloSpec]) -> list[dict[str, Any]]:
     """Definitions with their status and open incident."""
-    state = request.app.state
-    found = with_status(
-        state.engine, specs, state.policy, state.clock(), state.retention.finest_for
-    )
+    found = with_status(app.engine, specs, app.policy, app.clock(), app.retention.finest_for)
     return [
         {
             **to_document(v.spec),
@@ -43,13 +42,13 @@ def _views(request: Request, specs: list[SloSpec]) -> list[dict[str, Any]]:
 
 
 @router.get("", dependencies=_READ, summary="Every SLO with its status")
-def list_slos(request: Request) -> dict[str, Any]:
-    return {"slos": _views(request, slo_store.list_slos(request.app.state.engine))}
+def list_slos(app: App) -> dict[str, Any]:
+    return {"slos": _views(app, slo_store.list_slos(app.engine))}
 
 
 @router.get("/{name}", dependencies=_READ, summary="One SLO with its status")
-def get_slo(request: Request, name: str) -> dict[str, Any]:
-    return _views(request, [slo_store.get_slo(request.app.state.engine, name)])[0]
+def get_slo(app: App, name: str) -> dict[str, Any]:
+    return _views(app, [slo_store.get_slo(app.engine, name)])[0]
 
 
 @router.put(
@@ -72,6 +71,7 @@ def get_slo(request: Request, name: str) -> dict[str, Any]:
 )
 async def put_slo(
     request: Request,
+    app: App,
     name: Annotated[str, Path(pattern=f"^{NAME_PATTERN.pattern}$")],
     response: Response,
 ) -> dict[str, Any]:
@@ -85,15 +85,13 @@ async def put_slo(
             "metadata.name differs from the name in the path",
             details={"path": name, "metadata.name": spec.name},
         )
-    state = request.app.state
-    created = slo_store.put_slo(state.engine, spec, state.clock())
+    created = slo_store.put_slo(app.engine, spec, app.clock())
     response.status_code = 201 if created else 200
     return to_document(spec)
 
 
 @router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete an SLO")
-def delete_slo(request: Request, name: str) -> Response:
-    state = request.app.state
-    slo_store.delete_slo(state.engine, name)
-    state.evaluator.retire(name, state.clock())
+def delete_slo(app: App, name: str) -> Response:
+    slo_store.delete_slo(app.engine, name)
+    app.evaluator.retire(name, app.clock())
     return Response(status_code=204)

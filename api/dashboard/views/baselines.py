@@ -11,13 +11,13 @@ from typing import Any, Final
 
 import numpy as np
 
+from api.context import AppContext
 from api.dashboard.context import Context
 from core.baseline_compare import Policy, compare
 from core.errors import InfersightError, InvalidInput
 from core.query import Selector
 from core.records import GROUP_LABELS
 from core.slo import scope_of
-from service.cost_spec import active_model
 from storage import baselines as baseline_store
 
 NAME: Final = "baselines"
@@ -29,14 +29,14 @@ MAX_LISTED: Final = 50
 BOOTSTRAP: Final = 200
 
 
-def page(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
     name = query.get("baseline", "")
     ctx_b = ctx.with_extra(**({"baseline": name} if name else {}))
-    return {**baselines(state, ctx_b, name), "ctx": ctx_b}
+    return {**baselines(app, ctx_b, name), "ctx": ctx_b}
 
 
-def baselines(state: Any, ctx: Context, name: str) -> dict[str, Any]:
-    stored = baseline_store.list_baselines(state.engine, MAX_LISTED)
+def baselines(app: AppContext, ctx: Context, name: str) -> dict[str, Any]:
+    stored = baseline_store.list_baselines(app.engine, MAX_LISTED)
     if not stored:
         return {
             "available": False,
@@ -49,7 +49,7 @@ def baselines(state: Any, ctx: Context, name: str) -> dict[str, Any]:
         raise InvalidInput(f"no baseline named {name!r}")
     # Like for like: without filters on the page, the window is read with the baseline's own.
     selector = ctx.selector if ctx.filters else _selector_of(chosen.labels)
-    cost_model = active_model(state.engine, state.settings.cost_model)
+    cost_model = app.cost_model()
     out: dict[str, Any] = {
         "available": True,
         "baselines": stored,
@@ -58,12 +58,12 @@ def baselines(state: Any, ctx: Context, name: str) -> dict[str, Any]:
     }
     try:
         candidate = baseline_store.capture_window(
-            state.engine,
+            app.engine,
             f"window@{int(ctx.window.start.timestamp())}",
             ctx.window,
             selector,
             ctx.now,
-            finest=state.retention.finest_for(ctx.window, ctx.now),
+            finest=app.retention.finest_for(ctx.window, ctx.now),
             exact_max_rows=0,  # sketches (±1 %): a page must stay fast over any range
             cost_model=cost_model,
         )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Final
 
+from api.context import AppContext
 from api.dashboard.context import Context
 from api.dashboard.shared import bucket_times
 from core.errors import InvalidInput
@@ -23,10 +24,10 @@ DEFAULT_RANGE: Final = "24h"
 MAX_LISTED: Final = 50
 
 
-def page(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
     run = query.get("run", "")
     ctx_r = ctx.with_extra(**({"run": run} if run else {}))
-    return {**capacity(state, ctx_r, run), "ctx": ctx_r}
+    return {**capacity(app, ctx_r, run), "ctx": ctx_r}
 
 
 def _levels(summaries: Sequence[PhaseSummary]) -> list[dict[str, Any]]:
@@ -48,7 +49,7 @@ def _levels(summaries: Sequence[PhaseSummary]) -> list[dict[str, Any]]:
     ]
 
 
-def _peak_rates(state: Any, ctx: Context) -> dict[str, dict[str, Any]]:
+def _peak_rates(app: AppContext, ctx: Context) -> dict[str, dict[str, Any]]:
     """Per model: the busiest bucket's request rate, the mean rate and the instances serving.
 
     Peaks are what capacity is planned for, so buckets are as fine as the range allows at a
@@ -62,11 +63,11 @@ def _peak_rates(state: Any, ctx: Context) -> dict[str, dict[str, Any]]:
         if span <= timedelta(days=31)
         else Resolution.DAY
     )
-    finest = state.retention.finest_for(ctx.window, ctx.now)
+    finest = app.retention.finest_for(ctx.window, ctx.now)
     order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
     step = max(wanted, finest, key=order.index)
     per_series = timeseries.request_series(
-        state.engine, ctx.window, step, ctx.selector, ("model", "instance")
+        app.engine, ctx.window, step, ctx.selector, ("model", "instance")
     )
     out: dict[str, dict[str, Any]] = {}
     for (model, instance), buckets in per_series.items():
@@ -89,9 +90,9 @@ def _peak_rates(state: Any, ctx: Context) -> dict[str, dict[str, Any]]:
     }
 
 
-def capacity(state: Any, ctx: Context, run_id: str = "") -> dict[str, Any]:
-    runs = run_store.list_runs(state.engine, MAX_LISTED)
-    fleet = _peak_rates(state, ctx)
+def capacity(app: AppContext, ctx: Context, run_id: str = "") -> dict[str, Any]:
+    runs = run_store.list_runs(app.engine, MAX_LISTED)
+    fleet = _peak_rates(app, ctx)
     if not runs:
         return {
             "available": False,
@@ -105,7 +106,7 @@ def capacity(state: Any, ctx: Context, run_id: str = "") -> dict[str, Any]:
     listing = next((r for r in runs if str(r.id) == run_id), None) if run_id else runs[0]
     if listing is None:
         raise InvalidInput(f"no load-test run {run_id}")
-    run = run_store.get_run(state.engine, listing.id)
+    run = run_store.get_run(app.engine, listing.id)
     summaries = summarise(run)
     knee = knee_of(summaries)
     try:

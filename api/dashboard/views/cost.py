@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
 from core.cost import CostLine, CostResult
-from service.cost_spec import active_model
 from service.cost_view import good_basis, good_text
 from storage import cost as cost_store
 
@@ -20,8 +20,8 @@ TITLE: Final = "Cost"
 DEFAULT_RANGE: Final = "24h"
 
 
-def page(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return cost(state, ctx)
+def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
+    return cost(app, ctx)
 
 
 def _line(line: CostLine, currency: str) -> dict[str, Any]:
@@ -61,15 +61,15 @@ def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
     return {"good_note": good, "good_basis": good_basis(result), "idle_note": idle}
 
 
-def cost(state: Any, ctx: Context) -> dict[str, Any]:
-    model = active_model(state.engine, state.settings.cost_model)
+def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
+    model = app.cost_model()
     result = cost_store.cost(
-        state.engine,
+        app.engine,
         ctx.window,
         model,
         ctx.selector,
         ("model",),
-        finest=state.retention.finest_for(ctx.window, ctx.now),
+        finest=app.retention.finest_for(ctx.window, ctx.now),
     )
     if not result.instances:
         return {

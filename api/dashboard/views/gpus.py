@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.shared import label_step
@@ -43,31 +44,31 @@ GPU_CHARTS: Final[
 )
 
 
-def page(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return gpus(state, ctx)
+def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
+    return gpus(app, ctx)
 
 
-def gpu_instances(state: Any, ctx: Context) -> list[str] | None:
+def gpu_instances(app: AppContext, ctx: Context) -> list[str] | None:
     """The instances the filters pick (``None``: all); a model picks the instances serving it."""
     if ctx.selector.instance is not None:
         return [ctx.selector.instance]
     if ctx.selector.model is None and ctx.selector.tenant is None:
         return None
-    sets = timeseries.label_sets(state.engine, ctx.window, label_step(ctx))
+    sets = timeseries.label_sets(app.engine, ctx.window, label_step(ctx))
     return sorted(
         {s[1] for s in sets if ctx.selector.matches(dict(zip(GROUP_LABELS, s, strict=True)))}
     )
 
 
-def gpus(state: Any, ctx: Context) -> dict[str, Any]:
-    instances = gpu_instances(state, ctx)
+def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
+    instances = gpu_instances(app, ctx)
     buckets = (
         timeseries.gpu_series(
-            state.engine,
+            app.engine,
             ctx.window,
             ctx.gpu_step_s,
             instances,
-            state.retention.finest_for(ctx.window, ctx.now),
+            app.retention.finest_for(ctx.window, ctx.now),
         )
         if instances is None or instances
         else []
@@ -97,18 +98,18 @@ def gpus(state: Any, ctx: Context) -> dict[str, Any]:
         "charts": charts,
         "table": [_gpu_summary(key, per_gpu[key]) for key in keys],
         "step_s": ctx.gpu_step_s,
-        "engines": _engines(state, ctx, instances),
+        "engines": _engines(app, ctx, instances),
     }
 
 
-def _engines(state: Any, ctx: Context, instances: list[str] | None) -> dict[str, Any] | None:
+def _engines(app: AppContext, ctx: Context, instances: list[str] | None) -> dict[str, Any] | None:
     """The data-parallel engines of the servers that run two or more (``None``: none do)."""
     if instances is not None and not instances:
         return None
-    table = server_engines.engine_summaries(state.engine, ctx.window, instances)
+    table = server_engines.engine_summaries(app.engine, ctx.window, instances)
     if not table:
         return None
-    buckets = server_engines.engine_series(state.engine, ctx.window, ctx.gpu_step_s, instances)
+    buckets = server_engines.engine_series(app.engine, ctx.window, ctx.gpu_step_s, instances)
     per_engine: dict[tuple[str, str], list[server_engines.EngineBucket]] = defaultdict(list)
     for b in buckets:
         per_engine[(b.instance, b.rank)].append(b)

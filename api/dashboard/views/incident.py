@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import duration_text
@@ -29,8 +30,8 @@ DEFAULT_RANGE: Final = "24h"
 _MARGIN: Final = timedelta(minutes=5)
 
 
-def page(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    return {**detail(state, ctx, incident_id_of(query)), "duration_text": duration_text}
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    return {**detail(app, ctx, incident_id_of(query)), "duration_text": duration_text}
 
 
 def incident_id_of(query: dict[str, str]) -> int:
@@ -75,11 +76,11 @@ def burn_chart(
     )
 
 
-def detail(state: Any, ctx: Context, incident_id: int) -> dict[str, Any]:
-    incident = incidents.get_incident(state.engine, incident_id)
-    note = annotate(state.engine, [incident])[incident.id]
-    kept = history_of(state.engine, incident.id)
-    windows = watched_windows(state.policy, incident)
+def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
+    incident = incidents.get_incident(app.engine, incident_id)
+    note = annotate(app.engine, [incident])[incident.id]
+    kept = history_of(app.engine, incident.id)
+    windows = watched_windows(app.policy, incident)
     start = incident.opened_at - _MARGIN
     end = (incident.resolved_at or ctx.now) + _MARGIN
     chart = burn_chart(kept["burn_points"], windows, start, min(end, ctx.now))
@@ -98,7 +99,7 @@ def detail(state: Any, ctx: Context, incident_id: int) -> dict[str, Any]:
         "history": list(reversed(history)),
         "missing": list((headline or {}).get("missing_evidence") or []),
         "burn_chart": chart,
-        "thresholds": thresholds(state.policy, incident),
+        "thresholds": thresholds(app.policy, incident),
         "diagnoses": sum(h["diagnosis"] is not None for h in history),
         "elsewhere": latest if _elsewhere(headline, latest) else None,
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import duration_text
@@ -23,13 +24,13 @@ DEFAULT_RANGE: Final = "24h"
 INCIDENT_LIMIT: Final = 500
 
 
-def page(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
     which = query.get("state", "all")
     if which not in ("all", "firing", "resolved"):
         raise InvalidInput("state must be all, firing or resolved")
     ctx_s = ctx.with_extra(**({"state": which} if which != "all" else {}))
     return {
-        **incident_list(state, ctx_s, which),
+        **incident_list(app, ctx_s, which),
         "state_filter": which,
         "ctx": ctx_s,
         "duration_text": duration_text,
@@ -50,13 +51,13 @@ def _overlaps(incident: Incident, ctx: Context) -> bool:
     return incident.opened_at < ctx.window.end and ended >= ctx.window.start
 
 
-def incident_list(state: Any, ctx: Context, state_filter: str) -> dict[str, Any]:
+def incident_list(app: AppContext, ctx: Context, state_filter: str) -> dict[str, Any]:
     found = [
         i
-        for i in incidents.list_incidents(state.engine, state_filter, INCIDENT_LIMIT)
+        for i in incidents.list_incidents(app.engine, state_filter, INCIDENT_LIMIT)
         if _overlaps(i, ctx) and _in_scope(i, ctx.selector)
     ]
-    notes = annotate(state.engine, found)
+    notes = annotate(app.engine, found)
     rows = [{"incident": i, **notes[i.id]} for i in found]
     bars = [
         svg.Bar(

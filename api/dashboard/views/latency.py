@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context, parse_quantile
 from api.dashboard.formatting import instance_series_name, short_model
@@ -38,23 +39,23 @@ LATENCY_METRICS: Final = {
 HEATMAP_BINS: Final = 24
 
 
-def page(state: Any, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
     q = parse_quantile(query.get("q", ""))
     heat = query.get("heatmap", "ttft")
     if heat not in LATENCY_METRICS:
         raise InvalidInput("heatmap must be ttft, tpot or e2e")
     ctx_q = ctx.with_extra(**({"q": f"{q:g}"} if q != 0.99 else {}))
     ctx_q = ctx_q.with_extra(**({"heatmap": heat} if heat != "ttft" else {}))
-    return {"q": q, "heat_metric": heat, **latency(state, ctx_q, q, heat), "ctx": ctx_q}
+    return {"q": q, "heat_metric": heat, **latency(app, ctx_q, q, heat), "ctx": ctx_q}
 
 
-def latency_table(state: Any, ctx: Context) -> list[dict[str, Any]]:
+def latency_table(app: AppContext, ctx: Context) -> list[dict[str, Any]]:
     """P50…P99 of TTFT, TPOT and E2E per model and instance over the whole range."""
-    finest = state.retention.finest_for(ctx.window, ctx.now)
+    finest = app.retention.finest_for(ctx.window, ctx.now)
     rows: dict[tuple[str, ...], dict[str, Any]] = {}
     for metric in LATENCY_METRICS:
         result = queries.latency(
-            state.engine,
+            app.engine,
             metric,
             ctx.window,
             ctx.selector,
@@ -71,14 +72,14 @@ def latency_table(state: Any, ctx: Context) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def latency_charts(state: Any, ctx: Context, q: float) -> dict[str, Any]:
-    step = chart_step(state, ctx)
+def latency_charts(app: AppContext, ctx: Context, q: float) -> dict[str, Any]:
+    step = chart_step(app, ctx)
     times = bucket_times(ctx, step)
     start = times[0] if times else ctx.window.start
     charts, merged = {}, {}
     for metric, title in LATENCY_METRICS.items():
         buckets = timeseries.bucket_sketches(
-            state.engine, metric, ctx.window, step, ctx.selector, ("model", "instance")
+            app.engine, metric, ctx.window, step, ctx.selector, ("model", "instance")
         )
         series = [
             svg.Series(
@@ -133,9 +134,9 @@ def latency_heatmap(
     )
 
 
-def breakdown(state: Any, ctx: Context) -> Any:
-    finest = state.retention.finest_for(ctx.window, ctx.now)
-    rows = queries.breakdown(state.engine, ctx.window, ctx.selector, ("model",), finest=finest)
+def breakdown(app: AppContext, ctx: Context) -> Any:
+    finest = app.retention.finest_for(ctx.window, ctx.now)
+    rows = queries.breakdown(app.engine, ctx.window, ctx.selector, ("model",), finest=finest)
     bars, scaled = [], []
     for b in rows:
         parts = [(s.stage, s.share) for s in b.stages if s.share]
@@ -155,13 +156,13 @@ def breakdown(state: Any, ctx: Context) -> Any:
     return svg.stacked_bars(bars, label="share of end-to-end time per stage", note=note)
 
 
-def latency(state: Any, ctx: Context, q: float, heat_metric: str) -> dict[str, Any]:
-    charts = latency_charts(state, ctx, q)
+def latency(app: AppContext, ctx: Context, q: float, heat_metric: str) -> dict[str, Any]:
+    charts = latency_charts(app, ctx, q)
     return {
-        "table": latency_table(state, ctx),
+        "table": latency_table(app, ctx),
         "charts": charts["charts"],
         "heatmap": latency_heatmap(charts["merged"][heat_metric], charts["times"], charts["step"]),
-        "breakdown": breakdown(state, ctx),
+        "breakdown": breakdown(app, ctx),
         "metrics": LATENCY_METRICS,
         "quantiles": QUANTILES,
         "stages": STAGES,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
@@ -19,7 +20,6 @@ from api.dashboard.shared import bucket_times, chart_step
 from core.cost import CostResult
 from core.slo import SliKind, SloSpec
 from core.window import format_duration
-from service.cost_spec import active_model
 from service.incidents import annotate
 from service.slos import with_status
 from storage import cost as cost_store
@@ -30,8 +30,8 @@ TITLE: Final = "Overview"
 DEFAULT_RANGE: Final = "1h"
 
 
-def page(state: Any, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return {**overview(state, ctx), "cost": cost_summary(state, ctx)}
+def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
+    return {**overview(app, ctx), "cost": cost_summary(app, ctx)}
 
 
 def sli_text(spec: SloSpec) -> str:
@@ -41,9 +41,9 @@ def sli_text(spec: SloSpec) -> str:
     return f"{(spec.sli.metric or '').upper()} ≤ {svg.seconds(spec.sli.threshold_s)}"
 
 
-def slo_rows(state: Any, now: datetime) -> list[dict[str, Any]]:
-    specs = slo_store.list_slos(state.engine)
-    found = with_status(state.engine, specs, state.policy, now, state.retention.finest_for)
+def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
+    specs = slo_store.list_slos(app.engine)
+    found = with_status(app.engine, specs, app.policy, now, app.retention.finest_for)
     return [
         {
             "name": v.spec.name,
@@ -62,18 +62,18 @@ def slo_rows(state: Any, now: datetime) -> list[dict[str, Any]]:
     ]
 
 
-def firing_incidents(state: Any) -> list[dict[str, Any]]:
-    found = incidents.list_incidents(state.engine, "firing", 50)
-    notes = annotate(state.engine, found)
+def firing_incidents(app: AppContext) -> list[dict[str, Any]]:
+    found = incidents.list_incidents(app.engine, "firing", 50)
+    notes = annotate(app.engine, found)
     return [{"incident": i, **notes[i.id]} for i in found]
 
 
-def fleet(state: Any, ctx: Context) -> dict[str, Any]:
+def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
     """Throughput totals over the range, and per model over time."""
-    finest = state.retention.finest_for(ctx.window, ctx.now)
-    totals = queries.throughput(state.engine, ctx.window, ctx.selector, finest=finest)
-    step = chart_step(state, ctx)
-    per_model = timeseries.request_series(state.engine, ctx.window, step, ctx.selector, ["model"])
+    finest = app.retention.finest_for(ctx.window, ctx.now)
+    totals = queries.throughput(app.engine, ctx.window, ctx.selector, finest=finest)
+    step = chart_step(app, ctx)
+    per_model = timeseries.request_series(app.engine, ctx.window, step, ctx.selector, ["model"])
     times = bucket_times(ctx, step)
     rate, tokens = [], []
     for labels, buckets in sorted(per_model.items()):
@@ -107,32 +107,32 @@ def fleet(state: Any, ctx: Context) -> dict[str, Any]:
     }
 
 
-def overview(state: Any, ctx: Context) -> dict[str, Any]:
+def overview(app: AppContext, ctx: Context) -> dict[str, Any]:
     return {
-        "slos": slo_rows(state, ctx.now),
-        "burn_windows": [format_duration(w) for w in sorted(state.policy.windows)],
-        "firing": firing_incidents(state),
-        "fleet": fleet(state, ctx),
+        "slos": slo_rows(app, ctx.now),
+        "burn_windows": [format_duration(w) for w in sorted(app.policy.windows)],
+        "firing": firing_incidents(app),
+        "fleet": fleet(app, ctx),
     }
 
 
-def _cost_result(state: Any, ctx: Context, group_by: Sequence[str]) -> CostResult:
+def _cost_result(app: AppContext, ctx: Context, group_by: Sequence[str]) -> CostResult:
     return cost_store.cost(
-        state.engine,
+        app.engine,
         ctx.window,
-        active_model(state.engine, state.settings.cost_model),
+        app.cost_model(),
         ctx.selector,
         group_by,
-        finest=state.retention.finest_for(ctx.window, ctx.now),
+        finest=app.retention.finest_for(ctx.window, ctx.now),
     )
 
 
-def cost_summary(state: Any, ctx: Context) -> dict[str, Any] | None:
+def cost_summary(app: AppContext, ctx: Context) -> dict[str, Any] | None:
     """The overview's cost per million tokens over the whole range (``None``: nothing metered).
 
     Long ranges are priced from GPU rollups and kept good-token counts (``storage.cost``).
     """
-    result = _cost_result(state, ctx, ())
+    result = _cost_result(app, ctx, ())
     per_million = result.total.cost_per_million_tokens
     if per_million is None or not result.instances:
         return None
