@@ -3,22 +3,19 @@
 Tokens come from ``INFERSIGHT_API_TOKENS`` (``read:TOKEN,admin:TOKEN``) and/or a secrets file
 (one ``SCOPE TOKEN`` per line). With no tokens the API is open, which is allowed on a loopback
 address and elsewhere only with ``--insecure-no-auth`` (``check_exposure`` decides at start).
+Routes check the bearer header with ``api.deps.requires``.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
 
-from fastapi import Request, Security
-from fastapi.security import HTTPBearer
-
-from core.errors import ConfigurationError, Forbidden, Unauthorized
+from core.errors import ConfigurationError
 from core.net import is_loopback
 
 log = logging.getLogger(__name__)
@@ -105,41 +102,3 @@ def check_exposure(host: str, tokens: Tokens, insecure_no_auth: bool) -> None:
             details={"host": host},
         )
     log.warning("serving the API WITHOUT authentication on %s (--insecure-no-auth)", host)
-
-
-#: The bearer scheme as the OpenAPI document declares it. It reads nothing itself
-#: (``auto_error=False``); ``requires`` checks the header, so every failure keeps the one
-#: error shape.
-BEARER: Final = HTTPBearer(
-    auto_error=False,
-    scheme_name="bearer",
-    description="An API token (INFERSIGHT_API_TOKENS): scope read for queries, admin for "
-    "changes as well.",
-)
-
-
-def requires(scope: Scope) -> Callable[..., None]:
-    """A FastAPI dependency that admits requests whose bearer token grants ``scope``.
-
-    It depends on ``BEARER`` with ``scope`` as its scope, so the OpenAPI document lists the
-    requirement per operation. The dashboard's session cookie is not accepted here: the JSON
-    API wants a bearer token.
-    """
-
-    bearer = Security(BEARER, scopes=[scope.value])
-
-    def check(request: Request, _bearer: Any = bearer) -> None:
-        tokens: Tokens = request.app.state.tokens
-        if not tokens.enabled:
-            return
-        header = request.headers.get("authorization", "")
-        kind, _, token = header.partition(" ")
-        if kind.lower() != "bearer" or not token:
-            raise Unauthorized("a bearer token is required")
-        granted = tokens.scope_of(token.strip())
-        if granted is None:
-            raise Unauthorized("unknown API token")
-        if scope not in GRANTS[granted]:
-            raise Forbidden(f"this token lacks the {scope.value!r} scope")
-
-    return check

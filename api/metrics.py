@@ -29,11 +29,15 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Final
 
-from prometheus_client import CollectorRegistry
+from fastapi import Depends, FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
+from api.auth import Scope
+from api.context import AppContext
+from api.deps import requires
 from core.burn import Policy
 from core.cost import CostModel
 from core.quantiles import quantile_key
@@ -245,3 +249,20 @@ def registry_for(
     for collector in collectors:
         registry.register(Cached(collector, ttl_s, monotonic) if ttl_s > 0 else collector)
     return registry
+
+
+def install(app: FastAPI, context: AppContext) -> None:
+    """Serve ``/metrics`` (read scope, left out of the OpenAPI document) from the app's own
+    registry."""
+    finest_for = context.retention.finest_for
+    registry = registry_for(
+        StoreCollector(
+            context.engine, context.policy, context.clock, finest_for, context.exact_max_rows
+        ),
+        CostCollector(context.engine, context.cost_model, context.clock, finest_for),
+        ttl_s=context.settings.metrics_cache_s,
+    )
+
+    @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

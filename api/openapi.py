@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.auth import Scope
-from api.dashboard_auth import COOKIE
+from api.dashboard.session import COOKIE
 from api.errors import STATUS_MEANING, ErrorBody
 from api.origin import HOST_EXEMPT
 
@@ -35,7 +35,7 @@ _ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 
 
 def _scope_of(operation: dict[str, Any]) -> Scope | None:
-    """The scope ``api.auth.requires`` put in the operation's bearer requirement."""
+    """The scope ``api.deps.requires`` put in the operation's bearer requirement."""
     scopes = {s for r in operation.get("security", []) for s in r.get("bearer", [])}
     return Scope.ADMIN if Scope.ADMIN.value in scopes else (Scope.READ if scopes else None)
 

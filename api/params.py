@@ -6,14 +6,14 @@ hour that ends now. Everything invalid raises ``InvalidInput`` with the paramete
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Final
 
 import annotated_types
-from fastapi import Query, Request
+from fastapi import Query
 
+from api.deps import App
 from api.errors import described
 from core.errors import InvalidInput
 from core.query import Selector, check_group_by
@@ -21,7 +21,6 @@ from core.records import MAX_LABEL_LEN
 from core.timestamps import TIME_HELP, TIME_REGEX, parse_time
 from core.window import Window
 
-Clock = Callable[[], datetime]
 DEFAULT_SPAN = timedelta(hours=1)
 
 #: The largest id a stored row can have: the store's ids are 32-bit integers (PostgreSQL INTEGER).
@@ -63,7 +62,7 @@ class Common:
 
 
 def common(
-    request: Request,
+    app: App,
     start: str | None = Query(
         None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
     ),
@@ -78,11 +77,11 @@ def common(
         description="comma-separated: model, instance, tenant, priority",
     ),
 ) -> Common:
-    now: datetime = request.app.state.clock()
+    now = app.clock()
     end_ts = parse_time("end", end) if end else now
     start_ts = parse_time("start", start) if start else end_ts - DEFAULT_SPAN
     window = Window(start_ts, end_ts)
-    max_days: int = request.app.state.settings.max_query_days
+    max_days = app.settings.max_query_days
     if window.end - window.start > timedelta(days=max_days):
         raise InvalidInput(
             f"a query covers at most {max_days} days", details={"max_query_days": max_days}

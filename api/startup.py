@@ -120,13 +120,8 @@ def install_store_errors(app: FastAPI) -> None:
 Lifespan = Callable[[FastAPI], Any]
 
 
-def lifecycle(
-    jobs: Jobs, run_jobs: bool, prepare: Callable[[], object] | None
-) -> tuple[Lifespan, StoreGate | None]:
-    """The app's lifespan: jobs start at once, or (given ``prepare``) once the store answers."""
-    gate = None
-    if prepare is not None:
-        gate = StoreGate(prepare, on_ready=jobs.start if run_jobs else lambda: None)
+def lifecycle(jobs: Jobs, run_jobs: bool, gate: StoreGate | None) -> Lifespan:
+    """The app's lifespan: jobs start at once, or (given a ``gate``) once the store answers."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -141,7 +136,7 @@ def lifecycle(
                 gate.stop()
             jobs.stop()
 
-    return lifespan, gate
+    return lifespan
 
 
 def add_healthz(app: FastAPI, engine: Engine, jobs: Jobs, gate: StoreGate | None) -> None:

@@ -344,7 +344,7 @@ def run_path(
         lock=SoleLeader(),
         notifiers={recorder.name: recorder},
     )
-    jobs = app.state.jobs
+    jobs = app.state.context.jobs
     for spec in fleet_slos():
         slo_store.put_slo(engine, spec, scenario.start)
     stored = _pre_roll(engine, batch, scenario.start + WARM_UP, run_from)

@@ -593,7 +593,7 @@ def run_cell(
         lock=SoleLeader(),
         notifiers={recorder.name: recorder},
     )
-    jobs = app.state.jobs
+    jobs = app.state.context.jobs
     for spec in parse_specs(SLO_FILE.read_text(encoding="utf-8")):
         slo_store.put_slo(engine, spec, scenario.start)
     _pre_roll(engine, scenario, batch, run_from)

@@ -22,7 +22,6 @@ import click
 import numpy as np
 from sqlalchemy import Engine
 
-from api.routes_baselines import parse_thresholds
 from core.baseline import Baseline, summary_dict
 from core.baseline_compare import Policy, Verdict
 from core.baseline_compare import compare as compare_baselines
@@ -36,6 +35,7 @@ from core.timestamps import parse_time
 from core.window import Window
 from infersight.cli import current_settings
 from infersight.settings import Settings
+from service.baselines import parse_thresholds
 from service.cost_spec import active_model
 from storage import baselines as store
 from storage import migrate

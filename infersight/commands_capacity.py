@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 
-from api.routes_capacity import load_catalog, resolve_capacity
 from core.capacity import (
     DEFAULT_HEADROOM,
     CapacityPlan,
@@ -28,6 +27,7 @@ from core.capacity import (
 from core.hardware import GIB
 from core.query import Selector
 from infersight.cli import current_settings
+from service.capacity import load_catalog, resolve_capacity
 from storage.engine import create_store_engine
 
 

@@ -92,7 +92,7 @@ def serve(
         prepare=(lambda: migrate.upgrade(engine)) if run_migrations else (lambda: _probe(engine)),
     )
     try:
-        config = server_config(app, host, port, api_settings, app.state.tokens.scopes)
+        config = server_config(app, host, port, api_settings, app.state.context.tokens.scopes)
         uvicorn.Server(config).run()
     finally:
         client.close()

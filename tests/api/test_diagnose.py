@@ -101,8 +101,8 @@ def test_a_firing_slo_alert_carries_symptom_and_diagnosis(
         Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
     )
     incident_window, _ = bench.windows(throttled)
-    slo_store.put_slo(api.app.state.engine, tpot, throttled.start)
-    evaluator = api.app.state.evaluator
+    slo_store.put_slo(api.app.state.context.engine, tpot, throttled.start)
+    evaluator = api.app.state.context.evaluator
     quiet = evaluator.run(incident_window.start)
     assert quiet.changes == ()
     at = incident_window.start + timedelta(minutes=6)
@@ -156,7 +156,7 @@ def test_a_firing_incident_is_diagnosed_again_while_it_fires_and_keeps_its_headl
     throttled: Any, make_api: Callable[..., Api], request: pytest.FixtureRequest
 ) -> None:
     api = make_api()
-    request.addfinalizer(api.app.state.jobs.stop)  # releases the leader lock on PostgreSQL
+    request.addfinalizer(api.app.state.context.jobs.stop)  # releases the leader lock on PostgreSQL
     tpot = SloSpec(
         "70b-tpot",
         Sli(SliKind.LATENCY, "tpot", 0.03),
@@ -164,13 +164,13 @@ def test_a_firing_incident_is_diagnosed_again_while_it_fires_and_keeps_its_headl
         timedelta(days=7),
         Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
     )
-    slo_store.put_slo(api.app.state.engine, tpot, throttled.start)
+    slo_store.put_slo(api.app.state.context.engine, tpot, throttled.start)
     incident_window, _ = bench.windows(throttled)
     opened_at = incident_window.start + timedelta(minutes=6)
     api.clock.now = opened_at
-    api.app.state.evaluator.run(opened_at)
+    api.app.state.context.evaluator.run(opened_at)
     [first] = api.get("/api/v1/alerts").json()["alerts"]
-    jobs = api.app.state.jobs
+    jobs = api.app.state.context.jobs
     api.clock.now = opened_at + timedelta(minutes=1)
     assert jobs.tick_delivery()  # too soon: the diagnosis is kept
     [same] = api.get("/api/v1/alerts").json()["alerts"]

@@ -82,7 +82,7 @@ def setup(
             dashboard_url="http://127.0.0.1:8080/",
         )
         # The jobs' leader lock (a PostgreSQL advisory lock) must not outlive the test.
-        request.addfinalizer(app.state.jobs.stop)
+        request.addfinalizer(app.state.context.jobs.stop)
         slo_store.put_slo(store.engine, TPOT, scenario.start)
         return Api(app, clock), scenario, pager, chat
 
@@ -91,7 +91,7 @@ def setup(
 
 def _evaluate(api: Api, at: Any) -> Any:
     api.clock.now = at
-    return api.app.state.evaluator.run(at)
+    return api.app.state.context.evaluator.run(at)
 
 
 def test_a_page_reaches_every_notifier_once_with_its_diagnosis(setup: Any) -> None:
@@ -100,9 +100,9 @@ def test_a_page_reaches_every_notifier_once_with_its_diagnosis(setup: Any) -> No
     opened = _evaluate(api, incident.start + timedelta(minutes=6))
     assert [t.value for _, t in opened.changes] == ["opened"]
     assert pager.accepted == chat.accepted == []  # evaluation only enqueues
-    messages = Outbox(api.app.state.engine).messages()
+    messages = Outbox(api.app.state.context.engine).messages()
     assert sorted(m.notifier for m in messages) == ["pagerduty", "slack"]
-    jobs = api.app.state.jobs
+    jobs = api.app.state.context.jobs
     assert jobs.tick_delivery()
     assert jobs.tick_delivery()
     [page] = pager.accepted
@@ -118,19 +118,19 @@ def test_an_endpoint_down_for_an_hour_delays_only_its_own_messages(setup: Any) -
     incident, _ = bench.windows(scenario)
     start = incident.start + timedelta(minutes=6)
     _evaluate(api, start)
-    jobs = api.app.state.jobs
+    jobs = api.app.state.context.jobs
     evaluations = 0
     for minutes in range(0, 60, 2):
         at = start + timedelta(minutes=minutes)
         api.clock.now = at
         assert jobs.tick_delivery(), jobs.last_error
         if at < incident.end:  # evaluation goes on while the endpoint is down (data ends here)
-            assert api.app.state.evaluator.run(at).changes == ()
+            assert api.app.state.context.evaluator.run(at).changes == ()
             evaluations += 1
     assert evaluations == 2
     assert len(chat.accepted) == 1
     assert pager.accepted == []
-    outbox = Outbox(api.app.state.engine)
+    outbox = Outbox(api.app.state.context.engine)
     [pending] = [m for m in outbox.messages() if m.notifier == "pagerduty"]
     assert pending.state is MessageState.PENDING
     assert pending.attempts >= 3
@@ -150,7 +150,7 @@ def test_a_silenced_slo_is_diagnosed_but_not_notified(setup: Any) -> None:
     )
     assert created.status_code == 201
     _evaluate(api, incident.start + timedelta(minutes=6))
-    assert Outbox(api.app.state.engine).messages() == []
+    assert Outbox(api.app.state.context.engine).messages() == []
     [alert] = api.get("/api/v1/alerts").json()["alerts"]
     assert alert["diagnosis"]["cause"] == "gpu_throttled"
 
@@ -259,14 +259,14 @@ def test_an_incident_that_opens_within_the_hold_down_with_news_is_told(
 def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: Any) -> None:
     api, scenario, pager, chat = setup()
     # The GPU metrics lag (a stalled exporter): the first diagnosis cannot see the throttling.
-    engine = api.app.state.engine
+    engine = api.app.state.context.engine
     with engine.begin() as connection:
         connection.execute(gpu_samples.delete())
     incident, _ = bench.windows(scenario)
     early = incident.start + timedelta(minutes=1)
     opened = _evaluate(api, early)
     assert [t.value for _, t in opened.changes] == ["opened"]
-    jobs = api.app.state.jobs
+    jobs = api.app.state.context.jobs
     assert jobs.tick_delivery()
     [first] = pager.accepted
     early_cause = first["payload"]["custom_details"]["diagnosis"]["cause"]

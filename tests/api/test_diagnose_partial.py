@@ -76,8 +76,8 @@ def test_an_incident_without_gpu_telemetry_carries_its_missing_evidence(
         Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
     )
     incident_window, _ = bench.windows(scenario)
-    slo_store.put_slo(api.app.state.engine, tpot, scenario.start)
-    evaluator = api.app.state.evaluator
+    slo_store.put_slo(api.app.state.context.engine, tpot, scenario.start)
+    evaluator = api.app.state.context.evaluator
     assert evaluator.run(incident_window.start).changes == ()
     at = incident_window.start + timedelta(minutes=6)
     api.clock.now = at

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from api import create_app
-from api import dashboard_auth as auth
+from api.dashboard import session as auth
 from api.settings import ApiSettings
 from tests.api.live import ADMIN_TOKEN, READ_TOKEN, TOKENS, serve
 from tests.conftest import Store

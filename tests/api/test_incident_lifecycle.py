@@ -109,7 +109,7 @@ def _run(store: Store, request: pytest.FixtureRequest) -> Iterator[tuple[Api, da
     app = create_app(
         ApiSettings(run_jobs=False), store.engine, clock, notifiers=notifiers, policy=POLICY
     )
-    request.addfinalizer(app.state.jobs.stop)
+    request.addfinalizer(app.state.context.jobs.stop)
     slo_store.put_slo(store.engine, TPOT, scenario.start)
     sink = StoreSink(open_writer(store.engine))
     request.addfinalizer(sink.close)
@@ -123,8 +123,8 @@ def _run(store: Store, request: pytest.FixtureRequest) -> Iterator[tuple[Api, da
         sink.flush()
         now += INTERVAL
         clock.now = now
-        app.state.jobs.tick_evaluation()
-        app.state.jobs.tick_delivery()
+        app.state.context.jobs.tick_evaluation()
+        app.state.context.jobs.tick_delivery()
         yield api, now
 
 
@@ -218,7 +218,7 @@ def test_an_arrival_surge_that_opens_an_incident_seconds_after_its_onset_pages_o
     }
     clock = FakeClock(scenario.start)
     app = create_app(ApiSettings(run_jobs=False), store.engine, clock, notifiers=notifiers)
-    request.addfinalizer(app.state.jobs.stop)
+    request.addfinalizer(app.state.context.jobs.stop)
     slo_store.put_slo(store.engine, TPOT, scenario.start)
     sink = StoreSink(open_writer(store.engine))
     request.addfinalizer(sink.close)
@@ -233,8 +233,8 @@ def test_an_arrival_surge_that_opens_an_incident_seconds_after_its_onset_pages_o
         now += timedelta(seconds=10)
         clock.now = now
         if tick % 3 == 0:
-            app.state.jobs.tick_evaluation()
-        app.state.jobs.tick_delivery()
+            app.state.context.jobs.tick_evaluation()
+        app.state.context.jobs.tick_delivery()
         alerts = api.get("/api/v1/alerts").json()["alerts"]
         if alerts and opened_at is None:
             opened_at = now

@@ -262,7 +262,7 @@ def test_a_week_that_has_not_ended_is_not_reported(week):
 
 def test_serve_schedules_the_report_for_monday_nine_in_the_report_time_zone(week):
     api = api_for(week, report_timezone="Europe/Berlin", cost_model="worked")
-    jobs = api.app.state.jobs
+    jobs = api.app.state.context.jobs
     jobs.start()
     try:
         run = jobs._scheduler.get_job("report").next_run_time

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from api import create_app
-from api import dashboard_auth as auth
 from api.auth import Scope, parse_tokens
+from api.dashboard import session as auth
 from api.settings import ApiSettings
 from core.query import Selector
 from core.samples import EngineSample, GpuSample, ServerSample

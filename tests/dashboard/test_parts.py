@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api import dashboard_svg as svg
-from api.dashboard_context import parse_context, parse_quantile
+from api.dashboard import charts as svg
+from api.dashboard.context import parse_context, parse_quantile
 from core.errors import InvalidInput
 from core.window import Resolution
 

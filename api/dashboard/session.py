@@ -29,6 +29,7 @@ from typing import Final
 from fastapi import Request, Response
 
 from api.auth import GRANTS, Scope, Tokens
+from api.context import AppContext
 from storage import sessions
 
 COOKIE: Final = "infersight_session"
@@ -74,36 +75,36 @@ def verify(tokens: Tokens, value: str, now: datetime) -> Scope | None:
     return found
 
 
-def session_scope(request: Request, now: datetime) -> Scope | None:
+def session_scope(app: AppContext, request: Request, now: datetime) -> Scope | None:
     """The scope of the request's session cookie: signed, unexpired and not signed out."""
     cookie = request.cookies.get(COOKIE)
     if not cookie:
         return None
-    scope = verify(request.app.state.tokens, cookie, now)
-    if scope is None or sessions.is_revoked(request.app.state.engine, cookie):
+    scope = verify(app.tokens, cookie, now)
+    if scope is None or sessions.is_revoked(app.engine, cookie):
         return None
     return scope
 
 
-def revoke(request: Request, now: datetime) -> None:
+def revoke(app: AppContext, request: Request, now: datetime) -> None:
     """Sign the request's session out on the server (a valid cookie only: nothing to store
     for a forged one)."""
     cookie = request.cookies.get(COOKIE)
-    if cookie and verify(request.app.state.tokens, cookie, now) is not None:
+    if cookie and verify(app.tokens, cookie, now) is not None:
         expires = datetime.fromtimestamp(int(cookie.partition(".")[0]), UTC)
-        sessions.revoke(request.app.state.engine, cookie, expires, now)
+        sessions.revoke(app.engine, cookie, expires, now)
 
 
-def viewer_scope(request: Request, now: datetime) -> Scope | None:
+def viewer_scope(app: AppContext, request: Request, now: datetime) -> Scope | None:
     """Who is looking: ``ADMIN`` when auth is off, else the cookie's or bearer's scope."""
-    tokens: Tokens = request.app.state.tokens
+    tokens = app.tokens
     if not tokens.enabled:
         return Scope.ADMIN
     header = request.headers.get("authorization", "")
     kind, _, token = header.partition(" ")
     if kind.lower() == "bearer" and token.strip():
         return tokens.scope_of(token.strip())
-    return session_scope(request, now)
+    return session_scope(app, request, now)
 
 
 def can_read(scope: Scope | None) -> bool:

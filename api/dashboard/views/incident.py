@@ -1,4 +1,4 @@
-"""The view-model of one incident's page (``/ui/incidents/{id}``): its lifecycle at a glance.
+"""One incident's page (``/ui/incidents/{id}``): its lifecycle at a glance.
 
 The headline diagnosis (the onset's, or one raised over it), the burn rates each evaluation
 saw (``storage.incident_history``) as a chart of the windows its severity's rules watch, the
@@ -11,17 +11,27 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from api import dashboard_svg as svg
-from api.dashboard_context import Context
+from api.context import AppContext
+from api.dashboard import charts as svg
+from api.dashboard.context import Context
+from api.dashboard.formatting import duration_text
 from api.params import MAX_ID
-from api.routes_alerts import annotate, history_of
 from core.burn import Incident, Policy
 from core.errors import InvalidInput
 from core.window import format_duration
+from service.incidents import annotate, history_of
 from storage import incidents
 
+NAME: Final = "incidents"
+"""The page the navigation marks."""
+TEMPLATE: Final = "incident.html"
+DEFAULT_RANGE: Final = "24h"
 #: Margin of the chart before the opening and after the resolution (or now).
 _MARGIN: Final = timedelta(minutes=5)
+
+
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    return {**detail(app, ctx, incident_id_of(query)), "duration_text": duration_text}
 
 
 def incident_id_of(query: dict[str, str]) -> int:
@@ -66,11 +76,11 @@ def burn_chart(
     )
 
 
-def detail(state: Any, ctx: Context, incident_id: int) -> dict[str, Any]:
-    incident = incidents.get_incident(state.engine, incident_id)
-    note = annotate(state.engine, [incident])[incident.id]
-    kept = history_of(state.engine, incident.id)
-    windows = watched_windows(state.policy, incident)
+def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
+    incident = incidents.get_incident(app.engine, incident_id)
+    note = annotate(app.engine, [incident])[incident.id]
+    kept = history_of(app.engine, incident.id)
+    windows = watched_windows(app.policy, incident)
     start = incident.opened_at - _MARGIN
     end = (incident.resolved_at or ctx.now) + _MARGIN
     chart = burn_chart(kept["burn_points"], windows, start, min(end, ctx.now))
@@ -89,7 +99,7 @@ def detail(state: Any, ctx: Context, incident_id: int) -> dict[str, Any]:
         "history": list(reversed(history)),
         "missing": list((headline or {}).get("missing_evidence") or []),
         "burn_chart": chart,
-        "thresholds": thresholds(state.policy, incident),
+        "thresholds": thresholds(app.policy, incident),
         "diagnoses": sum(h["diagnosis"] is not None for h in history),
         "elsewhere": latest if _elsewhere(headline, latest) else None,
     }

@@ -1,101 +1,66 @@
-"""``POST /api/v1/diagnose``, incident acknowledgement and ``/api/v1/silences``.
+"""``/api/v1/alerts`` (incidents, with their diagnosis), ``POST /api/v1/diagnose``, incident
+acknowledgement and ``/api/v1/silences``.
 
-``annotate`` adds the stored symptom, headline diagnosis, lifecycle phase and acknowledgement to
-incidents for ``GET /api/v1/alerts`` (``state`` reads ``recovering`` once the symptom has
-cleared, ``acknowledged`` for an acknowledged incident that still burns; ``phase`` is always
-``firing``, ``recovering`` or ``resolved``), with ``onset``, the diagnosis the page named.
-``history_of`` adds the diagnosis history and the burn-rate points for
-``GET /api/v1/alerts/{id}``.
+An incident is answered with what ``service.incidents`` adds to its row: the symptom, the
+headline diagnosis, its phase and acknowledgement; one incident with its diagnosis history and
+burn-rate timeline as well.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.auth import Scope, requires
+from api.auth import Scope
+from api.deps import App, requires
 from api.params import TIME_PATTERN, Id
-from core.burn import Incident, IncidentState
 from core.errors import InvalidInput
 from core.query import Selector
 from core.records import MAX_LABEL_LEN as MAX_LABEL
 from core.timestamps import TIME_HELP, iso, parse_time
 from core.window import Window
 from service.diagnosis import diagnose_window
-from storage import incident_history, signals
+from service.incidents import annotate, history_of, incident_dict
+from storage import incidents, signals
 from storage import silences as silence_store
 
 router = APIRouter(prefix="/api/v1")
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 MAX_DIAGNOSIS_WINDOW = timedelta(days=1)
+STATES = list(incidents.STATES)
 
 
-def annotate(engine: Any, found: Sequence[Incident]) -> dict[int, dict[str, Any]]:
-    """incident id → ``{"state", "phase", "recovering_since", "symptom", "diagnosis", "onset",
-    "acknowledged_at", "acknowledged_by"}``."""
-    ids = [i.id for i in found]
-    notes = signals.notes(engine, ids)
-    onsets = incident_history.onsets(engine, ids)
-    out = {}
-    for incident in found:
-        note = notes.get(incident.id)
-        acked = note is not None and note.acknowledged_at is not None
-        state = incident.phase
-        if acked and state == IncidentState.FIRING.value:
-            state = "acknowledged"
-        onset = onsets.get(incident.id)
-        out[incident.id] = {
-            "state": state,
-            "phase": incident.phase,
-            "recovering_since": iso(incident.recovering_since)
-            if incident.recovering_since
-            else None,
-            "symptom": note.symptom if note else None,
-            "diagnosis": note.diagnosis if note else None,
-            "onset": _brief(onset) if onset is not None else None,
-            "acknowledged_at": iso(note.acknowledged_at) if note and note.acknowledged_at else None,
-            "acknowledged_by": note.acknowledged_by if acked and note else None,
-        }
-    return out
+@router.get("/alerts", dependencies=_READ, summary="Incidents, newest first")
+def alerts(
+    app: App,
+    state: Annotated[
+        str, Query(description="firing, resolved or all", json_schema_extra={"enum": STATES})
+    ] = "firing",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> dict[str, Any]:
+    found = incidents.list_incidents(app.engine, state, limit)
+    # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
+    notes = annotate(app.engine, found)
+    return {"alerts": [{**incident_dict(i), **notes[i.id]} for i in found]}
 
 
-def _brief(entry: incident_history.Entry) -> dict[str, Any]:
-    """An entry's time, verdict and cause, with the confidence and instance of its diagnosis."""
-    d = entry.diagnosis or {}
+@router.get(
+    "/alerts/{incident_id:int}",
+    dependencies=_READ,
+    summary="One incident with its diagnosis history and burn-rate timeline",
+)
+def alert(app: App, incident_id: Id) -> dict[str, Any]:
+    incident = incidents.get_incident(app.engine, incident_id)
+    notes = annotate(app.engine, [incident])
     return {
-        "at": iso(entry.at),
-        "verdict": entry.verdict,
-        "cause": entry.cause,
-        "confidence": d.get("confidence"),
-        "instance": d.get("instance"),
+        **incident_dict(incident),
+        **notes[incident.id],
+        **history_of(app.engine, incident.id),
     }
-
-
-def history_of(engine: Any, incident_id: int) -> dict[str, Any]:
-    """``{"history": [...], "burn_points": [...]}`` of one incident, oldest first: each entry
-    as ``_brief`` with the stored diagnosis's evidence and missing evidence."""
-    history = []
-    for entry in incident_history.entries(engine, incident_id):
-        d = entry.diagnosis or {}
-        history.append(
-            {
-                **_brief(entry),
-                "evidence": d.get("evidence", []) if entry.diagnosis else None,
-                "missing_evidence": d.get("missing_evidence", []) if entry.diagnosis else None,
-                "window": d.get("window"),
-                "diagnosis": entry.diagnosis,
-            }
-        )
-    points = [
-        {"at": iso(at), "burn_rates": rates}
-        for at, rates in incident_history.burn_points(engine, incident_id)
-    ]
-    return {"history": history, "burn_points": points}
 
 
 class DiagnoseBody(BaseModel):
@@ -120,7 +85,7 @@ class DiagnoseBody(BaseModel):
     description="start must be before end and the window at most one day long; give both "
     "reference_start and reference_end or neither. A request that breaks these is answered 400.",
 )
-def post_diagnose(request: Request, body: DiagnoseBody) -> dict[str, Any]:
+def post_diagnose(app: App, body: DiagnoseBody) -> dict[str, Any]:
     window = Window(parse_time("start", body.start), parse_time("end", body.end))
     if window.end - window.start > MAX_DIAGNOSIS_WINDOW:
         raise InvalidInput("a diagnosis window covers at most one day")
@@ -133,8 +98,7 @@ def post_diagnose(request: Request, body: DiagnoseBody) -> dict[str, Any]:
             parse_time("reference_end", body.reference_end),
         )
     selector = Selector(body.model, body.instance, body.tenant, body.priority)
-    state = request.app.state
-    result = diagnose_window(state.engine, window, selector, state.rules, reference)
+    result = diagnose_window(app.engine, window, selector, app.rules, reference)
     reference = reference or window.preceding()
     return {
         **result.to_dict(),
@@ -154,9 +118,8 @@ class AckBody(BaseModel):
     dependencies=_ADMIN,
     summary="Acknowledge an incident",
 )
-def acknowledge(request: Request, incident_id: Id, body: AckBody | None = None) -> dict[str, Any]:
-    state = request.app.state
-    note = signals.acknowledge(state.engine, incident_id, (body or AckBody()).by, state.clock())
+def acknowledge(app: App, incident_id: Id, body: AckBody | None = None) -> dict[str, Any]:
+    note = signals.acknowledge(app.engine, incident_id, (body or AckBody()).by, app.clock())
     assert note.acknowledged_at is not None
     return {
         "id": incident_id,
@@ -185,8 +148,8 @@ class SilenceBody(BaseModel):
     "instance, tenant or priority, and the silence must end after it starts and within 90 "
     "days. A request that breaks these is answered 400.",
 )
-def create_silence(request: Request, body: SilenceBody) -> dict[str, Any]:
-    now: datetime = request.app.state.clock()
+def create_silence(app: App, body: SilenceBody) -> dict[str, Any]:
+    now: datetime = app.clock()
     starts = parse_time("starts_at", body.starts_at) if body.starts_at else now
     if (body.ends_at is None) == (body.duration_s is None):
         raise InvalidInput("give ends_at or duration_s")
@@ -196,19 +159,17 @@ def create_silence(request: Request, body: SilenceBody) -> dict[str, Any]:
         else starts + timedelta(seconds=body.duration_s or 0.0)
     )
     new = silence_store.NewSilence(body.matchers, starts, ends, body.created_by, body.comment)
-    return silence_store.add(request.app.state.engine, new, now).to_dict()
+    return silence_store.add(app.engine, new, now).to_dict()
 
 
 @router.get("/silences", dependencies=_READ, summary="Silences in force now")
-def list_silences(request: Request) -> dict[str, Any]:
-    state = request.app.state
-    return {"silences": [s.to_dict() for s in silence_store.active(state.engine, state.clock())]}
+def list_silences(app: App) -> dict[str, Any]:
+    return {"silences": [s.to_dict() for s in silence_store.active(app.engine, app.clock())]}
 
 
 @router.delete(
     "/silences/{silence_id:int}", dependencies=_ADMIN, status_code=204, summary="End a silence"
 )
-def delete_silence(request: Request, silence_id: Id) -> Response:
-    state = request.app.state
-    silence_store.expire(state.engine, silence_id, state.clock())
+def delete_silence(app: App, silence_id: Id) -> Response:
+    silence_store.expire(app.engine, silence_id, app.clock())
     return Response(status_code=204)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
-from api.auth import Scope, requires
+from api.auth import Scope
+from api.context import AppContext
+from api.deps import App, requires
 from api.errors import described
 from api.params import WINDOW_RULES, Common, common
 from core.quantiles import parse_quantiles, quantile_key
 from core.query import LATENCY_METRICS, Method
 from core.timestamps import iso
+from core.window import Resolution
 from storage import queries
 
 Params = Annotated[Common, Depends(common)]
@@ -29,13 +32,13 @@ QUANTILES_PATTERN = described(
 router = APIRouter(prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))])
 
 
-def _finest(request: Request, params: Common) -> Any:
-    return request.app.state.retention.finest_for(params.window, params.now)
+def _finest(app: AppContext, params: Common) -> Resolution:
+    return app.retention.finest_for(params.window, params.now)
 
 
 @router.get("/latency", summary="Latency quantiles per group", description=WINDOW_RULES)
 def latency(
-    request: Request,
+    app: App,
     params: Params,
     metric: Annotated[
         str,
@@ -50,15 +53,15 @@ def latency(
     method: Annotated[Method, Query(description="auto, exact or sketch")] = Method.AUTO,
 ) -> dict[str, Any]:
     result = queries.latency(
-        request.app.state.engine,
+        app.engine,
         metric,
         params.window,
         params.selector,
         params.group_by,
         parse_quantiles(quantiles),
         method,
-        finest=_finest(request, params),
-        exact_max_rows=request.app.state.exact_max_rows,
+        finest=_finest(app, params),
+        exact_max_rows=app.exact_max_rows,
     )
     return {
         "metric": result.metric,
@@ -83,13 +86,13 @@ def latency(
     summary="Requests, errors and tokens per second per group",
     description=WINDOW_RULES,
 )
-def throughput(request: Request, params: Params) -> dict[str, Any]:
+def throughput(app: App, params: Params) -> dict[str, Any]:
     rows = queries.throughput(
-        request.app.state.engine,
+        app.engine,
         params.window,
         params.selector,
         params.group_by,
-        finest=_finest(request, params),
+        finest=_finest(app, params),
     )
     return {
         "start": iso(params.window.start),
@@ -116,16 +119,16 @@ def throughput(request: Request, params: Params) -> dict[str, Any]:
 @router.get(
     "/breakdown", summary="Share of end-to-end time per stage per group", description=WINDOW_RULES
 )
-def breakdown(request: Request, params: Params) -> dict[str, Any]:
+def breakdown(app: App, params: Params) -> dict[str, Any]:
     """Each stage's share of the requests' time (end to end, plus a gateway's own time in
     front); the shares add up to at most 1. Stages the engines reported as overlapping (adding
     up to more than the end-to-end time) are scaled down together: ``scaled_by`` < 1."""
     rows = queries.breakdown(
-        request.app.state.engine,
+        app.engine,
         params.window,
         params.selector,
         params.group_by,
-        finest=_finest(request, params),
+        finest=_finest(app, params),
     )
     return {
         "start": iso(params.window.start),

@@ -22,13 +22,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from api.auth import Scope, requires
+from api.auth import Scope
+from api.deps import App, requires
 from api.errors import described
 from api.params import WINDOW_RULES, Common, Id, common
-from core.cost import CostModel
 from core.errors import InvalidInput
 from core.timestamps import iso
-from service.cost_spec import active_model, parse_models, to_document
+from service.cost_spec import parse_models, to_document
 from service.cost_view import cost_dict
 from service.reports import previous_week
 from storage import cost as cost_store
@@ -45,34 +45,27 @@ _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 
 
-def model_for(request: Request) -> CostModel:
-    state = request.app.state
-    model: CostModel = active_model(state.engine, state.settings.cost_model)
-    return model
-
-
 @router.get(
     "/cost",
     summary="Cost, cost per million tokens, energy and idle cost per group",
     description=WINDOW_RULES,
     dependencies=_READ,
 )
-def get_cost(request: Request, params: Params) -> dict[str, Any]:
-    state = request.app.state
+def get_cost(app: App, params: Params) -> dict[str, Any]:
     result = cost_store.cost(
-        state.engine,
+        app.engine,
         params.window,
-        model_for(request),
+        app.cost_model(),
         params.selector,
         params.group_by,
-        finest=state.retention.finest_for(params.window, params.now),
+        finest=app.retention.finest_for(params.window, params.now),
     )
     return cost_dict(result)
 
 
 @router.get("/cost/model", summary="The cost model in use", dependencies=_READ)
-def get_model(request: Request) -> dict[str, Any]:
-    return to_document(model_for(request))
+def get_model(app: App) -> dict[str, Any]:
+    return to_document(app.cost_model())
 
 
 @router.put(
@@ -91,19 +84,19 @@ def get_model(request: Request) -> dict[str, Any]:
         }
     },
 )
-async def put_model(request: Request) -> dict[str, Any]:
+async def put_model(request: Request, app: App) -> dict[str, Any]:
     models = parse_models(await request.body())
     if len(models) != 1:
         raise InvalidInput("send exactly one CostModel document")
-    name = request.app.state.settings.cost_model
+    name = app.settings.cost_model
     model = models[0]
     if model.name != name:
         raise InvalidInput(
             f"the cost model in use is named {name!r} (the cost_model setting)",
             details={"name": model.name},
         )
-    now: datetime = request.app.state.clock()
-    cost_store.put_model(request.app.state.engine, model, now)
+    now: datetime = app.clock()
+    cost_store.put_model(app.engine, model, now)
     return to_document(model)
 
 
@@ -127,11 +120,11 @@ def _info(info: ReportInfo) -> dict[str, Any]:
 
 @router.get("/reports", summary="Stored cost reports, newest first", dependencies=_READ)
 def list_reports(
-    request: Request,
+    app: App,
     kind: Annotated[str | None, Query(max_length=16)] = None,
     limit: Annotated[int, Query(ge=1, le=report_store.MAX_LIST)] = 52,
 ) -> dict[str, Any]:
-    infos = report_store.list_reports(request.app.state.engine, kind, limit)
+    infos = report_store.list_reports(app.engine, kind, limit)
     return {"reports": [_info(i) for i in infos]}
 
 
@@ -143,15 +136,15 @@ def list_reports(
     dependencies=_ADMIN,
 )
 def generate_weekly(
-    request: Request,
+    app: App,
     week: Annotated[
         str | None, Query(pattern=WEEK_PATTERN, description="ISO week, e.g. 2026-W48")
     ] = None,
 ) -> dict[str, Any]:
-    jobs = request.app.state.jobs.report
-    now: datetime = request.app.state.clock()
-    generated = jobs.generate(week or previous_week(now, jobs.tz), now)
-    stored = report_store.get_report(request.app.state.engine, generated.id)
+    reports = app.reports
+    now: datetime = app.clock()
+    generated = reports.generate(week or previous_week(now, reports.tz), now)
+    stored = report_store.get_report(app.engine, generated.id)
     return _info(stored.info)
 
 
@@ -161,8 +154,8 @@ def generate_weekly(
     dependencies=_READ,
     responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
 )
-def get_report(request: Request, report_id: Id) -> Response:
-    stored = report_store.get_report(request.app.state.engine, report_id)
+def get_report(app: App, report_id: Id) -> Response:
+    stored = report_store.get_report(app.engine, report_id)
     return Response(stored.body, media_type="application/json")
 
 
@@ -173,8 +166,8 @@ def get_report(request: Request, report_id: Id) -> Response:
     response_class=HTMLResponse,
     responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
 )
-def get_report_html(request: Request, report_id: Id) -> Response:
-    stored = report_store.get_report(request.app.state.engine, report_id)
+def get_report_html(app: App, report_id: Id) -> Response:
+    stored = report_store.get_report(app.engine, report_id)
     return HTMLResponse(stored.html)
 
 
@@ -185,8 +178,8 @@ def get_report_html(request: Request, report_id: Id) -> Response:
     response_class=Response,
     responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
 )
-def get_report_csv(request: Request, report_id: Id) -> Response:
-    stored = report_store.get_report(request.app.state.engine, report_id)
+def get_report_csv(app: App, report_id: Id) -> Response:
+    stored = report_store.get_report(app.engine, report_id)
     name = f"infersight-{stored.info.kind}-{stored.info.period}.csv"
     return Response(
         stored.csv,

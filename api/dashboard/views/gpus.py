@@ -1,31 +1,25 @@
-"""View-models of the GPUs and Incidents pages.
-
-GPUs: every GPU's utilisation, memory, power, clocks, temperature and throttled share per
-bucket (``storage.timeseries.gpu_series``), plus a summary row per GPU over the range; and,
-for servers that run two or more data-parallel engines, each engine's KV-cache usage and
+"""The GPUs page: every GPU's utilisation, memory, power, clocks, temperature and throttled
+share per bucket (``storage.timeseries.gpu_series``), plus a summary row per GPU over the range;
+and, for servers that run two or more data-parallel engines, each engine's KV-cache usage and
 queues (``storage.server_engines``), so that one hot engine behind a calm instance shows.
-Incidents: the incidents that overlap the range (and the filters' scope) on a timeline, each
-with its stored symptom, diagnosis, evidence and alternatives.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any, Final
 
-from api import dashboard_svg as svg
-from api.dashboard_context import Context
-from api.dashboard_views import label_step
-from api.routes_alerts import annotate
-from core.burn import Incident, IncidentState
-from core.errors import InfersightError
-from core.query import Selector
+from api.context import AppContext
+from api.dashboard import charts as svg
+from api.dashboard.context import Context
+from api.dashboard.shared import label_step
 from core.records import GROUP_LABELS
-from service.diagnosis import selector_of
-from storage import incidents, server_engines, timeseries
+from storage import server_engines, timeseries
 
+NAME: Final = "gpus"
+TITLE: Final = "GPUs"
+DEFAULT_RANGE: Final = "1h"
 GpuKey = tuple[str, int]
 
 
@@ -48,30 +42,33 @@ GPU_CHARTS: Final[
     ("temperature", "Temperature", lambda b: b.means.get("temperature_c"), svg.unit("°C"), None),
     ("throttled", "Throttled share of samples", lambda b: b.throttled_share, svg.percent, 1.0),
 )
-INCIDENT_LIMIT: Final = 500
 
 
-def gpu_instances(state: Any, ctx: Context) -> list[str] | None:
+def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
+    return gpus(app, ctx)
+
+
+def gpu_instances(app: AppContext, ctx: Context) -> list[str] | None:
     """The instances the filters pick (``None``: all); a model picks the instances serving it."""
     if ctx.selector.instance is not None:
         return [ctx.selector.instance]
     if ctx.selector.model is None and ctx.selector.tenant is None:
         return None
-    sets = timeseries.label_sets(state.engine, ctx.window, label_step(ctx))
+    sets = timeseries.label_sets(app.engine, ctx.window, label_step(ctx))
     return sorted(
         {s[1] for s in sets if ctx.selector.matches(dict(zip(GROUP_LABELS, s, strict=True)))}
     )
 
 
-def gpus(state: Any, ctx: Context) -> dict[str, Any]:
-    instances = gpu_instances(state, ctx)
+def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
+    instances = gpu_instances(app, ctx)
     buckets = (
         timeseries.gpu_series(
-            state.engine,
+            app.engine,
             ctx.window,
             ctx.gpu_step_s,
             instances,
-            state.retention.finest_for(ctx.window, ctx.now),
+            app.retention.finest_for(ctx.window, ctx.now),
         )
         if instances is None or instances
         else []
@@ -101,18 +98,18 @@ def gpus(state: Any, ctx: Context) -> dict[str, Any]:
         "charts": charts,
         "table": [_gpu_summary(key, per_gpu[key]) for key in keys],
         "step_s": ctx.gpu_step_s,
-        "engines": _engines(state, ctx, instances),
+        "engines": _engines(app, ctx, instances),
     }
 
 
-def _engines(state: Any, ctx: Context, instances: list[str] | None) -> dict[str, Any] | None:
+def _engines(app: AppContext, ctx: Context, instances: list[str] | None) -> dict[str, Any] | None:
     """The data-parallel engines of the servers that run two or more (``None``: none do)."""
     if instances is not None and not instances:
         return None
-    table = server_engines.engine_summaries(state.engine, ctx.window, instances)
+    table = server_engines.engine_summaries(app.engine, ctx.window, instances)
     if not table:
         return None
-    buckets = server_engines.engine_series(state.engine, ctx.window, ctx.gpu_step_s, instances)
+    buckets = server_engines.engine_series(app.engine, ctx.window, ctx.gpu_step_s, instances)
     per_engine: dict[tuple[str, str], list[server_engines.EngineBucket]] = defaultdict(list)
     for b in buckets:
         per_engine[(b.instance, b.rank)].append(b)
@@ -168,56 +165,3 @@ def _gpu_summary(key: GpuKey, rows: Sequence[timeseries.GpuBucket]) -> dict[str,
         "ecc_dbe": max(dbe) - min(dbe) if dbe else None,
         "xid": next((b.xid_last for b in reversed(rows) if b.xid_last), None),
     }
-
-
-# -- Incidents --------------------------------------------------------------------------------
-
-
-def _in_scope(incident: Incident, selector: Selector) -> bool:
-    """The incident's scope can include the filtered requests (``*`` includes everything)."""
-    try:
-        scope = selector_of(incident.scope)
-    except InfersightError:
-        return True
-    return all(getattr(scope, name) in (None, value) for name, value in selector.items())
-
-
-def _overlaps(incident: Incident, ctx: Context) -> bool:
-    ended = incident.resolved_at or ctx.now
-    return incident.opened_at < ctx.window.end and ended >= ctx.window.start
-
-
-def incident_list(state: Any, ctx: Context, state_filter: str) -> dict[str, Any]:
-    found = [
-        i
-        for i in incidents.list_incidents(state.engine, state_filter, INCIDENT_LIMIT)
-        if _overlaps(i, ctx) and _in_scope(i, ctx.selector)
-    ]
-    notes = annotate(state.engine, found)
-    rows = [{"incident": i, **notes[i.id]} for i in found]
-    bars = [
-        svg.Bar(
-            f"#{i.id} {i.slo}",
-            max(i.opened_at, ctx.window.start),
-            min(i.resolved_at or ctx.now, ctx.window.end),
-            i.severity.value if i.phase == "firing" else i.phase,
-            f"#{i.id} {i.slo} [{i.scope}] {i.severity.value}, {i.phase}; "
-            f"peak burn {i.peak_burn_rate:.1f}×",
-            f"incident-{i.id}",
-        )
-        for i in reversed(found)
-    ]
-    return {
-        "rows": rows,
-        "timeline": svg.timeline(bars, ctx.window.start, ctx.window.end, label="incidents"),
-        "firing": sum(i.state is IncidentState.FIRING for i in found),
-    }
-
-
-def duration_text(start: datetime, end: datetime) -> str:
-    seconds = int((end - start).total_seconds())
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"

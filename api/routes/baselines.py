@@ -18,7 +18,9 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.auth import Scope, requires
+from api.auth import Scope
+from api.context import AppContext
+from api.deps import App, requires
 from api.errors import described, responses
 from api.params import TIME_PATTERN, WINDOW_RULES, Common, common
 from core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
@@ -31,7 +33,7 @@ from core.importers import parse as parse_result
 from core.query import Selector
 from core.timestamps import parse_time
 from core.window import Window
-from service.cost_spec import active_model
+from service.baselines import parse_thresholds
 from storage import baselines as store
 
 router = APIRouter(prefix="/api/v1/baselines")
@@ -76,34 +78,33 @@ class CaptureBody(BaseModel):
     baseline: dict[str, Any] | None = None
 
 
-def _window(request: Request, start: str | None, end: str | None) -> Window:
+def _window(app: AppContext, start: str | None, end: str | None) -> Window:
     if not start or not end:
         raise InvalidInput("a window capture needs both start and end")
     window = Window(parse_time("start", start), parse_time("end", end))
-    max_days: int = request.app.state.settings.max_query_days
+    max_days: int = app.settings.max_query_days
     if window.end - window.start > timedelta(days=max_days):
         raise InvalidInput(f"a window covers at most {max_days} days")
     return window
 
 
 def _capture(
-    request: Request, name: str, window: Window, selector: Selector, description: str = ""
+    app: AppContext, name: str, window: Window, selector: Selector, description: str = ""
 ) -> Baseline:
-    state = request.app.state
     return store.capture_window(
-        state.engine,
+        app.engine,
         name,
         window,
         selector,
-        state.clock(),
+        app.clock(),
         description=description,
-        finest=state.retention.finest_for(window, state.clock()),
-        exact_max_rows=state.exact_max_rows,
-        cost_model=active_model(state.engine, state.settings.cost_model),
+        finest=app.retention.finest_for(window, app.clock()),
+        exact_max_rows=app.exact_max_rows,
+        cost_model=app.cost_model(),
     )
 
 
-def _build(request: Request, body: CaptureBody) -> Baseline:
+def _build(app: AppContext, body: CaptureBody) -> Baseline:
     check_name(body.name)
     window_given = any(
         v is not None
@@ -116,7 +117,7 @@ def _build(request: Request, body: CaptureBody) -> Baseline:
         return parse_result(
             body.import_.result,
             name=body.name,
-            created_at=request.app.state.clock(),
+            created_at=app.clock(),
             fmt=body.import_.format,
             description=body.description,
             samples=body.import_.samples,
@@ -124,9 +125,7 @@ def _build(request: Request, body: CaptureBody) -> Baseline:
     if body.baseline is not None:
         return renamed(from_dict(body.baseline), body.name, body.description or None)
     selector = Selector(body.model, body.instance, body.tenant, body.priority)
-    return _capture(
-        request, body.name, _window(request, body.start, body.end), selector, body.description
-    )
+    return _capture(app, body.name, _window(app, body.start, body.end), selector, body.description)
 
 
 @router.post(
@@ -144,51 +143,33 @@ def _build(request: Request, body: CaptureBody) -> Baseline:
         **responses(409),
     },
 )
-def capture(request: Request, body: CaptureBody, response: Response) -> dict[str, Any]:
-    baseline = _build(request, body)
-    created = store.save_baseline(request.app.state.engine, baseline, replace=body.replace)
+def capture(app: App, body: CaptureBody, response: Response) -> dict[str, Any]:
+    baseline = _build(app, body)
+    created = store.save_baseline(app.engine, baseline, replace=body.replace)
     response.status_code = 201 if created else 200
     return summary_dict(baseline)
 
 
 @router.get("", dependencies=_READ, summary="Every baseline, newest first")
-def list_baselines(
-    request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 200
-) -> dict[str, Any]:
-    found = store.list_baselines(request.app.state.engine, limit)
+def list_baselines(app: App, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict[str, Any]:
+    found = store.list_baselines(app.engine, limit)
     return {"baselines": [summary_dict(b) for b in found]}
 
 
 @router.get("/{name}", dependencies=_READ, summary="One baseline")
 def get_baseline(
-    request: Request,
+    app: App,
     name: Name,
     distributions: Annotated[bool, Query(description="include the serialised sketches")] = False,
 ) -> dict[str, Any]:
-    baseline = store.get_baseline(request.app.state.engine, name)
+    baseline = store.get_baseline(app.engine, name)
     return to_dict(baseline) if distributions else summary_dict(baseline)
 
 
 @router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete a baseline")
-def delete_baseline(request: Request, name: Name) -> Response:
-    store.delete_baseline(request.app.state.engine, check_name(name))
+def delete_baseline(app: App, name: Name) -> Response:
+    store.delete_baseline(app.engine, check_name(name))
     return Response(status_code=204)
-
-
-def parse_thresholds(text: str) -> dict[str, float]:
-    """``"ttft.p99:0.2,tpot:0.15"`` → ``{"ttft.p99": 0.2, "tpot": 0.15}``."""
-    out: dict[str, float] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        metric, sep, value = item.partition(":")
-        try:
-            out[metric.strip()] = float(value)
-        except ValueError:
-            raise InvalidInput(
-                "thresholds are METRIC:NUMBER pairs", details={"thresholds": text[:200]}
-            ) from None
-        if not sep:
-            raise InvalidInput("thresholds are METRIC:NUMBER pairs")
-    return out
 
 
 @router.get(
@@ -200,6 +181,7 @@ def parse_thresholds(text: str) -> dict[str, float]:
 )
 def compare(
     request: Request,
+    app: App,
     name: Name,
     params: Params,
     against: Annotated[
@@ -221,13 +203,12 @@ def compare(
     window_keys = {"start", "end", "model", "instance", "tenant", "priority"}
     if against is not None and window_keys & set(request.query_params):
         raise InvalidInput("against= compares two baselines; it takes no window or selector")
-    state = request.app.state
-    baseline = store.get_baseline(state.engine, name)
+    baseline = store.get_baseline(app.engine, name)
     if against is not None:
-        candidate = store.get_baseline(state.engine, against)
+        candidate = store.get_baseline(app.engine, against)
     else:
         window = params.window
         label = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
-        candidate = _capture(request, label, window, params.selector)
+        candidate = _capture(app, label, window, params.selector)
     result = compare_baselines(baseline, candidate, np.random.default_rng(seed), policy)
     return comparison_dict(result)

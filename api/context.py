@@ -1,0 +1,147 @@
+"""The app's context: what the routes and pages need of the composition, built once.
+
+``build_context`` checks the tokens against the listen address, and builds the burn-rate policy,
+the diagnosis rules, the incident listeners (diagnosis first, then notifications), the
+evaluator, the scheduled jobs and, given ``prepare``, the gate that waits for the store.
+``create_app`` keeps the frozen ``AppContext`` as the app's one attribute (``app.state.context``,
+read by ``context_of``); routes receive it through the ``api.deps.App`` dependency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+from starlette.applications import Starlette
+
+from alerts.notify import Notifier
+from alerts.routing import Router
+from alerts.rules import RulePack, load_rules
+from api.auth import Tokens, check_exposure, parse_tokens
+from api.settings import ApiSettings
+from api.startup import StoreGate
+from core.burn import IncidentListener, Policy
+from core.cost import CostModel
+from service.cost_spec import active_model
+from service.diagnosis import DiagnosisListener
+from service.evaluation import Evaluator, default_policy
+from service.jobs import Jobs, LeaderLock, leader_lock
+from service.notifications import Announcer, Delivery, FollowUp
+from service.reports import WeeklyReports, parse_schedule
+from storage.maintenance import RetentionPolicy
+from storage.queries import DEFAULT_EXACT_MAX_ROWS
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class AppContext:
+    settings: ApiSettings
+    engine: Engine
+    clock: Clock
+    tokens: Tokens
+    retention: RetentionPolicy
+    exact_max_rows: int
+    """``method=auto`` reads exact quantiles up to this many requests, sketches above."""
+    policy: Policy
+    evaluator: Evaluator
+    rules: RulePack
+    delivery: Delivery | None
+    """Notification delivery (``None``: no notifiers configured)."""
+    jobs: Jobs
+    reports: WeeklyReports
+    """The weekly cost reports (the jobs' report job; ``POST /api/v1/reports/weekly``)."""
+    store_gate: StoreGate | None
+    """Waits for the store at start-up (``None``: built without ``prepare``)."""
+
+    def cost_model(self) -> CostModel:
+        """The cost model in use: the stored one named by the settings, or the example."""
+        model: CostModel = active_model(self.engine, self.settings.cost_model)
+        return model
+
+
+def listen_host(settings: ApiSettings) -> str:
+    """The host part of the listen address."""
+    return settings.listen.rpartition(":")[0] or settings.listen
+
+
+def build_context(
+    settings: ApiSettings,
+    engine: Engine,
+    clock: Clock = system_clock,
+    *,
+    retention: RetentionPolicy | None = None,
+    exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
+    policy: Policy | None = None,
+    listeners: Sequence[IncidentListener] = (),
+    lock: LeaderLock | None = None,
+    notifiers: Mapping[str, Notifier] | None = None,
+    router: Router | None = None,
+    dashboard_url: str = "",
+    prepare: Callable[[], object] | None = None,
+) -> AppContext:
+    """The context of ``create_app`` (its arguments, its defaults). Raises
+    ``ConfigurationError`` for unsafe settings."""
+    tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file)
+    check_exposure(listen_host(settings), tokens, settings.insecure_no_auth)
+    retention = retention or RetentionPolicy()
+    policy = policy or default_policy()
+    rules = load_rules()
+    # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
+    announcer = Announcer(engine, notifiers, clock, router, dashboard_url) if notifiers else None
+    delivery = Delivery(engine, notifiers) if notifiers else None
+    diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer)
+    evaluator = Evaluator(engine, policy, (diagnosis, *listeners), retention.finest_for)
+    reports = WeeklyReports(
+        engine,
+        lambda: active_model(engine, settings.cost_model),
+        settings.report_timezone,
+        retention.finest_for,
+        notifiers=list(notifiers or {}),
+        base_url=dashboard_url,
+    )
+    jobs = Jobs(
+        engine,
+        evaluator,
+        retention,
+        clock,
+        lock or leader_lock(engine),
+        settings.evaluation_interval_s,
+        settings.maintenance_interval_s,
+        deliver=FollowUp(diagnosis, delivery),
+        report=reports,
+        report_cron={
+            **parse_schedule(settings.report_schedule),
+            "timezone": settings.report_timezone,
+        },
+    )
+    gate = None
+    if prepare is not None:
+        gate = StoreGate(prepare, on_ready=jobs.start if settings.run_jobs else lambda: None)
+    return AppContext(
+        settings=settings,
+        engine=engine,
+        clock=clock,
+        tokens=tokens,
+        retention=retention,
+        exact_max_rows=exact_max_rows,
+        policy=policy,
+        evaluator=evaluator,
+        rules=rules,
+        delivery=delivery,
+        jobs=jobs,
+        reports=reports,
+        store_gate=gate,
+    )
+
+
+def context_of(app: Starlette) -> AppContext:
+    """The context ``create_app`` built ``app`` with."""
+    context: AppContext = app.state.context
+    return context

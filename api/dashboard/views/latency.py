@@ -1,0 +1,170 @@
+"""The Latency page: P50…P99 of TTFT, TPOT and E2E per model and instance, their charts over
+time, a latency heatmap and the share of each stage.
+
+Quantiles over a whole range come from ``storage.queries`` (sketch method: the window is split
+exactly, ±1 %); charts come from rollup buckets (``storage.timeseries``), one point per minute,
+hour or day. ``?q=`` picks the charts' quantile, ``?heatmap=`` the heatmap's metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from api.context import AppContext
+from api.dashboard import charts as svg
+from api.dashboard.context import Context, parse_quantile
+from api.dashboard.formatting import instance_series_name, short_model
+from api.dashboard.shared import bucket_times, chart_step
+from core.errors import InvalidInput
+from core.query import STAGES, Method
+from core.sketch import QuantileSketch, merge_all
+from core.window import Resolution
+from storage import queries, timeseries
+
+NAME: Final = "latency"
+TITLE: Final = "Latency"
+DEFAULT_RANGE: Final = "1h"
+QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
+
+
+LATENCY_METRICS: Final = {
+    "ttft": "Time to first token",
+    "tpot": "Time per output token",
+    "e2e": "End-to-end latency",
+}
+
+
+HEATMAP_BINS: Final = 24
+
+
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    q = parse_quantile(query.get("q", ""))
+    heat = query.get("heatmap", "ttft")
+    if heat not in LATENCY_METRICS:
+        raise InvalidInput("heatmap must be ttft, tpot or e2e")
+    ctx_q = ctx.with_extra(**({"q": f"{q:g}"} if q != 0.99 else {}))
+    ctx_q = ctx_q.with_extra(**({"heatmap": heat} if heat != "ttft" else {}))
+    return {"q": q, "heat_metric": heat, **latency(app, ctx_q, q, heat), "ctx": ctx_q}
+
+
+def latency_table(app: AppContext, ctx: Context) -> list[dict[str, Any]]:
+    """P50…P99 of TTFT, TPOT and E2E per model and instance over the whole range."""
+    finest = app.retention.finest_for(ctx.window, ctx.now)
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    for metric in LATENCY_METRICS:
+        result = queries.latency(
+            app.engine,
+            metric,
+            ctx.window,
+            ctx.selector,
+            ("model", "instance"),
+            QUANTILES,
+            Method.SKETCH,
+            finest=finest,
+        )
+        for group in result.groups:
+            key = (group.labels["model"], group.labels["instance"])
+            row = rows.setdefault(key, {"model": key[0], "instance": key[1], "count": 0})
+            row["count"] = max(row["count"], group.count)
+            row[metric] = dict(group.quantiles)
+    return [rows[k] for k in sorted(rows)]
+
+
+def latency_charts(app: AppContext, ctx: Context, q: float) -> dict[str, Any]:
+    step = chart_step(app, ctx)
+    times = bucket_times(ctx, step)
+    start = times[0] if times else ctx.window.start
+    charts, merged = {}, {}
+    for metric, title in LATENCY_METRICS.items():
+        buckets = timeseries.bucket_sketches(
+            app.engine, metric, ctx.window, step, ctx.selector, ("model", "instance")
+        )
+        series = [
+            svg.Series(
+                instance_series_name(*labels),
+                [(t, by_time[t].quantile(q) if t in by_time else None) for t in times],
+            )
+            for labels, by_time in sorted(buckets.items())
+        ]
+        charts[metric] = svg.line_chart(
+            series,
+            start,
+            ctx.window.end,
+            svg.seconds,
+            label=f"{title} P{q * 100:g} over time",
+            width=520,
+            height=260,
+        )
+        merged[metric] = _merge_per_time(buckets.values())
+    return {"charts": charts, "merged": merged, "times": times, "step": step}
+
+
+def _merge_per_time(
+    groups: Any,
+) -> dict[datetime, QuantileSketch]:
+    by_time: dict[datetime, list[QuantileSketch]] = {}
+    for by_group in groups:
+        for at, sketch in by_group.items():
+            by_time.setdefault(at, []).append(sketch)
+    return {at: merge_all(parts) for at, parts in by_time.items()}
+
+
+def latency_heatmap(
+    sketches: Mapping[datetime, QuantileSketch], times: Sequence[datetime], step: Resolution
+) -> Any:
+    """Requests per (time bucket, latency bin); bins span the range's 0.5th–99.5th percentile."""
+    if not sketches:
+        return svg.heatmap([], [], [], timedelta(seconds=step.seconds), label="latency heatmap")
+    overall = merge_all(sketches.values())
+    low, high = overall.quantile(0.005) or 1e-4, overall.quantile(0.995) or 1.0
+    edges = svg.log_edges(low, high, HEATMAP_BINS)
+    counts = []
+    for at in times:
+        sketch = sketches.get(at)
+        if sketch is None:
+            counts.append([0] * HEATMAP_BINS)
+            continue
+        at_most = [sketch.count_at_most(e) for e in edges[1:-1]]
+        cuts = [0, *at_most, sketch.count]
+        counts.append([max(0, cuts[b + 1] - cuts[b]) for b in range(HEATMAP_BINS)])
+    return svg.heatmap(
+        times, edges, counts, timedelta(seconds=step.seconds), label="latency heatmap"
+    )
+
+
+def breakdown(app: AppContext, ctx: Context) -> Any:
+    finest = app.retention.finest_for(ctx.window, ctx.now)
+    rows = queries.breakdown(app.engine, ctx.window, ctx.selector, ("model",), finest=finest)
+    bars, scaled = [], []
+    for b in rows:
+        parts = [(s.stage, s.share) for s in b.stages if s.share]
+        if b.unaccounted_share:
+            parts.append(("other", b.unaccounted_share))
+        if parts:
+            model = short_model(b.labels.get("model", ""))
+            bars.append((model, parts))
+            if b.scaled_by < 1.0:
+                scaled.append(f"{model} ×{b.scaled_by:.2f}")
+    note = ""
+    if scaled:
+        note = (
+            "The stage times the engine reported add up to more than the end-to-end time "
+            "(its stages overlap); their shares are scaled down together: " + ", ".join(scaled)
+        )
+    return svg.stacked_bars(bars, label="share of end-to-end time per stage", note=note)
+
+
+def latency(app: AppContext, ctx: Context, q: float, heat_metric: str) -> dict[str, Any]:
+    charts = latency_charts(app, ctx, q)
+    return {
+        "table": latency_table(app, ctx),
+        "charts": charts["charts"],
+        "heatmap": latency_heatmap(charts["merged"][heat_metric], charts["times"], charts["step"]),
+        "breakdown": breakdown(app, ctx),
+        "metrics": LATENCY_METRICS,
+        "quantiles": QUANTILES,
+        "stages": STAGES,
+        "step": charts["step"],
+    }
