@@ -30,9 +30,10 @@ from core.errors import Conflict, InvalidInput, NotFound
 from core.query import LATENCY_METRICS as COLUMNS
 from core.query import Method, Selector
 from core.sketch import QuantileSketch
-from core.window import Resolution, Window
+from core.window import Resolution, Segment, Window
 from storage import gpu_reads, queries
 from storage.cost import cost
+from storage.sql import raw_where, rollup_where
 from storage.tables import baselines, request_rollups, requests
 
 MAX_LISTED: Final = 1000
@@ -198,22 +199,13 @@ def gpu_utilization(
     resolved to the instances that served such requests during the window (day rollups, and
     raw rows too for short windows). Samples are summed from ``gpu_rollups`` between raw edges.
     """
-    pinned = selector.items()
     instances: Any = None
-    if pinned:
+    if selector.items():
         # Day rows suffice: every request is counted in its day's row (kept the longest).
-        instances = select(request_rollups.c.instance).where(
-            request_rollups.c.resolution == Resolution.DAY.value,
-            request_rollups.c.bucket >= Resolution.DAY.floor(window.start),
-            request_rollups.c.bucket < window.end,
-            *(request_rollups.c[label] == value for label, value in pinned),
-        )
+        days = Segment(Resolution.DAY.floor(window.start), window.end, Resolution.DAY)
+        instances = select(request_rollups.c.instance).where(rollup_where(days, selector))
         if window.seconds <= RAW_INSTANCES_MAX_S:
-            raw = select(requests.c.instance).where(
-                requests.c.start >= window.start,
-                requests.c.start < window.end,
-                *(requests.c[label] == value for label, value in pinned),
-            )
+            raw = select(requests.c.instance).where(raw_where(window, selector))
             instances = union(raw, instances)
     with engine.connect() as connection:
         total, count = gpu_reads.util_sums(connection, window, instances, finest)
