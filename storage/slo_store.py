@@ -20,18 +20,17 @@ from sqlalchemy import (
     Engine,
     and_,
     case,
-    delete,
     func,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
-from core.errors import InvalidInput, NotFound
+from core.errors import InvalidInput
 from core.query import LATENCY_METRICS, Selector
 from core.records import DURATION_FIELDS, GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import Resolution, Segment, Window, split
+from storage.documents import NamedDocuments
 from storage.sql import raw_where, read_segments, rollup_where, sketch_column
 from storage.tables import request_rollups, requests, slos
 
@@ -67,39 +66,26 @@ def spec_from_json(name: str, text: str) -> SloSpec:
     )
 
 
+#: SLO definitions by name; a replacement keeps the definition's ``created_at``.
+_SLOS = NamedDocuments(slos, "spec", "SLO", keep=("created_at",))
+
+
 def put_slo(engine: Engine, spec: SloSpec, now: datetime) -> bool:
     """Create or replace ``spec``; ``True`` when it was created."""
-    values = {"name": spec.name, "spec": spec_to_json(spec), "created_at": now, "updated_at": now}
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    insert = dialect.insert(slos).values(**values)
-    upsert = insert.on_conflict_do_update(
-        index_elements=[slos.c.name],
-        set_={"spec": insert.excluded.spec, "updated_at": insert.excluded.updated_at},
-    )
-    with engine.begin() as connection:
-        existed = connection.execute(select(slos.c.name).where(slos.c.name == spec.name)).first()
-        connection.execute(upsert)
-    return existed is None
+    values = {"spec": spec_to_json(spec), "created_at": now, "updated_at": now}
+    return _SLOS.put(engine, spec.name, values)
 
 
 def get_slo(engine: Engine, name: str) -> SloSpec:
-    with engine.connect() as connection:
-        row = connection.execute(select(slos.c.spec).where(slos.c.name == name)).first()
-    if row is None:
-        raise NotFound(f"no SLO named {name!r}", details={"name": name})
-    return spec_from_json(name, row[0])
+    return spec_from_json(name, _SLOS.get(engine, name))
 
 
 def list_slos(engine: Engine) -> list[SloSpec]:
-    with engine.connect() as connection:
-        rows = connection.execute(select(slos.c.name, slos.c.spec).order_by(slos.c.name)).all()
-    return [spec_from_json(name, text) for name, text in rows]
+    return [spec_from_json(name, text) for name, text in _SLOS.all(engine)]
 
 
 def delete_slo(engine: Engine, name: str) -> None:
-    with engine.begin() as connection:
-        if not connection.execute(delete(slos).where(slos.c.name == name)).rowcount:
-            raise NotFound(f"no SLO named {name!r}", details={"name": name})
+    _SLOS.delete(engine, name)
 
 
 # -- event counts ---------------------------------------------------------------------------
