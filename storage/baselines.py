@@ -46,7 +46,7 @@ RAW_INSTANCES_MAX_S: Final = 86400.0
 # -- definitions ----------------------------------------------------------------------------
 
 
-#: Baselines by name, each whole as its JSON document next to the columns a listing shows.
+#: Each baseline whole as its JSON document, next to the columns a listing shows.
 _BASELINES = NamedDocuments(baselines, "document", "baseline")
 
 

@@ -80,14 +80,12 @@ def model_from_json(name: str, text: str) -> CostModel:
     )
 
 
-#: Cost models by name; a replacement keeps the model's ``created_at``.
-_MODELS = NamedDocuments(cost_models, "spec", "cost model", keep=("created_at",))
+_MODELS = NamedDocuments(cost_models, "spec", "cost model")
 
 
 def put_model(engine: Engine, model: CostModel, now: datetime) -> bool:
     """Create or replace a cost model by name; ``True`` when it was created."""
-    values = {"spec": model_to_json(model), "created_at": now, "updated_at": now}
-    return _MODELS.put(engine, model.name, values)
+    return _MODELS.put_stamped(engine, model.name, model_to_json(model), now)
 
 
 def get_model(engine: Engine, name: str) -> CostModel:

@@ -8,8 +8,9 @@ three, and the modules of each (``storage.slo_store``, ``storage.cost_models``,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, Table, delete, select
@@ -20,31 +21,33 @@ from storage.sql import insert_for
 
 @dataclass(frozen=True, slots=True)
 class NamedDocuments:
-    """Documents in ``table`` keyed by its ``name`` column, the text in ``column``.
-
-    ``noun`` names one in errors (``no SLO named 'x'``); ``keep`` are the columns a
-    replacement leaves as they were (an SLO's ``created_at``).
-    """
+    """Documents in ``table`` keyed by its ``name`` column, the text in ``column``; ``noun``
+    names one in errors (``no SLO named 'x'``)."""
 
     table: Table
     column: str
     noun: str
-    keep: tuple[str, ...] = ()
 
     def not_found(self, name: str) -> NotFound:
         return NotFound(f"no {self.noun} named {name!r}", details={"name": name})
 
     def put(
-        self, engine: Engine, name: str, values: Mapping[str, Any], *, replace: bool = True
+        self,
+        engine: Engine,
+        name: str,
+        values: Mapping[str, Any],
+        *,
+        replace: bool = True,
+        keep: Collection[str] = (),
     ) -> bool:
         """Store the row ``name`` with ``values``; ``True`` when it is new. An existing one is
-        replaced (but for the ``keep`` columns), or, unless ``replace``, a ``Conflict``."""
+        replaced but for the ``keep`` columns, or, unless ``replace``, a ``Conflict``."""
         key = self.table.c.name
         statement = insert_for(engine, self.table).values(name=name, **values)
         if replace:
             statement = statement.on_conflict_do_update(
                 index_elements=[key],
-                set_={c: statement.excluded[c] for c in values if c not in self.keep},
+                set_={c: statement.excluded[c] for c in values if c not in keep},
             )
         with engine.begin() as connection:
             existed = connection.execute(select(key).where(key == name)).first() is not None
@@ -55,6 +58,12 @@ class NamedDocuments:
                 )
             connection.execute(statement)
         return not existed
+
+    def put_stamped(self, engine: Engine, name: str, document: str, now: datetime) -> bool:
+        """Create or replace ``name`` in a table with ``created_at`` and ``updated_at``: a
+        replacement keeps the creation time; ``True`` when it was created."""
+        values = {self.column: document, "created_at": now, "updated_at": now}
+        return self.put(engine, name, values, keep=("created_at",))
 
     def find(self, engine: Engine, name: str) -> str | None:
         """The document ``name``, or ``None`` when there is none."""

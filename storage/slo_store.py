@@ -66,14 +66,12 @@ def spec_from_json(name: str, text: str) -> SloSpec:
     )
 
 
-#: SLO definitions by name; a replacement keeps the definition's ``created_at``.
-_SLOS = NamedDocuments(slos, "spec", "SLO", keep=("created_at",))
+_SLOS = NamedDocuments(slos, "spec", "SLO")
 
 
 def put_slo(engine: Engine, spec: SloSpec, now: datetime) -> bool:
     """Create or replace ``spec``; ``True`` when it was created."""
-    values = {"spec": spec_to_json(spec), "created_at": now, "updated_at": now}
-    return _SLOS.put(engine, spec.name, values)
+    return _SLOS.put_stamped(engine, spec.name, spec_to_json(spec), now)
 
 
 def get_slo(engine: Engine, name: str) -> SloSpec:

@@ -16,7 +16,7 @@ from storage.tables import baselines, slos
 NOW = datetime(2026, 11, 20, 12, 0, 17, tzinfo=UTC)
 LATER = NOW + timedelta(hours=1)
 
-STAMPED = NamedDocuments(slos, "spec", "SLO", keep=("created_at",))
+STAMPED = NamedDocuments(slos, "spec", "SLO")
 WHOLE = NamedDocuments(baselines, "document", "baseline")
 
 
@@ -33,15 +33,21 @@ def _baseline(document: str, at: datetime = NOW, source: str = "window") -> dict
     return {"created_at": at, "source": source, "description": "d", "document": document}
 
 
-def test_a_replacement_keeps_the_kept_columns_and_takes_the_rest(store):
-    assert STAMPED.put(store.engine, "a", {"spec": "1", "created_at": NOW, "updated_at": NOW})
+def test_a_stamped_replacement_keeps_its_creation_time_and_takes_the_rest(store):
+    assert STAMPED.put_stamped(store.engine, "a", "1", NOW) is True
     assert _stamps(store.engine, "a") == (NOW, NOW)
-    created = STAMPED.put(
-        store.engine, "a", {"spec": "2", "created_at": LATER, "updated_at": LATER}
-    )
-    assert created is False
+    assert STAMPED.put_stamped(store.engine, "a", "2", LATER) is False
     assert STAMPED.get(store.engine, "a") == "2"
     assert _stamps(store.engine, "a") == (NOW, LATER)
+
+
+def test_a_replacement_keeps_the_kept_columns_only(store):
+    assert WHOLE.put(store.engine, "b", _baseline("{}"), keep=("created_at", "source")) is True
+    again = WHOLE.put(store.engine, "b", _baseline("[]", LATER, "import"), keep=("source",))
+    assert again is False
+    with store.engine.connect() as connection:
+        row = connection.execute(select(baselines).where(baselines.c.name == "b")).one()
+    assert (row.document, row.created_at, row.source) == ("[]", LATER, "window")
 
 
 def test_without_kept_columns_a_replacement_takes_every_value(store):
@@ -83,7 +89,7 @@ def test_all_lists_by_name_unless_told_and_honours_the_limit(store):
 
 def test_delete_removes_one_document_only(store):
     for name in ("a", "b"):
-        STAMPED.put(store.engine, name, {"spec": name, "created_at": NOW, "updated_at": NOW})
+        STAMPED.put_stamped(store.engine, name, name, NOW)
     STAMPED.delete(store.engine, "a")
     assert STAMPED.find(store.engine, "a") is None
     assert STAMPED.all(store.engine) == [("b", "b")]
