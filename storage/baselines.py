@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Final
 
-from sqlalchemy import Engine, delete, insert, select, union, update
+from sqlalchemy import Engine, select, union
 
 from core.baseline import (
     BASELINE_QUANTILES,
@@ -26,13 +26,15 @@ from core.baseline import (
     to_dict,
 )
 from core.cost import CostModel
-from core.errors import Conflict, InvalidInput, NotFound
+from core.errors import InvalidInput
 from core.query import LATENCY_METRICS as COLUMNS
 from core.query import Method, Selector
 from core.sketch import QuantileSketch
-from core.window import Resolution, Window
+from core.window import Resolution, Segment, Window
 from storage import gpu_reads, queries
 from storage.cost import cost
+from storage.documents import NamedDocuments
+from storage.sql import raw_where, rollup_where
 from storage.tables import baselines, request_rollups, requests
 
 MAX_LISTED: Final = 1000
@@ -44,60 +46,36 @@ RAW_INSTANCES_MAX_S: Final = 86400.0
 # -- definitions ----------------------------------------------------------------------------
 
 
+#: Each baseline whole as its JSON document, next to the columns a listing shows.
+_BASELINES = NamedDocuments(baselines, "document", "baseline")
+
+
 def save_baseline(engine: Engine, baseline: Baseline, *, replace: bool = False) -> bool:
     """Store ``baseline``; ``True`` when it is new. An existing name is a ``Conflict``
     unless ``replace``."""
     values = {
-        "name": baseline.name,
         "created_at": baseline.created_at,
         "source": baseline.source,
         "description": baseline.description,
         "document": json.dumps(to_dict(baseline), separators=(",", ":")),
     }
-    with engine.begin() as connection:
-        exists = connection.execute(
-            select(baselines.c.name).where(baselines.c.name == baseline.name)
-        ).first()
-        if exists is None:
-            connection.execute(insert(baselines).values(**values))
-            return True
-        if not replace:
-            raise Conflict(
-                f"a baseline named {baseline.name!r} exists (replace it explicitly)",
-                details={"name": baseline.name},
-            )
-        connection.execute(
-            update(baselines).where(baselines.c.name == baseline.name).values(**values)
-        )
-        return False
+    return _BASELINES.put(engine, baseline.name, values, replace=replace)
 
 
 def get_baseline(engine: Engine, name: str) -> Baseline:
     check_name(name)
-    with engine.connect() as connection:
-        row = connection.execute(
-            select(baselines.c.document).where(baselines.c.name == name)
-        ).first()
-    if row is None:
-        raise NotFound(f"no baseline named {name!r}", details={"name": name})
-    return from_dict(json.loads(row[0]))
+    return from_dict(json.loads(_BASELINES.get(engine, name)))
 
 
 def list_baselines(engine: Engine, limit: int = MAX_LISTED) -> list[Baseline]:
     """Baselines, newest first."""
-    with engine.connect() as connection:
-        rows = connection.execute(
-            select(baselines.c.document)
-            .order_by(baselines.c.created_at.desc(), baselines.c.name)
-            .limit(max(1, min(limit, MAX_LISTED)))
-        ).all()
-    return [from_dict(json.loads(document)) for (document,) in rows]
+    newest_first = (baselines.c.created_at.desc(), baselines.c.name)
+    rows = _BASELINES.all(engine, newest_first, limit=max(1, min(limit, MAX_LISTED)))
+    return [from_dict(json.loads(document)) for _, document in rows]
 
 
 def delete_baseline(engine: Engine, name: str) -> None:
-    with engine.begin() as connection:
-        if not connection.execute(delete(baselines).where(baselines.c.name == name)).rowcount:
-            raise NotFound(f"no baseline named {name!r}", details={"name": name})
+    _BASELINES.delete(engine, name)
 
 
 # -- capture from a window ------------------------------------------------------------------
@@ -198,22 +176,13 @@ def gpu_utilization(
     resolved to the instances that served such requests during the window (day rollups, and
     raw rows too for short windows). Samples are summed from ``gpu_rollups`` between raw edges.
     """
-    pinned = selector.items()
     instances: Any = None
-    if pinned:
+    if selector.items():
         # Day rows suffice: every request is counted in its day's row (kept the longest).
-        instances = select(request_rollups.c.instance).where(
-            request_rollups.c.resolution == Resolution.DAY.value,
-            request_rollups.c.bucket >= Resolution.DAY.floor(window.start),
-            request_rollups.c.bucket < window.end,
-            *(request_rollups.c[label] == value for label, value in pinned),
-        )
+        days = Segment(Resolution.DAY.floor(window.start), window.end, Resolution.DAY)
+        instances = select(request_rollups.c.instance).where(rollup_where(days, selector))
         if window.seconds <= RAW_INSTANCES_MAX_S:
-            raw = select(requests.c.instance).where(
-                requests.c.start >= window.start,
-                requests.c.start < window.end,
-                *(requests.c[label] == value for label, value in pinned),
-            )
+            raw = select(requests.c.instance).where(raw_where(window, selector))
             instances = union(raw, instances)
     with engine.connect() as connection:
         total, count = gpu_reads.util_sums(connection, window, instances, finest)

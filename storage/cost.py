@@ -71,6 +71,7 @@ from storage.cost_models import (
     put_model,
 )
 from storage.slo_store import list_slos
+from storage.sql import raw_where, rollup_where
 from storage.tables import request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
@@ -177,7 +178,7 @@ def series_usage(
     segments = split(window, finest)
     for segment in segments:
         if segment.raw:
-            where = [r.start >= segment.start, r.start < segment.end]
+            where = [raw_where(segment)]
             if instance is not None:
                 where.append(r.instance == instance)
             keys = [r[name] for name in _SERIES]
@@ -201,12 +202,7 @@ def series_usage(
                 a.prefill_s += float(row[7])
                 a.decode_s += float(row[8])
             continue
-        assert segment.resolution is not None
-        where = [
-            u.resolution == segment.resolution.value,
-            u.bucket >= segment.start,
-            u.bucket < segment.end,
-        ]
+        where = [rollup_where(segment)]
         if instance is not None:
             where.append(u.instance == instance)
         query = select(

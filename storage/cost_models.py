@@ -10,11 +10,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Engine, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Engine
 
 from core.cost import CostModel, GoodRequest, GpuPrice
-from core.errors import NotFound
+from storage.documents import NamedDocuments
 from storage.tables import cost_models
 
 
@@ -81,49 +80,23 @@ def model_from_json(name: str, text: str) -> CostModel:
     )
 
 
+_MODELS = NamedDocuments(cost_models, "spec", "cost model")
+
+
 def put_model(engine: Engine, model: CostModel, now: datetime) -> bool:
     """Create or replace a cost model by name; ``True`` when it was created."""
-    values = {
-        "name": model.name,
-        "spec": model_to_json(model),
-        "created_at": now,
-        "updated_at": now,
-    }
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    insert = dialect.insert(cost_models).values(**values)
-    upsert = insert.on_conflict_do_update(
-        index_elements=[cost_models.c.name],
-        set_={"spec": insert.excluded.spec, "updated_at": insert.excluded.updated_at},
-    )
-    with engine.begin() as connection:
-        existed = connection.execute(
-            select(cost_models.c.name).where(cost_models.c.name == model.name)
-        ).first()
-        connection.execute(upsert)
-    return existed is None
+    return _MODELS.put_stamped(engine, model.name, model_to_json(model), now)
 
 
 def get_model(engine: Engine, name: str) -> CostModel:
     """The stored cost model ``name``; ``NotFound`` when there is none."""
-    with engine.connect() as connection:
-        row = connection.execute(
-            select(cost_models.c.spec).where(cost_models.c.name == name)
-        ).first()
-    if row is None:
-        raise NotFound(f"no cost model named {name!r}", details={"name": name})
-    return model_from_json(name, row[0])
+    return model_from_json(name, _MODELS.get(engine, name))
 
 
 def find_model(engine: Engine, name: str) -> CostModel | None:
-    try:
-        return get_model(engine, name)
-    except NotFound:
-        return None
+    spec = _MODELS.find(engine, name)
+    return None if spec is None else model_from_json(name, spec)
 
 
 def list_models(engine: Engine) -> list[CostModel]:
-    with engine.connect() as connection:
-        rows = connection.execute(
-            select(cost_models.c.name, cost_models.c.spec).order_by(cost_models.c.name)
-        ).all()
-    return [model_from_json(name, spec) for name, spec in rows]
+    return [model_from_json(name, spec) for name, spec in _MODELS.all(engine)]

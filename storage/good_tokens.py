@@ -30,13 +30,12 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, case, func, or_, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 
 from core.goodput import GoodLimits, GoodPolicy
 from core.records import GROUP_LABELS
 from core.window import Resolution
+from storage.sql import insert_for
 from storage.tables import good_token_counts, request_rollups, requests
 
 log = logging.getLogger(__name__)
@@ -189,8 +188,7 @@ def keep(engine: Engine, rows: list[dict[str, Any]]) -> None:
     read-only replica) only loses the shortcut, so the failure is logged, not raised."""
     if not rows:
         return
-    postgres = engine.dialect.name == "postgresql"
-    insert = (pg_insert if postgres else sqlite_insert)(good_token_counts)
+    insert = insert_for(engine, good_token_counts)
     statement = insert.on_conflict_do_update(
         index_elements=list(good_token_counts.primary_key.columns),
         set_={"requests": insert.excluded.requests, "good_tokens": insert.excluded.good_tokens},

@@ -50,11 +50,10 @@ from sqlalchemy import (
     text,
     tuple_,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core.samples import BENIGN_REASONS, GpuSample
 from core.window import Resolution
+from storage.sql import insert_for
 from storage.tables import (
     GPU_ROLLUP_MEANS,
     GPU_ROLLUP_REASONS,
@@ -321,7 +320,7 @@ def _merge(connection: Connection, changes: _Changes) -> int:
             row["xid_max"] = int(row["xid_max"])
         rows.append(row)
     postgres = connection.dialect.name == "postgresql"
-    insert = (pg_insert if postgres else sqlite_insert)(gpu_rollups)
+    insert = insert_for(connection, gpu_rollups)
     excluded, table = insert.excluded, gpu_rollups.c
 
     def most(column: str) -> ColumnElement[Any]:

@@ -18,7 +18,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    Table,
+    Result,
     and_,
     case,
     func,
@@ -47,33 +47,12 @@ from core.sketch import (
     merge_all,
     sketches_by_group,
 )
-from core.window import Resolution, Segment, Window, split
+from core.window import Resolution, Segment, Window
+from storage.sql import raw_where, read_segments, rollup_where, sketch_column
 from storage.tables import request_rollups, requests
 
 DEFAULT_EXACT_MAX_ROWS: Final = 200_000
 LabelKey = tuple[str, ...]
-
-
-def _filters(table: Table, selector: Selector) -> list[ColumnElement[bool]]:
-    return [table.c[name] == value for name, value in selector.items()]
-
-
-def _raw_where(segment: Segment | Window, selector: Selector) -> ColumnElement[bool]:
-    return and_(
-        requests.c.start >= segment.start,
-        requests.c.start < segment.end,
-        *_filters(requests, selector),
-    )
-
-
-def _rollup_where(segment: Segment, selector: Selector) -> ColumnElement[bool]:
-    assert segment.resolution is not None
-    return and_(
-        request_rollups.c.resolution == segment.resolution.value,
-        request_rollups.c.bucket >= segment.start,
-        request_rollups.c.bucket < segment.end,
-        *_filters(request_rollups, selector),
-    )
 
 
 def _labels(group_by: Sequence[str], key: Iterable[Any]) -> dict[str, str]:
@@ -123,7 +102,7 @@ def _exact(
 ) -> list[GroupQuantiles]:
     value = requests.c[column]
     keys = [requests.c[name] for name in group_by]
-    where = and_(_raw_where(window, selector), value.is_not(None))
+    where = and_(raw_where(window, selector), value.is_not(None))
     if connection.dialect.name == "postgresql":
         array: ColumnElement[Any] = literal_column(
             "ARRAY[" + ",".join(repr(float(q)) for q in qs) + "]::float8[]"
@@ -185,32 +164,38 @@ def group_sketches(
     finest: Resolution = Resolution.MINUTE,
 ) -> dict[LabelKey, QuantileSketch]:
     """One merged sketch of ``column`` per group over ``window`` (raw edges + rollups)."""
-    sketch_column = request_rollups.c[f"{column.removesuffix('_s')}_sketch"]
+    sketch_of = sketch_column(column)
+
+    def raw(segment: Segment) -> list[tuple[LabelKey, QuantileSketch | None]]:
+        value = requests.c[column]
+        rows = connection.execute(
+            select(*(requests.c[n] for n in group_by), value).where(
+                and_(raw_where(segment, selector), value.is_not(None))
+            )
+        ).all()
+        if not rows:
+            return []
+        index: dict[LabelKey, int] = {}
+        ids = np.fromiter(
+            (index.setdefault(tuple(r[:-1]), len(index)) for r in rows), dtype=np.int64
+        )
+        values = np.fromiter((r[-1] for r in rows), dtype=np.float64)
+        return list(zip(index, sketches_by_group(ids, values, len(index)), strict=True))
+
+    def rollup(segment: Segment) -> list[tuple[LabelKey, QuantileSketch | None]]:
+        query = select(*(request_rollups.c[n] for n in group_by), sketch_of).where(
+            and_(rollup_where(segment, selector), sketch_of.is_not(None))
+        )
+        return [
+            (tuple(row[:-1]), QuantileSketch.from_bytes(row[-1]))
+            for row in connection.execute(query)
+        ]
+
     parts: dict[LabelKey, list[QuantileSketch]] = defaultdict(list)
-    for segment in split(window, finest):
-        if segment.raw:
-            value = requests.c[column]
-            rows = connection.execute(
-                select(*(requests.c[n] for n in group_by), value).where(
-                    and_(_raw_where(segment, selector), value.is_not(None))
-                )
-            ).all()
-            if not rows:
-                continue
-            index: dict[LabelKey, int] = {}
-            ids = np.fromiter(
-                (index.setdefault(tuple(r[:-1]), len(index)) for r in rows), dtype=np.int64
-            )
-            values = np.fromiter((r[-1] for r in rows), dtype=np.float64)
-            for key, sketch in zip(index, sketches_by_group(ids, values, len(index)), strict=True):
-                if sketch is not None:
-                    parts[key].append(sketch)
-        else:
-            query = select(*(request_rollups.c[n] for n in group_by), sketch_column).where(
-                and_(_rollup_where(segment, selector), sketch_column.is_not(None))
-            )
-            for row in connection.execute(query):
-                parts[tuple(row[:-1])].append(QuantileSketch.from_bytes(row[-1]))
+    for pairs in read_segments(window, finest, raw, rollup):
+        for key, sketch in pairs:
+            if sketch is not None:
+                parts[key].append(sketch)
     return {key: merge_all(sketches) for key, sketches in parts.items()}
 
 
@@ -241,29 +226,33 @@ def _throughput(
     group_by: Sequence[str],
     finest: Resolution,
 ) -> list[Throughput]:
+    def raw(segment: Segment) -> Result[Any]:
+        keys = [requests.c[n] for n in group_by]
+        query = (
+            select(
+                *keys,
+                func.count(),
+                func.coalesce(func.sum(case((requests.c.status == "error", 1), else_=0)), 0),
+                func.coalesce(func.sum(requests.c.input_tokens), 0),
+                func.coalesce(func.sum(requests.c.output_tokens), 0),
+            )
+            .where(raw_where(segment, selector))
+            .group_by(*keys)
+        )
+        return connection.execute(query)
+
+    def rollup(segment: Segment) -> Result[Any]:
+        keys = [request_rollups.c[n] for n in group_by]
+        query = (
+            select(*keys, *(func.sum(request_rollups.c[name]) for name in _TOTALS))
+            .where(rollup_where(segment, selector))
+            .group_by(*keys)
+        )
+        return connection.execute(query)
+
     totals: dict[LabelKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for segment in split(window, finest):
-        if segment.raw:
-            keys = [requests.c[n] for n in group_by]
-            query = (
-                select(
-                    *keys,
-                    func.count(),
-                    func.coalesce(func.sum(case((requests.c.status == "error", 1), else_=0)), 0),
-                    func.coalesce(func.sum(requests.c.input_tokens), 0),
-                    func.coalesce(func.sum(requests.c.output_tokens), 0),
-                )
-                .where(_raw_where(segment, selector))
-                .group_by(*keys)
-            )
-        else:
-            keys = [request_rollups.c[n] for n in group_by]
-            query = (
-                select(*keys, *(func.sum(request_rollups.c[name]) for name in _TOTALS))
-                .where(_rollup_where(segment, selector))
-                .group_by(*keys)
-            )
-        for row in connection.execute(query):
+    for rows in read_segments(window, finest, raw, rollup):
+        for row in rows:
             bucket = totals[tuple(row[: len(group_by)])]
             for i, amount in enumerate(row[len(group_by) :]):
                 bucket[i] += int(amount or 0)
@@ -297,40 +286,56 @@ def breakdown(
     """Each stage's share of the requests' time, per group, over ``window`` (shares add up
     to at most 1: see ``core.query.Breakdown``)."""
     groups = check_group_by(group_by)
+    with engine.connect() as connection:
+        return _breakdowns(connection, window, selector, groups, finest)
+
+
+def _breakdowns(
+    connection: Connection,
+    window: Window,
+    selector: Selector,
+    groups: Sequence[str],
+    finest: Resolution,
+) -> list[Breakdown]:
+    def raw(segment: Segment) -> list[tuple[LabelKey, list[tuple[int, float]]]]:
+        keys = [requests.c[n] for n in groups]
+        aggregates = []
+        for name in _BREAKDOWN_FIELDS:
+            aggregates += [func.count(requests.c[name]), func.sum(requests.c[name])]
+        query = select(*keys, *aggregates).where(raw_where(segment, selector)).group_by(*keys)
+        out = []
+        for row in connection.execute(query):
+            values = row[len(groups) :]
+            pairs = [
+                (int(n or 0), float(t or 0.0))
+                for n, t in zip(values[::2], values[1::2], strict=True)
+            ]
+            out.append((tuple(row[: len(groups)]), pairs))
+        return out
+
+    def rollup(segment: Segment) -> list[tuple[LabelKey, list[tuple[int, float]]]]:
+        columns = [sketch_column(n) for n in _BREAKDOWN_FIELDS]
+        query = select(*(request_rollups.c[n] for n in groups), *columns).where(
+            rollup_where(segment, selector)
+        )
+        return [
+            (
+                tuple(row[: len(groups)]),
+                [(0, 0.0) if blob is None else header_totals(blob) for blob in row[len(groups) :]],
+            )
+            for row in connection.execute(query)
+        ]
+
     # per group: field -> [count, sum]
     acc: dict[LabelKey, dict[str, list[float]]] = defaultdict(
         lambda: {name: [0, 0.0] for name in _BREAKDOWN_FIELDS}
     )
-    with engine.connect() as connection:
-        for segment in split(window, finest):
-            if segment.raw:
-                keys = [requests.c[n] for n in groups]
-                aggregates = []
-                for name in _BREAKDOWN_FIELDS:
-                    aggregates += [func.count(requests.c[name]), func.sum(requests.c[name])]
-                query = (
-                    select(*keys, *aggregates).where(_raw_where(segment, selector)).group_by(*keys)
-                )
-                for row in connection.execute(query):
-                    fields_ = acc[tuple(row[: len(groups)])]
-                    values = row[len(groups) :]
-                    for i, name in enumerate(_BREAKDOWN_FIELDS):
-                        fields_[name][0] += int(values[2 * i] or 0)
-                        fields_[name][1] += float(values[2 * i + 1] or 0.0)
-            else:
-                columns = [
-                    request_rollups.c[f"{n.removesuffix('_s')}_sketch"] for n in _BREAKDOWN_FIELDS
-                ]
-                query = select(*(request_rollups.c[n] for n in groups), *columns).where(
-                    _rollup_where(segment, selector)
-                )
-                for row in connection.execute(query):
-                    fields_ = acc[tuple(row[: len(groups)])]
-                    for name, blob in zip(_BREAKDOWN_FIELDS, row[len(groups) :], strict=True):
-                        if blob is not None:
-                            count, total = header_totals(blob)
-                            fields_[name][0] += count
-                            fields_[name][1] += total
+    for rows in read_segments(window, finest, raw, rollup):
+        for key, totals in rows:
+            fields_ = acc[key]
+            for name, (count, total) in zip(_BREAKDOWN_FIELDS, totals, strict=True):
+                fields_[name][0] += count
+                fields_[name][1] += total
     return [_breakdown(_labels(groups, key), fields_) for key, fields_ in sorted(acc.items())]
 
 

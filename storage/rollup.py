@@ -21,13 +21,12 @@ from typing import Any, Final
 
 import numpy as np
 from sqlalchemy import Connection, and_, bindparam, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core.records import DURATION_FIELDS, GROUP_LABELS, RECORD_FIELDS, Status
 from core.sketch import FloatArray, IntArray, QuantileSketch, merge_all, sketches_by_group
 from core.window import Resolution
 from storage.batch import Batch
+from storage.sql import insert_for
 from storage.tables import SKETCH_COLUMNS, request_rollups
 
 COUNTERS: Final = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens")
@@ -184,9 +183,7 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
         }
         for d in ordered
     ]
-    dialect = connection.dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    connection.execute(insert(request_rollups).on_conflict_do_nothing(), empty_rows)
+    connection.execute(insert_for(connection, request_rollups).on_conflict_do_nothing(), empty_rows)
 
     existing: dict[RollupKey, Any] = {}
     for i in range(0, len(ordered), _KEY_CHUNK):
@@ -200,7 +197,7 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
             .where(_key_columns().in_(keys))
             .order_by(*request_rollups.primary_key.columns)
         )
-        if dialect == "postgresql":
+        if connection.dialect.name == "postgresql":
             query = query.with_for_update()
         for row in connection.execute(query).mappings():
             key = RollupKey(row["resolution"], row["bucket"], *(row[n] for n in GROUP_LABELS))

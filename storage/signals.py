@@ -40,13 +40,14 @@ from itertools import pairwise
 from typing import Any, Final
 
 import numpy as np
-from sqlalchemy import Connection, Engine, and_, func, insert, select, update
+from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from core.errors import InvalidInput, NotFound
 from core.query import Selector
 from core.samples import BENIGN_REASONS, THROTTLE_REASONS
 from core.signals import GPU, REQUESTS, SERVER, STAGES, InstanceSignals, WindowSignals, families_of
 from core.window import Window
+from storage.sql import raw_where
 from storage.tables import gpu_samples, incident_diagnoses, incidents, requests, server_samples
 
 MAX_ROWS: Final = 2_000_000
@@ -240,7 +241,6 @@ def window_signals(
 ) -> WindowSignals:
     """Every instance's signals over ``window``, for the requests ``selector`` picks."""
     seconds = max(window.seconds, 1e-9)
-    filters = [requests.c[name] == value for name, value in selector.items()]
     cols = [
         requests.c[c]
         for c in (
@@ -250,9 +250,7 @@ def window_signals(
     ]  # fmt: skip
     reqs = _grouped(
         engine,
-        select(*cols).where(
-            and_(requests.c.start >= window.start, requests.c.start < window.end, *filters)
-        ),
+        select(*cols).where(raw_where(window, selector)),
     )
     instances = sorted(reqs) if selector.instance is None else [selector.instance]
     if not instances:
@@ -321,15 +319,9 @@ def error_types(
 ) -> dict[str, dict[str, int]]:
     """Failed requests per instance and ``error_type`` over ``window`` (``""``: untyped),
     the ``MAX_ERROR_TYPES`` most frequent per instance and the rest as ``other``."""
-    filters = [requests.c[name] == value for name, value in selector.items()]
     statement = (
         select(requests.c.instance, requests.c.error_type, func.count())
-        .where(
-            requests.c.start >= window.start,
-            requests.c.start < window.end,
-            requests.c.status == "error",
-            *filters,
-        )
+        .where(raw_where(window, selector), requests.c.status == "error")
         .group_by(requests.c.instance, requests.c.error_type)
     )
     counts: dict[str, list[tuple[int, str]]] = defaultdict(list)

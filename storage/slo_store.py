@@ -16,23 +16,22 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     Engine,
     and_,
     case,
-    delete,
     func,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
-from core.errors import InvalidInput, NotFound
-from core.query import Selector
+from core.errors import InvalidInput
+from core.query import LATENCY_METRICS, Selector
 from core.records import DURATION_FIELDS, GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import Resolution, Segment, Window, split
+from storage.documents import NamedDocuments
+from storage.sql import raw_where, read_segments, rollup_where, sketch_column
 from storage.tables import request_rollups, requests, slos
 
 # -- definitions ----------------------------------------------------------------------------
@@ -67,52 +66,33 @@ def spec_from_json(name: str, text: str) -> SloSpec:
     )
 
 
+_SLOS = NamedDocuments(slos, "spec", "SLO")
+
+
 def put_slo(engine: Engine, spec: SloSpec, now: datetime) -> bool:
     """Create or replace ``spec``; ``True`` when it was created."""
-    values = {"name": spec.name, "spec": spec_to_json(spec), "created_at": now, "updated_at": now}
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    insert = dialect.insert(slos).values(**values)
-    upsert = insert.on_conflict_do_update(
-        index_elements=[slos.c.name],
-        set_={"spec": insert.excluded.spec, "updated_at": insert.excluded.updated_at},
-    )
-    with engine.begin() as connection:
-        existed = connection.execute(select(slos.c.name).where(slos.c.name == spec.name)).first()
-        connection.execute(upsert)
-    return existed is None
+    return _SLOS.put_stamped(engine, spec.name, spec_to_json(spec), now)
 
 
 def get_slo(engine: Engine, name: str) -> SloSpec:
-    with engine.connect() as connection:
-        row = connection.execute(select(slos.c.spec).where(slos.c.name == name)).first()
-    if row is None:
-        raise NotFound(f"no SLO named {name!r}", details={"name": name})
-    return spec_from_json(name, row[0])
+    return spec_from_json(name, _SLOS.get(engine, name))
 
 
 def list_slos(engine: Engine) -> list[SloSpec]:
-    with engine.connect() as connection:
-        rows = connection.execute(select(slos.c.name, slos.c.spec).order_by(slos.c.name)).all()
-    return [spec_from_json(name, text) for name, text in rows]
+    return [spec_from_json(name, text) for name, text in _SLOS.all(engine)]
 
 
 def delete_slo(engine: Engine, name: str) -> None:
-    with engine.begin() as connection:
-        if not connection.execute(delete(slos).where(slos.c.name == name)).rowcount:
-            raise NotFound(f"no SLO named {name!r}", details={"name": name})
+    _SLOS.delete(engine, name)
 
 
 # -- event counts ---------------------------------------------------------------------------
 
 
-def _pinned(columns: Any, selector: Selector) -> list[ColumnElement[bool]]:
-    return [columns[name] == value for name, value in selector.items()]
-
-
 def _raw_counts(
-    connection: Connection, sli: Sli, start: datetime, end: datetime, selector: Selector
+    connection: Connection, sli: Sli, span: Segment | Window, selector: Selector
 ) -> EventCounts:
-    where = [requests.c.start >= start, requests.c.start < end, *_pinned(requests.c, selector)]
+    where = [raw_where(span, selector)]
     if sli.kind is SliKind.AVAILABILITY:
         total = func.count()
         bad = func.sum(case((requests.c.status == "error", 1), else_=0))
@@ -129,13 +109,7 @@ def _raw_counts(
 def _rollup_counts(
     connection: Connection, sli: Sli, segment: Segment, selector: Selector
 ) -> EventCounts:
-    assert segment.resolution is not None
-    where = and_(
-        request_rollups.c.resolution == segment.resolution.value,
-        request_rollups.c.bucket >= segment.start,
-        request_rollups.c.bucket < segment.end,
-        *_pinned(request_rollups.c, selector),
-    )
+    where = rollup_where(segment, selector)
     if sli.kind is SliKind.AVAILABILITY:
         row = connection.execute(
             select(func.sum(request_rollups.c.requests), func.sum(request_rollups.c.errors)).where(
@@ -143,9 +117,9 @@ def _rollup_counts(
             )
         ).one()
         return EventCounts(int(row[0] or 0), int(row[1] or 0))
-    assert sli.metric is not None
+    assert sli.column is not None
     assert sli.threshold_s is not None
-    column = request_rollups.c[f"{sli.metric}_sketch"]
+    column = sketch_column(sli.column)
     total = good = 0
     for (blob,) in connection.execute(select(column).where(where, column.is_not(None))):
         sketch = QuantileSketch.from_bytes(blob)
@@ -165,13 +139,15 @@ def count_events(
 ) -> EventCounts:
     """Events and bad events for ``sli`` among the requests ``selector`` picks in ``window``."""
     if exact:
-        return _raw_counts(connection, sli, window.start, window.end, selector)
+        return _raw_counts(connection, sli, window, selector)
     counts = EventCounts(0, 0)
-    for segment in split(window, finest):
-        if segment.raw:
-            counts += _raw_counts(connection, sli, segment.start, segment.end, selector)
-        else:
-            counts += _rollup_counts(connection, sli, segment, selector)
+    for part in read_segments(
+        window,
+        finest,
+        lambda segment: _raw_counts(connection, sli, segment, selector),
+        lambda segment: _rollup_counts(connection, sli, segment, selector),
+    ):
+        counts += part
     return counts
 
 
@@ -264,19 +240,12 @@ class CycleCounter:
         if seg not in self._raw:
             labels = [requests.c[name] for name in GROUP_LABELS]
             values = [requests.c.status, *(requests.c[name] for name in DURATION_FIELDS)]
-            query = select(*labels, *values).where(
-                requests.c.start >= seg.start, requests.c.start < seg.end
-            )
+            query = select(*labels, *values).where(raw_where(seg))
             grouped: dict[_Key, list[tuple[Any, ...]]] = {}
             for row in self.connection.execute(query):
                 grouped.setdefault(tuple(row[:4]), []).append(tuple(row[4:]))
             self._raw[seg] = grouped
         return self._raw[seg]
-
-    def _rollup_where(self, seg: Segment) -> ColumnElement[bool]:
-        r = request_rollups.c
-        assert seg.resolution is not None
-        return and_(r.resolution == seg.resolution.value, r.bucket >= seg.start, r.bucket < seg.end)
 
     def _rollup_totals(self, seg: Segment) -> dict[_Key, tuple[int, int]]:
         if seg not in self._totals:
@@ -284,7 +253,7 @@ class CycleCounter:
             labels = [r[name] for name in GROUP_LABELS]
             query = (
                 select(*labels, func.sum(r.requests), func.sum(r.errors))
-                .where(self._rollup_where(seg))
+                .where(rollup_where(seg))
                 .group_by(*labels)
             )
             self._totals[seg] = {
@@ -296,9 +265,9 @@ class CycleCounter:
     def _rollup_sketches(self, metric: str, seg: Segment) -> dict[_Key, QuantileSketch]:
         if (metric, seg) not in self._sketches:
             r = request_rollups.c
-            column = r[f"{metric}_sketch"]
+            column = sketch_column(LATENCY_METRICS[metric])
             query = select(*(r[name] for name in GROUP_LABELS), column).where(
-                self._rollup_where(seg), column.is_not(None)
+                rollup_where(seg), column.is_not(None)
             )
             parts: dict[_Key, list[QuantileSketch]] = {}
             for *key, blob in self.connection.execute(query):

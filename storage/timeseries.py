@@ -37,6 +37,7 @@ from core.samples import BENIGN_REASONS, THROTTLE_REASONS
 from core.sketch import QuantileSketch, merge_all
 from core.window import Resolution, Segment, Window
 from storage import gpu_reads
+from storage.sql import rollup_where, sketch_column
 from storage.tables import (
     GPU_ROLLUP_MEANS,
     GPU_ROLLUP_REASONS,
@@ -52,18 +53,9 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_SERIES: Final = 5000
 
 
-def _pinned(selector: Selector) -> list[ColumnElement[bool]]:
-    return [request_rollups.c[name] == value for name, value in selector.items()]
-
-
 def _rollup_rows(window: Window, step: Resolution, selector: Selector) -> ColumnElement[bool]:
     # Buckets that overlap the window: the first may start before it (charts show whole buckets).
-    return and_(
-        request_rollups.c.resolution == step.value,
-        request_rollups.c.bucket >= step.floor(window.start),
-        request_rollups.c.bucket < window.end,
-        *_pinned(selector),
-    )
+    return rollup_where(Segment(step.floor(window.start), window.end, step), selector)
 
 
 def label_sets(
@@ -140,7 +132,7 @@ def bucket_sketches(
     """One merged sketch of ``metric`` per group per ``step`` bucket overlapping ``window``."""
     column = LATENCY_METRICS[check_metric(metric)]
     groups = check_group_by(group_by)
-    sketch = request_rollups.c[f"{column.removesuffix('_s')}_sketch"]
+    sketch = sketch_column(column)
     query = select(request_rollups.c.bucket, *(request_rollups.c[n] for n in groups), sketch).where(
         _rollup_rows(window, step, selector), sketch.is_not(None)
     )

@@ -33,9 +33,7 @@ from dataclasses import fields
 from datetime import UTC, date, datetime
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, Table
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from core.accept import AcceptWindow
@@ -46,6 +44,7 @@ from core.write import Sink, WriteResult
 from storage import gpu_rollup, rollup
 from storage.batch import Batch
 from storage.partitions import ensure_partitions
+from storage.sql import insert_for
 from storage.tables import gpu_samples, server_engine_samples, server_samples
 
 log = logging.getLogger(__name__)
@@ -184,11 +183,10 @@ class _BaseWriter:
     def _insert_gpu(self, connection: Connection, rows: list[dict[str, Any]]) -> Sequence[Any]:
         """Insert GPU sample rows, skipping stored keys; the keys it stored."""
         c = gpu_samples.c
-        insert: Callable[[Table], Any] = (
-            pg_insert if connection.dialect.name == "postgresql" else sqlite_insert
-        )
         statement = (
-            insert(gpu_samples).on_conflict_do_nothing().returning(c.ts, c.instance, c.gpu_index)
+            insert_for(connection, gpu_samples)
+            .on_conflict_do_nothing()
+            .returning(c.ts, c.instance, c.gpu_index)
         )
         return connection.execute(statement, rows).all()
 
@@ -200,14 +198,15 @@ class _BaseWriter:
             return 0
         by_key = {(s.ts.astimezone(UTC), s.instance): s for s in samples}
         rows = [{name: getattr(s, name) for name in _SERVER_COLUMNS} for s in by_key.values()]
-        insert: Callable[[Table], Any] = (
-            pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
-        )
         days = {ts.date() for ts, _ in by_key}
         with _translate_errors(), self.engine.begin() as connection:
             ensure_partitions(connection, server_samples.name, days, oldest=self._oldest)
             c = server_samples.c
-            statement = insert(server_samples).on_conflict_do_nothing().returning(c.ts, c.instance)
+            statement = (
+                insert_for(connection, server_samples)
+                .on_conflict_do_nothing()
+                .returning(c.ts, c.instance)
+            )
             stored = [
                 by_key[(ts.astimezone(UTC), i)] for ts, i in connection.execute(statement, rows)
             ]
@@ -218,7 +217,9 @@ class _BaseWriter:
             ]
             if engines:
                 ensure_partitions(connection, server_engine_samples.name, days, oldest=self._oldest)
-                connection.execute(insert(server_engine_samples).on_conflict_do_nothing(), engines)
+                connection.execute(
+                    insert_for(connection, server_engine_samples).on_conflict_do_nothing(), engines
+                )
         return len(stored)
 
     def _prepare(self, connection: Connection, batch: Batch) -> None:
