@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from sqlalchemy import text
 
 from service.evaluation import Evaluator, default_policy
 from service.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
@@ -92,7 +93,10 @@ def test_a_leader_whose_connection_dies_loses_the_lead(pg_store):
         assert first.acquire() is True
         assert first._connection is held  # a leader keeps its session: no re-election per tick
         assert second.acquire() is False
+        pid = held.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        held.commit()
         held.invalidate()  # as if the database had dropped the session
+        _wait_until_gone(engines[1], pid)  # the server ends the session when it sees it closed
         assert second.acquire() is True
         assert first.acquire() is False
     finally:
@@ -100,6 +104,21 @@ def test_a_leader_whose_connection_dies_loses_the_lead(pg_store):
         second.release()
         for engine in engines:
             engine.dispose()
+
+
+def _wait_until_gone(engine, pid: int) -> None:
+    """Until the server has ended backend ``pid`` and released its locks: it does so
+    asynchronously after the client's socket closes, later on a loaded host."""
+    query = text(
+        "SELECT (SELECT count(*) FROM pg_locks WHERE pid = :pid)"
+        " + (SELECT count(*) FROM pg_stat_activity WHERE pid = :pid)"
+    )
+    deadline = time.monotonic() + 120
+    with engine.connect() as conn:
+        while conn.execute(query, {"pid": pid}).scalar_one():
+            assert time.monotonic() < deadline, f"backend {pid} still holds its session"
+            conn.rollback()  # a fresh snapshot of the statistics on the next read
+            time.sleep(0.05)
 
 
 def test_the_scheduler_ticks_the_evaluation_at_its_interval(store):
