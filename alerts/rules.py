@@ -39,7 +39,7 @@ DECLARABLE: Final = tuple(f for f in FAMILIES if f != REQUESTS)
 
 
 class Cause(StrEnum):
-    """ARCHITECTURE.md's cause vocabulary."""
+    """The causes a diagnosis can name: the vocabulary of the API, the rule pack and the pages."""
 
     QUEUE_BACKLOG = "queue_backlog"
     PREPROCESSING_SLOW = "preprocessing_slow"

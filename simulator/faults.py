@@ -27,7 +27,7 @@ class FaultKind(StrEnum):
     CPU_STARVED = "cpu_starved"
 
 
-#: The diagnosis (ARCHITECTURE.md's cause vocabulary) each fault should lead to.
+#: The diagnosis (the cause vocabulary of ``alerts.rules.Cause``) each fault should lead to.
 EXPECTED_CAUSE: Final = {
     FaultKind.ARRIVAL_SURGE: "overload",
     FaultKind.SLOW_TOKENIZER: "preprocessing_slow",
