@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.baselines import CREATED, synthetic_run
 
 from core.baseline import from_samples
 from core.baseline_compare import COMPARED_QUANTILES, Policy, Verdict, compare
-from tests.baselines.support import CREATED, synthetic_run
 
 
 def _raw(rng: np.random.Generator, n: int, slowdown: float) -> dict[str, np.ndarray]:

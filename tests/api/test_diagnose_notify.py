@@ -1,6 +1,6 @@
 """Incident → diagnosis → outbox → notifiers, through the app's own evaluator and delivery job.
 
-The store holds the compressed thermal-throttle scenario (``bench/bench_alerts.py``); a TPOT
+The store holds the compressed thermal-throttle scenario (``bench/harness/scenarios.py``); a TPOT
 SLO on the 70B model pages six minutes into the fault. Endpoints are ``httpx.MockTransport``
 fakes.
 """
@@ -20,6 +20,7 @@ from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from api import create_app
 from api.settings import ApiSettings
+from bench.harness import scenarios
 from core.burn import AlertState, Incident, IncidentState, Severity, Transition
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
@@ -29,7 +30,6 @@ from storage.outbox import MessageState, Outbox
 from storage.tables import gpu_samples
 from storage.writer import open_writer
 from tests.api.conftest import Api, FakeClock
-from tests.api.test_diagnose import bench
 from tests.conftest import Store
 
 TPOT = SloSpec(
@@ -63,9 +63,9 @@ def setup(
     store: Store, request: pytest.FixtureRequest
 ) -> Callable[..., tuple[Api, Any, Endpoint, Endpoint]]:
     if "run" not in _cache:
-        _cache["run"] = bench.simulate("fault-thermal-throttle")
+        _cache["run"] = scenarios.simulate("fault-thermal-throttle")
     scenario, batch = _cache["run"]
-    bench.store_batch(store.engine, batch)
+    scenarios.store_batch(store.engine, batch)
 
     def make() -> tuple[Api, Any, Endpoint, Endpoint]:
         pager, chat = Endpoint(), Endpoint()
@@ -96,7 +96,7 @@ def _evaluate(api: Api, at: Any) -> Any:
 
 def test_a_page_reaches_every_notifier_once_with_its_diagnosis(setup: Any) -> None:
     api, scenario, pager, chat = setup()
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     opened = _evaluate(api, incident.start + timedelta(minutes=6))
     assert [t.value for _, t in opened.changes] == ["opened"]
     assert pager.accepted == chat.accepted == []  # evaluation only enqueues
@@ -115,7 +115,7 @@ def test_a_page_reaches_every_notifier_once_with_its_diagnosis(setup: Any) -> No
 def test_an_endpoint_down_for_an_hour_delays_only_its_own_messages(setup: Any) -> None:
     api, scenario, pager, chat = setup()
     pager.up = False
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     start = incident.start + timedelta(minutes=6)
     _evaluate(api, start)
     jobs = api.app.state.jobs
@@ -143,7 +143,7 @@ def test_an_endpoint_down_for_an_hour_delays_only_its_own_messages(setup: Any) -
 
 def test_a_silenced_slo_is_diagnosed_but_not_notified(setup: Any) -> None:
     api, scenario, _pager, _chat = setup()
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     api.clock.now = incident.start
     created = api.request(
         "POST", "/api/v1/silences", json={"matchers": {"slo": "70b-tpot"}, "duration_s": 3600}
@@ -262,7 +262,7 @@ def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: An
     engine = api.app.state.engine
     with engine.begin() as connection:
         connection.execute(gpu_samples.delete())
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     early = incident.start + timedelta(minutes=1)
     opened = _evaluate(api, early)
     assert [t.value for _, t in opened.changes] == ["opened"]
