@@ -10,6 +10,8 @@ they work under either name, and nothing adds to the search path.
 * ``real_path``: a scenario driven through the real path, from simulator through sidecars and
   the API's jobs to the notification outbox (``bench_diagnosis`` and ``tests/alerts``);
 * ``diagnosis_matrix``: the adversarial scenario matrix ``bench_diagnosis`` runs, and reads
-  back from its ``--json`` file;
-* ``baselines``: synthetic load-test runs (``bench_baseline`` and ``tests/baselines``).
+  back from its ``--json`` file (its smoke test too);
+* ``baselines``: synthetic load-test runs (``bench_baseline`` and ``tests/baselines``);
+* ``results``: the ``--json FILE`` a benchmark writes its figures to (the smoke tests run each
+  benchmark as a user does and read it).
 """
