@@ -7,12 +7,10 @@ fakes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
 
 from alerts.dispatch import deliver_due
@@ -29,8 +27,9 @@ from storage import incidents, signals, slo_store
 from storage.outbox import MessageState, Outbox
 from storage.tables import gpu_samples
 from storage.writer import open_writer
-from tests.api.conftest import Api, FakeClock
+from tests.api.conftest import Api
 from tests.conftest import Store
+from tests.doubles import Endpoint, FakeClock
 
 TPOT = SloSpec(
     "70b-tpot",
@@ -40,22 +39,6 @@ TPOT = SloSpec(
     Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
 )
 _cache: dict[str, Any] = {}
-
-
-class Endpoint:
-    def __init__(self) -> None:
-        self.up = True
-        self.accepted: list[dict[str, Any]] = []
-        self.refused = 0
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if not self.up:
-            raise httpx.ConnectError("connection refused")
-        self.accepted.append(json.loads(request.content))
-        return httpx.Response(202)
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(transport=httpx.MockTransport(self))
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from core.slo import Sli, SliKind, SloSpec
 from service.evaluation import Evaluator, default_policy
 from storage import incidents, slo_store
 from storage.writer import open_writer
-from tests.api.conftest import NOW, Api
+from tests.api.conftest import Api
+from tests.doubles import NOW
 from tests.factories import make_records
 
 OUTAGE = NOW - timedelta(minutes=2)

@@ -21,8 +21,8 @@ from storage.baselines import save_baseline
 from storage.engine import create_store_engine
 from storage.runs import save_run
 from storage.writer import open_writer
-from tests.api.conftest import NOW
 from tests.baselines.test_importers import DATA, load
+from tests.doubles import NOW
 from tests.factories import make_records
 
 
