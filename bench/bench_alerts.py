@@ -35,183 +35,18 @@ import tempfile
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, Final
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from harness.scenarios import empty, evaluate, outage, simulate, store_batch, table, without_gpu
 from sqlalchemy import Engine
 
-from alerts.diagnose import Diagnosis, diagnose
-from alerts.rules import Cause, RulePack, load_rules
-from core.window import Window
+from alerts.rules import load_rules
 from simulator.events import Batch
-from simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU, FaultKind
 from simulator.fleet import run_scenario
-from simulator.scenario import Scenario
 from simulator.sinks import MemorySink
-from simulator.sinks.store import StoreSink
 from simulator.specs import load_scenario, shipped_scenarios
 from storage import migrate
 from storage.engine import create_store_engine
-from storage.signals import window_signals
-from storage.tables import metadata
-from storage.writer import open_writer
-
-RUN_S: Final = 1200.0
-FAULT_FROM_S: Final = 600.0
-REFERENCE_FROM_S: Final = 120.0
-#: Mixed scenarios keep this many faults (the first ones, which overlap in the shipped file).
-MIXED_FAULTS: Final = 2
-#: The signals whose movement each fault kind injects: the evidence must name one of them.
-INJECTED_SIGNALS: Final = {
-    FaultKind.ARRIVAL_SURGE: frozenset({"request_rate"}),
-    FaultKind.SLOW_TOKENIZER: frozenset({"preprocess_mean"}),
-    FaultKind.LONG_PROMPT_FLOOD: frozenset({"input_tokens_mean", "slow_input_tokens_p50"}),
-    FaultKind.THERMAL_THROTTLE: frozenset({"throttled_share", "sm_clock_mhz"}),
-    FaultKind.KV_PRESSURE: frozenset({"preemptions_per_s", "kv_cache_usage"}),
-    FaultKind.DEGRADED_INSTANCE: frozenset({"ecc_sbe_per_s"}),
-    FaultKind.CPU_STARVED: frozenset({"util_gpu"}),
-}
-#: The same without GPU telemetry: what the fallbacks can still name.
-INJECTED_SIGNALS_WITHOUT_GPU: Final = {
-    **INJECTED_SIGNALS,
-    FaultKind.THERMAL_THROTTLE: frozenset({"tpot_p90", "decode_per_token_mean"}),
-    FaultKind.DEGRADED_INSTANCE: frozenset({"tpot_p90", "decode_per_token_mean"}),
-    FaultKind.CPU_STARVED: frozenset({"preprocess_mean"}),
-}
-#: The scenario-name suffix of a run without GPU telemetry.
-NO_GPU: Final = " (no GPU)"
-
-
-def compressed(scenario: Scenario) -> Scenario:
-    """``scenario`` cut to 20 minutes with its (first two) faults over ``[10 min, 20 min)``."""
-    faults = tuple(
-        dataclasses.replace(f, start_s=FAULT_FROM_S, end_s=RUN_S)
-        for f in scenario.faults[:MIXED_FAULTS]
-    )
-    return dataclasses.replace(scenario, duration_s=RUN_S, faults=faults)
-
-
-def simulate(name: str) -> tuple[Scenario, Batch]:
-    scenario = compressed(load_scenario(name))
-    sink = MemorySink()
-    run_scenario(scenario, [sink])
-    batch = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
-    return scenario, batch
-
-
-def without_gpu(batch: Batch) -> Batch:
-    """``batch`` as a fleet without GPU telemetry ships it (``--gpu-source none``)."""
-    return Batch(batch.completions, batch.server_samples, ())
-
-
-def expected_causes(scenario: Scenario, gpu: bool = True) -> tuple[str, ...]:
-    if gpu:
-        return tuple(t.expected_cause for t in scenario.ground_truth())
-    return tuple(EXPECTED_CAUSE_WITHOUT_GPU[f.kind] for f in scenario.faults)
-
-
-def empty(engine: Engine) -> None:
-    """Delete every row (each scenario starts on the same virtual day)."""
-    with engine.begin() as connection:
-        for table in reversed(metadata.sorted_tables):
-            connection.execute(table.delete())
-
-
-_SIMULATED: dict[str, tuple[Scenario, Batch]] = {}
-
-
-def simulate_cached(name: str) -> tuple[Scenario, Batch]:
-    """``simulate`` once per process (tests share runs; a run is deterministic)."""
-    if name not in _SIMULATED:
-        _SIMULATED[name] = simulate(name)
-    return _SIMULATED[name]
-
-
-def store_batch(engine: Engine, batch: Batch) -> None:
-    sink = StoreSink(open_writer(engine))
-    sink.write(batch)
-    sink.close()
-
-
-def windows(scenario: Scenario) -> tuple[Window, Window]:
-    """(incident window, reference window) of a compressed scenario."""
-    at = scenario.start
-    incident = Window(at + timedelta(seconds=FAULT_FROM_S), at + timedelta(seconds=RUN_S))
-    reference = Window(at + timedelta(seconds=REFERENCE_FROM_S), incident.start)
-    return incident, reference
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Outcome:
-    scenario: str
-    expected: tuple[str, ...]
-    diagnosis: Diagnosis
-    passed: bool
-    signals_s: float
-    diagnose_s: float
-
-    def row(self) -> str:
-        d = self.diagnosis
-        second = d.alternatives[0].cause.value if d.alternatives else "-"
-        evidence = ",".join(e.signal for e in d.evidence[:3]) or "-"
-        expected = "+".join(self.expected) or "unknown (no incident)"
-        return (
-            f"{self.scenario:33} {expected:34} {d.cause.value:19} {d.confidence:5.2f} "
-            f"{d.instance or '-':11} {second:19} {evidence:40} {'PASS' if self.passed else 'FAIL'}"
-        )
-
-
-HEADER: Final = (
-    f"{'scenario':33} {'expected':34} {'top cause':19} {'conf':>5} {'instance':11} "
-    f"{'second':19} {'evidence (first 3)':40} result"
-)
-
-
-def judge(scenario: Scenario, d: Diagnosis, gpu: bool = True) -> bool:
-    """The acceptance rule: single fault → top cause, instance and injected signal; mixed →
-    both causes in the top two; no fault → ``unknown`` with low confidence. Without GPU
-    telemetry (``gpu`` false) the expected causes are the fallbacks
-    (``EXPECTED_CAUSE_WITHOUT_GPU``), and a hurt scope must say what evidence was missing."""
-    faults = scenario.faults
-    if not faults:
-        return d.cause is Cause.UNKNOWN and d.confidence <= 0.2
-    expected = expected_causes(scenario, gpu)
-    if not gpu and not d.missing_evidence:
-        return False
-    if len(faults) == 1:
-        named = {e.signal for e in d.evidence}
-        injected = (INJECTED_SIGNALS if gpu else INJECTED_SIGNALS_WITHOUT_GPU)[faults[0].kind]
-        return (
-            d.cause.value == expected[0]
-            and d.instance == faults[0].instance
-            and bool(named & injected)
-        )
-    top_two = {c.value for c in d.ranked[:2]}
-    return set(expected) <= top_two
-
-
-def evaluate(engine: Engine, scenario: Scenario, pack: RulePack, gpu: bool = True) -> Outcome:
-    """Diagnose the stored run of ``scenario`` (stored without GPU samples: ``gpu`` false)."""
-    incident, reference = windows(scenario)
-    t0 = time.perf_counter()
-    now = window_signals(engine, incident)
-    before = window_signals(engine, reference)
-    t1 = time.perf_counter()
-    d = diagnose(now, before, pack)
-    t2 = time.perf_counter()
-    name = scenario.name if gpu else scenario.name + NO_GPU
-    expected = expected_causes(scenario, gpu)
-    return Outcome(name, expected, d, judge(scenario, d, gpu), t1 - t0, t2 - t1)
-
-
-def table(outcomes: Sequence[Outcome]) -> str:
-    passed = sum(o.passed for o in outcomes)
-    lines = [HEADER, *(o.row() for o in outcomes)]
-    lines.append(f"accuracy: {passed}/{len(outcomes)} scenarios")
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -359,21 +194,6 @@ def time_to_notification(
     return Latency(case, condition_s, notified_s, cause, later)
 
 
-def _outage(batch: Batch, onset: datetime) -> Batch:
-    """Every request from ``onset`` on fails (a total outage)."""
-    from core.records import Status
-
-    completions = tuple(
-        dataclasses.replace(
-            c, record=dataclasses.replace(c.record, status=Status.ERROR, error_type="outage")
-        )
-        if c.record.start >= onset
-        else c
-        for c in batch.completions
-    )
-    return Batch(completions, batch.server_samples, batch.gpu_samples)
-
-
 def latency_cases(engine: Engine) -> list[Latency]:
     from core.query import Selector
     from core.slo import Sli, SliKind, SloSpec
@@ -387,7 +207,7 @@ def latency_cases(engine: Engine) -> list[Latency]:
     onset = quiet.start + timedelta(minutes=40)
     empty(engine)
     whole = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
-    store_batch(engine, _outage(whole, onset))
+    store_batch(engine, outage(whole, onset))
     availability = SloSpec("availability", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=30))
     out.append(
         time_to_notification(

@@ -22,11 +22,13 @@ import asyncio
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import bench_storage
 import httpx
 import numpy as np
+from harness.results import write_json
 
 from api import create_app
 from api.settings import ApiSettings
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--slos", type=int, default=50)
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
     drop = None
@@ -172,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"  kept: {url}")
             else:
                 drop()
+    write_json(args.json, results)
     return results
 
 

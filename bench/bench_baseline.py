@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness.baselines import CREATED, synthetic_run
+from harness.results import write_json
 
 from core.baseline import from_samples
 from core.baseline_compare import COMPARED_QUANTILES, Policy, Verdict, compare
-from tests.baselines.support import CREATED, synthetic_run
 
 
 def _raw(rng: np.random.Generator, n: int, slowdown: float) -> dict[str, np.ndarray]:
@@ -114,12 +112,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=40)
     parser.add_argument("--requests", type=int, default=6000)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     print("reference: bootstrap over raw per-request values (numpy), same resamples\n")
-    return {
+    results = {
         "speed": speed([int(s) for s in args.sizes.split(",")], args.resamples),
         "gate": error_rates(args.seeds, args.requests),
     }
+    write_json(args.json, results)
+    return results
 
 
 if __name__ == "__main__":

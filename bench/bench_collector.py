@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
@@ -345,6 +346,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
     )
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     pin(1)
     bodies = payloads(args.payloads, args.spans)
@@ -378,6 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             line("  ack → visible in PostgreSQL, P99 (target < 5 s)", f"{steady['p99']:.3f} s")
             acked = f"{steady['acked']:.0f} / {steady['missing']:.0f}"
             line("  spans acknowledged / not seen in the store", acked)
+    write_json(args.json, results)
     return results
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from bench_storage import fresh_postgres
+from harness.results import write_json
 from sqlalchemy import Engine, func, select
 
 from core.cost import CostModel, GpuPrice
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sample-s", type=float, default=30.0, help="GPU sampling interval")
     parser.add_argument("--rpm", type=float, default=30.0, help="requests per minute")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(7)
     gpu, reqs = samples(args, rng), requests(args, rng)
@@ -197,6 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     finally:
         drop()
+    write_json(args.json, results)
     return results
 
 

@@ -24,11 +24,13 @@ import asyncio
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import bench_storage
 import httpx
 import numpy as np
+from harness.results import write_json
 
 from api import create_app
 from api.settings import ApiSettings
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--gpu-interval", type=int, default=30, help="seconds between samples")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
     drop, url = None, args.url
@@ -231,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"  kept: {url}")
             else:
                 drop()
+    write_json(args.json, results)
     return results
 
 

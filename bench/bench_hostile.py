@@ -43,6 +43,7 @@ from pathlib import Path
 import grpc
 import httpx
 from bench_collector import export, rss_mb
+from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from storage import migrate
@@ -310,6 +311,18 @@ class Row:
     healthz_max_ms: float
     healthz_failures: int
 
+    def figures(self) -> dict[str, object]:
+        """The row for ``--json``: the input by its name (not its body)."""
+        return {
+            "case": self.case.name,
+            "answers": self.answers,
+            "rss_before_mb": self.rss_before_mb,
+            "cpu_s": self.cpu_s,
+            "peak_rss_mb": self.peak_rss_mb,
+            "healthz_max_ms": self.healthz_max_ms,
+            "healthz_failures": self.healthz_failures,
+        }
+
 
 def settle(pid: int, idle_rss: float, timeout: float) -> float:
     """Wait (at most ``timeout``) for the RSS to come back near idle: the sidecar hands
@@ -428,6 +441,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (the smoke test)")
     parser.add_argument("--idle-seconds", type=float, default=3.0)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     rows: list[Row] = []
     body_limit = QUICK_BODY_LIMIT if args.quick else BODY_LIMIT
@@ -452,13 +466,15 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             print_row(rows[-1], idle_rss)
         alive = side.proc.poll() is None
     print_table(rows, idle_ms, idle_rss, body_limit)
-    return {
+    results = {
         "idle_healthz_ms": idle_ms,
         "idle_rss_mb": idle_rss,
         "alive": alive,
         "answers": {label: row.answers for (label, _), row in zip(labels, rows, strict=True)},
         "rows": rows,
     }
+    write_json(args.json, {**results, "rows": [row.figures() for row in rows]})
+    return results
 
 
 def print_row(row: Row, idle_rss: float) -> None:

@@ -24,10 +24,12 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+from harness.results import write_json
 
 from core.loadtest import ScenarioKind
 from loadgen.client import Endpoint
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.serve is not None:
         _serve(args.serve, args.tokens)
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"self-monitor: loop lag p99 {gen['loop_lag_p99_s'] * 1e3:.1f} ms, "
         f"CPU share {gen['cpu_share']:.0%}; warnings: {len(run.warnings)}"
     )
+    write_json(args.json, results)
     return results
 
 

@@ -34,18 +34,18 @@ import time
 from pathlib import Path
 
 import httpx
+from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from sqlalchemy import func, select
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from storage import migrate
+from storage.engine import create_store_engine
+from storage.tables import requests
 
-from storage import migrate  # noqa: E402
-from storage.engine import create_store_engine  # noqa: E402
-from storage.tables import requests  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 #: The OTLP/HTTP exporter's retry budget in opentelemetry-python, for context.
@@ -125,7 +125,7 @@ def sidecar(tree: Path, store: str, spool: Path, port: int) -> subprocess.Popen[
          "--spool-dir", str(spool), "--gpu-source", "none", "--window", "0",
          "--instance", "restart"],
         env={**os.environ, "PYTHONPATH": str(tree)},
-        cwd=tree,  # ``python -c`` puts the working directory first on sys.path
+        cwd=tree,  # ``python -c`` imports from the working directory first
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--spans", type=int, default=512)
     parser.add_argument("--store", default=None, help="a migrated store URL (default: SQLite)")
     parser.add_argument("--compare", type=Path, default=None, help="another checkout to time")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             print(f"restart → first ack: {args.compare} takes {ratio:.2f}× this tree's wall time "
                   f"and {cpu:.2f}× its CPU time")  # fmt: skip
             results["compare"] = old
+    write_json(args.json, results)
     return results
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+from harness.results import write_json
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
@@ -292,8 +292,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     )
     print(f"  speed-up                                    {f['speedup']:>9.1f}× (target ≥ 20×)")
     print(f"  largest relative error (P50…P99)  {f['max_relative_error']:>19.4%} (target ≤ 1 %)")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+    write_json(args.json, results)
     return results
 
 

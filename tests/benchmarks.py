@@ -1,29 +1,41 @@
-"""Loading a benchmark script from ``bench/`` as a module, for the smoke tests that run them."""
+"""Running a benchmark of ``bench/`` as a user does, for the smoke tests that run them:
+``python bench/<name>.py ARGS`` from the repository root, this checkout's packages importable
+(as the other tests' subprocesses have them), its figures read back from its ``--json`` file."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_bench(name: str) -> ModuleType:
-    """``bench/<name>.py`` as module ``name``, loaded once per test session.
+@dataclass(frozen=True)
+class Ran:
+    out: str
+    """What the benchmark printed (its standard output)."""
+    figures: Any
+    """What it wrote to its ``--json`` file; ``None`` without one."""
 
-    ``bench/`` joins ``sys.path`` as it does when a benchmark runs as a script, so one
-    benchmark imports another's helpers (``import bench_storage``) either way.
-    """
-    if name in sys.modules:
-        return sys.modules[name]
-    if str(BENCH_DIR) not in sys.path:
-        sys.path.append(str(BENCH_DIR))
-    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+
+def run_bench(name: str, *args: str | Path, figures: Path | None = None) -> Ran:
+    """``bench/<name>.py ARGS`` (and ``--json FIGURES`` with ``figures``), which must succeed."""
+    command = [sys.executable, f"bench/{name}.py", *map(str, args)]
+    if figures is not None:
+        command += ["--json", str(figures)]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    read = json.loads(figures.read_text(encoding="utf-8")) if figures is not None else None
+    return Ran(done.stdout, read)

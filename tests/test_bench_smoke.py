@@ -1,50 +1,60 @@
-"""The storage benchmark still runs end to end (a tiny data set; figures are not asserted)."""
+"""The storage benchmark and the diagnosis matrix still run end to end (a tiny data set, the
+matrix's smoke cell; figures are not asserted)."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
-from tests.benchmarks import load_bench
+from bench.harness import diagnosis_matrix
+from tests.benchmarks import run_bench
 from tests.conftest import POSTGRES_ADMIN_URL
 
 
 @pytest.mark.postgres
-def test_storage_benchmark_runs_and_reports_every_figure(capsys):
-    module = load_bench("bench_storage")
-    results = module.main(
-        ["--postgres", POSTGRES_ADMIN_URL, "--days", "1", "--rpm", "5", "--ingest-records", "1500",
-         "--batch", "500", "--repeats", "2"]
+def test_storage_benchmark_runs_and_reports_every_figure(tmp_path: Path) -> None:
+    ran = run_bench(
+        "bench_storage",
+        *("--postgres", POSTGRES_ADMIN_URL, "--days", "1", "--rpm", "5", "--ingest-records",
+          "1500", "--batch", "500", "--repeats", "2"),
+        figures=tmp_path / "storage.json",
     )  # fmt: skip
-    out = capsys.readouterr().out
-    assert "reference: raw binary COPY" in out
+    results = ran.figures
+    assert "reference: raw binary COPY" in ran.out
     assert 1440 * 5 - 20 < results["query"]["requests"] <= 1440 * 5  # the window starts 17 s in
     assert results["query"]["max_relative_error"] <= 0.01
     assert results["ingest"]["postgres_writer_per_s"] > 0
 
 
 @pytest.mark.e2e
-def test_the_diagnosis_matrix_smoke_cell_runs_through_the_real_path(capsys, tmp_path):
+def test_the_diagnosis_matrix_smoke_cell_runs_through_the_real_path(tmp_path: Path) -> None:
     """``bench_diagnosis --quick``: one cell with every adversarial shape (no GPU samples, two
     engines per instance, client spans in the server's trace, a fault that clears) from the
     simulator through sidecars, scrapes and the API's jobs to the printed table."""
-    module = load_bench("bench_diagnosis")
     saved = tmp_path / "matrix.json"
-    [outcome] = module.main(["--quick", "--json", str(saved)])
-    out = capsys.readouterr().out
-    assert f"cell {outcome.cell.name}" in out  # the progress line
-    assert "top-1 right at page time (single faults):" in out
-    assert "GPU telemetry off" in out
-    assert outcome.cell.engines == 2
-    assert outcome.cell.client
-    assert not outcome.cell.gpu
-    assert outcome.sent > 500
-    assert outcome.stored == outcome.sent  # client spans are not requests, none was lost
-    assert outcome.seen, "the starved host did not page"
-    assert all(s.paged for s in outcome.seen)
+    ran = run_bench("bench_diagnosis", "--quick", figures=saved)
+    [outcome] = ran.figures
+    assert f"cell {outcome['cell']}" in ran.out  # the progress line
+    assert "top-1 right at page time (single faults):" in ran.out
+    assert "GPU telemetry off" in ran.out
+    assert outcome["engines"] == 2
+    assert outcome["client_spans"]
+    assert not outcome["gpu"]
+    assert outcome["sent"] > 500
+    assert outcome["stored"] == outcome["sent"]  # client spans are not requests, none was lost
+    seen = outcome["incidents"]
+    assert seen, "the starved host did not page"
+    assert all(s["paged"] for s in seen)
     # 20 minutes after the fault cleared its incident has resolved, keeping the page's cause.
-    assert all(s.state == "resolved" for s in outcome.seen)
-    assert all(s.final.get("cause") == s.paged.get("cause") for s in outcome.seen)
-    # The saved run is read back and judged again to the same verdict.
-    [again] = module.main(["--table", str(saved)])
-    assert again.seen == outcome.seen
-    assert again.problems == outcome.problems
+    assert all(s["state"] == "resolved" for s in seen)
+    assert all(s["final"].get("cause") == s["paged"].get("cause") for s in seen)
+    # The saved run is read back and judged again to the same verdict ...
+    [again] = diagnosis_matrix.rejudged(ran.figures)
+    assert [dataclasses.asdict(s) for s in again.seen] == seen
+    assert list(again.problems) == outcome["problems"]
+    # ... and ``--table`` prints the tables of the run from it.
+    table = run_bench("bench_diagnosis", "--table", saved)
+    assert table.out.strip()
+    assert table.out in ran.out

@@ -6,36 +6,34 @@ from typing import Any
 
 import pytest
 
+from bench.harness import real_path, scenarios
+
 _LOG = pytest.StashKey[dict[tuple[str, str], Any]]()
 _PATH_LOG = pytest.StashKey[dict[str, Any]]()
 
 
 @pytest.fixture(scope="session")
 def accuracy_log(pytestconfig: pytest.Config) -> dict[tuple[str, str], Any]:
-    """(store dialect, scenario) → ``bench_alerts.Outcome``; printed after the run."""
+    """(store dialect, scenario) → ``bench.harness.scenarios.Outcome``; printed after the run."""
     return pytestconfig.stash.setdefault(_LOG, {})
 
 
 @pytest.fixture(scope="session")
 def real_path_log(pytestconfig: pytest.Config) -> dict[str, Any]:
-    """scenario → ``bench_diagnosis.PathOutcome``; printed after the run."""
+    """scenario → ``bench.harness.real_path.PathOutcome``; printed after the run."""
     return pytestconfig.stash.setdefault(_PATH_LOG, {})
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     log = config.stash.get(_LOG, {})
     if log:
-        import bench_alerts  # loaded by test_accuracy
-
         for dialect in sorted({d for d, _ in log}):
             rows = [o for (d, _), o in sorted(log.items()) if d == dialect]
             terminalreporter.write_sep("-", f"diagnosis accuracy ({dialect})")
-            for line in bench_alerts.table(rows).splitlines():
+            for line in scenarios.table(rows).splitlines():
                 terminalreporter.write_line(line)
     paths = config.stash.get(_PATH_LOG, {})
     if paths:
-        import bench_diagnosis  # loaded by test_real_path
-
         terminalreporter.write_sep("-", "diagnosis through the real path")
-        for line in bench_diagnosis.table([paths[n] for n in sorted(paths)]).splitlines():
+        for line in real_path.table([paths[n] for n in sorted(paths)]).splitlines():
             terminalreporter.write_line(line)

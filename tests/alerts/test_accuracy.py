@@ -1,11 +1,12 @@
 """Diagnosis accuracy on every shipped scenario, through simulator → StoreSink → store → signals.
 
-The harness is the benchmark's (``bench/bench_alerts.py``: scenarios compressed to 20 minutes,
-fault over the last 10, reference before it). Each scenario is simulated once per module and
-written into each store of the ``store`` fixture (SQLite and PostgreSQL). A single fault must be
-the top cause, on the injected instance, with evidence naming the injected signal; the mixed
-scenario must have both injected causes in its top two; the quiet day must stay ``unknown``
-with no confidence. The accuracy table is printed in the terminal summary.
+The harness is the benchmark's (``bench/harness/scenarios.py``, which ``bench/bench_alerts.py``
+runs: scenarios compressed to 20 minutes, fault over the last 10, reference before it). Each
+scenario is simulated once per module and written into each store of the ``store`` fixture
+(SQLite and PostgreSQL). A single fault must be the top cause, on the injected instance, with
+evidence naming the injected signal; the mixed scenario must have both injected causes in its
+top two; the quiet day must stay ``unknown`` with no confidence. The accuracy table is printed
+in the terminal summary.
 
 Each scenario is also stored without its GPU samples, as a fleet whose sidecars run
 ``--gpu-source none`` ships it: the GPU causes then fall back to what the symptom pattern
@@ -21,16 +22,14 @@ from typing import Any
 import pytest
 
 from alerts.rules import Cause, load_rules
+from bench.harness import scenarios
 from simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU
 from simulator.specs import shipped_scenarios
-from tests.benchmarks import load_bench
 from tests.conftest import Store
-
-bench = load_bench("bench_alerts")
 
 
 def _simulated(name: str) -> Any:
-    return bench.simulate_cached(name)
+    return scenarios.simulate_cached(name)
 
 
 @pytest.mark.parametrize("name", shipped_scenarios())
@@ -38,8 +37,8 @@ def test_every_shipped_scenario_is_diagnosed_as_injected(
     store: Store, name: str, accuracy_log: dict[tuple[str, str], Any]
 ) -> None:
     scenario, batch = _simulated(name)
-    bench.store_batch(store.engine, batch)
-    outcome = bench.evaluate(store.engine, scenario, load_rules())
+    scenarios.store_batch(store.engine, batch)
+    outcome = scenarios.evaluate(store.engine, scenario, load_rules())
     accuracy_log[(store.dialect, name)] = outcome
     d = outcome.diagnosis
     truth = scenario.ground_truth()
@@ -49,7 +48,7 @@ def test_every_shipped_scenario_is_diagnosed_as_injected(
     elif len(truth) == 1:
         assert d.cause.value == truth[0].expected_cause, d.to_dict()
         assert d.instance == truth[0].instance
-        assert {e.signal for e in d.evidence} & bench.INJECTED_SIGNALS[truth[0].kind]
+        assert {e.signal for e in d.evidence} & scenarios.INJECTED_SIGNALS[truth[0].kind]
         assert d.confidence >= 0.5
     else:
         assert {t.expected_cause for t in truth} <= {c.value for c in d.ranked[:2]}
@@ -61,8 +60,8 @@ def test_every_shipped_scenario_without_gpu_telemetry_falls_back_and_says_why(
     store: Store, name: str, accuracy_log: dict[tuple[str, str], Any]
 ) -> None:
     scenario, batch = _simulated(name)
-    bench.store_batch(store.engine, bench.without_gpu(batch))
-    outcome = bench.evaluate(store.engine, scenario, load_rules(), gpu=False)
+    scenarios.store_batch(store.engine, scenarios.without_gpu(batch))
+    outcome = scenarios.evaluate(store.engine, scenario, load_rules(), gpu=False)
     accuracy_log[(store.dialect, outcome.scenario)] = outcome
     d = outcome.diagnosis
     faults = scenario.faults
@@ -74,7 +73,7 @@ def test_every_shipped_scenario_without_gpu_telemetry_falls_back_and_says_why(
         expected = EXPECTED_CAUSE_WITHOUT_GPU[fault.kind]
         assert d.cause.value == expected, d.to_dict()
         assert d.instance == fault.instance
-        assert {e.signal for e in d.evidence} & bench.INJECTED_SIGNALS_WITHOUT_GPU[fault.kind]
+        assert {e.signal for e in d.evidence} & scenarios.INJECTED_SIGNALS_WITHOUT_GPU[fault.kind]
         assert d.missing_evidence
         assert all(s.startswith(f"no GPU samples for {fault.instance}") for s in d.missing_evidence)
         if expected == "decode_bound":

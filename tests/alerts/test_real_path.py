@@ -31,17 +31,16 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from bench.harness import real_path, scenarios
 from simulator.specs import shipped_scenarios
 from storage.tables import gpu_samples
-from tests.benchmarks import load_bench
 from tests.conftest import BOTH_STORES, Store
 
 pytestmark = pytest.mark.e2e
 
-bench = load_bench("bench_diagnosis")
 
 #: How long the fault lasts in a compressed run.
-FAULT_S = bench.bench_alerts.RUN_S - bench.bench_alerts.FAULT_FROM_S
+FAULT_S = scenarios.RUN_S - scenarios.FAULT_FROM_S
 CI_SCENARIOS = ["quiet-day", "mixed-incident", "fault-cpu-starved", "fault-kv-pressure"]
 
 
@@ -54,7 +53,7 @@ def test_the_ci_subset_is_made_of_shipped_scenarios() -> None:
 def test_a_scenario_through_the_real_path_pages_with_the_injected_cause(
     store: Store, name: str, tmp_path: Path, real_path_log: dict[str, Any]
 ) -> None:
-    outcome = bench.run_path(store.engine, name, tmp_path)
+    outcome = real_path.run_path(store.engine, name, tmp_path)
     real_path_log[name] = outcome
     assert outcome.requests > 10_000  # the run went through the sidecars, not around them
     assert outcome.passed, "\n".join(outcome.problems)
@@ -66,7 +65,7 @@ def test_a_scenario_through_the_real_path_pages_with_the_injected_cause(
     # A page per incident, with its diagnosis, entered the outbox when the incident opened
     # (the evaluation that saw the burn) and within the fault.
     assert outcome.notified_s is not None
-    assert 0 <= outcome.notified_s <= min(s.opened_s for s in outcome.seen) + bench.INTERVAL_S
+    assert 0 <= outcome.notified_s <= min(s.opened_s for s in outcome.seen) + real_path.INTERVAL_S
     assert outcome.notified_s < FAULT_S
     for seen in outcome.seen:
         assert seen.paged, f"{seen.slo} opened without a page"
@@ -76,7 +75,7 @@ def test_a_scenario_through_the_real_path_pages_with_the_injected_cause(
 def test_a_throttled_gpu_without_gpu_telemetry_pages_as_decode_bound_with_what_is_missing(
     store: Store, tmp_path: Path, real_path_log: dict[str, Any]
 ) -> None:
-    outcome = bench.run_path(store.engine, "fault-thermal-throttle", tmp_path, gpu=False)
+    outcome = real_path.run_path(store.engine, "fault-thermal-throttle", tmp_path, gpu=False)
     real_path_log[f"{outcome.scenario} [{store.dialect}]"] = outcome
     assert outcome.requests > 10_000
     with store.engine.connect() as connection:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -15,18 +14,10 @@ from fastapi import FastAPI
 from api import create_app
 from api.settings import ApiSettings
 from tests.conftest import Store
+from tests.doubles import FakeClock
 
-NOW = datetime(2026, 11, 20, 12, 0, 17, tzinfo=UTC)
 READ_TOKEN = "read-token-0123456789"
 ADMIN_TOKEN = "admin-token-0123456789"
-
-
-@dataclass
-class FakeClock:
-    now: datetime = NOW
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @dataclass

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from storage.writer import open_writer
-from tests.api.conftest import NOW, Api
+from tests.api.conftest import Api
+from tests.doubles import NOW
 from tests.factories import make_records
 
 

@@ -14,7 +14,8 @@ from core.slo import Sli, SliKind, count_events
 from core.window import Window
 from service.specs import parse_spec, to_document
 from storage.writer import open_writer
-from tests.api.conftest import NOW, Api
+from tests.api.conftest import Api
+from tests.doubles import NOW
 from tests.factories import make_records
 
 TTFT_SLO = """

@@ -1,7 +1,7 @@
 """POST /api/v1/diagnose, and incidents diagnosed by the evaluation job (GET /api/v1/alerts).
 
-The store holds a compressed shipped scenario (``bench/bench_alerts.py``: 20 minutes, fault
-over the last ten) written through ``StoreSink`` → ``storage.writer``.
+The store holds a compressed shipped scenario (``bench/harness/scenarios.py``: 20
+minutes, fault over the last ten) written through ``StoreSink`` → ``storage.writer``.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
+from bench.harness import scenarios
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
 from storage import slo_store
 from tests.api.conftest import Api
-from tests.benchmarks import load_bench
 from tests.conftest import Store
 
-bench = load_bench("bench_alerts")
 _cache: dict[str, Any] = {}
 
 
@@ -27,9 +26,9 @@ _cache: dict[str, Any] = {}
 def throttled(store: Store) -> Any:
     """The thermal-throttle scenario in the store; returns the compressed scenario."""
     if "run" not in _cache:
-        _cache["run"] = bench.simulate("fault-thermal-throttle")
+        _cache["run"] = scenarios.simulate("fault-thermal-throttle")
     scenario, batch = _cache["run"]
-    bench.store_batch(store.engine, batch)
+    scenarios.store_batch(store.engine, batch)
     return scenario
 
 
@@ -38,7 +37,7 @@ def _iso(ts: Any) -> str:
 
 
 def test_diagnose_names_the_throttled_instance_with_its_evidence(throttled: Any, api: Api) -> None:
-    incident, _ = bench.windows(throttled)
+    incident, _ = scenarios.windows(throttled)
     response = api.request(
         "POST",
         "/api/v1/diagnose",
@@ -57,7 +56,7 @@ def test_diagnose_names_the_throttled_instance_with_its_evidence(throttled: Any,
 
 
 def test_diagnose_of_a_healthy_model_is_unknown(throttled: Any, api: Api) -> None:
-    incident, _ = bench.windows(throttled)
+    incident, _ = scenarios.windows(throttled)
     body = api.request(
         "POST",
         "/api/v1/diagnose",
@@ -100,7 +99,7 @@ def test_a_firing_slo_alert_carries_symptom_and_diagnosis(
         timedelta(days=7),
         Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
     )
-    incident_window, _ = bench.windows(throttled)
+    incident_window, _ = scenarios.windows(throttled)
     slo_store.put_slo(api.app.state.context.engine, tpot, throttled.start)
     evaluator = api.app.state.context.evaluator
     quiet = evaluator.run(incident_window.start)
@@ -165,7 +164,7 @@ def test_a_firing_incident_is_diagnosed_again_while_it_fires_and_keeps_its_headl
         Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
     )
     slo_store.put_slo(api.app.state.context.engine, tpot, throttled.start)
-    incident_window, _ = bench.windows(throttled)
+    incident_window, _ = scenarios.windows(throttled)
     opened_at = incident_window.start + timedelta(minutes=6)
     api.clock.now = opened_at
     api.app.state.context.evaluator.run(opened_at)

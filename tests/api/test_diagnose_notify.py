@@ -1,36 +1,32 @@
 """Incident → diagnosis → outbox → notifiers, through the app's own evaluator and delivery job.
 
-The store holds the compressed thermal-throttle scenario (``bench/bench_alerts.py``); a TPOT
+The store holds the compressed thermal-throttle scenario (``bench/harness/scenarios.py``); a TPOT
 SLO on the 70B model pages six minutes into the fault. Endpoints are ``httpx.MockTransport``
 fakes.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 
-from alerts.dispatch import deliver_due
 from alerts.notifiers.pagerduty import PagerDutyNotifier
 from alerts.notifiers.slack import SlackNotifier
 from api import create_app
 from api.settings import ApiSettings
-from core.burn import AlertState, Incident, IncidentState, Severity, Transition
+from bench.harness import scenarios
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
-from service.notifications import Announcer
-from storage import incidents, signals, slo_store
+from storage import slo_store
 from storage.outbox import MessageState, Outbox
 from storage.tables import gpu_samples
 from storage.writer import open_writer
-from tests.api.conftest import Api, FakeClock
-from tests.api.test_diagnose import bench
+from tests.api.conftest import Api
 from tests.conftest import Store
+from tests.doubles import Endpoint, FakeClock
 
 TPOT = SloSpec(
     "70b-tpot",
@@ -42,30 +38,14 @@ TPOT = SloSpec(
 _cache: dict[str, Any] = {}
 
 
-class Endpoint:
-    def __init__(self) -> None:
-        self.up = True
-        self.accepted: list[dict[str, Any]] = []
-        self.refused = 0
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if not self.up:
-            raise httpx.ConnectError("connection refused")
-        self.accepted.append(json.loads(request.content))
-        return httpx.Response(202)
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(transport=httpx.MockTransport(self))
-
-
 @pytest.fixture
 def setup(
     store: Store, request: pytest.FixtureRequest
 ) -> Callable[..., tuple[Api, Any, Endpoint, Endpoint]]:
     if "run" not in _cache:
-        _cache["run"] = bench.simulate("fault-thermal-throttle")
+        _cache["run"] = scenarios.simulate("fault-thermal-throttle")
     scenario, batch = _cache["run"]
-    bench.store_batch(store.engine, batch)
+    scenarios.store_batch(store.engine, batch)
 
     def make() -> tuple[Api, Any, Endpoint, Endpoint]:
         pager, chat = Endpoint(), Endpoint()
@@ -96,7 +76,7 @@ def _evaluate(api: Api, at: Any) -> Any:
 
 def test_a_page_reaches_every_notifier_once_with_its_diagnosis(setup: Any) -> None:
     api, scenario, pager, chat = setup()
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     opened = _evaluate(api, incident.start + timedelta(minutes=6))
     assert [t.value for _, t in opened.changes] == ["opened"]
     assert pager.accepted == chat.accepted == []  # evaluation only enqueues
@@ -115,7 +95,7 @@ def test_a_page_reaches_every_notifier_once_with_its_diagnosis(setup: Any) -> No
 def test_an_endpoint_down_for_an_hour_delays_only_its_own_messages(setup: Any) -> None:
     api, scenario, pager, chat = setup()
     pager.up = False
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     start = incident.start + timedelta(minutes=6)
     _evaluate(api, start)
     jobs = api.app.state.context.jobs
@@ -143,7 +123,7 @@ def test_an_endpoint_down_for_an_hour_delays_only_its_own_messages(setup: Any) -
 
 def test_a_silenced_slo_is_diagnosed_but_not_notified(setup: Any) -> None:
     api, scenario, _pager, _chat = setup()
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     api.clock.now = incident.start
     created = api.request(
         "POST", "/api/v1/silences", json={"matchers": {"slo": "70b-tpot"}, "duration_s": 3600}
@@ -155,114 +135,13 @@ def test_a_silenced_slo_is_diagnosed_but_not_notified(setup: Any) -> None:
     assert alert["diagnosis"]["cause"] == "gpu_throttled"
 
 
-def test_an_alert_that_flaps_within_the_hold_down_pages_once(store: Store) -> None:
-    pager = Endpoint()
-    pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
-    t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
-    now = [t0]
-    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: now[0])
-
-    def incident(number: int, opened: datetime, resolved: datetime | None = None) -> Incident:
-        state = IncidentState.RESOLVED if resolved else IncidentState.FIRING
-        return Incident(number, "chat", "*", Severity.PAGE, state, opened, resolved or opened,
-                        resolved)  # fmt: skip
-
-    def deliver(at: datetime) -> None:
-        now[0] = at
-        deliver_due(Outbox(store.engine), {"pagerduty": pd}, at)
-
-    announce(incident(1, t0), Transition.OPENED, {}, {"cause": "overload"})
-    deliver(t0)
-    resolved_at = t0 + timedelta(minutes=10)
-    now[0] = resolved_at
-    announce(incident(1, t0, resolved_at), Transition.RESOLVED, {}, {})
-    deliver(resolved_at + timedelta(minutes=1))  # the resolve is held back
-    reopened = resolved_at + timedelta(minutes=2)
-    now[0] = reopened
-    announce(incident(2, reopened), Transition.OPENED, {}, {"cause": "overload"})
-    deliver(reopened + timedelta(minutes=10))
-    assert [b["event_action"] for b in pager.accepted] == ["trigger"]  # one page, still open
-    final = reopened + timedelta(minutes=20)
-    now[0] = final
-    announce(incident(2, reopened, final), Transition.RESOLVED, {}, {})
-    deliver(final + timedelta(minutes=6))
-    assert [b["event_action"] for b in pager.accepted] == ["trigger", "resolve"]
-    assert len({b["dedup_key"] for b in pager.accepted}) == 1
-    states = sorted(m.state.value for m in Outbox(store.engine).messages())
-    assert states == ["cancelled", "delivered", "delivered"]
-
-
-@pytest.mark.parametrize(
-    ("first_severity", "second"),
-    [
-        (Severity.PAGE, {"cause": "kv_cache_pressure", "instance": "vllm-8b-1"}),
-        (Severity.TICKET, {"cause": "overload", "instance": "vllm-8b-0"}),
-    ],
-    ids=["another instance", "same cause, now a page"],
-)
-def test_an_incident_that_opens_within_the_hold_down_with_news_is_told(
-    store: Store, first_severity: Severity, second: dict[str, Any]
-) -> None:
-    # The first fault's incident resolved; the next incident of the same SLO and scope opens
-    # two minutes later, inside the resolve's hold-down: on another instance, or as a page
-    # after a ticket.
-    pager = Endpoint()
-    pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
-    t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
-    now = [t0]
-    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: now[0])
-    first_cause = {"cause": "overload", "instance": "vllm-8b-0"}
-
-    def opened(at: datetime, diagnosis: dict[str, Any], severity: Severity) -> Incident:
-        with store.engine.begin() as connection:
-            incident = incidents.apply_step(
-                connection, "chat", "*", AlertState(severity, at), Transition.OPENED,
-                {"5m": 20.0}, at,
-            )  # fmt: skip
-        assert incident is not None
-        signals.save_diagnosis(store.engine, incident.id, {}, diagnosis, at)
-        announce(incident, Transition.OPENED, {}, diagnosis)
-        return incident
-
-    def resolved(incident: Incident, at: datetime) -> None:
-        now[0] = at
-        with store.engine.begin() as connection:
-            done = incidents.apply_step(
-                connection, "chat", "*", AlertState(), Transition.RESOLVED, {"5m": 0.0}, at,
-                current=incident,
-            )  # fmt: skip
-        assert done is not None
-        announce(done, Transition.RESOLVED, {}, first_cause)
-
-    def deliver(at: datetime) -> None:
-        now[0] = at
-        deliver_due(Outbox(store.engine), {"pagerduty": pd}, at)
-
-    first = opened(t0, first_cause, first_severity)
-    deliver(t0)
-    resolved(first, t0 + timedelta(minutes=10))
-    reopened = t0 + timedelta(minutes=12)
-    now[0] = reopened
-    opened(reopened, second, Severity.PAGE)
-    deliver(reopened + timedelta(minutes=10))
-    # The receiver's alert stays open (the resolve was withdrawn) and learns of the new cause:
-    # an update under the same dedup key, not a second page.
-    assert [b["event_action"] for b in pager.accepted] == ["trigger", "trigger"]
-    update = pager.accepted[1]
-    assert update["dedup_key"] == pager.accepted[0]["dedup_key"]
-    assert update["payload"]["summary"].startswith("[PAGE UPDATE]")
-    assert second["cause"] in update["payload"]["summary"]
-    assert second["instance"] in update["payload"]["summary"]
-    assert update["payload"]["severity"] == "critical"
-
-
 def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: Any) -> None:
     api, scenario, pager, chat = setup()
     # The GPU metrics lag (a stalled exporter): the first diagnosis cannot see the throttling.
     engine = api.app.state.context.engine
     with engine.begin() as connection:
         connection.execute(gpu_samples.delete())
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     early = incident.start + timedelta(minutes=1)
     opened = _evaluate(api, early)
     assert [t.value for _, t in opened.changes] == ["opened"]

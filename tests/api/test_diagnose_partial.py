@@ -1,6 +1,6 @@
 """Diagnosis over a store without GPU telemetry, through the API (SQLite and PostgreSQL).
 
-The compressed thermal-throttle scenario (``bench/bench_alerts.py``) stored without its GPU
+The compressed thermal-throttle scenario (``bench/harness/scenarios.py``) stored without its GPU
 samples, as from sidecars with ``--gpu-source none``: ``POST /api/v1/diagnose`` and the
 incident the evaluation job opens (``GET /api/v1/alerts``) both name ``decode_bound`` on the
 throttled instance and say which evidence was missing; the same store with the GPU samples
@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 
+from bench.harness import scenarios
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
 from storage import slo_store
 from tests.api.conftest import Api
-from tests.benchmarks import load_bench
 from tests.conftest import Store
 
-bench = load_bench("bench_alerts")
 THROTTLED = "vllm-70b-0"
 MISSING = (
     f"no GPU samples for {THROTTLED}: cannot tell compute from memory bandwidth, "
@@ -35,8 +34,8 @@ def _iso(ts: Any) -> str:
 
 
 def _stored(store: Store, gpu: bool) -> Any:
-    scenario, batch = bench.simulate_cached("fault-thermal-throttle")
-    bench.store_batch(store.engine, batch if gpu else bench.without_gpu(batch))
+    scenario, batch = scenarios.simulate_cached("fault-thermal-throttle")
+    scenarios.store_batch(store.engine, batch if gpu else scenarios.without_gpu(batch))
     return scenario
 
 
@@ -45,7 +44,7 @@ def test_diagnose_says_what_the_partial_telemetry_could_not_show(
     store: Store, gpu: bool, api: Api
 ) -> None:
     scenario = _stored(store, gpu)
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     response = api.request(
         "POST", "/api/v1/diagnose", json={"start": _iso(incident.start), "end": _iso(incident.end)}
     )
@@ -75,7 +74,7 @@ def test_an_incident_without_gpu_telemetry_carries_its_missing_evidence(
         timedelta(days=7),
         Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
     )
-    incident_window, _ = bench.windows(scenario)
+    incident_window, _ = scenarios.windows(scenario)
     slo_store.put_slo(api.app.state.context.engine, tpot, scenario.start)
     evaluator = api.app.state.context.evaluator
     assert evaluator.run(incident_window.start).changes == ()

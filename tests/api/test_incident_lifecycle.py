@@ -42,9 +42,9 @@ from simulator.sinks.store import StoreSink
 from simulator.specs import SCENARIOS_DIR, scenario_from_data
 from storage import slo_store
 from storage.writer import open_writer
-from tests.api.conftest import Api, FakeClock
-from tests.api.test_diagnose_notify import Endpoint
+from tests.api.conftest import Api
 from tests.conftest import Store
+from tests.doubles import Endpoint, FakeClock
 
 pytestmark = pytest.mark.e2e
 

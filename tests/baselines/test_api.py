@@ -11,11 +11,12 @@ import pytest
 
 from api import create_app
 from api.settings import ApiSettings
+from bench.harness.baselines import synthetic_run
 from core.baseline import to_dict
 from storage.writer import open_writer
-from tests.api.conftest import ADMIN_TOKEN, NOW, READ_TOKEN, Api, FakeClock
-from tests.baselines.support import synthetic_run
+from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN, Api
 from tests.baselines.test_importers import load
+from tests.doubles import NOW, FakeClock
 from tests.factories import make_records
 
 BEFORE = (NOW - timedelta(hours=6), NOW - timedelta(hours=3))

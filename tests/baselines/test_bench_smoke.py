@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from tests.benchmarks import load_bench
+from pathlib import Path
+
+from tests.benchmarks import run_bench
 
 
-def test_baseline_benchmark_runs_and_reports_every_figure(capsys):
-    module = load_bench("bench_baseline")
-    results = module.main(
-        ["--sizes", "400", "--resamples", "200", "--seeds", "2", "--requests", "400"]
+def test_baseline_benchmark_runs_and_reports_every_figure(tmp_path: Path) -> None:
+    ran = run_bench(
+        "bench_baseline",
+        *("--sizes", "400", "--resamples", "200", "--seeds", "2", "--requests", "400"),
+        figures=tmp_path / "baseline.json",
     )
-    out = capsys.readouterr().out
-    assert "reference: bootstrap over raw per-request values" in out
+    results = ran.figures
+    assert "reference: bootstrap over raw per-request values" in ran.out
     assert results["speed"][0]["requests"] == 400
     assert results["speed"][0]["ci_width_ratio"] > 0
     assert set(results["gate"]) == {"same", "+3%", "-3%", "+15%"}

@@ -17,7 +17,7 @@ from core.window import Window
 from service.cost_spec import example_model
 from storage.baselines import capture_window
 from storage.writer import open_writer
-from tests.api.conftest import NOW
+from tests.doubles import NOW
 from tests.factories import make_records
 
 START = NOW - timedelta(hours=3)

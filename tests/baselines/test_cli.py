@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from bench.harness.baselines import CREATED, synthetic_run
 from core.errors import InvalidInput
 from core.loadtest import LoadTestRun, Phase, RequestResult, ScenarioKind
 from infersight.cli import cli
@@ -20,9 +21,8 @@ from storage.baselines import save_baseline
 from storage.engine import create_store_engine
 from storage.runs import save_run
 from storage.writer import open_writer
-from tests.api.conftest import NOW
-from tests.baselines.support import CREATED, synthetic_run
 from tests.baselines.test_importers import DATA, load
+from tests.doubles import NOW
 from tests.factories import make_records
 
 

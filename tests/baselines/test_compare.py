@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.harness.baselines import CREATED, synthetic_run
 from core.baseline import from_dict, from_samples, to_dict
 from core.baseline_compare import (
     METRIC_NAMES,
@@ -23,7 +24,6 @@ from core.baseline_compare import (
 from core.baseline_report import comparison_dict, markdown, table
 from core.errors import InvalidInput
 from core.importers import parse
-from tests.baselines.support import CREATED, synthetic_run
 from tests.baselines.test_importers import load
 
 

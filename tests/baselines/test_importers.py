@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.baselines import CREATED
 from core.errors import InvalidInput
 from core.importers import detect, parse
-from tests.baselines.support import CREATED
 
 DATA = Path(__file__).parent / "data"
 

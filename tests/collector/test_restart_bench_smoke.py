@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.benchmarks import load_bench
+from tests.benchmarks import run_bench
 
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_the_restart_benchmark_runs_and_prints_every_figure(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    results = load_bench("bench_restart").main(["--runs", "1", "--spans", "10"])
-    out = capsys.readouterr().out
-    assert "reference: python -c pass" in out
-    assert "restart → first acknowledged export" in out
-    ack = results["ack"]
+def test_the_restart_benchmark_runs_and_prints_every_figure(tmp_path: Path) -> None:
+    ran = run_bench(
+        "bench_restart", "--runs", "1", "--spans", "10", figures=tmp_path / "restart.json"
+    )
+    assert "reference: python -c pass" in ran.out
+    assert "restart → first acknowledged export" in ran.out
+    ack = ran.figures["ack"]
     assert isinstance(ack, list)
     assert len(ack) == 1
     assert ack[0] > 0

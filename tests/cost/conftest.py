@@ -9,9 +9,10 @@ import pytest
 from api import create_app
 from api.settings import ApiSettings
 from storage import cost
-from tests.api.conftest import Api, FakeClock
+from tests.api.conftest import Api
 from tests.conftest import BOTH_STORES, Store, empty_store
 from tests.cost.scenario import MODEL, WEEK, write_simulated_week, write_worked_week
+from tests.doubles import FakeClock
 
 
 def api_for(store: Store, **settings: object) -> Api:

@@ -260,9 +260,10 @@ def test_a_week_that_has_not_ended_is_not_reported(week):
     assert api.get("/api/v1/reports/999").status_code == 404
 
 
-def test_serve_schedules_the_report_for_monday_nine_in_the_report_time_zone(week):
+def test_serve_schedules_the_report_for_monday_nine_in_the_report_time_zone(week, request):
     api = api_for(week, report_timezone="Europe/Berlin", cost_model="worked")
     jobs = api.app.state.context.jobs
+    request.addfinalizer(jobs.stop)  # the tick after stop() takes the leader lock again
     jobs.start()
     try:
         run = jobs._scheduler.get_job("report").next_run_time

@@ -15,17 +15,16 @@ from pathlib import Path
 import pytest
 
 from alerts.rules import load_rules
+from bench.harness import scenarios
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
 from service.diagnosis import DiagnosisListener
 from service.evaluation import Evaluator, default_policy
 from storage import migrate, slo_store
 from storage.engine import create_store_engine
-from tests.benchmarks import load_bench
 from tests.dashboard.conftest import Live, Page, screenshot, serve
 
 pytestmark = [pytest.mark.e2e]
-bench = load_bench("bench_alerts")
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +32,8 @@ def blind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     path: Path = tmp_path_factory.mktemp("blind") / "store.db"
     engine = create_store_engine(f"sqlite:///{path}")
     migrate.upgrade(engine)
-    scenario, batch = bench.simulate_cached("fault-thermal-throttle")
-    bench.store_batch(engine, bench.without_gpu(batch))
+    scenario, batch = scenarios.simulate_cached("fault-thermal-throttle")
+    scenarios.store_batch(engine, scenarios.without_gpu(batch))
     tpot = SloSpec(
         "chat-70b-tpot",
         Sli(SliKind.LATENCY, "tpot", 0.03),
@@ -44,7 +43,7 @@ def blind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     )
     slo_store.put_slo(engine, tpot, scenario.start)
     evaluator = Evaluator(engine, default_policy(), [DiagnosisListener(engine, pack=load_rules())])
-    incident, _ = bench.windows(scenario)
+    incident, _ = scenarios.windows(scenario)
     at = incident.start
     while at <= incident.start + timedelta(minutes=6):
         evaluator.run(at)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.benchmarks import load_bench
+from tests.benchmarks import run_bench
 
 pytestmark = pytest.mark.e2e
 
 
-def test_loadgen_benchmark_runs_and_reports_every_figure(capsys):
-    results = load_bench("bench_loadgen").main(
-        ["--users", "2", "--seconds", "1", "--tokens", "8", "--repeats", "1"]
+def test_loadgen_benchmark_runs_and_reports_every_figure(tmp_path: Path) -> None:
+    ran = run_bench(
+        "bench_loadgen",
+        *("--users", "2", "--seconds", "1", "--tokens", "8", "--repeats", "1"),
+        figures=tmp_path / "loadgen.json",
     )
-    out = capsys.readouterr().out
-    assert "reference: bare httpx loop" in out
+    results = ran.figures
+    assert "reference: bare httpx loop" in ran.out
     assert results["errors"] == 0
     assert results["bare_rps"] > 0
     assert results["loadgen_rps"] > 0

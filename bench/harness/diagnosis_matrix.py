@@ -104,7 +104,7 @@ LOW_RATE: Final = 1.0
 LAND_TIMEOUT_S: Final = 120.0
 
 #: The faults whose telling evidence is on the GPU (clocks and throttle reasons, ECC errors, an
-#: idle GPU: ``bench_alerts.INJECTED_SIGNALS``). Without GPU samples a right diagnosis names
+#: idle GPU: ``scenarios.INJECTED_SIGNALS``). Without GPU samples a right diagnosis names
 #: ``simulator.faults.EXPECTED_CAUSE_WITHOUT_GPU`` (from what each fault does, never from a
 #: diagnosis: a throttled and a degraded board both slow decoding on one instance and look alike
 #: without clocks and ECC counters, ``decode_bound``; a starved host still shows in its slow

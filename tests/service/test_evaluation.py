@@ -1,4 +1,5 @@
-"""The evaluation job end to end: stored requests → burn rates → one incident → listeners."""
+"""The evaluation job end to end: stored requests → burn rates → one incident → listeners
+(``service.evaluation``; what the HTTP API shows of it: ``tests/api/test_api_evaluation.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from core.burn import Incident, IncidentState, Severity, Transition
 from core.query import Selector
@@ -15,7 +15,8 @@ from core.slo import Sli, SliKind, SloSpec
 from service.evaluation import Evaluator, default_policy
 from storage import incidents, slo_store
 from storage.writer import open_writer
-from tests.api.conftest import NOW, Api
+from tests.conftest import Store
+from tests.doubles import NOW
 from tests.factories import make_records
 
 OUTAGE = NOW - timedelta(minutes=2)
@@ -37,9 +38,9 @@ class Broken:
         raise RuntimeError("notifier down")
 
 
-@pytest.fixture
-def outage(store):
-    """Two quiet hours of healthy traffic, then two minutes in which every request fails."""
+def stored_outage(store: Store) -> Store:
+    """Two quiet hours of healthy traffic, then two minutes in which every request fails; the
+    availability SLO over them."""
     rng = np.random.default_rng(2)
     healthy = make_records(rng, OUTAGE - timedelta(hours=2), 7200, span=timedelta(hours=2),
                            error_rate=0.0)  # fmt: skip
@@ -47,6 +48,11 @@ def outage(store):
     open_writer(store.engine).write_requests(healthy + failing)
     slo_store.put_slo(store.engine, AVAILABILITY, NOW)
     return store
+
+
+@pytest.fixture
+def outage(store: Store) -> Store:
+    return stored_outage(store)
 
 
 def _replay(outage, policy):
@@ -96,42 +102,6 @@ def test_an_slo_scoped_to_another_model_does_not_alert(outage):
     assert [(i.slo, t) for i, t in report.changes] == [("chat-avail", Transition.OPENED)]
 
 
-def test_the_slo_route_shows_the_open_alert_and_metrics_export_the_status(outage, api: Api):
-    Evaluator(outage.engine, default_policy()).run(NOW)
-    body = api.get("/api/v1/slos/chat-avail").json()
-    assert body["alert"]["severity"] == "page"
-    assert body["status"]["firing"] == "page"
-    status = body["status"]
-    assert status["events"] == 7320
-    assert status["bad_events"] == 120
-    assert status["sli"] == pytest.approx(7200 / 7320)
-    assert status["error_budget_remaining"] == 0.0
-
-    text = api.get("/metrics").text
-    families = {f.name: f for f in text_string_to_metric_families(text)}
-    burn = {s.labels["window"]: s.value for s in families["infersight_slo_burn_rate"].samples}
-    assert burn == pytest.approx(status["burn_rates"])
-    [sli] = families["infersight_slo_sli_ratio"].samples
-    assert sli.labels == {"slo": "chat-avail", "sli": "availability", "scope": "*"}
-    assert sli.value == pytest.approx(status["sli"])
-    [objective] = families["infersight_slo_objective_ratio"].samples
-    assert objective.value == pytest.approx(0.999)
-    [budget] = families["infersight_slo_error_budget_remaining_ratio"].samples
-    assert budget.value == 0.0
-    latency = families["infersight_latency_seconds"].samples
-    assert {(s.labels["metric"], s.labels["model"]) for s in latency} == {
-        (m, model) for m in ("ttft", "tpot", "e2e") for model in ("llama-8b", "llama-70b")
-    }
-    assert {s.labels["quantile"] for s in latency} == {"0.5", "0.9", "0.95", "0.99"}
-
-
-def test_deleting_an_slo_resolves_its_open_incident(outage, api: Api):
-    Evaluator(outage.engine, default_policy()).run(NOW)
-    assert api.delete("/api/v1/slos/chat-avail").status_code == 204
-    [incident] = incidents.list_incidents(outage.engine)
-    assert incident.state is IncidentState.RESOLVED
-
-
 def test_re_scoping_an_slo_resolves_the_old_scope_and_tells_the_listeners(outage):
     recorder = Recorder()
     evaluator = Evaluator(outage.engine, default_policy(), [recorder])
@@ -148,21 +118,3 @@ def test_re_scoping_an_slo_resolves_the_old_scope_and_tells_the_listeners(outage
     ]
     firing = incidents.list_incidents(outage.engine, "firing")
     assert [i.scope for i in firing] == ["model=llama-8b"]
-
-
-def test_the_alerts_route_lists_incidents_by_state(outage, api: Api):
-    evaluator = Evaluator(outage.engine, default_policy())
-    evaluator.run(NOW)
-    [firing] = api.get("/api/v1/alerts").json()["alerts"]
-    assert (firing["slo"], firing["severity"], firing["state"], firing["scope"]) == (
-        "chat-avail", "page", "firing", "*",
-    )  # fmt: skip
-    assert firing["diagnosis"] is None
-    evaluator.run(NOW + timedelta(hours=7))
-    assert api.get("/api/v1/alerts").json()["alerts"] == []
-    [resolved] = api.get("/api/v1/alerts", params={"state": "resolved"}).json()["alerts"]
-    assert resolved["id"] == firing["id"]
-    assert resolved["resolved_at"] == "2026-11-20T19:00:17Z"
-    assert len(api.get("/api/v1/alerts", params={"state": "all"}).json()["alerts"]) == 1
-    bad = api.get("/api/v1/alerts", params={"state": "open"})
-    assert bad.status_code == 400

@@ -1,4 +1,5 @@
-"""Synthetic load-test runs for the baseline tests (deterministic given a numpy Generator)."""
+"""Synthetic load-test runs for the baseline benchmark and tests (deterministic given a numpy
+Generator)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from service.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
 from storage import migrate
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy
-from tests.api.conftest import NOW, FakeClock
+from tests.doubles import NOW, FakeClock
 
 
 def replica(engine, lock=None, interval: float = 30.0) -> Jobs:
