@@ -14,26 +14,19 @@ since …"`` and requests that need the store answer 503 ``unavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Final, Unpack
 
 from fastapi import APIRouter, FastAPI
 from sqlalchemy import Engine
 
-from alerts.notify import Notifier
-from alerts.routing import Router
 from api import errors, metrics, openapi
-from api.context import Clock, build_context, listen_host, system_clock
+from api.context import Clock, Wiring, build_context, listen_host, system_clock
 from api.dashboard import routes as dashboard
 from api.limits import BodyLimit
 from api.origin import AllowedHosts, OriginGuard
 from api.routes import alerts, baselines, capacity, cost, query, slos
 from api.settings import ApiSettings
 from api.startup import add_healthz, install_store_errors, lifecycle
-from core.burn import IncidentListener, Policy
-from service.jobs import LeaderLock
-from storage.maintenance import RetentionPolicy
-from storage.queries import DEFAULT_EXACT_MAX_ROWS
 
 #: In the order they are matched and documented.
 ROUTERS: Final[tuple[APIRouter, ...]] = (
@@ -48,26 +41,11 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
 
 
 def create_app(
-    settings: ApiSettings,
-    engine: Engine,
-    clock: Clock = system_clock,
-    *,
-    retention: RetentionPolicy | None = None,
-    exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
-    policy: Policy | None = None,
-    listeners: Sequence[IncidentListener] = (),
-    lock: LeaderLock | None = None,
-    notifiers: Mapping[str, Notifier] | None = None,
-    router: Router | None = None,
-    dashboard_url: str = "",
-    prepare: Callable[[], object] | None = None,
+    settings: ApiSettings, engine: Engine, clock: Clock = system_clock, **wiring: Unpack[Wiring]
 ) -> FastAPI:
-    """The API for ``engine``'s store. Raises ``ConfigurationError`` for unsafe settings."""
-    context = build_context(
-        settings, engine, clock, retention=retention, exact_max_rows=exact_max_rows,
-        policy=policy, listeners=listeners, lock=lock, notifiers=notifiers, router=router,
-        dashboard_url=dashboard_url, prepare=prepare,
-    )  # fmt: skip
+    """The API for ``engine``'s store (``wiring``: see ``api.context.Wiring``). Raises
+    ``ConfigurationError`` for unsafe settings."""
+    context = build_context(settings, engine, clock, **wiring)
     app = FastAPI(
         title="infersight",
         summary="SLO and cost observability for LLM inference fleets",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypedDict, Unpack
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -71,27 +72,36 @@ def listen_host(settings: ApiSettings) -> str:
     return settings.listen.rpartition(":")[0] or settings.listen
 
 
+class Wiring(TypedDict, total=False):
+    """What ``create_app`` and ``build_context`` take besides the settings, the store and the
+    clock; every key is optional, and its default is in ``build_context``."""
+
+    retention: RetentionPolicy | None
+    exact_max_rows: int
+    policy: Policy | None
+    listeners: Sequence[IncidentListener]
+    lock: LeaderLock | None
+    notifiers: Mapping[str, Notifier] | None
+    router: Router | None
+    dashboard_url: str
+    prepare: Callable[[], object] | None
+
+
 def build_context(
-    settings: ApiSettings,
-    engine: Engine,
-    clock: Clock = system_clock,
-    *,
-    retention: RetentionPolicy | None = None,
-    exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
-    policy: Policy | None = None,
-    listeners: Sequence[IncidentListener] = (),
-    lock: LeaderLock | None = None,
-    notifiers: Mapping[str, Notifier] | None = None,
-    router: Router | None = None,
-    dashboard_url: str = "",
-    prepare: Callable[[], object] | None = None,
+    settings: ApiSettings, engine: Engine, clock: Clock = system_clock, **wiring: Unpack[Wiring]
 ) -> AppContext:
     """The context of ``create_app`` (its arguments, its defaults). Raises
     ``ConfigurationError`` for unsafe settings."""
     tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file)
     check_exposure(listen_host(settings), tokens, settings.insecure_no_auth)
-    retention = retention or RetentionPolicy()
-    policy = policy or default_policy()
+    retention = wiring.get("retention") or RetentionPolicy()
+    policy = wiring.get("policy") or default_policy()
+    notifiers = wiring.get("notifiers")
+    dashboard_url = wiring.get("dashboard_url", "")
+    lock = wiring.get("lock")
+    prepare = wiring.get("prepare")
+    router = wiring.get("router")
+    listeners = wiring.get("listeners", ())
     rules = load_rules()
     # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
     announcer = Announcer(engine, notifiers, clock, router, dashboard_url) if notifiers else None
@@ -130,7 +140,7 @@ def build_context(
         clock=clock,
         tokens=tokens,
         retention=retention,
-        exact_max_rows=exact_max_rows,
+        exact_max_rows=wiring.get("exact_max_rows", DEFAULT_EXACT_MAX_ROWS),
         policy=policy,
         evaluator=evaluator,
         rules=rules,
