@@ -8,7 +8,6 @@ assets are served from the package.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,6 +25,7 @@ from core.slo import Sli, SliKind, SloSpec
 from storage import slo_store
 from storage.writer import open_writer
 from tests.conftest import Store, empty_store
+from tests.doubles import FakeClock
 from tests.factories import make_records
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -34,17 +34,9 @@ ADMIN = "admin-token-0123456789ab"
 PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
 
 
-@dataclass
-class Clock:
-    now: datetime = NOW
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 class Client:
     def __init__(self, store: Store, tokens: str = "") -> None:
-        self.clock = Clock()
+        self.clock = FakeClock(NOW)
         settings = ApiSettings(run_jobs=False, api_tokens=tokens)
         self.app = create_app(settings, store.engine, self.clock)
         self.cookies: dict[str, str] = {}
