@@ -128,12 +128,6 @@ def test_diagnose_takes_unix_seconds_as_json_numbers_or_strings(api: Api):
     )
 
 
-@pytest.mark.parametrize("bad", [-1, 1e300, True, None])
-def test_diagnose_refuses_numbers_out_of_range_and_non_numbers(api: Api, bad):
-    response = api.request("POST", "/api/v1/diagnose", json={"start": bad, "end": 60})
-    assert response.status_code == 400, response.text
-
-
 def test_incidents_live_at_api_v1_incidents(api: Api):
     response = api.get("/api/v1/incidents", params={"state": "all"})
     assert response.status_code == 200
