@@ -2,7 +2,8 @@
 
 The app's context (``api.context.build_context``: tokens, policy, rules, evaluator, the
 scheduled jobs) is built once; the app adds the routes (``api.routes``, ``api.dashboard``), the
-one error shape, request limits, the OpenAPI document, ``/metrics`` (its own registry) and
+one error shape (an HTML page on the dashboard's paths), request limits, the OpenAPI document
+with ``/docs`` and ``/redoc`` served offline (``api.docs``), ``/metrics`` (its own registry) and
 ``/healthz``. The scheduled jobs start with the app's lifespan when ``settings.run_jobs``
 (``infersight serve`` runs it under uvicorn).
 
@@ -17,14 +18,16 @@ from __future__ import annotations
 from typing import Final, Unpack
 
 from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 from sqlalchemy import Engine
 
-from api import errors, metrics, openapi
+from api import docs, errors, metrics, openapi
 from api.context import Clock, Wiring, build_context, listen_host, system_clock
 from api.dashboard import routes as dashboard
 from api.limits import BodyLimit
 from api.origin import AllowedHosts, OriginGuard
-from api.routes import alerts, baselines, capacity, cost, query, slos
+from api.params import KnownQueryRoute
+from api.routes import baselines, capacity, cost, incidents, query, slos
 from api.settings import ApiSettings
 from api.startup import add_healthz, install_store_errors, lifecycle
 
@@ -32,12 +35,22 @@ from api.startup import add_healthz, install_store_errors, lifecycle
 ROUTERS: Final[tuple[APIRouter, ...]] = (
     query.router,
     slos.router,
-    alerts.router,
+    incidents.router,
     cost.router,
     capacity.router,
     baselines.router,
     dashboard.router,
+    docs.router,
 )
+
+
+def _check_query_routes(app: FastAPI) -> None:
+    """Every documented route under ``/api/v1`` refuses unknown query parameters."""
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or not route.include_in_schema:
+            continue
+        if route.path.startswith("/api/v1/") and not isinstance(route, KnownQueryRoute):
+            raise TypeError(f"{route.path} is not a KnownQueryRoute (api.params)")
 
 
 def create_app(
@@ -50,10 +63,12 @@ def create_app(
         title="infersight",
         summary="SLO and cost observability for LLM inference fleets",
         version="v1",
+        docs_url=None,  # api.docs serves /docs and /redoc without a CDN
+        redoc_url=None,
         lifespan=lifecycle(context.jobs, settings.run_jobs, context.store_gate),
     )
     app.state.context = context
-    errors.install(app)
+    errors.install(app, html=dashboard.error_page)
     install_store_errors(app)
     openapi.install(app, auth=context.tokens.enabled)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
@@ -61,6 +76,7 @@ def create_app(
     app.add_middleware(OriginGuard, allowed=allowed)  # outermost: before anything is read
     for routes in ROUTERS:
         app.include_router(routes)
+    _check_query_routes(app)
     metrics.install(app, context)
     add_healthz(app, engine, context.jobs, context.store_gate)
     return app

@@ -3,15 +3,20 @@
 ``core.errors.InfersightError`` maps to its own code and status; FastAPI's validation errors
 become ``invalid_input``; HTTP errors from routing (404, 405) keep their status with a code of
 their own; anything unexpected is logged and answered as ``internal`` without its details.
+
+A browser's path (the dashboard's) is answered by an HTML page instead: ``install`` takes an
+``HtmlErrors`` (``api.dashboard.routes.error_page``) that renders one for such a request, or
+returns ``None`` for the JSON shape.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -23,6 +28,8 @@ from core.errors import InfersightError, InvalidInput, Unauthorized
 
 log = logging.getLogger(__name__)
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+#: ``(request, status, message, details)`` → an HTML page for a browser's path, or ``None``.
+HtmlErrors = Callable[[Request, int, str, dict[str, Any]], Response | None]
 
 
 async def send_error(send: Send, error: InfersightError) -> None:
@@ -137,8 +144,33 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body("internal", "internal server error"), status_code=500)
 
 
-def install(app: FastAPI) -> None:
-    app.add_exception_handler(InfersightError, _infersight_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
+Handler = Callable[[Request, Exception], Any]
+
+
+def _or_html(handler: Handler, html: HtmlErrors) -> Handler:
+    """``handler``, unless ``html`` renders a page for the request (a browser's path)."""
+
+    async def answer(request: Request, exc: Exception) -> Response:
+        json_response: Response = await handler(request, exc)
+        body = json.loads(bytes(json_response.body))["error"]
+        page = html(request, json_response.status_code, body["message"], body["details"])
+        if page is None:
+            return json_response
+        for name in ("allow", "www-authenticate"):
+            if name in json_response.headers:
+                page.headers[name] = json_response.headers[name]
+        return page
+
+    return answer
+
+
+def install(app: FastAPI, html: HtmlErrors | None = None) -> None:
+    """The error shape for ``app``; with ``html``, a browser's path gets its page instead."""
+    handlers: dict[type[Exception], Handler] = {
+        InfersightError: _infersight_error,
+        RequestValidationError: _validation_error,
+        HTTPException: _http_error,
+        Exception: _unexpected,
+    }
+    for kind, handler in handlers.items():
+        app.add_exception_handler(kind, handler if html is None else _or_html(handler, html))

@@ -1,11 +1,11 @@
 """Incident annotation: what the API and the dashboard say about an incident beyond its row.
 
-``incident_dict`` is an incident as ``GET /api/v1/alerts`` answers it. ``annotate`` adds the
+``incident_dict`` is an incident as ``GET /api/v1/incidents`` answers it. ``annotate`` adds the
 stored symptom, headline diagnosis, lifecycle phase and acknowledgement (``state`` reads
 ``recovering`` once the symptom has cleared, ``acknowledged`` for an acknowledged incident that
 still burns; ``phase`` is always ``firing``, ``recovering`` or ``resolved``), with ``onset``, the
 diagnosis the page named. ``history_of`` adds the diagnosis history and the burn-rate points
-(``GET /api/v1/alerts/{id}``, the incident's page).
+(``GET /api/v1/incidents/{id}``, the incident's page).
 """
 
 from __future__ import annotations

@@ -101,8 +101,8 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
         assert _wait_for(lambda: live_instances() == INSTANCES, 45, "records from every sidecar")
 
         def incidents() -> list[dict[str, Any]]:
-            body: dict[str, Any] = client.get("/api/v1/alerts", params={"state": "all"}).json()
-            return list(body["alerts"])
+            body: dict[str, Any] = client.get("/api/v1/incidents", params={"state": "all"}).json()
+            return list(body["incidents"])
 
         found = _wait_for(incidents, 60, "an incident")
         # The surge on vllm-8b-0 comes first and slows the 8B model's token rate.

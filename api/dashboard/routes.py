@@ -25,7 +25,7 @@ import jinja2
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from api.context import AppContext
+from api.context import AppContext, context_of
 from api.dashboard import formatting, shared
 from api.dashboard import session as auth
 from api.dashboard.context import RANGES, REFRESH, Context, parse_context
@@ -112,10 +112,10 @@ def _page(
             menus = shared.menus(app, ctx)
         except (InvalidInput, NotFound) as exc:
             ctx = parse_context({}, now, app.settings.max_query_days, default_range)
+            status = 400 if isinstance(exc, InvalidInput) else 404
             return _render(
-                "error.html", 400 if isinstance(exc, InvalidInput) else 404,
-                ctx=ctx, menus={}, error=exc, **common,
-            )  # fmt: skip
+                "error.html", status, ctx=ctx, menus={}, error=exc, status=status, **common
+            )
         elapsed_ms = (time.perf_counter() - started) * 1000
         values = {"ctx": ctx, "menus": menus, **common, **data}  # a page may refine ctx
         return _render(template or f"{page}.html", elapsed_ms=elapsed_ms, **values)
@@ -143,6 +143,51 @@ router.add_api_route(
 @router.get("/ui/")
 def home() -> RedirectResponse:
     return RedirectResponse("/ui/overview", status_code=307)
+
+
+# -- errors on a browser's paths ---------------------------------------------------------------
+
+#: Paths that never get an HTML error: the JSON API and the machine endpoints.
+_MACHINE_PATHS: Final = ("/api/", "/openapi.json", "/metrics", "/healthz", "/docs", "/redoc")
+
+
+def _is_browser_path(request: Request) -> bool:
+    path = request.url.path
+    if path == "/ui" or path.startswith("/ui/"):
+        return True
+    if path.startswith(_MACHINE_PATHS):
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def error_page(
+    request: Request, status: int, message: str, details: dict[str, Any]
+) -> Response | None:
+    """The dashboard's error page (its navigation, a link home) for an error on a browser's
+    path: under ``/ui/``, or elsewhere outside the API when the client asks for HTML; else
+    ``None`` (the JSON error shape). ``api.errors.install`` calls it."""
+    if not _is_browser_path(request):
+        return None
+    app = context_of(request.app)
+    now = app.clock()
+    try:
+        scope = auth.viewer_scope(app, request, now)
+    except Exception:  # the store is down: the page still renders, signed out
+        scope = None
+    if status == 404:
+        message = f"There is no page at {request.url.path}."
+    ctx = parse_context({}, now, app.settings.max_query_days)
+    return _render(
+        "error.html",
+        status,
+        ctx=ctx,
+        menus={},
+        page="",
+        status=status,
+        error={"message": message, "details": {} if status == 404 else details},
+        auth_on=app.tokens.enabled and scope is not None,
+        role="viewer" if scope is not None and scope.value == "read" else "admin",
+    )
 
 
 # -- login ------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from api.auth import Scope
 from api.context import AppContext
 from api.deps import App, requires
 from api.errors import described, responses
-from api.params import TIME_PATTERN, WINDOW_RULES, Common, common
+from api.params import WINDOW_RULES, Common, Instant, KnownQueryRoute, common, instant
 from core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
 from core.baseline_compare import Policy
 from core.baseline_compare import compare as compare_baselines
@@ -31,12 +31,11 @@ from core.errors import InvalidInput
 from core.importers import FORMATS
 from core.importers import parse as parse_result
 from core.query import Selector
-from core.timestamps import parse_time
 from core.window import Window
 from service.baselines import parse_thresholds
 from storage import baselines as store
 
-router = APIRouter(prefix="/api/v1/baselines")
+router = APIRouter(prefix="/api/v1/baselines", route_class=KnownQueryRoute)
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 Params = Annotated[Common, Depends(common)]
@@ -68,8 +67,8 @@ class CaptureBody(BaseModel):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = Field("", max_length=1024)
     replace: bool = False
-    start: str | None = Field(None, pattern=TIME_PATTERN)
-    end: str | None = Field(None, pattern=TIME_PATTERN)
+    start: Instant | None = None
+    end: Instant | None = None
     model: str | None = Field(None, max_length=256)
     instance: str | None = Field(None, max_length=256)
     tenant: str | None = Field(None, max_length=256)
@@ -78,10 +77,10 @@ class CaptureBody(BaseModel):
     baseline: dict[str, Any] | None = None
 
 
-def _window(app: AppContext, start: str | None, end: str | None) -> Window:
-    if not start or not end:
+def _window(app: AppContext, start: str | float | None, end: str | float | None) -> Window:
+    if start is None or end is None or start == "" or end == "":
         raise InvalidInput("a window capture needs both start and end")
-    window = Window(parse_time("start", start), parse_time("end", end))
+    window = Window(instant("start", start), instant("end", end))
     max_days: int = app.settings.max_query_days
     if window.end - window.start > timedelta(days=max_days):
         raise InvalidInput(f"a window covers at most {max_days} days")
@@ -200,7 +199,7 @@ def compare(
     policy = Policy(
         thresholds=parse_thresholds(thresholds), default_threshold=threshold, confidence=confidence
     )
-    window_keys = {"start", "end", "model", "instance", "tenant", "priority"}
+    window_keys = {"start", "end", "range", "model", "instance", "tenant", "priority"}
     if against is not None and window_keys & set(request.query_params):
         raise InvalidInput("against= compares two baselines; it takes no window or selector")
     baseline = store.get_baseline(app.engine, name)

@@ -14,13 +14,15 @@ from fastapi import APIRouter, Depends, Query
 from api.auth import Scope
 from api.deps import App, requires
 from api.errors import responses
-from api.params import Id
+from api.params import Id, KnownQueryRoute
 from core.capacity import DEFAULT_HEADROOM, PlanInput, plan, plan_to_dict
 from core.errors import InvalidInput
 from core.query import Selector
 from service.capacity import load_catalog, resolve_capacity
 
-router = APIRouter(prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))])
+router = APIRouter(
+    prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
+)
 
 
 def _optional_positive(name: str, value: float | None) -> None:

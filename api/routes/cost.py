@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse
 from api.auth import Scope
 from api.deps import App, requires
 from api.errors import described
-from api.params import WINDOW_RULES, Common, Id, common
+from api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
 from core.errors import InvalidInput
 from core.timestamps import iso
 from service.cost_spec import parse_models, to_document
@@ -40,7 +40,7 @@ Params = Annotated[Common, Depends(common)]
 WEEK_PATTERN = described(
     r"^[1-9][0-9]{3}-W(?:0[1-9]|[1-4][0-9]|5[0-3])$", "an ISO week, written like 2026-W48"
 )
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute)
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 

@@ -15,7 +15,7 @@ from api.auth import Scope
 from api.context import AppContext
 from api.deps import App, requires
 from api.errors import described
-from api.params import WINDOW_RULES, Common, common
+from api.params import WINDOW_RULES, Common, KnownQueryRoute, common
 from core.quantiles import parse_quantiles, quantile_key
 from core.query import LATENCY_METRICS, Method
 from core.timestamps import iso
@@ -29,7 +29,9 @@ _Q = r"(?:0(?:\.[0-9]{1,9})?|1(?:\.0{1,9})?|\.[0-9]{1,9})"
 QUANTILES_PATTERN = described(
     rf"^\s*{_Q}\s*(?:,\s*{_Q}\s*){{0,31}}$", "1 to 32 comma-separated quantiles in [0, 1]"
 )
-router = APIRouter(prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))])
+router = APIRouter(
+    prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
+)
 
 
 def _finest(app: AppContext, params: Common) -> Resolution:

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from api.auth import Scope
 from api.context import AppContext
 from api.deps import App, requires
+from api.params import KnownQueryRoute
 from core.errors import InvalidInput
 from core.slo import NAME_PATTERN, SloSpec
 from service.incidents import incident_dict
@@ -23,7 +24,7 @@ from service.slos import with_status
 from service.specs import load_document, parse_spec, to_document
 from storage import slo_store
 
-router = APIRouter(prefix="/api/v1/slos")
+router = APIRouter(prefix="/api/v1/slos", route_class=KnownQueryRoute)
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 

@@ -29,7 +29,7 @@ evaluation interval) through the production path:
 What is reported per cell, from what the product stores (never from the diagnosis engine
 directly): the cause at page time (the diagnosis in the first notification of each incident the
 evaluation opened, i.e. its onset diagnosis), the cause the stored incident shows
-(``GET /api/v1/alerts``) ``AFTER_S`` after the fault cleared, and whether it resolved. The
+(``GET /api/v1/incidents``) ``AFTER_S`` after the fault cleared, and whether it resolved. The
 expected cause comes from the injected fault (``simulator.faults.EXPECTED_CAUSE``); where GPU
 telemetry is off and the expected cause needs GPU evidence, the matrix expects the fallback
 the symptom pattern supports (``EXPECTED_CAUSE_WITHOUT_GPU``) with a non-empty ``missing_evidence``.
@@ -659,9 +659,9 @@ def _seen(engine: Engine, app: Any, cell: Cell, run_from: datetime) -> tuple[See
             pages.setdefault(int(payload["incident"]), payload["diagnosis"])
     onset = run_from + timedelta(seconds=min((f.start_s for f in cell.faults), default=0.0))
     with TestClient(app, base_url="http://localhost") as client:
-        answer = client.get("/api/v1/alerts", params={"state": "all", "limit": 1000})
+        answer = client.get("/api/v1/incidents", params={"state": "all", "limit": 1000})
         answer.raise_for_status()
-        alerts = answer.json()["alerts"]
+        alerts = answer.json()["incidents"]
     seen = []
     for a in sorted(alerts, key=lambda a: a["opened_at"]):
         opened = datetime.fromisoformat(a["opened_at"].replace("Z", "+00:00"))

@@ -62,16 +62,16 @@ def test_deleting_an_slo_resolves_its_open_incident(outage, api: Api):
 def test_the_alerts_route_lists_incidents_by_state(outage, api: Api):
     evaluator = Evaluator(outage.engine, default_policy())
     evaluator.run(NOW)
-    [firing] = api.get("/api/v1/alerts").json()["alerts"]
+    [firing] = api.get("/api/v1/incidents").json()["incidents"]
     assert (firing["slo"], firing["severity"], firing["state"], firing["scope"]) == (
         "chat-avail", "page", "firing", "*",
     )  # fmt: skip
     assert firing["diagnosis"] is None
     evaluator.run(NOW + timedelta(hours=7))
-    assert api.get("/api/v1/alerts").json()["alerts"] == []
-    [resolved] = api.get("/api/v1/alerts", params={"state": "resolved"}).json()["alerts"]
+    assert api.get("/api/v1/incidents").json()["incidents"] == []
+    [resolved] = api.get("/api/v1/incidents", params={"state": "resolved"}).json()["incidents"]
     assert resolved["id"] == firing["id"]
     assert resolved["resolved_at"] == "2026-11-20T19:00:17Z"
-    assert len(api.get("/api/v1/alerts", params={"state": "all"}).json()["alerts"]) == 1
-    bad = api.get("/api/v1/alerts", params={"state": "open"})
+    assert len(api.get("/api/v1/incidents", params={"state": "all"}).json()["incidents"]) == 1
+    bad = api.get("/api/v1/incidents", params={"state": "open"})
     assert bad.status_code == 400

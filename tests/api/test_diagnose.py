@@ -1,4 +1,4 @@
-"""POST /api/v1/diagnose, and incidents diagnosed by the evaluation job (GET /api/v1/alerts).
+"""POST /api/v1/diagnose, and incidents diagnosed by the evaluation job (GET /api/v1/incidents).
 
 The store holds a compressed shipped scenario (``bench/harness/scenarios.py``: 20
 minutes, fault over the last ten) written through ``StoreSink`` → ``storage.writer``.
@@ -109,7 +109,7 @@ def test_a_firing_slo_alert_carries_symptom_and_diagnosis(
     report = evaluator.run(at)
     assert [t.value for _, t in report.changes] == ["opened"]
 
-    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    [alert] = api.get("/api/v1/incidents").json()["incidents"]
     assert alert["state"] == "firing"
     assert alert["symptom"]["slo"] == "70b-tpot"
     assert alert["symptom"]["sli"]["metric"] == "tpot"
@@ -117,15 +117,15 @@ def test_a_firing_slo_alert_carries_symptom_and_diagnosis(
     assert alert["diagnosis"]["instance"] == "vllm-70b-0"
     assert "throttled_share" in {e["signal"] for e in alert["diagnosis"]["evidence"]}
 
-    acked = api.request("POST", f"/api/v1/alerts/{alert['id']}/acknowledge", json={"by": "sre"})
+    acked = api.request("POST", f"/api/v1/incidents/{alert['id']}/acknowledge", json={"by": "sre"})
     assert acked.status_code == 200
-    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    [alert] = api.get("/api/v1/incidents").json()["incidents"]
     assert (alert["state"], alert["acknowledged_by"]) == ("acknowledged", "sre")
     assert alert["diagnosis"]["cause"] == "gpu_throttled"
 
 
 def test_acknowledging_an_unknown_incident_is_not_found(api: Api) -> None:
-    response = api.request("POST", "/api/v1/alerts/4242/acknowledge", json={})
+    response = api.request("POST", "/api/v1/incidents/4242/acknowledge", json={})
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
 
@@ -168,20 +168,20 @@ def test_a_firing_incident_is_diagnosed_again_while_it_fires_and_keeps_its_headl
     opened_at = incident_window.start + timedelta(minutes=6)
     api.clock.now = opened_at
     api.app.state.context.evaluator.run(opened_at)
-    [first] = api.get("/api/v1/alerts").json()["alerts"]
+    [first] = api.get("/api/v1/incidents").json()["incidents"]
     jobs = api.app.state.context.jobs
     api.clock.now = opened_at + timedelta(minutes=1)
     assert jobs.tick_delivery()  # too soon: the diagnosis is kept
-    [same] = api.get("/api/v1/alerts").json()["alerts"]
+    [same] = api.get("/api/v1/incidents").json()["incidents"]
     assert same["diagnosis"]["window"] == first["diagnosis"]["window"]
     later = opened_at + timedelta(minutes=3, seconds=30)
     api.clock.now = later
     assert jobs.tick_delivery()
-    [again] = api.get("/api/v1/alerts").json()["alerts"]
+    [again] = api.get("/api/v1/incidents").json()["incidents"]
     # The headline is the onset's diagnosis; the new one went to the history.
     assert again["diagnosis"] == first["diagnosis"]
     assert again["onset"]["cause"] == first["diagnosis"]["cause"] == "gpu_throttled"
-    detail = api.get(f"/api/v1/alerts/{first['id']}").json()
+    detail = api.get(f"/api/v1/incidents/{first['id']}").json()
     onset, kept = detail["history"]
     assert onset["verdict"] == "onset"
     assert onset["diagnosis"] == first["diagnosis"]

@@ -131,7 +131,7 @@ def test_a_silenced_slo_is_diagnosed_but_not_notified(setup: Any) -> None:
     assert created.status_code == 201
     _evaluate(api, incident.start + timedelta(minutes=6))
     assert Outbox(api.app.state.context.engine).messages() == []
-    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    [alert] = api.get("/api/v1/incidents").json()["incidents"]
     assert alert["diagnosis"]["cause"] == "gpu_throttled"
 
 
@@ -167,8 +167,8 @@ def test_a_changed_diagnosis_updates_the_open_alert_without_a_new_page(setup: An
     jobs.tick_delivery()
     jobs.tick_delivery()
     assert len(pager.accepted) == 2  # an unchanged diagnosis sends nothing new
-    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    [alert] = api.get("/api/v1/incidents").json()["incidents"]
     assert alert["diagnosis"]["cause"] == "gpu_throttled"
     assert alert["onset"]["cause"] == early_cause  # the page's cause stays in the record
-    verdicts = [h["verdict"] for h in api.get(f"/api/v1/alerts/{alert['id']}").json()["history"]]
+    verdicts = [h["verdict"] for h in api.get(f"/api/v1/incidents/{alert['id']}").json()["history"]]
     assert verdicts == ["onset", "kept", "raised", "kept"]

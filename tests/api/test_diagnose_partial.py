@@ -2,7 +2,7 @@
 
 The compressed thermal-throttle scenario (``bench/harness/scenarios.py``) stored without its GPU
 samples, as from sidecars with ``--gpu-source none``: ``POST /api/v1/diagnose`` and the
-incident the evaluation job opens (``GET /api/v1/alerts``) both name ``decode_bound`` on the
+incident the evaluation job opens (``GET /api/v1/incidents``) both name ``decode_bound`` on the
 throttled instance and say which evidence was missing; the same store with the GPU samples
 says ``gpu_throttled`` with nothing missing.
 """
@@ -81,7 +81,7 @@ def test_an_incident_without_gpu_telemetry_carries_its_missing_evidence(
     at = incident_window.start + timedelta(minutes=6)
     api.clock.now = at
     assert [t.value for _, t in evaluator.run(at).changes] == ["opened"]
-    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    [alert] = api.get("/api/v1/incidents").json()["incidents"]
     assert alert["diagnosis"]["cause"] == "decode_bound"
     assert alert["diagnosis"]["instance"] == THROTTLED
     assert alert["diagnosis"]["missing_evidence"] == [MISSING]

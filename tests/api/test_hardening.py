@@ -26,9 +26,9 @@ ID_ROUTES = [
     ("GET", f"/api/v1/reports/{HUGE}"),
     ("GET", f"/api/v1/reports/{HUGE}/html"),
     ("GET", f"/api/v1/reports/{HUGE}/csv"),
-    ("POST", f"/api/v1/alerts/{HUGE}/acknowledge"),
-    ("GET", f"/api/v1/alerts/{HUGE}"),
-    ("GET", f"/api/v1/alerts/{2**31}"),
+    ("POST", f"/api/v1/incidents/{HUGE}/acknowledge"),
+    ("GET", f"/api/v1/incidents/{HUGE}"),
+    ("GET", f"/api/v1/incidents/{2**31}"),
     ("GET", f"/api/v1/capacity?model=llama-3-8b&gpu=h100&peak_qps=1&run={HUGE}"),
 ]
 
@@ -65,7 +65,7 @@ def test_a_cross_origin_form_post_changes_nothing_in_no_token_mode(store: Store)
         assert weekly.status_code == 403
         assert weekly.json()["error"]["code"] == "forbidden"
         assert httpx.get(f"{url}/api/v1/reports", timeout=10).json()["reports"] == []
-        ack = httpx.post(f"{url}/api/v1/alerts/1/acknowledge", headers=foreign, timeout=10)
+        ack = httpx.post(f"{url}/api/v1/incidents/1/acknowledge", headers=foreign, timeout=10)
         assert ack.status_code == 403
         # Origin alone (older browsers) and Sec-Fetch-Site alone are each enough to refuse.
         only_origin = {"origin": "http://attacker.example"}

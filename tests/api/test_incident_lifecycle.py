@@ -139,7 +139,7 @@ def test_an_incident_keeps_its_onset_cause_through_recovery_and_another_fault_th
     phases: dict[str, datetime] = {}
     headlines = set()
     for api, now in _run(store, request):
-        alerts = api.get("/api/v1/alerts?state=all").json()["alerts"]
+        alerts = api.get("/api/v1/incidents?state=all").json()["incidents"]
         if not alerts:
             continue
         [alert] = alerts  # the surge and the KV fault burn the same SLO: one incident
@@ -158,7 +158,7 @@ def test_an_incident_keeps_its_onset_cause_through_recovery_and_another_fault_th
     # The headline never changed, through recovery and the KV fault on vllm-8b-1.
     assert headlines == {("overload", "vllm-8b-0")}
     assert at["cleared"] < phases["recovering"]
-    detail = api.get(f"/api/v1/alerts/{alert['id']}").json()
+    detail = api.get(f"/api/v1/incidents/{alert['id']}").json()
     assert "resolved" in phases, "the incident did not resolve within the run"
     assert detail["state"] == detail["phase"] == "resolved"
     assert detail["onset"]["cause"] == "overload"
@@ -235,7 +235,7 @@ def test_an_arrival_surge_that_opens_an_incident_seconds_after_its_onset_pages_o
         if tick % 3 == 0:
             app.state.context.jobs.tick_evaluation()
         app.state.context.jobs.tick_delivery()
-        alerts = api.get("/api/v1/alerts").json()["alerts"]
+        alerts = api.get("/api/v1/incidents").json()["incidents"]
         if alerts and opened_at is None:
             opened_at = now
             assert opened_at == surge + timedelta(seconds=13)
@@ -249,7 +249,7 @@ def test_an_arrival_surge_that_opens_an_incident_seconds_after_its_onset_pages_o
     assert "request_rate" in {e["signal"] for e in paged["evidence"]}
     assert now - opened_at <= timedelta(seconds=60)  # ``MAX_PAGE_WAIT``
     assert paged["window"]["start"] >= surge.isoformat().replace("+00:00", "Z")[:17]
-    [alert] = api.get("/api/v1/alerts").json()["alerts"]
+    [alert] = api.get("/api/v1/incidents").json()["incidents"]
     assert alert["onset"]["cause"] == alert["diagnosis"]["cause"] == "overload"
 
 

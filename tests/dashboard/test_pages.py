@@ -232,7 +232,7 @@ def test_logging_in_sets_a_safe_session_cookie_that_admits_the_viewer(sqlite_sto
     assert page.status_code == 200
     assert ">viewer<" in page.text
     # The session is for the dashboard only: the JSON API still wants a bearer token.
-    assert client.get("/api/v1/alerts").status_code == 401
+    assert client.get("/api/v1/incidents").status_code == 401
 
 
 @pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/x", "/api/v1/slos"])
