@@ -21,6 +21,7 @@ from typing import Any
 import click
 from sqlalchemy import Engine
 
+from infersight.cli import store_option
 from simulator.events import Batch
 from simulator.fleet import Progress, RunResult, run_scenario
 from simulator.scenario import Scenario
@@ -190,7 +191,9 @@ def _sinks(
     metavar="FILE|NAME",
     help="A scenario file, or the name of a shipped one (see --list).",
 )
-@click.option("--store", metavar="URL", default=None, help="Write records and samples here.")
+@store_option(
+    expose=True, help="Write records and samples here (default: the group's --store, if given)."
+)
 @click.option(
     "--otlp-endpoint",
     metavar="URL",
