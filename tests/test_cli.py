@@ -22,6 +22,8 @@ from sqlalchemy.engine import make_url
 from config.parts import DEFAULT_DATABASE_URL
 from infersight import cli as cli_module
 from infersight.cli import cli
+from infersight.demo_report import progress_bar
+from simulator.fleet import Progress
 from tests.conftest import POSTGRES_ADMIN_URL
 from tests.peers import free_port
 
@@ -245,3 +247,33 @@ def test_the_group_store_reaches_simulate(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["store"]["inserted"] > 0
+
+
+def test_the_demo_progress_off_a_terminal_is_plain_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    show, done = progress_bar()  # standard error is captured here: not a terminal
+    for virtual_s in (600.0, 1200.0, 1200.0):
+        show(Progress(virtual_s=virtual_s, duration_s=1200.0, requests=42, wall_s=1.0))
+    done()
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert err.splitlines()[:2] == [
+        "   50%  0:10:00 simulated, 42 requests",  # the first at once
+        "  100%  0:20:00 simulated, 42 requests",  # the last, however soon
+    ]
+
+
+def test_the_demo_progress_on_a_terminal_redraws_in_place(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    now = [0.0]
+    show, done = progress_bar(tty=True, clock=lambda: now[0])
+    for step in range(3):
+        now[0] = float(step * 2)
+        show(Progress(virtual_s=step * 100.0, duration_s=1200.0, requests=step, wall_s=1.0))
+    done()
+    done()  # the demo calls it twice when interrupted: one newline
+    err = capsys.readouterr().err
+    assert err.count("\r") == 3
+    assert err.endswith("requests\n")
