@@ -9,11 +9,12 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 import click
 
-from core.errors import InfersightError, SchemaMissing, Unavailable
+from core.errors import InfersightError, InvalidInput, SchemaMissing, Unavailable
 from infersight import __version__
 
 if TYPE_CHECKING:
@@ -122,6 +123,43 @@ def _set_store(ctx: click.Context, _param: click.Parameter, value: str | None) -
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def read_spec_file(path: Path, parse: Callable[[bytes], T]) -> T:
+    """``parse`` of the file at ``path``; its ``InvalidInput`` names the file (and, for YAML
+    that does not parse, the line and column) in one line."""
+    data = path.read_bytes()
+    try:
+        return parse(data)
+    except InvalidInput as exc:
+        raise InvalidInput(_spec_error(path, data, exc.message), details=exc.details) from None
+
+
+def _at(mark: Any, lead: str = ",") -> str:
+    return f"{lead} line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _spec_error(path: Path, data: bytes, message: str) -> str:
+    """``FILE[, line L, column C]: MESSAGE``, the YAML parser's message cut to its problem."""
+    if "not valid YAML" in message:
+        import yaml  # noqa: PLC0415 (only when a file does not parse)
+
+        try:
+            for _ in yaml.safe_load_all(data):
+                pass
+        except yaml.MarkedYAMLError as error:
+            return f"{path}{_at(error.problem_mark)}: not valid YAML or JSON: " + (
+                f"{error.problem} ({error.context}{_at(error.context_mark, ' at')})"
+                if error.problem and error.context
+                else error.problem or error.context or "unreadable"
+            )
+        except yaml.YAMLError:
+            pass
+    prefix = f"{path}: "
+    return message if message.startswith(prefix) else prefix + message
+
+
 STORE_HELP = "Store URL (overrides INFERSIGHT_DATABASE_URL and the group's --store)."
 
 

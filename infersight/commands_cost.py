@@ -19,7 +19,7 @@ import yaml
 from core.query import Selector, check_group_by
 from core.timestamps import parse_time
 from core.window import Window, parse_duration
-from infersight.cli import current_settings
+from infersight.cli import current_settings, read_spec_file
 from service.cost_spec import active_model, parse_models, to_document
 from service.cost_view import cost_dict
 from storage import cost as cost_store
@@ -39,7 +39,7 @@ def cost() -> None:
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Create or replace the cost models defined in FILES (YAML or JSON)."""
-    models = [model for path in files for model in parse_models(path.read_bytes())]
+    models = [model for path in files for model in read_spec_file(path, parse_models)]
     settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
     try:

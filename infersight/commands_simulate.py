@@ -21,7 +21,7 @@ from typing import Any
 import click
 from sqlalchemy import Engine
 
-from infersight.cli import store_option
+from infersight.cli import read_spec_file, store_option
 from simulator.events import Batch
 from simulator.fleet import Progress, RunResult, run_scenario
 from simulator.scenario import Scenario
@@ -107,7 +107,11 @@ def _summary(result: RunResult) -> dict[str, Any]:
 
 
 def _load(ref: str, seed: int | None, duration: str | None) -> Scenario:
-    scenario = load_scenario(ref)
+    path = Path(ref)
+    if path.is_file():  # a scenario file: its errors name it (and the line)
+        scenario = read_spec_file(path, lambda _data: load_scenario(path))
+    else:
+        scenario = load_scenario(ref)
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
     if duration is not None:

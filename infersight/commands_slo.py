@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from core.errors import SchemaMissing
-from infersight.cli import current_settings
+from infersight.cli import current_settings, read_spec_file
 
 # Each command imports what it uses (``list`` needs neither Alembic nor the rule exporter).
 
@@ -40,7 +40,7 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
     from storage.engine import create_store_engine  # noqa: PLC0415
     from storage.slo_store import put_slo  # noqa: PLC0415
 
-    specs = [spec for path in files for spec in parse_specs(path.read_bytes())]
+    specs = [spec for path in files for spec in read_spec_file(path, parse_specs)]
     engine = create_store_engine(current_settings(ctx).database_url)
     try:
         migrate.upgrade(engine)
@@ -128,7 +128,7 @@ def export_rules(
     if interval is not None and not re.fullmatch(_DURATION, interval):
         raise click.BadParameter(f"expected a duration such as 30s or 1m, got {interval!r}")
     if files:
-        specs = [spec for path in files for spec in parse_specs(path.read_bytes())]
+        specs = [spec for path in files for spec in read_spec_file(path, parse_specs)]
     else:
         engine = create_store_engine(current_settings(ctx).database_url)
         try:

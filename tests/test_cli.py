@@ -277,3 +277,32 @@ def test_the_demo_progress_on_a_terminal_redraws_in_place(
     err = capsys.readouterr().err
     assert err.count("\r") == 3
     assert err.endswith("requests\n")
+
+
+BROKEN_YAML = "apiVersion: infersight/v1\nkind: SLO\nmetadata:\n  name: x\nspec: [unclosed\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["slo", "apply"], ["slo", "export-rules"], ["cost", "apply"], ["simulate", "--scenario"]],
+    ids=" ".join,
+)
+def test_a_spec_file_that_does_not_parse_is_named_with_its_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    spec = tmp_path / "broken.yaml"
+    spec.write_text(BROKEN_YAML)
+    done = run("--store", f"sqlite:///{tmp_path / 'x.db'}", *command, str(spec))
+    assert done.returncode == 2
+    assert one_line(done) == (
+        f"error: {spec}, line 6, column 1: not valid YAML or JSON: expected ',' or ']', but got"
+        " '<stream end>' (while parsing a flow sequence at line 5, column 7)"
+    )
+
+
+def test_a_spec_file_that_parses_but_is_invalid_is_named(tmp_path: Path) -> None:
+    spec = tmp_path / "invalid.yaml"
+    spec.write_text("apiVersion: infersight/v1\nkind: SLO\nmetadata:\n  name: x\nspec: {}\n")
+    done = run("--store", f"sqlite:///{tmp_path / 'x.db'}", "slo", "apply", str(spec))
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[0] == f"error: {spec}: invalid SLO document"
