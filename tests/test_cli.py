@@ -86,6 +86,19 @@ def test_slo_list_imports_the_store_but_not_the_api_migrations_or_rule_export(
     assert modules.stderr.strip().endswith("False")
 
 
+@pytest.mark.parametrize(
+    "command", [["baseline", "list"], ["cost", "show", "--last", "1h"]], ids=" ".join
+)
+def test_reading_commands_import_neither_alembic_nor_the_api(
+    tmp_path: Path, command: list[str]
+) -> None:
+    store = f"sqlite:///{tmp_path / 'x.db'}"
+    assert run("--store", store, "db", "upgrade").returncode == 0
+    loaded = loaded_after("--store", store, *command)
+    assert "sqlalchemy" in loaded
+    assert not loaded & {"fastapi", "uvicorn", "alembic", "starlette"}
+
+
 def test_the_help_names_the_same_default_store_as_the_settings() -> None:
     assert cli_module.DEFAULT_STORE == DEFAULT_DATABASE_URL
     assert DEFAULT_DATABASE_URL in CliRunner().invoke(cli, ["--help"]).output
