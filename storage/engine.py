@@ -17,7 +17,7 @@ from storage.creation import may_create
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 #: The words this module gives the driver's errors for a SQLite file it refused to open.
-_NO_DIRECTORY = "directory does not exist"
+_NO_DIRECTORY = "unable to open database file: directory does not exist"
 _NO_FILE = "the store file does not exist"
 
 

@@ -127,8 +127,9 @@ def test_a_sqlite_store_in_a_missing_directory_is_one_line_and_nothing_is_create
     for command in (["slo", "list"], ["slo", "apply", str(ROOT / "infersight/demo_slos.yaml")]):
         done = run("--store", store, *command)
         assert done.returncode == EXIT_UNAVAILABLE, done.stderr
-        assert (
-            one_line(done) == f"error: cannot reach the store at {store}: directory does not exist"
+        assert one_line(done) == (
+            f"error: cannot reach the store at {store}: unable to open database file:"
+            " directory does not exist"
         )
     assert not (tmp_path / "no").exists()
 
