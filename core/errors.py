@@ -12,6 +12,7 @@ one JSON shape (``{"error": {"code", "message", "details"}}``) and the CLI to on
     ├── Forbidden                   forbidden        403  credentials lack the scope
     ├── TooLarge                    too_large        413  a body or batch exceeds a configured cap
     ├── Unavailable                 unavailable      503  a dependency is down or full; retry later
+    │   └── SchemaMissing           no_schema        503  the store answers but was never migrated
     └── ConfigurationError          configuration    500  the operator's settings are inconsistent
 
 IO boundaries report *expected* failures as result values (``WriteResult``, ``ShipResult``);
@@ -77,6 +78,12 @@ class TooLarge(InfersightError):
 class Unavailable(InfersightError):
     code = "unavailable"
     http_status = 503
+
+
+class SchemaMissing(Unavailable):
+    """The store answers but has no schema (``infersight db upgrade`` creates it)."""
+
+    code = "no_schema"
 
 
 class ConfigurationError(InfersightError):

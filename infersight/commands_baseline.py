@@ -16,7 +16,7 @@ import re
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -34,13 +34,20 @@ from core.query import Selector
 from core.timestamps import parse_time
 from core.window import Window
 from infersight.cli import current_settings
+from infersight.lazy import lazy_attr, lazy_module
 from infersight.settings import Settings
 from service.baselines import parse_thresholds
-from service.cost_spec import active_model
 from storage import baselines as store
-from storage import migrate
 from storage.engine import create_store_engine
-from storage.runs import get_run
+
+if TYPE_CHECKING:
+    from service.cost_spec import active_model
+    from storage import migrate
+    from storage.runs import get_run
+else:  # imported when used: ``baseline list`` needs neither Alembic nor the cost model
+    active_model = lazy_attr("service.cost_spec", "active_model")
+    migrate = lazy_module("storage.migrate")
+    get_run = lazy_attr("storage.runs", "get_run")
 
 MAX_FILE_BYTES = 512 * 1024 * 1024
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")

@@ -11,20 +11,27 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
 
 from core.query import Selector, check_group_by
 from core.timestamps import parse_time
 from core.window import Window, parse_duration
-from infersight.cli import current_settings
+from infersight.cli import current_settings, read_spec_file
+from infersight.lazy import lazy_module
 from service.cost_spec import active_model, parse_models, to_document
 from service.cost_view import cost_dict
 from storage import cost as cost_store
-from storage import migrate
 from storage.engine import create_store_engine
+
+if TYPE_CHECKING:
+    import yaml
+
+    from storage import migrate
+else:  # imported when used: ``cost show`` needs no Alembic
+    migrate = lazy_module("storage.migrate")
+    yaml = lazy_module("yaml")
 
 
 @click.group("cost")
@@ -39,7 +46,7 @@ def cost() -> None:
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Create or replace the cost models defined in FILES (YAML or JSON)."""
-    models = [model for path in files for model in parse_models(path.read_bytes())]
+    models = [model for path in files for model in read_spec_file(path, parse_models)]
     settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
     try:

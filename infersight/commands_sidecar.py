@@ -33,7 +33,7 @@ from collector.spool import FsyncMode
 from config.parts import DEFAULT_DATABASE_URL, StorePart
 from core.accept import AcceptWindow
 from core.errors import ConfigurationError
-from infersight.cli import current_settings
+from infersight.cli import current_settings, store_option
 from infersight.settings import SidecarSettings
 
 log = logging.getLogger(__name__)
@@ -128,11 +128,8 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
 @click.option("--scrape-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
 @click.option("--gpu-source", default="nvml", show_default=True, metavar="nvml|dcgm:URL|none")
 @click.option("--gpu-interval", default=2.0, show_default=True, type=click.FloatRange(1.0, 5.0))
-@click.option(
-    "--store",
-    default=None,
-    metavar="URL",
-    help="Store URL (default: the group's --store / INFERSIGHT_DATABASE_URL).",
+@store_option(
+    expose=True, help="Store URL (default: the group's --store / INFERSIGHT_DATABASE_URL)."
 )
 @click.option(
     "--spool-dir",

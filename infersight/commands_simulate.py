@@ -21,6 +21,7 @@ from typing import Any
 import click
 from sqlalchemy import Engine
 
+from infersight.cli import read_spec_file, store_option
 from simulator.events import Batch
 from simulator.fleet import Progress, RunResult, run_scenario
 from simulator.scenario import Scenario
@@ -106,7 +107,11 @@ def _summary(result: RunResult) -> dict[str, Any]:
 
 
 def _load(ref: str, seed: int | None, duration: str | None) -> Scenario:
-    scenario = load_scenario(ref)
+    path = Path(ref)
+    if path.is_file():  # a scenario file: its errors name it (and the line)
+        scenario = read_spec_file(path, lambda _data: load_scenario(path))
+    else:
+        scenario = load_scenario(ref)
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
     if duration is not None:
@@ -190,7 +195,9 @@ def _sinks(
     metavar="FILE|NAME",
     help="A scenario file, or the name of a shipped one (see --list).",
 )
-@click.option("--store", metavar="URL", default=None, help="Write records and samples here.")
+@store_option(
+    expose=True, help="Write records and samples here (default: the group's --store, if given)."
+)
 @click.option(
     "--otlp-endpoint",
     metavar="URL",

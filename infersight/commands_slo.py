@@ -15,13 +15,10 @@ from pathlib import Path
 
 import click
 
-from alerts.prometheus_rules import rule_groups, to_yaml
-from infersight.cli import current_settings
-from service.evaluation import default_policy, status
-from service.specs import parse_specs, to_document
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.slo_store import CycleCounter, list_slos, put_slo
+from core.errors import SchemaMissing
+from infersight.cli import current_settings, read_spec_file
+
+# Each command imports what it uses (``list`` needs neither Alembic nor the rule exporter).
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d)$"
 
@@ -38,7 +35,12 @@ def slo() -> None:
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Create or replace the SLOs defined in FILES (YAML or JSON)."""
-    specs = [spec for path in files for spec in parse_specs(path.read_bytes())]
+    from service.specs import parse_specs  # noqa: PLC0415
+    from storage import migrate  # noqa: PLC0415
+    from storage.engine import create_store_engine  # noqa: PLC0415
+    from storage.slo_store import put_slo  # noqa: PLC0415
+
+    specs = [spec for path in files for spec in read_spec_file(path, parse_specs)]
     engine = create_store_engine(current_settings(ctx).database_url)
     try:
         migrate.upgrade(engine)
@@ -55,6 +57,11 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every SLO with its SLI, error budget remaining and firing severity now."""
+    from service.evaluation import default_policy, status  # noqa: PLC0415
+    from service.specs import to_document  # noqa: PLC0415
+    from storage.engine import create_store_engine  # noqa: PLC0415
+    from storage.slo_store import CycleCounter, list_slos  # noqa: PLC0415
+
     settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
     try:
@@ -111,16 +118,24 @@ def export_rules(
     The rules read the API's /metrics (infersight_slo_window_events and
     infersight_slo_window_bad_events) and fire as infersight's own burn-rate alerts do.
     """
+    from alerts.prometheus_rules import rule_groups, to_yaml  # noqa: PLC0415
+    from service.evaluation import default_policy  # noqa: PLC0415
+    from service.specs import parse_specs  # noqa: PLC0415
+    from storage import migrate  # noqa: PLC0415
+    from storage.engine import create_store_engine, redact  # noqa: PLC0415
+    from storage.slo_store import list_slos  # noqa: PLC0415
+
     if interval is not None and not re.fullmatch(_DURATION, interval):
         raise click.BadParameter(f"expected a duration such as 30s or 1m, got {interval!r}")
     if files:
-        specs = [spec for path in files for spec in parse_specs(path.read_bytes())]
+        specs = [spec for path in files for spec in read_spec_file(path, parse_specs)]
     else:
         engine = create_store_engine(current_settings(ctx).database_url)
         try:
             if migrate.current(engine) is None:
-                raise click.ClickException(
-                    "the store has no schema yet: run 'infersight db upgrade' and apply SLOs"
+                raise SchemaMissing(
+                    f"the store at {redact(engine.url.render_as_string())} has no schema:"
+                    " run `infersight db upgrade`"
                 )
             specs = list_slos(engine)
         finally:

@@ -6,6 +6,7 @@ injected fault how the affected instance's latency compares with the hour before
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -22,25 +23,42 @@ from storage import queries
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-def progress_bar() -> tuple[Callable[[Progress], None], Callable[[], None]]:
-    last = [0.0]
+#: Off a terminal (a CI log, a file) the progress is a plain line this often.
+LOG_EVERY_S = 10.0
+
+
+def progress_bar(
+    *, tty: bool | None = None, clock: Callable[[], float] = time.monotonic
+) -> tuple[Callable[[Progress], None], Callable[[], None]]:
+    """On a terminal a bar redrawn in place (``\\r``) once a second; elsewhere a plain line
+    every ``LOG_EVERY_S`` seconds and at the end, so that logs hold no carriage returns.
+    ``tty``: whether standard error is a terminal (default: ask it)."""
+    if tty is None:
+        tty = sys.stderr.isatty()
+    every = 1.0 if tty else LOG_EVERY_S
+    last, drawn = [-float("inf")], [False]
 
     def report(p: Progress) -> None:
-        now = time.monotonic()
-        if now - last[0] < 1.0 and p.virtual_s < p.duration_s:
+        now = clock()
+        if now - last[0] < every and p.virtual_s < p.duration_s:
             return
         last[0] = now
         share = p.virtual_s / p.duration_s if p.duration_s else 1.0
-        bar = "█" * int(share * 30)
-        click.echo(
-            f"\r  [{bar:<30}] {share:>4.0%}  {timedelta(seconds=int(p.virtual_s))} simulated, "
-            f"{p.requests:,} requests",
-            nl=False,
-            err=True,
+        figures = (
+            f"{share:>4.0%}  {timedelta(seconds=int(p.virtual_s))} simulated, "
+            f"{p.requests:,} requests"
         )
+        if tty:
+            bar = "█" * int(share * 30)
+            click.echo(f"\r  [{bar:<30}] {figures}", nl=False, err=True)
+            drawn[0] = True
+        else:
+            click.echo(f"  {figures}", err=True)
 
     def done() -> None:
-        click.echo("", err=True)
+        if drawn[0]:
+            click.echo("", err=True)
+            drawn[0] = False
 
     return report, done
 

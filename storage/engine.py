@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 
-from core.errors import ConfigurationError, Unavailable
+from core.errors import ConfigurationError, SchemaMissing, Unavailable
+from storage.creation import may_create
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The words this module gives the driver's errors for a SQLite file it refused to open.
+_NO_DIRECTORY = "unable to open database file: directory does not exist"
+_NO_FILE = "the store file does not exist"
 
 
 def normalise_url(url: str) -> str:
@@ -44,10 +50,36 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
     url = normalise_url(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, **kwargs)
+        path = _sqlite_file(url)
+        if path is not None:
+            event.listen(engine, "do_connect", _sqlite_file_check(path))
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(url, **kwargs)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (``None``: in memory, or a ``file:`` URI left to SQLite)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:") or "uri" in parsed.query:
+        return None
+    return Path(database)
+
+
+def _sqlite_file_check(path: Path) -> Any:
+    """Before SQLite opens ``path``: refuse a missing directory (SQLite would only say "unable
+    to open database file"), and a missing file unless the caller may create the store
+    (``storage.creation``)."""
+
+    def check(_dialect: Any, _record: Any, _cargs: Any, _cparams: Any) -> None:
+        if not path.parent.is_dir():
+            raise sqlite3.OperationalError(_NO_DIRECTORY)
+        if not may_create() and not path.exists():
+            raise sqlite3.OperationalError(_NO_FILE)
+
+    return check
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -61,7 +93,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 #: SQLite's words for a database file that cannot be opened (its other OperationalErrors,
 #: such as a missing table, are not about reaching the store).
-_SQLITE_UNREACHABLE = ("unable to open", "disk i/o error", "database is locked")
+_SQLITE_UNREACHABLE = ("unable to open", "disk i/o error", "database is locked", _NO_DIRECTORY)
+#: PostgreSQL's SQLSTATE for a table that does not exist (``undefined_table``).
+_UNDEFINED_TABLE = "42P01"
 
 
 def unreachable(exc: Exception) -> bool:
@@ -75,6 +109,32 @@ def unreachable(exc: Exception) -> bool:
     return True
 
 
+def no_schema(exc: Exception) -> bool:
+    """Whether a database error means the store answers but was never migrated."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if getattr(exc.orig, "sqlstate", None) == _UNDEFINED_TABLE:
+        return True
+    message = str(exc.orig).lower()
+    return isinstance(exc, OperationalError) and (
+        message.startswith("no such table") or message == _NO_FILE
+    )
+
+
+def store_error(exc: BaseException, url: str) -> Unavailable | None:
+    """The one-line error a database error stands for (``None``: not about the store itself):
+    ``SchemaMissing`` for a store never migrated, ``Unavailable`` for one out of reach."""
+    if not isinstance(exc, DBAPIError):
+        return None
+    if no_schema(exc):
+        return SchemaMissing(
+            f"the store at {redact(url)} has no schema: run `infersight db upgrade`"
+        )
+    if unreachable(exc):
+        return Unavailable(f"cannot reach the store at {redact(url)}: {reason(exc)}")
+    return None
+
+
 def reason(exc: Exception) -> str:
     """The driver's own first line of a database error (no SQL, no traceback)."""
     orig = getattr(exc, "orig", None) or exc
@@ -84,10 +144,12 @@ def reason(exc: Exception) -> str:
 
 @contextmanager
 def reaching(url: str) -> Iterator[None]:
-    """Turn "the store cannot be reached" into one ``Unavailable`` with a one-line message."""
+    """Turn "the store cannot be reached" into one ``Unavailable`` with a one-line message,
+    and "it has no schema" into ``SchemaMissing``."""
     try:
         yield
-    except (OperationalError, InterfaceError) as exc:
-        if not unreachable(exc):
+    except DBAPIError as exc:
+        error = store_error(exc, url)
+        if error is None:
             raise
-        raise Unavailable(f"cannot reach the store {redact(url)}: {reason(exc)}") from None
+        raise error from None

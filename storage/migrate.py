@@ -12,6 +12,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from core.errors import ConfigurationError
+from storage.creation import creating
 
 
 def _script_location() -> str:
@@ -30,7 +31,8 @@ def _config(engine: Engine) -> Config:
 
 def _run(engine: Engine, action: str, revision: str) -> None:
     config = _config(engine)
-    with engine.begin() as connection:
+    # Migrating up creates a SQLite store that does not exist yet; nothing else does.
+    with creating(action == "upgrade"), engine.begin() as connection:
         config.attributes["connection"] = connection
         getattr(command, action)(config, revision)
 

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import httpx
@@ -19,6 +18,7 @@ from infersight.commands_slo import slo
 from infersight.settings import Settings
 from tests.api.test_api_slos import OPENSLO_LATENCY, TTFT_SLO
 from tests.peers import free_port
+from tests.waiting import until
 
 
 @dataclass
@@ -72,6 +72,15 @@ def test_bad_listen_addresses_are_refused(text):
         split_listen(text)
 
 
+def evaluated(port: int) -> httpx.Response | None:
+    """``/healthz`` once the scheduler inside serve has evaluated at least once."""
+    try:
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    except httpx.TransportError:
+        return None
+    return health if health.json()["jobs"]["evaluate"] >= 1 else None
+
+
 @pytest.mark.e2e
 def test_serve_answers_over_http_and_stops_cleanly(tmp_path):
     port = free_port()
@@ -82,16 +91,7 @@ def test_serve_answers_over_http_and_stops_cleanly(tmp_path):
         [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
-        deadline, health = time.monotonic() + 30, None
-        while time.monotonic() < deadline:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                if health.json()["jobs"]["evaluate"] >= 1:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        assert health is not None
+        health = until(lambda: evaluated(port), "serve evaluated its SLOs", process=process)
         assert health.status_code == 200
         assert health.json()["jobs"]["evaluate"] >= 1  # the scheduler runs inside serve
         latency = httpx.get(f"http://127.0.0.1:{port}/api/v1/latency", timeout=5)

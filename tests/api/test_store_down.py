@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from sqlalchemy.engine import make_url
 from storage import migrate
 from tests.collector.tcp_proxy import TcpProxy
 from tests.peers import free_port
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from infersight.cli import main; main()"]
@@ -36,13 +36,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 90.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return bool(predicate())
+def wait_until(predicate: Callable[[], object]) -> bool:
+    """Waits on the event, however long a loaded machine takes (pytest-timeout guards)."""
+    return bool(until(predicate, "the awaited state"))
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from alerts.prometheus_rules import ALERT, rule_groups, to_yaml
 from core.burn import AlertState, Policy, Severity, evaluate, step
+from core.errors import SchemaMissing
 from core.query import Selector
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import format_duration
@@ -291,8 +292,8 @@ def test_export_rules_reads_the_stored_slos_and_refuses_when_there_are_none(
     obj = _Obj(Settings(database_url=f"sqlite:///{tmp_path / 'cli.db'}"))
     runner = CliRunner()
     unmigrated = runner.invoke(slo, ["export-rules"], obj=obj)
-    assert unmigrated.exit_code == 1
-    assert "infersight db upgrade" in unmigrated.output
+    assert isinstance(unmigrated.exception, SchemaMissing)  # exit 4 under `infersight` (#16)
+    assert "infersight db upgrade" in unmigrated.exception.message
     engine = create_store_engine(obj.settings.database_url)
     migrate.upgrade(engine)
     engine.dispose()
