@@ -47,7 +47,7 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
         f"--web.listen-address=127.0.0.1:{port}",
         "--cluster.listen-address=",
     ]
-    with ready_server(command, f"http://127.0.0.1:{port}", timeout_s=20) as url:
+    with ready_server(command, f"http://127.0.0.1:{port}") as url:
         yield url
 
 

@@ -72,7 +72,7 @@ def prometheus(running: Running, tmp_path_factory: pytest.TempPathFactory) -> It
         f"--storage.tsdb.path={root / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
     ]
-    with ready_server(command, f"http://127.0.0.1:{port}", timeout_s=30) as url:
+    with ready_server(command, f"http://127.0.0.1:{port}") as url:
         yield url
 
 

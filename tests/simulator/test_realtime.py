@@ -23,7 +23,7 @@ from tests.virtual_time import run_in_virtual_time, serving_here
 
 
 def serving(server: RealtimeServer) -> AbstractContextManager[str]:
-    return serving_app(server.app(), timeout_s=10)
+    return serving_app(server.app())
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ real deployment; the percentiles the store answers must equal the simulator's ow
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,19 +31,11 @@ from storage.tables import requests
 from storage.writer import open_writer
 from tests.conftest import Store
 from tests.simulator.support import SHORT_MIX, START
+from tests.waiting import until
 
 pytestmark = pytest.mark.e2e
 QS = (0.5, 0.9, 0.95, 0.99)
 METRICS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "preprocess", "gateway")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
 
 
 @pytest.fixture
@@ -99,7 +90,8 @@ def test_stored_percentiles_after_the_sidecar_equal_the_simulators_truth(
         with store.engine.connect() as c:
             return int(c.scalar(select(func.count()).select_from(requests)) or 0)
 
-    assert wait_until(lambda: count() == result.requests), (count(), result.requests)
+    until(lambda: count() >= result.requests, "every request stored")
+    assert count() == result.requests
     window = Window(START, START + timedelta(hours=1))
     for instance in ("sim-0", "sim-1"):
         records = [r for r in truth.records if r.instance == instance]
