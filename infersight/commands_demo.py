@@ -34,6 +34,7 @@ from core.burn import Incident
 from infersight.cli import Context, pass_context
 from infersight.commands_serve import split_listen
 from infersight.demo_live import DemoStatus, LiveDemo, shift_faults
+from infersight.demo_seed import Seeding
 from infersight.demo_virtual import VIRTUAL_STORE, run_virtual
 from service.specs import parse_specs
 from simulator.scenario import Scenario
@@ -179,11 +180,19 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
             click.echo(f"  {written:,} requests stored", err=True)
         if stop.is_set():
             return
+        # The healthy history (backfilled, or a recent demo's) is the baseline.
+        history = demo_.history_window(history_s) if history_s > 0 else None
+        seeding: Seeding | None = None
         try:
             _introduce(demo_.scenario, demo_.start())
-            _watch(demo_, stop, duration_s)
+            first_incident = threading.Event()
+            echo = lambda t: click.echo(t, err=True)  # noqa: E731
+            seeding = Seeding(demo_.engine, history, echo, go=first_incident).start()
+            _watch(demo_, stop, duration_s, first_incident)
         finally:
             click.echo("stopping: fleet, sidecars (draining their spools), API…", err=True)
+            if seeding is not None:
+                seeding.stop()
             demo_.stop()
     leftover = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if leftover:
@@ -211,12 +220,19 @@ def _introduce(plan: Scenario, url: str) -> None:
     click.echo("press Ctrl-C to stop", err=True)
 
 
-def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> None:
+def _watch(
+    demo_: LiveDemo,
+    stop: threading.Event,
+    duration_s: float | None,
+    first_incident: threading.Event | None = None,
+) -> None:
     announced: dict[int, tuple[str, str | None, str]] = {}
     last_line = 0.0
     while not stop.wait(_POLL_S):
         current = demo_.status()
         _announce(demo_, current, announced)
+        if announced and first_incident is not None:
+            first_incident.set()
         if current.elapsed_s - last_line >= PROGRESS_EVERY_S:
             last_line = current.elapsed_s
             _progress_line(current)

@@ -26,8 +26,9 @@ from api.context import build_context
 from api.settings import ApiSettings
 from core.slo import SloSpec
 from core.timestamps import iso, parse_time
-from core.window import Resolution
+from core.window import Resolution, Window
 from infersight.demo_report import incidents_report, progress_bar, report
+from infersight.demo_seed import BASELINE, HOLD_S, LEVELS, capture_baseline, store_step_run
 from infersight.settings import Settings
 from service.jobs import SoleLeader
 from simulator.fleet import Progress, RunResult, run_scenario
@@ -107,6 +108,22 @@ def play(
     return Played(result, scenario, evaluations[0])
 
 
+def seed(engine: Engine, plan: Scenario) -> None:
+    """A baseline of the healthy stretch before the first fault, and a step load test stored
+    as a run (on the wall clock: about half a minute), as the live demo seeds them."""
+    healthy_s = min((f.start_s for f in plan.faults), default=plan.duration_s)
+    if healthy_s >= INTERVAL_S:
+        window = Window(plan.start, plan.start + timedelta(seconds=healthy_s))
+        baseline = capture_baseline(engine, window, window.end)
+        click.echo(
+            f"\ncaptured baseline {BASELINE} from the healthy first "
+            f"{timedelta(seconds=int(healthy_s))} ({baseline.requests:,} requests)"
+        )
+    click.echo(f"step load test ({len(LEVELS)} levels × {HOLD_S:g} s) on a simulated instance…")
+    run = store_step_run(engine)
+    click.echo(f"stored load-test run {run.id} (the Capacity page shows its knee)")
+
+
 def run_virtual(
     engine: Engine,
     settings: Settings,
@@ -148,6 +165,7 @@ def run_virtual(
     )
     report(engine, plan, result)
     incidents_report(engine, plan)
+    seed(engine, plan)
     last = plan.start + timedelta(seconds=plan.duration_s)
     if live:  # it ends now: a range ending now, as the dashboard's range menu has them
         shown = next((k for k, v in DASHBOARD_RANGES if v >= plan.duration_s), "30d")

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -25,8 +26,16 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from storage import incidents, signals, slo_store
+from core.loadtest import ScenarioKind, knee_of, summarise
+from infersight.demo_live import LiveDemo
+from infersight.demo_seed import BASELINE, SLOTS, capture_baseline, store_step_run
+from infersight.settings import Settings
+from loadgen.virtual_time import run_in_virtual_time
+from simulator.specs import load_scenario
+from storage import incidents, migrate, signals, slo_store
+from storage.baselines import get_baseline
 from storage.engine import create_store_engine
+from storage.runs import get_run, list_runs
 from storage.tables import gpu_samples, requests
 from tests.dashboard.conftest import Page, browser, page, serve
 
@@ -113,9 +122,16 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
         # The surge on vllm-8b-0 comes first and slows the 8B model's token rate.
         assert found[0]["slo"] == "chat-8b-tpot"
         assert client.get("/metrics").status_code == 200
-        client.close()
         log = tmp_path / "stderr.txt"
         _wait_for(lambda: "incident #1 opened" in log.read_text(), 30, "the incident's report")
+        # The Baselines and Capacity pages have something to show: a baseline of the healthy
+        # history and a stored step run (issue #16). Each is announced once stored.
+        _wait_for(lambda: "captured baseline demo-healthy" in log.read_text(), 60, "a baseline")
+        baselines = client.get("/api/v1/baselines").json()
+        assert "demo-healthy" in str(baselines)
+        _wait_for(lambda: "stored load-test run" in log.read_text(), 180, "the step run")
+        assert '<span class="tag">knee</span>' in client.get("/ui/capacity").text
+        client.close()
         spawned = _children(process.pid)
     except BaseException:
         process.kill()
@@ -288,3 +304,41 @@ def test_a_bad_duration_is_refused_with_a_clear_error(tmp_path: Path, option: st
     )  # fmt: skip
     assert done.returncode == 2
     assert "not a duration" in done.stderr
+
+
+def test_the_live_demo_seeds_a_baseline_from_its_healthy_history(tmp_path: Path) -> None:
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'seed.db'}")
+    try:
+        migrate.upgrade(engine)
+        plan = load_scenario(str(files("infersight").joinpath("demo_fleet.yaml")))
+        demo_ = LiveDemo(engine, Settings(), plan, [])
+        assert demo_.backfill(300, threading.Event()) > 0
+        captured = capture_baseline(engine, demo_.history_window(300), datetime.now(UTC))
+        stored = get_baseline(engine, BASELINE)
+    finally:
+        engine.dispose()
+    assert stored.name == "demo-healthy"
+    assert stored.requests == captured.requests > 1000
+    assert stored.duration_s == 300
+    assert 0.8 < stored.request_throughput / 18 < 1.2  # the fleet's 12 + 6 req/s
+    assert stored.latency["ttft"].quantiles
+
+
+def test_the_live_demo_s_step_run_is_stored_with_a_knee_at_the_batch_size(
+    tmp_path: Path,
+) -> None:
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'seed.db'}")
+    try:
+        migrate.upgrade(engine)
+        # In virtual time (tests.virtual_time): the knee is the model's, not the host's.
+        run = store_step_run(engine, run_in=run_in_virtual_time)
+        listed = list_runs(engine, 10)
+        stored = get_run(engine, listed[0].id)
+    finally:
+        engine.dispose()
+    assert [r.id for r in listed] == [run.id]
+    assert stored.scenario is ScenarioKind.STEP
+    assert all(r.ok for r in stored.results)
+    knee = knee_of(summarise(stored))
+    assert knee is not None
+    assert abs(knee.concurrency - SLOTS) / SLOTS <= 0.25
