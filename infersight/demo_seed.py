@@ -53,7 +53,12 @@ HOLD_S: Final = 2.5
 RUN_NAME: Final = f"demo step run: one simulated 8B instance, {SLOTS} sequences a batch"
 
 
-def capture_baseline(engine: Engine, window: Window, now: datetime) -> Baseline:
+def capture_baseline(
+    engine: Engine,
+    window: Window,
+    now: datetime,
+    description: str = "the live demo's healthy backfill, before any fault",
+) -> Baseline:
     """Store (or replace) baseline ``BASELINE`` from the fleet's requests in ``window``."""
     baseline = capture_window(
         engine,
@@ -61,7 +66,7 @@ def capture_baseline(engine: Engine, window: Window, now: datetime) -> Baseline:
         window,
         Selector(),
         now,
-        description="the live demo's healthy backfill, before any fault",
+        description=description,
         finest=Resolution.MINUTE,
     )
     save_baseline(engine, baseline, replace=True)

@@ -114,7 +114,8 @@ def seed(engine: Engine, plan: Scenario) -> None:
     healthy_s = min((f.start_s for f in plan.faults), default=plan.duration_s)
     if healthy_s >= INTERVAL_S:
         window = Window(plan.start, plan.start + timedelta(seconds=healthy_s))
-        baseline = capture_baseline(engine, window, window.end)
+        what = f"the virtual demo's healthy stretch before the first fault ({plan.name})"
+        baseline = capture_baseline(engine, window, window.end, what)
         click.echo(
             f"\ncaptured baseline {BASELINE} from the healthy first "
             f"{timedelta(seconds=int(healthy_s))} ({baseline.requests:,} requests)"

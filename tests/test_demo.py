@@ -236,6 +236,9 @@ def test_the_virtual_demo_plays_into_its_own_store_ending_now_and_reports_what_i
     assert diagnosis["instance"] == "vllm-70b-0"
     assert "Incidents the SLO evaluation opened" in out
     assert "diagnosis: gpu_throttled on vllm-70b-0" in out
+    # The Baselines and Capacity pages have something to show, as in the live demo.
+    assert "captured baseline demo-healthy from the healthy first 0:30:00" in out
+    assert "stored load-test run 1" in out
 
 
 @pytest.mark.slow
