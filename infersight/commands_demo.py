@@ -7,8 +7,11 @@ and the dashboard. It backfills some healthy history, applies the demo SLOs, pri
 dashboard's URL, then injects one fault after another (the first a minute in) and reports
 incidents as they open, are diagnosed and resolve, until Ctrl-C (or SIGTERM) stops it cleanly.
 
-``--virtual`` keeps the original mode: play a scenario into the store in virtual time, as
-fast as the machine allows, and print a report of what infersight saw.
+``--virtual`` plays a scenario (mixed-incident by default) into its own store,
+``./infersight-virtual.db`` unless ``--store`` names one, in virtual time and as fast as the
+machine allows, ending now (or at ``--end``); the API's jobs evaluate the SLOs at every minute
+of virtual time and diagnose the incidents (``infersight.demo_virtual``). It prints a report
+of what infersight saw, incidents and diagnoses included, and how to open the dashboard on it.
 """
 
 from __future__ import annotations
@@ -26,21 +29,18 @@ from pathlib import Path
 from typing import Any
 
 import click
-from sqlalchemy import Engine
 
 from core.burn import Incident
 from infersight.cli import Context, pass_context
 from infersight.commands_serve import split_listen
 from infersight.demo_live import DemoStatus, LiveDemo, shift_faults
-from infersight.demo_report import progress_bar, report
+from infersight.demo_seed import Seeding
+from infersight.demo_virtual import VIRTUAL_STORE, run_virtual
 from service.specs import parse_specs
-from simulator.fleet import run_scenario
 from simulator.scenario import Scenario
-from simulator.sinks.store import StoreSink
 from simulator.specs import load_scenario, parse_duration
 from storage import migrate
 from storage.engine import create_store_engine, redact
-from storage.writer import open_writer
 
 VIRTUAL_SCENARIO = "mixed-incident"
 #: How often the live demo prints a progress line (incidents are reported as they change).
@@ -99,6 +99,12 @@ def _seconds(value: str | None) -> float | None:
     help="Stop after DURATION (live), or play only the first DURATION (--virtual).",
 )
 @click.option("--virtual", is_flag=True, help="Play the scenario in virtual time and report.")
+@click.option(
+    "--end",
+    default=None,
+    metavar="ISO",
+    help="With --virtual: when the played scenario ends (default: now).",
+)
 @pass_context
 def demo(
     context: Context,
@@ -109,24 +115,30 @@ def demo(
     slo_file: Path | None,
     duration: str | None,
     virtual: bool,
+    end: str | None,
 ) -> None:
     """Run a simulated fleet with sidecars, the API and the dashboard, and watch incidents."""
     duration_s = _seconds(duration)
     history_s = _seconds(history) or 0.0
     first_s = _seconds(first_fault) or 0.0
     host, port = split_listen(listen)
+    if end is not None and not virtual:
+        raise click.UsageError("--end is for --virtual (the live demo runs on the wall clock)")
     url = context.settings.database_url
+    if virtual and "database_url" not in context.settings.model_fields_set:
+        url = VIRTUAL_STORE  # its own file: not the live demo's store
     engine = create_store_engine(url, pool_size=10, max_overflow=20)
     try:
         click.echo(f"store: {redact(url)}", err=True)
         migrate.upgrade(engine)
+        slos = parse_specs((slo_file or _shipped("demo_slos.yaml")).read_bytes())
         if virtual:
-            _virtual(engine, load_scenario(scenario or VIRTUAL_SCENARIO), duration_s)
+            plan = load_scenario(scenario or VIRTUAL_SCENARIO)
+            run_virtual(engine, context.settings, plan, slos, url, duration_s, end)
             return
         plan = shift_faults(load_scenario(scenario or _shipped("demo_fleet.yaml")), first_s)
         # A fresh seed per run: a second demo on the same store must not repeat trace ids.
         plan = dataclasses.replace(plan, seed=(plan.seed + time.time_ns()) % (1 << 31))
-        slos = parse_specs((slo_file or _shipped("demo_slos.yaml")).read_bytes())
         demo_ = LiveDemo(engine, context.settings, plan, slos, host=host, port=port)
         _live(demo_, history_s, duration_s)
     finally:
@@ -168,11 +180,19 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
             click.echo(f"  {written:,} requests stored", err=True)
         if stop.is_set():
             return
+        # The healthy history (backfilled, or a recent demo's) is the baseline.
+        history = demo_.history_window(history_s) if history_s > 0 else None
+        seeding: Seeding | None = None
         try:
             _introduce(demo_.scenario, demo_.start())
-            _watch(demo_, stop, duration_s)
+            first_incident = threading.Event()
+            echo = lambda t: click.echo(t, err=True)  # noqa: E731
+            seeding = Seeding(demo_.engine, history, echo, go=first_incident).start()
+            _watch(demo_, stop, duration_s, first_incident)
         finally:
             click.echo("stopping: fleet, sidecars (draining their spools), API…", err=True)
+            if seeding is not None:
+                seeding.stop()
             demo_.stop()
     leftover = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if leftover:
@@ -200,12 +220,19 @@ def _introduce(plan: Scenario, url: str) -> None:
     click.echo("press Ctrl-C to stop", err=True)
 
 
-def _watch(demo_: LiveDemo, stop: threading.Event, duration_s: float | None) -> None:
+def _watch(
+    demo_: LiveDemo,
+    stop: threading.Event,
+    duration_s: float | None,
+    first_incident: threading.Event | None = None,
+) -> None:
     announced: dict[int, tuple[str, str | None, str]] = {}
     last_line = 0.0
     while not stop.wait(_POLL_S):
         current = demo_.status()
         _announce(demo_, current, announced)
+        if announced and first_incident is not None:
+            first_incident.set()
         if current.elapsed_s - last_line >= PROGRESS_EVERY_S:
             last_line = current.elapsed_s
             _progress_line(current)
@@ -260,33 +287,3 @@ def _progress_line(current: DemoStatus) -> None:
 
 
 # -- virtual time --------------------------------------------------------------------------
-
-
-def _virtual(engine: Engine, plan: Scenario, duration_s: float | None) -> None:
-    if duration_s is not None:
-        seconds = min(duration_s, plan.duration_s)
-        plan = dataclasses.replace(
-            plan, duration_s=seconds, faults=tuple(f for f in plan.faults if f.start_s < seconds)
-        )
-    click.echo(
-        f"playing '{plan.name}': {len(plan.instances)} simulated vLLM instances, "
-        f"{timedelta(seconds=int(plan.duration_s))} of traffic in virtual time",
-        err=True,
-    )
-    sink = StoreSink(open_writer(engine))
-    show, done = progress_bar()
-    try:
-        result = run_scenario(plan, [sink], progress=show)
-        sink.close()
-    except KeyboardInterrupt:
-        done()
-        click.echo("interrupted: what was stored so far stays in the store", err=True)
-        sys.exit(130)
-    finally:
-        done()
-    click.echo(
-        f"stored {result.requests:,} requests, {result.server_samples:,} server and "
-        f"{result.gpu_samples:,} GPU samples in {result.wall_s:.0f} s",
-        err=True,
-    )
-    report(engine, plan, result)

@@ -43,6 +43,7 @@ from collector.sidecar import Sidecar, SidecarConfig
 from core.burn import Incident
 from core.errors import ConfigurationError, Unavailable
 from core.slo import SloSpec
+from core.window import Window
 from infersight.settings import Settings
 from simulator.events import Batch
 from simulator.fleet import Progress, run_scenario
@@ -150,6 +151,7 @@ class LiveDemo:
         self._api_thread: threading.Thread | None = None
         self._started = time.monotonic()
         self.url = ""
+        self._history: Window | None = None
 
     # -- before the fleet ----------------------------------------------------------------
 
@@ -183,6 +185,7 @@ class LiveDemo:
         if history_s <= 0:
             return 0
         start = self._clock() - timedelta(seconds=history_s)
+        self._history = Window(start, start + timedelta(seconds=history_s))
         past = dataclasses.replace(
             self.scenario,
             start=start,
@@ -205,6 +208,14 @@ class LiveDemo:
         finally:
             sink.close()
         return result.requests
+
+    def history_window(self, history_s: float) -> Window:
+        """What ``backfill`` played, else the last ``history_s`` before now (a recent demo's
+        traffic): the window the demo's baseline is captured from."""
+        if self._history is not None:
+            return self._history
+        end = self._clock()
+        return Window(end - timedelta(seconds=history_s), end)
 
     def recent_requests(self, history_s: float) -> int:
         """Requests the store already holds for the history window (a demo run before)."""

@@ -1,7 +1,8 @@
 """The virtual-time demo's read-out: what infersight saw in a scenario played into the store.
 
 Latency percentiles and throughput per model, where end-to-end time goes, and for every
-injected fault how the affected instance's latency compares with the hour before it.
+injected fault how the affected instance's latency compares with the hour before it; then
+the incidents the SLO evaluation opened while the scenario played, with their diagnoses.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from core.query import Method, Selector
 from core.window import Window
 from simulator.fleet import Progress, RunResult
 from simulator.scenario import Scenario
-from storage import queries
+from storage import incidents, queries, signals
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -135,4 +136,36 @@ def report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
         echo(
             f"  {fault.kind:<22}{fault.instance:<14}"
             f"{fault.start:%H:%M}–{fault.end:%H:%M}  {cells[0]:>18}{cells[1]:>18}"
+        )
+
+
+def _cause(diagnosis: object) -> str:
+    if not isinstance(diagnosis, dict):
+        return "not diagnosed"
+    cause = str(diagnosis.get("cause", "unknown"))
+    instance = diagnosis.get("instance")
+    confidence = diagnosis.get("confidence")
+    where = f" on {instance}" if instance else ""
+    sure = f" ({confidence:.0%})" if isinstance(confidence, int | float) else ""
+    return f"{cause}{where}{sure}"
+
+
+def incidents_report(engine: Engine, scenario: Scenario) -> None:
+    """The incidents opened over the scenario, oldest first, with their stored diagnoses."""
+    start = scenario.start
+    found = [i for i in incidents.list_incidents(engine, "all") if i.opened_at >= start]
+    found.sort(key=lambda i: (i.opened_at, i.id))
+    echo = click.echo
+    echo(f"\nIncidents the SLO evaluation opened ({len(found)}), and their diagnoses")
+    if not found:
+        echo("  none")
+        return
+    notes = signals.notes(engine, [i.id for i in found])
+    for i in found:
+        note = notes.get(i.id)
+        until = f"{i.resolved_at:%H:%M}" if i.resolved_at else "open"
+        echo(
+            f"  #{i.id:<4}{i.opened_at:%H:%M}–{until:<6} {i.severity.value:<7}"
+            f"peak burn {i.peak_burn_rate:>7,.1f}×  {i.slo} ({i.scope})\n"
+            f"        diagnosis: {_cause(note.diagnosis if note else None)}"
         )

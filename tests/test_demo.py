@@ -16,7 +16,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -24,8 +26,20 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from core.loadtest import ScenarioKind, knee_of, summarise
+from infersight.demo_live import LiveDemo
+from infersight.demo_seed import BASELINE, SLOTS, capture_baseline, store_step_run
+from infersight.settings import Settings
+from loadgen.virtual_time import run_in_virtual_time
+from simulator.specs import load_scenario
+from storage import incidents, migrate, signals, slo_store
+from storage.baselines import get_baseline
 from storage.engine import create_store_engine
+from storage.runs import get_run, list_runs
 from storage.tables import gpu_samples, requests
+from tests.dashboard.conftest import Page, browser, page, serve
+
+__all__ = ["browser", "page"]  # the dashboard's Chromium fixtures, used here
 
 CLI = [sys.executable, "-c", "from infersight.cli import main; main()"]
 T = TypeVar("T")
@@ -108,9 +122,16 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
         # The surge on vllm-8b-0 comes first and slows the 8B model's token rate.
         assert found[0]["slo"] == "chat-8b-tpot"
         assert client.get("/metrics").status_code == 200
-        client.close()
         log = tmp_path / "stderr.txt"
         _wait_for(lambda: "incident #1 opened" in log.read_text(), 30, "the incident's report")
+        # The Baselines and Capacity pages have something to show: a baseline of the healthy
+        # history and a stored step run (issue #16). Each is announced once stored.
+        _wait_for(lambda: "captured baseline demo-healthy" in log.read_text(), 60, "a baseline")
+        baselines = client.get("/api/v1/baselines").json()
+        assert "demo-healthy" in str(baselines)
+        _wait_for(lambda: "stored load-test run" in log.read_text(), 180, "the step run")
+        assert '<span class="tag">knee</span>' in client.get("/ui/capacity").text
+        client.close()
         spawned = _children(process.pid)
     except BaseException:
         process.kill()
@@ -139,32 +160,143 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
     assert not (tmp_path / "infersight.db").exists()  # --store was honoured
 
 
-@pytest.mark.slow
-def test_the_virtual_demo_plays_a_scenario_into_sqlite_and_reports_what_it_saw(
-    tmp_path: Path,
-) -> None:
-    store = f"sqlite:///{tmp_path / 'demo.db'}"
+def _virtual_env() -> dict[str, str]:
+    """The environment without a store setting: the demo picks its own default."""
+    return {k: v for k, v in os.environ.items() if k != "INFERSIGHT_DATABASE_URL"}
+
+
+@dataclass(frozen=True)
+class VirtualRun:
+    folder: Path
+    store: str
+    stdout: str
+    stderr: str
+    started: datetime
+    finished: datetime
+
+
+@pytest.fixture(scope="module")
+def virtual_run(tmp_path_factory: pytest.TempPathFactory) -> VirtualRun:
+    """``infersight demo --virtual --duration 40m`` as a user runs it: no --store, in a fresh
+    folder (the first fault of the mixed incident, thermal throttling, starts at 30 m)."""
+    folder = tmp_path_factory.mktemp("virtual")
+    started = datetime.now(UTC)
     done = subprocess.run(
-        [*CLI, "--store", store, "demo", "--virtual", "--duration", "50m"],
-        capture_output=True, text=True, timeout=300, check=False,
+        [*CLI, "demo", "--virtual", "--duration", "40m"],
+        capture_output=True, text=True, timeout=900, check=False, cwd=folder, env=_virtual_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    store = f"sqlite:///{folder / 'infersight-virtual.db'}"
+    return VirtualRun(folder, store, done.stdout, done.stderr, started, datetime.now(UTC))
+
+
+@pytest.mark.slow
+def test_the_virtual_demo_plays_into_its_own_store_ending_now_and_reports_what_it_saw(
+    virtual_run: VirtualRun,
+) -> None:
+    out = virtual_run.stdout
     assert "Latency per model" in out
     assert "meta-llama/Llama-3.1-8B-Instruct" in out
     assert "Where end-to-end time goes" in out
-    # The first fault of the mixed incident (thermal throttling from 30 m) is inside 50 minutes;
-    # the later ones are not and must not be reported.
+    # The first fault (thermal throttling from 30 m) is inside 40 minutes; later ones are not.
     assert "thermal_throttle" in out
     assert "kv_pressure" not in out
-    assert "stored" in done.stderr
-    engine = create_store_engine(store)
-    with engine.connect() as c:
-        stored = c.execute(select(func.count()).select_from(requests)).scalar_one()
-        gpus = c.execute(select(func.count()).select_from(gpu_samples)).scalar_one()
-    engine.dispose()
+    assert "stored" in virtual_run.stderr
+    # Its own file, not the live demo's, and the way to look at it.
+    assert (virtual_run.folder / "infersight-virtual.db").exists()
+    assert not (virtual_run.folder / "infersight.db").exists()
+    assert "infersight --store sqlite:///infersight-virtual.db serve" in out
+    assert "?range=1h" in out
+    engine = create_store_engine(virtual_run.store)
+    try:
+        with engine.connect() as c:
+            stored = c.execute(select(func.count()).select_from(requests)).scalar_one()
+            gpus = c.execute(select(func.count()).select_from(gpu_samples)).scalar_one()
+            first, last = c.execute(
+                select(func.min(requests.c.start), func.max(requests.c.start))
+            ).one()
+        found = incidents.list_incidents(engine, "all")
+        notes = signals.notes(engine, [i.id for i in found])
+    finally:
+        engine.dispose()
     assert stored > 10_000
     assert gpus > 0
+    # It ends now (to the minute it started in), and lasted the 40 minutes asked for.
+    first, last = first.replace(tzinfo=UTC), last.replace(tzinfo=UTC)
+    assert virtual_run.started - timedelta(minutes=2) <= last < virtual_run.finished
+    assert last - first == pytest.approx(timedelta(minutes=40), abs=timedelta(minutes=1))
+    # The SLOs were evaluated in virtual time: the throttled 70B instance opened an incident,
+    # diagnosed as GPU throttling on that instance, and the report says so.
+    assert "evaluated the SLOs 40 times" in virtual_run.stderr
+    throttled = [i for i in found if i.slo == "chat-70b-tpot"]
+    assert throttled, [i.slo for i in found]
+    diagnosis = notes[throttled[0].id].diagnosis
+    assert diagnosis is not None
+    assert diagnosis["cause"] == "gpu_throttled"
+    assert diagnosis["instance"] == "vllm-70b-0"
+    assert "Incidents the SLO evaluation opened" in out
+    assert "diagnosis: gpu_throttled on vllm-70b-0" in out
+    # The Baselines and Capacity pages have something to show, as in the live demo.
+    assert "captured baseline demo-healthy from the healthy first 0:30:00" in out
+    assert "stored load-test run 1" in out
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_virtual_demo_s_latency_page_draws_lines_not_dots(
+    virtual_run: VirtualRun, page: Page
+) -> None:
+    engine = create_store_engine(virtual_run.store)
+    try:
+        with serve(engine, datetime.now(UTC)) as live:
+            page.goto(f"{live.url}/ui/latency?range=1h")
+            chart = page.tab.locator("#chart-ttft svg.chart")
+            assert chart.locator("g.series").count() == 4  # every instance
+            lines = chart.locator("polyline")
+            assert lines.count() >= 4
+            longest = max(
+                len((lines.nth(i).get_attribute("points") or "").split())
+                for i in range(lines.count())
+            )
+            assert longest >= 30  # a minute a point over the hour, not one dot a day
+            assert "one point per 1m" in page.tab.locator("main").inner_text()
+            assert page.problems == []
+    finally:
+        engine.dispose()
+
+
+def test_the_virtual_demo_ends_at_end_and_honours_store(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'chosen.db'}"
+    done = subprocess.run(
+        [*CLI, "--store", store, "demo", "--virtual", "--duration", "3m",
+         "--end", "2026-06-01T12:00:30Z"],
+        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "infersight-virtual.db").exists()
+    assert "start=2026-06-01T11:57:00Z&end=2026-06-01T12:00:00Z" in done.stdout
+    engine = create_store_engine(store)
+    try:
+        with engine.connect() as c:
+            first, last = c.execute(
+                select(func.min(requests.c.start), func.max(requests.c.start))
+            ).one()
+        slos = slo_store.list_slos(engine)
+    finally:
+        engine.dispose()
+    assert first.replace(tzinfo=UTC) >= datetime(2026, 6, 1, 11, 57, tzinfo=UTC)
+    assert last.replace(tzinfo=UTC) < datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    assert {s.name for s in slos} >= {"chat-8b-tpot", "fleet-availability"}
+
+
+def test_end_is_refused_without_virtual(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*CLI, "--store", f"sqlite:///{tmp_path / 'x.db'}", "demo",
+         "--end", "2026-06-01T12:00:00Z"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--end is for --virtual" in done.stderr
 
 
 @pytest.mark.parametrize("option", ["--duration", "--first-fault"])
@@ -175,3 +307,41 @@ def test_a_bad_duration_is_refused_with_a_clear_error(tmp_path: Path, option: st
     )  # fmt: skip
     assert done.returncode == 2
     assert "not a duration" in done.stderr
+
+
+def test_the_live_demo_seeds_a_baseline_from_its_healthy_history(tmp_path: Path) -> None:
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'seed.db'}")
+    try:
+        migrate.upgrade(engine)
+        plan = load_scenario(str(files("infersight").joinpath("demo_fleet.yaml")))
+        demo_ = LiveDemo(engine, Settings(), plan, [])
+        assert demo_.backfill(300, threading.Event()) > 0
+        captured = capture_baseline(engine, demo_.history_window(300), datetime.now(UTC))
+        stored = get_baseline(engine, BASELINE)
+    finally:
+        engine.dispose()
+    assert stored.name == "demo-healthy"
+    assert stored.requests == captured.requests > 1000
+    assert stored.duration_s == 300
+    assert 0.8 < stored.request_throughput / 18 < 1.2  # the fleet's 12 + 6 req/s
+    assert stored.latency["ttft"].quantiles
+
+
+def test_the_live_demo_s_step_run_is_stored_with_a_knee_at_the_batch_size(
+    tmp_path: Path,
+) -> None:
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'seed.db'}")
+    try:
+        migrate.upgrade(engine)
+        # In virtual time (tests.virtual_time): the knee is the model's, not the host's.
+        run = store_step_run(engine, run_in=run_in_virtual_time)
+        listed = list_runs(engine, 10)
+        stored = get_run(engine, listed[0].id)
+    finally:
+        engine.dispose()
+    assert [r.id for r in listed] == [run.id]
+    assert stored.scenario is ScenarioKind.STEP
+    assert all(r.ok for r in stored.results)
+    knee = knee_of(summarise(stored))
+    assert knee is not None
+    assert abs(knee.concurrency - SLOTS) / SLOTS <= 0.25

@@ -30,6 +30,26 @@ _TIME_STEPS: Final = (
 )  # fmt: skip
 
 
+#: A time-series chart has at most this many buckets: fine enough to draw a line, few enough to
+#: hover (3 h at one point a minute is 180).
+CHART_POINTS: Final = 200
+#: Bucket lengths a chart may use, in seconds: each a whole number of minutes, hours or days.
+BUCKET_STEPS: Final = (
+    60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
+)  # fmt: skip
+
+
+def bucket_seconds(span_s: float, finest_s: int = 60, max_points: int = CHART_POINTS) -> int:
+    """The bucket length of a chart over ``span_s`` seconds: the shortest ``BUCKET_STEPS``
+    entry that is a whole number of ``finest_s`` (the finest rollup still kept for the range)
+    and gives at most ``max_points`` buckets. A 3-hour range gets minutes, a day ten minutes,
+    a week hours; only retention (``finest_s``) makes a range coarser than that."""
+    for step in BUCKET_STEPS:
+        if step >= finest_s and step % finest_s == 0 and span_s / step <= max_points:
+            return step
+    return max(BUCKET_STEPS[-1], finest_s)
+
+
 def _safe(html: str) -> Markup:
     """Mark this module's output as markup: every text placed in it went through ``escape``."""
     return Markup(html)  # noqa: S704 - the only place markup is made, from escaped parts

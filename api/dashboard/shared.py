@@ -1,18 +1,56 @@
-"""What several pages share: the buckets and step of their charts, and the filter menus."""
+"""What several pages share: the buckets and step of their charts, and the filter menus.
+
+A chart's bucket (``ChartStep``) is chosen from the range (``charts.bucket_seconds``: at most
+``charts.CHART_POINTS`` buckets, so a 3-hour range is drawn a minute at a time and a day ten
+minutes at a time) and read from the finest rollups retention still keeps for the range;
+``request_series`` and ``bucket_sketches`` add those rollup buckets up into chart buckets.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from api.context import AppContext
+from api.dashboard.charts import bucket_seconds
 from api.dashboard.context import Context
 from core.query import Selector
 from core.records import GROUP_LABELS
-from core.window import Resolution
+from core.sketch import QuantileSketch, merge_all
+from core.window import Resolution, Window, format_duration
 from storage import timeseries
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-def bucket_times(ctx: Context, step: Resolution) -> list[datetime]:
+
+class Step(Protocol):
+    @property
+    def seconds(self) -> int: ...
+
+    def floor(self, ts: datetime) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChartStep:
+    """One chart bucket: ``seconds`` long, added up from ``rollups`` buckets."""
+
+    seconds: int
+    rollups: Resolution
+
+    @property
+    def value(self) -> str:
+        """How the page names it (``1m``, ``10m``, ``6h``)."""
+        return format_duration(timedelta(seconds=self.seconds))
+
+    def floor(self, ts: datetime) -> datetime:
+        offset = int((ts - _EPOCH).total_seconds() // self.seconds) * self.seconds
+        return _EPOCH + timedelta(seconds=offset)
+
+
+def bucket_times(ctx: Context, step: Step) -> list[datetime]:
     """Every bucket start of ``step`` that overlaps the range (gaps are drawn as gaps)."""
     at, out = step.floor(ctx.window.start), []
     while at < ctx.window.end:
@@ -21,11 +59,49 @@ def bucket_times(ctx: Context, step: Resolution) -> list[datetime]:
     return out
 
 
-def chart_step(app: AppContext, ctx: Context) -> Resolution:
-    """The context's step, coarsened to what the retention policy still keeps."""
+def chart_step(app: AppContext, ctx: Context) -> ChartStep:
+    """The range's chart bucket, no finer than the rollups retention still keeps for it."""
     finest: Resolution = app.retention.finest_for(ctx.window, ctx.now)
-    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
-    return max(ctx.step, finest, key=order.index)
+    return ChartStep(bucket_seconds(ctx.window.seconds, finest.seconds), finest)
+
+
+def request_series(
+    app: AppContext,
+    window: Window,
+    step: ChartStep,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+) -> dict[tuple[str, ...], dict[datetime, timeseries.Counts]]:
+    """``storage.timeseries.request_series`` per chart bucket (rollup buckets added up)."""
+    found = timeseries.request_series(app.engine, window, step.rollups, selector, group_by)
+    out: dict[tuple[str, ...], dict[datetime, timeseries.Counts]] = {}
+    for labels, buckets in found.items():
+        summed: dict[datetime, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        for at, c in buckets.items():
+            total = summed[step.floor(at)]
+            for i, value in enumerate((c.requests, c.errors, c.input_tokens, c.output_tokens)):
+                total[i] += value
+        out[labels] = {at: timeseries.Counts(*v) for at, v in sorted(summed.items())}
+    return out
+
+
+def bucket_sketches(
+    app: AppContext,
+    metric: str,
+    window: Window,
+    step: ChartStep,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+) -> dict[tuple[str, ...], dict[datetime, QuantileSketch]]:
+    """``storage.timeseries.bucket_sketches`` per chart bucket (rollup sketches merged)."""
+    found = timeseries.bucket_sketches(app.engine, metric, window, step.rollups, selector, group_by)
+    out: dict[tuple[str, ...], dict[datetime, QuantileSketch]] = {}
+    for labels, buckets in found.items():
+        parts: dict[datetime, list[QuantileSketch]] = defaultdict(list)
+        for at, sketch in buckets.items():
+            parts[step.floor(at)].append(sketch)
+        out[labels] = {at: p[0] if len(p) == 1 else merge_all(p) for at, p in sorted(parts.items())}
+    return out
 
 
 def label_step(ctx: Context) -> Resolution:

@@ -214,7 +214,15 @@ def test_the_range_picker_and_auto_refresh(live: Live, page: Page):
     page.tab.select_option("#range", "6h")
     page.tab.wait_for_url(re.compile(r"range=6h"))
     assert page.tab.locator(".toolbar .window").inner_text() != before
-    assert "per 1h" in page.tab.locator("main").inner_text()  # hour buckets for 6 hours
+    # Two-minute buckets for 6 hours (180 points): six hourly dots drew no line (issue #16).
+    assert "per 2m" in page.tab.locator("main").inner_text()
+    # req/s over the part of the range that holds data (the seeded 45 minutes), not over 6 h.
+    kpi = page.tab.locator("#kpi-requests")
+    requests = float(kpi.locator("strong").inner_text().replace(" k", "e3").replace(",", ""))
+    rate = kpi.locator("small")
+    assert "over 45m with data" in rate.inner_text()
+    assert "hold data" in (rate.get_attribute("title") or "")
+    assert float(rate.inner_text().split()[0]) == pytest.approx(requests / 2700, rel=0.01)
     page.tab.select_option("#refresh", "30s")
     page.tab.wait_for_url(re.compile(r"refresh=30s"))
     assert page.tab.locator("body").get_attribute("data-refresh") == "30"

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from api.dashboard import charts as svg
 from api.dashboard.context import parse_context, parse_quantile
+from api.dashboard.shared import ChartStep
 from core.errors import InvalidInput
 from core.window import Resolution
 
@@ -70,6 +71,36 @@ def test_a_custom_range_is_kept_as_start_and_end_and_capped_in_length():
     assert ctx.params() == {"start": "2026-03-02T08:00:00Z", "end": "2026-03-02T09:00:00Z"}
     with pytest.raises(InvalidInput, match="at most 7 days"):
         parse_context({"range": "30d"}, NOW, 7)
+
+
+@pytest.mark.parametrize(
+    ("span", "finest", "bucket"),
+    [
+        (timedelta(minutes=15), 60, 60),
+        (timedelta(hours=1), 60, 60),
+        (timedelta(hours=3), 60, 60),  # the virtual demo's scenario: 180 points
+        (timedelta(hours=6), 60, 120),
+        (timedelta(days=1), 60, 600),
+        (timedelta(days=7), 60, 3600),
+        (timedelta(days=30), 3600, 21600),
+        (timedelta(hours=3), 3600, 3600),  # minute rollups dropped: hours are the finest
+        (timedelta(hours=3), 86400, 86400),
+    ],
+)
+def test_a_charts_bucket_suits_its_range_and_is_coarser_only_where_retention_says(
+    span: timedelta, finest: int, bucket: int
+):
+    assert svg.bucket_seconds(span.total_seconds(), finest) == bucket
+    points = span.total_seconds() / bucket
+    if finest == 60 and span >= timedelta(hours=1):
+        assert 60 <= points <= svg.CHART_POINTS  # a line, not dots, at every range
+
+
+def test_chart_buckets_add_up_the_rollup_buckets_inside_them():
+    step = ChartStep(600, Resolution.MINUTE)
+    assert step.value == "10m"
+    at = datetime(2026, 3, 2, 8, 17, 42, tzinfo=UTC)
+    assert step.floor(at) == datetime(2026, 3, 2, 8, 10, tzinfo=UTC)
 
 
 def test_chart_text_is_escaped():

@@ -2,8 +2,9 @@
 time, a latency heatmap and the share of each stage.
 
 Quantiles over a whole range come from ``storage.queries`` (sketch method: the window is split
-exactly, ±1 %); charts come from rollup buckets (``storage.timeseries``), one point per minute,
-hour or day. ``?q=`` picks the charts' quantile, ``?heatmap=`` the heatmap's metric.
+exactly, ±1 %); charts come from rollup buckets (``storage.timeseries``), one point per chart
+bucket (a minute to a day, from the range). ``?q=`` picks the charts' quantile, ``?heatmap=``
+the heatmap's metric.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context, parse_quantile
 from api.dashboard.formatting import instance_series_name, short_model
-from api.dashboard.shared import bucket_times, chart_step
+from api.dashboard.shared import ChartStep, bucket_sketches, bucket_times, chart_step
 from core.errors import InvalidInput
 from core.query import STAGES, Method
 from core.sketch import QuantileSketch, merge_all
-from core.window import Resolution
-from storage import queries, timeseries
+from storage import queries
 
 NAME: Final = "latency"
 TITLE: Final = "Latency"
@@ -78,8 +78,8 @@ def latency_charts(app: AppContext, ctx: Context, q: float) -> dict[str, Any]:
     start = times[0] if times else ctx.window.start
     charts, merged = {}, {}
     for metric, title in LATENCY_METRICS.items():
-        buckets = timeseries.bucket_sketches(
-            app.engine, metric, ctx.window, step, ctx.selector, ("model", "instance")
+        buckets = bucket_sketches(
+            app, metric, ctx.window, step, ctx.selector, ("model", "instance")
         )
         series = [
             svg.Series(
@@ -112,7 +112,7 @@ def _merge_per_time(
 
 
 def latency_heatmap(
-    sketches: Mapping[datetime, QuantileSketch], times: Sequence[datetime], step: Resolution
+    sketches: Mapping[datetime, QuantileSketch], times: Sequence[datetime], step: ChartStep
 ) -> Any:
     """Requests per (time bucket, latency bin); bins span the range's 0.5th–99.5th percentile."""
     if not sketches:

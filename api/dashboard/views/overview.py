@@ -9,21 +9,21 @@ cost model in use (long ranges are priced from GPU rollups and kept good-token c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
-from api.dashboard.shared import bucket_times, chart_step
+from api.dashboard.shared import bucket_times, chart_step, request_series
 from core.cost import CostResult
 from core.slo import SliKind, SloSpec
 from core.window import format_duration
 from service.incidents import annotate
 from service.slos import with_status
 from storage import cost as cost_store
-from storage import incidents, queries, slo_store, timeseries
+from storage import incidents, queries, slo_store
 
 NAME: Final = "overview"
 TITLE: Final = "Overview"
@@ -73,7 +73,7 @@ def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
     finest = app.retention.finest_for(ctx.window, ctx.now)
     totals = queries.throughput(app.engine, ctx.window, ctx.selector, finest=finest)
     step = chart_step(app, ctx)
-    per_model = timeseries.request_series(app.engine, ctx.window, step, ctx.selector, ["model"])
+    per_model = request_series(app, ctx.window, step, ctx.selector, ["model"])
     times = bucket_times(ctx, step)
     rate, tokens = [], []
     for labels, buckets in sorted(per_model.items()):
@@ -95,8 +95,13 @@ def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
         )
     end = ctx.window.end
     start = times[0] if times else ctx.window.start
+    covered = covered_s(ctx, step.seconds, [at for b in per_model.values() for at in b])
+    total = totals[0] if totals else None
     return {
-        "totals": totals[0] if totals else None,
+        "totals": total,
+        "requests_per_s": total.requests / covered if total and covered else None,
+        "tokens_per_s": total.output_tokens / covered if total and covered else None,
+        "covered": format_duration(timedelta(seconds=int(covered))) if covered else None,
         "rate_chart": svg.line_chart(
             rate, start, end, svg.unit("req/s"), label="requests per second by model"
         ),
@@ -105,6 +110,16 @@ def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
         ),
         "step": step,
     }
+
+
+def covered_s(ctx: Context, step_s: int, buckets: Sequence[datetime]) -> float:
+    """Seconds of the range that hold data: from the first bucket with requests to the end of
+    the last (within the range). A rate over the whole range would count the empty part."""
+    if not buckets:
+        return 0.0
+    first = max(min(buckets), ctx.window.start)
+    last = min(max(buckets) + timedelta(seconds=step_s), ctx.window.end)
+    return max((last - first).total_seconds(), 0.0)
 
 
 def overview(app: AppContext, ctx: Context) -> dict[str, Any]:
