@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
@@ -333,8 +334,11 @@ def test_the_live_demo_s_step_run_is_stored_with_a_knee_at_the_batch_size(
     engine = create_store_engine(f"sqlite:///{tmp_path / 'seed.db'}")
     try:
         migrate.upgrade(engine)
-        # In virtual time (tests.virtual_time): the knee is the model's, not the host's.
-        run = store_step_run(engine, run_in=run_in_virtual_time)
+        # In virtual time (tests.virtual_time): the knee is the model's, not the host's. On a
+        # thread of its own: this module's Chromium fixture keeps Playwright's event loop
+        # running in the main thread, and a loop cannot start inside another.
+        with ThreadPoolExecutor(1) as pool:
+            run = pool.submit(store_step_run, engine, run_in=run_in_virtual_time).result()
         listed = list_runs(engine, 10)
         stored = get_run(engine, listed[0].id)
     finally:
