@@ -161,8 +161,11 @@ def summary_line(body: Mapping[str, Any]) -> str:
     s, cur = body["summary"], body["currency"]
     per = s["cost_per_million_tokens"]
     good = s["cost_per_million_good_tokens"]
+    title = body.get("title") or body["period"]
+    if body.get("notice"):
+        return f"Week {title}: {body['notice']}"
     text = (
-        f"Week {body['period']}: {Decimal(s['cost']):,.2f} {cur} for {s['tokens']:,} tokens"
+        f"Week {title}: {Decimal(s['cost']):,.2f} {cur} for {s['tokens']:,} tokens"
         f" ({'n/a' if per is None else f'{Decimal(per):,.2f}'} {cur} per million,"
         f" good {'n/a' if good is None else f'{Decimal(good):,.2f}'});"
         f" idle {Decimal(s['idle_cost']):,.2f} {cur}"
