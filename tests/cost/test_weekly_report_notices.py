@@ -66,9 +66,19 @@ def test_the_scheduled_job_states_the_same_notice_in_its_summary(week):
 def test_the_current_week_is_refused_without_partial_and_named_to_date_with_it(week, tmp_path):
     current = week_of(datetime.now(UTC).date())
     # The installed command's entry point, which prints the error (CliRunner would raise it).
+    entry = [sys.executable, "-c", "from infersight.cli import main; main()"]
     refused = subprocess.run(
-        [sys.executable, "-c", "from infersight.cli import main; main()", "--store", week.url]
-        + ["report", "weekly", "--week", current, "--out", str(tmp_path)],
+        [
+            *entry,
+            "--store",
+            week.url,
+            "report",
+            "weekly",
+            "--week",
+            current,
+            "--out",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "INFERSIGHT_COST_MODEL": "worked"},
