@@ -137,7 +137,7 @@ def _table(body: dict[str, Any]) -> None:
         f"{currency}/M GOOD",
         "UTIL",
     )
-    table = [header]
+    table: list[tuple[str, ...]] = [header]
     for row in [*body["groups"], {**body["total"], "labels": {"": "TOTAL"}}]:
         label = ",".join(f"{k}={v}" if k else v for k, v in row["labels"].items()) or "all"
         per = row["cost_per_million_tokens"]
