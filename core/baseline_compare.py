@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC
 from enum import StrEnum
 from statistics import NormalDist
 from typing import Final
@@ -40,6 +41,7 @@ import numpy as np
 from core.baseline import LATENCY_METRICS, Baseline
 from core.errors import InvalidInput
 from core.sketch import QuantileSketch
+from core.window import Window
 
 
 class Verdict(StrEnum):
@@ -314,13 +316,29 @@ def proportion_difference_interval(
 # -- comparing ------------------------------------------------------------------------------
 
 
+def window_label(window: Window) -> str:
+    """A window as people read it, in UTC: ``2026-12-02 13:20–13:24 UTC`` within one day,
+    ``2026-12-01 23:00 – 2026-12-02 01:00 UTC`` across days (seconds only when not whole)."""
+    start, end = window.start.astimezone(UTC), window.end.astimezone(UTC)
+    clock = "%H:%M:%S" if start.second or end.second else "%H:%M"
+    if start.date() == end.date():
+        return f"{start:%Y-%m-%d} {start.strftime(clock)}–{end.strftime(clock)} UTC"
+    return f"{start:%Y-%m-%d} {start.strftime(clock)} – {end:%Y-%m-%d} {end.strftime(clock)} UTC"
+
+
 def compare(
     baseline: Baseline,
     candidate: Baseline,
     rng: np.random.Generator,
     policy: Policy | None = None,
+    *,
+    candidate_label: str | None = None,
 ) -> Comparison:
-    """Every metric of ``candidate`` against ``baseline`` with its verdict."""
+    """Every metric of ``candidate`` against ``baseline`` with its verdict.
+
+    ``candidate_label`` names the candidate in the comparison when its baseline name is not
+    what people should read (a window's time range, a result file's name).
+    """
     policy = policy or Policy()
     rows = []
     for spec in METRICS:
@@ -335,7 +353,8 @@ def compare(
             rows.append(_errors(spec, baseline, candidate, policy))
         else:
             rows.append(_plain(spec, baseline, candidate, policy))
-    return Comparison(baseline.name, candidate.name, policy.confidence, tuple(rows))
+    label = candidate_label or candidate.name
+    return Comparison(baseline.name, label, policy.confidence, tuple(rows))
 
 
 def _row(

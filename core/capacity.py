@@ -139,13 +139,16 @@ def floors(
     if input_tokens < 1 or concurrency < 1 or context_tokens < 0:
         raise InvalidInput("input tokens and concurrency must be ≥ 1, context ≥ 0")
     bandwidth = gpu.bandwidth_bytes_per_s * tensor_parallel
-    weights_pass = model.weight_bytes / bandwidth
+    # A dense model reads every weight each step; a mixture of experts the experts routed to.
+    weights_pass = model.decode_weight_bytes(1) / bandwidth
+    batch_pass = model.decode_weight_bytes(concurrency) / bandwidth
+    prefill_pass = model.decode_weight_bytes(input_tokens) / bandwidth
     kv_read = concurrency * context_tokens * model.kv_bytes_per_token(kv_dtype)
     flops = model.prefill_flops(input_tokens)
     return Floors(
         tpot_s=weights_pass,
-        tpot_at_concurrency_s=weights_pass + kv_read / bandwidth,
-        ttft_s=max(flops / (gpu.dense_flops * tensor_parallel), weights_pass),
+        tpot_at_concurrency_s=batch_pass + kv_read / bandwidth,
+        ttft_s=max(flops / (gpu.dense_flops * tensor_parallel), prefill_pass),
         prefill_flops=flops,
     )
 
@@ -291,6 +294,8 @@ class CapacityPlan:
     memory: MemoryBudget
     floors: Floors
     findings: tuple[Finding, ...]
+    #: The catalogue entry the requested model resolved to (weights in its served dtype).
+    spec: ModelSpec | None = None
 
     @property
     def feasible(self) -> bool:
@@ -336,7 +341,16 @@ def plan(catalog: Catalog, p: PlanInput) -> CapacityPlan:
     findings = check_targets(
         fl, budget, ttft_target_s=p.ttft_target_s, tpot_target_s=p.tpot_target_s
     )
-    return CapacityPlan(p, instances, concurrency, source, budget, fl, findings)
+    if model.context_length and context > model.context_length:
+        findings += (
+            Finding(
+                "context",
+                False,
+                f"{context} tokens a request exceed {model.name}'s context of "
+                f"{model.context_length} tokens",
+            ),
+        )
+    return CapacityPlan(p, instances, concurrency, source, budget, fl, findings, model)
 
 
 def plan_to_dict(result: CapacityPlan) -> dict[str, Any]:
@@ -344,6 +358,9 @@ def plan_to_dict(result: CapacityPlan) -> dict[str, Any]:
     p, m, fl, n = result.request, result.memory, result.floors, result.instances
     return {
         "model": p.model,
+        "catalogue_model": result.spec.name if result.spec else None,
+        "weight_dtype": (result.spec.weight_dtype or result.spec.dtype) if result.spec else None,
+        "expert_dtype": (result.spec.expert_dtype or None) if result.spec else None,
         "gpu": p.gpu,
         "tensor_parallel": p.tensor_parallel,
         "peak_qps": p.peak_qps,

@@ -350,24 +350,32 @@ def compare(
         raise InvalidInput("give at most one of --against, --file, --run")
     if sources and any((start, end, last, model, instance, tenant, priority)):
         raise InvalidInput("a window and selector only apply when comparing the store's traffic")
+    # Imported here: the module's import block is shared with concurrent work (#16).
+    from core.baseline_compare import window_label  # noqa: PLC0415
+
     settings = current_settings(ctx)
     engine = create_store_engine(settings.database_url)
+    label: str | None = None  # how the candidate is named to people (a range, a file)
     try:
         reference = store.get_baseline(engine, name)
         if against is not None:
             candidate = store.get_baseline(engine, against)
         elif result_file is not None:
             candidate = _import(result_file, samples, fmt, "candidate", "")
+            label = result_file.name
         elif run_id is not None:
             candidate = _from_run(engine, run_id, f"run-{run_id}", "")
         else:
             window = _window(start, end, last, datetime.now(UTC))
             selector = Selector(model, instance, tenant, priority)
-            label = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
-            candidate = _from_window(engine, settings, label, window, selector, "")
+            stamp = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
+            candidate = _from_window(engine, settings, stamp, window, selector, "")
+            label = window_label(window)
     finally:
         engine.dispose()
-    result = compare_baselines(reference, candidate, np.random.default_rng(seed), policy)
+    result = compare_baselines(
+        reference, candidate, np.random.default_rng(seed), policy, candidate_label=label
+    )
     click.echo(json.dumps(comparison_dict(result), indent=2) if as_json else table(result))
     if markdown_file is not None:
         markdown_file.write_text(markdown(result), encoding="utf-8")

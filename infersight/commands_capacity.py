@@ -145,8 +145,14 @@ def plan_command(ctx: click.Context, /, **o: Any) -> None:
 
 def _print(result: CapacityPlan) -> None:
     p, n, m, fl = result.request, result.instances, result.memory, result.floors
+    spec = result.spec
+    shape = ""
+    if spec is not None:
+        weights = spec.weight_dtype or spec.dtype
+        experts = f", {spec.expert_dtype} experts" if spec.expert_dtype else ""
+        shape = f" [catalogue {spec.name}, {weights} weights{experts}]"
     click.echo(
-        f"{p.model} on {p.tensor_parallel}× {p.gpu}: {n.instances} instances "
+        f"{p.model}{shape} on {p.tensor_parallel}× {p.gpu}: {n.instances} instances "
         f"({n.instances * p.tensor_parallel} GPUs) for {p.peak_qps:g} QPS at peak "
         f"with {n.headroom:.0%} headroom ({n.instances_low}–{n.instances_high} for 30–50 %)"
     )
@@ -185,9 +191,21 @@ def gpus() -> None:
 @capacity.command("models")
 def models() -> None:
     """The model architecture table."""
-    click.echo(f"{'NAME':<12} {'PARAMS':>7} {'LAYERS':>6} {'KV HEADS':>8} {'KV/TOKEN':>9}  DTYPE")
-    for m in load_catalog().models.values():
+    table = load_catalog().models.values()
+    width = max(len("NAME"), *(len(m.name) for m in table))
+    click.echo(
+        f"{'NAME':<{width}} {'PARAMS':>8} {'ACTIVE':>7} {'LAYERS':>6} {'KV HEADS':>8} "
+        f"{'KV/TOKEN':>9} {'CONTEXT':>7}  {'WEIGHTS':<14} HUGGING FACE ID"
+    )
+    for m in table:
+        active = f"{m.active_params / 1e9:.1f}B" if m.is_moe else "dense"
+        weights = (m.weight_dtype or m.dtype) + (f"+{m.expert_dtype}" if m.expert_dtype else "")
         click.echo(
-            f"{m.name:<12} {m.params / 1e9:>6.2f}B {m.layers:>6} {m.kv_heads:>8} "
-            f"{m.kv_bytes_per_token() / 1024:>6.0f}KiB  {m.dtype}"
+            f"{m.name:<{width}} {m.params / 1e9:>7.2f}B {active:>7} {m.layers:>6} {m.kv_heads:>8} "
+            f"{m.kv_bytes_per_token() / 1024:>6.1f}KiB {m.context_length or '':>7}  "
+            f"{weights:<14} {m.hf_id}"
         )
+    click.echo(
+        "Served ids match with or without the organisation, in any case, with chat/instruct "
+        "and quantisation suffixes (-AWQ, -FP8, -GPTQ-Int4: weights in that dtype)."
+    )

@@ -132,21 +132,40 @@ def _table(body: dict[str, Any]) -> None:
         else ""
     )
     click.echo(f"{body['start']} → {body['end']}, {currency}{note}")
-    click.echo(
-        f"{'GROUP':<36} {'COST':>12} {'IDLE':>10} {'GPU-H':>9} {'TOKENS':>13} "
-        f"{'$/M TOTAL':>10} {'$/M IN':>9} {'$/M OUT':>9} {'$/M GOOD':>9} {'UTIL':>5}"
+    header = (
+        "GROUP",
+        f"COST {currency}",
+        "IDLE",
+        "GPU-H",
+        "TOKENS",
+        f"{currency}/M TOTAL",
+        f"{currency}/M IN",
+        f"{currency}/M OUT",
+        f"{currency}/M GOOD",
+        "UTIL",
     )
-    rows = [*body["groups"], {**body["total"], "labels": {"": "TOTAL"}}]
-    for row in rows:
+    table: list[tuple[str, ...]] = [header]
+    for row in [*body["groups"], {**body["total"], "labels": {"": "TOTAL"}}]:
         label = ",".join(f"{k}={v}" if k else v for k, v in row["labels"].items()) or "all"
         per = row["cost_per_million_tokens"]
-        util = "-" if row["utilisation"] is None else f"{row['utilisation']:.0%}"
-        click.echo(
-            f"{label[:36]:<36} {_short(row['cost']):>12} {_short(row['idle_cost']):>10} "
-            f"{_short(row['gpu_hours'], 1):>9} {row['tokens']:>13} {_short(per['total']):>10} "
-            f"{_short(per['input']):>9} {_short(per['output']):>9} {_short(per['good']):>9} "
-            f"{util:>5}"
+        table.append(
+            (
+                label,
+                _short(row["cost"]),
+                _short(row["idle_cost"]),
+                _short(row["gpu_hours"], 1),
+                str(row["tokens"]),
+                *(_unit(per[k]) for k in ("total", "input", "output", "good")),
+                "-" if row["utilisation"] is None else f"{row['utilisation']:.0%}",
+            )
         )
+    # Every column as wide as its widest cell: labels are never cut.
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        cells = [r[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
+        ]
+        click.echo(" ".join(cells).rstrip())
     click.echo(f"good tokens: {body['good_tokens']['text']}")
 
 
@@ -154,3 +173,11 @@ def _short(value: str | None, places: int = 2) -> str:
     if value is None:
         return "-"
     return f"{float(value):,.{places}f}"
+
+
+def _unit(value: str | None) -> str:
+    """A cost per million tokens to significant digits (0.0042, not 0.00)."""
+    # Imported here: the module's import block is shared with concurrent work (#16).
+    from service.cost_view import unit_cost_text  # noqa: PLC0415
+
+    return "-" if value is None else unit_cost_text(value)

@@ -36,9 +36,19 @@ def report() -> None:
 @click.option(
     "--timezone", default=None, help="IANA time zone (default INFERSIGHT_REPORT_TIMEZONE)."
 )
+@click.option(
+    "--partial",
+    is_flag=True,
+    help="Allow the current week: report it to date (until now).",
+)
 @click.pass_context
-def weekly(ctx: click.Context, week: str | None, out: Path, timezone: str | None) -> None:
-    """Generate, store and write the cost report of one ISO week."""
+def weekly(
+    ctx: click.Context, week: str | None, out: Path, timezone: str | None, partial: bool
+) -> None:
+    """Generate, store and write the cost report of one ISO week.
+
+    A week with no data is still written, with a notice at its top and a warning on stderr.
+    """
     settings = current_settings(ctx)
     tz_name = timezone or settings.report_timezone
     now = datetime.now(UTC)
@@ -52,7 +62,7 @@ def weekly(ctx: click.Context, week: str | None, out: Path, timezone: str | None
             tz_name,
             settings.retention().finest_for,
         )
-        generated = jobs.generate(period, now)
+        generated = jobs.generate(period, now, partial=partial)
     finally:
         engine.dispose()
     out.mkdir(parents=True, exist_ok=True)
@@ -65,9 +75,9 @@ def weekly(ctx: click.Context, week: str | None, out: Path, timezone: str | None
     paths["html"].write_text(generated.html, encoding="utf-8")
     paths["csv"].write_text(generated.csv, encoding="utf-8")
     paths["json"].write_text(json.dumps(generated.body, indent=2, sort_keys=True), encoding="utf-8")
-    summary = generated.body["summary"]
-    click.echo(
-        f"report {generated.id} for {period}: {summary['cost']} {generated.body['currency']}"
-    )
+    summary, title = generated.body["summary"], generated.body["title"]
+    click.echo(f"report {generated.id} for {title}: {summary['cost']} {generated.body['currency']}")
+    if generated.body["notice"]:
+        click.echo(f"warning: {generated.body['notice']}", err=True)
     for path in paths.values():
         click.echo(f"  wrote {path}")

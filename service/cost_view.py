@@ -25,6 +25,21 @@ def amount(value: Decimal) -> str:
     return str(quantize(value))
 
 
+def unit_cost_text(value: str | Decimal | None, currency: str = "", digits: int = 3) -> str:
+    """A unit cost (per million tokens) for people: two places from 1 up, else ``digits``
+    significant digits (``0.0042``), so that a small unit cost never shows as 0.00; the
+    currency after it when given; ``–`` for none."""
+    if value is None:
+        return "–"
+    number = Decimal(value)
+    if number == 0 or abs(number) >= 1:
+        text = f"{number:,.2f}"
+    else:
+        places = min(6, max(2, digits - 1 - abs(number).adjusted()))
+        text = f"{number:.{places}f}"
+    return f"{text} {currency}" if currency else text
+
+
 def _money(value: Money | None) -> str | None:
     return None if value is None else amount(value.amount)
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from core.savings import Category
+from service.cost_view import unit_cost_text
 
 CSV_COLUMNS: Final = (
     "section",
@@ -98,6 +99,7 @@ def _environment() -> Environment:
             lstrip_blocks=True,
         )
         _ENV.filters["money"] = lambda v: "–" if v is None else f"{Decimal(v):,.2f}"
+        _ENV.filters["unit"] = unit_cost_text
         _ENV.filters["pct"] = lambda v: "–" if v is None else f"{v:.0%}"
         _ENV.filters["num"] = lambda v: "–" if v is None else f"{v:,}"
         _ENV.filters["label"] = lambda labels: (
@@ -121,7 +123,7 @@ def charts(body: Mapping[str, Any]) -> dict[str, list[Bar]]:
     """The four charts' bars (drawn as SVG by the template)."""
     cur = body["currency"]
     per_model = [
-        (g["labels"]["model"] or "(unattributed)", float(v), f"{Decimal(v):,.2f} {cur}")
+        (g["labels"]["model"] or "(unattributed)", float(v), unit_cost_text(v, cur))
         for g in body["by_model"]["groups"]
         if (v := g["cost_per_million_tokens"]["total"]) is not None
     ]
@@ -161,10 +163,13 @@ def summary_line(body: Mapping[str, Any]) -> str:
     s, cur = body["summary"], body["currency"]
     per = s["cost_per_million_tokens"]
     good = s["cost_per_million_good_tokens"]
+    title = body.get("title") or body["period"]
+    if body.get("notice"):
+        return f"Week {title}: {body['notice']}"
     text = (
-        f"Week {body['period']}: {Decimal(s['cost']):,.2f} {cur} for {s['tokens']:,} tokens"
-        f" ({'n/a' if per is None else f'{Decimal(per):,.2f}'} {cur} per million,"
-        f" good {'n/a' if good is None else f'{Decimal(good):,.2f}'});"
+        f"Week {title}: {Decimal(s['cost']):,.2f} {cur} for {s['tokens']:,} tokens"
+        f" ({'n/a' if per is None else unit_cost_text(per)} {cur} per million,"
+        f" good {'n/a' if good is None else unit_cost_text(good)});"
         f" idle {Decimal(s['idle_cost']):,.2f} {cur}"
     )
     if body["savings"]:

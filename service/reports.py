@@ -149,6 +149,17 @@ def _cheapest(model: CostModel) -> Decimal | None:
     return min(prices, default=None)
 
 
+def no_data_notice(period: str, window: Window, result: CostResult) -> str | None:
+    """The notice a report carries when its window holds nothing: no request, no GPU sample."""
+    if result.total.requests or result.instances or result.unmetered:
+        return None
+    return (
+        f"no data recorded for {period} in this store: no requests and no GPU samples between "
+        f"{iso(window.start)} and {iso(window.end)}, so every figure below is zero. Check the "
+        "week (--week) and the store (INFERSIGHT_DATABASE_URL)."
+    )
+
+
 def build_weekly(
     engine: Engine,
     model: CostModel,
@@ -156,10 +167,19 @@ def build_weekly(
     timezone: str,
     finest_for: FinestFor,
     now: datetime,
+    *,
+    partial: bool = False,
 ) -> dict[str, Any]:
-    """The weekly report's JSON body (see the module docstring)."""
+    """The weekly report's JSON body (see the module docstring).
+
+    ``partial`` reports the week to date: the window (and its last day) ends at ``now``.
+    """
     tz = zone(timezone)
     window = week_window(period, tz)
+    days = day_windows(period, tz)
+    if partial and window.end > now:
+        window = Window(window.start, now)
+        days = [(d, Window(w.start, min(w.end, now))) for d, w in days if w.start < now]
 
     def priced(w: Window, group_by: tuple[str, ...]) -> CostResult:
         return cost_store.cost(engine, w, model, group_by=group_by, finest=finest_for(w, now))
@@ -170,9 +190,13 @@ def build_weekly(
     evidence = cost_store.server_evidence(engine, window)
     savings = find_savings(_facts(both, model, evidence), _cheapest(model))
     total = by_model.total
+    to_date = partial and window.end == now
     return {
         "kind": KIND,
         "period": period,
+        "partial": to_date,
+        "title": f"{period}, week to date until {iso(now)}" if to_date else period,
+        "notice": no_data_notice(period, window, both),
         "timezone": timezone,
         "start": iso(window.start),
         "end": iso(window.end),
@@ -193,10 +217,7 @@ def build_weekly(
         },
         "by_model": cost_dict(by_model),
         "by_instance": cost_dict(by_instance),
-        "daily": [
-            {"date": day.isoformat(), **cost_dict(priced(w, ()))}
-            for day, w in day_windows(period, tz)
-        ],
+        "daily": [{"date": day.isoformat(), **cost_dict(priced(w, ()))} for day, w in days],
         "savings": [
             {
                 "rank": rank,
@@ -253,14 +274,33 @@ class WeeklyReports:
         self.notifiers = set(notifiers)
         self.base_url = base_url.rstrip("/")
 
-    def generate(self, period: str, now: datetime) -> Generated:
-        """Build and store the report of ``period`` (replacing an earlier one)."""
+    def generate(self, period: str, now: datetime, *, partial: bool = False) -> Generated:
+        """Build and store the report of ``period`` (replacing an earlier one).
+
+        A week that has not ended is refused unless ``partial``: then the report covers the
+        week to date (and is replaced by the whole week's once that is generated).
+        """
         window = week_window(period, self.tz)
-        if window.end > now:
+        if window.start >= now:
             raise InvalidInput(
-                "that week has not ended yet", details={"week": period, "ends": iso(window.end)}
+                f"{period} has not started yet",
+                details={"week": period, "starts": iso(window.start)},
             )
-        body = build_weekly(self.engine, self.model(), period, self.timezone, self.finest_for, now)
+        if window.end > now and not partial:
+            raise InvalidInput(
+                f"{period} has not ended yet (it ends {iso(window.end)}); "
+                "infersight report weekly --partial reports the week to date",
+                details={"week": period, "ends": iso(window.end)},
+            )
+        body = build_weekly(
+            self.engine,
+            self.model(),
+            period,
+            self.timezone,
+            self.finest_for,
+            now,
+            partial=partial,
+        )
         html, text = render_html(body), render_csv(body)
         report_id = report_store.save_report(
             self.engine,
@@ -294,6 +334,7 @@ __all__ = [
     "WeeklyReports",
     "build_weekly",
     "day_windows",
+    "no_data_notice",
     "parse_schedule",
     "parse_week",
     "previous_week",

@@ -24,7 +24,7 @@ from api.deps import App, requires
 from api.errors import described, responses
 from api.params import WINDOW_RULES, Common, Instant, KnownQueryRoute, common, instant
 from core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
-from core.baseline_compare import Policy
+from core.baseline_compare import Policy, window_label
 from core.baseline_compare import compare as compare_baselines
 from core.baseline_report import comparison_dict
 from core.errors import InvalidInput
@@ -203,11 +203,15 @@ def compare(
     if against is not None and window_keys & set(request.query_params):
         raise InvalidInput("against= compares two baselines; it takes no window or selector")
     baseline = store.get_baseline(app.engine, name)
+    label: str | None = None  # a window candidate is named by its UTC range
     if against is not None:
         candidate = store.get_baseline(app.engine, against)
     else:
         window = params.window
-        label = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
-        candidate = _capture(app, label, window, params.selector)
-    result = compare_baselines(baseline, candidate, np.random.default_rng(seed), policy)
+        stamp = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
+        candidate = _capture(app, stamp, window, params.selector)
+        label = window_label(window)
+    result = compare_baselines(
+        baseline, candidate, np.random.default_rng(seed), policy, candidate_label=label
+    )
     return comparison_dict(result)

@@ -40,7 +40,16 @@ def _optional_positive(name: str, value: float | None) -> None:
 )
 def capacity(
     app: App,
-    model: Annotated[str, Query(max_length=128, description="e.g. llama-3-8b")],
+    model: Annotated[
+        str,
+        Query(
+            max_length=128,
+            description="a catalogue name (llama-3.1-8b) or a served id: "
+            "meta-llama/Llama-3.1-8B-Instruct, with or without the organisation, any case; "
+            "a quantisation suffix (-AWQ, -FP8, -GPTQ-Int4) sets the weight dtype. An unknown "
+            "id is answered 404 with close_matches",
+        ),
+    ],
     gpu: Annotated[str, Query(max_length=64, description="a100, h100, h200, l4 or l40s")],
     peak_qps: Annotated[float, Query(ge=0, le=1e7)],
     input_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 512,

@@ -48,7 +48,10 @@ _ADMIN = [Depends(requires(Scope.ADMIN))]
 @router.get(
     "/cost",
     summary="Cost, cost per million tokens, energy and idle cost per group",
-    description=WINDOW_RULES,
+    description=WINDOW_RULES
+    + " Money fields (cost, idle_cost, input_cost, output_cost and cost_per_million_tokens"
+    " total/input/output/good) are decimal strings with six places in `currency`, the cost"
+    " model's ISO 4217 code (e.g. USD); a unit cost is never rounded further.",
     dependencies=_READ,
 )
 def get_cost(app: App, params: Params) -> dict[str, Any]:

@@ -185,6 +185,19 @@ def test_the_capacity_page_shows_the_step_run_and_the_fleet_load(live: Live, pag
     assert page.problems == []
 
 
+def test_the_capacity_page_names_the_catalogue_entry_of_each_served_model(live: Live, page: Page):
+    # The fleet serves Hugging Face ids; the page matches them as capacity plan does (#16).
+    page.goto(f"{live.url}/ui/capacity")
+    cells = page.tab.locator("table.fleet-load td.catalogue")
+    assert cells.count() == 2
+    text = page.tab.locator("table.fleet-load").inner_text()
+    assert "llama-3.1-8b" in text
+    assert "128 KiB KV/token" in text
+    assert "llama-3.1-70b" in text
+    assert "not in the catalogue" not in text
+    assert page.problems == []
+
+
 def test_filters_narrow_every_page_and_stay_in_the_url(live: Live, page: Page):
     page.goto(f"{live.url}/ui/latency")
     page.tab.select_option("#filter-instance", "vllm-8b-0")

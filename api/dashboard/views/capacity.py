@@ -12,9 +12,10 @@ from typing import Any, Final
 from api.context import AppContext
 from api.dashboard.context import Context
 from api.dashboard.shared import bucket_times
-from core.errors import InvalidInput
+from core.errors import InvalidInput, NotFound
 from core.loadtest import PhaseSummary, knee_of, measured_capacity, summarise
 from core.window import Resolution
+from service.capacity import load_catalog
 from storage import runs as run_store
 from storage import timeseries
 
@@ -90,9 +91,25 @@ def _peak_rates(app: AppContext, ctx: Context) -> dict[str, dict[str, Any]]:
     }
 
 
+def _catalogue_entry(model: str) -> dict[str, Any] | None:
+    """The capacity catalogue's entry for a served model id (the matching the plan uses)."""
+    try:
+        spec = load_catalog().model(model)
+    except NotFound:
+        return None
+    return {
+        "name": spec.name,
+        "params_b": spec.params / 1e9,
+        "kv_kib_per_token": spec.kv_bytes_per_token() / 1024,
+        "weights": spec.weight_dtype or spec.dtype,
+    }
+
+
 def capacity(app: AppContext, ctx: Context, run_id: str = "") -> dict[str, Any]:
     runs = run_store.list_runs(app.engine, MAX_LISTED)
     fleet = _peak_rates(app, ctx)
+    for model, entry in fleet.items():
+        entry["catalogue"] = _catalogue_entry(model)
     if not runs:
         return {
             "available": False,

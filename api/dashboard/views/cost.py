@@ -12,7 +12,7 @@ from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
 from core.cost import CostLine, CostResult
-from service.cost_view import good_basis, good_text
+from service.cost_view import good_basis, good_text, unit_cost_text
 from storage import cost as cost_store
 
 NAME: Final = "cost"
@@ -26,7 +26,8 @@ def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any
 
 def _line(line: CostLine, currency: str) -> dict[str, Any]:
     def per_million(value: Any) -> str:
-        return money(value.amount, currency, 3) if value is not None else "–"
+        # Significant digits below 1 (0.0042 USD), never a unit cost rounded to 0.000.
+        return unit_cost_text(value.amount, currency) if value is not None else "–"
 
     return {
         "labels": dict(line.labels),
