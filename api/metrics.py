@@ -42,7 +42,7 @@ from core.burn import Policy
 from core.cost import CostModel
 from core.quantiles import quantile_key
 from core.window import Window, format_duration
-from service.evaluation import FinestFor, status
+from service.evaluation import FinestFor, status, windows_of
 from storage import cost as cost_store
 from storage import queries, slo_store
 
@@ -106,8 +106,12 @@ class StoreCollector(Collector):
             labels=["slo", "window"],
         )
         with self.engine.connect() as connection:
-            counter = slo_store.CycleCounter(connection, now, self.finest_for)
-            for spec in slo_store.list_slos(self.engine):
+            counter = slo_store.CycleCounter(
+                connection, now, self.finest_for, slo_store.rollup_cache(self.engine)
+            )
+            specs = slo_store.list_slos(self.engine)
+            counter.prepare(windows_of(self.policy, specs))
+            for spec in specs:
                 current = status(connection, spec, self.policy, now, self.finest_for, counter)
                 if current.sli is not None:
                     sli.add_metric([spec.name, spec.sli.kind.value, spec.scope], current.sli)

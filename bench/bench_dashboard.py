@@ -15,6 +15,14 @@ counts and keeps each closed day's and hour's good tokens (``storage.good_tokens
 Cost page and the overview read over long ranges (its time is printed). ``--url`` reuses a
 database loaded earlier with ``--keep``.
 ``--days 1 --rpm 3 --repeats 2`` is a smoke run.
+
+The concurrent case (issue 16): ``--slos`` more SLOs (``bench_api.slo_specs``) are stored
+before any page is timed; then the 30-day pages are timed again for ``--concurrent-s`` seconds
+while the API's evaluation job runs every ``--interval`` seconds (its first cycle on a cold
+cache) and a writer ships a batch a second as sidecars do (every tenth one late, an hour or
+two back), the clock moving with real time. It prints P50 / P99 quiet (the same-run
+reference) and concurrent with their ratio, the cold and warm cycle times against the interval
+and the runs APScheduler skipped. ``--quick`` is the smoke run of all of it.
 """
 
 from __future__ import annotations
@@ -27,9 +35,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import bench_api
 import bench_storage
 import httpx
 import numpy as np
+from harness.concurrent import MovingClock, compare, jobs_and_writer, report_background
 from harness.results import write_json
 
 from api import create_app
@@ -47,6 +57,7 @@ from storage.baselines import capture_window, save_baseline
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy, maintain
 from storage.runs import save_run
+from storage.slo_store import RollupCache
 from storage.writer import open_writer
 
 PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
@@ -178,6 +189,38 @@ def report(title: str, times: dict[str, list[float]]) -> dict[str, dict[str, flo
     return out
 
 
+def concurrent_case(
+    engine: Any,
+    app: Any,
+    clock: MovingClock,
+    retention: RetentionPolicy,
+    params: dict[str, str],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """The 30-day pages quiet, then while the evaluation job runs and a writer writes."""
+    quiet = timed_pages(app, params, args.repeats)
+    evaluator = Evaluator(
+        engine, default_policy(), finest_for=retention.finest_for, cache=RollupCache()
+    )
+    busy: dict[str, list[float]] = {}
+    with jobs_and_writer(
+        engine, evaluator, retention, clock, bench_storage.synth, interval_s=args.interval
+    ) as background:
+        started = time.monotonic()
+        while time.monotonic() - started < args.concurrent_s or not busy:
+            for page, times in timed_pages(app, params, args.repeats).items():
+                busy.setdefault(page, []).extend(times)
+        phase_s = time.monotonic() - started
+    pages = compare(
+        f"30-day pages, quiet vs while the jobs run and a writer writes "
+        f"({len(slo_store.list_slos(engine))} SLOs)",
+        quiet, busy, TARGET_MS,
+    )  # fmt: skip
+    figures = background.figures(args.interval)
+    report_background(figures, len(slo_store.list_slos(engine)), phase_s)
+    return {"pages_ms": pages, "background": figures, "seconds": phase_s}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument(
@@ -188,9 +231,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rpm", type=int, default=30)
     parser.add_argument("--gpu-interval", type=int, default=30, help="seconds between samples")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--slos", type=int, default=50, help="SLOs added for the concurrent case")
+    parser.add_argument("--interval", type=float, default=30.0, help="evaluation interval, s")
+    parser.add_argument("--concurrent-s", type=float, default=120.0)
+    parser.add_argument("--quick", action="store_true", help="a smoke run of every case")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.days, args.rpm, args.repeats, args.gpu_interval = 1, 2, 1, 600
+        args.slos, args.interval, args.concurrent_s = 6, 1.0, 3.0
     now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
     drop, url = None, args.url
     if url is None:
@@ -212,7 +262,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         maintain(engine, now, retention)
         print(f"  maintenance (keeps each closed day's and hour's good tokens): "
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
-        app = create_app(ApiSettings(run_jobs=False), engine, lambda: now, retention=retention)
+        for spec in bench_api.slo_specs(args.slos, bench_storage.MODELS, bench_storage.INSTANCES):
+            slo_store.put_slo(engine, spec, now)
+        clock = MovingClock(now)
+        app = create_app(ApiSettings(run_jobs=False), engine, clock, retention=retention)
         span = f"{args.days}d" if args.days in (1, 7, 30) else None
         long_params = (
             {"range": "24h" if args.days == 1 else span}
@@ -227,6 +280,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "every page over its default range (1 h; 24 h for cost, incidents, capacity)",
             timed_pages(app, {}, args.repeats),
         )
+        results["concurrent"] = concurrent_case(engine, app, clock, retention, long_params, args)
     finally:
         engine.dispose()
         if drop is not None:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final, Protocol
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
@@ -157,6 +160,10 @@ class Jobs:
         self.report_cron = dict(report_cron or {})
         if report is not None:
             self.runs["report"] = 0
+        #: Ticks APScheduler skipped because the job's previous run was still going.
+        self.skipped: dict[str, int] = dict.fromkeys(self.runs, 0)
+        #: Seconds the latest runs of each job took (the most recent last).
+        self.durations: dict[str, deque[float]] = {name: deque(maxlen=100) for name in self.runs}
         self.last_error: str | None = None
         self._scheduler: BackgroundScheduler | None = None
 
@@ -184,6 +191,7 @@ class Jobs:
     def _guarded(self, name: str, work: Callable[[], object]) -> bool:
         if not self.lock.acquire():
             return False
+        started = time.perf_counter()
         try:
             work()
         except Exception as exc:
@@ -192,7 +200,11 @@ class Jobs:
             log.exception("job %s failed", name)
             return False
         self.runs[name] += 1
+        self.durations[name].append(time.perf_counter() - started)
         return True
+
+    def _on_skipped(self, event: JobSubmissionEvent) -> None:
+        self.skipped[event.job_id] = self.skipped.get(event.job_id, 0) + 1
 
     def start(self) -> None:
         scheduler = BackgroundScheduler(timezone="UTC")
@@ -216,6 +228,7 @@ class Jobs:
                 misfire_grace_time=6 * 3600,
                 **self.report_cron,
             )
+        scheduler.add_listener(self._on_skipped, EVENT_JOB_MAX_INSTANCES)
         scheduler.start()
         self._scheduler = scheduler
 

@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 
 from core.burn import Incident, Policy
 from core.slo import SloSpec
-from service.evaluation import FinestFor, SloStatus, status
+from service.evaluation import FinestFor, SloStatus, status, windows_of
 from storage import incidents, slo_store
 
 
@@ -32,7 +32,10 @@ def with_status(
     """Each SLO's status at ``now``; the SLOs share one counter (one read per segment)."""
     views = []
     with engine.connect() as connection:
-        counter = slo_store.CycleCounter(connection, now, finest_for)
+        counter = slo_store.CycleCounter(
+            connection, now, finest_for, slo_store.rollup_cache(engine)
+        )
+        counter.prepare(windows_of(policy, specs))
         firing = incidents.all_firing(connection)
         for spec in specs:
             current = status(connection, spec, policy, now, finest_for, counter)

@@ -14,8 +14,7 @@ from tests.conftest import POSTGRES_ADMIN_URL
 def test_dashboard_benchmark_times_every_page(tmp_path: Path) -> None:
     ran = run_bench(
         "bench_dashboard",
-        *("--postgres", POSTGRES_ADMIN_URL, "--days", "1", "--rpm", "2", "--repeats", "1",
-          "--gpu-interval", "600"),
+        *("--postgres", POSTGRES_ADMIN_URL, "--quick"),
         figures=tmp_path / "dashboard.json",
     )  # fmt: skip
     results = ran.figures
@@ -26,3 +25,11 @@ def test_dashboard_benchmark_times_every_page(tmp_path: Path) -> None:
     for page in pages:
         assert f"/ui/{page}" in ran.out
         assert results["range_30d_ms"][page]["p50"] > 0
+    # The concurrent case: the same pages while the evaluation job and a writer run.
+    concurrent = results["concurrent"]
+    assert "quiet vs while the jobs run and a writer writes" in ran.out
+    assert set(concurrent["pages_ms"]) == {*pages, "reference"}
+    background = concurrent["background"]
+    assert background["cold_cycle_s"] > 0
+    assert background["batches_written"] > 0
+    assert "skipped runs" in ran.out

@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from datetime import timedelta
 
 import numpy as np
 import pytest
+from sqlalchemy import make_url
 
 from core.burn import Incident, IncidentState, Severity, Transition
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
+from core.window import Resolution
 from service.evaluation import Evaluator, default_policy
-from storage import incidents, slo_store
+from storage import incidents, migrate, slo_store
+from storage.engine import create_store_engine
 from storage.writer import open_writer
 from tests.conftest import Store
 from tests.doubles import NOW
@@ -118,3 +122,35 @@ def test_re_scoping_an_slo_resolves_the_old_scope_and_tells_the_listeners(outage
     ]
     firing = incidents.list_incidents(outage.engine, "firing")
     assert [i.scope for i in firing] == ["model=llama-8b"]
+
+
+def test_a_cycle_holds_no_sqlite_write_lock_while_it_counts(tmp_path):
+    """The sidecars' writers must not wait for a cycle: it counts first (reading), then
+    writes its alert states in one short transaction."""
+    path = tmp_path / "store.db"
+    engine = create_store_engine(f"sqlite:///{path}")
+    migrate.upgrade(engine)
+    store = stored_outage(Store(engine.url.render_as_string(), engine))
+    # A second SLO, after the first by name, with a window of its own.
+    slo_store.put_slo(engine, dataclasses.replace(AVAILABILITY, name="z-avail",
+                                                  window=timedelta(days=7)), NOW)  # fmt: skip
+    writable: list[bool] = []
+
+    def finest_for(window, now):
+        # Called while the cycle counts: can a sidecar's writer start a write now?
+        other = sqlite3.connect(make_url(store.url).database, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.rollback()
+            writable.append(True)
+        except sqlite3.OperationalError:
+            writable.append(False)
+        finally:
+            other.close()
+        return Resolution.MINUTE
+
+    report = Evaluator(engine, default_policy(), finest_for=finest_for).run(NOW)
+    engine.dispose()
+    assert [t for _, t in report.changes] == [Transition.OPENED] * 2  # both SLOs paged
+    assert writable
+    assert all(writable)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -147,3 +148,40 @@ def test_on_sqlite_the_single_process_leads(tmp_path):
         assert jobs.tick_maintenance() is True
     finally:
         engine.dispose()
+
+
+class Stalled:
+    """An evaluator whose run waits until released (a cycle that overruns its interval)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def run(self, now):
+        self.entered.set()
+        self.release.wait(60)
+
+
+def test_a_cycle_that_overruns_its_interval_is_counted_as_skipped_runs_and_timed(tmp_path):
+    stalled = Stalled()
+    engine = create_store_engine(f"sqlite:///{tmp_path}/jobs.db")
+    jobs = Jobs(
+        engine, stalled, RetentionPolicy(), FakeClock(NOW), SoleLeader(),
+        evaluation_interval_s=0.05, maintenance_interval_s=3600.0,
+    )  # fmt: skip
+    jobs.start()
+    try:
+        assert stalled.entered.wait(30)
+        deadline = time.monotonic() + 60  # waits for the scheduler's skip, not a time budget
+        while jobs.skipped["evaluate"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert jobs.skipped["evaluate"] > 0
+        stalled.release.set()
+        while jobs.runs["evaluate"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stalled.release.set()
+        jobs.stop()
+    assert jobs.runs["evaluate"] >= 1
+    assert len(jobs.durations["evaluate"]) == jobs.runs["evaluate"]
+    assert jobs.durations["evaluate"][0] > 0

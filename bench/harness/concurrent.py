@@ -1,0 +1,156 @@
+"""The concurrent case of the API and dashboard benchmarks (issue 16): the SLO evaluation job
+running on its interval (the API's own APScheduler ``Jobs``) and a writer shipping batches of
+fresh requests, with now and then a late batch from a spool, as sidecars do, while the
+benchmark measures its pages or endpoints. The clock moves with real time from the data set's
+``now``, so every cycle sees new closed minutes and the writer's rows land in them."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine
+
+from core.records import RequestRecord
+from service.evaluation import Evaluator
+from service.jobs import Jobs, SoleLeader
+from storage.maintenance import RetentionPolicy
+from storage.writer import open_writer
+
+Synth = Callable[[np.random.Generator, datetime, int, float], list[RequestRecord]]
+
+
+class MovingClock:
+    """``start`` at first, then moving with the monotonic clock once ``run`` is called."""
+
+    def __init__(self, start: datetime) -> None:
+        self.start = start
+        self._since: float | None = None
+
+    def run(self) -> None:
+        self._since = time.monotonic()
+
+    def __call__(self) -> datetime:
+        if self._since is None:
+            return self.start
+        return self.start + timedelta(seconds=time.monotonic() - self._since)
+
+
+@dataclass
+class Background:
+    jobs: Jobs
+    batches: int = 0
+    late_batches: int = 0
+    requests: int = 0
+    write_s: list[float] = field(default_factory=list)
+
+    def figures(self, interval_s: float) -> dict[str, Any]:
+        cold, *warm = list(self.jobs.durations["evaluate"]) or [None]
+        return {
+            "interval_s": interval_s,
+            "cold_cycle_s": cold,
+            "warm_cycles": len(warm),
+            "warm_cycle_s": {
+                "median": statistics.median(warm) if warm else None,
+                "max": max(warm) if warm else None,
+            },
+            "skipped": self.jobs.skipped.get("evaluate", 0),
+            "batches_written": self.batches,
+            "late_batches": self.late_batches,
+            "requests_written": self.requests,
+            "batch_write_s_median": statistics.median(self.write_s) if self.write_s else None,
+        }
+
+
+@contextmanager
+def jobs_and_writer(
+    engine: Engine,
+    evaluator: Evaluator,
+    retention: RetentionPolicy,
+    clock: MovingClock,
+    synth: Synth,
+    *,
+    interval_s: float,
+    batch_every_s: float = 1.0,
+    batch_size: int = 50,
+    late_every: int = 10,
+) -> Iterator[Background]:
+    """The evaluation job on ``interval_s`` and a sidecar-like writer, until the block ends."""
+    jobs = Jobs(
+        engine, evaluator, retention, clock, SoleLeader(),
+        evaluation_interval_s=interval_s, maintenance_interval_s=10**7,
+    )  # fmt: skip
+    background = Background(jobs)
+    stop = threading.Event()
+    writer = open_writer(engine)
+    rng = np.random.default_rng(16)
+
+    def write() -> None:
+        while not stop.wait(batch_every_s):
+            now = clock()
+            late = background.batches % late_every == late_every - 1
+            # A spooled batch: requests an hour or two old, into rows the cache already holds.
+            start = now - timedelta(hours=float(rng.uniform(1, 2))) if late else now
+            records = synth(rng, start - timedelta(seconds=batch_every_s), batch_size,
+                            batch_every_s)  # fmt: skip
+            started = time.perf_counter()
+            writer.write_requests(records)
+            background.write_s.append(time.perf_counter() - started)
+            background.batches += 1
+            background.late_batches += late
+            background.requests += len(records)
+
+    clock.run()
+    thread = threading.Thread(target=write, name="bench-writer", daemon=True)
+    thread.start()
+    jobs.start()
+    jobs.tick_evaluation()  # the first (cold) cycle runs at once, as the API's first tick would
+    try:
+        yield background
+    finally:
+        stop.set()
+        thread.join()
+        jobs.stop()
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    ms = np.asarray(seconds) * 1000.0
+    return {"p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
+
+
+def compare(
+    title: str, quiet: dict[str, list[float]], busy: dict[str, list[float]], target_ms: float
+) -> dict[str, dict[str, Any]]:
+    """Print each name's quiet and concurrent P50 / P99 and their ratio; the figures."""
+    print(f"\n== {title} ==")
+    print(f"  {'':<28} {'quiet P50':>10} {'P99':>8}   {'concurrent P50':>14} {'P99':>8}"
+          "   P99 ratio")  # fmt: skip
+    out: dict[str, dict[str, Any]] = {}
+    for name, seconds in busy.items():
+        q, b = percentiles(quiet[name]), percentiles(seconds)
+        ratio = b["p99"] / q["p99"] if q["p99"] else float("nan")
+        verdict = "ok" if b["p99"] < target_ms else "OVER"
+        out[name] = {"quiet": q, "concurrent": b, "p99_ratio": ratio, "samples": len(seconds)}
+        print(f"  {name:<28} {q['p50']:8.1f} ms {q['p99']:5.0f} ms   {b['p50']:12.1f} ms "
+              f"{b['p99']:5.0f} ms   {ratio:5.2f}×  {verdict}")  # fmt: skip
+    print(f"  target: every P99 < {target_ms:.0f} ms while the jobs run and the writer writes")
+    return out
+
+
+def report_background(figures: dict[str, Any], slos: int, phase_s: float) -> None:
+    cycle = figures["warm_cycle_s"]
+    print(f"  evaluation of {slos} SLOs: first (cold cache) cycle "
+          f"{(figures['cold_cycle_s'] or 0) * 1000:.0f} ms; warm (incremental) cycles median "
+          f"{(cycle['median'] or 0) * 1000:.0f} ms, max {(cycle['max'] or 0) * 1000:.0f} ms over "
+          f"{figures['warm_cycles']} cycles; interval {figures['interval_s']:g} s; "
+          f"skipped runs {figures['skipped']}")  # fmt: skip
+    print(f"  writer: {figures['batches_written']} batches ({figures['late_batches']} late), "
+          f"{figures['requests_written']:,} requests in {phase_s:.0f} s, median batch write "
+          f"{(figures['batch_write_s_median'] or 0) * 1000:.0f} ms")  # fmt: skip
