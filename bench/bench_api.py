@@ -37,7 +37,7 @@ from typing import Any
 import bench_storage
 import httpx
 import numpy as np
-from harness.concurrent import MovingClock, compare, jobs_and_writer, report_background
+from harness.concurrent import MovingClock, busy_timings, compare, report_background
 from harness.results import write_json
 
 from api import create_app
@@ -145,23 +145,15 @@ def concurrent_case(
     app = create_app(settings, engine, clock, retention=retention)
     timed_endpoints(app, window, 1)  # warm-up
     quiet = timed_endpoints(app, window, args.repeats)
-    evaluator = Evaluator(
-        engine, default_policy(), finest_for=retention.finest_for, cache=RollupCache()
-    )
-    busy: dict[str, list[float]] = {}
-    with jobs_and_writer(
-        engine, evaluator, retention, clock, bench_storage.synth, interval_s=args.interval
-    ) as background:
-        started = time.monotonic()
-        while time.monotonic() - started < args.concurrent_s or not busy:
-            for name, times in timed_endpoints(app, window, args.repeats).items():
-                busy.setdefault(name, []).extend(times)
-        phase_s = time.monotonic() - started
+    busy, figures, phase_s = busy_timings(
+        engine, retention, clock, bench_storage.synth,
+        lambda: timed_endpoints(app, window, args.repeats),
+        interval_s=args.interval, for_s=args.concurrent_s,
+    )  # fmt: skip
     endpoints = compare(
         f"endpoints, quiet vs while the jobs run and a writer writes ({args.slos} SLOs)",
         quiet, busy, 300.0,
     )  # fmt: skip
-    figures = background.figures(args.interval)
     report_background(figures, args.slos, phase_s)
     return {"endpoints_ms": endpoints, "background": figures, "seconds": phase_s}
 

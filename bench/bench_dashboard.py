@@ -39,7 +39,7 @@ import bench_api
 import bench_storage
 import httpx
 import numpy as np
-from harness.concurrent import MovingClock, compare, jobs_and_writer, report_background
+from harness.concurrent import MovingClock, busy_timings, compare, report_background
 from harness.results import write_json
 
 from api import create_app
@@ -57,7 +57,6 @@ from storage.baselines import capture_window, save_baseline
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy, maintain
 from storage.runs import save_run
-from storage.slo_store import RollupCache
 from storage.writer import open_writer
 
 PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
@@ -199,24 +198,16 @@ def concurrent_case(
 ) -> dict[str, Any]:
     """The 30-day pages quiet, then while the evaluation job runs and a writer writes."""
     quiet = timed_pages(app, params, args.repeats)
-    evaluator = Evaluator(
-        engine, default_policy(), finest_for=retention.finest_for, cache=RollupCache()
-    )
-    busy: dict[str, list[float]] = {}
-    with jobs_and_writer(
-        engine, evaluator, retention, clock, bench_storage.synth, interval_s=args.interval
-    ) as background:
-        started = time.monotonic()
-        while time.monotonic() - started < args.concurrent_s or not busy:
-            for page, times in timed_pages(app, params, args.repeats).items():
-                busy.setdefault(page, []).extend(times)
-        phase_s = time.monotonic() - started
+    busy, figures, phase_s = busy_timings(
+        engine, retention, clock, bench_storage.synth,
+        lambda: timed_pages(app, params, args.repeats),
+        interval_s=args.interval, for_s=args.concurrent_s,
+    )  # fmt: skip
     pages = compare(
         f"30-day pages, quiet vs while the jobs run and a writer writes "
         f"({len(slo_store.list_slos(engine))} SLOs)",
         quiet, busy, TARGET_MS,
     )  # fmt: skip
-    figures = background.figures(args.interval)
     report_background(figures, len(slo_store.list_slos(engine)), phase_s)
     return {"pages_ms": pages, "background": figures, "seconds": phase_s}
 

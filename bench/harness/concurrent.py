@@ -19,9 +19,10 @@ import numpy as np
 from sqlalchemy import Engine
 
 from core.records import RequestRecord
-from service.evaluation import Evaluator
+from service.evaluation import Evaluator, default_policy
 from service.jobs import Jobs, SoleLeader
 from storage.maintenance import RetentionPolicy
+from storage.slo_store import RollupCache
 from storage.writer import open_writer
 
 Synth = Callable[[np.random.Generator, datetime, int, float], list[RequestRecord]]
@@ -118,6 +119,34 @@ def jobs_and_writer(
         stop.set()
         thread.join()
         jobs.stop()
+
+
+def busy_timings(
+    engine: Engine,
+    retention: RetentionPolicy,
+    clock: MovingClock,
+    synth: Synth,
+    timed: Callable[[], dict[str, list[float]]],
+    *,
+    interval_s: float,
+    for_s: float,
+) -> tuple[dict[str, list[float]], dict[str, Any], float]:
+    """``timed()`` over and over for ``for_s`` (at least once) while a fresh-cached evaluator
+    runs on ``interval_s`` and a writer writes: the timings by name, the background's figures
+    and the seconds the phase took."""
+    evaluator = Evaluator(
+        engine, default_policy(), finest_for=retention.finest_for, cache=RollupCache()
+    )
+    busy: dict[str, list[float]] = {}
+    with jobs_and_writer(
+        engine, evaluator, retention, clock, synth, interval_s=interval_s
+    ) as background:
+        started = time.monotonic()
+        while time.monotonic() - started < for_s or not busy:
+            for name, times in timed().items():
+                busy.setdefault(name, []).extend(times)
+        phase_s = time.monotonic() - started
+    return busy, background.figures(interval_s), phase_s
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:

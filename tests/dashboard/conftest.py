@@ -102,10 +102,8 @@ class Page:
         return response
 
 
-@pytest.fixture
-def page(browser: Any) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1440, "height": 900})
-    tab = context.new_page()
+def watch(tab: Any) -> list[str]:
+    """The console errors and warnings and uncaught page errors of ``tab``, as they come."""
     problems: list[str] = []
     tab.on(
         "console",
@@ -116,6 +114,14 @@ def page(browser: Any) -> Iterator[Page]:
         ),
     )
     tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    return problems
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    tab = context.new_page()
+    problems = watch(tab)
     yield Page(tab, problems)
     context.close()
 

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from tests.dashboard.conftest import Live, Page, screenshot
+from tests.dashboard.conftest import Live, Page, screenshot, watch
 
 pytestmark = [pytest.mark.e2e]
 
@@ -35,16 +35,7 @@ def offline(browser: Any) -> Iterator[tuple[Page, list[str]]]:
 
     context.route("**/*", only_loopback)
     tab = context.new_page()
-    problems: list[str] = []
-    tab.on(
-        "console",
-        lambda m: (
-            problems.append(f"console {m.type}: {m.text}")
-            if m.type in ("error", "warning")
-            else None
-        ),
-    )
-    tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    problems = watch(tab)
     yield Page(tab, problems), refused
     context.close()
 
