@@ -19,6 +19,7 @@ from core.baseline_compare import Direction, MetricComparison
 from core.signals import SIGNALS
 from core.timestamps import iso
 from core.window import format_duration
+from service.cost_view import unit_cost_text
 
 
 def short_model(model: str) -> str:
@@ -80,7 +81,9 @@ def signal_value(name: str, value: float | None) -> str:
 # -- comparison cells ---------------------------------------------------------------------
 
 
-def metric_value(m: MetricComparison, value: float | None) -> str:
+def metric_value(m: MetricComparison, value: float | None, currency: str = "") -> str:
+    """A compared metric's value in its unit; a unit cost in the active cost model's
+    ``currency`` with significant digits (``service.cost_view.unit_cost_text``)."""
     if value is None:
         return "–"
     if m.unit == "s":
@@ -88,7 +91,7 @@ def metric_value(m: MetricComparison, value: float | None) -> str:
     if m.unit == "ratio":
         return f"{value * 100:.3g} %"
     if m.unit == "currency":
-        return f"{value:.4f}"
+        return unit_cost_text(Decimal(str(value)), currency)
     return f"{svg.plain(value)} {m.unit}"
 
 

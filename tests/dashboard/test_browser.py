@@ -169,6 +169,10 @@ def test_the_baseline_page_finds_the_regression_the_throttling_caused(live: Live
     tpot = page.tab.locator('tr[data-metric="tpot.p99"]')
     assert tpot.locator(".badge").inner_text() == "regressed"
     assert page.tab.locator('tr[data-metric="error_ratio"] .badge').inner_text() == "pass"
+    # A unit cost with the cost model's currency and significant digits (#16).
+    cost = page.tab.locator('tr[data-metric="cost_per_million_tokens"] td.num')
+    values = [cost.nth(i).inner_text() for i in range(2)]
+    assert all(re.fullmatch(r"\d+\.\d+ USD", v) for v in values), values
     screenshot(page, "baselines")
     assert page.problems == []
 

@@ -55,6 +55,7 @@ def baselines(app: AppContext, ctx: Context, name: str) -> dict[str, Any]:
         "baselines": stored,
         "chosen": chosen,
         "scope": scope_of(selector),
+        "currency": cost_model.currency,
     }
     try:
         candidate = baseline_store.capture_window(
