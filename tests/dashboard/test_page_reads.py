@@ -22,12 +22,14 @@ from sqlalchemy import Engine, event
 from api import create_app
 from api.dashboard import shared
 from api.dashboard.context import parse_context
-from api.dashboard.views import latency, overview
+from api.dashboard.views import baselines, latency, overview
 from api.settings import ApiSettings
+from core.query import Selector
 from core.records import RequestRecord
 from core.sketch import merge_all
-from core.window import Resolution
-from storage import migrate, timeseries
+from core.window import Resolution, Window
+from storage import migrate, queries, timeseries
+from storage.baselines import capture_window, save_baseline
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy
 from storage.writer import open_writer
@@ -145,3 +147,42 @@ def test_the_charts_add_up_to_what_minute_rollups_give(store: Store) -> None:
             for q in (0.5, 0.9, 0.99):
                 want = merge_all(parts).quantile(q)
                 assert got.quantile(q) == pytest.approx(want, rel=1e-12)
+
+
+def statements(engine: Engine, render: Any) -> list[str]:
+    issued: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        issued.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        render()
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    return issued
+
+
+def test_a_baselines_page_reads_each_latency_sketch_once(store: Store) -> None:
+    first_day = Window(NOW - timedelta(days=DAYS), NOW - timedelta(days=DAYS - 1))
+    save_baseline(
+        store.engine,
+        capture_window(store.engine, "first-day", first_day, Selector(), first_day.end),
+    )
+    ctx = _ctx(store)
+    page = statements(store.engine, lambda: baselines.baselines(store.app, ctx, ""))
+    # The window's sketches of one metric, segment by segment, as the latency query reads them.
+    with store.engine.connect() as connection:
+        one_metric = statements(
+            store.engine,
+            lambda: queries.group_sketches(
+                connection, "ttft_s", ctx.window, Selector(), (), Resolution.MINUTE
+            ),
+        )
+
+    def sketch_reads(issued: list[str], metric: str) -> list[str]:
+        return [s for s in issued if s.startswith(f"SELECT request_rollups.{metric}_sketch ")]
+
+    assert sketch_reads(one_metric, "ttft")
+    for metric in ("ttft", "tpot", "e2e"):
+        assert len(sketch_reads(page, metric)) == len(sketch_reads(one_metric, "ttft"))
