@@ -113,7 +113,7 @@ def capture_window(
         if money is not None:
             cost_per_million, labels["cost_currency"] = money.amount, money.currency
     latency = {
-        metric: _latency(engine, metric, window, selector, finest, exact_max_rows)
+        metric: _latency(engine, metric, window, selector, finest, exact_max_rows, total.requests)
         for metric in LATENCY_METRICS
     }
     return Baseline(
@@ -144,7 +144,19 @@ def _latency(
     selector: Selector,
     finest: Resolution,
     exact_max_rows: int,
+    requests_in_window: int,
 ) -> LatencySummary | None:
+    """The window's latency summary of ``metric``: exact quantiles when it holds at most
+    ``exact_max_rows`` requests (``Method.AUTO``'s rule, decided on ``requests_in_window``,
+    the window's throughput count), else the quantiles of its merged sketch, which is then
+    read once for both the quantiles and the summary."""
+    with engine.connect() as connection:
+        sketches = queries.group_sketches(connection, COLUMNS[metric], window, selector, (), finest)
+    sketch = sketches.get((), QuantileSketch())
+    if requests_in_window > exact_max_rows:
+        if not sketch.count:
+            return None
+        return LatencySummary.of_sketch(sketch, sketch.quantiles(BASELINE_QUANTILES))
     answer = queries.latency(
         engine,
         metric,
@@ -152,15 +164,11 @@ def _latency(
         selector,
         (),
         BASELINE_QUANTILES,
-        Method.AUTO,
+        Method.EXACT,
         finest=finest,
-        exact_max_rows=exact_max_rows,
     )
     if not answer.groups:
         return None
-    with engine.connect() as connection:
-        sketches = queries.group_sketches(connection, COLUMNS[metric], window, selector, (), finest)
-    sketch = sketches.get((), QuantileSketch())
     return LatencySummary.of_sketch(sketch, answer.groups[0].quantiles)
 
 

@@ -37,7 +37,7 @@ from core.samples import BENIGN_REASONS, THROTTLE_REASONS
 from core.sketch import QuantileSketch, merge_all
 from core.window import Resolution, Segment, Window
 from storage import gpu_reads
-from storage.sql import rollup_where, sketch_column
+from storage.sql import rollup_where, selected, sketch_column
 from storage.tables import (
     GPU_ROLLUP_MEANS,
     GPU_ROLLUP_REASONS,
@@ -53,9 +53,25 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_SERIES: Final = 5000
 
 
-def _rollup_rows(window: Window, step: Resolution, selector: Selector) -> ColumnElement[bool]:
-    # Buckets that overlap the window: the first may start before it (charts show whole buckets).
-    return rollup_where(Segment(step.floor(window.start), window.end, step), selector)
+def _rollup_rows(
+    window: Window, step: Resolution, selector: Selector, coarsest: Resolution | None = None
+) -> ColumnElement[bool]:
+    """The ``step`` rollup rows of the buckets that overlap the window (the first may start
+    before it: charts show whole buckets).
+
+    With ``coarsest``, the same time (whole ``step`` buckets) is read from as few rollup rows
+    as possible: the coarsest resolutions up to ``coarsest`` that fit inside it, ``step`` rows
+    at the ragged ends. Every resolution is kept from the same records, so their sums match;
+    a caller that adds rows up per chart bucket gets the same totals from far fewer rows.
+    """
+    if coarsest is None or coarsest is step:
+        return rollup_where(Segment(step.floor(window.start), window.end, step), selector)
+    covered = Window(step.floor(window.start), step.ceil(window.end))
+    segments = gpu_reads.plan(covered, coarsest, step)  # aligned to ``step``: no raw edges
+    return and_(
+        or_(*(rollup_where(seg) for seg in segments)),
+        *selected(request_rollups, selector),
+    )
 
 
 def label_sets(
@@ -94,8 +110,13 @@ def request_series(
     step: Resolution,
     selector: Selector = Selector(),
     group_by: Sequence[str] = (),
+    coarsest: Resolution | None = None,
 ) -> dict[LabelKey, dict[datetime, Counts]]:
-    """Request and token totals per group per ``step`` bucket overlapping ``window``."""
+    """Request and token totals per group per ``step`` bucket overlapping ``window``.
+
+    With ``coarsest`` (for a caller that adds buckets up into ones of a multiple of that
+    resolution), the buckets are rollup rows of ``step`` up to ``coarsest`` (``_rollup_rows``).
+    """
     groups = check_group_by(group_by)
     keys = [request_rollups.c[n] for n in groups]
     bucket = request_rollups.c.bucket
@@ -108,7 +129,7 @@ def request_series(
                 for n in ("requests", "errors", "input_tokens", "output_tokens")
             ),
         )
-        .where(_rollup_rows(window, step, selector))
+        .where(_rollup_rows(window, step, selector, coarsest))
         .group_by(bucket, *keys)
         .order_by(bucket)
     )
@@ -128,13 +149,15 @@ def bucket_sketches(
     step: Resolution,
     selector: Selector = Selector(),
     group_by: Sequence[str] = (),
+    coarsest: Resolution | None = None,
 ) -> dict[LabelKey, dict[datetime, QuantileSketch]]:
-    """One merged sketch of ``metric`` per group per ``step`` bucket overlapping ``window``."""
+    """One merged sketch of ``metric`` per group per ``step`` bucket overlapping ``window``
+    (with ``coarsest``: per rollup row of ``step`` up to ``coarsest``, as ``request_series``)."""
     column = LATENCY_METRICS[check_metric(metric)]
     groups = check_group_by(group_by)
     sketch = sketch_column(column)
     query = select(request_rollups.c.bucket, *(request_rollups.c[n] for n in groups), sketch).where(
-        _rollup_rows(window, step, selector), sketch.is_not(None)
+        _rollup_rows(window, step, selector, coarsest), sketch.is_not(None)
     )
     parts: dict[tuple[LabelKey, datetime], list[QuantileSketch]] = defaultdict(list)
     with engine.connect() as connection:

@@ -3,7 +3,9 @@
 A chart's bucket (``ChartStep``) is chosen from the range (``charts.bucket_seconds``: at most
 ``charts.CHART_POINTS`` buckets, so a 3-hour range is drawn a minute at a time and a day ten
 minutes at a time) and read from the finest rollups retention still keeps for the range;
-``request_series`` and ``bucket_sketches`` add those rollup buckets up into chart buckets.
+``request_series`` and ``bucket_sketches`` add those rollup buckets up into chart buckets,
+reading the coarsest rollups that fit inside a chart bucket (hours for a 6-hour bucket) and
+the finest ones only at the ragged ends of the range.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from api.dashboard.context import Context
 from core.query import Selector
 from core.records import GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all
-from core.window import Resolution, Window, format_duration
+from core.window import RESOLUTIONS_COARSE_FIRST, Resolution, Window, format_duration
 from storage import timeseries
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -44,6 +46,16 @@ class ChartStep:
     def value(self) -> str:
         """How the page names it (``1m``, ``10m``, ``6h``)."""
         return format_duration(timedelta(seconds=self.seconds))
+
+    @property
+    def coarsest(self) -> Resolution:
+        """The coarsest rollups whose buckets each lie inside one chart bucket (a 6-hour chart
+        bucket adds up hour rows, a day one day rows); never finer than ``rollups``."""
+        return next(
+            r
+            for r in RESOLUTIONS_COARSE_FIRST
+            if self.seconds % r.seconds == 0 or r is self.rollups
+        )
 
     def floor(self, ts: datetime) -> datetime:
         offset = int((ts - _EPOCH).total_seconds() // self.seconds) * self.seconds
@@ -73,7 +85,9 @@ def request_series(
     group_by: Sequence[str] = (),
 ) -> dict[tuple[str, ...], dict[datetime, timeseries.Counts]]:
     """``storage.timeseries.request_series`` per chart bucket (rollup buckets added up)."""
-    found = timeseries.request_series(app.engine, window, step.rollups, selector, group_by)
+    found = timeseries.request_series(
+        app.engine, window, step.rollups, selector, group_by, coarsest=step.coarsest
+    )
     out: dict[tuple[str, ...], dict[datetime, timeseries.Counts]] = {}
     for labels, buckets in found.items():
         summed: dict[datetime, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
@@ -94,7 +108,9 @@ def bucket_sketches(
     group_by: Sequence[str] = (),
 ) -> dict[tuple[str, ...], dict[datetime, QuantileSketch]]:
     """``storage.timeseries.bucket_sketches`` per chart bucket (rollup sketches merged)."""
-    found = timeseries.bucket_sketches(app.engine, metric, window, step.rollups, selector, group_by)
+    found = timeseries.bucket_sketches(
+        app.engine, metric, window, step.rollups, selector, group_by, coarsest=step.coarsest
+    )
     out: dict[tuple[str, ...], dict[datetime, QuantileSketch]] = {}
     for labels, buckets in found.items():
         parts: dict[datetime, list[QuantileSketch]] = defaultdict(list)
