@@ -37,7 +37,7 @@ from typing import Any
 import bench_storage
 import httpx
 import numpy as np
-from harness.concurrent import MovingClock, busy_timings, compare, report_background
+from harness.concurrent import MovingClock, busy_timings, compare, report_background, timed_gets
 from harness.results import write_json
 
 from api import create_app
@@ -118,22 +118,7 @@ def timed_endpoints(app: Any, window: Window, repeats: int) -> dict[str, list[fl
         "metrics": ("/metrics", {}),
     }  # fmt: skip
 
-    async def run() -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            for name in ENDPOINTS:
-                path, params = calls[name]
-                times = []
-                for _ in range(repeats):
-                    started = time.perf_counter()
-                    response = await client.get(path, params=params)
-                    times.append(time.perf_counter() - started)
-                    response.raise_for_status()
-                out[name] = times
-        return out
-
-    return asyncio.run(run())
+    return timed_gets(app, {name: calls[name] for name in ENDPOINTS}, repeats)
 
 
 def concurrent_case(

@@ -28,7 +28,6 @@ and the runs APScheduler skipped. ``--quick`` is the smoke run of all of it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -37,9 +36,8 @@ from typing import Any
 
 import bench_api
 import bench_storage
-import httpx
 import numpy as np
-from harness.concurrent import MovingClock, busy_timings, compare, report_background
+from harness.concurrent import MovingClock, busy_timings, compare, report_background, timed_gets
 from harness.results import write_json
 
 from api import create_app
@@ -152,24 +150,9 @@ def load_extras(url: str, bench_storage: Any, days: int, now: datetime, interval
 
 
 def timed_pages(app: Any, params: dict[str, str], repeats: int) -> dict[str, list[float]]:
-    async def run() -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            for page in (*PAGES, "reference"):
-                url = "/api/v1/latency" if page == "reference" else f"/ui/{page}"
-                query = {**params, "metric": "ttft"} if page == "reference" else params
-                (await client.get(url, params=query)).raise_for_status()  # warm-up
-                times = []
-                for _ in range(repeats):
-                    started = time.perf_counter()
-                    response = await client.get(url, params=query)
-                    times.append(time.perf_counter() - started)
-                    response.raise_for_status()
-                out[page] = times
-        return out
-
-    return asyncio.run(run())
+    calls = {page: (f"/ui/{page}", params) for page in PAGES}
+    calls["reference"] = ("/api/v1/latency", {**params, "metric": "ttft"})
+    return timed_gets(app, calls, repeats, warm_up=True)
 
 
 def report(title: str, times: dict[str, list[float]]) -> dict[str, dict[str, float]]:

@@ -6,15 +6,17 @@ benchmark measures its pages or endpoints. The clock moves with real time from t
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import httpx
 import numpy as np
 from sqlalchemy import Engine
 
@@ -119,6 +121,35 @@ def jobs_and_writer(
         stop.set()
         thread.join()
         jobs.stop()
+
+
+def timed_gets(
+    app: Any,
+    calls: Mapping[str, tuple[str, Mapping[str, str]]],
+    repeats: int,
+    *,
+    warm_up: bool = False,
+) -> dict[str, list[float]]:
+    """Seconds per ``GET`` of each named ``(path, params)`` through ``app`` in process, ``repeats``
+    times each (after one untimed call per name with ``warm_up``); a failed answer raises."""
+
+    async def run() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            for name, (path, params) in calls.items():
+                if warm_up:
+                    (await client.get(path, params=params)).raise_for_status()
+                times = []
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    response = await client.get(path, params=params)
+                    times.append(time.perf_counter() - started)
+                    response.raise_for_status()
+                out[name] = times
+        return out
+
+    return asyncio.run(run())
 
 
 def busy_timings(
