@@ -6,18 +6,14 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
 from click.testing import CliRunner
 
 from core.baseline_compare import window_label
 from core.window import Window
 from infersight.cli import cli
-from storage.engine import create_store_engine
-from storage.writer import open_writer
-from tests.baselines.test_cli import run, url  # noqa: F401 - the store fixture
+from tests.baselines.test_cli import run, store_two_hours, url  # noqa: F401 - the store fixture
 from tests.baselines.test_importers import DATA
 from tests.doubles import NOW
-from tests.factories import make_records
 
 
 def test_windows_read_as_utc_ranges():
@@ -34,14 +30,7 @@ def test_windows_read_as_utc_ranges():
 
 
 def test_a_window_candidate_is_labelled_with_its_range(url):  # noqa: F811
-    engine = create_store_engine(url)
-    try:
-        records = make_records(
-            np.random.default_rng(4), NOW - timedelta(hours=2), 800, span=timedelta(hours=2)
-        )
-        open_writer(engine).write_requests(records)
-    finally:
-        engine.dispose()
+    store_two_hours(url)
     start, end = NOW - timedelta(hours=2), NOW
     window = ["--start", start.isoformat(), "--end", end.isoformat(), "--model", "llama-8b"]
     runner = CliRunner()

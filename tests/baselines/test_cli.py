@@ -122,7 +122,8 @@ def test_import_then_compare_a_result_file(url, tmp_path):
     assert {b["name"] for b in as_json} == {"vllm-main", "llmperf", "aiperf"}
 
 
-def test_capture_a_window_of_the_store_and_compare_it_through_the_main_command(url):
+def store_two_hours(url: str) -> None:
+    """800 requests over the two hours before ``NOW`` in the store at ``url``."""
     engine = create_store_engine(url)
     try:
         records = make_records(
@@ -131,6 +132,10 @@ def test_capture_a_window_of_the_store_and_compare_it_through_the_main_command(u
         open_writer(engine).write_requests(records)
     finally:
         engine.dispose()
+
+
+def test_capture_a_window_of_the_store_and_compare_it_through_the_main_command(url):
+    store_two_hours(url)
     window = [
         "--start",
         str(int((NOW - timedelta(hours=2)).timestamp())),
