@@ -14,8 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -39,6 +37,7 @@ from storage.engine import create_store_engine
 from storage.runs import get_run, list_runs
 from storage.tables import gpu_samples, requests
 from tests.dashboard.conftest import Page, browser, page, serve
+from tests.waiting import until
 
 __all__ = ["browser", "page"]  # the dashboard's Chromium fixtures, used here
 
@@ -78,16 +77,6 @@ def _lines(stream: IO[str], into: queue.Queue[str]) -> None:
         into.put(line)
 
 
-def _wait_for(check: Callable[[], T], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s} s"
-        time.sleep(0.5)
-
-
 @pytest.mark.e2e
 def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'demo.db'}"
@@ -101,7 +90,8 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
     reader = threading.Thread(target=_lines, args=(process.stdout, lines), daemon=True)
     reader.start()
     try:
-        line = lines.get(timeout=60)
+        until(lambda: not lines.empty(), "the dashboard's URL", process=process)
+        line = lines.get()
         assert line.startswith("infersight dashboard: http://127.0.0.1:"), line
         url = line.split(": ", 1)[1].strip()
         live_from = int(datetime.now(UTC).timestamp())
@@ -113,24 +103,34 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
             ).json()
             return {g["labels"]["instance"] for g in body["groups"] if g["requests"] > 0}
 
-        assert _wait_for(lambda: live_instances() == INSTANCES, 45, "records from every sidecar")
+        assert until(
+            lambda: live_instances() == INSTANCES, "records from every sidecar", process=process
+        )
 
         def incidents() -> list[dict[str, Any]]:
             body: dict[str, Any] = client.get("/api/v1/incidents", params={"state": "all"}).json()
             return list(body["incidents"])
 
-        found = _wait_for(incidents, 60, "an incident")
+        found = until(incidents, "an incident", process=process)
         # The surge on vllm-8b-0 comes first and slows the 8B model's token rate.
         assert found[0]["slo"] == "chat-8b-tpot"
         assert client.get("/metrics").status_code == 200
         log = tmp_path / "stderr.txt"
-        _wait_for(lambda: "incident #1 opened" in log.read_text(), 30, "the incident's report")
+        until(
+            lambda: "incident #1 opened" in log.read_text(),
+            "the incident's report",
+            process=process,
+        )
         # The Baselines and Capacity pages have something to show: a baseline of the healthy
         # history and a stored step run (issue #16). Each is announced once stored.
-        _wait_for(lambda: "captured baseline demo-healthy" in log.read_text(), 60, "a baseline")
+        until(
+            lambda: "captured baseline demo-healthy" in log.read_text(),
+            "a baseline",
+            process=process,
+        )
         baselines = client.get("/api/v1/baselines").json()
         assert "demo-healthy" in str(baselines)
-        _wait_for(lambda: "stored load-test run" in log.read_text(), 180, "the step run")
+        until(lambda: "stored load-test run" in log.read_text(), "the step run", process=process)
         assert '<span class="tag">knee</span>' in client.get("/ui/capacity").text
         client.close()
         spawned = _children(process.pid)
