@@ -459,3 +459,36 @@ revoked_sessions = Table(
     PrimaryKeyConstraint("digest"),
     Index("ix_revoked_sessions_expires_at", "expires_at"),
 )
+
+# -- Scaling recommendations and policies (issue 17) -----------------------------------------
+
+#: Scaling policies applied by operators (``infersight scaling apply``); ``spec`` is
+#: ``storage.scaling``'s JSON form of ``core.scaling.ScalingPolicy``.
+scaling_policies = Table(
+    "scaling_policies",
+    metadata,
+    Column("name", String(128), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("name"),
+)
+
+#: One row per model per recommender cycle (``service.scaling``): what it saw and decided, and
+#: why (``stale``: the JSON list of inputs that were stale or missing).
+scaling_recommendations = Table(
+    "scaling_recommendations",
+    metadata,
+    Column("model", LABEL, nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("observed", Integer, nullable=False),
+    Column("desired", Integer, nullable=False),
+    Column("predictive", Integer, nullable=True),
+    Column("reactive", Integer, nullable=True),
+    Column("forecast_rps", Float(53), nullable=True),
+    Column("driver", String(32), nullable=False),
+    Column("reason", String(1024), nullable=False),
+    Column("stale", Text, nullable=False, server_default="[]"),
+    PrimaryKeyConstraint("model", "at"),
+    Index("ix_scaling_recommendations_at", "at"),
+)
