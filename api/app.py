@@ -27,7 +27,7 @@ from api.dashboard import routes as dashboard
 from api.limits import BodyLimit
 from api.origin import AllowedHosts, OriginGuard
 from api.params import KnownQueryRoute
-from api.routes import baselines, capacity, cost, incidents, query, slos
+from api.routes import baselines, capacity, cost, incidents, query, scaling, slos
 from api.settings import ApiSettings
 from api.startup import add_healthz, install_store_errors, lifecycle
 
@@ -39,6 +39,7 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     cost.router,
     capacity.router,
     baselines.router,
+    scaling.router,
     dashboard.router,
     docs.router,
 )

@@ -9,6 +9,7 @@ read by ``context_of``); routes receive it through the ``api.deps.App`` dependen
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,10 +32,28 @@ from service.evaluation import Evaluator, default_policy
 from service.jobs import Jobs, LeaderLock, leader_lock
 from service.notifications import Announcer, Delivery, FollowUp
 from service.reports import WeeklyReports, parse_schedule
+from service.scaling import Recommender
 from storage.maintenance import RetentionPolicy
 from storage.queries import DEFAULT_EXACT_MAX_ROWS
 
 Clock = Callable[[], datetime]
+
+
+class Refusals:
+    """How often the KEDA endpoint refused an answer, by reason (``/metrics`` exports it as
+    ``infersight_scaling_keda_refusals_total``); shared by the app's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, reason: str) -> None:
+        with self._lock:
+            self._counts[reason] = self._counts.get(reason, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 def system_clock() -> datetime:
@@ -60,6 +79,8 @@ class AppContext:
     """The weekly cost reports (the jobs' report job; ``POST /api/v1/reports/weekly``)."""
     store_gate: StoreGate | None
     """Waits for the store at start-up (``None``: built without ``prepare``)."""
+    keda_refusals: Refusals
+    """Answers the KEDA endpoint refused (stale, missing, unknown), by reason."""
 
     def cost_model(self) -> CostModel:
         """The cost model in use: the stored one named by the settings, or the example."""
@@ -130,6 +151,8 @@ def build_context(
             **parse_schedule(settings.report_schedule),
             "timezone": settings.report_timezone,
         },
+        scale=Recommender(engine, policy),
+        scaling_interval_s=settings.scaling_interval_s,
     )
     gate = None
     if prepare is not None:
@@ -148,6 +171,7 @@ def build_context(
         jobs=jobs,
         reports=reports,
         store_gate=gate,
+        keda_refusals=Refusals(),
     )
 
 

@@ -17,6 +17,12 @@ Values are computed at scrape time from the store, so every replica answers the 
   ``infersight_idle_cost_last_hour{instance,currency}`` and
   ``infersight_gpu_utilisation_ratio{instance}`` — unit economics of the last hour
   (``CostCollector``)
+* ``infersight_desired_replicas{model}`` and ``infersight_observed_replicas{model}`` — the
+  replica recommender's newest usable recommendation per model (a stale one, or one made with
+  stale or missing inputs, is left out: an HPA then holds rather than scaling on it), with
+  ``infersight_scaling_recommendation_age_seconds{model}`` for every model, and
+  ``infersight_scaling_keda_refusals_total{reason}`` — answers the KEDA endpoint refused
+  (``ScalingCollector``)
 """
 
 from __future__ import annotations
@@ -31,18 +37,19 @@ from typing import Final
 
 from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 
 from api.auth import Scope
-from api.context import AppContext
+from api.context import AppContext, Refusals
 from api.deps import requires
 from core.burn import Policy
 from core.cost import CostModel
 from core.quantiles import quantile_key
 from core.window import Window, format_duration
 from service.evaluation import FinestFor, status, windows_of
+from service.scaling import current as current_scaling
 from storage import cost as cost_store
 from storage import queries, slo_store
 
@@ -219,6 +226,47 @@ class CostCollector(Collector):
         yield from (spent, per_million, per_joule, idle, util)
 
 
+class ScalingCollector(Collector):
+    """The replica recommender's newest recommendation per model, and the KEDA refusals."""
+
+    def __init__(self, engine: Engine, clock: Callable[[], datetime], refusals: Refusals) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.refusals = refusals
+
+    def collect(self) -> Iterator[Metric]:
+        desired = GaugeMetricFamily(
+            "infersight_desired_replicas",
+            "Instances the replica recommender wants for the model (usable recommendations "
+            "only; use as an HPA/KEDA Value target).",
+            labels=["model"],
+        )
+        observed = GaugeMetricFamily(
+            "infersight_observed_replicas",
+            "Instances serving the model when the recommendation was made.",
+            labels=["model"],
+        )
+        age = GaugeMetricFamily(
+            "infersight_scaling_recommendation_age_seconds",
+            "Age of the model's newest replica recommendation.",
+            labels=["model"],
+        )
+        for found in current_scaling(self.engine, self.clock()):
+            model = found.recommendation.model
+            age.add_metric([model], found.age_s)
+            if found.usable:
+                desired.add_metric([model], found.recommendation.desired)
+                observed.add_metric([model], found.recommendation.observed)
+        refused = CounterMetricFamily(
+            "infersight_scaling_keda_refusals",
+            "KEDA metrics-api answers refused (503/404) instead of a number, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self.refusals.counts().items()):
+            refused.add_metric([reason], count)
+        yield from (desired, observed, age, refused)
+
+
 class Cached(Collector):
     """``inner``'s families, reused for ``ttl_s`` seconds.
 
@@ -266,6 +314,8 @@ def install(app: FastAPI, context: AppContext) -> None:
         CostCollector(context.engine, context.cost_model, context.clock, finest_for),
         ttl_s=context.settings.metrics_cache_s,
     )
+    # Not cached: KEDA refusals should show at once, and the read is one small query.
+    registry.register(ScalingCollector(context.engine, context.clock, context.keda_refusals))
 
     @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
     def metrics() -> Response:

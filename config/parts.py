@@ -107,6 +107,9 @@ class JobsPart(Part):
 
     run_jobs: bool = Field(True, description="Run the scheduled jobs in this process.")
     evaluation_interval_s: float = Field(30.0, gt=0, description="Seconds between SLO evaluations.")
+    scaling_interval_s: float = Field(
+        60.0, gt=0, description="Seconds between replica recommendations (one per model)."
+    )
     maintenance_interval_s: float = Field(
         3600.0, gt=0, description="Seconds between partition and retention maintenance runs."
     )

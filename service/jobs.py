@@ -7,7 +7,9 @@ over. On SQLite there is one process, which always leads.
 
 Jobs: SLO evaluation (every ``evaluation_interval_s``) and maintenance — daily partitions
 ahead of time, and retention of raw rows and rollups (every ``maintenance_interval_s``); the
-weekly cost report on a cron schedule in its own time zone (``service.reports``), when given.
+weekly cost report on a cron schedule in its own time zone (``service.reports``), when given;
+the replica recommender (``service.scaling``: one recommendation per model), every
+``scaling_interval_s``, when given.
 Rollups themselves are merged as batches arrive (``storage.rollup``), so compaction here is
 the retention of the finer resolutions that coarser ones have made redundant.
 """
@@ -141,6 +143,8 @@ class Jobs:
         delivery_interval_s: float = 10.0,
         report: Callable[[datetime], object] | None = None,
         report_cron: Mapping[str, Any] | None = None,
+        scale: Callable[[datetime], object] | None = None,
+        scaling_interval_s: float = 60.0,
     ) -> None:
         self.engine = engine
         self.evaluator = evaluator
@@ -160,6 +164,11 @@ class Jobs:
         self.report_cron = dict(report_cron or {})
         if report is not None:
             self.runs["report"] = 0
+        # The replica recommender: its own interval (a cycle reads every model's inputs).
+        self.scale = scale
+        self.scaling_interval_s = scaling_interval_s
+        if scale is not None:
+            self.runs["scale"] = 0
         #: Ticks APScheduler skipped because the job's previous run was still going.
         self.skipped: dict[str, int] = dict.fromkeys(self.runs, 0)
         #: Seconds the latest runs of each job took (the most recent last).
@@ -188,6 +197,13 @@ class Jobs:
             return False
         return self._guarded("report", lambda: report(self.clock()))
 
+    def tick_scaling(self) -> bool:
+        """Record one replica recommendation per model if this replica leads; whether it did."""
+        scale = self.scale
+        if scale is None:
+            return False
+        return self._guarded("scale", lambda: scale(self.clock()))
+
     def _guarded(self, name: str, work: Callable[[], object]) -> bool:
         if not self.lock.acquire():
             return False
@@ -214,6 +230,8 @@ class Jobs:
         ]
         if self.deliver is not None:
             intervals.append(("deliver", self.tick_delivery, self.delivery_interval_s))
+        if self.scale is not None:
+            intervals.append(("scale", self.tick_scaling, self.scaling_interval_s))
         for job_id, tick, seconds in intervals:
             scheduler.add_job(
                 tick, "interval", seconds=seconds, id=job_id, max_instances=1, coalesce=True
