@@ -225,6 +225,13 @@ class LazyGroup(click.Group):
             "Drive an OpenAI-compatible endpoint and measure it.",
         ),
         "capacity": ("infersight.commands_capacity", "capacity", "Plan instances and GPU memory."),
+        # #17: h17-core's ``infersight.commands_scaling`` (backtest) owns the group once merged;
+        # ``commands_scaling_admin.register`` then adds apply / list / show to it.
+        "scaling": (
+            "infersight.commands_scaling_admin",
+            "scaling",
+            "Scaling policies and replica recommendations.",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -1,0 +1,105 @@
+"""``infersight scaling apply|list|show`` over a SQLite store, and the ScalingPolicy document's
+errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import pytest
+from click.testing import CliRunner
+
+from core.errors import InvalidInput
+from core.scaling import Recommendation
+from infersight.commands_scaling_admin import scaling
+from infersight.settings import Settings
+from service.scaling import parse_policies
+from storage import migrate
+from storage import scaling as scaling_store
+from storage.engine import create_store_engine
+
+POLICIES = """apiVersion: infersight/v1
+kind: ScalingPolicy
+metadata: {name: chat}
+spec: {model: llama-8b, minReplicas: 2, max_replicas: 12, leadTimeS: 720}
+---
+apiVersion: infersight/v1
+kind: ScalingPolicy
+metadata: {name: fleet}
+spec: {}
+"""
+
+
+@dataclass
+class Obj:
+    settings: Settings
+
+
+def test_scaling_apply_list_and_show(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    path = tmp_path / "policies.yaml"
+    path.write_text(POLICIES)
+    obj = Obj(Settings(database_url=url))
+    runner = CliRunner()
+    first = runner.invoke(scaling, ["apply", str(path)], obj=obj)
+    assert first.exit_code == 0, first.output
+    assert first.output.splitlines() == ["created chat", "created fleet"]
+    assert runner.invoke(scaling, ["apply", str(path)], obj=obj).output.splitlines() == [
+        "updated chat",
+        "updated fleet",
+    ]
+    engine = create_store_engine(url)
+    migrate.upgrade(engine)
+    now = time.time()
+    scaling_store.record(
+        engine,
+        Recommendation("llama-8b", now, 3, 5, 5, 2, 9.5, "forecast", "the forecast needs 5", ()),
+    )
+    engine.dispose()
+    table = runner.invoke(scaling, ["list"], obj=obj)
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert lines[1].split() == ["chat", "llama-8b", "2", "12", "720"]
+    assert lines[2].split()[:2] == ["fleet", "(every"]
+    assert lines[5].split()[:5] == ["llama-8b", "3", "5", "0", "forecast"]
+    assert lines[5].endswith("yes")
+    shown = json.loads(runner.invoke(scaling, ["show", "llama-8b"], obj=obj).output)
+    assert shown["policy"]["metadata"]["name"] == "chat"
+    assert shown["policy"]["spec"]["lead_time_s"] == 720
+    assert shown["recommendation"]["desired"] == 5
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("kind: SLO\napiVersion: infersight/v1\n", "expected kind ScalingPolicy"),
+        ("kind: ScalingPolicy\napiVersion: v9\nmetadata: {name: a}\n", "unsupported apiVersion"),
+        ("kind: ScalingPolicy\napiVersion: infersight/v1\n", "metadata.name"),
+        (
+            "kind: ScalingPolicy\napiVersion: infersight/v1\nmetadata: {name: a}\n"
+            "spec: {maxReplica: 3}\n",
+            "unknown ScalingPolicy field 'maxReplica'",
+        ),
+        (
+            "kind: ScalingPolicy\napiVersion: infersight/v1\nmetadata: {name: a}\n"
+            "spec: {headroom: lots}\n",
+            "spec.headroom must be a number",
+        ),
+        (
+            "kind: ScalingPolicy\napiVersion: infersight/v1\nmetadata: {name: a}\n"
+            "spec: {minReplicas: 1.5}\n",
+            "whole number",
+        ),
+        (
+            "kind: ScalingPolicy\napiVersion: infersight/v1\nmetadata: {name: a}\n"
+            "spec: {minReplicas: 5, maxReplicas: 2}\n",
+            "at most max_replicas",
+        ),
+        ("", "no ScalingPolicy documents"),
+        ("[1, 2", "not valid YAML"),
+    ],
+)
+def test_a_bad_policy_document_is_refused_with_its_reason(document: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_policies(document)
