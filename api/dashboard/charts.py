@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from html import escape
+from itertools import pairwise
 from typing import Final
 
 from markupsafe import Markup
@@ -153,13 +154,17 @@ def line_chart(
     empty: str = "no data in this range",
     height: int = _H,
     width: int = _W,
+    band: Band | None = None,
 ) -> Markup:
-    """Lines over ``[start, end)``; ``y_max`` pins the axis (e.g. 1.0 for ratios).
+    """Lines over ``[start, end)``; ``y_max`` pins the axis (e.g. 1.0 for ratios); ``band``
+    shades the area between its low and high points under the lines (e.g. a forecast range).
 
     ``width`` is the drawing's own width: a chart in a narrow column takes a smaller one so
     that its text keeps about the page's size when the SVG is scaled to the column.
     """
     values = [v for s in series for _, v in s.points if v is not None and math.isfinite(v)]
+    if band is not None:
+        values += [v for _, _, v in band.points if math.isfinite(v)]
     if not values:
         return _empty(empty, height, width)
     top = y_max if y_max is not None else max(values) * 1.08 or 1.0
@@ -180,6 +185,8 @@ def line_chart(
         f'aria-label="{escape(label)}" data-series-count="{len(series)}">'
     ]
     parts += _grid(ticks, fmt, y, x0, x1)
+    if band is not None:
+        parts += _band(band, x, lambda v: y(min(v, top)))
     span = end - start
     for tick in _time_ticks(start, end):
         parts.append(
@@ -203,6 +210,47 @@ def line_chart(
     parts += _hover_columns(series, fmt, x, x0, x1, y0, y1)
     parts.append("</svg>")
     return _safe("".join(parts)) + legend(series)
+
+
+#: A band's fill: neutral, so that the lines over it keep their colours.
+BAND_FILL: Final = "#9aa5b8"
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """A shaded range: ``(at, low, high)`` per bucket; a missing bucket breaks it."""
+
+    name: str
+    points: Sequence[tuple[datetime, float, float]]
+
+
+def _band(band: Band, x: Callable[[datetime], float], y: Callable[[float], float]) -> list[str]:
+    runs: list[list[tuple[datetime, float, float]]] = [[]]
+    ordered = sorted(band.points)
+    for i, point in enumerate(ordered):
+        if i and point[0] - ordered[i - 1][0] > _band_gap(ordered):
+            runs.append([])
+        runs[-1].append(point)
+    out = [f'<g class="band"><title>{escape(band.name)}</title>']
+    for run in runs:
+        if len(run) < 2:
+            continue
+        upper = [f"{x(at):.1f},{y(high):.1f}" for at, _, high in run]
+        lower = [f"{x(at):.1f},{y(low):.1f}" for at, low, _ in reversed(run)]
+        out.append(
+            f'<polygon fill="{BAND_FILL}" fill-opacity="0.35" stroke="none" '
+            f'points="{" ".join(upper + lower)}"/>'
+        )
+    out.append("</g>")
+    return out
+
+
+def _band_gap(points: Sequence[tuple[datetime, float, float]]) -> timedelta:
+    """Twice the usual spacing of ``points``: a longer gap breaks the band."""
+    if len(points) < 2:
+        return timedelta(0)
+    gaps = sorted(b[0] - a[0] for a, b in pairwise(points))
+    return 2 * gaps[len(gaps) // 2]
 
 
 def _grid(

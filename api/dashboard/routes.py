@@ -38,6 +38,7 @@ from api.dashboard.views import (
     incidents,
     latency,
     overview,
+    scaling,
 )
 from api.deps import App
 from core.errors import InvalidInput, NotFound
@@ -47,7 +48,7 @@ router = APIRouter(include_in_schema=False)
 Build = Callable[[AppContext, Context, dict[str, str]], dict[str, Any]]
 
 #: The pages of the navigation, in its order.
-VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity)
+VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity, scaling)
 PAGES: Final = tuple((view.NAME, view.TITLE) for view in VIEWS)
 STATIC: Final = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 MAX_LOGIN_BODY: Final = 4096

@@ -144,3 +144,10 @@ def test_the_scaling_routes_need_a_token_like_every_other(make_api, store: Store
     read = {"Authorization": f"Bearer {READ_TOKEN}"}
     assert api.get("/api/v1/scaling", headers=read).status_code == 200
     assert api.get("/api/v1/scaling/keda/llama-8b", headers=read).json()["desiredReplicas"] == 4
+
+
+def test_the_scaling_page_says_how_to_get_recommendations_when_there_are_none(api: Api) -> None:
+    response = api.get("/ui/scaling")
+    assert response.status_code == 200
+    assert "No replica recommendation yet" in response.text
+    assert 'id="purchasing"' in response.text

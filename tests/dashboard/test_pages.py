@@ -31,7 +31,7 @@ from tests.factories import make_records
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 READ = "viewer-token-0123456789"
 ADMIN = "admin-token-0123456789ab"
-PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
+PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity", "scaling")
 
 
 class Client:
