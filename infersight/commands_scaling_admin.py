@@ -30,7 +30,7 @@ def scaling() -> None:
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Create or replace the ScalingPolicy documents in FILES (YAML or JSON)."""
-    from service.scaling import parse_policies  # noqa: PLC0415
+    from service.scaling_spec import parse_policies  # noqa: PLC0415
     from storage import migrate  # noqa: PLC0415
     from storage.engine import create_store_engine  # noqa: PLC0415
     from storage.scaling import put_policy  # noqa: PLC0415
@@ -52,7 +52,8 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every scaling policy, and every model's newest recommendation."""
-    from service.scaling import current, policies, policy_document  # noqa: PLC0415
+    from service.scaling import current, policies  # noqa: PLC0415
+    from service.scaling_spec import to_document  # noqa: PLC0415
     from storage.engine import create_store_engine  # noqa: PLC0415
 
     engine = create_store_engine(current_settings(ctx).database_url)
@@ -63,7 +64,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         engine.dispose()
     if as_json:
         body = {
-            "policies": [policy_document(p) for p in stored],
+            "policies": [to_document(p) for p in stored],
             "models": [c.to_dict() for c in found],
         }
         click.echo(json.dumps(body, indent=2))
@@ -89,13 +90,14 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, model: str) -> None:
     """MODEL's policy in force and its newest recommendation (JSON)."""
-    from service.scaling import choose_policy, current_for, policies, policy_document  # noqa: PLC0415
+    from service.scaling import choose_policy, current_for, policies  # noqa: PLC0415
+    from service.scaling_spec import to_document  # noqa: PLC0415
     from storage.engine import create_store_engine  # noqa: PLC0415
 
     engine = create_store_engine(current_settings(ctx).database_url)
     try:
         policy = choose_policy(policies(engine), model)
-        body = {"policy": policy_document(policy)}
+        body = {"policy": to_document(policy)}
         body["recommendation"] = current_for(engine, model, datetime.now(UTC)).to_dict()
     finally:
         engine.dispose()

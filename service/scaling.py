@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import yaml
 from sqlalchemy import Engine
 
 from core.burn import Policy
@@ -142,8 +141,6 @@ class Recommender:
         )
         instances = set(gauges.instances) or {i for m in recent for i in m.instances}
         observed = len(instances)
-        if instances:
-            times["observed_instances"] = _unix(gauges.newest or recent[-1].bucket)
 
         demand: float | None = None
         if recent or gauges.newest is not None:
@@ -336,13 +333,23 @@ class Current:
         }
 
 
+#: Inputs without which a recommendation is not served to an autoscaler: the load now.
+ESSENTIAL: Final = ("demand_rps",)
+
+
 def judge(rec: Recommendation, policy: ScalingPolicy, now: datetime) -> Current:
-    """``rec`` at ``now``: unusable when inputs it needed were stale or missing, or when it is
-    older than the policy's ``stale_after_s`` (the recommender has stopped)."""
+    """``rec`` at ``now``: unusable when an ``ESSENTIAL`` input was stale or missing, when no
+    input sized the pool (neither a predictive nor a reactive count: e.g. no capacity measured
+    and nothing running hot), or when it is older than the policy's ``stale_after_s`` (the
+    recommender has stopped). Other stale or missing inputs (no GPU telemetry, no history for
+    a forecast) are listed but do not block it: ``recommend`` never scales in on them."""
     age = max(0.0, _unix(now) - rec.at)
     refusal: str | None = None
-    if rec.stale:
-        refusal = f"stale or missing inputs: {', '.join(rec.stale)}"
+    blocking = [name for name in ESSENTIAL if name in rec.stale]
+    if blocking:
+        refusal = f"stale or missing inputs: {', '.join(blocking)}"
+    elif rec.predictive is None and rec.reactive is None:
+        refusal = f"no input sized the pool ({', '.join(rec.stale) or 'none'} stale or missing)"
     elif age > policy.stale_after_s:
         refusal = (
             f"the newest recommendation is {age:.0f} s old (stale after {policy.stale_after_s:g} s)"
@@ -372,95 +379,3 @@ def current_for(engine: Engine, model: str, now: datetime) -> Current:
             f"no model named {model!r} is served or has a scaling policy", details={"model": model}
         )
     raise Unavailable(f"no replica recommendation for {model!r} yet", details={"model": model})
-
-
-# -- ScalingPolicy documents ----------------------------------------------------------------
-
-POLICY_API_VERSION: Final = "infersight/v1"
-_POLICY_FIELDS: Final = {f.name: f for f in dataclasses.fields(ScalingPolicy)}
-MAX_POLICY_DOCUMENTS: Final = 1_000
-
-
-def _snake(key: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in key)
-
-
-def _spec_value(key: str, value: Any) -> tuple[str, Any]:
-    """``(field, value)`` of one ``spec`` entry, checked."""
-    field_name = _snake(key)
-    known = _POLICY_FIELDS.get(field_name)
-    if known is None or field_name == "name":
-        raise InvalidInput(
-            f"unknown ScalingPolicy field {key!r}",
-            details={"known": sorted(f for f in _POLICY_FIELDS if f != "name")},
-        )
-    if field_name == "model":
-        if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 256):
-            raise InvalidInput("spec.model must be a model name of 1–256 characters")
-    elif isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"spec.{key} must be a number", details={key: repr(value)})
-    elif known.type in ("int", int) and not float(value).is_integer():
-        raise InvalidInput(f"spec.{key} must be a whole number", details={key: value})
-    return field_name, value
-
-
-def parse_policy(document: Mapping[str, Any]) -> ScalingPolicy:
-    """An ``apiVersion: infersight/v1``, ``kind: ScalingPolicy`` document → the policy.
-
-    ``spec`` holds ``model`` (absent: every model without a policy of its own) and any of the
-    policy's parameters, in snake_case or camelCase (``minReplicas``); the rest default to the
-    essay's values.
-    """
-    if document.get("kind") != "ScalingPolicy":
-        raise InvalidInput(f"expected kind ScalingPolicy, got {document.get('kind')!r}")
-    if document.get("apiVersion") != POLICY_API_VERSION:
-        raise InvalidInput(
-            f"unsupported apiVersion {document.get('apiVersion')!r}",
-            details={"supported": [POLICY_API_VERSION]},
-        )
-    metadata = document.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not 1 <= len(name) <= 128:
-        raise InvalidInput("metadata.name must be a name of 1–128 characters")
-    spec = document.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise InvalidInput("spec must be a mapping")
-    values = dict(_spec_value(str(key), value) for key, value in spec.items())
-    for field_name in ("min_replicas", "max_replicas"):
-        if field_name in values:
-            values[field_name] = int(values[field_name])
-    policy = ScalingPolicy(name=name, model=values.pop("model", None), **values)
-    if not 0 <= policy.min_replicas <= policy.max_replicas:
-        raise InvalidInput(
-            "min_replicas must be at least 0 and at most max_replicas",
-            details={"min_replicas": policy.min_replicas, "max_replicas": policy.max_replicas},
-        )
-    return policy
-
-
-def parse_policies(text: str | bytes) -> list[ScalingPolicy]:
-    """Every ScalingPolicy document of a (multi-document) YAML or JSON file."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
-    if not documents:
-        raise InvalidInput("no ScalingPolicy documents found")
-    if len(documents) > MAX_POLICY_DOCUMENTS:
-        raise InvalidInput(f"more than {MAX_POLICY_DOCUMENTS} documents in one file")
-    out = []
-    for document in documents:
-        if not isinstance(document, Mapping):
-            raise InvalidInput("a ScalingPolicy document must be a mapping")
-        out.append(parse_policy(document))
-    return out
-
-
-def policy_document(policy: ScalingPolicy) -> dict[str, Any]:
-    """The policy as an ``infersight/v1`` document (every parameter spelled out)."""
-    return {
-        "apiVersion": POLICY_API_VERSION,
-        "kind": "ScalingPolicy",
-        "metadata": {"name": policy.name},
-        "spec": {f: getattr(policy, f) for f in _POLICY_FIELDS if f != "name"},
-    }

@@ -4,9 +4,10 @@ KEDA ``metrics-api`` endpoint a ``ScaledObject`` polls.
 ``GET /api/v1/scaling`` lists every model's observed and desired instances, the predicted
 demand, the input that drove the decision and its reason, and how old it is (``staleness_s``).
 ``GET /api/v1/scaling/keda/{model}`` answers ``{"desiredReplicas": N}`` for a ``metricType:
-Value`` trigger. It never answers a missing or stale input with a number: a recommendation
-made with stale or missing inputs, or older than the policy's ``stale_after_s``, or none yet
-is answered 503 ``unavailable`` (KEDA then applies the ScaledObject's ``fallback``), an
+AverageValue`` trigger (target 1). It never answers a missing or stale input with a number: a
+recommendation made with a stale or missing demand, or that no input sized (no capacity and
+nothing running hot), or older than the policy's ``stale_after_s``, or none yet is answered
+503 ``unavailable`` (KEDA then applies the ScaledObject's ``fallback``), an
 unknown model 404; each refusal is counted in ``infersight_scaling_keda_refusals_total{reason}``
 on ``/metrics``.
 """
@@ -47,10 +48,10 @@ def scaling(app: App) -> dict[str, Any]:
 @router.get(
     "/keda/{model}",
     summary="Desired replicas of one model for KEDA's metrics-api scaler",
-    description='Answers {"desiredReplicas": N} (use metricType: Value and '
-    "valueLocation: desiredReplicas). A recommendation made with stale or missing inputs, "
-    "an old one, or none yet is answered 503 (never 0), so that KEDA's fallback applies; "
-    "an unknown model 404. Refusals are counted on /metrics.",
+    description='Answers {"desiredReplicas": N} (use metricType: AverageValue, targetValue: '
+    '"1" and valueLocation: desiredReplicas). A recommendation made with a stale or missing '
+    "demand, one that no input sized, an old one, or none yet is answered 503 (never 0), so "
+    "that KEDA's fallback applies; an unknown model 404. Refusals are counted on /metrics.",
     responses={**responses(404), 503: {"description": "No usable recommendation"}},
 )
 def keda(app: App, model: Model) -> dict[str, Any]:
@@ -64,7 +65,13 @@ def keda(app: App, model: Model) -> dict[str, Any]:
         raise
     if found.refusal is not None:
         rec = found.recommendation
-        app.keda_refusals.add("stale_inputs" if rec.stale else "old_recommendation")
+        app.keda_refusals.add(
+            "stale_inputs"
+            if found.refusal.startswith("stale")
+            else "no_basis"
+            if found.refusal.startswith("no input")
+            else "old_recommendation"
+        )
         raise Unavailable(
             f"no usable recommendation for {model!r}: {found.refusal}",
             details={"model": model, "stale_inputs": list(rec.stale), "age_s": found.age_s},

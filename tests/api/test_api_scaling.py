@@ -3,6 +3,7 @@ real store (recommendations recorded as the job records them)."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import numpy as np
@@ -47,10 +48,11 @@ def test_the_listing_shows_each_model_s_newest_recommendation_and_its_staleness(
 ) -> None:
     scaling_store.record(store.engine, rec("llama-8b", 90, 2))
     scaling_store.record(store.engine, rec("llama-8b", 30, 4))
-    scaling_store.record(store.engine, rec("llama-70b", 20, 6, stale=("gpu_util",)))
+    scaling_store.record(store.engine, rec("llama-70b", 20, 6, stale=("demand_rps",)))
+    scaling_store.record(store.engine, rec("mixtral", 20, 2, stale=("gpu_util", "kv_usage")))
     body = api.get("/api/v1/scaling").json()
     by_model = {m["model"]: m for m in body["models"]}
-    assert set(by_model) == {"llama-8b", "llama-70b"}
+    assert set(by_model) == {"llama-8b", "llama-70b", "mixtral"}
     small = by_model["llama-8b"]
     assert (small["observed"], small["desired"], small["predicted_demand_rps"]) == (3, 4, 12.5)
     assert small["driver"] == "forecast"
@@ -60,8 +62,11 @@ def test_the_listing_shows_each_model_s_newest_recommendation_and_its_staleness(
     assert small["refusal"] is None
     large = by_model["llama-70b"]
     assert large["usable"] is False
-    assert large["stale_inputs"] == ["gpu_util"]
-    assert "gpu_util" in large["refusal"]
+    assert large["stale_inputs"] == ["demand_rps"]
+    assert "demand_rps" in large["refusal"]
+    # Inputs a deployment does not measure (no GPU telemetry) are listed but do not block it.
+    assert by_model["mixtral"]["stale_inputs"] == ["gpu_util", "kv_usage"]
+    assert by_model["mixtral"]["usable"] is True
 
 
 def test_keda_gets_the_desired_replicas_of_a_fresh_recommendation(api: Api, store: Store) -> None:
@@ -82,6 +87,17 @@ def test_a_stale_input_is_answered_503_never_0_and_counted(api: Api, store: Stor
     assert samples(api, "infersight_scaling_keda_refusals_total") == {"reason=stale_inputs": 1.0}
     # …and the gauge leaves the model out rather than exporting a number.
     assert samples(api, "infersight_desired_replicas") == {}
+
+
+def test_a_recommendation_that_no_input_sized_is_answered_503(api: Api, store: Store) -> None:
+    unsized = dataclasses.replace(
+        rec("llama-8b", 10, 3, stale=("capacity_rps",)), predictive=None, reactive=None
+    )
+    scaling_store.record(store.engine, unsized)
+    response = api.get("/api/v1/scaling/keda/llama-8b")
+    assert response.status_code == 503
+    assert "no input sized the pool" in response.json()["error"]["message"]
+    assert samples(api, "infersight_scaling_keda_refusals_total") == {"reason=no_basis": 1.0}
 
 
 def test_a_recommendation_older_than_the_policy_allows_is_answered_503(

@@ -121,8 +121,8 @@ def test_the_inputs_of_a_model_come_from_its_rollups_scrapes_gpus_and_slos(
         ttft_p99_max_s=0.2,
     )
     assert inputs.capacity_rps == pytest.approx(expected.throughput_rps)
-    assert set(inputs.input_times) >= {
-        "observed_instances",
+    assert set(inputs.input_times) == {
+        "service_rate_rps",
         "demand_rps",
         "forecast_rps",
         "capacity_rps",
