@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine
 
+from api import create_app
+from api.settings import ApiSettings
 from core.query import Selector
 from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
@@ -25,6 +27,7 @@ from storage import slo_store
 from storage.capacity import production_capacity
 from storage.maintenance import RetentionPolicy
 from storage.writer import open_writer
+from tests.api.conftest import Api
 from tests.conftest import Store
 from tests.doubles import NOW, FakeClock
 from tests.factories import make_records
@@ -201,3 +204,19 @@ def test_the_scaling_job_records_one_recommendation_per_model_and_is_counted(
     assert set(found) == {MODEL, "llama-70b"}
     assert all(r.at == NOW.timestamp() for r in found.values())
     assert found[MODEL].observed == 2
+
+
+def test_a_cycle_over_the_store_gives_the_keda_endpoint_a_number_it_can_serve(
+    seeded: Seeded,
+) -> None:
+    [rec] = Recommender(seeded.engine, default_policy()).run(NOW)
+    assert rec.model == MODEL
+    assert rec.predictive is not None  # demand, forecast and capacity were all measured
+    assert "demand_rps" not in rec.stale
+    app = create_app(ApiSettings(run_jobs=False), seeded.engine, FakeClock())
+    api = Api(app, FakeClock())
+    answer = api.get(f"/api/v1/scaling/keda/{MODEL}")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["desiredReplicas"] == rec.desired >= POLICY.min_replicas
+    listed = api.get("/api/v1/scaling").json()["models"]
+    assert [(m["model"], m["usable"], m["reason"]) for m in listed] == [(MODEL, True, rec.reason)]
