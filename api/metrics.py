@@ -117,7 +117,7 @@ class StoreCollector(Collector):
                 connection, now, self.finest_for, slo_store.rollup_cache(self.engine)
             )
             specs = slo_store.list_slos(self.engine)
-            counter.prepare(windows_of(self.policy, specs))
+            counter.prepare(windows_of(self.policy, specs), [spec.sli for spec in specs])
             for spec in specs:
                 current = status(connection, spec, self.policy, now, self.finest_for, counter)
                 if current.sli is not None:

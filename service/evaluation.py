@@ -143,7 +143,7 @@ class Evaluator:
         statuses = []
         with self.engine.connect() as connection:
             counter = slo_store.CycleCounter(connection, now, self.finest_for, self.cache)
-            counter.prepare(windows_of(self.policy, specs))
+            counter.prepare(windows_of(self.policy, specs), [spec.sli for spec in specs])
             for spec in specs:
                 statuses.append(
                     status(connection, spec, self.policy, now, self.finest_for, counter)

@@ -35,7 +35,7 @@ def with_status(
         counter = slo_store.CycleCounter(
             connection, now, finest_for, slo_store.rollup_cache(engine)
         )
-        counter.prepare(windows_of(policy, specs))
+        counter.prepare(windows_of(policy, specs), [spec.sli for spec in specs])
         firing = incidents.all_firing(connection)
         for spec in specs:
             current = status(connection, spec, policy, now, finest_for, counter)

@@ -24,17 +24,20 @@ from typing import Any, Final
 from sqlalchemy import (
     Connection,
     Engine,
+    Integer,
     and_,
     case,
     func,
+    literal,
     or_,
     select,
+    union_all,
 )
 from sqlalchemy.sql.elements import ColumnElement
 
 from core.errors import InvalidInput
 from core.query import LATENCY_METRICS, Selector
-from core.records import DURATION_FIELDS, GROUP_LABELS
+from core.records import GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import Resolution, Segment, Window, split
@@ -444,20 +447,22 @@ class CycleCounter:
         if cache is not None:
             cache.begin()
         self._plans: dict[timedelta, list[Segment]] = {}
-        self._raw: dict[Segment, dict[_Key, list[tuple[Any, ...]]]] = {}
+        self._edges: dict[Segment, dict[_Measure, dict[_Key, tuple[int, int]]]] = {}
         self._totals: dict[Segment, dict[_Key, tuple[int, int]]] = {}
         self._sketches: dict[tuple[str, Segment], dict[_Key, QuantileSketch]] = {}
         self._rows: dict[Segment, dict[_Key, list[tuple[datetime, _Row]]]] = {}
         self._latency: dict[tuple[str, float, Segment], dict[_Key, tuple[int, int]]] = {}
 
-    def prepare(self, windows: Iterable[timedelta]) -> None:
-        """Read what every window of ``windows`` needs up front: the raw edges in one query
-        and, with a cache, the rollup rows' totals in another (instead of one per segment).
+    def prepare(self, windows: Iterable[timedelta], slis: Iterable[Sli] = ()) -> None:
+        """Read what every window of ``windows`` needs up front: the raw edges' event counts
+        for availability and every SLI of ``slis`` in one query and, with a cache, the rollup
+        rows' totals in another (instead of one per segment).
         Optional; ``count`` reads whatever is still missing."""
         wanted = {seg for length in set(windows) for seg in self._plan(length)}
-        edges = [seg for seg in wanted if seg.raw and seg not in self._raw]
+        edges = sorted((seg for seg in wanted if seg.raw), key=lambda seg: seg.start)
+        measures = list(dict.fromkeys([None, *(_measure(sli) for sli in slis)]))
         if edges:
-            self._read_raw(edges)
+            self._read_edges(edges, measures)
         if self.cache is not None:
             rollups = [seg for seg in wanted if not seg.raw and seg not in self._rows]
             self._rows.update(self.cache.rows(self.connection, rollups))
@@ -489,10 +494,11 @@ class CycleCounter:
             return all(key[i] == value for i, value in pinned)
 
         if seg.raw:
-            return _count_rows(
-                sli,
-                (row for key, rows in self._raw_rows(seg).items() if picked(key) for row in rows),
-            )
+            total = bad = 0
+            for key, (events, bad_events) in self._edge_counts(seg, _measure(sli)).items():
+                if picked(key):
+                    total, bad = total + events, bad + bad_events
+            return EventCounts(total, bad)
         if sli.kind is SliKind.AVAILABILITY:
             total = bad = 0
             for key, (requests_, errors) in self._rollup_totals(seg).items():
@@ -533,27 +539,37 @@ class CycleCounter:
             )
         return self._latency[memo]
 
-    def _raw_rows(self, seg: Segment) -> dict[_Key, list[tuple[Any, ...]]]:
-        if seg not in self._raw:
-            self._read_raw([seg])
-        return self._raw[seg]
+    def _edge_counts(self, seg: Segment, measure: _Measure) -> dict[_Key, tuple[int, int]]:
+        if measure not in self._edges.get(seg, {}):
+            self._read_edges([seg], [measure])
+        return self._edges[seg][measure]
 
-    def _read_raw(self, edges: list[Segment]) -> None:
-        """The raw rows of ``edges`` (grouped by series), in one query."""
+    def _read_edges(self, edges: list[Segment], measures: list[_Measure]) -> None:
+        """The raw edges' ``(events, bad events)`` per series and measure, counted by the
+        database: one statement (a ``UNION ALL`` of one grouped select per edge) for up to
+        ``_MEASURES_PER_QUERY`` measures, so no raw row travels to Python."""
         labels = [requests.c[name] for name in GROUP_LABELS]
-        values = [requests.c.status, *(requests.c[name] for name in DURATION_FIELDS)]
-        spans = [
-            and_(requests.c.start >= start, requests.c.start < end)
-            for _, start, end in _merged_ranges(edges)
-        ]
-        query = select(requests.c.start, *labels, *values).where(or_(*spans))
-        found = sorted(self.connection.execute(query).all(), key=lambda row: row[0])
-        starts = [row[0] for row in found]
         for seg in edges:
-            grouped: dict[_Key, list[tuple[Any, ...]]] = {}
-            for row in found[bisect_left(starts, seg.start) : bisect_left(starts, seg.end)]:
-                grouped.setdefault(tuple(row[1:5]), []).append(tuple(row[5:]))
-            self._raw[seg] = grouped
+            slot = self._edges.setdefault(seg, {})
+            for measure in measures:
+                slot[measure] = {}
+        for first in range(0, len(measures), _MEASURES_PER_QUERY):
+            chunk = measures[first : first + _MEASURES_PER_QUERY]
+            columns = [column for measure in chunk for column in _measure_columns(measure)]
+            parts = [
+                select(literal(index, Integer), *labels, *columns)
+                .where(raw_where(seg))
+                .group_by(*labels)
+                for index, seg in enumerate(edges)
+            ]
+            query = parts[0] if len(parts) == 1 else union_all(*parts)
+            width = 1 + len(labels)
+            for row in self.connection.execute(query):
+                slot = self._edges[edges[row[0]]]
+                key = tuple(row[1:width])
+                for offset, measure in enumerate(chunk):
+                    at = width + 2 * offset
+                    slot[measure][key] = (int(row[at] or 0), int(row[at + 1] or 0))
 
     def _rollup_totals(self, seg: Segment) -> dict[_Key, tuple[int, int]]:
         if seg not in self._totals:
@@ -590,18 +606,22 @@ class CycleCounter:
         return self._sketches[(metric, seg)]
 
 
-def _count_rows(sli: Sli, rows: Iterable[tuple[Any, ...]]) -> EventCounts:
-    """``core.slo.count_events`` over raw ``(status, *DURATION_FIELDS)`` rows."""
-    total = bad = 0
+#: An SLI's raw-edge measure: ``None`` for availability (requests, errors), else the duration
+#: column and its threshold (requests with a value, requests above the threshold).
+_Measure = tuple[str, float] | None
+#: Two aggregate columns per measure: 50 SLIs' thresholds stay within one statement.
+_MEASURES_PER_QUERY: Final = 64
+
+
+def _measure(sli: Sli) -> _Measure:
     if sli.column is None:
-        for row in rows:
-            total += 1
-            bad += row[0] == "error"
-        return EventCounts(total, bad)
-    index, threshold = 1 + DURATION_FIELDS.index(sli.column), sli.threshold_s or 0.0
-    for row in rows:
-        value = row[index]
-        if value is not None:
-            total += 1
-            bad += value > threshold
-    return EventCounts(total, bad)
+        return None
+    return (sli.column, sli.threshold_s or 0.0)
+
+
+def _measure_columns(measure: _Measure) -> list[ColumnElement[Any]]:
+    """``core.slo.count_events``'s event and bad-event counts over raw rows, as SQL."""
+    if measure is None:
+        return [func.count(), func.sum(case((requests.c.status == "error", 1), else_=0))]
+    value = requests.c[measure[0]]
+    return [func.count(value), func.sum(case((value > measure[1], 1), else_=0))]

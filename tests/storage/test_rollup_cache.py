@@ -48,7 +48,7 @@ class Ticks:
 
 def _count_all(connection, now, cache):
     counter = slo_store.CycleCounter(connection, now, cache=cache)
-    counter.prepare(set(LENGTHS) | {s.window for s in SPECS})
+    counter.prepare(set(LENGTHS) | {s.window for s in SPECS}, [s.sli for s in SPECS])
     return {spec.name: counter.count(spec, LENGTHS) for spec in SPECS}
 
 
