@@ -18,6 +18,7 @@ burning again (an update of the open alert), never as the headline.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 from collections.abc import Iterator
@@ -89,11 +90,25 @@ def _finished(c: Any) -> datetime:
 
 
 def _part(batch: Batch, since: datetime, until: datetime) -> Batch:
-    return Batch(
-        tuple(c for c in batch.completions if since <= _finished(c) < until),
-        tuple(s for s in batch.server_samples if since <= s.ts < until),
-        tuple(s for s in batch.gpu_samples if since <= s.ts < until),
-    )
+    """What finished in [since, until): bisected on the batch sorted once per module.
+
+    Scanning the whole hour's batch for every 30 s interval cost a third of this test's time.
+    """
+    if _cache.get("sorted_for") is not batch:
+        completions = sorted(batch.completions, key=_finished)
+        server = sorted(batch.server_samples, key=lambda s: s.ts)
+        gpu = sorted(batch.gpu_samples, key=lambda s: s.ts)
+        _cache["sorted"] = (
+            (completions, [_finished(c) for c in completions]),
+            (server, [s.ts for s in server]),
+            (gpu, [s.ts for s in gpu]),
+        )
+        _cache["sorted_for"] = batch
+    parts = [
+        tuple(rows[bisect.bisect_left(keys, since) : bisect.bisect_left(keys, until)])
+        for rows, keys in _cache["sorted"]
+    ]
+    return Batch(*parts)
 
 
 def _run(store: Store, request: pytest.FixtureRequest) -> Iterator[tuple[Api, datetime]]:
