@@ -48,7 +48,8 @@ def _at(hours: float) -> float:
 def test_the_day_has_a_morning_ramp_a_quiet_spell_and_the_afternoon_rebound() -> None:
     assert _at(3) == pytest.approx(0.10, abs=0.02)  # night
     ramp = curve(np.linspace(7 * H, 10 * H, 50))
-    assert np.all(np.diff(ramp) >= 0) and ramp[-1] - ramp[0] > 0.8  # the morning ramp from 07:00
+    assert np.all(np.diff(ramp) >= 0)
+    assert ramp[-1] - ramp[0] > 0.8
     assert _at(11) > 0.95  # the late-morning peak
     assert _at(13) == pytest.approx(0.22, abs=0.005)  # the quiet spell 12:45–14:00
     assert _at(13.9) == pytest.approx(0.22, abs=0.005)
@@ -160,7 +161,8 @@ def test_removal_cancels_a_cold_starting_instance_before_a_serving_one(
 
 def test_with_no_serving_instance_no_request_meets_the_slo(service: ServiceModel) -> None:
     result = run_policy(Static(0), _flat(5.0, 10), Fleet(service, initial=0))
-    assert result.met == 0 and result.attainment == 0
+    assert result.met == 0
+    assert result.attainment == 0
     assert result.gpu_hours == 0
 
 
@@ -202,7 +204,8 @@ def test_infersight_beats_reactive_scaling_on_the_rebound(service: ServiceModel)
     day = synthetic(1, step_s=10, start_s=11 * H, end_s=16 * H)
     run = backtest(day, service, NO_UTIL)
     ours, queue, gpu = (run.result(p) for p in ("infersight", "reactive KEDA", "reactive GPU"))
-    assert ours.rebound_attainment is not None and queue.rebound_attainment is not None
+    assert ours.rebound_attainment is not None
+    assert queue.rebound_attainment is not None
     assert gpu.rebound_attainment is not None
     assert ours.rebound_attainment > queue.rebound_attainment + 0.2
     assert ours.rebound_attainment >= gpu.rebound_attainment - 0.005
