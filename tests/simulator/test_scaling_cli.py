@@ -67,7 +67,7 @@ def test_the_json_answer_holds_every_figure_and_progress_goes_to_stderr() -> Non
     assert ran.exit_code == 0, ran.output
     figures = json.loads(ran.stdout)
     assert figures["cold_start_s"] == 600
-    assert [r["policy"] for r in figures["results"]][0] == "static (peak)"
+    assert figures["results"][0]["policy"] == "static (peak)"
     for r in figures["results"]:
         assert 0 <= r["attainment"] <= 1
         assert r["cost"] == pytest.approx(r["gpu_hours"] * 4.0)
