@@ -19,6 +19,7 @@ from storage import migrate
 from storage.demand import recorded_demand
 from storage.engine import create_store_engine
 from storage.writer import open_writer
+from tests.benchmarks import run_bench
 from tests.factories import make_records
 
 FAST = ["--step", "60", "--quiet"]
@@ -150,3 +151,18 @@ def test_recorded_demand_counts_each_minute_of_the_day(tmp_path: Path) -> None:
     assert busy[-1] < 11 * 60
     assert got.history == ()
     assert got.weeks_without_data == (1, 2)
+
+
+def test_the_scaling_benchmark_prints_its_table_and_checks_the_target(tmp_path: Path) -> None:
+    ran = run_bench(
+        "bench_scaling", "--step", "60", "--seeds", "2", "--cold-starts", "",
+        figures=tmp_path / "scaling.json",
+    )  # fmt: skip
+    assert "cold start 600 s" in ran.out
+    assert "infersight (GPU-util rule off)" in ran.out
+    assert [v["policy"] for v in ran.figures["verdicts"]] == [
+        "infersight",
+        "infersight (GPU-util rule off)",
+    ]
+    assert [o["seed"] for o in ran.figures["others"]] == [2]
+    assert ran.figures["results"][0]["policy"] == "static (peak)"
