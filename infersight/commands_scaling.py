@@ -24,6 +24,9 @@ import click
 from infersight import commands_scaling_admin
 from infersight.cli import current_settings, read_spec_file
 
+#: Dollars per GPU-hour without a cost model (an H100/H200 on-demand list price, roughly).
+DEFAULT_PRICE = 4.0
+
 if TYPE_CHECKING:
     from core.scaling import ScalingPolicy
     from simulator.autoscale import Backtest, Demand
@@ -77,13 +80,18 @@ def _policy(path: Path | None, model: str) -> ScalingPolicy:
         ) from None
 
 
-def _store_demand(ctx: click.Context, model: str, day: date, weeks: int, step_s: float) -> Demand:
+def _store_demand(
+    ctx: click.Context, model: str, day: date, weeks: int, step_s: float, gpu: str
+) -> tuple[Demand, float, str]:
+    """The recorded day and its history weeks, and the active cost model's price of ``gpu``."""
     from core.errors import NotFound  # noqa: PLC0415
+    from service.cost_spec import active_model  # noqa: PLC0415
     from simulator.autoscale import from_minutes  # noqa: PLC0415
     from storage.demand import busiest_models, recorded_demand  # noqa: PLC0415
     from storage.engine import create_store_engine  # noqa: PLC0415
 
-    engine = create_store_engine(current_settings(ctx).database_url)
+    settings = current_settings(ctx)
+    engine = create_store_engine(settings.database_url)
     try:
         try:
             recorded = recorded_demand(engine, model, day, weeks)
@@ -93,18 +101,28 @@ def _store_demand(ctx: click.Context, model: str, day: date, weeks: int, step_s:
             raise NotFound(
                 exc.message + hint + " (--served-model picks one)", details=exc.details
             ) from None
+        cost_model = active_model(engine, settings.cost_model)
     finally:
         engine.dispose()
+    price = cost_model.price_for("", gpu)
+    if price is None:
+        price_value, price_source = DEFAULT_PRICE, f"no price for {gpu} in cost model"
+    else:
+        price_value = float(price.blended_per_hour)
+        price_source = f"{gpu} in cost model {cost_model.name!r}"
     missing = recorded.weeks_without_data
     source = (
         f"recorded demand of {model} on {day.isoformat()} from the store, "
         f"{len(recorded.history)} history weeks"
         + (f" (weeks {', '.join(map(str, missing))} earlier had no requests)" if missing else "")
     )
-    return from_minutes(recorded.minutes, recorded.history, step_s=step_s, source=source)
+    demand = from_minutes(recorded.minutes, recorded.history, step_s=step_s, source=source)
+    return demand, price_value, price_source
 
 
-def _figures(result: Backtest, cold_start_s: float, profile: str) -> dict[str, Any]:
+def _figures(
+    result: Backtest, cold_start_s: float, profile: str, price_source: str
+) -> dict[str, Any]:
     svc = result.fleet.service
     return {
         "demand": result.demand.source,
@@ -120,13 +138,14 @@ def _figures(result: Backtest, cold_start_s: float, profile: str) -> dict[str, A
         "capacity_rps_per_instance": svc.capacity_rps,
         "cold_start_s": cold_start_s,
         "price_per_gpu_hour": result.fleet.price_per_gpu_hour,
+        "price_source": price_source,
         "static_instances": result.static_instances,
         "policy": result.policy.name,
         "results": [r.to_dict() for r in result.results],
     }
 
 
-def header(result: Backtest, cold_start_s: float, profile: str) -> str:
+def header(result: Backtest, cold_start_s: float, profile: str, price_source: str = "") -> str:
     """The run's setting in a few lines: demand, fleet, targets, cold start, price."""
     svc = result.fleet.service
     d = result.demand
@@ -140,7 +159,9 @@ def header(result: Backtest, cold_start_s: float, profile: str) -> str:
             f"{svc.capacity_rps:.1f} req/s per instance within TTFT {svc.ttft_target_s:g} s / "
             f"TPOT {svc.tpot_target_s * 1000:g} ms",
             f"cold start {cold_start_s:g} s (paid for, not serving); removal immediate; "
-            f"${result.fleet.price_per_gpu_hour:g} per GPU-hour; static = "
+            f"${result.fleet.price_per_gpu_hour:g} per GPU-hour"
+            + (f" ({price_source})" if price_source else "")
+            + f"; static = "
             f"{result.static_instances} instances (peak × (1 + 0.4 headroom))",
             f"recommender policy: {result.policy.name} (lead time = cold start)",
         ]
@@ -182,7 +203,12 @@ def header(result: Backtest, cold_start_s: float, profile: str) -> str:
 @click.option("--output-tokens", type=click.IntRange(1, 1_000_000), default=256, show_default=True)
 @click.option("--ttft-target", type=click.FloatRange(0, min_open=True), default=2.0)
 @click.option("--tpot-target", type=click.FloatRange(0, min_open=True), default=0.1)
-@click.option("--price-per-gpu-hour", type=click.FloatRange(min=0), default=4.0, show_default=True)
+@click.option(
+    "--price-per-gpu-hour",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Default: the active cost model's price for the GPU with --from-store, else $4.",
+)
 @click.option(
     "--step",
     "step_s",
@@ -214,15 +240,21 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
         ttft_target_s=o["ttft_target"],
         tpot_target_s=o["tpot_target"],
     )
+    price, price_source = DEFAULT_PRICE, "the default price"
     if o["from_store"]:
         day = o["day"] or (datetime.now(UTC) - timedelta(days=1)).date()
-        demand = _store_demand(ctx, served, day, policy.history_weeks, step_s)
+        demand, price, price_source = _store_demand(
+            ctx, served, day, policy.history_weeks, step_s, profile.gpu.product_name
+        )
     else:
         if o["day"] is not None:
             raise click.UsageError("--day needs --from-store")
         demand = synthetic(
             o["seed"], peak_rps=o["peak_rps"], step_s=step_s, history_weeks=policy.history_weeks
         )
+
+    if o["price_per_gpu_hour"] is not None:
+        price, price_source = o["price_per_gpu_hour"], "--price-per-gpu-hour"
 
     def progress(name: str, done: int, total: int) -> None:
         if not o["quiet"]:
@@ -233,13 +265,15 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
         service,
         policy,
         cold_start_s=o["cold_start"],
-        price_per_gpu_hour=o["price_per_gpu_hour"],
+        price_per_gpu_hour=price,
         progress=progress,
     )
     if o["fmt"] == "json":
-        click.echo(json.dumps(_figures(result, o["cold_start"], profile.name), indent=2))
+        click.echo(
+            json.dumps(_figures(result, o["cold_start"], profile.name, price_source), indent=2)
+        )
         return
-    click.echo(header(result, o["cold_start"], profile.name))
+    click.echo(header(result, o["cold_start"], profile.name, price_source))
     click.echo()
     click.echo(render(result))
 

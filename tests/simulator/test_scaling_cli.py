@@ -72,6 +72,7 @@ def test_the_json_answer_holds_every_figure_and_progress_goes_to_stderr() -> Non
     for r in figures["results"]:
         assert 0 <= r["attainment"] <= 1
         assert r["cost"] == pytest.approx(r["gpu_hours"] * 4.0)
+    assert figures["price_source"] == "the default price"
     assert "backtest: [4/4] done" in ran.stderr
     assert "\r" not in ran.stderr  # one line per policy: readable in a log
 
@@ -129,6 +130,9 @@ def test_from_store_replays_the_recorded_day_with_its_history_weeks(tmp_path: Pa
     assert figures["requests"] == pytest.approx(1200)
     assert "1 history weeks" in figures["demand"]
     assert "weeks 2, 3, 4 earlier had no requests" in figures["demand"]
+    # Priced by the active cost model (the bundled example prices here: H200 at $4.00).
+    assert figures["price_source"] == "NVIDIA H200 in cost model 'example'"
+    assert figures["price_per_gpu_hour"] == pytest.approx(4.0)
     other = CliRunner().invoke(
         scaling,
         ["backtest", "--from-store", "--day", DAY.isoformat(), "--served-model", "gpt-x", *FAST],
