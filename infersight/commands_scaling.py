@@ -113,7 +113,7 @@ def _store_demand(
     missing = recorded.weeks_without_data
     source = (
         f"recorded demand of {model} on {day.isoformat()} from the store, "
-        f"{len(recorded.history)} history weeks"
+        f"{len(recorded.history)} history weeks, rebound column = 14:00–14:20 UTC"
         + (f" (weeks {', '.join(map(str, missing))} earlier had no requests)" if missing else "")
     )
     demand = from_minutes(recorded.minutes, recorded.history, step_s=step_s, source=source)
@@ -228,6 +228,7 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
     from simulator.autoscale import backtest as run  # noqa: PLC0415
     from simulator.autoscale import table as render  # noqa: PLC0415
     from simulator.specs import load_profile  # noqa: PLC0415
+    from storage.demand import MAX_WEEKS  # noqa: PLC0415
 
     profile = load_profile(o["profile"])
     served = o["served_model"] or profile.model_name
@@ -244,7 +245,7 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
     if o["from_store"]:
         day = o["day"] or (datetime.now(UTC) - timedelta(days=1)).date()
         demand, price, price_source = _store_demand(
-            ctx, served, day, policy.history_weeks, step_s, profile.gpu.product_name
+            ctx, served, day, min(policy.history_weeks, MAX_WEEKS), step_s, profile.gpu.product_name
         )
     else:
         if o["day"] is not None:

@@ -802,7 +802,11 @@ def table(result: Backtest) -> str:
     for r in result.results:
         rebound = "n/a" if r.rebound_attainment is None else f"{100 * r.rebound_attainment:.2f}%"
         ratio = f"{100 * r.gpu_hours / static.gpu_hours:.0f}%" if static else "n/a"
-        worst = f"{_clock(r.worst_minute_s)} {100 * r.worst_minute_attainment:.1f}%"
+        worst = (
+            f"{_clock(r.worst_minute_s)} {100 * r.worst_minute_attainment:.1f}%"
+            if r.worst_minute_attainment < 1.0 - 1e-12
+            else "none missed"
+        )
         lines.append(
             f"{r.name:<{width}} {100 * r.attainment:>7.2f}% {rebound:>8} {r.gpu_hours:>8.1f} "
             f"{ratio:>9} {r.cost:>9.2f} {r.scale_events:>6} "
