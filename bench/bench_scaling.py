@@ -86,6 +86,12 @@ def main() -> None:
     parser.add_argument("--profile", default="llama-3.1-8b-h200x1")
     parser.add_argument("--seeds", type=_ints, default=_ints("2,3,4,5"))
     parser.add_argument("--cold-starts", type=_ints, default=_ints("300,900"))
+    parser.add_argument(
+        "--history-scales",
+        type=lambda text: [float(x) for x in text.split(",") if x.strip()],
+        default=[0.85, 0.7],
+        help="Days whose history weeks are this share of the day (the forecast falls short).",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -118,13 +124,15 @@ def main() -> None:
     print()
     print(f"infersight ({NO_UTIL_LABEL}) on other days and cold starts, static the reference:")
     others: list[dict[str, Any]] = []
-    cases = [(s, args.cold_start) for s in args.seeds] + [
-        (args.seed, float(c)) for c in args.cold_starts
-    ]
-    for seed, cold in cases:
-        progress(f"seed {seed}, cold start {cold:g} s")
+    cases = (
+        [(s, args.cold_start, 1.0) for s in args.seeds]
+        + [(args.seed, float(c), 1.0) for c in args.cold_starts]
+        + [(args.seed, args.cold_start, h) for h in args.history_scales]
+    )
+    for seed, cold, scale in cases:
+        progress(f"seed {seed}, cold start {cold:g} s, history × {scale:g}")
         again = backtest(
-            synthetic(seed, step_s=args.step),
+            synthetic(seed, step_s=args.step, history_scale=scale),
             service,
             NO_UTIL,
             cold_start_s=cold,
@@ -133,9 +141,10 @@ def main() -> None:
         v = verdict(again, "infersight")
         r = again.result("infersight")
         q = again.result("reactive KEDA")
-        others.append({"seed": seed, "cold_start_s": cold, **v})
+        others.append({"seed": seed, "cold_start_s": cold, "history_scale": scale, **v})
+        history = "" if scale == 1.0 else f", history at {scale:g} × the day"
         print(
-            f"  seed {seed}, cold start {cold:>4g} s: SLO met {100 * r.attainment:.2f}% "
+            f"  seed {seed}, cold start {cold:>4g} s{history}: SLO met {100 * r.attainment:.2f}% "
             f"(static {100 * again.result('static').attainment:.2f}%), rebound "
             f"{100 * (r.rebound_attainment or 0):.2f}% (KEDA queue "
             f"{100 * (q.rebound_attainment or 0):.2f}%), "

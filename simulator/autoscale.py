@@ -167,9 +167,11 @@ def synthetic(
     end_s: float = DAY_S,
     history_weeks: int = HISTORY_WEEKS,
     noise: float = 0.04,
+    history_scale: float = 1.0,
 ) -> Demand:
     """The diurnal day (``KEYFRAMES`` × ``peak_rps``) with seeded noise and Poisson arrivals;
-    each history week is the same curve with its own noise (seeds ``seed + 1000·k``)."""
+    each history week is the same curve with its own noise (seeds ``seed + 1000·k``), scaled
+    by ``history_scale`` (below 1: the day has outgrown its history, the forecast falls short)."""
     if not (math.isfinite(peak_rps) and 0 < peak_rps <= 1e6):
         raise InvalidInput("peak_rps must be in (0, 1e6]", details={"peak_rps": peak_rps})
     if not 0 <= start_s < end_s <= DAY_S:
@@ -180,23 +182,26 @@ def synthetic(
     if not 1 <= steps <= MAX_STEPS:
         raise InvalidInput(f"a backtest has 1–{MAX_STEPS} steps", details={"steps": steps})
     t: FloatArray = start_s + step_s * np.arange(steps, dtype=np.float64)
+    if not (math.isfinite(history_scale) and 0 < history_scale <= 100):
+        raise InvalidInput("history_scale must be in (0, 100]")
     base = curve(t + step_s / 2) * peak_rps
 
-    def one(week_seed: int) -> FloatArray:
+    def one(week_seed: int, scale: float = 1.0) -> FloatArray:
         rng = np.random.default_rng(week_seed)
         minute = ((t - start_s) // 60).astype(np.int64)
         factor = _noise(rng, int(minute[-1]) + 1, noise)[minute]
-        counts: FloatArray = rng.poisson(base * factor * step_s).astype(np.float64)
+        counts: FloatArray = rng.poisson(base * factor * scale * step_s).astype(np.float64)
         return counts
 
     return Demand(
         step_s=step_s,
         start_s=start_s,
         arrivals=one(seed),
-        history=tuple(one(seed + 1000 * k) for k in range(1, history_weeks + 1)),
+        history=tuple(one(seed + 1000 * k, history_scale) for k in range(1, history_weeks + 1)),
         source=(
             f"synthetic diurnal day, peak {peak_rps:g} req/s, quiet 12:45–14:00 at 22 %, "
             f"rebound 14:00–14:20, seed {seed}, {history_weeks} history weeks"
+            + (f" at {history_scale:g} × the day" if history_scale != 1.0 else "")
         ),
     )
 
