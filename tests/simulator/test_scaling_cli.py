@@ -160,6 +160,7 @@ def test_recorded_demand_counts_each_minute_of_the_day(tmp_path: Path) -> None:
 def test_the_scaling_benchmark_prints_its_table_and_checks_the_target(tmp_path: Path) -> None:
     ran = run_bench(
         "bench_scaling", "--step", "60", "--seeds", "2", "--cold-starts", "",
+        "--history-scales", "0.7",
         figures=tmp_path / "scaling.json",
     )  # fmt: skip
     assert "cold start 600 s" in ran.out
@@ -168,5 +169,6 @@ def test_the_scaling_benchmark_prints_its_table_and_checks_the_target(tmp_path: 
         "infersight",
         "infersight (GPU-util rule off)",
     ]
-    assert [o["seed"] for o in ran.figures["others"]] == [2]
+    assert [(o["seed"], o["history_scale"]) for o in ran.figures["others"]] == [(2, 1.0), (1, 0.7)]
+    assert "history at 0.7 × the day" in ran.out
     assert ran.figures["results"][0]["policy"] == "static (peak)"
