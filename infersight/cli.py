@@ -225,10 +225,10 @@ class LazyGroup(click.Group):
             "Drive an OpenAI-compatible endpoint and measure it.",
         ),
         "capacity": ("infersight.commands_capacity", "capacity", "Plan instances and GPU memory."),
-        # #17: h17-core's ``infersight.commands_scaling`` (backtest) owns the group once merged;
-        # ``commands_scaling_admin.register`` then adds apply / list / show to it.
+        # ``infersight.commands_scaling`` owns the group (backtest);
+        # ``commands_scaling_admin.register`` adds apply / list / show to it.
         "scaling": (
-            "infersight.commands_scaling_admin",
+            "infersight.commands_scaling",
             "scaling",
             "Scaling policies and replica recommendations.",
         ),
