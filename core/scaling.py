@@ -12,9 +12,17 @@ method (predictive + reactive, scale out fast, scale in slowly):
 * **Reactive** (on what is happening, each only ever raises the count, ``n`` = observed):
   queue per instance above ``queue_factor × service rate`` → ``ceil(n × queue / (queue_factor ×
   service rate))``; KV-cache usage at or above ``kv_usage_high`` → ``ceil(n × usage /
-  kv_usage_high)``; GPU utilisation above ``gpu_util_up`` → ``ceil(n × util / gpu_util_up)``
-  (HPA's formula); the latency SLOs' short-window burn rate above ``burn_rate_high`` → ``n + 1``.
-  Each is at least ``n + 1`` when it fires.
+  kv_usage_high)``; GPU utilisation above ``gpu_util_up`` **while requests wait** (at least
+  ``GPU_UTIL_QUEUE`` per instance) → ``ceil(n × util / gpu_util_up)`` (HPA's formula); the
+  latency SLOs' short-window burn rate above ``burn_rate_high`` → ``n + 1``. Each is at least
+  ``n + 1`` when it fires.
+
+  Utilisation alone is not evidence of saturation: a batching engine keeps its GPU busy with a
+  single request (NVML's "utilisation" is the share of time any kernel ran), so the essay's
+  70 % rule on its own holds a fleet at ``max_replicas`` all day — the closed-loop backtest
+  (``simulator.autoscale``) measured 112 % of static peak sizing's GPU-hours that way. Here it
+  counts only when the queue corroborates it; the uncorroborated rule is the backtest's
+  ``reactive-gpu`` baseline, which also uses ``gpu_util_down`` (30 % for 30 minutes down).
 * **Target** = the larger of predictive and reactive, then clamped to ``[min, max]``.
 * **Scale-in safety** (target < observed): every input it rests on (capacity, demand,
   forecast) must be fresh, else hold — a missing series never reads as "no load" (KEDA's
@@ -63,6 +71,8 @@ DRIVERS: Final = (
     "hold",
 )
 MAX_REPLICAS_LIMIT: Final = 100_000
+#: Requests waiting per instance from which a busy GPU counts as saturated (see the docstring).
+GPU_UTIL_QUEUE: Final = 1.0
 _EPS: Final = 1e-9
 
 
@@ -229,10 +239,17 @@ def _reactive(
             (want, "kv_cache", f"KV-cache usage {kv:.0%} is at or above {policy.kv_usage_high:.0%}")
         )
     util = v["gpu_util"]
-    if util is not None and util > policy.gpu_util_up:
+    waiting = queue is not None and queue >= GPU_UTIL_QUEUE
+    if util is not None and util > policy.gpu_util_up and waiting:
+        assert queue is not None
         want = max(n + 1, math.ceil(n * util / policy.gpu_util_up - _EPS))
         fired.append(
-            (want, "gpu_util", f"GPU utilisation {util:.0%} is above {policy.gpu_util_up:.0%}")
+            (
+                want,
+                "gpu_util",
+                f"GPU utilisation {util:.0%} is above {policy.gpu_util_up:.0%} with "
+                f"{_fmt(queue)} requests waiting per instance",
+            )
         )
     burn = v["burn_rate_short"]
     if burn is not None and burn > policy.burn_rate_high:

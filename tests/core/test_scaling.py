@@ -150,10 +150,19 @@ SCALE_OUT = [
         id="a nearly full KV cache adds an instance",
     ),
     pytest.param(
-        inputs(observed_instances=7, gpu_util=0.95),
+        inputs(observed_instances=7, gpu_util=0.95, queue_per_instance=3.0),
         10,
         "gpu_util",
-        id="GPU utilisation of 95 percent against 70 scales 7 to 10 as HPA would",
+        id=(
+            "GPU utilisation of 95 percent against 70 with requests waiting scales 7 to 10 "
+            "as HPA does"
+        ),
+    ),
+    pytest.param(
+        inputs(observed_instances=7, gpu_util=0.99, queue_per_instance=0.0),
+        7,
+        "hold",
+        id="a GPU 99 percent busy with nothing waiting is batching, not a reason to scale out",
     ),
     pytest.param(
         inputs(observed_instances=7, burn_rate_short=20.0),

@@ -202,7 +202,7 @@ def test_infersight_beats_reactive_scaling_on_the_rebound(service: ServiceModel)
     """The forecast sees the 14:00 rebound a lead time ahead; a queue trigger sees it only once
     requests wait, and its instances arrive a cold start later."""
     day = synthetic(1, step_s=10, start_s=11 * H, end_s=16 * H)
-    run = backtest(day, service, NO_UTIL)
+    run = backtest(day, service, POLICY)
     ours, queue, gpu = (run.result(p) for p in ("infersight", "reactive KEDA", "reactive GPU"))
     assert ours.rebound_attainment is not None
     assert queue.rebound_attainment is not None
@@ -216,10 +216,12 @@ def test_infersight_beats_reactive_scaling_on_the_rebound(service: ServiceModel)
     assert ours.drivers.get("rebound", 0) > 0  # held through the quiet spell's end
 
 
-def test_gpu_utilisation_reads_near_full_with_any_real_batch_so_its_rule_never_scales_in(
+def test_gpu_utilisation_reads_near_full_with_any_real_batch_so_alone_it_never_scales_in(
     service: ServiceModel,
 ) -> None:
-    """The essay's trap, modelled honestly: a few sequences in flight read as a busy GPU."""
+    """The essay's trap, modelled honestly: a few sequences in flight read as a busy GPU. The
+    reactive-only 70/30 rule sits at max all night; the recommender, which counts utilisation
+    only while requests wait, follows the night's demand down."""
     assert 1 - math.exp(-service.batch_for(2.0)) > 0.9  # 2 req/s on an instance of ~22
     day = synthetic(2, step_s=30)
     run = backtest(day, service, POLICY, only=("reactive-gpu", "infersight"))
@@ -227,8 +229,8 @@ def test_gpu_utilisation_reads_near_full_with_any_real_batch_so_its_rule_never_s
     t = day.times
     night = t >= 22 * H
     assert gpu.replicas[night].min() == POLICY.max_replicas  # up all day, never back down
-    assert ours.drivers.get("gpu_util", 0) > 0  # the recommender's own GPU rule fires too
-    assert ours.replicas[night].min() == POLICY.max_replicas
+    assert ours.replicas[night].max() < POLICY.max_replicas / 2
+    assert ours.gpu_hours < 0.7 * gpu.gpu_hours
 
 
 def test_bad_demand_is_refused_clearly(service: ServiceModel) -> None:

@@ -164,11 +164,7 @@ def test_the_scaling_benchmark_prints_its_table_and_checks_the_target(tmp_path: 
         figures=tmp_path / "scaling.json",
     )  # fmt: skip
     assert "cold start 600 s" in ran.out
-    assert "infersight (GPU-util rule off)" in ran.out
-    assert [v["policy"] for v in ran.figures["verdicts"]] == [
-        "infersight",
-        "infersight (GPU-util rule off)",
-    ]
+    assert [v["policy"] for v in ran.figures["verdicts"]] == ["infersight"]
     assert [(o["seed"], o["history_scale"]) for o in ran.figures["others"]] == [(2, 1.0), (1, 0.7)]
     assert "history at 0.7 × the day" in ran.out
     assert ran.figures["results"][0]["policy"] == "static (peak)"
