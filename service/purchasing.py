@@ -64,9 +64,11 @@ def purchasing(
     target: float = DEFAULT_FILL_TARGET,
     top: int = DEFAULT_TOP_WINDOWS,
     per_million: Decimal | None = None,
+    read_unit_cost: bool = True,
 ) -> Purchasing:
-    """The advice for ``window``'s whole hours under ``model``; ``per_million`` (the range's
-    cost per million tokens) is computed from the store when not given."""
+    """The advice for ``window``'s whole hours under ``model``. ``per_million`` is the
+    range's cost per million tokens for the fill what-if; with ``read_unit_cost`` (and none
+    given) it is read from the store for the hours the advice covers."""
     try:
         tz = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
@@ -77,7 +79,7 @@ def purchasing(
     advice = advise(
         rows, model, window.start, window.end, tz=tz, floor=floor, target=target, top=top
     )
-    if per_million is None and not advice.empty and advice.end > advice.start:
+    if read_unit_cost and per_million is None and not advice.empty and advice.end > advice.start:
         read = Window(advice.start, advice.end)
         finest = finest_for(read, now) if finest_for is not None else Resolution.MINUTE
         result = cost_store.cost(engine, read, model, finest=finest)
