@@ -1,6 +1,8 @@
 """The Cost page: ``storage.cost.cost`` under the cost model in use (the example list prices
 until an operator stores one), per model and per instance, with what the figures' exactness
-depends on (good tokens kept, idle time interpolated). A range with nothing metered says so.
+depends on (good tokens kept, idle time interpolated), and the purchasing advice
+(``api.dashboard.purchasing``: the reserved / on-demand split and the idle windows). A range
+with nothing metered says so.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from typing import Any, Final
 
 from api.context import AppContext
 from api.dashboard import charts as svg
+from api.dashboard import purchasing
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
 from core.cost import CostLine, CostResult
@@ -119,4 +122,5 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
         **_notes(result, ctx, model.idle_utilisation_floor),
         "unmetered": result.unmetered,
         "unpriced": result.unpriced,
+        "purchasing": purchasing.section(app, ctx),
     }
