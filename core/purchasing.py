@@ -356,7 +356,7 @@ def merge_windows(cells: Sequence[Cell], floor: float) -> list[IdleWindow]:
         starts = sorted(h for h in idle if (h - 1) % HOURS_PER_WEEK not in idle)
     out = []
     for first in starts:
-        run = []
+        run: list[Cell] = []
         h = first
         while h in idle and len(run) < HOURS_PER_WEEK:
             run.append(by_hour[h])
@@ -524,7 +524,7 @@ def _whole_hours(start: datetime, end: datetime) -> list[datetime]:
     first = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     if first < start:
         first += _HOUR
-    out = []
+    out: list[datetime] = []
     at = first
     while at + _HOUR <= end and len(out) <= MAX_HOURS:
         out.append(at)
