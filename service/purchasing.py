@@ -32,6 +32,7 @@ from core.window import Resolution, Window
 from service.cost_view import amount
 from service.evaluation import FinestFor
 from storage import cost as cost_store
+from storage.gpu_rollup import ROLLUP_GAP_S
 from storage.purchasing import hourly_gpu_usage
 
 #: What to run when a range holds no GPU time (the pages, the API and the report say it).
@@ -50,6 +51,7 @@ class Purchasing:
     model_name: str
     per_million_before: Decimal | None
     per_million_after: Decimal | None
+    sample_gap_s: float = ROLLUP_GAP_S
 
 
 def purchasing(
@@ -85,7 +87,13 @@ def purchasing(
         result = cost_store.cost(engine, read, model, finest=finest)
         money = result.total.cost_per_million_tokens
         per_million = None if money is None else money.amount
-    return Purchasing(advice, model.name, per_million, per_million_after(per_million, advice.fill))
+    return Purchasing(
+        advice,
+        model.name,
+        per_million,
+        per_million_after(per_million, advice.fill),
+        model.sample_gap_s,
+    )
 
 
 def _share(value: float | None) -> float | None:
@@ -108,6 +116,12 @@ def purchasing_dict(answer: Purchasing) -> dict[str, Any]:
         warnings.append(
             f"only {a.hours} hours of GPU data in this range: less than a week, so the split "
             "and the idle windows follow those hours only"
+        )
+    if answer.sample_gap_s > ROLLUP_GAP_S:
+        warnings.append(
+            f"the cost model's sampleGap is {answer.sample_gap_s:g} s, but the hour rollups "
+            f"count a sample for at most {ROLLUP_GAP_S:g} s: GPUs sampled less often than that "
+            "read as partly in use here"
         )
     if a.unpriced:
         warnings.append(f"no price for these GPUs, left out of the split: {', '.join(a.unpriced)}")
