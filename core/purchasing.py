@@ -520,6 +520,17 @@ class _CellAcc:
     cost: Decimal = ZERO
 
 
+def check_span(start: datetime, end: datetime) -> None:
+    """Refuse a range longer than ``MAX_HOURS`` whole hours (before anything is read)."""
+    if end <= start:
+        raise InvalidInput("the range must end after it starts")
+    if (end - start) >= _HOUR * (MAX_HOURS + 1):
+        raise InvalidInput(
+            f"purchasing advice covers at most {MAX_HOURS // 24} days",
+            details={"max_days": MAX_HOURS // 24},
+        )
+
+
 def _whole_hours(start: datetime, end: datetime) -> list[datetime]:
     first = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     if first < start:

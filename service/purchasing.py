@@ -25,6 +25,7 @@ from core.purchasing import (
     Advice,
     advise,
     assumption_text,
+    check_span,
     per_million_after,
 )
 from core.timestamps import iso
@@ -77,6 +78,7 @@ def purchasing(
         raise InvalidInput(
             f"unknown time zone {timezone!r}", details={"tz": timezone[:64]}
         ) from None
+    check_span(window.start, window.end)
     rows = hourly_gpu_usage(engine, window.start, window.end)
     advice = advise(
         rows, model, window.start, window.end, tz=tz, floor=floor, target=target, top=top

@@ -6,6 +6,7 @@ the hours of week in the report time zone."""
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any, Final
 
 from api.context import AppContext
@@ -34,9 +35,14 @@ def _window(ctx: Context) -> tuple[Window, str]:
     return ctx.window, "this range"
 
 
-def section(app: AppContext, ctx: Context) -> dict[str, Any]:
-    """What ``_purchasing.html`` renders."""
+def section(
+    app: AppContext, ctx: Context, per_million: tuple[Window, Decimal | None] | None = None
+) -> dict[str, Any]:
+    """What ``_purchasing.html`` renders. ``per_million``: a page's unfiltered cost per
+    million tokens and the window it is for, used when that is the window advised on (the
+    Cost page's own figure, instead of reading the range's cost twice)."""
     window, over = _window(ctx)
+    known = per_million is not None and per_million[0] == window
     answer = purchasing(
         app.engine,
         app.cost_model(),
@@ -44,7 +50,11 @@ def section(app: AppContext, ctx: Context) -> dict[str, Any]:
         finest_for=app.retention.finest_for,
         now=ctx.now,
         timezone=app.settings.report_timezone,
+        per_million=per_million[1] if known and per_million is not None else None,
+        read_unit_cost=not known,
     )
+    if ctx.filters:
+        over += " for the whole fleet (the filters do not apply)"
     body = purchasing_dict(answer)
     a = answer.advice
     currency = a.currency

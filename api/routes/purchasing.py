@@ -38,7 +38,8 @@ router = APIRouter(
     "/purchasing",
     summary="Reserved / on-demand split for the recorded demand, and idle windows",
     description=WINDOW_RULES
-    + f" The range (default {DEFAULT_RANGE}) covers at most {MAX_HOURS // 24} days; its whole"
+    + f" The range (default {DEFAULT_RANGE}) covers at most {MAX_HOURS // 24} days, and target"
+    " must be at least floor; its whole"
     " hours are read from the hour rollups of GPU samples. split.reserved_gpus is the number of"
     " GPUs to reserve that minimises reserved × hours + on-demand × the GPU-hours above it"
     " (per GPU pool), with the cost against all on-demand and the saving; idle.windows are the"

@@ -7,6 +7,7 @@ with nothing metered says so.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Final
 
 from api.context import AppContext
@@ -15,6 +16,7 @@ from api.dashboard import purchasing
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
 from core.cost import CostLine, CostResult
+from core.window import Window
 from service.cost_view import good_basis, good_text, unit_cost_text
 from storage import cost as cost_store
 
@@ -63,6 +65,14 @@ def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
             "5 % histogram bin over ranges longer than 6 h."
         )
     return {"good_note": good, "good_basis": good_basis(result), "idle_note": idle}
+
+
+def _unit_cost(result: CostResult, ctx: Context) -> tuple[Window, Decimal | None] | None:
+    """The range's cost per million tokens for the purchasing advice (unfiltered only)."""
+    if ctx.filters:
+        return None
+    money = result.total.cost_per_million_tokens
+    return ctx.window, None if money is None else money.amount
 
 
 def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
@@ -122,5 +132,5 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
         **_notes(result, ctx, model.idle_utilisation_floor),
         "unmetered": result.unmetered,
         "unpriced": result.unpriced,
-        "purchasing": purchasing.section(app, ctx),
+        "purchasing": purchasing.section(app, ctx, _unit_cost(result, ctx)),
     }

@@ -20,7 +20,6 @@ from tests.peers import serving_app
 from tests.purchasing import scenario as s
 
 pytestmark = [pytest.mark.e2e]
-pytest_plugins = ["tests.dashboard.conftest"]
 
 
 @pytest.fixture(scope="module")
