@@ -74,7 +74,7 @@ def purchasing(
     given) it is read from the store for the hours the advice covers."""
     try:
         tz = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidInput(
             f"unknown time zone {timezone!r}", details={"tz": timezone[:64]}
         ) from None

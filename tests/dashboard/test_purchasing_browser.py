@@ -63,7 +63,7 @@ def test_the_cost_page_shows_the_split_and_the_idle_windows(live: Live, page: Pa
     _check_split(page)
     assert "over this range" in page.tab.locator(".purchasing-advice").inner_text().lower()
     page.tab.locator("#purchasing").scroll_into_view_if_needed()
-    screenshot(page, "cost")
+    screenshot(page, "purchasing-cost")
     assert page.problems == []
 
 
@@ -78,7 +78,7 @@ def test_the_scaling_page_fills_its_purchasing_block(live: Live, page: Page) -> 
     response = page.goto(f"{live.url}/ui/scaling?range=7d")
     assert response.status == 200
     _check_split(page)
-    screenshot(page, "scaling")
+    screenshot(page, "purchasing-scaling")
     assert page.problems == []
 
 
