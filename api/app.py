@@ -27,7 +27,7 @@ from api.dashboard import routes as dashboard
 from api.limits import BodyLimit
 from api.origin import AllowedHosts, OriginGuard
 from api.params import KnownQueryRoute
-from api.routes import baselines, capacity, cost, incidents, query, scaling, slos
+from api.routes import baselines, capacity, cost, incidents, purchasing, query, scaling, slos
 from api.settings import ApiSettings
 from api.startup import add_healthz, install_store_errors, lifecycle
 
@@ -40,6 +40,7 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     capacity.router,
     baselines.router,
     scaling.router,
+    purchasing.router,
     dashboard.router,
     docs.router,
 )

@@ -132,6 +132,10 @@ class CostModel:
     idle_utilisation_floor: float = 0.05
     sample_gap_s: float = 300.0
     good: GoodRequest = field(default_factory=GoodRequest)
+    reserved_discount: Decimal | None = None
+    """How much less a reserved GPU-hour costs than on-demand (a fraction in [0, 1)), for
+    prices with no ``reserved_per_hour``; ``None``: the purchasing advice assumes its default
+    (``core.purchasing.DEFAULT_RESERVED_DISCOUNT``) and says so."""
     example: bool = False
     """``True`` for the bundled example list prices, which operators are meant to replace."""
 
@@ -148,6 +152,14 @@ class CostModel:
             raise InvalidInput("idle_utilisation_floor must be in [0, 1]")
         if not 1.0 <= self.sample_gap_s <= 86400.0:
             raise InvalidInput("sample_gap_s must be in [1, 86400]")
+        discount = self.reserved_discount
+        if discount is not None and (
+            not isinstance(discount, Decimal) or not discount.is_finite() or not 0 <= discount < 1
+        ):
+            raise InvalidInput(
+                "reservedDiscount must be a fraction in [0, 1) of the on-demand price",
+                details={"reservedDiscount": str(discount)[:32]},
+            )
         for key in self.gpu_prices:
             if not gpu_words(key):
                 raise InvalidInput("a GPU price key names a GPU model", details={"key": key})

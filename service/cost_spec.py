@@ -18,10 +18,16 @@
       idle: {utilisationFloor: 0.05}        # GPU time below this utilisation is idle
       sampleGap: 5m                         # a silence longer than this is not billed
       goodRequest: {ttft: 2s, tpot: 100ms}  # tokens of requests meeting these are "good"
+      reservedDiscount: "0.40"              # optional: reserved = on-demand × (1 − this) where
+                                            # a price has no reservedPerHour (purchasing advice)
 
 Prices are strings or numbers (numbers are read through their decimal text, so ``4.1`` is
 exactly 4.1). The process's model is the stored one named by the ``cost_model`` setting, else
 the bundled example list prices (``core/data/gpu_prices.yaml``, flagged ``example``).
+
+The purchasing advice (``core.purchasing``) prices a reserved GPU-hour at ``reservedPerHour``
+where a price has one, else at on-demand less ``reservedDiscount``; without either it assumes
+40 % off (a typical one-year commitment) and says so.
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ class _Spec(_Strict):
     idle: _Idle = Field(default_factory=_Idle)
     sampleGap: str = "5m"
     goodRequest: _Good = Field(default_factory=_Good)
+    reservedDiscount: Amount | None = None
     example: bool = False
 
 
@@ -157,6 +164,9 @@ def parse_model(data: dict[str, Any]) -> CostModel:
         good=GoodRequest(
             parse_threshold(spec.goodRequest.ttft), parse_threshold(spec.goodRequest.tpot)
         ),
+        reserved_discount=None
+        if spec.reservedDiscount is None
+        else _decimal("reservedDiscount", spec.reservedDiscount),
         example=spec.example,
     )
 
@@ -201,6 +211,8 @@ def to_document(model: CostModel) -> dict[str, Any]:
         spec["defaultPrice"] = _price_doc(model.default_price)
     if model.electricity_per_kwh is not None:
         spec["electricityPerKwh"] = str(model.electricity_per_kwh)
+    if model.reserved_discount is not None:
+        spec["reservedDiscount"] = str(model.reserved_discount)
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": model.name}, "spec": spec}
 
 

@@ -4,10 +4,13 @@ renderings, JSON → CSV / HTML with SVG charts / Slack, are ``service.report_re
 A weekly report covers one ISO week (Monday 00:00 to Monday 00:00 in the report time zone).
 Its numbers are exactly what ``GET /api/v1/cost`` answers for the same windows: the report
 embeds the API's JSON for the week by model and by instance and for each day, so the two
-cannot drift apart. Savings opportunities come from ``core.savings`` with the evidence that
-triggered them. ``WeeklyReports`` is the job ``infersight serve`` schedules (default Monday
-09:00): it reports the week that ended, stores every rendering, and enqueues a short summary
-with a link in the notification outbox for Slack (idempotent per week).
+cannot drift apart; its ``purchasing`` section is what ``GET /api/v1/purchasing`` answers for
+the week (the reserved / on-demand split and the idle windows, ``service.purchasing``), with
+the fill what-if applied to the week's cost per million tokens. Savings opportunities come
+from ``core.savings`` with the evidence that triggered them. ``WeeklyReports`` is the job
+``infersight serve`` schedules (default Monday 09:00): it reports the week that ended, stores
+every rendering, and enqueues a short summary with a link in the notification outbox for
+Slack (idempotent per week).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from core.timestamps import iso
 from core.window import Window
 from service.cost_view import amount, cost_dict, good_basis, good_text
 from service.evaluation import FinestFor
+from service.purchasing import purchasing, purchasing_dict
 from service.report_render import CSV_COLUMNS, render_csv, render_html, slack_payload, summary_line
 from storage import cost as cost_store
 from storage import reports as report_store
@@ -190,6 +194,15 @@ def build_weekly(
     evidence = cost_store.server_evidence(engine, window)
     savings = find_savings(_facts(both, model, evidence), _cheapest(model))
     total = by_model.total
+    unit_cost = total.cost_per_million_tokens
+    advice = purchasing(
+        engine,
+        model,
+        window,
+        timezone=timezone,
+        per_million=None if unit_cost is None else unit_cost.amount,
+        read_unit_cost=False,
+    )
     to_date = partial and window.end == now
     return {
         "kind": KIND,
@@ -218,6 +231,7 @@ def build_weekly(
         "by_model": cost_dict(by_model),
         "by_instance": cost_dict(by_instance),
         "daily": [{"date": day.isoformat(), **cost_dict(priced(w, ()))} for day, w in days],
+        "purchasing": purchasing_dict(advice),
         "savings": [
             {
                 "rank": rank,

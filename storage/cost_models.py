@@ -55,6 +55,9 @@ def model_to_json(model: CostModel) -> str:
             "sample_gap_s": model.sample_gap_s,
             "good": {"ttft_s": model.good.ttft_s, "tpot_s": model.good.tpot_s},
             "example": model.example,
+            "reserved_discount": None
+            if model.reserved_discount is None
+            else str(model.reserved_discount),
         },
         sort_keys=True,
     )
@@ -64,6 +67,7 @@ def model_from_json(name: str, text: str) -> CostModel:
     data = json.loads(text)
     electricity = data.get("electricity_per_kwh")
     default = data.get("default_price")
+    discount = data.get("reserved_discount")
     return CostModel(
         name=name,
         currency=data["currency"],
@@ -76,6 +80,7 @@ def model_from_json(name: str, text: str) -> CostModel:
         idle_utilisation_floor=float(data["idle_utilisation_floor"]),
         sample_gap_s=float(data["sample_gap_s"]),
         good=GoodRequest(**data["good"]),
+        reserved_discount=None if discount is None else Decimal(discount),
         example=bool(data.get("example", False)),
     )
 

@@ -383,6 +383,46 @@ def heatmap(
     return _safe("".join(parts))
 
 
+def week_grid(
+    cells: Sequence[tuple[int, float | None, str]], floor: float, *, label: str
+) -> Markup:
+    """Hours of the week as a 7 × 24 grid: ``cells`` are (hour of week, utilisation, tooltip);
+    colour follows utilisation, hours under ``floor`` are outlined (class ``idle``)."""
+    if not any(util is not None for _, util, _ in cells):
+        return _empty("no GPU utilisation in this range", height=200)
+    days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+    left, top, cell_w, cell_h = 44, 8, (_W - 44 - 8) / 24, 22
+    height = top + 7 * cell_h + 22
+    parts = [
+        f'<svg class="chart week-grid" viewBox="0 0 {_W} {height}" role="img" '
+        f'aria-label="{escape(label)}">'
+    ]
+    for day, name in enumerate(days):
+        yy = top + day * cell_h
+        parts.append(
+            f'<text class="axis" x="{left - 6}" y="{yy + 15:.1f}" text-anchor="end">{name}</text>'
+        )
+    for hour, util, title in cells:
+        day, h = divmod(hour, 24)
+        xx, yy = left + h * cell_w, top + day * cell_h
+        idle = util is not None and util < floor
+        fill = "#e8ebf0" if util is None else _heat(util)
+        css = "cell idle" if idle else "cell"
+        stroke = ' stroke="#1f4e9c" stroke-width="2"' if idle else ""
+        parts.append(
+            f'<rect class="{css}" data-hour="{hour}" x="{xx + 1:.1f}" y="{yy + 1:.1f}" '
+            f'width="{cell_w - 2:.1f}" height="{cell_h - 2:.1f}" fill="{fill}"{stroke}>'
+            f"<title>{escape(title)}</title></rect>"
+        )
+    for h in range(0, 24, 3):
+        parts.append(
+            f'<text class="axis" x="{left + h * cell_w:.1f}" y="{top + 7 * cell_h + 14:.1f}">'
+            f"{h:02d}:00</text>"
+        )
+    parts.append("</svg>")
+    return _safe("".join(parts))
+
+
 def _heat(level: float) -> str:
     """Pale yellow → deep red."""
     level = min(1.0, max(0.0, level))

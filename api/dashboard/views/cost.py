@@ -1,17 +1,22 @@
 """The Cost page: ``storage.cost.cost`` under the cost model in use (the example list prices
 until an operator stores one), per model and per instance, with what the figures' exactness
-depends on (good tokens kept, idle time interpolated). A range with nothing metered says so.
+depends on (good tokens kept, idle time interpolated), and the purchasing advice
+(``api.dashboard.purchasing``: the reserved / on-demand split and the idle windows). A range
+with nothing metered says so.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Final
 
 from api.context import AppContext
 from api.dashboard import charts as svg
+from api.dashboard import purchasing
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
 from core.cost import CostLine, CostResult
+from core.window import Window
 from service.cost_view import good_basis, good_text, unit_cost_text
 from storage import cost as cost_store
 
@@ -60,6 +65,14 @@ def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
             "5 % histogram bin over ranges longer than 6 h."
         )
     return {"good_note": good, "good_basis": good_basis(result), "idle_note": idle}
+
+
+def _unit_cost(result: CostResult, ctx: Context) -> tuple[Window, Decimal | None] | None:
+    """The range's cost per million tokens for the purchasing advice (unfiltered only)."""
+    if ctx.filters:
+        return None
+    money = result.total.cost_per_million_tokens
+    return ctx.window, None if money is None else money.amount
 
 
 def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
@@ -119,4 +132,5 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
         **_notes(result, ctx, model.idle_utilisation_floor),
         "unmetered": result.unmetered,
         "unpriced": result.unpriced,
+        "purchasing": purchasing.section(app, ctx, _unit_cost(result, ctx)),
     }

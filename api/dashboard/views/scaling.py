@@ -4,9 +4,9 @@ instances (``storage.scaling.history``), demand against the recorded forecast wi
 band — the lowest to the highest request rate at the same time of week in the policy's
 ``history_weeks`` previous weeks — and the reason of the latest change of the desired count.
 
-The reserved / on-demand split and the idle windows (#17's purchasing advice) have their place
-here (the template's ``purchasing`` block, section ``#purchasing``); this page does not compute
-them.
+The reserved / on-demand split and the idle windows (#17's purchasing advice,
+``api.dashboard.purchasing``) fill the template's ``purchasing`` block (section
+``#purchasing``), as on the Cost page.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from api.context import AppContext
 from api.dashboard import charts as svg
-from api.dashboard import shared
+from api.dashboard import purchasing, shared
 from api.dashboard.context import Context
 from core.query import Selector
 from core.scaling import Recommendation
@@ -161,7 +161,5 @@ def scaling(app: AppContext, ctx: Context) -> dict[str, Any]:
         "rows": rows,
         "models": models,
         "more_models": max(len(found) - MAX_CHARTED, 0),
-        # Filled by the purchasing advice (#17 item 3): the reserved / on-demand split and the
-        # idle windows. ``None``: the page shows its placeholder.
-        "purchasing": None,
+        "purchasing": purchasing.section(app, ctx),
     }
