@@ -16,6 +16,8 @@ import click
 
 from core.errors import InfersightError, InvalidInput, SchemaMissing, Unavailable
 from infersight import __version__
+from infersight.store_settings import DEFAULT_DATABASE_URL, StoreSettings
+from infersight.store_settings import read as read_store_settings
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -27,9 +29,9 @@ if TYPE_CHECKING:
 # (FastAPI) and the spec parsers (yaml) are imported by the commands that use them
 # (``tests/test_cli_imports.py`` keeps it so; ``bench/bench_cli.py`` times it).
 
-#: ``config.parts.DEFAULT_DATABASE_URL``, repeated so that ``--help`` needs no pydantic
-#: (``tests/test_cli_imports.py`` checks that the two agree).
-DEFAULT_STORE = "sqlite:///infersight.db"
+#: ``config.parts.DEFAULT_DATABASE_URL``, repeated in ``infersight.store_settings`` so that
+#: ``--help`` needs no pydantic (``tests/test_cli_imports.py`` checks that the two agree).
+DEFAULT_STORE = DEFAULT_DATABASE_URL
 
 #: Exit statuses, documented in ``infersight --help`` and the README.
 EXIT_OK = 0
@@ -87,6 +89,14 @@ class Context:
             self._settings = settings
         return self._settings
 
+    @property
+    def store_settings(self) -> StoreSettings:
+        """The store URL and retention, without pydantic unless the environment sets store
+        variables that need validating (``infersight.store_settings``)."""
+        if self._settings is not None:
+            return StoreSettings(self._settings.database_url, self._settings.retention())
+        return read_store_settings(self._store)
+
     def engine(self) -> Engine:
         # Imported here: ``infersight sidecar`` must bind before SQLAlchemy is loaded.
         from storage.engine import create_store_engine  # noqa: PLC0415
@@ -104,6 +114,13 @@ def current_settings(ctx: click.Context) -> Settings:
 
     settings = getattr(ctx.obj, "settings", None)
     return settings if isinstance(settings, Settings) else Settings()
+
+
+def store_settings(ctx: click.Context) -> StoreSettings:
+    """``current_settings``'s store URL and retention for a command that only reads: the same
+    values, without building the pydantic settings (``infersight.store_settings``)."""
+    context = ctx.find_object(Context)
+    return context.store_settings if context is not None else read_store_settings()
 
 
 def _given_store(ctx: click.Context) -> str | None:
@@ -284,7 +301,7 @@ def _store_error(exc: Exception, ctx: click.Context) -> Unavailable | None:
     from storage.engine import store_error  # noqa: PLC0415
 
     context = ctx.find_object(Context)
-    url = context.settings.database_url if context is not None else DEFAULT_STORE
+    url = context.store_settings.database_url if context is not None else DEFAULT_STORE
     return store_error(exc, url)
 
 
@@ -354,15 +371,20 @@ def db_downgrade(context: Context, revision: str, yes: bool) -> None:
 @pass_context
 def db_current(context: Context) -> None:
     """Print the store's revision and the newest one this version ships."""
-    from storage import migrate  # noqa: PLC0415
-    from storage.engine import reaching  # noqa: PLC0415
+    # ``storage.revisions``, not Alembic: two strings need neither Alembic nor pydantic.
+    from storage import revisions  # noqa: PLC0415
+    from storage.engine import create_store_engine, reaching  # noqa: PLC0415
 
+    url = context.store_settings.database_url
+    engine = create_store_engine(url)
     try:
-        with reaching(context.settings.database_url):
-            current = migrate.current(context.engine())
+        with reaching(url), engine.connect() as connection:
+            current = revisions.current(connection)
     except SchemaMissing:  # a SQLite file that does not exist: not created by asking
         current = None
-    click.echo(f"current: {current or 'none (not migrated)'}; head: {migrate.head()}")
+    finally:
+        engine.dispose()
+    click.echo(f"current: {current or 'none (not migrated)'}; head: {revisions.head()}")
     if current is None:
         sys.exit(EXIT_NO_SCHEMA)
 
