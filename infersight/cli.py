@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 # What ``infersight --help`` and every command import before they run is only click and the
 # error hierarchy: the settings (pydantic), the store (SQLAlchemy, numpy, Alembic), the API
 # (FastAPI) and the spec parsers (yaml) are imported by the commands that use them
-# (``tests/test_cli_imports.py`` keeps it so; ``bench/bench_cli.py`` times it).
+# (``tests/test_cli.py`` keeps it so; ``bench/bench_cli.py`` times it).
 
 #: ``config.parts.DEFAULT_DATABASE_URL``, repeated in ``infersight.store_settings`` so that
-#: ``--help`` needs no pydantic (``tests/test_cli_imports.py`` checks that the two agree).
+#: ``--help`` needs no pydantic (``tests/test_store_settings.py`` checks that they agree).
 DEFAULT_STORE = DEFAULT_DATABASE_URL
 
 #: Exit statuses, documented in ``infersight --help`` and the README.
@@ -120,7 +120,12 @@ def store_settings(ctx: click.Context) -> StoreSettings:
     """``current_settings``'s store URL and retention for a command that only reads: the same
     values, without building the pydantic settings (``infersight.store_settings``)."""
     context = ctx.find_object(Context)
-    return context.store_settings if context is not None else read_store_settings()
+    if context is not None:
+        return context.store_settings
+    settings = getattr(ctx.obj, "settings", None)  # a command run on its own, given settings
+    if settings is not None:
+        return StoreSettings(settings.database_url, settings.retention())
+    return read_store_settings()
 
 
 def _given_store(ctx: click.Context) -> str | None:

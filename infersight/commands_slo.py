@@ -19,7 +19,7 @@ from core.errors import SchemaMissing
 from infersight.cli import current_settings, read_spec_file, store_settings
 
 # Each command imports what it uses (``list`` needs neither Alembic nor the rule exporter, nor
-# pydantic: neither the settings nor the spec parser, ``tests/test_cli_imports.py``).
+# pydantic: neither the settings nor the spec parser, ``tests/test_cli.py``).
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d)$"
 

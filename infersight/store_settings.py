@@ -7,7 +7,7 @@ imports on a loaded machine. ``read`` answers them from the environment itself w
 ``INFERSIGHT_*`` store variable set is ``INFERSIGHT_DATABASE_URL`` (a plain string, read as
 pydantic-settings reads it: by its name in any case); when any other store variable is set, it
 builds ``Settings`` after all, so that its values are validated (and refused) exactly as every
-other command validates them. ``tests/test_cli_imports.py`` checks that the two agree.
+other command validates them. ``tests/test_store_settings.py`` checks that the two agree.
 """
 
 from __future__ import annotations
