@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from infersight.settings import Settings
+    from simulator.scenario import Scenario
 
 # What ``infersight --help`` and every command import before they run is only click and the
 # error hierarchy: the settings (pydantic), the store (SQLAlchemy, numpy, Alembic), the API
@@ -156,6 +157,17 @@ def read_spec_file(path: Path, parse: Callable[[bytes], T]) -> T:
         return parse(data)
     except InvalidInput as exc:
         raise InvalidInput(_spec_error(path, data, exc.message), details=exc.details) from None
+
+
+def read_scenario(ref: str | Path) -> Scenario:
+    """The scenario ``ref`` names: a file (whose errors name it and the line, as
+    ``read_spec_file``'s do) or a shipped scenario's name."""
+    from simulator.specs import load_scenario  # noqa: PLC0415 (the simulator: when used)
+
+    path = Path(ref)
+    if path.is_file():
+        return read_spec_file(path, lambda _data: load_scenario(path))
+    return load_scenario(ref)
 
 
 def _at(mark: Any, lead: str = ",") -> str:

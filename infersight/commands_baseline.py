@@ -79,12 +79,34 @@ def _read_json(path: Path) -> Any:
     text = path.read_text(encoding="utf-8")
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    try:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{path} is neither JSON nor JSON Lines: {exc.msg}") from None
+        whole = exc
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None or not _parses(lines[first]):  # one document: its own error
+        raise InvalidInput(f"{path}, {_where(whole)}: not valid JSON: {whole.msg}") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(
+                    f"{path}, line {number}, column {exc.colno}: not valid JSON Lines: {exc.msg}"
+                ) from None
+    return out
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _where(exc: json.JSONDecodeError) -> str:
+    return f"line {exc.lineno}, column {exc.colno}"
 
 
 def _import(

@@ -122,7 +122,7 @@ def export_rules(
     from alerts.prometheus_rules import rule_groups, to_yaml  # noqa: PLC0415
     from service.evaluation import default_policy  # noqa: PLC0415
     from service.specs import parse_specs  # noqa: PLC0415
-    from storage import migrate  # noqa: PLC0415
+    from storage import revisions  # noqa: PLC0415 (the store's revision without Alembic)
     from storage.engine import create_store_engine, redact  # noqa: PLC0415
     from storage.slo_store import list_slos  # noqa: PLC0415
 
@@ -131,9 +131,11 @@ def export_rules(
     if files:
         specs = [spec for path in files for spec in read_spec_file(path, parse_specs)]
     else:
-        engine = create_store_engine(current_settings(ctx).database_url)
+        engine = create_store_engine(store_settings(ctx).database_url)
         try:
-            if migrate.current(engine) is None:
+            with engine.connect() as connection:
+                current = revisions.current(connection)
+            if current is None:
                 raise SchemaMissing(
                     f"the store at {redact(engine.url.render_as_string())} has no schema:"
                     " run `infersight db upgrade`"

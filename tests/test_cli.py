@@ -319,7 +319,16 @@ BROKEN_YAML = "apiVersion: infersight/v1\nkind: SLO\nmetadata:\n  name: x\nspec:
 
 @pytest.mark.parametrize(
     "command",
-    [["slo", "apply"], ["slo", "export-rules"], ["cost", "apply"], ["simulate", "--scenario"]],
+    [
+        ["slo", "apply"],
+        ["slo", "export-rules"],
+        ["cost", "apply"],
+        ["scaling", "apply"],
+        ["simulate", "--scenario"],
+        ["demo", "--slos"],
+        ["demo", "--scenario"],
+        ["demo", "--virtual", "--scenario"],
+    ],
     ids=" ".join,
 )
 def test_a_spec_file_that_does_not_parse_is_named_with_its_line(
@@ -333,6 +342,33 @@ def test_a_spec_file_that_does_not_parse_is_named_with_its_line(
         f"error: {spec}, line 6, column 1: not valid YAML or JSON: expected ',' or ']', but got"
         " '<stream end>' (while parsing a flow sequence at line 5, column 7)"
     )
+    assert not (tmp_path / "x.db").exists()  # refused before the store was created
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"backend": "vllm",\n "completed": 10,\n "duration": }\n', "line 3, column 14"),
+        ('{"completed": 10}\n{"completed": 11}\n{"completed": \n', "line 3, column 15"),
+    ],
+    ids=["json", "json-lines"],
+)
+def test_a_result_file_that_does_not_parse_is_named_with_its_line(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    result = tmp_path / "result.json"
+    result.write_text(text)
+    done = run(
+        "--store",
+        f"sqlite:///{tmp_path / 'x.db'}",
+        "baseline",
+        "import",
+        str(result),
+        "--name",
+        "b",
+    )
+    assert done.returncode == 2
+    assert one_line(done).startswith(f"error: {result}, {where}: not valid JSON")
 
 
 def test_a_spec_file_that_parses_but_is_invalid_is_named(tmp_path: Path) -> None:
