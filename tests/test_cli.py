@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,6 +224,33 @@ def test_db_current_on_a_fresh_file_reports_no_schema_and_creates_nothing(tmp_pa
     done = run("db", "current", "--store", f"sqlite:///{path}")
     assert done.returncode == EXIT_NO_SCHEMA
     assert done.stdout.startswith("current: none (not migrated); head: ")
+    assert not path.exists()
+
+
+def test_serve_no_migrate_probes_a_fresh_sqlite_file_without_creating_it(tmp_path: Path) -> None:
+    """``serve --no-migrate`` only probes the store, on the gate's own thread (where the
+    command's "only reads" does not reach: a context variable is not inherited by threads);
+    the probe must not create the file that ``db upgrade`` would."""
+    from infersight.commands_serve import _probe  # noqa: PLC0415 (FastAPI: this test only)
+    from storage.engine import create_store_engine, no_schema  # noqa: PLC0415
+
+    path = tmp_path / "fresh.db"
+    engine = create_store_engine(f"sqlite:///{path}")
+    failed: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            _probe(engine)
+        except Exception as exc:  # noqa: BLE001 (what the gate would see)
+            failed.append(exc)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    engine.dispose()
+    assert len(failed) == 1
+    assert isinstance(failed[0], Exception)
+    assert no_schema(failed[0])  # "run db upgrade", as every reading command says
     assert not path.exists()
 
 
