@@ -231,8 +231,8 @@ def test_serve_no_migrate_probes_a_fresh_sqlite_file_without_creating_it(tmp_pat
     """``serve --no-migrate`` only probes the store, on the gate's own thread (where the
     command's "only reads" does not reach: a context variable is not inherited by threads);
     the probe must not create the file that ``db upgrade`` would."""
-    from infersight.commands_serve import _probe  # noqa: PLC0415 (FastAPI: this test only)
-    from storage.engine import create_store_engine, no_schema  # noqa: PLC0415
+    from infersight.commands_serve import _probe
+    from storage.engine import create_store_engine, no_schema
 
     path = tmp_path / "fresh.db"
     engine = create_store_engine(f"sqlite:///{path}")
@@ -241,7 +241,7 @@ def test_serve_no_migrate_probes_a_fresh_sqlite_file_without_creating_it(tmp_pat
     def probe() -> None:
         try:
             _probe(engine)
-        except Exception as exc:  # noqa: BLE001 (what the gate would see)
+        except Exception as exc:
             failed.append(exc)
 
     thread = threading.Thread(target=probe)
