@@ -55,9 +55,10 @@ Exit status:
 
 \b
 The store: --store URL (before or after the command) or INFERSIGHT_DATABASE_URL.
-Commands that store what they are given (db upgrade, slo apply, cost apply, baseline
-capture|import, report weekly, loadtest --save, simulate --store, demo, serve) create and
-migrate the store; every other command only reads it and never creates or migrates it.
+Commands that store what they are given (db upgrade, slo apply, cost apply, scaling
+apply, baseline capture|import, report weekly, loadtest --save, simulate --store, demo, serve)
+create and migrate the store; every other command only reads it and never creates or
+migrates it.
 """
 
 
