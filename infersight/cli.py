@@ -16,20 +16,23 @@ import click
 
 from core.errors import InfersightError, InvalidInput, SchemaMissing, Unavailable
 from infersight import __version__
+from infersight.store_settings import DEFAULT_DATABASE_URL, StoreSettings
+from infersight.store_settings import read as read_store_settings
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from infersight.settings import Settings
+    from simulator.scenario import Scenario
 
 # What ``infersight --help`` and every command import before they run is only click and the
 # error hierarchy: the settings (pydantic), the store (SQLAlchemy, numpy, Alembic), the API
 # (FastAPI) and the spec parsers (yaml) are imported by the commands that use them
-# (``tests/test_cli_imports.py`` keeps it so; ``bench/bench_cli.py`` times it).
+# (``tests/test_cli.py`` keeps it so; ``bench/bench_cli.py`` times it).
 
-#: ``config.parts.DEFAULT_DATABASE_URL``, repeated so that ``--help`` needs no pydantic
-#: (``tests/test_cli_imports.py`` checks that the two agree).
-DEFAULT_STORE = "sqlite:///infersight.db"
+#: ``config.parts.DEFAULT_DATABASE_URL``, repeated in ``infersight.store_settings`` so that
+#: ``--help`` needs no pydantic (``tests/test_store_settings.py`` checks that they agree).
+DEFAULT_STORE = DEFAULT_DATABASE_URL
 
 #: Exit statuses, documented in ``infersight --help`` and the README.
 EXIT_OK = 0
@@ -52,9 +55,10 @@ Exit status:
 
 \b
 The store: --store URL (before or after the command) or INFERSIGHT_DATABASE_URL.
-Commands that store what they are given (db upgrade, slo apply, cost apply, baseline
-capture|import, report weekly, loadtest --save, simulate --store, demo, serve) create and
-migrate the store; every other command only reads it and never creates or migrates it.
+Commands that store what they are given (db upgrade, slo apply, cost apply, scaling
+apply, baseline capture|import, report weekly, loadtest --save, simulate --store, demo, serve)
+create and migrate the store; every other command only reads it and never creates or
+migrates it.
 """
 
 
@@ -87,6 +91,14 @@ class Context:
             self._settings = settings
         return self._settings
 
+    @property
+    def store_settings(self) -> StoreSettings:
+        """The store URL and retention, without pydantic unless the environment sets store
+        variables that need validating (``infersight.store_settings``)."""
+        if self._settings is not None:
+            return StoreSettings(self._settings.database_url, self._settings.retention())
+        return read_store_settings(self._store)
+
     def engine(self) -> Engine:
         # Imported here: ``infersight sidecar`` must bind before SQLAlchemy is loaded.
         from storage.engine import create_store_engine  # noqa: PLC0415
@@ -104,6 +116,18 @@ def current_settings(ctx: click.Context) -> Settings:
 
     settings = getattr(ctx.obj, "settings", None)
     return settings if isinstance(settings, Settings) else Settings()
+
+
+def store_settings(ctx: click.Context) -> StoreSettings:
+    """``current_settings``'s store URL and retention for a command that only reads: the same
+    values, without building the pydantic settings (``infersight.store_settings``)."""
+    context = ctx.find_object(Context)
+    if context is not None:
+        return context.store_settings
+    settings = getattr(ctx.obj, "settings", None)  # a command run on its own, given settings
+    if settings is not None:
+        return StoreSettings(settings.database_url, settings.retention())
+    return read_store_settings()
 
 
 def _given_store(ctx: click.Context) -> str | None:
@@ -134,6 +158,17 @@ def read_spec_file(path: Path, parse: Callable[[bytes], T]) -> T:
         return parse(data)
     except InvalidInput as exc:
         raise InvalidInput(_spec_error(path, data, exc.message), details=exc.details) from None
+
+
+def read_scenario(ref: str | Path) -> Scenario:
+    """The scenario ``ref`` names: a file (whose errors name it and the line, as
+    ``read_spec_file``'s do) or a shipped scenario's name."""
+    from simulator.specs import load_scenario  # noqa: PLC0415 (the simulator: when used)
+
+    path = Path(ref)
+    if path.is_file():
+        return read_spec_file(path, lambda _data: load_scenario(path))
+    return load_scenario(ref)
 
 
 def _at(mark: Any, lead: str = ",") -> str:
@@ -284,7 +319,7 @@ def _store_error(exc: Exception, ctx: click.Context) -> Unavailable | None:
     from storage.engine import store_error  # noqa: PLC0415
 
     context = ctx.find_object(Context)
-    url = context.settings.database_url if context is not None else DEFAULT_STORE
+    url = context.store_settings.database_url if context is not None else DEFAULT_STORE
     return store_error(exc, url)
 
 
@@ -354,15 +389,20 @@ def db_downgrade(context: Context, revision: str, yes: bool) -> None:
 @pass_context
 def db_current(context: Context) -> None:
     """Print the store's revision and the newest one this version ships."""
-    from storage import migrate  # noqa: PLC0415
-    from storage.engine import reaching  # noqa: PLC0415
+    # ``storage.revisions``, not Alembic: two strings need neither Alembic nor pydantic.
+    from storage import revisions  # noqa: PLC0415
+    from storage.engine import create_store_engine, reaching  # noqa: PLC0415
 
+    url = context.store_settings.database_url
+    engine = create_store_engine(url)
     try:
-        with reaching(context.settings.database_url):
-            current = migrate.current(context.engine())
+        with reaching(url), engine.connect() as connection:
+            current = revisions.current(connection)
     except SchemaMissing:  # a SQLite file that does not exist: not created by asking
         current = None
-    click.echo(f"current: {current or 'none (not migrated)'}; head: {migrate.head()}")
+    finally:
+        engine.dispose()
+    click.echo(f"current: {current or 'none (not migrated)'}; head: {revisions.head()}")
     if current is None:
         sys.exit(EXIT_NO_SCHEMA)
 

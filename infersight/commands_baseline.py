@@ -33,18 +33,18 @@ from core.loadtest import to_baseline
 from core.query import Selector
 from core.timestamps import parse_time
 from core.window import Window
-from infersight.cli import current_settings
+from infersight.cli import current_settings, store_settings
 from infersight.lazy import lazy_attr, lazy_module
-from infersight.settings import Settings
 from service.baselines import parse_thresholds
 from storage import baselines as store
 from storage.engine import create_store_engine
 
 if TYPE_CHECKING:
+    from infersight.settings import Settings
     from service.cost_spec import active_model
     from storage import migrate
     from storage.runs import get_run
-else:  # imported when used: ``baseline list`` needs neither Alembic nor the cost model
+else:  # imported when used: ``baseline list`` needs neither Alembic, pydantic nor the cost model
     active_model = lazy_attr("service.cost_spec", "active_model")
     migrate = lazy_module("storage.migrate")
     get_run = lazy_attr("storage.runs", "get_run")
@@ -79,12 +79,34 @@ def _read_json(path: Path) -> Any:
     text = path.read_text(encoding="utf-8")
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    try:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{path} is neither JSON nor JSON Lines: {exc.msg}") from None
+        whole = exc
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None or not _parses(lines[first]):  # one document: its own error
+        raise InvalidInput(f"{path}, {_where(whole)}: not valid JSON: {whole.msg}") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(
+                    f"{path}, line {number}, column {exc.colno}: not valid JSON Lines: {exc.msg}"
+                ) from None
+    return out
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _where(exc: json.JSONDecodeError) -> str:
+    return f"line {exc.lineno}, column {exc.colno}"
 
 
 def _import(
@@ -234,7 +256,7 @@ def import_(
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every baseline, newest first."""
-    engine = create_store_engine(current_settings(ctx).database_url)
+    engine = create_store_engine(store_settings(ctx).database_url)
     try:
         found = store.list_baselines(engine)
     finally:

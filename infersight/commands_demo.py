@@ -31,14 +31,14 @@ from typing import Any
 import click
 
 from core.burn import Incident
-from infersight.cli import Context, pass_context
+from infersight.cli import Context, pass_context, read_scenario, read_spec_file
 from infersight.commands_serve import split_listen
 from infersight.demo_live import DemoStatus, LiveDemo, shift_faults
 from infersight.demo_seed import Seeding
 from infersight.demo_virtual import VIRTUAL_STORE, run_virtual
 from service.specs import parse_specs
 from simulator.scenario import Scenario
-from simulator.specs import load_scenario, parse_duration
+from simulator.specs import parse_duration
 from storage import migrate
 from storage.engine import create_store_engine, redact
 
@@ -127,16 +127,18 @@ def demo(
     url = context.settings.database_url
     if virtual and "database_url" not in context.settings.model_fields_set:
         url = VIRTUAL_STORE  # its own file: not the live demo's store
+    # The files first: one that does not parse is named (with its line) before the store is
+    # created or migrated.
+    slos = read_spec_file(slo_file or _shipped("demo_slos.yaml"), parse_specs)
+    plan = read_scenario(scenario or (VIRTUAL_SCENARIO if virtual else _shipped("demo_fleet.yaml")))
     engine = create_store_engine(url, pool_size=10, max_overflow=20)
     try:
         click.echo(f"store: {redact(url)}", err=True)
         migrate.upgrade(engine)
-        slos = parse_specs((slo_file or _shipped("demo_slos.yaml")).read_bytes())
         if virtual:
-            plan = load_scenario(scenario or VIRTUAL_SCENARIO)
             run_virtual(engine, context.settings, plan, slos, url, duration_s, end)
             return
-        plan = shift_faults(load_scenario(scenario or _shipped("demo_fleet.yaml")), first_s)
+        plan = shift_faults(plan, first_s)
         # A fresh seed per run: a second demo on the same store must not repeat trace ids.
         plan = dataclasses.replace(plan, seed=(plan.seed + time.time_ns()) % (1 << 31))
         demo_ = LiveDemo(engine, context.settings, plan, slos, host=host, port=port)

@@ -21,6 +21,7 @@ from core.errors import InvalidInput
 from infersight.cli import current_settings
 from service.notifications import notifiers_from_settings
 from storage import migrate
+from storage.creation import creating
 from storage.engine import create_store_engine
 
 
@@ -33,7 +34,10 @@ def split_listen(value: str) -> tuple[str, int]:
 
 
 def _probe(engine: Engine) -> None:
-    with engine.connect() as connection:
+    """``--no-migrate``: the store answers. It runs on the store gate's thread, which does not
+    inherit the command's "only reads" (a context variable), so it says so itself: probing a
+    SQLite file that does not exist must not create it."""
+    with creating(False), engine.connect() as connection:
         connection.execute(text("SELECT 1"))
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import click
 from sqlalchemy import Engine
 
-from infersight.cli import read_spec_file, store_option
+from infersight.cli import read_scenario, store_option
 from simulator.events import Batch
 from simulator.fleet import Progress, RunResult, run_scenario
 from simulator.scenario import Scenario
@@ -29,7 +29,7 @@ from simulator.serve import FleetServer
 from simulator.sinks import CountingSink, Sink
 from simulator.sinks.otlp import OtlpSink
 from simulator.sinks.store import StoreSink
-from simulator.specs import load_scenario, parse_duration, shipped_scenarios
+from simulator.specs import parse_duration, shipped_scenarios
 from storage import migrate
 from storage.engine import create_store_engine, redact
 from storage.writer import open_writer
@@ -107,11 +107,7 @@ def _summary(result: RunResult) -> dict[str, Any]:
 
 
 def _load(ref: str, seed: int | None, duration: str | None) -> Scenario:
-    path = Path(ref)
-    if path.is_file():  # a scenario file: its errors name it (and the line)
-        scenario = read_spec_file(path, lambda _data: load_scenario(path))
-    else:
-        scenario = load_scenario(ref)
+    scenario = read_scenario(ref)  # a file's errors name it (and the line)
     if seed is not None:
         scenario = dataclasses.replace(scenario, seed=seed)
     if duration is not None:

@@ -16,9 +16,10 @@ from pathlib import Path
 import click
 
 from core.errors import SchemaMissing
-from infersight.cli import current_settings, read_spec_file
+from infersight.cli import current_settings, read_spec_file, store_settings
 
-# Each command imports what it uses (``list`` needs neither Alembic nor the rule exporter).
+# Each command imports what it uses (``list`` needs neither Alembic nor the rule exporter, nor
+# pydantic: neither the settings nor the spec parser, ``tests/test_cli.py``).
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d)$"
 
@@ -58,11 +59,11 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every SLO with its SLI, error budget remaining and firing severity now."""
     from service.evaluation import default_policy, status  # noqa: PLC0415
-    from service.specs import to_document  # noqa: PLC0415
+    from service.slo_documents import to_document  # noqa: PLC0415 (no pydantic, unlike specs)
     from storage.engine import create_store_engine  # noqa: PLC0415
     from storage.slo_store import CycleCounter, list_slos  # noqa: PLC0415
 
-    settings = current_settings(ctx)
+    settings = store_settings(ctx)
     engine = create_store_engine(settings.database_url)
     try:
         policy, now = default_policy(), datetime.now(UTC)
@@ -121,7 +122,7 @@ def export_rules(
     from alerts.prometheus_rules import rule_groups, to_yaml  # noqa: PLC0415
     from service.evaluation import default_policy  # noqa: PLC0415
     from service.specs import parse_specs  # noqa: PLC0415
-    from storage import migrate  # noqa: PLC0415
+    from storage import revisions  # noqa: PLC0415 (the store's revision without Alembic)
     from storage.engine import create_store_engine, redact  # noqa: PLC0415
     from storage.slo_store import list_slos  # noqa: PLC0415
 
@@ -130,9 +131,11 @@ def export_rules(
     if files:
         specs = [spec for path in files for spec in read_spec_file(path, parse_specs)]
     else:
-        engine = create_store_engine(current_settings(ctx).database_url)
+        engine = create_store_engine(store_settings(ctx).database_url)
         try:
-            if migrate.current(engine) is None:
+            with engine.connect() as connection:
+                current = revisions.current(connection)
+            if current is None:
                 raise SchemaMissing(
                     f"the store at {redact(engine.url.render_as_string())} has no schema:"
                     " run `infersight db upgrade`"

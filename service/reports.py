@@ -303,7 +303,8 @@ class WeeklyReports:
         if window.end > now and not partial:
             raise InvalidInput(
                 f"{period} has not ended yet (it ends {iso(window.end)}); "
-                "infersight report weekly --partial reports the week to date",
+                "infersight report weekly --partial (the API: partial=true) reports the week "
+                "to date",
                 details={"week": period, "ends": iso(window.end)},
             )
         body = build_weekly(

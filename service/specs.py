@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
 from typing import Any, Final
 
 import yaml
@@ -32,9 +31,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from core.errors import InvalidInput
 from core.query import Selector
 from core.slo import Sli, SliKind, SloSpec
-from core.window import format_duration, parse_duration
+from core.window import parse_duration
+from service.slo_documents import API_VERSION, to_document, window_text
 
-API_VERSION: Final = "infersight/v1"
+__all__ = [
+    "API_VERSION",
+    "OPENSLO",
+    "load_document",
+    "parse_objective",
+    "parse_spec",
+    "parse_specs",
+    "parse_threshold",
+    "to_document",
+    "window_text",
+]
+
 OPENSLO: Final = "openslo/v1"
 _SECONDS = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*$")
 
@@ -173,33 +184,6 @@ def _native(data: dict[str, Any]) -> SloSpec:
         selector=Selector(**doc.spec.selector.model_dump()),
         description=doc.metadata.description,
     )
-
-
-def window_text(window: timedelta) -> str:
-    """SLO windows read in days (``28d``, not ``4w``) when they are whole days."""
-    seconds = int(window.total_seconds())
-    return f"{seconds // 86400}d" if seconds % 86400 == 0 else format_duration(window)
-
-
-def to_document(spec: SloSpec) -> dict[str, Any]:
-    """The infersight/v1 document of ``spec`` (what ``GET`` returns and ``apply`` accepts)."""
-    if spec.sli.kind is SliKind.LATENCY:
-        sli: dict[str, Any] = {
-            "latency": {"metric": spec.sli.metric, "threshold": f"{spec.sli.threshold_s:g}s"}
-        }
-    else:
-        sli = {"availability": {}}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "SLO",
-        "metadata": {"name": spec.name, "description": spec.description},
-        "spec": {
-            "sli": sli,
-            "selector": dict(spec.selector.items()),
-            "window": window_text(spec.window),
-            "objective": spec.objective,
-        },
-    }
 
 
 # -- OpenSLO v1 -----------------------------------------------------------------------------

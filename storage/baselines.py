@@ -95,6 +95,8 @@ def capture_window(
 ) -> Baseline:
     """A baseline of the requests ``selector`` picks in ``window`` (not stored).
 
+    Its ``duration_s`` and throughputs are those of the part of the window that holds data
+    (``queries.data_span``); ``window_start`` and ``window_end`` are the window asked for.
     With a ``cost_model`` the baseline also carries the window's cost per million tokens
     (``storage.cost``), and its currency as the ``cost_currency`` label.
     """
@@ -105,6 +107,8 @@ def capture_window(
             details={"start": window.start.isoformat(), "end": window.end.isoformat()},
         )
     total = totals[0]
+    # Rates over the part of the window that holds data, not over the whole window.
+    span = queries.data_span(engine, window, selector, finest=finest) or window
     labels = dict(selector.items())
     cost_per_million: Decimal | None = None
     if cost_model is not None:
@@ -120,11 +124,11 @@ def capture_window(
         name=name,
         created_at=created_at,
         source="window",
-        duration_s=window.seconds,
+        duration_s=span.seconds,
         requests=total.requests,
         errors=total.errors,
-        request_throughput=(total.requests - total.errors) / window.seconds,
-        output_token_throughput=total.output_tokens_per_s,
+        request_throughput=(total.requests - total.errors) / span.seconds,
+        output_token_throughput=total.output_tokens / span.seconds,
         latency={m: s for m, s in latency.items() if s is not None},
         input_tokens=total.input_tokens,
         output_tokens=total.output_tokens,

@@ -23,40 +23,16 @@ from datetime import UTC, date, datetime, time, timedelta
 from sqlalchemy import Engine, delete, func, select
 
 from core.cost import GoodRequest
-from core.errors import InvalidInput
 from core.goodput import GoodPolicy
-from core.window import Resolution, Window
+from core.window import Resolution
 from storage import good_tokens
 from storage.cost_models import list_models
 from storage.partitions import DROP_BATCH, drop_after, drop_before, ensure_partitions
+from storage.retention import RetentionPolicy
 from storage.slo_store import list_slos
 from storage.tables import PARTITIONED, good_token_counts, gpu_rollups, request_rollups, requests
 
-
-@dataclass(frozen=True, slots=True)
-class RetentionPolicy:
-    raw_days: int = 14
-    minute_days: int = 14
-    hour_days: int = 180
-    day_days: int = 1095
-    partition_ahead_days: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("raw_days", "minute_days", "hour_days", "day_days"):
-            if not 1 <= getattr(self, name) <= 36500:
-                raise InvalidInput(f"{name} must be between 1 and 36500")
-        if not 0 <= self.partition_ahead_days <= 60:
-            raise InvalidInput("partition_ahead_days must be between 0 and 60")
-        if not self.minute_days <= self.hour_days <= self.day_days:
-            raise InvalidInput("rollup retention must grow with resolution: minute ≤ hour ≤ day")
-
-    def finest_for(self, window: Window, now: datetime) -> Resolution:
-        """The finest rollup resolution still kept for all of ``window``."""
-        if window.start >= now - timedelta(days=self.minute_days):
-            return Resolution.MINUTE
-        if window.start >= now - timedelta(days=self.hour_days):
-            return Resolution.HOUR
-        return Resolution.DAY
+__all__ = ["MaintenanceReport", "RetentionPolicy", "maintain"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Final
 
 import numpy as np
@@ -268,6 +269,32 @@ def _throughput(
         for key, values in sorted(totals.items())
         if values[0]
     ]
+
+
+def data_span(
+    engine: Engine,
+    window: Window,
+    selector: Selector = Selector(),
+    *,
+    finest: Resolution = Resolution.MINUTE,
+) -> Window | None:
+    """The part of ``window`` that holds requests ``selector`` picks (``None``: none does):
+    from the first ``finest`` rollup bucket with requests to the end of the last, within the
+    window. A rate over the whole window would count its empty part (a service that started
+    in the middle of the window, or stopped before its end); the dashboard's overview rates
+    use the same bucket rule. The rollups are written with the requests, so they cover every
+    stored request at ``finest``.
+    """
+    segment = Segment(finest.floor(window.start), window.end, finest)
+    query = select(func.min(request_rollups.c.bucket), func.max(request_rollups.c.bucket)).where(
+        rollup_where(segment, selector), request_rollups.c.requests > 0
+    )
+    with engine.connect() as connection:
+        first, last = connection.execute(query).one()
+    if first is None or last is None:
+        return None
+    end = min(last + timedelta(seconds=finest.seconds), window.end)
+    return Window(max(first, window.start), end)
 
 
 # -- breakdown ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,14 +68,26 @@ def test_help_and_version_import_neither_the_store_nor_the_api_nor_pydantic(
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
+#: What a command that only reads the store must not load: the API, Alembic (``storage.revisions``
+#: reads the revisions) and pydantic (``infersight.store_settings`` reads the store's settings,
+#: ``service.slo_documents`` writes SLO documents).
+NOT_FOR_READING = {"fastapi", "uvicorn", "alembic", "httpx", "starlette", "pydantic"}
+
+
 def test_slo_list_imports_the_store_but_not_the_api_migrations_or_rule_export(
     tmp_path: Path,
 ) -> None:
     store = f"sqlite:///{tmp_path / 'x.db'}"
     assert run("--store", store, "db", "upgrade").returncode == 0
+    spec = tmp_path / "slo.yaml"
+    spec.write_text(
+        "apiVersion: infersight/v1\nkind: SLO\nmetadata: {name: chat-ttft}\n"
+        "spec: {sli: {latency: {metric: ttft, threshold: 2s}}, window: 1d, objective: 0.99}\n"
+    )
+    assert run("--store", store, "slo", "apply", str(spec)).returncode == 0
     loaded = loaded_after("--store", store, "slo", "list")
     assert "sqlalchemy" in loaded  # it did read the store
-    assert not loaded & {"fastapi", "uvicorn", "alembic", "httpx", "starlette"}
+    assert not loaded & (NOT_FOR_READING | {"pydantic_settings"}), sorted(loaded & NOT_FOR_READING)
     modules = run(
         "--store",
         store,
@@ -87,16 +100,25 @@ def test_slo_list_imports_the_store_but_not_the_api_migrations_or_rule_export(
 
 
 @pytest.mark.parametrize(
-    "command", [["baseline", "list"], ["cost", "show", "--last", "1h"]], ids=" ".join
+    ("command", "also_not"),
+    [
+        (["baseline", "list"], NOT_FOR_READING),
+        (["db", "current"], NOT_FOR_READING),
+        (
+            ["cost", "show", "--last", "1h"],
+            NOT_FOR_READING - {"pydantic"},  # the cost settings
+        ),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
 def test_reading_commands_import_neither_alembic_nor_the_api(
-    tmp_path: Path, command: list[str]
+    tmp_path: Path, command: list[str], also_not: set[str]
 ) -> None:
     store = f"sqlite:///{tmp_path / 'x.db'}"
     assert run("--store", store, "db", "upgrade").returncode == 0
     loaded = loaded_after("--store", store, *command)
     assert "sqlalchemy" in loaded
-    assert not loaded & {"fastapi", "uvicorn", "alembic", "starlette"}
+    assert not loaded & also_not, sorted(loaded & also_not)
 
 
 def test_the_help_names_the_same_default_store_as_the_settings() -> None:
@@ -205,6 +227,33 @@ def test_db_current_on_a_fresh_file_reports_no_schema_and_creates_nothing(tmp_pa
     assert not path.exists()
 
 
+def test_serve_no_migrate_probes_a_fresh_sqlite_file_without_creating_it(tmp_path: Path) -> None:
+    """``serve --no-migrate`` only probes the store, on the gate's own thread (where the
+    command's "only reads" does not reach: a context variable is not inherited by threads);
+    the probe must not create the file that ``db upgrade`` would."""
+    from infersight.commands_serve import _probe
+    from storage.engine import create_store_engine, no_schema
+
+    path = tmp_path / "fresh.db"
+    engine = create_store_engine(f"sqlite:///{path}")
+    failed: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            _probe(engine)
+        except Exception as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    engine.dispose()
+    assert len(failed) == 1
+    assert isinstance(failed[0], Exception)
+    assert no_schema(failed[0])  # "run db upgrade", as every reading command says
+    assert not path.exists()
+
+
 def test_a_writing_command_creates_and_migrates_a_fresh_store(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     store = f"sqlite:///{path}"
@@ -298,7 +347,16 @@ BROKEN_YAML = "apiVersion: infersight/v1\nkind: SLO\nmetadata:\n  name: x\nspec:
 
 @pytest.mark.parametrize(
     "command",
-    [["slo", "apply"], ["slo", "export-rules"], ["cost", "apply"], ["simulate", "--scenario"]],
+    [
+        ["slo", "apply"],
+        ["slo", "export-rules"],
+        ["cost", "apply"],
+        ["scaling", "apply"],
+        ["simulate", "--scenario"],
+        ["demo", "--slos"],
+        ["demo", "--scenario"],
+        ["demo", "--virtual", "--scenario"],
+    ],
     ids=" ".join,
 )
 def test_a_spec_file_that_does_not_parse_is_named_with_its_line(
@@ -312,6 +370,33 @@ def test_a_spec_file_that_does_not_parse_is_named_with_its_line(
         f"error: {spec}, line 6, column 1: not valid YAML or JSON: expected ',' or ']', but got"
         " '<stream end>' (while parsing a flow sequence at line 5, column 7)"
     )
+    assert not (tmp_path / "x.db").exists()  # refused before the store was created
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"backend": "vllm",\n "completed": 10,\n "duration": }\n', "line 3, column 14"),
+        ('{"completed": 10}\n{"completed": 11}\n{"completed": \n', "line 3, column 15"),
+    ],
+    ids=["json", "json-lines"],
+)
+def test_a_result_file_that_does_not_parse_is_named_with_its_line(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    result = tmp_path / "result.json"
+    result.write_text(text)
+    done = run(
+        "--store",
+        f"sqlite:///{tmp_path / 'x.db'}",
+        "baseline",
+        "import",
+        str(result),
+        "--name",
+        "b",
+    )
+    assert done.returncode == 2
+    assert one_line(done).startswith(f"error: {result}, {where}: not valid JSON")
 
 
 def test_a_spec_file_that_parses_but_is_invalid_is_named(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ them. ``GET /api/v1/cost/model`` shows the cost model in use; ``PUT`` replaces i
 
 Stored cost reports: ``GET /api/v1/reports`` lists them (newest first), ``GET
 /api/v1/reports/{id}`` answers a report's JSON, ``…/html`` and ``…/csv`` its other renderings;
-``POST /api/v1/reports/weekly?week=2026-W48`` (admin) generates one now.
+``POST /api/v1/reports/weekly?week=2026-W48`` (admin) generates one now (``&partial=true``: the
+current week, to date).
 """
 
 from __future__ import annotations
@@ -134,8 +135,11 @@ def list_reports(
 @router.post(
     "/reports/weekly",
     summary="Generate a weekly report now (admin)",
-    description="A week that has not ended yet (in the report time zone), or week 53 of a "
-    "year that has 52, is answered 400.",
+    description="A week that has not ended yet (in the report time zone) is answered 400 "
+    "unless `partial=true`: then the report covers the week to date (until now) and says so "
+    "(`partial` in the answer and the report), as `infersight report weekly --partial` does; "
+    "the whole week's report replaces it once generated. A week that has not started, or week "
+    "53 of a year that has 52, is answered 400.",
     dependencies=_ADMIN,
 )
 def generate_weekly(
@@ -143,12 +147,15 @@ def generate_weekly(
     week: Annotated[
         str | None, Query(pattern=WEEK_PATTERN, description="ISO week, e.g. 2026-W48")
     ] = None,
+    partial: Annotated[
+        bool, Query(description="Allow the current week: report it to date (until now).")
+    ] = False,
 ) -> dict[str, Any]:
     reports = app.reports
     now: datetime = app.clock()
-    generated = reports.generate(week or previous_week(now, reports.tz), now)
+    generated = reports.generate(week or previous_week(now, reports.tz), now, partial=partial)
     stored = report_store.get_report(app.engine, generated.id)
-    return _info(stored.info)
+    return {**_info(stored.info), "partial": bool(generated.body["partial"])}
 
 
 @router.get(

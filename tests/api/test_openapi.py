@@ -71,7 +71,7 @@ SURFACE = {
     "POST /api/v1/baselines": [],
     "POST /api/v1/diagnose": [],
     "POST /api/v1/incidents/{incident_id}/acknowledge": ["path:incident_id"],
-    "POST /api/v1/reports/weekly": _q("week"),
+    "POST /api/v1/reports/weekly": _q("partial", "week"),
     "POST /api/v1/silences": [],
     "PUT /api/v1/cost/model": [],
     "PUT /api/v1/slos/{name}": ["path:name"],

@@ -98,3 +98,26 @@ def test_a_cost_model_adds_cost_per_million_tokens_in_its_currency(fleet):
 def test_an_empty_window_is_refused(store):
     with pytest.raises(InvalidInput, match="no requests"):
         capture_window(store.engine, "prod", WINDOW, Selector(model="nobody"), NOW)
+
+
+@pytest.mark.parametrize(
+    ("offset", "span"),
+    [(timedelta(hours=2, minutes=30), "the last half hour"), (timedelta(hours=1), "the middle")],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_throughput_divides_by_the_part_of_the_window_that_holds_data(store, offset, span):
+    """Requests in half an hour of a three-hour window (its end, or its middle): the rates
+    are per second of that half hour (to the minute buckets the span is read at), not of the
+    window — a window rate would be six times lower."""
+    rng = np.random.default_rng(3)
+    records = make_records(rng, START + offset, 900, span=timedelta(minutes=30))
+    open_writer(store.engine).write_requests(records)
+    b = capture_window(store.engine, "half", WINDOW, Selector(), NOW)
+    good = sum(r.status != "error" for r in records)
+    half_hour = 30 * 60
+    assert b.duration_s == pytest.approx(half_hour, abs=120)  # whole minutes at each end
+    assert b.request_throughput == pytest.approx(good / half_hour, rel=0.07)
+    assert b.request_throughput == pytest.approx(good / b.duration_s)
+    tokens = sum(r.output_tokens for r in records)
+    assert b.output_token_throughput == pytest.approx(tokens / b.duration_s)
+    assert (b.window_start, b.window_end) == (WINDOW.start, WINDOW.end)  # the window asked

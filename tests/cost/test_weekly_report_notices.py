@@ -16,6 +16,7 @@ from infersight.cli import cli
 from service.report_render import summary_line
 from service.reports import WeeklyReports, week_of
 from storage.maintenance import RetentionPolicy
+from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK
 
 PERIOD = "2026-W48"
@@ -111,3 +112,30 @@ def test_a_partial_report_covers_the_week_up_to_now(week):
     assert whole["partial"] is False
     assert whole["title"] == PERIOD
     assert 0 < Decimal(partial["summary"]["cost"]) < Decimal(whole["summary"]["cost"])
+
+
+def test_the_api_reports_the_current_week_to_date_with_partial_true(week):
+    """``POST /api/v1/reports/weekly?partial=true`` does what ``report weekly --partial`` does:
+    the week not yet ended is refused without it (naming both ways to ask), reported to date
+    with it, and the whole week's report replaces that one once the week is over."""
+    api = api_for(week, cost_model="worked")
+    api.clock.now = WEEK.start + timedelta(days=3, hours=12)
+    refused = api.request("POST", "/api/v1/reports/weekly", params={"week": PERIOD})
+    assert refused.status_code == 400
+    assert "partial=true" in refused.text
+    assert "--partial" in refused.text
+    made = api.request("POST", "/api/v1/reports/weekly", params={"week": PERIOD, "partial": "true"})
+    assert made.status_code == 200, made.text
+    info = made.json()
+    assert info["partial"] is True
+    body = api.get(info["links"]["json"]).json()
+    assert body["partial"] is True
+    assert body["end"] == api.clock.now.isoformat().replace("+00:00", "Z")
+    assert body["title"].startswith(f"{PERIOD}, week to date until ")
+    assert len(body["daily"]) == 4
+    api.clock.now = WEEK.end + timedelta(hours=1)
+    whole = api.request("POST", "/api/v1/reports/weekly", params={"week": PERIOD}).json()
+    assert whole["partial"] is False
+    assert api.get(whole["links"]["json"]).json()["title"] == PERIOD
+    listed = api.get("/api/v1/reports", params={"kind": "weekly"}).json()["reports"]
+    assert [r["period"] for r in listed].count(PERIOD) == 1  # replaced, not added
