@@ -243,6 +243,24 @@ class QuantileSketch:
         key = int(self.keys_for(np.array([threshold]))[0])
         return self.zero_count + int(self._counts[self._keys <= key].sum())
 
+    def counts_at_most(self, thresholds: Sequence[float]) -> list[int]:
+        """``count_at_most`` of each threshold, in one pass over the buckets (a heatmap asks
+        two dozen per time bucket)."""
+        t = np.asarray(thresholds, dtype=np.float64)
+        if t.size == 0:
+            return []
+        cumulative = np.concatenate(([0], np.cumsum(self._counts)))
+        keys = self.keys_for(np.maximum(t, MIN_VALUE))
+        below = cumulative[np.searchsorted(self._keys, keys, side="right")]
+        out = np.where(
+            t < 0,
+            0,
+            np.where(
+                t >= self.max, self.count, self.zero_count + np.where(t < MIN_VALUE, 0, below)
+            ),
+        )
+        return [int(v) for v in out]
+
     # -- bytes -------------------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:

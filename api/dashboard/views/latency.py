@@ -100,18 +100,11 @@ def latency_charts(app: AppContext, ctx: Context, q: float, heat_metric: str) ->
             width=520,
             height=260,
         )
-    merged = _merge_per_time(found[heat_metric].values())
-    return {"charts": charts, "merged": merged, "times": times, "step": step}
-
-
-def _merge_per_time(
-    groups: Any,
-) -> dict[datetime, QuantileSketch]:
-    by_time: dict[datetime, list[QuantileSketch]] = {}
-    for by_group in groups:
-        for at, sketch in by_group.items():
-            by_time.setdefault(at, []).append(sketch)
-    return {at: merge_all(parts) for at, parts in by_time.items()}
+    # The heatmap's sketches, merged over the groups per chart bucket: read as one group, so
+    # that unchanged chart buckets come merged from the sketch cache too.
+    merged = bucket_sketches_many(app, (heat_metric,), ctx.window, step, ctx.selector)
+    merged_heat = merged[heat_metric].get((), {})
+    return {"charts": charts, "merged": merged_heat, "times": times, "step": step}
 
 
 def latency_heatmap(
@@ -129,7 +122,7 @@ def latency_heatmap(
         if sketch is None:
             counts.append([0] * HEATMAP_BINS)
             continue
-        at_most = [sketch.count_at_most(e) for e in edges[1:-1]]
+        at_most = sketch.counts_at_most(edges[1:-1])
         cuts = [0, *at_most, sketch.count]
         counts.append([max(0, cuts[b + 1] - cuts[b]) for b in range(HEATMAP_BINS)])
     return svg.heatmap(
