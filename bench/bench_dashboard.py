@@ -41,6 +41,7 @@ from harness.concurrent import MovingClock, busy_timings, compare, report_backgr
 from harness.results import write_json
 
 from api import create_app
+from api.context import context_of
 from api.settings import ApiSettings
 from core.loadtest import LoadTestRun, RequestResult, ScenarioKind
 from core.query import Selector
@@ -184,7 +185,7 @@ def concurrent_case(
     busy, figures, phase_s = busy_timings(
         engine, retention, clock, bench_storage.synth,
         lambda: timed_pages(app, params, args.repeats),
-        interval_s=args.interval, for_s=args.concurrent_s,
+        interval_s=args.interval, for_s=args.concurrent_s, evaluator=context_of(app).evaluator,
     )  # fmt: skip
     pages = compare(
         f"30-day pages, quiet vs while the jobs run and a writer writes "

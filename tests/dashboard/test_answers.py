@@ -30,13 +30,7 @@ class Ticks:
 
 
 def _client(store: Store, ttl_s: float) -> Client:
-    client = Client(store)
-    from api import create_app
-
-    client.app = create_app(
-        ApiSettings(run_jobs=False, dashboard_answer_ttl_s=ttl_s), store.engine, client.clock
-    )
-    return client
+    return Client(store, answer_ttl_s=ttl_s)
 
 
 def _page(client: Client, page: str, **params: str) -> str:
