@@ -163,9 +163,11 @@ def group_sketches(
     selector: Selector,
     group_by: Sequence[str],
     finest: Resolution = Resolution.MINUTE,
+    cache: SketchCache | None = None,
 ) -> dict[LabelKey, QuantileSketch]:
-    """One merged sketch of ``column`` per group over ``window`` (raw edges + rollups)."""
-    sketch_of = sketch_column(column)
+    """One merged sketch of ``column`` per group over ``window`` (raw edges + rollups; each
+    rollup segment's merged sketches from ``storage.sketch_cache`` while its rows are
+    unchanged: the process's cache for the engine by default)."""
 
     def raw(segment: Segment) -> list[tuple[LabelKey, QuantileSketch | None]]:
         value = requests.c[column]
@@ -184,13 +186,11 @@ def group_sketches(
         return list(zip(index, sketches_by_group(ids, values, len(index)), strict=True))
 
     def rollup(segment: Segment) -> list[tuple[LabelKey, QuantileSketch | None]]:
-        query = select(*(request_rollups.c[n] for n in group_by), sketch_of).where(
-            and_(rollup_where(segment, selector), sketch_of.is_not(None))
+        # Through the sketch cache: a segment's rows decoded again only when they changed.
+        found = merged_sketches(
+            connection, (column,), rollup_where(segment, selector), group_by, None, cache
         )
-        return [
-            (tuple(row[:-1]), QuantileSketch.from_bytes(row[-1]))
-            for row in connection.execute(query)
-        ]
+        return [(key, sketches[0]) for (key, _), sketches in found.items()]
 
     parts: dict[LabelKey, list[QuantileSketch]] = defaultdict(list)
     for pairs in read_segments(window, finest, raw, rollup):
