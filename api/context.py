@@ -21,8 +21,8 @@ from starlette.applications import Starlette
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import RulePack, load_rules
+from api.answers import AnswerCache
 from api.auth import Tokens, check_exposure, parse_tokens
-from api.dashboard.answers import AnswerCache
 from api.settings import ApiSettings
 from api.startup import StoreGate
 from core.burn import IncidentListener, Policy

@@ -228,14 +228,15 @@ def _postgres(
     groups: dict[PartKey, tuple[list[str], list[list[bytes]]]] = {}
     skip = len(parts_sel) + width
     for row in rows:
-        pk = _part_key(row, part is not None, width)
+        values: Sequence[Any] = tuple(row)
+        pk = _part_key(values, part is not None, width)
         if pk not in missing:
             continue
         texts, parts = groups.setdefault(pk, ([], [[] for _ in fields]))
-        texts.append(row[skip])
-        for i, blob in enumerate(row[skip + 1 :]):
+        texts.append(str(values[skip]))
+        for i, blob in enumerate(values[skip + 1 :]):
             if blob is not None:
-                parts[i].append(blob)
+                parts[i].append(bytes(blob))
     for pk, (texts, parts) in groups.items():
         merged = _merge(parts)
         cache.put(

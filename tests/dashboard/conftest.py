@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from api import create_app
-from api.dashboard import answers
+from api import answers, create_app
 from api.settings import ApiSettings
 from storage import migrate
 from storage.engine import create_store_engine

@@ -1,4 +1,4 @@
-"""The dashboard's answer cache (``api.dashboard.answers``): a cached page is the page computed
+"""The dashboard's answer cache (``api.answers``): a cached page is the page computed
 afresh, new data shows once the TTL has passed (by the app's clock or by the monotonic one),
 and the cache is bounded and can be turned off."""
 
@@ -10,8 +10,8 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from api.answers import AnswerCache
 from api.context import context_of
-from api.dashboard.answers import AnswerCache
 from api.settings import ApiSettings
 from storage.writer import open_writer
 from tests.conftest import Store

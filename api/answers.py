@@ -1,5 +1,8 @@
 """A short-lived cache of the dashboard's page computations (issue 16).
 
+It lives beside ``api.context`` (which builds one per app), not in ``api.dashboard``: the JSON
+routes, which reach the context, stay independent of the dashboard.
+
 A page over 30 days costs tens to hundreds of milliseconds of queries even when its sketches
 are cached (``storage.sketch_cache``); a dashboard left open on a wall auto-refreshes, several
 people look at the same overview, and a browser's back button asks again. For
