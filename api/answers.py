@@ -15,7 +15,7 @@ app clock's time rounded down to the TTL: a relative range ("last 30 days") comp
 it was computed by the monotonic clock, so no answer is ever older than the TTL — even under a
 clock that stands still (tests) or jumps. Concurrent requests for a missing key compute it
 once: the later ones wait for the first. At most ``max_entries`` answers are kept (the oldest
-go first).
+go first), and expired ones are dropped as new ones come: memory holds the last TTL's pages.
 """
 
 from __future__ import annotations
@@ -111,15 +111,24 @@ class AnswerCache:
                 self.stats.misses += 1
             try:
                 value = compute()
+                with self._lock:
+                    self._keep(key, value)
             finally:
                 with self._lock:
                     self._computing.pop(key, None)
-            with self._lock:
-                self._entries[key] = _Entry(value, self.monotonic() + self.ttl_s)
-                self._entries.move_to_end(key)
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
             return value
+
+    def _keep(self, key: Key, value: Any) -> None:
+        """Keep ``value`` (under the lock). Expired answers go as soon as a new one comes
+        (oldest first), so what is kept is the last TTL's pages, never over ``max_entries``."""
+        now = self.monotonic()
+        self._entries[key] = _Entry(value, now + self.ttl_s)
+        self._entries.move_to_end(key)
+        while self._entries:
+            oldest = next(iter(self._entries.values()))
+            if len(self._entries) <= self.max_entries and oldest.expires > now:
+                break
+            self._entries.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:

@@ -84,6 +84,9 @@ def test_an_answer_expires_by_the_monotonic_clock_under_a_clock_that_stands_stil
     assert cache.get_or_compute(key, lambda: "second") == "first"
     ticks.now = 5.0
     assert cache.get_or_compute(key, lambda: "third") == "third"
+    ticks.now = 10.0  # a new answer drops the ones that expired
+    cache.get_or_compute(("latency",), lambda: "other")
+    assert len(cache) == 1
     # The key rounds the app's time down to the TTL.
     assert cache.key("overview", {"range": "30d"}, NOW + timedelta(seconds=4.9)) == key
     assert cache.key("overview", {"range": "30d"}, NOW + timedelta(seconds=5)) != key
