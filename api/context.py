@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 from alerts.notify import Notifier
 from alerts.routing import Router
 from alerts.rules import RulePack, load_rules
+from api.answers import AnswerCache
 from api.auth import Tokens, check_exposure, parse_tokens
 from api.settings import ApiSettings
 from api.startup import StoreGate
@@ -81,6 +82,8 @@ class AppContext:
     """Waits for the store at start-up (``None``: built without ``prepare``)."""
     keda_refusals: Refusals
     """Answers the KEDA endpoint refused (stale, missing, unknown), by reason."""
+    answers: AnswerCache
+    """The dashboard pages' answers of the last ``dashboard_answer_ttl_s`` seconds."""
 
     def cost_model(self) -> CostModel:
         """The cost model in use: the stored one named by the settings, or the example."""
@@ -172,6 +175,7 @@ def build_context(
         reports=reports,
         store_gate=gate,
         keda_refusals=Refusals(),
+        answers=AnswerCache(settings.dashboard_answer_ttl_s),
     )
 
 

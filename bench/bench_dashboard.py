@@ -41,6 +41,7 @@ from harness.concurrent import MovingClock, busy_timings, compare, report_backgr
 from harness.results import write_json
 
 from api import create_app
+from api.context import context_of
 from api.settings import ApiSettings
 from core.loadtest import LoadTestRun, RequestResult, ScenarioKind
 from core.query import Selector
@@ -184,7 +185,7 @@ def concurrent_case(
     busy, figures, phase_s = busy_timings(
         engine, retention, clock, bench_storage.synth,
         lambda: timed_pages(app, params, args.repeats),
-        interval_s=args.interval, for_s=args.concurrent_s,
+        interval_s=args.interval, for_s=args.concurrent_s, evaluator=context_of(app).evaluator,
     )  # fmt: skip
     pages = compare(
         f"30-day pages, quiet vs while the jobs run and a writer writes "
@@ -208,6 +209,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--slos", type=int, default=50, help="SLOs added for the concurrent case")
     parser.add_argument("--interval", type=float, default=30.0, help="evaluation interval, s")
     parser.add_argument("--concurrent-s", type=float, default=120.0)
+    parser.add_argument(
+        "--answer-ttl",
+        type=float,
+        default=ApiSettings().dashboard_answer_ttl_s,
+        help="the pages' answer cache, s (dashboard_answer_ttl_s; 0: off)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run of every case")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -239,7 +246,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for spec in bench_api.slo_specs(args.slos, bench_storage.MODELS, bench_storage.INSTANCES):
             slo_store.put_slo(engine, spec, now)
         clock = MovingClock(now)
-        app = create_app(ApiSettings(run_jobs=False), engine, clock, retention=retention)
+        settings = ApiSettings(run_jobs=False, dashboard_answer_ttl_s=args.answer_ttl)
+        app = create_app(settings, engine, clock, retention=retention)
+        print(f"  answer cache: {f'{args.answer_ttl:g} s' if args.answer_ttl else 'off'}")
         span = f"{args.days}d" if args.days in (1, 7, 30) else None
         long_params = (
             {"range": "24h" if args.days == 1 else span}

@@ -100,6 +100,13 @@ class ApiPart(Part):
         10.0, ge=0, description="Seconds later /metrics scrapes reuse a computed answer (0: never)."
     )
     max_query_days: int = Field(400, ge=1, description="Longest time window a query may cover.")
+    dashboard_answer_ttl_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="Seconds a dashboard page reuses the answer computed for the same query "
+        "(0: never).",
+    )
 
 
 class JobsPart(Part):

@@ -39,6 +39,8 @@ _COMPRESS_ABOVE: Final = 256  # bytes of bucket arrays
 _ZERO_KEY: Final = np.iinfo(np.int64).min
 _HEADER: Final = struct.Struct("<4sdQQdddI")  # magic, alpha, count, zero, sum, min, max, nkeys
 _MAX_KEYS: Final = 1 << 20
+#: Quantile answers a sketch remembers at most (a page asks four or five).
+_MEMO_MAX: Final = 32
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -51,6 +53,7 @@ class QuantileSketch:
         "_counts",
         "_keys",
         "_ln_gamma",
+        "_memo",
         "alpha",
         "count",
         "max",
@@ -73,6 +76,7 @@ class QuantileSketch:
         self.sum = 0.0
         self.min = math.inf
         self.max = -math.inf
+        self._memo: dict[float, float] = {}
 
     # -- building ---------------------------------------------------------------------------
 
@@ -90,6 +94,7 @@ class QuantileSketch:
         array = np.asarray(values, dtype=np.float64)
         if array.size == 0:
             return
+        self._memo = {}
         if not np.all(np.isfinite(array)) or np.any(array < 0.0):
             raise InvalidInput("sketch values must be finite and non-negative")
         positive = array[array >= MIN_VALUE]
@@ -139,6 +144,7 @@ class QuantileSketch:
             )
         if other.count == 0:
             return
+        self._memo = {}
         self._merge_buckets(other._keys, other._counts)
         self.count += other.count
         self.zero_count += other.zero_count
@@ -170,6 +176,11 @@ class QuantileSketch:
         return self.alpha
 
     @property
+    def buckets(self) -> int:
+        """How many buckets hold values (what the sketch's size grows with)."""
+        return int(self._keys.size)
+
+    @property
     def mean(self) -> float | None:
         return self.sum / self.count if self.count else None
 
@@ -188,10 +199,19 @@ class QuantileSketch:
         return np.clip(values, max(self.min, 0.0), self.max)
 
     def quantiles(self, quantiles: Sequence[float]) -> dict[float, float]:
-        """Estimated quantiles; empty when the sketch holds no value."""
+        """Estimated quantiles; empty when the sketch holds no value.
+
+        Answers are remembered until the sketch changes (``add_many``, ``merge``): a merged
+        sketch that a cache keeps (``storage.sketch_cache``) is asked the same quantiles by
+        every page view, and each answer costs a cumulative sum over its buckets.
+        """
         if self.count == 0:
             return {}
-        qs = np.asarray(quantiles, dtype=np.float64)
+        wanted = [float(q) for q in quantiles]
+        memo = self._memo
+        if all(q in memo for q in wanted):
+            return {q: memo[q] for q in wanted}
+        qs = np.asarray(wanted, dtype=np.float64)
         h = qs * (self.count - 1)
         lo = np.floor(h).astype(np.int64)
         hi = np.minimum(lo + 1, self.count - 1)
@@ -200,7 +220,10 @@ class QuantileSketch:
         result = lo_values + (h - lo) * (hi_values - lo_values)
         # The extremes are known exactly.
         result = np.where(qs == 0.0, self.min, np.where(qs == 1.0, self.max, result))
-        return {float(q): float(v) for q, v in zip(qs, result, strict=True)}
+        answers = {float(q): float(v) for q, v in zip(qs, result, strict=True)}
+        if len(memo) < _MEMO_MAX:
+            memo.update(answers)
+        return answers
 
     def quantile(self, q: float) -> float | None:
         return self.quantiles([q]).get(float(q))
@@ -219,6 +242,24 @@ class QuantileSketch:
             return self.zero_count
         key = int(self.keys_for(np.array([threshold]))[0])
         return self.zero_count + int(self._counts[self._keys <= key].sum())
+
+    def counts_at_most(self, thresholds: Sequence[float]) -> list[int]:
+        """``count_at_most`` of each threshold, in one pass over the buckets (a heatmap asks
+        two dozen per time bucket)."""
+        t = np.asarray(thresholds, dtype=np.float64)
+        if t.size == 0:
+            return []
+        cumulative = np.concatenate(([0], np.cumsum(self._counts)))
+        keys = self.keys_for(np.maximum(t, MIN_VALUE))
+        below = cumulative[np.searchsorted(self._keys, keys, side="right")]
+        out = np.where(
+            t < 0,
+            0,
+            np.where(
+                t >= self.max, self.count, self.zero_count + np.where(t < MIN_VALUE, 0, below)
+            ),
+        )
+        return [int(v) for v in out]
 
     # -- bytes -------------------------------------------------------------------------------
 

@@ -121,6 +121,10 @@ class Evaluator:
     run in the same process), and only then writes the alert states in one short
     transaction: on SQLite a write transaction blocks the sidecars' writers, so none is held
     while counting.
+
+    ``latest`` keeps the last cycle's statuses (replaced whole, so a reader in another thread
+    sees one cycle's): the dashboard's overview shows them while they are fresh instead of
+    counting every SLO again per page view (``service.slos.with_status``).
     """
 
     def __init__(
@@ -136,6 +140,7 @@ class Evaluator:
         self.listeners = tuple(listeners)
         self.finest_for = finest_for
         self.cache = cache if cache is not None else slo_store.rollup_cache(engine)
+        self.latest: tuple[SloStatus, ...] = ()
 
     def run(self, now: datetime) -> RunReport:
         started = time.perf_counter()
@@ -149,6 +154,7 @@ class Evaluator:
                     status(connection, spec, self.policy, now, self.finest_for, counter)
                 )
                 time.sleep(0)  # let the request threads in between SLOs
+        self.latest = tuple(statuses)
         changes: list[tuple[Incident, Transition]] = []
         # One transaction for the writes: the leader is the only writer of incidents.
         with self.engine.begin() as connection:

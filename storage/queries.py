@@ -49,6 +49,7 @@ from core.sketch import (
     sketches_by_group,
 )
 from core.window import Resolution, Segment, Window
+from storage.sketch_cache import SketchCache, merged_sketches
 from storage.sql import raw_where, read_segments, rollup_where, sketch_column
 from storage.tables import request_rollups, requests
 
@@ -163,9 +164,11 @@ def group_sketches(
     selector: Selector,
     group_by: Sequence[str],
     finest: Resolution = Resolution.MINUTE,
+    cache: SketchCache | None = None,
 ) -> dict[LabelKey, QuantileSketch]:
-    """One merged sketch of ``column`` per group over ``window`` (raw edges + rollups)."""
-    sketch_of = sketch_column(column)
+    """One merged sketch of ``column`` per group over ``window`` (raw edges + rollups; each
+    rollup segment's merged sketches from ``storage.sketch_cache`` while its rows are
+    unchanged: the process's cache for the engine by default)."""
 
     def raw(segment: Segment) -> list[tuple[LabelKey, QuantileSketch | None]]:
         value = requests.c[column]
@@ -184,13 +187,11 @@ def group_sketches(
         return list(zip(index, sketches_by_group(ids, values, len(index)), strict=True))
 
     def rollup(segment: Segment) -> list[tuple[LabelKey, QuantileSketch | None]]:
-        query = select(*(request_rollups.c[n] for n in group_by), sketch_of).where(
-            and_(rollup_where(segment, selector), sketch_of.is_not(None))
+        # Through the sketch cache: a segment's rows decoded again only when they changed.
+        found = merged_sketches(
+            connection, (column,), rollup_where(segment, selector), group_by, None, cache
         )
-        return [
-            (tuple(row[:-1]), QuantileSketch.from_bytes(row[-1]))
-            for row in connection.execute(query)
-        ]
+        return [(key, sketches[0]) for (key, _), sketches in found.items()]
 
     parts: dict[LabelKey, list[QuantileSketch]] = defaultdict(list)
     for pairs in read_segments(window, finest, raw, rollup):
@@ -198,6 +199,78 @@ def group_sketches(
             if sketch is not None:
                 parts[key].append(sketch)
     return {key: merge_all(sketches) for key, sketches in parts.items()}
+
+
+def latencies(
+    engine: Engine,
+    metrics: Sequence[str],
+    window: Window,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+    quantiles: Sequence[float] = DEFAULT_QUANTILES,
+    *,
+    finest: Resolution = Resolution.MINUTE,
+    cache: SketchCache | None = None,
+) -> dict[str, LatencyResult]:
+    """``latency`` by sketch for several metrics in one pass over the window: the raw edges
+    are read once for all of them, and each rollup segment's merged sketches come from
+    ``storage.sketch_cache`` while its rows are unchanged (so a 30-day table decodes the few
+    rows that fresh or late data touched, not every day, hour and minute row)."""
+    names = [check_metric(m) for m in metrics]
+    fields = [LATENCY_METRICS[m] for m in names]
+    groups = check_group_by(group_by)
+    qs = check_quantiles(quantiles)
+    parts: dict[LabelKey, list[list[QuantileSketch]]] = defaultdict(lambda: [[] for _ in fields])
+
+    def raw(segment: Segment) -> None:
+        values = [requests.c[f] for f in fields]
+        rows = connection.execute(
+            select(*(requests.c[n] for n in groups), *values).where(raw_where(segment, selector))
+        ).all()
+        if not rows:
+            return
+        index: dict[LabelKey, int] = {}
+        ids = np.fromiter(
+            (index.setdefault(tuple(r[: len(groups)]), len(index)) for r in rows), dtype=np.int64
+        )
+        for i in range(len(fields)):
+            column = np.fromiter(
+                (np.nan if r[len(groups) + i] is None else r[len(groups) + i] for r in rows),
+                dtype=np.float64,
+                count=len(rows),
+            )
+            for key, sketch in zip(index, sketches_by_group(ids, column, len(index)), strict=True):
+                if sketch is not None:
+                    parts[key][i].append(sketch)
+
+    def rollup(segment: Segment) -> None:
+        found = merged_sketches(
+            connection, fields, rollup_where(segment, selector), groups, None, cache
+        )
+        for (key, _), sketches in found.items():
+            for i, sketch in enumerate(sketches):
+                if sketch is not None:
+                    parts[key][i].append(sketch)
+
+    with engine.connect() as connection:
+        for _ in read_segments(window, finest, raw, rollup):
+            pass
+    out = {}
+    for i, metric in enumerate(names):
+        answers = []
+        for key, per_field in parts.items():
+            if not per_field[i]:
+                continue
+            merged = per_field[i][0] if len(per_field[i]) == 1 else merge_all(per_field[i])
+            if merged.count:
+                answers.append(
+                    GroupQuantiles(_labels(groups, key), merged.count, merged.quantiles(qs))
+                )
+        ordered = tuple(sorted(answers, key=lambda g: tuple(g.labels.values())))
+        out[metric] = LatencyResult(
+            metric, window, Method.SKETCH, DEFAULT_RELATIVE_ACCURACY, ordered
+        )
+    return out
 
 
 # -- throughput -----------------------------------------------------------------------------

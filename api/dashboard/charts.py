@@ -351,21 +351,21 @@ def heatmap(
         f'aria-label="{escape(label)}">'
     ]
     width = (x1 - x0) * step.total_seconds() / (t1 - t0)
+    # Each bin's range and each cell's size are formatted once, not once per cell.
+    ranges = [escape(f"{fmt(edges[b])} – {fmt(edges[b + 1])}") for b in range(bins)]
+    tops = [f"{y0 - (b + 1) * cell_h:.1f}" for b in range(bins)]
+    size = f'width="{width + 0.3:.1f}" height="{cell_h + 0.3:.1f}"'
     for at, column in zip(times, counts, strict=True):
-        left = x0 + (at.timestamp() - t0) / (t1 - t0) * (x1 - x0)
+        left = f"{x0 + (at.timestamp() - t0) / (t1 - t0) * (x1 - x0):.1f}"
+        when = escape(f"{at:%Y-%m-%d %H:%M} UTC")
         for b, count in enumerate(column):
             if not count:
                 continue
             # Square-root scale: the tail stays visible next to the mode.
             level = math.sqrt(count / peak)
-            top = y0 - (b + 1) * cell_h
-            title = (
-                f"{at:%Y-%m-%d %H:%M} UTC\n{fmt(edges[b])} – {fmt(edges[b + 1])}: {count} requests"
-            )
             parts.append(
-                f'<rect class="cell" x="{left:.1f}" y="{top:.1f}" width="{width + 0.3:.1f}" '
-                f'height="{cell_h + 0.3:.1f}" fill="{_heat(level)}"><title>{escape(title)}'
-                "</title></rect>"
+                f'<rect class="cell" x="{left}" y="{tops[b]}" {size} fill="{_heat(level)}">'
+                f"<title>{when}\n{ranges[b]}: {count} requests</title></rect>"
             )
     for b in range(0, bins + 1, max(1, bins // 6)):
         yy = y0 - b * cell_h

@@ -109,8 +109,11 @@ def _page(
         started = time.perf_counter()
         try:
             ctx = parse_context(query, now, app.settings.max_query_days, default_range)
-            data = build(app, ctx, query)
-            menus = shared.menus(app, ctx)
+
+            def compute() -> tuple[dict[str, Any], dict[str, list[str]]]:
+                return build(app, ctx, query), shared.menus(app, ctx)
+
+            data, menus = app.answers.get_or_compute(app.answers.key(page, query, now), compute)
         except (InvalidInput, NotFound) as exc:
             ctx = parse_context({}, now, app.settings.max_query_days, default_range)
             status = 400 if isinstance(exc, InvalidInput) else 404

@@ -21,7 +21,7 @@ from api.dashboard.charts import bucket_seconds
 from api.dashboard.context import Context
 from core.query import Selector
 from core.records import GROUP_LABELS
-from core.sketch import QuantileSketch, merge_all
+from core.sketch import QuantileSketch
 from core.window import RESOLUTIONS_COARSE_FIRST, Resolution, Window, format_duration
 from storage import timeseries
 
@@ -108,16 +108,30 @@ def bucket_sketches(
     group_by: Sequence[str] = (),
 ) -> dict[tuple[str, ...], dict[datetime, QuantileSketch]]:
     """``storage.timeseries.bucket_sketches`` per chart bucket (rollup sketches merged)."""
-    found = timeseries.bucket_sketches(
-        app.engine, metric, window, step.rollups, selector, group_by, coarsest=step.coarsest
+    return bucket_sketches_many(app, (metric,), window, step, selector, group_by)[metric]
+
+
+def bucket_sketches_many(
+    app: AppContext,
+    metrics: Sequence[str],
+    window: Window,
+    step: ChartStep,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+) -> dict[str, dict[tuple[str, ...], dict[datetime, QuantileSketch]]]:
+    """Per metric, one merged sketch per group per chart bucket, all metrics in one read;
+    chart buckets whose rollup rows did not change are not decoded again
+    (``storage.sketch_cache``)."""
+    return timeseries.bucket_sketches_many(
+        app.engine,
+        metrics,
+        window,
+        step.rollups,
+        step.seconds,
+        selector,
+        group_by,
+        coarsest=step.coarsest,
     )
-    out: dict[tuple[str, ...], dict[datetime, QuantileSketch]] = {}
-    for labels, buckets in found.items():
-        parts: dict[datetime, list[QuantileSketch]] = defaultdict(list)
-        for at, sketch in buckets.items():
-            parts[step.floor(at)].append(sketch)
-        out[labels] = {at: p[0] if len(p) == 1 else merge_all(p) for at, p in sorted(parts.items())}
-    return out
 
 
 def label_step(ctx: Context) -> Resolution:

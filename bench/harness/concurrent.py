@@ -161,13 +161,16 @@ def busy_timings(
     *,
     interval_s: float,
     for_s: float,
+    evaluator: Evaluator | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, Any], float]:
     """``timed()`` over and over for ``for_s`` (at least once) while a fresh-cached evaluator
     runs on ``interval_s`` and a writer writes: the timings by name, the background's figures
-    and the seconds the phase took."""
-    evaluator = Evaluator(
-        engine, default_policy(), finest_for=retention.finest_for, cache=RollupCache()
-    )
+    and the seconds the phase took. ``evaluator``: the app's own, as the API runs its job in
+    the process that serves it (its cache is replaced by a fresh one, so the first cycle is
+    cold as well)."""
+    if evaluator is None:
+        evaluator = Evaluator(engine, default_policy(), finest_for=retention.finest_for)
+    evaluator.cache = RollupCache()
     busy: dict[str, list[float]] = {}
     with jobs_and_writer(
         engine, evaluator, retention, clock, synth, interval_s=interval_s

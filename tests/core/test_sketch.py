@@ -145,3 +145,26 @@ def test_count_at_most_is_exact_outside_the_thresholds_bucket(values, threshold)
     surely_below = int(np.sum(values <= threshold / width))
     possibly_below = int(np.sum(values <= threshold * width))
     assert surely_below <= counted <= possibly_below
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    adversarial(),
+    st.lists(st.floats(-1.0, 1e6, allow_nan=False) | st.sampled_from([0.0, 1e-12]), max_size=30),
+)
+def test_counts_at_most_answers_what_count_at_most_answers_per_threshold(values, thresholds):
+    sketch = QuantileSketch.of(values)
+    assert sketch.counts_at_most(thresholds) == [sketch.count_at_most(t) for t in thresholds]
+    assert QuantileSketch().counts_at_most([0.5, -1.0]) == [0, 0]
+
+
+def test_remembered_quantiles_follow_the_sketch_as_it_changes():
+    sketch = QuantileSketch.of(np.linspace(0.1, 1.0, 100))
+    before = sketch.quantiles([0.5, 0.99])
+    assert sketch.quantiles([0.5, 0.99]) == before  # the remembered answer
+    sketch.merge(QuantileSketch.of(np.full(300, 50.0)))
+    assert sketch.quantiles([0.5, 0.99]) == QuantileSketch.of(
+        np.r_[np.linspace(0.1, 1.0, 100), np.full(300, 50.0)]
+    ).quantiles([0.5, 0.99])
+    sketch.add_many([1e4] * 1000)
+    assert sketch.quantile(0.99) == pytest.approx(1e4, rel=0.01)

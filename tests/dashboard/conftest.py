@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from api import create_app
+from api import answers, create_app
 from api.settings import ApiSettings
 from storage import migrate
 from storage.engine import create_store_engine
@@ -32,6 +32,15 @@ READ_TOKEN = "viewer-token-0123456789"
 ADMIN_TOKEN = "admin-token-0123456789ab"
 #: The seeded data is from January 2026; keep all of it at full resolution.
 RETENTION = RetentionPolicy(raw_days=400, minute_days=400, hour_days=400, day_days=1095)
+
+
+@pytest.fixture(autouse=True)
+def fresh_answers() -> Iterator[None]:
+    """Every test starts with empty dashboard answer caches: a test that writes and asks a
+    page again under a fixed clock must see what it wrote, not a page computed before."""
+    answers.clear_all()
+    yield
+    answers.clear_all()
 
 
 @dataclass

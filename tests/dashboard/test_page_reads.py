@@ -32,6 +32,7 @@ from storage import migrate, queries, timeseries
 from storage.baselines import capture_window, save_baseline
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy
+from storage.sketch_cache import sketch_cache
 from storage.writer import open_writer
 
 NOW = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
@@ -170,8 +171,10 @@ def test_a_baselines_page_reads_each_latency_sketch_once(store: Store) -> None:
         capture_window(store.engine, "first-day", first_day, Selector(), first_day.end),
     )
     ctx = _ctx(store)
+    sketch_cache(store.engine).clear()  # both reads start cold: every segment read in full
     page = statements(store.engine, lambda: baselines.baselines(store.app, ctx, ""))
     # The window's sketches of one metric, segment by segment, as the latency query reads them.
+    sketch_cache(store.engine).clear()
     with store.engine.connect() as connection:
         one_metric = statements(
             store.engine,
@@ -181,7 +184,12 @@ def test_a_baselines_page_reads_each_latency_sketch_once(store: Store) -> None:
         )
 
     def sketch_reads(issued: list[str], metric: str) -> list[str]:
-        return [s for s in issued if s.startswith(f"SELECT request_rollups.{metric}_sketch ")]
+        """Statements that select the metric's rollup sketches (or their digest)."""
+        return [
+            s
+            for s in issued
+            if s.startswith("SELECT ") and f"request_rollups.{metric}_sketch" in s.split("FROM")[0]
+        ]
 
     assert sketch_reads(one_metric, "ttft")
     for metric in ("ttft", "tpot", "e2e"):

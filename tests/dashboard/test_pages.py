@@ -35,9 +35,14 @@ PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capac
 
 
 class Client:
-    def __init__(self, store: Store, tokens: str = "") -> None:
+    def __init__(self, store: Store, tokens: str = "", answer_ttl_s: float = 0.0) -> None:
+        """The app over ``store``, its clock fixed at ``NOW``. Its pages are computed afresh
+        per request by default (these tests change the store between views under a clock
+        that stands still); ``tests/dashboard/test_answers.py`` checks the answer cache."""
         self.clock = FakeClock(NOW)
-        settings = ApiSettings(run_jobs=False, api_tokens=tokens)
+        settings = ApiSettings(
+            run_jobs=False, api_tokens=tokens, dashboard_answer_ttl_s=answer_ttl_s
+        )
         self.app = create_app(settings, store.engine, self.clock)
         self.cookies: dict[str, str] = {}
 

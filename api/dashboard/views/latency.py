@@ -17,9 +17,9 @@ from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context, parse_quantile
 from api.dashboard.formatting import instance_series_name, short_model
-from api.dashboard.shared import ChartStep, bucket_sketches, bucket_times, chart_step
+from api.dashboard.shared import ChartStep, bucket_sketches_many, bucket_times, chart_step
 from core.errors import InvalidInput
-from core.query import STAGES, Method
+from core.query import STAGES
 from core.sketch import QuantileSketch, merge_all
 from storage import queries
 
@@ -50,20 +50,20 @@ def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]
 
 
 def latency_table(app: AppContext, ctx: Context) -> list[dict[str, Any]]:
-    """P50…P99 of TTFT, TPOT and E2E per model and instance over the whole range."""
+    """P50…P99 of TTFT, TPOT and E2E per model and instance over the whole range (one pass
+    over the window for the three metrics: ``storage.queries.latencies``)."""
     finest = app.retention.finest_for(ctx.window, ctx.now)
     rows: dict[tuple[str, ...], dict[str, Any]] = {}
-    for metric in LATENCY_METRICS:
-        result = queries.latency(
-            app.engine,
-            metric,
-            ctx.window,
-            ctx.selector,
-            ("model", "instance"),
-            QUANTILES,
-            Method.SKETCH,
-            finest=finest,
-        )
+    results = queries.latencies(
+        app.engine,
+        tuple(LATENCY_METRICS),
+        ctx.window,
+        ctx.selector,
+        ("model", "instance"),
+        QUANTILES,
+        finest=finest,
+    )
+    for metric, result in results.items():
         for group in result.groups:
             key = (group.labels["model"], group.labels["instance"])
             row = rows.setdefault(key, {"model": key[0], "instance": key[1], "count": 0})
@@ -72,15 +72,18 @@ def latency_table(app: AppContext, ctx: Context) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def latency_charts(app: AppContext, ctx: Context, q: float) -> dict[str, Any]:
+def latency_charts(app: AppContext, ctx: Context, q: float, heat_metric: str) -> dict[str, Any]:
+    """The three metrics' charts, and the heatmap metric's sketches merged over the groups
+    per chart bucket."""
     step = chart_step(app, ctx)
     times = bucket_times(ctx, step)
     start = times[0] if times else ctx.window.start
-    charts, merged = {}, {}
+    charts = {}
+    found = bucket_sketches_many(
+        app, tuple(LATENCY_METRICS), ctx.window, step, ctx.selector, ("model", "instance")
+    )
     for metric, title in LATENCY_METRICS.items():
-        buckets = bucket_sketches(
-            app, metric, ctx.window, step, ctx.selector, ("model", "instance")
-        )
+        buckets = found[metric]
         series = [
             svg.Series(
                 instance_series_name(*labels),
@@ -97,18 +100,11 @@ def latency_charts(app: AppContext, ctx: Context, q: float) -> dict[str, Any]:
             width=520,
             height=260,
         )
-        merged[metric] = _merge_per_time(buckets.values())
-    return {"charts": charts, "merged": merged, "times": times, "step": step}
-
-
-def _merge_per_time(
-    groups: Any,
-) -> dict[datetime, QuantileSketch]:
-    by_time: dict[datetime, list[QuantileSketch]] = {}
-    for by_group in groups:
-        for at, sketch in by_group.items():
-            by_time.setdefault(at, []).append(sketch)
-    return {at: merge_all(parts) for at, parts in by_time.items()}
+    # The heatmap's sketches, merged over the groups per chart bucket: read as one group, so
+    # that unchanged chart buckets come merged from the sketch cache too.
+    merged = bucket_sketches_many(app, (heat_metric,), ctx.window, step, ctx.selector)
+    merged_heat = merged[heat_metric].get((), {})
+    return {"charts": charts, "merged": merged_heat, "times": times, "step": step}
 
 
 def latency_heatmap(
@@ -126,7 +122,7 @@ def latency_heatmap(
         if sketch is None:
             counts.append([0] * HEATMAP_BINS)
             continue
-        at_most = [sketch.count_at_most(e) for e in edges[1:-1]]
+        at_most = sketch.counts_at_most(edges[1:-1])
         cuts = [0, *at_most, sketch.count]
         counts.append([max(0, cuts[b + 1] - cuts[b]) for b in range(HEATMAP_BINS)])
     return svg.heatmap(
@@ -157,11 +153,11 @@ def breakdown(app: AppContext, ctx: Context) -> Any:
 
 
 def latency(app: AppContext, ctx: Context, q: float, heat_metric: str) -> dict[str, Any]:
-    charts = latency_charts(app, ctx, q)
+    charts = latency_charts(app, ctx, q, heat_metric)
     return {
         "table": latency_table(app, ctx),
         "charts": charts["charts"],
-        "heatmap": latency_heatmap(charts["merged"][heat_metric], charts["times"], charts["step"]),
+        "heatmap": latency_heatmap(charts["merged"], charts["times"], charts["step"]),
         "breakdown": breakdown(app, ctx),
         "metrics": LATENCY_METRICS,
         "quantiles": QUANTILES,

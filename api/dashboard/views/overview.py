@@ -43,7 +43,17 @@ def sli_text(spec: SloSpec) -> str:
 
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
     specs = slo_store.list_slos(app.engine)
-    found = with_status(app.engine, specs, app.policy, now, app.retention.finest_for)
+    # The evaluation job's last cycle while it is at most one interval old (the job runs in
+    # this process); else counted here.
+    found = with_status(
+        app.engine,
+        specs,
+        app.policy,
+        now,
+        app.retention.finest_for,
+        recent=app.evaluator.latest,
+        max_age=timedelta(seconds=app.settings.evaluation_interval_s),
+    )
     return [
         {
             "name": v.spec.name,
@@ -57,6 +67,7 @@ def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
             "budget": v.status.budget_remaining,
             "burn_rates": v.status.burn_rates(),
             "firing": v.firing.severity.value if v.firing else None,
+            "at": v.status.at,
         }
         for v in found
     ]

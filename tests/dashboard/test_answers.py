@@ -1,0 +1,117 @@
+"""The dashboard's answer cache (``api.answers``): a cached page is the page computed
+afresh, new data shows once the TTL has passed (by the app's clock or by the monotonic one),
+and the cache is bounded and can be turned off."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from api.answers import AnswerCache
+from api.context import context_of
+from api.settings import ApiSettings
+from storage.writer import open_writer
+from tests.conftest import Store
+from tests.dashboard.test_pages import NOW, PAGES, Client
+from tests.factories import make_records
+
+_RENDERED = re.compile(r" · rendered in \d+ ms")
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _client(store: Store, ttl_s: float) -> Client:
+    return Client(store, answer_ttl_s=ttl_s)
+
+
+def _page(client: Client, page: str, **params: str) -> str:
+    response = client.get(f"/ui/{page}", params={"range": "1h", **params})
+    assert response.status_code == 200, response.text[:2000]
+    return _RENDERED.sub("", response.text)
+
+
+def _fill(store: Store, models: tuple[str, ...] = ("llama-8b", "llama-70b"), seed: int = 7) -> None:
+    open_writer(store.engine).write_requests(
+        make_records(
+            np.random.default_rng(seed), NOW - timedelta(minutes=50), 800,
+            span=timedelta(minutes=45), models=models,
+        )
+    )  # fmt: skip
+
+
+def test_a_cached_page_is_the_page_computed_afresh(store: Store):
+    _fill(store)
+    cached, plain = _client(store, 5.0), _client(store, 0.0)
+    answers = context_of(cached.app).answers
+    for page in PAGES:
+        first = _page(cached, page)
+        hits = answers.stats.hits
+        again = _page(cached, page)
+        assert answers.stats.hits == hits + 1, page  # the second view was served from the cache
+        assert again == first == _page(plain, page), page
+    assert not context_of(plain.app).answers.enabled
+    assert len(context_of(plain.app).answers) == 0
+
+
+def test_new_data_shows_once_the_ttl_has_passed(store: Store):
+    _fill(store)
+    client = _client(store, 5.0)
+    before = _page(client, "latency")
+    assert "llama-405b" not in before
+    _fill(store, models=("llama-405b",), seed=8)  # new spans (ids come from the seed)
+    assert _page(client, "latency") == before  # within the TTL: the answer computed before
+    client.clock.now = NOW + timedelta(seconds=5)
+    assert "llama-405b" in _page(client, "latency")  # the next TTL slot computes it afresh
+    # Filters are part of the key: another query string is computed on its own.
+    assert "llama-405b" in _page(client, "latency", model="llama-405b")
+
+
+def test_an_answer_expires_by_the_monotonic_clock_under_a_clock_that_stands_still():
+    ticks = Ticks()
+    cache = AnswerCache(5.0, monotonic=ticks)
+    key = cache.key("overview", {"range": "30d"}, NOW)
+    assert cache.get_or_compute(key, lambda: "first") == "first"
+    ticks.now = 4.9
+    assert cache.get_or_compute(key, lambda: "second") == "first"
+    ticks.now = 5.0
+    assert cache.get_or_compute(key, lambda: "third") == "third"
+    ticks.now = 10.0  # a new answer drops the ones that expired
+    cache.get_or_compute(("latency",), lambda: "other")
+    assert len(cache) == 1
+    # The key rounds the app's time down to the TTL.
+    assert cache.key("overview", {"range": "30d"}, NOW + timedelta(seconds=4.9)) == key
+    assert cache.key("overview", {"range": "30d"}, NOW + timedelta(seconds=5)) != key
+
+
+def test_the_cache_is_bounded_keeps_no_failure_and_can_be_off():
+    cache = AnswerCache(5.0, max_entries=3)
+    for i in range(10):
+        cache.get_or_compute(("p", i), lambda i=i: i)
+    assert len(cache) == 3
+    assert cache.get_or_compute(("p", 9), lambda: "recomputed") == 9
+    assert cache.get_or_compute(("p", 0), lambda: "recomputed") == "recomputed"
+
+    def fail() -> int:
+        raise RuntimeError("store down")
+
+    with pytest.raises(RuntimeError):
+        cache.get_or_compute(("q",), fail)
+    assert cache.get_or_compute(("q",), lambda: 1) == 1
+    off, calls = AnswerCache(0.0), []
+    for _ in range(3):
+        off.get_or_compute(("p",), lambda: calls.append(1))
+    assert len(calls) == 3
+    assert len(off) == 0
+    with pytest.raises(ValueError, match="TTL"):
+        AnswerCache(-1.0)
+    with pytest.raises(ValueError, match="dashboard_answer_ttl_s"):
+        ApiSettings(dashboard_answer_ttl_s=-1)
