@@ -70,6 +70,7 @@ DRIVERS: Final = (
     "rebound",
     "hold",
 )
+FORECAST_BASES: Final = ("weeks", "recent")
 MAX_REPLICAS_LIMIT: Final = 100_000
 #: Requests waiting per instance from which a busy GPU counts as saturated (see the docstring).
 GPU_UTIL_QUEUE: Final = 1.0
@@ -163,6 +164,10 @@ class ScalingInputs:
     gpu_util: float | None
     low_load_since: float | None  # unix s since which load has been below the threshold
     input_times: Mapping[str, float] = field(default_factory=dict)  # name → newest sample
+    #: Where ``forecast_rps`` comes from: ``weeks`` (the same time of week over earlier weeks)
+    #: or ``recent`` (no earlier week holds the model: the busiest minute of the last lead time,
+    #: a persistence forecast that cannot see a rebound coming).
+    forecast_basis: str = "weeks"
 
     def __post_init__(self) -> None:
         n = self.observed_instances
@@ -175,6 +180,11 @@ class ScalingInputs:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise InvalidInput(f"{name} must be a finite number ≥ 0", details={name: value})
+        if self.forecast_basis not in FORECAST_BASES:
+            raise InvalidInput(
+                f"forecast_basis must be one of {', '.join(FORECAST_BASES)}",
+                details={"forecast_basis": self.forecast_basis},
+            )
         unknown = sorted(set(self.input_times) - set(INPUTS))
         if unknown:
             raise InvalidInput("input_times names unknown inputs", details={"unknown": unknown})
@@ -282,9 +292,14 @@ def _target(
     assert predictive is not None
     assert forecast is not None
     assert capacity is not None
+    basis = (
+        " (the last lead time's busiest minute: no earlier week holds this model)"
+        if inputs.forecast_basis == "recent"
+        else ""
+    )
     reason = (
-        f"forecast peak {_fmt(forecast)} req/s within the {policy.lead_time_s:g} s lead time "
-        f"× (1 + {policy.headroom:g} headroom) ÷ {_fmt(capacity)} req/s per instance "
+        f"forecast peak {_fmt(forecast)} req/s within the {policy.lead_time_s:g} s lead time"
+        f"{basis} × (1 + {policy.headroom:g} headroom) ÷ {_fmt(capacity)} req/s per instance "
         f"needs {predictive}"
     )
     return predictive, reactive, predictive, "forecast", reason

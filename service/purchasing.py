@@ -116,7 +116,8 @@ def purchasing_dict(answer: Purchasing) -> dict[str, Any]:
     warnings = []
     if not a.empty and a.hours < WEEK_HOURS:
         warnings.append(
-            f"only {a.hours} hours of GPU data in this range: less than a week, so the split "
+            f"only {a.hours} hour{'' if a.hours == 1 else 's'} of GPU data in this range: less "
+            "than a week, so the split "
             "and the idle windows follow those hours only"
         )
     if answer.sample_gap_s > ROLLUP_GAP_S:

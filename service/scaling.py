@@ -150,7 +150,9 @@ class Recommender:
                 newest.append(_unix(gauges.newest))
             times["demand_rps"] = max(newest)
 
-        forecast = self.forecast(model, policy, now)
+        forecast, basis = self.forecast(model, policy, now), "weeks"
+        if forecast is None:
+            forecast, basis = self.recent_peak(model, policy, now), "recent"
         if forecast is not None:
             times["forecast_rps"] = _unix(now)
 
@@ -197,6 +199,7 @@ class Recommender:
             gpu_util=util,
             low_load_since=self.low_load_since(model, policy, observed, capacity, now),
             input_times=times,
+            forecast_basis=basis,
         )
 
     def forecast(self, model: str, policy: ScalingPolicy, now: datetime) -> float | None:
@@ -210,6 +213,14 @@ class Recommender:
             if peak is not None:
                 peaks.append(peak)
         return sum(peaks) / len(peaks) if peaks else None
+
+    def recent_peak(self, model: str, policy: ScalingPolicy, now: datetime) -> float | None:
+        """The busiest minute of the last lead time: the forecast of a model that no earlier
+        week holds (a new model, a young store — the demo's first hour). It keeps what is
+        running sized for what just happened, but cannot see a rebound coming."""
+        lead = timedelta(seconds=max(policy.lead_time_s, Resolution.MINUTE.seconds))
+        minute_now = Resolution.MINUTE.floor(now)
+        return scaling_reads.peak_rate(self.engine, model, Window(minute_now - lead, minute_now))
 
     def capacity(self, model: str, specs: list[SloSpec], now: datetime) -> float | None:
         """Requests per second one instance sustains within the latency SLOs (cached)."""

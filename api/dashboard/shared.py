@@ -77,6 +77,14 @@ def chart_step(app: AppContext, ctx: Context) -> ChartStep:
     return ChartStep(bucket_seconds(ctx.window.seconds, finest.seconds), finest)
 
 
+def bucket_span_s(at: datetime, step: ChartStep, window: Window) -> float:
+    """Seconds of the bucket starting ``at`` that lie inside ``window``: a rate in a bucket cut
+    by the window's ends (the newest one, at "now") divides by this, not by the whole step, so
+    a chart does not dip at its right edge."""
+    end = min(at + timedelta(seconds=step.seconds), window.end)
+    return max((end - max(at, window.start)).total_seconds(), 1.0)
+
+
 def request_series(
     app: AppContext,
     window: Window,

@@ -358,3 +358,16 @@ def test_desired_stays_within_min_and_max(
         "hold",
     }
     assert rec.reason
+
+
+def test_a_forecast_from_the_recent_peak_says_it_cannot_see_a_rebound() -> None:
+    rec = recommend(POLICY, inputs(observed_instances=3, forecast_basis="recent"), NOW)
+    assert rec.driver == "forecast"
+    assert "no earlier week holds this model" in rec.reason
+    plain = recommend(POLICY, inputs(observed_instances=3), NOW)
+    assert "earlier week" not in plain.reason
+
+
+def test_an_unknown_forecast_basis_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="forecast_basis"):
+        inputs(forecast_basis="guess")

@@ -119,3 +119,24 @@ def test_a_missing_bucket_breaks_the_line():
     html = str(svg.line_chart([svg.Series("s", points)], start, NOW, label="x"))
     assert html.count("<polyline") == 1
     assert html.count("<circle") == 1
+
+
+@pytest.mark.parametrize(
+    ("bucket_start_s", "expected_s"),
+    [
+        pytest.param(-600, 600.0, id="a whole bucket inside the window divides by the whole step"),
+        pytest.param(-90, 90.0, id="the bucket cut at now divides by the 90 seconds it covers"),
+        pytest.param(-1200, 300.0, id="a bucket cut at the window's start divides by its part"),
+        pytest.param(0, 1.0, id="a bucket starting at now never divides by zero"),
+    ],
+)
+def test_a_chart_rate_divides_by_the_part_of_its_bucket_inside_the_window(
+    bucket_start_s, expected_s
+):
+    from api.dashboard.shared import bucket_span_s
+    from core.window import Window
+
+    step = ChartStep(600, Resolution.MINUTE)
+    window = Window(NOW - timedelta(seconds=900), NOW)
+    start = NOW + timedelta(seconds=bucket_start_s)
+    assert bucket_span_s(start, step, window) == pytest.approx(expected_s)

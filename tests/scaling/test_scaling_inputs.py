@@ -143,18 +143,25 @@ def test_the_inputs_of_a_model_come_from_its_rollups_scrapes_gpus_and_slos(
 def test_a_model_without_history_or_scrapes_has_none_for_what_was_not_measured(
     store: Store,
 ) -> None:
+    """No earlier week holds the model (a young store, the demo's first hour): the forecast is
+    the busiest minute of the last lead time, and says so; the rest is not measured."""
     writer = open_writer(store.engine)
-    writer.write_requests(_records(4, MINUTE - timedelta(minutes=3), 30, timedelta(minutes=2)))
+    records = _records(4, MINUTE - timedelta(minutes=3), 30, timedelta(minutes=2))
+    writer.write_requests(records)
     inputs = Recommender(store.engine, default_policy()).inputs(MODEL, POLICY, [], NOW)
     assert inputs.observed_instances == 2
-    assert inputs.forecast_rps is None
+    assert inputs.forecast_basis == "recent"
+    assert inputs.forecast_rps == pytest.approx(_peak(records))
     assert inputs.queue_per_instance is None
     assert inputs.kv_usage is None
     assert inputs.gpu_util is None
     assert inputs.burn_rate_short is None
-    assert not {"forecast_rps", "queue_per_instance", "kv_usage", "gpu_util"} & set(
-        inputs.input_times
-    )
+    assert not {"queue_per_instance", "kv_usage", "gpu_util"} & set(inputs.input_times)
+
+
+def test_a_model_with_history_is_forecast_from_its_weeks(seeded: Seeded) -> None:
+    inputs = Recommender(seeded.engine, default_policy()).inputs(MODEL, POLICY, [SLO], NOW)
+    assert inputs.forecast_basis == "weeks"
 
 
 def test_low_load_runs_from_the_first_minute_that_fits_one_instance_fewer(store: Store) -> None:

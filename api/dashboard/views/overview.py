@@ -16,7 +16,7 @@ from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
-from api.dashboard.shared import bucket_times, chart_step, request_series
+from api.dashboard.shared import bucket_span_s, bucket_times, chart_step, request_series
 from core.cost import CostResult
 from core.slo import SliKind, SloSpec
 from core.window import format_duration
@@ -92,14 +92,21 @@ def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
         rate.append(
             svg.Series(
                 name,
-                [(t, buckets[t].requests / step.seconds if t in buckets else None) for t in times],
+                [
+                    (t, buckets[t].requests / bucket_span_s(t, step, ctx.window))
+                    if t in buckets
+                    else (t, None)
+                    for t in times
+                ],
             )
         )
         tokens.append(
             svg.Series(
                 name,
                 [
-                    (t, buckets[t].output_tokens / step.seconds if t in buckets else None)
+                    (t, buckets[t].output_tokens / bucket_span_s(t, step, ctx.window))
+                    if t in buckets
+                    else (t, None)
                     for t in times
                 ],
             )

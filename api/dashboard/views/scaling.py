@@ -58,7 +58,10 @@ def _demand(
     step = shared.chart_step(app, shifted)
     series = shared.request_series(app, window, step, Selector(model=model))
     buckets = series.get((), {})
-    return {at + shift: counts.requests / step.seconds for at, counts in buckets.items()}
+    out: dict[datetime, float] = {}
+    for at, counts in buckets.items():
+        out[at + shift] = counts.requests / shared.bucket_span_s(at, step, window)
+    return out
 
 
 def _band(app: AppContext, ctx: Context, model: str, weeks: int) -> tuple[svg.Band | None, int]:
