@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+import threading
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -19,6 +21,26 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 #: The words this module gives the driver's errors for a SQLite file it refused to open.
 _NO_DIRECTORY = "unable to open database file: directory does not exist"
 _NO_FILE = "the store file does not exist"
+
+
+T = TypeVar("T")
+
+
+class PerEngine(Generic[T]):
+    """One ``T`` per store engine in this process, made on first use and dropped with the
+    engine: the caches that must not mix two stores' rows (the rollup and sketch caches)."""
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._items: weakref.WeakKeyDictionary[Engine, T] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def __call__(self, engine: Engine) -> T:
+        with self._lock:
+            item = self._items.get(engine)
+            if item is None:
+                item = self._items[engine] = self._factory()
+            return item
 
 
 def normalise_url(url: str) -> str:

@@ -26,18 +26,18 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Connection, Engine, func, literal, or_, select, text
+from sqlalchemy import ColumnElement, Connection, func, literal, or_, select, text
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from core.records import GROUP_LABELS
 from core.sketch import QuantileSketch, merge_all
+from storage.engine import PerEngine
 from storage.sql import sketch_column
 from storage.tables import request_rollups
 from storage.types import UTCDateTime
@@ -121,17 +121,8 @@ def _size(sketch: QuantileSketch | None) -> int:
     return _OVERHEAD_BYTES + 16 * sketch.buckets
 
 
-_CACHES: weakref.WeakKeyDictionary[Engine, SketchCache] = weakref.WeakKeyDictionary()
-_CACHES_LOCK = threading.Lock()
-
-
-def sketch_cache(engine: Engine) -> SketchCache:
-    """The process's ``SketchCache`` for ``engine``'s store (created on first use)."""
-    with _CACHES_LOCK:
-        cache = _CACHES.get(engine)
-        if cache is None:
-            cache = _CACHES[engine] = SketchCache()
-        return cache
+#: The process's ``SketchCache`` for an engine's store (created on first use).
+sketch_cache: PerEngine[SketchCache] = PerEngine(SketchCache)
 
 
 def merged_sketches(

@@ -14,7 +14,6 @@ import hashlib
 import json
 import threading
 import time
-import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from core.sketch import QuantileSketch, merge_all
 from core.slo import EventCounts, Sli, SliKind, SloSpec
 from core.window import Resolution, Segment, Window, split
 from storage.documents import NamedDocuments
+from storage.engine import PerEngine
 from storage.sql import raw_where, read_segments, rollup_where, sketch_column
 from storage.tables import SKETCH_COLUMNS, request_rollups, requests, slos
 
@@ -406,17 +406,8 @@ def _merged_ranges(segments: Iterable[Segment]) -> list[tuple[str, datetime, dat
     return merged
 
 
-_CACHES: weakref.WeakKeyDictionary[Engine, RollupCache] = weakref.WeakKeyDictionary()
-_CACHES_LOCK = threading.Lock()
-
-
-def rollup_cache(engine: Engine) -> RollupCache:
-    """The process's ``RollupCache`` for ``engine``'s store (created on first use)."""
-    with _CACHES_LOCK:
-        cache = _CACHES.get(engine)
-        if cache is None:
-            cache = _CACHES[engine] = RollupCache()
-        return cache
+#: The process's ``RollupCache`` for an engine's store (created on first use).
+rollup_cache: PerEngine[RollupCache] = PerEngine(RollupCache)
 
 
 class CycleCounter:
