@@ -256,7 +256,7 @@ def _concurrency(bench: Mapping[str, Any]) -> int:
     config = bench.get("config")
     strategy = config.get("strategy") if isinstance(config, Mapping) else None
     if isinstance(strategy, Mapping) and isinstance(strategy.get("streams"), int):
-        return max(1, strategy["streams"])
+        return max(1, int(strategy["streams"]))
     metrics = mapping(bench.get("metrics"), "a benchmark's metrics", FORMAT)
     mean = _mean(metrics, "request_concurrency")
     return max(1, round(mean)) if mean is not None and math.isfinite(mean) else 1

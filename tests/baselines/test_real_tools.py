@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from core.importers.guidellm import to_run
 from core.loadtest import ScenarioKind, measured_capacity, summarise
 from infersight.commands_baseline import baseline as baseline_cli
 from infersight.settings import Settings
+from simulator.realtime import CHARS_PER_TOKEN
 from storage.baselines import get_baseline
 from storage.engine import create_store_engine
 from storage.runs import get_run, list_runs
@@ -106,6 +108,17 @@ def test_a_guidellm_report_imports_one_benchmark_with_itl_as_tpot():
     assert dist is not None
     latencies = [r["request_latency"] for r in bench["requests"]["successful"]]
     assert dist.max == pytest.approx(max(latencies))
+
+
+def test_the_simulator_counted_guidellm_content_part_prompts_as_their_text():
+    # GuideLLM sends ``content: [{"type": "text", "text": ...}]``; the simulator's usage (which
+    # GuideLLM recorded as prompt_tokens) is the text's length at four characters a token.
+    requests = [r for b in guidellm_report()["benchmarks"] for r in b["requests"]["successful"]]
+    sent = json.loads(requests[0]["request_args"])["body"]["messages"][0]["content"]
+    assert sent[0]["type"] == "text"
+    counted = [r["prompt_tokens"] for r in requests]
+    text = [math.ceil(r["input_metrics"]["text_characters"] / CHARS_PER_TOKEN) for r in requests]
+    assert counted == text
 
 
 def test_a_guidellm_sweep_needs_a_benchmark_chosen_and_refuses_a_missing_one():
