@@ -23,6 +23,7 @@ from core.importers import detect, parse
 from core.importers.guidellm import to_run
 from core.loadtest import ScenarioKind, measured_capacity, summarise
 from infersight.commands_baseline import baseline as baseline_cli
+from infersight.commands_capacity import capacity
 from infersight.settings import Settings
 from simulator.realtime import CHARS_PER_TOKEN
 from storage.baselines import get_baseline
@@ -187,3 +188,13 @@ def test_baseline_import_stores_a_guidellm_level_and_the_sweep_as_a_run(tmp_path
         for b in json.loads(report.read_text())["benchmarks"]
     )
     assert np.isfinite([r.e2e_s for r in run.results]).all()
+    # The stored sweep is a measured capacity for the plan: its best level within targets.
+    args = ["plan", "--model", "llama-3-8b", "--gpu", "h200", "--peak-qps", "50"]
+    args += ["--run", str(listing.id), "--output-tokens", "64", "--json"]  # GuideLLM's length
+    planned = runner.invoke(capacity, args, obj=obj)
+    assert planned.exit_code == 0, planned.output
+    body = json.loads(planned.output)
+    best = measured_capacity(summarise(run))
+    assert best.mean_output_tokens == 64
+    assert body["instances"]["capacity_rps"] == pytest.approx(best.throughput_rps)
+    assert body["instances"]["capacity_source"].startswith(f"run {listing.id}")
