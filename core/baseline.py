@@ -36,7 +36,7 @@ LATENCY_METRICS: Final = ("ttft", "tpot", "e2e")
 #: The quantiles a baseline keeps for each latency metric.
 BASELINE_QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
 #: Where a baseline came from.
-SOURCES: Final = ("window", "run", "samples", "vllm", "llmperf", "aiperf")
+SOURCES: Final = ("window", "run", "samples", "vllm", "llmperf", "aiperf", "guidellm")
 FORMAT_VERSION: Final = 1
 
 MAX_NAME_LEN: Final = 128

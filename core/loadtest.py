@@ -230,6 +230,37 @@ def knee_of(summaries: Sequence[PhaseSummary], metric: str = "e2e") -> Knee | No
 
 
 @dataclass(frozen=True, slots=True)
+class RunThroughput:
+    """A whole run's throughput: completions over the time the run measurably took."""
+
+    duration_s: float
+    completed: int
+    requests_per_s: float
+    output_tokens_per_s: float
+
+
+def run_throughput(run: LoadTestRun) -> RunThroughput:
+    """The one throughput of a run, which every report of it (``loadtest --json``, a baseline
+    of it, ``baseline compare --run``) shows.
+
+    The duration is measured: from the run's start to its last request's completion (the
+    nominal length, when the run has no request). The nominal length — the phases' sum —
+    leaves out the drain after the last phase, and counts idle time when the generator ran
+    out of requests early (a replay), so it was one figure in ``loadtest --json`` and another
+    in ``baseline compare --run`` for the same run.
+    """
+    ok = [r for r in run.results if r.ok]
+    last = max((r.done_s for r in run.results), default=0.0)
+    duration = last if last > 0 else run.duration_s
+    return RunThroughput(
+        duration_s=duration,
+        completed=len(ok),
+        requests_per_s=len(ok) / duration,
+        output_tokens_per_s=sum(r.output_tokens for r in ok) / duration,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class RunListing:
     """What a list of runs shows without loading every request."""
 
@@ -252,10 +283,11 @@ def to_baseline(
     labels = {"model": run.model, "scenario": run.scenario.value}
     if run.id is not None:
         labels["run"] = str(run.id)
+    measured = run_throughput(run)
     return from_samples(
         name,
         created_at,
-        duration_s=run.duration_s,
+        duration_s=measured.duration_s,
         ttft_s=[r.ttft_s for r in ok if r.ttft_s is not None],
         tpot_s=[r.tpot_s for r in ok if r.tpot_s is not None],
         e2e_s=[r.e2e_s for r in ok],
@@ -266,7 +298,7 @@ def to_baseline(
         description=description,
         labels=labels,
         window_start=run.started_at,
-        window_end=run.started_at + timedelta(seconds=run.duration_s),
+        window_end=run.started_at + timedelta(seconds=measured.duration_s),
     )
 
 

@@ -2,7 +2,9 @@
 
 ``capture NAME`` stores a baseline of a time window of the store (``--start/--end`` or
 ``--last``, with a selector) or of a stored load-test run (``--run ID``). ``import FILE``
-reads a ``vllm bench serve --save-result`` JSON, an LLMPerf summary or an AIPerf export.
+reads a ``vllm bench serve --save-result`` JSON, an LLMPerf summary, an AIPerf export or a
+GuideLLM ``benchmarks.json`` (one benchmark of a sweep with ``--benchmark N``; the whole sweep
+as a stored step run, for ``capacity --run``, with ``--as-run``).
 ``compare NAME`` measures a candidate — a window, another baseline (``--against``), a result
 file (``--file``) or a run (``--run``) — against the stored baseline, prints per-metric
 verdicts, optionally writes a Markdown summary for a pull-request comment (``--markdown``),
@@ -28,7 +30,9 @@ from core.baseline_compare import compare as compare_baselines
 from core.baseline_report import comparison_dict, markdown, table
 from core.errors import InvalidInput
 from core.importers import FORMATS
+from core.importers import detect as detect_format
 from core.importers import parse as parse_result
+from core.importers.guidellm import to_run as guidellm_run
 from core.loadtest import to_baseline
 from core.query import Selector
 from core.timestamps import parse_time
@@ -43,11 +47,12 @@ if TYPE_CHECKING:
     from infersight.settings import Settings
     from service.cost_spec import active_model
     from storage import migrate
-    from storage.runs import get_run
+    from storage.runs import get_run, save_run
 else:  # imported when used: ``baseline list`` needs neither Alembic, pydantic nor the cost model
     active_model = lazy_attr("service.cost_spec", "active_model")
     migrate = lazy_module("storage.migrate")
     get_run = lazy_attr("storage.runs", "get_run")
+    save_run = lazy_attr("storage.runs", "save_run")
 
 MAX_FILE_BYTES = 512 * 1024 * 1024
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -110,7 +115,12 @@ def _where(exc: json.JSONDecodeError) -> str:
 
 
 def _import(
-    path: Path, samples: Path | None, fmt: str | None, name: str, description: str
+    path: Path,
+    samples: Path | None,
+    fmt: str | None,
+    name: str,
+    description: str,
+    benchmark: int | None = None,
 ) -> Baseline:
     doc = _read_json(path)
     if isinstance(doc, list) and doc and all(isinstance(d, dict) for d in doc):
@@ -122,6 +132,7 @@ def _import(
         fmt=fmt,
         description=description,
         samples=_read_json(samples) if samples else None,
+        benchmark=benchmark,
     )
 
 
@@ -228,6 +239,17 @@ def _echo_saved(saved: Baseline, created: bool) -> None:
     default=None,
     help="Per-request file: LLMPerf individual responses or AIPerf profile_export.jsonl.",
 )
+@click.option(
+    "--benchmark",
+    type=click.IntRange(0),
+    default=None,
+    help="Which benchmark of a GuideLLM report holding several (0 = the first).",
+)
+@click.option(
+    "--as-run",
+    is_flag=True,
+    help="Also store a GuideLLM report's benchmarks as one step load-test run (capacity --run).",
+)
 @click.option("--description", default="", help="What this baseline is.")
 @click.option("--replace", is_flag=True, help="Replace a baseline of the same name.")
 @click.pass_context
@@ -237,18 +259,31 @@ def import_(
     name: str,
     fmt: str | None,
     samples: Path | None,
+    benchmark: int | None,
+    as_run: bool,
     description: str,
     replace: bool,
 ) -> None:
-    """Store baseline NAME from a vllm bench serve, LLMPerf or AIPerf result FILE."""
-    imported = _import(file, samples, fmt, name, description)
+    """Store baseline NAME from a vllm bench serve, LLMPerf, AIPerf or GuideLLM result FILE."""
+    run = None
+    if as_run:
+        doc = _read_json(file)
+        if (fmt or detect_format(doc)) != "guidellm":
+            raise InvalidInput("--as-run takes a GuideLLM report")
+        run = guidellm_run(doc, name=name)
+        if benchmark is None:  # the run is the sweep; the baseline is its last level
+            benchmark = len(run.phases) - 1
+    imported = _import(file, samples, fmt, name, description, benchmark)
     engine = create_store_engine(current_settings(ctx).database_url)
     try:
         migrate.upgrade(engine)
         created = store.save_baseline(engine, imported, replace=replace)
+        run_id = None if run is None else save_run(engine, run)
     finally:
         engine.dispose()
     _echo_saved(imported, created)
+    if run is not None:
+        click.echo(f"stored run {run_id} ({len(run.phases)} levels, {len(run.results)} requests)")
 
 
 @baseline.command("list")

@@ -27,6 +27,7 @@ from core.loadtest import (
     PhaseSummary,
     ScenarioKind,
     knee_of,
+    run_throughput,
     summarise,
     to_baseline,
 )
@@ -249,6 +250,7 @@ def _store(engine: Any, run: LoadTestRun, o: Any) -> LoadTestRun:
 def _report(run: LoadTestRun, warmup: float, *, as_json: bool) -> None:
     summaries = summarise(run, warmup)
     knee = knee_of(summaries) if run.scenario is ScenarioKind.STEP else None
+    whole = run_throughput(run)
     if as_json:
         body = {
             "run": run.id,
@@ -258,6 +260,11 @@ def _report(run: LoadTestRun, warmup: float, *, as_json: bool) -> None:
             "model": run.model,
             "requests": len(run.results),
             "errors": sum(not r.ok for r in run.results),
+            # The run's one throughput (what its baseline and ``baseline compare --run`` show);
+            # each phase's below is over its steady part only.
+            "duration_s": whole.duration_s,
+            "throughput_rps": whole.requests_per_s,
+            "output_tokens_per_s": whole.output_tokens_per_s,
             "phases": [s.to_dict() for s in summaries],
             "knee": None
             if knee is None
@@ -277,6 +284,10 @@ def _report(run: LoadTestRun, warmup: float, *, as_json: bool) -> None:
     )
     for s in summaries:
         click.echo(_row(s))
+    click.echo(
+        f"run: {whole.completed} completed in {whole.duration_s:.1f} s, "
+        f"{whole.requests_per_s:.2f} req/s, {whole.output_tokens_per_s:.1f} tok/s"
+    )
     if run.scenario is ScenarioKind.STEP:
         if knee is None:
             click.echo("knee: none within the levels tested (throughput still rising)")

@@ -83,9 +83,29 @@ def trace_context(traceparent: str) -> tuple[str, str]:
 _HEX = frozenset("0123456789abcdef")
 
 
+def _content_text(content: Any) -> str:
+    """The text of a message's ``content``: a string, or an array of content parts.
+
+    Clients such as GuideLLM send ``[{"type": "text", "text": …}]``; counting that array's
+    ``str()`` would add its brackets and keys (≈ 8 tokens a message) to the prompt. Only text
+    parts count; other parts (images, audio) carry no text tokens here.
+    """
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type", "text") == "text"
+        )
+    return "" if content is None else str(content)
+
+
 def prompt_tokens(body: dict[str, Any]) -> int:
     if "messages" in body:
-        text = "".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
+        text = "".join(
+            _content_text(m.get("content")) for m in body["messages"] if isinstance(m, dict)
+        )
     else:
         prompt = body.get("prompt", "")
         text = "".join(map(str, prompt)) if isinstance(prompt, list) else str(prompt)

@@ -50,12 +50,15 @@ Name = Annotated[str, Path(pattern=NAME_PATTERN, description="a baseline's name"
 class ImportBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["vllm", "llmperf", "aiperf"] | None = Field(
+    format: Literal["vllm", "llmperf", "aiperf", "guidellm"] | None = Field(
         None, description=f"one of {', '.join(FORMATS)}; guessed when absent"
     )
     result: dict[str, Any]
     samples: list[Any] | None = Field(
         None, description="LLMPerf individual responses or AIPerf profile_export.jsonl records"
+    )
+    benchmark: int | None = Field(
+        None, ge=0, description="which benchmark of a GuideLLM report holding several"
     )
 
 
@@ -120,6 +123,7 @@ def _build(app: AppContext, body: CaptureBody) -> Baseline:
             fmt=body.import_.format,
             description=body.description,
             samples=body.import_.samples,
+            benchmark=body.import_.benchmark,
         )
     if body.baseline is not None:
         return renamed(from_dict(body.baseline), body.name, body.description or None)

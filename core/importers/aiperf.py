@@ -5,7 +5,10 @@ Each metric is a block keyed by its tag with a ``unit`` and statistics: record m
 carry ``avg``, ``min``, ``max``, ``std``, ``p1`` … ``p99`` and (schema 1.1+) ``count``;
 derived and aggregate metrics (``request_throughput``, ``output_token_throughput``,
 ``request_count`` — the successful requests —, ``error_request_count``,
-``benchmark_duration``) carry ``avg`` only. ``unit`` is authoritative. AIPerf's inter-token
+``benchmark_duration``, ``total_output_tokens``/``total_osl``, ``total_isl``) carry ``avg``
+only. ``unit`` is authoritative. Token totals are the file's own (``total_output_tokens``,
+else ``total_osl``), not throughput × duration, which the rounding of both skews; the model
+is ``input_config.models.items[].name`` (AIPerf 0.13). AIPerf's inter-token
 latency is the per-request mean gap after the first token, infersight's TPOT.
 
 The per-request ``profile_export.jsonl`` records (optional, parsed by the caller into a list)
@@ -76,6 +79,9 @@ def parse(
         raise InvalidInput(f"{FORMAT}: the export has no latency metrics")
     output_rate = _avg(doc, "output_token_throughput") or 0.0
     mean_in = _avg(doc, "input_sequence_length")
+    total_in = _avg(doc, "total_isl")
+    total_out = _avg(doc, "total_output_tokens")
+    total_out = _avg(doc, "total_osl") if total_out is None else total_out
     return Baseline(
         name=name,
         created_at=created_at,
@@ -86,8 +92,8 @@ def parse(
         request_throughput=throughput,
         output_token_throughput=output_rate,
         latency=latency,
-        input_tokens=None if mean_in is None else round(mean_in * completed),
-        output_tokens=round(output_rate * duration),
+        input_tokens=_tokens(total_in, mean_in, completed),
+        output_tokens=round(output_rate * duration) if total_out is None else round(total_out),
         description=description,
         labels=_labels(doc),
     )
@@ -128,18 +134,41 @@ def _latency(
     )
 
 
+def _tokens(total: float | None, mean: float | None, completed: float) -> int | None:
+    """The file's own total (0.13: ``total_isl``), else mean × requests."""
+    if total is not None:
+        return round(total)
+    return None if mean is None else round(mean * completed)
+
+
 def _labels(doc: Mapping[str, Any]) -> dict[str, str]:
     labels = {
         key: label(doc[key])
         for key in ("aiperf_version", "benchmark_id")
         if doc.get(key) is not None
     }
-    config = doc.get("input_config")
-    endpoint = config.get("endpoint") if isinstance(config, Mapping) else None
-    models = endpoint.get("model_names") if isinstance(endpoint, Mapping) else None
-    if isinstance(models, list) and models:
-        labels["model"] = label(models[0])
+    model = _model(doc.get("input_config"))
+    if model:
+        labels["model"] = model
     return labels
+
+
+def _model(config: Any) -> str:
+    """The benchmarked model: ``input_config.models.items[].name`` (0.13) or, before,
+    ``input_config.endpoint.model_names[]``; the first when several were benchmarked."""
+    if not isinstance(config, Mapping):
+        return ""
+    models = config.get("models")
+    items = models.get("items") if isinstance(models, Mapping) else None
+    if isinstance(items, list):
+        for item in items:
+            if isinstance(item, Mapping) and item.get("name"):
+                return label(item["name"])
+    endpoint = config.get("endpoint")
+    names = endpoint.get("model_names") if isinstance(endpoint, Mapping) else None
+    if isinstance(names, list) and names:
+        return label(names[0])
+    return ""
 
 
 def _samples(records: Any) -> dict[str, list[float]]:

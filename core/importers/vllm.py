@@ -6,13 +6,17 @@ The result file holds run totals (``duration``, ``completed``, ``failed``, token
 ``median_<m>_ms``, ``std_<m>_ms`` and ``p<P>_<m>_ms`` for each ``--metric-percentiles`` value.
 With ``--save-detailed`` it also keeps per-request ``ttfts`` and ``itls`` (seconds),
 ``output_lens`` and ``errors`` (empty for a success): those become the baseline's sketches —
-E2E as TTFT plus the inter-token gaps, TPOT as the gaps over ``output_len − 1``, as vLLM
-itself computes TPOT. ``--append-result`` files hold one JSON object per line; the caller
-passes the one to import.
+TPOT as the gaps over ``output_len − 1``, as vLLM itself computes TPOT. Every file, with
+default flags too, keeps the per-request ``latencies`` (seconds; a failed request's stays
+0): ``e2el`` is not among the default ``--percentile-metrics``, so without them an E2E
+regression would reach the gate unmeasured. They are the E2E distribution; an older detailed
+file without them gives E2E as TTFT plus the inter-token gaps. ``--append-result`` files hold
+one JSON object per line; the caller passes the one to import.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -113,6 +117,37 @@ def _failed(doc: Mapping[str, Any], completed: int) -> int:
 
 
 def _samples(doc: Mapping[str, Any]) -> dict[str, list[float]]:
+    """Per-request TTFT, TPOT and E2E of the successful requests."""
+    out = _detailed(doc)
+    latencies = _latencies(doc)
+    if latencies is not None:
+        out["e2e"] = latencies
+    return out
+
+
+def _latencies(doc: Mapping[str, Any]) -> list[float] | None:
+    """The E2E latency of each successful request, from ``latencies`` (``None`` without).
+
+    A detailed file's ``errors`` tells the failures; a default one has no ``errors``, and a
+    failed request's latency is never set (0), so only positive values count.
+    """
+    if doc.get("latencies") is None:
+        return None
+    values = check_samples(doc["latencies"], FORMAT, "latencies")
+    errors = doc.get("errors")
+    if isinstance(errors, list) and len(errors) != len(values):
+        raise InvalidInput(f"{FORMAT}: latencies and errors have different lengths")
+    flags = errors if isinstance(errors, list) else [""] * len(values)
+    try:
+        seconds = [float(v) for v, e in zip(values, flags, strict=True) if not e and v is not None]
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{FORMAT}: a value in latencies is not a number") from None
+    if any(not math.isfinite(v) or v < 0 for v in seconds):
+        raise InvalidInput(f"{FORMAT}: latencies must be finite and non-negative")
+    return [v for v in seconds if v > 0]
+
+
+def _detailed(doc: Mapping[str, Any]) -> dict[str, list[float]]:
     """Per-request TTFT, TPOT and E2E of the successful requests of a ``--save-detailed`` file."""
     if doc.get("ttfts") is None or doc.get("itls") is None:
         return {}

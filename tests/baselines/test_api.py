@@ -16,6 +16,7 @@ from core.baseline import to_dict
 from storage.writer import open_writer
 from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN, Api
 from tests.baselines.test_importers import load
+from tests.baselines.test_real_tools import guidellm_report
 from tests.doubles import NOW, FakeClock
 from tests.factories import make_records
 
@@ -140,6 +141,21 @@ def test_imports_and_documents_are_stored_and_names_are_not_overwritten_silently
         "import": {"result": load("aiperf_profile_export_aiperf.json")},
     }
     assert api.request("POST", "/api/v1/baselines", json=guessed).json()["source"] == "aiperf"
+    # A whole GuideLLM report (2.6 MB: every request's prompt and answer) is over the API's
+    # body limit; without its per-request records it imports with the report's percentiles.
+    report = guidellm_report()
+    whole = {"name": "guidellm-4rps", "import": {"result": report, "benchmark": 1}}
+    assert api.request("POST", "/api/v1/baselines", json=whole).status_code == 413
+    for bench in report["benchmarks"]:
+        bench.pop("requests")
+    level = api.request("POST", "/api/v1/baselines", json=whole)
+    assert level.status_code == 201
+    assert level.json()["source"] == "guidellm"
+    unchosen = api.request(
+        "POST", "/api/v1/baselines", json={"name": "g2", "import": {"result": report}}
+    )
+    assert unchosen.status_code == 400
+    assert "3 benchmarks" in unchosen.json()["error"]["message"]
     run = synthetic_run(np.random.default_rng(5), "from-loadgen", requests=300)
     stored = api.request(
         "POST", "/api/v1/baselines", json={"name": "nightly", "baseline": to_dict(run)}

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.harness.baselines import CREATED
+from core.baseline_compare import Verdict, compare
 from core.errors import InvalidInput
 from core.importers import detect, parse
 
@@ -48,6 +50,41 @@ def test_a_vllm_summary_gives_percentiles_in_seconds_and_no_distribution():
     assert b.latency["ttft"].sketch is None
     assert b.labels["model"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert b.labels["max_concurrency"] == "16"
+
+
+def test_a_default_flags_vllm_result_measures_e2e_from_its_latencies():
+    # vllm bench serve --save-result without --save-detailed drops ttfts/itls/errors but keeps
+    # the per-request ``latencies``; e2el is not a default --percentile-metric.
+    doc = load("vllm_result_default_flags.json")
+    assert "mean_e2el_ms" not in doc
+    assert "errors" not in doc
+    b = parse(doc, name="vllm-default", created_at=CREATED)
+    e2e = b.latency["e2e"]
+    ok = sorted(v for v in doc["latencies"] if v > 0)  # the two failures stay at 0
+    assert e2e.count == len(ok) == doc["completed"] == 38
+    assert e2e.distribution() is not None
+    assert e2e.quantiles[0.99] == pytest.approx(float(np.quantile(ok, 0.99)), rel=0.02)
+    assert e2e.quantiles[0.5] == pytest.approx(float(np.median(ok)), rel=0.02)
+    assert b.latency["tpot"].sketch is None  # summary-only metrics
+
+
+def test_an_e2e_regression_in_default_flags_vllm_results_fails_the_gate():
+    doc = load("vllm_result_default_flags.json")
+    slower = dict(doc, latencies=[v * 1.3 for v in doc["latencies"]])
+    before = parse(doc, name="before", created_at=CREATED)
+    after = parse(slower, name="after", created_at=CREATED)
+    result = compare(before, after, np.random.default_rng(0))
+    got = {m.name: m.verdict for m in result.metrics}
+    assert got["e2e.p50"] is Verdict.REGRESSED
+    assert result.verdict is Verdict.REGRESSED
+
+
+def test_vllm_latencies_of_the_wrong_shape_are_refused():
+    doc = load("vllm_result_detailed.json")
+    with pytest.raises(InvalidInput, match="latencies and errors"):
+        parse(dict(doc, latencies=[0.3]), name="x", created_at=CREATED)
+    with pytest.raises(InvalidInput, match="not a number"):
+        parse(dict(load("vllm_result.json"), latencies=["slow"]), name="x", created_at=CREATED)
 
 
 def test_a_detailed_vllm_result_rebuilds_per_request_values_of_the_successes():

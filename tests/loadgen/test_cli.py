@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from core.errors import Unavailable
+from infersight.commands_baseline import baseline as baseline_cli
 from infersight.commands_loadtest import loadtest
 from infersight.settings import Settings
 from storage import migrate
@@ -72,6 +73,25 @@ def test_a_steady_run_is_stored_and_captured_as_a_baseline(tmp_path) -> None:
     assert baseline.labels["run"] == str(listing.id)
     assert body["phases"][0]["concurrency"] == 2
     assert "generator" in body
+    # One throughput per run: the report, the captured baseline and compare --run agree, on
+    # the measured length (to the last completion, past the nominal 1.5 s by the drain).
+    last = max(r.done_s for r in run.results)
+    assert body["duration_s"] == pytest.approx(last)
+    assert body["duration_s"] >= 1.5
+    assert body["throughput_rps"] == pytest.approx(len(run.results) / last)
+    assert baseline.request_throughput == pytest.approx(body["throughput_rps"])
+    assert baseline.duration_s == pytest.approx(body["duration_s"])
+    compared = CliRunner().invoke(
+        baseline_cli,
+        ["compare", "release-1", "--run", str(listing.id), "--json"],
+        obj=Obj(Settings(database_url=url)),
+    )
+    assert compared.exit_code == 0, compared.output
+    rows = {m["metric"]: m for m in json.loads(compared.stdout)["metrics"]}
+    assert rows["request_throughput"]["candidate"] == pytest.approx(body["throughput_rps"])
+    assert rows["output_token_throughput"]["candidate"] == pytest.approx(
+        body["output_tokens_per_s"]
+    )
 
 
 def test_a_replay_sends_the_production_shapes_in_order(tmp_path) -> None:

@@ -188,3 +188,23 @@ def test_completions_stream_and_whole_answers(server: RealtimeServer) -> None:
     success = families["vllm:request_success"].samples
     assert sum(s.value for s in success if s.name.endswith("_total")) == 2
     assert "vllm:time_to_first_token_seconds" in families
+
+
+def test_content_part_arrays_count_like_the_same_text_as_a_string(server: RealtimeServer) -> None:
+    # GuideLLM and the openai client's typed messages send content as an array of parts;
+    # the prompt is the parts' text, not the array's JSON (which added ~8 tokens a message).
+    text = "y" * 4 * 50
+    parts = [{"type": "text", "text": text[:120]}, {"type": "text", "text": text[120:]}]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 400}}
+
+    def usage(content: Any) -> dict[str, int]:
+        body = {"messages": [{"role": "user", "content": content}] * 2, "max_tokens": 3}
+        answer = httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
+        assert answer.status_code == 200
+        return answer.json()["usage"]
+
+    with serving(server) as base:
+        plain, split, with_image = usage(text), usage(parts), usage([*parts, image])
+    assert plain["prompt_tokens"] == 100  # two messages of 50 tokens
+    assert split == plain
+    assert with_image == plain  # an image part has no text tokens
