@@ -447,7 +447,7 @@ class Infersight:
 
     def inputs(self, obs: Observation, now: float) -> ScalingInputs:
         forecast = self.forecast(obs.t)
-        values = {
+        values: dict[str, Any] = {
             "capacity_rps": self.capacity_rps,
             "demand_rps": obs.demand_rps,
             "forecast_rps": forecast,
