@@ -42,6 +42,8 @@ API_KEY_ENV: Final = "INFERSIGHT_LOADTEST_API_KEY"
 LOCUSTFILE: Final = Path(__file__).with_name("locust_user.py")
 LOG_TAIL_CHARS: Final = 2000
 STOP_WAIT_S: Final = 15.0
+#: How long the master may take to import Locust and listen (seconds on a loaded host).
+STARTUP_S: Final = 120.0
 
 
 def require_locust() -> None:
@@ -181,7 +183,7 @@ class LocustEngine:
         )
         assert master.stdout is not None
         lines = _reader(master.stdout)
-        listening = self._next(lines, master, master_log, "listening", self._connect_timeout)
+        listening = self._next(lines, master, master_log, "listening", STARTUP_S)
         port = int(listening["port"])
         wildcard = self._bind in ("", "*", "0.0.0.0", "::")  # noqa: S104 — compared, not bound
         host = "127.0.0.1" if wildcard else self._bind

@@ -20,11 +20,13 @@ when it starts; a worker whose master never answers fails its users after ``CONF
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Any, Final
 
 import gevent
 import httpx
+import numpy as np
 from gevent.event import Event
 from locust import User, constant, events, task
 from locust.env import Environment
@@ -52,6 +54,8 @@ class _Worker:
         self.spec: RunSpec | None = None
         self.endpoint: Endpoint | None = None
         self.workload: Workload | None = None
+        self.rng = np.random.default_rng()
+        self.tls: ssl.SSLContext | None = None
         self.buffer: list[list[Any]] = []
         self.sent = self.errors = 0
         self.lags: list[float] = []
@@ -64,6 +68,9 @@ class _Worker:
         workers = int(msg.data.get("workers", 1))
         self.rng = spec.rng(index)
         self.spec, self.endpoint = spec, spec.endpoint()
+        # One TLS context for every user: building one (the CA bundle read and parsed) takes
+        # tens of milliseconds of CPU, which would stall this worker's loop once per user.
+        self.tls = httpx.create_ssl_context()
         self.workload = spec.workload(index, workers, self.rng)
         self.ready.set()
 
@@ -164,7 +171,9 @@ class OpenAIStreamUser(User):
         assert worker.spec is not None
         timeout = httpx.Timeout(worker.spec.timeout_s, connect=min(worker.spec.timeout_s, 30.0))
         self._client = httpx.Client(
-            timeout=timeout, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            verify=worker.tls or True,
         )
 
     def on_stop(self) -> None:
