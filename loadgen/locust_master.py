@@ -51,11 +51,11 @@ class PhasesShape(LoadTestShape):
     """The run's phases as a Locust shape (Locust asks it once a second)."""
 
     def __init__(self, phases: tuple[Phase, ...]) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.phases = phases
 
     def tick(self) -> tuple[int, float] | None:
-        users = users_at(self.phases, self.get_run_time())
+        users = users_at(self.phases, self.get_run_time())  # type: ignore[no-untyped-call]
         return None if users is None else (users, SPAWN_RATE)
 
 

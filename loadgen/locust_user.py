@@ -134,7 +134,6 @@ class _Worker:
 _worker: _Worker | None = None
 
 
-@events.init.add_listener
 def _on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
     global _worker  # noqa: PLW0603 — one worker side per Locust process
     if isinstance(runner, WorkerRunner):
@@ -143,16 +142,19 @@ def _on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
         _worker.hello()
 
 
-@events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
     if _worker is not None:
         _worker.start()
 
 
-@events.test_stop.add_listener
 def _on_test_stop(environment: Environment, **_: Any) -> None:
     if _worker is not None:
         _worker.stop()
+
+
+events.init.add_listener(_on_init)  # type: ignore[no-untyped-call]
+events.test_start.add_listener(_on_test_start)  # type: ignore[no-untyped-call]
+events.test_stop.add_listener(_on_test_stop)  # type: ignore[no-untyped-call]
 
 
 class OpenAIStreamUser(User):

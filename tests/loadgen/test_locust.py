@@ -183,7 +183,7 @@ def test_records_merge_into_one_sorted_run_in_their_phases(tmp_path) -> None:
 def test_phases_as_a_shape() -> None:
     assert [users_at(PHASES, t) for t in (0.0, 1.99, 2.0, 4.99, 5.0)] == [2, 2, 4, 4, None]
     assert [phase_at(PHASES, t) for t in (-0.1, 0.0, 2.0, 9.0)] == [0, 0, 1, 1]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not finite"):
         decode([float("nan"), 1, None, None, [], 1, 1, True, "", ""], 0.0, PHASES)
 
 
