@@ -5,7 +5,9 @@ Wires ``loadgen`` to the store: the run (every request's client-side timings) is
 ``--capture-baseline NAME`` saves the run as a baseline that ``infersight baseline compare``
 gates on. Prints a table per phase (and the knee of a step run), or JSON with ``--json``;
 the progress bar and the generator's own warnings go to stderr. Exits 1 when no request
-succeeded, 2 when the target fails the preflight request.
+succeeded, 2 when the target fails the preflight request (or, with ``--engine locust``, when
+Locust is not installed or its workers do not connect). ``--engine locust`` runs the same
+phases and workload on a Locust master and workers (``loadgen.locust_engine``).
 """
 
 from __future__ import annotations
@@ -180,6 +182,8 @@ def loadtest(ctx: click.Context, /, url: str, **options: Any) -> None:
         check_name(o["capture_baseline"])
         if o["no_store"]:
             raise click.UsageError("--capture-baseline needs the store (drop --no-store)")
+    if o["engine"] == "locust":
+        require_locust()  # before the store is touched: name the extra at once
     kind = ScenarioKind(o["scenario"])
     phases = phases_for(
         kind,
@@ -262,7 +266,6 @@ def _locust(
     o: Any,
 ) -> LoadTestRun:
     """The run on a Locust master and its workers, each drawing from the same workload."""
-    require_locust()  # before the store is touched: name the extra at once
     spec = RunSpec(
         base_url=endpoint.base_url,
         model=endpoint.model,
@@ -287,7 +290,6 @@ def _locust(
         progress=progress,
         notice=lambda line: click.echo(line, err=True),
     )
-    config["locust_workers"] = o["workers"] + o["remote_workers"]
     return engine.run(name=name, scenario=kind, config=config)
 
 

@@ -258,8 +258,16 @@ class LocustEngine:
         log: Path,
         t0: float,
     ) -> dict[str, Any]:
+        # The master ends the shape, waits for the workers to stop (Locust gives them the
+        # drain time and a minute more) and for their reports: past all that it is stuck.
+        deadline = time.monotonic() + self._phases[-1].end_s + 2 * self._drain + 180.0
         while True:
-            line = lines.get()
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise Unavailable(
+                    "the Locust master did not finish the run in time", details={"log": _tail(log)}
+                ) from None
             if line is None:
                 raise Unavailable("the Locust master exited mid-run", details={"log": _tail(log)})
             match line.get("event"):
