@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from core.errors import Unavailable
+from core.errors import InvalidInput, Unavailable
 from core.loadtest import Phase, RequestResult, ScenarioKind
 from infersight.commands_loadtest import loadtest
 from infersight.settings import Settings
@@ -314,3 +314,29 @@ def test_a_target_that_does_not_answer_fails_before_any_process_starts() -> None
     )
     with pytest.raises(Unavailable, match="did not answer a first test request"):
         engine.run(name="nobody", scenario=ScenarioKind.STEADY)
+
+
+def test_a_spec_round_trips_and_gives_each_worker_its_share_of_a_replay() -> None:
+    spec = RunSpec(
+        "http://server:8000",
+        "m",
+        replay=((10, 1), (20, 2), (30, 3), (40, 4)),
+        long_output=500,
+        long_fraction=0.5,
+        seed=7,
+    )
+    again = RunSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again == spec
+    firsts = []
+    for worker in (0, 1):
+        workload = again.workload(worker, 2, again.rng(worker))
+        shapes = [workload.next() for _ in range(4)]
+        firsts.append(shapes[0].input_tokens)
+        assert [s.input_tokens for s in shapes][:2] == [10 + 20 * worker, 20 + 20 * worker]
+        assert {s.output_tokens for s in shapes} <= {1, 2, 3, 4, 500}
+    assert firsts == [10, 30]  # two workers start at different halves of the production order
+    # seeded workers draw reproducible, different prompts
+    assert again.rng(0).integers(0, 1 << 30) == spec.rng(0).integers(0, 1 << 30)
+    assert spec.rng(0).integers(0, 1 << 30) != spec.rng(1).integers(0, 1 << 30)
+    with pytest.raises(InvalidInput):
+        RunSpec.from_dict({"base_url": "ftp://x", "model": "m"})
