@@ -12,6 +12,8 @@ import asyncio
 import itertools
 import json
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -340,3 +342,45 @@ def test_a_spec_round_trips_and_gives_each_worker_its_share_of_a_replay() -> Non
     assert spec.rng(0).integers(0, 1 << 30) != spec.rng(1).integers(0, 1 << 30)
     with pytest.raises(InvalidInput):
         RunSpec.from_dict({"base_url": "ftp://x", "model": "m"})
+
+
+@pytest.mark.e2e
+def test_a_worker_that_cannot_start_fails_the_run_with_its_log(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(locust_engine, "LOCUSTFILE", tmp_path / "no_such_locustfile.py")
+    with serving(scaled_profile(1.0)) as (url, server, _sink):
+        engine = LocustEngine(
+            steady(1, 1.0),
+            RunSpec(url, server.model, input_tokens="fixed:8", output_tokens="fixed:2"),
+            workers=1,
+            connect_timeout_s=120.0,  # the worker's exit is seen long before this
+        )
+        with pytest.raises(Unavailable, match="Locust worker 0 exited") as caught:
+            engine.run(name="broken", scenario=ScenarioKind.STEADY)
+    assert "no_such_locustfile" in caught.value.details["log"]
+
+
+@pytest.mark.e2e
+def test_a_worker_started_by_hand_joins_the_run_with_the_printed_command() -> None:
+    joined: list[subprocess.Popen[bytes]] = []
+
+    def join(line: str) -> None:  # what a user on another host does with the notice
+        command = line.split("`")[1].replace("<this host>", "127.0.0.1")
+        joined.append(subprocess.Popen(
+            [sys.executable, "-m", *command.split()], stdout=subprocess.DEVNULL
+        ))  # fmt: skip
+
+    try:
+        with serving(scaled_profile(3.0)) as (url, server, _sink):
+            spec = RunSpec(url, server.model, input_tokens="fixed:32", output_tokens="fixed:10")
+            run = LocustEngine(
+                steady(2, 3.0), spec, workers=1, remote_workers=1, notice=join, drain_s=20.0
+            ).run(name="joined", scenario=ScenarioKind.STEADY)
+    finally:
+        for process in joined:
+            process.terminate()
+            process.wait(30)
+    assert len(joined) == 1
+    per_worker = run.config["locust"]["requests_per_worker"]
+    assert len(per_worker) == 2  # the local worker and the one that joined
+    assert all(n > 0 for n in per_worker.values())
+    assert all(r.ok for r in run.results)
