@@ -22,6 +22,14 @@ engine's figure in the same run: the Locust line shows its ratio to it.
 
     .venv/bin/python bench/bench_loadgen.py --max-rate [--levels 8,16,32,64,128,256]
         [--seconds 5] [--workers 2]
+
+With ``--compare``: the asyncio engine, Locust with one worker and with two, one after the
+other at matched settings (``--users``, ``--seconds``, 256 input and ``--tokens`` output
+tokens) against the simulator: TTFT / TPOT / E2E p50 and p99 and req/s, each p50 as a ratio
+to the asyncio engine's in the same run (the reference); ``--engines`` sets the order (an
+engine named twice runs twice: the order of runs against one server can matter).
+
+    .venv/bin/python bench/bench_loadgen.py --compare [--users 16] [--seconds 10] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -148,6 +156,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-rate", action="store_true", help="asyncio vs Locust, simulator")
+    parser.add_argument(
+        "--compare", action="store_true", help="asyncio, Locust ×1, ×2 side by side"
+    )
+    parser.add_argument("--engines", default="asyncio,locust1,locust2", help="--compare order")
     parser.add_argument("--levels", default="8,16,32,64,128,256")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--through", action="store_true", help="every level, warned or not")
@@ -162,8 +174,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             _serve(args.serve, args.tokens)
         return {}
-    if args.max_rate:
-        results = max_rate(args)
+    if args.max_rate or args.compare:
+        results = max_rate(args) if args.max_rate else compare(args)
         write_json(args.json, results)
         return results
     best_bare, best_run, runner = 0.0, None, None
@@ -286,6 +298,68 @@ def max_rate(args: argparse.Namespace) -> dict[str, Any]:
         "max_rps_driven": driven,
         "workers": args.workers,
     }
+
+
+COMPARE_INPUT = 256
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    phases = steady(args.users, args.seconds)
+    with server(args.tokens, simulator=args.max_num_seqs) as url:
+        model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        spec = RunSpec(
+            url, model, input_tokens=f"fixed:{COMPARE_INPUT}", output_tokens=f"fixed:{args.tokens}"
+        )
+        for i, engine in enumerate(args.engines.split(",")):
+            if engine.startswith("asyncio"):
+                workload = Sampled(
+                    Lengths(DistKind.FIXED, COMPARE_INPUT),
+                    Lengths(DistKind.FIXED, args.tokens),
+                    np.random.default_rng(),
+                )
+                runner = Runner(Endpoint(url, model), phases, workload)
+                run = asyncio.run(runner.run(name="bench", scenario=ScenarioKind.STEADY))
+            else:
+                workers = int(engine.removeprefix("locust"))
+                locust = LocustEngine(phases, spec, workers=workers, drain_s=30.0)
+                run = locust.run(name="bench", scenario=ScenarioKind.STEADY)
+            (summary,) = summarise(run)
+            rows[f"{engine} ({i + 1})" if engine in rows else engine] = {
+                "rps": summary.throughput_rps,
+                "requests": summary.requests,
+                "errors": summary.errors,
+                "warnings": len(run.warnings),
+                **{
+                    f"{m}_{q}": summary.quantile(m, key)
+                    for m in ("ttft", "tpot", "e2e")
+                    for q, key in (("p50", "0.5"), ("p99", "0.99"))
+                },
+            }
+    print(
+        f"simulator: Llama 3.1 8B on an H200; {args.users} users, {COMPARE_INPUT} in / "
+        f"{args.tokens} out tokens, {args.seconds:g} s each (summaries after the warm-up quarter)"
+    )
+    print(
+        f"{'engine':<10} {'req/s':>6} {'TTFT p50':>9} {'p99':>7} {'TPOT p50':>9} {'p99':>7} "
+        f"{'E2E p50':>8} {'p99':>7}  p50s vs asyncio (TTFT TPOT E2E)  warnings"
+    )
+    ref = next(row for engine, row in rows.items() if engine.startswith("asyncio"))
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:.1f}"
+
+    for engine, row in rows.items():
+        ratios = " ".join(
+            f"{(row[f'{m}_p50'] or 0) / ref[f'{m}_p50']:.3f}" if ref[f"{m}_p50"] else "-"
+            for m in ("ttft", "tpot", "e2e")
+        )
+        print(
+            f"{engine:<10} {row['rps']:6.1f} {ms(row['ttft_p50']):>9} {ms(row['ttft_p99']):>7} "
+            f"{ms(row['tpot_p50']):>9} {ms(row['tpot_p99']):>7} {ms(row['e2e_p50']):>8} "
+            f"{ms(row['e2e_p99']):>7}  {ratios:<31}  {row['warnings']}"
+        )
+    return {"engines": rows, "users": args.users, "seconds": args.seconds}
 
 
 if __name__ == "__main__":
