@@ -31,7 +31,7 @@ from loadgen.client import Endpoint, send, send_sync
 from loadgen.distributed import RunSpec, decode, encode, merge, phase_at, users_at
 from loadgen.locust_engine import LocustEngine
 from loadgen.runner import Runner
-from loadgen.scenarios import steady
+from loadgen.scenarios import burst, steady
 from loadgen.workload import DistKind, Lengths, Sampled
 from tests.loadgen.support import scaled_profile, serving
 
@@ -384,3 +384,25 @@ def test_a_worker_started_by_hand_joins_the_run_with_the_printed_command() -> No
     assert len(per_worker) == 2  # the local worker and the one that joined
     assert all(n > 0 for n in per_worker.values())
     assert all(r.ok for r in run.results)
+
+
+@pytest.mark.e2e
+def test_a_burst_on_locust_raises_the_users_over_the_workers_and_lets_them_go() -> None:
+    with serving(scaled_profile(3.0)) as (url, server, _sink):
+        spec = RunSpec(url, server.model, input_tokens="fixed:20", output_tokens="fixed:20")
+        run = LocustEngine(burst(1, 3.0, 2.0, 2.0, 2.0), spec, workers=2, drain_s=20.0).run(
+            name="burst", scenario=ScenarioKind.BURST
+        )
+    assert all(r.ok for r in run.results)
+    in_flight = [most_in_flight(run.results, p) for p in (0, 1, 2)]
+    assert in_flight[:2] == [1, 3]
+    # Back down after the burst. Not always to exactly one: Locust's stop reaches a worker a
+    # moment after the shape's tick, and a burst user whose request ended in that moment has
+    # sent its next one.
+    assert in_flight[2] < 3
+    assert max(r.sent_s for r in run.results) < 6.5  # nobody starts long after the last phase
+
+
+def most_in_flight(results: tuple[RequestResult, ...], phase: int) -> int:
+    spans = [(r.sent_s, r.done_s) for r in results if r.phase == phase]
+    return max(sum(s <= t < d for s, d in spans) for t, _ in spans)
