@@ -63,6 +63,8 @@ class _Worker:
         self._wall0 = self._cpu0 = 0.0
 
     def on_config(self, environment: Environment, msg: Any, **_: Any) -> None:
+        if self.ready.is_set():  # a second answer to a second hello: keep the workload going
+            return
         spec = RunSpec.from_dict(msg.data)
         index = self.runner.worker_index
         workers = int(msg.data.get("workers", 1))
