@@ -11,6 +11,25 @@ with an SSE stream of ``--tokens`` chunks, so the client side is the bottleneck.
 
     .venv/bin/python bench/bench_loadgen.py [--users 32] [--seconds 10] [--tokens 64]
         [--repeats 3]   # each measured that often, alternating; the best of each is shown
+
+With ``--max-rate``, instead: the highest request rate one asyncio process and ``--workers``
+(2) Locust worker processes drive against the real simulator (its OpenAI-compatible server in
+a subprocess: Llama 3.1 8B on an H200, a batch of up to ``--max-num-seqs``, short requests)
+before the generator warns that it is the bottleneck. Users rise through ``--levels``, each
+held ``--seconds``; an engine stops rising at its first warning (``--through``: it goes on,
+and the highest rate driven at all is printed too). The reference is the asyncio
+engine's figure in the same run: the Locust line shows its ratio to it.
+
+    .venv/bin/python bench/bench_loadgen.py --max-rate [--levels 8,16,32,64,128,256]
+        [--seconds 5] [--workers 2]
+
+With ``--compare``: the asyncio engine, Locust with one worker and with two, one after the
+other at matched settings (``--users``, ``--seconds``, 256 input and ``--tokens`` output
+tokens) against the simulator: TTFT / TPOT / E2E p50 and p99 and req/s, each p50 as a ratio
+to the asyncio engine's in the same run (the reference); ``--engines`` sets the order (an
+engine named twice runs twice: the order of runs against one server can matter).
+
+    .venv/bin/python bench/bench_loadgen.py --compare [--users 16] [--seconds 10] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -31,8 +50,10 @@ import httpx
 import numpy as np
 from harness.results import write_json
 
-from core.loadtest import ScenarioKind
+from core.loadtest import LoadTestRun, ScenarioKind, summarise
 from loadgen.client import Endpoint
+from loadgen.distributed import RunSpec
+from loadgen.locust_engine import LocustEngine
 from loadgen.runner import Runner
 from loadgen.scenarios import steady
 from loadgen.workload import DistKind, Lengths, Sampled
@@ -67,19 +88,38 @@ def _serve(port: int, tokens: int) -> None:
     uvicorn.run(_app(tokens), host="127.0.0.1", port=port, log_level="warning")
 
 
+SIM_INPUT, SIM_OUTPUT = 32, 16
+
+
+def _serve_simulator(port: int, max_num_seqs: int) -> None:
+    import dataclasses
+    from datetime import UTC, datetime
+
+    import uvicorn
+
+    from simulator.realtime import RealtimeServer
+    from simulator.specs import load_profile
+
+    profile = dataclasses.replace(load_profile("llama-3.1-8b-h200x1"), max_num_seqs=max_num_seqs)
+    server = RealtimeServer.standalone("bench-0", profile, epoch=datetime.now(UTC))
+    uvicorn.run(server.app(), host="127.0.0.1", port=port, log_level="warning", ws="none")
+
+
 @contextmanager
-def server(tokens: int) -> Iterator[str]:
+def server(tokens: int, simulator: int = 0) -> Iterator[str]:
+    """The stand-in server (or, with ``simulator`` = its batch size, the real simulator)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     argv = [sys.executable, __file__, "--serve", str(port), "--tokens", str(tokens)]
+    argv += ["--serve-simulator", str(simulator)] if simulator else []
     process = subprocess.Popen(argv)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                httpx.post(url + "/v1/chat/completions", json={}, timeout=1).read()
+                httpx.get(url + "/v1/models" if simulator else url, timeout=1).read()
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
@@ -115,12 +155,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-rate", action="store_true", help="asyncio vs Locust, simulator")
+    parser.add_argument(
+        "--compare", action="store_true", help="asyncio, Locust ×1, ×2 side by side"
+    )
+    parser.add_argument("--engines", default="asyncio,locust1,locust2", help="--compare order")
+    parser.add_argument("--levels", default="8,16,32,64,128,256")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--through", action="store_true", help="every level, warned or not")
+    parser.add_argument("--max-num-seqs", type=int, default=1024)
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-simulator", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.serve is not None:
-        _serve(args.serve, args.tokens)
+        if args.serve_simulator:
+            _serve_simulator(args.serve, args.serve_simulator)
+        else:
+            _serve(args.serve, args.tokens)
         return {}
+    if args.max_rate or args.compare:
+        results = max_rate(args) if args.max_rate else compare(args)
+        write_json(args.json, results)
+        return results
     best_bare, best_run, runner = 0.0, None, None
     with server(args.tokens) as url:
         for _ in range(args.repeats):  # alternate, keep the best of each: a shared box is noisy
@@ -165,6 +222,144 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     write_json(args.json, results)
     return results
+
+
+def _level(run: LoadTestRun, users: int) -> dict[str, Any]:
+    (summary,) = summarise(run)  # the same throughput `infersight loadtest --json` prints
+    return {
+        "users": users,
+        "rps": summary.throughput_rps,
+        "errors": summary.errors,
+        "ttft_p50_s": summary.quantile("ttft"),
+        "warned": bool(run.warnings),
+        "warnings": list(run.warnings),
+        "generator": {k: v for k, v in run.config.get("generator", {}).items() if k != "workers"},
+    }
+
+
+def max_rate(args: argparse.Namespace) -> dict[str, Any]:
+    levels = [int(x) for x in args.levels.split(",")]
+    rows: dict[str, list[dict[str, Any]]] = {"asyncio": [], "locust": []}
+    with server(SIM_OUTPUT, simulator=args.max_num_seqs) as url:
+        model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        spec = RunSpec(
+            url, model, input_tokens=f"fixed:{SIM_INPUT}", output_tokens=f"fixed:{SIM_OUTPUT}"
+        )
+        for engine, engine_rows in rows.items():
+            for users in levels:
+                phases = steady(users, args.seconds)
+                if engine == "asyncio":
+                    workload = Sampled(
+                        Lengths(DistKind.FIXED, SIM_INPUT),
+                        Lengths(DistKind.FIXED, SIM_OUTPUT),
+                        np.random.default_rng(),
+                    )
+                    runner = Runner(Endpoint(url, model), phases, workload)
+                    run = asyncio.run(runner.run(name="bench", scenario=ScenarioKind.STEADY))
+                else:
+                    locust = LocustEngine(phases, spec, workers=args.workers, drain_s=10.0)
+                    run = locust.run(name="bench", scenario=ScenarioKind.STEADY)
+                row = _level(run, users)
+                engine_rows.append(row)
+                gen = row["generator"]
+                print(
+                    f"{engine:<8} {users:>5} users {row['rps']:8.1f} req/s  TTFT p50 "
+                    f"{(row['ttft_p50_s'] or 0) * 1e3:6.1f} ms  lag p99 "
+                    f"{gen.get('loop_lag_p99_s', 0) * 1e3:6.1f} ms  "
+                    f"CPU {gen.get('cpu_share', 0):4.0%}"
+                    f"  {'WARNED' if row['warned'] else 'ok'}",
+                    flush=True,
+                )
+                if row["warned"] and not args.through:
+                    break
+    best = {
+        engine: max((r["rps"] for r in engine_rows if not r["warned"]), default=0.0)
+        for engine, engine_rows in rows.items()
+    }
+    ratio = best["locust"] / best["asyncio"] if best["asyncio"] else 0.0
+    driven = {engine: max((r["rps"] for r in rs), default=0.0) for engine, rs in rows.items()}
+    print(
+        f"simulator: Llama 3.1 8B on an H200, batch up to {args.max_num_seqs}, "
+        f"{SIM_INPUT} in / {SIM_OUTPUT} out tokens; {args.seconds:g} s a level"
+    )
+    print(f"reference: one asyncio process   {best['asyncio']:8.1f} req/s before a warning")
+    print(
+        f"{args.workers} Locust workers               {best['locust']:8.1f} req/s before a warning "
+        f"({ratio:.2f}x the reference)"
+    )
+    print(
+        f"highest rate driven, warned or not: asyncio {driven['asyncio']:.1f} req/s, "
+        f"Locust {driven['locust']:.1f} req/s"
+    )
+    return {
+        "levels": rows,
+        "max_rps": best,
+        "ratio": ratio,
+        "max_rps_driven": driven,
+        "workers": args.workers,
+    }
+
+
+COMPARE_INPUT = 256
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    phases = steady(args.users, args.seconds)
+    with server(args.tokens, simulator=args.max_num_seqs) as url:
+        model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        spec = RunSpec(
+            url, model, input_tokens=f"fixed:{COMPARE_INPUT}", output_tokens=f"fixed:{args.tokens}"
+        )
+        for i, engine in enumerate(args.engines.split(",")):
+            if engine.startswith("asyncio"):
+                workload = Sampled(
+                    Lengths(DistKind.FIXED, COMPARE_INPUT),
+                    Lengths(DistKind.FIXED, args.tokens),
+                    np.random.default_rng(),
+                )
+                runner = Runner(Endpoint(url, model), phases, workload)
+                run = asyncio.run(runner.run(name="bench", scenario=ScenarioKind.STEADY))
+            else:
+                workers = int(engine.removeprefix("locust"))
+                locust = LocustEngine(phases, spec, workers=workers, drain_s=30.0)
+                run = locust.run(name="bench", scenario=ScenarioKind.STEADY)
+            (summary,) = summarise(run)
+            rows[f"{engine} ({i + 1})" if engine in rows else engine] = {
+                "rps": summary.throughput_rps,
+                "requests": summary.requests,
+                "errors": summary.errors,
+                "warnings": len(run.warnings),
+                **{
+                    f"{m}_{q}": summary.quantile(m, key)
+                    for m in ("ttft", "tpot", "e2e")
+                    for q, key in (("p50", "0.5"), ("p99", "0.99"))
+                },
+            }
+    print(
+        f"simulator: Llama 3.1 8B on an H200; {args.users} users, {COMPARE_INPUT} in / "
+        f"{args.tokens} out tokens, {args.seconds:g} s each (summaries after the warm-up quarter)"
+    )
+    print(
+        f"{'engine':<10} {'req/s':>6} {'TTFT p50':>9} {'p99':>7} {'TPOT p50':>9} {'p99':>7} "
+        f"{'E2E p50':>8} {'p99':>7}  p50s vs asyncio (TTFT TPOT E2E)  warnings"
+    )
+    ref = next(row for engine, row in rows.items() if engine.startswith("asyncio"))
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:.1f}"
+
+    for engine, row in rows.items():
+        ratios = " ".join(
+            f"{(row[f'{m}_p50'] or 0) / ref[f'{m}_p50']:.3f}" if ref[f"{m}_p50"] else "-"
+            for m in ("ttft", "tpot", "e2e")
+        )
+        print(
+            f"{engine:<10} {row['rps']:6.1f} {ms(row['ttft_p50']):>9} {ms(row['ttft_p99']):>7} "
+            f"{ms(row['tpot_p50']):>9} {ms(row['tpot_p99']):>7} {ms(row['e2e_p50']):>8} "
+            f"{ms(row['e2e_p99']):>7}  {ratios:<31}  {row['warnings']}"
+        )
+    return {"engines": rows, "users": args.users, "seconds": args.seconds}
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ Wires ``loadgen`` to the store: the run (every request's client-side timings) is
 ``--capture-baseline NAME`` saves the run as a baseline that ``infersight baseline compare``
 gates on. Prints a table per phase (and the knee of a step run), or JSON with ``--json``;
 the progress bar and the generator's own warnings go to stderr. Exits 1 when no request
-succeeded, 2 when the target fails the preflight request.
+succeeded, 2 when the target fails the preflight request (or, with ``--engine locust``, when
+Locust is not installed or its workers do not connect). ``--engine locust`` runs the same
+phases and workload on a Locust master and workers (``loadgen.locust_engine``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from core.baseline import check_name
 from core.loadtest import (
     DEFAULT_WARMUP,
     LoadTestRun,
+    Phase,
     PhaseSummary,
     ScenarioKind,
     knee_of,
@@ -35,6 +38,8 @@ from core.query import Selector
 from core.window import Window, parse_duration
 from infersight.cli import current_settings
 from loadgen.client import Endpoint
+from loadgen.distributed import RunSpec
+from loadgen.locust_engine import LocustEngine, require_locust
 from loadgen.monitor import SelfMonitor
 from loadgen.progress import NoProgress, Progress, TextProgress
 from loadgen.runner import Runner
@@ -134,6 +139,40 @@ def _levels(text: str) -> list[int]:
     "--capture-baseline", metavar="NAME", default=None, help="Also save the run as baseline NAME."
 )
 @click.option("--replace-baseline", is_flag=True, help="Replace baseline NAME if it exists.")
+@click.option(
+    "--engine",
+    type=click.Choice(["asyncio", "locust"]),
+    default="asyncio",
+    show_default=True,
+    help="asyncio: one process; locust: a Locust master and --workers worker processes.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(0, 256),
+    default=2,
+    show_default=True,
+    help="Local Locust worker processes (--engine locust).",
+)
+@click.option(
+    "--remote-workers",
+    type=click.IntRange(0, 4096),
+    default=0,
+    show_default=True,
+    help="Locust workers expected to join from other hosts (--engine locust).",
+)
+@click.option(
+    "--master-bind",
+    default="127.0.0.1",
+    show_default=True,
+    help="Where the Locust master listens (0.0.0.0 for remote workers).",
+)
+@click.option(
+    "--master-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The Locust master's port (0: any free port).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
@@ -144,6 +183,8 @@ def loadtest(ctx: click.Context, /, url: str, **options: Any) -> None:
         check_name(o["capture_baseline"])
         if o["no_store"]:
             raise click.UsageError("--capture-baseline needs the store (drop --no-store)")
+    if o["engine"] == "locust":
+        require_locust()  # before the store is touched: name the extra at once
     kind = ScenarioKind(o["scenario"])
     phases = phases_for(
         kind,
@@ -171,19 +212,22 @@ def loadtest(ctx: click.Context, /, url: str, **options: Any) -> None:
         workload = _workload(engine, kind, rng, o)
         total = max(p.end_s for p in phases)
         progress: Progress = NoProgress() if o["quiet"] else TextProgress(sys.stderr, total)
-        runner = Runner(
-            endpoint,
-            phases,
-            workload,
-            rng=rng,
-            progress=progress,
-            monitor=SelfMonitor(),
-            request_timeout_s=o["timeout"],
-        )
         started = datetime.now(UTC)
         name = o["name"] or f"{kind.value} {started:%Y-%m-%d %H:%M:%S}"
-        config = _config(o, workload)
-        run = asyncio.run(runner.run(name=name, scenario=kind, config=config))
+        config = {**_config(o, workload), "engine": o["engine"]}
+        if o["engine"] == "locust":
+            run = _locust(endpoint, phases, kind, workload, progress, name, config, o)
+        else:
+            runner = Runner(
+                endpoint,
+                phases,
+                workload,
+                rng=rng,
+                progress=progress,
+                monitor=SelfMonitor(),
+                request_timeout_s=o["timeout"],
+            )
+            run = asyncio.run(runner.run(name=name, scenario=kind, config=config))
         for warning in run.warnings:
             click.echo(f"warning: {warning}", err=True)
         if engine is not None and not o["no_store"]:
@@ -210,6 +254,50 @@ def _workload(engine: Any, kind: ScenarioKind, rng: np.random.Generator, o: Any)
     if kind is ScenarioKind.LONG_TAIL:
         workload = LongTail(workload, o["long_output"], o["long_fraction"], rng)
     return workload
+
+
+def _locust(
+    endpoint: Endpoint,
+    phases: tuple[Phase, ...],
+    kind: ScenarioKind,
+    workload: Workload,
+    progress: Progress,
+    name: str,
+    config: dict[str, Any],
+    o: Any,
+) -> LoadTestRun:
+    """The run on a Locust master and its workers, each drawing from the same workload."""
+    spec = RunSpec(
+        base_url=endpoint.base_url,
+        model=endpoint.model,
+        chat=endpoint.chat,
+        api_key=endpoint.api_key,
+        ignore_eos=endpoint.ignore_eos,
+        input_tokens=o["input_tokens"],
+        output_tokens=o["output_tokens"],
+        long_output=o["long_output"] if kind is ScenarioKind.LONG_TAIL else None,
+        long_fraction=o["long_fraction"],
+        replay=tuple((s.input_tokens, s.output_tokens) for s in _replayed(workload)),
+        seed=o["seed"],
+        timeout_s=o["timeout"],
+    )
+    engine = LocustEngine(
+        phases,
+        spec,
+        workers=o["workers"],
+        remote_workers=o["remote_workers"],
+        bind=o["master_bind"],
+        port=o["master_port"],
+        progress=progress,
+        notice=lambda line: click.echo(line, err=True),
+    )
+    return engine.run(name=name, scenario=kind, config=config)
+
+
+def _replayed(workload: Workload) -> list[Any]:
+    """The shapes a replay workload holds (none for sampled lengths)."""
+    inner = getattr(workload, "base", workload)
+    return list(inner.shapes) if isinstance(inner, Replay) else []
 
 
 def _config(o: Any, workload: Workload) -> dict[str, Any]:

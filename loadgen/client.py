@@ -3,29 +3,25 @@
 The request asks for ``stream: true`` with usage in the last chunk and carries a W3C
 ``traceparent`` (and the same id as ``X-Request-Id``): servers that trace, as vLLM does, put
 the request's span into that trace, so a run's results join the server's records by trace id.
-TTFT is send → first chunk with content; TPOT is first → last content chunk ÷ (tokens − 1),
-the engine's definition, with the token count from the usage chunk when the server sends one
-(a chunk may carry several tokens); ITL are the gaps between content chunks; E2E ends at
-``data: [DONE]`` (the rest of the body is still read, so the connection goes back to the pool
-instead of being closed: a new TCP or TLS handshake would land in the next request's TTFT).
+The timings are ``core.streaming``'s (TTFT, TPOT, ITL, E2E: one definition for this client
+and the Locust user); the body is read to its end after ``data: [DONE]``, so the connection
+goes back to the pool instead of being closed: a new TCP or TLS handshake would land in the
+next request's TTFT.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import pairwise
-from typing import Any, Final
+from typing import Any
 
 import httpx
 
 from core.errors import InvalidInput
 from core.loadtest import RequestResult
-
-MAX_ERROR_CHARS: Final = 200
+from core.streaming import StreamTiming
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,43 +76,6 @@ class Endpoint:
         return headers
 
 
-@dataclass
-class _Timing:
-    tokens: list[float]
-    usage_tokens: int | None = None
-    error: str = ""
-    #: When ``[DONE]`` arrived: the end of the request, though the body is still read out.
-    done: float | None = None
-
-
-def _content(event: dict[str, Any]) -> str:
-    choices = event.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        return ""
-    choice = choices[0]
-    delta = choice.get("delta")
-    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-    return text if isinstance(text, str) else ""
-
-
-def _read_event(data: str, timing: _Timing, now: float) -> None:
-    try:
-        event = json.loads(data)
-    except ValueError:
-        timing.error = "the server sent a chunk that is not JSON"
-        return
-    if not isinstance(event, dict):
-        return
-    if "error" in event:  # vLLM reports a failure inside the stream
-        timing.error = str(event["error"])[:MAX_ERROR_CHARS]
-        return
-    if _content(event):
-        timing.tokens.append(now)
-    usage = event.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        timing.usage_tokens = usage["completion_tokens"]
-
-
 async def send(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
@@ -131,56 +90,67 @@ async def send(
 ) -> RequestResult:
     """Send one request and time it; failures become results with ``ok=False``."""
     trace_id = secrets.token_hex(16)
-    timing = _Timing(tokens=[])
+    timing = StreamTiming()
     sent = clock()
     try:
         body, headers = endpoint.body(prompt, max_tokens), endpoint.headers(trace_id)
         async with client.stream("POST", endpoint.url, json=body, headers=headers) as response:
             if response.status_code != httpx.codes.OK:
                 text = (await response.aread()).decode("utf-8", "replace")
-                timing.error = f"HTTP {response.status_code}: {text[:MAX_ERROR_CHARS]}"
+                timing.fail(f"HTTP {response.status_code}: {text}")
             else:
                 async for line in response.aiter_lines():
-                    if not line.startswith("data:") or timing.done is not None:
-                        continue  # read to the end all the same: the connection is reused
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        timing.done = clock()
-                        continue
-                    _read_event(data, timing, clock())
+                    timing.feed(line, clock)  # read to the end: the connection is reused
     except httpx.HTTPError as exc:
-        timing.error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-    end = timing.done if timing.done is not None and not timing.error else clock()
-    return _result(timing, seq, phase, sent - t0, end - sent, sent, input_tokens, trace_id)
-
-
-def _result(
-    timing: _Timing,
-    seq: int,
-    phase: int,
-    sent_s: float,
-    e2e: float,
-    sent: float,
-    input_tokens: int,
-    trace_id: str,
-) -> RequestResult:
-    tokens = timing.tokens
-    if not timing.error and not tokens:
-        timing.error = "the stream ended without any content"
-    out = timing.usage_tokens if timing.usage_tokens is not None else len(tokens)
-    ttft = tokens[0] - sent if tokens else None
-    tpot = (tokens[-1] - tokens[0]) / (out - 1) if tokens and out > 1 else None
-    return RequestResult(
+        timing.fail(f"{type(exc).__name__}: {exc}")
+    return timing.result(
         seq=seq,
         phase=phase,
-        sent_s=sent_s,
-        e2e_s=e2e,
-        ttft_s=ttft,
-        tpot_s=tpot,
-        itl_s=tuple(b - a for a, b in pairwise(tokens)),
+        sent_s=sent - t0,
+        sent=sent,
+        end=timing.end(clock()),
         input_tokens=input_tokens,
-        output_tokens=out,
-        ok=not timing.error,
-        error=timing.error,
         trace_id=trace_id,
     )
+
+
+def send_sync(
+    client: httpx.Client,
+    endpoint: Endpoint,
+    prompt: str,
+    *,
+    input_tokens: int,
+    max_tokens: int,
+    clock: Callable[[], float] = time.perf_counter,
+    wall_clock: Callable[[], float] = time.time,
+) -> tuple[float, RequestResult]:
+    """``send`` on a blocking client (the Locust user's: gevent makes it cooperative).
+
+    The same request, the same line-by-line reading and the same ``core.streaming`` timing;
+    returns the wall-clock send time with the result (``seq``, ``phase`` and ``sent_s`` are
+    set when the workers' results are merged: only the master knows the run's start).
+    """
+    trace_id = secrets.token_hex(16)
+    timing = StreamTiming()
+    sent_epoch, sent = wall_clock(), clock()
+    try:
+        body, headers = endpoint.body(prompt, max_tokens), endpoint.headers(trace_id)
+        with client.stream("POST", endpoint.url, json=body, headers=headers) as response:
+            if response.status_code != httpx.codes.OK:
+                text = response.read().decode("utf-8", "replace")
+                timing.fail(f"HTTP {response.status_code}: {text}")
+            else:
+                for line in response.iter_lines():
+                    timing.feed(line, clock)  # read to the end: the connection is reused
+    except httpx.HTTPError as exc:
+        timing.fail(f"{type(exc).__name__}: {exc}")
+    result = timing.result(
+        seq=0,
+        phase=0,
+        sent_s=0.0,
+        sent=sent,
+        end=timing.end(clock()),
+        input_tokens=input_tokens,
+        trace_id=trace_id,
+    )
+    return sent_epoch, result

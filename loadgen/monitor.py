@@ -78,20 +78,40 @@ class SelfMonitor:
 
     def report(self) -> MonitorReport:
         lags = sorted(self._lags)
-        report = MonitorReport(samples=len(lags))
-        if lags:
-            report.lag_p99_s = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
-            report.lag_max_s = lags[-1]
-        report.cpu_share = self._cpu / self._wall if self._wall > 0 else 0.0
-        if report.lag_p99_s > self._lag_limit:
-            report.warnings.append(
-                f"the load generator may be the bottleneck: its event loop woke up to "
-                f"{report.lag_max_s * 1e3:.0f} ms late (p99 {report.lag_p99_s * 1e3:.0f} ms), "
-                "so client timings carry that much error; run fewer users per generator"
-            )
-        if report.cpu_share > self._cpu_limit:
-            report.warnings.append(
-                f"the load generator may be the bottleneck: its event loop used "
-                f"{report.cpu_share:.0%} of a CPU core; split the load over more processes"
-            )
-        return report
+        return judge(
+            samples=len(lags),
+            lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else 0.0,
+            lag_max_s=lags[-1] if lags else 0.0,
+            cpu_share=self._cpu / self._wall if self._wall > 0 else 0.0,
+            lag_limit_s=self._lag_limit,
+            cpu_limit=self._cpu_limit,
+        )
+
+
+def judge(
+    *,
+    samples: int,
+    lag_p99_s: float,
+    lag_max_s: float,
+    cpu_share: float,
+    lag_limit_s: float = LAG_LIMIT_S,
+    cpu_limit: float = CPU_LIMIT,
+    who: str = "the load generator",
+) -> MonitorReport:
+    """A report of what a sampler saw, with a warning for each limit passed.
+
+    Shared by this monitor and the Locust workers' (a gevent loop is judged the same way).
+    """
+    report = MonitorReport(samples, lag_p99_s, lag_max_s, cpu_share)
+    if lag_p99_s > lag_limit_s:
+        report.warnings.append(
+            f"{who} may be the bottleneck: its event loop woke up to "
+            f"{lag_max_s * 1e3:.0f} ms late (p99 {lag_p99_s * 1e3:.0f} ms), "
+            "so client timings carry that much error; run fewer users per generator"
+        )
+    if cpu_share > cpu_limit:
+        report.warnings.append(
+            f"{who} may be the bottleneck: its event loop used "
+            f"{cpu_share:.0%} of a CPU core; split the load over more processes"
+        )
+    return report

@@ -88,24 +88,7 @@ class Runner:
         )
 
     async def _preflight(self, client: httpx.AsyncClient) -> None:
-        t0 = self._clock()
-        words = prompt(PREFLIGHT_TOKENS, self._rng)
-        result = await send(
-            client,
-            self._endpoint,
-            words,
-            input_tokens=PREFLIGHT_TOKENS,
-            max_tokens=2,
-            seq=0,
-            phase=0,
-            t0=t0,
-            clock=self._clock,
-        )
-        if not result.ok:
-            raise Unavailable(
-                "the target did not answer a first test request",
-                details={"url": self._endpoint.display_url, "error": result.error},
-            )
+        await preflight(client, self._endpoint, self._rng, self._clock)
 
     async def _drive(self, client: httpx.AsyncClient) -> None:
         users: dict[int, asyncio.Task[None]] = {}
@@ -155,3 +138,30 @@ class Runner:
     def _show(self) -> None:
         elapsed = self._clock() - self._t0
         self._progress.update(elapsed, self._phase.label, len(self._results), self._errors)
+
+
+async def preflight(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    rng: np.random.Generator,
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
+    """One short request; ``Unavailable`` when the target does not answer it."""
+    t0 = clock()
+    words = prompt(PREFLIGHT_TOKENS, rng)
+    result = await send(
+        client,
+        endpoint,
+        words,
+        input_tokens=PREFLIGHT_TOKENS,
+        max_tokens=2,
+        seq=0,
+        phase=0,
+        t0=t0,
+        clock=clock,
+    )
+    if not result.ok:
+        raise Unavailable(
+            "the target did not answer a first test request",
+            details={"url": endpoint.display_url, "error": result.error},
+        )

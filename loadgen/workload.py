@@ -147,6 +147,10 @@ class LongTail:
     def mean_output(self) -> float:
         return (1 - self._fraction) * self._base.mean_output + self._fraction * self._long
 
+    @property
+    def base(self) -> Workload:
+        return self._base
+
 
 class Replay:
     """Production shapes in their recorded order, from the start again when they run out."""
@@ -161,6 +165,10 @@ class Replay:
         shape = self._shapes[self._next % len(self._shapes)]
         self._next += 1
         return shape
+
+    @property
+    def shapes(self) -> tuple[Shape, ...]:
+        return tuple(self._shapes)
 
     @property
     def mean_output(self) -> float:
