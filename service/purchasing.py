@@ -10,6 +10,7 @@ Money and GPU-hours are decimal strings with six places, in the cost model's cur
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -53,6 +54,10 @@ class Purchasing:
     per_million_before: Decimal | None
     per_million_after: Decimal | None
     sample_gap_s: float = ROLLUP_GAP_S
+    #: With no whole hour of GPU data in the range: the hour in progress when it already holds
+    #: some (a sidecar that started this hour, the demo's first hour), so the answer says when
+    #: advice comes rather than asking for a sidecar that is already running.
+    pending_hour: datetime | None = None
 
 
 def purchasing(
@@ -83,6 +88,11 @@ def purchasing(
     advice = advise(
         rows, model, window.start, window.end, tz=tz, floor=floor, target=target, top=top
     )
+    pending: datetime | None = None
+    if advice.empty:
+        hour = Resolution.HOUR.floor(window.end)  # a range ending mid-hour: ending now
+        if hour < window.end and hourly_gpu_usage(engine, hour, hour + timedelta(hours=1)):
+            pending = hour
     if read_unit_cost and per_million is None and not advice.empty and advice.end > advice.start:
         read = Window(advice.start, advice.end)
         finest = finest_for(read, now) if finest_for is not None else Resolution.MINUTE
@@ -95,6 +105,7 @@ def purchasing(
         per_million,
         per_million_after(per_million, advice.fill),
         model.sample_gap_s,
+        pending,
     )
 
 
@@ -111,7 +122,16 @@ def purchasing_dict(answer: Purchasing) -> dict[str, Any]:
     a = answer.advice
     fill = a.fill
     hint = None
-    if a.empty:
+    if a.empty and answer.pending_hour is not None:
+        ready = answer.pending_hour + timedelta(hours=1)
+        hint = {
+            "text": (
+                f"GPU data starts in the hour in progress ({answer.pending_hour:%H:%M} UTC); the "
+                f"advice counts whole hours, the first one complete at {ready:%H:%M} UTC."
+            ),
+            "next_command": None,
+        }
+    elif a.empty:
         hint = {"text": EMPTY_TEXT, "next_command": NEXT_COMMAND}
     warnings = []
     if not a.empty and a.hours < WEEK_HOURS:

@@ -16,7 +16,7 @@ from api.dashboard.formatting import money
 from core.purchasing import MAX_HOURS
 from core.window import Window
 from service.cost_view import unit_cost_text
-from service.purchasing import NEXT_COMMAND, purchasing, purchasing_dict
+from service.purchasing import purchasing, purchasing_dict
 
 #: Page ranges shorter than this are advised on the last ``FALLBACK`` instead.
 MIN_SPAN: Final = timedelta(days=7)
@@ -59,7 +59,8 @@ def section(
     a = answer.advice
     currency = a.currency
     if a.empty:
-        return {"empty": True, "over": over, "text": body["empty"]["text"], "next": NEXT_COMMAND}
+        hint = body["empty"]
+        return {"empty": True, "over": over, "text": hint["text"], "next": hint["next_command"]}
     split = body["split"]
     fill = body["fill"]
     cells = [

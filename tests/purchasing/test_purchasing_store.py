@@ -76,6 +76,27 @@ def test_a_range_with_no_gpu_data_names_the_next_command(fleet: Store):
     assert body["idle"]["windows"] == []
 
 
+def test_a_range_whose_only_gpu_data_is_the_hour_in_progress_says_when_advice_comes(
+    fleet: Store,
+):
+    """A sidecar that started this hour (the demo's first hour): no whole hour yet, and no
+    request to start the sidecar that is already running."""
+    first = s.WEEK.start  # the fleet's first hour of data, as if it were in progress now
+    body = purchasing_dict(
+        purchasing(
+            fleet.engine, s.MODEL, Window(first - timedelta(days=1), first + timedelta(minutes=40))
+        )
+    )
+    assert body["empty"]["next_command"] is None
+    assert f"({first:%H:%M} UTC)" in body["empty"]["text"]
+    assert f"complete at {first + timedelta(hours=1):%H:%M} UTC" in body["empty"]["text"]
+    aligned = Window(first - timedelta(days=1), first)  # ends on the hour: nothing in progress
+    assert (
+        purchasing_dict(purchasing(fleet.engine, s.MODEL, aligned))["empty"]["next_command"]
+        == NEXT_COMMAND
+    )
+
+
 def test_a_partial_range_reads_its_whole_hours_only(fleet: Store):
     window = Window(
         s.WEEK.start + timedelta(minutes=30), s.WEEK.start + timedelta(hours=10, minutes=5)
