@@ -77,6 +77,16 @@ def chart_step(app: AppContext, ctx: Context) -> ChartStep:
     return ChartStep(bucket_seconds(ctx.window.seconds, finest.seconds), finest)
 
 
+def covered_s(ctx: Context, step_s: int, buckets: Sequence[datetime]) -> float:
+    """Seconds of the range that hold data: from the first bucket with requests to the end of
+    the last (within the range). A rate over the whole range would count the empty part."""
+    if not buckets:
+        return 0.0
+    first = max(min(buckets), ctx.window.start)
+    last = min(max(buckets) + timedelta(seconds=step_s), ctx.window.end)
+    return max((last - first).total_seconds(), 0.0)
+
+
 def bucket_span_s(at: datetime, step: ChartStep, window: Window) -> float:
     """Seconds of the bucket starting ``at`` that lie inside ``window``: a rate in a bucket cut
     by the window's ends (the newest one, at "now") divides by this, not by the whole step, so

@@ -17,7 +17,10 @@ import pytest
 
 from api import create_app
 from api.auth import Scope, parse_tokens
+from api.context import context_of
 from api.dashboard import session as auth
+from api.dashboard.context import parse_context
+from api.dashboard.views.capacity import _peak_rates
 from api.settings import ApiSettings
 from core.query import Selector
 from core.samples import EngineSample, GpuSample, ServerSample
@@ -279,3 +282,20 @@ def test_a_sign_in_posted_from_another_site_is_refused(sqlite_store: Store):
         "POST", "/ui/login", data={"token": READ}, headers={"origin": "http://localhost"}
     )
     assert same.status_code == 303
+
+
+def test_the_capacity_pages_mean_rate_counts_only_the_span_with_requests(
+    sqlite_store: Store,
+) -> None:
+    """Ten minutes of 1 req/s in a 24-hour range is a mean of about 1 req/s, not 1/144 of it
+    (the live demo's first hour read 0.19 req/s for a model serving 6)."""
+    start = NOW - timedelta(minutes=10)
+    records = make_records(
+        np.random.default_rng(5), start, 600, span=timedelta(minutes=10), models=("llama-8b",)
+    )
+    open_writer(sqlite_store.engine).write_requests(records)
+    client = Client(sqlite_store)
+    ctx = parse_context({"range": "24h"}, NOW, 400)
+    rates = _peak_rates(context_of(client.app), ctx)
+    finished = sum(1 for r in records if r.start < NOW)
+    assert rates["llama-8b"]["mean_rps"] == pytest.approx(finished / 600, rel=0.12)

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from api.context import AppContext
 from api.dashboard.context import Context
-from api.dashboard.shared import bucket_times
+from api.dashboard.shared import covered_s
 from core.errors import InvalidInput, NotFound
 from core.loadtest import PhaseSummary, knee_of, measured_capacity, summarise
 from core.window import Resolution
@@ -77,11 +77,12 @@ def _peak_rates(app: AppContext, ctx: Context) -> dict[str, dict[str, Any]]:
         for at, counts in buckets.items():
             entry["buckets"][at] = entry["buckets"].get(at, 0) + counts.requests
     seconds = float(step.seconds)
-    covered = max(len(bucket_times(ctx, step)), 1) * seconds
     return {
         model: {
             "peak_rps": max(e["buckets"].values()) / seconds,
-            "mean_rps": sum(e["buckets"].values()) / covered,
+            # Over the part of the range that holds the model's requests, not the empty rest.
+            "mean_rps": sum(e["buckets"].values())
+            / max(covered_s(ctx, step.seconds, list(e["buckets"])), 1.0),
             "instances": sorted(e["instances"]),
             "step": step.value,
             "capacity_rps": None,

@@ -16,7 +16,13 @@ from api.context import AppContext
 from api.dashboard import charts as svg
 from api.dashboard.context import Context
 from api.dashboard.formatting import money, short_model
-from api.dashboard.shared import bucket_span_s, bucket_times, chart_step, request_series
+from api.dashboard.shared import (
+    bucket_span_s,
+    bucket_times,
+    chart_step,
+    covered_s,
+    request_series,
+)
 from core.cost import CostResult
 from core.slo import SliKind, SloSpec
 from core.window import format_duration
@@ -128,16 +134,6 @@ def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
         ),
         "step": step,
     }
-
-
-def covered_s(ctx: Context, step_s: int, buckets: Sequence[datetime]) -> float:
-    """Seconds of the range that hold data: from the first bucket with requests to the end of
-    the last (within the range). A rate over the whole range would count the empty part."""
-    if not buckets:
-        return 0.0
-    first = max(min(buckets), ctx.window.start)
-    last = min(max(buckets) + timedelta(seconds=step_s), ctx.window.end)
-    return max((last - first).total_seconds(), 0.0)
 
 
 def overview(app: AppContext, ctx: Context) -> dict[str, Any]:
