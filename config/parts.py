@@ -100,6 +100,11 @@ class ApiPart(Part):
         10.0, ge=0, description="Seconds later /metrics scrapes reuse a computed answer (0: never)."
     )
     max_query_days: int = Field(400, ge=1, description="Longest time window a query may cover.")
+    model_aliases: str = Field(
+        "",
+        description="Model name aliases as comma-separated ALIAS=CANONICAL pairs, for matching "
+        "client and server model names (besides the default: org/ prefix stripped, any case).",
+    )
 
 
 class JobsPart(Part):

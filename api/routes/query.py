@@ -1,4 +1,5 @@
-"""``/api/v1/latency``, ``/api/v1/throughput`` and ``/api/v1/breakdown``: the query routes.
+"""``/api/v1/latency``, ``/api/v1/latency/gap``, ``/api/v1/throughput`` and
+``/api/v1/breakdown``: the query routes.
 
 Each route parses the common parameters, calls one ``storage.queries`` function and turns the
 ``core`` answer into JSON. Rollup resolution follows the retention policy, so a window older
@@ -15,12 +16,22 @@ from api.auth import Scope
 from api.context import AppContext
 from api.deps import App, requires
 from api.errors import described
-from api.params import WINDOW_RULES, Common, KnownQueryRoute, common
+from api.params import (
+    MAX_LABEL,
+    RANGE_PATTERN,
+    TIME_PATTERN,
+    WINDOW_RULES,
+    Common,
+    KnownQueryRoute,
+    common,
+    window_of,
+)
+from core.gap import Distribution, gap_report
 from core.quantiles import parse_quantiles, quantile_key
 from core.query import LATENCY_METRICS, Method
-from core.timestamps import iso
+from core.timestamps import TIME_HELP, iso
 from core.window import Resolution
-from storage import queries
+from storage import client_reads, queries
 
 Params = Annotated[Common, Depends(common)]
 _QUANTILES = "0.5,0.9,0.95,0.99"
@@ -153,5 +164,76 @@ def breakdown(app: App, params: Params) -> dict[str, Any]:
                 "scaled_by": b.scaled_by,
             }
             for b in rows
+        ],
+    }
+
+
+def _distribution(d: Distribution) -> dict[str, Any]:
+    return {
+        "count": d.count,
+        "mean": d.mean,
+        "quantiles": {quantile_key(q): v for q, v in d.quantiles.items()},
+    }
+
+
+@router.get(
+    "/latency/gap",
+    summary="The client ↔ engine gap: client TTFT and E2E minus the server's, per model/tenant",
+    description=(
+        "Client calls (from the CLIENT spans of GenAI client instrumentations) joined by trace "
+        "id to the server's records; gap = client − server, for TTFT and end to end time, in "
+        "seconds. Model names are compared through the alias table (INFERSIGHT_MODEL_ALIASES; "
+        "by default an org/ prefix is stripped and case ignored). Calls whose client did not "
+        "propagate its trace context are counted as unjoined. " + WINDOW_RULES
+    ),
+)
+def latency_gap(
+    app: App,
+    start: str | None = Query(
+        None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
+    ),
+    end: str | None = Query(None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)"),
+    range_: str | None = Query(
+        None,
+        alias="range",
+        pattern=RANGE_PATTERN,
+        description="the window that ends now: 15m, 6h, 7d",
+    ),
+    model: str | None = Query(None, max_length=MAX_LABEL, description="compared canonically"),
+    tenant: str | None = Query(None, max_length=MAX_LABEL),
+    quantiles: Annotated[
+        str, Query(pattern=QUANTILES_PATTERN, description="comma-separated, in [0, 1]")
+    ] = _QUANTILES,
+) -> dict[str, Any]:
+    window = window_of(app, app.clock(), start, end, range_)
+    qs = parse_quantiles(quantiles)
+    read = client_reads.read_pairs(app.engine, window, app.aliases, model=model, tenant=tenant)
+    groups = gap_report(read.pairs, app.aliases, qs)
+    return {
+        "unit": "s",
+        "start": iso(window.start),
+        "end": iso(window.end),
+        "truncated": read.truncated,
+        "calls": sum(g.calls for g in groups),
+        "joined": sum(g.joined for g in groups),
+        "unjoined": sum(g.unjoined for g in groups),
+        "groups": [
+            {
+                "labels": {"model": g.model, "tenant": g.tenant},
+                "calls": g.calls,
+                "joined": g.joined,
+                "unjoined": g.unjoined,
+                "ttft_gap": _distribution(g.ttft_gap),
+                "e2e_gap": _distribution(g.e2e_gap),
+                "client": {
+                    "ttft": _distribution(g.client_ttft),
+                    "e2e": _distribution(g.client_e2e),
+                },
+                "server": {
+                    "ttft": _distribution(g.server_ttft),
+                    "e2e": _distribution(g.server_e2e),
+                },
+            }
+            for g in groups
         ],
     }

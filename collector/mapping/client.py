@@ -58,6 +58,11 @@ TOKEN_ATTRS: Final = INPUT_ATTRS + OUTPUT_ATTRS
 #: A TTFT the client measured itself (OpenLIT's name says "server", the value is not).
 TTFT_ATTRS: Final = ("gen_ai.server.time_to_first_token", "gen_ai.response.time_to_first_token")
 OPERATION_ATTRS: Final = ("gen_ai.operation.name", "llm.request.type")
+#: The instrumentation scopes of OpenLLMetry's ``opentelemetry-instrumentation-openai`` (for
+#: the ``openai`` client's 0.x and 1.x APIs); the OpenTelemetry contrib's own is ``openai_v2``.
+OPENLLMETRY: Final = frozenset(
+    {"opentelemetry.instrumentation.openai.v0", "opentelemetry.instrumentation.openai.v1"}
+)
 
 
 def claims(span: SpanView) -> bool:
@@ -74,7 +79,8 @@ def source_of(span: SpanView) -> str:
     sdk = as_str(span.resource.get("telemetry.sdk.name")).lower()
     if sdk == "openlit" or span.scope.lower().startswith("openlit"):
         return "openlit"
-    if "llm.request.type" in span.attributes or "traceloop" in span.scope.lower():
+    scope = span.scope.lower()
+    if "llm.request.type" in span.attributes or "traceloop" in scope or scope in OPENLLMETRY:
         return "openllmetry"
     return "genai"
 

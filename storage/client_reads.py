@@ -1,0 +1,88 @@
+"""Reading client records (``client_requests``) and the server records they join to.
+
+``read_pairs`` reads the client calls of a window (newest first, at most ``max_calls``: the
+answer says when it held more), then the server records of their traces, and joins them
+(``core.gap.join``). Server records are looked up by trace id in batches, within the calls'
+own time span widened by ``SERVER_MARGIN`` (partition-pruned on PostgreSQL), so the cost is
+bounded by the calls read, not by the server table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Final
+
+from sqlalchemy import Connection, Engine, select
+
+from core.gap import Pair, Side, join
+from core.model_names import ModelAliases
+from core.window import Window
+from storage.tables import client_requests, requests
+
+#: Client calls one answer reads at most (each is a row in memory while it is joined).
+MAX_CALLS: Final = 100_000
+#: Trace ids per server lookup (one bound parameter each).
+TRACE_BATCH: Final = 500
+#: How far before the first call and after the last one's end a server record is looked for.
+SERVER_MARGIN: Final = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs:
+    pairs: list[Pair]
+    #: More calls were in the window than were read (the newest ``max_calls`` were).
+    truncated: bool
+
+
+def read_pairs(
+    engine: Engine,
+    window: Window,
+    aliases: ModelAliases,
+    *,
+    model: str | None = None,
+    tenant: str | None = None,
+    max_calls: int = MAX_CALLS,
+) -> Pairs:
+    """The window's client calls (of ``model``, compared canonically, and ``tenant`` when
+    given), each joined to its server record where its trace has one."""
+    c = client_requests.c
+    query = (
+        select(c.trace_id, c.span_id, c.start, c.model, c.tenant, c.ttft_s, c.e2e_s)
+        .where(c.start >= window.start, c.start < window.end)
+        .order_by(c.start.desc())
+    )
+    if tenant is not None:
+        query = query.where(c.tenant == tenant)
+    wanted = aliases.canonical(model) if model else None
+    clients: list[Side] = []
+    truncated = False
+    with engine.connect() as connection:
+        for row in connection.execute(query.execution_options(yield_per=5000)):
+            if wanted is not None and aliases.canonical(row.model) != wanted:
+                continue
+            if len(clients) >= max_calls:
+                truncated = True
+                break
+            clients.append(Side(*row))
+        servers = _servers(connection, clients)
+    return Pairs(join(clients, servers, aliases), truncated)
+
+
+def _servers(connection: Connection, clients: list[Side]) -> list[Side]:
+    if not clients:
+        return []
+    low = min(s.start for s in clients) - SERVER_MARGIN
+    high = max(s.start + timedelta(seconds=s.e2e_s or 0.0) for s in clients) + SERVER_MARGIN
+    traces = sorted({s.trace_id for s in clients})
+    r = requests.c
+    out: list[Side] = []
+    for i in range(0, len(traces), TRACE_BATCH):
+        batch = traces[i : i + TRACE_BATCH]
+        rows = connection.execute(
+            select(r.trace_id, r.span_id, r.start, r.model, r.tenant, r.ttft_s, r.e2e_s).where(
+                r.start >= low, r.start <= high, r.trace_id.in_(batch)
+            )
+        )
+        out += [Side(*row) for row in rows]
+    return out
