@@ -15,7 +15,6 @@ import dataclasses
 from datetime import datetime, timedelta
 
 import numpy as np
-
 from sqlalchemy import Engine
 
 from alerts.rules import load_rules
