@@ -5,6 +5,10 @@ answer says when it held more), then the server records of their traces, and joi
 (``core.gap.join``). Server records are looked up by trace id in batches, within the calls'
 own time span widened by ``SERVER_MARGIN`` (partition-pruned on PostgreSQL), so the cost is
 bounded by the calls read, not by the server table.
+
+``infersight loadtest`` is a client too: it sends a ``traceparent`` with every request and
+keeps each request's trace id (``loadtest_results.trace_id``), so its requests of the window
+are client calls as well (untenanted: a tenant filter leaves them out), joined the same way.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from sqlalchemy import Connection, Engine, select
 from core.gap import Pair, Side, join
 from core.model_names import ModelAliases
 from core.window import Window
-from storage.tables import client_requests, requests
+from storage.tables import client_requests, loadtest_results, loadtest_runs, requests
 
 #: Client calls one answer reads at most (each is a row in memory while it is joined).
 MAX_CALLS: Final = 100_000
 #: Trace ids per server lookup (one bound parameter each).
 TRACE_BATCH: Final = 500
+#: How long before a window a load-test run may have started and still have requests in it.
+LONGEST_RUN: Final = timedelta(days=1)
 #: How far before the first call and after the last one's end a server record is looked for.
 SERVER_MARGIN: Final = timedelta(minutes=10)
 
@@ -65,8 +71,46 @@ def read_pairs(
                 truncated = True
                 break
             clients.append(Side(*row))
+        if tenant is None and not truncated:
+            truncated = _loadtest_calls(connection, window, aliases, wanted, clients, max_calls)
         servers = _servers(connection, clients)
     return Pairs(join(clients, servers, aliases), truncated)
+
+
+def _loadtest_calls(
+    connection: Connection,
+    window: Window,
+    aliases: ModelAliases,
+    wanted: str | None,
+    into: list[Side],
+    max_calls: int,
+) -> bool:
+    """Append the requests of load-test runs sent within ``window`` (that kept a trace id);
+    whether the cap cut them short."""
+    runs = connection.execute(
+        select(loadtest_runs.c.id, loadtest_runs.c.model, loadtest_runs.c.started_at).where(
+            loadtest_runs.c.started_at >= window.start - LONGEST_RUN,
+            loadtest_runs.c.started_at < window.end,
+        )
+    ).all()
+    for run_id, model, started_at in runs:
+        if wanted is not None and aliases.canonical(model) != wanted:
+            continue
+        res = loadtest_results.c
+        rows = connection.execute(
+            select(res.seq, res.sent_s, res.ttft_s, res.e2e_s)
+            .where(res.run_id == run_id, res.trace_id != "", res.status == "ok")
+            .order_by(res.seq)
+            .add_columns(res.trace_id)
+        )
+        for seq, sent_s, ttft_s, e2e_s, trace_id in rows:
+            start = started_at + timedelta(seconds=sent_s)
+            if not window.start <= start < window.end:
+                continue
+            if len(into) >= max_calls:
+                return True
+            into.append(Side(trace_id, f"loadtest-{run_id}-{seq}", start, model, "", ttft_s, e2e_s))
+    return False
 
 
 def _servers(connection: Connection, clients: list[Side]) -> list[Side]:

@@ -231,3 +231,50 @@ def test_unknown_gap_parameters_are_refused(store) -> None:
     response = asyncio.run(get())
     assert response.status_code == 400
     assert "instance" in response.json()["error"]["message"]
+
+
+def test_a_load_tests_requests_are_client_calls_joined_by_their_traceparent(
+    store, sidecar: Sidecar
+) -> None:
+    import numpy as np
+
+    from core.loadtest import ScenarioKind
+    from loadgen.client import Endpoint
+    from loadgen.runner import Runner
+    from loadgen.scenarios import steady
+    from loadgen.workload import DistKind, Lengths, Sampled
+    from simulator.realtime import RealtimeServer
+    from simulator.sinks.otlp import OtlpSink
+    from simulator.specs import load_profile
+    from storage.runs import save_run
+    from tests.peers import serving_app
+
+    endpoint = f"{base_url(sidecar)}/v1/traces"
+    simulator = RealtimeServer.standalone(
+        "sim-0",
+        load_profile("llama-3.1-8b-h200x1"),
+        epoch=datetime.now(UTC),
+        sinks=[OtlpSink(endpoint, flush_on_write=False)],
+    )
+    with serving_app(simulator.app()) as url:
+        runner = Runner(
+            Endpoint(url, simulator.model),
+            steady(2, 2.0),
+            Sampled(
+                Lengths(DistKind.FIXED, 200), Lengths(DistKind.FIXED, 8), np.random.default_rng(1)
+            ),
+            rng=np.random.default_rng(2),
+        )
+        run = asyncio.run(runner.run(name="gap", scenario=ScenarioKind.STEADY))
+    save_run(store.engine, run)
+    ship(sidecar)
+    sent = [r for r in run.results if r.ok and r.trace_id]
+    assert sent
+    body = gap(store, model=SERVED_AS)
+    assert (body["calls"], body["joined"]) == (len(sent), len(sent))
+    with store.engine.connect() as c:
+        servers = {row.trace_id: row for row in c.execute(select(requests))}
+    (group,) = body["groups"]
+    e2e_gaps = [r.e2e_s - servers[r.trace_id].e2e_s for r in sent]
+    assert group["e2e_gap"]["mean"] == pytest.approx(sum(e2e_gaps) / len(e2e_gaps))
+    assert gap(store, tenant="acme")["calls"] == 0  # a load test's calls have no tenant
