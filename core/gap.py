@@ -45,6 +45,14 @@ class Side:
     tenant: str
     ttft_s: float | None
     e2e_s: float | None
+    #: The server's labels (a client's are "").
+    instance: str = ""
+    priority: str = ""
+
+    def label(self, name: str) -> str:
+        """``model``, ``instance``, ``tenant`` or ``priority``."""
+        value: str = getattr(self, name)
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,4 +180,50 @@ def gap_report(
     return out
 
 
-__all__ = ["SKEW_S", "Distribution", "GapGroup", "Pair", "Side", "gap_report", "join"]
+@dataclass(frozen=True, slots=True)
+class ClientStage:
+    """The client ↔ engine stage of a breakdown group: the time the joined calls of the
+    group's server records spent outside the engine, and its share of their client E2E."""
+
+    calls: int
+    gap_seconds_total: float
+    client_seconds_total: float
+
+    @property
+    def share(self) -> float | None:
+        if self.client_seconds_total <= 0:
+            return None
+        return max(0.0, self.gap_seconds_total) / self.client_seconds_total
+
+
+def client_stages(
+    pairs: Iterable[Pair], group_by: Sequence[str], pinned: Sequence[tuple[str, str]]
+) -> dict[tuple[str, ...], ClientStage]:
+    """Joined pairs grouped by their server record's labels (``group_by``), those whose server
+    labels match ``pinned`` only: the client stage each breakdown group gets."""
+    sums: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    for pair in pairs:
+        server = pair.server
+        gap = pair.e2e_gap_s
+        if server is None or gap is None or pair.client.e2e_s is None:
+            continue
+        if any(server.label(name) != value for name, value in pinned):
+            continue
+        acc = sums[tuple(server.label(name) for name in group_by)]
+        acc[0] += 1
+        acc[1] += gap
+        acc[2] += pair.client.e2e_s
+    return {key: ClientStage(int(n), gap, client) for key, (n, gap, client) in sums.items()}
+
+
+__all__ = [
+    "SKEW_S",
+    "ClientStage",
+    "Distribution",
+    "GapGroup",
+    "Pair",
+    "Side",
+    "client_stages",
+    "gap_report",
+    "join",
+]

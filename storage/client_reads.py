@@ -124,9 +124,17 @@ def _servers(connection: Connection, clients: list[Side]) -> list[Side]:
     for i in range(0, len(traces), TRACE_BATCH):
         batch = traces[i : i + TRACE_BATCH]
         rows = connection.execute(
-            select(r.trace_id, r.span_id, r.start, r.model, r.tenant, r.ttft_s, r.e2e_s).where(
-                r.start >= low, r.start <= high, r.trace_id.in_(batch)
-            )
+            select(
+                r.trace_id,
+                r.span_id,
+                r.start,
+                r.model,
+                r.tenant,
+                r.ttft_s,
+                r.e2e_s,
+                r.instance,
+                r.priority,
+            ).where(r.start >= low, r.start <= high, r.trace_id.in_(batch))
         )
         out += [Side(*row) for row in rows]
     return out

@@ -26,7 +26,7 @@ from api.params import (
     common,
     window_of,
 )
-from core.gap import Distribution, gap_report
+from core.gap import ClientStage, Distribution, client_stages, gap_report
 from core.quantiles import parse_quantiles, quantile_key
 from core.query import LATENCY_METRICS, Method
 from core.timestamps import TIME_HELP, iso
@@ -135,7 +135,9 @@ def throughput(app: App, params: Params) -> dict[str, Any]:
 def breakdown(app: App, params: Params) -> dict[str, Any]:
     """Each stage's share of the requests' time (end to end, plus a gateway's own time in
     front); the shares add up to at most 1. Stages the engines reported as overlapping (adding
-    up to more than the end-to-end time) are scaled down together: ``scaled_by`` < 1."""
+    up to more than the end-to-end time) are scaled down together: ``scaled_by`` < 1. The
+    ``client`` stage is the time the group's requests' clients waited beyond the server's end
+    to end (network, gateway, client queueing), from the client calls joined to them."""
     rows = queries.breakdown(
         app.engine,
         params.window,
@@ -143,6 +145,8 @@ def breakdown(app: App, params: Params) -> dict[str, Any]:
         params.group_by,
         finest=_finest(app, params),
     )
+    calls = client_reads.read_pairs(app.engine, params.window, app.aliases)
+    clients = client_stages(calls.pairs, params.group_by, params.selector.items())
     return {
         "start": iso(params.window.start),
         "end": iso(params.window.end),
@@ -162,9 +166,23 @@ def breakdown(app: App, params: Params) -> dict[str, Any]:
                 ],
                 "unaccounted_share": b.unaccounted_share,
                 "scaled_by": b.scaled_by,
+                "client": _client_stage(clients.get(tuple(b.labels[n] for n in params.group_by))),
             }
             for b in rows
         ],
+    }
+
+
+def _client_stage(stage: ClientStage | None) -> dict[str, Any] | None:
+    """The client ↔ engine stage: beyond the server's end to end time, so a share of the
+    joined calls' client E2E, not of the server's (``null``: no call joined in the group)."""
+    if stage is None:
+        return None
+    return {
+        "calls": stage.calls,
+        "gap_seconds_total": stage.gap_seconds_total,
+        "client_seconds_total": stage.client_seconds_total,
+        "share_of_client_e2e": stage.share,
     }
 
 

@@ -114,13 +114,13 @@ def call_the_simulator(sidecar: Sidecar, *, propagate: bool, tenant: str = "") -
     return list(memory.completions)
 
 
-def gap(store, **params: str) -> dict[str, Any]:
+def gap(store, path: str = "/api/v1/latency/gap", **params: str) -> dict[str, Any]:
     app = create_app(ApiSettings(run_jobs=False), store.engine)
 
     async def get() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
-            return await c.get("/api/v1/latency/gap", params={"range": "1h", **params})
+            return await c.get(path, params={"range": "1h", **params})
 
     response = asyncio.run(get())
     assert response.status_code == 200, response.text
@@ -179,6 +179,14 @@ def test_propagated_calls_are_joined_and_their_gap_is_client_minus_server(
     # The server's model name selects the same calls.
     assert gap(store, model="meta-llama/Llama-3.1-8B-Instruct")["joined"] == 4
     assert gap(store, model="another-model")["calls"] == 0
+    # The breakdown's client ↔ engine stage: the same gaps, beyond the server's stages.
+    (stages,) = gap(store, "/api/v1/breakdown", group_by="model")["groups"]
+    assert stages["labels"] == {"model": "meta-llama/Llama-3.1-8B-Instruct"}
+    client = stages["client"]
+    assert client["calls"] == 4
+    assert client["gap_seconds_total"] == pytest.approx(sum(e2e_gaps))
+    assert client["client_seconds_total"] == pytest.approx(sum(call.e2e_s for call in calls))
+    assert 0 <= client["share_of_client_e2e"] < 1
 
 
 def test_calls_that_propagate_nothing_are_stored_unjoined(store, sidecar: Sidecar) -> None:
@@ -196,6 +204,8 @@ def test_calls_that_propagate_nothing_are_stored_unjoined(store, sidecar: Sideca
     assert group["e2e_gap"]["count"] == 0
     assert group["client"]["e2e"]["count"] == 4
     assert gap(store, tenant="other")["calls"] == 0
+    (stages,) = gap(store, "/api/v1/breakdown")["groups"]
+    assert stages["client"] is None  # nothing joined: no client stage to show
 
 
 def test_a_replayed_client_span_is_stored_once(store, sidecar: Sidecar) -> None:

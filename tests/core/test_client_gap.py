@@ -98,3 +98,19 @@ def test_the_report_groups_by_canonical_model_and_counts_unjoined_calls() -> Non
     assert (other.calls, other.joined, other.unjoined) == (1, 0, 1)
     assert other.e2e_gap.count == 0
     assert other.client_e2e.quantiles[0.5] == pytest.approx(1.0)
+
+
+def test_the_client_stage_sums_the_gaps_under_the_server_records_labels() -> None:
+    from core.gap import client_stages
+
+    servers = [
+        Side("aa" * 16, "s1", T0, "org/m", "t1", None, 1.0, "node-0"),
+        Side("bb" * 16, "s2", T0, "org/m", "t2", None, 2.0, "node-1"),
+    ]
+    calls = [side("c1", 0.0, 1.25, trace="aa" * 16), side("c2", 0.0, 2.5, trace="bb" * 16)]
+    pairs = join(calls, servers, DEFAULT)
+    stages = client_stages(pairs, ("instance",), ())
+    assert stages[("node-0",)].gap_seconds_total == pytest.approx(0.25)
+    assert stages[("node-1",)].share == pytest.approx(0.5 / 2.5)
+    pinned = client_stages(pairs, ("model",), (("tenant", "t1"),))
+    assert pinned[("org/m",)].calls == 1
