@@ -2,9 +2,10 @@
 
 ``read_pairs`` reads the client calls of a window (newest first, at most ``max_calls``: the
 answer says when it held more), then the server records of their traces, and joins them
-(``core.gap.join``). Server records are looked up by trace id in batches, within the calls'
-own time span widened by ``SERVER_MARGIN`` (partition-pruned on PostgreSQL), so the cost is
-bounded by the calls read, not by the server table.
+(``core.gap.join``). Server records are looked up by trace id in batches of calls in start
+order, each within its calls' own time span widened by ``SERVER_MARGIN`` (partition-pruned on
+PostgreSQL, a key range on both), so the cost is bounded by the calls read, not by the
+server table.
 
 ``infersight loadtest`` is a client too: it sends a ``traceparent`` with every request and
 keeps each request's trace id (``loadtest_results.trace_id``), so its requests of the window
@@ -30,8 +31,9 @@ MAX_CALLS: Final = 100_000
 TRACE_BATCH: Final = 500
 #: How long before a window a load-test run may have started and still have requests in it.
 LONGEST_RUN: Final = timedelta(days=1)
-#: How far before the first call and after the last one's end a server record is looked for.
-SERVER_MARGIN: Final = timedelta(minutes=10)
+#: How far before a call and after its end its server record is looked for: the two hosts'
+#: clocks may disagree (a server record further off is not found, and the call is unjoined).
+SERVER_MARGIN: Final = timedelta(minutes=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,27 +116,25 @@ def _loadtest_calls(
 
 
 def _servers(connection: Connection, clients: list[Side]) -> list[Side]:
-    if not clients:
-        return []
-    low = min(s.start for s in clients) - SERVER_MARGIN
-    high = max(s.start + timedelta(seconds=s.e2e_s or 0.0) for s in clients) + SERVER_MARGIN
-    traces = sorted({s.trace_id for s in clients})
+    """The server records of the calls' traces. Calls are taken in start order, a batch at a
+    time, and each batch's lookup covers only its own calls' time span (widened by
+    ``SERVER_MARGIN``): the requests table's key leads with the start, so each lookup reads a
+    slice of the window, not all of it."""
     r = requests.c
-    out: list[Side] = []
-    for i in range(0, len(traces), TRACE_BATCH):
-        batch = traces[i : i + TRACE_BATCH]
+    found: dict[tuple[str, str], Side] = {}
+    ordered = sorted(clients, key=lambda s: s.start)
+    for i in range(0, len(ordered), TRACE_BATCH):
+        batch = ordered[i : i + TRACE_BATCH]
+        low = batch[0].start - SERVER_MARGIN
+        high = max(s.start + timedelta(seconds=s.e2e_s or 0.0) for s in batch) + SERVER_MARGIN
         rows = connection.execute(
             select(
-                r.trace_id,
-                r.span_id,
-                r.start,
-                r.model,
-                r.tenant,
-                r.ttft_s,
-                r.e2e_s,
-                r.instance,
-                r.priority,
-            ).where(r.start >= low, r.start <= high, r.trace_id.in_(batch))
-        )
-        out += [Side(*row) for row in rows]
-    return out
+                r.trace_id, r.span_id, r.start, r.model, r.tenant, r.ttft_s, r.e2e_s,
+                r.instance, r.priority,
+            ).where(
+                r.start >= low, r.start <= high, r.trace_id.in_({s.trace_id for s in batch})
+            )
+        )  # fmt: skip
+        for row in rows:
+            found.setdefault((row.trace_id, row.span_id), Side(*row))
+    return list(found.values())
