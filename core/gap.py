@@ -10,9 +10,9 @@ does not enter a gap.
 Pairing within a trace: one client call and one server record are a pair whatever their
 timestamps say (the hosts' clocks may disagree; the reader looks a server record up within
 minutes of its call, ``storage.client_reads.SERVER_MARGIN``). A trace with several calls (an
-agent's loop under one root span) pairs each call, in start order, with the unpaired server record of the
-same model (``core.model_names``) that started nearest after it, within the call's own span
-widened by ``SKEW_S``; a call with none is unjoined.
+agent's loop under one root span) pairs each call, in start order, with the unpaired server
+record of the same model (``core.model_names``) that started nearest after it, within the
+call's own span widened by ``SKEW_S``; a call with none is unjoined.
 
 ``gap_report`` groups calls by model (canonical) and tenant: counts of joined and unjoined
 calls, and exact quantiles of each gap (its input is bounded by the reader: a gap may be
