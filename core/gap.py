@@ -11,7 +11,7 @@ Pairing within a trace: one client call and one server record are a pair whateve
 timestamps say (the hosts' clocks may disagree; the reader looks a server record up within
 minutes of its call, ``storage.client_reads.SERVER_MARGIN``). A trace with several calls (an
 agent's loop under one root span) pairs each call, in start order, with the unpaired server
-record of the same model (``core.model_names``) that started nearest after it, within the
+record of the same model (``core.model_names``) that started nearest to it, within the
 call's own span widened by ``SKEW_S``; a call with none is unjoined.
 
 ``gap_report`` groups calls by model (canonical) and tenant: counts of joined and unjoined
