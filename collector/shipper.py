@@ -318,13 +318,27 @@ class Shipper:
         if not isinstance(sink, ClientSink):
             self.metrics.ship_errors.labels("no_client_store").inc(len(records))
         elif records:
-            result = sink.write_client_requests(records)
-            if result.duplicates:
-                self.metrics.ship_duplicates.inc(result.duplicates)
-            self._count_refused(result)
+            self._write_clients(sink, records)
         self.spool.delete([s.seq for s in stored])
         self.metrics.shipped.labels("client").inc(len(records))
         return len(stored)
+
+    def _write_clients(self, sink: ClientSink, records: list[ClientRecord]) -> None:
+        try:
+            results = [sink.write_client_requests(records)]
+        except InvalidInput:
+            # One bad record must not block the spool: isolate it, keep the others.
+            results = []
+            for record in records:
+                try:
+                    results.append(sink.write_client_requests([record]))
+                except InvalidInput as exc:
+                    self.metrics.ship_errors.labels("invalid_record").inc()
+                    log.error("the store refused client record %s: %s", record.span_id, exc)
+        for result in results:
+            if result.duplicates:
+                self.metrics.ship_duplicates.inc(result.duplicates)
+            self._count_refused(result)
 
     def _count_refused(self, result: WriteResult) -> None:
         if result.refused:  # outside the store's accepted window: dropped, as retention would
