@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypedDict, Unpack
 
@@ -27,6 +27,8 @@ from api.settings import ApiSettings
 from api.startup import StoreGate
 from core.burn import IncidentListener, Policy
 from core.cost import CostModel
+from core.errors import ConfigurationError, InvalidInput
+from core.model_names import ModelAliases
 from service.cost_spec import active_model
 from service.diagnosis import DiagnosisListener
 from service.evaluation import Evaluator, default_policy
@@ -84,6 +86,8 @@ class AppContext:
     """Answers the KEDA endpoint refused (stale, missing, unknown), by reason."""
     answers: AnswerCache
     """The dashboard pages' answers of the last ``dashboard_answer_ttl_s`` seconds."""
+    aliases: ModelAliases = field(default_factory=ModelAliases)
+    """The model alias table client and server model names are matched by."""
 
     def cost_model(self) -> CostModel:
         """The cost model in use: the stored one named by the settings, or the example."""
@@ -176,7 +180,15 @@ def build_context(
         store_gate=gate,
         keda_refusals=Refusals(),
         answers=AnswerCache(settings.dashboard_answer_ttl_s),
+        aliases=_aliases(settings.model_aliases),
     )
+
+
+def _aliases(text: str) -> ModelAliases:
+    try:
+        return ModelAliases.parse(text)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"INFERSIGHT_MODEL_ALIASES: {exc.message}") from None
 
 
 def context_of(app: Starlette) -> AppContext:

@@ -164,6 +164,17 @@ def common(
     ),
 ) -> Common:
     now = app.clock()
+    window = window_of(app, now, start, end, range_)
+    selector = Selector(model=model, instance=instance, tenant=tenant, priority=priority)
+    groups = check_group_by(p.strip() for p in group_by.split(",") if p.strip())
+    return Common(window, selector, groups, now)
+
+
+def window_of(
+    app: App, now: datetime, start: str | None, end: str | None, range_: str | None
+) -> Window:
+    """The window ``start``/``end`` or ``range`` give (module doc), checked against
+    ``max_query_days``; ``InvalidInput`` names what is wrong."""
     max_days = app.settings.max_query_days
     too_long = InvalidInput(
         f"a query covers at most {max_days} days", details={"max_query_days": max_days}
@@ -186,6 +197,4 @@ def common(
         window = Window(start_ts, end_ts)
     if window.end - window.start > timedelta(days=max_days):
         raise too_long
-    selector = Selector(model=model, instance=instance, tenant=tenant, priority=priority)
-    groups = check_group_by(p.strip() for p in group_by.split(",") if p.strip())
-    return Common(window, selector, groups, now)
+    return window

@@ -25,6 +25,7 @@ from typing import Any, Final
 import orjson
 
 from collector.mapping.base import Link, Place, StageFragment
+from core.client import CLIENT_FIELDS, ClientRecord, TtftSource
 from core.records import RECORD_FIELDS, Engine, RequestRecord, Status
 from core.samples import EngineSample, GpuSample, ServerSample
 
@@ -48,6 +49,8 @@ class Kind(IntEnum):
     STAGE = 2
     GPU = 3
     SERVER = 4
+    #: A client record (``core.client``): shipped as it comes, no reassembly to wait for.
+    CLIENT = 5
 
 
 def encode_record(record: RequestRecord, place: Place | None = None) -> bytes:
@@ -135,6 +138,29 @@ def decode_piece(trace_id: str, payload: bytes) -> StageFragment | Link | None:
         start_ns,
         end_ns,
     )
+
+
+_CLIENT_VALUES: Final = attrgetter(*CLIENT_FIELDS)
+_CLIENT_START_AT: Final = CLIENT_FIELDS.index("start")
+
+
+def encode_client(record: ClientRecord) -> bytes:
+    """A client record as a list in ``CLIENT_FIELDS`` order, the start as epoch seconds."""
+    values: list[Any] = list(_CLIENT_VALUES(record))
+    values[_CLIENT_START_AT] = record.start.timestamp()
+    return _ENCODER.encode(values).encode()
+
+
+def decode_client(payload: bytes) -> ClientRecord:
+    """A spooled client record, validated again (few of them: one per call a client made)."""
+    values = json.loads(payload)
+    if not isinstance(values, list) or len(values) != len(CLIENT_FIELDS):
+        raise ValueError("a spooled client record must be a list with one value per field")
+    fields = dict(zip(CLIENT_FIELDS, values, strict=True))
+    fields["start"] = datetime.fromtimestamp(fields["start"], tz=UTC)
+    fields["status"] = _STATUSES.get(fields["status"], fields["status"])
+    fields["ttft_source"] = TtftSource(fields["ttft_source"])
+    return ClientRecord(**fields)
 
 
 def encode_sample(sample: GpuSample | ServerSample) -> bytes:

@@ -6,7 +6,8 @@ Records wait in the spool for the reassembly window (their ``ready_at`` is
 exports, are merged before shipping. Each record keeps its place in the trace (parent span,
 start, end); every span that is neither a request nor a stage is kept as a link (its ids, its
 service, its kind), so that the shipper can tell a request's own stages from its client's
-(``collector.assembly``).
+(``collector.assembly``). A client instrumentation's span becomes a client record
+(``core.client``), spooled ready at once, and a link as well.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector import otlp, validation
 from collector.assembly import Reassembly
 from collector.body import inflate
-from collector.codec import Kind, encode_fragment, encode_link, encode_record
+from collector.codec import Kind, encode_client, encode_fragment, encode_link, encode_record
 from collector.mapping import Link, MappingContext, Place, Skipped, StageFragment, map_span
 from collector.metrics import CollectorMetrics
 from collector.otlp import Decoded, Limits, span_views
 from collector.spool import Entry, Spool
 from core.accept import AcceptWindow
+from core.client import ClientRecord
 from core.records import RequestRecord
 
 
@@ -95,7 +97,13 @@ def prepare(
         elif isinstance(outcome, Skipped) and outcome.rejected:
             rejected[outcome.reason] += 1
         else:
-            unmapped[outcome.engine, outcome.reason] += 1
+            if isinstance(outcome, ClientRecord):
+                payload = encode_client(outcome)
+                entries.append(Entry(Kind.CLIENT, outcome.trace_id, now, payload))
+            else:
+                unmapped[outcome.engine, outcome.reason] += 1
+            # A client span is kept as a link too: the server's stages are told from the
+            # client's by where they sit below it.
             link = Link.of(view)
             if link is not None:
                 entries.append(Entry(Kind.STAGE, link.trace_id, now, encode_link(link)))

@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collector import otlp_json
-from collector.mapping.spans import AttrValue, SpanView, attr_size
+from collector.mapping.spans import CHUNK_EVENTS, AttrValue, SpanView, attr_size
 from collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_protobuf
 from core.errors import InvalidInput, TooLarge
 
@@ -235,9 +235,17 @@ def _collect(
                 scope,
                 status.code,
                 status.message[:256],
+                _first_chunk(span.events) if span.events else 0,
             )
         )
     return tuple(views), dropped
+
+
+def _first_chunk(events: Any) -> int:
+    """The time of the earliest streamed-chunk event (0: none); events are bounded by the
+    export's message count (``Limits.max_messages``)."""
+    times = [e.time_unix_nano for e in events if e.name in CHUNK_EVENTS and e.time_unix_nano]
+    return min(times) if times else 0
 
 
 def _iter(

@@ -11,8 +11,9 @@ What it accepts follows ``ParseDict(..., ignore_unknown_fields=True)`` for the f
 reads (``tests/collector/test_collector_otlp_json.py`` holds the two side by side):
 lowerCamelCase or proto field names; 64-bit integers as numbers or decimal strings; enums by
 name or number; ``bytesValue`` in base64; trace and span ids in hex, as OTLP/JSON specifies
-(not base64). Unknown fields are ignored, and so are the fields nothing reads (events, links,
-dropped counts, trace state), which are therefore not validated either.
+(not base64). Unknown fields are ignored, and so are the fields nothing reads (links, dropped
+counts, trace state), which are therefore not validated either; of the events only the
+streamed-chunk ones are read (their time: a client's TTFT), and a malformed one is skipped.
 
 Limits are those of the protobuf path: entries are counted before any span is read
 (``TooLarge``), keyless attributes are dropped, attributes beyond ``max_attributes`` per
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from collector.mapping.spans import AttrValue, SpanView, attr_size
+from collector.mapping.spans import CHUNK_EVENTS, AttrValue, SpanView, attr_size
 from collector.prescan import check_json
 from core.errors import InvalidInput, TooLarge
 
@@ -339,6 +340,26 @@ def decode(body: bytes | bytearray, limits: Limits) -> tuple[tuple[SpanView, ...
                         scope,
                         _enum(status.get("code"), _STATUS_CODES, "status code"),
                         _string(status.get("message"), "status message")[:256],
+                        _first_chunk(node),
                     )
                 )  # fmt: skip
     return tuple(views), dropped
+
+
+def _first_chunk(node: dict[str, Any]) -> int:
+    """The time of the earliest streamed-chunk event of a span (0: none). Events are read
+    only for this; one that is malformed is skipped, as the fields nothing reads are."""
+    events = node.get("events")
+    if not events or not isinstance(events, list):
+        return 0
+    earliest = 0
+    for event in events:
+        if not isinstance(event, dict) or event.get("name") not in CHUNK_EVENTS:
+            continue
+        try:
+            at = _integer(_field(event, "timeUnixNano", "time_unix_nano"), _UINT64, "time")
+        except InvalidInput:
+            continue
+        if at and (not earliest or at < earliest):
+            earliest = at
+    return earliest

@@ -33,13 +33,21 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from collector.assembly import Piece, Reassembly, Request, assemble
-from collector.codec import Kind, decode_gpu, decode_piece, decode_placed, decode_server
+from collector.codec import (
+    Kind,
+    decode_client,
+    decode_gpu,
+    decode_piece,
+    decode_placed,
+    decode_server,
+)
 from collector.mapping import Link
 from collector.metrics import CollectorMetrics
 from collector.spool import Spool, Stored
-from core.errors import ConfigurationError, InvalidInput, Unavailable
+from core.client import ClientRecord
+from core.errors import ConfigurationError, InvalidInput, InvalidRecord, Unavailable
 from core.records import RequestRecord
-from core.write import Sink, WriteResult
+from core.write import ClientSink, Sink, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +187,7 @@ class Shipper:
     def refresh(self) -> None:
         """Re-read the oldest eligible times from the spool (cheap: two indexed lookups)."""
         try:
-            self._record_ready_at = self.spool.oldest_ready_at([Kind.RECORD])
+            self._record_ready_at = self.spool.oldest_ready_at([Kind.RECORD, Kind.CLIENT])
             self._sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
         except sqlite3.Error:  # the loop outlives a spool error; the last values stand
             log.exception("cannot read the spool's oldest entries")
@@ -201,6 +209,9 @@ class Shipper:
         horizon = float("inf") if ignore_window else now
         try:
             records = shipped = self._ship_records(horizon)
+            clients = self._ship_clients(horizon)
+            records += clients
+            shipped += clients
             if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
                 shipped += self._ship_samples(horizon, now)
         except Unavailable as exc:
@@ -288,6 +299,46 @@ class Shipper:
         if result.duplicates:
             self.metrics.ship_duplicates.inc(result.duplicates)
         self._count_refused(result)
+
+    def _ship_clients(self, horizon: float) -> int:
+        """Store the client records that are due (no reassembly: they are whole as they come).
+        A sink that stores no client records (the simulator's) gets none: they are dropped
+        and counted as ``ship_errors{reason="no_client_store"}``."""
+        stored = self.spool.ready(horizon, [Kind.CLIENT], self.batch_size)
+        if not stored:
+            return 0
+        records: list[ClientRecord] = []
+        for entry in stored:
+            try:
+                records.append(decode_client(entry.payload))
+            except (InvalidInput, InvalidRecord, ValueError, TypeError, KeyError) as exc:
+                self.metrics.ship_errors.labels("invalid_payload").inc()
+                log.error("dropping an undecodable client entry %d: %s", entry.seq, exc)
+        sink = self._sink()
+        if not isinstance(sink, ClientSink):
+            self.metrics.ship_errors.labels("no_client_store").inc(len(records))
+        elif records:
+            self._write_clients(sink, records)
+        self.spool.delete([s.seq for s in stored])
+        self.metrics.shipped.labels("client").inc(len(records))
+        return len(stored)
+
+    def _write_clients(self, sink: ClientSink, records: list[ClientRecord]) -> None:
+        try:
+            results = [sink.write_client_requests(records)]
+        except InvalidInput:
+            # One bad record must not block the spool: isolate it, keep the others.
+            results = []
+            for record in records:
+                try:
+                    results.append(sink.write_client_requests([record]))
+                except InvalidInput as exc:
+                    self.metrics.ship_errors.labels("invalid_record").inc()
+                    log.error("the store refused client record %s: %s", record.span_id, exc)
+        for result in results:
+            if result.duplicates:
+                self.metrics.ship_duplicates.inc(result.duplicates)
+            self._count_refused(result)
 
     def _count_refused(self, result: WriteResult) -> None:
         if result.refused:  # outside the store's accepted window: dropped, as retention would

@@ -1,4 +1,5 @@
-"""Plausibility rules a request span must meet to be acknowledged and stored.
+"""Plausibility rules a request span (or a client span: ``client_refusal``) must meet to be
+acknowledged and stored.
 
 The engine mappers turn attributes into numbers and the record refuses values that are
 impossible on their own (negative, NaN, out of range); the rules here refuse combinations no
@@ -22,7 +23,9 @@ import math
 from typing import Final
 
 from collector.mapping import Outcome, Skipped, SpanView
+from collector.mapping.client import TOKEN_ATTRS as CLIENT_TOKEN_ATTRIBUTES
 from core.accept import AcceptWindow
+from core.client import ClientRecord
 from core.records import RequestRecord
 
 TOLERANCE_S: Final = 0.01
@@ -44,7 +47,10 @@ _STAGES: Final = ("queue_s", "prefill_s", "decode_s")
 
 
 def check(outcome: Outcome, span: SpanView, now_s: float, window: AcceptWindow | None) -> Outcome:
-    """``outcome`` itself, or a rejection when a request record breaks a rule."""
+    """``outcome`` itself, or a rejection when a request or client record breaks a rule."""
+    if isinstance(outcome, ClientRecord):
+        reason = client_refusal(outcome, span, now_s, window)
+        return outcome if reason is None else Skipped(reason, "client", rejected=True)
     if not isinstance(outcome, RequestRecord):
         return outcome
     reason = refusal(outcome, span, now_s, window)
@@ -75,9 +81,27 @@ def refusal(
     return None
 
 
-def _token_counts_are_integers(span: SpanView) -> bool:
+def client_refusal(
+    record: ClientRecord, span: SpanView, now_s: float, window: AcceptWindow | None
+) -> str | None:
+    """The first rule a client record breaks, or ``None``: the request's rules that apply to
+    what a client measures (its span's times, its token counts, TTFT within E2E)."""
+    if span.end_ns < span.start_ns:
+        return "end_before_start"
+    if not _token_counts_are_integers(span, CLIENT_TOKEN_ATTRIBUTES):
+        return "invalid_tokens"
+    e2e = record.e2e_s
+    ttft = record.ttft_s
+    if e2e is not None and ttft is not None and ttft > e2e * (1 + TOLERANCE_RATIO) + TOLERANCE_S:
+        return "ttft_exceeds_e2e"
+    if window is not None:
+        return window.refusal(span.start_ns / 1e9, now_s)
+    return None
+
+
+def _token_counts_are_integers(span: SpanView, names: tuple[str, ...] = TOKEN_ATTRIBUTES) -> bool:
     get = span.attributes.get
-    for name in TOKEN_ATTRIBUTES:
+    for name in names:
         value = get(name)
         if value is None or (type(value) is int and value >= 0):
             continue

@@ -107,6 +107,11 @@ class ApiPart(Part):
         description="Seconds a dashboard page reuses the answer computed for the same query "
         "(0: never).",
     )
+    model_aliases: str = Field(
+        "",
+        description="Model name aliases as comma-separated ALIAS=CANONICAL pairs, for matching "
+        "client and server model names (besides the default: org/ prefix stripped, any case).",
+    )
 
 
 class JobsPart(Part):

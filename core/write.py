@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from core.client import ClientRecord
 from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
 
@@ -34,3 +35,11 @@ class Sink(Protocol):
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult: ...
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int: ...
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int: ...
+
+
+@runtime_checkable
+class ClientSink(Protocol):
+    """A sink that also stores client records (``core.client``), idempotently by key. Apart
+    from ``Sink`` so that a sink for server records only (the simulator's) stays one."""
+
+    def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult: ...

@@ -52,6 +52,7 @@ PARTITIONED: Final = {
     "gpu_samples": "ts",
     "server_samples": "ts",
     "server_engine_samples": "ts",
+    "client_requests": "start",
 }
 
 requests = Table(
@@ -76,6 +77,31 @@ requests = Table(
     Column("finish_reason", LABEL, nullable=False, server_default=""),
     # Raw rows are always read by time range (partition-pruned on PostgreSQL, then this key);
     # long windows are served from rollups, so label indexes would only slow ingest down.
+    PrimaryKeyConstraint("start", "trace_id", "span_id"),
+    postgresql_partition_by="RANGE (start)",
+)
+
+#: One row per call a client's GenAI instrumentation traced (``core.client.ClientRecord``):
+#: the caller's end to end time and TTFT, never merged into ``requests``; joined to the server's
+#: record by trace id when read (``storage.client_reads``). Partitioned and kept like
+#: ``requests``, and keyed the same way, so a replayed span is stored once.
+client_requests = Table(
+    "client_requests",
+    metadata,
+    Column("start", UTCDateTime(), nullable=False),
+    Column("trace_id", String(32), nullable=False),
+    Column("span_id", String(16), nullable=False),
+    *(
+        Column(name, LABEL, nullable=False, server_default="")
+        for name in ("service", "source", "provider", "model", "tenant", "operation")
+    ),
+    Column("e2e_s", Float(53), nullable=True),
+    Column("ttft_s", Float(53), nullable=True),
+    Column("ttft_source", String(16), nullable=False, server_default=""),
+    Column("input_tokens", Integer, nullable=True),
+    Column("output_tokens", Integer, nullable=True),
+    Column("status", String(8), nullable=False, server_default="ok"),
+    Column("error_type", LABEL, nullable=False, server_default=""),
     PrimaryKeyConstraint("start", "trace_id", "span_id"),
     postgresql_partition_by="RANGE (start)",
 )

@@ -37,6 +37,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from core.accept import AcceptWindow
+from core.client import CLIENT_FIELDS, ClientRecord
 from core.errors import InvalidInput, Unavailable
 from core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
@@ -45,7 +46,7 @@ from storage import gpu_rollup, rollup
 from storage.batch import Batch
 from storage.partitions import ensure_partitions
 from storage.sql import insert_for
-from storage.tables import gpu_samples, server_engine_samples, server_samples
+from storage.tables import client_requests, gpu_samples, server_engine_samples, server_samples
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,38 @@ class _BaseWriter:
                 rollup.apply(connection, deltas)
         refused = received - len(records)
         return WriteResult(received, len(fresh), len(records) - len(fresh), refused)
+
+    def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
+        """Store client records, skipping keys already stored (a replayed span is one call).
+
+        A plain conflict-ignoring insert on both databases: a client record has no rollups,
+        and there is one per call a client traced, so the server records' COPY path would buy
+        little here."""
+        received = len(records)
+        kept: Sequence[ClientRecord] = self._in_window(records, _client_start, "client records")
+        if not kept:
+            return WriteResult(received, 0, 0, received)
+        by_key = {(r.start.astimezone(UTC), r.trace_id, r.span_id): r for r in kept}
+        rows = [
+            {
+                **{name: getattr(r, name) for name in CLIENT_FIELDS},
+                "status": r.status.value,
+                "ttft_source": r.ttft_source.value,
+            }
+            for r in by_key.values()
+        ]
+        days = {start.date() for start, _, _ in by_key}
+        with _translate_errors(), self.engine.begin() as connection:
+            ensure_partitions(connection, client_requests.name, days, oldest=self._oldest)
+            c = client_requests.c
+            statement = (
+                insert_for(connection, client_requests)
+                .on_conflict_do_nothing()
+                .returning(c.trace_id)
+            )
+            inserted = len(connection.execute(statement, rows).all())
+        refused = received - len(kept)
+        return WriteResult(received, inserted, len(kept) - inserted, refused)
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
         """Store ``samples`` (skipping ones already stored) and roll up those it stored."""
@@ -369,6 +402,10 @@ class SqliteWriter(_BaseWriter):
 
 
 def _start(record: RequestRecord) -> datetime:
+    return record.start
+
+
+def _client_start(record: ClientRecord) -> datetime:
     return record.start
 
 

@@ -66,9 +66,11 @@ class Series:
 
 
 def seconds(value: float) -> str:
-    """Latency: µs, ms or s with three significant digits."""
+    """Latency: µs, ms or s with three significant digits (a gap may be negative)."""
     if value == 0:
         return "0"
+    if value < 0:
+        return "−" + seconds(-value)
     if value < 1e-3:
         return f"{value * 1e6:.3g} µs"
     if value < 1:

@@ -20,6 +20,7 @@ from collector.mapping.spans import (
     as_str,
     first_finish_reason,
 )
+from core.client import ClientRecord
 from core.errors import InvalidRecord
 from core.records import MAX_LABEL_LEN, Engine, RequestRecord, Status
 
@@ -132,7 +133,7 @@ class Place(NamedTuple):
     end_ns: int = 0
 
 
-Outcome = RequestRecord | StageFragment | Skipped
+Outcome = RequestRecord | ClientRecord | StageFragment | Skipped
 
 
 class Timings(NamedTuple):

@@ -1,4 +1,5 @@
-"""Which mapper a span goes to. The order matters: the most specific shapes first (TGI's
+"""Which mapper a span goes to. The order matters: a client instrumentation's span first (the
+caller's view of a call: ``collector.mapping.client``), then the most specific shapes (TGI's
 string durations, SGLang's ``Req`` roots), then vLLM, then the generic GenAI conventions,
 then stage slices; anything else is skipped as "not a request"."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collector.mapping import genai, sglang, tgi, vllm
+from collector.mapping import client, genai, sglang, tgi, vllm
 from collector.mapping.base import (
     MappingContext,
     Outcome,
@@ -33,6 +34,8 @@ def guess_engine(span: SpanView) -> str:
 def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
     """The outcome for one span; never raises for bad data."""
     try:
+        if client.claims(span):
+            return client.map_span(span)
         for claims, mapper in _MAPPERS:
             if claims(span):
                 return mapper(span, ctx)

@@ -3,7 +3,8 @@
 Token counts come under the current names (``gen_ai.usage.input_tokens`` /
 ``output_tokens``) or the older ones (``prompt_tokens`` / ``completion_tokens``); the engine
 is read from ``gen_ai.provider.name`` or the older ``gen_ai.system``. CLIENT spans are the
-caller's view of a request the server reports itself, so they are not records.
+caller's view of a request the server reports itself: they become client records
+(``collector.mapping.client``, dispatched first), never server records.
 """
 
 from __future__ import annotations

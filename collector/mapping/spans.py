@@ -20,8 +20,19 @@ AttrValue = str | bool | int | float | bytes | tuple[Any, ...] | None
 STATUS_UNSET: Final = 0
 STATUS_OK: Final = 1
 STATUS_ERROR: Final = 2
-#: OTLP span kind SERVER.
+#: OTLP span kinds SERVER and CLIENT.
 KIND_SERVER: Final = 2
+KIND_CLIENT: Final = 3
+#: Span events that mark a streamed chunk arriving at a client: OpenLLMetry's (one per chunk;
+#: ``llm.content.completion.chunk`` in its older releases) and OpenInference's (the first
+#: chunk only). The earliest of them, minus the span's start, is the client's TTFT.
+CHUNK_EVENTS: Final = frozenset(
+    {
+        "gen_ai.content.completion.chunk",
+        "llm.content.completion.chunk",
+        "First Token Stream Event",
+    }
+)
 
 _RUST_DURATION = re.compile(
     r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\s*(ns|µs|μs|us|ms|s)\s*$"
@@ -68,6 +79,8 @@ class SpanView(NamedTuple):
     scope: str = ""
     status_code: int = STATUS_UNSET
     status_message: str = ""
+    #: When the first streamed-chunk event (``CHUNK_EVENTS``) on the span happened; 0: none.
+    first_chunk_ns: int = 0
 
     @property
     def duration_s(self) -> float | None:

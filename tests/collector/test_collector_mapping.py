@@ -11,6 +11,7 @@ from collector.assembly import merge_stages
 from collector.mapping import MappingContext, Skipped, StageFragment, map_span
 from collector.mapping.base import Timings, build_record
 from collector.mapping.spans import STATUS_ERROR, parse_duration
+from core.client import ClientRecord, TtftSource
 from core.records import Engine, RequestRecord, Status
 from tests.collector import collector_shapes as shapes
 from tests.collector.collector_shapes import span
@@ -82,8 +83,75 @@ def test_genai_semantic_convention_spans_map_tokens_and_engine(
     assert record.ttft_s is None
 
 
-def test_a_genai_client_span_is_the_callers_view_and_is_not_a_record() -> None:
-    outcome = map_span(span("chat", shapes.GENAI_OLD, kind=3), CTX)
+def as_client(outcome: object) -> ClientRecord:
+    assert isinstance(outcome, ClientRecord), outcome
+    return outcome
+
+
+def test_a_genai_client_span_is_the_callers_view_a_client_record_never_a_server_one() -> None:
+    view = span("chat", shapes.GENAI_OLD, kind=3, duration_s=0.8, service="chat-app")
+    record = as_client(map_span(view, CTX))
+    assert record.e2e_s == pytest.approx(0.8)
+    assert record.model == "gpt-x"
+    assert record.provider == "openai"
+    assert (record.input_tokens, record.output_tokens) == (7, 3)
+    assert record.ttft_s is None
+    assert record.ttft_source is TtftSource.NONE
+    assert record.service == "chat-app"
+    assert record.source == "genai"
+
+
+def test_openlits_client_ttft_is_the_clients_own_and_tenant_follows_the_server_rules() -> None:
+    attrs = {
+        "gen_ai.system": "openai",
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "Llama-3.1-8B-Instruct",
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 40,
+        "gen_ai.server.time_to_first_token": 0.31,
+        "infersight.tenant": "acme",
+    }
+    view = span("chat Llama-3.1-8B-Instruct", attrs, kind=3, duration_s=1.5)
+    view = view._replace(resource={**view.resource, "telemetry.sdk.name": "openlit"})
+    record = as_client(map_span(view, CTX))
+    assert record.ttft_s == pytest.approx(0.31)
+    assert record.ttft_source is TtftSource.ATTRIBUTE
+    assert record.source == "openlit"
+    assert record.tenant == "acme"
+    assert record.operation == "chat"
+
+
+def test_an_openinference_llm_span_of_any_kind_is_a_client_record_with_its_first_chunk() -> None:
+    attrs = {
+        "openinference.span.kind": "LLM",
+        "llm.system": "openai",
+        "llm.model_name": "meta-llama/Llama-3.1-8B-Instruct",
+        "llm.token_count.prompt": 30,
+        "llm.token_count.completion": 9,
+    }
+    view = span("ChatCompletion", attrs, kind=1, duration_s=2.0)
+    view = view._replace(first_chunk_ns=view.start_ns + 250_000_000)
+    record = as_client(map_span(view, CTX))
+    assert record.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert (record.input_tokens, record.output_tokens) == (30, 9)
+    assert record.ttft_s == pytest.approx(0.25)
+    assert record.ttft_source is TtftSource.EVENT
+    assert record.source == "openinference"
+
+
+def test_a_client_span_whose_first_chunk_comes_after_its_end_is_refused() -> None:
+    from collector.validation import check
+
+    view = span("openai.chat", shapes.GENAI_OLD, kind=3, duration_s=0.5)
+    view = view._replace(first_chunk_ns=view.start_ns + 900_000_000)
+    outcome = check(map_span(view, CTX), view, view.start_ns / 1e9, None)
+    assert isinstance(outcome, Skipped)
+    assert outcome.rejected
+    assert outcome.reason == "ttft_exceeds_e2e"
+
+
+def test_a_client_span_without_genai_attributes_is_not_a_call() -> None:
+    outcome = map_span(span("GET /health", {"http.request.method": "GET"}, kind=3), CTX)
     assert isinstance(outcome, Skipped)
     assert not outcome.rejected
 

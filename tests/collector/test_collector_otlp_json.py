@@ -209,3 +209,17 @@ def test_decoding_builds_no_second_copy_of_the_export() -> None:
 
     direct, before = peak("direct"), peak("parsedict")
     assert direct < 0.7 * before, (direct, before)
+
+
+def test_the_first_streamed_chunk_event_is_read_as_protobufs_walk_reads_it() -> None:
+    events = [
+        {"timeUnixNano": "1764000000900000000", "name": "gen_ai.content.completion.chunk"},
+        {"timeUnixNano": "1764000000300000000", "name": "gen_ai.content.completion.chunk"},
+        {"timeUnixNano": "1764000000100000000", "name": "gen_ai.prompt"},  # not a chunk
+    ]
+    document = doc(span(kind="SPAN_KIND_CLIENT", events=events))
+    direct = otlp.decode(json.dumps(document).encode(), JSON)
+    assert direct.spans[0].first_chunk_ns == 1764000000300000000
+    assert direct == oracle(document, Limits())
+    plain = otlp.decode(json.dumps(doc(span())).encode(), JSON)
+    assert plain.spans[0].first_chunk_ns == 0

@@ -6,21 +6,30 @@ import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
 from collector.assembly import Reassembly
-from collector.codec import Kind, encode_fragment, encode_link, encode_record, encode_sample
+from collector.codec import (
+    Kind,
+    encode_client,
+    encode_fragment,
+    encode_link,
+    encode_record,
+    encode_sample,
+)
 from collector.mapping import Link, StageFragment
 from collector.metrics import CollectorMetrics
 from collector.shipper import Backoff, Shipper
 from collector.spool import Entry, Spool, SpoolConfig
-from core.errors import Unavailable
+from core.client import ClientRecord
+from core.errors import InvalidInput, Unavailable
 from core.records import RequestRecord
 from core.samples import GpuSample, ServerSample
 from core.write import Sink, WriteResult
-from storage.tables import gpu_samples, requests, server_samples
+from storage.tables import client_requests, gpu_samples, requests, server_samples
 from storage.writer import open_writer
 from tests.collector.harness import stored_keys
 
@@ -302,3 +311,51 @@ def test_ship_lag_is_how_long_an_eligible_record_has_waited(store, spool: Spool)
     assert metrics.value("infersight_collector_ship_lag_seconds") == pytest.approx(3.0)
     assert shipper.ship_once().shipped == 1
     assert metrics.value("infersight_collector_ship_lag_seconds") == 0.0
+
+
+def client_call(n: int) -> ClientRecord:
+    return ClientRecord(f"{n + 1:032x}", f"{n + 1:016x}", T0, model="m", e2e_s=1.0)
+
+
+def test_client_records_ship_apart_and_a_store_without_them_drops_them_counted(
+    store, spool: Spool
+) -> None:
+    calls = [client_call(i) for i in range(3)]
+    put(spool, [Entry(Kind.CLIENT, c.trace_id, 0.0, encode_client(c)) for c in calls])
+    metrics = CollectorMetrics()
+    result = Shipper(spool, NoStore(), metrics).ship_once()  # a sink of server records only
+    assert result.ok
+    assert metrics.value("infersight_collector_ship_errors_total", reason="no_client_store") == 3
+    assert spool.ready(1e18, [Kind.CLIENT], 10) == []
+    put(spool, [Entry(Kind.CLIENT, c.trace_id, 0.0, encode_client(c)) for c in calls])
+    Shipper(spool, open_writer(store.engine), metrics).ship_once()
+    with store.engine.connect() as c:
+        assert c.execute(select(func.count()).select_from(client_requests)).scalar_one() == 3
+
+
+class RefusingOne:
+    """The real writer, refusing (as the database would) any batch holding one record."""
+
+    def __init__(self, writer: Any, bad: str) -> None:
+        self.writer = writer
+        self.bad = bad
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+    def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
+        if any(r.span_id == self.bad for r in records):
+            raise InvalidInput("the store refused the batch")
+        result: WriteResult = self.writer.write_client_requests(records)
+        return result
+
+
+def test_one_client_record_the_store_refuses_does_not_block_the_others(store, spool: Spool) -> None:
+    calls = [client_call(i) for i in range(4)]
+    put(spool, [Entry(Kind.CLIENT, c.trace_id, 0.0, encode_client(c)) for c in calls])
+    metrics = CollectorMetrics()
+    sink = RefusingOne(open_writer(store.engine), calls[1].span_id)
+    assert Shipper(spool, sink, metrics).ship_once().ok
+    with store.engine.connect() as c:
+        assert c.execute(select(func.count()).select_from(client_requests)).scalar_one() == 3
+    assert metrics.value("infersight_collector_ship_errors_total", reason="invalid_record") == 1

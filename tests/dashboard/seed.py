@@ -5,7 +5,8 @@ throttling of ``vllm-70b-0`` from minute 30), goes through the real store writer
 are stored and evaluated every ``every`` from minute 20 with the diagnosis listener, so the
 incident the fault causes is opened and diagnosed the way ``infersight serve`` would do it.
 ``vllm-8b-1`` runs two data-parallel engines, one with 30 points more KV cache in use than
-the other (``two_engines``).
+the other (``two_engines``). The 8B model's callers trace their calls (``client_calls``): most
+propagate their context (joined, a gap of tens of milliseconds), a tenth do not (unjoined).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
+import numpy as np
 from sqlalchemy import Engine
 
 from alerts.rules import load_rules
+from core.client import ClientRecord, TtftSource
 from core.query import Selector
 from core.samples import SERVER_METRIC_FIELDS, EngineSample, ServerSample, combine_engines
 from core.slo import Sli, SliKind, SloSpec
@@ -71,6 +74,7 @@ def seed(engine: Engine, minutes: int = 45, every: timedelta = timedelta(minutes
     sink = StoreSink(open_writer(engine))
     sink.write(_batch(memory))
     sink.close()
+    open_writer(engine).write_client_requests(client_calls(memory))  # type: ignore[attr-defined]
     end = scenario.start + timedelta(minutes=minutes)
     for spec in SLOS:
         slo_store.put_slo(engine, spec, scenario.start)
@@ -125,3 +129,36 @@ def _batch(memory: MemorySink) -> Batch:
         two_engines(s) if s.instance == DATA_PARALLEL else s for s in memory.server_samples
     )
     return Batch(tuple(memory.completions), server, tuple(memory.gpu_samples))
+
+
+def client_calls(memory: MemorySink, every: int = 7) -> list[ClientRecord]:
+    """Client records of every ``every``-th 8B request, as an instrumented ``openai`` client
+    asking for the short model name would send them: the network and a gateway add 20–80 ms to
+    TTFT and end to end; one call in ten propagated no context (another trace id)."""
+    rng = np.random.default_rng(18)
+    out = []
+    for i, completion in enumerate(memory.completions[::every]):
+        r = completion.record
+        if r.model != MODEL_8B or r.e2e_s is None or r.ttft_s is None:
+            continue
+        extra = float(rng.uniform(0.02, 0.08))
+        trace = r.trace_id if i % 10 else f"{int(rng.integers(1, 2**62)):032x}"
+        out.append(
+            ClientRecord(
+                trace_id=trace,
+                span_id=f"{int(rng.integers(1, 2**62)):016x}",
+                start=r.start - timedelta(seconds=extra / 2),
+                service="chat-app",
+                source="openllmetry",
+                provider="openai",
+                model="Llama-3.1-8B-Instruct",
+                tenant=r.tenant,
+                operation="chat",
+                e2e_s=r.e2e_s + extra,
+                ttft_s=r.ttft_s + extra,
+                ttft_source=TtftSource.EVENT,
+                input_tokens=r.input_tokens,
+                output_tokens=r.output_tokens,
+            )
+        )
+    return out

@@ -11,8 +11,10 @@ import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from sqlalchemy import func, select
 
-from tests.dashboard.conftest import READ_TOKEN, Live, Page, screenshot
+from storage.tables import client_requests, requests
+from tests.dashboard.conftest import READ_TOKEN, Live, Page, Seeded, screenshot
 from tests.dashboard.seed import BASELINE, DATA_PARALLEL, INSTANCES, MODEL_8B, THROTTLED
 
 pytestmark = [pytest.mark.e2e]
@@ -60,6 +62,34 @@ def test_the_latency_page_draws_percentiles_a_heatmap_and_the_stage_breakdown(
     page.tab.wait_for_load_state("load")
     assert _query(page)["q"] == ["0.5"]
     assert page.tab.locator("#chart-ttft polyline").first.get_attribute("points") != p99
+    assert page.problems == []
+
+
+def test_the_latency_page_shows_the_client_engine_gap_of_joined_and_unjoined_calls(
+    seeded: Seeded, live: Live, page: Page
+):
+    with seeded.engine.connect() as c:
+        calls = c.execute(select(func.count()).select_from(client_requests)).scalar()
+        joined = c.execute(
+            select(func.count())
+            .select_from(client_requests)
+            .where(client_requests.c.trace_id.in_(select(requests.c.trace_id)))
+        ).scalar()
+    assert calls
+    assert 0 < joined < calls
+    page.goto(f"{live.url}/ui/latency")
+    rows = page.tab.locator("#client-gap table.gap tbody tr")
+    assert rows.count() >= 1
+    models = {rows.nth(i).get_attribute("data-model") for i in range(rows.count())}
+    assert models == {"llama-3.1-8b-instruct"}  # the client's short name, the server's full one
+    shown = sum(
+        int(rows.nth(i).locator("td[data-joined]").get_attribute("data-joined"))
+        for i in range(rows.count())
+    )
+    assert shown == joined
+    assert "unjoined" in page.tab.locator("#client-gap").inner_text()
+    page.tab.locator("#client-gap").scroll_into_view_if_needed()
+    screenshot(page, "latency-client-gap")
     assert page.problems == []
 
 

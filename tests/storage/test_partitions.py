@@ -107,3 +107,38 @@ def test_a_writer_recreates_a_partition_that_retention_dropped_under_it(pg_store
     assert writer.write_requests(late).inserted == 50
     with pg_store.engine.connect() as c:
         assert c.execute(select(func.count()).select_from(requests)).scalar_one() == 50
+
+
+def test_client_records_are_partitioned_and_kept_like_requests(store):
+    from core.client import ClientRecord
+    from storage.tables import client_requests
+
+    def calls(start: datetime, n: int, seed: int) -> list[ClientRecord]:
+        rng = np.random.default_rng(seed)
+        return [
+            ClientRecord(
+                f"{int(rng.integers(1, 2**62)):032x}",
+                f"{int(rng.integers(1, 2**62)):016x}",
+                start + timedelta(minutes=i),
+                model="Llama-3.1-8B-Instruct",
+                e2e_s=float(rng.uniform(0.5, 2.0)),
+            )
+            for i in range(n)
+        ]
+
+    writer = open_writer(store.engine)
+    result = writer.write_client_requests(  # type: ignore[attr-defined]
+        calls(NOW - timedelta(days=30), 40, 1) + calls(NOW - timedelta(hours=3), 60, 2)
+    )
+    assert (result.inserted, result.duplicates) == (100, 0)
+    report = maintain(store.engine, NOW, RetentionPolicy(raw_days=7, partition_ahead_days=2))
+    with store.engine.connect() as c:
+        assert c.execute(select(func.count()).select_from(client_requests)).scalar_one() == 60
+        if store.engine.dialect.name == "postgresql":
+            days = {day for _, day in list_partitions(c, "client_requests")}
+            assert {NOW.date() + timedelta(days=i) for i in range(3)} <= days
+            assert (NOW - timedelta(days=30)).date() not in days
+    if store.engine.dialect.name == "postgresql":
+        assert "client_requests_p20261031" in report.dropped
+    else:
+        assert "client_requests: 40 rows" in report.dropped

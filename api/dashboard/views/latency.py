@@ -4,7 +4,8 @@ time, a latency heatmap and the share of each stage.
 Quantiles over a whole range come from ``storage.queries`` (sketch method: the window is split
 exactly, ±1 %); charts come from rollup buckets (``storage.timeseries``), one point per chart
 bucket (a minute to a day, from the range). ``?q=`` picks the charts' quantile, ``?heatmap=``
-the heatmap's metric.
+the heatmap's metric. The client ↔ engine panel joins the range's client calls to the
+server's records (``storage.client_reads``, ``core.gap``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from api.dashboard.context import Context, parse_quantile
 from api.dashboard.formatting import instance_series_name, short_model
 from api.dashboard.shared import ChartStep, bucket_sketches_many, bucket_times, chart_step
 from core.errors import InvalidInput
+from core.gap import gap_report
 from core.query import STAGES
 from core.sketch import QuantileSketch, merge_all
-from storage import queries
+from storage import client_reads, queries
 
 NAME: Final = "latency"
 TITLE: Final = "Latency"
@@ -152,9 +154,31 @@ def breakdown(app: AppContext, ctx: Context) -> Any:
     return svg.stacked_bars(bars, label="share of end-to-end time per stage", note=note)
 
 
+#: Quantiles of the client ↔ engine gap panel.
+GAP_QUANTILES: Final = (0.5, 0.9, 0.99)
+
+
+def client_gap(app: AppContext, ctx: Context) -> dict[str, Any]:
+    """The client ↔ engine gap per model and tenant (``GET /api/v1/latency/gap``'s answer):
+    client calls of the range joined to the server's records by trace id."""
+    selector = ctx.selector
+    read = client_reads.read_pairs(
+        app.engine, ctx.window, app.aliases, model=selector.model, tenant=selector.tenant
+    )
+    groups = gap_report(read.pairs, app.aliases, GAP_QUANTILES)
+    return {
+        "groups": groups,
+        "quantiles": GAP_QUANTILES,
+        "calls": sum(g.calls for g in groups),
+        "joined": sum(g.joined for g in groups),
+        "truncated": read.truncated,
+    }
+
+
 def latency(app: AppContext, ctx: Context, q: float, heat_metric: str) -> dict[str, Any]:
     charts = latency_charts(app, ctx, q, heat_metric)
     return {
+        "gap": client_gap(app, ctx),
         "table": latency_table(app, ctx),
         "charts": charts["charts"],
         "heatmap": latency_heatmap(charts["merged"], charts["times"], charts["step"]),
