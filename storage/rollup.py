@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from operator import is_
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -34,6 +36,8 @@ _SERIES_SHIFT: Final = 1 << 32
 _KEY_CHUNK: Final = 500
 #: Joins a series' labels into one key (a control character that labels practically never hold).
 _SEPARATOR: Final = "\x1f"
+#: ``status is Status.ERROR`` (enum members are singletons), in C.
+_IS_ERROR: Final = partial(is_, Status.ERROR)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -64,7 +68,7 @@ def deltas_from_batch(batch: Batch) -> list[RollupDelta]:
     epoch = np.fromiter(map(datetime.timestamp, columns["start"]), dtype=np.float64, count=n)
     counters = {
         "requests": np.ones(n, dtype=np.int64),
-        "errors": np.fromiter(map(Status.ERROR.__eq__, columns["status"]), dtype=np.int64, count=n),
+        "errors": np.fromiter(map(_IS_ERROR, columns["status"]), dtype=np.bool_, count=n),
         **{
             name: np.nan_to_num(_floats(columns[name])).astype(np.int64)
             for name in ("input_tokens", "output_tokens", "cached_tokens")
@@ -112,12 +116,10 @@ def _floats(column: list[Any]) -> FloatArray:
 
     numpy converts a list holding ``None`` element by element through Python objects, ten
     times slower than a list of numbers; a column is usually all numbers or all ``None``
-    (a stage the engine never reports), and ``list.count`` tells which at C speed.
+    (a stage the engine never reports). Only a column that starts with ``None`` is counted
+    (``list.count`` compares every number with ``None``: as slow as the conversion itself).
     """
-    missing = column.count(None)
-    if not missing:
-        return np.array(column, dtype=np.float64)
-    if missing == len(column):
+    if column and column[0] is None and column.count(None) == len(column):
         return np.full(len(column), np.nan)
     return np.array(column, dtype=np.float64)
 
@@ -174,16 +176,32 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
     if not deltas:
         return 0
     ordered = sorted(deltas, key=lambda d: d.key)
-    empty_rows = [
+    # A key no writer has rolled up yet (most minute rows of a fresh batch) is inserted with
+    # its delta as it is, and the insert says which those were; only the keys that already
+    # had a row are read back, locked, merged and updated.
+    new_rows = [
         {
             "resolution": d.key.resolution,
             "bucket": d.key.bucket,
             **{name: getattr(d.key, name) for name in GROUP_LABELS},
-            **dict.fromkeys(COUNTERS, 0),
+            **d.counters,
+            **{
+                column: sk.to_bytes() if (sk := d.sketches.get(column)) else None
+                for column in SKETCH_COLUMNS
+            },
         }
         for d in ordered
     ]
-    connection.execute(insert_for(connection, request_rollups).on_conflict_do_nothing(), empty_rows)
+    c = request_rollups.c
+    statement = (
+        insert_for(connection, request_rollups)
+        .on_conflict_do_nothing()
+        .returning(c.resolution, c.bucket, *(c[name] for name in GROUP_LABELS))
+    )
+    inserted = {RollupKey(*row) for row in connection.execute(statement, new_rows)}
+    ordered = [d for d in ordered if d.key not in inserted]
+    if not ordered:
+        return len(deltas)
 
     existing: dict[RollupKey, Any] = {}
     for i in range(0, len(ordered), _KEY_CHUNK):
@@ -237,4 +255,4 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
         .values({name: bindparam(name) for name in (*COUNTERS, *SKETCH_COLUMNS)})
     )
     connection.execute(statement, updates)
-    return len(updates)
+    return len(deltas)
