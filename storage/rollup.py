@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from operator import is_
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import numpy as np
