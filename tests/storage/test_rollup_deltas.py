@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from sqlalchemy import select
 
-from core.records import DURATION_FIELDS, GROUP_LABELS, RequestRecord, Status
+from core.records import GROUP_LABELS, RequestRecord, Status
 from core.sketch import QuantileSketch
 from core.window import Resolution
 from storage import rollup
