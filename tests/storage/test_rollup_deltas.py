@@ -60,7 +60,8 @@ def random_batch(seed: int) -> list[RequestRecord]:
     late = make_records(rng, T0 - timedelta(days=3), 200, span=timedelta(days=2))
     records = records + late
     changed = []
-    for i, r in enumerate(records):
+    for i, original in enumerate(records):
+        r = original
         roll = rng.random()
         if roll < 0.15:  # stages this engine did not report
             r = dataclasses.replace(r, queue_s=None, prefill_s=None, cached_tokens=None)
