@@ -176,33 +176,59 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
     if not deltas:
         return 0
     ordered = sorted(deltas, key=lambda d: d.key)
-    # A key no writer has rolled up yet (most minute rows of a fresh batch) is inserted with
-    # its delta as it is, and the insert says which those were; only the keys that already
-    # had a row are read back, locked, merged and updated.
-    new_rows = [
-        {
-            "resolution": d.key.resolution,
-            "bucket": d.key.bucket,
-            **{name: getattr(d.key, name) for name in GROUP_LABELS},
-            **d.counters,
-            **{
-                column: sk.to_bytes() if (sk := d.sketches.get(column)) else None
-                for column in SKETCH_COLUMNS
-            },
-        }
-        for d in ordered
-    ]
+    if connection.dialect.name == "postgresql":
+        _apply_postgres(connection, ordered)
+    else:
+        _apply_portable(connection, ordered)
+    return len(deltas)
+
+
+def _new_row(delta: RollupDelta) -> dict[str, Any]:
+    """The row of a key no writer has rolled up yet: the delta as it is."""
+    return {
+        "resolution": delta.key.resolution,
+        "bucket": delta.key.bucket,
+        **{name: getattr(delta.key, name) for name in GROUP_LABELS},
+        **delta.counters,
+        **{column: _bytes(delta.sketches.get(column)) for column in SKETCH_COLUMNS},
+    }
+
+
+def _bytes(sketch: QuantileSketch | None) -> bytes | None:
+    return None if sketch is None else sketch.to_bytes()
+
+
+def _merged(row: Any, delta: RollupDelta) -> dict[str, Any]:
+    """The counters and sketches of stored ``row`` with ``delta`` merged in."""
+    values: dict[str, Any] = {name: row[name] + delta.counters[name] for name in COUNTERS}
+    for column in SKETCH_COLUMNS:
+        add = delta.sketches.get(column)
+        stored = row[column]
+        if add is None:
+            values[column] = stored
+        elif stored is None:
+            values[column] = add.to_bytes()
+        else:
+            merged = QuantileSketch.from_bytes(stored)
+            merged.merge(add)
+            values[column] = merged.to_bytes()
+    return values
+
+
+def _apply_portable(connection: Connection, ordered: list[RollupDelta]) -> None:
+    """SQLite (one writer at a time): SQLAlchemy statements, new keys inserted with their
+    deltas, the others read, merged and updated."""
     c = request_rollups.c
     statement = (
         insert_for(connection, request_rollups)
         .on_conflict_do_nothing()
         .returning(c.resolution, c.bucket, *(c[name] for name in GROUP_LABELS))
     )
+    new_rows = [_new_row(d) for d in ordered]
     inserted = {RollupKey(*row) for row in connection.execute(statement, new_rows)}
     ordered = [d for d in ordered if d.key not in inserted]
     if not ordered:
-        return len(deltas)
-
+        return
     existing: dict[RollupKey, Any] = {}
     for i in range(0, len(ordered), _KEY_CHUNK):
         chunk = ordered[i : i + _KEY_CHUNK]
@@ -215,34 +241,15 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
             .where(_key_columns().in_(keys))
             .order_by(*request_rollups.primary_key.columns)
         )
-        if connection.dialect.name == "postgresql":
-            query = query.with_for_update()
         for row in connection.execute(query).mappings():
             key = RollupKey(row["resolution"], row["bucket"], *(row[n] for n in GROUP_LABELS))
             existing[key] = row
-
     updates = []
     for delta in ordered:
-        row = existing[delta.key]
-        values: dict[str, Any] = {
-            f"b_{name}": getattr(delta.key, name)
-            for name in ("resolution", "bucket", *GROUP_LABELS)
-        }
-        for name in COUNTERS:
-            values[name] = row[name] + delta.counters[name]
-        for column in SKETCH_COLUMNS:
-            add = delta.sketches.get(column)
-            stored = row[column]
-            if add is None:
-                values[column] = stored
-            elif stored is None:
-                values[column] = add.to_bytes()
-            else:
-                merged = QuantileSketch.from_bytes(stored)
-                merged.merge(add)
-                values[column] = merged.to_bytes()
+        values = _merged(existing[delta.key], delta)
+        for name in ("resolution", "bucket", *GROUP_LABELS):
+            values[f"b_{name}"] = getattr(delta.key, name)
         updates.append(values)
-    c = request_rollups.c
     statement = (
         update(request_rollups)
         .where(
@@ -255,4 +262,72 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
         .values({name: bindparam(name) for name in (*COUNTERS, *SKETCH_COLUMNS)})
     )
     connection.execute(statement, updates)
-    return len(deltas)
+
+
+_KEY_NAMES: Final = ("resolution", "bucket", *GROUP_LABELS)
+_VALUE_NAMES: Final = (*COUNTERS, *SKETCH_COLUMNS)
+_PG_ARRAY_TYPES: Final = {
+    "resolution": "text[]",
+    "bucket": "timestamptz[]",
+    **dict.fromkeys(GROUP_LABELS, "text[]"),
+    **dict.fromkeys(COUNTERS, "int8[]"),
+    **dict.fromkeys(SKETCH_COLUMNS, "bytea[]"),
+}
+
+
+def _unnest(names: Sequence[str]) -> str:
+    """``unnest`` of one array parameter per column, named as the columns."""
+    arrays = ", ".join(f"%s::{_PG_ARRAY_TYPES[name]}" for name in names)
+    return f"unnest({arrays}) AS u({', '.join(names)})"
+
+
+_KEY_LIST: Final = ", ".join(_KEY_NAMES)
+_ALL_LIST: Final = ", ".join((*_KEY_NAMES, *_VALUE_NAMES))
+_KEYS_MATCH: Final = " AND ".join(f"r.{name} = u.{name}" for name in _KEY_NAMES)
+# Constant statements with one array per column: psycopg parses each once, PostgreSQL plans
+# each once per connection, and a batch's hundreds of keys travel as a few arrays instead of
+# thousands of bound parameters in VALUES lists of every length.
+_PG_INSERT: Final = (
+    f"INSERT INTO request_rollups AS r ({_ALL_LIST}) "
+    f"SELECT {_ALL_LIST} FROM {_unnest((*_KEY_NAMES, *_VALUE_NAMES))} "
+    f"ON CONFLICT DO NOTHING RETURNING {_KEY_LIST}"
+)
+_PG_LOCK: Final = (
+    f"SELECT r.* FROM request_rollups r JOIN {_unnest(_KEY_NAMES)} ON {_KEYS_MATCH} "
+    f"ORDER BY {', '.join(f'r.{name}' for name in _KEY_NAMES)} FOR UPDATE OF r"
+)
+_PG_UPDATE: Final = (
+    f"UPDATE request_rollups r SET {', '.join(f'{n} = u.{n}' for n in _VALUE_NAMES)} "
+    f"FROM {_unnest((*_KEY_NAMES, *_VALUE_NAMES))} WHERE {_KEYS_MATCH}"
+)
+
+
+def _apply_postgres(connection: Connection, ordered: list[RollupDelta]) -> None:
+    """PostgreSQL: new keys inserted with their deltas (in key order, so concurrent writers
+    meet each other's new rows in one order), then the keys that had a row locked in key
+    order, merged and updated."""
+    from psycopg.rows import dict_row  # noqa: PLC0415 (PostgreSQL only)
+
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    rows = [_new_row(d) for d in ordered]
+    columns = [[row[name] for row in rows] for name in (*_KEY_NAMES, *_VALUE_NAMES)]
+    with raw.cursor() as cursor:
+        cursor.execute(_PG_INSERT, columns)
+        inserted = {_pg_key(row) for row in cursor.fetchall()}
+    ordered = [d for d in ordered if d.key not in inserted]
+    if not ordered:
+        return
+    keys = [[getattr(d.key, name) for d in ordered] for name in _KEY_NAMES]
+    with raw.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(_PG_LOCK, keys)
+        existing = {_pg_key(tuple(row[n] for n in _KEY_NAMES)): row for row in cursor}
+    merged = [_merged(existing[d.key], d) for d in ordered]
+    values = [[m[name] for m in merged] for name in _VALUE_NAMES]
+    with raw.cursor() as cursor:
+        cursor.execute(_PG_UPDATE, [*keys, *values])
+
+
+def _pg_key(row: Sequence[Any]) -> RollupKey:
+    resolution, bucket, *labels = row
+    return RollupKey(resolution, bucket.astimezone(UTC), *labels)
