@@ -112,6 +112,8 @@ class _BaseWriter:
         self.clock = clock or _utc_now
         #: The first day a partition may be created for (``None``: no bound but the horizon).
         self._oldest: date | None = None
+        #: Whether the last batch of requests met rows already stored (a hint, not a rule).
+        self._replaying = False
 
     def _in_window(self, items: Sequence[Any], when: Callable[[Any], datetime], what: str) -> Any:
         """``items`` without those whose time lies outside the accepted window."""
@@ -140,13 +142,20 @@ class _BaseWriter:
         # The rollup deltas of the whole batch are computed in a worker thread while the
         # database stages and inserts the rows (waiting on it releases the GIL); they are
         # recomputed for the subset only in the rare case that some rows were duplicates.
+        # Duplicates come in runs (a spool replayed after a crash, a retried shipment): while
+        # the last batch met some, the next is not rolled up before it is known what it stored.
+        replaying = self._replaying
         with ThreadPoolExecutor(1, thread_name_prefix="rollup") as pool:
-            optimistic = pool.submit(rollup.deltas_from_batch, batch)
+            optimistic = None if replaying else pool.submit(rollup.deltas_from_batch, batch)
             with _translate_errors(), self.engine.begin() as connection:
                 self._prepare(connection, batch)
                 fresh = self._store(connection, batch)
-                deltas = optimistic.result() if fresh is batch else rollup.deltas_from_batch(fresh)
+                if optimistic is not None and fresh is batch:
+                    deltas = optimistic.result()
+                else:
+                    deltas = rollup.deltas_from_batch(fresh)
                 rollup.apply(connection, deltas)
+        self._replaying = fresh is not batch
         refused = received - len(records)
         return WriteResult(received, len(fresh), len(records) - len(fresh), refused)
 
@@ -272,10 +281,13 @@ class PostgresWriter(_BaseWriter):
 
         A replayed or concurrently shipped batch meets the primary key: the COPY fails inside
         its savepoint, which is rolled back, and the batch takes the staging path, whose
-        conflict-aware insert skips what exists.
+        conflict-aware insert skips what exists. After such a batch the next one takes the
+        staging path straight away, until one turns out to be all new.
         """
         from psycopg.errors import CheckViolation, UniqueViolation  # noqa: PLC0415 (PostgreSQL only)
 
+        if self._replaying:  # the next batch of a replay is likely old too: skip the attempt
+            return super()._store(connection, batch)
         for attempt in range(2):
             savepoint = connection.begin_nested()
             try:
