@@ -263,13 +263,20 @@ class PostgresWriter(_BaseWriter):
         "CREATE TEMP TABLE IF NOT EXISTS requests_staging "
         "(LIKE requests INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
     )
-    # The insert's own RETURNING says what it stored; the statement answers with the staged
-    # rows it did *not* store (duplicates: usually none, so almost nothing comes back).
+    # The insert's own RETURNING says what it stored. The statement answers with a row
+    # holding the number stored, and the keys of the smaller side: those stored when at most
+    # half the batch was new (a replay: usually none), else the staged keys it did *not*
+    # store (a batch of new rows with a few old ones).
     insert_select = (
         f"WITH stored AS (INSERT INTO requests ({_COLUMNS}) SELECT {_COLUMNS} "
-        "FROM requests_staging ON CONFLICT DO NOTHING RETURNING trace_id, span_id) "
-        "SELECT s.trace_id, s.span_id FROM requests_staging s "
-        "LEFT JOIN stored USING (trace_id, span_id) WHERE stored.trace_id IS NULL"
+        "FROM requests_staging ON CONFLICT DO NOTHING RETURNING trace_id, span_id), "
+        "n AS (SELECT count(*) AS stored FROM stored) "
+        "SELECT n.stored, NULL::text, NULL::text FROM n "
+        "UNION ALL SELECT NULL, trace_id, span_id FROM stored "
+        "WHERE (SELECT stored FROM n) * 2 <= %(staged)s "
+        "UNION ALL SELECT NULL, s.trace_id, s.span_id FROM requests_staging s "
+        "LEFT JOIN stored USING (trace_id, span_id) "
+        "WHERE stored.trace_id IS NULL AND (SELECT stored FROM n) * 2 > %(staged)s"
     )
 
     def __init__(
@@ -339,8 +346,21 @@ class PostgresWriter(_BaseWriter):
         ).all()
 
     def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
-        duplicates = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
-        return batch.without(duplicates) if duplicates else batch
+        staged = len(batch)
+        stored = 0
+        keys = set()
+        for count, trace_id, span_id in connection.exec_driver_sql(
+            self.insert_select, {"staged": staged}
+        ):
+            if count is None:
+                keys.add((trace_id, span_id))
+            else:
+                stored = count
+        if stored == staged:
+            return batch
+        if stored * 2 <= staged:
+            return batch.only(keys)
+        return batch.without(keys)
 
     def _stage(self, connection: Connection, batch: Batch) -> None:
         self._copy(connection, "requests_staging", batch)

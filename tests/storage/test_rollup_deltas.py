@@ -121,7 +121,9 @@ def test_stored_rollups_of_overlapping_batches_equal_the_per_record_computation(
     # batch's insert, others merged into; each request must count once. Within a batch a
     # repeated key keeps its last copy; across batches the copy stored first stays.
     stored: dict[tuple[str, str], RequestRecord] = {}
-    for batch in (records[:700], records[500:1200], records[:300], records[1100:], records):
+    # The batches: all new; mostly new; all old; mostly old; mostly new; all old.
+    batches = (records[:700], records[500:1200], records[:300], records[:1250], records[1100:])
+    for batch in (*batches, records):
         writer.write_requests(batch)
         for key, record in {(r.trace_id, r.span_id): r for r in batch}.items():
             stored.setdefault(key, record)
