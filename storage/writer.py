@@ -7,7 +7,9 @@ once in the rollups.
 - PostgreSQL: a new batch (the common case) is binary-``COPY``'d straight into ``requests``
   inside a savepoint; if it meets an existing key the savepoint is rolled back and the batch is
   copied into a session-temporary staging table and inserted with ``ON CONFLICT DO NOTHING``,
-  answering with the rows it skipped. Daily partitions are created on demand.
+  answering with how many it stored and the keys of the smaller side (stored or skipped).
+  After such a batch the next goes to staging directly, until one is all new (replays come
+  in runs). Daily partitions are created on demand.
 - SQLite: ``executemany`` into a temporary staging table, then ``INSERT … ON CONFLICT DO NOTHING
   RETURNING`` the keys stored, in WAL mode.
 
@@ -51,10 +53,13 @@ from storage.tables import gpu_samples, server_engine_samples, server_samples
 
 log = logging.getLogger(__name__)
 
+_format_row_binary: Callable[..., None] | None
 try:  # psycopg's binary row encoder (C with psycopg[binary]); internal, hence the fallback
     from psycopg._copy_base import _binary_signature as _BINARY_SIGNATURE
     from psycopg._copy_base import _binary_trailer as _BINARY_TRAILER
-    from psycopg._copy_base import format_row_binary as _format_row_binary
+    from psycopg._copy_base import format_row_binary as _encoder
+
+    _format_row_binary = _encoder
 except ImportError:  # pragma: no cover - another psycopg layout
     _format_row_binary = None
 #: Rows encoded per write to the connection: about 0.5 MiB of request rows.
@@ -348,7 +353,7 @@ class PostgresWriter(_BaseWriter):
     def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
         staged = len(batch)
         stored = 0
-        keys = set()
+        keys: set[tuple[str, str]] = set()
         for count, trace_id, span_id in connection.exec_driver_sql(
             self.insert_select, {"staged": staged}
         ):
