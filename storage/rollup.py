@@ -250,7 +250,7 @@ def _apply_portable(connection: Connection, ordered: list[RollupDelta]) -> None:
         for name in ("resolution", "bucket", *GROUP_LABELS):
             values[f"b_{name}"] = getattr(delta.key, name)
         updates.append(values)
-    statement = (
+    merge = (
         update(request_rollups)
         .where(
             and_(
@@ -261,7 +261,7 @@ def _apply_portable(connection: Connection, ordered: list[RollupDelta]) -> None:
         )
         .values({name: bindparam(name) for name in (*COUNTERS, *SKETCH_COLUMNS)})
     )
-    connection.execute(statement, updates)
+    connection.execute(merge, updates)
 
 
 _KEY_NAMES: Final = ("resolution", "bucket", *GROUP_LABELS)
