@@ -387,19 +387,18 @@ def sketches_by_group(
     positive = vals >= MIN_VALUE
     keys = np.full(vals.size, _ZERO_KEY, dtype=np.int64)
     keys[positive] = template.keys_for(vals[positive])
-    order = np.lexsort((keys, gids))
-    gids_s, keys_s, vals_s = gids[order], keys[order], vals[order]
-    # Runs of equal (group, key) pairs → bucket counts; runs of equal group → sketches.
-    group_change = gids_s[1:] != gids_s[:-1]
-    run_starts = np.flatnonzero(np.r_[True, group_change | (keys_s[1:] != keys_s[:-1])])
-    run_counts = np.diff(np.r_[run_starts, gids_s.size])
-    run_keys, run_gids = keys_s[run_starts], gids_s[run_starts]
-    group_starts = np.flatnonzero(np.r_[True, group_change])
-    sums = np.add.reduceat(vals_s, group_starts)
-    mins = np.minimum.reduceat(vals_s, group_starts)
-    maxs = np.maximum.reduceat(vals_s, group_starts)
+    run_gids, run_keys, run_counts = _bucket_runs(gids, keys, positive, n_groups)
+    # Per-group totals straight from the group ids: no sort, and every group with a value
+    # has at least one run, so the runs' groups index these arrays.
+    sums = np.bincount(gids, weights=vals, minlength=n_groups)
+    mins = np.full(n_groups, np.inf)
+    maxs = np.full(n_groups, -np.inf)
+    np.minimum.at(mins, gids, vals)
+    np.maximum.at(maxs, gids, vals)
     run_group_starts = np.flatnonzero(np.r_[True, run_gids[1:] != run_gids[:-1]])
     run_group_ends = np.r_[run_group_starts[1:], run_gids.size]
+    group_of_run = run_gids[run_group_starts]
+    sums, mins, maxs = sums[group_of_run], mins[group_of_run], maxs[group_of_run]
     for i, (lo, hi) in enumerate(
         zip(run_group_starts.tolist(), run_group_ends.tolist(), strict=True)
     ):
@@ -418,3 +417,41 @@ def sketches_by_group(
             alpha=alpha,
         )
     return result
+
+
+#: Dense counting beats sorting while the (group, bucket) grid is at most this many cells
+#: per value (plus a floor that small batches always fit under).
+_DENSE_CELLS_PER_VALUE: Final = 8
+_DENSE_CELLS_FLOOR: Final = 1 << 16
+
+
+def _bucket_runs(
+    gids: IntArray, keys: IntArray, positive: npt.NDArray[np.bool_], n_groups: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """``(group, key, count)`` of every occupied bucket, sorted by group then key (the zero
+    bucket, ``_ZERO_KEY``, first in its group).
+
+    Latency keys span a few hundred buckets, so a batch's (group, bucket) grid is usually
+    small: one ``bincount`` over it counts every bucket in O(values), where sorting the
+    (group, key) pairs costs O(values · log values) per sketched column. A grid too large
+    for that (many groups, keys spread over decades) is sorted instead.
+    """
+    if positive.any():
+        low = int(keys[positive].min())
+        span = int(keys[positive].max()) - low + 2  # slot 0: the zero bucket
+    else:
+        low, span = 0, 1
+    cells = n_groups * span
+    if cells <= max(_DENSE_CELLS_FLOOR, _DENSE_CELLS_PER_VALUE * gids.size):
+        slots = np.where(positive, keys - (low - 1), 0)
+        counts = np.bincount(gids * span + slots, minlength=cells)
+        occupied = np.flatnonzero(counts)
+        run_slots = occupied % span
+        run_keys = np.where(run_slots == 0, _ZERO_KEY, run_slots + (low - 1))
+        return occupied // span, run_keys, counts[occupied]
+    order = np.lexsort((keys, gids))
+    gids_s, keys_s = gids[order], keys[order]
+    change = np.r_[True, (gids_s[1:] != gids_s[:-1]) | (keys_s[1:] != keys_s[:-1])]
+    run_starts = np.flatnonzero(change)
+    run_counts = np.diff(np.r_[run_starts, gids_s.size])
+    return gids_s[run_starts], keys_s[run_starts], run_counts

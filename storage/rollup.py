@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
+from operator import is_
 from typing import Any, Final
 
 import numpy as np
@@ -34,6 +36,8 @@ _SERIES_SHIFT: Final = 1 << 32
 _KEY_CHUNK: Final = 500
 #: Joins a series' labels into one key (a control character that labels practically never hold).
 _SEPARATOR: Final = "\x1f"
+#: ``status is Status.ERROR`` (enum members are singletons), in C.
+_IS_ERROR: Final = partial(is_, Status.ERROR)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -64,7 +68,7 @@ def deltas_from_batch(batch: Batch) -> list[RollupDelta]:
     epoch = np.fromiter(map(datetime.timestamp, columns["start"]), dtype=np.float64, count=n)
     counters = {
         "requests": np.ones(n, dtype=np.int64),
-        "errors": np.fromiter(map(Status.ERROR.__eq__, columns["status"]), dtype=np.int64, count=n),
+        "errors": np.fromiter(map(_IS_ERROR, columns["status"]), dtype=np.bool_, count=n),
         **{
             name: np.nan_to_num(_floats(columns[name])).astype(np.int64)
             for name in ("input_tokens", "output_tokens", "cached_tokens")
@@ -112,12 +116,10 @@ def _floats(column: list[Any]) -> FloatArray:
 
     numpy converts a list holding ``None`` element by element through Python objects, ten
     times slower than a list of numbers; a column is usually all numbers or all ``None``
-    (a stage the engine never reports), and ``list.count`` tells which at C speed.
+    (a stage the engine never reports). Only a column that starts with ``None`` is counted
+    (``list.count`` compares every number with ``None``: as slow as the conversion itself).
     """
-    missing = column.count(None)
-    if not missing:
-        return np.array(column, dtype=np.float64)
-    if missing == len(column):
+    if column and column[0] is None and column.count(None) == len(column):
         return np.full(len(column), np.nan)
     return np.array(column, dtype=np.float64)
 
@@ -174,17 +176,59 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
     if not deltas:
         return 0
     ordered = sorted(deltas, key=lambda d: d.key)
-    empty_rows = [
-        {
-            "resolution": d.key.resolution,
-            "bucket": d.key.bucket,
-            **{name: getattr(d.key, name) for name in GROUP_LABELS},
-            **dict.fromkeys(COUNTERS, 0),
-        }
-        for d in ordered
-    ]
-    connection.execute(insert_for(connection, request_rollups).on_conflict_do_nothing(), empty_rows)
+    if connection.dialect.name == "postgresql":
+        _apply_postgres(connection, ordered)
+    else:
+        _apply_portable(connection, ordered)
+    return len(deltas)
 
+
+def _new_row(delta: RollupDelta) -> dict[str, Any]:
+    """The row of a key no writer has rolled up yet: the delta as it is."""
+    return {
+        "resolution": delta.key.resolution,
+        "bucket": delta.key.bucket,
+        **{name: getattr(delta.key, name) for name in GROUP_LABELS},
+        **delta.counters,
+        **{column: _bytes(delta.sketches.get(column)) for column in SKETCH_COLUMNS},
+    }
+
+
+def _bytes(sketch: QuantileSketch | None) -> bytes | None:
+    return None if sketch is None else sketch.to_bytes()
+
+
+def _merged(row: Any, delta: RollupDelta) -> dict[str, Any]:
+    """The counters and sketches of stored ``row`` with ``delta`` merged in."""
+    values: dict[str, Any] = {name: row[name] + delta.counters[name] for name in COUNTERS}
+    for column in SKETCH_COLUMNS:
+        add = delta.sketches.get(column)
+        stored = row[column]
+        if add is None:
+            values[column] = stored
+        elif stored is None:
+            values[column] = add.to_bytes()
+        else:
+            merged = QuantileSketch.from_bytes(stored)
+            merged.merge(add)
+            values[column] = merged.to_bytes()
+    return values
+
+
+def _apply_portable(connection: Connection, ordered: list[RollupDelta]) -> None:
+    """SQLite (one writer at a time): SQLAlchemy statements, new keys inserted with their
+    deltas, the others read, merged and updated."""
+    c = request_rollups.c
+    statement = (
+        insert_for(connection, request_rollups)
+        .on_conflict_do_nothing()
+        .returning(c.resolution, c.bucket, *(c[name] for name in GROUP_LABELS))
+    )
+    new_rows = [_new_row(d) for d in ordered]
+    inserted = {RollupKey(*row) for row in connection.execute(statement, new_rows)}
+    ordered = [d for d in ordered if d.key not in inserted]
+    if not ordered:
+        return
     existing: dict[RollupKey, Any] = {}
     for i in range(0, len(ordered), _KEY_CHUNK):
         chunk = ordered[i : i + _KEY_CHUNK]
@@ -197,35 +241,16 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
             .where(_key_columns().in_(keys))
             .order_by(*request_rollups.primary_key.columns)
         )
-        if connection.dialect.name == "postgresql":
-            query = query.with_for_update()
         for row in connection.execute(query).mappings():
             key = RollupKey(row["resolution"], row["bucket"], *(row[n] for n in GROUP_LABELS))
             existing[key] = row
-
     updates = []
     for delta in ordered:
-        row = existing[delta.key]
-        values: dict[str, Any] = {
-            f"b_{name}": getattr(delta.key, name)
-            for name in ("resolution", "bucket", *GROUP_LABELS)
-        }
-        for name in COUNTERS:
-            values[name] = row[name] + delta.counters[name]
-        for column in SKETCH_COLUMNS:
-            add = delta.sketches.get(column)
-            stored = row[column]
-            if add is None:
-                values[column] = stored
-            elif stored is None:
-                values[column] = add.to_bytes()
-            else:
-                merged = QuantileSketch.from_bytes(stored)
-                merged.merge(add)
-                values[column] = merged.to_bytes()
+        values = _merged(existing[delta.key], delta)
+        for name in ("resolution", "bucket", *GROUP_LABELS):
+            values[f"b_{name}"] = getattr(delta.key, name)
         updates.append(values)
-    c = request_rollups.c
-    statement = (
+    merge = (
         update(request_rollups)
         .where(
             and_(
@@ -236,5 +261,73 @@ def apply(connection: Connection, deltas: Sequence[RollupDelta]) -> int:
         )
         .values({name: bindparam(name) for name in (*COUNTERS, *SKETCH_COLUMNS)})
     )
-    connection.execute(statement, updates)
-    return len(updates)
+    connection.execute(merge, updates)
+
+
+_KEY_NAMES: Final = ("resolution", "bucket", *GROUP_LABELS)
+_VALUE_NAMES: Final = (*COUNTERS, *SKETCH_COLUMNS)
+_PG_ARRAY_TYPES: Final = {
+    "resolution": "text[]",
+    "bucket": "timestamptz[]",
+    **dict.fromkeys(GROUP_LABELS, "text[]"),
+    **dict.fromkeys(COUNTERS, "int8[]"),
+    **dict.fromkeys(SKETCH_COLUMNS, "bytea[]"),
+}
+
+
+def _unnest(names: Sequence[str]) -> str:
+    """``unnest`` of one array parameter per column, named as the columns."""
+    arrays = ", ".join(f"%s::{_PG_ARRAY_TYPES[name]}" for name in names)
+    return f"unnest({arrays}) AS u({', '.join(names)})"
+
+
+_KEY_LIST: Final = ", ".join(_KEY_NAMES)
+_ALL_LIST: Final = ", ".join((*_KEY_NAMES, *_VALUE_NAMES))
+_KEYS_MATCH: Final = " AND ".join(f"r.{name} = u.{name}" for name in _KEY_NAMES)
+# Constant statements with one array per column: psycopg parses each once, PostgreSQL plans
+# each once per connection, and a batch's hundreds of keys travel as a few arrays instead of
+# thousands of bound parameters in VALUES lists of every length.
+_PG_INSERT: Final = (
+    f"INSERT INTO request_rollups AS r ({_ALL_LIST}) "
+    f"SELECT {_ALL_LIST} FROM {_unnest((*_KEY_NAMES, *_VALUE_NAMES))} "
+    f"ON CONFLICT DO NOTHING RETURNING {_KEY_LIST}"
+)
+_PG_LOCK: Final = (
+    f"SELECT r.* FROM request_rollups r JOIN {_unnest(_KEY_NAMES)} ON {_KEYS_MATCH} "
+    f"ORDER BY {', '.join(f'r.{name}' for name in _KEY_NAMES)} FOR UPDATE OF r"
+)
+_PG_UPDATE: Final = (
+    f"UPDATE request_rollups r SET {', '.join(f'{n} = u.{n}' for n in _VALUE_NAMES)} "
+    f"FROM {_unnest((*_KEY_NAMES, *_VALUE_NAMES))} WHERE {_KEYS_MATCH}"
+)
+
+
+def _apply_postgres(connection: Connection, ordered: list[RollupDelta]) -> None:
+    """PostgreSQL: new keys inserted with their deltas (in key order, so concurrent writers
+    meet each other's new rows in one order), then the keys that had a row locked in key
+    order, merged and updated."""
+    from psycopg.rows import dict_row  # noqa: PLC0415 (PostgreSQL only)
+
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    rows = [_new_row(d) for d in ordered]
+    columns = [[row[name] for row in rows] for name in (*_KEY_NAMES, *_VALUE_NAMES)]
+    with raw.cursor() as cursor:
+        cursor.execute(_PG_INSERT, columns)
+        inserted = {_pg_key(row) for row in cursor.fetchall()}
+    ordered = [d for d in ordered if d.key not in inserted]
+    if not ordered:
+        return
+    keys = [[getattr(d.key, name) for d in ordered] for name in _KEY_NAMES]
+    with raw.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(_PG_LOCK, keys)
+        existing = {_pg_key(tuple(row[n] for n in _KEY_NAMES)): row for row in cursor}
+    merged = [_merged(existing[d.key], d) for d in ordered]
+    values = [[m[name] for m in merged] for name in _VALUE_NAMES]
+    with raw.cursor() as cursor:
+        cursor.execute(_PG_UPDATE, [*keys, *values])
+
+
+def _pg_key(row: Sequence[Any]) -> RollupKey:
+    resolution, bucket, *labels = row
+    return RollupKey(resolution, bucket.astimezone(UTC), *labels)

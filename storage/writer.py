@@ -7,7 +7,9 @@ once in the rollups.
 - PostgreSQL: a new batch (the common case) is binary-``COPY``'d straight into ``requests``
   inside a savepoint; if it meets an existing key the savepoint is rolled back and the batch is
   copied into a session-temporary staging table and inserted with ``ON CONFLICT DO NOTHING``,
-  answering with the rows it skipped. Daily partitions are created on demand.
+  answering with how many it stored and the keys of the smaller side (stored or skipped).
+  After such a batch the next goes to staging directly, until one is all new (replays come
+  in runs). Daily partitions are created on demand.
 - SQLite: ``executemany`` into a temporary staging table, then ``INSERT … ON CONFLICT DO NOTHING
   RETURNING`` the keys stored, in WAL mode.
 
@@ -26,11 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import UTC, date, datetime
+from itertools import islice, repeat
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine
@@ -49,6 +53,18 @@ from storage.sql import insert_for
 from storage.tables import client_requests, gpu_samples, server_engine_samples, server_samples
 
 log = logging.getLogger(__name__)
+
+_format_row_binary: Callable[..., None] | None
+try:  # psycopg's binary row encoder (C with psycopg[binary]); internal, hence the fallback
+    from psycopg._copy_base import _binary_signature as _BINARY_SIGNATURE
+    from psycopg._copy_base import _binary_trailer as _BINARY_TRAILER
+    from psycopg._copy_base import format_row_binary as _encoder
+
+    _format_row_binary = _encoder
+except ImportError:  # pragma: no cover - another psycopg layout
+    _format_row_binary = None
+#: Rows encoded per write to the connection: about 0.5 MiB of request rows.
+_ROWS_PER_WRITE: Final = 2048
 
 _COLUMNS: Final = ", ".join(f'"{name}"' for name in RECORD_FIELDS)
 _PG_TYPES: Final = {
@@ -113,6 +129,8 @@ class _BaseWriter:
         self.clock = clock or _utc_now
         #: The first day a partition may be created for (``None``: no bound but the horizon).
         self._oldest: date | None = None
+        #: Whether the last batch of requests met rows already stored (a hint, not a rule).
+        self._replaying = False
 
     def _in_window(self, items: Sequence[Any], when: Callable[[Any], datetime], what: str) -> Any:
         """``items`` without those whose time lies outside the accepted window."""
@@ -141,13 +159,20 @@ class _BaseWriter:
         # The rollup deltas of the whole batch are computed in a worker thread while the
         # database stages and inserts the rows (waiting on it releases the GIL); they are
         # recomputed for the subset only in the rare case that some rows were duplicates.
+        # Duplicates come in runs (a spool replayed after a crash, a retried shipment): while
+        # the last batch met some, the next is not rolled up before it is known what it stored.
+        replaying = self._replaying
         with ThreadPoolExecutor(1, thread_name_prefix="rollup") as pool:
-            optimistic = pool.submit(rollup.deltas_from_batch, batch)
+            optimistic = None if replaying else pool.submit(rollup.deltas_from_batch, batch)
             with _translate_errors(), self.engine.begin() as connection:
                 self._prepare(connection, batch)
                 fresh = self._store(connection, batch)
-                deltas = optimistic.result() if fresh is batch else rollup.deltas_from_batch(fresh)
+                if optimistic is not None and fresh is batch:
+                    deltas = optimistic.result()
+                else:
+                    deltas = rollup.deltas_from_batch(fresh)
                 rollup.apply(connection, deltas)
+        self._replaying = fresh is not batch
         refused = received - len(records)
         return WriteResult(received, len(fresh), len(records) - len(fresh), refused)
 
@@ -276,13 +301,20 @@ class PostgresWriter(_BaseWriter):
         "CREATE TEMP TABLE IF NOT EXISTS requests_staging "
         "(LIKE requests INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
     )
-    # The insert's own RETURNING says what it stored; the statement answers with the staged
-    # rows it did *not* store (duplicates: usually none, so almost nothing comes back).
+    # The insert's own RETURNING says what it stored. The statement answers with a row
+    # holding the number stored, and the keys of the smaller side: those stored when at most
+    # half the batch was new (a replay: usually none), else the staged keys it did *not*
+    # store (a batch of new rows with a few old ones).
     insert_select = (
         f"WITH stored AS (INSERT INTO requests ({_COLUMNS}) SELECT {_COLUMNS} "
-        "FROM requests_staging ON CONFLICT DO NOTHING RETURNING trace_id, span_id) "
-        "SELECT s.trace_id, s.span_id FROM requests_staging s "
-        "LEFT JOIN stored USING (trace_id, span_id) WHERE stored.trace_id IS NULL"
+        "FROM requests_staging ON CONFLICT DO NOTHING RETURNING trace_id, span_id), "
+        "n AS (SELECT count(*) AS stored FROM stored) "
+        "SELECT n.stored, NULL::text, NULL::text FROM n "
+        "UNION ALL SELECT NULL, trace_id, span_id FROM stored "
+        "WHERE (SELECT stored FROM n) * 2 <= %(staged)s "
+        "UNION ALL SELECT NULL, s.trace_id, s.span_id FROM requests_staging s "
+        "LEFT JOIN stored USING (trace_id, span_id) "
+        "WHERE stored.trace_id IS NULL AND (SELECT stored FROM n) * 2 > %(staged)s"
     )
 
     def __init__(
@@ -305,10 +337,13 @@ class PostgresWriter(_BaseWriter):
 
         A replayed or concurrently shipped batch meets the primary key: the COPY fails inside
         its savepoint, which is rolled back, and the batch takes the staging path, whose
-        conflict-aware insert skips what exists.
+        conflict-aware insert skips what exists. After such a batch the next one takes the
+        staging path straight away, until one turns out to be all new.
         """
         from psycopg.errors import CheckViolation, UniqueViolation  # noqa: PLC0415 (PostgreSQL only)
 
+        if self._replaying:  # the next batch of a replay is likely old too: skip the attempt
+            return super()._store(connection, batch)
         for attempt in range(2):
             savepoint = connection.begin_nested()
             try:
@@ -349,8 +384,21 @@ class PostgresWriter(_BaseWriter):
         ).all()
 
     def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
-        duplicates = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
-        return batch.without(duplicates) if duplicates else batch
+        staged = len(batch)
+        stored = 0
+        keys: set[tuple[str, str]] = set()
+        for count, trace_id, span_id in connection.exec_driver_sql(
+            self.insert_select, {"staged": staged}
+        ):
+            if count is None:
+                keys.add((trace_id, span_id))
+            else:
+                stored = count
+        if stored == staged:
+            return batch
+        if stored * 2 <= staged:
+            return batch.only(keys)
+        return batch.without(keys)
 
     def _stage(self, connection: Connection, batch: Batch) -> None:
         self._copy(connection, "requests_staging", batch)
@@ -364,8 +412,7 @@ class PostgresWriter(_BaseWriter):
             cursor.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
         ):
             copy.set_types(COPY_TYPES)
-            for row in batch.rows():
-                copy.write_row(row)
+            write_binary_rows(copy, batch.rows())
 
 
 class SqliteWriter(_BaseWriter):
@@ -399,6 +446,33 @@ class SqliteWriter(_BaseWriter):
     def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
         stored = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
         return batch if len(stored) == len(batch) else batch.only(stored)
+
+
+def write_binary_rows(copy: Any, rows: Iterator[Sequence[Any]]) -> None:
+    """Stream ``rows`` into a binary ``COPY`` (types set), encoded by psycopg's own encoder.
+
+    ``Copy.write_row`` runs two Python-level calls and a buffer check per row around the C
+    encoder (``format_row_binary``); at a few hundred thousand rows a second those calls cost
+    as much as the encoding. Here the encoder is driven from C (``map`` consumed by a
+    zero-length ``deque``) into one buffer per ``_ROWS_PER_WRITE`` rows, framed with the
+    binary format's signature and trailer. Without the encoder (a psycopg that moved it) the
+    rows go through ``write_row``.
+    """
+    if _format_row_binary is None:
+        for row in rows:
+            copy.write_row(row)
+        return
+    transformer = copy.formatter.transformer
+    buffer = bytearray(_BINARY_SIGNATURE)
+    while True:
+        before = len(buffer)
+        chunk = islice(rows, _ROWS_PER_WRITE)
+        deque(map(_format_row_binary, chunk, repeat(transformer), repeat(buffer)), maxlen=0)
+        if len(buffer) == before:  # every row adds at least its field count
+            break
+        copy.write(buffer)
+        buffer = bytearray()
+    copy.write(_BINARY_TRAILER)
 
 
 def _start(record: RequestRecord) -> datetime:

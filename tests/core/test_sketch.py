@@ -168,3 +168,17 @@ def test_remembered_quantiles_follow_the_sketch_as_it_changes():
     ).quantiles([0.5, 0.99])
     sketch.add_many([1e4] * 1000)
     assert sketch.quantile(0.99) == pytest.approx(1e4, rel=0.01)
+
+
+def test_grouped_build_of_a_wide_sparse_grid_equals_one_sketch_per_group():
+    # Many groups and values spread over sixteen decades: the (group, bucket) grid is far
+    # larger than the values, so the buckets are found by sorting rather than counting.
+    rng = np.random.default_rng(5)
+    values = 10.0 ** rng.uniform(-8, 8, 300)
+    values[:7] = 0.0
+    values[7:20] = np.nan
+    ids = rng.integers(0, 180, values.size)
+    built = sketches_by_group(ids, values, 180)
+    for g in range(180):
+        mine = values[(ids == g) & ~np.isnan(values)]
+        assert (built[g] == QuantileSketch.of(mine)) if mine.size else built[g] is None

@@ -9,9 +9,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from sqlalchemy import func, select
 
+from core.records import RECORD_FIELDS
 from core.samples import GpuSample, ServerSample
+from storage.batch import Batch
 from storage.tables import gpu_samples, request_rollups, requests, server_samples
-from storage.writer import open_writer
+from storage.writer import COPY_TYPES, open_writer, write_binary_rows
 from tests.factories import make_records
 
 T0 = datetime(2026, 11, 2, 23, 50, tzinfo=UTC)
@@ -167,3 +169,36 @@ def test_labels_holding_control_characters_keep_their_own_series(store):
         )
         series = {tuple(row) for row in rows}
     assert series == {("m\x1fi", "x"), ("m", "i\x1fx")}
+
+
+def test_rows_copied_in_buffers_equal_rows_copied_one_at_a_time(pg_store):
+    """``write_binary_rows`` (psycopg's encoder driven in buffers) puts into the table exactly
+    what ``Copy.write_row`` does: several buffers' worth, non-ASCII labels, NULLs."""
+    records = make_records(np.random.default_rng(14), T0, 5000, span=timedelta(hours=1))
+    records = [
+        dataclasses.replace(r, model="modèle-😀", queue_s=None, cached_tokens=None)
+        if i % 3 == 0
+        else r
+        for i, r in enumerate(records)
+    ]
+    rows = list(Batch.of(records).rows())
+    columns = ", ".join(f'"{name}"' for name in RECORD_FIELDS)
+    with pg_store.engine.begin() as c:
+        raw = c.connection.driver_connection
+        for table, buffered in (("copied_in_buffers", True), ("copied_by_row", False)):
+            raw.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM requests WITH NO DATA")
+            with (
+                raw.cursor() as cursor,
+                cursor.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy,
+            ):
+                copy.set_types(COPY_TYPES)
+                if buffered:
+                    write_binary_rows(copy, iter(rows))
+                else:
+                    for row in rows:
+                        copy.write_row(row)
+        query = f"SELECT {columns} FROM {{}} ORDER BY trace_id, span_id"
+        buffered_rows = raw.execute(query.format("copied_in_buffers")).fetchall()
+        by_row = raw.execute(query.format("copied_by_row")).fetchall()
+    assert len(buffered_rows) == 5000
+    assert buffered_rows == by_row
