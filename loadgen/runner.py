@@ -71,8 +71,10 @@ class Runner:
             await self._preflight(client)
             self._monitor.start()
             started_at, self._t0 = self._wall_clock(), self._clock()
-            await self._drive(client)
-            self.monitor_report = await self._monitor.stop()
+            try:
+                await self._drive(client)
+            finally:  # a cancelled run (the demo's Ctrl-C) stops its sampler too
+                self.monitor_report = await self._monitor.stop()
         self._progress.close()
         results = sorted(self._results, key=lambda r: r.seq)
         return LoadTestRun(
@@ -108,8 +110,11 @@ class Runner:
                     task.cancel()
                 await asyncio.gather(*late, return_exceptions=True)
         finally:
-            ticker.cancel()
-            await asyncio.gather(ticker, return_exceptions=True)
+            # Cancelled mid-run (Ctrl-C): no user outlives the run, or its client.
+            left = [t for t in users.values() if not t.done()]
+            for task in (ticker, *left):
+                task.cancel()
+            await asyncio.gather(ticker, *left, return_exceptions=True)
 
     async def _user(self, slot: int, client: httpx.AsyncClient) -> None:
         while not self._stopping and slot < self._phase.concurrency:

@@ -132,3 +132,39 @@ def test_a_burst_raises_the_users_and_lets_them_go_again() -> None:
     assert all(r.ok for r in run.results)
     assert [most_in_flight(run.results, p) for p in (0, 1, 2)] == [1, 3, 1]
     assert max(r.sent_s for r in run.results) < 2.4  # nobody starts after the last phase
+
+
+class _Started(SelfMonitor):
+    """A sampler that says when the run has begun (the test cancels it then)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+
+    def start(self) -> None:
+        super().start()
+        self.started.set()
+
+
+def test_a_cancelled_run_stops_its_sampler_and_leaves_no_task_behind() -> None:
+    """The live demo's Ctrl-C cancels its step load test mid-run; the event-loop sampler
+    used to stay pending ("Task was destroyed but it is pending!" at exit)."""
+    with serving(scaled_profile(10.0)) as (url, server, _sink):
+
+        async def cancel_mid_run() -> list[asyncio.Task[object]]:
+            monitor = _Started()
+            runner = Runner(
+                Endpoint(url, server.model),
+                steady(2, 60.0),
+                Sampled(fixed(100), fixed(20), np.random.default_rng(1)),
+                rng=np.random.default_rng(2),
+                monitor=monitor,
+            )
+            task = asyncio.create_task(runner.run(name="cancelled", scenario=ScenarioKind.STEADY))
+            await monitor.started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+        assert asyncio.run(cancel_mid_run()) == []
