@@ -46,7 +46,7 @@ from core.query import Method, Selector
 from core.slo import Sli, SliKind, SloSpec
 from core.window import Window
 from service.evaluation import Evaluator, default_policy, status
-from storage import queries, slo_store
+from storage import migrate, queries, slo_store
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy
 from storage.slo_store import RollupCache
@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         print(f"  loaded {loaded:,} requests in {time.perf_counter() - started:.0f} s")
     engine = create_store_engine(url)
+    if args.url is not None:  # a store kept by an older version: its schema as `serve` makes it
+        migrate.upgrade(engine)
     results: dict[str, Any] = {}
     try:
         with engine.connect() as connection:

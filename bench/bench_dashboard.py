@@ -51,7 +51,7 @@ from core.window import Window
 from loadgen.scenarios import step
 from service.cost_spec import example_model
 from service.evaluation import Evaluator, default_policy
-from storage import slo_store
+from storage import migrate, slo_store
 from storage.baselines import capture_window, save_baseline
 from storage.engine import create_store_engine
 from storage.maintenance import RetentionPolicy, maintain
@@ -234,6 +234,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  loaded {loaded:,} requests and GPU samples in "
               f"{time.perf_counter() - started:.0f} s")  # fmt: skip
     engine = create_store_engine(url)
+    if args.url is not None:  # a store kept by an older version: its schema as `serve` makes it
+        migrate.upgrade(engine)
     results: dict[str, Any] = {}
     try:
         with engine.connect() as connection:
