@@ -241,3 +241,26 @@ def test_invalid_baselines_are_refused(sentence, change, message):
     values = {f: getattr(valid, f) for f in valid.__dataclass_fields__}
     with pytest.raises(InvalidInput, match=message):
         type(valid)(**{**values, **change})
+
+
+class _CountingRng:
+    """A generator that counts its multinomial draws (one per resampled sketch)."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+        self.multinomials = 0
+
+    def multinomial(self, *args, **kwargs):
+        self.multinomials += 1
+        return self._rng.multinomial(*args, **kwargs)
+
+
+def test_each_sides_sketch_is_resampled_once_for_all_its_quantiles():
+    """TTFT, TPOT and E2E on both sides: six draws, not one per quantile row (18)."""
+    runs = np.random.default_rng(21)
+    before, after = synthetic_run(runs, "before"), synthetic_run(runs, "after", slowdown=1.15)
+    rng = _CountingRng(0)
+    result = compare(before, after, rng)  # type: ignore[arg-type]
+    assert rng.multinomials == 2 * 3
+    assert verdicts(result)["ttft.p50"] is Verdict.REGRESSED
+    assert next(m for m in result.metrics if m.name == "ttft.p50").test is StatTest.BOOTSTRAP
