@@ -17,7 +17,6 @@ Model names are kept as the client sent them; they are compared with the server'
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -29,12 +28,11 @@ from core.records import (
     Status,
     check_count,
     check_duration,
+    check_ids,
     check_label,
     check_timestamp,
 )
 
-_HEX32 = re.compile(r"[0-9a-f]{32}")
-_HEX16 = re.compile(r"[0-9a-f]{16}")
 _E = TypeVar("_E", bound=StrEnum)
 
 
@@ -75,16 +73,7 @@ class ClientRecord:
     error_type: str = ""
 
     def __post_init__(self) -> None:
-        if not _HEX32.fullmatch(self.trace_id) or self.trace_id == "0" * 32:
-            raise InvalidRecord(
-                "trace_id must be 32 lowercase hex digits, not all zero",
-                details={"trace_id": self.trace_id[:64]},
-            )
-        if not _HEX16.fullmatch(self.span_id) or self.span_id == "0" * 16:
-            raise InvalidRecord(
-                "span_id must be 16 lowercase hex digits, not all zero",
-                details={"span_id": self.span_id[:64]},
-            )
+        check_ids(self.trace_id, self.span_id)
         check_timestamp("start", self.start)
         for name in ("service", "source", "provider", "model", "tenant", "operation"):
             check_label(name, getattr(self, name))

@@ -101,6 +101,20 @@ def normalise_span_id(value: str | bytes | int) -> str:
     return text
 
 
+def check_ids(trace_id: str, span_id: str) -> None:
+    """A W3C trace id (32 lowercase hex digits) and span id (16), neither all zero."""
+    if not _HEX32.fullmatch(trace_id) or trace_id == "0" * 32:
+        raise InvalidRecord(
+            "trace_id must be 32 lowercase hex digits, not all zero",
+            details={"trace_id": trace_id[:64]},
+        )
+    if not _HEX16.fullmatch(span_id) or span_id == "0" * 16:
+        raise InvalidRecord(
+            "span_id must be 16 lowercase hex digits, not all zero",
+            details={"span_id": span_id[:64]},
+        )
+
+
 def check_timestamp(name: str, ts: datetime) -> None:
     """Timestamps are timezone-aware and in a plausible range (2000–2200)."""
     if ts.tzinfo is None or ts.utcoffset() is None:
@@ -196,16 +210,7 @@ class RequestRecord:
     finish_reason: str = ""
 
     def __post_init__(self) -> None:
-        if not _HEX32.fullmatch(self.trace_id) or self.trace_id == "0" * 32:
-            raise InvalidRecord(
-                "trace_id must be 32 lowercase hex digits, not all zero",
-                details={"trace_id": self.trace_id[:64]},
-            )
-        if not _HEX16.fullmatch(self.span_id) or self.span_id == "0" * 16:
-            raise InvalidRecord(
-                "span_id must be 16 lowercase hex digits, not all zero",
-                details={"span_id": self.span_id[:64]},
-            )
+        check_ids(self.trace_id, self.span_id)
         check_timestamp("start", self.start)
         if not self.instance:
             raise InvalidRecord("instance must not be empty")
