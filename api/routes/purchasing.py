@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Query
 
 from api.auth import Scope
 from api.deps import App, requires
-from api.params import RANGE_PATTERN, TIME_PATTERN, WINDOW_RULES, KnownQueryRoute, common
+from api.params import RANGE_PATTERN, TIME_PATTERN, WINDOW_RULES, KnownQueryRoute, window_of
 from core.purchasing import (
     DEFAULT_FILL_TARGET,
     DEFAULT_IDLE_FLOOR,
@@ -78,13 +78,13 @@ def get_purchasing(
 ) -> dict[str, Any]:
     if range_ is None and start is None and end is None:
         range_ = DEFAULT_RANGE
-    params = common(app, start, end, range_, None, None, None, None, "")
+    now = app.clock()
     answer = advise(
         app.engine,
         app.cost_model(),
-        params.window,
+        window_of(app, now, start, end, range_),
         finest_for=app.retention.finest_for,
-        now=params.now,
+        now=now,
         timezone=tz or app.settings.report_timezone,
         floor=floor,
         target=target,
