@@ -73,7 +73,12 @@ class Batch:
         return self.take([i for i, key in enumerate(self.keys()) if key not in keys])
 
     def only(self, keys: set[Key]) -> Batch:
-        """The rows whose natural key is in ``keys``."""
+        """The rows whose natural key is in ``keys``.
+
+        A replay stores nothing: an empty ``keys`` answers at once instead of building and
+        probing a key tuple per row (a tenth of a replayed batch's time)."""
+        if not keys:
+            return self.take([])
         return self.take([i for i, key in enumerate(self.keys()) if key in keys])
 
     def days(self) -> set[date]:
