@@ -39,7 +39,7 @@ def _seed(store, late_gap: float) -> None:  # type: ignore[no-untyped-def]
                 ttft_source=TtftSource.EVENT,
                 ttft_s=(r.ttft_s or 0.0) + gap,
                 e2e_s=(r.e2e_s or 0.0) + gap,
-            )  # fmt: skip
+            )
         )
     writer = open_writer(store.engine)
     writer.write_requests([replace(r) for r in records])
