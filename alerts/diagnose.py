@@ -47,8 +47,13 @@ __all__ = ["Candidate", "Diagnosis", "Evidence", "diagnose", "ratio", "step_onse
 _TINY: Final = 1e-12
 #: How much a cause that is not an instance's best explanation still counts.
 _SECONDARY: Final = 0.5
-#: The symptom signals every diagnosis reports.
-_SYMPTOM_SIGNALS: Final = ("ttft_p90", "tpot_p90", "e2e_p90", "error_ratio")
+#: The symptom signals every diagnosis reports (the client's where calls were joined).
+_SYMPTOM_SIGNALS: Final = (
+    "ttft_p90", "tpot_p90", "e2e_p90", "error_ratio", "client_ttft_p90", "client_e2e_p90",
+)  # fmt: skip
+#: The latency signals whose growth says how badly an instance is hurt: the engine's, and the
+#: client's (a gateway's delay hurts the callers while the engine's figures stay flat).
+_IMPACT_SIGNALS: Final = ("ttft_p90", "tpot_p90", "e2e_p90", "client_ttft_p90", "client_e2e_p90")
 #: Confidence of ``unknown`` when something hurts but no rule explains it.
 _UNEXPLAINED: Final = 0.2
 #: How many error types the evidence names.
@@ -119,7 +124,7 @@ def _symptoms(pack: RulePack, ctx: Context) -> dict[str, Evidence | None]:
 def _impact(ctx: Context) -> float:
     """How badly the instance is hurt: log of its worst latency ratio, plus error growth."""
     worst = 1.0
-    for signal in ("ttft_p90", "tpot_p90", "e2e_p90"):
+    for signal in _IMPACT_SIGNALS:
         current = ctx.now.get(signal)
         r = ratio(current, ctx.ref.get(signal)) if current is not None and ctx.ref else None
         if r is not None:

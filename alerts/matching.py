@@ -89,11 +89,14 @@ def holds(cond: Condition, ctx: Context) -> tuple[bool | None, Evidence | None]:
     r = ratio(current, reference)
     if (cond.ratio_above is not None or cond.ratio_below is not None) and r is None:
         return None, None
+    if cond.baseline_above is not None and reference is None:
+        return None, None
     checks = [
         cond.above is None or current > cond.above,
         cond.below is None or current < cond.below,
         cond.ratio_above is None or (r is not None and r >= cond.ratio_above),
         cond.ratio_below is None or (r is not None and r <= cond.ratio_below),
+        cond.baseline_above is None or (reference is not None and reference > cond.baseline_above),
     ]
     evidence = Evidence(cond.signal, current, reference, r, ctx.instance)
     if cond.peer_ratio_above is not None:

@@ -26,7 +26,7 @@ from typing import Any, Final
 import yaml
 
 from core.errors import InvalidInput
-from core.signals import FAMILIES, FAMILY_OF, REQUESTS, SIGNALS
+from core.signals import CLIENT, FAMILIES, FAMILY_OF, REQUESTS, SIGNALS
 
 RULES_DIR: Final = Path(__file__).parent / "rules"
 DEFAULT_RULES: Final = RULES_DIR / "default.yaml"
@@ -54,11 +54,21 @@ class Cause(StrEnum):
     DECODE_BOUND = "decode_bound"
     """Decode is slower on the GPU side (compute or memory bandwidth), without the GPU
     telemetry that would tell which (a fallback of the GPU causes)."""
+    GATEWAY_NETWORK = "gateway_network"
+    """The time between the client and the engine grew (a gateway, the network, the client's
+    own queueing) while the engine's latency stayed flat: read from client calls joined to
+    the server's records by trace id (``core.gap``)."""
     UNKNOWN = "unknown"
 
 
-TESTS: Final = ("above", "below", "ratio_above", "ratio_below", "peer_ratio_above")
+TESTS: Final = (
+    "above", "below", "ratio_above", "ratio_below", "peer_ratio_above", "baseline_above",
+)  # fmt: skip
+#: The symptoms every pack defines, on signals of the requests themselves.
 SYMPTOMS: Final = ("ttft", "tpot", "e2e", "errors")
+#: The symptoms a pack may define, on signals of joined client calls: the latency the callers
+#: saw. An instance is judged when one of them holds though the engine's are flat.
+CLIENT_SYMPTOMS: Final = ("client_ttft", "client_e2e")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +82,15 @@ class Condition:
     ratio_above: float | None = None
     ratio_below: float | None = None
     peer_ratio_above: float | None = None
+    baseline_above: float | None = None
+    """The value in the reference window (a sample size there: ``client_pairs``)."""
 
     def __post_init__(self) -> None:
         if bool(self.signal) == bool(self.symptom):
             raise InvalidInput("a condition names a signal or a symptom, not both")
         if self.signal and self.signal not in SIGNALS:
             raise InvalidInput(f"unknown signal {self.signal!r}")
-        if self.symptom and self.symptom not in SYMPTOMS:
+        if self.symptom and self.symptom not in (*SYMPTOMS, *CLIENT_SYMPTOMS):
             raise InvalidInput(f"unknown symptom {self.symptom!r}")
         tests = [getattr(self, t) for t in TESTS]
         if self.signal and all(t is None for t in tests):
@@ -189,13 +201,29 @@ class RulePack:
         if not 0.0 <= self.unchecked_penalty < 1.0:
             raise InvalidInput("unchecked_penalty is in [0, 1)")
         names = [name for name, _ in self.symptoms]
-        if sorted(names) != sorted(SYMPTOMS):
-            raise InvalidInput(f"a rule pack defines exactly the symptoms {', '.join(SYMPTOMS)}")
-        for _, cond in self.symptoms:
+        required = [name for name in names if name not in CLIENT_SYMPTOMS]
+        if sorted(required) != sorted(SYMPTOMS) or len(set(names)) != len(names):
+            raise InvalidInput(
+                f"a rule pack defines exactly the symptoms {', '.join(SYMPTOMS)}, and may "
+                f"define {' and '.join(CLIENT_SYMPTOMS)}"
+            )
+        for name, cond in self.symptoms:
             if not cond.signal:
                 raise InvalidInput("a symptom is defined on a signal")
-            if cond.family != REQUESTS:
-                raise InvalidInput("a symptom is defined on a signal of the requests themselves")
+            wanted = CLIENT if name in CLIENT_SYMPTOMS else REQUESTS
+            if cond.family != wanted:
+                raise InvalidInput(
+                    f"symptom {name} is defined on a signal of the "
+                    f"{'joined client calls' if wanted == CLIENT else 'requests themselves'}"
+                )
+        for rule in (*self.causes, *self.fallbacks):
+            named = {c.symptom for c in (*rule.when, *rule.any, *rule.unless, *rule.support)}
+            undefined = named - {""} - set(names)
+            if undefined:
+                raise InvalidInput(
+                    f"rule {rule.cause} names a symptom the pack does not define",
+                    details={"symptoms": sorted(undefined)},
+                )
         for rule in self.causes:
             if rule.fallback:
                 raise InvalidInput(f"rule {rule.cause}: `covers` belongs to fallbacks")

@@ -134,7 +134,8 @@ def build_context(
     # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
     announcer = Announcer(engine, notifiers, clock, router, dashboard_url) if notifiers else None
     delivery = Delivery(engine, notifiers) if notifiers else None
-    diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer)
+    aliases = _aliases(settings.model_aliases)
+    diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer, aliases=aliases)
     evaluator = Evaluator(engine, policy, (diagnosis, *listeners), retention.finest_for)
     reports = WeeklyReports(
         engine,
@@ -180,7 +181,7 @@ def build_context(
         store_gate=gate,
         keda_refusals=Refusals(),
         answers=AnswerCache(settings.dashboard_answer_ttl_s),
-        aliases=_aliases(settings.model_aliases),
+        aliases=aliases,
     )
 
 

@@ -51,15 +51,26 @@ SIGNALS: Final[Mapping[str, str]] = {
     "ecc_sbe_per_s": "1/s: correctable ECC errors per second (two readings per board needed)",
     "ecc_dbe_per_s": "1/s: uncorrectable ECC errors per second (two readings per board needed)",
     "xid_samples": "count: GPU samples that report an XID error",
+    "client_pairs": "count: client calls joined to the instance's server records by trace id",
+    "client_ttft_p90": "s: time to first token the client saw (joined calls), 90th percentile",
+    "client_e2e_p90": "s: end-to-end latency the client saw (joined calls), 90th percentile",
+    "gap_ttft_p50": "s: client TTFT − server TTFT of joined calls, median",
+    "gap_ttft_p90": "s: client TTFT − server TTFT of joined calls, 90th percentile",
+    "gap_e2e_p50": "s: client E2E − server E2E of joined calls, median",
+    "gap_e2e_p90": "s: client E2E − server E2E of joined calls, 90th percentile",
 }
 
 #: Signal families: where each signal comes from. ``requests`` are the request records
 #: themselves (always there for an instance that is judged); the others are separate feeds a
-#: deployment may lack.
+#: deployment may lack. ``client``: client records (``core.client``) joined to the instance's
+#: server records by trace id (``core.gap``) — only where callers propagate their trace
+#: context. A gap quantile below 0 (the engine's clock of a call longer than the client's:
+#: measurement noise of a few milliseconds) reads as 0, as every signal is ≥ 0.
 REQUESTS: Final = "requests"
 STAGES: Final = "stages"
 SERVER: Final = "server"
 GPU: Final = "gpu"
+CLIENT: Final = "client"
 FAMILY_OF: Final[Mapping[str, str]] = {
     **dict.fromkeys(
         ("requests", "request_rate", "error_ratio", "ttft_p50", "ttft_p90", "tpot_p50",
@@ -81,6 +92,11 @@ FAMILY_OF: Final[Mapping[str, str]] = {
          "power_w", "ecc_sbe_per_s", "ecc_dbe_per_s", "xid_samples"),
         GPU,
     ),
+    **dict.fromkeys(
+        ("client_pairs", "client_ttft_p90", "client_e2e_p90", "gap_ttft_p50", "gap_ttft_p90",
+         "gap_e2e_p50", "gap_e2e_p90"),
+        CLIENT,
+    ),
 }  # fmt: skip
 #: Each family as the evidence of its absence names it ("no GPU samples for vllm-8b-0: …").
 FAMILIES: Final[Mapping[str, str]] = {
@@ -88,6 +104,7 @@ FAMILIES: Final[Mapping[str, str]] = {
     STAGES: "stage spans",
     SERVER: "engine /metrics samples",
     GPU: "GPU samples",
+    CLIENT: "client calls joined by trace id",
 }
 
 

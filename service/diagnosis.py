@@ -46,6 +46,7 @@ from alerts.lifecycle import Verdict, judge
 from alerts.rules import RulePack, load_rules
 from core.burn import Incident, Transition
 from core.errors import InfersightError, InvalidInput
+from core.model_names import ModelAliases
 from core.query import Selector
 from core.slo import SloSpec
 from core.window import Resolution, Window
@@ -103,11 +104,13 @@ def diagnose_window(
     selector: Selector,
     pack: RulePack,
     reference: Window | None = None,
+    aliases: ModelAliases | None = None,
 ) -> Diagnosis:
-    """Diagnose ``window`` against ``reference`` (default: the same length just before)."""
+    """Diagnose ``window`` against ``reference`` (default: the same length just before);
+    ``aliases`` match client calls' model names to the server's (the client signals)."""
     reference = reference or window.preceding()
-    current = signals.window_signals(engine, window, selector)
-    before = signals.window_signals(engine, reference, selector)
+    current = signals.window_signals(engine, window, selector, aliases)
+    before = signals.window_signals(engine, reference, selector, aliases)
     errors = signals.error_types(engine, window, selector)
     errors_before = signals.error_types(engine, reference, selector) if errors else {}
     return diagnose(current, before, pack, errors, errors_before)
@@ -212,8 +215,10 @@ class DiagnosisListener:
         min_evidence: timedelta = MIN_EVIDENCE,
         max_page_wait: timedelta = MAX_PAGE_WAIT,
         reburn_after: timedelta = REBURN_AFTER,
+        aliases: ModelAliases | None = None,
     ) -> None:
         self.engine = engine
+        self.aliases = aliases
         self.pack = pack or load_rules()
         self.window = window
         self.lead = min(lead, window)
@@ -422,7 +427,7 @@ class DiagnosisListener:
         self, incident: Incident, current: Window, reference: Window
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         result = diagnose_window(
-            self.engine, current, selector_of(incident.scope), self.pack, reference
+            self.engine, current, selector_of(incident.scope), self.pack, reference, self.aliases
         )
         symptom = symptom_of(self.engine, incident, result)
         diagnosis = {

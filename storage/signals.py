@@ -20,6 +20,14 @@ window of 30–60 s, so which readings describe a window matters:
   by how much of that time lies in the window; a reading at the window's start describes the
   minute before the burn and weighs nothing. Server gauges (running, waiting, KV usage) are
   the engine's state at the scrape and are read as such, over ``[start, end)``.
+Client calls (``client_requests``, and ``infersight loadtest`` requests) of the window are
+joined to the server's records by trace id (``storage.client_reads.read_pairs``, at most
+``MAX_CLIENT_CALLS``); each joined pair counts for its server record's instance, so the
+selector's labels are the server's. A window without a joined call of an instance has no
+``client`` family for it ("not measured", the usual case where callers do not propagate their
+trace context). Gaps are client − server; a negative quantile (noise: each side times the call
+on its own clock) reads as 0.
+
 Each instance also says which signal families the store had data of (``available``: stage
 timings on any request, any server scrape, any GPU sample), so that a deployment without GPU
 telemetry reads as "not measured", never as zeros.
@@ -43,14 +51,28 @@ import numpy as np
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from core.errors import InvalidInput, NotFound
+from core.gap import Pair
+from core.model_names import ModelAliases
 from core.query import Selector
 from core.samples import BENIGN_REASONS, THROTTLE_REASONS
-from core.signals import GPU, REQUESTS, SERVER, STAGES, InstanceSignals, WindowSignals, families_of
+from core.signals import (
+    CLIENT,
+    GPU,
+    REQUESTS,
+    SERVER,
+    STAGES,
+    InstanceSignals,
+    WindowSignals,
+    families_of,
+)
 from core.window import Window
+from storage.client_reads import read_pairs
 from storage.sql import raw_where
 from storage.tables import gpu_samples, incident_diagnoses, incidents, requests, server_samples
 
 MAX_ROWS: Final = 2_000_000
+#: Client calls one window's signals join at most (the newest; incident windows are minutes).
+MAX_CLIENT_CALLS: Final = 50_000
 #: The longest time one reading stands for, and how far before a window its anchor readings
 #: (a counter's start, a GPU reading's predecessor) are looked for.
 READING_SPAN_MAX: Final = timedelta(seconds=120)
@@ -225,6 +247,36 @@ def _gpu_values(rows: Sequence[Any], window: Window) -> dict[str, float]:
     return out
 
 
+def _client_values(pairs: Sequence[Pair]) -> dict[str, float]:
+    """Client signals of one instance from its joined pairs."""
+    out: dict[str, float] = {"client_pairs": float(len(pairs))}
+    _put(out, "client_ttft_p90", _quantile([p.client.ttft_s for p in pairs], 0.9))
+    _put(out, "client_e2e_p90", _quantile([p.client.e2e_s for p in pairs], 0.9))
+    ttft_gap = [p.ttft_gap_s for p in pairs]
+    e2e_gap = [p.e2e_gap_s for p in pairs]
+    _put(out, "gap_ttft_p50", _quantile(ttft_gap, 0.5))
+    _put(out, "gap_ttft_p90", _quantile(ttft_gap, 0.9))
+    _put(out, "gap_e2e_p50", _quantile(e2e_gap, 0.5))
+    _put(out, "gap_e2e_p90", _quantile(e2e_gap, 0.9))
+    return out
+
+
+def _client_pairs(
+    engine: Engine, window: Window, selector: Selector, aliases: ModelAliases
+) -> dict[str, list[Pair]]:
+    """The window's joined client calls per server instance, those whose server record the
+    selector picks (its labels are the server's)."""
+    read = read_pairs(engine, window, aliases, model=selector.model, max_calls=MAX_CLIENT_CALLS)
+    pinned = [(n, v) for n in ("instance", "tenant", "priority") if (v := getattr(selector, n))]
+    out: dict[str, list[Pair]] = defaultdict(list)
+    for pair in read.pairs:
+        server = pair.server
+        if server is None or any(server.label(n) != v for n, v in pinned):
+            continue
+        out[server.instance].append(pair)
+    return out
+
+
 def _grouped(engine: Engine, statement: Any) -> dict[str, list[Any]]:
     groups: dict[str, list[Any]] = defaultdict(list)
     with engine.connect() as connection:
@@ -237,9 +289,13 @@ def _grouped(engine: Engine, statement: Any) -> dict[str, list[Any]]:
 
 
 def window_signals(
-    engine: Engine, window: Window, selector: Selector = Selector()
+    engine: Engine,
+    window: Window,
+    selector: Selector = Selector(),
+    aliases: ModelAliases | None = None,
 ) -> WindowSignals:
-    """Every instance's signals over ``window``, for the requests ``selector`` picks."""
+    """Every instance's signals over ``window``, for the requests ``selector`` picks;
+    ``aliases`` match client model names to the server's for the client signals."""
     seconds = max(window.seconds, 1e-9)
     cols = [
         requests.c[c]
@@ -279,6 +335,7 @@ def window_signals(
         )
         .order_by(gpu_samples.c.instance, gpu_samples.c.gpu_index, gpu_samples.c.ts),
     )
+    clients = _client_pairs(engine, window, selector, aliases or ModelAliases())
     out = []
     for name in instances:
         rows = reqs.get(name, [])
@@ -287,9 +344,12 @@ def window_signals(
         values.update(_server_values(scrapes, window))
         gpu = _gpu_values(gpu_rows.get(name, []), window)
         values.update(gpu)
+        joined = clients.get(name, [])
+        if joined:
+            values.update(_client_values(joined))
         model = rows[0].model if rows else (selector.model or "")
         inside = any(r.ts >= window.start for r in scrapes)
-        available = _available(rows, inside, bool(gpu))
+        available = _available(rows, inside, bool(gpu)) | ({CLIENT} if joined else _NONE)
         out.append(InstanceSignals(name, model, values, available | families_of(values)))
     return WindowSignals(window, tuple(out))
 

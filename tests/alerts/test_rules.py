@@ -31,10 +31,13 @@ def test_the_default_pack_has_a_rule_for_every_cause_but_unknown() -> None:
     count = Counter(r.cause for r in pack.causes)
     assert count[Cause.INSTANCE_DEGRADED] == 3
     assert count[Cause.GPU_SATURATED] == count[Cause.MEMORY_BANDWIDTH_BOUND] == 2
+    # The gap between client and engine grows in first tokens, or end to end.
+    assert count[Cause.GATEWAY_NETWORK] == 2
     assert {c for c, n in count.items() if n > 1} == {
         Cause.INSTANCE_DEGRADED,
         Cause.GPU_SATURATED,
         Cause.MEMORY_BANDWIDTH_BOUND,
+        Cause.GATEWAY_NETWORK,
     }
 
 
