@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rate, args.hours, args.instances = 8.0, 10 / 60, 2
+        args.rate, args.hours, args.instances = 8.0, 20 / 60, 2
     if not 0 < args.hours <= 24:
         parser.error("--hours must be in (0, 24]")
     fleet = fleet_of(args)
