@@ -1,0 +1,37 @@
+"""``core.store_capacity`` against a real store: ``bench/bench_store_size.py --quick`` writes a
+known fleet span through the real writers into a fresh PostgreSQL database; the model's rows
+per table must equal the counts exactly and its bytes lie within 30 % of the compacted sizes,
+so the constants in ``docs/capacity.md`` cannot rot unnoticed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core import store_capacity
+from storage.retention import RetentionPolicy
+from storage.tables import PARTITIONED
+from tests.benchmarks import run_bench
+from tests.conftest import POSTGRES_ADMIN_URL
+
+
+def test_the_models_defaults_are_the_stores() -> None:
+    assert store_capacity.Retention() == store_capacity.Retention(
+        **{f: getattr(RetentionPolicy(), f) for f in store_capacity.Retention.__slots__}
+    )
+    assert set(store_capacity.PARTITIONED_TABLES) == set(PARTITIONED)
+
+
+@pytest.mark.postgres
+def test_the_model_predicts_the_rows_and_bytes_of_a_written_fleet(tmp_path: Path) -> None:
+    ran = run_bench(
+        "bench_store_size", "--quick", "--postgres", POSTGRES_ADMIN_URL,
+        figures=tmp_path / "size.json",
+    )  # fmt: skip
+    tables = ran.figures["tables"]
+    assert set(tables) >= {"requests", "request_rollups", "gpu_samples", "gpu_rollups"}
+    for name, t in tables.items():
+        assert t["rows"] > 0, name
+        assert t["model_rows"] == t["rows"], name
+        assert 0.7 <= t["bytes_ratio"] <= 1.3, (name, t)
