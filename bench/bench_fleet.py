@@ -80,6 +80,8 @@ EXPORT_SPANS = 512
 #: Latency histogram buckets (seconds per bucket).
 BUCKET_S = 0.01
 SAMPLE_S = 0.5
+#: PgBouncer's server connections per database/user in ``pgbouncer`` mode.
+POOL_SIZE = 8
 SINGLE_THREADED = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -127,7 +129,7 @@ class TimedSink:
 
 def make_records(n: int, instance: str, rng: random.Random) -> list[Any]:
     """``n`` validated vLLM-shaped records that finished just now."""
-    from core.records import RequestRecord  # noqa: PLC0415 (the worker's import)
+    from core.records import RequestRecord
 
     now = datetime.now(UTC)
     out = []
@@ -164,14 +166,14 @@ def make_records(n: int, instance: str, rng: random.Random) -> list[Any]:
 
 def worker_main(args: argparse.Namespace) -> None:
     """One sidecar: spool + shipper + store writer; steps told on stdin, figures on stdout."""
-    from collector.assembly import Reassembly  # noqa: PLC0415
-    from collector.codec import Kind, encode_record  # noqa: PLC0415
-    from collector.metrics import CollectorMetrics  # noqa: PLC0415
-    from collector.shipper import Shipper  # noqa: PLC0415
-    from collector.spool import Entry, Spool, SpoolConfig  # noqa: PLC0415
-    from core.errors import Unavailable  # noqa: PLC0415
-    from storage.engine import create_store_engine  # noqa: PLC0415
-    from storage.writer import open_writer  # noqa: PLC0415
+    from collector.assembly import Reassembly
+    from collector.codec import Kind, encode_record
+    from collector.metrics import CollectorMetrics
+    from collector.shipper import Shipper
+    from collector.spool import Entry, Spool, SpoolConfig
+    from core.errors import Unavailable
+    from storage.engine import create_store_engine
+    from storage.writer import open_writer
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (stdin, or a kill)
     rng = random.Random(args.instance)
@@ -213,8 +215,7 @@ def worker_main(args: argparse.Namespace) -> None:
                     records = make_records(due, args.instance, rng)
                     ready_at = reassembly.due_at(time.time())
                     entries = [
-                        Entry(Kind.RECORD, r.trace_id, ready_at, encode_record(r))
-                        for r in records
+                        Entry(Kind.RECORD, r.trace_id, ready_at, encode_record(r)) for r in records
                     ]
                     before = time.time()
                     sent += due
@@ -265,8 +266,14 @@ class Fleet:
                 "--engine-kwargs", json.dumps(engine_kwargs),
             ]  # fmt: skip
             self.procs.append(
-                subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True, env=env, cwd=ROOT)  # fmt: skip
+                subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                    cwd=ROOT,
+                )
             )
         for answer in self.answers(timeout=120 + 5 * n):
             assert answer.get("ready"), answer
@@ -429,9 +436,7 @@ def judge(rate: float, duration: float, answers: list[dict[str, Any]], lag_limit
     latency: Counter[int] = Counter()
     for a in answers:
         latency.update({int(k): v for k, v in a["latency"].items()})
-    late_lag = max(
-        (lag for a in answers for t, lag in a["lag"] if t >= duration / 2), default=0.0
-    )
+    late_lag = max((lag for a in answers for t, lag in a["lag"] if t >= duration / 2), default=0.0)
     # A sidecar's last export of a step may fall up to one export interval before its end.
     every = min(export_max_s, EXPORT_SPANS / (rate / n))
     fed = min(a["sent"] for a in answers) / (rate / n * max(duration - every, duration / 2))
@@ -465,7 +470,8 @@ def truncate(dsn: str) -> None:
 
 
 def run_config(mode: str, n: int, url: str, admin_dsn: str, database: str, workdir: Path,
-               args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+               args: argparse.Namespace,
+               engine_kwargs: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """Start N sidecars, step the rate until one fails, stop them: the configuration's row."""
     fleet = Fleet()
     steps: list[dict[str, Any]] = []
@@ -480,7 +486,10 @@ def run_config(mode: str, n: int, url: str, admin_dsn: str, database: str, workd
             sampler.start()
             fleet.tell(f"step {rate / n} {args.step_s}")
             answers = fleet.answers(timeout=args.step_s * 4 + 60)
-            step = judge(rate, args.step_s, answers, args.lag_limit_s, n, args.export_max_s) | sampler.finish()
+            step = (
+                judge(rate, args.step_s, answers, args.lag_limit_s, n, args.export_max_s)
+                | sampler.finish()
+            )
             steps.append(step)
             progress(
                 f"{mode} N={n} {rate:,.0f}/s: committed {step['committed_per_s']:,.0f}/s, "
@@ -507,8 +516,8 @@ def run_config(mode: str, n: int, url: str, admin_dsn: str, database: str, workd
 
 
 def references(url: str, count: int) -> dict[str, float]:
-    from storage.engine import create_store_engine  # noqa: PLC0415
-    from storage.writer import open_writer  # noqa: PLC0415
+    from storage.engine import create_store_engine
+    from storage.writer import open_writer
 
     rng = np.random.default_rng(19)
     records = synth(rng, datetime.now(UTC) - timedelta(minutes=30), count, 1800.0)
@@ -529,10 +538,11 @@ def through(mode: str, url: str) -> Iterator[tuple[str, dict[str, Any]]]:
     if mode == "direct":
         yield url, {}
         return
-    from harness import pgbouncer  # noqa: PLC0415 (bench/harness/pgbouncer.py)
+    from harness.pgbouncer import running_pgbouncer
 
-    with pgbouncer.running(url) as pooled:
-        yield pooled.url, dict(pooled.engine_kwargs)
+    with running_pgbouncer(url, pool_size=POOL_SIZE) as bouncer:
+        # Debian's PgBouncer 1.18 keeps no prepared statements across transactions.
+        yield bouncer.url, {"connect_args": {"prepare_threshold": None}}
 
 
 def print_table(rows: list[dict[str, Any]], refs: dict[str, float]) -> None:
@@ -553,10 +563,10 @@ def print_table(rows: list[dict[str, Any]], refs: dict[str, float]) -> None:
             + (f" ({failed['last_error'][:60]})" if failed["last_error"] else "")
         )  # fmt: skip
 
-        def pct(key: str) -> str:
+        def pct(key: str, at: dict[str, Any] = at) -> str:
             return f"{at[key]:.0%}" if key in at else "-"
 
-        def sec(key: str) -> str:
+        def sec(key: str, at: dict[str, Any] = at) -> str:
             return f"{at[key]:.2f} s" if at.get(key) is not None else "-"
 
         rate = row["sustained_per_s"]
@@ -604,8 +614,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("direct", "pgbouncer") for m in modes) or not fleet_sizes:
         parser.error("--modes takes direct and/or pgbouncer; --fleet at least one count")
-    from storage import migrate  # noqa: PLC0415
-    from storage.engine import create_store_engine  # noqa: PLC0415
+    from storage import migrate
+    from storage.engine import create_store_engine
 
     url, drop = fresh_postgres(args.postgres)
     database = make_url(url).database
@@ -617,7 +627,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         migrate.upgrade(engine)
         engine.dispose()
         refs = references(url, args.reference_records)
-        progress(f"references: COPY {refs['copy_per_s']:,.0f}/s, writer {refs['writer_per_s']:,.0f}/s")
+        progress(
+            f"references: COPY {refs['copy_per_s']:,.0f}/s, writer {refs['writer_per_s']:,.0f}/s"
+        )
         with tempfile.TemporaryDirectory() as tmp:
             for mode in modes:
                 with through(mode, url) as (store, engine_kwargs):
