@@ -58,3 +58,25 @@ def test_the_diagnosis_matrix_smoke_cell_runs_through_the_real_path(tmp_path: Pa
     table = run_bench("bench_diagnosis", "--table", saved)
     assert table.out.strip()
     assert table.out in ran.out
+
+
+@pytest.mark.postgres
+def test_fleet_benchmark_quick_run_prints_the_fleet_table(tmp_path: Path) -> None:
+    """``bench_fleet --quick``: N = 1, 2 sidecar processes (real spool and shipper) into a
+    throwaway PostgreSQL database, the table printed and its figures sane."""
+    ran = run_bench(
+        "bench_fleet", "--quick", "--modes", "direct", "--postgres", POSTGRES_ADMIN_URL,
+        figures=tmp_path / "fleet.json",
+    )  # fmt: skip
+    assert "reference: raw binary COPY" in ran.out
+    rows = {row["n"]: row for row in ran.figures["fleet"]}
+    assert set(rows) == {1, 2}
+    for n, row in rows.items():
+        assert row["mode"] == "direct"
+        assert row["steps"], "no step ran"
+        first = row["steps"][0]
+        assert first["connections"] >= n  # one pooled connection per sidecar
+        assert 0.0 <= first["pg_cpu"] <= 1.0
+        assert first["p99_ack_visible_s"] is None or first["p99_ack_visible_s"] >= 0.0
+        assert first["acked_per_s"] > 0
+    assert ran.figures["references"]["copy_per_s"] > 0

@@ -12,6 +12,8 @@ they work under either name, and nothing adds to the search path.
 * ``diagnosis_matrix``: the adversarial scenario matrix ``bench_diagnosis`` runs, and reads
   back from its ``--json`` file (its smoke test too);
 * ``baselines``: synthetic load-test runs (``bench_baseline`` and ``tests/baselines``);
+* ``pgbouncer``: a real PgBouncer in transaction pooling mode in front of a PostgreSQL server
+  (the store's PgBouncer tests and ``bench_fleet``);
 * ``results``: the ``--json FILE`` a benchmark writes its figures to (the smoke tests run each
   benchmark as a user does and read it).
 """
