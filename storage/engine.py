@@ -9,8 +9,8 @@ travels with the URL, so every process that opens the store (sidecars, API, CLI)
   psycopg prepared on one server connection is unknown on the next the pooler hands it, and
   PgBouncer before 1.21 (Debian's 1.18) does not track them;
 * keeps SQLAlchemy's small client pool: idle client connections hold no server connection in
-  transaction mode, and reusing them saves a connect per checkout (``bench_storage`` measures
-  it against ``NullPool``);
+  transaction mode, and reusing them saves a connect per checkout (not yet measured against
+  ``NullPool``);
 * is marked (``transaction_pooled``), so what needs a session across transactions, the jobs
   leader's advisory lock, refuses it and asks for a direct URL.
 
