@@ -150,7 +150,7 @@ def build_context(
         evaluator,
         retention,
         clock,
-        lock or leader_lock(engine),
+        lock or leader_lock(engine, settings.leader_lock_url, runs_jobs=settings.run_jobs),
         settings.evaluation_interval_s,
         settings.maintenance_interval_s,
         deliver=FollowUp(diagnosis, delivery),

@@ -118,6 +118,11 @@ class JobsPart(Part):
     """The scheduled jobs of an API process: whether they run, and how often."""
 
     run_jobs: bool = Field(True, description="Run the scheduled jobs in this process.")
+    leader_lock_url: str = Field(
+        "",
+        description="Direct PostgreSQL URL (same database, no pooler) for the jobs leader's "
+        "lock; required when the store URL has pooler=transaction.",
+    )
     evaluation_interval_s: float = Field(30.0, gt=0, description="Seconds between SLO evaluations.")
     scaling_interval_s: float = Field(
         60.0, gt=0, description="Seconds between replica recommendations (one per model)."

@@ -5,6 +5,12 @@ PostgreSQL the leader is whoever holds a session-level advisory lock on a dedica
 when it stops (or its connection dies) the lock is released and the next replica to tick takes
 over. On SQLite there is one process, which always leads.
 
+A session-level lock needs a session: through a pooler in transaction mode (a store URL with
+``pooler=transaction``) the lock would stay on whichever server connection took it, handed
+to other clients, and two replicas could both lead. So the lock then goes over its own direct
+connection (``INFERSIGHT_LEADER_LOCK_URL``: the same database, not through the pooler), and
+without one ``leader_lock`` refuses to start jobs. A process that runs no jobs needs none.
+
 Jobs: SLO evaluation (every ``evaluation_interval_s``) and maintenance — daily partitions
 ahead of time, and retention of raw rows and rollups (every ``maintenance_interval_s``); the
 weekly cost report on a cron schedule in its own time zone (``service.reports``), when given;
@@ -28,8 +34,11 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
+from core.errors import ConfigurationError
 from service.evaluation import Evaluator
+from storage.engine import create_store_engine, redact, transaction_pooled
 from storage.maintenance import RetentionPolicy, maintain
 
 log = logging.getLogger(__name__)
@@ -123,8 +132,41 @@ class AdvisoryLock:
             self._connection = None
 
 
-def leader_lock(engine: Engine) -> LeaderLock:
-    return AdvisoryLock(engine) if engine.dialect.name == "postgresql" else SoleLeader()
+class NeverLeader:
+    """A process that runs no jobs behind a transaction pooler without a direct lock URL: it
+    never leads, so its ticks, if any are called, do nothing."""
+
+    def acquire(self) -> bool:
+        return False
+
+    def release(self) -> None:
+        pass
+
+
+def leader_lock(engine: Engine, direct_url: str = "", *, runs_jobs: bool = True) -> LeaderLock:
+    """The leader lock for the store ``engine`` reaches: none needed on SQLite; on PostgreSQL
+    an advisory lock over ``direct_url`` when given, else over ``engine`` unless it goes
+    through a transaction pooler (a ``ConfigurationError`` for a process that runs jobs)."""
+    if engine.dialect.name != "postgresql":
+        return SoleLeader()
+    if direct_url:
+        direct = create_store_engine(direct_url, poolclass=NullPool)
+        if direct.dialect.name != "postgresql" or transaction_pooled(direct):
+            direct.dispose()
+            raise ConfigurationError(
+                "INFERSIGHT_LEADER_LOCK_URL must reach PostgreSQL directly (no pooler=transaction)",
+                details={"url": redact(direct_url)},
+            )
+        return AdvisoryLock(direct)
+    if transaction_pooled(engine):
+        if not runs_jobs:
+            return NeverLeader()
+        raise ConfigurationError(
+            "the store is reached through a transaction pooler (pooler=transaction), where the "
+            "jobs leader's session lock is unsafe: set INFERSIGHT_LEADER_LOCK_URL to a direct "
+            "URL of the same database, or INFERSIGHT_RUN_JOBS=false"
+        )
+    return AdvisoryLock(engine)
 
 
 class Jobs:

@@ -1,4 +1,25 @@
-"""Building an ``Engine`` for a store URL, with the settings each database needs."""
+"""Building an ``Engine`` for a store URL, with the settings each database needs.
+
+A PostgreSQL URL may say the store is reached through a connection pooler in transaction
+pooling mode (PgBouncer ``pool_mode = transaction``): ``?pooler=transaction``. The option
+travels with the URL, so every process that opens the store (sidecars, API, CLI) gets it from
+``INFERSIGHT_DATABASE_URL`` and none can forget it. Such an engine
+
+* never prepares statements on the server (psycopg's ``prepare_threshold=None``): a statement
+  psycopg prepared on one server connection is unknown on the next the pooler hands it, and
+  PgBouncer before 1.21 (Debian's 1.18) does not track them;
+* keeps SQLAlchemy's small client pool: idle client connections hold no server connection in
+  transaction mode, and reusing them saves a connect per checkout (not yet measured against
+  ``NullPool``);
+* is marked (``transaction_pooled``), so what needs a session across transactions, the jobs
+  leader's advisory lock, refuses it and asks for a direct URL.
+
+Everything else the store does keeps its state inside one transaction (staging temp tables
+are created and emptied within the writer's transaction, advisory locks besides the leader's
+are transaction-scoped, streamed reads use cursors declared in the reading transaction), and
+works through such a pooler. ``pooler=session`` says a session pooler, which is a direct
+connection as far as the store can tell.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +29,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -18,6 +39,11 @@ from core.errors import ConfigurationError, SchemaMissing, Unavailable
 from storage.creation import may_create
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The URL query option naming the pooler between the store and PostgreSQL, and its values.
+POOLER_OPTION: Final = "pooler"
+POOLERS: Final = ("session", "transaction")
+#: The execution option a transaction-pooled engine carries (``transaction_pooled``).
+_POOLED: Final = "infersight_transaction_pooled"
 #: The words this module gives the driver's errors for a SQLite file it refused to open.
 _NO_DIRECTORY = "unable to open database file: directory does not exist"
 _NO_FILE = "the store file does not exist"
@@ -56,7 +82,33 @@ def normalise_url(url: str) -> str:
             "the store must be PostgreSQL or SQLite",
             details={"url": redact(url)},
         )
+    pooler = parsed.query.get(POOLER_OPTION)
+    if pooler is not None:
+        if parsed.get_backend_name() != "postgresql":
+            raise ConfigurationError(f"{POOLER_OPTION}= is for a PostgreSQL store, not SQLite")
+        if pooler not in POOLERS:
+            raise ConfigurationError(
+                f"{POOLER_OPTION}= must be one of {', '.join(POOLERS)}",
+                details={"url": redact(url)},
+            )
     return parsed.render_as_string(hide_password=False)
+
+
+def split_pooler(url: str) -> tuple[str, str | None]:
+    """A normalised URL without its ``pooler`` option (libpq knows no such parameter), and
+    the option's value (``None``: connected directly)."""
+    parsed = make_url(normalise_url(url))
+    pooler = parsed.query.get(POOLER_OPTION)
+    if pooler is None:
+        return parsed.render_as_string(hide_password=False), None
+    stripped = parsed.difference_update_query([POOLER_OPTION])
+    return stripped.render_as_string(hide_password=False), str(pooler)
+
+
+def transaction_pooled(engine: Engine) -> bool:
+    """Whether ``engine`` reaches PostgreSQL through a transaction pooler: no session state
+    survives its transactions."""
+    return bool(engine.get_execution_options().get(_POOLED))
 
 
 def redact(url: str) -> str:
@@ -68,8 +120,9 @@ def redact(url: str) -> str:
 
 
 def create_store_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys."""
-    url = normalise_url(url)
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys, PostgreSQL
+    behind a transaction pooler no server-side prepared statements (the module's doc)."""
+    url, pooler = split_pooler(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, **kwargs)
         path = _sqlite_file(url)
@@ -78,6 +131,9 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    if pooler == "transaction":
+        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "prepare_threshold": None}
+        kwargs["execution_options"] = {**kwargs.get("execution_options", {}), _POOLED: True}
     return create_engine(url, **kwargs)
 
 

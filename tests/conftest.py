@@ -3,6 +3,11 @@
 PostgreSQL comes from ``INFERSIGHT_TEST_POSTGRES_URL`` (default: the local server, trust auth).
 Each test run creates a fresh database and drops it at the end; tests get empty tables. CI runs
 with PostgreSQL up, so a missing server fails the ``postgres`` tests rather than skipping them.
+
+The store's own tests (``tests/storage``, ``tests/collector``) run on a third store too,
+``pgbouncer``: a database of its own, migrated and used through a real PgBouncer in
+transaction pooling mode (``bench.harness.pgbouncer``) with the store's ``pooler=transaction``
+URL (#19). Without the binary those tests skip, except in CI, where they fail.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +23,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from bench.harness.pgbouncer import PgBouncer, binary, running_pgbouncer
 from storage import migrate
 from storage.engine import create_store_engine
 from storage.tables import metadata
@@ -36,23 +43,70 @@ class Store:
         return self.engine.dialect.name
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for this test run."""
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped on leaving."""
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     name = f"infersight_test_{uuid.uuid4().hex[:12]}"
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    yield url
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    try:
+        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test run."""
+    with fresh_database() as url:
+        yield url
+
+
+#: Server connections per database and user: small, so the store's client connections share
+#: them (as sidecars do), large enough for the tests that hold a few transactions at once.
+PGBOUNCER_POOL_SIZE = 8
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction pooling mode in front of the test server."""
+    if binary() is None:
+        missing = "pgbouncer is not installed (Debian package: pgbouncer)"
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    with running_pgbouncer(POSTGRES_ADMIN_URL, pool_size=PGBOUNCER_POOL_SIZE) as bouncer:
+        yield bouncer
+
+
+def through(bouncer: PgBouncer, url: str) -> str:
+    """``url``'s database through ``bouncer``, with the store's ``pooler=transaction``."""
+    parsed = make_url(url).set(host=bouncer.host, port=bouncer.port)
+    return parsed.update_query_dict({"pooler": "transaction"}).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url(pgbouncer: PgBouncer) -> Iterator[str]:
+    """A fresh, empty database of its own, reached through PgBouncer (``pooler=transaction``)."""
+    with fresh_database() as url:
+        yield through(pgbouncer, url)
 
 
 @pytest.fixture(scope="session")
 def _postgres_engine(postgres_url: str) -> Iterator[Engine]:
     engine = create_store_engine(postgres_url)
+    migrate.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def _pgbouncer_engine(pgbouncer_url: str) -> Iterator[Engine]:
+    """The store through PgBouncer, migrated through it too."""
+    engine = create_store_engine(pgbouncer_url)
     migrate.upgrade(engine)
     yield engine
     engine.dispose()
@@ -74,12 +128,18 @@ def _empty(engine: Engine) -> None:
 
 
 BOTH_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+#: PostgreSQL through PgBouncer in transaction pooling mode (the store's own tests).
+PGBOUNCER_STORE = pytest.param("pgbouncer", marks=pytest.mark.postgres)
+STORES_AND_POOLER = [*BOTH_STORES, PGBOUNCER_STORE]
+POSTGRES_AND_POOLER = [pytest.param("postgres", marks=pytest.mark.postgres), PGBOUNCER_STORE]
 
 
 def empty_store(request: pytest.FixtureRequest) -> Store:
     """The session's store for ``request.param``, with every table emptied."""
     engine: Engine = request.getfixturevalue(f"_{request.param}_engine")
     _empty(engine)
+    if request.param == "pgbouncer":  # the engine's URL has lost the pooler option
+        return Store(request.getfixturevalue("pgbouncer_url"), engine)
     return Store(engine.url.render_as_string(hide_password=False), engine)
 
 

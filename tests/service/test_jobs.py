@@ -178,3 +178,28 @@ def test_a_cycle_that_overruns_its_interval_is_counted_as_skipped_runs_and_timed
     assert jobs.runs["evaluate"] >= 1
     assert len(jobs.durations["evaluate"]) == jobs.runs["evaluate"]
     assert jobs.durations["evaluate"][0] > 0
+
+
+@pytest.mark.postgres
+def test_a_transaction_pooled_store_needs_a_direct_lock_url(postgres_url: str) -> None:
+    """Through a transaction pooler a session lock is unsafe (#19): jobs refuse to start
+    without a direct URL, a process without jobs never leads, a direct URL is used."""
+    from core.errors import ConfigurationError
+    from service.jobs import NeverLeader
+    from storage.engine import create_store_engine
+
+    direct = postgres_url
+    pooled = create_store_engine(direct + "?pooler=transaction")
+    try:
+        with pytest.raises(ConfigurationError, match="INFERSIGHT_LEADER_LOCK_URL"):
+            leader_lock(pooled)
+        assert isinstance(leader_lock(pooled, runs_jobs=False), NeverLeader)
+        with pytest.raises(ConfigurationError, match="directly"):
+            leader_lock(pooled, direct + "?pooler=transaction")
+        lock = leader_lock(pooled, direct)
+        assert isinstance(lock, AdvisoryLock)
+        assert lock.engine is not pooled
+        assert lock.acquire()
+        lock.release()
+    finally:
+        pooled.dispose()

@@ -16,12 +16,13 @@ from storage.engine import create_store_engine
 from storage.partitions import ensure_partitions
 from storage.tables import good_token_counts, metadata, server_engine_samples, server_samples
 from storage.writer import open_writer
-from tests.conftest import POSTGRES_ADMIN_URL
+from tests.conftest import POSTGRES_ADMIN_URL, STORES_AND_POOLER, through
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORES_AND_POOLER)
 def fresh_engine(request, tmp_path):
-    """A store that was never migrated: a new SQLite file or a new PostgreSQL database."""
+    """A store that was never migrated: a new SQLite file or a new PostgreSQL database,
+    reached directly or through PgBouncer in transaction pooling mode."""
     if request.param == "sqlite":
         engine = create_store_engine(f"sqlite:///{tmp_path / 'm.db'}")
         yield engine
@@ -31,7 +32,10 @@ def fresh_engine(request, tmp_path):
     name = f"infersight_mig_{uuid.uuid4().hex[:12]}"
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = create_store_engine(admin.url.set(database=name).render_as_string(hide_password=False))
+    url = admin.url.set(database=name).render_as_string(hide_password=False)
+    if request.param == "pgbouncer":
+        url = through(request.getfixturevalue("pgbouncer"), url)
+    engine = create_store_engine(url)
     yield engine
     engine.dispose()
     with admin.connect() as connection:

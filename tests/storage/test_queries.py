@@ -12,14 +12,14 @@ from core.query import Method, Selector
 from core.window import Window
 from storage import queries
 from storage.writer import open_writer
-from tests.conftest import BOTH_STORES, empty_store
+from tests.conftest import STORES_AND_POOLER, empty_store
 from tests.factories import make_records
 
 DAY_START = datetime(2026, 11, 28, tzinfo=UTC)
 QS = (0.5, 0.9, 0.95, 0.99)
 
 
-@pytest.fixture(scope="module", params=BOTH_STORES)
+@pytest.fixture(scope="module", params=STORES_AND_POOLER)
 def day_of_data(request):
     """A day of traffic, loaded once per database; the tests only read it."""
     store = empty_store(request)
