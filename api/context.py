@@ -85,9 +85,13 @@ class AppContext:
     keda_refusals: Refusals
     """Answers the KEDA endpoint refused (stale, missing, unknown), by reason."""
     answers: AnswerCache
-    """The dashboard pages' answers of the last ``dashboard_answer_ttl_s`` seconds."""
+    """The dashboard pages' and the rollup-served JSON answers of the last
+    ``dashboard_answer_ttl_s`` seconds (``api.reads``)."""
     aliases: ModelAliases = field(default_factory=ModelAliases)
     """The model alias table client and server model names are matched by."""
+    read_engine: Engine | None = None
+    """A hot standby's engine that read-only answers go to (``api.reads``); ``None``: the
+    primary serves them."""
 
     def cost_model(self) -> CostModel:
         """The cost model in use: the stored one named by the settings, or the example."""
@@ -113,6 +117,7 @@ class Wiring(TypedDict, total=False):
     router: Router | None
     dashboard_url: str
     prepare: Callable[[], object] | None
+    read_engine: Engine | None
 
 
 def build_context(
@@ -182,6 +187,7 @@ def build_context(
         keda_refusals=Refusals(),
         answers=AnswerCache(settings.dashboard_answer_ttl_s),
         aliases=aliases,
+        read_engine=wiring.get("read_engine"),
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, quote
@@ -25,6 +26,7 @@ import jinja2
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from api import reads
 from api.context import AppContext, context_of
 from api.dashboard import formatting, shared
 from api.dashboard import session as auth
@@ -52,6 +54,8 @@ VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity, s
 PAGES: Final = tuple((view.NAME, view.TITLE) for view in VIEWS)
 STATIC: Final = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 MAX_LOGIN_BODY: Final = 4096
+#: A page whose data may be older than this says so (``api.reads``: a standby behind).
+STALE_NOTE_S: Final = 10.0
 
 
 def _environment() -> jinja2.Environment:
@@ -87,6 +91,20 @@ def _render(name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
     )
 
 
+def _stale_note(staleness_s: float | None) -> str:
+    """What the page says of its data's age: nothing while it is fresher than
+    ``STALE_NOTE_S`` (a cached page is up to the answer TTL old anyway)."""
+    if staleness_s is None:
+        return "The standby this page was read from cannot say how far behind it is."
+    if staleness_s < STALE_NOTE_S:
+        return ""
+    behind = formatting.duration(timedelta(seconds=round(staleness_s)))
+    return (
+        f"This page was read from a standby {behind} behind the primary: the newest data "
+        "may be missing."
+    )
+
+
 def _login_redirect(request: Request) -> RedirectResponse:
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
@@ -110,10 +128,14 @@ def _page(
         try:
             ctx = parse_context(query, now, app.settings.max_query_days, default_range)
 
-            def compute() -> tuple[dict[str, Any], dict[str, list[str]]]:
-                return build(app, ctx, query), shared.menus(app, ctx)
+            def compute(reading: AppContext) -> tuple[dict[str, Any], dict[str, list[str]]]:
+                return build(reading, ctx, query), shared.menus(reading, ctx)
 
-            data, menus = app.answers.get_or_compute(app.answers.key(page, query, now), compute)
+            answer: reads.Stamped = app.answers.get_or_compute(
+                app.answers.key(page, query, now), lambda: reads.stamped(app, now, compute)
+            )
+            data, menus = answer.value
+            staleness = answer.staleness_s(time.monotonic())
         except (InvalidInput, NotFound) as exc:
             ctx = parse_context({}, now, app.settings.max_query_days, default_range)
             status = 400 if isinstance(exc, InvalidInput) else 404
@@ -122,7 +144,14 @@ def _page(
             )
         elapsed_ms = (time.perf_counter() - started) * 1000
         values = {"ctx": ctx, "menus": menus, **common, **data}  # a page may refine ctx
-        return _render(template or f"{page}.html", elapsed_ms=elapsed_ms, **values)
+        rendered = _render(
+            template or f"{page}.html",
+            elapsed_ms=elapsed_ms,
+            stale_note=_stale_note(staleness),
+            **values,
+        )
+        reads.stamp_response(rendered, staleness)
+        return rendered
 
     handler.__name__ = f"page_{template.removesuffix('.html') or page}"
     return handler

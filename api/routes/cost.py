@@ -22,11 +22,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
+from api.context import AppContext
 from api.deps import App, requires
 from api.errors import described
 from api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
+from api.reads import read_answer
 from core.errors import InvalidInput
 from core.timestamps import iso
 from service.cost_spec import parse_models, to_document
@@ -55,7 +58,11 @@ _ADMIN = [Depends(requires(Scope.ADMIN))]
     " model's ISO 4217 code (e.g. USD); a unit cost is never rounded further.",
     dependencies=_READ,
 )
-def get_cost(app: App, params: Params) -> dict[str, Any]:
+def get_cost(app: App, params: Params, request: Request, response: Response) -> dict[str, Any]:
+    return read_answer(app, request, response, lambda r: _cost(r, params))
+
+
+def _cost(app: AppContext, params: Common) -> dict[str, Any]:
     result = cost_store.cost(
         app.engine,
         params.window,
@@ -100,7 +107,7 @@ async def put_model(request: Request, app: App) -> dict[str, Any]:
             details={"name": model.name},
         )
     now: datetime = app.clock()
-    cost_store.put_model(app.engine, model, now)
+    await run_in_threadpool(cost_store.put_model, app.engine, model, now)  # off the event loop
     return to_document(model)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from api.auth import Scope
 from api.context import AppContext
@@ -26,6 +26,7 @@ from api.params import (
     common,
     window_of,
 )
+from api.reads import read_answer
 from core.gap import ClientStage, Distribution, client_stages, gap_report
 from core.quantiles import parse_quantiles, quantile_key
 from core.query import LATENCY_METRICS, Method
@@ -53,6 +54,8 @@ def _finest(app: AppContext, params: Common) -> Resolution:
 def latency(
     app: App,
     params: Params,
+    request: Request,
+    response: Response,
     metric: Annotated[
         str,
         Query(
@@ -64,6 +67,14 @@ def latency(
         str, Query(pattern=QUANTILES_PATTERN, description="comma-separated, in [0, 1]")
     ] = _QUANTILES,
     method: Annotated[Method, Query(description="auto, exact or sketch")] = Method.AUTO,
+) -> dict[str, Any]:
+    return read_answer(
+        app, request, response, lambda r: _latency(r, params, metric, quantiles, method)
+    )
+
+
+def _latency(
+    app: AppContext, params: Common, metric: str, quantiles: str, method: Method
 ) -> dict[str, Any]:
     result = queries.latency(
         app.engine,
@@ -99,7 +110,11 @@ def latency(
     summary="Requests, errors and tokens per second per group",
     description=WINDOW_RULES,
 )
-def throughput(app: App, params: Params) -> dict[str, Any]:
+def throughput(app: App, params: Params, request: Request, response: Response) -> dict[str, Any]:
+    return read_answer(app, request, response, lambda r: _throughput(r, params))
+
+
+def _throughput(app: AppContext, params: Common) -> dict[str, Any]:
     rows = queries.throughput(
         app.engine,
         params.window,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
 from api.context import AppContext
@@ -86,7 +87,9 @@ async def put_slo(
             "metadata.name differs from the name in the path",
             details={"path": name, "metadata.name": spec.name},
         )
-    created = slo_store.put_slo(app.engine, spec, app.clock())
+    # An async route runs on the event loop: the store's work goes to the threadpool, so a
+    # slow write never holds up the worker's other requests.
+    created = await run_in_threadpool(slo_store.put_slo, app.engine, spec, app.clock())
     response.status_code = 201 if created else 200
     return to_document(spec)
 
