@@ -32,6 +32,7 @@ from core.write import Sink, WriteResult
 from storage.tables import client_requests, gpu_samples, requests, server_samples
 from storage.writer import open_writer
 from tests.collector.harness import stored_keys
+from tests.conftest import STORES_AND_POOLER, Store, empty_store
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -87,6 +88,12 @@ def put(spool: Spool, entries: Sequence[Entry]) -> None:
 
 def record_entries(records: Sequence[RequestRecord], ready_at: float = 0.0) -> list[Entry]:
     return [Entry(Kind.RECORD, r.trace_id, ready_at, encode_record(r)) for r in records]
+
+
+@pytest.fixture(params=STORES_AND_POOLER)
+def store(request: pytest.FixtureRequest) -> Store:
+    """The shipper's path into SQLite, PostgreSQL and PostgreSQL through PgBouncer (#19)."""
+    return empty_store(request)
 
 
 def test_records_land_in_the_store_exactly_once_even_when_replayed(store, spool: Spool) -> None:
