@@ -25,7 +25,11 @@ also printed as a ratio to it. Absolute times are context only (the host's load 
 A tool that is not installed under ``--tools-path`` gets a "not installed" row (an error with
 ``--require-tools``). The tools are installed outside the project's environment (they pin
 other versions of click and rich), with one small local tokenizer for both (no network: AIPerf
-and GuideLLM both need a tokenizer to make prompts of a given length). Commands to rerun::
+and GuideLLM both need a tokenizer to make prompts of a given length; ``make_tokenizer`` says
+how it is sized to the simulator's ~4 characters a token). AIPerf counts output tokens from the
+server's ``usage`` (``--use-server-token-count``; the simulator sends it in the final chunk when
+``stream_options.include_usage`` is set): its own tokenizer would count the simulator's
+`` w12`` words as several tokens each and divide its TPOT by the wrong count. Commands to rerun::
 
     /work/main/.venv/bin/pip install --target /tmp/h18-tools 'aiperf==0.13.*' guidellm==0.8.1
     PYTHONPATH=/tmp/h18-tools .venv/bin/python bench/bench_clients.py --make-tokenizer /tmp/h18-tok
@@ -63,7 +67,7 @@ from sqlalchemy import func, select
 from core.baseline import Baseline
 from core.errors import InvalidInput
 from core.gap import gap_report
-from core.loadtest import to_baseline
+from core.loadtest import LoadTestRun, to_baseline
 from core.model_names import ModelAliases
 from core.query import Selector
 from core.window import Window
@@ -152,6 +156,22 @@ class Row:
     server: dict[str, Any] = dataclasses.field(default_factory=dict)
     gap: dict[str, Any] = dataclasses.field(default_factory=dict)
     command: list[str] = dataclasses.field(default_factory=list)
+    own_window: tuple[datetime, datetime] | None = None
+
+
+def _run_window(run: LoadTestRun) -> tuple[datetime, datetime] | None:
+    """A load-test run's own requests, from its first send to its last answer: the server
+    values are read over this, not over the process's lifetime (Locust's start-up, its
+    drain and stop would stretch the window and lower the server's req/s)."""
+    if not run.results:
+        return None
+    first = min(r.sent_s for r in run.results)
+    last = max(r.done_s for r in run.results)
+    slack = 0.5  # the simulator's clock is its start time plus a monotonic offset: a few ms off
+    return (
+        run.started_at + timedelta(seconds=first - slack),
+        run.started_at + timedelta(seconds=last + slack),
+    )
 
 
 def _figures(b: Baseline) -> dict[str, Any]:
@@ -214,6 +234,7 @@ class Bench:
         # Every request, as the other tools count them (the CLI's summary leaves out a warm-up).
         row.client_figures = _figures(to_baseline(run, row.client, datetime.now(UTC)))
         row.client_figures["run"] = run.id
+        row.own_window = _run_window(run)
 
     def aiperf(self, row: Row) -> None:
         a, out = self.args, self.work / "aiperf"
@@ -224,6 +245,7 @@ class Bench:
                 "--prompt-input-tokens-mean", str(a.input), "--prompt-input-tokens-stddev", "0",
                 "--prompt-output-tokens-mean", str(a.output),
                 "--prompt-output-tokens-stddev", "0", "--extra-inputs", "ignore_eos:true",
+                "--use-server-token-count",
                 "--random-seed", str(SEED), "--ui-type", "none", "--no-auto-plot",
                 "--artifact-dir", str(out)]  # fmt: skip
         row.command = ["aiperf", *argv[3:]]
@@ -367,7 +389,7 @@ def run_all(args: argparse.Namespace) -> list[Row]:
                 except (RuntimeError, StopIteration) as exc:
                     row.status = f"failed: {exc}"
                     print(row.status, file=sys.stderr)
-                row.window = (start, datetime.now(UTC))
+                row.window = row.own_window or (start, datetime.now(UTC))
             sent = sum(r.client_figures.get("requests", 0) for r in rows)
             bench.settle(sent)
         for row in rows:
@@ -465,8 +487,13 @@ def table(rows: Sequence[Row], args: argparse.Namespace) -> str:
 
 
 def make_tokenizer(path: Path) -> None:
-    """A 4000-token byte-level BPE trained on the standard library's sources, saved with
-    ``save_pretrained`` (run with the tools' packages on ``PYTHONPATH``)."""
+    """A byte-level BPE trained on AIPerf's own prompt corpus (its ``shakespeare.txt``),
+    10 000 tokens, saved with ``save_pretrained`` (run with the tools' packages on
+    ``PYTHONPATH``). The size is chosen so that a token averages about 4 characters of
+    that text (4.08 measured; 3.67 on GuideLLM's Faker text): the simulator counts a
+    prompt's tokens as its characters / 4, so the tools' "256-token" prompts weigh about
+    256 tokens on the server too (the first tokenizer, 4000 tokens of Python sources,
+    averaged ~2.7 characters, and the server saw ~170)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -474,16 +501,22 @@ def make_tokenizer(path: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=4000,
+        vocab_size=10_000,
         special_tokens=["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
-    stdlib = Path(os.__file__).parent
-    files = sorted(str(p) for p in stdlib.glob("*.py"))[:200]
-    tok.train(files, trainer)
+    from aiperf.dataset import generator
+
+    corpus = Path(generator.__file__).parent / "assets" / "shakespeare.txt"
+    tok.train([str(corpus)], trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
     fast.save_pretrained(str(path))
     print(f"saved a {tok.get_vocab_size()}-token BPE tokenizer in {path}")
+
+
+def _iso(window: tuple[datetime, datetime] | None) -> list[str] | None:
+    return None if window is None else [t.isoformat() for t in window]
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -520,7 +553,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = run_all(args)
     print(table(rows, args))
     figures = [
-        {**dataclasses.asdict(r), "window": [t.isoformat() for t in r.window] if r.window else None}
+        {**dataclasses.asdict(r), "window": _iso(r.window), "own_window": _iso(r.own_window)}
         for r in rows
     ]
     settings = {k: getattr(args, k) for k in ("concurrency", "seconds", "input", "output")}
