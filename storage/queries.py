@@ -379,8 +379,15 @@ def data_span(
     stored request at ``finest``.
     """
     segment = Segment(finest.floor(window.start), window.end, finest)
-    query = select(func.min(request_rollups.c.bucket), func.max(request_rollups.c.bucket)).where(
+    # The first and the last bucket each as ``ORDER BY bucket LIMIT 1`` on the primary key
+    # (resolution, bucket, ...): an index scan that stops at the first match. ``min``/``max``
+    # with the filter read every bucket of the window (160 ms over 30 days of minutes).
+    buckets = select(request_rollups.c.bucket).where(
         rollup_where(segment, selector), request_rollups.c.requests > 0
+    )
+    query = select(
+        buckets.order_by(request_rollups.c.bucket.asc()).limit(1).scalar_subquery(),
+        buckets.order_by(request_rollups.c.bucket.desc()).limit(1).scalar_subquery(),
     )
     with engine.connect() as connection:
         first, last = connection.execute(query).one()
