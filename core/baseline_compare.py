@@ -23,16 +23,13 @@ probability (2.5 % at 95 % confidence, far less for changes well inside the thre
 never because one noisy percentile jumped. Metrics without a distribution (summary-only
 imports, cost) are judged on the threshold alone; metrics without a direction (GPU
 utilisation) are reported, and are ``inconclusive`` rather than ``regressed`` when they move.
-The random generator is a parameter: the same inputs and seed give the same verdicts. Each
-side's replicates of each metric are drawn from their own stream (seeded from the generator,
-one per side and metric, in a fixed order), so a stored baseline's replicates depend only on
-it and the seed, and a caller may keep them (``compare``'s ``baseline_draws``).
+The random generator is a parameter: the same inputs and seed give the same verdicts.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from enum import StrEnum
@@ -347,37 +344,26 @@ def compare(
     policy: Policy | None = None,
     *,
     candidate_label: str | None = None,
-    baseline_draws: MutableMapping[str, Resampled | None] | None = None,
 ) -> Comparison:
     """Every metric of ``candidate`` against ``baseline`` with its verdict.
 
     ``candidate_label`` names the candidate in the comparison when its baseline name is not
     what people should read (a window's time range, a result file's name).
-    ``baseline_draws`` keeps the baseline side's replicates per metric across calls: a caller
-    that compares the same stored baseline again (with the same policy and a generator in the
-    same state, e.g. the same seed) passes the same mapping, and the verdicts are the ones a
-    fresh draw gives, without drawing the baseline again.
     """
     policy = policy or Policy()
     rows = []
-    streams = _streams(rng)
     resampled: dict[tuple[str, str], Resampled | None] = {}
-    if baseline_draws is not None:
-        # A copy first (one C-level step): the caller's mapping may be shared by threads.
-        resampled.update((("baseline", m), r) for m, r in dict(baseline_draws).items())
     for spec in METRICS:
         family, _, quantile = spec.name.partition(".")
         if quantile:
             q = int(quantile[1:]) / 100
-            rows.append(_latency(spec, family, q, baseline, candidate, policy, streams, resampled))
+            rows.append(_latency(spec, family, q, baseline, candidate, policy, rng, resampled))
         elif spec.name.endswith("_throughput"):
             rows.append(_throughput(spec, baseline, candidate, policy))
         elif spec.name == "error_ratio":
             rows.append(_errors(spec, baseline, candidate, policy))
         else:
             rows.append(_plain(spec, baseline, candidate, policy))
-    if baseline_draws is not None:
-        baseline_draws.update((m, r) for (side, m), r in resampled.items() if side == "baseline")
     label = candidate_label or candidate.name
     return Comparison(baseline.name, label, policy.confidence, tuple(rows))
 
@@ -427,7 +413,7 @@ def _latency(
     baseline: Baseline,
     candidate: Baseline,
     policy: Policy,
-    streams: Mapping[tuple[str, str], np.random.Generator],
+    rng: np.random.Generator,
     resampled: dict[tuple[str, str], Resampled | None],
 ) -> MetricComparison:
     b_summary, c_summary = baseline.latency.get(metric), candidate.latency.get(metric)
@@ -436,8 +422,8 @@ def _latency(
     change = _relative(base, cand)
     ci = None
     if change is not None and b_summary and c_summary and base and cand:
-        b_draws = _replicates(resampled, ("baseline", metric), b_summary, policy, streams)
-        c_draws = _replicates(resampled, ("candidate", metric), c_summary, policy, streams)
+        b_draws = _replicates(resampled, ("baseline", metric), b_summary, policy, rng)
+        c_draws = _replicates(resampled, ("candidate", metric), c_summary, policy, rng)
         if b_draws is not None and c_draws is not None:
             deviation = bootstrap_ratio_interval(b_draws, c_draws, q, policy.confidence)
             if deviation is not None:
@@ -452,27 +438,14 @@ def _replicates(
     key: tuple[str, str],
     summary: LatencySummary,
     policy: Policy,
-    streams: Mapping[tuple[str, str], np.random.Generator],
+    rng: np.random.Generator,
 ) -> Resampled | None:
-    """One side's replicates of one metric, drawn on first use (from that side's and metric's
-    own stream) and kept for its quantiles."""
+    """One side's replicates of one metric, drawn on first use and kept for its quantiles."""
     if key not in resampled:
         sketch = summary.distribution()
         ok = sketch is not None and sketch.count > 0
-        stream = streams[key]
-        resampled[key] = resample(sketch, policy.resamples, stream) if ok and sketch else None
+        resampled[key] = resample(sketch, policy.resamples, rng) if ok and sketch else None
     return resampled[key]
-
-
-_SIDES: Final = ("baseline", "candidate")
-
-
-def _streams(rng: np.random.Generator) -> dict[tuple[str, str], np.random.Generator]:
-    """One generator per side and latency metric, seeded from ``rng`` in a fixed order: a
-    side's draws do not depend on which metrics the other side holds."""
-    keys = [(side, metric) for side in _SIDES for metric in LATENCY_METRICS]
-    seeds = rng.integers(0, 2**63 - 1, size=len(keys))
-    return {key: np.random.default_rng(int(seed)) for key, seed in zip(keys, seeds, strict=True)}
 
 
 def _throughput(

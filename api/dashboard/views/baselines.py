@@ -6,9 +6,6 @@ same verdicts). With nothing stored, the page says how to capture one.
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -16,8 +13,7 @@ import numpy as np
 
 from api.context import AppContext
 from api.dashboard.context import Context
-from core.baseline import Baseline
-from core.baseline_compare import Policy, Resampled, compare
+from core.baseline_compare import Policy, compare
 from core.errors import InfersightError, InvalidInput
 from core.query import Selector
 from core.records import GROUP_LABELS
@@ -31,10 +27,6 @@ MAX_LISTED: Final = 50
 #: Bootstrap resamples of a comparison: fewer than the release gate's 1000 (a page must stay
 #: fast); the intervals are a little wider, the verdicts the same but at the margin.
 BOOTSTRAP: Final = 200
-#: The page's bootstrap seed: a reload gives the same verdicts.
-SEED: Final = 0
-#: Stored baselines whose replicates are kept (``_BaselineDraws``).
-KEPT_DRAWS: Final = 16
 
 
 def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
@@ -79,50 +71,10 @@ def baselines(app: AppContext, ctx: Context, name: str) -> dict[str, Any]:
     except InfersightError as exc:
         out["comparison"], out["comparison_error"] = None, exc.message
         return out
-    result = compare(
-        chosen,
-        candidate,
-        np.random.default_rng(SEED),
-        Policy(resamples=BOOTSTRAP),
-        baseline_draws=_DRAWS.of(chosen),
-    )
+    result = compare(chosen, candidate, np.random.default_rng(0), Policy(resamples=BOOTSTRAP))
     out["comparison"], out["comparison_error"] = result, ""
     return out
 
 
 def _selector_of(labels: Mapping[str, str]) -> Selector:
     return Selector(**{k: v for k, v in labels.items() if k in GROUP_LABELS})
-
-
-class _BaselineDraws:
-    """The stored baseline side's bootstrap replicates, kept per baseline (a bounded LRU).
-
-    A view draws them with the same seed and resamples every time, and a stored baseline
-    never changes under its content, so its replicates are the same on every view; only the
-    range's side is drawn again (drawing the baseline was half of the comparison's time). The
-    key is the baseline's name, creation time and a digest of its latency sketches, so a
-    baseline replaced under its name gets fresh draws.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[tuple[object, ...], dict[str, Resampled | None]] = OrderedDict()
-
-    def of(self, baseline: Baseline) -> dict[str, Resampled | None]:
-        digest = hashlib.sha256()
-        for metric, summary in sorted(baseline.latency.items()):
-            digest.update(metric.encode())
-            digest.update(summary.sketch or b"-")
-        key = (baseline.name, baseline.created_at, digest.hexdigest(), BOOTSTRAP, SEED)
-        with self._lock:
-            draws = self._kept.pop(key, None)
-            if draws is None:
-                draws = {}
-            self._kept[key] = draws
-            while len(self._kept) > self._size:
-                self._kept.popitem(last=False)
-            return draws
-
-
-_DRAWS: Final = _BaselineDraws(KEPT_DRAWS)
