@@ -116,10 +116,7 @@ def capture_window(
         money = per_million.cost_per_million_tokens
         if money is not None:
             cost_per_million, labels["cost_currency"] = money.amount, money.currency
-    latency = {
-        metric: _latency(engine, metric, window, selector, finest, exact_max_rows, total.requests)
-        for metric in LATENCY_METRICS
-    }
+    latency = _latencies(engine, window, selector, finest, exact_max_rows, total.requests)
     return Baseline(
         name=name,
         created_at=created_at,
@@ -141,39 +138,48 @@ def capture_window(
     )
 
 
-def _latency(
+def _latencies(
     engine: Engine,
-    metric: str,
     window: Window,
     selector: Selector,
     finest: Resolution,
     exact_max_rows: int,
     requests_in_window: int,
-) -> LatencySummary | None:
-    """The window's latency summary of ``metric``: exact quantiles when it holds at most
+) -> dict[str, LatencySummary | None]:
+    """The window's latency summary of each metric: exact quantiles when it holds at most
     ``exact_max_rows`` requests (``Method.AUTO``'s rule, decided on ``requests_in_window``,
-    the window's throughput count), else the quantiles of its merged sketch, which is then
-    read once for both the quantiles and the summary."""
+    the window's throughput count), else the quantiles of its merged sketch. The merged
+    sketches of every metric are read in one pass over the window
+    (``queries.group_sketches_many``), once for both the quantiles and the summary."""
+    columns = {metric: COLUMNS[metric] for metric in LATENCY_METRICS}
     with engine.connect() as connection:
-        sketches = queries.group_sketches(connection, COLUMNS[metric], window, selector, (), finest)
-    sketch = sketches.get((), QuantileSketch())
-    if requests_in_window > exact_max_rows:
-        if not sketch.count:
-            return None
-        return LatencySummary.of_sketch(sketch, sketch.quantiles(BASELINE_QUANTILES))
-    answer = queries.latency(
-        engine,
-        metric,
-        window,
-        selector,
-        (),
-        BASELINE_QUANTILES,
-        Method.EXACT,
-        finest=finest,
-    )
-    if not answer.groups:
-        return None
-    return LatencySummary.of_sketch(sketch, answer.groups[0].quantiles)
+        merged = queries.group_sketches_many(
+            connection, tuple(columns.values()), window, selector, (), finest
+        )
+    out: dict[str, LatencySummary | None] = {}
+    for metric, column in columns.items():
+        sketch = merged[column].get((), QuantileSketch())
+        if requests_in_window > exact_max_rows:
+            out[metric] = (
+                LatencySummary.of_sketch(sketch, sketch.quantiles(BASELINE_QUANTILES))
+                if sketch.count
+                else None
+            )
+            continue
+        answer = queries.latency(
+            engine,
+            metric,
+            window,
+            selector,
+            (),
+            BASELINE_QUANTILES,
+            Method.EXACT,
+            finest=finest,
+        )
+        out[metric] = (
+            LatencySummary.of_sketch(sketch, answer.groups[0].quantiles) if answer.groups else None
+        )
+    return out
 
 
 def gpu_utilization(

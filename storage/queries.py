@@ -201,6 +201,64 @@ def group_sketches(
     return {key: merge_all(sketches) for key, sketches in parts.items()}
 
 
+def group_sketches_many(
+    connection: Connection,
+    columns: Sequence[str],
+    window: Window,
+    selector: Selector,
+    group_by: Sequence[str] = (),
+    finest: Resolution = Resolution.MINUTE,
+    cache: SketchCache | None = None,
+) -> dict[str, dict[LabelKey, QuantileSketch]]:
+    """``group_sketches`` for several columns in one pass over the window: each raw edge is
+    read once for all of them, and each rollup segment's digest and sketches in one statement
+    (``storage.sketch_cache``), instead of once per column. A group without a value of a
+    column has no entry under it. A sketch may be the cache's own (one part): read it, never
+    change it."""
+    fields = tuple(columns)
+    parts: dict[LabelKey, list[list[QuantileSketch]]] = defaultdict(lambda: [[] for _ in fields])
+
+    def raw(segment: Segment) -> None:
+        values = [requests.c[f] for f in fields]
+        rows = connection.execute(
+            select(*(requests.c[n] for n in group_by), *values).where(raw_where(segment, selector))
+        ).all()
+        if not rows:
+            return
+        width = len(group_by)
+        index: dict[LabelKey, int] = {}
+        ids = np.fromiter((index.setdefault(tuple(r[:width]), len(index)) for r in rows), np.int64)
+        for i in range(len(fields)):
+            column = np.fromiter(
+                (np.nan if r[width + i] is None else r[width + i] for r in rows),
+                dtype=np.float64,
+                count=len(rows),
+            )
+            for key, sketch in zip(index, sketches_by_group(ids, column, len(index)), strict=True):
+                if sketch is not None:
+                    parts[key][i].append(sketch)
+
+    def rollup(segment: Segment) -> None:
+        found = merged_sketches(
+            connection, fields, rollup_where(segment, selector), group_by, None, cache
+        )
+        for (key, _), sketches in found.items():
+            for i, sketch in enumerate(sketches):
+                if sketch is not None:
+                    parts[key][i].append(sketch)
+
+    for _ in read_segments(window, finest, raw, rollup):
+        pass
+    return {
+        field: {key: _merged(per[i]) for key, per in parts.items() if per[i]}
+        for i, field in enumerate(fields)
+    }
+
+
+def _merged(sketches: Sequence[QuantileSketch]) -> QuantileSketch:
+    return sketches[0] if len(sketches) == 1 else merge_all(sketches)
+
+
 def latencies(
     engine: Engine,
     metrics: Sequence[str],
@@ -212,60 +270,22 @@ def latencies(
     finest: Resolution = Resolution.MINUTE,
     cache: SketchCache | None = None,
 ) -> dict[str, LatencyResult]:
-    """``latency`` by sketch for several metrics in one pass over the window: the raw edges
-    are read once for all of them, and each rollup segment's merged sketches come from
-    ``storage.sketch_cache`` while its rows are unchanged (so a 30-day table decodes the few
-    rows that fresh or late data touched, not every day, hour and minute row)."""
+    """``latency`` by sketch for several metrics in one pass over the window
+    (``group_sketches_many``): a 30-day table decodes the few rollup rows that fresh or late
+    data touched, not every day, hour and minute row."""
     names = [check_metric(m) for m in metrics]
     fields = [LATENCY_METRICS[m] for m in names]
     groups = check_group_by(group_by)
     qs = check_quantiles(quantiles)
-    parts: dict[LabelKey, list[list[QuantileSketch]]] = defaultdict(lambda: [[] for _ in fields])
-
-    def raw(segment: Segment) -> None:
-        values = [requests.c[f] for f in fields]
-        rows = connection.execute(
-            select(*(requests.c[n] for n in groups), *values).where(raw_where(segment, selector))
-        ).all()
-        if not rows:
-            return
-        index: dict[LabelKey, int] = {}
-        ids = np.fromiter(
-            (index.setdefault(tuple(r[: len(groups)]), len(index)) for r in rows), dtype=np.int64
-        )
-        for i in range(len(fields)):
-            column = np.fromiter(
-                (np.nan if r[len(groups) + i] is None else r[len(groups) + i] for r in rows),
-                dtype=np.float64,
-                count=len(rows),
-            )
-            for key, sketch in zip(index, sketches_by_group(ids, column, len(index)), strict=True):
-                if sketch is not None:
-                    parts[key][i].append(sketch)
-
-    def rollup(segment: Segment) -> None:
-        found = merged_sketches(
-            connection, fields, rollup_where(segment, selector), groups, None, cache
-        )
-        for (key, _), sketches in found.items():
-            for i, sketch in enumerate(sketches):
-                if sketch is not None:
-                    parts[key][i].append(sketch)
-
     with engine.connect() as connection:
-        for _ in read_segments(window, finest, raw, rollup):
-            pass
+        sketches = group_sketches_many(connection, fields, window, selector, groups, finest, cache)
     out = {}
-    for i, metric in enumerate(names):
-        answers = []
-        for key, per_field in parts.items():
-            if not per_field[i]:
-                continue
-            merged = per_field[i][0] if len(per_field[i]) == 1 else merge_all(per_field[i])
-            if merged.count:
-                answers.append(
-                    GroupQuantiles(_labels(groups, key), merged.count, merged.quantiles(qs))
-                )
+    for metric, field in zip(names, fields, strict=True):
+        answers = [
+            GroupQuantiles(_labels(groups, key), merged.count, merged.quantiles(qs))
+            for key, merged in sketches[field].items()
+            if merged.count
+        ]
         ordered = tuple(sorted(answers, key=lambda g: tuple(g.labels.values())))
         out[metric] = LatencyResult(
             metric, window, Method.SKETCH, DEFAULT_RELATIVE_ACCURACY, ordered
@@ -359,8 +379,15 @@ def data_span(
     stored request at ``finest``.
     """
     segment = Segment(finest.floor(window.start), window.end, finest)
-    query = select(func.min(request_rollups.c.bucket), func.max(request_rollups.c.bucket)).where(
+    # The first and the last bucket each as ``ORDER BY bucket LIMIT 1`` on the primary key
+    # (resolution, bucket, ...): an index scan that stops at the first match. ``min``/``max``
+    # with the filter read every bucket of the window (160 ms over 30 days of minutes).
+    buckets = select(request_rollups.c.bucket).where(
         rollup_where(segment, selector), request_rollups.c.requests > 0
+    )
+    query = select(
+        buckets.order_by(request_rollups.c.bucket.asc()).limit(1).scalar_subquery(),
+        buckets.order_by(request_rollups.c.bucket.desc()).limit(1).scalar_subquery(),
     )
     with engine.connect() as connection:
         first, last = connection.execute(query).one()

@@ -122,3 +122,33 @@ def test_the_cache_keeps_within_its_entries_and_bytes():
     assert by_bytes.stats.evicted == 10 - len(by_bytes)
     with pytest.raises(ValueError, match="room"):
         SketchCache(max_entries=0)
+
+
+def test_sketches_of_several_columns_in_one_pass_equal_one_read_each_and_follow_new_rows(store):
+    """``group_sketches_many`` (the Baselines page's capture reads its three latency sketches
+    in one pass) answers what one ``group_sketches`` read per column answers, through the same
+    cache, and a batch written into the window changes the answer at once."""
+    rng = np.random.default_rng(23)
+    writer = open_writer(store.engine)
+    writer.write_requests(
+        make_records(rng, START - timedelta(days=2), 2000, span=timedelta(days=2))
+    )
+    cache = SketchCache()
+    columns = tuple(f"{m}_s" for m in METRICS)
+    window = Window(START - timedelta(days=2, seconds=41), START)
+    answers = []
+    for _ in range(2):
+        with store.engine.connect() as connection:
+            many = queries.group_sketches_many(
+                connection, columns, window, Selector(), ("model",), cache=cache
+            )
+            for column in columns:
+                one = queries.group_sketches(
+                    connection, column, window, Selector(), ("model",), cache=SketchCache()
+                )
+                assert many[column] == one, column
+        answers.append(many)
+        writer.write_requests(
+            make_records(rng, START - timedelta(hours=5), 40, span=timedelta(minutes=3))
+        )
+    assert answers[0]["ttft_s"] != answers[1]["ttft_s"]
