@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from bench_storage import fresh_postgres
 from harness.results import write_json
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
@@ -59,21 +59,6 @@ TABLES = (
 
 def progress(message: str) -> None:
     print(f"  … {message}", file=sys.stderr, flush=True)
-
-
-def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
-    """A new, empty database next to ``admin_url``'s, and a function that drops it."""
-    name = f"infersight_size_{uuid.uuid4().hex[:10]}"
-    admin = make_url(admin_url)
-    dsn = admin.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        with psycopg.connect(dsn, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return admin.set(database=name).render_as_string(hide_password=False), drop
 
 
 def latencies(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
