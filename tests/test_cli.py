@@ -10,22 +10,19 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from config.parts import DEFAULT_DATABASE_URL
 from infersight import cli as cli_module
 from infersight.cli import cli
 from infersight.demo_report import progress_bar
 from simulator.fleet import Progress
-from tests.conftest import POSTGRES_ADMIN_URL
+from tests.conftest import fresh_database
 from tests.peers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,16 +194,8 @@ def test_a_reading_command_on_an_empty_sqlite_file_says_run_db_upgrade(tmp_path:
 
 @pytest.fixture
 def empty_postgres() -> Iterator[str]:
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"infersight_cli_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.mark.postgres
