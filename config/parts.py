@@ -33,6 +33,11 @@ class StorePart(Part):
     """The store: where it is, how long it keeps what, and what it accepts."""
 
     database_url: str = Field(DEFAULT_DATABASE_URL, description="Store URL: PostgreSQL or SQLite.")
+    database_read_url: str = Field(
+        "",
+        description="PostgreSQL URL of a hot standby of the store that the API's read-only "
+        "answers are read from (empty: the store serves them).",
+    )
     raw_retention_days: int = Field(14, ge=1, description="Days of raw requests and samples kept.")
     minute_rollup_retention_days: int = Field(14, ge=1, description="Days of minute rollups kept.")
     hour_rollup_retention_days: int = Field(180, ge=1, description="Days of hour rollups kept.")

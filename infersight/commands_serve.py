@@ -3,6 +3,10 @@
 The store may be down when it starts: the service listens at once, applies the migrations
 (or, with ``--no-migrate``, checks the store answers) in the background with backoff, reports
 ``degraded`` on ``/healthz`` meanwhile, and starts its jobs once the store answers.
+
+With ``INFERSIGHT_DATABASE_READ_URL`` set, the read-only answers go to that hot standby
+(``api.reads``; its engine from ``storage.replica.create_read_engine``, never migrated nor
+written); a SQLite store or read URL is refused before anything starts (exit status 2).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from infersight.cli import current_settings
 from service.notifications import notifiers_from_settings
 from storage import migrate
 from storage.creation import creating
-from storage.engine import create_store_engine
+from storage.engine import create_store_engine, redact
+from storage.replica import check_read_routing, create_read_engine
 
 
 def split_listen(value: str) -> tuple[str, int]:
@@ -81,11 +86,18 @@ def serve(
     api_settings = ApiSettings(**overrides)
     host, port = split_listen(api_settings.listen)
     settings = current_settings(ctx)
+    read_url = settings.database_read_url or None  # empty: no standby
+    if read_url is not None:
+        check_read_routing(settings.database_url, read_url)
     engine = create_store_engine(settings.database_url)
+    # Only the primary is migrated (``prepare``); the standby replays its schema.
+    read_engine = create_read_engine(read_url) if read_url is not None else None
     client = httpx.Client(timeout=10.0)
     notifiers = notifiers_from_settings(client, api_settings)
     # Names only: webhook URLs and routing keys are secrets and never reach a log.
     click.echo(f"notifiers: {', '.join(sorted(notifiers)) or 'none configured'}", err=True)
+    if read_url is not None:  # the password hidden
+        click.echo(f"read-only answers from the hot standby {redact(read_url)}", err=True)
     app = create_app(
         api_settings,
         engine,
@@ -94,6 +106,7 @@ def serve(
         notifiers=notifiers,
         dashboard_url=f"http://{host}:{port}",
         prepare=(lambda: migrate.upgrade(engine)) if run_migrations else (lambda: _probe(engine)),
+        read_engine=read_engine,
     )
     try:
         config = server_config(app, host, port, api_settings, app.state.context.tokens.scopes)
@@ -101,3 +114,5 @@ def serve(
     finally:
         client.close()
         engine.dispose()
+        if read_engine is not None:
+            read_engine.dispose()

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 #: reading them needs no pydantic (the test checks that they agree).
 PREFIX: Final = "INFERSIGHT_"
 DEFAULT_DATABASE_URL: Final = "sqlite:///infersight.db"
-#: ``config.parts.StorePart``'s fields other than ``database_url``: when one is set in the
-#: environment, ``read`` validates the settings with pydantic.
+#: ``config.parts.StorePart``'s fields other than ``database_url`` (and the unread ones below):
+#: when one is set in the environment, ``read`` validates the settings with pydantic.
 OTHER_STORE_FIELDS: Final = (
     "raw_retention_days",
     "minute_rollup_retention_days",
@@ -34,6 +34,9 @@ OTHER_STORE_FIELDS: Final = (
     "max_future_skew_s",
     "exact_max_rows",
 )
+#: ``StorePart``'s fields that no command that only reads needs (``serve`` alone reads the
+#: standby's URL): ``read`` neither answers nor validates them.
+UNREAD_STORE_FIELDS: Final = ("database_read_url",)
 
 
 @dataclass(frozen=True, slots=True)

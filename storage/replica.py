@@ -16,14 +16,29 @@ committed and the standby has not replayed yet. ``standby_lag`` says how much, h
 The standby's own clock gives ``now()``, as the timestamp is the primary's commit time; the
 two hosts' clocks are assumed in step (NTP). Neither position is known on SQLite, which has
 no standby: ``standby_lag`` is PostgreSQL-only.
+
+``create_read_engine(url)`` is the standby's engine (``INFERSIGHT_DATABASE_READ_URL``): a
+store engine (``storage.engine.create_store_engine``: the same driver, ``pooler=`` option and
+pre-ping) whose every transaction is ``READ ONLY`` (psycopg's ``read_only``), so nothing it
+runs can write, even where the URL names a primary by mistake. It is never migrated: the
+standby replays the primary's schema. A SQLite URL is refused (``ConfigurationError``), as is
+a standby of a SQLite store (``check_read_routing``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+
+from core.errors import ConfigurationError
+from storage.engine import create_store_engine, normalise_url, redact
+
+#: The setting the standby's URL is read from (``config.parts.StorePart.database_read_url``).
+READ_URL_SETTING = "INFERSIGHT_DATABASE_READ_URL"
 
 _PRIMARY = text("SELECT pg_current_wal_lsn()::text")
 _STANDBY = text(
@@ -59,3 +74,35 @@ def standby_lag(primary: Engine, standby: Engine) -> Lag:
     if replayed_at is None:
         return Lag(None, None, behind_bytes)
     return Lag(max(0.0, (now - replayed_at).total_seconds()), replayed_at, behind_bytes)
+
+
+def _backend(url: str) -> str:
+    return make_url(normalise_url(url)).get_backend_name()
+
+
+def _postgres_only(read_url: str) -> None:
+    if _backend(read_url) != "postgresql":
+        raise ConfigurationError(
+            f"{READ_URL_SETTING} must be a PostgreSQL URL of a hot standby; SQLite has none",
+            details={"read_url": redact(read_url)},
+        )
+
+
+def check_read_routing(store_url: str, read_url: str) -> None:
+    """Refuse a read URL that cannot name a hot standby of the store at ``store_url``: SQLite
+    has no standby, on either side (``ConfigurationError``, the URLs' passwords hidden)."""
+    _postgres_only(read_url)
+    if _backend(store_url) != "postgresql":
+        raise ConfigurationError(
+            f"{READ_URL_SETTING} is for a PostgreSQL store and its hot standby; the store is "
+            "SQLite (unset it)",
+            details={"store_url": redact(store_url)},
+        )
+
+
+def create_read_engine(url: str, **kwargs: Any) -> Engine:
+    """The engine of the hot standby at ``url``: every transaction read-only, never migrated
+    (``kwargs``: ``create_store_engine``'s)."""
+    _postgres_only(url)
+    options = {**kwargs.pop("execution_options", {}), "postgresql_readonly": True}
+    return create_store_engine(url, execution_options=options, **kwargs)

@@ -17,7 +17,11 @@ from storage.retention import RetentionPolicy
 def test_the_light_store_settings_repeat_the_pydantic_ones() -> None:
     assert store_settings.DEFAULT_DATABASE_URL == DEFAULT_DATABASE_URL == cli.DEFAULT_STORE
     assert store_settings.PREFIX == PREFIX
-    assert set(StorePart.model_fields) == {"database_url", *store_settings.OTHER_STORE_FIELDS}
+    assert set(StorePart.model_fields) == {
+        "database_url",
+        *store_settings.OTHER_STORE_FIELDS,
+        *store_settings.UNREAD_STORE_FIELDS,
+    }
     # the declared defaults (no environment read): the light reader's are the same
     assert RetentionPolicy() == Settings.model_construct().retention()
     assert StorePart.model_construct().database_url == DEFAULT_DATABASE_URL
