@@ -78,6 +78,9 @@ def listen_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it (Linux): small responses are not held back by Nagle
+        # waiting for the client's delayed ACK (a 40 ms stall per keep-alive request).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(backlog)
     except OSError:
