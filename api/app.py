@@ -80,5 +80,5 @@ def create_app(
         app.include_router(routes)
     _check_query_routes(app)
     metrics.install(app, context)
-    add_healthz(app, engine, context.jobs, context.store_gate)
+    add_healthz(app, engine, context.jobs, context.store_gate, worker=context.worker)
     return app

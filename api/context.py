@@ -92,6 +92,9 @@ class AppContext:
     read_engine: Engine | None = None
     """A hot standby's engine that read-only answers go to (``api.reads``); ``None``: the
     primary serves them."""
+    worker: int | None = None
+    """This process's number among ``infersight serve --workers N``'s (1..N; ``/healthz``
+    says it); ``None``: the only process."""
 
     def cost_model(self) -> CostModel:
         """The cost model in use: the stored one named by the settings, or the example."""
@@ -118,6 +121,7 @@ class Wiring(TypedDict, total=False):
     dashboard_url: str
     prepare: Callable[[], object] | None
     read_engine: Engine | None
+    worker: int | None
 
 
 def build_context(
@@ -188,6 +192,7 @@ def build_context(
         answers=AnswerCache(settings.dashboard_answer_ttl_s),
         aliases=aliases,
         read_engine=wiring.get("read_engine"),
+        worker=wiring.get("worker"),
     )
 
 

@@ -139,10 +139,19 @@ def lifecycle(jobs: Jobs, run_jobs: bool, gate: StoreGate | None) -> Lifespan:
     return lifespan
 
 
-def add_healthz(app: FastAPI, engine: Engine, jobs: Jobs, gate: StoreGate | None) -> None:
+def add_healthz(
+    app: FastAPI, engine: Engine, jobs: Jobs, gate: StoreGate | None, worker: int | None = None
+) -> None:
+    """``/healthz``: the status, the store's, this process's job runs and the runs its
+    scheduler skipped (the previous one still going); with ``worker`` (``serve --workers N``)
+    also this worker's number, 1..N."""
+
     @app.get("/healthz", summary="Liveness and store reachability")
     def healthz() -> Response:
         body: dict[str, Any] = {"status": "ok", "store": "ok", "jobs": dict(jobs.runs)}
+        body["jobs_skipped"] = dict(jobs.skipped)
+        if worker is not None:
+            body["worker"] = worker
         if gate is not None and not gate.ready.is_set():
             body.update(status=gate.status(), store="unreachable")
             return JSONResponse(body, status_code=503)

@@ -47,12 +47,27 @@ class MovingClock:
 
 
 @dataclass
-class Background:
-    jobs: Jobs
+class Shipped:
+    """What the sidecar-like writer (``shipping``) wrote."""
+
     batches: int = 0
     late_batches: int = 0
     requests: int = 0
     write_s: list[float] = field(default_factory=list)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "batches_written": self.batches,
+            "late_batches": self.late_batches,
+            "requests_written": self.requests,
+            "batch_write_s_median": statistics.median(self.write_s) if self.write_s else None,
+        }
+
+
+@dataclass
+class Background:
+    jobs: Jobs
+    shipped: Shipped = field(default_factory=Shipped)
 
     def figures(self, interval_s: float) -> dict[str, Any]:
         cold, *warm = list(self.jobs.durations["evaluate"]) or [None]
@@ -65,11 +80,51 @@ class Background:
                 "max": max(warm) if warm else None,
             },
             "skipped": self.jobs.skipped.get("evaluate", 0),
-            "batches_written": self.batches,
-            "late_batches": self.late_batches,
-            "requests_written": self.requests,
-            "batch_write_s_median": statistics.median(self.write_s) if self.write_s else None,
+            **self.shipped.figures(),
         }
+
+
+@contextmanager
+def shipping(
+    engine: Engine,
+    clock: Callable[[], datetime],
+    synth: Synth,
+    *,
+    batch_every_s: float = 1.0,
+    batch_size: int = 50,
+    late_every: int = 10,
+    shipped: Shipped | None = None,
+) -> Iterator[Shipped]:
+    """A sidecar-like writer: a batch of ``batch_size`` fresh requests every ``batch_every_s``
+    (every ``late_every``-th one late: a spooled batch an hour or two old), until the block
+    ends."""
+    out = shipped if shipped is not None else Shipped()
+    stop = threading.Event()
+    writer = open_writer(engine)
+    rng = np.random.default_rng(16)
+
+    def write() -> None:
+        while not stop.wait(batch_every_s):
+            now = clock()
+            late = out.batches % late_every == late_every - 1
+            # A spooled batch: requests an hour or two old, into rows the cache already holds.
+            start = now - timedelta(hours=float(rng.uniform(1, 2))) if late else now
+            records = synth(rng, start - timedelta(seconds=batch_every_s), batch_size,
+                            batch_every_s)  # fmt: skip
+            started = time.perf_counter()
+            writer.write_requests(records)
+            out.write_s.append(time.perf_counter() - started)
+            out.batches += 1
+            out.late_batches += late
+            out.requests += len(records)
+
+    thread = threading.Thread(target=write, name="bench-writer", daemon=True)
+    thread.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join()
 
 
 @contextmanager
@@ -91,36 +146,17 @@ def jobs_and_writer(
         evaluation_interval_s=interval_s, maintenance_interval_s=10**7,
     )  # fmt: skip
     background = Background(jobs)
-    stop = threading.Event()
-    writer = open_writer(engine)
-    rng = np.random.default_rng(16)
-
-    def write() -> None:
-        while not stop.wait(batch_every_s):
-            now = clock()
-            late = background.batches % late_every == late_every - 1
-            # A spooled batch: requests an hour or two old, into rows the cache already holds.
-            start = now - timedelta(hours=float(rng.uniform(1, 2))) if late else now
-            records = synth(rng, start - timedelta(seconds=batch_every_s), batch_size,
-                            batch_every_s)  # fmt: skip
-            started = time.perf_counter()
-            writer.write_requests(records)
-            background.write_s.append(time.perf_counter() - started)
-            background.batches += 1
-            background.late_batches += late
-            background.requests += len(records)
-
     clock.run()
-    thread = threading.Thread(target=write, name="bench-writer", daemon=True)
-    thread.start()
-    jobs.start()
-    jobs.tick_evaluation()  # the first (cold) cycle runs at once, as the API's first tick would
-    try:
-        yield background
-    finally:
-        stop.set()
-        thread.join()
-        jobs.stop()
+    with shipping(
+        engine, clock, synth, batch_every_s=batch_every_s, batch_size=batch_size,
+        late_every=late_every, shipped=background.shipped,
+    ):  # fmt: skip
+        jobs.start()
+        jobs.tick_evaluation()  # the first (cold) cycle runs at once, as the API's first tick
+        try:
+            yield background
+        finally:
+            jobs.stop()
 
 
 def timed_gets(
