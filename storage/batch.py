@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import Any, Final
 
@@ -35,7 +35,7 @@ class Batch:
     @classmethod
     def of(cls, records: Sequence[RequestRecord]) -> Batch:
         """The batch of ``records``; a key repeated within them keeps its last copy."""
-        batch = cls(tuple(list(map(getter, records)) for getter in _GETTERS))
+        batch = cls.verbatim(records)
         # Trace ids are nearly always unique per request: a set of strings proves the keys
         # unique without building a tuple per record (tuples would also wake the collector).
         if len(set(batch.columns[_TRACE_AT])) == len(batch):
@@ -46,8 +46,17 @@ class Batch:
             return batch
         return batch.take(sorted(last.values()))
 
+    @classmethod
+    def verbatim(cls, records: Sequence[RequestRecord]) -> Batch:
+        """``records`` as columns, as they are (a repeated key stays repeated)."""
+        return cls(tuple(list(map(getter, records)) for getter in _GETTERS))
+
     def __len__(self) -> int:
         return len(self.columns[0])
+
+    def fields(self) -> dict[str, list[Any]]:
+        """The columns by field name."""
+        return dict(zip(RECORD_FIELDS, self.columns, strict=True))
 
     def column(self, name: str) -> list[Any]:
         return self.columns[RECORD_FIELDS.index(name)]
@@ -83,9 +92,13 @@ class Batch:
 
     def days(self) -> set[date]:
         """The UTC days the batch touches, from its earliest and latest start."""
-        starts = self.column("start")
-        first = min(starts).astimezone(UTC).date()
-        last = max(starts).astimezone(UTC).date()
-        if (last - first).days > _MAX_SPAN_DAYS:  # a stray old record: only the days present
-            return {ts.astimezone(UTC).date() for ts in starts}
-        return {first + timedelta(days=i) for i in range((last - first).days + 1)}
+        return days_of(self.column("start"))
+
+
+def days_of(starts: Sequence[datetime]) -> set[date]:
+    """The UTC days ``starts`` touch, from the earliest and the latest."""
+    first = min(starts).astimezone(UTC).date()
+    last = max(starts).astimezone(UTC).date()
+    if (last - first).days > _MAX_SPAN_DAYS:  # a stray old record: only the days present
+        return {ts.astimezone(UTC).date() for ts in starts}
+    return {first + timedelta(days=i) for i in range((last - first).days + 1)}

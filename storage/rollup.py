@@ -1,8 +1,9 @@
 """Request rollups: per-series, per-bucket counts and sketches, merged as batches arrive.
 
 ``deltas_from_batch`` turns a batch of freshly stored records (``storage.batch.Batch``, held as
-columns) into one delta per
-(resolution, bucket, series) at all three resolutions in a few vectorised passes; ``apply``
+columns) into one delta per (resolution, bucket, series) at all three resolutions in a few
+vectorised passes (``RollupInputs`` converts the rows, a slice at a time if the caller streams
+them, and groups them once); ``apply``
 merges those deltas into ``request_rollups`` (sketches are merged, never recomputed). Because
 the writer only rolls up the records its insert actually stored, a replayed batch changes
 nothing. Hour and day rows are maintained directly, so late data lands in every resolution.
@@ -14,7 +15,7 @@ for every key (doing nothing on conflict), then locks the keys in primary-key or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -36,8 +37,11 @@ _SERIES_SHIFT: Final = 1 << 32
 _KEY_CHUNK: Final = 500
 #: Joins a series' labels into one key (a control character that labels practically never hold).
 _SEPARATOR: Final = "\x1f"
+#: Separators in a series key joined from its labels.
+_JOINS: Final = len(GROUP_LABELS) - 1
 #: ``status is Status.ERROR`` (enum members are singletons), in C.
 _IS_ERROR: Final = partial(is_, Status.ERROR)
+_TOKEN_COUNTERS: Final = ("input_tokens", "output_tokens", "cached_tokens")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -59,56 +63,119 @@ class RollupDelta:
 
 def deltas_from_batch(batch: Batch) -> list[RollupDelta]:
     """One delta per (resolution, bucket, series) that the batch's records touch."""
-    if not len(batch):
-        return []
-    columns = dict(zip(RECORD_FIELDS, batch.columns, strict=True))
-    n = len(batch)
-    # Per-row work stays in C (map over builtins and dict lookups): this runs for every batch.
-    series_ids, series_labels = _series(columns)
-    epoch = np.fromiter(map(datetime.timestamp, columns["start"]), dtype=np.float64, count=n)
-    counters = {
-        "requests": np.ones(n, dtype=np.int64),
-        "errors": np.fromiter(map(_IS_ERROR, columns["status"]), dtype=np.bool_, count=n),
-        **{
-            name: np.nan_to_num(_floats(columns[name])).astype(np.int64)
-            for name in ("input_tokens", "output_tokens", "cached_tokens")
-        },
-    }
-    # numpy turns None ("not reported") into NaN, which the sketches skip.
-    durations = {name: _floats(columns[name]) for name in DURATION_FIELDS}
-    minute = Resolution.MINUTE.seconds
-    buckets = np.floor(epoch / minute).astype(np.int64)
-    first = buckets.min()
-    unique, group_ids = np.unique(
-        series_ids * _SERIES_SHIFT + (buckets - first), return_inverse=True
-    )
-    groups = unique.size
-    sums = {
-        name: np.bincount(group_ids, weights=arr, minlength=groups)
-        .round()
-        .astype(np.int64)
-        .tolist()
-        for name, arr in counters.items()
-    }
-    sketches = {
-        column: sketches_by_group(group_ids, durations[field_name], groups)
-        for column, field_name in SKETCH_COLUMNS.items()
-    }
-    series_of = (unique // _SERIES_SHIFT).tolist()
-    bucket_of = (unique % _SERIES_SHIFT + first).tolist()
-    minutes = [
-        RollupDelta(
-            RollupKey(
-                Resolution.MINUTE.value,
-                datetime.fromtimestamp(bucket_of[g] * minute, tz=UTC),
-                *series_labels[series_of[g]],
-            ),
-            {name: values[g] for name, values in sums.items()},
-            {c: sk for c, per in sketches.items() if (sk := per[g]) is not None},
+    inputs = RollupInputs()
+    inputs.add(batch.fields())
+    return inputs.deltas()
+
+
+class RollupInputs:
+    """A batch's per-row rollup inputs as arrays, converted a slice of columns at a time.
+
+    Converting the rows (timestamps, statuses, token counts, durations, series labels) is the
+    per-row part of the deltas; grouping them (``deltas``) is done once for the whole batch.
+    The PostgreSQL writer adds each slice while the server inserts the slice it copied before,
+    so the conversion costs the writer no wall time; ``deltas_from_batch`` adds one slice.
+    Series ids stay the same across slices.
+    """
+
+    __slots__ = ("_index", "_labels", "_parts", "_rows")
+
+    def __init__(self) -> None:
+        self._index: dict[Any, int] = {}
+        self._labels: list[tuple[str, ...]] = []
+        self._parts: dict[str, list[Any]] = {}
+        self._rows = 0
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def add(self, columns: Mapping[str, list[Any]]) -> None:
+        """Convert one slice of records, given as columns by field name."""
+        n = len(columns["start"])
+        if not n:
+            return
+        # Per-row work stays in C (map over builtins and dict lookups): this runs for every row.
+        converted = {
+            "series": self._series_ids(columns),
+            "epoch": np.fromiter(map(datetime.timestamp, columns["start"]), np.float64, n),
+            "errors": np.fromiter(map(_IS_ERROR, columns["status"]), np.bool_, n),
+            **{
+                name: np.nan_to_num(_floats(columns[name])).astype(np.int64)
+                for name in _TOKEN_COUNTERS
+            },
+            # numpy turns None ("not reported") into NaN, which the sketches skip.
+            **{name: _floats(columns[name]) for name in DURATION_FIELDS},
+        }
+        for name, array in converted.items():
+            self._parts.setdefault(name, []).append(array)
+        self._rows += n
+
+    def deltas(self) -> list[RollupDelta]:
+        """One delta per (resolution, bucket, series) that the rows added so far touch."""
+        if not self._rows:
+            return []
+        arrays = {
+            name: parts[0] if len(parts) == 1 else np.concatenate(parts)
+            for name, parts in self._parts.items()
+        }
+        counters = {
+            "requests": np.ones(self._rows, dtype=np.int64),
+            "errors": arrays["errors"],
+            **{name: arrays[name] for name in _TOKEN_COUNTERS},
+        }
+        minute = Resolution.MINUTE.seconds
+        buckets = np.floor(arrays["epoch"] / minute).astype(np.int64)
+        first = buckets.min()
+        unique, group_ids = np.unique(
+            arrays["series"] * _SERIES_SHIFT + (buckets - first), return_inverse=True
         )
-        for g in range(groups)
-    ]
-    return minutes + _coarsen(minutes, Resolution.HOUR) + _coarsen(minutes, Resolution.DAY)
+        groups = unique.size
+        sums = {
+            name: np.bincount(group_ids, weights=arr, minlength=groups)
+            .round()
+            .astype(np.int64)
+            .tolist()
+            for name, arr in counters.items()
+        }
+        sketches = {
+            column: sketches_by_group(group_ids, arrays[field_name], groups)
+            for column, field_name in SKETCH_COLUMNS.items()
+        }
+        series_of = (unique // _SERIES_SHIFT).tolist()
+        bucket_of = (unique % _SERIES_SHIFT + first).tolist()
+        minutes = [
+            RollupDelta(
+                RollupKey(
+                    Resolution.MINUTE.value,
+                    datetime.fromtimestamp(bucket_of[g] * minute, tz=UTC),
+                    *self._labels[series_of[g]],
+                ),
+                {name: values[g] for name, values in sums.items()},
+                {c: sk for c, per in sketches.items() if (sk := per[g]) is not None},
+            )
+            for g in range(groups)
+        ]
+        return minutes + _coarsen(minutes, Resolution.HOUR) + _coarsen(minutes, Resolution.DAY)
+
+    def _series_ids(self, columns: Mapping[str, list[Any]]) -> IntArray:
+        """Dense series ids of the slice's rows, numbering series not seen before."""
+        label_columns = [columns[name] for name in GROUP_LABELS]
+        # A series is keyed by its labels joined into one string, not by a tuple: a list of
+        # tuples per slice would wake the garbage collector, which then walks every live
+        # object. A joined key is unambiguous while it holds exactly the joining separators;
+        # the rare row whose labels hold the separator themselves is keyed by its tuple.
+        keys: list[Any] = list(map(_SEPARATOR.join, zip(*label_columns, strict=True)))
+        if any(_SEPARATOR in value for column in label_columns for value in set(column)):
+            keys = [
+                key if key.count(_SEPARATOR) == _JOINS else labels
+                for key, labels in zip(keys, zip(*label_columns, strict=True), strict=True)
+            ]
+        index = self._index
+        for key in dict.fromkeys(keys):
+            if key not in index:
+                index[key] = len(self._labels)
+                self._labels.append(tuple(key.split(_SEPARATOR)) if isinstance(key, str) else key)
+        return np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
 
 
 def _floats(column: list[Any]) -> FloatArray:
@@ -122,23 +189,6 @@ def _floats(column: list[Any]) -> FloatArray:
     if column and column[0] is None and column.count(None) == len(column):
         return np.full(len(column), np.nan)
     return np.array(column, dtype=np.float64)
-
-
-def _series(columns: dict[str, list[Any]]) -> tuple[IntArray, list[tuple[str, ...]]]:
-    """Dense series ids for the rows, and each id's (model, instance, tenant, priority)."""
-    label_columns = [columns[name] for name in GROUP_LABELS]
-    rows = zip(*label_columns, strict=True)
-    # Joined strings rather than tuples when no label holds the separator: a list of tuples
-    # per batch would wake the garbage collector, which then walks every live object.
-    if not any(_SEPARATOR in value for column in label_columns for value in set(column)):
-        keys: list[Any] = list(map(_SEPARATOR.join, rows))
-        index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
-        labels = [tuple(key.split(_SEPARATOR)) for key in index]
-    else:
-        keys = list(rows)
-        index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
-        labels = list(index)
-    return np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)), labels
 
 
 def _coarsen(minutes: Sequence[RollupDelta], resolution: Resolution) -> list[RollupDelta]:

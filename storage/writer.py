@@ -4,16 +4,18 @@ Each batch is stored and rolled up in one transaction, and only the rows actuall
 rolled up, so a replayed or concurrently shipped batch stores each request once and counts it
 once in the rollups.
 
-- PostgreSQL: a new batch (the common case) is binary-``COPY``'d straight into ``requests``
-  inside a savepoint; if it meets an existing key the savepoint is rolled back and the batch is
-  copied into a session-temporary staging table and inserted with ``ON CONFLICT DO NOTHING``,
-  answering with how many it stored and the keys of the smaller side (stored or skipped).
-  After such a batch the next goes to staging directly, until one is all new (replays come
-  in runs). Daily partitions are created on demand.
+- PostgreSQL: a new batch (the common case) is streamed by binary ``COPY`` straight into
+  ``requests`` inside a savepoint, a slice at a time, its rollup inputs converted while the
+  server inserts each slice; if it meets an existing key the savepoint is rolled back and the
+  batch is copied into a session-temporary staging table and inserted with ``ON CONFLICT DO
+  NOTHING``, answering with how many it stored and the keys of the smaller side (stored or
+  skipped). After such a batch the next goes to staging directly, until one is all new
+  (replays come in runs). Daily partitions are created on demand.
 - SQLite: ``executemany`` into a temporary staging table, then ``INSERT … ON CONFLICT DO NOTHING
   RETURNING`` the keys stored, in WAL mode.
 
-The rollup deltas of a batch are computed in a worker thread while the database works.
+On the staging paths the rollup deltas of a batch are computed in a worker thread while the
+database works.
 
 A writer given an ``AcceptWindow`` refuses records and samples whose timestamp lies outside it
 (counted in ``WriteResult.refused``, logged, never stored) and never creates a partition outside
@@ -29,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import fields
@@ -47,7 +49,7 @@ from core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
 from core.samples import GpuSample, ServerSample
 from core.write import Sink, WriteResult
 from storage import gpu_rollup, rollup
-from storage.batch import Batch
+from storage.batch import Batch, days_of
 from storage.partitions import ensure_partitions
 from storage.sql import insert_for
 from storage.tables import client_requests, gpu_samples, server_engine_samples, server_samples
@@ -155,26 +157,36 @@ class _BaseWriter:
         records = self._in_window(records, _start, "requests")
         if not records:
             return WriteResult(received, 0, 0, received)
-        batch = Batch.of(records)
-        # The rollup deltas of the whole batch are computed in a worker thread while the
-        # database stages and inserts the rows (waiting on it releases the GIL); they are
-        # recomputed for the subset only in the rare case that some rows were duplicates.
-        # Duplicates come in runs (a spool replayed after a crash, a retried shipment): while
-        # the last batch met some, the next is not rolled up before it is known what it stored.
-        replaying = self._replaying
-        with ThreadPoolExecutor(1, thread_name_prefix="rollup") as pool:
-            optimistic = None if replaying else pool.submit(rollup.deltas_from_batch, batch)
-            with _translate_errors(), self.engine.begin() as connection:
-                self._prepare(connection, batch)
-                fresh = self._store(connection, batch)
-                if optimistic is not None and fresh is batch:
-                    deltas = optimistic.result()
-                else:
-                    deltas = rollup.deltas_from_batch(fresh)
-                rollup.apply(connection, deltas)
-        self._replaying = fresh is not batch
+        with _translate_errors(), self.engine.begin() as connection:
+            kept, stored, deltas = self._store_requests(connection, records)
+            rollup.apply(connection, deltas)
+        # Duplicates come in runs (a spool replayed after a crash, a retried shipment): after
+        # a batch that met some, the next is expected to meet some too.
+        self._replaying = stored < kept
         refused = received - len(records)
-        return WriteResult(received, len(fresh), len(records) - len(fresh), refused)
+        return WriteResult(received, stored, len(records) - stored, refused)
+
+    def _store_requests(
+        self, connection: Connection, records: Sequence[RequestRecord]
+    ) -> tuple[int, int, list[rollup.RollupDelta]]:
+        """Store ``records``, skipping keys already stored: how many distinct keys they hold,
+        how many rows were stored, and the rollup deltas of those stored.
+
+        The deltas of the whole batch are computed in a worker thread while the database
+        stages and inserts the rows (waiting on it releases the GIL); they are recomputed for
+        the subset only in the rare case that some rows were duplicates. While the last batch
+        met duplicates, the next is not rolled up before it is known what it stored.
+        """
+        batch = Batch.of(records)
+        with ThreadPoolExecutor(1, thread_name_prefix="rollup") as pool:
+            optimistic = None if self._replaying else pool.submit(rollup.deltas_from_batch, batch)
+            self._prepare(connection, batch.days())
+            fresh = self._store(connection, batch)
+            if optimistic is not None and fresh is batch:
+                deltas = optimistic.result()
+            else:
+                deltas = rollup.deltas_from_batch(fresh)
+        return len(batch), len(fresh), deltas
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
         """Store client records, skipping keys already stored (a replayed span is one call).
@@ -280,8 +292,8 @@ class _BaseWriter:
                 )
         return len(stored)
 
-    def _prepare(self, connection: Connection, batch: Batch) -> None:
-        """Dialect hook run before staging (partition creation on PostgreSQL)."""
+    def _prepare(self, connection: Connection, days: set[date]) -> None:
+        """Dialect hook run before storing rows of ``days`` (partitions on PostgreSQL)."""
 
     def _store(self, connection: Connection, batch: Batch) -> Batch:
         """Put ``batch`` into ``requests``, skipping existing keys; return what was stored."""
@@ -326,31 +338,35 @@ class PostgresWriter(_BaseWriter):
         super().__init__(engine, accept, clock)
         self._known_days: set[date] = set()
 
-    def _prepare(self, connection: Connection, batch: Batch) -> None:
-        days = batch.days()
+    def _prepare(self, connection: Connection, days: set[date]) -> None:
         if not days <= self._known_days:
             ensure_partitions(connection, "requests", days, oldest=self._oldest)
             self._known_days |= days
 
-    def _store(self, connection: Connection, batch: Batch) -> Batch:
-        """COPY straight into ``requests`` when the batch is new (the common case).
+    def _store_requests(
+        self, connection: Connection, records: Sequence[RequestRecord]
+    ) -> tuple[int, int, list[rollup.RollupDelta]]:
+        """A new batch (the common case) is streamed straight into ``requests`` by ``COPY``.
 
         A replayed or concurrently shipped batch meets the primary key: the COPY fails inside
         its savepoint, which is rolled back, and the batch takes the staging path, whose
-        conflict-aware insert skips what exists. After such a batch the next one takes the
-        staging path straight away, until one turns out to be all new.
+        conflict-aware insert skips what exists. After such a batch, or for one repeating a
+        key within itself, the staging path is taken straight away.
         """
         from psycopg.errors import CheckViolation, UniqueViolation  # noqa: PLC0415 (PostgreSQL only)
 
-        if self._replaying:  # the next batch of a replay is likely old too: skip the attempt
-            return super()._store(connection, batch)
+        if self._replaying:
+            return super()._store_requests(connection, records)
+        days = days_of(list(map(_start, records)))
         for attempt in range(2):
+            self._prepare(connection, days)
             savepoint = connection.begin_nested()
             try:
-                self._copy(connection, "requests", batch)
+                deltas = self._copy_streaming(connection, records)
             except UniqueViolation:
+                # Keys stored before, or a key repeated within the batch: the staging path.
                 savepoint.rollback()
-                return super()._store(connection, batch)
+                break
             except CheckViolation:
                 # A day this writer had seen was dropped since (retention): forget what it
                 # knows, create what is missing, and copy again.
@@ -358,11 +374,42 @@ class PostgresWriter(_BaseWriter):
                 if attempt:
                     raise
                 self._known_days.clear()
-                self._prepare(connection, batch)
                 continue
             savepoint.commit()
-            return batch
-        raise AssertionError("unreachable")
+            return len(records), len(records), deltas
+        batch = Batch.of(records)
+        fresh = self._store(connection, batch)
+        return len(batch), len(fresh), rollup.deltas_from_batch(fresh)
+
+    @staticmethod
+    def _copy_streaming(
+        connection: Connection, records: Sequence[RequestRecord]
+    ) -> list[rollup.RollupDelta]:
+        """``COPY`` ``records`` into ``requests`` a slice at a time; their rollup deltas.
+
+        The client's per-row work (reading the records into columns, encoding them, and
+        converting their rollup inputs) is about as long as the server's (inserting them
+        into the partition and its primary key). Done one after the other, each side waits
+        for the other; here each slice is read and encoded, handed to the server, and its
+        rollup inputs converted while the server inserts it. The deltas are grouped before
+        the ``COPY`` ends, while the server still inserts the last rows sent.
+        """
+        inputs = rollup.RollupInputs()
+        raw = connection.connection.driver_connection
+        assert raw is not None
+        with (
+            raw.cursor() as cursor,
+            cursor.copy(f"COPY requests ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+        ):
+            copy.set_types(COPY_TYPES)
+            stream = BinaryRows(copy)
+            for i in range(0, len(records), _ROWS_PER_WRITE):
+                part = Batch.verbatim(records[i : i + _ROWS_PER_WRITE])
+                stream.write(part.rows())
+                inputs.add(part.fields())
+            deltas = inputs.deltas()
+            stream.close()
+        return deltas
 
     def _insert_gpu(self, connection: Connection, rows: list[dict[str, Any]]) -> Sequence[Any]:
         """COPY into a staging table, then insert what is new (far faster than VALUES lists)."""
@@ -401,15 +448,11 @@ class PostgresWriter(_BaseWriter):
         return batch.without(keys)
 
     def _stage(self, connection: Connection, batch: Batch) -> None:
-        self._copy(connection, "requests_staging", batch)
-
-    @staticmethod
-    def _copy(connection: Connection, table: str, batch: Batch) -> None:
         raw = connection.connection.driver_connection
         assert raw is not None
         with (
             raw.cursor() as cursor,
-            cursor.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+            cursor.copy(f"COPY requests_staging ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
         ):
             copy.set_types(COPY_TYPES)
             write_binary_rows(copy, batch.rows())
@@ -448,31 +491,51 @@ class SqliteWriter(_BaseWriter):
         return batch if len(stored) == len(batch) else batch.only(stored)
 
 
-def write_binary_rows(copy: Any, rows: Iterator[Sequence[Any]]) -> None:
-    """Stream ``rows`` into a binary ``COPY`` (types set), encoded by psycopg's own encoder.
+class BinaryRows:
+    """Rows streamed into a binary ``COPY`` (types set), encoded by psycopg's own encoder.
 
     ``Copy.write_row`` runs two Python-level calls and a buffer check per row around the C
     encoder (``format_row_binary``); at a few hundred thousand rows a second those calls cost
     as much as the encoding. Here the encoder is driven from C (``map`` consumed by a
     zero-length ``deque``) into one buffer per ``_ROWS_PER_WRITE`` rows, framed with the
-    binary format's signature and trailer. Without the encoder (a psycopg that moved it) the
-    rows go through ``write_row``.
+    binary format's signature (before the first row) and trailer (``close``). Without the
+    encoder (a psycopg that moved it) the rows go through ``write_row``.
     """
-    if _format_row_binary is None:
-        for row in rows:
-            copy.write_row(row)
-        return
-    transformer = copy.formatter.transformer
-    buffer = bytearray(_BINARY_SIGNATURE)
-    while True:
-        before = len(buffer)
-        chunk = islice(rows, _ROWS_PER_WRITE)
-        deque(map(_format_row_binary, chunk, repeat(transformer), repeat(buffer)), maxlen=0)
-        if len(buffer) == before:  # every row adds at least its field count
-            break
-        copy.write(buffer)
-        buffer = bytearray()
-    copy.write(_BINARY_TRAILER)
+
+    __slots__ = ("_buffer", "_copy")
+
+    def __init__(self, copy: Any) -> None:
+        self._copy = copy
+        self._buffer = bytearray(_BINARY_SIGNATURE if _format_row_binary else b"")
+
+    def write(self, rows: Iterable[Sequence[Any]]) -> None:
+        if _format_row_binary is None:
+            for row in rows:
+                self._copy.write_row(row)
+            return
+        transformer = self._copy.formatter.transformer
+        rows = iter(rows)
+        while True:
+            buffer = self._buffer
+            before = len(buffer)
+            chunk = islice(rows, _ROWS_PER_WRITE)
+            deque(map(_format_row_binary, chunk, repeat(transformer), repeat(buffer)), maxlen=0)
+            if len(buffer) == before:  # every row adds at least its field count
+                return
+            self._copy.write(buffer)
+            self._buffer = bytearray()
+
+    def close(self) -> None:
+        """End the rows (the signature too, if no row came)."""
+        if _format_row_binary is not None:
+            self._copy.write(bytes(self._buffer) + _BINARY_TRAILER)
+
+
+def write_binary_rows(copy: Any, rows: Iterable[Sequence[Any]]) -> None:
+    """Stream ``rows`` into a binary ``COPY`` (types set): all of them, then the end."""
+    stream = BinaryRows(copy)
+    stream.write(rows)
+    stream.close()
 
 
 def _start(record: RequestRecord) -> datetime:
