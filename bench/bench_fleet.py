@@ -430,6 +430,11 @@ def quantile(histogram: Counter[int], q: float) -> float | None:
     return (max(histogram) + 1) * BUCKET_S
 
 
+def seconds(value: float | None) -> str:
+    """A histogram's quantile for a progress line (``None``: nothing was committed)."""
+    return "-" if value is None else f"{value:.2f} s"
+
+
 def judge(rate: float, duration: float, answers: list[dict[str, Any]], lag_limit: float,
           n: int, export_max_s: float) -> dict[str, Any]:  # fmt: skip
     """One step's figures and whether it was sustained (see the module docstring)."""
@@ -493,7 +498,7 @@ def run_config(mode: str, n: int, url: str, admin_dsn: str, database: str, workd
             steps.append(step)
             progress(
                 f"{mode} N={n} {rate:,.0f}/s: committed {step['committed_per_s']:,.0f}/s, "
-                f"P99 {step['p99_ack_visible_s']} s, lag {step['max_lag_s']:.1f} s, "
+                f"P99 {seconds(step['p99_ack_visible_s'])}, lag {step['max_lag_s']:.1f} s, "
                 f"PG {step['pg_cpu']:.0%}, fleet {step['fleet_cpu']:.0%}, "
                 f"conns {step['connections']}, "
                 + ("ok" if step["sustained"] else f"FAILED on {'+'.join(step['failed_on'])}")
@@ -567,7 +572,7 @@ def print_table(rows: list[dict[str, Any]], refs: dict[str, float]) -> None:
             return f"{at[key]:.0%}" if key in at else "-"
 
         def sec(key: str, at: dict[str, Any] = at) -> str:
-            return f"{at[key]:.2f} s" if at.get(key) is not None else "-"
+            return seconds(at.get(key))
 
         rate = row["sustained_per_s"]
         print(
