@@ -25,7 +25,7 @@ from typing import Any, Final
 import numpy as np
 from sqlalchemy import Connection, and_, bindparam, select, tuple_, update
 
-from core.records import DURATION_FIELDS, GROUP_LABELS, RECORD_FIELDS, Status
+from core.records import DURATION_FIELDS, GROUP_LABELS, Status
 from core.sketch import FloatArray, IntArray, QuantileSketch, merge_all, sketches_by_group
 from core.window import Resolution
 from storage.batch import Batch
