@@ -493,9 +493,13 @@ def _plain(
     raw_base, raw_cand = getattr(baseline, spec.name), getattr(candidate, spec.name)
     base = None if raw_base is None else float(raw_base)
     cand = None if raw_cand is None else float(raw_cand)
-    if spec.name == "cost_per_million_tokens" and baseline.labels.get(
-        "cost_currency"
-    ) != candidate.labels.get("cost_currency"):
+    # Unit costs in two currencies are not compared; one missing on a side is "not measured".
+    if (
+        spec.name == "cost_per_million_tokens"
+        and base is not None
+        and cand is not None
+        and baseline.labels.get("cost_currency") != candidate.labels.get("cost_currency")
+    ):
         return _row(spec, base, cand, None, None, StatTest.NONE, policy, "different currencies")
     note = "threshold only" if base is not None and cand is not None else ""
     return _row(spec, base, cand, _relative(base, cand), None, StatTest.NONE, policy, note)

@@ -104,9 +104,10 @@ def metric_change(m: MetricComparison) -> str:
 
 
 def change_bar(m: MetricComparison) -> Markup:
-    """The change and its interval on a symmetric axis, with the threshold on the worse side."""
+    """The change and its interval on a symmetric axis, with the threshold on the worse side;
+    for a metric not compared (measured on one side only), why."""
     if m.change is None:
-        return Markup("")
+        return Markup('<span class="muted small metric-note">{}</span>').format(m.note)
     values = [abs(m.change), m.threshold * 2]
     values += [abs(v) for v in (m.ci_low, m.ci_high) if v is not None]
     scale = max(values) or 1.0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 
 import numpy as np
@@ -188,6 +189,14 @@ def test_cost_in_different_currencies_is_not_compared():
     row = next(m for m in other.metrics if m.name == "cost_per_million_tokens")
     assert row.change is None
     assert row.note == "different currencies"
+    # A side without a unit cost has no currency either: not measured, not "different".
+    unpriced = dataclasses.replace(
+        priced("a", "2.00", "USD"), cost_per_million_tokens=None, labels={}
+    )
+    one_side = compare(unpriced, priced("b", "2.50", "USD"), rng)
+    row = next(m for m in one_side.metrics if m.name == "cost_per_million_tokens")
+    assert row.change is None
+    assert row.note == "not measured on both sides"
 
 
 def test_a_baseline_survives_its_json_form():

@@ -8,7 +8,9 @@ assets are served from the package.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,16 +24,19 @@ from api.dashboard import session as auth
 from api.dashboard.context import parse_context
 from api.dashboard.views.capacity import _peak_rates
 from api.settings import ApiSettings
+from core.importers import parse
 from core.query import Selector
 from core.samples import EngineSample, GpuSample, ServerSample
 from core.slo import Sli, SliKind, SloSpec
 from storage import slo_store
+from storage.baselines import save_baseline
 from storage.writer import open_writer
 from tests.conftest import Store, empty_store
 from tests.doubles import FakeClock
 from tests.factories import make_records
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+DATA = Path(__file__).resolve().parents[1] / "baselines" / "data"
 READ = "viewer-token-0123456789"
 ADMIN = "admin-token-0123456789ab"
 PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity", "scaling")
@@ -299,3 +304,16 @@ def test_the_capacity_pages_mean_rate_counts_only_the_span_with_requests(
     rates = _peak_rates(context_of(client.app), ctx)
     finished = sum(1 for r in records if r.start < NOW)
     assert rates["llama-8b"]["mean_rps"] == pytest.approx(finished / 600, rel=0.12)
+
+
+def test_a_metric_measured_on_one_side_only_says_so_on_the_baselines_page(filled: Store):
+    """An imported load-test baseline holds no cost: the page names why that row was not
+    compared instead of an empty bar beside a bare "pass" (#16, the demo's baseline)."""
+    doc = json.loads((DATA / "llmperf_summary.json").read_text())
+    baseline = parse(doc, name="imported", created_at=NOW - timedelta(hours=2))
+    assert save_baseline(filled.engine, baseline)
+    page = Client(filled).get("/ui/baselines?baseline=imported&model=llama-8b").text
+    row = page[page.index('data-metric="cost_per_million_tokens"') :]
+    row = row[: row.index("</tr>")]
+    assert '<span class="muted small metric-note">not measured on both sides</span>' in row
+    assert 'class="change"' not in row
