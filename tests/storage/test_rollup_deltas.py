@@ -173,3 +173,30 @@ def test_a_batch_streamed_in_many_slices_is_rolled_up_exactly(store):
     for key, (counters, sketches) in expected.items():
         assert got[key][0] == counters, key
         assert got[key][1] == sketches, key
+
+
+def test_counters_past_32_bits_are_merged_exactly(store):
+    """Rollup counters are int8: a day's token count passes 2^31 in a busy fleet. Inserted
+    past 2^31 by one batch and merged by the update path by the next, nothing is truncated."""
+    rng = np.random.default_rng(22)
+    records = make_records(rng, T0, 44, span=timedelta(seconds=10))
+    big = 100_000_000  # the most output tokens one record may report
+    writer = open_writer(store.engine)
+    for batch in (records[:22], records[22:]):
+        writer.write_requests(
+            [
+                dataclasses.replace(
+                    r, output_tokens=big, model="m", instance="i", tenant="t", priority="p"
+                )
+                for r in batch
+            ]
+        )
+    with store.engine.connect() as c:
+        totals = dict(
+            c.execute(
+                select(request_rollups.c.resolution, request_rollups.c.output_tokens).where(
+                    request_rollups.c.model == "m"
+                )
+            ).all()
+        )
+    assert totals == {"1m": 44 * big, "1h": 44 * big, "1d": 44 * big}  # one series
