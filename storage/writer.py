@@ -395,21 +395,12 @@ class PostgresWriter(_BaseWriter):
         the ``COPY`` ends, while the server still inserts the last rows sent.
         """
         inputs = rollup.RollupInputs()
-        raw = connection.connection.driver_connection
-        assert raw is not None
-        with (
-            raw.cursor() as cursor,
-            cursor.copy(f"COPY requests ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
-        ):
-            copy.set_types(COPY_TYPES)
-            stream = BinaryRows(copy)
+        with _copy_rows(connection, "requests") as stream:
             for i in range(0, len(records), _ROWS_PER_WRITE):
                 part = Batch.verbatim(records[i : i + _ROWS_PER_WRITE])
                 stream.write(part.rows())
                 inputs.add(part.fields())
-            deltas = inputs.deltas()
-            stream.close()
-        return deltas
+            return inputs.deltas()
 
     def _insert_gpu(self, connection: Connection, rows: list[dict[str, Any]]) -> Sequence[Any]:
         """COPY into a staging table, then insert what is new (far faster than VALUES lists)."""
@@ -448,14 +439,8 @@ class PostgresWriter(_BaseWriter):
         return batch.without(keys)
 
     def _stage(self, connection: Connection, batch: Batch) -> None:
-        raw = connection.connection.driver_connection
-        assert raw is not None
-        with (
-            raw.cursor() as cursor,
-            cursor.copy(f"COPY requests_staging ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
-        ):
-            copy.set_types(COPY_TYPES)
-            write_binary_rows(copy, batch.rows())
+        with _copy_rows(connection, "requests_staging") as stream:
+            stream.write(batch.rows())
 
 
 class SqliteWriter(_BaseWriter):
@@ -529,6 +514,22 @@ class BinaryRows:
         """End the rows (the signature too, if no row came)."""
         if _format_row_binary is not None:
             self._copy.write(bytes(self._buffer) + _BINARY_TRAILER)
+
+
+@contextmanager
+def _copy_rows(connection: Connection, table: str) -> Iterator[BinaryRows]:
+    """A binary ``COPY`` of request rows into ``table`` (PostgreSQL): rows written to what it
+    yields; the ``COPY`` ends with the block (and is abandoned if the block raises)."""
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    with (
+        raw.cursor() as cursor,
+        cursor.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+    ):
+        copy.set_types(COPY_TYPES)
+        stream = BinaryRows(copy)
+        yield stream
+        stream.close()
 
 
 def write_binary_rows(copy: Any, rows: Iterable[Sequence[Any]]) -> None:
