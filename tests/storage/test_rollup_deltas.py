@@ -22,7 +22,7 @@ from core.window import Resolution
 from storage import rollup
 from storage.batch import Batch
 from storage.rollup import COUNTERS, RollupKey
-from storage.tables import SKETCH_COLUMNS, request_rollups
+from storage.tables import SKETCH_COLUMNS, request_rollups, requests
 from storage.writer import _ROWS_PER_WRITE, open_writer
 from tests.factories import make_records
 
@@ -200,3 +200,27 @@ def test_counters_past_32_bits_are_merged_exactly(store):
             ).all()
         )
     assert totals == {"1m": 44 * big, "1h": 44 * big, "1d": 44 * big}  # one series
+
+
+def test_a_first_batch_repeating_keys_within_itself_keeps_their_last_copies(store):
+    """On PostgreSQL a new batch is streamed into COPY without looking for repeated keys
+    first: the repeat makes the COPY fail, and the staging path keeps each key's last copy,
+    as on SQLite and as the per-record computation does."""
+    records = random_batch(6)  # repeats within, the last copy with other values
+    result = open_writer(store.engine).write_requests(records)
+    unique = {(r.trace_id, r.span_id): r for r in records}
+    assert result.inserted == len(unique)
+    assert result.duplicates == len(records) - len(unique)
+    with store.engine.connect() as c:
+        ttft = {
+            (t, s): v
+            for t, s, v in c.execute(
+                select(requests.c.trace_id, requests.c.span_id, requests.c.ttft_s)
+            )
+        }
+    assert ttft == {key: r.ttft_s for key, r in unique.items()}
+    expected = per_record(records)
+    got = stored_rollups(store)
+    assert got.keys() == expected.keys()
+    for key, (counters, sketches) in expected.items():
+        assert got[key] == (counters, sketches), key
