@@ -40,13 +40,13 @@ from typing import Any, Final
 from harness.scenarios import empty, evaluate, outage, simulate, store_batch, table, without_gpu
 from sqlalchemy import Engine
 
-from alerts.rules import load_rules
-from simulator.events import Batch
-from simulator.fleet import run_scenario
-from simulator.sinks import MemorySink
-from simulator.specs import load_scenario, shipped_scenarios
-from storage import migrate
-from storage.engine import create_store_engine
+from infersight.alerts.rules import load_rules
+from infersight.simulator.events import Batch
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.specs import load_scenario, shipped_scenarios
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -140,7 +140,7 @@ class _Accepting:
         return {"summary": notification.summary()}
 
     def send(self, payload: Any) -> Any:
-        from alerts.notify import SendResult
+        from infersight.alerts.notify import SendResult
 
         return SendResult(True)
 
@@ -150,11 +150,11 @@ def time_to_notification(
 ) -> Latency:
     """Evaluate ``spec`` every ``INTERVAL_S`` from ``onset`` through the app's listener chain
     (diagnosis → announcer → outbox) and scan the burn-rate condition every ``SCAN_S``."""
-    from service.diagnosis import DiagnosisListener
-    from service.evaluation import Evaluator, default_policy, status
-    from service.notifications import Announcer
-    from storage import incident_history, incidents, slo_store
-    from storage.outbox import Outbox
+    from infersight.service.diagnosis import DiagnosisListener
+    from infersight.service.evaluation import Evaluator, default_policy, status
+    from infersight.service.notifications import Announcer
+    from infersight.storage import incident_history, incidents, slo_store
+    from infersight.storage.outbox import Outbox
 
     policy = default_policy()
     slo_store.put_slo(engine, spec, onset - timedelta(hours=1))
@@ -195,8 +195,8 @@ def time_to_notification(
 
 
 def latency_cases(engine: Engine) -> list[Latency]:
-    from core.query import Selector
-    from core.slo import Sli, SliKind, SloSpec
+    from infersight.core.query import Selector
+    from infersight.core.slo import Sli, SliKind, SloSpec
 
     out = []
     # 1. A total outage of the whole fleet under a 99.9 % availability SLO: the first hour of

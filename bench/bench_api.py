@@ -40,16 +40,16 @@ import numpy as np
 from harness.concurrent import MovingClock, busy_timings, compare, report_background, timed_gets
 from harness.results import write_json
 
-from api import create_app
-from api.settings import ApiSettings
-from core.query import Method, Selector
-from core.slo import Sli, SliKind, SloSpec
-from core.window import Window
-from service.evaluation import Evaluator, default_policy, status
-from storage import migrate, queries, slo_store
-from storage.engine import create_store_engine
-from storage.maintenance import RetentionPolicy
-from storage.slo_store import RollupCache
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.core.query import Method, Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import Window
+from infersight.service.evaluation import Evaluator, default_policy, status
+from infersight.storage import migrate, queries, slo_store
+from infersight.storage.engine import create_store_engine
+from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.slo_store import RollupCache
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:

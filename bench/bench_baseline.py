@@ -24,8 +24,8 @@ import numpy as np
 from harness.baselines import CREATED, synthetic_run
 from harness.results import write_json
 
-from core.baseline import from_samples
-from core.baseline_compare import COMPARED_QUANTILES, Policy, Verdict, compare
+from infersight.core.baseline import from_samples
+from infersight.core.baseline_compare import COMPARED_QUANTILES, Policy, Verdict, compare
 
 
 def _raw(rng: np.random.Generator, n: int, slowdown: float) -> dict[str, np.ndarray]:

@@ -64,19 +64,19 @@ import httpx
 from harness.results import write_json
 from sqlalchemy import func, select
 
-from core.baseline import Baseline
-from core.errors import InvalidInput
-from core.gap import gap_report
-from core.loadtest import LoadTestRun, to_baseline
-from core.model_names import ModelAliases
-from core.query import Selector
-from core.window import Window
-from storage import migrate
-from storage.baselines import capture_window, get_baseline
-from storage.client_reads import read_pairs
-from storage.engine import create_store_engine
-from storage.runs import get_run
-from storage.tables import requests
+from infersight.core.baseline import Baseline
+from infersight.core.errors import InvalidInput
+from infersight.core.gap import gap_report
+from infersight.core.loadtest import LoadTestRun, to_baseline
+from infersight.core.model_names import ModelAliases
+from infersight.core.query import Selector
+from infersight.core.window import Window
+from infersight.storage import migrate
+from infersight.storage.baselines import capture_window, get_baseline
+from infersight.storage.client_reads import read_pairs
+from infersight.storage.engine import create_store_engine
+from infersight.storage.runs import get_run
+from infersight.storage.tables import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = ("aiperf", "guidellm", "asyncio", "locust1", "locust2")
@@ -94,9 +94,9 @@ def _serve(port: int, otlp: str) -> None:
     """The simulator's server, its spans exported to the sidecar (runs in a subprocess)."""
     import uvicorn
 
-    from simulator.realtime import RealtimeServer
-    from simulator.sinks.otlp import OtlpSink
-    from simulator.specs import load_profile
+    from infersight.simulator.realtime import RealtimeServer
+    from infersight.simulator.sinks.otlp import OtlpSink
+    from infersight.simulator.specs import load_profile
 
     sink = OtlpSink(otlp, flush_on_write=False)
     profile = load_profile("llama-3.1-8b-h200x1")

@@ -48,16 +48,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
-from collector.assembly import Reassembly
-from collector.http_receiver import HTTP_IMPL
-from collector.ingest import Ingestor
-from collector.mapping import MappingContext
-from collector.metrics import CollectorMetrics
-from collector.otlp import Limits, parse_protobuf
-from collector.spool import Spool, SpoolConfig
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.tables import requests
+from infersight.collector.assembly import Reassembly
+from infersight.collector.http_receiver import HTTP_IMPL
+from infersight.collector.ingest import Ingestor
+from infersight.collector.mapping import MappingContext
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.otlp import Limits, parse_protobuf
+from infersight.collector.spool import Spool, SpoolConfig
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.tables import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOBUF = {"content-type": "application/x-protobuf"}
@@ -152,7 +152,7 @@ def pin(cpu: int) -> None:
 @contextmanager
 def sidecar(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from infersight.commands_sidecar import sidecar; sidecar()",
+        [sys.executable, "-c", "from infersight.cli.commands_sidecar import sidecar; sidecar()",
          "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "127.0.0.1:0", "--instance", "bench", *args],
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip

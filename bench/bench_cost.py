@@ -33,16 +33,16 @@ from bench_storage import fresh_postgres
 from harness.results import write_json
 from sqlalchemy import Engine, func, select
 
-from core.cost import CostModel, GpuPrice
-from core.records import RequestRecord
-from core.samples import GpuSample
-from core.window import Window
-from service.reports import build_weekly, week_of
-from storage import cost, migrate
-from storage.engine import create_store_engine
-from storage.maintenance import RetentionPolicy
-from storage.tables import gpu_samples
-from storage.writer import open_writer
+from infersight.core.cost import CostModel, GpuPrice
+from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample
+from infersight.core.window import Window
+from infersight.service.reports import build_weekly, week_of
+from infersight.storage import cost, migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.tables import gpu_samples
+from infersight.storage.writer import open_writer
 
 MODEL = CostModel(
     "bench",

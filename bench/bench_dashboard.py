@@ -40,23 +40,23 @@ import numpy as np
 from harness.concurrent import MovingClock, busy_timings, compare, report_background, timed_gets
 from harness.results import write_json
 
-from api import create_app
-from api.context import context_of
-from api.settings import ApiSettings
-from core.loadtest import LoadTestRun, RequestResult, ScenarioKind
-from core.query import Selector
-from core.samples import GpuSample
-from core.slo import Sli, SliKind, SloSpec
-from core.window import Window
-from loadgen.scenarios import step
-from service.cost_spec import example_model
-from service.evaluation import Evaluator, default_policy
-from storage import migrate, slo_store
-from storage.baselines import capture_window, save_baseline
-from storage.engine import create_store_engine
-from storage.maintenance import RetentionPolicy, maintain
-from storage.runs import save_run
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.context import context_of
+from infersight.api.settings import ApiSettings
+from infersight.core.loadtest import LoadTestRun, RequestResult, ScenarioKind
+from infersight.core.query import Selector
+from infersight.core.samples import GpuSample
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import Window
+from infersight.loadgen.scenarios import step
+from infersight.service.cost_spec import example_model
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.storage import migrate, slo_store
+from infersight.storage.baselines import capture_window, save_baseline
+from infersight.storage.engine import create_store_engine
+from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.storage.runs import save_run
+from infersight.storage.writer import open_writer
 
 PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
 TARGET_MS = 300.0

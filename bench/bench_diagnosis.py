@@ -64,7 +64,7 @@ from harness.real_path import (
     table,
 )
 
-from simulator.specs import shipped_scenarios
+from infersight.simulator.specs import shipped_scenarios
 
 
 def run_one(name: str, store: str | None = None, pre_roll: timedelta = PRE_ROLL) -> PathOutcome:

@@ -129,7 +129,7 @@ class TimedSink:
 
 def make_records(n: int, instance: str, rng: random.Random) -> list[Any]:
     """``n`` validated vLLM-shaped records that finished just now."""
-    from core.records import RequestRecord
+    from infersight.core.records import RequestRecord
 
     now = datetime.now(UTC)
     out = []
@@ -166,14 +166,14 @@ def make_records(n: int, instance: str, rng: random.Random) -> list[Any]:
 
 def worker_main(args: argparse.Namespace) -> None:
     """One sidecar: spool + shipper + store writer; steps told on stdin, figures on stdout."""
-    from collector.assembly import Reassembly
-    from collector.codec import Kind, encode_record
-    from collector.metrics import CollectorMetrics
-    from collector.shipper import Shipper
-    from collector.spool import Entry, Spool, SpoolConfig
-    from core.errors import Unavailable
-    from storage.engine import create_store_engine
-    from storage.writer import open_writer
+    from infersight.collector.assembly import Reassembly
+    from infersight.collector.codec import Kind, encode_record
+    from infersight.collector.metrics import CollectorMetrics
+    from infersight.collector.shipper import Shipper
+    from infersight.collector.spool import Entry, Spool, SpoolConfig
+    from infersight.core.errors import Unavailable
+    from infersight.storage.engine import create_store_engine
+    from infersight.storage.writer import open_writer
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (stdin, or a kill)
     rng = random.Random(args.instance)
@@ -521,8 +521,8 @@ def run_config(mode: str, n: int, url: str, admin_dsn: str, database: str, workd
 
 
 def references(url: str, count: int) -> dict[str, float]:
-    from storage.engine import create_store_engine
-    from storage.writer import open_writer
+    from infersight.storage.engine import create_store_engine
+    from infersight.storage.writer import open_writer
 
     rng = np.random.default_rng(19)
     records = synth(rng, datetime.now(UTC) - timedelta(minutes=30), count, 1800.0)
@@ -619,8 +619,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("direct", "pgbouncer") for m in modes) or not fleet_sizes:
         parser.error("--modes takes direct and/or pgbouncer; --fleet at least one count")
-    from storage import migrate
-    from storage.engine import create_store_engine
+    from infersight.storage import migrate
+    from infersight.storage.engine import create_store_engine
 
     url, drop = fresh_postgres(args.postgres)
     database = make_url(url).database

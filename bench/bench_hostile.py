@@ -46,8 +46,8 @@ from bench_collector import export, rss_mb
 from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from storage import migrate
-from storage.engine import create_store_engine
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOBUF = {"content-type": "application/x-protobuf"}
@@ -75,7 +75,7 @@ def sidecar(tmp: str, body_limit: int) -> Iterator[Sidecar]:
     store = f"sqlite:///{tmp}/store.db"
     migrate.upgrade(create_store_engine(store))
     command = [
-        sys.executable, "-c", "from infersight.commands_sidecar import sidecar; sidecar()",
+        sys.executable, "-c", "from infersight.cli.commands_sidecar import sidecar; sidecar()",
         "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "127.0.0.1:0", "--instance", "hostile",
         "--store", store, "--spool-dir", f"{tmp}/spool", "--gpu-source", "none",
         "--window", "0", "--max-body-bytes", str(body_limit),

@@ -50,13 +50,13 @@ import httpx
 import numpy as np
 from harness.results import write_json
 
-from core.loadtest import LoadTestRun, ScenarioKind, summarise
-from loadgen.client import Endpoint
-from loadgen.distributed import RunSpec
-from loadgen.locust_engine import LocustEngine
-from loadgen.runner import Runner
-from loadgen.scenarios import steady
-from loadgen.workload import DistKind, Lengths, Sampled
+from infersight.core.loadtest import LoadTestRun, ScenarioKind, summarise
+from infersight.loadgen.client import Endpoint
+from infersight.loadgen.distributed import RunSpec
+from infersight.loadgen.locust_engine import LocustEngine
+from infersight.loadgen.runner import Runner
+from infersight.loadgen.scenarios import steady
+from infersight.loadgen.workload import DistKind, Lengths, Sampled
 
 MODEL = "bench"
 
@@ -97,8 +97,8 @@ def _serve_simulator(port: int, max_num_seqs: int) -> None:
 
     import uvicorn
 
-    from simulator.realtime import RealtimeServer
-    from simulator.specs import load_profile
+    from infersight.simulator.realtime import RealtimeServer
+    from infersight.simulator.specs import load_profile
 
     profile = dataclasses.replace(load_profile("llama-3.1-8b-h200x1"), max_num_seqs=max_num_seqs)
     server = RealtimeServer.standalone("bench-0", profile, epoch=datetime.now(UTC))

@@ -61,9 +61,9 @@ import numpy as np
 from harness.concurrent import Shipped, shipping
 from harness.results import write_json
 
-from api.settings import ApiSettings
-from storage import migrate, slo_store
-from storage.engine import create_store_engine
+from infersight.api.settings import ApiSettings
+from infersight.storage import migrate, slo_store
+from infersight.storage.engine import create_store_engine
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 TARGETS: Final = {

@@ -41,9 +41,9 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from sqlalchemy import func, select
 
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.tables import requests
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.tables import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,7 +101,7 @@ def timed(argv: list[str], env: dict[str, str], repeats: int) -> float:
 def importtime(tree: Path) -> tuple[float, list[tuple[float, str]]]:
     """Seconds the sidecar's pre-bind imports take, and the five largest top-level ones."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    code = "import infersight.cli, infersight.commands_sidecar"
+    code = "import infersight.cli, infersight.cli.commands_sidecar"
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code],
         env=env,
@@ -214,7 +214,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         interpreter = timed([sys.executable, "-c", "pass"], env, 5)
         libraries = timed(
-            [sys.executable, "-c", "import storage.writer, storage.engine, psycopg"], env, 3
+            [
+                sys.executable,
+                "-c",
+                "import infersight.storage.writer, infersight.storage.engine, psycopg",
+            ],
+            env,
+            3,
         )
         print(f"reference: python -c pass {interpreter:.3f} s (median of 5)")
         print(f"reference: importing the store libraries {libraries:.3f} s (loaded after bind)")

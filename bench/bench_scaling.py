@@ -28,10 +28,10 @@ from typing import Any
 
 from harness.results import write_json
 
-from core.scaling import ScalingPolicy
-from infersight.commands_scaling import header
-from simulator.autoscale import Backtest, ServiceModel, backtest, synthetic, table
-from simulator.specs import load_profile
+from infersight.cli.commands_scaling import header
+from infersight.core.scaling import ScalingPolicy
+from infersight.simulator.autoscale import Backtest, ServiceModel, backtest, synthetic, table
+from infersight.simulator.specs import load_profile
 
 DEFAULT = ScalingPolicy(name="default", model=None)
 

@@ -26,11 +26,11 @@ import grpc
 import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from simulator.fleet import run_scenario
-from simulator.scenario import Scenario
-from simulator.sinks import CountingSink, Sink
-from simulator.sinks.otlp import OtlpSink
-from simulator.specs import SCENARIOS_DIR, load_scenario, scenario_from_data
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.scenario import Scenario
+from infersight.simulator.sinks import CountingSink, Sink
+from infersight.simulator.sinks.otlp import OtlpSink
+from infersight.simulator.specs import SCENARIOS_DIR, load_scenario, scenario_from_data
 
 
 class _Count:

@@ -32,13 +32,13 @@ from harness.results import write_json
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from core.query import Method
-from core.records import RECORD_FIELDS, RequestRecord
-from core.window import Window
-from storage import migrate, queries
-from storage.batch import Batch
-from storage.engine import create_store_engine
-from storage.writer import COPY_TYPES, open_writer
+from infersight.core.query import Method
+from infersight.core.records import RECORD_FIELDS, RequestRecord
+from infersight.core.window import Window
+from infersight.storage import migrate, queries
+from infersight.storage.batch import Batch
+from infersight.storage.engine import create_store_engine
+from infersight.storage.writer import COPY_TYPES, open_writer
 
 MODELS = ("llama-3.1-8b", "llama-3.1-70b")
 INSTANCES = ("gpu-a", "gpu-b")

@@ -31,17 +31,17 @@ from harness.results import write_json
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from core import store_capacity
-from core.cost import GoodRequest
-from core.goodput import GoodPolicy
-from core.records import RECORD_FIELDS, RequestRecord
-from core.samples import EngineSample, GpuSample, ServerSample
-from core.sketch import QuantileSketch
-from storage import good_tokens, migrate
-from storage.batch import Batch
-from storage.engine import create_store_engine
-from storage.tables import SKETCH_COLUMNS
-from storage.writer import COPY_TYPES, open_writer, write_binary_rows
+from infersight.core import store_capacity
+from infersight.core.cost import GoodRequest
+from infersight.core.goodput import GoodPolicy
+from infersight.core.records import RECORD_FIELDS, RequestRecord
+from infersight.core.samples import EngineSample, GpuSample, ServerSample
+from infersight.core.sketch import QuantileSketch
+from infersight.storage import good_tokens, migrate
+from infersight.storage.batch import Batch
+from infersight.storage.engine import create_store_engine
+from infersight.storage.tables import SKETCH_COLUMNS
+from infersight.storage.writer import COPY_TYPES, open_writer, write_binary_rows
 
 #: A fixed, past day: the figures do not depend on when the benchmark runs.
 DAY = datetime(2026, 1, 5, tzinfo=UTC)

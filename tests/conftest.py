@@ -24,9 +24,9 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from bench.harness.pgbouncer import PgBouncer, binary, running_pgbouncer
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.tables import metadata
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.tables import metadata
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "INFERSIGHT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

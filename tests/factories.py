@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from core.records import RequestRecord
+from infersight.core.records import RequestRecord
 
 
 def make_records(

@@ -17,11 +17,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from config.parts import DEFAULT_DATABASE_URL
-from infersight import cli as cli_module
-from infersight.cli import cli
-from infersight.demo_report import progress_bar
-from simulator.fleet import Progress
+from infersight.cli import group as cli_module
+from infersight.cli.demo_report import progress_bar
+from infersight.cli.group import cli
+from infersight.config.parts import DEFAULT_DATABASE_URL
+from infersight.simulator.fleet import Progress
 from tests.conftest import fresh_database
 from tests.peers import free_port
 
@@ -66,7 +66,7 @@ def test_help_and_version_import_neither_the_store_nor_the_api_nor_pydantic(
 
 
 #: What a command that only reads the store must not load: the API, Alembic (``storage.revisions``
-#: reads the revisions) and pydantic (``infersight.store_settings`` reads the store's settings,
+#: reads the revisions) and pydantic (``infersight.cli.store_settings`` reads the store's settings,
 #: ``service.slo_documents`` writes SLO documents).
 NOT_FOR_READING = {"fastapi", "uvicorn", "alembic", "httpx", "starlette", "pydantic"}
 
@@ -143,7 +143,7 @@ def test_a_sqlite_store_in_a_missing_directory_is_one_line_and_nothing_is_create
     tmp_path: Path,
 ) -> None:
     store = f"sqlite:///{tmp_path}/no/such/dir/x.db"
-    for command in (["slo", "list"], ["slo", "apply", str(ROOT / "infersight/demo_slos.yaml")]):
+    for command in (["slo", "list"], ["slo", "apply", str(ROOT / "infersight/cli/demo_slos.yaml")]):
         done = run("--store", store, *command)
         assert done.returncode == EXIT_UNAVAILABLE, done.stderr
         assert one_line(done) == (
@@ -220,8 +220,8 @@ def test_serve_no_migrate_probes_a_fresh_sqlite_file_without_creating_it(tmp_pat
     """``serve --no-migrate`` only probes the store, on the gate's own thread (where the
     command's "only reads" does not reach: a context variable is not inherited by threads);
     the probe must not create the file that ``db upgrade`` would."""
-    from infersight.commands_serve import _probe
-    from storage.engine import create_store_engine, no_schema
+    from infersight.cli.commands_serve import _probe
+    from infersight.storage.engine import create_store_engine, no_schema
 
     path = tmp_path / "fresh.db"
     engine = create_store_engine(f"sqlite:///{path}")
@@ -246,7 +246,7 @@ def test_serve_no_migrate_probes_a_fresh_sqlite_file_without_creating_it(tmp_pat
 def test_a_writing_command_creates_and_migrates_a_fresh_store(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
     store = f"sqlite:///{path}"
-    applied = run("slo", "apply", str(ROOT / "infersight/demo_slos.yaml"), "--store", store)
+    applied = run("slo", "apply", str(ROOT / "infersight/cli/demo_slos.yaml"), "--store", store)
     assert applied.returncode == 0, applied.stderr
     listed = run("slo", "list", "--json", "--store", store)
     assert listed.returncode == 0, listed.stderr

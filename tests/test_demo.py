@@ -25,17 +25,17 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from core.loadtest import ScenarioKind, knee_of, summarise
-from infersight.demo_live import LiveDemo
-from infersight.demo_seed import BASELINE, SLOTS, capture_baseline, store_step_run
-from infersight.settings import Settings
-from loadgen.virtual_time import run_in_virtual_time
-from simulator.specs import load_scenario
-from storage import incidents, migrate, signals, slo_store
-from storage.baselines import get_baseline
-from storage.engine import create_store_engine
-from storage.runs import get_run, list_runs
-from storage.tables import gpu_samples, requests
+from infersight.cli.demo_live import LiveDemo
+from infersight.cli.demo_seed import BASELINE, SLOTS, capture_baseline, store_step_run
+from infersight.cli.settings import Settings
+from infersight.core.loadtest import ScenarioKind, knee_of, summarise
+from infersight.loadgen.virtual_time import run_in_virtual_time
+from infersight.simulator.specs import load_scenario
+from infersight.storage import incidents, migrate, signals, slo_store
+from infersight.storage.baselines import get_baseline
+from infersight.storage.engine import create_store_engine
+from infersight.storage.runs import get_run, list_runs
+from infersight.storage.tables import gpu_samples, requests
 from tests.dashboard.conftest import Page, browser, page, serve
 from tests.waiting import until
 
@@ -314,7 +314,7 @@ def test_the_live_demo_seeds_a_baseline_from_its_healthy_history(tmp_path: Path)
     engine = create_store_engine(f"sqlite:///{tmp_path / 'seed.db'}")
     try:
         migrate.upgrade(engine)
-        plan = load_scenario(str(files("infersight").joinpath("demo_fleet.yaml")))
+        plan = load_scenario(str(files("infersight.cli").joinpath("demo_fleet.yaml")))
         demo_ = LiveDemo(engine, Settings(), plan, [])
         assert demo_.backfill(300, threading.Event()) > 0
         captured = capture_baseline(engine, demo_.history_window(300), datetime.now(UTC))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from api.settings import ApiSettings
-from config.parts import PARTS, NotifierPart, variable
-from infersight.settings import Settings, SidecarSettings
+from infersight.api.settings import ApiSettings
+from infersight.cli.settings import Settings, SidecarSettings
+from infersight.config.parts import PARTS, NotifierPart, variable
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ROW = re.compile(r"^\| `(INFERSIGHT_[A-Z_]+)` \| `([^`]*)` \|", re.MULTILINE)

@@ -11,9 +11,9 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from api.settings import ApiSettings
-from config.parts import PARTS, NotifierPart, Part, variable
-from infersight.settings import Settings, SidecarSettings
+from infersight.api.settings import ApiSettings
+from infersight.cli.settings import Settings, SidecarSettings
+from infersight.config.parts import PARTS, NotifierPart, Part, variable
 
 ROLES: tuple[type[Part], ...] = (Settings, SidecarSettings, ApiSettings)
 OURS = ("config", "api", "infersight", "service", "core")

@@ -1,5 +1,5 @@
-"""``infersight.store_settings``, the store settings read without pydantic (#16) for the
-commands that only read, answers what ``infersight.settings.Settings`` answers: the same
+"""``infersight.cli.store_settings``, the store settings read without pydantic (#16) for the
+commands that only read, answers what ``infersight.cli.settings.Settings`` answers: the same
 defaults and the same environment variables, and pydantic's refusal of a bad value."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import os
 
 import pytest
 
-from config.parts import DEFAULT_DATABASE_URL, PREFIX, StorePart
-from infersight import cli, store_settings
-from infersight.settings import Settings
-from storage.retention import RetentionPolicy
+from infersight.cli import group as cli
+from infersight.cli import store_settings
+from infersight.cli.settings import Settings
+from infersight.config.parts import DEFAULT_DATABASE_URL, PREFIX, StorePart
+from infersight.storage.retention import RetentionPolicy
 
 
 def test_the_light_store_settings_repeat_the_pydantic_ones() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from core.baseline import Baseline, from_samples
+from infersight.core.baseline import Baseline, from_samples
 
 CREATED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -20,12 +20,12 @@ import httpx
 import numpy as np
 from sqlalchemy import Engine
 
-from core.records import RequestRecord
-from service.evaluation import Evaluator, default_policy
-from service.jobs import Jobs, SoleLeader
-from storage.maintenance import RetentionPolicy
-from storage.slo_store import RollupCache
-from storage.writer import open_writer
+from infersight.core.records import RequestRecord
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.service.jobs import Jobs, SoleLeader
+from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.slo_store import RollupCache
+from infersight.storage.writer import open_writer
 
 Synth = Callable[[np.random.Generator, datetime, int, float], list[RequestRecord]]
 

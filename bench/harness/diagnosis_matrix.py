@@ -51,36 +51,36 @@ import yaml
 from sqlalchemy import Engine, func, select
 from starlette.testclient import TestClient
 
-from alerts.notify import Notification, SendResult
-from api.app import create_app
-from api.settings import ApiSettings
-from collector.periodic import PeriodicTask
-from collector.scrape.scraper import Scraper
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
-from core.samples import GpuSample
-from service.jobs import SoleLeader
-from service.specs import parse_specs
-from simulator.events import Batch, Completion, EngineSample
-from simulator.faults import (
+from infersight.alerts.notify import Notification, SendResult
+from infersight.api.app import create_app
+from infersight.api.settings import ApiSettings
+from infersight.collector.periodic import PeriodicTask
+from infersight.collector.scrape.scraper import Scraper
+from infersight.collector.shipper import Backoff
+from infersight.collector.sidecar import Sidecar, SidecarConfig
+from infersight.core.samples import GpuSample
+from infersight.service.jobs import SoleLeader
+from infersight.service.specs import parse_specs
+from infersight.simulator.events import Batch, Completion, EngineSample
+from infersight.simulator.faults import (
     DEFAULT_MAGNITUDE,
     EXPECTED_CAUSE,
     EXPECTED_CAUSE_WITHOUT_GPU,
     Fault,
     FaultKind,
 )
-from simulator.fleet import run_scenario
-from simulator.scenario import Scenario
-from simulator.sinks import MemorySink
-from simulator.sinks.otlp import ClientSpans, OtlpSink
-from simulator.sinks.prometheus import MetricsServer, MetricsSink
-from simulator.sinks.store import StoreSink
-from simulator.specs import SCENARIOS_DIR, scenario_from_data
-from storage import migrate, slo_store
-from storage.engine import create_store_engine
-from storage.outbox import Outbox
-from storage.tables import metadata, requests
-from storage.writer import open_writer
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.scenario import Scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.sinks.otlp import ClientSpans, OtlpSink
+from infersight.simulator.sinks.prometheus import MetricsServer, MetricsSink
+from infersight.simulator.sinks.store import StoreSink
+from infersight.simulator.specs import SCENARIOS_DIR, scenario_from_data
+from infersight.storage import migrate, slo_store
+from infersight.storage.engine import create_store_engine
+from infersight.storage.outbox import Outbox
+from infersight.storage.tables import metadata, requests
+from infersight.storage.writer import open_writer
 
 SLO_FILE: Final = SCENARIOS_DIR / "slos" / "fleet.yaml"
 #: The evaluation interval of the matrix (``INFERSIGHT_EVALUATION_INTERVAL_S``). The API's

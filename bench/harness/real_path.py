@@ -28,26 +28,26 @@ from typing import Any, Final
 import yaml
 from sqlalchemy import Engine, func, select
 
-from alerts.notify import Notification, SendResult
-from api.app import create_app
-from api.settings import ApiSettings
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
-from core.slo import SloSpec
-from service.jobs import SoleLeader
-from service.specs import parse_specs
-from simulator.events import Batch, Completion
-from simulator.faults import FaultKind
-from simulator.fleet import run_scenario
-from simulator.scenario import Scenario
-from simulator.sinks import MemorySink
-from simulator.sinks.otlp import OtlpSink
-from simulator.sinks.store import StoreSink
-from simulator.specs import SCENARIOS_DIR, scenario_from_data
-from storage import incidents, signals, slo_store
-from storage.outbox import Outbox
-from storage.tables import requests
-from storage.writer import open_writer
+from infersight.alerts.notify import Notification, SendResult
+from infersight.api.app import create_app
+from infersight.api.settings import ApiSettings
+from infersight.collector.shipper import Backoff
+from infersight.collector.sidecar import Sidecar, SidecarConfig
+from infersight.core.slo import SloSpec
+from infersight.service.jobs import SoleLeader
+from infersight.service.specs import parse_specs
+from infersight.simulator.events import Batch, Completion
+from infersight.simulator.faults import FaultKind
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.scenario import Scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.sinks.otlp import OtlpSink
+from infersight.simulator.sinks.store import StoreSink
+from infersight.simulator.specs import SCENARIOS_DIR, scenario_from_data
+from infersight.storage import incidents, signals, slo_store
+from infersight.storage.outbox import Outbox
+from infersight.storage.tables import requests
+from infersight.storage.writer import open_writer
 
 from . import scenarios
 

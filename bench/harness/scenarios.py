@@ -21,20 +21,20 @@ from typing import Final
 
 from sqlalchemy import Engine
 
-from alerts.diagnose import Diagnosis, diagnose
-from alerts.rules import Cause, RulePack
-from core.records import Status
-from core.window import Window
-from simulator.events import Batch
-from simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU, FaultKind
-from simulator.fleet import run_scenario
-from simulator.scenario import Scenario
-from simulator.sinks import MemorySink
-from simulator.sinks.store import StoreSink
-from simulator.specs import load_scenario
-from storage.signals import window_signals
-from storage.tables import metadata
-from storage.writer import open_writer
+from infersight.alerts.diagnose import Diagnosis, diagnose
+from infersight.alerts.rules import Cause, RulePack
+from infersight.core.records import Status
+from infersight.core.window import Window
+from infersight.simulator.events import Batch
+from infersight.simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU, FaultKind
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.scenario import Scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.sinks.store import StoreSink
+from infersight.simulator.specs import load_scenario
+from infersight.storage.signals import window_signals
+from infersight.storage.tables import metadata
+from infersight.storage.writer import open_writer
 
 RUN_S: Final = 1200.0
 FAULT_FROM_S: Final = 600.0

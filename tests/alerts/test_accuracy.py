@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from alerts.rules import Cause, load_rules
 from bench.harness import scenarios
-from simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU
-from simulator.specs import shipped_scenarios
+from infersight.alerts.rules import Cause, load_rules
+from infersight.simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU
+from infersight.simulator.specs import shipped_scenarios
 from tests.conftest import Store
 
 

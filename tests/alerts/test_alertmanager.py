@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from alerts.notifiers.alertmanager import AlertmanagerNotifier
-from alerts.notify import Event, Notification
+from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
+from infersight.alerts.notify import Event, Notification
 from tests.peers import free_port, ready_server
 
 BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")

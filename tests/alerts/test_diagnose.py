@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alerts.diagnose import diagnose, ratio, step_onset
-from alerts.rules import Cause, RulePack, load_rules
-from core.errors import InvalidInput
-from core.signals import InstanceSignals, WindowSignals
-from core.window import Window
+from infersight.alerts.diagnose import diagnose, ratio, step_onset
+from infersight.alerts.rules import Cause, RulePack, load_rules
+from infersight.core.errors import InvalidInput
+from infersight.core.signals import InstanceSignals, WindowSignals
+from infersight.core.window import Window
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 REF = Window(T0, T0 + timedelta(minutes=20))

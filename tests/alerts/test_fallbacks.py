@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from alerts.diagnose import Diagnosis, diagnose
-from alerts.rules import Cause, RulePack, load_rules
-from core.errors import InvalidInput
-from core.signals import (
+from infersight.alerts.diagnose import Diagnosis, diagnose
+from infersight.alerts.rules import Cause, RulePack, load_rules
+from infersight.core.errors import InvalidInput
+from infersight.core.signals import (
     FAMILIES,
     FAMILY_OF,
     GPU,
@@ -26,7 +26,7 @@ from core.signals import (
     InstanceSignals,
     WindowSignals,
 )
-from core.window import Window
+from infersight.core.window import Window
 from tests.alerts.test_diagnose import HEALTHY, NOW, REF
 
 

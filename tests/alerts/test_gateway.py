@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from alerts.diagnose import diagnose
-from alerts.rules import Cause, load_rules
-from core.signals import InstanceSignals, WindowSignals
-from core.window import Window
+from infersight.alerts.diagnose import diagnose
+from infersight.alerts.rules import Cause, load_rules
+from infersight.core.signals import InstanceSignals, WindowSignals
+from infersight.core.window import Window
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 REF = Window(T0, T0 + timedelta(minutes=5))

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from alerts.rules import Cause, load_rules
-from core.client import ClientRecord, TtftSource
-from core.model_names import ModelAliases
-from core.query import Selector
-from core.window import Window
-from service.diagnosis import diagnose_window
-from storage.writer import open_writer
+from infersight.alerts.rules import Cause, load_rules
+from infersight.core.client import ClientRecord, TtftSource
+from infersight.core.model_names import ModelAliases
+from infersight.core.query import Selector
+from infersight.core.window import Window
+from infersight.service.diagnosis import diagnose_window
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from alerts.lifecycle import Verdict, judge
+from infersight.alerts.lifecycle import Verdict, judge
 
 
 def d(cause: str, confidence: float, instance: str | None = "vllm-8b-0") -> dict[str, Any]:

@@ -12,14 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
-from alerts.notifiers.alertmanager import AlertmanagerNotifier
-from alerts.notifiers.pagerduty import PagerDutyNotifier
-from alerts.notifiers.slack import SlackNotifier
-from alerts.notify import Event, Notification, post_json, retry_after_s
-from alerts.routing import Route, Router, router_from_data
-from config.parts import NotifierPart
-from core.errors import ConfigurationError, InvalidInput
-from service.notifications import notifiers_from_settings
+from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
+from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
+from infersight.alerts.notifiers.slack import SlackNotifier
+from infersight.alerts.notify import Event, Notification, post_json, retry_after_s
+from infersight.alerts.routing import Route, Router, router_from_data
+from infersight.config.parts import NotifierPart
+from infersight.core.errors import ConfigurationError, InvalidInput
+from infersight.service.notifications import notifiers_from_settings
 
 AT = datetime(2026, 1, 5, 9, 26, tzinfo=UTC)
 SLACK_URL = "https://hooks.slack.test/services/T000/B000/secret-path-42"

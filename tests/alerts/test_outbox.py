@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from alerts.dispatch import Backoff, deliver_due
-from alerts.notifiers.pagerduty import PagerDutyNotifier
-from alerts.notify import Event, Notification
-from storage.engine import create_store_engine
-from storage.outbox import MessageState, Outbox
+from infersight.alerts.dispatch import Backoff, deliver_due
+from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
+from infersight.alerts.notify import Event, Notification
+from infersight.storage.engine import create_store_engine
+from infersight.storage.outbox import MessageState, Outbox
 from tests.conftest import Store
 
 T0 = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)

@@ -32,8 +32,8 @@ import pytest
 from sqlalchemy import func, select
 
 from bench.harness import real_path, scenarios
-from simulator.specs import shipped_scenarios
-from storage.tables import gpu_samples
+from infersight.simulator.specs import shipped_scenarios
+from infersight.storage.tables import gpu_samples
 from tests.conftest import BOTH_STORES, Store
 
 pytestmark = pytest.mark.e2e

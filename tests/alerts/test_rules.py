@@ -10,9 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.rules import DEFAULT_RULES, SUPPORT_BASE, Cause, load_rules, rule_pack_from_data
-from core.errors import InvalidInput
-from core.signals import GPU, SERVER, STAGES
+from infersight.alerts.rules import (
+    DEFAULT_RULES,
+    SUPPORT_BASE,
+    Cause,
+    load_rules,
+    rule_pack_from_data,
+)
+from infersight.core.errors import InvalidInput
+from infersight.core.signals import GPU, SERVER, STAGES
 
 
 def _default() -> dict[str, Any]:

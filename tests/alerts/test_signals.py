@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from core.errors import NotFound
-from core.query import Selector
-from core.samples import GpuSample, ServerSample
-from core.signals import GPU, REQUESTS, SERVER, STAGES
-from core.window import Window
-from storage import signals
-from storage.writer import open_writer
+from infersight.core.errors import NotFound
+from infersight.core.query import Selector
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.signals import GPU, REQUESTS, SERVER, STAGES
+from infersight.core.window import Window
+from infersight.storage import signals
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.factories import make_records
 

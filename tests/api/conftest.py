@@ -11,8 +11,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from api import create_app
-from api.settings import ApiSettings
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
 from tests.conftest import Store
 from tests.doubles import FakeClock
 

@@ -42,7 +42,9 @@ def serve(store_url: str, tmp_path: Path, **env: str) -> Iterator[Served]:
         "INFERSIGHT_RUN_JOBS": "false",
         **env,
     }
-    code = f"from infersight.commands_serve import serve; serve(['--listen', '127.0.0.1:{port}'])"
+    code = (
+        f"from infersight.cli.commands_serve import serve; serve(['--listen', '127.0.0.1:{port}'])"
+    )
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-c", code], env=environ, stdout=sink, stderr=subprocess.STDOUT

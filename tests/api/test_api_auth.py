@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from api import create_app
-from api.auth import Scope, check_exposure, parse_tokens
-from api.settings import ApiSettings
-from core.errors import ConfigurationError
-from core.net import is_loopback
+from infersight.api import create_app
+from infersight.api.auth import Scope, check_exposure, parse_tokens
+from infersight.api.settings import ApiSettings
+from infersight.core.errors import ConfigurationError
+from infersight.core.net import is_loopback
 from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN
 
 TOKENS = f"read:{READ_TOKEN},admin:{ADMIN_TOKEN}"
@@ -83,7 +83,7 @@ def test_a_missing_token_file_is_a_configuration_error(tmp_path):
 def test_beyond_loopback_tokens_are_required_unless_the_operator_insists(store, caplog):
     with pytest.raises(ConfigurationError, match="insecure-no-auth"):
         create_app(ApiSettings(listen="0.0.0.0:8080", run_jobs=False), store.engine)
-    with caplog.at_level(logging.WARNING, logger="api.auth"):
+    with caplog.at_level(logging.WARNING, logger="infersight.api.auth"):
         create_app(
             ApiSettings(listen="0.0.0.0:8080", run_jobs=False, insecure_no_auth=True),
             store.engine,

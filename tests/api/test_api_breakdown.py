@@ -10,7 +10,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from storage.writer import open_writer
+from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.doubles import NOW
 from tests.factories import make_records

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.burn import IncidentState
-from service.evaluation import Evaluator, default_policy
-from storage import incidents
+from infersight.core.burn import IncidentState
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.storage import incidents
 from tests.api.conftest import Api
 from tests.conftest import Store
 from tests.doubles import NOW

@@ -9,9 +9,9 @@ from datetime import timedelta
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.scaling import Recommendation, ScalingPolicy
-from storage import scaling as scaling_store
-from storage.writer import open_writer
+from infersight.core.scaling import Recommendation, ScalingPolicy
+from infersight.storage import scaling as scaling_store
+from infersight.storage.writer import open_writer
 from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN, Api
 from tests.conftest import Store
 from tests.doubles import NOW

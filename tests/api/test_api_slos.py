@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
-from core.errors import InvalidInput
-from core.slo import Sli, SliKind, count_events
-from core.window import Window
-from service.specs import parse_spec, to_document
-from storage.writer import open_writer
+from infersight.core.errors import InvalidInput
+from infersight.core.slo import Sli, SliKind, count_events
+from infersight.core.window import Window
+from infersight.service.specs import parse_spec, to_document
+from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.doubles import NOW
 from tests.factories import make_records

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from core.errors import InvalidInput
-from infersight.commands_serve import split_listen
-from infersight.commands_slo import slo
-from infersight.settings import Settings
+from infersight.cli.commands_serve import split_listen
+from infersight.cli.commands_slo import slo
+from infersight.cli.settings import Settings
+from infersight.core.errors import InvalidInput
 from tests.api.test_api_slos import OPENSLO_LATENCY, TTFT_SLO
 from tests.peers import free_port
 from tests.waiting import until
@@ -86,7 +86,9 @@ def test_serve_answers_over_http_and_stops_cleanly(tmp_path):
     port = free_port()
     env = {**os.environ, "INFERSIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'serve.db'}",
            "INFERSIGHT_EVALUATION_INTERVAL_S": "0.2"}  # fmt: skip
-    code = f"from infersight.commands_serve import serve; serve(['--listen', '127.0.0.1:{port}'])"
+    code = (
+        f"from infersight.cli.commands_serve import serve; serve(['--listen', '127.0.0.1:{port}'])"
+    )
     process = subprocess.Popen(
         [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -108,7 +110,7 @@ def test_serve_answers_over_http_and_stops_cleanly(tmp_path):
 
 def test_serve_refuses_an_open_api_beyond_loopback(tmp_path):
     env = {**os.environ, "INFERSIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}"}
-    code = "from infersight.commands_serve import serve; serve(['--listen', '0.0.0.0:1'])"
+    code = "from infersight.cli.commands_serve import serve; serve(['--listen', '0.0.0.0:1'])"
     result = subprocess.run(
         [sys.executable, "-c", code],
         check=False,

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from bench.harness import scenarios
-from core.query import Selector
-from core.slo import Sli, SliKind, SloSpec
-from storage import slo_store
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.storage import slo_store
 from tests.api.conftest import Api
 from tests.conftest import Store
 

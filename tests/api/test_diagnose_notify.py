@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from alerts.notifiers.pagerduty import PagerDutyNotifier
-from alerts.notifiers.slack import SlackNotifier
-from api import create_app
-from api.settings import ApiSettings
 from bench.harness import scenarios
-from core.query import Selector
-from core.slo import Sli, SliKind, SloSpec
-from storage import slo_store
-from storage.outbox import MessageState, Outbox
-from storage.tables import gpu_samples
-from storage.writer import open_writer
+from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
+from infersight.alerts.notifiers.slack import SlackNotifier
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.storage import slo_store
+from infersight.storage.outbox import MessageState, Outbox
+from infersight.storage.tables import gpu_samples
+from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.conftest import Store
 from tests.doubles import Endpoint, FakeClock

@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-import core.errors as errors_module
-from core.errors import InfersightError
+import infersight.core.errors as errors_module
+from infersight.core.errors import InfersightError
 
 
 def _all_errors() -> list[type[InfersightError]]:

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api import create_app
-from api.dashboard import session as auth
-from api.settings import ApiSettings
+from infersight.api import create_app
+from infersight.api.dashboard import session as auth
+from infersight.api.settings import ApiSettings
 from tests.api.live import ADMIN_TOKEN, READ_TOKEN, TOKENS, serve
 from tests.conftest import Store
 from tests.peers import serving_app
@@ -119,8 +119,8 @@ def test_a_signed_out_session_cookie_replayed_is_refused(store: Store):
 
 
 def test_revocations_are_pruned_once_expired(store: Store):
-    from storage import sessions
-    from storage.tables import revoked_sessions
+    from infersight.storage import sessions
+    from infersight.storage.tables import revoked_sessions
 
     now = datetime(2026, 12, 1, tzinfo=UTC)
     sessions.revoke(store.engine, "old", datetime(2026, 11, 30, tzinfo=UTC), now)

@@ -28,21 +28,21 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.notifiers.pagerduty import PagerDutyNotifier
-from alerts.notifiers.slack import SlackNotifier
-from api import create_app
-from api.settings import ApiSettings
-from core.query import Selector
-from core.slo import Sli, SliKind, SloSpec
-from service.evaluation import default_policy
-from simulator.events import Batch
-from simulator.faults import Fault, FaultKind
-from simulator.fleet import run_scenario
-from simulator.sinks import MemorySink
-from simulator.sinks.store import StoreSink
-from simulator.specs import SCENARIOS_DIR, scenario_from_data
-from storage import slo_store
-from storage.writer import open_writer
+from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
+from infersight.alerts.notifiers.slack import SlackNotifier
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.service.evaluation import default_policy
+from infersight.simulator.events import Batch
+from infersight.simulator.faults import Fault, FaultKind
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.sinks.store import StoreSink
+from infersight.simulator.specs import SCENARIOS_DIR, scenario_from_data
+from infersight.storage import slo_store
+from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.conftest import Store
 from tests.doubles import Endpoint, FakeClock

@@ -16,8 +16,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from core.scaling import Recommendation
-from storage import scaling as scaling_store
+from infersight.core.scaling import Recommendation
+from infersight.storage import scaling as scaling_store
 from tests.api.conftest import Api
 from tests.conftest import Store
 from tests.doubles import NOW

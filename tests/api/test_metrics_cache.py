@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from api.metrics import registry_for
+from infersight.api.metrics import registry_for
 
 
 class Counting:

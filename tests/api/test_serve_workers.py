@@ -21,7 +21,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from infersight.commands_serve import in_memory_sqlite, serve
+from infersight.cli.commands_serve import in_memory_sqlite, serve
 from tests.conftest import fresh_database
 from tests.peers import free_port
 from tests.waiting import until

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from storage import migrate
+from infersight.storage import migrate
 from tests.collector.tcp_proxy import TcpProxy
 from tests.peers import free_port
 from tests.waiting import until

@@ -9,11 +9,11 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from api import create_app
-from api.settings import ApiSettings
 from bench.harness.baselines import synthetic_run
-from core.baseline import to_dict
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.core.baseline import to_dict
+from infersight.storage.writer import open_writer
 from tests.api.conftest import ADMIN_TOKEN, READ_TOKEN, Api
 from tests.baselines.test_importers import load
 from tests.baselines.test_real_tools import guidellm_report

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
 
-from core.baseline_compare import window_label
-from core.window import Window
-from infersight.cli import cli
+from infersight.cli.group import cli
+from infersight.core.baseline_compare import window_label
+from infersight.core.window import Window
 from tests.baselines.test_cli import run, store_two_hours, url  # noqa: F401 - the store fixture
 from tests.baselines.test_importers import DATA
 from tests.doubles import NOW

@@ -9,14 +9,14 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from core.baseline import BASELINE_QUANTILES
-from core.errors import InvalidInput
-from core.query import Selector
-from core.samples import GpuSample
-from core.window import Window
-from service.cost_spec import example_model
-from storage.baselines import capture_window
-from storage.writer import open_writer
+from infersight.core.baseline import BASELINE_QUANTILES
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Selector
+from infersight.core.samples import GpuSample
+from infersight.core.window import Window
+from infersight.service.cost_spec import example_model
+from infersight.storage.baselines import capture_window
+from infersight.storage.writer import open_writer
 from tests.doubles import NOW
 from tests.factories import make_records
 

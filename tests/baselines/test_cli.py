@@ -11,16 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from bench.harness.baselines import CREATED, synthetic_run
-from core.errors import InvalidInput
-from core.loadtest import LoadTestRun, Phase, RequestResult, ScenarioKind
-from infersight.cli import cli
-from infersight.commands_baseline import baseline
-from infersight.settings import Settings
-from storage import migrate
-from storage.baselines import save_baseline
-from storage.engine import create_store_engine
-from storage.runs import save_run
-from storage.writer import open_writer
+from infersight.cli.commands_baseline import baseline
+from infersight.cli.group import cli
+from infersight.cli.settings import Settings
+from infersight.core.errors import InvalidInput
+from infersight.core.loadtest import LoadTestRun, Phase, RequestResult, ScenarioKind
+from infersight.storage import migrate
+from infersight.storage.baselines import save_baseline
+from infersight.storage.engine import create_store_engine
+from infersight.storage.runs import save_run
+from infersight.storage.writer import open_writer
 from tests.baselines.test_importers import DATA, load
 from tests.doubles import NOW
 from tests.factories import make_records

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.harness.baselines import CREATED, synthetic_run
-from core.baseline import from_dict, from_samples, to_dict
-from core.baseline_compare import (
+from infersight.core.baseline import from_dict, from_samples, to_dict
+from infersight.core.baseline_compare import (
     METRIC_NAMES,
     Direction,
     Policy,
@@ -22,9 +22,9 @@ from core.baseline_compare import (
     compare,
     decide,
 )
-from core.baseline_report import comparison_dict, markdown, table
-from core.errors import InvalidInput
-from core.importers import parse
+from infersight.core.baseline_report import comparison_dict, markdown, table
+from infersight.core.errors import InvalidInput
+from infersight.core.importers import parse
 from tests.baselines.test_importers import load
 
 

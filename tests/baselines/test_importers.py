@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from bench.harness.baselines import CREATED
-from core.baseline_compare import Verdict, compare
-from core.errors import InvalidInput
-from core.importers import detect, parse
+from infersight.core.baseline_compare import Verdict, compare
+from infersight.core.errors import InvalidInput
+from infersight.core.importers import detect, parse
 
 DATA = Path(__file__).parent / "data"
 

@@ -18,17 +18,17 @@ import pytest
 from click.testing import CliRunner
 
 from bench.harness.baselines import CREATED
-from core.errors import InvalidInput
-from core.importers import detect, parse
-from core.importers.guidellm import to_run
-from core.loadtest import ScenarioKind, measured_capacity, summarise
-from infersight.commands_baseline import baseline as baseline_cli
-from infersight.commands_capacity import capacity
-from infersight.settings import Settings
-from simulator.realtime import CHARS_PER_TOKEN
-from storage.baselines import get_baseline
-from storage.engine import create_store_engine
-from storage.runs import get_run, list_runs
+from infersight.cli.commands_baseline import baseline as baseline_cli
+from infersight.cli.commands_capacity import capacity
+from infersight.cli.settings import Settings
+from infersight.core.errors import InvalidInput
+from infersight.core.importers import detect, parse
+from infersight.core.importers.guidellm import to_run
+from infersight.core.loadtest import ScenarioKind, measured_capacity, summarise
+from infersight.simulator.realtime import CHARS_PER_TOKEN
+from infersight.storage.baselines import get_baseline
+from infersight.storage.engine import create_store_engine
+from infersight.storage.runs import get_run, list_runs
 
 REAL = Path(__file__).parent / "data" / "real"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -6,9 +6,14 @@ import numpy as np
 import pytest
 
 from bench.harness.baselines import synthetic_run
-from core.baseline import renamed
-from core.errors import Conflict, NotFound
-from storage.baselines import delete_baseline, get_baseline, list_baselines, save_baseline
+from infersight.core.baseline import renamed
+from infersight.core.errors import Conflict, NotFound
+from infersight.storage.baselines import (
+    delete_baseline,
+    get_baseline,
+    list_baselines,
+    save_baseline,
+)
 
 
 def test_a_saved_baseline_reads_back_equal_with_its_distribution(store):

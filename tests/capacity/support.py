@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from core.loadtest import LoadTestRun, RequestResult, ScenarioKind
-from loadgen.scenarios import step
+from infersight.core.loadtest import LoadTestRun, RequestResult, ScenarioKind
+from infersight.loadgen.scenarios import step
 
 PER_USER_RPS = 2.0
 

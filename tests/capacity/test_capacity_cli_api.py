@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import pytest
 from click.testing import CliRunner
 
-from core.errors import InvalidInput
-from core.loadtest import measured_capacity, summarise
-from infersight.commands_capacity import capacity
-from infersight.settings import Settings
-from storage.runs import save_run
+from infersight.cli.commands_capacity import capacity
+from infersight.cli.settings import Settings
+from infersight.core.errors import InvalidInput
+from infersight.core.loadtest import measured_capacity, summarise
+from infersight.storage.runs import save_run
 from tests.api.conftest import Api
 from tests.capacity.support import PER_USER_RPS, saturating_run
 from tests.conftest import Store

@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.capacity import (
+from infersight.core.capacity import (
     check_targets,
     floors,
     instances_needed,
@@ -17,13 +17,13 @@ from core.capacity import (
     plan_instances,
     scale_capacity,
 )
-from core.errors import InvalidInput, NotFound
-from core.hardware import GIB, MIB, Catalog, catalog_from_mappings
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.hardware import GIB, MIB, Catalog, catalog_from_mappings
 
 
 @pytest.fixture(scope="module")
 def catalog() -> Catalog:
-    data = resources.files("core").joinpath("data")
+    data = resources.files("infersight.core").joinpath("data")
     return catalog_from_mappings(
         yaml.safe_load(data.joinpath("gpu_specs.yaml").read_text()),
         yaml.safe_load(data.joinpath("models.yaml").read_text()),

@@ -16,15 +16,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from core.errors import InvalidInput, NotFound
-from core.hardware import GIB, Catalog, catalog_from_mappings
-from infersight.commands_capacity import capacity
-from infersight.settings import Settings
-from service.capacity import load_catalog
-from simulator.specs import load_profile
+from infersight.cli.commands_capacity import capacity
+from infersight.cli.settings import Settings
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.hardware import GIB, Catalog, catalog_from_mappings
+from infersight.service.capacity import load_catalog
+from infersight.simulator.specs import load_profile
 from tests.api.conftest import Api
 
-DEMO_FLEET = Path(__file__).parents[2] / "infersight" / "demo_fleet.yaml"
+DEMO_FLEET = Path(__file__).parents[2] / "infersight" / "cli" / "demo_fleet.yaml"
 
 
 @dataclass
@@ -141,7 +141,7 @@ def test_an_unknown_id_is_answered_with_its_closest_entries(
 
 
 def test_an_id_two_entries_claim_is_refused() -> None:
-    data = resources.files("core").joinpath("data")
+    data = resources.files("infersight.core").joinpath("data")
     gpus = yaml.safe_load(data.joinpath("gpu_specs.yaml").read_text(encoding="utf-8"))
     entry = {
         "params_b": 8.0,

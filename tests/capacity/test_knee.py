@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.errors import InvalidInput
-from core.knee import LevelPoint, find_knee
+from infersight.core.errors import InvalidInput
+from infersight.core.knee import LevelPoint, find_knee
 
 
 def saturating(levels: list[int], knee: int, per_user: float = 2.0, service_s: float = 0.5):

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from core.errors import InvalidInput
-from core.query import Selector
-from core.window import Window
-from storage.capacity import production_capacity
-from storage.writer import open_writer
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Selector
+from infersight.core.window import Window
+from infersight.storage.capacity import production_capacity
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.factories import make_records
 

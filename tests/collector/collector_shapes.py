@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from collector.mapping.spans import KIND_SERVER, SpanView
+from infersight.collector.mapping.spans import KIND_SERVER, SpanView
 
 START_NS = 1_764_000_000_000_000_000  # 2025-11-24
 

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from collector.admission import Admission
-from collector.assembly import Reassembly
-from collector.decoding import DecoderPool
-from collector.grpc_receiver import GrpcLimits, GrpcServer
-from collector.http_receiver import HttpServer, create_app
-from collector.ingest import Ingestor
-from collector.mapping import MappingContext
-from collector.metrics import CollectorMetrics
-from collector.otlp import Limits
-from collector.spool import Spool, SpoolConfig
+from infersight.collector.admission import Admission
+from infersight.collector.assembly import Reassembly
+from infersight.collector.decoding import DecoderPool
+from infersight.collector.grpc_receiver import GrpcLimits, GrpcServer
+from infersight.collector.http_receiver import HttpServer, create_app
+from infersight.collector.ingest import Ingestor
+from infersight.collector.mapping import MappingContext
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.otlp import Limits
+from infersight.collector.spool import Spool, SpoolConfig
 from tests.collector.harness import Receiver
 
 

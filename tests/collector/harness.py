@@ -24,19 +24,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
 
-from collector.codec import Kind, decode_record
-from collector.decoding import DecoderPool
-from collector.grpc_receiver import GrpcServer
-from collector.http_receiver import HttpServer
-from collector.mapping.base import no_scraped_model
-from collector.metrics import CollectorMetrics
-from collector.periodic import Sampler
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
-from collector.spool import Spool
-from core.records import RequestRecord
-from core.write import Sink
-from storage.tables import requests
+from infersight.collector.codec import Kind, decode_record
+from infersight.collector.decoding import DecoderPool
+from infersight.collector.grpc_receiver import GrpcServer
+from infersight.collector.http_receiver import HttpServer
+from infersight.collector.mapping.base import no_scraped_model
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.periodic import Sampler
+from infersight.collector.shipper import Backoff
+from infersight.collector.sidecar import Sidecar, SidecarConfig
+from infersight.collector.spool import Spool
+from infersight.core.records import RequestRecord
+from infersight.core.write import Sink
+from infersight.storage.tables import requests
 from tests.collector.collector_shapes import VLLM_V1
 
 ROOT = Path(__file__).resolve().parents[2]

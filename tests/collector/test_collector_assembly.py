@@ -10,12 +10,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.assembly import Reassembly, Refusal, Request, assemble, stage_seconds
-from collector.codec import decode_piece, decode_placed, encode_fragment, encode_link, encode_record
-from collector.mapping import Link, Place, StageFragment
-from collector.mapping.spans import KIND_SERVER
-from core.errors import InvalidInput
-from core.records import RequestRecord
+from infersight.collector.assembly import Reassembly, Refusal, Request, assemble, stage_seconds
+from infersight.collector.codec import (
+    decode_piece,
+    decode_placed,
+    encode_fragment,
+    encode_link,
+    encode_record,
+)
+from infersight.collector.mapping import Link, Place, StageFragment
+from infersight.collector.mapping.spans import KIND_SERVER
+from infersight.core.errors import InvalidInput
+from infersight.core.records import RequestRecord
 
 TRACE = "ab" * 16
 T0 = 1_764_000_000_000_000_000

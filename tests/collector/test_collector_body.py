@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from collector.body import UnsupportedEncoding, read_capped
-from core.errors import InvalidInput, TooLarge
+from infersight.collector.body import UnsupportedEncoding, read_capped
+from infersight.core.errors import InvalidInput, TooLarge
 
 PAYLOAD = bytes(range(256)) * 64
 
@@ -62,8 +62,8 @@ def test_an_unknown_encoding_is_unsupported() -> None:
 
 
 def test_a_receiver_beyond_loopback_needs_a_token_or_an_explicit_opt_out() -> None:
-    from collector.auth import check_bind
-    from core.errors import ConfigurationError
+    from infersight.collector.auth import check_bind
+    from infersight.core.errors import ConfigurationError
 
     check_bind("127.0.0.1", None, insecure_no_auth=False)
     check_bind("::1", None, insecure_no_auth=False)
@@ -74,7 +74,7 @@ def test_a_receiver_beyond_loopback_needs_a_token_or_an_explicit_opt_out() -> No
 
 
 def test_a_body_of_the_most_members_allowed_decodes_and_one_more_is_refused() -> None:
-    from collector.body import MAX_MEMBERS, inflate
+    from infersight.collector.body import MAX_MEMBERS, inflate
 
     parts = [PAYLOAD[i::MAX_MEMBERS] for i in range(MAX_MEMBERS)]
     body = b"".join(gzip.compress(part) for part in parts)
@@ -85,7 +85,7 @@ def test_a_body_of_the_most_members_allowed_decodes_and_one_more_is_refused() ->
 
 
 def test_members_split_across_pieces_decode_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    from collector import body as body_module
+    from infersight.collector import body as body_module
 
     members = b"".join(gzip.compress(PAYLOAD[i : i + 3000]) for i in range(0, len(PAYLOAD), 3000))
     monkeypatch.setattr(body_module, "PIECE_BYTES", 7)  # pieces end inside every member
@@ -93,7 +93,7 @@ def test_members_split_across_pieces_decode_the_same(monkeypatch: pytest.MonkeyP
 
 
 def test_a_body_inflating_far_beyond_its_compressed_size_is_refused() -> None:
-    from collector.body import inflate
+    from infersight.collector.body import inflate
 
     dense = gzip.compress(b"\x0a\x00" * (2 << 20))  # 4 MiB from about 4 KB
     with pytest.raises(TooLarge) as caught:
@@ -113,7 +113,7 @@ def test_a_body_inflating_far_beyond_its_compressed_size_is_refused() -> None:
     ],
 )
 def test_json_brackets_inside_strings_do_not_count(body: bytes, containers: int) -> None:
-    from collector.prescan import check_json
+    from infersight.collector.prescan import check_json
 
     check_json(body, containers)
     with pytest.raises(TooLarge):
@@ -121,7 +121,7 @@ def test_json_brackets_inside_strings_do_not_count(body: bytes, containers: int)
 
 
 def test_a_run_of_escaped_quotes_is_counted_in_one_pass() -> None:
-    from collector.prescan import check_json
+    from infersight.collector.prescan import check_json
 
     # A pattern that retries from every quote would take minutes here.
     body = b"[" * 1001 + b'"' + b'\\"' * 1_000_000

@@ -27,11 +27,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from sqlalchemy import func, select
 
-from api import create_app
-from api.settings import ApiSettings
-from collector.sidecar import Sidecar
-from storage.tables import client_requests, requests
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.collector.sidecar import Sidecar
+from infersight.storage.tables import client_requests, requests
+from infersight.storage.writer import open_writer
 from tests.collector.harness import base_url, running_sidecar, sidecar_config
 
 pytestmark = pytest.mark.e2e
@@ -70,10 +70,10 @@ def call_the_simulator(sidecar: Sidecar, *, propagate: bool, tenant: str = "") -
     with quiet_third_party():
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-    from simulator.realtime import RealtimeServer
-    from simulator.sinks import MemorySink
-    from simulator.sinks.otlp import OtlpSink
-    from simulator.specs import load_profile
+    from infersight.simulator.realtime import RealtimeServer
+    from infersight.simulator.sinks import MemorySink
+    from infersight.simulator.sinks.otlp import OtlpSink
+    from infersight.simulator.specs import load_profile
     from tests.peers import serving_app
 
     endpoint = f"{base_url(sidecar)}/v1/traces"
@@ -212,7 +212,7 @@ def test_a_replayed_client_span_is_stored_once(store, sidecar: Sidecar) -> None:
     call_the_simulator(sidecar, propagate=True)
     ship(sidecar)
     calls = client_rows(store)
-    from core.client import ClientRecord
+    from infersight.core.client import ClientRecord
 
     writer = open_writer(store.engine)
     again = [
@@ -248,15 +248,15 @@ def test_a_load_tests_requests_are_client_calls_joined_by_their_traceparent(
 ) -> None:
     import numpy as np
 
-    from core.loadtest import ScenarioKind
-    from loadgen.client import Endpoint
-    from loadgen.runner import Runner
-    from loadgen.scenarios import steady
-    from loadgen.workload import DistKind, Lengths, Sampled
-    from simulator.realtime import RealtimeServer
-    from simulator.sinks.otlp import OtlpSink
-    from simulator.specs import load_profile
-    from storage.runs import save_run
+    from infersight.core.loadtest import ScenarioKind
+    from infersight.loadgen.client import Endpoint
+    from infersight.loadgen.runner import Runner
+    from infersight.loadgen.scenarios import steady
+    from infersight.loadgen.workload import DistKind, Lengths, Sampled
+    from infersight.simulator.realtime import RealtimeServer
+    from infersight.simulator.sinks.otlp import OtlpSink
+    from infersight.simulator.specs import load_profile
+    from infersight.storage.runs import save_run
     from tests.peers import serving_app
 
     endpoint = f"{base_url(sidecar)}/v1/traces"

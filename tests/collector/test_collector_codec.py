@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from collector.codec import decode_record, encode_record
-from core.errors import InvalidRecord
-from core.records import RECORD_FIELDS, Engine, RequestRecord, Status
+from infersight.collector.codec import decode_record, encode_record
+from infersight.core.errors import InvalidRecord
+from infersight.core.records import RECORD_FIELDS, Engine, RequestRecord, Status
 
 T0 = datetime(2026, 11, 30, 9, 0, 0, 250000, tzinfo=UTC)
 

@@ -15,8 +15,8 @@ import grpc
 import httpx
 import pytest
 
-from collector import decoding, otlp_json
-from collector.decoding import DecoderPool
+from infersight.collector import decoding, otlp_json
+from infersight.collector.decoding import DecoderPool
 from tests.collector.harness import Receiver, encoded, vllm_spans
 from tests.collector.test_collector_hostile import (
     GZIP,

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from collector.codec import decode_server, encode_sample
-from collector.scrape.scraper import Scraper
-from core.errors import InvalidRecord
-from core.samples import MAX_ENGINES, EngineSample, ServerSample
-from storage.tables import server_engine_samples, server_samples
-from storage.writer import open_writer
+from infersight.collector.codec import decode_server, encode_sample
+from infersight.collector.scrape.scraper import Scraper
+from infersight.core.errors import InvalidRecord
+from infersight.core.samples import MAX_ENGINES, EngineSample, ServerSample
+from infersight.storage.tables import server_engine_samples, server_samples
+from infersight.storage.writer import open_writer
 from tests.collector.engine_expositions import (
     SGLANG_FOUR_RANKS,
     SGLANG_TWO_RANKS,

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pynvml
 import pytest
 
-from collector.gpu.nvml import NvmlSource
-from collector.gpu.source import GpuSampler, build_gpu_sampler
-from collector.scrape.scraper import Scraper
+from infersight.collector.gpu.nvml import NvmlSource
+from infersight.collector.gpu.source import GpuSampler, build_gpu_sampler
+from infersight.collector.scrape.scraper import Scraper
 from tests.collector.fake_nvml import FakeGpu, FakeNvml
 
 TS = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

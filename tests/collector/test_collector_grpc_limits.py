@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from collector.grpc_receiver import GrpcLimits
-from core.errors import InvalidInput
+from infersight.collector.grpc_receiver import GrpcLimits
+from infersight.core.errors import InvalidInput
 from tests.collector.harness import Receiver, encoded, vllm_spans
 from tests.collector.test_collector_hostile import grpc_export
 

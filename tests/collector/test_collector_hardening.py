@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from collector.assembly import Reassembly
-from collector.auth import MIN_TOKEN_CHARS, check_bind
-from collector.http_receiver import HttpServer, create_app
-from collector.ingest import Ingestor
-from collector.mapping import MappingContext
-from collector.metrics import CollectorMetrics
-from collector.otlp import Limits
-from collector.sidecar import SidecarConfig
-from collector.spool import Spool, SpoolConfig
-from core.errors import ConfigurationError
-from httpd import ConnectionLimits
+from infersight.collector.assembly import Reassembly
+from infersight.collector.auth import MIN_TOKEN_CHARS, check_bind
+from infersight.collector.http_receiver import HttpServer, create_app
+from infersight.collector.ingest import Ingestor
+from infersight.collector.mapping import MappingContext
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.otlp import Limits
+from infersight.collector.sidecar import SidecarConfig
+from infersight.collector.spool import Spool, SpoolConfig
+from infersight.core.errors import ConfigurationError
+from infersight.httpd import ConnectionLimits
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_a_sidecar_token_shorter_than_the_apis_minimum_is_refused(token, tmp_pat
 
 def _sidecar(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from infersight.commands_sidecar import sidecar; sidecar()",
+        [sys.executable, "-c", "from infersight.cli.commands_sidecar import sidecar; sidecar()",
          "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "127.0.0.1:0", "--gpu-source", "none",
          "--store", "sqlite:///:memory:", *args],
         check=False, capture_output=True, text=True, timeout=120, cwd=ROOT,

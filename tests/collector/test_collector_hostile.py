@@ -27,8 +27,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from collector.admission import Admission, AdmissionConfig
-from collector.otlp import Limits
+from infersight.collector.admission import Admission, AdmissionConfig
+from infersight.collector.otlp import Limits
 from tests.collector.collector_shapes import VLLM_V1
 from tests.collector.harness import Receiver, encoded, vllm_spans
 

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from collector.assembly import merge_stages
-from collector.mapping import MappingContext, Skipped, StageFragment, map_span
-from collector.mapping.base import Timings, build_record
-from collector.mapping.spans import STATUS_ERROR, parse_duration
-from core.client import ClientRecord, TtftSource
-from core.records import Engine, RequestRecord, Status
+from infersight.collector.assembly import merge_stages
+from infersight.collector.mapping import MappingContext, Skipped, StageFragment, map_span
+from infersight.collector.mapping.base import Timings, build_record
+from infersight.collector.mapping.spans import STATUS_ERROR, parse_duration
+from infersight.core.client import ClientRecord, TtftSource
+from infersight.core.records import Engine, RequestRecord, Status
 from tests.collector import collector_shapes as shapes
 from tests.collector.collector_shapes import span
 
@@ -140,7 +140,7 @@ def test_an_openinference_llm_span_of_any_kind_is_a_client_record_with_its_first
 
 
 def test_a_client_span_whose_first_chunk_comes_after_its_end_is_refused() -> None:
-    from collector.validation import check
+    from infersight.collector.validation import check
 
     view = span("openai.chat", shapes.GENAI_OLD, kind=3, duration_s=0.5)
     view = view._replace(first_chunk_ns=view.start_ns + 900_000_000)

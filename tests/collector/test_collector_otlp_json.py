@@ -19,9 +19,9 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collector import otlp
-from collector.otlp import JSON, Limits, span_views
-from core.errors import InvalidInput, TooLarge
+from infersight.collector import otlp
+from infersight.collector.otlp import JSON, Limits, span_views
+from infersight.core.errors import InvalidInput, TooLarge
 
 TRACE, SPAN, PARENT = "5B8EFFF798038103D269B633813FC60C", "eee19b7ec3c1b174", "00f067aa0ba902b7"
 
@@ -176,8 +176,8 @@ def test_ids_under_proto_field_names_are_read_as_hex_too() -> None:
 PEAK = """
 import json, sys
 import orjson
-from collector import otlp
-from collector.otlp import JSON, Limits
+from infersight.collector import otlp
+from infersight.collector.otlp import JSON, Limits
 from tests.collector.test_collector_otlp_json import oracle
 span = {"traceId": "5b8efff798038103d269b633813fc60c", "name": "x",
         "attributes": [{"key": f"a{i}"} for i in range(128)]}

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from collector.shipper import Backoff
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.tables import requests
-from storage.writer import open_writer
+from infersight.collector.shipper import Backoff
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.tables import requests
+from infersight.storage.writer import open_writer
 from tests.collector.harness import (
     Sender,
     base_url,

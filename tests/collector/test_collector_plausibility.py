@@ -19,11 +19,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
 
-from collector.sidecar import Sidecar
-from core.accept import AcceptWindow
-from storage.partitions import list_partitions
-from storage.tables import requests
-from storage.writer import open_writer
+from infersight.collector.sidecar import Sidecar
+from infersight.core.accept import AcceptWindow
+from infersight.storage.partitions import list_partitions
+from infersight.storage.tables import requests
+from infersight.storage.writer import open_writer
 from tests.collector.collector_shapes import VLLM_V1
 from tests.collector.harness import (
     Key,

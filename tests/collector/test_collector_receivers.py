@@ -24,13 +24,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collector import http_receiver
-from collector.admission import Busy
-from collector.body import BodyTimeout, UnsupportedEncoding, UnsupportedMediaType
-from collector.decoding import DecoderFailed
-from collector.otlp import Limits
-from collector.refusal import ExportRefusal
-from core.errors import (
+from infersight.collector import http_receiver
+from infersight.collector.admission import Busy
+from infersight.collector.body import BodyTimeout, UnsupportedEncoding, UnsupportedMediaType
+from infersight.collector.decoding import DecoderFailed
+from infersight.collector.otlp import Limits
+from infersight.collector.refusal import ExportRefusal
+from infersight.core.errors import (
     InfersightError,
     InvalidInput,
     InvalidRecord,

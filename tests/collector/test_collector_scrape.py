@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from collector.scrape.exposition import parse
-from collector.scrape.scraper import Scraper
-from core.errors import Unavailable
-from core.samples import GpuSample, ServerSample
+from infersight.collector.scrape.exposition import parse
+from infersight.collector.scrape.scraper import Scraper
+from infersight.core.errors import Unavailable
+from infersight.core.samples import GpuSample, ServerSample
 
 TS = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

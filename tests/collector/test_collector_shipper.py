@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from collector.assembly import Reassembly
-from collector.codec import (
+from infersight.collector.assembly import Reassembly
+from infersight.collector.codec import (
     Kind,
     encode_client,
     encode_fragment,
@@ -20,17 +20,17 @@ from collector.codec import (
     encode_record,
     encode_sample,
 )
-from collector.mapping import Link, StageFragment
-from collector.metrics import CollectorMetrics
-from collector.shipper import Backoff, Shipper
-from collector.spool import Entry, Spool, SpoolConfig
-from core.client import ClientRecord
-from core.errors import InvalidInput, Unavailable
-from core.records import RequestRecord
-from core.samples import GpuSample, ServerSample
-from core.write import Sink, WriteResult
-from storage.tables import client_requests, gpu_samples, requests, server_samples
-from storage.writer import open_writer
+from infersight.collector.mapping import Link, StageFragment
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.shipper import Backoff, Shipper
+from infersight.collector.spool import Entry, Spool, SpoolConfig
+from infersight.core.client import ClientRecord
+from infersight.core.errors import InvalidInput, Unavailable
+from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.write import Sink, WriteResult
+from infersight.storage.tables import client_requests, gpu_samples, requests, server_samples
+from infersight.storage.writer import open_writer
 from tests.collector.harness import stored_keys
 from tests.conftest import STORES_AND_POOLER, Store, empty_store
 

@@ -19,12 +19,12 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from sqlalchemy import func, select
 
-from collector.gpu.nvml import NvmlSource
-from collector.gpu.source import GpuSampler
-from collector.scrape.scraper import Scraper
-from collector.sidecar import Sidecar
-from storage.tables import gpu_samples, requests, server_samples
-from storage.writer import open_writer
+from infersight.collector.gpu.nvml import NvmlSource
+from infersight.collector.gpu.source import GpuSampler
+from infersight.collector.scrape.scraper import Scraper
+from infersight.collector.sidecar import Sidecar
+from infersight.storage.tables import gpu_samples, requests, server_samples
+from infersight.storage.writer import open_writer
 from tests.collector.fake_nvml import FakeGpu, FakeNvml
 from tests.collector.harness import (
     Sender,
@@ -77,7 +77,7 @@ def test_sdk_exporters_over_http_and_grpc_land_records_in_the_store(
 
 
 def start_sidecar(url: str, spool: Path) -> tuple[subprocess.Popen[str], str]:
-    code = "from infersight.commands_sidecar import sidecar; sidecar()"
+    code = "from infersight.cli.commands_sidecar import sidecar; sidecar()"
     return spawn_sidecar(code, [*sidecar_args(spool, "e2e"), "--store", url])
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.codec import Kind
-from collector.spool import (
+from infersight.collector.codec import Kind
+from infersight.collector.spool import (
     SAMPLE_KINDS,
     SPOOL_FILE,
     TRACE_INDEXED_KIND,
@@ -22,7 +22,7 @@ from collector.spool import (
     Spool,
     SpoolConfig,
 )
-from core.errors import ConfigurationError, Unavailable
+from infersight.core.errors import ConfigurationError, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,7 +129,7 @@ _WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from collector.spool import Entry, Spool, SpoolConfig
+    from infersight.collector.spool import Entry, Spool, SpoolConfig
     spool = Spool(SpoolConfig(Path(sys.argv[1])))
     i = 0
     while True:

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from collector.sidecar import Sidecar
-from core.write import Sink
-from storage.writer import open_writer
+from infersight.collector.sidecar import Sidecar
+from infersight.core.write import Sink
+from infersight.storage.writer import open_writer
 from tests.collector.harness import (
     ROOT,
     base_url,
@@ -63,7 +63,7 @@ def test_a_sidecar_acknowledges_exports_before_its_store_writer_exists(
 
 def test_the_sidecar_command_imports_no_store_library_before_it_binds() -> None:
     code = (
-        "import sys, infersight.cli, infersight.commands_sidecar; "
+        "import sys, infersight.cli, infersight.cli.commands_sidecar; "
         "print(sorted(m for m in ('sqlalchemy', 'alembic', 'numpy', 'psycopg') "
         "if m in sys.modules))"
     )

@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Span, SpanKind
 from sqlalchemy import select
 
-from collector.codec import Kind, decode_piece
-from collector.mapping import StageFragment
-from collector.sidecar import Sidecar
-from storage.tables import requests
-from storage.writer import open_writer
+from infersight.collector.codec import Kind, decode_piece
+from infersight.collector.mapping import StageFragment
+from infersight.collector.sidecar import Sidecar
+from infersight.storage.tables import requests
+from infersight.storage.writer import open_writer
 from tests.collector.harness import base_url, running_sidecar, sidecar_config
 
 pytestmark = pytest.mark.e2e
@@ -254,10 +254,10 @@ def test_a_real_openai_instrumented_client_calling_the_simulator_pollutes_no_ser
     with quiet_third_party():
         from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-    from simulator.realtime import RealtimeServer
-    from simulator.sinks import MemorySink
-    from simulator.sinks.otlp import OtlpSink
-    from simulator.specs import load_profile
+    from infersight.simulator.realtime import RealtimeServer
+    from infersight.simulator.sinks import MemorySink
+    from infersight.simulator.sinks.otlp import OtlpSink
+    from infersight.simulator.specs import load_profile
     from tests.peers import serving_app
 
     endpoint = f"{base_url(sidecar)}/v1/traces"

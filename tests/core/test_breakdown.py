@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.query import STAGES, breakdown_of
+from infersight.core.query import STAGES, breakdown_of
 
 seconds = st.floats(0.0, 1e6, allow_nan=False)
 totals = st.dictionaries(st.sampled_from(STAGES), st.tuples(st.integers(1, 10_000), seconds))

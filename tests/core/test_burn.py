@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from core.burn import (
+from infersight.core.burn import (
     AlertState,
     Policy,
     Rule,
@@ -21,10 +21,12 @@ from core.burn import (
     recovered,
     step,
 )
-from core.errors import InvalidInput
-from core.slo import EventCounts
+from infersight.core.errors import InvalidInput
+from infersight.core.slo import EventCounts
 
-POLICY_FILE = Path(__file__).resolve().parents[2] / "core" / "data" / "burn_rate_policy.yaml"
+POLICY_FILE = (
+    Path(__file__).resolve().parents[2] / "infersight" / "core" / "data" / "burn_rate_policy.yaml"
+)
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 INTERVAL = 30  # seconds between evaluations
 RPS = 10

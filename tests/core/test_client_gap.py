@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.client import ClientRecord, TtftSource
-from core.errors import InvalidInput, InvalidRecord
-from core.gap import Side, gap_report, join
-from core.model_names import ModelAliases
+from infersight.core.client import ClientRecord, TtftSource
+from infersight.core.errors import InvalidInput, InvalidRecord
+from infersight.core.gap import Side, gap_report, join
+from infersight.core.model_names import ModelAliases
 
 T0 = datetime(2026, 12, 3, 12, tzinfo=UTC)
 TRACE = "ab" * 16
@@ -101,7 +101,7 @@ def test_the_report_groups_by_canonical_model_and_counts_unjoined_calls() -> Non
 
 
 def test_the_client_stage_sums_the_gaps_under_the_server_records_labels() -> None:
-    from core.gap import client_stages
+    from infersight.core.gap import client_stages
 
     servers = [
         Side("aa" * 16, "s1", T0, "org/m", "t1", None, 1.0, "node-0"),

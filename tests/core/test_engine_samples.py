@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.samples import SERVER_METRIC_FIELDS, EngineSample, combine_engines
+from infersight.core.samples import SERVER_METRIC_FIELDS, EngineSample, combine_engines
 
 ratios = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 counts = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)

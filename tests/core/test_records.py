@@ -6,9 +6,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from core.errors import InvalidRecord
-from core.records import Engine, RequestRecord, Status, normalise_span_id, normalise_trace_id
-from core.samples import GpuSample, ServerSample
+from infersight.core.errors import InvalidRecord
+from infersight.core.records import (
+    Engine,
+    RequestRecord,
+    Status,
+    normalise_span_id,
+    normalise_trace_id,
+)
+from infersight.core.samples import GpuSample, ServerSample
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 GOOD = {"trace_id": "ab" * 16, "span_id": "cd" * 8, "start": NOW, "instance": "gpu-0"}

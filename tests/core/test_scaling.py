@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.errors import InvalidInput, NotFound
-from core.scaling import (
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.scaling import (
     INPUTS,
     ScalingInputs,
     ScalingPolicy,

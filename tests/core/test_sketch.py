@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.errors import InvalidInput
-from core.quantiles import exact_quantiles
-from core.sketch import QuantileSketch, header_totals, merge_all, sketches_by_group
+from infersight.core.errors import InvalidInput
+from infersight.core.quantiles import exact_quantiles
+from infersight.core.sketch import QuantileSketch, header_totals, merge_all, sketches_by_group
 
 QUANTILES = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0)
 BOUND = 0.01 + 1e-9  # 1 % plus floating-point slack

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.errors import InvalidInput
-from core.query import Selector
-from core.slo import (
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Selector
+from infersight.core.slo import (
     EventCounts,
     Sli,
     SliKind,

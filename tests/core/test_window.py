@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.errors import InvalidInput
-from core.window import Resolution, Window, format_duration, parse_duration, split
+from infersight.core.errors import InvalidInput
+from infersight.core.window import Resolution, Window, format_duration, parse_duration, split
 
 instants = st.datetimes(
     min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)

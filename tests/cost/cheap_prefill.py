@@ -9,10 +9,10 @@ from typing import Final
 
 from sqlalchemy import Engine
 
-from core.records import RequestRecord
-from core.window import Window
-from storage import cost
-from storage.writer import open_writer
+from infersight.core.records import RequestRecord
+from infersight.core.window import Window
+from infersight.storage import cost
+from infersight.storage.writer import open_writer
 from tests.cost.scenario import MODEL, WEEK, gpu_series
 
 SERVED: Final = "meta-llama/Llama-3.1-70B-Instruct"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from api import create_app
-from api.settings import ApiSettings
-from storage import cost
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.storage import cost
 from tests.api.conftest import Api
 from tests.conftest import BOTH_STORES, Store, empty_store
 from tests.cost.scenario import MODEL, WEEK, write_simulated_week, write_worked_week

@@ -24,11 +24,11 @@ from typing import Final
 import numpy as np
 from sqlalchemy import Engine
 
-from core.cost import CostModel, GoodRequest, GpuPrice
-from core.records import RequestRecord
-from core.samples import GpuSample, ServerSample
-from core.window import Window
-from storage.writer import open_writer
+from infersight.core.cost import CostModel, GoodRequest, GpuPrice
+from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.window import Window
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 WEEK_START: Final = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of 2026-W48

@@ -9,8 +9,8 @@ from datetime import timedelta
 import yaml
 from click.testing import CliRunner
 
-from infersight.cli import cli
-from service.cost_spec import to_document
+from infersight.cli.group import cli
+from infersight.service.cost_spec import to_document
 from tests.cost.conftest import api_for
 from tests.cost.scenario import IDLE_DAY, MODEL, WEEK
 

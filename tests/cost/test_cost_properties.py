@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.cost import (
+from infersight.core.cost import (
     QUANTUM,
     CostModel,
     GpuPrice,
@@ -20,7 +20,7 @@ from core.cost import (
     group_lines,
     price_instance,
 )
-from core.errors import InvalidInput
+from infersight.core.errors import InvalidInput
 
 prices = st.decimals(min_value="0.01", max_value="100", places=2)
 seconds = st.integers(min_value=1, max_value=30 * 86400).map(Decimal)
@@ -176,7 +176,7 @@ def test_amounts_in_two_currencies_do_not_add_up():
     ],
 )
 def test_gpu_names_match_the_most_specific_price(gpu_name, expected):
-    from service.cost_spec import example_model
+    from infersight.service.cost_spec import example_model
 
     price = example_model().price_for("any", gpu_name)
     assert price is not None

@@ -6,14 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, func, select
 
-from core.cost import CostModel, GoodRequest
-from core.records import RequestRecord
-from core.window import Window
-from storage import cost
-from storage.cost_models import put_model
-from storage.maintenance import RetentionPolicy, maintain
-from storage.tables import good_token_counts, requests
-from storage.writer import open_writer
+from infersight.core.cost import CostModel, GoodRequest
+from infersight.core.records import RequestRecord
+from infersight.core.window import Window
+from infersight.storage import cost
+from infersight.storage.cost_models import put_model
+from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.storage.tables import good_token_counts, requests
+from infersight.storage.writer import open_writer
 
 DAY0 = datetime(2026, 11, 2, tzinfo=UTC)
 WINDOW = Window(DAY0 + timedelta(days=1), DAY0 + timedelta(days=3, hours=5))

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 from sqlalchemy import delete
 
-from core.cost import GoodRequest
-from core.records import RequestRecord
-from storage import cost
-from storage.tables import requests
-from storage.writer import open_writer
+from infersight.core.cost import GoodRequest
+from infersight.core.records import RequestRecord
+from infersight.storage import cost
+from infersight.storage.tables import requests
+from infersight.storage.writer import open_writer
 from tests.cost.scenario import WEEK
 
 GOOD = GoodRequest(ttft_s=1.0, tpot_s=0.05)

@@ -12,20 +12,20 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import delete, select
 
-from core.cost import CostModel, GoodRequest
-from core.goodput import GoodBasis, GoodLimits, GoodPolicy
-from core.query import Selector
-from core.records import RequestRecord
-from core.slo import Sli, SliKind, SloSpec
-from core.window import Window
-from service.cost_view import cost_dict
-from service.report_render import render_csv, render_html
-from service.reports import build_weekly
-from storage import cost, slo_store
-from storage.cost_models import put_model
-from storage.maintenance import RetentionPolicy, maintain
-from storage.tables import good_token_counts, requests
-from storage.writer import open_writer
+from infersight.core.cost import CostModel, GoodRequest
+from infersight.core.goodput import GoodBasis, GoodLimits, GoodPolicy
+from infersight.core.query import Selector
+from infersight.core.records import RequestRecord
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import Window
+from infersight.service.cost_view import cost_dict
+from infersight.service.report_render import render_csv, render_html
+from infersight.service.reports import build_weekly
+from infersight.storage import cost, slo_store
+from infersight.storage.cost_models import put_model
+from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.storage.tables import good_token_counts, requests
+from infersight.storage.writer import open_writer
 
 DAY0 = datetime(2026, 11, 2, tzinfo=UTC)
 WINDOW = Window(DAY0 + timedelta(days=1), DAY0 + timedelta(days=3, hours=5))

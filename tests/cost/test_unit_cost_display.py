@@ -10,11 +10,11 @@ from decimal import Decimal
 import pytest
 from click.testing import CliRunner
 
-from infersight.cli import cli
-from service.cost_view import unit_cost_text
-from service.report_render import summary_line
-from service.reports import WeeklyReports
-from storage.maintenance import RetentionPolicy
+from infersight.cli.group import cli
+from infersight.service.cost_view import unit_cost_text
+from infersight.service.report_render import summary_line
+from infersight.service.reports import WeeklyReports
+from infersight.storage.maintenance import RetentionPolicy
 from tests.conftest import Store
 from tests.cost.cheap_prefill import HOUR, INSTANCE, SERVED, write_cheap_prefill_hour
 from tests.cost.scenario import MODEL, WEEK

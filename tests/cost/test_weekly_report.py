@@ -15,11 +15,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from alerts.notifiers.slack import SlackNotifier
-from core.errors import ConfigurationError, InvalidInput
-from infersight.cli import cli
-from service.notifications import Delivery
-from service.reports import (
+from infersight.alerts.notifiers.slack import SlackNotifier
+from infersight.cli.group import cli
+from infersight.core.errors import ConfigurationError, InvalidInput
+from infersight.service.notifications import Delivery
+from infersight.service.reports import (
     CSV_COLUMNS,
     WeeklyReports,
     day_windows,
@@ -27,7 +27,7 @@ from service.reports import (
     previous_week,
     zone,
 )
-from storage.maintenance import RetentionPolicy
+from infersight.storage.maintenance import RetentionPolicy
 from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK
 

@@ -12,10 +12,10 @@ from decimal import Decimal
 
 from click.testing import CliRunner
 
-from infersight.cli import cli
-from service.report_render import summary_line
-from service.reports import WeeklyReports, week_of
-from storage.maintenance import RetentionPolicy
+from infersight.cli.group import cli
+from infersight.service.report_render import summary_line
+from infersight.service.reports import WeeklyReports, week_of
+from infersight.storage.maintenance import RetentionPolicy
 from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK
 

@@ -6,9 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from core.cost import Money
-from core.query import Selector
-from storage import cost
+from infersight.core.cost import Money
+from infersight.core.query import Selector
+from infersight.storage import cost
 from tests.cost.scenario import IDLE_DAY, MODEL, WEEK
 
 

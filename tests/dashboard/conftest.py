@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from api import answers, create_app
-from api.settings import ApiSettings
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.maintenance import RetentionPolicy
+from infersight.api import answers, create_app
+from infersight.api.settings import ApiSettings
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.maintenance import RetentionPolicy
 from tests.dashboard.seed import seed
 from tests.peers import serving_app
 

@@ -17,24 +17,29 @@ from datetime import datetime, timedelta
 import numpy as np
 from sqlalchemy import Engine
 
-from alerts.rules import load_rules
-from core.client import ClientRecord, TtftSource
-from core.query import Selector
-from core.samples import SERVER_METRIC_FIELDS, EngineSample, ServerSample, combine_engines
-from core.slo import Sli, SliKind, SloSpec
-from core.window import Window
-from service.cost_spec import example_model
-from service.diagnosis import DiagnosisListener
-from service.evaluation import Evaluator, default_policy
-from simulator.events import Batch
-from simulator.fleet import run_scenario
-from simulator.sinks import MemorySink
-from simulator.sinks.store import StoreSink
-from simulator.specs import load_scenario
-from storage import slo_store
-from storage.baselines import capture_window, save_baseline
-from storage.runs import save_run
-from storage.writer import open_writer
+from infersight.alerts.rules import load_rules
+from infersight.core.client import ClientRecord, TtftSource
+from infersight.core.query import Selector
+from infersight.core.samples import (
+    SERVER_METRIC_FIELDS,
+    EngineSample,
+    ServerSample,
+    combine_engines,
+)
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import Window
+from infersight.service.cost_spec import example_model
+from infersight.service.diagnosis import DiagnosisListener
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.simulator.events import Batch
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.sinks.store import StoreSink
+from infersight.simulator.specs import load_scenario
+from infersight.storage import slo_store
+from infersight.storage.baselines import capture_window, save_baseline
+from infersight.storage.runs import save_run
+from infersight.storage.writer import open_writer
 from tests.capacity.support import saturating_run
 
 MODEL_8B = "meta-llama/Llama-3.1-8B-Instruct"

@@ -10,10 +10,10 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from api.answers import AnswerCache
-from api.context import context_of
-from api.settings import ApiSettings
-from storage.writer import open_writer
+from infersight.api.answers import AnswerCache
+from infersight.api.context import context_of
+from infersight.api.settings import ApiSettings
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.dashboard.test_pages import NOW, PAGES, Client
 from tests.factories import make_records

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from sqlalchemy import func, select
 
-from storage.tables import client_requests, requests
+from infersight.storage.tables import client_requests, requests
 from tests.dashboard.conftest import READ_TOKEN, Live, Page, Seeded, screenshot
 from tests.dashboard.seed import BASELINE, DATA_PARALLEL, INSTANCES, MODEL_8B, THROTTLED
 

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from api import create_app
-from api.settings import ApiSettings
-from storage import migrate
-from storage.engine import create_store_engine
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
 from tests.cost.cheap_prefill import HOUR, write_cheap_prefill_hour
 from tests.dashboard.conftest import RETENTION, Live, Page
 from tests.peers import serving_app

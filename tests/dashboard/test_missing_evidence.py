@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from alerts.rules import load_rules
 from bench.harness import scenarios
-from core.query import Selector
-from core.slo import Sli, SliKind, SloSpec
-from service.diagnosis import DiagnosisListener
-from service.evaluation import Evaluator, default_policy
-from storage import migrate, slo_store
-from storage.engine import create_store_engine
+from infersight.alerts.rules import load_rules
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.service.diagnosis import DiagnosisListener
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.storage import migrate, slo_store
+from infersight.storage.engine import create_store_engine
 from tests.dashboard.conftest import Live, Page, screenshot, serve
 
 pytestmark = [pytest.mark.e2e]

@@ -19,21 +19,21 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event
 
-from api import create_app
-from api.dashboard import shared
-from api.dashboard.context import parse_context
-from api.dashboard.views import baselines, latency, overview
-from api.settings import ApiSettings
-from core.query import Selector
-from core.records import RequestRecord
-from core.sketch import merge_all
-from core.window import Resolution, Window
-from storage import migrate, queries, timeseries
-from storage.baselines import capture_window, save_baseline
-from storage.engine import create_store_engine
-from storage.maintenance import RetentionPolicy
-from storage.sketch_cache import sketch_cache
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.dashboard import shared
+from infersight.api.dashboard.context import parse_context
+from infersight.api.dashboard.views import baselines, latency, overview
+from infersight.api.settings import ApiSettings
+from infersight.core.query import Selector
+from infersight.core.records import RequestRecord
+from infersight.core.sketch import merge_all
+from infersight.core.window import Resolution, Window
+from infersight.storage import migrate, queries, timeseries
+from infersight.storage.baselines import capture_window, save_baseline
+from infersight.storage.engine import create_store_engine
+from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sketch_cache import sketch_cache
+from infersight.storage.writer import open_writer
 
 NOW = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
 DAYS = 30

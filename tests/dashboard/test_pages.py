@@ -17,20 +17,20 @@ import httpx
 import numpy as np
 import pytest
 
-from api import create_app
-from api.auth import Scope, parse_tokens
-from api.context import context_of
-from api.dashboard import session as auth
-from api.dashboard.context import parse_context
-from api.dashboard.views.capacity import _peak_rates
-from api.settings import ApiSettings
-from core.importers import parse
-from core.query import Selector
-from core.samples import EngineSample, GpuSample, ServerSample
-from core.slo import Sli, SliKind, SloSpec
-from storage import slo_store
-from storage.baselines import save_baseline
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.auth import Scope, parse_tokens
+from infersight.api.context import context_of
+from infersight.api.dashboard import session as auth
+from infersight.api.dashboard.context import parse_context
+from infersight.api.dashboard.views.capacity import _peak_rates
+from infersight.api.settings import ApiSettings
+from infersight.core.importers import parse
+from infersight.core.query import Selector
+from infersight.core.samples import EngineSample, GpuSample, ServerSample
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.storage import slo_store
+from infersight.storage.baselines import save_baseline
+from infersight.storage.writer import open_writer
 from tests.conftest import Store, empty_store
 from tests.doubles import FakeClock
 from tests.factories import make_records

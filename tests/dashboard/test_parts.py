@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.dashboard import charts as svg
-from api.dashboard.context import parse_context, parse_quantile
-from api.dashboard.shared import ChartStep
-from core.errors import InvalidInput
-from core.window import Resolution
+from infersight.api.dashboard import charts as svg
+from infersight.api.dashboard.context import parse_context, parse_quantile
+from infersight.api.dashboard.shared import ChartStep
+from infersight.core.errors import InvalidInput
+from infersight.core.window import Resolution
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
@@ -133,8 +133,8 @@ def test_a_missing_bucket_breaks_the_line():
 def test_a_chart_rate_divides_by_the_part_of_its_bucket_inside_the_window(
     bucket_start_s, expected_s
 ):
-    from api.dashboard.shared import bucket_span_s
-    from core.window import Window
+    from infersight.api.dashboard.shared import bucket_span_s
+    from infersight.core.window import Window
 
     step = ChartStep(600, Resolution.MINUTE)
     window = Window(NOW - timedelta(seconds=900), NOW)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from api import create_app
-from api.settings import ApiSettings
-from storage import cost as cost_store
-from storage import migrate
-from storage.engine import create_store_engine
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.storage import cost as cost_store
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
 from tests.dashboard.conftest import Live, Page, screenshot
 from tests.peers import serving_app
 from tests.purchasing import scenario as s

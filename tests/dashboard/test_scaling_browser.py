@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.scaling import Recommendation
-from storage import migrate
-from storage import scaling as scaling_store
-from storage.engine import create_store_engine
-from storage.writer import open_writer
+from infersight.core.scaling import Recommendation
+from infersight.storage import migrate
+from infersight.storage import scaling as scaling_store
+from infersight.storage.engine import create_store_engine
+from infersight.storage.writer import open_writer
 from tests.dashboard.conftest import Live, Page, screenshot, serve
 from tests.factories import make_records
 

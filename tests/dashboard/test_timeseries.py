@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from core.quantiles import exact_quantiles
-from core.query import Selector
-from core.samples import GpuSample
-from core.window import Resolution, Window
-from storage import timeseries
-from storage.writer import open_writer
+from infersight.core.quantiles import exact_quantiles
+from infersight.core.query import Selector
+from infersight.core.samples import GpuSample
+from infersight.core.window import Resolution, Window
+from infersight.storage import timeseries
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.factories import make_records
 

@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api import create_app
-from api.settings import ApiSettings
-from collector.sidecar import Sidecar, SidecarConfig
-from core.records import RequestRecord
-from core.slo import Sli, SliKind, SloSpec
-from simulator.events import Batch, Completion
-from simulator.sinks.otlp import OtlpSink
-from storage import migrate, slo_store
-from storage.engine import create_store_engine
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.collector.sidecar import Sidecar, SidecarConfig
+from infersight.core.records import RequestRecord
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.simulator.events import Batch, Completion
+from infersight.simulator.sinks.otlp import OtlpSink
+from infersight.storage import migrate, slo_store
+from infersight.storage.engine import create_store_engine
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 from tests.peers import serving_app
 

@@ -14,7 +14,9 @@ import pytest
 
 from tests.interop.conftest import Running
 
-BOARDS = sorted(Path(str(resources.files("dashboards").joinpath("grafana"))).glob("*.json"))
+BOARDS = sorted(
+    Path(str(resources.files("infersight.dashboards").joinpath("grafana"))).glob("*.json")
+)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MATCHERS = re.compile(r"\{[^{}]*\}")
 _RANGES = re.compile(r"\[[^\[\]]*\]")

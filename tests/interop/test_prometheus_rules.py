@@ -22,17 +22,17 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from alerts.prometheus_rules import ALERT, rule_groups, to_yaml
-from core.burn import AlertState, Policy, Severity, evaluate, step
-from core.errors import SchemaMissing
-from core.query import Selector
-from core.slo import EventCounts, Sli, SliKind, SloSpec
-from core.window import format_duration
-from infersight.commands_slo import slo
-from infersight.settings import Settings
-from service.evaluation import default_policy
-from storage import migrate
-from storage.engine import create_store_engine
+from infersight.alerts.prometheus_rules import ALERT, rule_groups, to_yaml
+from infersight.cli.commands_slo import slo
+from infersight.cli.settings import Settings
+from infersight.core.burn import AlertState, Policy, Severity, evaluate, step
+from infersight.core.errors import SchemaMissing
+from infersight.core.query import Selector
+from infersight.core.slo import EventCounts, Sli, SliKind, SloSpec
+from infersight.core.window import format_duration
+from infersight.service.evaluation import default_policy
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
@@ -168,7 +168,7 @@ CASES = {
 @needs_promtool
 def test_the_exported_rules_pass_promtool_check_rules(tmp_path: Path) -> None:
     path = tmp_path / "rules.yml"
-    specs = str(resources.files("infersight").joinpath("demo_slos.yaml"))
+    specs = str(resources.files("infersight.cli").joinpath("demo_slos.yaml"))
     done = subprocess.run(
         [sys.executable, "-c", "from infersight.cli import main; main()", "slo", "export-rules",
          specs, "-o", str(path), "--interval", "30s"],
@@ -300,7 +300,7 @@ def test_export_rules_reads_the_stored_slos_and_refuses_when_there_are_none(
     empty = runner.invoke(slo, ["export-rules"], obj=obj)
     assert empty.exit_code == 1
     assert "no SLOs to export" in empty.output
-    specs = str(resources.files("infersight").joinpath("demo_slos.yaml"))
+    specs = str(resources.files("infersight.cli").joinpath("demo_slos.yaml"))
     assert runner.invoke(slo, ["apply", specs], obj=obj).exit_code == 0
     exported = runner.invoke(slo, ["export-rules"], obj=obj)
     assert exported.exit_code == 0, exported.output

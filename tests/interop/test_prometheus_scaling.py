@@ -15,12 +15,12 @@ import httpx
 import pytest
 import yaml
 
-from api import create_app
-from api.settings import ApiSettings
-from core.scaling import Recommendation
-from storage import migrate
-from storage import scaling as scaling_store
-from storage.engine import create_store_engine
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.core.scaling import Recommendation
+from infersight.storage import migrate
+from infersight.storage import scaling as scaling_store
+from infersight.storage.engine import create_store_engine
 from tests.doubles import NOW, FakeClock
 from tests.peers import free_port, ready_server, serving_app
 from tests.waiting import until

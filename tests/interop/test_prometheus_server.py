@@ -20,8 +20,8 @@ import httpx
 import pytest
 import yaml
 
-from alerts.prometheus_rules import rule_groups, to_yaml
-from service.evaluation import default_policy
+from infersight.alerts.prometheus_rules import rule_groups, to_yaml
+from infersight.service.evaluation import default_policy
 from tests.interop.conftest import SLO, Running
 from tests.interop.test_grafana import BOARDS, _panels
 from tests.peers import free_port, ready_server

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from simulator.profiles import ModelProfile, StepCosts
-from simulator.realtime import RealtimeServer
-from simulator.sinks import MemorySink
-from simulator.specs import load_profile
+from infersight.simulator.profiles import ModelProfile, StepCosts
+from infersight.simulator.realtime import RealtimeServer
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.specs import load_profile
 from tests.peers import serving_app
 
 EPOCH = datetime(2026, 11, 30, 12, tzinfo=UTC)

@@ -13,13 +13,13 @@ import statistics
 import numpy as np
 import pytest
 
-from core.loadtest import LoadTestRun, ScenarioKind, knee_of, summarise
-from loadgen.client import Endpoint
-from loadgen.monitor import SelfMonitor
-from loadgen.runner import Runner
-from loadgen.scenarios import burst, steady, step
-from loadgen.workload import DistKind, Lengths, Sampled
-from simulator.realtime import RealtimeServer
+from infersight.core.loadtest import LoadTestRun, ScenarioKind, knee_of, summarise
+from infersight.loadgen.client import Endpoint
+from infersight.loadgen.monitor import SelfMonitor
+from infersight.loadgen.runner import Runner
+from infersight.loadgen.scenarios import burst, steady, step
+from infersight.loadgen.workload import DistKind, Lengths, Sampled
+from infersight.simulator.realtime import RealtimeServer
 from tests.loadgen.support import EPOCH, scaled_profile, serving
 from tests.virtual_time import run_in_virtual_time, serving_here
 

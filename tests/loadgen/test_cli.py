@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from core.errors import Unavailable
-from infersight.commands_baseline import baseline as baseline_cli
-from infersight.commands_loadtest import loadtest
-from infersight.settings import Settings
-from storage import migrate
-from storage.baselines import get_baseline
-from storage.engine import create_store_engine
-from storage.runs import get_run, list_runs
-from storage.writer import open_writer
+from infersight.cli.commands_baseline import baseline as baseline_cli
+from infersight.cli.commands_loadtest import loadtest
+from infersight.cli.settings import Settings
+from infersight.core.errors import Unavailable
+from infersight.storage import migrate
+from infersight.storage.baselines import get_baseline
+from infersight.storage.engine import create_store_engine
+from infersight.storage.runs import get_run, list_runs
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 from tests.loadgen.support import scaled_profile, serving
 

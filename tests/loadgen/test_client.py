@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from core.errors import InvalidInput
-from core.loadtest import RequestResult
-from loadgen.client import Endpoint, send
+from infersight.core.errors import InvalidInput
+from infersight.core.loadtest import RequestResult
+from infersight.loadgen.client import Endpoint, send
 from tests.peers import serving_app
 
 

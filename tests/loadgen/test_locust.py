@@ -22,17 +22,17 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from core.errors import InvalidInput, Unavailable
-from core.loadtest import Phase, RequestResult, ScenarioKind
-from infersight.commands_loadtest import loadtest
-from infersight.settings import Settings
-from loadgen import locust_engine
-from loadgen.client import Endpoint, send, send_sync
-from loadgen.distributed import RunSpec, decode, encode, merge, phase_at, users_at
-from loadgen.locust_engine import LocustEngine
-from loadgen.runner import Runner
-from loadgen.scenarios import burst, steady
-from loadgen.workload import DistKind, Lengths, Sampled
+from infersight.cli.commands_loadtest import loadtest
+from infersight.cli.settings import Settings
+from infersight.core.errors import InvalidInput, Unavailable
+from infersight.core.loadtest import Phase, RequestResult, ScenarioKind
+from infersight.loadgen import locust_engine
+from infersight.loadgen.client import Endpoint, send, send_sync
+from infersight.loadgen.distributed import RunSpec, decode, encode, merge, phase_at, users_at
+from infersight.loadgen.locust_engine import LocustEngine
+from infersight.loadgen.runner import Runner
+from infersight.loadgen.scenarios import burst, steady
+from infersight.loadgen.workload import DistKind, Lengths, Sampled
 from tests.loadgen.support import scaled_profile, serving
 
 
@@ -263,8 +263,8 @@ class Obj:
 
 @pytest.mark.e2e
 def test_a_step_run_on_locust_is_stored_and_reported_like_an_asyncio_run(tmp_path) -> None:
-    from storage.engine import create_store_engine
-    from storage.runs import get_run, list_runs
+    from infersight.storage.engine import create_store_engine
+    from infersight.storage.runs import get_run, list_runs
 
     url = f"sqlite:///{tmp_path / 'lt.db'}"
     common = ["--scenario", "step", "--levels", "1,3", "--hold", "2", "--input-tokens", "fixed:64"]

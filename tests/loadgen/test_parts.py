@@ -11,13 +11,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.errors import InvalidInput
-from core.loadtest import Phase, RequestResult, summarise_phase
-from loadgen.monitor import SelfMonitor
-from loadgen.progress import TextProgress
-from loadgen.scenarios import burst, step
-from loadgen.workload import DistKind, Lengths, LongTail, Replay, Sampled, parse_lengths, prompt
-from simulator.realtime import CHARS_PER_TOKEN
+from infersight.core.errors import InvalidInput
+from infersight.core.loadtest import Phase, RequestResult, summarise_phase
+from infersight.loadgen.monitor import SelfMonitor
+from infersight.loadgen.progress import TextProgress
+from infersight.loadgen.scenarios import burst, step
+from infersight.loadgen.workload import (
+    DistKind,
+    Lengths,
+    LongTail,
+    Replay,
+    Sampled,
+    parse_lengths,
+    prompt,
+)
+from infersight.simulator.realtime import CHARS_PER_TOKEN
 
 
 @pytest.mark.parametrize(

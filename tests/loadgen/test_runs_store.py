@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from core.errors import InvalidInput, NotFound
-from core.loadtest import LoadTestRun, RequestResult, ScenarioKind
-from core.query import Selector
-from core.window import Window
-from loadgen.scenarios import step
-from storage.runs import delete_run, get_run, list_runs, production_shapes, save_run
-from storage.writer import open_writer
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.loadtest import LoadTestRun, RequestResult, ScenarioKind
+from infersight.core.query import Selector
+from infersight.core.window import Window
+from infersight.loadgen.scenarios import step
+from infersight.storage.runs import delete_run, get_run, list_runs, production_shapes, save_run
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.factories import make_records
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storage import cost
+from infersight.storage import cost
 from tests.conftest import BOTH_STORES, Store, empty_store
 from tests.purchasing.scenario import MODEL, WEEK, write_fleet_week
 

@@ -27,10 +27,10 @@ from typing import Final
 import numpy as np
 from sqlalchemy import Engine
 
-from core.cost import CostModel, GpuPrice
-from core.samples import GpuSample
-from core.window import Window
-from storage.writer import open_writer
+from infersight.core.cost import CostModel, GpuPrice
+from infersight.core.samples import GpuSample
+from infersight.core.window import Window
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 WEEK_START: Final = datetime(2026, 11, 23, tzinfo=UTC)

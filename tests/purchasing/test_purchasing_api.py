@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from core.timestamps import iso
+from infersight.core.timestamps import iso
 from tests.conftest import Store
 from tests.cost.conftest import api_for
 from tests.purchasing import scenario as s

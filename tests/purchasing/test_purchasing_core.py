@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.cost import CostModel, GpuPrice
-from core.errors import InvalidInput
-from core.purchasing import (
+from infersight.core.cost import CostModel, GpuPrice
+from infersight.core.errors import InvalidInput
+from infersight.core.purchasing import (
     DEFAULT_RESERVED_DISCOUNT,
     Cell,
     GpuHour,

@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from core.errors import InvalidInput
-from service.cost_spec import parse_model, to_document
-from storage import cost as cost_store
+from infersight.core.errors import InvalidInput
+from infersight.service.cost_spec import parse_model, to_document
+from infersight.storage import cost as cost_store
 from tests.conftest import Store
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 from html.parser import HTMLParser
 
-from core.timestamps import iso
-from service.reports import WeeklyReports
-from storage.maintenance import RetentionPolicy
+from infersight.core.timestamps import iso
+from infersight.service.reports import WeeklyReports
+from infersight.storage.maintenance import RetentionPolicy
 from tests.conftest import Store
 from tests.cost.conftest import api_for
 from tests.purchasing import scenario as s

@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from core.window import Window
-from service.purchasing import NEXT_COMMAND, purchasing, purchasing_dict
-from storage import cost as cost_store
-from storage.purchasing import hourly_gpu_usage
+from infersight.core.window import Window
+from infersight.service.purchasing import NEXT_COMMAND, purchasing, purchasing_dict
+from infersight.storage import cost as cost_store
+from infersight.storage.purchasing import hourly_gpu_usage
 from tests.conftest import Store
 from tests.purchasing import scenario as s
 

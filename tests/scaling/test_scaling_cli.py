@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from click.testing import CliRunner
 
-from core.scaling import Recommendation
-from infersight.commands_scaling_admin import scaling
-from infersight.settings import Settings
-from storage import migrate
-from storage import scaling as scaling_store
-from storage.engine import create_store_engine
+from infersight.cli.commands_scaling_admin import scaling
+from infersight.cli.settings import Settings
+from infersight.core.scaling import Recommendation
+from infersight.storage import migrate
+from infersight.storage import scaling as scaling_store
+from infersight.storage.engine import create_store_engine
 
 POLICIES = """apiVersion: infersight/v1
 kind: ScalingPolicy

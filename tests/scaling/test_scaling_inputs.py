@@ -11,22 +11,22 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine
 
-from api import create_app
-from api.settings import ApiSettings
-from core.query import Selector
-from core.records import RequestRecord
-from core.samples import GpuSample, ServerSample
-from core.scaling import ScalingPolicy
-from core.slo import Sli, SliKind, SloSpec, burn_rate
-from core.window import Resolution, Window
-from service.evaluation import Evaluator, default_policy
-from service.jobs import Jobs, SoleLeader
-from service.scaling import Recommender
-from storage import scaling as scaling_store
-from storage import slo_store
-from storage.capacity import production_capacity
-from storage.maintenance import RetentionPolicy
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.core.query import Selector
+from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.scaling import ScalingPolicy
+from infersight.core.slo import Sli, SliKind, SloSpec, burn_rate
+from infersight.core.window import Resolution, Window
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.service.jobs import Jobs, SoleLeader
+from infersight.service.scaling import Recommender
+from infersight.storage import scaling as scaling_store
+from infersight.storage import slo_store
+from infersight.storage.capacity import production_capacity
+from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.conftest import Store
 from tests.doubles import NOW, FakeClock

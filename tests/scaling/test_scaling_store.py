@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from core.errors import InvalidInput, NotFound
-from core.scaling import Recommendation, ScalingPolicy
-from storage import scaling as scaling_store
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.scaling import Recommendation, ScalingPolicy
+from infersight.storage import scaling as scaling_store
 from tests.conftest import Store
 from tests.doubles import NOW
 

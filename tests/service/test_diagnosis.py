@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from core.burn import AlertState, Incident, IncidentState, Severity, Transition
-from core.slo import Sli, SliKind, SloSpec
-from core.window import Window
-from service.diagnosis import DiagnosisListener, burn_onset, windows_for
-from storage import incidents, signals, slo_store
-from storage.writer import open_writer
+from infersight.core.burn import AlertState, Incident, IncidentState, Severity, Transition
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import Window
+from infersight.service.diagnosis import DiagnosisListener, burn_onset, windows_for
+from infersight.storage import incidents, signals, slo_store
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.factories import make_records
 

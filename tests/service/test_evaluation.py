@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from sqlalchemy import make_url
 
-from core.burn import Incident, IncidentState, Severity, Transition
-from core.query import Selector
-from core.slo import Sli, SliKind, SloSpec
-from core.window import Resolution
-from service.evaluation import Evaluator, default_policy
-from storage import incidents, migrate, slo_store
-from storage.engine import create_store_engine
-from storage.writer import open_writer
+from infersight.core.burn import Incident, IncidentState, Severity, Transition
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import Resolution
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.storage import incidents, migrate, slo_store
+from infersight.storage.engine import create_store_engine
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.doubles import NOW
 from tests.factories import make_records

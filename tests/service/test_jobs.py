@@ -8,11 +8,11 @@ import time
 import pytest
 from sqlalchemy import text
 
-from service.evaluation import Evaluator, default_policy
-from service.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.maintenance import RetentionPolicy
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.service.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.maintenance import RetentionPolicy
 from tests.doubles import NOW, FakeClock
 from tests.waiting import until
 
@@ -184,9 +184,9 @@ def test_a_cycle_that_overruns_its_interval_is_counted_as_skipped_runs_and_timed
 def test_a_transaction_pooled_store_needs_a_direct_lock_url(postgres_url: str) -> None:
     """Through a transaction pooler a session lock is unsafe (#19): jobs refuse to start
     without a direct URL, a process without jobs never leads, a direct URL is used."""
-    from core.errors import ConfigurationError
-    from service.jobs import NeverLeader
-    from storage.engine import create_store_engine
+    from infersight.core.errors import ConfigurationError
+    from infersight.service.jobs import NeverLeader
+    from infersight.storage.engine import create_store_engine
 
     direct = postgres_url
     pooled = create_store_engine(direct + "?pooler=transaction")

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from alerts.dispatch import deliver_due
-from alerts.notifiers.pagerduty import PagerDutyNotifier
-from core.burn import AlertState, Incident, IncidentState, Severity, Transition
-from service.notifications import Announcer
-from storage import incidents, signals
-from storage.outbox import Outbox
+from infersight.alerts.dispatch import deliver_due
+from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
+from infersight.core.burn import AlertState, Incident, IncidentState, Severity, Transition
+from infersight.service.notifications import Announcer
+from infersight.storage import incidents, signals
+from infersight.storage.outbox import Outbox
 from tests.conftest import Store
 from tests.doubles import Endpoint
 

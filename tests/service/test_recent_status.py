@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from core.slo import Sli, SliKind, SloSpec
-from service.evaluation import Evaluator, default_policy
-from service.slos import with_status
-from storage import slo_store
-from storage.writer import open_writer
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.service.slos import with_status
+from infersight.storage import slo_store
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 NOW = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)

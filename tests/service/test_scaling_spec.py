@@ -9,9 +9,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.errors import InvalidInput
-from core.scaling import ScalingPolicy
-from service.scaling_spec import parse_policies, parse_policy, to_document, to_yaml
+from infersight.core.errors import InvalidInput
+from infersight.core.scaling import ScalingPolicy
+from infersight.service.scaling_spec import parse_policies, parse_policy, to_document, to_yaml
 
 FULL = """
 apiVersion: infersight/v1

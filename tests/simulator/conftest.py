@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.profiles import ModelProfile
-from simulator.specs import load_profile
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.specs import load_profile
 from tests.simulator.support import RunFn, make_runner
 
 

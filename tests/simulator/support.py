@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from core.records import RequestRecord
-from core.samples import GpuSample, ServerSample
-from simulator.faults import Fault
-from simulator.fleet import RunResult, run_scenario
-from simulator.profiles import ModelProfile
-from simulator.scenario import Deployment, Scenario
-from simulator.sinks import MemorySink
-from simulator.workload import LengthDist, LengthKind, Poisson, RequestMix
+from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.simulator.faults import Fault
+from infersight.simulator.fleet import RunResult, run_scenario
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.scenario import Deployment, Scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.workload import LengthDist, LengthKind, Poisson, RequestMix
 
 START = datetime(2026, 1, 5, 9, tzinfo=UTC)
 #: The short-prompt mix the profiles are calibrated on (~512 in / ~256 out).

@@ -11,15 +11,15 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.errors import InvalidInput
-from simulator.faults import Fault, FaultKind
-from simulator.fleet import aggregate, run_scenario
-from simulator.profiles import ModelProfile
-from simulator.scenario import Deployment, Scenario
-from simulator.sinks.otlp import ClientSpans, OtlpSink
-from simulator.sinks.prometheus import MetricsSink
-from simulator.specs import scenario_from_data
-from simulator.workload import Poisson
+from infersight.core.errors import InvalidInput
+from infersight.simulator.faults import Fault, FaultKind
+from infersight.simulator.fleet import aggregate, run_scenario
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.scenario import Deployment, Scenario
+from infersight.simulator.sinks.otlp import ClientSpans, OtlpSink
+from infersight.simulator.sinks.prometheus import MetricsSink
+from infersight.simulator.specs import scenario_from_data
+from infersight.simulator.workload import Poisson
 from tests.simulator.otlp_receiver import attributes, http_receiver
 from tests.simulator.support import SHORT_MIX, START, median
 

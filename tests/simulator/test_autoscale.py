@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from core.errors import InvalidInput
-from core.scaling import ScalingPolicy
-from simulator.autoscale import (
+from infersight.core.errors import InvalidInput
+from infersight.core.scaling import ScalingPolicy
+from infersight.simulator.autoscale import (
     REBOUND,
     Demand,
     Fleet,
@@ -26,10 +26,10 @@ from simulator.autoscale import (
     synthetic,
     table,
 )
-from simulator.engine import InstanceSim
-from simulator.faults import FaultSchedule
-from simulator.profiles import ModelProfile
-from simulator.workload import ArrivalStream, LengthDist, LengthKind, Poisson, RequestMix
+from infersight.simulator.engine import InstanceSim
+from infersight.simulator.faults import FaultSchedule
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.workload import ArrivalStream, LengthDist, LengthKind, Poisson, RequestMix
 
 POLICY = ScalingPolicy(name="default", model=None)
 NO_UTIL = ScalingPolicy(name="no-util", model=None, gpu_util_up=1.0)

@@ -10,9 +10,9 @@ import yaml
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
-from infersight.commands_simulate import simulate
-from storage.engine import create_store_engine
-from storage.tables import gpu_samples, requests, server_samples
+from infersight.cli.commands_simulate import simulate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.tables import gpu_samples, requests, server_samples
 from tests.simulator.otlp_receiver import http_receiver
 
 SCENARIO = """
@@ -123,8 +123,8 @@ def test_simulate_realtime_serves_the_fleet_for_its_duration(tmp_path: Path) -> 
 
 
 def test_speed_paces_virtual_time_against_the_wall_clock() -> None:
-    from infersight.commands_simulate import _Reporter
-    from simulator.fleet import Progress
+    from infersight.cli.commands_simulate import _Reporter
+    from infersight.simulator.fleet import Progress
 
     slept: list[float] = []
     reporter = _Reporter(60.0, quiet=True, clock=lambda: 0.0, sleep=slept.append)

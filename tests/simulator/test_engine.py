@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.engine import InstanceSim
-from simulator.events import Batch
-from simulator.faults import Fault, FaultKind, FaultSchedule
-from simulator.profiles import ModelProfile
-from simulator.workload import ArrivalStream, Poisson
+from infersight.simulator.engine import InstanceSim
+from infersight.simulator.events import Batch
+from infersight.simulator.faults import Fault, FaultKind, FaultSchedule
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.workload import ArrivalStream, Poisson
 from tests.simulator.support import SHORT_MIX, START, RunFn, median
 
 
@@ -42,7 +42,7 @@ def test_light_load_matches_published_figures_for_70b(
 def test_throughput_rises_with_load_then_saturates_near_the_calibration(
     run_fleet: RunFn, profile_name: str, low: float, high: float
 ) -> None:
-    from simulator.specs import load_profile
+    from infersight.simulator.specs import load_profile
 
     profile = load_profile(profile_name)
     duration = 150.0

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.records import Status
-from simulator.engine import InstanceSim
-from simulator.faults import Effects, Fault, FaultKind, FaultSchedule
-from simulator.profiles import ModelProfile
-from simulator.specs import load_profile
-from simulator.workload import Arrival
+from infersight.core.records import Status
+from infersight.simulator.engine import InstanceSim
+from infersight.simulator.faults import Effects, Fault, FaultKind, FaultSchedule
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.specs import load_profile
+from infersight.simulator.workload import Arrival
 from tests.simulator.support import START
 
 PROFILE: ModelProfile = load_profile("llama-3.1-8b-h200x1")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from simulator.faults import Fault, FaultKind
+from infersight.simulator.faults import Fault, FaultKind
 from tests.simulator.support import Run, RunFn, median
 
 BEFORE = (20.0, 100.0)

@@ -9,14 +9,14 @@ from contextlib import AbstractContextManager
 import pytest
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from simulator.events import Batch
-from simulator.faults import Fault, FaultKind
-from simulator.fleet import run_scenario
-from simulator.scenario import Deployment, Scenario
-from simulator.sinks import MemorySink
-from simulator.sinks.otlp import OtlpSink
-from simulator.specs import load_profile
-from simulator.workload import Poisson
+from infersight.simulator.events import Batch
+from infersight.simulator.faults import Fault, FaultKind
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.scenario import Deployment, Scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.sinks.otlp import OtlpSink
+from infersight.simulator.specs import load_profile
+from infersight.simulator.workload import Poisson
 from tests.simulator.otlp_receiver import Received, attributes, grpc_receiver, http_receiver
 from tests.simulator.support import SHORT_MIX, START, RunFn
 

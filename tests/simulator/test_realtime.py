@@ -15,8 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.profiles import ModelProfile
-from simulator.realtime import RealtimeServer
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.realtime import RealtimeServer
 from tests.peers import serving_app
 from tests.simulator.support import START
 from tests.virtual_time import run_in_virtual_time, serving_here

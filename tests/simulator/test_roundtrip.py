@@ -14,21 +14,21 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from collector.shipper import Backoff
-from collector.sidecar import Sidecar, SidecarConfig
-from core.quantiles import exact_quantiles
-from core.query import Method, Selector
-from core.window import Window
-from simulator.faults import Fault, FaultKind
-from simulator.fleet import run_scenario
-from simulator.scenario import Deployment, Scenario
-from simulator.sinks import MemorySink
-from simulator.sinks.otlp import OtlpSink
-from simulator.specs import load_profile
-from simulator.workload import Poisson
-from storage.queries import latency
-from storage.tables import requests
-from storage.writer import open_writer
+from infersight.collector.shipper import Backoff
+from infersight.collector.sidecar import Sidecar, SidecarConfig
+from infersight.core.quantiles import exact_quantiles
+from infersight.core.query import Method, Selector
+from infersight.core.window import Window
+from infersight.simulator.faults import Fault, FaultKind
+from infersight.simulator.fleet import run_scenario
+from infersight.simulator.scenario import Deployment, Scenario
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.sinks.otlp import OtlpSink
+from infersight.simulator.specs import load_profile
+from infersight.simulator.workload import Poisson
+from infersight.storage.queries import latency
+from infersight.storage.tables import requests
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.simulator.support import SHORT_MIX, START
 from tests.waiting import until

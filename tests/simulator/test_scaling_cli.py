@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from core.errors import InvalidInput, NotFound
-from infersight.commands_scaling import scaling
-from infersight.settings import Settings
-from storage import migrate
-from storage.demand import recorded_demand
-from storage.engine import create_store_engine
-from storage.writer import open_writer
+from infersight.cli.commands_scaling import scaling
+from infersight.cli.settings import Settings
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.storage import migrate
+from infersight.storage.demand import recorded_demand
+from infersight.storage.engine import create_store_engine
+from infersight.storage.writer import open_writer
 from tests.benchmarks import run_bench
 from tests.factories import make_records
 

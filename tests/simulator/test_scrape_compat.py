@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from collector.scrape.scraper import Scraper
-from core.samples import GpuSample, ServerSample
-from simulator.events import Batch
-from simulator.faults import Fault, FaultKind
-from simulator.profiles import ModelProfile
-from simulator.sinks.prometheus import MetricsServer, MetricsSink
+from infersight.collector.scrape.scraper import Scraper
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.simulator.events import Batch
+from infersight.simulator.faults import Fault, FaultKind
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.sinks.prometheus import MetricsServer, MetricsSink
 from tests.simulator.support import RunFn
 
 pytestmark = pytest.mark.e2e

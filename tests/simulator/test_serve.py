@@ -8,11 +8,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.scenario import Deployment, Scenario
-from simulator.serve import FleetServer
-from simulator.sinks import MemorySink
-from simulator.specs import load_profile
-from simulator.workload import LengthDist, LengthKind, Poisson, RequestMix
+from infersight.simulator.scenario import Deployment, Scenario
+from infersight.simulator.serve import FleetServer
+from infersight.simulator.sinks import MemorySink
+from infersight.simulator.specs import load_profile
+from infersight.simulator.workload import LengthDist, LengthKind, Poisson, RequestMix
 from tests.simulator.support import START
 
 pytestmark = pytest.mark.e2e

@@ -9,22 +9,22 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.quantiles import exact_quantiles
-from core.query import Method, Selector
-from core.window import Window
-from simulator.events import Batch
-from simulator.faults import Fault, FaultKind
-from simulator.profiles import ModelProfile
-from simulator.sinks.prometheus import (
+from infersight.core.quantiles import exact_quantiles
+from infersight.core.query import Method, Selector
+from infersight.core.window import Window
+from infersight.simulator.events import Batch
+from infersight.simulator.faults import Fault, FaultKind
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.sinks.prometheus import (
     ITL_BUCKETS_V1,
     TTFT_BUCKETS_V1,
     MetricsServer,
     MetricsSink,
     throttle_bitmask,
 )
-from simulator.sinks.store import StoreSink
-from storage.queries import latency
-from storage.writer import open_writer
+from infersight.simulator.sinks.store import StoreSink
+from infersight.storage.queries import latency
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.simulator.support import START, Run, RunFn
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from core.errors import InvalidInput, NotFound
-from simulator.faults import EXPECTED_CAUSE, FaultKind
-from simulator.specs import (
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.simulator.faults import EXPECTED_CAUSE, FaultKind
+from infersight.simulator.specs import (
     load_profile,
     load_scenario,
     parse_duration,

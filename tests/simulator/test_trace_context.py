@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from simulator.events import Batch
-from simulator.realtime import trace_context
-from simulator.sinks.otlp import OtlpSink
+from infersight.simulator.events import Batch
+from infersight.simulator.realtime import trace_context
+from infersight.simulator.sinks.otlp import OtlpSink
 from tests.simulator.otlp_receiver import http_receiver
 from tests.simulator.support import RunFn
 

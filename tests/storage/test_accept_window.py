@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select, text
 
-from core.accept import AcceptWindow
-from core.errors import InvalidInput
-from core.records import RECORD_FIELDS, RequestRecord
-from core.samples import GpuSample
-from storage import rollup
-from storage.batch import Batch
-from storage.maintenance import RetentionPolicy, maintain
-from storage.partitions import MAX_DAYS_AHEAD, ensure_partitions, list_partitions
-from storage.tables import gpu_samples, request_rollups, requests
-from storage.writer import open_writer
+from infersight.core.accept import AcceptWindow
+from infersight.core.errors import InvalidInput
+from infersight.core.records import RECORD_FIELDS, RequestRecord
+from infersight.core.samples import GpuSample
+from infersight.storage import rollup
+from infersight.storage.batch import Batch
+from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.storage.partitions import MAX_DAYS_AHEAD, ensure_partitions, list_partitions
+from infersight.storage.tables import gpu_samples, request_rollups, requests
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 NOW = datetime.now(UTC).replace(microsecond=0)

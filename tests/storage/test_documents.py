@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from core.errors import Conflict, NotFound
-from storage.documents import NamedDocuments
-from storage.tables import baselines, slos
+from infersight.core.errors import Conflict, NotFound
+from infersight.storage.documents import NamedDocuments
+from infersight.storage.tables import baselines, slos
 
 NOW = datetime(2026, 11, 20, 12, 0, 17, tzinfo=UTC)
 LATER = NOW + timedelta(hours=1)

@@ -14,15 +14,15 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import func, insert, select
 
-from core.cost import CostModel, GpuPrice, price_instance
-from core.query import Selector
-from core.samples import GpuSample
-from core.window import Resolution, Window
-from storage import cost, gpu_rollup, migrate, timeseries
-from storage.baselines import gpu_utilization
-from storage.engine import create_store_engine
-from storage.tables import gpu_rollups, gpu_samples
-from storage.writer import open_writer
+from infersight.core.cost import CostModel, GpuPrice, price_instance
+from infersight.core.query import Selector
+from infersight.core.samples import GpuSample
+from infersight.core.window import Resolution, Window
+from infersight.storage import cost, gpu_rollup, migrate, timeseries
+from infersight.storage.baselines import gpu_utilization
+from infersight.storage.engine import create_store_engine
+from infersight.storage.tables import gpu_rollups, gpu_samples
+from infersight.storage.writer import open_writer
 
 T0 = datetime(2026, 11, 20, 23, 0, tzinfo=UTC)
 STEP = 60

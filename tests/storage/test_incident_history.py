@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.burn import AlertState, Severity, Transition
-from core.errors import InvalidInput, NotFound
-from storage import incident_history, incidents
+from infersight.core.burn import AlertState, Severity, Transition
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.storage import incident_history, incidents
 from tests.conftest import Store
 
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)

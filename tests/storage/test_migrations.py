@@ -10,12 +10,17 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import MetaData, Table, create_engine, insert, inspect, select, text
 
-from core.samples import EngineSample, ServerSample
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.partitions import ensure_partitions
-from storage.tables import good_token_counts, metadata, server_engine_samples, server_samples
-from storage.writer import open_writer
+from infersight.core.samples import EngineSample, ServerSample
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.partitions import ensure_partitions
+from infersight.storage.tables import (
+    good_token_counts,
+    metadata,
+    server_engine_samples,
+    server_samples,
+)
+from infersight.storage.writer import open_writer
 from tests.conftest import POSTGRES_ADMIN_URL, STORES_AND_POOLER, through
 
 

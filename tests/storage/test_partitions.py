@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from core.errors import InvalidInput
-from core.window import Resolution, Window
-from storage.maintenance import RetentionPolicy, maintain
-from storage.partitions import list_partitions
-from storage.tables import request_rollups, requests
-from storage.writer import open_writer
+from infersight.core.errors import InvalidInput
+from infersight.core.window import Resolution, Window
+from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.storage.partitions import list_partitions
+from infersight.storage.tables import request_rollups, requests
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 NOW = datetime(2026, 11, 30, 10, tzinfo=UTC)
@@ -110,8 +110,8 @@ def test_a_writer_recreates_a_partition_that_retention_dropped_under_it(pg_store
 
 
 def test_client_records_are_partitioned_and_kept_like_requests(store):
-    from core.client import ClientRecord
-    from storage.tables import client_requests
+    from infersight.core.client import ClientRecord
+    from infersight.storage.tables import client_requests
 
     def calls(start: datetime, n: int, seed: int) -> list[ClientRecord]:
         rng = np.random.default_rng(seed)

@@ -18,9 +18,9 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from storage.engine import create_store_engine, transaction_pooled
-from storage.tables import requests
-from storage.writer import open_writer
+from infersight.storage.engine import create_store_engine, transaction_pooled
+from infersight.storage.tables import requests
+from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.factories import make_records
 

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from core.errors import InvalidInput
-from core.query import Method, Selector
-from core.window import Window
-from storage import queries
-from storage.writer import open_writer
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Method, Selector
+from infersight.core.window import Window
+from infersight.storage import queries
+from infersight.storage.writer import open_writer
 from tests.conftest import STORES_AND_POOLER, empty_store
 from tests.factories import make_records
 

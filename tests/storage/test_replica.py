@@ -23,15 +23,15 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from api import create_app
-from api.reads import HEADER
-from api.settings import ApiSettings
-from core.errors import ConfigurationError
-from infersight import commands_serve
-from storage import migrate
-from storage.engine import create_store_engine
-from storage.replica import check_read_routing, create_read_engine, standby_lag
-from storage.writer import open_writer
+from infersight.api import create_app
+from infersight.api.reads import HEADER
+from infersight.api.settings import ApiSettings
+from infersight.cli import commands_serve
+from infersight.core.errors import ConfigurationError
+from infersight.storage import migrate
+from infersight.storage.engine import create_store_engine
+from infersight.storage.replica import check_read_routing, create_read_engine, standby_lag
+from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.doubles import NOW, FakeClock
 from tests.factories import make_records

@@ -9,8 +9,8 @@ import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from core.errors import ConfigurationError
-from storage import migrate, revisions
+from infersight.core.errors import ConfigurationError
+from infersight.storage import migrate, revisions
 from tests.storage.test_migrations import fresh_engine  # noqa: F401 (the fixture)
 
 

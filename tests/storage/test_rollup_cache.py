@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from core.query import Selector
-from core.slo import Sli, SliKind, SloSpec
-from core.window import Window
-from storage import slo_store
-from storage.tables import request_rollups, requests
-from storage.writer import open_writer
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import Window
+from infersight.storage import slo_store
+from infersight.storage.tables import request_rollups, requests
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 START = datetime(2026, 11, 20, 12, 0, 17, tzinfo=UTC)

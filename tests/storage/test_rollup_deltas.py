@@ -16,14 +16,14 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from sqlalchemy import select
 
-from core.records import GROUP_LABELS, RequestRecord, Status
-from core.sketch import QuantileSketch
-from core.window import Resolution
-from storage import rollup
-from storage.batch import Batch
-from storage.rollup import COUNTERS, RollupKey
-from storage.tables import SKETCH_COLUMNS, request_rollups, requests
-from storage.writer import _ROWS_PER_WRITE, open_writer
+from infersight.core.records import GROUP_LABELS, RequestRecord, Status
+from infersight.core.sketch import QuantileSketch
+from infersight.core.window import Resolution
+from infersight.storage import rollup
+from infersight.storage.batch import Batch
+from infersight.storage.rollup import COUNTERS, RollupKey
+from infersight.storage.tables import SKETCH_COLUMNS, request_rollups, requests
+from infersight.storage.writer import _ROWS_PER_WRITE, open_writer
 from tests.factories import make_records
 
 T0 = datetime(2026, 11, 2, 23, 10, tzinfo=UTC)

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from core.samples import EngineSample, ServerSample, combine_engines
-from core.window import Window
-from storage import server_engines, signals
-from storage.writer import open_writer
+from infersight.core.samples import EngineSample, ServerSample, combine_engines
+from infersight.core.window import Window
+from infersight.storage import server_engines, signals
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from core.query import Method, Selector
-from core.sketch import QuantileSketch, merge_all
-from core.window import Resolution, Window
-from storage import queries, timeseries
-from storage.sketch_cache import SketchCache
-from storage.writer import open_writer
+from infersight.core.query import Method, Selector
+from infersight.core.sketch import QuantileSketch, merge_all
+from infersight.core.window import Resolution, Window
+from infersight.storage import queries, timeseries
+from infersight.storage.sketch_cache import SketchCache
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 START = datetime(2026, 11, 20, 12, 0, 17, tzinfo=UTC)

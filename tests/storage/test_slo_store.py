@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.burn import AlertState, IncidentState, Severity, Transition
-from core.errors import NotFound
-from core.query import Selector
-from core.slo import Sli, SliKind, SloSpec, count_events
-from core.window import Window
-from storage import incidents, slo_store
-from storage.tables import metadata
-from storage.writer import open_writer
+from infersight.core.burn import AlertState, IncidentState, Severity, Transition
+from infersight.core.errors import NotFound
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec, count_events
+from infersight.core.window import Window
+from infersight.storage import incidents, slo_store
+from infersight.storage.tables import metadata
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 NOW = datetime(2026, 11, 20, 12, 0, 17, tzinfo=UTC)

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from core.query import Selector
-from core.records import DURATION_FIELDS
-from core.sketch import header_totals
-from core.window import Resolution, Segment, Window, split
-from storage.sql import (
+from infersight.core.query import Selector
+from infersight.core.records import DURATION_FIELDS
+from infersight.core.sketch import header_totals
+from infersight.core.window import Resolution, Segment, Window, split
+from infersight.storage.sql import (
     insert_for,
     raw_where,
     read_segments,
@@ -24,8 +24,8 @@ from storage.sql import (
     selected,
     sketch_column,
 )
-from storage.tables import SKETCH_COLUMNS, request_rollups, requests, revoked_sessions
-from storage.writer import open_writer
+from infersight.storage.tables import SKETCH_COLUMNS, request_rollups, requests, revoked_sessions
+from infersight.storage.writer import open_writer
 from tests.factories import make_records
 
 START = datetime(2026, 11, 28, 10, tzinfo=UTC)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core import store_capacity
-from storage.retention import RetentionPolicy
-from storage.tables import PARTITIONED
+from infersight.core import store_capacity
+from infersight.storage.retention import RetentionPolicy
+from infersight.storage.tables import PARTITIONED
 from tests.benchmarks import run_bench
 from tests.conftest import POSTGRES_ADMIN_URL
 

@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from sqlalchemy import func, select
 
-from core.records import RECORD_FIELDS
-from core.samples import GpuSample, ServerSample
-from storage.batch import Batch
-from storage.tables import gpu_samples, request_rollups, requests, server_samples
-from storage.writer import COPY_TYPES, open_writer, write_binary_rows
+from infersight.core.records import RECORD_FIELDS
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.storage.batch import Batch
+from infersight.storage.tables import gpu_samples, request_rollups, requests, server_samples
+from infersight.storage.writer import COPY_TYPES, open_writer, write_binary_rows
 from tests.factories import make_records
 
 T0 = datetime(2026, 11, 2, 23, 50, tzinfo=UTC)

@@ -1,0 +1,91 @@
+"""Delivering the outbox: one pass over the due messages, with backoff on retryable failures.
+
+Pure of IO of its own: the outbox and the notifiers are injected (``storage.outbox.Outbox`` and
+``alerts.notifiers``), and so is ``now``. A retryable failure (429, 5xx, transport error) is
+retried after ``Retry-After`` when the endpoint gives one, else after an exponential backoff;
+any other refusal is final. A message is one outbox row, so a retry re-sends the same payload
+(and PagerDuty's stable ``dedup_key``) and never pages twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from infersight.alerts.notify import Notifier, retry_after_s
+
+log = logging.getLogger(__name__)
+
+
+class MessageLike(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def notifier(self) -> str: ...
+    @property
+    def payload(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+
+
+class OutboxLike(Protocol):
+    def due(self, now: datetime, limit: int = 100) -> Sequence[MessageLike]: ...
+    def delivered(self, message_id: int, now: datetime) -> None: ...
+    def retry_at(self, message_id: int, at: datetime, error: str) -> None: ...
+    def failed(self, message_id: int, error: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    base_s: float = 5.0
+    max_s: float = 600.0
+    max_retry_after_s: float = 3600.0
+    max_attempts: int = 200
+
+    def delay(self, attempts: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after_s)
+        return min(self.base_s * 2.0 ** min(attempts, 30), self.max_s)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchReport:
+    delivered: int = 0
+    retried: int = 0
+    failed: int = 0
+
+
+def deliver_due(
+    outbox: OutboxLike,
+    notifiers: Mapping[str, Notifier],
+    now: datetime,
+    backoff: Backoff = Backoff(),
+    limit: int = 100,
+) -> DispatchReport:
+    """Send every due message once; record each outcome in the outbox."""
+    delivered = retried = failed = 0
+    for message in outbox.due(now, limit):
+        notifier = notifiers.get(message.notifier)
+        if notifier is None:
+            outbox.failed(message.id, f"no notifier named {message.notifier!r}")
+            failed += 1
+            continue
+        result = notifier.send(json.loads(message.payload))
+        if result.ok:
+            outbox.delivered(message.id, now)
+            delivered += 1
+        elif result.retryable and message.attempts + 1 < backoff.max_attempts:
+            delay = backoff.delay(message.attempts, retry_after_s(result.retry_after, now))
+            outbox.retry_at(message.id, now + timedelta(seconds=delay), result.error)
+            retried += 1
+        else:
+            outbox.failed(message.id, result.error)
+            log.warning(
+                "notification %s to %s refused: %s", message.id, notifier.name, result.error
+            )
+            failed += 1
+    return DispatchReport(delivered, retried, failed)

@@ -1,0 +1,209 @@
+"""The app's context: what the routes and pages need of the composition, built once.
+
+``build_context`` checks the tokens against the listen address, and builds the burn-rate policy,
+the diagnosis rules, the incident listeners (diagnosis first, then notifications), the
+evaluator, the scheduled jobs and, given ``prepare``, the gate that waits for the store.
+``create_app`` keeps the frozen ``AppContext`` as the app's one attribute (``app.state.context``,
+read by ``context_of``); routes receive it through the ``api.deps.App`` dependency.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TypedDict, Unpack
+
+from sqlalchemy import Engine
+from starlette.applications import Starlette
+
+from infersight.alerts.notify import Notifier
+from infersight.alerts.routing import Router
+from infersight.alerts.rules import RulePack, load_rules
+from infersight.api.answers import AnswerCache
+from infersight.api.auth import Tokens, check_exposure, parse_tokens
+from infersight.api.settings import ApiSettings
+from infersight.api.startup import StoreGate
+from infersight.core.burn import IncidentListener, Policy
+from infersight.core.cost import CostModel
+from infersight.core.errors import ConfigurationError, InvalidInput
+from infersight.core.model_names import ModelAliases
+from infersight.service.cost_spec import active_model
+from infersight.service.diagnosis import DiagnosisListener
+from infersight.service.evaluation import Evaluator, default_policy
+from infersight.service.jobs import Jobs, LeaderLock, leader_lock
+from infersight.service.notifications import Announcer, Delivery, FollowUp
+from infersight.service.reports import WeeklyReports, parse_schedule
+from infersight.service.scaling import Recommender
+from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.queries import DEFAULT_EXACT_MAX_ROWS
+
+Clock = Callable[[], datetime]
+
+
+class Refusals:
+    """How often the KEDA endpoint refused an answer, by reason (``/metrics`` exports it as
+    ``infersight_scaling_keda_refusals_total``); shared by the app's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, reason: str) -> None:
+        with self._lock:
+            self._counts[reason] = self._counts.get(reason, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class AppContext:
+    settings: ApiSettings
+    engine: Engine
+    clock: Clock
+    tokens: Tokens
+    retention: RetentionPolicy
+    exact_max_rows: int
+    """``method=auto`` reads exact quantiles up to this many requests, sketches above."""
+    policy: Policy
+    evaluator: Evaluator
+    rules: RulePack
+    delivery: Delivery | None
+    """Notification delivery (``None``: no notifiers configured)."""
+    jobs: Jobs
+    reports: WeeklyReports
+    """The weekly cost reports (the jobs' report job; ``POST /api/v1/reports/weekly``)."""
+    store_gate: StoreGate | None
+    """Waits for the store at start-up (``None``: built without ``prepare``)."""
+    keda_refusals: Refusals
+    """Answers the KEDA endpoint refused (stale, missing, unknown), by reason."""
+    answers: AnswerCache
+    """The dashboard pages' and the rollup-served JSON answers of the last
+    ``dashboard_answer_ttl_s`` seconds (``api.reads``)."""
+    aliases: ModelAliases = field(default_factory=ModelAliases)
+    """The model alias table client and server model names are matched by."""
+    read_engine: Engine | None = None
+    """A hot standby's engine that read-only answers go to (``api.reads``); ``None``: the
+    primary serves them."""
+    worker: int | None = None
+    """This process's number among ``infersight serve --workers N``'s (1..N; ``/healthz``
+    says it); ``None``: the only process."""
+
+    def cost_model(self) -> CostModel:
+        """The cost model in use: the stored one named by the settings, or the example."""
+        model: CostModel = active_model(self.engine, self.settings.cost_model)
+        return model
+
+
+def listen_host(settings: ApiSettings) -> str:
+    """The host part of the listen address."""
+    return settings.listen.rpartition(":")[0] or settings.listen
+
+
+class Wiring(TypedDict, total=False):
+    """What ``create_app`` and ``build_context`` take besides the settings, the store and the
+    clock; every key is optional, and its default is in ``build_context``."""
+
+    retention: RetentionPolicy | None
+    exact_max_rows: int
+    policy: Policy | None
+    listeners: Sequence[IncidentListener]
+    lock: LeaderLock | None
+    notifiers: Mapping[str, Notifier] | None
+    router: Router | None
+    dashboard_url: str
+    prepare: Callable[[], object] | None
+    read_engine: Engine | None
+    worker: int | None
+
+
+def build_context(
+    settings: ApiSettings, engine: Engine, clock: Clock = system_clock, **wiring: Unpack[Wiring]
+) -> AppContext:
+    """The context of ``create_app`` (its arguments, its defaults). Raises
+    ``ConfigurationError`` for unsafe settings."""
+    tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file)
+    check_exposure(listen_host(settings), tokens, settings.insecure_no_auth)
+    retention = wiring.get("retention") or RetentionPolicy()
+    policy = wiring.get("policy") or default_policy()
+    notifiers = wiring.get("notifiers")
+    dashboard_url = wiring.get("dashboard_url", "")
+    lock = wiring.get("lock")
+    prepare = wiring.get("prepare")
+    router = wiring.get("router")
+    listeners = wiring.get("listeners", ())
+    rules = load_rules()
+    # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
+    announcer = Announcer(engine, notifiers, clock, router, dashboard_url) if notifiers else None
+    delivery = Delivery(engine, notifiers) if notifiers else None
+    aliases = _aliases(settings.model_aliases)
+    diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer, aliases=aliases)
+    evaluator = Evaluator(engine, policy, (diagnosis, *listeners), retention.finest_for)
+    reports = WeeklyReports(
+        engine,
+        lambda: active_model(engine, settings.cost_model),
+        settings.report_timezone,
+        retention.finest_for,
+        notifiers=list(notifiers or {}),
+        base_url=dashboard_url,
+    )
+    jobs = Jobs(
+        engine,
+        evaluator,
+        retention,
+        clock,
+        lock or leader_lock(engine, settings.leader_lock_url, runs_jobs=settings.run_jobs),
+        settings.evaluation_interval_s,
+        settings.maintenance_interval_s,
+        deliver=FollowUp(diagnosis, delivery),
+        report=reports,
+        report_cron={
+            **parse_schedule(settings.report_schedule),
+            "timezone": settings.report_timezone,
+        },
+        scale=Recommender(engine, policy),
+        scaling_interval_s=settings.scaling_interval_s,
+    )
+    gate = None
+    if prepare is not None:
+        gate = StoreGate(prepare, on_ready=jobs.start if settings.run_jobs else lambda: None)
+    return AppContext(
+        settings=settings,
+        engine=engine,
+        clock=clock,
+        tokens=tokens,
+        retention=retention,
+        exact_max_rows=wiring.get("exact_max_rows", DEFAULT_EXACT_MAX_ROWS),
+        policy=policy,
+        evaluator=evaluator,
+        rules=rules,
+        delivery=delivery,
+        jobs=jobs,
+        reports=reports,
+        store_gate=gate,
+        keda_refusals=Refusals(),
+        answers=AnswerCache(settings.dashboard_answer_ttl_s),
+        aliases=aliases,
+        read_engine=wiring.get("read_engine"),
+        worker=wiring.get("worker"),
+    )
+
+
+def _aliases(text: str) -> ModelAliases:
+    try:
+        return ModelAliases.parse(text)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"INFERSIGHT_MODEL_ALIASES: {exc.message}") from None
+
+
+def context_of(app: Starlette) -> AppContext:
+    """The context ``create_app`` built ``app`` with."""
+    context: AppContext = app.state.context
+    return context

@@ -1,0 +1,118 @@
+"""The purchasing advice as the Cost and Scaling pages show it (template
+``_purchasing.html``): ``service.purchasing`` over the page's range when it spans a week or
+more, else over the 28 days that end now (a day says nothing about what to reserve), with
+the hours of week in the report time zone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Final
+
+from infersight.api.context import AppContext
+from infersight.api.dashboard import charts as svg
+from infersight.api.dashboard.context import Context
+from infersight.api.dashboard.formatting import money
+from infersight.core.purchasing import MAX_HOURS
+from infersight.core.window import Window
+from infersight.service.cost_view import unit_cost_text
+from infersight.service.purchasing import purchasing, purchasing_dict
+
+#: Page ranges shorter than this are advised on the last ``FALLBACK`` instead.
+MIN_SPAN: Final = timedelta(days=7)
+FALLBACK: Final = timedelta(days=28)
+
+
+def _window(ctx: Context) -> tuple[Window, str]:
+    span = ctx.window.end - ctx.window.start
+    if span < MIN_SPAN:
+        return Window(
+            ctx.now - FALLBACK, ctx.now
+        ), "the last 28 days (ranges under a week are too short to buy for)"
+    longest = timedelta(hours=MAX_HOURS)
+    if span > longest:
+        return Window(ctx.window.end - longest, ctx.window.end), "the last 92 days of the range"
+    return ctx.window, "this range"
+
+
+def section(
+    app: AppContext, ctx: Context, per_million: tuple[Window, Decimal | None] | None = None
+) -> dict[str, Any]:
+    """What ``_purchasing.html`` renders. ``per_million``: a page's unfiltered cost per
+    million tokens and the window it is for, used when that is the window advised on (the
+    Cost page's own figure, instead of reading the range's cost twice)."""
+    window, over = _window(ctx)
+    known = per_million is not None and per_million[0] == window
+    answer = purchasing(
+        app.engine,
+        app.cost_model(),
+        window,
+        finest_for=app.retention.finest_for,
+        now=ctx.now,
+        timezone=app.settings.report_timezone,
+        per_million=per_million[1] if known and per_million is not None else None,
+        read_unit_cost=not known,
+    )
+    if ctx.filters:
+        over += " for the whole fleet (the filters do not apply)"
+    body = purchasing_dict(answer)
+    a = answer.advice
+    currency = a.currency
+    if a.empty:
+        hint = body["empty"]
+        return {"empty": True, "over": over, "text": hint["text"], "next": hint["next_command"]}
+    split = body["split"]
+    fill = body["fill"]
+    cells = [
+        (
+            c.hour_of_week,
+            c.utilisation,
+            f"{c.label} ({a.timezone}): {c.gpu_hours:.1f} GPU-h, "
+            + ("no utilisation reported" if c.utilisation is None else f"{c.utilisation:.0%} busy")
+            + f", idle {money(c.idle_cost, currency)}",
+        )
+        for c in a.cells
+    ]
+    return {
+        "empty": False,
+        "over": over,
+        "start": a.start,
+        "end": a.end,
+        "hours": a.hours,
+        "currency": currency,
+        "reserved_gpus": a.reserved_gpus,
+        "coverage": a.coverage,
+        "gpu_hours": float(a.gpu_hours),
+        "split_cost": money(a.split_cost, currency),
+        "on_demand_cost": money(a.on_demand_cost, currency),
+        "saving": money(a.saving, currency),
+        "saving_share": a.saving_share,
+        "pools": [
+            {
+                **p,
+                "on_demand": money(pool.pool.on_demand_per_hour, currency),
+                "reserved": money(pool.pool.reserved_per_hour, currency),
+                "split": money(pool.split.split_cost, currency),
+                "all_on_demand": money(pool.split.on_demand_cost, currency),
+                "saved": money(pool.split.saving, currency),
+            }
+            for p, pool in zip(split["pools"], a.pools, strict=True)
+        ],
+        "unpriced": list(a.unpriced),
+        "floor": a.floor,
+        "timezone": a.timezone,
+        "windows": [
+            {**w, "cost": money(window.idle_cost, currency)}
+            for w, window in zip(body["idle"]["windows"], a.windows, strict=True)
+        ],
+        "idle_gpu_hours": a.idle_gpu_hours,
+        "idle_cost": money(a.idle_cost, currency),
+        "grid": svg.week_grid(
+            cells, a.floor, label=f"GPU utilisation by hour of week ({a.timezone})"
+        ),
+        "fill": fill,
+        "per_million_before": unit_cost_text(fill["cost_per_million_tokens_before"], currency),
+        "per_million_after": unit_cost_text(fill["cost_per_million_tokens_after"], currency),
+        "warnings": body["warnings"],
+        "assumptions": body["assumptions"],
+    }

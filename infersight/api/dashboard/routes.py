@@ -1,0 +1,268 @@
+"""The web dashboard's routes: server-rendered pages under ``/ui/`` (``/`` redirects to the
+overview), the login form and the static assets.
+
+Pages are Jinja2 templates from the ``dashboards`` data package, filled by the view-models in
+``api.dashboard.views`` (one module a page: its ``page`` function, name, title and default
+range); charts are SVG made on the server (``api.dashboard.charts``), so the pages work offline
+and need no CDN. The stylesheet and the small script (legend toggles, auto-submitting filters,
+auto-refresh) are served from ``dashboards/static`` at ``/ui/static/``.
+
+With API tokens configured, a page needs a session (``api.dashboard.session``: a login form
+that takes a token and sets an HttpOnly, SameSite=Strict cookie) or a bearer header; without
+one the browser is sent to ``/ui/login``. Every page is read-only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from importlib import resources
+from typing import Any, Final
+from urllib.parse import parse_qs, quote
+
+import jinja2
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from infersight.api import reads
+from infersight.api.context import AppContext, context_of
+from infersight.api.dashboard import formatting, shared
+from infersight.api.dashboard import session as auth
+from infersight.api.dashboard.context import RANGES, REFRESH, Context, parse_context
+from infersight.api.dashboard.views import (
+    baselines,
+    capacity,
+    cost,
+    gpus,
+    incident,
+    incidents,
+    latency,
+    overview,
+    scaling,
+)
+from infersight.api.deps import App
+from infersight.core.errors import InvalidInput, NotFound
+
+log = logging.getLogger(__name__)
+router = APIRouter(include_in_schema=False)
+Build = Callable[[AppContext, Context, dict[str, str]], dict[str, Any]]
+
+#: The pages of the navigation, in its order.
+VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity, scaling)
+PAGES: Final = tuple((view.NAME, view.TITLE) for view in VIEWS)
+STATIC: Final = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+MAX_LOGIN_BODY: Final = 4096
+#: A page whose data may be older than this says so (``api.reads``: a standby behind).
+STALE_NOTE_S: Final = 10.0
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("infersight.dashboards", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(formatting.FILTERS)
+    env.globals.update(
+        pages=PAGES, ranges=list(RANGES), refreshes=list(REFRESH), **formatting.HELPERS
+    )
+    return env
+
+
+_ENV = _environment()
+
+
+def _render(name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    html = _ENV.get_template(name).render(**values)
+    return HTMLResponse(
+        html,
+        status_code=status_code,
+        headers={
+            # Everything the page needs comes from this server: no inline script, no CDN.
+            "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def _stale_note(staleness_s: float | None) -> str:
+    """What the page says of its data's age: nothing while it is fresher than
+    ``STALE_NOTE_S`` (a cached page is up to the answer TTL old anyway)."""
+    if staleness_s is None:
+        return "The standby this page was read from cannot say how far behind it is."
+    if staleness_s < STALE_NOTE_S:
+        return ""
+    behind = formatting.duration(timedelta(seconds=round(staleness_s)))
+    return (
+        f"This page was read from a standby {behind} behind the primary: the newest data "
+        "may be missing."
+    )
+
+
+def _login_redirect(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
+
+
+def _page(
+    page: str, build: Build, *, default_range: str = "1h", template: str = ""
+) -> Callable[..., Response]:
+    def handler(request: Request, app: App) -> Response:
+        now = app.clock()
+        scope = auth.viewer_scope(app, request, now)
+        if not auth.can_read(scope):
+            return _login_redirect(request)
+        query = {**request.query_params, **request.path_params}
+        common = {
+            "page": page,
+            "auth_on": app.tokens.enabled,
+            "role": "viewer" if scope is not None and scope.value == "read" else "admin",
+        }
+        started = time.perf_counter()
+        try:
+            ctx = parse_context(query, now, app.settings.max_query_days, default_range)
+
+            def compute(reading: AppContext) -> tuple[dict[str, Any], dict[str, list[str]]]:
+                return build(reading, ctx, query), shared.menus(reading, ctx)
+
+            answer: reads.Stamped = app.answers.get_or_compute(
+                app.answers.key(page, query, now), lambda: reads.stamped(app, now, compute)
+            )
+            data, menus = answer.value
+            staleness = answer.staleness_s(time.monotonic())
+        except (InvalidInput, NotFound) as exc:
+            ctx = parse_context({}, now, app.settings.max_query_days, default_range)
+            status = 400 if isinstance(exc, InvalidInput) else 404
+            return _render(
+                "error.html", status, ctx=ctx, menus={}, error=exc, status=status, **common
+            )
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        values = {"ctx": ctx, "menus": menus, **common, **data}  # a page may refine ctx
+        rendered = _render(
+            template or f"{page}.html",
+            elapsed_ms=elapsed_ms,
+            stale_note=_stale_note(staleness),
+            **values,
+        )
+        reads.stamp_response(rendered, staleness)
+        return rendered
+
+    handler.__name__ = f"page_{template.removesuffix('.html') or page}"
+    return handler
+
+
+for _view in VIEWS:
+    router.add_api_route(
+        f"/ui/{_view.NAME}",
+        _page(_view.NAME, _view.page, default_range=_view.DEFAULT_RANGE),
+        methods=["GET"],
+    )
+router.add_api_route(
+    "/ui/incidents/{incident_id}",
+    _page(incident.NAME, incident.page, default_range=incident.DEFAULT_RANGE,
+          template=incident.TEMPLATE),
+    methods=["GET"],
+)  # fmt: skip
+
+
+@router.get("/")
+@router.get("/ui")
+@router.get("/ui/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/ui/overview", status_code=307)
+
+
+# -- errors on a browser's paths ---------------------------------------------------------------
+
+#: Paths that never get an HTML error: the JSON API and the machine endpoints.
+_MACHINE_PATHS: Final = ("/api/", "/openapi.json", "/metrics", "/healthz", "/docs", "/redoc")
+
+
+def _is_browser_path(request: Request) -> bool:
+    path = request.url.path
+    if path == "/ui" or path.startswith("/ui/"):
+        return True
+    if path.startswith(_MACHINE_PATHS):
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def error_page(
+    request: Request, status: int, message: str, details: dict[str, Any]
+) -> Response | None:
+    """The dashboard's error page (its navigation, a link home) for an error on a browser's
+    path: under ``/ui/``, or elsewhere outside the API when the client asks for HTML; else
+    ``None`` (the JSON error shape). ``api.errors.install`` calls it."""
+    if not _is_browser_path(request):
+        return None
+    app = context_of(request.app)
+    now = app.clock()
+    try:
+        scope = auth.viewer_scope(app, request, now)
+    except Exception:  # the store is down: the page still renders, signed out
+        scope = None
+    if status == 404:
+        message = f"There is no page at {request.url.path}."
+    ctx = parse_context({}, now, app.settings.max_query_days)
+    return _render(
+        "error.html",
+        status,
+        ctx=ctx,
+        menus={},
+        page="",
+        status=status,
+        error={"message": message, "details": {} if status == 404 else details},
+        auth_on=app.tokens.enabled and scope is not None,
+        role="viewer" if scope is not None and scope.value == "read" else "admin",
+    )
+
+
+# -- login ------------------------------------------------------------------------------------
+
+
+@router.get("/ui/login")
+def login_form(app: App, next: str = "") -> Response:
+    if not app.tokens.enabled:
+        return RedirectResponse(auth.safe_next(next), status_code=303)
+    return _render("login.html", next=auth.safe_next(next), error="")
+
+
+@router.post("/ui/login")
+async def login(request: Request, app: App) -> Response:
+    # A sign-in posted from another site (a login CSRF) never gets here: api.origin refuses it.
+    body = await request.body()
+    if len(body) > MAX_LOGIN_BODY:
+        raise InvalidInput("the login form is too large")
+    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+    target = auth.safe_next(form.get("next"))
+    token = form.get("token", "").strip()
+    scope = app.tokens.scope_of(token) if token and app.tokens.enabled else None
+    if scope is None:
+        log.info("dashboard login refused (unknown token)")
+        return _render("login.html", 401, next=target, error="That token is not valid.")
+    response = RedirectResponse(target, status_code=303)
+    auth.set_session(response, request, auth.issue(token, app.clock()))
+    return response
+
+
+@router.post("/ui/logout")
+def logout(request: Request, app: App) -> Response:
+    if app.tokens.enabled:
+        auth.revoke(app, request, app.clock())
+    response = RedirectResponse("/ui/login", status_code=303)
+    auth.clear_session(response)
+    return response
+
+
+@router.get("/ui/static/{name}")
+def static(name: str) -> Response:
+    if name not in STATIC:
+        raise NotFound(f"no static file {name!r}")
+    data = resources.files("infersight.dashboards").joinpath("static", name).read_bytes()
+    return Response(data, media_type=STATIC[name], headers={"Cache-Control": "max-age=300"})

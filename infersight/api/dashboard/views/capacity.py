@@ -1,0 +1,148 @@
+"""The Capacity page: the stored load-test runs, the selected run's (``?run=``, else the
+newest) levels with its knee and measured capacity, and the fleet's peak request rate per model
+against that capacity. With no run stored, the page says how to measure one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+from infersight.api.context import AppContext
+from infersight.api.dashboard.context import Context
+from infersight.api.dashboard.shared import covered_s
+from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.loadtest import PhaseSummary, knee_of, measured_capacity, summarise
+from infersight.core.window import Resolution
+from infersight.service.capacity import load_catalog
+from infersight.storage import runs as run_store
+from infersight.storage import timeseries
+
+NAME: Final = "capacity"
+TITLE: Final = "Capacity"
+DEFAULT_RANGE: Final = "24h"
+MAX_LISTED: Final = 50
+
+
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    run = query.get("run", "")
+    ctx_r = ctx.with_extra(**({"run": run} if run else {}))
+    return {**capacity(app, ctx_r, run), "ctx": ctx_r}
+
+
+def _levels(summaries: Sequence[PhaseSummary]) -> list[dict[str, Any]]:
+    top = max((s.throughput_rps for s in summaries), default=0.0) or 1.0
+    return [
+        {
+            "label": s.label,
+            "concurrency": s.concurrency,
+            "requests": s.requests,
+            "errors": s.errors,
+            "rps": s.throughput_rps,
+            "rps_share": s.throughput_rps / top,
+            "tokens_per_s": s.output_tokens_per_s,
+            "ttft_p99": s.quantile("ttft", "0.99"),
+            "tpot_p99": s.quantile("tpot", "0.99"),
+            "e2e_p50": s.quantile("e2e", "0.5"),
+        }
+        for s in summaries
+    ]
+
+
+def _peak_rates(app: AppContext, ctx: Context) -> dict[str, dict[str, Any]]:
+    """Per model: the busiest bucket's request rate, the mean rate and the instances serving.
+
+    Peaks are what capacity is planned for, so buckets are as fine as the range allows at a
+    bounded cost: minutes up to a day, hours up to a month, days beyond.
+    """
+    span = ctx.window.end - ctx.window.start
+    wanted = (
+        Resolution.MINUTE
+        if span <= timedelta(days=1)
+        else Resolution.HOUR
+        if span <= timedelta(days=31)
+        else Resolution.DAY
+    )
+    finest = app.retention.finest_for(ctx.window, ctx.now)
+    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
+    step = max(wanted, finest, key=order.index)
+    per_series = timeseries.request_series(
+        app.engine, ctx.window, step, ctx.selector, ("model", "instance")
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for (model, instance), buckets in per_series.items():
+        entry = out.setdefault(model, {"buckets": {}, "instances": set()})
+        entry["instances"].add(instance)
+        for at, counts in buckets.items():
+            entry["buckets"][at] = entry["buckets"].get(at, 0) + counts.requests
+    seconds = float(step.seconds)
+    return {
+        model: {
+            "peak_rps": max(e["buckets"].values()) / seconds,
+            # Over the part of the range that holds the model's requests, not the empty rest.
+            "mean_rps": sum(e["buckets"].values())
+            / max(covered_s(ctx, step.seconds, list(e["buckets"])), 1.0),
+            "instances": sorted(e["instances"]),
+            "step": step.value,
+            "capacity_rps": None,
+            "load": None,
+        }
+        for model, e in sorted(out.items())
+    }
+
+
+def _catalogue_entry(model: str) -> dict[str, Any] | None:
+    """The capacity catalogue's entry for a served model id (the matching the plan uses)."""
+    try:
+        spec = load_catalog().model(model)
+    except NotFound:
+        return None
+    return {
+        "name": spec.name,
+        "params_b": spec.params / 1e9,
+        "kv_kib_per_token": spec.kv_bytes_per_token() / 1024,
+        "weights": spec.weight_dtype or spec.dtype,
+    }
+
+
+def capacity(app: AppContext, ctx: Context, run_id: str = "") -> dict[str, Any]:
+    runs = run_store.list_runs(app.engine, MAX_LISTED)
+    fleet = _peak_rates(app, ctx)
+    for model, entry in fleet.items():
+        entry["catalogue"] = _catalogue_entry(model)
+    if not runs:
+        return {
+            "available": False,
+            "reason": "No load-test runs are stored yet, so no capacity has been measured.",
+            "hint": "Measure one with infersight loadtest --scenario step (it is stored), "
+            "then plan with infersight capacity plan.",
+            "fleet": fleet,
+        }
+    if run_id and not run_id.isdigit():
+        raise InvalidInput("run must be a load-test run id")
+    listing = next((r for r in runs if str(r.id) == run_id), None) if run_id else runs[0]
+    if listing is None:
+        raise InvalidInput(f"no load-test run {run_id}")
+    run = run_store.get_run(app.engine, listing.id)
+    summaries = summarise(run)
+    knee = knee_of(summaries)
+    try:
+        best = measured_capacity(summaries)
+        capacity_rps: float | None = best.throughput_rps
+    except InvalidInput:
+        best, capacity_rps = None, None
+    for model, entry in fleet.items():
+        same = capacity_rps is not None and model == run.model
+        entry["capacity_rps"] = capacity_rps if same else None
+        total = (capacity_rps or 0.0) * len(entry["instances"])
+        entry["load"] = entry["peak_rps"] / total if same and total else None
+    return {
+        "available": True,
+        "runs": runs,
+        "run": listing,
+        "levels": _levels(summaries),
+        "knee": knee,
+        "best": best,
+        "fleet": fleet,
+    }

@@ -1,0 +1,136 @@
+"""The Cost page: ``storage.cost.cost`` under the cost model in use (the example list prices
+until an operator stores one), per model and per instance, with what the figures' exactness
+depends on (good tokens kept, idle time interpolated), and the purchasing advice
+(``api.dashboard.purchasing``: the reserved / on-demand split and the idle windows). A range
+with nothing metered says so.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Final
+
+from infersight.api.context import AppContext
+from infersight.api.dashboard import charts as svg
+from infersight.api.dashboard import purchasing
+from infersight.api.dashboard.context import Context
+from infersight.api.dashboard.formatting import money, short_model
+from infersight.core.cost import CostLine, CostResult
+from infersight.core.window import Window
+from infersight.service.cost_view import good_basis, good_text, unit_cost_text
+from infersight.storage import cost as cost_store
+
+NAME: Final = "cost"
+TITLE: Final = "Cost"
+DEFAULT_RANGE: Final = "24h"
+
+
+def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
+    return cost(app, ctx)
+
+
+def _line(line: CostLine, currency: str) -> dict[str, Any]:
+    def per_million(value: Any) -> str:
+        # Significant digits below 1 (0.0042 USD), never a unit cost rounded to 0.000.
+        return unit_cost_text(value.amount, currency) if value is not None else "–"
+
+    return {
+        "labels": dict(line.labels),
+        "requests": line.requests,
+        "tokens": line.tokens,
+        "gpu_hours": float(line.gpu_hours),
+        "idle_gpu_hours": float(line.idle_gpu_hours),
+        "energy_kwh": float(line.energy_kwh),
+        "cost": money(line.cost, currency),
+        "idle_cost": money(line.idle_cost, currency),
+        "per_million": per_million(line.cost_per_million_tokens),
+        "per_million_input": per_million(line.cost_per_million_input_tokens),
+        "per_million_output": per_million(line.cost_per_million_output_tokens),
+        "per_million_good": per_million(line.cost_per_million_good_tokens),
+        "good_basis": line.good_basis,
+        "tokens_per_joule": line.tokens_per_joule,
+        "utilisation": line.utilisation,
+    }
+
+
+def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
+    """What the page must say about how exact its figures are."""
+    good = good_text(result)
+    if not result.good_tokens_exact:
+        good += " · partial: raw requests of part of the range are gone and were not kept"
+    idle = ""
+    if cost_store.idle_method(floor, ctx.window) == "interpolated":
+        idle = (
+            f"Idle time under the {floor:.1%} utilisation floor is interpolated within its "
+            "5 % histogram bin over ranges longer than 6 h."
+        )
+    return {"good_note": good, "good_basis": good_basis(result), "idle_note": idle}
+
+
+def _unit_cost(result: CostResult, ctx: Context) -> tuple[Window, Decimal | None] | None:
+    """The range's cost per million tokens for the purchasing advice (unfiltered only)."""
+    if ctx.filters:
+        return None
+    money = result.total.cost_per_million_tokens
+    return ctx.window, None if money is None else money.amount
+
+
+def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
+    model = app.cost_model()
+    result = cost_store.cost(
+        app.engine,
+        ctx.window,
+        model,
+        ctx.selector,
+        ("model",),
+        finest=app.retention.finest_for(ctx.window, ctx.now),
+    )
+    if not result.instances:
+        return {
+            "available": False,
+            "reason": "No GPU samples or requests in this range, so there is nothing to price.",
+            "hint": "Sidecars report GPU time; widen the range or check the filters.",
+        }
+    currency = result.currency
+    total = result.total.cost
+    bars = []
+    if total > 0:
+        by_model = [
+            (short_model(g.labels.get("model", "")) or "unattributed", float(g.cost / total))
+            for g in result.groups
+        ]
+        by_instance = [(i.instance, float(i.total.amount / total)) for i in result.instances]
+        bars = [("by model", by_model), ("by instance", by_instance)]
+    return {
+        "available": True,
+        "currency": currency,
+        "model_name": result.model_name,
+        "example_prices": result.example_prices,
+        "total": _line(result.total, currency),
+        "groups": [
+            {**_line(g, currency), "model": short_model(g.labels.get("model", ""))}
+            for g in result.groups
+        ],
+        "instances": [
+            {
+                "instance": i.instance,
+                "gpus": i.gpus,
+                "gpu_names": ", ".join(i.gpu_names),
+                "gpu_hours": float(i.gpu_hours),
+                "idle_gpu_hours": float(i.idle_gpu_hours),
+                "energy_kwh": float(i.energy_kwh),
+                "total": money(i.total.amount, currency),
+                "idle_cost": money(i.idle_cost.amount, currency),
+                "idle_share": float(i.idle_cost.amount / i.total.amount)
+                if i.total.amount
+                else None,
+                "utilisation": i.utilisation,
+            }
+            for i in result.instances
+        ],
+        "split": svg.stacked_bars(bars, label="shares of the range's cost"),
+        **_notes(result, ctx, model.idle_utilisation_floor),
+        "unmetered": result.unmetered,
+        "unpriced": result.unpriced,
+        "purchasing": purchasing.section(app, ctx, _unit_cost(result, ctx)),
+    }

@@ -1,0 +1,113 @@
+"""One incident's page (``/ui/incidents/{id}``): its lifecycle at a glance.
+
+The headline diagnosis (the onset's, or one raised over it), the burn rates each evaluation
+saw (``storage.incident_history``) as a chart of the windows its severity's rules watch, the
+evidence at onset (the symptom kept from the page), what evidence was missing, and the
+diagnosis history with the lifecycle steps (recovering, burning again, resolved).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from infersight.api.context import AppContext
+from infersight.api.dashboard import charts as svg
+from infersight.api.dashboard.context import Context
+from infersight.api.dashboard.formatting import duration_text
+from infersight.api.params import MAX_ID
+from infersight.core.burn import Incident, Policy
+from infersight.core.errors import InvalidInput
+from infersight.core.window import format_duration
+from infersight.service.incidents import annotate, history_of
+from infersight.storage import incidents
+
+NAME: Final = "incidents"
+"""The page the navigation marks."""
+TEMPLATE: Final = "incident.html"
+DEFAULT_RANGE: Final = "24h"
+#: Margin of the chart before the opening and after the resolution (or now).
+_MARGIN: Final = timedelta(minutes=5)
+
+
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    return {**detail(app, ctx, incident_id_of(query)), "duration_text": duration_text}
+
+
+def incident_id_of(query: dict[str, str]) -> int:
+    text = query.get("incident_id", "")
+    if not text.isdigit() or len(text) > 18 or not 1 <= int(text) <= MAX_ID:
+        raise InvalidInput("an incident id is a positive whole number")
+    return int(text)
+
+
+def watched_windows(policy: Policy, incident: Incident) -> list[str]:
+    """The windows of the rules at the incident's severity, shortest first."""
+    windows = {
+        w
+        for r in policy.rules
+        if r.severity is incident.severity
+        for w in (r.short_window, r.long_window)
+    }
+    return [format_duration(w) for w in sorted(windows or set(policy.windows))]
+
+
+def thresholds(policy: Policy, incident: Incident) -> list[str]:
+    return [
+        f"{r.burn_rate:g}× over {format_duration(r.long_window)} and "
+        f"{format_duration(r.short_window)}"
+        for r in policy.rules
+        if r.severity is incident.severity
+    ]
+
+
+def burn_chart(
+    points: list[dict[str, Any]], windows: list[str], start: datetime, end: datetime
+) -> Any:
+    series = []
+    for window in windows:
+        values = [
+            (datetime.fromisoformat(p["at"].replace("Z", "+00:00")), p["burn_rates"].get(window))
+            for p in points
+        ]
+        series.append(svg.Series(f"{window} burn rate", values))
+    return svg.line_chart(
+        series, start, end, svg.unit("×"), label="burn rate per window over the incident"
+    )
+
+
+def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
+    incident = incidents.get_incident(app.engine, incident_id)
+    note = annotate(app.engine, [incident])[incident.id]
+    kept = history_of(app.engine, incident.id)
+    windows = watched_windows(app.policy, incident)
+    start = incident.opened_at - _MARGIN
+    end = (incident.resolved_at or ctx.now) + _MARGIN
+    chart = burn_chart(kept["burn_points"], windows, start, min(end, ctx.now))
+    history = kept["history"]
+    onset = next((h for h in history if h["verdict"] == "onset"), None)
+    headline = note["diagnosis"]
+    raised = [h for h in history if h["verdict"] == "raised"]
+    named = [h for h in history if h["diagnosis"] is not None and h["cause"] != "unknown"]
+    latest = named[-1] if named else None
+    return {
+        "incident": incident,
+        "note": note,
+        "headline": headline,
+        "onset": onset,
+        "raised": raised[-1] if raised else None,
+        "history": list(reversed(history)),
+        "missing": list((headline or {}).get("missing_evidence") or []),
+        "burn_chart": chart,
+        "thresholds": thresholds(app.policy, incident),
+        "diagnoses": sum(h["diagnosis"] is not None for h in history),
+        "elsewhere": latest if _elsewhere(headline, latest) else None,
+    }
+
+
+def _elsewhere(headline: dict[str, Any] | None, latest: dict[str, Any] | None) -> bool:
+    """The newest diagnosis that names a cause names another cause or instance than the
+    headline: kept out of the headline, but worth showing."""
+    if headline is None or latest is None:
+        return False
+    return (latest["cause"], latest["instance"]) != (headline["cause"], headline.get("instance"))

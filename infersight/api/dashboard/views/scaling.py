@@ -1,0 +1,168 @@
+"""The Scaling page: every model's newest replica recommendation (observed and desired
+instances, driver, reason, staleness), and per model over the range: desired against observed
+instances (``storage.scaling.history``), demand against the recorded forecast with the forecast
+band — the lowest to the highest request rate at the same time of week in the policy's
+``history_weeks`` previous weeks — and the reason of the latest change of the desired count.
+
+The reserved / on-demand split and the idle windows (#17's purchasing advice,
+``api.dashboard.purchasing``) fill the template's ``purchasing`` block (section
+``#purchasing``), as on the Cost page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from infersight.api.context import AppContext
+from infersight.api.dashboard import charts as svg
+from infersight.api.dashboard import purchasing, shared
+from infersight.api.dashboard.context import Context
+from infersight.core.query import Selector
+from infersight.core.scaling import Recommendation
+from infersight.core.window import Window
+from infersight.service.scaling import MAX_HISTORY_WEEKS, choose_policy, current, policies
+from infersight.storage import scaling as scaling_store
+
+NAME: Final = "scaling"
+TITLE: Final = "Scaling"
+DEFAULT_RANGE: Final = "24h"
+#: The most models charted on one page (the table lists every one).
+MAX_CHARTED: Final = 12
+WEEK: Final = timedelta(days=7)
+
+
+def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
+    return scaling(app, ctx)
+
+
+def _per_bucket(
+    history: Sequence[Recommendation], step_s: int, value: str
+) -> list[tuple[datetime, float | None]]:
+    """The newest value of ``value`` in each ``step_s`` bucket (a step line)."""
+    out: dict[datetime, float | None] = {}
+    for rec in history:
+        at = datetime.fromtimestamp(rec.at // step_s * step_s, UTC)
+        got = getattr(rec, value)
+        out[at] = None if got is None else float(got)
+    return sorted(out.items())
+
+
+def _demand(
+    app: AppContext, ctx: Context, model: str, window: Window, shift: timedelta
+) -> dict[datetime, float]:
+    """Requests per second of ``model`` per chart bucket of ``window``, moved by ``shift``."""
+    shifted = dataclasses.replace(ctx, window=window)
+    step = shared.chart_step(app, shifted)
+    series = shared.request_series(app, window, step, Selector(model=model))
+    buckets = series.get((), {})
+    out: dict[datetime, float] = {}
+    for at, counts in buckets.items():
+        out[at + shift] = counts.requests / shared.bucket_span_s(at, step, window)
+    return out
+
+
+def _band(app: AppContext, ctx: Context, model: str, weeks: int) -> tuple[svg.Band | None, int]:
+    """The lowest and highest rate per bucket over the previous ``weeks`` weeks that saw the
+    model (a bucket without requests in such a week counts 0), and how many weeks did."""
+    per_week: list[dict[datetime, float]] = []
+    for k in range(1, weeks + 1):
+        back = k * WEEK
+        window = Window(ctx.window.start - back, ctx.window.end - back)
+        rates = _demand(app, ctx, model, window, back)
+        if rates:
+            per_week.append(rates)
+    if not per_week:
+        return None, 0
+    times = sorted({at for week in per_week for at in week})
+    points = [
+        (
+            at,
+            min(week.get(at, 0.0) for week in per_week),
+            max(week.get(at, 0.0) for week in per_week),
+        )
+        for at in times
+    ]
+    name = f"same time of week, previous {len(per_week)} week{'s' if len(per_week) > 1 else ''}"
+    return svg.Band(name, points), len(per_week)
+
+
+def _latest_change(history: Sequence[Recommendation]) -> Recommendation | None:
+    """The newest recommendation whose desired count differs from the one before it."""
+    for newer, older in zip(reversed(history), list(reversed(history))[1:], strict=False):
+        if newer.desired != older.desired:
+            return newer
+    return None
+
+
+def _model_charts(app: AppContext, ctx: Context, model: str, weeks: int) -> dict[str, Any]:
+    history = scaling_store.history(app.engine, model, ctx.window.start, ctx.window.end)
+    step_s = svg.bucket_seconds(ctx.window.seconds)
+    instances = svg.line_chart(
+        [
+            svg.Series("desired", _per_bucket(history, step_s, "desired")),
+            svg.Series("observed", _per_bucket(history, step_s, "observed")),
+        ],
+        ctx.window.start,
+        ctx.window.end,
+        svg.unit("inst."),
+        label=f"desired and observed instances of {model}",
+        empty="no recommendation in this range",
+    )
+    band, band_weeks = _band(app, ctx, model, weeks)
+    demand = sorted(_demand(app, ctx, model, ctx.window, timedelta(0)).items())
+    forecast = svg.line_chart(
+        [
+            svg.Series("demand", [(at, v) for at, v in demand]),
+            svg.Series("forecast (recorded)", _per_bucket(history, step_s, "forecast_rps")),
+        ],
+        ctx.window.start,
+        ctx.window.end,
+        svg.unit("req/s"),
+        label=f"demand and forecast of {model}",
+        empty="no requests or forecast in this range",
+        band=band,
+    )
+    change = _latest_change(history)
+    return {
+        "model": model,
+        "instances_chart": instances,
+        "forecast_chart": forecast,
+        "band_weeks": band_weeks,
+        "change": change,
+        "change_at": None if change is None else datetime.fromtimestamp(change.at, UTC),
+        "recommendations": len(history),
+    }
+
+
+def scaling(app: AppContext, ctx: Context) -> dict[str, Any]:
+    stored = policies(app.engine)
+    found = [
+        c
+        for c in current(app.engine, ctx.now)
+        if ctx.selector.model is None or c.recommendation.model == ctx.selector.model
+    ]
+    rows = [
+        {
+            **c.to_dict(),
+            "at_time": datetime.fromtimestamp(c.recommendation.at, UTC),
+        }
+        for c in found
+    ]
+    models = [
+        _model_charts(
+            app,
+            ctx,
+            c.recommendation.model,
+            min(choose_policy(stored, c.recommendation.model).history_weeks, MAX_HISTORY_WEEKS),
+        )
+        for c in found[:MAX_CHARTED]
+    ]
+    return {
+        "rows": rows,
+        "models": models,
+        "more_models": max(len(found) - MAX_CHARTED, 0),
+        "purchasing": purchasing.section(app, ctx),
+    }

@@ -1,0 +1,134 @@
+"""The OpenAPI document, made true to what the API does.
+
+FastAPI's generated document says every operation may answer 422 ``HTTPValidationError``;
+this API answers 400 with its one error shape (``api.errors``). ``install`` replaces the
+generator with one that, for every operation:
+
+* documents 400 ``ErrorBody`` (invalid input, or a ``Host`` the API does not answer to) in
+  place of 422, 413 for a request body, 404 for a path that names a resource, 403 for a
+  change (refused from another site, ``api.origin``, or for a token without the admin scope)
+  and, with tokens configured, 401 and the bearer security requirement;
+* declares the ``bearer`` security scheme (``Authorization: Bearer TOKEN``, scopes read and
+  admin) and the ``session`` cookie scheme of the dashboard's pages (``/ui/``, not part of
+  this document: the JSON API does not accept the cookie);
+* lists optional query parameters as their type alone (``anyOf [T, null]`` would invite a
+  literal ``null`` in a query string, where absence is the only null).
+
+Routes state their own specifics (content types, 409, constraints) with ``responses=`` and
+typed parameters; the snapshot test ``tests/api/test_openapi.py`` pins paths and parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from infersight.api.auth import Scope
+from infersight.api.dashboard.session import COOKIE
+from infersight.api.errors import STATUS_MEANING, ErrorBody
+from infersight.api.origin import HOST_EXEMPT
+
+_UNSAFE = {"post", "put", "patch", "delete"}
+_ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
+
+
+def _scope_of(operation: dict[str, Any]) -> Scope | None:
+    """The scope ``api.deps.requires`` put in the operation's bearer requirement."""
+    scopes = {s for r in operation.get("security", []) for s in r.get("bearer", [])}
+    return Scope.ADMIN if Scope.ADMIN.value in scopes else (Scope.READ if scopes else None)
+
+
+def _error(status: int) -> dict[str, Any]:
+    return {
+        "description": STATUS_MEANING[status],
+        "content": {"application/json": {"schema": _ERROR_REF}},
+    }
+
+
+def _strip_null(schema: dict[str, Any]) -> dict[str, Any]:
+    options = schema.get("anyOf")
+    if not isinstance(options, list):
+        return schema
+    kept = [o for o in options if o != {"type": "null"}]
+    if len(kept) == len(options):
+        return schema
+    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+    return {**rest, **kept[0]} if len(kept) == 1 else {**rest, "anyOf": kept}
+
+
+def _fix_operation(operation: dict[str, Any], method: str, auth: bool, host_checked: bool) -> None:
+    scope = _scope_of(operation)
+    responses: dict[str, Any] = operation.setdefault("responses", {})
+    responses.pop("422", None)
+    parameters = operation.get("parameters", [])
+    wanted = set()
+    if host_checked or parameters or "requestBody" in operation:
+        wanted.add(400)
+    if "requestBody" in operation:
+        wanted.add(413)
+    if any(p.get("in") == "path" for p in parameters):
+        wanted.add(404)
+    if method in _UNSAFE:
+        wanted.add(403)
+    if not auth:
+        operation.pop("security", None)  # no tokens configured: nothing is required
+    elif scope is not None:
+        wanted.add(401)
+        if scope is Scope.ADMIN:
+            wanted.add(403)
+        operation["security"] = [{"bearer": [scope.value]}]
+    for status in sorted(wanted):
+        responses.setdefault(str(status), _error(status))
+    for parameter in parameters:
+        if parameter.get("in") == "query" and not parameter.get("required"):
+            parameter["schema"] = _strip_null(parameter.get("schema", {}))
+
+
+def _components(doc: dict[str, Any]) -> None:
+    components = doc.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    error_schema = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(error_schema.pop("$defs", {}))
+    schemas["ErrorBody"] = error_schema
+    schemes = components.setdefault("securitySchemes", {})
+    schemes.update(
+        {
+            "session": {
+                "type": "apiKey",
+                "in": "cookie",
+                "name": COOKIE,
+                "description": "The dashboard's session, set by signing in at /ui/login; "
+                "it admits the dashboard's pages only, not this JSON API.",
+            },
+        }
+    )
+
+
+def document(app: FastAPI, auth: bool) -> dict[str, Any]:
+    doc = get_openapi(
+        title=app.title,
+        version=app.version,
+        summary=app.summary,
+        description=app.description,
+        routes=app.routes,
+    )
+    for path, item in doc.get("paths", {}).items():
+        for method, operation in item.items():
+            _fix_operation(operation, method, auth, path not in HOST_EXEMPT)
+    _components(doc)
+    return doc
+
+
+def install(app: FastAPI, auth: bool) -> None:
+    """Serve ``document(app, auth)`` at ``/openapi.json`` (built once, on first request)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document(app, auth)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,105 @@
+"""``GET /api/v1/capacity``: instances, GPU memory budget and physical floors for a workload.
+
+The per-instance capacity is given (``capacity_rps``), measured by a stored load-test run
+(``run``) or by production traffic (``production=7d``), rescaled to the planned output length
+(``service.capacity``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from infersight.api.auth import Scope
+from infersight.api.deps import App, requires
+from infersight.api.errors import responses
+from infersight.api.params import Id, KnownQueryRoute
+from infersight.core.capacity import DEFAULT_HEADROOM, PlanInput, plan, plan_to_dict
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Selector
+from infersight.service.capacity import load_catalog, resolve_capacity
+
+router = APIRouter(
+    prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
+)
+
+
+def _optional_positive(name: str, value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise InvalidInput(f"{name} must be positive", details={name: value})
+
+
+@router.get(
+    "/capacity",
+    summary="Instances, GPU memory budget and latency floors",
+    description="Give exactly one of capacity_rps, run and production. An unknown model, GPU "
+    "or run is answered 404; a workload that cannot be planned (no level of the run meets the "
+    "targets, the model does not fit the GPU, no production traffic in the window) 400.",
+    responses=responses(404),
+)
+def capacity(
+    app: App,
+    model: Annotated[
+        str,
+        Query(
+            max_length=128,
+            description="a catalogue name (llama-3.1-8b) or a served id: "
+            "meta-llama/Llama-3.1-8B-Instruct, with or without the organisation, any case; "
+            "a quantisation suffix (-AWQ, -FP8, -GPTQ-Int4) sets the weight dtype. An unknown "
+            "id is answered 404 with close_matches",
+        ),
+    ],
+    gpu: Annotated[str, Query(max_length=64, description="a100, h100, h200, l4 or l40s")],
+    peak_qps: Annotated[float, Query(ge=0, le=1e7)],
+    input_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 512,
+    output_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 256,
+    tensor_parallel: Annotated[int, Query(ge=1, le=64)] = 1,
+    capacity_rps: Annotated[
+        float | None, Query(gt=0, le=1e9, description="measured per instance")
+    ] = None,
+    run: Annotated[Id | None, Query(description="a stored step run measuring it")] = None,
+    production: Annotated[
+        str | None, Query(max_length=16, description="measure it over the last 7d, 24h, …")
+    ] = None,
+    production_model: Annotated[str | None, Query(max_length=256)] = None,
+    instance: Annotated[str | None, Query(max_length=256)] = None,
+    concurrency: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    ttft_target: Annotated[float | None, Query(gt=0, le=86400, description="seconds")] = None,
+    tpot_target: Annotated[float | None, Query(gt=0, le=86400, description="seconds")] = None,
+    headroom: Annotated[float, Query(ge=0, le=4)] = DEFAULT_HEADROOM,
+    kv_dtype: Annotated[str | None, Query(max_length=16)] = None,
+) -> dict[str, Any]:
+    for name, value in (("ttft_target", ttft_target), ("tpot_target", tpot_target)):
+        _optional_positive(name, value)
+    rps, measured, source = resolve_capacity(
+        app.engine,
+        app.clock(),
+        capacity_rps=capacity_rps,
+        run=run,
+        production=production,
+        selector=Selector(model=production_model, instance=instance),
+        output_tokens=output_tokens,
+        ttft_target_s=ttft_target,
+        tpot_target_s=tpot_target,
+    )
+    result = plan(
+        load_catalog(),
+        PlanInput(
+            model=model,
+            gpu=gpu,
+            peak_qps=peak_qps,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            capacity_rps=rps,
+            tensor_parallel=tensor_parallel,
+            concurrency=concurrency or measured,
+            concurrency_source="given" if concurrency else "the measured level",
+            ttft_target_s=ttft_target,
+            tpot_target_s=tpot_target,
+            headroom=headroom,
+            kv_dtype=kv_dtype,
+            capacity_source=source,
+        ),
+    )
+    return plan_to_dict(result)

@@ -1,0 +1,205 @@
+"""``/api/v1/cost`` (unit economics of any window) and the cost model in use.
+
+``GET /api/v1/cost?start=&end=&model=&instance=&tenant=&priority=&group_by=model`` answers,
+per group and in total: requests, tokens (input, output, good), GPU-hours, idle GPU-hours,
+energy, cost (total, input, output, idle), cost per million tokens (total, input, output,
+good), tokens per joule and average GPU utilisation; plus each instance's cost. Good tokens
+say what they were measured against: ``good_basis`` per line, and ``good_tokens`` (basis,
+method, the limits used with their SLOs and models, a sentence) for the answer. Money and
+hours are decimal strings (never rounded through binary floats) with the currency beside
+them. ``GET /api/v1/cost/model`` shows the cost model in use; ``PUT`` replaces it (admin).
+
+Stored cost reports: ``GET /api/v1/reports`` lists them (newest first), ``GET
+/api/v1/reports/{id}`` answers a report's JSON, ``…/html`` and ``…/csv`` its other renderings;
+``POST /api/v1/reports/weekly?week=2026-W48`` (admin) generates one now (``&partial=true``: the
+current week, to date).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
+
+from infersight.api.auth import Scope
+from infersight.api.context import AppContext
+from infersight.api.deps import App, requires
+from infersight.api.errors import described
+from infersight.api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
+from infersight.api.reads import read_answer
+from infersight.core.errors import InvalidInput
+from infersight.core.timestamps import iso
+from infersight.service.cost_spec import parse_models, to_document
+from infersight.service.cost_view import cost_dict
+from infersight.service.reports import previous_week
+from infersight.storage import cost as cost_store
+from infersight.storage import reports as report_store
+from infersight.storage.reports import ReportInfo
+
+Params = Annotated[Common, Depends(common)]
+#: ``week``: an ISO week, ``2026-W48``.
+WEEK_PATTERN = described(
+    r"^[1-9][0-9]{3}-W(?:0[1-9]|[1-4][0-9]|5[0-3])$", "an ISO week, written like 2026-W48"
+)
+router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute)
+_READ = [Depends(requires(Scope.READ))]
+_ADMIN = [Depends(requires(Scope.ADMIN))]
+
+
+@router.get(
+    "/cost",
+    summary="Cost, cost per million tokens, energy and idle cost per group",
+    description=WINDOW_RULES
+    + " Money fields (cost, idle_cost, input_cost, output_cost and cost_per_million_tokens"
+    " total/input/output/good) are decimal strings with six places in `currency`, the cost"
+    " model's ISO 4217 code (e.g. USD); a unit cost is never rounded further.",
+    dependencies=_READ,
+)
+def get_cost(app: App, params: Params, request: Request, response: Response) -> dict[str, Any]:
+    return read_answer(app, request, response, lambda r: _cost(r, params))
+
+
+def _cost(app: AppContext, params: Common) -> dict[str, Any]:
+    result = cost_store.cost(
+        app.engine,
+        params.window,
+        app.cost_model(),
+        params.selector,
+        params.group_by,
+        finest=app.retention.finest_for(params.window, params.now),
+    )
+    return cost_dict(result)
+
+
+@router.get("/cost/model", summary="The cost model in use", dependencies=_READ)
+def get_model(app: App) -> dict[str, Any]:
+    return to_document(app.cost_model())
+
+
+@router.put(
+    "/cost/model",
+    summary="Replace the cost model in use (admin)",
+    description="The body is one CostModel document (YAML or JSON) named as the cost_model "
+    "setting; anything else is answered 400.",
+    dependencies=_ADMIN,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                media: {"schema": {"type": "object", "description": "a CostModel document"}}
+                for media in ("application/yaml", "application/json")
+            },
+        }
+    },
+)
+async def put_model(request: Request, app: App) -> dict[str, Any]:
+    models = parse_models(await request.body())
+    if len(models) != 1:
+        raise InvalidInput("send exactly one CostModel document")
+    name = app.settings.cost_model
+    model = models[0]
+    if model.name != name:
+        raise InvalidInput(
+            f"the cost model in use is named {name!r} (the cost_model setting)",
+            details={"name": model.name},
+        )
+    now: datetime = app.clock()
+    await run_in_threadpool(cost_store.put_model, app.engine, model, now)  # off the event loop
+    return to_document(model)
+
+
+# -- stored reports -------------------------------------------------------------------------
+
+
+def _info(info: ReportInfo) -> dict[str, Any]:
+    base = f"/api/v1/reports/{info.id}"
+    return {
+        "id": info.id,
+        "kind": info.kind,
+        "period": info.period,
+        "start": iso(info.start),
+        "end": iso(info.end),
+        "currency": info.currency,
+        "created_at": iso(info.created_at),
+        "summary": info.summary,
+        "links": {"json": base, "html": f"{base}/html", "csv": f"{base}/csv"},
+    }
+
+
+@router.get("/reports", summary="Stored cost reports, newest first", dependencies=_READ)
+def list_reports(
+    app: App,
+    kind: Annotated[str | None, Query(max_length=16)] = None,
+    limit: Annotated[int, Query(ge=1, le=report_store.MAX_LIST)] = 52,
+) -> dict[str, Any]:
+    infos = report_store.list_reports(app.engine, kind, limit)
+    return {"reports": [_info(i) for i in infos]}
+
+
+@router.post(
+    "/reports/weekly",
+    summary="Generate a weekly report now (admin)",
+    description="A week that has not ended yet (in the report time zone) is answered 400 "
+    "unless `partial=true`: then the report covers the week to date (until now) and says so "
+    "(`partial` in the answer and the report), as `infersight report weekly --partial` does; "
+    "the whole week's report replaces it once generated. A week that has not started, or week "
+    "53 of a year that has 52, is answered 400.",
+    dependencies=_ADMIN,
+)
+def generate_weekly(
+    app: App,
+    week: Annotated[
+        str | None, Query(pattern=WEEK_PATTERN, description="ISO week, e.g. 2026-W48")
+    ] = None,
+    partial: Annotated[
+        bool, Query(description="Allow the current week: report it to date (until now).")
+    ] = False,
+) -> dict[str, Any]:
+    reports = app.reports
+    now: datetime = app.clock()
+    generated = reports.generate(week or previous_week(now, reports.tz), now, partial=partial)
+    stored = report_store.get_report(app.engine, generated.id)
+    return {**_info(stored.info), "partial": bool(generated.body["partial"])}
+
+
+@router.get(
+    "/reports/{report_id:int}",
+    summary="A stored report's JSON",
+    dependencies=_READ,
+    responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
+)
+def get_report(app: App, report_id: Id) -> Response:
+    stored = report_store.get_report(app.engine, report_id)
+    return Response(stored.body, media_type="application/json")
+
+
+@router.get(
+    "/reports/{report_id:int}/html",
+    summary="A stored report as HTML",
+    dependencies=_READ,
+    response_class=HTMLResponse,
+    responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
+)
+def get_report_html(app: App, report_id: Id) -> Response:
+    stored = report_store.get_report(app.engine, report_id)
+    return HTMLResponse(stored.html)
+
+
+@router.get(
+    "/reports/{report_id:int}/csv",
+    summary="A stored report as CSV",
+    dependencies=_READ,
+    response_class=Response,
+    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
+)
+def get_report_csv(app: App, report_id: Id) -> Response:
+    stored = report_store.get_report(app.engine, report_id)
+    name = f"infersight-{stored.info.kind}-{stored.info.period}.csv"
+    return Response(
+        stored.csv,
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )

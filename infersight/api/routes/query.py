@@ -1,0 +1,272 @@
+"""``/api/v1/latency``, ``/api/v1/latency/gap``, ``/api/v1/throughput`` and
+``/api/v1/breakdown``: the query routes.
+
+Each route parses the common parameters, calls one ``storage.queries`` function and turns the
+``core`` answer into JSON. Rollup resolution follows the retention policy, so a window older
+than the minute rollups is served from hour rollups.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from infersight.api.auth import Scope
+from infersight.api.context import AppContext
+from infersight.api.deps import App, requires
+from infersight.api.errors import described
+from infersight.api.params import (
+    MAX_LABEL,
+    RANGE_PATTERN,
+    TIME_PATTERN,
+    WINDOW_RULES,
+    Common,
+    KnownQueryRoute,
+    common,
+    window_of,
+)
+from infersight.api.reads import read_answer
+from infersight.core.gap import ClientStage, Distribution, client_stages, gap_report
+from infersight.core.quantiles import parse_quantiles, quantile_key
+from infersight.core.query import LATENCY_METRICS, Method
+from infersight.core.timestamps import TIME_HELP, iso
+from infersight.core.window import Resolution
+from infersight.storage import client_reads, queries
+
+Params = Annotated[Common, Depends(common)]
+_QUANTILES = "0.5,0.9,0.95,0.99"
+_Q = r"(?:0(?:\.[0-9]{1,9})?|1(?:\.0{1,9})?|\.[0-9]{1,9})"
+#: ``quantiles``: 1 to 32 comma-separated numbers in [0, 1].
+QUANTILES_PATTERN = described(
+    rf"^\s*{_Q}\s*(?:,\s*{_Q}\s*){{0,31}}$", "1 to 32 comma-separated quantiles in [0, 1]"
+)
+router = APIRouter(
+    prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
+)
+
+
+def _finest(app: AppContext, params: Common) -> Resolution:
+    return app.retention.finest_for(params.window, params.now)
+
+
+@router.get("/latency", summary="Latency quantiles per group", description=WINDOW_RULES)
+def latency(
+    app: App,
+    params: Params,
+    request: Request,
+    response: Response,
+    metric: Annotated[
+        str,
+        Query(
+            description="ttft, tpot, e2e, queue, prefill, decode, …",
+            json_schema_extra={"enum": sorted(LATENCY_METRICS)},
+        ),
+    ] = "ttft",
+    quantiles: Annotated[
+        str, Query(pattern=QUANTILES_PATTERN, description="comma-separated, in [0, 1]")
+    ] = _QUANTILES,
+    method: Annotated[Method, Query(description="auto, exact or sketch")] = Method.AUTO,
+) -> dict[str, Any]:
+    return read_answer(
+        app, request, response, lambda r: _latency(r, params, metric, quantiles, method)
+    )
+
+
+def _latency(
+    app: AppContext, params: Common, metric: str, quantiles: str, method: Method
+) -> dict[str, Any]:
+    result = queries.latency(
+        app.engine,
+        metric,
+        params.window,
+        params.selector,
+        params.group_by,
+        parse_quantiles(quantiles),
+        method,
+        finest=_finest(app, params),
+        exact_max_rows=app.exact_max_rows,
+    )
+    return {
+        "metric": result.metric,
+        "unit": "s",
+        "start": iso(params.window.start),
+        "end": iso(params.window.end),
+        "method": result.method.value,
+        "relative_error": result.relative_error,
+        "groups": [
+            {
+                "labels": dict(g.labels),
+                "count": g.count,
+                "quantiles": {quantile_key(q): v for q, v in g.quantiles.items()},
+            }
+            for g in result.groups
+        ],
+    }
+
+
+@router.get(
+    "/throughput",
+    summary="Requests, errors and tokens per second per group",
+    description=WINDOW_RULES,
+)
+def throughput(app: App, params: Params, request: Request, response: Response) -> dict[str, Any]:
+    return read_answer(app, request, response, lambda r: _throughput(r, params))
+
+
+def _throughput(app: AppContext, params: Common) -> dict[str, Any]:
+    rows = queries.throughput(
+        app.engine,
+        params.window,
+        params.selector,
+        params.group_by,
+        finest=_finest(app, params),
+    )
+    return {
+        "start": iso(params.window.start),
+        "end": iso(params.window.end),
+        "seconds": params.window.seconds,
+        "groups": [
+            {
+                "labels": dict(t.labels),
+                "requests": t.requests,
+                "errors": t.errors,
+                "input_tokens": t.input_tokens,
+                "output_tokens": t.output_tokens,
+                "requests_per_s": t.requests_per_s,
+                "errors_per_s": t.errors_per_s,
+                "input_tokens_per_s": t.input_tokens_per_s,
+                "output_tokens_per_s": t.output_tokens_per_s,
+                "error_ratio": t.error_ratio,
+            }
+            for t in rows
+        ],
+    }
+
+
+@router.get(
+    "/breakdown", summary="Share of end-to-end time per stage per group", description=WINDOW_RULES
+)
+def breakdown(app: App, params: Params) -> dict[str, Any]:
+    """Each stage's share of the requests' time (end to end, plus a gateway's own time in
+    front); the shares add up to at most 1. Stages the engines reported as overlapping (adding
+    up to more than the end-to-end time) are scaled down together: ``scaled_by`` < 1. The
+    ``client`` stage is the time the group's requests' clients waited beyond the server's end
+    to end (network, gateway, client queueing), from the client calls joined to them."""
+    rows = queries.breakdown(
+        app.engine,
+        params.window,
+        params.selector,
+        params.group_by,
+        finest=_finest(app, params),
+    )
+    calls = client_reads.read_pairs(app.engine, params.window, app.aliases)
+    clients = client_stages(calls.pairs, params.group_by, params.selector.items())
+    return {
+        "start": iso(params.window.start),
+        "end": iso(params.window.end),
+        "groups": [
+            {
+                "labels": dict(b.labels),
+                "requests": b.requests,
+                "e2e_seconds_total": b.e2e_seconds_total,
+                "stages": [
+                    {
+                        "stage": s.stage,
+                        "seconds_total": s.seconds_total,
+                        "share": s.share,
+                        "coverage": s.coverage,
+                    }
+                    for s in b.stages
+                ],
+                "unaccounted_share": b.unaccounted_share,
+                "scaled_by": b.scaled_by,
+                "client": _client_stage(clients.get(tuple(b.labels[n] for n in params.group_by))),
+            }
+            for b in rows
+        ],
+    }
+
+
+def _client_stage(stage: ClientStage | None) -> dict[str, Any] | None:
+    """The client ↔ engine stage: beyond the server's end to end time, so a share of the
+    joined calls' client E2E, not of the server's (``null``: no call joined in the group)."""
+    if stage is None:
+        return None
+    return {
+        "calls": stage.calls,
+        "gap_seconds_total": stage.gap_seconds_total,
+        "client_seconds_total": stage.client_seconds_total,
+        "share_of_client_e2e": stage.share,
+    }
+
+
+def _distribution(d: Distribution) -> dict[str, Any]:
+    return {
+        "count": d.count,
+        "mean": d.mean,
+        "quantiles": {quantile_key(q): v for q, v in d.quantiles.items()},
+    }
+
+
+@router.get(
+    "/latency/gap",
+    summary="The client ↔ engine gap: client TTFT and E2E minus the server's, per model/tenant",
+    description=(
+        "Client calls (from the CLIENT spans of GenAI client instrumentations) joined by trace "
+        "id to the server's records; gap = client − server, for TTFT and end to end time, in "
+        "seconds. Model names are compared through the alias table (INFERSIGHT_MODEL_ALIASES; "
+        "by default an org/ prefix is stripped and case ignored). Calls whose client did not "
+        "propagate its trace context are counted as unjoined. " + WINDOW_RULES
+    ),
+)
+def latency_gap(
+    app: App,
+    start: str | None = Query(
+        None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
+    ),
+    end: str | None = Query(None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)"),
+    range_: str | None = Query(
+        None,
+        alias="range",
+        pattern=RANGE_PATTERN,
+        description="the window that ends now: 15m, 6h, 7d",
+    ),
+    model: str | None = Query(None, max_length=MAX_LABEL, description="compared canonically"),
+    tenant: str | None = Query(None, max_length=MAX_LABEL),
+    quantiles: Annotated[
+        str, Query(pattern=QUANTILES_PATTERN, description="comma-separated, in [0, 1]")
+    ] = _QUANTILES,
+) -> dict[str, Any]:
+    window = window_of(app, app.clock(), start, end, range_)
+    qs = parse_quantiles(quantiles)
+    read = client_reads.read_pairs(app.engine, window, app.aliases, model=model, tenant=tenant)
+    groups = gap_report(read.pairs, app.aliases, qs)
+    return {
+        "unit": "s",
+        "start": iso(window.start),
+        "end": iso(window.end),
+        "truncated": read.truncated,
+        "calls": sum(g.calls for g in groups),
+        "joined": sum(g.joined for g in groups),
+        "unjoined": sum(g.unjoined for g in groups),
+        "groups": [
+            {
+                "labels": {"model": g.model, "tenant": g.tenant},
+                "calls": g.calls,
+                "joined": g.joined,
+                "unjoined": g.unjoined,
+                "ttft_gap": _distribution(g.ttft_gap),
+                "e2e_gap": _distribution(g.e2e_gap),
+                "client": {
+                    "ttft": _distribution(g.client_ttft),
+                    "e2e": _distribution(g.client_e2e),
+                },
+                "server": {
+                    "ttft": _distribution(g.server_ttft),
+                    "e2e": _distribution(g.server_e2e),
+                },
+            }
+            for g in groups
+        ],
+    }

@@ -1,0 +1,101 @@
+"""``/api/v1/slos[/{name}]``: SLOs with their live status.
+
+SLO definitions are changed with PUT and DELETE (admin scope).
+
+A definition is sent as an infersight/v1 or OpenSLO v1 document in YAML or JSON; it is
+answered in infersight/v1 form plus ``status`` (SLI, objective, budget remaining, burn rate
+per window) and ``alert`` (the open incident of the SLO's scope, if any).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from infersight.api.auth import Scope
+from infersight.api.context import AppContext
+from infersight.api.deps import App, requires
+from infersight.api.params import KnownQueryRoute
+from infersight.core.errors import InvalidInput
+from infersight.core.slo import NAME_PATTERN, SloSpec
+from infersight.service.incidents import incident_dict
+from infersight.service.slos import with_status
+from infersight.service.specs import load_document, parse_spec, to_document
+from infersight.storage import slo_store
+
+router = APIRouter(prefix="/api/v1/slos", route_class=KnownQueryRoute)
+_READ = [Depends(requires(Scope.READ))]
+_ADMIN = [Depends(requires(Scope.ADMIN))]
+
+
+def _views(app: AppContext, specs: list[SloSpec]) -> list[dict[str, Any]]:
+    """Definitions with their status and open incident."""
+    found = with_status(app.engine, specs, app.policy, app.clock(), app.retention.finest_for)
+    return [
+        {
+            **to_document(v.spec),
+            "status": v.status.to_dict(),
+            "alert": incident_dict(v.firing) if v.firing is not None else None,
+        }
+        for v in found
+    ]
+
+
+@router.get("", dependencies=_READ, summary="Every SLO with its status")
+def list_slos(app: App) -> dict[str, Any]:
+    return {"slos": _views(app, slo_store.list_slos(app.engine))}
+
+
+@router.get("/{name}", dependencies=_READ, summary="One SLO with its status")
+def get_slo(app: App, name: str) -> dict[str, Any]:
+    return _views(app, [slo_store.get_slo(app.engine, name)])[0]
+
+
+@router.put(
+    "/{name}",
+    dependencies=_ADMIN,
+    summary="Create or replace an SLO (infersight/v1 or OpenSLO v1, YAML or JSON body)",
+    description="The body is an SLO document; one that does not describe a valid SLO, or "
+    "whose metadata.name differs from the path, is answered 400.",
+    status_code=200,
+    responses={201: {"description": "Created"}, 200: {"description": "Replaced"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                media: {"schema": {"type": "object", "description": "an SLO document"}}
+                for media in ("application/yaml", "application/json")
+            },
+        }
+    },
+)
+async def put_slo(
+    request: Request,
+    app: App,
+    name: Annotated[str, Path(pattern=f"^{NAME_PATTERN.pattern}$")],
+    response: Response,
+) -> dict[str, Any]:
+    data = load_document(await request.body())
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict) and "name" not in metadata:
+        metadata["name"] = name
+    spec = parse_spec(data)
+    if spec.name != name:
+        raise InvalidInput(
+            "metadata.name differs from the name in the path",
+            details={"path": name, "metadata.name": spec.name},
+        )
+    # An async route runs on the event loop: the store's work goes to the threadpool, so a
+    # slow write never holds up the worker's other requests.
+    created = await run_in_threadpool(slo_store.put_slo, app.engine, spec, app.clock())
+    response.status_code = 201 if created else 200
+    return to_document(spec)
+
+
+@router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete an SLO")
+def delete_slo(app: App, name: str) -> Response:
+    slo_store.delete_slo(app.engine, name)
+    app.evaluator.retire(name, app.clock())
+    return Response(status_code=204)

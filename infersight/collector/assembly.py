@@ -1,0 +1,361 @@
+"""Stage reassembly, the whole concept: how long the pieces of a trace wait for each other
+(``Reassembly``: the window and the orphan TTL), which stage fragments belong to which request
+and why the others belong to none (``assemble``), and how a request's own fragments fill its
+stage timings (``merge_stages``). This module is pure: no IO.
+
+A request's stages are the stage spans *below its own span* (its descendants through
+``parent_span_id``) *in its own service* (resource ``service.name``). An application that
+propagates its trace context (every OpenTelemetry-instrumented client does) puts its own
+spans in the same trace: its prompt tokenisation, its work queue, its call through a gateway.
+Their names look like stages, but they are the client's time, never the server's.
+
+The one stage that comes from above the request is its gateway: the span directly in front
+of it (its parent), of kind SERVER, named as a gateway; its duration minus the request's end
+to end time is the gateway's own share (``merge_stages``).
+
+Each fragment gets a verdict from the request spans and pieces known at the time:
+
+* **merged** into the nearest request span above it, every span between them being in the
+  request's service;
+* refused **other_service**: a span on its way up is in another service than its own (a
+  sibling service's span, or a downstream service the server called);
+* refused **ancestor**: it lies above a request span (a client span enclosing the call);
+* refused **not_descendant**: its parents, all known, lead to the trace's root (or round in a
+  loop) without meeting a request span (a client's or a sibling's span);
+* **waiting**: a parent on its way up is not known yet (a request span or a link still to
+  come): it stays in the spool until a later request of its trace settles it, or it expires.
+
+Where the pieces wait: the ingestor spools each request record with its place in the trace,
+due at ``Reassembly.due_at`` (arrival + the window), and each stage fragment and link (a span
+that is neither a request nor a stage) at once; the shipper, when records are due, reads
+their traces' pieces, calls ``assemble``, deletes the records and the settled fragments, and
+drops what was spooled before ``Reassembly.expired_before`` (the orphan TTL).
+
+A span of the request's own service that hangs beside the request span rather than below it
+(an HTTP-server span of the same process, say) is refused too: only descendants count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final, NamedTuple
+
+from infersight.collector.mapping.base import STAGE_FIELDS, Link, Place, StageFragment
+from infersight.collector.mapping.spans import KIND_SERVER
+from infersight.core.errors import InvalidInput, InvalidRecord
+from infersight.core.records import RequestRecord
+
+Piece = StageFragment | Link
+
+
+@dataclass(frozen=True, slots=True)
+class Reassembly:
+    """How long the pieces of a trace are given to meet.
+
+    A request record waits ``window_s`` after it arrives, so that the stage spans of its
+    trace that come later or in other exports are merged before it ships; a trace piece that
+    no request has settled is dropped ``orphan_ttl_s`` after it arrived.
+    """
+
+    window_s: float = 2.0
+    orphan_ttl_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.window_s < 0:
+            raise InvalidInput("the reassembly window must not be negative")
+
+    def due_at(self, arrived_at: float) -> float:
+        """When a request record that arrived at ``arrived_at`` is due to ship."""
+        return arrived_at + self.window_s
+
+    def expired_before(self, now: float) -> float:
+        """Trace pieces that arrived before this, and are still unsettled, are dropped."""
+        return now - self.orphan_ttl_s
+
+
+class Refusal(StrEnum):
+    """Why a stage fragment belongs to no request (the ``reason`` label of the counter)."""
+
+    NOT_DESCENDANT = "not_descendant"
+    ANCESTOR = "ancestor"
+    OTHER_SERVICE = "other_service"
+
+
+class Request(NamedTuple):
+    """A request record due to ship, and its place in the trace (``None``: unknown)."""
+
+    record: RequestRecord
+    place: Place | None = None
+
+
+@dataclass(slots=True)
+class Assembly:
+    """The records with their stages merged (in input order) and each piece's verdict by
+    index into the pieces given: merged, refused (by reason); every other one waits."""
+
+    records: list[RequestRecord]
+    merged: list[int] = field(default_factory=list)
+    refused: dict[Refusal, list[int]] = field(default_factory=dict)
+
+
+_MERGED: Final = "merged"
+_WAITING: Final = "waiting"
+_ROOT: Final = "root"
+
+
+def assemble(requests: Sequence[Request], pieces: Sequence[Piece]) -> Assembly:
+    """Decide every fragment of ``pieces`` against ``requests`` (any traces, any order)."""
+    traces: dict[str, _Trace] = {}
+    for i, request in enumerate(requests):
+        traces.setdefault(request.record.trace_id, _Trace()).add_request(i, request)
+    for j, piece in enumerate(pieces):
+        if piece.trace_id in traces:
+            traces[piece.trace_id].add_piece(j, piece)
+    owned: dict[int, list[StageFragment]] = {}
+    out = Assembly(records=[])
+    for trace in traces.values():
+        trace.decide(requests, pieces, owned, out)
+    for i, request in enumerate(requests):
+        record = request.record
+        # A replayed record is in the batch twice: each copy gets the stages (the first
+        # copy is the one in the trace's map).
+        first = traces[record.trace_id].nodes.get(record.span_id, (True, i))[1]
+        fragments = owned.get(first)
+        if fragments:
+            place = request.place or Place()
+            record = merge_stages(record, fragments, place.start_ns, place.end_ns)
+        out.records.append(record)
+    return out
+
+
+class _Trace:
+    """One trace's request spans and pieces, by span id (the first of duplicates wins)."""
+
+    __slots__ = ("_ways", "fragments", "nodes")
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, tuple[bool, int]] = {}  # span id → (is a request, index)
+        self.fragments: list[int] = []
+        self._ways: dict[str, _Way] = {}
+
+    def add_request(self, i: int, request: Request) -> None:
+        self.nodes.setdefault(request.record.span_id, (True, i))
+
+    def add_piece(self, j: int, piece: Piece) -> None:
+        self.nodes.setdefault(piece.span_id, (False, j))
+        if isinstance(piece, StageFragment):
+            self.fragments.append(j)
+
+    def decide(
+        self,
+        requests: Sequence[Request],
+        pieces: Sequence[Piece],
+        owned: dict[int, list[StageFragment]],
+        out: Assembly,
+    ) -> None:
+        if not self.fragments:
+            return
+        gateways, ancestors = self._above(requests, pieces)
+        for j in self.fragments:
+            fragment = pieces[j]
+            assert isinstance(fragment, StageFragment)
+            verdict, owner = self._walk(fragment, requests, pieces)
+            if verdict == _MERGED and fragment.stage == "gateway":
+                # Inside the request, a span named after a gateway is the server's own time
+                # (in its end-to-end time) and no gateway in front of it: settled, unused.
+                out.merged.append(j)
+                continue
+            if verdict != _MERGED and fragment.span_id in gateways:
+                verdict, owner = _MERGED, gateways[fragment.span_id]
+            elif verdict != _MERGED and fragment.span_id in ancestors:
+                verdict = Refusal.ANCESTOR
+            if verdict == _MERGED and owner is not None:
+                owned.setdefault(owner, []).append(fragment)
+                out.merged.append(j)
+            elif verdict == _ROOT:
+                out.refused.setdefault(Refusal.NOT_DESCENDANT, []).append(j)
+            elif isinstance(verdict, Refusal):
+                out.refused.setdefault(verdict, []).append(j)
+
+    def _walk(
+        self, fragment: StageFragment, requests: Sequence[Request], pieces: Sequence[Piece]
+    ) -> tuple[str, int | None]:
+        """Up from ``fragment`` to the first request span, the root, or an unknown parent."""
+        parent = fragment.parent_span_id
+        if parent == fragment.span_id:
+            return _ROOT, None
+        end, owner, service = self._resolve(parent, pieces)
+        if service is None or (service and service != fragment.service):
+            return Refusal.OTHER_SERVICE, None  # the way up crosses into another service
+        if end == _MERGED and owner is not None:
+            if requests[owner].record.service != fragment.service:
+                return Refusal.OTHER_SERVICE, None
+            return _MERGED, owner
+        return end, None
+
+    def _resolve(self, span_id: str, pieces: Sequence[Piece]) -> _Way:
+        """Where the way up from ``span_id`` (a piece, or not) ends: at a request span
+        (``_MERGED``, its index), the root or a loop (``_ROOT``), or an unknown span
+        (``_WAITING``); and the one service of the pieces on the way (``""``: none;
+        ``None``: more than one). Memoised, so that a trace costs time linear in its size."""
+        path: list[str] = []
+        on_path: set[str] = set()
+        current = span_id
+        while True:
+            if current in self._ways:
+                way = self._ways[current]
+                break
+            node = self.nodes.get(current) if current else None
+            if not current or current in on_path:
+                way = _Way(_ROOT, None, "")
+                break
+            if node is None:
+                way = _Way(_WAITING, None, "")
+                break
+            if node[0]:
+                way = _Way(_MERGED, node[1], "")
+                self._ways[current] = way
+                break
+            path.append(current)
+            on_path.add(current)
+            current = pieces[node[1]].parent_span_id
+        for span in reversed(path):
+            service = pieces[self.nodes[span][1]].service
+            if way.service is None or (way.service and way.service != service):
+                way = _Way(way.end, way.owner, None)
+            else:
+                way = _Way(way.end, way.owner, service)
+            self._ways[span] = way
+        return way
+
+    def _above(
+        self, requests: Sequence[Request], pieces: Sequence[Piece]
+    ) -> tuple[dict[str, int], set[str]]:
+        """The gateway span directly in front of each request (span id → request index), and
+        every other piece above a request span. Each piece is visited once."""
+        gateways: dict[str, int] = {}
+        ancestors: set[str] = set()
+        visited: set[str] = set()
+        for is_request, i in list(self.nodes.values()):
+            place = requests[i].place if is_request else None
+            if place is None:
+                continue
+            parent, first = place.parent_span_id, True
+            while parent and parent not in visited:
+                node = self.nodes.get(parent)
+                if node is None or node[0]:
+                    break  # unknown, or another request: its own ancestors are its own
+                visited.add(parent)
+                piece = pieces[node[1]]
+                if first and _is_gateway(piece):
+                    gateways.setdefault(parent, i)
+                else:
+                    ancestors.add(parent)
+                parent, first = piece.parent_span_id, False
+        return gateways, ancestors
+
+
+class _Way(NamedTuple):
+    end: str
+    owner: int | None
+    service: str | None
+
+
+def _is_gateway(piece: Piece) -> bool:
+    return (
+        isinstance(piece, StageFragment) and piece.stage == "gateway" and piece.kind == KIND_SERVER
+    )
+
+
+# --- merging a request's own fragments into its record ---------------------------------
+
+
+def stage_seconds(
+    fragments: Iterable[StageFragment], start_ns: int = 0, end_ns: int = 0
+) -> dict[str, float]:
+    """Each stage's time among ``fragments``, every instant counted once.
+
+    Fragments with known times are intervals: an instant covered by several of them counts
+    for the most recently started one (a nested span's time is its own, not its parent's;
+    two spans of one stage running side by side count once), and only within the request's
+    own span ``[start_ns, end_ns]`` when that is known (0: not known). Fragments without
+    times (spooled by an older sidecar) add up. Gateway fragments are left out: a gateway
+    encloses the request (see ``merge_stages``).
+    """
+    totals: dict[str, float] = {}
+    timed: list[tuple[int, int, str]] = []
+    for f in fragments:
+        if f.stage == "gateway":
+            continue
+        if f.start_ns > 0 and f.end_ns >= f.start_ns:
+            lo, hi = f.start_ns, f.end_ns
+            if end_ns > start_ns > 0:
+                lo, hi = max(lo, start_ns), min(hi, end_ns)
+            if hi >= lo:  # within the request's span: the stage was seen, maybe for 0 s
+                timed.append((lo, hi, f.stage))
+                totals.setdefault(f.stage, 0.0)
+        else:
+            totals[f.stage] = totals.get(f.stage, 0.0) + f.seconds
+    for stage, nanos in _self_times(timed).items():
+        totals[stage] = totals.get(stage, 0.0) + nanos / 1e9
+    return totals
+
+
+def _self_times(intervals: list[tuple[int, int, str]]) -> dict[str, int]:
+    """Nanoseconds per stage, each instant given to the latest-starting interval covering it
+    (ties: the one that ends first). A sweep over the sorted boundaries: O(n log n)."""
+    out: dict[str, int] = {}
+    intervals = sorted(i for i in intervals if i[1] > i[0])
+    bounds = sorted({t for lo, hi, _ in intervals for t in (lo, hi)})
+    active: list[tuple[int, int, str]] = []  # (-start, end, stage): the latest start on top
+    i = 0
+    for a, b in itertools.pairwise(bounds):
+        while i < len(intervals) and intervals[i][0] <= a:
+            lo, hi, stage = intervals[i]
+            heapq.heappush(active, (-lo, hi, stage))
+            i += 1
+        while active and active[0][1] <= a:
+            heapq.heappop(active)
+        if active:
+            stage = active[0][2]
+            out[stage] = out.get(stage, 0) + (b - a)
+    return out
+
+
+def merge_stages(
+    record: RequestRecord,
+    fragments: Iterable[StageFragment],
+    start_ns: int = 0,
+    end_ns: int = 0,
+) -> RequestRecord:
+    """Fill the stage timings the request span did not report from its own fragments.
+
+    The caller has decided which fragments are the request's (``assemble``); only
+    those of the record's trace are read. Each stage's time is ``stage_seconds`` of them
+    within the request span ``[start_ns, end_ns]`` (when known); a value the request span
+    itself reported always wins. A gateway fragment is the enclosing gateway span's
+    duration; the gateway's share is that minus the request's end-to-end time.
+    """
+    mine = [f for f in fragments if f.trace_id == record.trace_id]
+    totals = stage_seconds(mine, start_ns, end_ns)
+    gateways = [f.seconds for f in mine if f.stage == "gateway"]
+    if gateways and record.e2e_s is not None:
+        # A gateway span encloses the whole request: its own share is what the engine's
+        # end-to-end time does not account for.
+        totals["gateway"] = max(0.0, min(gateways) - record.e2e_s)
+    updates: dict[str, Any] = {
+        STAGE_FIELDS[stage]: seconds
+        for stage, seconds in totals.items()
+        if getattr(record, STAGE_FIELDS[stage]) is None
+    }
+    if not updates:
+        return record
+    try:
+        return dataclasses.replace(record, **updates)
+    except InvalidRecord:
+        return record

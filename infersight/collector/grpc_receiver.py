@@ -1,0 +1,178 @@
+"""The OTLP/gRPC receiver (``TraceService/Export``) on its own port.
+
+gRPC status equivalents of the HTTP answers (``collector.refusal`` maps each refusal):
+INVALID_ARGUMENT (undecodable; over an entry limit is RESOURCE_EXHAUSTED), UNAVAILABLE when the
+spool refuses, UNAUTHENTICATED for a bad token, and RESOURCE_EXHAUSTED with a
+``google.rpc.RetryInfo`` (which OTLP exporters read as "retry after this delay") when too many
+exports are in flight. The size cap is gRPC's receive
+limit, which applies to the decompressed message. Decoding runs in the shared admission's
+decode slots (``collector.admission``), and gRPC itself refuses calls beyond the admission's
+places, so messages waiting in gRPC's own queue stay bounded too. Connections are bounded as on
+the HTTP side (``GrpcLimits``): their number, the streams on each, the handshake time, and
+their idle time and age.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.any_pb2 import Any as AnyMessage
+from google.protobuf.duration_pb2 import Duration
+from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceResponse,
+)
+
+from infersight.collector.admission import Admission
+from infersight.collector.auth import authorized
+from infersight.collector.ingest import Ingested, Ingestor
+from infersight.collector.otlp import PROTOBUF
+from infersight.collector.refusal import ExportRefusal
+from infersight.core.errors import InfersightError, InvalidInput, Unauthorized
+
+ACK_TIMEOUT_S = 30.0
+
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class _TraceService:
+    """``export`` takes the raw request bytes (no deserializer is registered) so that an
+    undecodable message is answered INVALID_ARGUMENT, as OTLP asks, rather than the
+    INTERNAL that a failing generated deserializer would produce."""
+
+    def __init__(self, ingestor: Ingestor, token: str | None, admission: Admission) -> None:
+        self.ingestor = ingestor
+        self.token = token
+        self.admission = admission
+
+    def _decode_and_ingest(self, body: bytes) -> Ingested:
+        return self.ingestor.ingest_body(body, "identity", PROTOBUF)
+
+    def _refuse(self, context: Any, exc: InfersightError) -> None:
+        """Count the refusal and abort the call with its code (``context.abort`` raises)."""
+        refusal = ExportRefusal.of(exc)
+        refusal.count(self.ingestor.metrics, "grpc", exc)
+        if refusal.grpc_retry_info:
+            context.set_trailing_metadata(_retry_info(refusal, exc.message))
+        context.abort(refusal.grpc_code, exc.message)
+
+    def export(self, body: bytes, context: Any) -> ExportTraceServiceResponse:
+        metrics = self.ingestor.metrics
+        try:
+            metadata = dict(context.invocation_metadata())
+            if not authorized(metadata.get("authorization"), self.token):
+                raise Unauthorized("missing or wrong bearer token")
+            with self.admission.admit(len(body)):
+                ingested = self.admission.run(self._decode_and_ingest, body)
+            ingested.durable.result(timeout=ACK_TIMEOUT_S)
+        except InfersightError as exc:
+            self._refuse(context, exc)
+        self.ingestor.acknowledged(ingested)
+        response = ExportTraceServiceResponse()
+        if ingested.rejected:
+            metrics.exports.labels("grpc", "partial").inc()
+            response.partial_success.CopyFrom(
+                ExportTracePartialSuccess(
+                    rejected_spans=ingested.rejected, error_message=ingested.message
+                )
+            )
+        else:
+            metrics.exports.labels("grpc", "ok").inc()
+        return response
+
+
+def _retry_info(refusal: ExportRefusal, message: str) -> tuple[tuple[str, bytes], ...]:
+    """The retry delay as trailers: a ``google.rpc.Status`` carrying ``RetryInfo`` (gRPC's
+    status details, read by the OpenTelemetry Collector's exporters) and the bare
+    ``RetryInfo`` under the key the OpenTelemetry Python exporter reads."""
+    info = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=refusal.retry_after_s))
+    detail = AnyMessage()
+    detail.Pack(info)
+    code, _ = refusal.grpc_code.value
+    status = status_pb2.Status(code=code, message=message, details=[detail])
+    return (
+        ("grpc-status-details-bin", status.SerializeToString()),
+        ("google.rpc.retryinfo-bin", info.SerializeToString()),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcLimits:
+    """Connection bounds of the gRPC receiver, the counterpart of the HTTP receiver's
+    (``collector.http_receiver.RECEIVER_LIMITS``): an exporter holds one connection, so 128
+    is generous."""
+
+    #: Connections beyond it are closed by gRPC as they are accepted.
+    max_connections: int = 128
+    #: Concurrent streams (calls) on one connection (HTTP/2 ``MAX_CONCURRENT_STREAMS``).
+    max_streams_per_connection: int = 16
+    #: Time a new connection has to complete the HTTP/2 handshake (gRPC's default: 120 s),
+    #: so connections that send nothing do not stay open.
+    handshake_timeout_s: float = 10.0
+    #: A connection without calls for this long is closed (GOAWAY; exporters reconnect).
+    idle_s: float = 300.0
+    #: A connection is closed after this long, calls in progress given ``age_grace_s`` more
+    #: (the counterpart of the HTTP body deadline for a call sent slowly).
+    max_age_s: float = 1800.0
+    age_grace_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if min(self.max_connections, self.max_streams_per_connection) < 1:
+            raise InvalidInput("gRPC connection limits must be positive")
+        if min(self.handshake_timeout_s, self.idle_s, self.max_age_s, self.age_grace_s) <= 0:
+            raise InvalidInput("gRPC connection timeouts must be positive")
+
+    def options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.max_concurrent_streams", self.max_streams_per_connection),
+            ("grpc.server_handshake_timeout_ms", int(self.handshake_timeout_s * 1000)),
+            ("grpc.max_connection_idle_ms", int(self.idle_s * 1000)),
+            ("grpc.max_connection_age_ms", int(self.max_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(self.age_grace_s * 1000)),
+        ]
+
+
+class GrpcServer:
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        host: str,
+        port: int,
+        token: str | None = None,
+        workers: int = 4,
+        admission: Admission | None = None,
+        limits: GrpcLimits | None = None,
+    ) -> None:
+        cap = ingestor.limits.max_body_bytes
+        admission = admission or Admission()
+        places = admission.config.slots + admission.config.waiting
+        options = [("grpc.max_receive_message_length", cap), *(limits or GrpcLimits()).options()]
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
+            options=options,
+            # Calls beyond these are refused by gRPC before their messages queue up.
+            maximum_concurrent_rpcs=max(workers, places) + 1,
+        )
+        service = _TraceService(ingestor, token, admission)
+        export = grpc.unary_unary_rpc_method_handler(
+            service.export, response_serializer=ExportTraceServiceResponse.SerializeToString
+        )
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
+        )
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.port = self._server.add_insecure_port(address)
+        self.host = host
+
+    def start(self) -> GrpcServer:
+        self._server.start()
+        return self
+
+    def stop(self, grace: float = 2.0) -> None:
+        self._server.stop(grace).wait()

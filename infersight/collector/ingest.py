@@ -1,0 +1,188 @@
+"""From a decoded OTLP export to durable spool entries: decode spans, map them, count every
+outcome, append records and trace pieces to the spool.
+
+Records wait in the spool for the reassembly window (their ``ready_at`` is
+``Reassembly.due_at``) so that stage spans of the same trace, arriving later or in other
+exports, are merged before shipping. Each record keeps its place in the trace (parent span,
+start, end); every span that is neither a request nor a stage is kept as a link (its ids, its
+service, its kind), so that the shipper can tell a request's own stages from its client's
+(``collector.assembly``). A client instrumentation's span becomes a client record
+(``core.client``), spooled ready at once, and a link as well.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Protocol
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from infersight.collector import otlp, validation
+from infersight.collector.assembly import Reassembly
+from infersight.collector.body import inflate
+from infersight.collector.codec import (
+    Kind,
+    encode_client,
+    encode_fragment,
+    encode_link,
+    encode_record,
+)
+from infersight.collector.mapping import (
+    Link,
+    MappingContext,
+    Place,
+    Skipped,
+    StageFragment,
+    map_span,
+)
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.otlp import Decoded, Limits, span_views
+from infersight.collector.spool import Entry, Spool
+from infersight.core.accept import AcceptWindow
+from infersight.core.client import ClientRecord
+from infersight.core.records import RequestRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What one export became; ``durable`` resolves when it may be acknowledged."""
+
+    durable: Future[None]
+    spans: int
+    stored: int
+    rejected: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An export mapped into spool entries, with the tallies its metrics need: what a
+    decoder process sends back (plain values, cheap to pickle)."""
+
+    entries: list[Entry]
+    spans: int
+    dropped_attributes: int
+    #: (engine, reason) → spans that are neither requests nor stages.
+    unmapped: dict[tuple[str, str], int]
+    #: reason → spans rejected as bad data (reported in ``partial_success``).
+    rejected: dict[str, int]
+
+
+class Decoder(Protocol):
+    """Where bodies are decoded and mapped when not in the calling thread."""
+
+    def run(
+        self, raw: bytes | bytearray, encoding: str, media: str, now: float,
+        context: MappingContext,
+    ) -> Prepared: ...  # fmt: skip
+
+
+def decode_body(raw: bytes | bytearray, encoding: str, media: str, limits: Limits) -> Decoded:
+    """Inflate (bounded by ``limits``) and decode a body as received."""
+    body = inflate(raw, encoding, limits.max_body_bytes, limits.max_members,
+                   limits.max_inflation_ratio)  # fmt: skip
+    return otlp.decode(body, media, limits)
+
+
+def prepare(
+    decoded: Decoded,
+    context: MappingContext,
+    now: float,
+    accept: AcceptWindow | None,
+    reassembly: Reassembly,
+) -> Prepared:
+    """Map and validate every span into spool entries (no I/O, no shared state)."""
+    due_at = reassembly.due_at(now)
+    entries: list[Entry] = []
+    rejected: Tally[str] = Tally()
+    unmapped: Tally[tuple[str, str]] = Tally()
+    for view in decoded.spans:
+        outcome = validation.check(map_span(view, context), view, now, accept)
+        if isinstance(outcome, RequestRecord):
+            place = Place(view.parent_span_id, view.start_ns, view.end_ns)
+            payload = encode_record(outcome, place)
+            entries.append(Entry(Kind.RECORD, outcome.trace_id, due_at, payload))
+        elif isinstance(outcome, StageFragment):
+            entries.append(Entry(Kind.STAGE, outcome.trace_id, now, encode_fragment(outcome)))
+        elif isinstance(outcome, Skipped) and outcome.rejected:
+            rejected[outcome.reason] += 1
+        else:
+            if isinstance(outcome, ClientRecord):
+                payload = encode_client(outcome)
+                entries.append(Entry(Kind.CLIENT, outcome.trace_id, now, payload))
+            else:
+                unmapped[outcome.engine, outcome.reason] += 1
+            # A client span is kept as a link too: the server's stages are told from the
+            # client's by where they sit below it.
+            link = Link.of(view)
+            if link is not None:
+                entries.append(Entry(Kind.STAGE, link.trace_id, now, encode_link(link)))
+    return Prepared(
+        entries, len(decoded.spans), decoded.dropped_attributes, dict(unmapped), dict(rejected)
+    )
+
+
+class Ingestor:
+    def __init__(
+        self,
+        spool: Spool,
+        context: MappingContext,
+        metrics: CollectorMetrics,
+        limits: Limits,
+        reassembly: Reassembly | None = None,
+        clock: Callable[[], float] | None = None,
+        accept: AcceptWindow | None = None,
+    ) -> None:
+        self.spool = spool
+        self.context = context
+        self.metrics = metrics
+        self.limits = limits
+        self.reassembly = reassembly or Reassembly()
+        self._clock = clock or spool.now
+        #: Starts outside it are refused (``None``: any plausible start, for replays).
+        self.accept = accept
+        #: Decoder processes for bodies (``ingest_body``); ``None``: decode in the caller.
+        self.decoder: Decoder | None = None
+
+    def ingest(self, message: ExportTraceServiceRequest) -> Ingested:
+        """Map and queue the export; raises ``TooLarge`` / ``Unavailable`` to refuse it."""
+        return self.ingest_decoded(span_views(message, self.limits))
+
+    def ingest_decoded(self, decoded: Decoded) -> Ingested:
+        prepared = prepare(decoded, self.context, self._clock(), self.accept, self.reassembly)
+        return self.commit(prepared)
+
+    def ingest_body(self, raw: bytes | bytearray, encoding: str, media: str) -> Ingested:
+        """Inflate, decode, map and queue a body as received: in a decoder process when
+        ``decoder`` is set (``collector.decoding``), here otherwise."""
+        if self.decoder is None:
+            return self.ingest_decoded(decode_body(raw, encoding, media, self.limits))
+        now = self._clock()
+        return self.commit(self.decoder.run(raw, encoding, media, now, self.context))
+
+    def commit(self, prepared: Prepared) -> Ingested:
+        """Count what an export became and append its entries to the spool."""
+        metrics = self.metrics
+        metrics.spans_received.inc(prepared.spans)
+        if prepared.dropped_attributes:
+            metrics.attributes_dropped.inc(prepared.dropped_attributes)
+        for (engine, reason), count in prepared.unmapped.items():
+            metrics.spans_unmapped.labels(engine, reason).inc(count)
+        for reason, count in prepared.rejected.items():
+            metrics.spans_rejected.labels(reason).inc(count)
+        durable = self.spool.append(prepared.entries)
+        rejected = prepared.rejected
+        total_rejected = sum(rejected.values())
+        message_text = ", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))
+        return Ingested(
+            durable, prepared.spans, len(prepared.entries), total_rejected, message_text
+        )
+
+    def acknowledged(self, ingested: Ingested) -> None:
+        self.metrics.spans_accepted.inc(ingested.spans - ingested.rejected)
+        records, size = self.spool.stats()
+        self.metrics.spool_records.set(records)
+        self.metrics.spool_bytes.set(size)

@@ -1,0 +1,281 @@
+"""The core every engine mapper shares: context, outcomes, model attribution, outcome fields
+(status, error type, finish reason), derived latencies and stage fragments (which request they
+belong to and how they are merged into it: ``collector.assembly``).
+
+An engine mapper only extracts numbers from its engine's attribute shape into ``Timings``;
+``build_record`` turns them into a validated ``RequestRecord`` the same way for all engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final, NamedTuple
+
+from infersight.collector.mapping.spans import (
+    STATUS_ERROR,
+    SpanView,
+    as_int,
+    as_str,
+    first_finish_reason,
+)
+from infersight.core.client import ClientRecord
+from infersight.core.errors import InvalidRecord
+from infersight.core.records import MAX_LABEL_LEN, Engine, RequestRecord, Status
+
+#: Stage names a fragment may carry → the record field it fills.
+STAGE_FIELDS: Final = {
+    "gateway": "gateway_s",
+    "preprocess": "preprocess_s",
+    "queue": "queue_s",
+    "prefill": "prefill_s",
+    "decode": "decode_s",
+    "postprocess": "postprocess_s",
+}
+
+MODEL_ATTRS: Final = ("gen_ai.response.model", "gen_ai.request.model", "model", "model_id")
+TENANT_ATTRS: Final = ("infersight.tenant", "tenant", "tenant.id")
+PRIORITY_ATTRS: Final = ("infersight.priority", "gen_ai.request.priority", "priority")
+OPERATION_ATTRS: Final = ("gen_ai.operation.name",)
+
+
+def no_scraped_model() -> str:
+    """No model scraped (a function, not a lambda, so that a context can be pickled)."""
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class MappingContext:
+    """What the sidecar knows besides the span: its own identity and model attribution."""
+
+    instance: str
+    model: str = ""
+    service_models: Mapping[str, str] = field(default_factory=dict)
+    #: The model name scraped from the server's /metrics when it serves exactly one.
+    scraped_model: Callable[[], str] = no_scraped_model
+
+    def __post_init__(self) -> None:
+        if not self.instance:
+            raise InvalidRecord("the sidecar's instance name must not be empty")
+
+    def attribute_model(self, span: SpanView) -> str:
+        """Span attribute, else ``--model``, else ``service.name`` → model, else scraped."""
+        from_span = as_str(span.attr(*MODEL_ATTRS))
+        if from_span:
+            return from_span[:MAX_LABEL_LEN]
+        if self.model:
+            return self.model
+        mapped = self.service_models.get(span.service, "")
+        return mapped or self.scraped_model()
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A span that yields no record. ``rejected`` spans are bad data (reported back in
+    ``partial_success``); the others are simply not requests (counted as unmapped)."""
+
+    reason: str
+    engine: str = "generic"
+    rejected: bool = False
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StageFragment:
+    """The duration of one pipeline stage of a request, from a span of its trace.
+
+    Where it sits in the trace (its parent, its service, its kind) and when it ran decide
+    which request it belongs to, if any (``collector.assembly``); ``start_ns`` / ``end_ns``
+    are 0 when unknown."""
+
+    trace_id: str
+    span_id: str
+    stage: str
+    seconds: float
+    parent_span_id: str = ""
+    service: str = ""
+    kind: int = 0
+    start_ns: int = 0
+    end_ns: int = 0
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGE_FIELDS:
+            raise InvalidRecord("unknown stage", details={"stage": self.stage})
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A span of a trace that is neither a request nor a stage (a client's root span, an
+    engine's thread span), kept only for where it sits: it lets a stage below it be traced
+    to its request, or shown to belong to none."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    service: str
+    kind: int
+
+    @classmethod
+    def of(cls, span: SpanView) -> Link | None:
+        """The link of ``span``, or ``None`` when it lacks the ids to place it."""
+        if not span.trace_id or not span.span_id:
+            return None
+        service = span.service[:MAX_LABEL_LEN]
+        return cls(span.trace_id, span.span_id, span.parent_span_id, service, span.kind)
+
+
+class Place(NamedTuple):
+    """Where a request span sits in its trace: its parent and its own start and end (ns)."""
+
+    parent_span_id: str = ""
+    start_ns: int = 0
+    end_ns: int = 0
+
+
+Outcome = RequestRecord | ClientRecord | StageFragment | Skipped
+
+
+class Timings(NamedTuple):
+    """What an engine mapper extracted; ``None`` means the engine did not report it.
+
+    A ``NamedTuple``: one is built for every request span, and a tuple is the cheapest
+    immutable value to build."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    queue_s: float | None = None
+    prefill_s: float | None = None
+    decode_s: float | None = None
+    preprocess_s: float | None = None
+    postprocess_s: float | None = None
+    gateway_s: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+def derive_tpot(t: Timings) -> float | None:
+    """Mean time per output token after the first: decode time (or e2e − TTFT) over n − 1."""
+    if t.tpot_s is not None:
+        return t.tpot_s
+    output_tokens = t.output_tokens
+    if output_tokens is None or output_tokens < 2:
+        return None
+    span = t.decode_s
+    if span is None and t.e2e_s is not None and t.ttft_s is not None:
+        span = t.e2e_s - t.ttft_s
+    if span is None or span < 0:
+        return None
+    return span / (output_tokens - 1)
+
+
+def outcome_fields(span: SpanView) -> tuple[Status, str, str]:
+    """Status, error type and finish reason of the request span."""
+    get = span.attributes.get
+    error_type = as_str(get("error.type"))
+    is_error = span.status_code == STATUS_ERROR or bool(error_type)
+    if is_error and not error_type:
+        error_type = "error"
+    finish = first_finish_reason(span.attr("gen_ai.response.finish_reasons", "finish_reason"))
+    if finish == "abort" and not is_error:
+        is_error, error_type = True, "abort"
+    status = Status.ERROR if is_error else Status.OK
+    return status, error_type[:MAX_LABEL_LEN], finish[:MAX_LABEL_LEN]
+
+
+def _label(span: SpanView, names: tuple[str, ...]) -> str:
+    return as_str(span.attr(*names))[:MAX_LABEL_LEN]
+
+
+def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext) -> Outcome:
+    """The validated record, or ``Skipped(rejected=True)`` with the reason it is unusable."""
+    if not span.trace_id or not span.span_id:
+        return Skipped("invalid_id", engine.value, rejected=True)
+    if span.start_ns <= 0:
+        return Skipped("invalid_time", engine.value, rejected=True)
+    if t.e2e_s is None:
+        t = t._replace(e2e_s=span.duration_s)
+    status, error_type, finish = outcome_fields(span)
+    try:
+        # Positional, in ``RECORD_FIELDS`` order: this runs for every request span, and
+        # matching 25 keyword arguments costs more than the rest of the call.
+        return RequestRecord(
+            span.trace_id,
+            span.span_id,
+            datetime.fromtimestamp(span.start_ns / 1e9, tz=UTC),
+            ctx.instance,
+            span.service[:MAX_LABEL_LEN],
+            engine,
+            ctx.attribute_model(span),
+            _label(span, TENANT_ATTRS),
+            _label(span, PRIORITY_ATTRS),
+            _label(span, OPERATION_ATTRS),
+            t.ttft_s,
+            derive_tpot(t),
+            t.e2e_s,
+            t.queue_s,
+            t.prefill_s,
+            t.decode_s,
+            t.preprocess_s,
+            t.postprocess_s,
+            t.gateway_s,
+            t.input_tokens,
+            t.output_tokens,
+            t.cached_tokens,
+            status,
+            error_type,
+            finish,
+        )
+    except (InvalidRecord, ValueError, OverflowError, OSError) as exc:
+        return Skipped("invalid_value", engine.value, rejected=True, detail=str(exc)[:200])
+
+
+def tokens(span: SpanView, *names: str) -> int | None:
+    return as_int(span.attr(*names))
+
+
+_STAGE_KEYWORDS: Final = (
+    ("detokeniz", "postprocess"),
+    ("postprocess", "postprocess"),
+    ("post_process", "postprocess"),
+    ("tokeniz", "preprocess"),
+    ("preprocess", "preprocess"),
+    ("pre_process", "preprocess"),
+    ("chat_template", "preprocess"),
+    ("gateway", "gateway"),
+    ("prefill", "prefill"),
+    ("decode", "decode"),
+    ("queue", "queue"),
+)
+
+
+def classify_stage(name: str) -> str | None:
+    """The pipeline stage a child span's name describes, if any."""
+    lowered = name.lower()
+    if "(host:" in lowered:  # SGLang per-thread spans cover a thread's whole share of a request
+        return None
+    for keyword, stage in _STAGE_KEYWORDS:
+        if keyword in lowered:
+            return stage
+    return None
+
+
+def stage_fragment(span: SpanView, stage: str, service: str = "") -> Outcome:
+    seconds = span.duration_s
+    if not span.trace_id or not span.span_id:
+        return Skipped("invalid_id", rejected=True)
+    if seconds is None:
+        return Skipped("invalid_time", rejected=True)
+    return StageFragment(
+        span.trace_id,
+        span.span_id,
+        stage,
+        seconds,
+        span.parent_span_id,
+        service or span.service[:MAX_LABEL_LEN],
+        span.kind,
+        span.start_ns,
+        span.end_ns,
+    )

@@ -1,0 +1,86 @@
+"""The scraper: GET the server's ``/metrics`` with a timeout, detect the flavour, and return
+normalised samples. Failures raise ``Unavailable`` with a ``reason`` that the periodic task
+counts; they never touch trace ingest (it runs on its own thread).
+
+The fetch uses the standard library's ``urllib``: a sidecar scrapes one local endpoint, and
+an HTTP client library (with its TLS context built eagerly) would cost megabytes of RSS.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from infersight.collector.scrape import flavours
+from infersight.collector.scrape.exposition import parse
+from infersight.core.errors import ConfigurationError, InvalidInput, Unavailable
+from infersight.core.samples import GpuSample, ServerSample
+
+
+class Scraper:
+    def __init__(
+        self,
+        url: str,
+        instance: str,
+        interval_s: float = 15.0,
+        timeout_s: float = 5.0,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        name: str = "scrape",
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError("the scrape URL must be http(s)", details={"url": url})
+        self.url = url
+        self.instance = instance
+        self.interval_s = interval_s
+        self.name = name
+        self.timeout_s = timeout_s
+        self._now = now
+        self.flavour = ""
+        self.model = ""
+
+    def current_model(self) -> str:
+        return self.model
+
+    def sample(self) -> Sequence[GpuSample | ServerSample]:
+        text, content_type = self._fetch()
+        try:
+            exposition = parse(text, content_type)
+        except InvalidInput:
+            raise Unavailable("unparseable /metrics", details={"reason": "parse"}) from None
+        self.flavour = flavours.detect(exposition)
+        ts = self._now()
+        if self.flavour == "dcgm":
+            return flavours.gpu_samples(exposition, ts, self.instance)
+        self.model = flavours.single_model(exposition)
+        try:
+            sample = flavours.server_sample(exposition, self.flavour, ts, self.instance)
+        except InvalidInput as exc:  # InvalidRecord: absurd values on the server's side
+            raise Unavailable(exc.message, details={"reason": "invalid_values"}) from None
+        return [sample] if sample is not None else []
+
+    def _fetch(self) -> tuple[str, str]:
+        request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+                body = response.read()
+                content_type = response.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as exc:
+            raise Unavailable(
+                f"scrape answered {exc.code}", details={"reason": "http_status"}
+            ) from None
+        except TimeoutError:
+            raise Unavailable("scrape timed out", details={"reason": "timeout"}) from None
+        except urllib.error.URLError as exc:
+            reason = "timeout" if isinstance(exc.reason, TimeoutError) else "unreachable"
+            raise Unavailable(f"scrape failed: {exc.reason}", details={"reason": reason}) from None
+        except OSError as exc:
+            raise Unavailable(f"scrape failed: {exc}", details={"reason": "unreachable"}) from None
+        charset = "utf-8"
+        if "charset=" in content_type:
+            charset = content_type.split("charset=", 1)[1].split(";", 1)[0].strip() or charset
+        return body.decode(charset, errors="replace"), content_type
+
+    def close(self) -> None:
+        """Nothing is held between scrapes."""

@@ -1,0 +1,454 @@
+"""The shipper: drains the spool into the store through the storage bulk writer.
+
+Records become eligible once their reassembly window has passed; the stage fragments of
+their traces that are their own are merged in (``collector.assembly``: a request's stages are
+its span's descendants in its service), the batch is written idempotently (the store ignores
+keys it has), and only then are the entries deleted from the spool, with the fragments that
+were merged or refused (refusals are counted by reason); fragments still waiting for a parent
+stay. A store that is down is retried forever with backoff (5 s × 1.5, capped at 30 s), so an
+outage only grows the spool. Stage fragments whose request never arrives are dropped (and
+counted) after the orphan TTL (``Reassembly.orphan_ttl_s``); links (spans kept only for their
+place in a trace) expire with them, uncounted.
+
+Cadence: every pass costs the store a fixed amount of work (a transaction, the rollup rows of
+each series read, merged and rewritten) besides its per-record cost, so a pass that stored
+records is followed by the next one no sooner than ``idle_s`` after it started, unless a
+whole batch is waiting. Within that bound a pass starts as soon as the oldest waiting record
+becomes eligible: an OpenTelemetry SDK exports a few large batches (512 spans every few
+seconds), and each is shipped the moment its reassembly window ends, in one pass, instead of
+waiting for the next tick of a fixed timer. GPU and server samples have no such deadline and
+are shipped every ``samples_every_s`` (the store merges each batch of a GPU's samples into its
+rollups at a fixed cost, whatever the batch's size), and whenever the shipper drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from infersight.collector.assembly import Piece, Reassembly, Request, assemble
+from infersight.collector.codec import (
+    Kind,
+    decode_client,
+    decode_gpu,
+    decode_piece,
+    decode_placed,
+    decode_server,
+)
+from infersight.collector.mapping import Link
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.spool import Spool, Stored
+from infersight.core.client import ClientRecord
+from infersight.core.errors import ConfigurationError, InvalidInput, InvalidRecord, Unavailable
+from infersight.core.records import RequestRecord
+from infersight.core.write import ClientSink, Sink, WriteResult
+
+log = logging.getLogger(__name__)
+
+#: The most trace pieces (stage fragments and links) of one trace read in a shipping pass:
+#: a request's own stage spans are far fewer (SGLang's decode slices of a long answer are a
+#: few thousand); beyond it a flooded trace's pieces wait and expire, and memory stays bounded.
+MAX_PIECES_PER_TRACE: Final = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    initial_s: float = 5.0
+    factor: float = 1.5
+    cap_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.initial_s < 0 or self.factor < 1 or self.cap_s < self.initial_s:
+            raise ConfigurationError("backoff needs initial ≥ 0, factor ≥ 1, cap ≥ initial")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after the ``attempt``-th consecutive failure (0-based)."""
+        return float(min(self.cap_s, self.initial_s * self.factor ** min(attempt, 64)))
+
+
+@dataclass(frozen=True, slots=True)
+class ShipResult:
+    ok: bool
+    shipped: int = 0
+    retryable: bool = False
+    error: str = ""
+    #: When the oldest record left in the spool becomes eligible (``None``: none is left).
+    next_ready_at: float | None = None
+    #: Spool entries of request records among ``shipped``.
+    records: int = 0
+
+
+#: Seconds between refreshes of the shipper's gauges while it waits (backoff, idle).
+REFRESH_S: Final = 1.0
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class Shipper:
+    def __init__(
+        self,
+        spool: Spool,
+        sink: Sink | Callable[[], Sink],
+        metrics: CollectorMetrics,
+        backoff: Backoff | None = None,
+        batch_size: int = 2000,
+        reassembly: Reassembly | None = None,
+        idle_s: float = 1.0,
+        clock: Callable[[], float] | None = None,
+        max_idle_s: float = 10.0,
+        samples_every_s: float = 0.0,
+    ) -> None:
+        if idle_s < 0 or samples_every_s < 0:
+            raise ConfigurationError("the shipper's pauses must not be negative")
+        self.spool = spool
+        #: The store writer; ``None`` until ``open_sink`` has built it (in the shipper's
+        #: thread, so that the sidecar accepts exports while the store's libraries load).
+        self.sink: Sink | None = None
+        self.open_sink: Callable[[], Sink] | None = None
+        if isinstance(sink, Sink):
+            self.sink = sink
+        else:
+            self.open_sink = sink
+        #: The sink is built once ``open_when()`` holds or ``open_delay_s`` has passed.
+        self.open_when: Callable[[], bool] = lambda: True
+        self.open_delay_s = 0.0
+        #: Set once the sink exists.
+        self.opened = threading.Event()
+        if self.sink is not None:
+            self.opened.set()
+        self.metrics = metrics
+        self.backoff = backoff or Backoff()
+        self.batch_size = batch_size
+        #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
+        self.reassembly = reassembly or Reassembly()
+        #: Least time from the start of a pass that stored records to the next pass, while
+        #: less than a batch is waiting.
+        self.idle_s = idle_s
+        #: Most time between passes while records wait for their window (samples, orphans
+        #: and gauges are handled on every pass).
+        self.max_idle_s = max(idle_s, max_idle_s)
+        #: Least time between two passes that ship samples (0: every pass).
+        self.samples_every_s = samples_every_s
+        self._clock = clock or spool.now
+        self._samples_shipped_at = float("-inf")
+        # What /metrics and /healthz report, true at any moment: the oldest eligible times
+        # are refreshed after every pass, failed or not, and every REFRESH_S while waiting;
+        # the lag is computed from them when it is read.
+        self._record_ready_at: float | None = None
+        self._sample_ready_at: float | None = None
+        self.failing_since: float | None = None
+        self.last_error = ""
+        self.last_error_at: float | None = None
+        self.last_success_at: float | None = None
+        metrics.ship_lag.set_function(self.lag)
+        metrics.spool_records.set_function(lambda: spool.stats()[0])
+        metrics.spool_bytes.set_function(lambda: spool.stats()[1])
+        metrics.ship_failing_since.set_function(lambda: self.failing_since or 0.0)
+        metrics.ship_last_success.set_function(lambda: self.last_success_at or 0.0)
+
+    # --- health ----------------------------------------------------------------------------
+
+    def lag(self) -> float:
+        """How long the oldest eligible entry has waited (samples: beyond their interval)."""
+        now = self._clock()
+        lags = [0.0]
+        if self._record_ready_at is not None:
+            lags.append(now - self._record_ready_at)
+        if self._sample_ready_at is not None:
+            lags.append(now - self._sample_ready_at - self.samples_every_s)
+        return max(lags)
+
+    def health(self) -> dict[str, Any]:
+        """The shipping part of ``/healthz``: ``status`` is present only when degraded."""
+        state: dict[str, Any] = {
+            "ship_lag_seconds": round(self.lag(), 3),
+            "shipping": "ok",
+            "last_shipped_at": _iso(self.last_success_at) if self.last_success_at else None,
+            "last_error": self.last_error or None,
+            "last_error_at": _iso(self.last_error_at) if self.last_error_at else None,
+        }
+        if self.failing_since is not None:
+            state["shipping"] = "failing"
+            state["status"] = (
+                f"degraded: cannot ship since {_iso(self.failing_since)} ({self.last_error})"
+            )
+        elif self.sink is None:
+            state["shipping"] = "starting"
+        return state
+
+    def refresh(self) -> None:
+        """Re-read the oldest eligible times from the spool (cheap: two indexed lookups)."""
+        try:
+            self._record_ready_at = self.spool.oldest_ready_at([Kind.RECORD, Kind.CLIENT])
+            self._sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
+        except sqlite3.Error:  # the loop outlives a spool error; the last values stand
+            log.exception("cannot read the spool's oldest entries")
+
+    def _failed(self, now: float, reason: str, error: str) -> ShipResult:
+        self.metrics.ship_errors.labels(reason).inc()
+        if self.failing_since is None:
+            self.failing_since = now
+        self.last_error, self.last_error_at = error, now
+        self.refresh()
+        return ShipResult(ok=False, retryable=True, error=error)
+
+    # --- one pass --------------------------------------------------------------------------
+
+    def ship_once(self, *, ignore_window: bool = False) -> ShipResult:
+        now = self._clock()
+        if self.sink is None and not self._open(now):
+            return ShipResult(ok=False, retryable=True, error=self.last_error)
+        horizon = float("inf") if ignore_window else now
+        try:
+            records = shipped = self._ship_records(horizon)
+            clients = self._ship_clients(horizon)
+            records += clients
+            shipped += clients
+            if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
+                shipped += self._ship_samples(horizon, now)
+        except Unavailable as exc:
+            log.warning("store unavailable, will retry: %s", exc.message)
+            return self._failed(now, "unavailable", exc.message)
+        except Exception as exc:  # the loop must outlive any one failure; it is retried
+            log.exception("shipping failed, will retry")
+            return self._failed(now, "unexpected", repr(exc)[:200])
+        self._drop_orphans(now)
+        if self.failing_since is not None:
+            log.warning("shipping again after failing since %s", _iso(self.failing_since))
+        self.failing_since = None
+        self.last_success_at = now
+        self.refresh()
+        return ShipResult(
+            ok=True, shipped=shipped, next_ready_at=self._record_ready_at, records=records
+        )
+
+    def _open(self, now: float) -> bool:
+        """Build the sink (imports the store's libraries, connects nothing yet)."""
+        assert self.open_sink is not None
+        try:
+            self.sink = self.open_sink()
+        except Exception as exc:  # a bad URL or a missing driver: reported, retried
+            log.exception("cannot open the store writer, will retry")
+            self._failed(now, "open", f"cannot open the store writer: {exc}"[:300])
+            return False
+        self.opened.set()
+        return True
+
+    def _ship_records(self, horizon: float) -> int:
+        stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
+        if not stored:
+            return 0
+        traces = sorted({s.trace_id for s in stored})
+        spooled = self.spool.by_trace(traces, Kind.STAGE, per_trace=MAX_PIECES_PER_TRACE)
+        requests = [r for r in map(self._decode, stored) if r is not None]
+        kept: list[Stored] = []
+        pieces: list[Piece] = []
+        for entry in spooled:
+            piece = self._decode_piece(entry)
+            if piece is not None:
+                kept.append(entry)
+                pieces.append(piece)
+        assembly = assemble(requests, pieces)
+        self._write_records(assembly.records)
+        settled = [kept[j].seq for j in assembly.merged]
+        for reason, indexes in assembly.refused.items():
+            settled += [kept[j].seq for j in indexes]
+            self.metrics.fragments_refused.labels(reason.value).inc(len(indexes))
+        self.spool.delete([s.seq for s in stored] + settled)
+        self.metrics.shipped.labels("record").inc(len(assembly.records))
+        return len(stored)
+
+    def _decode(self, entry: Stored) -> Request | None:
+        try:
+            return Request(*decode_placed(entry.payload))
+        except (InvalidInput, ValueError, TypeError) as exc:
+            self.metrics.ship_errors.labels("invalid_payload").inc()
+            log.error("dropping an undecodable spool entry %d: %s", entry.seq, exc)
+            return None
+
+    def _decode_piece(self, entry: Stored) -> Piece | None:
+        """A trace piece, or ``None`` for one that can settle nothing (it expires)."""
+        try:
+            return decode_piece(entry.trace_id, entry.payload)
+        except (InvalidInput, ValueError, TypeError):
+            return None
+
+    def _write_records(self, records: list[RequestRecord]) -> None:
+        if not records:
+            return
+        sink = self._sink()
+        try:
+            result = sink.write_requests(records)
+        except InvalidInput:
+            # One bad record must not block the spool: isolate it, keep the others.
+            for record in records:
+                try:
+                    self._count_refused(sink.write_requests([record]))
+                except InvalidInput as exc:
+                    self.metrics.ship_errors.labels("invalid_record").inc()
+                    log.error("the store refused record %s: %s", record.span_id, exc.message)
+            return
+        if result.duplicates:
+            self.metrics.ship_duplicates.inc(result.duplicates)
+        self._count_refused(result)
+
+    def _ship_clients(self, horizon: float) -> int:
+        """Store the client records that are due (no reassembly: they are whole as they come).
+        A sink that stores no client records (the simulator's) gets none: they are dropped
+        and counted as ``ship_errors{reason="no_client_store"}``."""
+        stored = self.spool.ready(horizon, [Kind.CLIENT], self.batch_size)
+        if not stored:
+            return 0
+        records: list[ClientRecord] = []
+        for entry in stored:
+            try:
+                records.append(decode_client(entry.payload))
+            except (InvalidInput, InvalidRecord, ValueError, TypeError, KeyError) as exc:
+                self.metrics.ship_errors.labels("invalid_payload").inc()
+                log.error("dropping an undecodable client entry %d: %s", entry.seq, exc)
+        sink = self._sink()
+        if not isinstance(sink, ClientSink):
+            self.metrics.ship_errors.labels("no_client_store").inc(len(records))
+        elif records:
+            self._write_clients(sink, records)
+        self.spool.delete([s.seq for s in stored])
+        self.metrics.shipped.labels("client").inc(len(records))
+        return len(stored)
+
+    def _write_clients(self, sink: ClientSink, records: list[ClientRecord]) -> None:
+        try:
+            results = [sink.write_client_requests(records)]
+        except InvalidInput:
+            # One bad record must not block the spool: isolate it, keep the others.
+            results = []
+            for record in records:
+                try:
+                    results.append(sink.write_client_requests([record]))
+                except InvalidInput as exc:
+                    self.metrics.ship_errors.labels("invalid_record").inc()
+                    log.error("the store refused client record %s: %s", record.span_id, exc)
+        for result in results:
+            if result.duplicates:
+                self.metrics.ship_duplicates.inc(result.duplicates)
+            self._count_refused(result)
+
+    def _count_refused(self, result: WriteResult) -> None:
+        if result.refused:  # outside the store's accepted window: dropped, as retention would
+            self.metrics.ship_errors.labels("out_of_window").inc(result.refused)
+
+    def _sink(self) -> Sink:
+        if self.sink is None:
+            raise Unavailable("the store writer is not open yet")
+        return self.sink
+
+    def _ship_samples(self, horizon: float, now: float) -> int:
+        stored = self.spool.ready(horizon, [Kind.GPU, Kind.SERVER], self.batch_size)
+        if len(stored) < self.batch_size:  # a backlog is shipped on the next passes too
+            self._samples_shipped_at = now
+        if not stored:
+            return 0
+        gpu = [decode_gpu(s.payload) for s in stored if s.kind == Kind.GPU]
+        server = [decode_server(s.payload) for s in stored if s.kind == Kind.SERVER]
+        if gpu:
+            self._sink().write_gpu_samples(gpu)
+        if server:
+            self._sink().write_server_samples(server)
+        self.spool.delete([s.seq for s in stored])
+        self.metrics.shipped.labels("gpu").inc(len(gpu))
+        self.metrics.shipped.labels("server").inc(len(server))
+        return len(stored)
+
+    def _drop_orphans(self, now: float) -> None:
+        horizon = self.reassembly.expired_before(now)
+        expired = self.spool.ready(horizon, [Kind.STAGE], self.batch_size)
+        if expired:
+            self.spool.delete([s.seq for s in expired])
+            links = sum(isinstance(self._decode_piece(s), Link) for s in expired)
+            if len(expired) > links:
+                self.metrics.orphan_stages.inc(len(expired) - links)
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, wait: Callable[[float], bool] | None = None) -> None:
+        """Ship until ``stop`` is set; ``wait(seconds)`` sleeps and says whether to stop."""
+        pause = wait or self._waiter(stop)
+        if self.sink is None and self._hold_open(stop):
+            return
+        failures = 0
+        while not stop.is_set():
+            started = self._clock()
+            result = self.ship_once()
+            if not result.ok:
+                if pause(self.backoff.delay(failures)):
+                    return
+                failures += 1
+                continue
+            failures = 0
+            if result.shipped >= self.batch_size:
+                continue  # a backlog: keep going
+            if pause(self.idle_delay(started, result.next_ready_at, bool(result.records))):
+                return
+
+    def idle_delay(
+        self, started: float, next_ready_at: float | None, shipped_records: bool = True
+    ) -> float:
+        """Seconds from now to the next pass, for a pass that started at ``started``: when
+        the oldest waiting record becomes eligible, but no later than ``max_idle_s`` after
+        that start and, if this pass stored records, no sooner than ``idle_s`` after it
+        (``idle_s`` when no record waits). A pass that stored none cost the store nothing,
+        so it does not hold back the next one."""
+        earliest = started + self.idle_s
+        wake = earliest
+        if next_ready_at is not None:
+            wake = min(started + self.max_idle_s, next_ready_at)
+            if shipped_records:
+                wake = max(earliest, wake)
+        return max(0.0, wake - self._clock())
+
+    def _hold_open(self, stop: threading.Event) -> bool:
+        """Before building the sink, let the receivers answer the first export alone:
+        importing the store's libraries holds the GIL for a second or more, and a restarted
+        sidecar's first job is to acknowledge its exporters' retries. Waits until
+        ``open_when()`` or ``open_delay_s``; whether to stop."""
+        deadline = time.monotonic() + self.open_delay_s
+        while not self.open_when() and time.monotonic() < deadline:
+            if stop.wait(0.02):
+                return True
+        return stop.is_set()
+
+    def _waiter(self, stop: threading.Event) -> Callable[[float], bool]:
+        """``stop.wait`` in slices of ``REFRESH_S``, refreshing the gauges between them."""
+
+        def wait(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > REFRESH_S:
+                if stop.wait(REFRESH_S):
+                    return True
+                self.refresh()
+            return stop.wait(max(0.0, left))
+
+        return wait
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        thread = threading.Thread(target=self.run, args=(stop,), name="shipper", daemon=True)
+        thread.start()
+        return thread
+
+    def drain(self, timeout_s: float = 10.0) -> None:
+        """Ship what is eligible now, for shutdown; stops at the first failure or timeout."""
+        if self.sink is None:
+            return  # never opened: everything stays in the spool for the next start
+        deadline = time.monotonic() + timeout_s
+        self._samples_shipped_at = float("-inf")  # samples too, however recently shipped
+        while time.monotonic() < deadline:
+            result = self.ship_once()
+            if not result.ok or result.shipped == 0:
+                return

@@ -1,0 +1,226 @@
+"""The sidecar assembled: spool, receivers, shipper and samplers, started and stopped as one.
+
+Start-up order: the spool opens and both receivers bind and accept first; the store writer
+(SQLAlchemy, the database driver, the rollup math: most of a cold start) is built afterwards in
+the shipper's thread when ``sink`` is given as a factory, so a restarted sidecar acknowledges
+exports within its exporters' retry budget whatever the store's libraries cost to load, and
+whether or not the store answers.
+
+``/healthz`` says ``"status": "ok"`` or ``"degraded: cannot ship since …"`` with the last
+error, and answers 200 either way: a sidecar waiting for its store is alive and accepting (it
+spools), so neither a liveness nor a readiness probe should act on it (a failing readiness
+probe would take the inference server's pod out of its Service). ``/healthz?strict=1``
+answers 503 while degraded, for monitors that read only the status code.
+
+``Sidecar.stop`` is the clean shutdown: receivers stop taking exports, pending appends are
+committed, samplers stop, the shipper drains what is eligible, then the spool closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infersight.collector.admission import Admission, AdmissionConfig
+from infersight.collector.assembly import Reassembly
+from infersight.collector.auth import check_bind
+from infersight.collector.decoding import DecoderPool
+from infersight.collector.grpc_receiver import GrpcServer
+from infersight.collector.http_receiver import HttpServer, create_app
+from infersight.collector.ingest import Ingestor
+from infersight.collector.mapping import MappingContext
+from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.otlp import Limits
+from infersight.collector.periodic import PeriodicTask, Sampler
+from infersight.collector.shipper import Backoff, Shipper
+from infersight.collector.spool import FsyncMode, Spool, SpoolConfig
+from infersight.core.accept import AcceptWindow
+from infersight.core.errors import ConfigurationError
+from infersight.core.write import Sink
+
+log = logging.getLogger(__name__)
+#: Longest the store writer waits for a first export before it is built anyway.
+OPEN_DELAY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    instance: str
+    spool_dir: Path
+    http_host: str = "127.0.0.1"
+    http_port: int = 4318
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 4317
+    model: str = ""
+    service_models: Mapping[str, str] = field(default_factory=dict)
+    token: str | None = None
+    insecure_no_auth: bool = False
+    fsync: FsyncMode = FsyncMode.GROUP
+    group_window_s: float = 0.02
+    spool_max_bytes: int = 1 << 30
+    window_s: float = 2.0
+    #: Least time from the start of a shipping pass that stored records to the next pass,
+    #: while the spool holds less than a batch. Each such pass costs the store writer a fixed
+    #: ~10 ms of CPU (transaction, partitions, rollups), so at most one every 2 s bounds that
+    #: at high export rates. A pass starts as soon as the oldest record's reassembly window
+    #: ends, within that bound, so
+    #: records reach the store ``window_s`` after their acknowledgement when exports come in
+    #: large batches (the SDK's default), and within ``window_s`` + ``ship_interval_s``
+    #: (4 s by default) when many small exports arrive.
+    ship_interval_s: float = 2.0
+    #: Least time between two shipments of GPU and server samples: the store folds each
+    #: batch of a GPU's samples into its rollups at a fixed cost (it reads the GPU's
+    #: neighbouring samples), so five samples at once cost a fifth of one at a time.
+    sample_ship_interval_s: float = 10.0
+    limits: Limits = field(default_factory=Limits)
+    #: Exports decoded at once and admitted to wait, shared by both receivers.
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    #: Decode bodies in child processes, one per decode slot (``collector.decoding``), so
+    #: that /healthz and acknowledgements never wait on decoding and the heap it churns is
+    #: not the sidecar's; ``False`` decodes in the slots' threads.
+    decode_processes: bool = True
+    backoff: Backoff = field(default_factory=Backoff)
+    #: Span starts outside it are refused per span (``infersight sidecar`` sets it from
+    #: the raw retention and the future skew); ``None`` accepts any plausible start, for
+    #: embedders replaying history in virtual time (the simulator's scenarios, benchmarks).
+    accept: AcceptWindow | None = None
+
+    def __post_init__(self) -> None:
+        check_bind(self.http_host, self.token, self.insecure_no_auth)
+        check_bind(self.grpc_host, self.token, self.insecure_no_auth)
+        if not self.ship_interval_s > 0:
+            raise ConfigurationError("the ship interval must be positive")
+        if not self.sample_ship_interval_s >= 0:
+            raise ConfigurationError("the sample ship interval must not be negative")
+
+
+class Sidecar:
+    def __init__(
+        self,
+        config: SidecarConfig,
+        sink: Sink | Callable[[], Sink],
+        samplers: Sequence[Sampler] = (),
+        scraped_model: Callable[[], str] = lambda: "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.metrics = CollectorMetrics()
+        self.spool = Spool(
+            SpoolConfig(
+                config.spool_dir,
+                max_bytes=config.spool_max_bytes,
+                fsync=config.fsync,
+                group_window_s=config.group_window_s,
+            ),
+            clock=clock,
+        )
+        context = MappingContext(
+            config.instance, config.model, dict(config.service_models), scraped_model
+        )
+        reassembly = Reassembly(config.window_s)
+        self.ingestor = Ingestor(
+            self.spool, context, self.metrics, config.limits, reassembly, accept=config.accept
+        )
+        self.shipper = Shipper(
+            self.spool,
+            sink,
+            self.metrics,
+            reassembly=reassembly,
+            backoff=config.backoff,
+            idle_s=config.ship_interval_s,
+            samples_every_s=config.sample_ship_interval_s,
+        )
+        self.admission = Admission(config.admission)
+        self.decoders: DecoderPool | None = None
+        if config.decode_processes:
+            self.decoders = DecoderPool(
+                config.limits, context, config.accept, reassembly,
+                workers=config.admission.slots,
+            )  # fmt: skip
+            self.ingestor.decoder = self.decoders
+        # A sink given as a factory is built once the first export is durable, about to be
+        # acknowledged (nothing leaves the spool before), or after OPEN_DELAY_S: see
+        # ``Shipper._hold_open``.
+        held = self.spool.stats()[0]
+        self.shipper.open_when = lambda: self.spool.stats()[0] != held
+        self.shipper.open_delay_s = OPEN_DELAY_S
+        self.http = HttpServer(
+            create_app(self.ingestor, config.token, self._health, self.admission),
+            config.http_host,
+            config.http_port,
+        )
+        self.grpc = GrpcServer(
+            self.ingestor,
+            config.grpc_host,
+            config.grpc_port,
+            config.token,
+            admission=self.admission,
+        )
+        self.tasks = [
+            PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
+            for s in samplers
+        ]
+        self._stop = threading.Event()
+        self._shipper_thread: threading.Thread | None = None
+
+    def _sampler_error(self, sampler: Sampler) -> Callable[[str], None]:
+        counter = self.metrics.gpu_errors if "gpu" in sampler.name else self.metrics.scrape_errors
+        return lambda reason: counter.labels(reason).inc()
+
+    def _sampler_success(self, sampler: Sampler) -> Callable[[int], None]:
+        if "gpu" in sampler.name:
+            return self.metrics.gpu_samples.inc
+        return lambda count: self.metrics.scrapes.inc()
+
+    def _health(self) -> dict[str, Any]:
+        return {"instance": self.config.instance, **self.shipper.health()}
+
+    def add_samplers(self, samplers: Sequence[Sampler]) -> None:
+        """Add samplers after start (the CLI builds them once the receivers listen: NVML's
+        initialisation and the scrape client are not needed to accept exports)."""
+        tasks = [
+            PeriodicTask(s, self.spool, self._sampler_error(s), self._sampler_success(s))
+            for s in samplers
+        ]
+        self.tasks += tasks
+        if self._shipper_thread is not None:
+            for task in tasks:
+                task.start()
+
+    def start(self) -> Sidecar:
+        self.http.start()
+        self.grpc.start()
+        if self.decoders is not None:
+            self.decoders.start()  # in the background: the receivers accept already
+        for task in self.tasks:
+            task.start()
+        self._shipper_thread = self.shipper.start(self._stop)
+        log.info(
+            "sidecar %s: OTLP/HTTP on %s:%d, OTLP/gRPC on %s:%d, spool %s",
+            self.config.instance,
+            self.http.host,
+            self.http.port,
+            self.grpc.host,
+            self.grpc.port,
+            self.spool.path,
+        )
+        return self
+
+    def stop(self) -> None:
+        self.http.stop()
+        self.grpc.stop()
+        self.admission.close()
+        if self.decoders is not None:
+            self.decoders.close()
+        for task in self.tasks:
+            task.stop()
+        self._stop.set()
+        if self._shipper_thread is not None:
+            self._shipper_thread.join(timeout=10)
+        self.shipper.drain()
+        self.spool.close()

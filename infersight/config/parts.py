@@ -1,0 +1,183 @@
+"""The parts the roles' settings are composed of; each field is declared in exactly one.
+
+A part is a ``BaseSettings`` read from the environment (``INFERSIGHT_`` and the field's name,
+upper-case). A role inherits the parts it reads and declares no field itself; every field is
+documented in the README's settings or notifications table (``tests/test_readme.py``, and
+``tests/test_settings.py`` for the rule).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from infersight.core.accept import MAX_FUTURE_SKEW_S, AcceptWindow
+
+PREFIX = "INFERSIGHT_"
+#: Where the store is when ``INFERSIGHT_DATABASE_URL`` does not say.
+DEFAULT_DATABASE_URL = "sqlite:///infersight.db"
+
+
+def variable(field: str) -> str:
+    """The environment variable the setting ``field`` is read from."""
+    return PREFIX + field.upper()
+
+
+class Part(BaseSettings):
+    """What every part shares: the prefix, unknown variables ignored, values fixed once read."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", frozen=True)
+
+
+class StorePart(Part):
+    """The store: where it is, how long it keeps what, and what it accepts."""
+
+    database_url: str = Field(DEFAULT_DATABASE_URL, description="Store URL: PostgreSQL or SQLite.")
+    database_read_url: str = Field(
+        "",
+        description="PostgreSQL URL of a hot standby of the store that the API's read-only "
+        "answers are read from (empty: the store serves them).",
+    )
+    raw_retention_days: int = Field(14, ge=1, description="Days of raw requests and samples kept.")
+    minute_rollup_retention_days: int = Field(14, ge=1, description="Days of minute rollups kept.")
+    hour_rollup_retention_days: int = Field(180, ge=1, description="Days of hour rollups kept.")
+    day_rollup_retention_days: int = Field(1095, ge=1, description="Days of day rollups kept.")
+    partition_ahead_days: int = Field(
+        3, ge=0, le=60, description="Daily partitions created ahead of time (PostgreSQL)."
+    )
+    max_future_skew_s: float = Field(
+        300.0,
+        ge=0,
+        le=MAX_FUTURE_SKEW_S,
+        description="Seconds a span may start after the sidecar's clock and still be accepted.",
+    )
+    exact_max_rows: int = Field(
+        200_000, ge=0, description="Above this many requests, quantiles come from sketches."
+    )
+
+    def accept_window(self) -> AcceptWindow:
+        """Starts a sidecar and the store accept: raw retention back, the skew ahead."""
+        return AcceptWindow.of_days(self.raw_retention_days, self.max_future_skew_s)
+
+
+class CostReportPart(Part):
+    """How GPU time is priced and in which time zone weekly reports are cut."""
+
+    cost_model: str = Field(
+        "default",
+        max_length=128,
+        description="Name of the stored cost model to use (example list prices when absent).",
+    )
+    report_timezone: str = Field(
+        "UTC", description="IANA time zone of weekly report periods and their schedule."
+    )
+
+
+class ApiPart(Part):
+    """The API's listener: address, tokens, host names and its limits."""
+
+    listen: str = Field("127.0.0.1:8080", description="HOST:PORT the API listens on.")
+    api_tokens: str = Field(
+        "", description="Bearer tokens as comma-separated SCOPE:TOKEN pairs (scope read or admin)."
+    )
+    api_tokens_file: str = Field(
+        "", description="A secrets file with one 'SCOPE TOKEN' pair per line ('#' comments)."
+    )
+    insecure_no_auth: bool = Field(
+        False, description="Serve without tokens on a non-loopback address (warns at start-up)."
+    )
+    allowed_hosts: str = Field(
+        "",
+        description="Host names the API answers to besides its listen address and localhost "
+        "(comma-separated; '.example.com' for a domain and its subdomains, '*' for any).",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="Seconds a client has to send a request's headers."
+    )
+    keep_alive_s: int = Field(
+        5, ge=1, le=300, description="Seconds an idle keep-alive connection stays open."
+    )
+    max_connections: int = Field(
+        256, ge=1, le=100_000, description="Open connections at most; more are closed at once."
+    )
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body accepted.")
+    metrics_cache_s: float = Field(
+        10.0, ge=0, description="Seconds later /metrics scrapes reuse a computed answer (0: never)."
+    )
+    max_query_days: int = Field(400, ge=1, description="Longest time window a query may cover.")
+    dashboard_answer_ttl_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="Seconds a dashboard page reuses the answer computed for the same query "
+        "(0: never).",
+    )
+    model_aliases: str = Field(
+        "",
+        description="Model name aliases as comma-separated ALIAS=CANONICAL pairs, for matching "
+        "client and server model names (besides the default: org/ prefix stripped, any case).",
+    )
+
+
+class JobsPart(Part):
+    """The scheduled jobs of an API process: whether they run, and how often."""
+
+    run_jobs: bool = Field(True, description="Run the scheduled jobs in this process.")
+    leader_lock_url: str = Field(
+        "",
+        description="Direct PostgreSQL URL (same database, no pooler) for the jobs leader's "
+        "lock; required when the store URL has pooler=transaction.",
+    )
+    evaluation_interval_s: float = Field(30.0, gt=0, description="Seconds between SLO evaluations.")
+    scaling_interval_s: float = Field(
+        60.0, gt=0, description="Seconds between replica recommendations (one per model)."
+    )
+    maintenance_interval_s: float = Field(
+        3600.0, gt=0, description="Seconds between partition and retention maintenance runs."
+    )
+    report_schedule: str = Field(
+        "mon 09:00",
+        description="When the weekly cost report job runs: DAY HH:MM in report_timezone.",
+    )
+
+
+class SidecarPart(Part):
+    """The sidecar's own: the token its receivers require."""
+
+    otlp_token: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer token the sidecar's receivers require (--token-file, then --token, "
+        "override it).",
+    )
+
+
+class NotifierPart(Part):
+    """Where incidents are sent. Each secret may instead come from the file its ``_file``
+    field names (``INFERSIGHT_…_FILE``); the value, when set, wins."""
+
+    slack_webhook_url: SecretStr = Field(SecretStr(""), description="Slack incoming webhook.")
+    slack_webhook_url_file: str = Field("", description="A file holding the Slack webhook URL.")
+    pagerduty_routing_key: SecretStr = Field(
+        SecretStr(""), description="PagerDuty Events API v2 routing key."
+    )
+    pagerduty_routing_key_file: str = Field(
+        "", description="A file holding the PagerDuty routing key."
+    )
+    pagerduty_url: str = Field(
+        "", description="PagerDuty Events endpoint (default: the public Events v2 endpoint)."
+    )
+    alertmanager_url: SecretStr = Field(
+        SecretStr(""), description="Prometheus Alertmanager base URL."
+    )
+    alertmanager_url_file: str = Field("", description="A file holding the Alertmanager URL.")
+
+
+#: Every part; ``tests/test_settings.py`` holds each field to one of them.
+PARTS: tuple[type[Part], ...] = (
+    StorePart,
+    ApiPart,
+    JobsPart,
+    CostReportPart,
+    SidecarPart,
+    NotifierPart,
+)

@@ -1,0 +1,176 @@
+"""Query specifications and answers that cross the storage boundary.
+
+Storage functions take a ``Selector`` and a ``Window`` and return these values; the API turns
+them into JSON. Labels are the four grouping labels of the request record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from infersight.core.errors import InvalidInput
+from infersight.core.records import DURATION_FIELDS, GROUP_LABELS, MAX_LABEL_LEN
+from infersight.core.window import Window
+
+#: Metric names as the API spells them → record field.
+LATENCY_METRICS: Final = {name.removesuffix("_s"): name for name in DURATION_FIELDS}
+#: Stages whose shares of end-to-end time make up the breakdown, in pipeline order.
+STAGES: Final = ("gateway", "preprocess", "queue", "prefill", "decode", "postprocess")
+
+
+class Method(StrEnum):
+    """How quantiles were (or should be) computed."""
+
+    AUTO = "auto"
+    EXACT = "exact"
+    SKETCH = "sketch"
+
+
+def check_metric(name: str) -> str:
+    if name not in LATENCY_METRICS:
+        raise InvalidInput(f"unknown metric {name!r}", details={"allowed": sorted(LATENCY_METRICS)})
+    return name
+
+
+def check_group_by(names: Iterable[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for name in names:
+        if name not in GROUP_LABELS:
+            raise InvalidInput(f"cannot group by {name!r}", details={"allowed": list(GROUP_LABELS)})
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """Which requests a query covers; ``None`` means any value of that label."""
+
+    model: str | None = None
+    instance: str | None = None
+    tenant: str | None = None
+    priority: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in GROUP_LABELS:
+            value = getattr(self, name)
+            if value is not None and len(value) > MAX_LABEL_LEN:
+                raise InvalidInput(f"{name} filter longer than {MAX_LABEL_LEN} characters")
+
+    def items(self) -> list[tuple[str, str]]:
+        """The labels that are pinned, as (name, value) pairs."""
+        return [(n, v) for n in GROUP_LABELS if (v := getattr(self, n)) is not None]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(name) == value for name, value in self.items())
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQuantiles:
+    labels: Mapping[str, str]
+    count: int
+    quantiles: Mapping[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyResult:
+    metric: str
+    window: Window
+    method: Method
+    relative_error: float
+    groups: tuple[GroupQuantiles, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Totals over a window for one group; rates divide by the window's length."""
+
+    labels: Mapping[str, str]
+    requests: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    seconds: float
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def errors_per_s(self) -> float:
+        return self.errors / self.seconds
+
+    @property
+    def input_tokens_per_s(self) -> float:
+        return self.input_tokens / self.seconds
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds
+
+    @property
+    def error_ratio(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+
+@dataclass(frozen=True, slots=True)
+class StageShare:
+    stage: str
+    seconds_total: float
+    share: float | None
+    coverage: float | None
+    """Share of the group's requests that reported this stage at all."""
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where a group's request time goes, stage by stage; the shares add up to at most 1.
+
+    The time shared out is each request's end-to-end time plus, where a gateway enclosed it,
+    the gateway's own time (which lies outside the server's end-to-end time). The other
+    stages lie within the end-to-end time; where the times the engines reported for them add
+    up to more than it (the stages overlap), their shares are scaled down together by
+    ``scaled_by`` (< 1), so that no instant counts twice; their ``seconds_total`` stay as
+    reported.
+    """
+
+    labels: Mapping[str, str]
+    requests: int
+    e2e_seconds_total: float
+    stages: tuple[StageShare, ...] = field(default_factory=tuple)
+    scaled_by: float = 1.0
+
+    @property
+    def unaccounted_share(self) -> float | None:
+        known = [s.share for s in self.stages if s.share is not None]
+        if not self.e2e_seconds_total or not known:
+            return None
+        return max(0.0, 1.0 - sum(known))
+
+
+def breakdown_of(
+    labels: Mapping[str, str],
+    e2e: tuple[int, float],
+    stages: Mapping[str, tuple[int, float]],
+) -> Breakdown:
+    """A group's ``Breakdown`` from (count, seconds) totals of end-to-end time and of each
+    of ``STAGES`` (a stage absent from ``stages`` was reported by no request)."""
+    e2e_count, e2e_total = e2e
+    e2e_total = max(0.0, e2e_total)
+    totals = {stage: stages.get(stage, (0, 0.0)) for stage in STAGES}
+    gateway = max(0.0, totals["gateway"][1])
+    inner = sum(max(0.0, seconds) for stage, (_, seconds) in totals.items() if stage != "gateway")
+    scale = e2e_total / inner if inner > e2e_total else 1.0
+    whole = e2e_total + gateway
+    shares = []
+    for stage, (count, seconds) in totals.items():
+        share = None
+        if whole > 0 and count:
+            part = max(0.0, seconds) * (1.0 if stage == "gateway" else scale)
+            share = min(1.0, part / whole)
+        coverage = count / e2e_count if e2e_count else None
+        shares.append(StageShare(stage, seconds, share, coverage))
+    return Breakdown(dict(labels), int(e2e_count), e2e_total, tuple(shares), scale)

@@ -1,0 +1,181 @@
+"""SLO definitions and the arithmetic of SLIs and error budgets.
+
+An SLO says what share of requests (``objective``, e.g. 0.999) matching a ``Selector`` must be
+*good* over a rolling ``window`` (e.g. 28 days). Two SLIs exist:
+
+* availability — a request is good when it did not fail;
+* latency — a request is good when its ``metric`` (``ttft``, ``tpot``, ``e2e``, …) is at most
+  ``threshold_s`` seconds. Requests that did not report the metric are not counted at all.
+
+The error budget is the share of events allowed to be bad, ``1 − objective``. The burn rate of
+a window is its bad share divided by the budget: 1× spends the budget exactly over the SLO
+window, 14.4× spends 2 % of a 30-day budget in one hour. Spec *files* (YAML/JSON, OpenSLO) are
+parsed at the edge into ``SloSpec``; this module knows nothing of their format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Final
+
+from infersight.core.errors import InvalidInput
+from infersight.core.query import LATENCY_METRICS, Selector
+from infersight.core.records import RequestRecord
+
+NAME_PATTERN: Final = re.compile(r"[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?")
+MIN_WINDOW: Final = timedelta(hours=1)
+MAX_WINDOW: Final = timedelta(days=90)
+
+
+class SliKind(StrEnum):
+    AVAILABILITY = "availability"
+    LATENCY = "latency"
+
+
+@dataclass(frozen=True, slots=True)
+class Sli:
+    """What makes one request good."""
+
+    kind: SliKind
+    metric: str | None = None
+    threshold_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, SliKind):
+            try:
+                object.__setattr__(self, "kind", SliKind(str(self.kind)))
+            except ValueError:
+                raise InvalidInput(
+                    f"unknown SLI kind {self.kind!r}",
+                    details={"allowed": [k.value for k in SliKind]},
+                ) from None
+        if self.kind is SliKind.AVAILABILITY:
+            if self.metric is not None or self.threshold_s is not None:
+                raise InvalidInput("an availability SLI takes no metric or threshold")
+            return
+        if self.metric not in LATENCY_METRICS:
+            raise InvalidInput(
+                f"unknown latency metric {self.metric!r}",
+                details={"allowed": sorted(LATENCY_METRICS)},
+            )
+        threshold = self.threshold_s
+        if threshold is None or not math.isfinite(threshold) or threshold <= 0:
+            raise InvalidInput("a latency SLI needs a positive threshold in seconds")
+
+    @property
+    def column(self) -> str | None:
+        """The record field a latency SLI reads (``ttft`` → ``ttft_s``)."""
+        return LATENCY_METRICS[self.metric] if self.metric is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class SloSpec:
+    """One service level objective, as stored and evaluated."""
+
+    name: str
+    sli: Sli
+    objective: float
+    window: timedelta
+    selector: Selector = field(default_factory=Selector)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not NAME_PATTERN.fullmatch(self.name):
+            raise InvalidInput(
+                "an SLO name is 1–128 lowercase letters, digits, '.', '_' or '-', "
+                "starting and ending with a letter or digit",
+                details={"name": self.name[:140]},
+            )
+        if not math.isfinite(self.objective) or not 0.0 < self.objective < 1.0:
+            raise InvalidInput(
+                "objective must be a fraction strictly between 0 and 1 (e.g. 0.999)",
+                details={"objective": self.objective},
+            )
+        if not MIN_WINDOW <= self.window <= MAX_WINDOW:
+            raise InvalidInput(
+                "the SLO window must be between 1 hour and 90 days",
+                details={"window_s": self.window.total_seconds()},
+            )
+        if len(self.description) > 1024:
+            raise InvalidInput("description longer than 1024 characters")
+
+    @property
+    def error_budget(self) -> float:
+        """The share of events allowed to be bad."""
+        return 1.0 - self.objective
+
+    @property
+    def scope(self) -> str:
+        return scope_of(self.selector)
+
+
+def scope_of(selector: Selector) -> str:
+    """A stable text for the requests a selector covers: ``model=a,tenant=b`` or ``*``."""
+    return ",".join(f"{name}={value}" for name, value in selector.items()) or "*"
+
+
+@dataclass(frozen=True, slots=True)
+class EventCounts:
+    """Events over one window: all that count for the SLI, and the bad ones among them."""
+
+    total: int
+    bad: int
+
+    def __post_init__(self) -> None:
+        if self.total < 0 or not 0 <= self.bad <= self.total:
+            raise InvalidInput(
+                "event counts need 0 ≤ bad ≤ total", details={"total": self.total, "bad": self.bad}
+            )
+
+    @property
+    def good(self) -> int:
+        return self.total - self.bad
+
+    def __add__(self, other: EventCounts) -> EventCounts:
+        return EventCounts(self.total + other.total, self.bad + other.bad)
+
+
+NO_EVENTS: Final = EventCounts(0, 0)
+
+
+def sli_value(counts: EventCounts) -> float | None:
+    """The share of good events, or ``None`` when there were none."""
+    return counts.good / counts.total if counts.total else None
+
+
+def burn_rate(counts: EventCounts, objective: float) -> float:
+    """Bad share ÷ error budget; a window without events burns nothing."""
+    if not counts.total:
+        return 0.0
+    return (counts.bad / counts.total) / (1.0 - objective)
+
+
+def budget_remaining(counts: EventCounts, objective: float) -> float:
+    """Share of the SLO window's error budget still unspent, in [0, 1].
+
+    A window that spent more than its budget has 0 left (the overspend is visible in the SLI
+    and the burn rate; a negative budget would only confuse a gauge).
+    """
+    return min(1.0, max(0.0, 1.0 - burn_rate(counts, objective)))
+
+
+def count_events(records: Iterable[RequestRecord], sli: Sli) -> EventCounts:
+    """Events and bad events among ``records`` (the reference the store's counts must equal)."""
+    total = bad = 0
+    column = sli.column
+    for record in records:
+        if column is None:
+            total += 1
+            bad += record.is_error
+            continue
+        value = getattr(record, column)
+        if value is None:
+            continue
+        total += 1
+        bad += value > (sli.threshold_s or 0.0)
+    return EventCounts(total, bad)

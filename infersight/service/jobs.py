@@ -1,0 +1,299 @@
+"""Scheduled jobs (APScheduler) and the leader election that makes them run once per fleet.
+
+Every API replica schedules the same jobs, but a tick does work only on the leader. On
+PostgreSQL the leader is whoever holds a session-level advisory lock on a dedicated connection:
+when it stops (or its connection dies) the lock is released and the next replica to tick takes
+over. On SQLite there is one process, which always leads.
+
+A session-level lock needs a session: through a pooler in transaction mode (a store URL with
+``pooler=transaction``) the lock would stay on whichever server connection took it, handed
+to other clients, and two replicas could both lead. So the lock then goes over its own direct
+connection (``INFERSIGHT_LEADER_LOCK_URL``: the same database, not through the pooler), and
+without one ``leader_lock`` refuses to start jobs. A process that runs no jobs needs none.
+
+Jobs: SLO evaluation (every ``evaluation_interval_s``) and maintenance — daily partitions
+ahead of time, and retention of raw rows and rollups (every ``maintenance_interval_s``); the
+weekly cost report on a cron schedule in its own time zone (``service.reports``), when given;
+the replica recommender (``service.scaling``: one recommendation per model), every
+``scaling_interval_s``, when given.
+Rollups themselves are merged as batches arrive (``storage.rollup``), so compaction here is
+the retention of the finer resolutions that coarser ones have made redundant.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from infersight.core.errors import ConfigurationError
+from infersight.service.evaluation import Evaluator
+from infersight.storage.engine import create_store_engine, redact, transaction_pooled
+from infersight.storage.maintenance import RetentionPolicy, maintain
+
+log = logging.getLogger(__name__)
+#: The advisory lock key of the jobs leader ("infersgt" as a big-endian 64-bit number).
+LEADER_LOCK_KEY: Final = int.from_bytes(b"infersgt", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class LeaderLock(Protocol):
+    def acquire(self) -> bool:
+        """``True`` while this process leads (taking the lead if it is free)."""
+
+    def release(self) -> None: ...
+
+
+class SoleLeader:
+    """SQLite: a single process runs the jobs."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+
+class AdvisoryLock:
+    """A PostgreSQL session-level advisory lock held on its own connection."""
+
+    def __init__(self, engine: Engine, key: int = LEADER_LOCK_KEY) -> None:
+        self.engine = engine
+        self.key = key
+        self._connection: Connection | None = None
+        self._mutex = threading.Lock()
+
+    def acquire(self) -> bool:
+        with self._mutex:
+            try:
+                if self._connection is not None:
+                    if self._still_held(self._connection):
+                        return True
+                    self._drop()
+                connection = self.engine.connect()
+                got = connection.execute(
+                    text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}
+                ).scalar_one()
+                connection.commit()
+                if got:
+                    self._connection = connection
+                    log.info("this replica now leads the scheduled jobs")
+                    return True
+                connection.close()
+                return False
+            except DBAPIError:
+                log.warning("leader election failed; not leading", exc_info=True)
+                self._drop()
+                return False
+
+    def _still_held(self, connection: Connection) -> bool:
+        try:
+            held = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                    " AND pid = pg_backend_pid() AND objsubid = 1"
+                    " AND ((classid::bigint << 32) | objid::bigint) = :key"
+                ),
+                {"key": self.key},
+            ).scalar_one()
+            connection.commit()
+            return bool(held)
+        except DBAPIError:
+            return False
+
+    def _drop(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.invalidate()
+                self._connection.close()
+            except DBAPIError:
+                pass
+            self._connection = None
+
+    def release(self) -> None:
+        with self._mutex:
+            if self._connection is None:
+                return
+            try:
+                self._connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self.key})
+                self._connection.commit()
+                self._connection.close()
+            except DBAPIError:
+                self._drop()
+            self._connection = None
+
+
+class NeverLeader:
+    """A process that runs no jobs behind a transaction pooler without a direct lock URL: it
+    never leads, so its ticks, if any are called, do nothing."""
+
+    def acquire(self) -> bool:
+        return False
+
+    def release(self) -> None:
+        pass
+
+
+def leader_lock(engine: Engine, direct_url: str = "", *, runs_jobs: bool = True) -> LeaderLock:
+    """The leader lock for the store ``engine`` reaches: none needed on SQLite; on PostgreSQL
+    an advisory lock over ``direct_url`` when given, else over ``engine`` unless it goes
+    through a transaction pooler (a ``ConfigurationError`` for a process that runs jobs)."""
+    if engine.dialect.name != "postgresql":
+        return SoleLeader()
+    if direct_url:
+        direct = create_store_engine(direct_url, poolclass=NullPool)
+        if direct.dialect.name != "postgresql" or transaction_pooled(direct):
+            direct.dispose()
+            raise ConfigurationError(
+                "INFERSIGHT_LEADER_LOCK_URL must reach PostgreSQL directly (no pooler=transaction)",
+                details={"url": redact(direct_url)},
+            )
+        return AdvisoryLock(direct)
+    if transaction_pooled(engine):
+        if not runs_jobs:
+            return NeverLeader()
+        raise ConfigurationError(
+            "the store is reached through a transaction pooler (pooler=transaction), where the "
+            "jobs leader's session lock is unsafe: set INFERSIGHT_LEADER_LOCK_URL to a direct "
+            "URL of the same database, or INFERSIGHT_RUN_JOBS=false"
+        )
+    return AdvisoryLock(engine)
+
+
+class Jobs:
+    """The scheduled jobs of one replica; ``tick_*`` are what the scheduler calls."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        evaluator: Evaluator,
+        retention: RetentionPolicy,
+        clock: Callable[[], datetime],
+        lock: LeaderLock,
+        evaluation_interval_s: float,
+        maintenance_interval_s: float,
+        deliver: Callable[[datetime], object] | None = None,
+        delivery_interval_s: float = 10.0,
+        report: Callable[[datetime], object] | None = None,
+        report_cron: Mapping[str, Any] | None = None,
+        scale: Callable[[datetime], object] | None = None,
+        scaling_interval_s: float = 60.0,
+    ) -> None:
+        self.engine = engine
+        self.evaluator = evaluator
+        self.retention = retention
+        self.clock = clock
+        self.lock = lock
+        self.evaluation_interval_s = evaluation_interval_s
+        self.maintenance_interval_s = maintenance_interval_s
+        self.runs: dict[str, int] = {"evaluate": 0, "maintain": 0}
+        # Notification delivery runs apart from the evaluation: a down endpoint delays only it.
+        self.deliver = deliver
+        self.delivery_interval_s = delivery_interval_s
+        if deliver is not None:
+            self.runs["deliver"] = 0
+        # The weekly report: cron fields (day_of_week, hour, minute, timezone) for APScheduler.
+        self.report = report
+        self.report_cron = dict(report_cron or {})
+        if report is not None:
+            self.runs["report"] = 0
+        # The replica recommender: its own interval (a cycle reads every model's inputs).
+        self.scale = scale
+        self.scaling_interval_s = scaling_interval_s
+        if scale is not None:
+            self.runs["scale"] = 0
+        #: Ticks APScheduler skipped because the job's previous run was still going.
+        self.skipped: dict[str, int] = dict.fromkeys(self.runs, 0)
+        #: Seconds the latest runs of each job took (the most recent last).
+        self.durations: dict[str, deque[float]] = {name: deque(maxlen=100) for name in self.runs}
+        self.last_error: str | None = None
+        self._scheduler: BackgroundScheduler | None = None
+
+    def tick_evaluation(self) -> bool:
+        """Evaluate every SLO if this replica leads; whether it did."""
+        return self._guarded("evaluate", lambda: self.evaluator.run(self.clock()))
+
+    def tick_maintenance(self) -> bool:
+        return self._guarded(
+            "maintain", lambda: maintain(self.engine, self.clock(), self.retention)
+        )
+
+    def tick_delivery(self) -> bool:
+        deliver = self.deliver
+        if deliver is None:
+            return False
+        return self._guarded("deliver", lambda: deliver(self.clock()))
+
+    def tick_report(self) -> bool:
+        report = self.report
+        if report is None:
+            return False
+        return self._guarded("report", lambda: report(self.clock()))
+
+    def tick_scaling(self) -> bool:
+        """Record one replica recommendation per model if this replica leads; whether it did."""
+        scale = self.scale
+        if scale is None:
+            return False
+        return self._guarded("scale", lambda: scale(self.clock()))
+
+    def _guarded(self, name: str, work: Callable[[], object]) -> bool:
+        if not self.lock.acquire():
+            return False
+        started = time.perf_counter()
+        try:
+            work()
+        except Exception as exc:
+            # A failing job must not kill the scheduler thread; the next tick tries again.
+            self.last_error = f"{name}: {exc}"
+            log.exception("job %s failed", name)
+            return False
+        self.runs[name] += 1
+        self.durations[name].append(time.perf_counter() - started)
+        return True
+
+    def _on_skipped(self, event: JobSubmissionEvent) -> None:
+        self.skipped[event.job_id] = self.skipped.get(event.job_id, 0) + 1
+
+    def start(self) -> None:
+        scheduler = BackgroundScheduler(timezone="UTC")
+        intervals = [
+            ("evaluate", self.tick_evaluation, self.evaluation_interval_s),
+            ("maintain", self.tick_maintenance, self.maintenance_interval_s),
+        ]
+        if self.deliver is not None:
+            intervals.append(("deliver", self.tick_delivery, self.delivery_interval_s))
+        if self.scale is not None:
+            intervals.append(("scale", self.tick_scaling, self.scaling_interval_s))
+        for job_id, tick, seconds in intervals:
+            scheduler.add_job(
+                tick, "interval", seconds=seconds, id=job_id, max_instances=1, coalesce=True
+            )
+        if self.report is not None:
+            scheduler.add_job(
+                self.tick_report,
+                "cron",
+                id="report",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=6 * 3600,
+                **self.report_cron,
+            )
+        scheduler.add_listener(self._on_skipped, EVENT_JOB_MAX_INSTANCES)
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def stop(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        self.lock.release()

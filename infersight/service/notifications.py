@@ -1,0 +1,215 @@
+"""Notifications: incident changes → outbox (routed, silenced) → notifiers, on a job of its own.
+
+``Announcer`` is the ``DiagnosisListener``'s ``announce`` callback: it turns an incident change
+with its diagnosis into a ``Notification``, skips it while a silence matches, and enqueues one
+outbox message per routed notifier (idempotent per incident, event and severity, so a
+re-evaluation never pages twice); resolves wait a hold-down so that a flapping alert pages
+once (an incident that opens within it naming another cause or instance than the last one is
+sent as an update of the receiver's still-open alert). ``Delivery`` is the job that drains
+the outbox; it runs apart from the evaluation, so an endpoint that is down only delays its own
+messages. ``notifiers_from_settings`` builds the
+notifiers from their settings (``config.parts.NotifierPart``: environment variables or secret
+files); the secrets live only inside the notifier objects and are never logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+from sqlalchemy import Engine
+
+from infersight.alerts.dispatch import Backoff, DispatchReport, deliver_due
+from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
+from infersight.alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
+from infersight.alerts.notifiers.slack import SlackNotifier
+from infersight.alerts.notify import Event, Notification, Notifier
+from infersight.alerts.routing import Router
+from infersight.config.parts import NotifierPart, variable
+from infersight.core.burn import Incident, Transition
+from infersight.core.errors import ConfigurationError
+from infersight.service.diagnosis import DiagnosisListener
+from infersight.storage import incidents, signals, silences
+from infersight.storage.outbox import Outbox
+
+log = logging.getLogger(__name__)
+#: How long a resolve notification waits in case the alert flaps back open.
+DEFAULT_FLAP_HOLD = timedelta(minutes=5)
+_EVENTS = {
+    Transition.OPENED: Event.TRIGGER,
+    Transition.ESCALATED: Event.TRIGGER,
+    Transition.DEESCALATED: Event.TRIGGER,
+    Transition.RESOLVED: Event.RESOLVE,
+}
+
+
+def _revision(diagnosis: dict[str, Any]) -> str:
+    """An update's part of the outbox key: its cause, and when a burn that came back began (each
+    return of the burn is told once, a changed cause once)."""
+    revision = f"cause={diagnosis.get('cause')}"
+    again = diagnosis.get("burning_again_at")
+    return f"{revision}@{again}" if again else revision
+
+
+def labels_of(incident: Incident) -> dict[str, str]:
+    """The labels silences and routes match: slo, severity and the scope's own labels."""
+    labels = {"slo": incident.slo, "severity": incident.severity.value}
+    if incident.scope not in ("", "*"):
+        for part in incident.scope.split(","):
+            name, _, value = part.partition("=")
+            labels[name] = value
+    return labels
+
+
+class Announcer:
+    def __init__(
+        self,
+        engine: Engine,
+        notifiers: Mapping[str, Notifier],
+        clock: Callable[[], datetime],
+        router: Router | None = None,
+        dashboard_url: str = "",
+        flap_hold: timedelta = DEFAULT_FLAP_HOLD,
+    ) -> None:
+        self.flap_hold = flap_hold
+        self.outbox = Outbox(engine)
+        self.engine = engine
+        self.notifiers = dict(notifiers)
+        self.clock = clock
+        self.router = router or Router()
+        self.dashboard_url = dashboard_url
+
+    def __call__(
+        self,
+        incident: Incident,
+        transition: Transition,
+        symptom: dict[str, Any],
+        diagnosis: dict[str, Any],
+    ) -> None:
+        # ``NONE`` from the diagnosis seam: the diagnosis of an open incident changed.
+        update = transition is Transition.NONE
+        event = Event.TRIGGER if update else _EVENTS.get(transition)
+        if event is None:
+            return
+        labels = labels_of(incident)
+        at = incident.resolved_at or incident.updated_at
+        if event is Event.TRIGGER and silences.silenced(self.engine, labels, at):
+            log.info("incident %s is silenced; not notified", incident.id)
+            return
+        notification = Notification(
+            incident_id=incident.id,
+            slo=incident.slo,
+            scope=incident.scope,
+            severity=incident.severity.value,
+            event=event,
+            at=at,
+            opened_at=incident.opened_at,
+            labels=labels,
+            symptom=symptom,
+            diagnosis=diagnosis,
+            dashboard_url=self.dashboard_url,
+            revision=_revision(diagnosis) if update else "",
+        )
+        now = self.clock()
+        # Flapping: a resolve waits ``flap_hold``; an incident of the same SLO and scope that
+        # opens meanwhile withdraws it and is not announced (the receiver's alert is still open
+        # under the same dedup key), so trigger/resolve/trigger within the hold is one page.
+        not_before = at + self.flap_hold if event is Event.RESOLVE else None
+        held_back = f"{notification.group}:%:{Event.RESOLVE.value}:%"
+        reopened: Notification | None = None
+        for name in self.router.targets(labels, sorted(self.notifiers)):
+            told = notification
+            if transition is Transition.OPENED and self.outbox.cancel_pending(name, held_back):
+                if reopened is None:
+                    reopened = self._reopened(incident, notification)
+                if reopened is notification:
+                    log.info("incident %s flapped back open; %s not paged again", incident.id, name)
+                    continue
+                told = reopened  # another cause or instance: an update of the open alert
+            payload = json.dumps(self.notifiers[name].render(told), sort_keys=True)
+            self.outbox.enqueue(name, told.key, payload, now, not_before)
+
+    def _reopened(self, incident: Incident, notification: Notification) -> Notification:
+        """An incident that opened within the hold-down of the last one's resolve: the same
+        ``notification`` when it names that one's cause and instance at no higher severity
+        (the alert flapped; the receiver's alert is still open), else an update of the
+        receiver's open alert."""
+        before = incidents.previous(self.engine, incident)
+        if before is None:
+            return notification
+        if incident.severity.rank > before.severity.rank:  # a ticket's resolve, then a page
+            return dataclasses.replace(notification, revision=f"reopened:{incident.severity}")
+        note = signals.notes(self.engine, [before.id]).get(before.id)
+        if note is None or note.diagnosis is None:
+            return notification  # nothing to tell it from
+        held, now = note.diagnosis, notification.diagnosis
+        if (held.get("cause"), held.get("instance")) == (now.get("cause"), now.get("instance")):
+            return notification
+        return dataclasses.replace(notification, revision=f"reopened:{_revision(dict(now))}")
+
+
+class Delivery:
+    """The outbox-draining job."""
+
+    def __init__(
+        self, engine: Engine, notifiers: Mapping[str, Notifier], backoff: Backoff | None = None
+    ) -> None:
+        self.outbox = Outbox(engine)
+        self.notifiers = dict(notifiers)
+        self.backoff = backoff or Backoff()
+
+    def __call__(self, now: datetime) -> DispatchReport:
+        return deliver_due(self.outbox, self.notifiers, now, self.backoff)
+
+
+class FollowUp:
+    """The job that runs apart from the evaluation: re-diagnose firing incidents, then drain
+    the outbox (when notifiers are configured)."""
+
+    def __init__(self, diagnosis: DiagnosisListener, delivery: Delivery | None) -> None:
+        self.diagnosis = diagnosis
+        self.delivery = delivery
+
+    def __call__(self, now: datetime) -> DispatchReport | None:
+        self.diagnosis.refresh(now)
+        return self.delivery(now) if self.delivery is not None else None
+
+
+def _secret(settings: NotifierPart, name: str) -> str | None:
+    """The setting ``name``, or the contents of the file its ``name_file`` setting names."""
+    secret: SecretStr = getattr(settings, name)
+    if value := secret.get_secret_value():
+        return value.strip()
+    file = f"{name}_file"
+    path: str = getattr(settings, file)
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read the secret file named by {variable(file)}",
+            details={"error": exc.strerror},
+        ) from None
+
+
+def notifiers_from_settings(client: httpx.Client, settings: NotifierPart) -> dict[str, Notifier]:
+    """Slack (``INFERSIGHT_SLACK_WEBHOOK_URL``), PagerDuty (``INFERSIGHT_PAGERDUTY_ROUTING_KEY``,
+    ``INFERSIGHT_PAGERDUTY_URL``) and Alertmanager (``INFERSIGHT_ALERTMANAGER_URL``); each secret
+    may instead come from the file named by the same variable with ``_FILE`` appended."""
+    out: dict[str, Notifier] = {}
+    if slack := _secret(settings, "slack_webhook_url"):
+        out["slack"] = SlackNotifier(slack, client)
+    if key := _secret(settings, "pagerduty_routing_key"):
+        url = settings.pagerduty_url or EVENTS_URL
+        out["pagerduty"] = PagerDutyNotifier(key, client, url=url)
+    if am := _secret(settings, "alertmanager_url"):
+        out["alertmanager"] = AlertmanagerNotifier(am, client)
+    return out

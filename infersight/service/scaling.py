@@ -1,0 +1,398 @@
+"""The replica recommender's use case: ``ScalingInputs`` per model from the store, the
+decision of ``core.scaling.recommend``, and one recorded recommendation per model per cycle.
+
+Per model (``storage.scaling_reads``), at ``now``:
+
+* observed instances — the instances whose newest scrape (within the policy's
+  ``stale_after_s``) reports the model, else those that served it in the last five minutes;
+* demand — requests per second over the last five complete minutes (minute rollups);
+* forecast — the same time of day and day of week over the last ``history_weeks`` weeks: the
+  busiest minute (or, past the minute rollups' retention, hour) of each week's
+  ``[now − k weeks, now − k weeks + lead_time]``, averaged over the weeks that hold traffic;
+* capacity per instance — the newest step run of the model (its best level within the latency
+  SLOs' TTFT / TPOT thresholds, no further than the knee), else production's busiest
+  instance-minute within them over the last week (``service.capacity``'s two measurements);
+  cached for ``CAPACITY_TTL_S``;
+* queue per instance and KV-cache usage — the newest scrape of each instance (the hottest
+  data-parallel engine's KV usage where known); GPU utilisation — the mean over the last
+  five minutes of those instances' GPUs;
+* the short-window burn rate — the highest over the model's latency SLOs, counted over the
+  burn-rate policy's shortest window;
+* low load since — the start of the trailing run of minutes (looked for over twice the
+  cooldown, at least an hour) whose demand, with the policy's headroom, fits one instance
+  fewer; unknown (no scale-in by cooldown) without a capacity.
+
+``input_times`` holds each input's newest sample, so that ``recommend`` can tell a stale one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from sqlalchemy import Engine
+
+from infersight.core.burn import Policy
+from infersight.core.errors import InvalidInput, NotFound, Unavailable
+from infersight.core.loadtest import ScenarioKind, measured_capacity, summarise
+from infersight.core.query import Selector
+from infersight.core.scaling import (
+    Recommendation,
+    ScalingInputs,
+    ScalingPolicy,
+    policy_for,
+    recommend,
+)
+from infersight.core.slo import SliKind, SloSpec, burn_rate
+from infersight.core.window import Resolution, Window
+from infersight.storage import scaling as scaling_store
+from infersight.storage import scaling_reads, slo_store
+from infersight.storage.capacity import production_capacity
+from infersight.storage.runs import get_run, list_runs
+
+log = logging.getLogger(__name__)
+DEMAND_WINDOW: Final = timedelta(minutes=5)
+PRODUCTION_CAPACITY_WINDOW: Final = timedelta(days=7)
+CAPACITY_TTL_S: Final = 600.0
+#: The burn-rate window when the policy gives none shorter.
+SHORT_BURN_WINDOW: Final = timedelta(minutes=5)
+#: The models considered each cycle: those seen over this last span.
+MODELS_WINDOW: Final = timedelta(hours=1)
+WEEK: Final = timedelta(days=7)
+MAX_HISTORY_WEEKS: Final = 12
+
+
+def default_policy() -> ScalingPolicy:
+    """The essay's defaults, for every model without a policy of its own."""
+    return ScalingPolicy(name="default", model=None)
+
+
+def policies(engine: Engine) -> list[ScalingPolicy]:
+    return scaling_store.list_policies(engine)
+
+
+def choose_policy(stored: list[ScalingPolicy], model: str) -> ScalingPolicy:
+    """The model's own policy, else the stored default, else ``default_policy()``."""
+    if not any(p.model in (None, model) for p in stored):
+        return default_policy()
+    return policy_for(stored, model)
+
+
+def latency_targets(specs: list[SloSpec], model: str) -> tuple[float | None, float | None]:
+    """The tightest TTFT and TPOT thresholds of the latency SLOs covering ``model``."""
+    ttft: list[float] = []
+    tpot: list[float] = []
+    for spec in specs:
+        if spec.sli.kind is not SliKind.LATENCY or spec.selector.model not in (None, model):
+            continue
+        if spec.sli.metric == "ttft" and spec.sli.threshold_s is not None:
+            ttft.append(spec.sli.threshold_s)
+        elif spec.sli.metric == "tpot" and spec.sli.threshold_s is not None:
+            tpot.append(spec.sli.threshold_s)
+    return min(ttft, default=None), min(tpot, default=None)
+
+
+def _unix(at: datetime) -> float:
+    return at.timestamp()
+
+
+class Recommender:
+    """One cycle per call: inputs per model, a recommendation each, recorded."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        burn_policy: Policy,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.short_window = min(burn_policy.windows, default=SHORT_BURN_WINDOW)
+        self.monotonic = monotonic
+        self._capacity: dict[str, tuple[float, float | None, str]] = {}
+
+    def __call__(self, now: datetime) -> list[Recommendation]:
+        return self.run(now)
+
+    def run(self, now: datetime) -> list[Recommendation]:
+        """Recommend for every model seen in the last hour and record each."""
+        stored = policies(self.engine)
+        specs = slo_store.list_slos(self.engine)
+        models = scaling_reads.models_seen(self.engine, Window(now - MODELS_WINDOW, now))
+        out: list[Recommendation] = []
+        for model in models:
+            policy = choose_policy(stored, model)
+            inputs = self.inputs(model, policy, specs, now)
+            rec = recommend(policy, inputs, _unix(now))
+            scaling_store.record(self.engine, rec)
+            out.append(rec)
+        return out
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def inputs(
+        self, model: str, policy: ScalingPolicy, specs: list[SloSpec], now: datetime
+    ) -> ScalingInputs:
+        times: dict[str, float] = {}
+        minute_now = Resolution.MINUTE.floor(now)
+        recent = scaling_reads.minute_demand(
+            self.engine, model, Window(minute_now - DEMAND_WINDOW, minute_now)
+        )
+        gauges = scaling_reads.server_gauges(
+            self.engine, model, Window(now - timedelta(seconds=policy.stale_after_s), now)
+        )
+        instances = set(gauges.instances) or {i for m in recent for i in m.instances}
+        observed = len(instances)
+
+        demand: float | None = None
+        if recent or gauges.newest is not None:
+            demand = sum(m.requests for m in recent) / DEMAND_WINDOW.total_seconds()
+            newest = [_unix(m.bucket) + Resolution.MINUTE.seconds for m in recent[-1:]]
+            if gauges.newest is not None:
+                newest.append(_unix(gauges.newest))
+            times["demand_rps"] = max(newest)
+
+        forecast, basis = self.forecast(model, policy, now), "weeks"
+        if forecast is None:
+            forecast, basis = self.recent_peak(model, policy, now), "recent"
+        if forecast is not None:
+            times["forecast_rps"] = _unix(now)
+
+        capacity = self.capacity(model, specs, now)
+        if capacity is not None:
+            times["capacity_rps"] = _unix(now)
+
+        queue: float | None = None
+        kv: float | None = None
+        if gauges.newest is not None:
+            if gauges.waiting:
+                queue = sum(gauges.waiting) / max(len(gauges.instances), 1)
+                times["queue_per_instance"] = _unix(gauges.newest)
+            if gauges.kv_usage:
+                kv = max(gauges.kv_usage)
+                times["kv_usage"] = _unix(gauges.newest)
+
+        service_rate = capacity
+        if service_rate is None and demand and observed:
+            service_rate = demand / observed
+        if service_rate is not None:
+            times["service_rate_rps"] = times.get("capacity_rps", times.get("demand_rps", 0.0))
+
+        util, util_at = scaling_reads.gpu_utilisation(
+            self.engine, sorted(instances), Window(now - DEMAND_WINDOW, now)
+        )
+        if util is not None and util_at is not None:
+            times["gpu_util"] = _unix(util_at)
+
+        burn = self.burn_rate(model, specs, now)
+        if burn is not None:
+            times["burn_rate_short"] = _unix(now)
+
+        return ScalingInputs(
+            model=model,
+            observed_instances=observed,
+            capacity_rps=capacity,
+            demand_rps=demand,
+            forecast_rps=forecast,
+            queue_per_instance=queue,
+            service_rate_rps=service_rate,
+            kv_usage=kv,
+            burn_rate_short=burn,
+            gpu_util=util,
+            low_load_since=self.low_load_since(model, policy, observed, capacity, now),
+            input_times=times,
+            forecast_basis=basis,
+        )
+
+    def forecast(self, model: str, policy: ScalingPolicy, now: datetime) -> float | None:
+        """The mean over recent weeks of the busiest rate in ``[now, now + lead]`` a week (two,
+        …) ago; ``None`` when none of those weeks saw the model."""
+        lead = timedelta(seconds=max(policy.lead_time_s, Resolution.MINUTE.seconds))
+        peaks: list[float] = []
+        for weeks in range(1, min(policy.history_weeks, MAX_HISTORY_WEEKS) + 1):
+            start = now - weeks * WEEK
+            peak = scaling_reads.peak_rate(self.engine, model, Window(start, start + lead))
+            if peak is not None:
+                peaks.append(peak)
+        return sum(peaks) / len(peaks) if peaks else None
+
+    def recent_peak(self, model: str, policy: ScalingPolicy, now: datetime) -> float | None:
+        """The busiest minute of the last lead time: the forecast of a model that no earlier
+        week holds (a new model, a young store — the demo's first hour). It keeps what is
+        running sized for what just happened, but cannot see a rebound coming."""
+        lead = timedelta(seconds=max(policy.lead_time_s, Resolution.MINUTE.seconds))
+        minute_now = Resolution.MINUTE.floor(now)
+        return scaling_reads.peak_rate(self.engine, model, Window(minute_now - lead, minute_now))
+
+    def capacity(self, model: str, specs: list[SloSpec], now: datetime) -> float | None:
+        """Requests per second one instance sustains within the latency SLOs (cached)."""
+        cached = self._capacity.get(model)
+        if cached is not None and self.monotonic() - cached[0] < CAPACITY_TTL_S:
+            return cached[1]
+        ttft, tpot = latency_targets(specs, model)
+        rps, source = self._measure_capacity(model, now, ttft, tpot)
+        self._capacity[model] = (self.monotonic(), rps, source)
+        return rps
+
+    def capacity_source(self, model: str) -> str | None:
+        cached = self._capacity.get(model)
+        return None if cached is None else cached[2]
+
+    def _measure_capacity(
+        self, model: str, now: datetime, ttft: float | None, tpot: float | None
+    ) -> tuple[float | None, str]:
+        for listing in list_runs(self.engine):
+            if listing.model != model or listing.scenario is not ScenarioKind.STEP:
+                continue
+            try:
+                best = measured_capacity(
+                    summarise(get_run(self.engine, listing.id)),
+                    ttft_p99_max_s=ttft,
+                    tpot_p99_max_s=tpot,
+                )
+            except (InvalidInput, NotFound):
+                continue
+            return best.throughput_rps, f"step run {listing.id}, level {best.phase}"
+        try:
+            best = production_capacity(
+                self.engine,
+                Window(now - PRODUCTION_CAPACITY_WINDOW, now),
+                Selector(model=model),
+                ttft_p99_max_s=ttft,
+                tpot_p99_max_s=tpot,
+            )
+        except InvalidInput:
+            return None, "not measured"
+        return best.throughput_rps, f"production, {best.phase}"
+
+    def burn_rate(self, model: str, specs: list[SloSpec], now: datetime) -> float | None:
+        """The highest short-window burn rate of the latency SLOs covering ``model``."""
+        rates: list[float] = []
+        window = Window(now - self.short_window, now)
+        with self.engine.connect() as connection:
+            for spec in specs:
+                if spec.sli.kind is not SliKind.LATENCY or spec.selector.model not in (
+                    None,
+                    model,
+                ):
+                    continue
+                selector = dataclasses.replace(spec.selector, model=model)
+                counts = slo_store.count_events(connection, spec.sli, window, selector)
+                rates.append(burn_rate(counts, spec.objective))
+        return max(rates, default=None)
+
+    def low_load_since(
+        self,
+        model: str,
+        policy: ScalingPolicy,
+        observed: int,
+        capacity: float | None,
+        now: datetime,
+    ) -> float | None:
+        """Since when every minute's demand would fit ``observed − 1`` instances with the
+        headroom (``None``: not low now, or no capacity to tell)."""
+        if capacity is None or observed <= 1:
+            return None
+        fits = capacity * (observed - 1) / (1.0 + policy.headroom)
+        minute_now = Resolution.MINUTE.floor(now)
+        span = max(timedelta(seconds=2 * policy.scale_in_cooldown_s), timedelta(hours=1))
+        start = minute_now - span
+        per_minute: Mapping[datetime, int] = {
+            m.bucket: m.requests
+            for m in scaling_reads.minute_demand(self.engine, model, Window(start, minute_now))
+        }
+        since: datetime | None = None
+        bucket = minute_now - timedelta(minutes=1)
+        while bucket >= start:
+            if per_minute.get(bucket, 0) / Resolution.MINUTE.seconds > fits:
+                break
+            since = bucket
+            bucket -= timedelta(minutes=1)
+        return None if since is None else _unix(since)
+
+
+# -- what the API, /metrics and the dashboard show ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A model's newest recommendation at ``now``: its age, and why it must not be acted on
+    (``refusal``: stale or missing inputs, or the recommendation itself is old), if so."""
+
+    recommendation: Recommendation
+    age_s: float
+    refusal: str | None
+
+    @property
+    def usable(self) -> bool:
+        return self.refusal is None
+
+    def to_dict(self) -> dict[str, Any]:
+        rec = self.recommendation
+        return {
+            "model": rec.model,
+            "at": datetime.fromtimestamp(rec.at, UTC).isoformat().replace("+00:00", "Z"),
+            "observed": rec.observed,
+            "desired": rec.desired,
+            "predictive": rec.predictive,
+            "reactive": rec.reactive,
+            "predicted_demand_rps": rec.forecast_rps,
+            "driver": rec.driver,
+            "reason": rec.reason,
+            "stale_inputs": list(rec.stale),
+            "staleness_s": round(self.age_s, 3),
+            "usable": self.usable,
+            "refusal": self.refusal,
+        }
+
+
+#: Inputs without which a recommendation is not served to an autoscaler: the load now.
+ESSENTIAL: Final = ("demand_rps",)
+
+
+def judge(rec: Recommendation, policy: ScalingPolicy, now: datetime) -> Current:
+    """``rec`` at ``now``: unusable when an ``ESSENTIAL`` input was stale or missing, when no
+    input sized the pool (neither a predictive nor a reactive count: e.g. no capacity measured
+    and nothing running hot), or when it is older than the policy's ``stale_after_s`` (the
+    recommender has stopped). Other stale or missing inputs (no GPU telemetry, no history for
+    a forecast) are listed but do not block it: ``recommend`` never scales in on them."""
+    age = max(0.0, _unix(now) - rec.at)
+    refusal: str | None = None
+    blocking = [name for name in ESSENTIAL if name in rec.stale]
+    if blocking:
+        refusal = f"stale or missing inputs: {', '.join(blocking)}"
+    elif rec.predictive is None and rec.reactive is None:
+        refusal = f"no input sized the pool ({', '.join(rec.stale) or 'none'} stale or missing)"
+    elif age > policy.stale_after_s:
+        refusal = (
+            f"the newest recommendation is {age:.0f} s old (stale after {policy.stale_after_s:g} s)"
+        )
+    return Current(rec, age, refusal)
+
+
+def current(engine: Engine, now: datetime) -> list[Current]:
+    """Every model's newest recommendation, judged at ``now``."""
+    stored = policies(engine)
+    return [
+        judge(rec, choose_policy(stored, rec.model), now) for rec in scaling_store.latest(engine)
+    ]
+
+
+def current_for(engine: Engine, model: str, now: datetime) -> Current:
+    """``model``'s newest recommendation judged at ``now``. ``NotFound`` for a model the
+    store does not know (no recommendation, no traffic in the last hour, no policy of its
+    own); ``Unavailable`` for a known one without a recommendation yet."""
+    for found in current(engine, now):
+        if found.recommendation.model == model:
+            return found
+    known = model in scaling_reads.models_seen(engine, Window(now - MODELS_WINDOW, now))
+    known = known or any(p.model == model for p in policies(engine))
+    if not known:
+        raise NotFound(
+            f"no model named {model!r} is served or has a scaling policy", details={"model": model}
+        )
+    raise Unavailable(f"no replica recommendation for {model!r} yet", details={"model": model})

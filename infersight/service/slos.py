@@ -1,0 +1,58 @@
+"""SLOs with their live status: what ``GET /api/v1/slos`` and the dashboard's overview show."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine
+
+from infersight.core.burn import Incident, Policy
+from infersight.core.slo import SloSpec
+from infersight.service.evaluation import FinestFor, SloStatus, status, windows_of
+from infersight.storage import incidents, slo_store
+
+
+@dataclass(frozen=True, slots=True)
+class SloView:
+    spec: SloSpec
+    status: SloStatus
+    firing: Incident | None
+    """The open incident of the SLO's scope, if any."""
+
+
+def with_status(
+    engine: Engine,
+    specs: Sequence[SloSpec],
+    policy: Policy,
+    now: datetime,
+    finest_for: FinestFor,
+    recent: Sequence[SloStatus] = (),
+    max_age: timedelta = timedelta(0),
+) -> list[SloView]:
+    """Each SLO's status at ``now``; the SLOs share one counter (one read per segment).
+
+    ``recent`` (an evaluation cycle's statuses, ``Evaluator.latest``) is used instead when it
+    holds exactly ``specs`` and was evaluated at most ``max_age`` before ``now``: counting 50
+    SLOs over their 30-day windows again per page view costs about as much as the cycle itself,
+    and those are the figures the open incidents were decided on. Firing incidents are read
+    afresh either way."""
+    fresh = (
+        len(recent) == len(specs)
+        and all(s.spec == spec for s, spec in zip(recent, specs, strict=True))
+        and all(now - max_age <= s.at <= now for s in recent)
+    )
+    views = []
+    with engine.connect() as connection:
+        firing = incidents.all_firing(connection)
+        if fresh:
+            return [SloView(s.spec, s, firing.get((s.spec.name, s.spec.scope))) for s in recent]
+        counter = slo_store.CycleCounter(
+            connection, now, finest_for, slo_store.rollup_cache(engine)
+        )
+        counter.prepare(windows_of(policy, specs), [spec.sli for spec in specs])
+        for spec in specs:
+            current = status(connection, spec, policy, now, finest_for, counter)
+            views.append(SloView(spec, current, firing.get((spec.name, spec.scope))))
+    return views

@@ -1,0 +1,277 @@
+"""SLO spec documents (YAML or JSON) → ``core.slo.SloSpec``, and back.
+
+Two formats are read:
+
+``apiVersion: infersight/v1``, ``kind: SLO``::
+
+    metadata: {name: chat-ttft, description: "…"}
+    spec:
+      sli: {latency: {metric: ttft, threshold: 2s}}     # or {availability: {}}
+      selector: {model: llama-70b, tenant: acme}          # optional
+      window: 28d
+      objective: 0.99                                     # or "99%"
+
+``apiVersion: openslo/v1``, ``kind: SLO``, where it maps: an inline indicator whose metric
+source has ``type: infersight``; a ``thresholdMetric`` (``spec: {metric: ttft, selector}``)
+with one objective ``op: lte`` (or ``lt``) and ``value`` in seconds becomes a latency SLI; a
+``ratioMetric`` whose ``good`` source is ``{query: successful_requests}`` and ``total`` is
+``{query: requests}`` becomes availability. Rolling windows only, ``budgetingMethod:
+Occurrences``. Everything else is rejected with the reason (``InvalidInput``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Final
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Selector
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.window import parse_duration
+from infersight.service.slo_documents import API_VERSION, to_document, window_text
+
+__all__ = [
+    "API_VERSION",
+    "OPENSLO",
+    "load_document",
+    "parse_objective",
+    "parse_spec",
+    "parse_specs",
+    "parse_threshold",
+    "to_document",
+    "window_text",
+]
+
+OPENSLO: Final = "openslo/v1"
+_SECONDS = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Latency(_Strict):
+    metric: str
+    threshold: str | float
+
+
+class _SliDoc(_Strict):
+    availability: dict[str, Any] | None = None
+    latency: _Latency | None = None
+
+
+class _SelectorDoc(_Strict):
+    model: str | None = None
+    instance: str | None = None
+    tenant: str | None = None
+    priority: str | None = None
+
+
+class _SpecDoc(_Strict):
+    sli: _SliDoc
+    selector: _SelectorDoc = Field(default_factory=_SelectorDoc)
+    window: str
+    objective: float | str
+
+
+class Metadata(BaseModel):
+    """A document's ``metadata``: its name, and a description; other keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: str
+    description: str = ""
+
+
+class _Document(_Strict):
+    apiVersion: str
+    kind: str
+    metadata: Metadata
+    spec: _SpecDoc
+
+
+def parse_threshold(value: str | float) -> float:
+    """``2s``, ``500ms``, ``0.25`` (seconds) → seconds."""
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _SECONDS.match(value)
+        if not match:
+            raise InvalidInput(f"threshold must be seconds, '2s' or '500ms', got {value!r}")
+        seconds = float(match[1]) / (1000.0 if match[2] == "ms" else 1.0)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidInput("threshold must be positive")
+    return seconds
+
+
+def parse_objective(value: float | str) -> float:
+    """``0.99`` or ``"99%"`` → 0.99."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+        except ValueError:
+            raise InvalidInput(f"objective must be a fraction or a percentage: {value!r}") from None
+    return float(value)
+
+
+def load_document(text: str | bytes) -> dict[str, Any]:
+    """A YAML or JSON document (JSON is YAML) as a mapping."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("an SLO document must be a mapping")
+    return data
+
+
+def parse_spec(data: dict[str, Any]) -> SloSpec:
+    """Either format → ``SloSpec``."""
+    version = data.get("apiVersion")
+    if data.get("kind") != "SLO":
+        raise InvalidInput(f"expected kind SLO, got {data.get('kind')!r}")
+    if version == API_VERSION:
+        return _native(data)
+    if version == OPENSLO:
+        return _openslo(data)
+    raise InvalidInput(
+        f"unsupported apiVersion {version!r}", details={"supported": [API_VERSION, OPENSLO]}
+    )
+
+
+def parse_specs(text: str | bytes) -> list[SloSpec]:
+    """Every document of a (multi-document) YAML file."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
+    if not documents:
+        raise InvalidInput("no SLO documents found")
+    out = []
+    for document in documents:
+        if not isinstance(document, dict):
+            raise InvalidInput("an SLO document must be a mapping")
+        out.append(parse_spec(document))
+    return out
+
+
+def _native(data: dict[str, Any]) -> SloSpec:
+    try:
+        doc = _Document.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()
+        ]
+        raise InvalidInput("invalid SLO document", details={"problems": problems}) from None
+    sli_doc = doc.spec.sli
+    if (sli_doc.availability is None) == (sli_doc.latency is None):
+        raise InvalidInput("spec.sli must have exactly one of 'availability' or 'latency'")
+    if sli_doc.latency is not None:
+        sli = Sli(
+            SliKind.LATENCY, sli_doc.latency.metric, parse_threshold(sli_doc.latency.threshold)
+        )
+    else:
+        sli = Sli(SliKind.AVAILABILITY)
+    return SloSpec(
+        name=doc.metadata.name,
+        sli=sli,
+        objective=parse_objective(doc.spec.objective),
+        window=parse_duration(doc.spec.window),
+        selector=Selector(**doc.spec.selector.model_dump()),
+        description=doc.metadata.description,
+    )
+
+
+# -- OpenSLO v1 -----------------------------------------------------------------------------
+
+
+def _get(data: Any, path: str) -> Any:
+    node = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise InvalidInput(f"OpenSLO document lacks {path}")
+        node = node[part]
+    return node
+
+
+def _source(metric: Any, where: str) -> dict[str, Any]:
+    source = _get(metric, "metricSource") if isinstance(metric, dict) else None
+    if not isinstance(source, dict) or source.get("type") != "infersight":
+        kind = source.get("type") if isinstance(source, dict) else None
+        raise InvalidInput(
+            f"OpenSLO {where} reads metric source type {kind!r}; only 'infersight' maps onto "
+            "infersight's SLIs (they are computed from the stored request records)"
+        )
+    spec = source.get("spec", {})
+    if not isinstance(spec, dict):
+        raise InvalidInput(f"OpenSLO {where}.metricSource.spec must be a mapping")
+    return spec
+
+
+def _selector(spec: dict[str, Any]) -> Selector:
+    raw = spec.get("selector", {}) or {}
+    unknown = set(raw) - {"model", "instance", "tenant", "priority"}
+    if unknown:
+        raise InvalidInput("unknown selector labels", details={"labels": sorted(unknown)})
+    return Selector(**{k: str(v) for k, v in raw.items()})
+
+
+def _openslo(data: dict[str, Any]) -> SloSpec:
+    spec = _get(data, "spec")
+    if "indicatorRef" in spec:
+        raise InvalidInput("OpenSLO indicatorRef is not supported: inline the indicator")
+    if spec.get("budgetingMethod", "Occurrences") != "Occurrences":
+        raise InvalidInput(
+            f"OpenSLO budgetingMethod {spec.get('budgetingMethod')!r} is not supported; "
+            "infersight budgets by Occurrences (share of good requests)"
+        )
+    windows = _get(spec, "timeWindow")
+    if not isinstance(windows, list) or len(windows) != 1:
+        raise InvalidInput("OpenSLO timeWindow must hold exactly one window")
+    if windows[0].get("isRolling") is not True or "calendar" in windows[0]:
+        raise InvalidInput("only rolling OpenSLO time windows are supported, not calendar ones")
+    objectives = _get(spec, "objectives")
+    if not isinstance(objectives, list) or len(objectives) != 1:
+        raise InvalidInput("exactly one OpenSLO objective is supported")
+    objective = objectives[0]
+    if "target" not in objective:
+        raise InvalidInput("the OpenSLO objective needs a target (e.g. 0.99)")
+    sli, source = _openslo_sli(_get(spec, "indicator.spec"), objective)
+    return SloSpec(
+        name=str(_get(data, "metadata.name")),
+        sli=sli,
+        objective=parse_objective(objective["target"]),
+        window=parse_duration(str(windows[0].get("duration"))),
+        selector=_selector(source),
+        description=str(spec.get("description", "")),
+    )
+
+
+def _openslo_sli(indicator: Any, objective: dict[str, Any]) -> tuple[Sli, dict[str, Any]]:
+    if not isinstance(indicator, dict):
+        raise InvalidInput("the OpenSLO indicator spec must be a mapping")
+    if "thresholdMetric" in indicator:
+        source = _source(indicator["thresholdMetric"], "thresholdMetric")
+        if objective.get("op") not in ("lte", "lt"):
+            raise InvalidInput("a latency objective must use op lte (or lt): good is fast")
+        if "value" not in objective:
+            raise InvalidInput("a thresholdMetric objective needs a value (seconds)")
+        metric = str(source.get("metric"))
+        return Sli(SliKind.LATENCY, metric, parse_threshold(objective["value"])), source
+    if "ratioMetric" in indicator:
+        ratio = indicator["ratioMetric"]
+        if "bad" in ratio:
+            raise InvalidInput("OpenSLO ratioMetric with 'bad' is not supported; use good/total")
+        good = _source(ratio.get("good"), "ratioMetric.good")
+        total = _source(ratio.get("total"), "ratioMetric.total")
+        if (good.get("query"), total.get("query")) != ("successful_requests", "requests"):
+            raise InvalidInput(
+                "an infersight ratioMetric is good: {query: successful_requests} over "
+                "total: {query: requests}"
+            )
+        return Sli(SliKind.AVAILABILITY), total
+    raise InvalidInput("the OpenSLO indicator needs a thresholdMetric or a ratioMetric")

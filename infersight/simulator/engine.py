@@ -1,0 +1,458 @@
+"""A discrete-event model of one continuous-batching inference server (vLLM V1's scheduler).
+
+Requests arrive, wait for the single frontend tokenizer (CPU time per input token), join the
+engine's waiting queue, and are scheduled step by step: every step the running requests
+decode one token each, and waiting requests are admitted while the batch has room
+(``max_num_seqs``), the step has token budget (chunked prefill, ``max_num_batched_tokens``)
+and the KV cache has free slots. When a decode step needs more KV slots than are free, the
+newest running request is preempted and later recomputed. A step costs CPU scheduling time
+plus a GPU forward pass whose time grows with the batch, the KV tokens read and the prefill
+tokens (``StepCosts``); faults scale those costs (``Effects``).
+
+Per-step work is O(1) in the batch size: decoding requests share one step counter, their
+completions sit in a heap keyed by the counter value at which they finish, and KV usage is an
+aggregate. Time is virtual: ``advance_to(t)`` runs every step that starts before ``t``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Final
+
+import numpy as np
+
+from infersight.core.records import Engine, RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.simulator.events import Batch, Completion
+from infersight.simulator.faults import Effects, FaultSchedule
+from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.request import (
+    IdSource,
+    Labels,
+    RequestState,
+    TokenListener,
+    finished_record,
+    refused_record,
+)
+from infersight.simulator.telemetry import GpuCounters, gpu_samples
+from infersight.simulator.workload import Arrival, ArrivalStream
+
+#: Model execute time = forward time plus sampling and cross-worker synchronisation.
+_EXECUTE_OVERHEAD: Final = 1.04
+
+
+class InstanceSim:
+    """One simulated vLLM server in virtual time."""
+
+    def __init__(
+        self,
+        name: str,
+        profile: ModelProfile,
+        *,
+        epoch: datetime,
+        rng: np.random.Generator,
+        arrivals: ArrivalStream | None = None,
+        faults: FaultSchedule | None = None,
+        sample_interval_s: float = 10.0,
+        service: str = "",
+        id_source: Callable[[int], bytes] | None = None,
+        sampling: tuple[float, float] = (0.7, 0.95),
+        coalesce_steps: bool = True,
+        engine_index: int = 0,
+        gpu_telemetry: bool = True,
+    ) -> None:
+        self.name = name
+        #: Which data-parallel engine of the instance this is (vLLM's ``engine`` label).
+        self.engine_index = engine_index
+        self._gpu_telemetry = gpu_telemetry
+        self.profile = profile
+        self.service = service or name
+        self.model = profile.model_name
+        self.epoch = epoch
+        self._rng = rng
+        self._ids = IdSource(id_source or rng.bytes)
+        self._labels = Labels(name, self.service, self.model, epoch)
+        self._arrivals = arrivals
+        self._faults = faults or FaultSchedule(())
+        self._interval = sample_interval_s
+        self._kv_tokens = profile.kv_cache_tokens
+        self._coalesce = coalesce_steps
+        self._sampling = sampling
+        self.t = 0.0
+        self._rid = 0
+        self._tok_free = 0.0
+        self._pending: deque[RequestState] = deque()
+        self._waiting: deque[RequestState] = deque()
+        self._prefilling: list[RequestState] = []
+        self._decoding: dict[int, RequestState] = {}
+        self._heap: list[tuple[int, int, int]] = []
+        self._counter = 0
+        self._dec_base = 0  # Σ (input + gen_at_join − join_counter) over decoding requests
+        self._pf_kv = 0
+        self._streaming = 0
+        self._cum_gpu = 0.0
+        self._cum_cpu = 0.0
+        self.preemptions_total = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.requests_total = 0
+        self.errors_total = 0
+        self._next_sample = sample_interval_s
+        self._iv_busy = 0.0
+        self._gpu_counters = [GpuCounters() for _ in range(profile.tensor_parallel)]
+        self._completions: list[Completion] = []
+        self._server: list[ServerSample] = []
+        self._gpu: list[GpuSample] = []
+
+    # -- inputs -------------------------------------------------------------------------
+
+    def submit(
+        self,
+        arrival: Arrival,
+        *,
+        listener: TokenListener | None = None,
+        temperature: float = 0.7,
+        top_p: float = 0.95,
+    ) -> None:
+        """A request reaches the server's frontend at ``arrival.t`` (≥ the last arrival)."""
+        fx = self._faults.effects(arrival.t)
+        tok = self.profile.tokenizer.time(arrival.input_tokens) * fx.tokenizer_factor
+        start = max(arrival.t, self._tok_free)
+        queued = start + tok
+        self._tok_free = queued
+        self._rid += 1
+        r = RequestState(self._rid, arrival, queued, tok)
+        r.temperature, r.top_p = temperature, top_p
+        if listener is not None:
+            r.listener = listener
+        self._pending.append(r)
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        return len(self._prefilling) + len(self._decoding)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def kv_used(self) -> int:
+        return self._dec_base + len(self._decoding) * self._counter + self._pf_kv
+
+    def kv_capacity(self, fx: Effects) -> int:
+        return max(1, int(self._kv_tokens * fx.kv_scale))
+
+    def next_event(self) -> float:
+        """When ``advance_to`` next has work: the next step, else the next queued request."""
+        if self._busy():
+            return self.t
+        nxt = self._pending[0].queued if self._pending else math.inf
+        if self._arrivals is not None:
+            nxt = min(nxt, self._arrivals.peek_time())
+        return nxt
+
+    def _busy(self) -> bool:
+        return bool(self._waiting or self._prefilling or self._decoding)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def advance_to(self, t_end: float) -> None:
+        """Run every step that starts before ``t_end``; idle time jumps to the next event."""
+        while True:
+            if self._arrivals is not None:
+                for a in self._arrivals.pop_until(self.t):
+                    self.submit(a, temperature=self._sampling[0], top_p=self._sampling[1])
+            pending = self._pending
+            while pending and pending[0].queued <= self.t:
+                self._waiting.append(pending.popleft())
+            if not self._busy():
+                nxt = pending[0].queued if pending else math.inf
+                if self._arrivals is not None:
+                    nxt = min(nxt, self._arrivals.peek_time())
+                if nxt >= t_end:
+                    self._sample_until(t_end)
+                    self.t = max(self.t, t_end)
+                    return
+                self._sample_until(nxt)
+                self.t = max(self.t, nxt)
+                continue
+            if self.t >= t_end:
+                return
+            self._sample_until(self.t)
+            self._step(t_end)
+
+    def _step(self, t_end: float) -> None:
+        t = self.t
+        fx = self._faults.effects(t)
+        capacity = self.kv_capacity(fx)
+        chunks = self._schedule(t, capacity)
+        n_dec = len(self._decoding)
+        if not chunks:
+            if not n_dec:
+                if self._prefilling:  # nothing fits: give back the newest partial prefill
+                    self._preempt_newest()
+                return
+            quiet = not self._prefilling and not self._streaming
+            if quiet and self._coalesce and self._bulk(t_end, fx, capacity):
+                return
+        prefill_tokens = sum(c for _, c in chunks)
+        seqs = n_dec + len(chunks)
+        gpu = self.profile.step.gpu_time(seqs, self.kv_used, prefill_tokens) * fx.gpu_factor
+        cpu = self.profile.step.cpu_overhead_s * fx.cpu_factor
+        end = t + cpu + gpu
+        self._cum_gpu += gpu
+        self._cum_cpu += cpu
+        self._iv_busy += gpu
+        self.prompt_tokens_total += prefill_tokens
+        self.generation_tokens_total += n_dec
+        self._decode_step(end)
+        self._prefill_step(chunks, end)
+        self.t = end
+
+    def _bulk(self, t_end: float, fx: Effects, capacity: int) -> bool:
+        """Run k > 1 identical decode-only steps at once when nothing can change between them.
+
+        Nothing changes until the next completion, the next arrival or queued request, a sample
+        or fault boundary, ``t_end``, or the step whose KV growth would force a preemption.
+        Step ``j`` lasts ``c0 + c1·j`` (KV reads grow by one token per sequence per step).
+        """
+        heap, decoding = self._heap, self._decoding
+        while heap and (
+            heap[0][1] not in decoding or decoding[heap[0][1]].generation != heap[0][2]
+        ):
+            heapq.heappop(heap)
+        n = len(decoding)
+        kv0 = self.kv_used
+        k = min(heap[0][0] - self._counter, (capacity - kv0) // n)
+        if k < 2:
+            return False
+        t = self.t
+        bound = min(t_end, self._next_sample, self._faults.stable_until(t))
+        if self._pending:
+            bound = min(bound, self._pending[0].queued)
+        if self._arrivals is not None:
+            bound = min(bound, self._arrivals.peek_time())
+        cost = self.profile.step
+        f = fx.gpu_factor
+        g0 = f * (cost.decode_base_s + cost.decode_per_seq_s * n + cost.decode_per_kv_token_s * kv0)
+        c1 = f * cost.decode_per_kv_token_s * n
+        cpu = cost.cpu_overhead_s * fx.cpu_factor
+        c0 = g0 + cpu
+        # Steps j = 0..k−1 must all start before ``bound``: t + j·c0 + c1·j(j−1)/2 < bound.
+        room = bound - t
+        if c1 > 0:
+            b = c0 - c1 / 2
+            j_max = (-b + math.sqrt(b * b + 2 * c1 * room)) / c1
+        else:
+            j_max = room / c0
+        k = min(k, math.ceil(j_max))
+        while k > 1 and c0 * (k - 1) + c1 * (k - 1) * (k - 2) / 2 >= room:
+            k -= 1
+        if k < 2:
+            return False
+        gpu = k * g0 + c1 * k * (k - 1) / 2
+        end = t + gpu + k * cpu
+        self._cum_gpu += gpu
+        self._cum_cpu += k * cpu
+        self._iv_busy += gpu
+        self.generation_tokens_total += k * n
+        self._counter += k - 1
+        self._decode_step(end)
+        self.t = end
+        return True
+
+    def _schedule(self, t: float, capacity: int) -> list[tuple[RequestState, int]]:
+        """This step's prefill chunks; decoding requests always run (after making KV room)."""
+        n_dec = len(self._decoding)
+        while n_dec and self.kv_used + n_dec > capacity:
+            self._preempt_newest()
+            n_dec = len(self._decoding)
+        budget = self.profile.max_num_batched_tokens - n_dec
+        free = capacity - self.kv_used - n_dec
+        chunks: list[tuple[RequestState, int]] = []
+        for r in self._prefilling:
+            chunk = min(r.prefill_left, budget, free)
+            if chunk > 0:
+                chunks.append((r, chunk))
+                budget -= chunk
+                free -= chunk
+        seats = self.profile.max_num_seqs - n_dec - len(self._prefilling)
+        limit = min(capacity, self.profile.max_model_len)
+        while self._waiting and seats > 0 and budget > 0:
+            r = self._waiting[0]
+            if r.input_tokens + r.gen > limit:
+                self._waiting.popleft()
+                self._reject(r, t)
+                continue
+            chunk = min(r.prefill_left, budget)
+            if chunk > free:
+                break
+            self._waiting.popleft()
+            if r.first_sched < 0:
+                r.first_sched, r.g0, r.c0 = t, self._cum_gpu, self._cum_cpu
+            self._prefilling.append(r)
+            chunks.append((r, chunk))
+            budget -= chunk
+            free -= chunk
+            seats -= 1
+        return chunks
+
+    def _decode_step(self, end: float) -> None:
+        """Every decoding request gets one token; those that reach their length finish."""
+        if self._streaming:
+            for r in self._decoding.values():
+                if r.listener is not None:
+                    r.listener.on_token(end)
+        self._counter += 1
+        heap = self._heap
+        while heap and heap[0][0] <= self._counter:
+            _, rid, generation = heapq.heappop(heap)
+            done = self._decoding.get(rid)
+            if done is not None and done.generation == generation:
+                self._leave_decoding(done)
+                done.gen = done.output_tokens
+                self._finish(done, end)
+
+    def _prefill_step(self, chunks: list[tuple[RequestState, int]], end: float) -> None:
+        for r, chunk in chunks:
+            r.prefill_left -= chunk
+            r.computed += chunk
+            self._pf_kv += chunk
+            if r.prefill_left:
+                continue
+            self._prefilling.remove(r)
+            self._pf_kv -= r.computed
+            r.computed = 0
+            r.gen += 1  # the forward pass that completes a prefill samples a token
+            self.generation_tokens_total += 1
+            if r.first_token < 0:
+                r.first_token = end
+            if r.listener is not None:
+                r.listener.on_token(end)
+            if r.gen >= r.output_tokens:
+                self._finish(r, end)
+            else:
+                self._join_decoding(r)
+
+    def _join_decoding(self, r: RequestState) -> None:
+        r.gen_at_join, r.join_counter = r.gen, self._counter
+        r.finish_at = self._counter + (r.output_tokens - r.gen)
+        self._dec_base += r.input_tokens + r.gen - self._counter
+        self._decoding[r.rid] = r
+        if r.listener is not None:
+            self._streaming += 1
+        heapq.heappush(self._heap, (r.finish_at, r.rid, r.generation))
+
+    def _leave_decoding(self, r: RequestState) -> None:
+        del self._decoding[r.rid]
+        self._dec_base -= r.input_tokens + r.gen_at_join - r.join_counter
+        if r.listener is not None:
+            self._streaming -= 1
+
+    def _preempt_newest(self) -> None:
+        """vLLM V1 preempts from the end of the running list and recomputes later."""
+        if self._prefilling:
+            r = self._prefilling.pop()
+            self._pf_kv -= r.computed
+        else:
+            rid = next(reversed(self._decoding))
+            r = self._decoding[rid]
+            self._leave_decoding(r)
+            r.gen = r.gen_at_join + self._counter - r.join_counter
+            r.generation += 1
+        r.computed = 0
+        r.prefill_left = r.input_tokens + r.gen
+        r.preemptions += 1
+        self.preemptions_total += 1
+        self._waiting.appendleft(r)
+
+    # -- outputs ------------------------------------------------------------------------
+
+    def _finish(self, r: RequestState, end: float) -> None:
+        self.requests_total += 1
+        trace_id, span_id, request_id = self._ids.next()
+        record = finished_record(r, self._labels, r.trace_id or trace_id, span_id, end)
+        self._emit(r, record, request_id)
+
+    def _reject(self, r: RequestState, t: float) -> None:
+        """A prompt that can never fit the KV cache or the context is refused."""
+        self.requests_total += 1
+        self.errors_total += 1
+        trace_id, span_id, request_id = self._ids.next()
+        record = refused_record(r, self._labels, r.trace_id or trace_id, span_id, t)
+        r.first_sched = t
+        self._emit(r, record, request_id)
+
+    def _emit(self, r: RequestState, record: RequestRecord, request_id: str) -> None:
+        forward = self._cum_gpu - r.g0 if r.first_sched >= 0 else 0.0
+        completion = Completion(
+            record=record,
+            request_id=request_id,
+            max_tokens=r.max_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            tokenize_s=r.tokenize_s,
+            scheduler_s=self._cum_cpu - r.c0 if r.first_sched >= 0 else 0.0,
+            forward_s=forward,
+            execute_s=forward * _EXECUTE_OVERHEAD,
+            preemptions=r.preemptions,
+            engine=self.engine_index,
+            parent_span_id=r.parent_span_id,
+        )
+        self._completions.append(completion)
+        if r.listener is not None:
+            r.listener.on_finish(completion)
+
+    def _sample_until(self, t: float) -> None:
+        while self._next_sample <= t:
+            ts_s = self._next_sample
+            ts = self.epoch + timedelta(seconds=ts_s)
+            fx = self._faults.effects(ts_s - 1e-9)
+            busy = self._iv_busy / self._interval
+            self._iv_busy = 0.0
+            self._server.append(
+                ServerSample(
+                    ts=ts,
+                    instance=self.name,
+                    engine=Engine.VLLM.value,
+                    model=self.model,
+                    requests_running=float(self.running),
+                    requests_waiting=float(self.waiting),
+                    requests_swapped=0.0,
+                    kv_cache_usage=min(1.0, self.kv_used / self.kv_capacity(fx)),
+                    prefix_cache_hit_ratio=0.0,
+                    preemptions_total=float(self.preemptions_total),
+                    prompt_tokens_total=float(self.prompt_tokens_total),
+                    generation_tokens_total=float(self.generation_tokens_total),
+                    requests_total=float(self.requests_total),
+                    request_errors_total=float(self.errors_total),
+                )
+            )
+            if self._gpu_telemetry:
+                self._gpu.extend(
+                    gpu_samples(
+                        ts=ts,
+                        instance=self.name,
+                        profile=self.profile,
+                        busy=busy,
+                        interval_s=self._interval,
+                        fx=fx,
+                        counters=self._gpu_counters,
+                        first_index=self.engine_index * self.profile.tensor_parallel,
+                    )
+                )
+            self._next_sample += self._interval
+
+    def drain(self) -> Batch:
+        """Everything produced since the last drain."""
+        batch = Batch(tuple(self._completions), tuple(self._server), tuple(self._gpu))
+        self._completions.clear()
+        self._server.clear()
+        self._gpu.clear()
+        return batch

@@ -1,0 +1,59 @@
+"""What a simulated server emits: finished requests (with the span-only timings) and samples.
+
+A ``Completion`` wraps the normalised ``RequestRecord`` together with what only the OTLP span
+carries (request id, sampling parameters, scheduler / forward / execute time, the tokenizer's
+own service time, the caller's span when it propagated its trace context). A ``Batch`` is
+what the fleet hands to its sinks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    record: RequestRecord
+    request_id: str
+    max_tokens: int
+    temperature: float
+    top_p: float
+    tokenize_s: float
+    scheduler_s: float
+    forward_s: float
+    execute_s: float
+    preemptions: int = 0
+    #: The data-parallel engine of the instance that served it.
+    engine: int = 0
+    #: The caller's span (from its ``traceparent``) that the request span is a child of.
+    parent_span_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """One data-parallel engine's own reading (``engine="0"`` in vLLM, ``dp_rank`` in SGLang).
+
+    ``sample`` holds that engine's gauges and counters only; the instance's ``ServerSample``
+    in ``Batch.server_samples`` aggregates its engines (see ``simulator.fleet``).
+    """
+
+    index: int
+    sample: ServerSample
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Output of a stretch of virtual time, in time order within each list."""
+
+    completions: tuple[Completion, ...] = ()
+    server_samples: tuple[ServerSample, ...] = ()
+    gpu_samples: tuple[GpuSample, ...] = ()
+    #: Per-engine readings behind ``server_samples`` (one per engine per sample time).
+    engine_samples: tuple[EngineSample, ...] = ()
+    meta: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.completions) + len(self.server_samples) + len(self.gpu_samples)

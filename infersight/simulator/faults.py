@@ -1,0 +1,202 @@
+"""Injected faults: what each one does to a simulated server, per instance and time range.
+
+A fault is data (kind, instance, start, end, magnitude); its effect on the engine is a set of
+multiplicative factors (``Effects``) that the engine reads at every step and the arrival stream
+reads per arrival. Each fault moves the signals its real cause moves and no others; the
+expected diagnosis of each kind is recorded as ground truth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Final
+
+from infersight.core.errors import InvalidInput
+
+
+class FaultKind(StrEnum):
+    ARRIVAL_SURGE = "arrival_surge"
+    SLOW_TOKENIZER = "slow_tokenizer"
+    LONG_PROMPT_FLOOD = "long_prompt_flood"
+    THERMAL_THROTTLE = "thermal_throttle"
+    KV_PRESSURE = "kv_pressure"
+    DEGRADED_INSTANCE = "degraded_instance"
+    CPU_STARVED = "cpu_starved"
+
+
+#: The diagnosis (the cause vocabulary of ``alerts.rules.Cause``) each fault should lead to.
+EXPECTED_CAUSE: Final = {
+    FaultKind.ARRIVAL_SURGE: "overload",
+    FaultKind.SLOW_TOKENIZER: "preprocessing_slow",
+    FaultKind.LONG_PROMPT_FLOOD: "long_inputs",
+    FaultKind.THERMAL_THROTTLE: "gpu_throttled",
+    FaultKind.KV_PRESSURE: "kv_cache_pressure",
+    FaultKind.DEGRADED_INSTANCE: "instance_degraded",
+    FaultKind.CPU_STARVED: "host_bound",
+}
+
+#: The diagnosis each fault should lead to without GPU telemetry (``--gpu-source none``): the
+#: fallback the symptom pattern supports (``alerts/rules/default.yaml``'s ``fallbacks``), with
+#: the missing evidence stated. A throttled and a degraded board both slow decode on one
+#: instance; without clocks, clock-event reasons and ECC counters they look the same — the GPU
+#: side, compute or bandwidth unknown (``decode_bound``). A starved host still shows in its
+#: slow tokenizer together with slow decode steps (``host_bound``, its idle GPU unseen). The
+#: others never needed GPU samples.
+EXPECTED_CAUSE_WITHOUT_GPU: Final = {
+    **EXPECTED_CAUSE,
+    FaultKind.THERMAL_THROTTLE: "decode_bound",
+    FaultKind.DEGRADED_INSTANCE: "decode_bound",
+}
+
+#: Magnitude used when a scenario gives none; its meaning depends on the kind (see ``effects``).
+DEFAULT_MAGNITUDE: Final = {
+    FaultKind.ARRIVAL_SURGE: 3.0,  # arrival-rate multiplier
+    FaultKind.SLOW_TOKENIZER: 40.0,  # tokenizer CPU-time multiplier
+    FaultKind.LONG_PROMPT_FLOOD: 8.0,  # input-length multiplier
+    FaultKind.THERMAL_THROTTLE: 0.55,  # SM clock as a fraction of maximum
+    FaultKind.KV_PRESSURE: 0.01,  # fraction of the KV cache left to this server
+    FaultKind.DEGRADED_INSTANCE: 1.8,  # GPU-time multiplier
+    FaultKind.CPU_STARVED: 25.0,  # host CPU-time multiplier
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """Multiplicative changes to a server's parameters; the identity means no fault."""
+
+    rate_factor: float = 1.0
+    input_factor: float = 1.0
+    tokenizer_factor: float = 1.0
+    cpu_factor: float = 1.0
+    clock_scale: float = 1.0
+    gpu_slowdown: float = 1.0
+    kv_scale: float = 1.0
+    ecc_sbe_per_s: float = 0.0
+    thermal: bool = False
+
+    @property
+    def gpu_factor(self) -> float:
+        """How much longer a GPU forward pass takes."""
+        return self.gpu_slowdown / self.clock_scale
+
+
+NO_EFFECTS: Final = Effects()
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injected fault on one instance over ``[start_s, end_s)`` of scenario time."""
+
+    kind: FaultKind
+    instance: str
+    start_s: float
+    end_s: float
+    magnitude: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, FaultKind):
+            try:
+                object.__setattr__(self, "kind", FaultKind(str(self.kind)))
+            except ValueError:
+                allowed = ", ".join(k.value for k in FaultKind)
+                raise InvalidInput(f"fault kind must be one of {allowed}") from None
+        if not self.instance:
+            raise InvalidInput("a fault needs an instance")
+        if not (math.isfinite(self.start_s) and math.isfinite(self.end_s)):
+            raise InvalidInput("fault times must be finite")
+        if not 0.0 <= self.start_s < self.end_s:
+            raise InvalidInput(
+                "fault needs 0 ≤ start < end", details={"start": self.start_s, "end": self.end_s}
+            )
+        if not math.isfinite(self.magnitude) or self.magnitude <= 0:
+            raise InvalidInput("fault magnitude must be positive")
+        fractional = self.kind in (FaultKind.THERMAL_THROTTLE, FaultKind.KV_PRESSURE)
+        if fractional and self.magnitude > 1.0:
+            raise InvalidInput(f"{self.kind} magnitude is a fraction in (0, 1]")
+        if not fractional and self.magnitude < 1.0:
+            raise InvalidInput(f"{self.kind} magnitude is a multiplier ≥ 1")
+
+    def active(self, t: float) -> bool:
+        return self.start_s <= t < self.end_s
+
+    def apply(self, fx: Effects) -> Effects:
+        return _APPLY[self.kind](fx, self.magnitude)
+
+
+def _degraded(fx: Effects, m: float) -> Effects:
+    # A failing board: slower kernels (retries, row remapping) and correctable ECC errors.
+    return replace(fx, gpu_slowdown=fx.gpu_slowdown * m, ecc_sbe_per_s=fx.ecc_sbe_per_s + 2.0)
+
+
+def _cpu_starved(fx: Effects, m: float) -> Effects:
+    # Noisy neighbours on the host: the scheduler loop and the tokenizer both slow down.
+    return replace(fx, cpu_factor=fx.cpu_factor * m, tokenizer_factor=fx.tokenizer_factor * m)
+
+
+_APPLY: Final[dict[FaultKind, Callable[[Effects, float], Effects]]] = {
+    FaultKind.ARRIVAL_SURGE: lambda fx, m: replace(fx, rate_factor=fx.rate_factor * m),
+    FaultKind.SLOW_TOKENIZER: lambda fx, m: replace(fx, tokenizer_factor=fx.tokenizer_factor * m),
+    FaultKind.LONG_PROMPT_FLOOD: lambda fx, m: replace(fx, input_factor=fx.input_factor * m),
+    FaultKind.THERMAL_THROTTLE: lambda fx, m: replace(
+        fx, clock_scale=fx.clock_scale * m, thermal=True
+    ),
+    FaultKind.KV_PRESSURE: lambda fx, m: replace(fx, kv_scale=fx.kv_scale * m),
+    FaultKind.DEGRADED_INSTANCE: _degraded,
+    FaultKind.CPU_STARVED: _cpu_starved,
+}
+
+
+class FaultSchedule:
+    """The faults of one instance, answering ``effects(t)`` cheaply for monotone ``t``."""
+
+    __slots__ = ("_boundaries", "_faults", "_fx", "_hi", "_lo")
+
+    def __init__(self, faults: Sequence[Fault]) -> None:
+        self._faults = tuple(faults)
+        points = {0.0, math.inf}
+        for f in self._faults:
+            points.update((f.start_s, f.end_s))
+        self._boundaries = sorted(points)
+        self._lo = math.inf
+        self._hi = -math.inf
+        self._fx = NO_EFFECTS
+
+    @property
+    def faults(self) -> tuple[Fault, ...]:
+        return self._faults
+
+    def effects(self, t: float) -> Effects:
+        if self._lo <= t < self._hi:
+            return self._fx
+        if not self._faults:
+            self._lo, self._hi = -math.inf, math.inf
+            return NO_EFFECTS
+        fx = NO_EFFECTS
+        for fault in self._faults:
+            if fault.active(t):
+                fx = fault.apply(fx)
+        lo, hi = -math.inf, math.inf
+        for b in self._boundaries:
+            if b <= t:
+                lo = b
+            else:
+                hi = b
+                break
+        self._fx, self._lo, self._hi = fx, lo, hi
+        return fx
+
+    def stable_until(self, t: float) -> float:
+        """The end of the stretch of time around ``t`` in which the effects do not change."""
+        self.effects(t)
+        return self._hi
+
+    def max_rate_factor(self) -> float:
+        """An upper bound of the arrival-rate factor over all time (for thinning)."""
+        factor = 1.0
+        for f in self._faults:
+            if f.kind is FaultKind.ARRIVAL_SURGE:
+                factor *= f.magnitude
+        return factor

@@ -1,0 +1,180 @@
+"""A fleet of simulated servers run together in virtual time, feeding sinks chunk by chunk.
+
+Each instance has its own arrival stream (its share of its deployment's traffic: random
+routing splits a Poisson process into independent Poisson processes) and its own fault
+schedule, so instances advance independently; the fleet steps them all to the end of each
+chunk and hands the chunk's output to every sink in one ``Batch``. Deterministic given the
+scenario's seed.
+
+An instance with several data-parallel engines is several ``InstanceSim`` engines sharing its
+name, each with its share of the instance's traffic and the instance's faults. Their own
+readings go out as ``EngineSample``s; the instance's ``ServerSample`` at each sample time
+aggregates them the way the quantities mean it: counts (running, waiting, swapped) and
+counters add up, ratios of each engine's own cache (KV usage, prefix-cache hit ratio) are
+averaged over the engines (every engine has a KV pool of the same size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.simulator.engine import InstanceSim
+from infersight.simulator.events import Batch, Completion, EngineSample
+from infersight.simulator.faults import FaultSchedule
+from infersight.simulator.scenario import InjectedFault, Scenario
+from infersight.simulator.sinks import Sink
+from infersight.simulator.workload import ArrivalStream, scaled
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    virtual_s: float
+    duration_s: float
+    requests: int
+    wall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    scenario: str
+    virtual_s: float
+    wall_s: float
+    requests: int
+    errors: int
+    server_samples: int
+    gpu_samples: int
+    preemptions: int
+    ground_truth: tuple[InjectedFault, ...]
+
+    @property
+    def requests_per_wall_s(self) -> float:
+        return self.requests / self.wall_s if self.wall_s > 0 else float("inf")
+
+
+def build_instances(scenario: Scenario) -> list[InstanceSim]:
+    """One ``InstanceSim`` per engine (one per instance unless it is data-parallel)."""
+    instances = []
+    index = 0
+    for deployment in scenario.deployments:
+        n = deployment.engines
+        process = deployment.arrival if n == 1 else scaled(deployment.arrival, 1.0 / n)
+        for name in deployment.instances:
+            for engine in range(n):
+                # Engine 0 keeps the seeds a single-engine instance always had.
+                key = [scenario.seed, index] if engine == 0 else [scenario.seed, index, engine]
+                seeds = np.random.SeedSequence(key).spawn(2)
+                faults = FaultSchedule([f for f in scenario.faults if f.instance == name])
+                arrivals = ArrivalStream(
+                    process,
+                    deployment.mix,
+                    np.random.default_rng(seeds[0]),
+                    faults,
+                    max_input_tokens=deployment.profile.max_model_len,
+                )
+                instances.append(
+                    InstanceSim(
+                        name,
+                        deployment.profile,
+                        epoch=scenario.start,
+                        rng=np.random.default_rng(seeds[1]),
+                        arrivals=arrivals,
+                        faults=faults,
+                        sample_interval_s=scenario.sample_interval_s,
+                        sampling=(deployment.mix.temperature, deployment.mix.top_p),
+                        engine_index=engine,
+                        gpu_telemetry=scenario.gpu_telemetry,
+                    )
+                )
+            index += 1
+    return instances
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _sum(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def aggregate(samples: Sequence[ServerSample]) -> ServerSample:
+    """One instance's reading from its engines' readings at the same time."""
+    if len(samples) == 1:
+        return samples[0]
+    first = samples[0]
+    return dataclasses.replace(
+        first,
+        requests_running=_sum([s.requests_running for s in samples]),
+        requests_waiting=_sum([s.requests_waiting for s in samples]),
+        requests_swapped=_sum([s.requests_swapped for s in samples]),
+        kv_cache_usage=_mean([s.kv_cache_usage for s in samples]),
+        prefix_cache_hit_ratio=_mean([s.prefix_cache_hit_ratio for s in samples]),
+        preemptions_total=_sum([s.preemptions_total for s in samples]),
+        prompt_tokens_total=_sum([s.prompt_tokens_total for s in samples]),
+        generation_tokens_total=_sum([s.generation_tokens_total for s in samples]),
+        requests_total=_sum([s.requests_total for s in samples]),
+        request_errors_total=_sum([s.request_errors_total for s in samples]),
+    )
+
+
+def _instance_samples(per_engine: Sequence[EngineSample]) -> list[ServerSample]:
+    grouped: dict[tuple[str, object], list[ServerSample]] = {}
+    for e in per_engine:
+        grouped.setdefault((e.sample.instance, e.sample.ts), []).append(e.sample)
+    return [aggregate(group) for group in grouped.values()]
+
+
+def run_scenario(
+    scenario: Scenario,
+    sinks: Sequence[Sink],
+    *,
+    chunk_s: float = 60.0,
+    progress: Callable[[Progress], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RunResult:
+    """Run ``scenario`` to its end in virtual time; sinks are written but not closed."""
+    instances = build_instances(scenario)
+    started = clock()
+    t = 0.0
+    requests = errors = server = gpu = 0
+    while t < scenario.duration_s:
+        t = min(t + chunk_s, scenario.duration_s)
+        completions: list[Completion] = []
+        engines: list[EngineSample] = []
+        gpus: list[GpuSample] = []
+        for sim in instances:
+            sim.advance_to(t)
+            part = sim.drain()
+            completions.extend(part.completions)
+            engines.extend(EngineSample(sim.engine_index, s) for s in part.server_samples)
+            gpus.extend(part.gpu_samples)
+        completions.sort(key=lambda c: c.record.start)
+        servers = _instance_samples(engines)
+        batch = Batch(tuple(completions), tuple(servers), tuple(gpus), tuple(engines))
+        for sink in sinks:
+            sink.write(batch)
+        requests += len(completions)
+        errors += sum(c.record.is_error for c in completions)
+        server += len(servers)
+        gpu += len(gpus)
+        if progress is not None:
+            progress(Progress(t, scenario.duration_s, requests, clock() - started))
+    return RunResult(
+        scenario=scenario.name,
+        virtual_s=scenario.duration_s,
+        wall_s=clock() - started,
+        requests=requests,
+        errors=errors,
+        server_samples=server,
+        gpu_samples=gpu,
+        preemptions=sum(sim.preemptions_total for sim in instances),
+        ground_truth=scenario.ground_truth(),
+    )

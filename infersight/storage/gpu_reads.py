@@ -1,0 +1,246 @@
+"""Reading GPU time and GPU-sample totals over a window: rollups inside, raw samples at edges.
+
+``storage.gpu_rollup`` keeps the rollups and defines the interval rule; this module answers
+with them: ``covered_time`` (what cost bills), ``util_sums`` (a baseline's mean utilisation),
+and ``plan`` (which buckets a chart step can use). ``raw_intervals`` is the rule in SQL over raw
+samples, for a window's ragged edges and for short windows, so both paths agree by construction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Float, and_, case, cast, func, or_, select
+
+from infersight.core.window import Resolution, Segment, Window, split
+from infersight.storage.gpu_rollup import BIN_COLUMNS, ROLLUP_GAP_S, GpuKey, idle_seconds
+from infersight.storage.tables import gpu_rollups, gpu_samples
+
+
+def epoch(dialect: str, column: Any) -> ColumnElement[float]:
+    """Seconds since the epoch of a timestamp column, to the microsecond on both databases."""
+    if dialect == "postgresql":
+        return cast(func.date_part("epoch", column), Float(53))
+    # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds exactly, plus the fraction.
+    whole: ColumnElement[float] = cast(func.strftime("%s", column), Float(53))
+    return whole + cast(func.substr(column, 20), Float(53))
+
+
+@dataclass(slots=True)
+class CoveredTime:
+    """What one GPU's samples cover over a window (the interval rule above)."""
+
+    name: str = ""
+    covered_s: float = 0.0
+    idle_s: float = 0.0
+    energy_j: float = 0.0
+    util_s: float = 0.0
+    util_weighted_s: float = 0.0
+
+    def add(self, other: CoveredTime) -> None:
+        self.name = max(self.name, other.name)
+        self.covered_s += other.covered_s
+        self.idle_s += other.idle_s
+        self.energy_j += other.energy_j
+        self.util_s += other.util_s
+        self.util_weighted_s += other.util_weighted_s
+
+
+def raw_intervals(
+    connection: Connection,
+    lo: datetime,
+    hi: datetime,
+    horizon: datetime,
+    gap: float,
+    floor: float,
+    instance: str | None = None,
+) -> dict[GpuKey, CoveredTime]:
+    """The interval rule in SQL over raw samples in ``[lo, hi)``.
+
+    Successors are looked for among the samples before ``horizon``; a sample with none stands
+    for the time to ``horizon``, at most ``gap``. ``horizon = hi`` is a window's exact answer
+    (its last sample stops at the window's end); ``horizon = hi + gap`` gives each sample its
+    whole interval, as the rollups hold it.
+    """
+    g = gpu_samples.c
+    t = epoch(connection.dialect.name, g.ts)
+    where = [g.ts >= lo, g.ts < horizon]
+    if instance is not None:
+        where.append(g.instance == instance)
+    per_gpu = (g.instance, g.gpu_index)
+    samples = (
+        select(
+            g.instance,
+            g.gpu_index,
+            g.name,
+            g.ts,
+            g.util_gpu.label("util"),
+            g.energy_j.label("energy"),
+            g.power_w.label("power"),
+            t.label("t"),
+            func.lead(t).over(partition_by=per_gpu, order_by=g.ts).label("t_next"),
+            func.lead(g.energy_j).over(partition_by=per_gpu, order_by=g.ts).label("energy_next"),
+        )
+        .where(*where)
+        .subquery()
+    )
+    s = samples.c
+    span = func.coalesce(s.t_next, horizon.timestamp()) - s.t
+    dt = case((span > gap, gap), else_=span)
+    energy = case(
+        (
+            and_(s.energy.is_not(None), s.energy_next.is_not(None), s.t_next - s.t <= gap),
+            case((s.energy_next >= s.energy, s.energy_next - s.energy), else_=s.energy_next),
+        ),
+        (s.power.is_not(None), s.power * dt),
+        else_=0.0,
+    )
+    intervals = (
+        select(s.instance, s.gpu_index, s.name, s.util, dt.label("dt"), energy.label("energy"))
+        .where(s.ts < hi)
+        .subquery()
+    )
+    i = intervals.c
+    query = select(
+        i.instance,
+        i.gpu_index,
+        func.max(i.name),
+        func.sum(i.dt),
+        func.sum(case((i.util < floor, i.dt), else_=0.0)),
+        func.sum(i.energy),
+        func.sum(case((i.util.is_not(None), i.dt), else_=0.0)),
+        func.sum(func.coalesce(i.util, 0.0) * i.dt),
+    ).group_by(i.instance, i.gpu_index)
+    return {
+        (row[0], int(row[1])): CoveredTime(row[2] or "", *(float(v or 0.0) for v in row[3:]))
+        for row in connection.execute(query)
+    }
+
+
+def _in_segments(segments: Sequence[Segment]) -> ColumnElement[bool]:
+    r = gpu_rollups.c
+    return or_(
+        *(
+            and_(r.resolution == seg.resolution, r.bucket >= seg.start, r.bucket < seg.end)
+            for seg in segments
+            if seg.resolution is not None
+        )
+    )
+
+
+def covered_time(
+    connection: Connection,
+    window: Window,
+    floor: float,
+    instance: str | None = None,
+    finest: Resolution = Resolution.MINUTE,
+) -> dict[GpuKey, CoveredTime]:
+    """Per GPU, what ``raw_intervals(window.start, window.end, window.end)`` answers, from
+    rollups with raw samples only at the edges.
+
+    The window splits at ``cut = end − gap``: before it every sample's successor (if any
+    within the gap) lies inside the window, so whole intervals apply and are read from
+    rollups between raw edges; the last gap is read raw with the window's own end.
+
+    Past minute retention (``finest`` coarser than a minute) the raw samples are gone too:
+    the window is read from the rollup buckets it covers, with no raw tail, so an interval
+    crossing the window's end counts in full and ragged ends finer than ``finest`` are lost.
+    """
+    gap = ROLLUP_GAP_S
+    cut = window.end if finest is not Resolution.MINUTE else window.end - timedelta(seconds=gap)
+    out: dict[GpuKey, CoveredTime] = defaultdict(CoveredTime)
+
+    def add(parts: dict[GpuKey, CoveredTime]) -> None:
+        for key, part in parts.items():
+            out[key].add(part)
+
+    if cut <= window.start:
+        add(raw_intervals(connection, window.start, window.end, window.end, gap, floor, instance))
+        return dict(out)
+    segments = split(Window(window.start, cut), finest)
+    for seg in segments:
+        if seg.raw:
+            horizon = seg.end + timedelta(seconds=gap)
+            add(raw_intervals(connection, seg.start, seg.end, horizon, gap, floor, instance))
+    add(raw_intervals(connection, cut, window.end, window.end, gap, floor, instance))
+    rolled = [seg for seg in segments if not seg.raw]
+    if rolled:
+        r = gpu_rollups.c
+        where = [_in_segments(rolled)]
+        if instance is not None:
+            where.append(r.instance == instance)
+        columns = ("covered_s", "energy_j", "util_s", "util_weighted_s", *BIN_COLUMNS)
+        query = (
+            select(r.instance, r.gpu_index, func.max(r.name), *(func.sum(r[c]) for c in columns))
+            .where(*where)
+            .group_by(r.instance, r.gpu_index)
+        )
+        for row in connection.execute(query):
+            covered, energy, util_s, weighted, *bins = (float(v or 0.0) for v in row[3:])
+            add(
+                {
+                    (row[0], int(row[1])): CoveredTime(
+                        row[2] or "", covered, idle_seconds(bins, floor), energy, util_s, weighted
+                    )
+                }
+            )
+    return dict(out)
+
+
+def plan(window: Window, coarsest: Resolution, finest: Resolution) -> list[Segment]:
+    """``core.window.split`` with buckets no coarser than ``coarsest`` (raw where none fit)."""
+    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
+    if order.index(finest) > order.index(coarsest):
+        return [Segment(window.start, window.end, None)]
+    if coarsest is Resolution.DAY:
+        return split(window, finest)
+    inner_start, inner_end = coarsest.ceil(window.start), coarsest.floor(window.end)
+    if inner_start >= inner_end:
+        return split(window, finest)
+    out: list[Segment] = []
+    if window.start < inner_start:
+        out += split(Window(window.start, inner_start), finest)
+    out.append(Segment(inner_start, inner_end, coarsest))
+    if inner_end < window.end:
+        out += split(Window(inner_end, window.end), finest)
+    return out
+
+
+def util_sums(
+    connection: Connection,
+    window: Window,
+    instances: Any | None = None,
+    finest: Resolution = Resolution.MINUTE,
+) -> tuple[float, int]:
+    """Σ utilisation and the number of samples that reported it over ``window`` (rollups
+    between raw edges); ``instances`` (values or a subquery) narrows the GPUs read."""
+    total, count = 0.0, 0
+    g, r = gpu_samples.c, gpu_rollups.c
+    segments = split(window, finest)
+    for seg in segments:
+        if not seg.raw:
+            continue
+        where = [g.ts >= seg.start, g.ts < seg.end, g.util_gpu.is_not(None)]
+        if instances is not None:
+            where.append(g.instance.in_(instances))
+        row = connection.execute(select(func.sum(g.util_gpu), func.count()).where(*where)).one()
+        total, count = total + float(row[0] or 0.0), count + int(row[1] or 0)
+    rolled = [seg for seg in segments if not seg.raw]
+    if rolled:
+        where = [_in_segments(rolled)]
+        if instances is not None:
+            where.append(r.instance.in_(instances))
+        row = connection.execute(
+            select(func.sum(r.util_gpu_sum), func.sum(r.util_gpu_n)).where(*where)
+        ).one()
+        total, count = total + float(row[0] or 0.0), count + int(row[1] or 0)
+    return total, count
+
+
+def bucket_epoch(at: Any) -> float:
+    """A bucket or timestamp as Unix seconds (SQLite answers some as numbers)."""
+    return at.timestamp() if isinstance(at, datetime) else float(at)

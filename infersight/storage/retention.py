@@ -1,0 +1,41 @@
+"""How long the store keeps each resolution (``RetentionPolicy``), and so the finest rollups
+a query over a window may read.
+
+Apart from ``storage.maintenance`` (which applies it) so that a command that only reads —
+``infersight slo list`` — learns ``finest_for`` without importing the maintenance job's cost and
+partition modules; ``storage.maintenance`` re-exports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from infersight.core.errors import InvalidInput
+from infersight.core.window import Resolution, Window
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    raw_days: int = 14
+    minute_days: int = 14
+    hour_days: int = 180
+    day_days: int = 1095
+    partition_ahead_days: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("raw_days", "minute_days", "hour_days", "day_days"):
+            if not 1 <= getattr(self, name) <= 36500:
+                raise InvalidInput(f"{name} must be between 1 and 36500")
+        if not 0 <= self.partition_ahead_days <= 60:
+            raise InvalidInput("partition_ahead_days must be between 0 and 60")
+        if not self.minute_days <= self.hour_days <= self.day_days:
+            raise InvalidInput("rollup retention must grow with resolution: minute ≤ hour ≤ day")
+
+    def finest_for(self, window: Window, now: datetime) -> Resolution:
+        """The finest rollup resolution still kept for all of ``window``."""
+        if window.start >= now - timedelta(days=self.minute_days):
+            return Resolution.MINUTE
+        if window.start >= now - timedelta(days=self.hour_days):
+            return Resolution.HOUR
+        return Resolution.DAY

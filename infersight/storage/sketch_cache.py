@@ -1,0 +1,310 @@
+"""Merged latency sketches of rollup rows, kept by a digest of the rows they came from.
+
+A 30-day latency chart adds up about 700 hour rollup rows per series and metric into 120
+chart buckets; decoding and merging those sketches took most of the Latency page's second.
+Between two page views almost every one of those rows is unchanged: sidecars write into the
+latest minutes (and, from spools, an hour or two back). So ``merged_sketches`` first asks the
+store, per part (a chart bucket, or the whole segment) and group, for a digest of the rows it
+covers — computed in SQL on PostgreSQL (an MD5 over each row's key and its sketches' MD5s, so
+only the digest travels), in process on SQLite (where reading the blobs costs no network) —
+and decodes and merges only the parts whose digest it has not seen.
+
+Why a cached answer equals a fresh one: the digest covers every row of the part (its
+resolution, bucket and series) and the MD5 of each of its sketch columns, so two equal digests
+mean the same rows with the same sketches, up to a 128-bit hash collision; a row added, merged
+into (fresh or late data) or deleted changes the digest. The sketches of a part that missed are
+read in a second statement together with each row's digest material, and the merged sketches
+are kept under the digest of *what that statement read*: a write between the two statements
+makes this view show the newer rows, never files them under the older digest.
+
+Memory: a bounded LRU (``max_entries`` parts and ``max_bytes`` of bucket arrays); one cache per
+engine (``sketch_cache``), shared by the threads that serve pages. Cached sketches are shared:
+callers must not change them (``merge_all`` makes new ones).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from sqlalchemy import ColumnElement, Connection, func, literal, or_, select, text
+from sqlalchemy.dialects.postgresql import aggregate_order_by
+
+from infersight.core.records import GROUP_LABELS
+from infersight.core.sketch import QuantileSketch, merge_all
+from infersight.storage.engine import PerEngine
+from infersight.storage.sql import sketch_column
+from infersight.storage.tables import request_rollups
+from infersight.storage.types import UTCDateTime
+
+LabelKey = tuple[str, ...]
+#: One part of a read: the group's labels and the part's start (``None``: the whole read).
+PartKey = tuple[LabelKey, datetime | None]
+Merged = tuple[QuantileSketch | None, ...]
+
+DEFAULT_MAX_ENTRIES: Final = 20_000
+DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+#: What a cached sketch costs besides its bucket arrays (the object, its fields, the key).
+_OVERHEAD_BYTES: Final = 400
+
+
+@dataclass
+class SketchCacheStats:
+    hits: int = 0
+    misses: int = 0
+    evicted: int = 0
+
+
+class SketchCache:
+    """Merged sketches by ``(fields, digest)``; least recently used first out, bounded in
+    entries and in bytes. Thread-safe."""
+
+    def __init__(
+        self, max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("a sketch cache needs room for at least one entry")
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.stats = SketchCacheStats()
+        self._entries: OrderedDict[tuple[Any, ...], tuple[Merged, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: tuple[Any, ...]) -> Merged | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                self.stats.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.stats.hits += 1
+            return found[0]
+
+    def put(self, key: tuple[Any, ...], sketches: Merged) -> None:
+        size = sum(_size(s) for s in sketches)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._entries[key] = (sketches, size)
+            self._bytes += size
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+                self.stats.evicted += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+def _size(sketch: QuantileSketch | None) -> int:
+    if sketch is None:
+        return 0
+    return _OVERHEAD_BYTES + 16 * sketch.buckets
+
+
+#: The process's ``SketchCache`` for an engine's store (created on first use).
+sketch_cache: PerEngine[SketchCache] = PerEngine(SketchCache)
+
+
+def merged_sketches(
+    connection: Connection,
+    fields: Sequence[str],
+    where: ColumnElement[bool],
+    group_by: Sequence[str],
+    part_s: int | None = None,
+    cache: SketchCache | None = None,
+) -> dict[PartKey, Merged]:
+    """One merged sketch per latency field in ``fields`` (``ttft_s``…) for each group and part
+    of the ``request_rollups`` rows ``where`` picks: parts are ``part_s``-second buckets
+    (aligned to the Unix epoch) of the rows' buckets, or the whole read with ``None``. A field
+    no row of a part holds is ``None``. Decodes only the parts ``cache`` has not seen as they
+    are now."""
+    if not fields:
+        raise ValueError("merged_sketches needs at least one field")
+    if part_s is not None and part_s < 1:
+        raise ValueError("part_s must be at least one second")
+    cache = cache if cache is not None else sketch_cache(connection.engine)
+    if connection.dialect.name == "postgresql":
+        return _postgres(connection, tuple(fields), where, tuple(group_by), part_s, cache)
+    return _in_process(connection, tuple(fields), where, tuple(group_by), part_s, cache)
+
+
+def _any_sketch(fields: Sequence[str]) -> ColumnElement[bool]:
+    return or_(*(sketch_column(f).is_not(None) for f in fields))
+
+
+def _row_text(fields: Sequence[str]) -> ColumnElement[Any]:
+    """A row's digest material on PostgreSQL: its key and each sketch's MD5 ('-' for none)."""
+    r = request_rollups.c
+    return func.concat_ws(
+        "|",
+        r.resolution,
+        r.bucket,
+        *(r[name] for name in GROUP_LABELS),
+        *(func.coalesce(func.md5(sketch_column(f)), "-") for f in fields),
+    )
+
+
+def _postgres(
+    connection: Connection,
+    fields: tuple[str, ...],
+    where: ColumnElement[bool],
+    group_by: tuple[str, ...],
+    part_s: int | None,
+    cache: SketchCache,
+) -> dict[PartKey, Merged]:
+    r = request_rollups.c
+    keys = [r[name] for name in group_by]
+    # The part's start, selected first; without parts, a constant NULL in its place.
+    part = (
+        func.date_bin(
+            text(f"interval '{int(part_s)} seconds'"),
+            r.bucket,
+            literal(_EPOCH, UTCDateTime()),
+            type_=UTCDateTime(),
+        )
+        if part_s is not None
+        else None
+    )
+    parts_sel = [part] if part is not None else []
+    row_order = [r.resolution, r.bucket, *(r[name] for name in GROUP_LABELS)]
+    digest = func.md5(
+        func.string_agg(_row_text(fields), aggregate_order_by(literal(","), *row_order))
+    )
+    found = connection.execute(
+        select(*parts_sel, *keys, digest)
+        .where(where, _any_sketch(fields))
+        .group_by(*parts_sel, *keys)
+    ).all()
+    width = len(group_by)
+    out: dict[PartKey, Merged] = {}
+    missing: set[PartKey] = set()
+    for row in found:
+        pk = _part_key(row, part is not None, width)
+        hit = cache.get((fields, row[-1]))
+        if hit is None:
+            missing.add(pk)
+        else:
+            out[pk] = hit
+    if not missing:
+        return out
+    condition = [where, _any_sketch(fields)]
+    if part is not None:
+        condition.append(part.in_(sorted({at for _, at in missing if at is not None})))
+    blobs = [sketch_column(f) for f in fields]
+    rows = connection.execute(
+        select(*parts_sel, *keys, _row_text(fields), *blobs)
+        .where(*condition)
+        .order_by(*parts_sel, *keys, *row_order)
+    ).all()
+    groups: dict[PartKey, tuple[list[str], list[list[bytes]]]] = {}
+    skip = len(parts_sel) + width
+    for row in rows:
+        values: Sequence[Any] = tuple(row)
+        pk = _part_key(values, part is not None, width)
+        if pk not in missing:
+            continue
+        texts, parts = groups.setdefault(pk, ([], [[] for _ in fields]))
+        texts.append(str(values[skip]))
+        for i, blob in enumerate(values[skip + 1 :]):
+            if blob is not None:
+                parts[i].append(bytes(blob))
+    for pk, (texts, parts) in groups.items():
+        merged = _merge(parts)
+        cache.put(
+            (fields, hashlib.md5(",".join(texts).encode(), usedforsecurity=False).hexdigest()),
+            merged,
+        )
+        out[pk] = merged
+    return out
+
+
+def _part_key(row: Sequence[Any], with_part: bool, width: int) -> PartKey:
+    if with_part:
+        return (tuple(row[1 : 1 + width]), row[0])
+    return (tuple(row[:width]), None)
+
+
+def _in_process(
+    connection: Connection,
+    fields: tuple[str, ...],
+    where: ColumnElement[bool],
+    group_by: tuple[str, ...],
+    part_s: int | None,
+    cache: SketchCache,
+) -> dict[PartKey, Merged]:
+    """SQLite: one statement reads the rows with their blobs (no network to spare); a BLAKE2
+    digest per part is computed here, and only the parts not seen are decoded."""
+    r = request_rollups.c
+    labels = [r[name] for name in GROUP_LABELS]
+    blobs = [sketch_column(f) for f in fields]
+    rows = connection.execute(
+        select(r.resolution, r.bucket, *labels, *blobs)
+        .where(where, _any_sketch(fields))
+        .order_by(r.resolution, r.bucket, *labels)
+    ).all()
+    positions = [GROUP_LABELS.index(name) for name in group_by]
+    n = len(GROUP_LABELS)
+    grouped: dict[PartKey, list[Any]] = {}
+    for row in rows:
+        resolution, bucket, *rest = row
+        series = rest[:n]
+        at = _floor(bucket, part_s) if part_s is not None else None
+        pk: PartKey = (tuple(series[p] for p in positions), at)
+        grouped.setdefault(pk, []).append((resolution, bucket, series, rest[n:]))
+    out: dict[PartKey, Merged] = {}
+    for pk, members in grouped.items():
+        hashed = hashlib.blake2b(digest_size=16)
+        for resolution, bucket, series, sketches in members:
+            hashed.update("|".join([resolution, bucket.isoformat(), *series]).encode())
+            for blob in sketches:
+                data = b"" if blob is None else bytes(blob)
+                hashed.update(b"-" if blob is None else len(data).to_bytes(8, "big"))
+                hashed.update(data)
+        key = (fields, hashed.digest())
+        hit = cache.get(key)
+        if hit is None:
+            parts: list[list[bytes]] = [[] for _ in fields]
+            for *_, sketches in members:
+                for i, blob in enumerate(sketches):
+                    if blob is not None:
+                        parts[i].append(blob)
+            hit = _merge(parts)
+            cache.put(key, hit)
+        out[pk] = hit
+    return out
+
+
+def _floor(at: datetime, seconds: int) -> datetime:
+    offset = int((at - _EPOCH).total_seconds() // seconds) * seconds
+    return _EPOCH + timedelta(seconds=offset)
+
+
+def _merge(parts: Sequence[Sequence[bytes]]) -> Merged:
+    out: list[QuantileSketch | None] = []
+    for blobs in parts:
+        if not blobs:
+            out.append(None)
+            continue
+        sketches = [QuantileSketch.from_bytes(b) for b in blobs]
+        out.append(sketches[0] if len(sketches) == 1 else merge_all(sketches))
+    return tuple(out)

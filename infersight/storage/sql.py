@@ -1,0 +1,81 @@
+"""SQL pieces the storage modules share, each written once.
+
+* ``insert_for``: ``INSERT`` in the bind's dialect, the one that has ``ON CONFLICT`` (PostgreSQL
+  or SQLite: the two stores infersight runs on).
+* ``selected``: the conditions of a ``core.query.Selector`` on a table's label columns;
+  ``raw_where`` and ``rollup_where`` add the time range of raw rows and of rollup segments.
+* ``sketch_column``: the ``request_rollups`` column that keeps a latency field's sketch
+  (``tables.SKETCH_COLUMNS``).
+* ``read_segments``: a window read the way every query reads one (``core.window.split``): raw
+  rows at the partial-minute edges, the coarsest rollups that fit in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
+
+from sqlalchemy import Column, ColumnElement, Connection, Engine, Table, and_
+from sqlalchemy.dialects import postgresql, sqlite
+
+from infersight.core.query import Selector
+from infersight.core.window import Resolution, Segment, Window, split
+from infersight.storage.tables import SKETCH_COLUMNS, request_rollups, requests
+
+#: An ``INSERT`` with ``ON CONFLICT`` clauses (``on_conflict_do_nothing``/``_do_update``).
+Insert = postgresql.Insert | sqlite.Insert
+T = TypeVar("T")
+
+
+def insert_for(bind: Connection | Engine, table: Table) -> Insert:
+    """``INSERT INTO table`` in ``bind``'s dialect: PostgreSQL's, else SQLite's."""
+    if bind.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def selected(table: Table, selector: Selector) -> list[ColumnElement[bool]]:
+    """One ``label = value`` condition on ``table`` per label ``selector`` pins."""
+    return [table.c[name] == value for name, value in selector.items()]
+
+
+def raw_where(span: Segment | Window, selector: Selector = Selector()) -> ColumnElement[bool]:
+    """The requests that started in ``span`` and that ``selector`` picks."""
+    return and_(
+        requests.c.start >= span.start,
+        requests.c.start < span.end,
+        *selected(requests, selector),
+    )
+
+
+def rollup_where(segment: Segment, selector: Selector = Selector()) -> ColumnElement[bool]:
+    """The rollup rows of ``segment``'s resolution whose buckets start in it, of the series
+    ``selector`` picks."""
+    assert segment.resolution is not None
+    return and_(
+        request_rollups.c.resolution == segment.resolution.value,
+        request_rollups.c.bucket >= segment.start,
+        request_rollups.c.bucket < segment.end,
+        *selected(request_rollups, selector),
+    )
+
+
+#: Record field (``ttft_s``) → the rollup column with its sketch (``ttft_sketch``).
+_SKETCH_OF: Final = {field: column for column, field in SKETCH_COLUMNS.items()}
+
+
+def sketch_column(field: str) -> Column[Any]:
+    """The ``request_rollups`` column that keeps the sketch of latency field ``field``."""
+    return request_rollups.c[_SKETCH_OF[field]]
+
+
+def read_segments(
+    window: Window,
+    finest: Resolution,
+    raw: Callable[[Segment], T],
+    rollup: Callable[[Segment], T],
+) -> Iterator[T]:
+    """What ``raw`` reads of each raw edge of ``window`` and ``rollup`` of each rollup
+    segment (rollups no finer than ``finest``), one answer per segment in time order."""
+    for segment in split(window, finest):
+        yield raw(segment) if segment.raw else rollup(segment)

@@ -1,0 +1,561 @@
+"""Idempotent bulk writers for request records and samples.
+
+Each batch is stored and rolled up in one transaction, and only the rows actually stored are
+rolled up, so a replayed or concurrently shipped batch stores each request once and counts it
+once in the rollups.
+
+- PostgreSQL: a new batch (the common case) is streamed by binary ``COPY`` straight into
+  ``requests`` inside a savepoint, a slice at a time, its rollup inputs converted while the
+  server inserts each slice; if it meets an existing key the savepoint is rolled back and the
+  batch is copied into a session-temporary staging table and inserted with ``ON CONFLICT DO
+  NOTHING``, answering with how many it stored and the keys of the smaller side (stored or
+  skipped). After such a batch the next goes to staging directly, until one is all new
+  (replays come in runs). Daily partitions are created on demand.
+- SQLite: ``executemany`` into a temporary staging table, then ``INSERT … ON CONFLICT DO NOTHING
+  RETURNING`` the keys stored, in WAL mode.
+
+On the staging paths the rollup deltas of a batch are computed in a worker thread while the
+database works.
+
+A writer given an ``AcceptWindow`` refuses records and samples whose timestamp lies outside it
+(counted in ``WriteResult.refused``, logged, never stored) and never creates a partition outside
+it; without one it accepts any timestamp the record allows (backfills, imports, simulations),
+and ``storage.partitions`` still refuses partitions beyond its horizon.
+
+Expected failures are results or ``Unavailable`` (the database cannot be reached: retry later);
+``InvalidInput`` is raised for data the database refuses (a bug upstream: do not retry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import fields
+from datetime import UTC, date, datetime
+from itertools import islice, repeat
+from typing import Any, Final
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from infersight.core.accept import AcceptWindow
+from infersight.core.client import CLIENT_FIELDS, ClientRecord
+from infersight.core.errors import InvalidInput, Unavailable
+from infersight.core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.write import Sink, WriteResult
+from infersight.storage import gpu_rollup, rollup
+from infersight.storage.batch import Batch, days_of
+from infersight.storage.partitions import ensure_partitions
+from infersight.storage.sql import insert_for
+from infersight.storage.tables import (
+    client_requests,
+    gpu_samples,
+    server_engine_samples,
+    server_samples,
+)
+
+log = logging.getLogger(__name__)
+
+_format_row_binary: Callable[..., None] | None
+try:  # psycopg's binary row encoder (C with psycopg[binary]); internal, hence the fallback
+    from psycopg._copy_base import _binary_signature as _BINARY_SIGNATURE
+    from psycopg._copy_base import _binary_trailer as _BINARY_TRAILER
+    from psycopg._copy_base import format_row_binary as _encoder
+
+    _format_row_binary = _encoder
+except ImportError:  # pragma: no cover - another psycopg layout
+    _format_row_binary = None
+#: Rows encoded per write to the connection: about 0.5 MiB of request rows.
+_ROWS_PER_WRITE: Final = 2048
+
+_COLUMNS: Final = ", ".join(f'"{name}"' for name in RECORD_FIELDS)
+_PG_TYPES: Final = {
+    "trace_id": "text",
+    "span_id": "text",
+    "start": "timestamptz",
+    "input_tokens": "int4",
+    "output_tokens": "int4",
+    "cached_tokens": "int4",
+}
+_GPU_FIELDS: Final = tuple(column.name for column in gpu_samples.columns)
+_SERVER_COLUMNS: Final = tuple(column.name for column in server_samples.columns)
+_GPU_COLUMNS: Final = ", ".join(f'"{name}"' for name in _GPU_FIELDS)
+#: PostgreSQL types of a record row, for binary COPY.
+COPY_TYPES: Final = [
+    _PG_TYPES.get(name, "float8" if name in DURATION_FIELDS else "text") for name in RECORD_FIELDS
+]
+
+
+def open_writer(
+    engine: Engine,
+    accept: AcceptWindow | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> Sink:
+    """The writer for ``engine``'s database, refusing timestamps outside ``accept``."""
+    if engine.dialect.name == "postgresql":
+        return PostgresWriter(engine, accept, clock)
+    if engine.dialect.name == "sqlite":
+        return SqliteWriter(engine, accept, clock)
+    raise InvalidInput(f"unsupported database: {engine.dialect.name}")
+
+
+@contextmanager
+def _translate_errors() -> Iterator[None]:
+    try:
+        yield
+    except IntegrityError as exc:
+        raise InvalidInput(f"the store refused the batch: {exc.orig}") from exc
+    except OperationalError as exc:
+        raise Unavailable(f"the store is unavailable: {exc.orig}") from exc
+    except DBAPIError as exc:
+        if exc.connection_invalidated:
+            raise Unavailable(f"lost the connection to the store: {exc.orig}") from exc
+        raise
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _BaseWriter:
+    staging_ddl: str
+
+    def __init__(
+        self,
+        engine: Engine,
+        accept: AcceptWindow | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.accept = accept
+        self.clock = clock or _utc_now
+        #: The first day a partition may be created for (``None``: no bound but the horizon).
+        self._oldest: date | None = None
+        #: Whether the last batch of requests met rows already stored (a hint, not a rule).
+        self._replaying = False
+
+    def _in_window(self, items: Sequence[Any], when: Callable[[Any], datetime], what: str) -> Any:
+        """``items`` without those whose time lies outside the accepted window."""
+        if self.accept is None:
+            return items
+        now = self.clock()
+        low, high = self.accept.bounds(now)
+        self._oldest = low.astimezone(UTC).date()
+        kept = [item for item in items if low <= when(item) <= high]
+        if len(kept) < len(items):
+            log.warning(
+                "refused %d %s outside the accepted window [%s, %s]",
+                len(items) - len(kept),
+                what,
+                low.isoformat(timespec="seconds"),
+                high.isoformat(timespec="seconds"),
+            )
+        return kept
+
+    def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
+        received = len(records)
+        records = self._in_window(records, _start, "requests")
+        if not records:
+            return WriteResult(received, 0, 0, received)
+        with _translate_errors(), self.engine.begin() as connection:
+            kept, stored, deltas = self._store_requests(connection, records)
+            rollup.apply(connection, deltas)
+        # Duplicates come in runs (a spool replayed after a crash, a retried shipment): after
+        # a batch that met some, the next is expected to meet some too.
+        self._replaying = stored < kept
+        refused = received - len(records)
+        return WriteResult(received, stored, len(records) - stored, refused)
+
+    def _store_requests(
+        self, connection: Connection, records: Sequence[RequestRecord]
+    ) -> tuple[int, int, list[rollup.RollupDelta]]:
+        """Store ``records``, skipping keys already stored: how many distinct keys they hold,
+        how many rows were stored, and the rollup deltas of those stored.
+
+        The deltas of the whole batch are computed in a worker thread while the database
+        stages and inserts the rows (waiting on it releases the GIL); they are recomputed for
+        the subset only in the rare case that some rows were duplicates. While the last batch
+        met duplicates, the next is not rolled up before it is known what it stored.
+        """
+        batch = Batch.of(records)
+        with ThreadPoolExecutor(1, thread_name_prefix="rollup") as pool:
+            optimistic = None if self._replaying else pool.submit(rollup.deltas_from_batch, batch)
+            self._prepare(connection, batch.days())
+            fresh = self._store(connection, batch)
+            if optimistic is not None and fresh is batch:
+                deltas = optimistic.result()
+            else:
+                deltas = rollup.deltas_from_batch(fresh)
+        return len(batch), len(fresh), deltas
+
+    def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
+        """Store client records, skipping keys already stored (a replayed span is one call).
+
+        A plain conflict-ignoring insert on both databases: a client record has no rollups,
+        and there is one per call a client traced, so the server records' COPY path would buy
+        little here."""
+        received = len(records)
+        kept: Sequence[ClientRecord] = self._in_window(records, _client_start, "client records")
+        if not kept:
+            return WriteResult(received, 0, 0, received)
+        by_key = {(r.start.astimezone(UTC), r.trace_id, r.span_id): r for r in kept}
+        rows = [
+            {
+                **{name: getattr(r, name) for name in CLIENT_FIELDS},
+                "status": r.status.value,
+                "ttft_source": r.ttft_source.value,
+            }
+            for r in by_key.values()
+        ]
+        days = {start.date() for start, _, _ in by_key}
+        with _translate_errors(), self.engine.begin() as connection:
+            ensure_partitions(connection, client_requests.name, days, oldest=self._oldest)
+            c = client_requests.c
+            statement = (
+                insert_for(connection, client_requests)
+                .on_conflict_do_nothing()
+                .returning(c.trace_id)
+            )
+            inserted = len(connection.execute(statement, rows).all())
+        refused = received - len(kept)
+        return WriteResult(received, inserted, len(kept) - inserted, refused)
+
+    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
+        """Store ``samples`` (skipping ones already stored) and roll up those it stored."""
+        samples = self._in_window(samples, _ts, "GPU samples")
+        if not samples:
+            return 0
+        # A key repeated within the batch keeps its last copy (as requests do), so the row
+        # stored and the sample rolled up are the same one whichever the database keeps.
+        samples = list(
+            {(s.ts.astimezone(UTC), s.instance, s.gpu_index): s for s in samples}.values()
+        )
+        rows = [
+            {
+                **{f.name: getattr(s, f.name) for f in fields(GpuSample)},
+                "throttle_reasons": ",".join(s.throttle_reasons),
+            }
+            for s in samples
+        ]
+        days = {s.ts.astimezone(UTC).date() for s in samples}
+        with _translate_errors(), self.engine.begin() as connection:
+            # The GPUs' rollup writers are serialised first, so that neighbouring samples
+            # stored by another writer are either committed or not yet begun.
+            gpu_rollup.lock(connection, ((s.instance, s.gpu_index) for s in samples))
+            ensure_partitions(connection, gpu_samples.name, days, oldest=self._oldest)
+            keys = {
+                (ts.astimezone(UTC), i, int(g)) for ts, i, g in self._insert_gpu(connection, rows)
+            }
+            stored = [s for s in samples if (s.ts.astimezone(UTC), s.instance, s.gpu_index) in keys]
+            gpu_rollup.apply_samples(connection, stored)
+        return len(stored)
+
+    def _insert_gpu(self, connection: Connection, rows: list[dict[str, Any]]) -> Sequence[Any]:
+        """Insert GPU sample rows, skipping stored keys; the keys it stored."""
+        c = gpu_samples.c
+        statement = (
+            insert_for(connection, gpu_samples)
+            .on_conflict_do_nothing()
+            .returning(c.ts, c.instance, c.gpu_index)
+        )
+        return connection.execute(statement, rows).all()
+
+    def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
+        """Store ``samples`` (skipping ones already stored) with the engines of those stored,
+        in one transaction: an instance's row and its engines' rows land together or not."""
+        samples = self._in_window(samples, _ts, "server samples")
+        if not samples:
+            return 0
+        by_key = {(s.ts.astimezone(UTC), s.instance): s for s in samples}
+        rows = [{name: getattr(s, name) for name in _SERVER_COLUMNS} for s in by_key.values()]
+        days = {ts.date() for ts, _ in by_key}
+        with _translate_errors(), self.engine.begin() as connection:
+            ensure_partitions(connection, server_samples.name, days, oldest=self._oldest)
+            c = server_samples.c
+            statement = (
+                insert_for(connection, server_samples)
+                .on_conflict_do_nothing()
+                .returning(c.ts, c.instance)
+            )
+            stored = [
+                by_key[(ts.astimezone(UTC), i)] for ts, i in connection.execute(statement, rows)
+            ]
+            engines = [
+                {"ts": s.ts, "instance": s.instance, **dataclasses.asdict(e)}
+                for s in stored
+                for e in s.per_engine
+            ]
+            if engines:
+                ensure_partitions(connection, server_engine_samples.name, days, oldest=self._oldest)
+                connection.execute(
+                    insert_for(connection, server_engine_samples).on_conflict_do_nothing(), engines
+                )
+        return len(stored)
+
+    def _prepare(self, connection: Connection, days: set[date]) -> None:
+        """Dialect hook run before storing rows of ``days`` (partitions on PostgreSQL)."""
+
+    def _store(self, connection: Connection, batch: Batch) -> Batch:
+        """Put ``batch`` into ``requests``, skipping existing keys; return what was stored."""
+        connection.exec_driver_sql(self.staging_ddl)
+        self._stage(connection, batch)
+        return self._insert_skipping_duplicates(connection, batch)
+
+    def _stage(self, connection: Connection, batch: Batch) -> None:
+        raise NotImplementedError
+
+    def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
+        raise NotImplementedError
+
+
+class PostgresWriter(_BaseWriter):
+    staging_ddl = (
+        "CREATE TEMP TABLE IF NOT EXISTS requests_staging "
+        "(LIKE requests INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+    )
+    # The insert's own RETURNING says what it stored. The statement answers with a row
+    # holding the number stored, and the keys of the smaller side: those stored when at most
+    # half the batch was new (a replay: usually none), else the staged keys it did *not*
+    # store (a batch of new rows with a few old ones).
+    insert_select = (
+        f"WITH stored AS (INSERT INTO requests ({_COLUMNS}) SELECT {_COLUMNS} "
+        "FROM requests_staging ON CONFLICT DO NOTHING RETURNING trace_id, span_id), "
+        "n AS (SELECT count(*) AS stored FROM stored) "
+        "SELECT n.stored, NULL::text, NULL::text FROM n "
+        "UNION ALL SELECT NULL, trace_id, span_id FROM stored "
+        "WHERE (SELECT stored FROM n) * 2 <= %(staged)s "
+        "UNION ALL SELECT NULL, s.trace_id, s.span_id FROM requests_staging s "
+        "LEFT JOIN stored USING (trace_id, span_id) "
+        "WHERE stored.trace_id IS NULL AND (SELECT stored FROM n) * 2 > %(staged)s"
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        accept: AcceptWindow | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        super().__init__(engine, accept, clock)
+        self._known_days: set[date] = set()
+
+    def _prepare(self, connection: Connection, days: set[date]) -> None:
+        if not days <= self._known_days:
+            ensure_partitions(connection, "requests", days, oldest=self._oldest)
+            self._known_days |= days
+
+    def _store_requests(
+        self, connection: Connection, records: Sequence[RequestRecord]
+    ) -> tuple[int, int, list[rollup.RollupDelta]]:
+        """A new batch (the common case) is streamed straight into ``requests`` by ``COPY``.
+
+        A replayed or concurrently shipped batch meets the primary key: the COPY fails inside
+        its savepoint, which is rolled back, and the batch takes the staging path, whose
+        conflict-aware insert skips what exists. After such a batch, or for one repeating a
+        key within itself, the staging path is taken straight away.
+        """
+        from psycopg.errors import CheckViolation, UniqueViolation  # noqa: PLC0415 (PostgreSQL only)
+
+        if self._replaying:
+            return super()._store_requests(connection, records)
+        days = days_of(list(map(_start, records)))
+        for attempt in range(2):
+            self._prepare(connection, days)
+            savepoint = connection.begin_nested()
+            try:
+                deltas = self._copy_streaming(connection, records)
+            except UniqueViolation:
+                # Keys stored before, or a key repeated within the batch: the staging path.
+                savepoint.rollback()
+                break
+            except CheckViolation:
+                # A day this writer had seen was dropped since (retention): forget what it
+                # knows, create what is missing, and copy again.
+                savepoint.rollback()
+                if attempt:
+                    raise
+                self._known_days.clear()
+                continue
+            savepoint.commit()
+            return len(records), len(records), deltas
+        batch = Batch.of(records)
+        fresh = self._store(connection, batch)
+        return len(batch), len(fresh), rollup.deltas_from_batch(fresh)
+
+    @staticmethod
+    def _copy_streaming(
+        connection: Connection, records: Sequence[RequestRecord]
+    ) -> list[rollup.RollupDelta]:
+        """``COPY`` ``records`` into ``requests`` a slice at a time; their rollup deltas.
+
+        The client's per-row work (reading the records into columns, encoding them, and
+        converting their rollup inputs) is about as long as the server's (inserting them
+        into the partition and its primary key). Done one after the other, each side waits
+        for the other; here each slice is read and encoded, handed to the server, and its
+        rollup inputs converted while the server inserts it. The deltas are grouped before
+        the ``COPY`` ends, while the server still inserts the last rows sent.
+        """
+        inputs = rollup.RollupInputs()
+        with _copy_rows(connection, "requests") as stream:
+            for i in range(0, len(records), _ROWS_PER_WRITE):
+                part = Batch.verbatim(records[i : i + _ROWS_PER_WRITE])
+                stream.write(part.rows())
+                inputs.add(part.fields())
+            return inputs.deltas()
+
+    def _insert_gpu(self, connection: Connection, rows: list[dict[str, Any]]) -> Sequence[Any]:
+        """COPY into a staging table, then insert what is new (far faster than VALUES lists)."""
+        connection.exec_driver_sql(
+            "CREATE TEMP TABLE IF NOT EXISTS gpu_samples_staging "
+            "(LIKE gpu_samples INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+        )
+        raw = connection.connection.driver_connection
+        assert raw is not None
+        with (
+            raw.cursor() as cursor,
+            cursor.copy(f"COPY gpu_samples_staging ({_GPU_COLUMNS}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row([row[name] for name in _GPU_FIELDS])
+        return connection.exec_driver_sql(
+            f"INSERT INTO gpu_samples ({_GPU_COLUMNS}) SELECT {_GPU_COLUMNS} "
+            "FROM gpu_samples_staging ON CONFLICT DO NOTHING RETURNING ts, instance, gpu_index"
+        ).all()
+
+    def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
+        staged = len(batch)
+        stored = 0
+        keys: set[tuple[str, str]] = set()
+        for count, trace_id, span_id in connection.exec_driver_sql(
+            self.insert_select, {"staged": staged}
+        ):
+            if count is None:
+                keys.add((trace_id, span_id))
+            else:
+                stored = count
+        if stored == staged:
+            return batch
+        if stored * 2 <= staged:
+            return batch.only(keys)
+        return batch.without(keys)
+
+    def _stage(self, connection: Connection, batch: Batch) -> None:
+        with _copy_rows(connection, "requests_staging") as stream:
+            stream.write(batch.rows())
+
+
+class SqliteWriter(_BaseWriter):
+    staging_ddl = (
+        "CREATE TEMP TABLE IF NOT EXISTS requests_staging AS SELECT * FROM main.requests WHERE 0"
+    )
+    # "WHERE true" keeps SQLite's parser from reading ON CONFLICT as part of the SELECT.
+    insert_select = (
+        f"INSERT INTO main.requests ({_COLUMNS}) SELECT {_COLUMNS} FROM temp.requests_staging "
+        "WHERE true ON CONFLICT DO NOTHING RETURNING trace_id, span_id"
+    )
+
+    def _stage(self, connection: Connection, batch: Batch) -> None:
+        connection.exec_driver_sql("DELETE FROM temp.requests_staging")
+        placeholders = ", ".join("?" for _ in RECORD_FIELDS)
+        # SQLite takes no enums or aware datetimes: those three columns are converted.
+        converted = {
+            "start": list(map(sqlite_timestamp, batch.column("start"))),
+            "engine": [engine.value for engine in batch.column("engine")],
+            "status": [status.value for status in batch.column("status")],
+        }
+        columns = [
+            converted.get(name, column)
+            for name, column in zip(RECORD_FIELDS, batch.columns, strict=True)
+        ]
+        connection.exec_driver_sql(
+            f"INSERT INTO temp.requests_staging ({_COLUMNS}) VALUES ({placeholders})",
+            list(zip(*columns, strict=True)),
+        )
+
+    def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
+        stored = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
+        return batch if len(stored) == len(batch) else batch.only(stored)
+
+
+class BinaryRows:
+    """Rows streamed into a binary ``COPY`` (types set), encoded by psycopg's own encoder.
+
+    ``Copy.write_row`` runs two Python-level calls and a buffer check per row around the C
+    encoder (``format_row_binary``); at a few hundred thousand rows a second those calls cost
+    as much as the encoding. Here the encoder is driven from C (``map`` consumed by a
+    zero-length ``deque``) into one buffer per ``_ROWS_PER_WRITE`` rows, framed with the
+    binary format's signature (before the first row) and trailer (``close``). Without the
+    encoder (a psycopg that moved it) the rows go through ``write_row``.
+    """
+
+    __slots__ = ("_buffer", "_copy")
+
+    def __init__(self, copy: Any) -> None:
+        self._copy = copy
+        self._buffer = bytearray(_BINARY_SIGNATURE if _format_row_binary else b"")
+
+    def write(self, rows: Iterable[Sequence[Any]]) -> None:
+        if _format_row_binary is None:
+            for row in rows:
+                self._copy.write_row(row)
+            return
+        transformer = self._copy.formatter.transformer
+        rows = iter(rows)
+        while True:
+            buffer = self._buffer
+            before = len(buffer)
+            chunk = islice(rows, _ROWS_PER_WRITE)
+            deque(map(_format_row_binary, chunk, repeat(transformer), repeat(buffer)), maxlen=0)
+            if len(buffer) == before:  # every row adds at least its field count
+                return
+            self._copy.write(buffer)
+            self._buffer = bytearray()
+
+    def close(self) -> None:
+        """End the rows (the signature too, if no row came)."""
+        if _format_row_binary is not None:
+            self._copy.write(bytes(self._buffer) + _BINARY_TRAILER)
+
+
+@contextmanager
+def _copy_rows(connection: Connection, table: str) -> Iterator[BinaryRows]:
+    """A binary ``COPY`` of request rows into ``table`` (PostgreSQL): rows written to what it
+    yields; the ``COPY`` ends with the block (and is abandoned if the block raises)."""
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    with (
+        raw.cursor() as cursor,
+        cursor.copy(f"COPY {table} ({_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+    ):
+        copy.set_types(COPY_TYPES)
+        stream = BinaryRows(copy)
+        yield stream
+        stream.close()
+
+
+def write_binary_rows(copy: Any, rows: Iterable[Sequence[Any]]) -> None:
+    """Stream ``rows`` into a binary ``COPY`` (types set): all of them, then the end."""
+    stream = BinaryRows(copy)
+    stream.write(rows)
+    stream.close()
+
+
+def _start(record: RequestRecord) -> datetime:
+    return record.start
+
+
+def _client_start(record: ClientRecord) -> datetime:
+    return record.start
+
+
+def _ts(sample: GpuSample | ServerSample) -> datetime:
+    return sample.ts
+
+
+def sqlite_timestamp(ts: datetime) -> str:
+    """How ``UTCDateTime`` stores a timestamp on SQLite (naive UTC, microseconds)."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
