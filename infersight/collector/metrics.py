@@ -87,6 +87,13 @@ class CollectorMetrics:
         self.scrape_errors = Counter(
             _P + "scrape_errors", "Failed scrapes, by reason", ["reason"], registry=r
         )
+        self.scrape_dialect = Gauge(
+            _P + "scrape_dialect",
+            "1 for the /metrics dialect the sampler recognised at its last scrape (vllm, "
+            "sglang, tgi, trtllm, dynamo, llm-d-epp, dcgm, generic)",
+            ["sampler", "dialect"],
+            registry=r,
+        )
         self.gpu_samples = Counter(_P + "gpu_samples", "GPU samples taken", registry=r)
         self.gpu_errors = Counter(
             _P + "gpu_errors", "Failed GPU reads, by reason", ["reason"], registry=r

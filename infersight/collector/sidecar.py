@@ -175,7 +175,18 @@ class Sidecar:
     def _sampler_success(self, sampler: Sampler) -> Callable[[int], None]:
         if "gpu" in sampler.name:
             return self.metrics.gpu_samples.inc
-        return lambda count: self.metrics.scrapes.inc()
+        recognised = [""]
+
+        def scraped(count: int) -> None:
+            self.metrics.scrapes.inc()
+            dialect = str(getattr(sampler, "flavour", ""))
+            if dialect and dialect != recognised[0]:
+                if recognised[0]:
+                    self.metrics.scrape_dialect.remove(sampler.name, recognised[0])
+                self.metrics.scrape_dialect.labels(sampler.name, dialect).set(1)
+                recognised[0] = dialect
+
+        return scraped
 
     def _health(self) -> dict[str, Any]:
         return {"instance": self.config.instance, **self.shipper.health()}

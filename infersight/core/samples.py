@@ -11,15 +11,25 @@ prefix-cache hit ratio) are the *mean* over the engines that report them, since 
 of a server has a cache of the same size, so the mean is the share of all the server's cache;
 and ``kv_cache_usage_max`` keeps the hottest engine's KV usage, so one full engine behind an
 instance mean of 0.5 is still visible.
+
+Ratios of counters are never read from an engine's own gauge where the counters exist (#30):
+vLLM's prefix-cache hit rate is cumulative since the server started, SGLang's is the last
+prefill batch's and is reset by decode logging. ``with_interval_ratios`` derives them from two
+consecutive scrapes instead: hits gained ÷ queries gained over the interval, pooled over the
+engines (the instance's counters are their sums), and absent when nothing was queried. The
+speculative-decoding figures are derived the same way: acceptance rate = accepted tokens
+gained ÷ draft tokens gained, mean acceptance length = 1 + accepted tokens gained ÷ drafts
+gained (the tokens one verification step yields: the accepted drafts and the target model's
+own token).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from infersight.core.errors import InvalidRecord
 from infersight.core.records import check_label, check_timestamp
@@ -60,7 +70,7 @@ GPU_NONNEGATIVE_FIELDS: Final = (
     "ecc_dbe_total",
 )
 
-SERVER_RATIO_FIELDS: Final = ("kv_cache_usage", "prefix_cache_hit_ratio")
+SERVER_RATIO_FIELDS: Final = ("kv_cache_usage", "prefix_cache_hit_ratio", "spec_acceptance_rate")
 #: The metric fields of a server (and of each of its engines), in storage order.
 SERVER_METRIC_FIELDS: Final = (
     "requests_running",
@@ -73,18 +83,49 @@ SERVER_METRIC_FIELDS: Final = (
     "generation_tokens_total",
     "requests_total",
     "request_errors_total",
+    # revision 0013 (#30): the counters behind the interval ratios, and serving topologies
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "spec_drafts_total",
+    "spec_draft_tokens_total",
+    "spec_accepted_tokens_total",
+    "spec_acceptance_rate",
+    "spec_accept_length",
+    "requests_deferred",
+    "kv_transfer_tokens_total",
+    "admission_rejections_total",
 )
+#: Ratios derived from two scrapes' counters (``with_interval_ratios``): (field, numerator
+#: counter, denominator counter).
+INTERVAL_RATIOS: Final = (
+    ("prefix_cache_hit_ratio", "prefix_cache_hits_total", "prefix_cache_queries_total"),
+    ("spec_acceptance_rate", "spec_accepted_tokens_total", "spec_draft_tokens_total"),
+)
+#: The longest mean acceptance length taken as plausible (drafts of up to 64 tokens).
+MAX_ACCEPT_LENGTH: Final = 65.0
 #: The most engines one server sample keeps (a data-parallel size far above any deployment's).
 MAX_ENGINES: Final = 512
 #: The longest engine identifier (``engine="0"``, ``dp_rank="3"``).
 MAX_RANK_LEN: Final = 64
-SERVER_GAUGE_FIELDS: Final = ("requests_running", "requests_waiting", "requests_swapped")
+SERVER_GAUGE_FIELDS: Final = (
+    "requests_running",
+    "requests_waiting",
+    "requests_swapped",
+    "requests_deferred",
+)
 SERVER_COUNTER_FIELDS: Final = (
     "preemptions_total",
     "prompt_tokens_total",
     "generation_tokens_total",
     "requests_total",
     "request_errors_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "spec_drafts_total",
+    "spec_draft_tokens_total",
+    "spec_accepted_tokens_total",
+    "kv_transfer_tokens_total",
+    "admission_rejections_total",
 )
 
 
@@ -165,12 +206,23 @@ class ServerMetrics:
     generation_tokens_total: float | None = None
     requests_total: float | None = None
     request_errors_total: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    spec_drafts_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
+    spec_acceptance_rate: float | None = None
+    spec_accept_length: float | None = None
+    requests_deferred: float | None = None
+    kv_transfer_tokens_total: float | None = None
+    admission_rejections_total: float | None = None
 
     def _check_metrics(self) -> None:
         for name in SERVER_RATIO_FIELDS:
             _check_number(name, getattr(self, name), 0.0, 1.0)
         for name in (*SERVER_GAUGE_FIELDS, *SERVER_COUNTER_FIELDS):
             _check_number(name, getattr(self, name), 0.0, math.inf)
+        _check_number("spec_accept_length", self.spec_accept_length, 1.0, MAX_ACCEPT_LENGTH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,3 +301,49 @@ class ServerSample(ServerMetrics):
         ranks = [e.rank for e in self.per_engine]
         if len(set(ranks)) != len(ranks):
             raise InvalidRecord("engine ranks repeat", details={"ranks": ranks[:16]})
+
+
+def _gained(now: float | None, before: float | None) -> float | None:
+    """How much a counter grew between two scrapes; a counter that went down was reset (the
+    server restarted) and has counted ``now`` since."""
+    if now is None or before is None:
+        return None
+    return now if now < before else now - before
+
+
+def _interval_figures(now: ServerMetrics, before: ServerMetrics | None) -> dict[str, Any]:
+    """The counter-derived figures of ``now`` over the interval since ``before``; ``None``
+    where a counter is missing on either side or nothing was counted."""
+    out: dict[str, Any] = {}
+    for field_name, numerator, denominator in INTERVAL_RATIOS:
+        value = None
+        if before is not None and getattr(now, denominator) is not None:
+            top = _gained(getattr(now, numerator), getattr(before, numerator))
+            bottom = _gained(getattr(now, denominator), getattr(before, denominator))
+            if top is not None and bottom:
+                value = min(1.0, max(0.0, top / bottom))
+        # No counters at all: the engine's own figure (a gauge of a dialect without them).
+        out[field_name] = (
+            value if getattr(now, denominator) is not None else getattr(now, field_name)
+        )
+    length = None
+    if before is not None and now.spec_drafts_total is not None:
+        accepted = _gained(now.spec_accepted_tokens_total, before.spec_accepted_tokens_total)
+        drafts = _gained(now.spec_drafts_total, before.spec_drafts_total)
+        if accepted is not None and drafts:
+            length = min(MAX_ACCEPT_LENGTH, 1.0 + accepted / drafts)
+    out["spec_accept_length"] = (
+        length if now.spec_drafts_total is not None else now.spec_accept_length
+    )
+    return out
+
+
+def with_interval_ratios(now: ServerSample, before: ServerSample | None) -> ServerSample:
+    """``now`` with its counter-derived ratios taken over the interval since ``before`` (the
+    same instance's previous scrape), for the instance (its counters pooled over the engines)
+    and for each engine against the same engine's previous figures."""
+    previous = {e.rank: e for e in before.per_engine} if before is not None else {}
+    engines = tuple(
+        replace(e, **_interval_figures(e, previous.get(e.rank))) for e in now.per_engine
+    )
+    return replace(now, per_engine=engines, **_interval_figures(now, before))

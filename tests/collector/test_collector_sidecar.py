@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from sqlalchemy import func, select
 
 from infersight.collector.gpu.nvml import NvmlSource
@@ -121,6 +121,8 @@ def test_scrapes_and_gpu_samples_are_shipped_and_the_scraped_model_attributes_sp
     registry = CollectorRegistry()
     running = Gauge("vllm:num_requests_running", "", ["model_name"], registry=registry)
     running.labels("served-model").set(4)
+    queries = Counter("vllm:prefix_cache_queries", "", ["model_name"], registry=registry)
+    queries.labels("served-model").inc(800)
     server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     scraper = Scraper(f"http://127.0.0.1:{server.server_port}/metrics", "e2e", interval_s=0.2)
     gpu = GpuSampler(NvmlSource.open("e2e", FakeNvml([FakeGpu()])), interval_s=0.2)
@@ -138,6 +140,15 @@ def test_scrapes_and_gpu_samples_are_shipped_and_the_scraped_model_attributes_sp
                 assert set(c.execute(select(requests.c.model)).scalars()) == {"served-model"}
             assert app.metrics.value("infersight_collector_scrapes_total") > 0
             assert app.metrics.value("infersight_collector_gpu_samples_total") > 0
+            # the sidecar says which dialect it recognised, and the counters reach the store
+            dialect = {"sampler": "scrape", "dialect": "vllm"}
+            assert app.metrics.value("infersight_collector_scrape_dialect", **dialect) == 1
+            assert b'scrape_dialect{dialect="vllm",sampler="scrape"} 1.0' in (
+                app.metrics.exposition()
+            )
+            with store.engine.connect() as c:
+                stored = c.execute(select(server_samples.c.prefix_cache_queries_total)).scalars()
+                assert set(stored) == {800.0}
     finally:
         gpu.close()
         server.shutdown()

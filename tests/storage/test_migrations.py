@@ -10,7 +10,6 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import MetaData, Table, create_engine, insert, inspect, select, text
 
-from infersight.core.samples import EngineSample, ServerSample
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 from infersight.storage.partitions import ensure_partitions
@@ -20,7 +19,6 @@ from infersight.storage.tables import (
     server_engine_samples,
     server_samples,
 )
-from infersight.storage.writer import open_writer
 from tests.conftest import POSTGRES_ADMIN_URL, STORES_AND_POOLER, through
 
 
@@ -84,17 +82,21 @@ def test_0008_adds_engine_rows_keeping_stored_server_samples_and_downgrades(fres
     migrate.upgrade(fresh_engine, "0008")
     columns = {c["name"] for c in inspect(fresh_engine).get_columns("server_samples")}
     assert "kv_cache_usage_max" in columns
+    s = server_samples.c
     with fresh_engine.connect() as connection:
-        old = connection.execute(select(server_samples)).one()
-    assert (old.instance, old.kv_cache_usage, old.kv_cache_usage_max) == ("old", 0.4, None)
-    sample = ServerSample(
-        ts=ts + timedelta(seconds=15),
-        instance="new",
-        kv_cache_usage=0.48,
-        kv_cache_usage_max=0.55,
-        per_engine=(EngineSample("0", kv_cache_usage=0.41), EngineSample("1", kv_cache_usage=0.55)),
-    )
-    assert open_writer(fresh_engine).write_server_samples([sample]) == 1
+        old = connection.execute(select(s.instance, s.kv_cache_usage, s.kv_cache_usage_max)).one()
+    assert tuple(old) == ("old", 0.4, None)
+    # Rows as the writer of revision 0008 stored them (today's writer has later columns).
+    new = {"ts": ts + timedelta(seconds=15), "instance": "new"}
+    with fresh_engine.begin() as connection:
+        ensure_partitions(connection, "server_engine_samples", [ts.date()])
+        connection.execute(
+            insert(server_samples).values(**new, kv_cache_usage=0.48, kv_cache_usage_max=0.55)
+        )
+        for rank, usage in (("0", 0.41), ("1", 0.55)):
+            connection.execute(
+                insert(server_engine_samples).values(**new, rank=rank, kv_cache_usage=usage)
+            )
     with fresh_engine.connect() as connection:
         ranks = connection.execute(select(server_engine_samples.c.rank)).scalars().all()
         hottest = connection.execute(

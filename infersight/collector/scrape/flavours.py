@@ -1,10 +1,21 @@
-"""Engine flavours of ``/metrics`` and their translation into infersight's vocabulary.
+"""Server ``/metrics`` dialects and their translation into infersight's vocabulary.
 
-Names are as the engines document them: vLLM (V0 names and V1's renames, e.g.
-``gpu_cache_usage_perc`` → ``kv_cache_usage_perc``), SGLang (``sglang:*``), TGI (``tgi_*``,
-counters without ``_total``), Triton / TensorRT-LLM (``nv_inference_*``, ``nv_trt_llm_*``;
-durations are cumulative µs counters, not needed by a ``ServerSample``) and dcgm-exporter
-(``DCGM_FI_*``: percent, MiB, W, mJ), which yields ``GpuSample``s.
+Every dialect is one declaration in ``DIALECTS``: the prefixes that recognise it, the
+function that reads its series into a ``ServerSample``'s fields, and the path it is usually
+served at. Names are as the engines' current source defines them, old and new side by side:
+vLLM (V0 names and V1's renames, e.g. ``gpu_cache_usage_perc`` → ``kv_cache_usage_perc``;
+``prompt_tokens_by_source``, ``num_requests_waiting_by_reason``, ``admission_rejections`` and
+the speculative-decoding counters), SGLang (``sglang:*``), TGI (``tgi_*``, counters without
+``_total``), Triton / TensorRT-LLM (``nv_inference_*``, ``nv_trt_llm_*``) and ``trtllm-serve``
+(``trtllm_*`` at ``/prometheus/metrics``), NVIDIA Dynamo's frontend (``dynamo_frontend_*``),
+llm-d's endpoint picker (``llm_d_epp_*``, and the deprecated ``inference_*`` names it still
+emits beside them) and dcgm-exporter (``DCGM_FI_*``: percent, MiB, W, mJ), which yields
+``GpuSample``s. The sidecar's own ``/metrics`` says which dialect it recognised
+(``infersight_collector_scrape_dialect``).
+
+Ratios of counters come from counters wherever the dialect has them (the scraper takes them
+over the interval between two scrapes: ``core.samples.with_interval_ratios``); an engine's
+own ratio gauge is read only where no counter exists.
 
 Data-parallel engines behind one endpoint are told apart by a label: vLLM V1 labels every
 series with ``engine`` (the engine index, ``"0"`` with one engine); SGLang labels its
@@ -28,6 +39,7 @@ from typing import Final
 from infersight.collector.scrape.exposition import Exposition
 from infersight.core.errors import InvalidRecord
 from infersight.core.samples import (
+    MAX_ACCEPT_LENGTH,
     MAX_ENGINES,
     THROTTLE_REASONS,
     EngineSample,
@@ -41,21 +53,12 @@ THROTTLE_BITS: Final = (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
 
 
 def detect(exposition: Exposition) -> str:
+    """The dialect of an exposition: the first declared dialect one of whose prefixes names a
+    series (``DIALECTS`` order: engines before the routers and frontends beside them)."""
     names = list(exposition.names())
-
-    def has(prefix: str) -> bool:
-        return any(name.startswith(prefix) for name in names)
-
-    for prefix, flavour in (
-        ("vllm:", "vllm"),
-        ("sglang:", "sglang"),
-        ("tgi_", "tgi"),
-        ("nv_trt_llm_", "trtllm"),
-        ("nv_inference_", "trtllm"),
-        ("DCGM_FI_", "dcgm"),
-    ):
-        if has(prefix):
-            return flavour
+    for dialect in DIALECTS:
+        if any(name.startswith(dialect.prefixes) for name in names):
+            return dialect.name
     return "generic"
 
 
@@ -74,36 +77,79 @@ def _ratio(value: float | None) -> float | None:
     return min(1.0, max(0.0, value))
 
 
+def _sum(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
 def _vllm(e: Exposition) -> dict[str, float | None]:
-    hits, queries = e.total("vllm:prefix_cache_hits"), e.total("vllm:prefix_cache_queries")
-    hit_ratio = hits / queries if hits is not None and queries else None
+    # Counters only for the ratios: hits and queries (``with_interval_ratios``), never the
+    # cumulative ``gpu_prefix_cache_hit_rate`` of V0 (its counters do not exist there).
+    queries = e.total("vllm:prefix_cache_queries")
+    success = "vllm:request_success_total"
     return {
         "requests_running": e.total("vllm:num_requests_running"),
         "requests_waiting": e.total("vllm:num_requests_waiting"),
         "requests_swapped": e.total("vllm:num_requests_swapped"),
+        "requests_deferred": e.total("vllm:num_requests_waiting_by_reason", reason="deferred"),
         "kv_cache_usage": _ratio(e.first("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
-        "prefix_cache_hit_ratio": _ratio(
-            hit_ratio if hit_ratio is not None else e.total("vllm:gpu_prefix_cache_hit_rate")
+        "prefix_cache_queries_total": queries,
+        "prefix_cache_hits_total": e.total("vllm:prefix_cache_hits"),
+        "prefix_cache_hit_ratio": None
+        if queries is not None
+        else _ratio(e.total("vllm:gpu_prefix_cache_hit_rate")),
+        "preemptions_total": e.total("vllm:num_preemptions"),
+        "prompt_tokens_total": e.total("vllm:prompt_tokens"),
+        "generation_tokens_total": e.total("vllm:generation_tokens"),
+        "requests_total": e.total(success),
+        # ``abort`` (client gone, cancelled) and ``error`` (the engine failed it) both fail
+        "request_errors_total": _sum(
+            e.total(success, finished_reason="abort"), e.total(success, finished_reason="error")
         ),
-        "preemptions_total": e.total("vllm:num_preemptions_total"),
-        "prompt_tokens_total": e.total("vllm:prompt_tokens_total"),
-        "generation_tokens_total": e.total("vllm:generation_tokens_total"),
-        "requests_total": e.total("vllm:request_success_total"),
-        "request_errors_total": e.total("vllm:request_success_total", finished_reason="abort"),
+        "spec_drafts_total": e.total("vllm:spec_decode_num_drafts"),
+        "spec_draft_tokens_total": e.total("vllm:spec_decode_num_draft_tokens"),
+        "spec_accepted_tokens_total": e.total("vllm:spec_decode_num_accepted_tokens"),
+        "kv_transfer_tokens_total": e.total(
+            "vllm:prompt_tokens_by_source", source="external_kv_transfer"
+        ),
+        "admission_rejections_total": e.total("vllm:admission_rejections"),
     }
 
 
 def _sglang(e: Exposition) -> dict[str, float | None]:
+    prompt = e.total("sglang:prompt_tokens_total")
+    cached = e.total("sglang:cached_tokens_total")  # every ``cache_source``, summed
     return {
         "requests_running": e.total("sglang:num_running_reqs"),
         "requests_waiting": e.total("sglang:num_queue_reqs"),
+        # decode side of a disaggregated pair: requests held while their KV cache arrives
+        "requests_deferred": _sum(
+            e.total("sglang:num_decode_prealloc_queue_reqs"),
+            e.total("sglang:num_decode_transfer_queue_reqs"),
+        ),
         "kv_cache_usage": _ratio(e.total("sglang:token_usage")),
-        "prefix_cache_hit_ratio": _ratio(e.total("sglang:cache_hit_rate")),
-        "prompt_tokens_total": e.total("sglang:prompt_tokens_total"),
+        "prefix_cache_queries_total": prompt if cached is not None else None,
+        "prefix_cache_hits_total": cached,
+        # ``cache_hit_rate`` is the last prefill batch's (decode logging resets it to 0): read
+        # only when the counters are missing (older releases).
+        "prefix_cache_hit_ratio": None
+        if cached is not None
+        else _ratio(e.total("sglang:cache_hit_rate")),
+        "prompt_tokens_total": prompt,
         "generation_tokens_total": e.total("sglang:generation_tokens_total"),
         "requests_total": e.total("sglang:num_requests_total"),
         "request_errors_total": e.first("sglang:num_aborted_requests_total"),
+        # SGLang exposes its speculative decoding as gauges only (the recent batches')
+        "spec_acceptance_rate": _ratio(e.total("sglang:spec_accept_rate")),
+        "spec_accept_length": _at_least_one(e.total("sglang:spec_accept_length")),
     }
+
+
+def _at_least_one(value: float | None) -> float | None:
+    """A mean acceptance length; 0 means no speculative step ran (absent)."""
+    if value is None or value < 1.0:
+        return None
+    return min(value, MAX_ACCEPT_LENGTH)
 
 
 def _tgi(e: Exposition) -> dict[str, float | None]:
@@ -118,6 +164,10 @@ def _tgi(e: Exposition) -> dict[str, float | None]:
 
 
 def _trtllm(e: Exposition) -> dict[str, float | None]:
+    """Triton's TensorRT-LLM backend (``nv_*``) and ``trtllm-serve``'s own exposition
+    (``trtllm_*``, served at ``/prometheus/metrics`` when perf metrics are on)."""
+    if any(name.startswith("trtllm_") for name in e.names()):
+        return _trtllm_serve(e)
     success, failure = (
         e.total("nv_inference_request_success"),
         e.total("nv_inference_request_failure"),
@@ -133,12 +183,96 @@ def _trtllm(e: Exposition) -> dict[str, float | None]:
     }
 
 
-_SERVER: Final[dict[str, Callable[[Exposition], dict[str, float | None]]]] = {
-    "vllm": _vllm,
-    "sglang": _sglang,
-    "tgi": _tgi,
-    "trtllm": _trtllm,
-}
+def _trtllm_serve(e: Exposition) -> dict[str, float | None]:
+    prompt = e.total("trtllm_prompt_tokens")
+    cached = e.total("trtllm_prompt_cached_tokens")
+    success = e.total("trtllm_request_success")
+    errors = e.total("trtllm_request_error")
+    return {
+        "requests_running": e.total("trtllm_num_requests_running"),
+        "requests_waiting": e.total("trtllm_num_requests_waiting"),
+        "kv_cache_usage": _ratio(e.total("trtllm_kv_cache_utilization")),
+        "prefix_cache_queries_total": prompt if cached is not None else None,
+        "prefix_cache_hits_total": cached,
+        "prefix_cache_hit_ratio": None
+        if cached is not None
+        else _ratio(e.total("trtllm_kv_cache_hit_rate")),
+        "prompt_tokens_total": prompt,
+        "generation_tokens_total": e.total("trtllm_generation_tokens"),
+        "requests_total": _sum(success, errors),
+        "request_errors_total": errors,
+        "spec_draft_tokens_total": e.total("trtllm_spec_decode_num_draft_tokens"),
+        "spec_accepted_tokens_total": e.total("trtllm_spec_decode_num_accepted_tokens"),
+        "spec_accept_length": _at_least_one(e.total("trtllm_spec_decode_acceptance_length")),
+    }
+
+
+def _dynamo(e: Exposition) -> dict[str, float | None]:
+    """NVIDIA Dynamo's frontend: the requests as its users sent them, before any worker."""
+    total = e.total("dynamo_frontend_requests")
+    return {
+        "requests_running": e.total("dynamo_frontend_inflight_requests"),
+        "requests_waiting": e.total("dynamo_frontend_queued_requests"),
+        "generation_tokens_total": e.total("dynamo_frontend_output_tokens"),
+        "requests_total": total,
+        "request_errors_total": None
+        if total is None
+        else (e.total("dynamo_frontend_requests", status="error") or 0.0),
+    }
+
+
+def _llm_d_epp(e: Exposition) -> dict[str, float | None]:
+    """llm-d's endpoint picker (the scheduler in front of a pool): its ``llm_d_epp_*`` names,
+    else the ``inference_*`` names it still emits beside them (deprecated in 2026)."""
+    total = e.first("llm_d_epp_request_total", "inference_objective_request_total")
+    return {
+        "requests_running": e.first(
+            "llm_d_epp_request_running", "inference_objective_running_requests"
+        ),
+        "requests_waiting": e.first(
+            "llm_d_epp_flow_control_queue_size",
+            "llm_d_epp_average_queue_size",
+            "inference_pool_average_queue_size",
+        ),
+        "kv_cache_usage": _ratio(
+            e.first(
+                "llm_d_epp_average_kv_cache_utilization",
+                "inference_pool_average_kv_cache_utilization",
+            )
+        ),
+        "requests_total": total,
+        "request_errors_total": e.first(
+            "llm_d_epp_request_error_total", "inference_objective_request_error_total"
+        ),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """One server's ``/metrics`` dialect, declared once: the series prefixes that recognise
+    it, what it yields (``server``: a ``ServerSample`` through ``extract``; ``gpu``:
+    ``GpuSample``s), how it labels data-parallel engines and the path it is served at."""
+
+    name: str
+    prefixes: tuple[str, ...]
+    extract: Callable[[Exposition], dict[str, float | None]] | None = None
+    path: str = "/metrics"
+    yields: str = "server"
+
+
+#: Every dialect, in detection order: engines first (a pod's exposition may carry a router's
+#: series beside its engine's), then frontends and schedulers, then GPUs.
+DIALECTS: Final = (
+    Dialect("vllm", ("vllm:",), _vllm),
+    Dialect("sglang", ("sglang:",), _sglang),
+    Dialect("tgi", ("tgi_",), _tgi),
+    Dialect("trtllm", ("trtllm_", "nv_trt_llm_", "nv_inference_"), _trtllm,
+            path="/prometheus/metrics"),
+    Dialect("dynamo", ("dynamo_frontend_",), _dynamo),
+    Dialect("llm-d-epp", ("llm_d_epp_", "inference_objective_", "inference_pool_"), _llm_d_epp),
+    Dialect("dcgm", ("DCGM_FI_",), yields="gpu"),
+)  # fmt: skip
+_SERVER: Final = {d.name: d.extract for d in DIALECTS if d.extract is not None}
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,10 @@
 normalised samples. Failures raise ``Unavailable`` with a ``reason`` that the periodic task
 counts; they never touch trace ingest (it runs on its own thread).
 
+The scraper keeps the previous scrape's sample: ratios of counters (prefix-cache hits over
+queries, accepted over draft tokens) are taken over the interval between two scrapes
+(``core.samples.with_interval_ratios``), never since the server started.
+
 The fetch uses the standard library's ``urllib``: a sidecar scrapes one local endpoint, and
 an HTTP client library (with its TLS context built eagerly) would cost megabytes of RSS.
 """
@@ -16,7 +20,7 @@ from datetime import UTC, datetime
 from infersight.collector.scrape import flavours
 from infersight.collector.scrape.exposition import parse
 from infersight.core.errors import ConfigurationError, InvalidInput, Unavailable
-from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.samples import GpuSample, ServerSample, with_interval_ratios
 
 
 class Scraper:
@@ -39,6 +43,7 @@ class Scraper:
         self._now = now
         self.flavour = ""
         self.model = ""
+        self._previous: ServerSample | None = None
 
     def current_model(self) -> str:
         return self.model
@@ -58,7 +63,15 @@ class Scraper:
             sample = flavours.server_sample(exposition, self.flavour, ts, self.instance)
         except InvalidInput as exc:  # InvalidRecord: absurd values on the server's side
             raise Unavailable(exc.message, details={"reason": "invalid_values"}) from None
-        return [sample] if sample is not None else []
+        if sample is None:
+            return []
+        previous, self._previous = self._previous, sample
+        if previous is not None and previous.engine != sample.engine:
+            previous = None  # another server answers at this address now
+        try:
+            return [with_interval_ratios(sample, previous)]
+        except InvalidInput as exc:
+            raise Unavailable(exc.message, details={"reason": "invalid_values"}) from None
 
     def _fetch(self) -> tuple[str, str]:
         request = urllib.request.Request(self.url, headers={"Accept": "text/plain"})  # noqa: S310
