@@ -122,6 +122,7 @@ FAULT_FILES: Final = {
     FaultKind.KV_PRESSURE: "fault-kv-pressure",
     FaultKind.DEGRADED_INSTANCE: "fault-degraded-instance",
     FaultKind.CPU_STARVED: "fault-cpu-starved",
+    FaultKind.SPEC_DECODE_COLLAPSE: "fault-spec-decode-collapse",
 }
 
 

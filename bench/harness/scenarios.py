@@ -50,6 +50,7 @@ INJECTED_SIGNALS: Final = {
     FaultKind.KV_PRESSURE: frozenset({"preemptions_per_s", "kv_cache_usage"}),
     FaultKind.DEGRADED_INSTANCE: frozenset({"ecc_sbe_per_s"}),
     FaultKind.CPU_STARVED: frozenset({"util_gpu"}),
+    FaultKind.SPEC_DECODE_COLLAPSE: frozenset({"spec_accept_length", "spec_acceptance_rate"}),
 }
 #: The same without GPU telemetry: what the fallbacks can still name.
 INJECTED_SIGNALS_WITHOUT_GPU: Final = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from infersight.alerts.rules import SUPPORT_BASE, CauseRule, Condition
-from infersight.core.signals import FAMILIES, FAMILY_OF, InstanceSignals
+from infersight.core.signals import FAMILIES, FAMILY_OF, FEATURE_FAMILIES, InstanceSignals
 
 #: Below this, a reference value counts as zero (ratios then become infinite or 1).
 _TINY: Final = 1e-12
@@ -137,7 +137,11 @@ def blind_families(rule: CauseRule, ctx: Context) -> frozenset[str]:
 
 
 def judge(rule: CauseRule, ctx: Context) -> Verdict:
-    """Evaluate ``rule`` on one instance, in three-valued logic."""
+    """Evaluate ``rule`` on one instance, in three-valued logic. A rule that needs a feature
+    the instance does not use (``FEATURE_FAMILIES``: no speculative decoding) does not apply:
+    it neither matches nor counts as blind."""
+    if any(not ctx.now.has(f) for f in rule.needs & FEATURE_FAMILIES):
+        return Verdict(rule, frozenset(), False, False)
     evidence: dict[str, Evidence] = {}
 
     def check(conds: Sequence[Condition], keep: bool = True) -> list[bool | None]:

@@ -58,6 +58,10 @@ class Cause(StrEnum):
     """The time between the client and the engine grew (a gateway, the network, the client's
     own queueing) while the engine's latency stayed flat: read from client calls joined to
     the server's records by trace id (``core.gap``)."""
+    SPEC_DECODE_COLLAPSE = "spec_decode_collapse"
+    """Speculative decoding no longer pays: the target model rejects the draft's tokens, each
+    verification step yields fewer tokens and decode slows (the engine's acceptance counters
+    against the reference window)."""
     UNKNOWN = "unknown"
 
 

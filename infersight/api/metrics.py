@@ -51,13 +51,20 @@ from infersight.core.window import Window, format_duration
 from infersight.service.evaluation import FinestFor, status, windows_of
 from infersight.service.scaling import current as current_scaling
 from infersight.storage import cost as cost_store
-from infersight.storage import queries, slo_store
+from infersight.storage import queries, server_engines, slo_store
 
 log = logging.getLogger(__name__)
 LATENCY_WINDOW: Final = timedelta(minutes=5)
 COST_WINDOW: Final = timedelta(hours=1)
 LATENCY_METRICS: Final = ("ttft", "tpot", "e2e")
 LATENCY_QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
+#: Server figures exported per instance (``storage.server_engines.SERVER_FIGURES``).
+ENGINE_GAUGES: Final = {
+    "prefix_cache_hit_ratio": "Prefix-cache hits over queries per scrape interval, last 5 min.",
+    "spec_acceptance_rate": "Speculative decoding: accepted over draft tokens, last 5 minutes.",
+    "spec_accept_length": "Speculative decoding: tokens per verification step, last 5 minutes.",
+    "requests_deferred": "Requests held while their KV cache arrives (P/D decode side).",
+}
 
 
 class StoreCollector(Collector):
@@ -79,6 +86,22 @@ class StoreCollector(Collector):
         now = self.clock()
         yield from self._slos(now)
         yield self._latency(now)
+        yield from self._engines(now)
+
+    def _engines(self, now: datetime) -> Iterator[GaugeMetricFamily]:
+        """Each server's counter-derived figures over the last 5 minutes (absent where the
+        server did not report them: an engine that does not speculate)."""
+        families = {
+            name: GaugeMetricFamily(f"infersight_engine_{name}", doc, labels=["instance"])
+            for name, doc in ENGINE_GAUGES.items()
+        }
+        window = Window.last(LATENCY_WINDOW, now)
+        for server in server_engines.server_summaries(self.engine, window):
+            for name, family in families.items():
+                value = server.figures.get(name)
+                if value is not None:
+                    family.add_metric([server.instance], value)
+        yield from families.values()
 
     def _slos(self, now: datetime) -> Iterator[GaugeMetricFamily]:
         sli = GaugeMetricFamily(

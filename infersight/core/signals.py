@@ -51,6 +51,8 @@ SIGNALS: Final[Mapping[str, str]] = {
     "ecc_sbe_per_s": "1/s: correctable ECC errors per second (two readings per board needed)",
     "ecc_dbe_per_s": "1/s: uncorrectable ECC errors per second (two readings per board needed)",
     "xid_samples": "count: GPU samples that report an XID error",
+    "spec_acceptance_rate": "ratio: accepted ÷ proposed draft tokens (speculative decoding)",
+    "spec_accept_length": "tokens: mean tokens one speculative verification step yields",
     "client_pairs": "count: client calls joined to the instance's server records by trace id",
     "client_ttft_p90": "s: time to first token the client saw (joined calls), 90th percentile",
     "client_e2e_p90": "s: end-to-end latency the client saw (joined calls), 90th percentile",
@@ -71,6 +73,12 @@ STAGES: Final = "stages"
 SERVER: Final = "server"
 GPU: Final = "gpu"
 CLIENT: Final = "client"
+#: Speculative decoding's counters in the engine's ``/metrics`` (only engines that speculate).
+SPECULATIVE: Final = "speculative"
+#: Families whose absence means a serving feature is off, not that telemetry is missing: an
+#: engine that does not speculate has no acceptance counters. A rule that needs one does not
+#: apply where it is absent — it is neither blind nor a gap in the evidence.
+FEATURE_FAMILIES: Final = frozenset({SPECULATIVE})
 FAMILY_OF: Final[Mapping[str, str]] = {
     **dict.fromkeys(
         ("requests", "request_rate", "error_ratio", "ttft_p50", "ttft_p90", "tpot_p50",
@@ -92,6 +100,7 @@ FAMILY_OF: Final[Mapping[str, str]] = {
          "power_w", "ecc_sbe_per_s", "ecc_dbe_per_s", "xid_samples"),
         GPU,
     ),
+    **dict.fromkeys(("spec_acceptance_rate", "spec_accept_length"), SPECULATIVE),
     **dict.fromkeys(
         ("client_pairs", "client_ttft_p90", "client_e2e_p90", "gap_ttft_p50", "gap_ttft_p90",
          "gap_e2e_p50", "gap_e2e_p90"),
@@ -105,6 +114,7 @@ FAMILIES: Final[Mapping[str, str]] = {
     SERVER: "engine /metrics samples",
     GPU: "GPU samples",
     CLIENT: "client calls joined by trace id",
+    SPECULATIVE: "speculative-decoding counters",
 }
 
 

@@ -21,7 +21,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from infersight.core.records import Engine, RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.simulator.events import Batch, Completion
 from infersight.simulator.faults import Effects, FaultSchedule
-from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.profiles import ModelProfile, SpeculativeDecoding
 from infersight.simulator.request import (
     IdSource,
     Labels,
@@ -64,11 +64,15 @@ class InstanceSim:
         coalesce_steps: bool = True,
         engine_index: int = 0,
         gpu_telemetry: bool = True,
+        speculative: SpeculativeDecoding | None = None,
     ) -> None:
         self.name = name
         #: Which data-parallel engine of the instance this is (vLLM's ``engine`` label).
         self.engine_index = engine_index
         self._gpu_telemetry = gpu_telemetry
+        self.speculative = speculative
+        #: vLLM's speculative-decoding counters: drafts, draft tokens, accepted tokens.
+        self.spec_totals = [0.0, 0.0, 0.0]
         self.profile = profile
         self.service = service or name
         self.model = profile.model_name
@@ -203,7 +207,14 @@ class InstanceSim:
                 return
         prefill_tokens = sum(c for _, c in chunks)
         seqs = n_dec + len(chunks)
-        gpu = self.profile.step.gpu_time(seqs, self.kv_used, prefill_tokens) * fx.gpu_factor
+        step = self.profile.step
+        if self.speculative is not None and n_dec:
+            # Verification steps yield fewer tokens when acceptance falls: decode slows.
+            decode = step.gpu_time(seqs, self.kv_used, 0) * self._spec_slowdown(fx)
+            gpu = (decode + step.prefill_per_token_s * prefill_tokens) * fx.gpu_factor
+            self._count_speculation(n_dec, fx)
+        else:
+            gpu = step.gpu_time(seqs, self.kv_used, prefill_tokens) * fx.gpu_factor
         cpu = self.profile.step.cpu_overhead_s * fx.cpu_factor
         end = t + cpu + gpu
         self._cum_gpu += gpu
@@ -239,7 +250,7 @@ class InstanceSim:
         if self._arrivals is not None:
             bound = min(bound, self._arrivals.peek_time())
         cost = self.profile.step
-        f = fx.gpu_factor
+        f = fx.gpu_factor * self._spec_slowdown(fx)
         g0 = f * (cost.decode_base_s + cost.decode_per_seq_s * n + cost.decode_per_kv_token_s * kv0)
         c1 = f * cost.decode_per_kv_token_s * n
         cpu = cost.cpu_overhead_s * fx.cpu_factor
@@ -262,10 +273,27 @@ class InstanceSim:
         self._cum_cpu += k * cpu
         self._iv_busy += gpu
         self.generation_tokens_total += k * n
+        if self.speculative is not None:
+            self._count_speculation(k * n, fx)
         self._counter += k - 1
         self._decode_step(end)
         self.t = end
         return True
+
+    def _spec_slowdown(self, fx: Effects) -> float:
+        if self.speculative is None or fx.spec_acceptance_scale == 1.0:
+            return 1.0
+        return self.speculative.slowdown(fx.spec_acceptance_scale)
+
+    def _count_speculation(self, tokens: int, fx: Effects) -> None:
+        """``tokens`` output tokens came from verification steps of the current length."""
+        assert self.speculative is not None
+        length = self.speculative.accept_length(fx.spec_acceptance_scale)
+        steps = tokens / length
+        totals = self.spec_totals
+        totals[0] += steps
+        totals[1] += steps * self.speculative.num_speculative_tokens
+        totals[2] += tokens - steps
 
     def _schedule(self, t: float, capacity: int) -> list[tuple[RequestState, int]]:
         """This step's prefill chunks; decoding requests always run (after making KV room)."""
@@ -432,6 +460,7 @@ class InstanceSim:
                     generation_tokens_total=float(self.generation_tokens_total),
                     requests_total=float(self.requests_total),
                     request_errors_total=float(self.errors_total),
+                    **self._spec_counters(),
                 )
             )
             if self._gpu_telemetry:
@@ -448,6 +477,16 @@ class InstanceSim:
                     )
                 )
             self._next_sample += self._interval
+
+    def _spec_counters(self) -> dict[str, Any]:
+        if self.speculative is None:
+            return {}
+        drafts, draft_tokens, accepted = self.spec_totals
+        return {
+            "spec_drafts_total": drafts,
+            "spec_draft_tokens_total": draft_tokens,
+            "spec_accepted_tokens_total": accepted,
+        }
 
     def drain(self) -> Batch:
         """Everything produced since the last drain."""

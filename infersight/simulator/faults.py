@@ -25,6 +25,7 @@ class FaultKind(StrEnum):
     KV_PRESSURE = "kv_pressure"
     DEGRADED_INSTANCE = "degraded_instance"
     CPU_STARVED = "cpu_starved"
+    SPEC_DECODE_COLLAPSE = "spec_decode_collapse"
 
 
 #: The diagnosis (the cause vocabulary of ``alerts.rules.Cause``) each fault should lead to.
@@ -36,6 +37,7 @@ EXPECTED_CAUSE: Final = {
     FaultKind.KV_PRESSURE: "kv_cache_pressure",
     FaultKind.DEGRADED_INSTANCE: "instance_degraded",
     FaultKind.CPU_STARVED: "host_bound",
+    FaultKind.SPEC_DECODE_COLLAPSE: "spec_decode_collapse",
 }
 
 #: The diagnosis each fault should lead to without GPU telemetry (``--gpu-source none``): the
@@ -60,6 +62,7 @@ DEFAULT_MAGNITUDE: Final = {
     FaultKind.KV_PRESSURE: 0.01,  # fraction of the KV cache left to this server
     FaultKind.DEGRADED_INSTANCE: 1.8,  # GPU-time multiplier
     FaultKind.CPU_STARVED: 25.0,  # host CPU-time multiplier
+    FaultKind.SPEC_DECODE_COLLAPSE: 0.2,  # draft acceptance as a fraction of its healthy rate
 }
 
 
@@ -76,6 +79,9 @@ class Effects:
     kv_scale: float = 1.0
     ecc_sbe_per_s: float = 0.0
     thermal: bool = False
+    #: The draft tokens' acceptance rate as a fraction of the deployment's own (speculative
+    #: decoding only; the traffic changed under a draft model tuned for other prompts).
+    spec_acceptance_scale: float = 1.0
 
     @property
     def gpu_factor(self) -> float:
@@ -113,7 +119,11 @@ class Fault:
             )
         if not math.isfinite(self.magnitude) or self.magnitude <= 0:
             raise InvalidInput("fault magnitude must be positive")
-        fractional = self.kind in (FaultKind.THERMAL_THROTTLE, FaultKind.KV_PRESSURE)
+        fractional = self.kind in (
+            FaultKind.THERMAL_THROTTLE,
+            FaultKind.KV_PRESSURE,
+            FaultKind.SPEC_DECODE_COLLAPSE,
+        )
         if fractional and self.magnitude > 1.0:
             raise InvalidInput(f"{self.kind} magnitude is a fraction in (0, 1]")
         if not fractional and self.magnitude < 1.0:
@@ -146,6 +156,9 @@ _APPLY: Final[dict[FaultKind, Callable[[Effects, float], Effects]]] = {
     FaultKind.KV_PRESSURE: lambda fx, m: replace(fx, kv_scale=fx.kv_scale * m),
     FaultKind.DEGRADED_INSTANCE: _degraded,
     FaultKind.CPU_STARVED: _cpu_starved,
+    FaultKind.SPEC_DECODE_COLLAPSE: lambda fx, m: replace(
+        fx, spec_acceptance_scale=fx.spec_acceptance_scale * m
+    ),
 }
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.samples import GpuSample, ServerSample, with_interval_ratios
 from infersight.simulator.engine import InstanceSim
 from infersight.simulator.events import Batch, Completion, EngineSample
 from infersight.simulator.faults import FaultSchedule
@@ -89,6 +89,7 @@ def build_instances(scenario: Scenario) -> list[InstanceSim]:
                         sampling=(deployment.mix.temperature, deployment.mix.top_p),
                         engine_index=engine,
                         gpu_telemetry=scenario.gpu_telemetry,
+                        speculative=deployment.speculative,
                     )
                 )
             index += 1
@@ -122,14 +123,26 @@ def aggregate(samples: Sequence[ServerSample]) -> ServerSample:
         generation_tokens_total=_sum([s.generation_tokens_total for s in samples]),
         requests_total=_sum([s.requests_total for s in samples]),
         request_errors_total=_sum([s.request_errors_total for s in samples]),
+        spec_drafts_total=_sum([s.spec_drafts_total for s in samples]),
+        spec_draft_tokens_total=_sum([s.spec_draft_tokens_total for s in samples]),
+        spec_accepted_tokens_total=_sum([s.spec_accepted_tokens_total for s in samples]),
     )
 
 
-def _instance_samples(per_engine: Sequence[EngineSample]) -> list[ServerSample]:
+def _instance_samples(
+    per_engine: Sequence[EngineSample], previous: dict[str, ServerSample]
+) -> list[ServerSample]:
+    """Each instance's readings, with the ratios of its counters taken over the interval
+    since its previous reading (``previous``, updated), as the sidecar's scraper does."""
     grouped: dict[tuple[str, object], list[ServerSample]] = {}
     for e in per_engine:
         grouped.setdefault((e.sample.instance, e.sample.ts), []).append(e.sample)
-    return [aggregate(group) for group in grouped.values()]
+    out = []
+    for group in grouped.values():
+        sample = aggregate(group)
+        out.append(with_interval_ratios(sample, previous.get(sample.instance)))
+        previous[sample.instance] = sample
+    return out
 
 
 def run_scenario(
@@ -145,6 +158,7 @@ def run_scenario(
     started = clock()
     t = 0.0
     requests = errors = server = gpu = 0
+    previous: dict[str, ServerSample] = {}
     while t < scenario.duration_s:
         t = min(t + chunk_s, scenario.duration_s)
         completions: list[Completion] = []
@@ -157,7 +171,7 @@ def run_scenario(
             engines.extend(EngineSample(sim.engine_index, s) for s in part.server_samples)
             gpus.extend(part.gpu_samples)
         completions.sort(key=lambda c: c.record.start)
-        servers = _instance_samples(engines)
+        servers = _instance_samples(engines, previous)
         batch = Batch(tuple(completions), tuple(servers), tuple(gpus), tuple(engines))
         for sink in sinks:
             sink.write(batch)

@@ -118,6 +118,39 @@ class TokenizerCosts:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeculativeDecoding:
+    """A draft model (or n-gram / EAGLE head) proposing ``num_speculative_tokens`` tokens a
+    step, of which the target model accepts ``acceptance_rate`` on average (#30).
+
+    A verification step yields its accepted drafts plus the target model's own token, so
+    ``1 + k·a`` tokens; its cost is the profile's decode step (the costs are measured with
+    speculation healthy). When acceptance falls, every step yields fewer tokens and the time
+    per output token rises by the ratio of the two lengths: speculation pays only while its
+    drafts are accepted."""
+
+    num_speculative_tokens: int
+    acceptance_rate: float
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_speculative_tokens <= 64:
+            raise InvalidInput("speculative.num_speculative_tokens must be in [1, 64]")
+        if not 0.0 <= self.acceptance_rate <= 1.0:
+            raise InvalidInput("speculative.acceptance_rate must be in [0, 1]")
+
+    def rate(self, scale: float = 1.0) -> float:
+        """The acceptance rate with a fault's scale applied."""
+        return min(1.0, self.acceptance_rate * scale)
+
+    def accept_length(self, scale: float = 1.0) -> float:
+        """Tokens one verification step yields."""
+        return 1.0 + self.num_speculative_tokens * self.rate(scale)
+
+    def slowdown(self, scale: float) -> float:
+        """How much longer each output token takes than with healthy acceptance."""
+        return self.accept_length() / self.accept_length(scale)
+
+
+@dataclass(frozen=True, slots=True)
 class ModelProfile:
     """One model served by vLLM on ``tensor_parallel`` GPUs of one kind."""
 

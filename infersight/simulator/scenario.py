@@ -14,7 +14,7 @@ from typing import Final
 from infersight.core.errors import InvalidInput
 from infersight.core.records import check_label, check_timestamp
 from infersight.simulator.faults import EXPECTED_CAUSE, Fault, FaultKind
-from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.profiles import ModelProfile, SpeculativeDecoding
 from infersight.simulator.workload import ArrivalProcess, RequestMix
 
 #: Data-parallel engines one simulated instance may run.
@@ -36,6 +36,8 @@ class Deployment:
     arrival: ArrivalProcess
     mix: RequestMix
     engines: int = 1
+    #: Speculative decoding on every engine of the deployment (``None``: off).
+    speculative: SpeculativeDecoding | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.engines <= MAX_ENGINES:

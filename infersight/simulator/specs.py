@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infersight.core.errors import InvalidInput, NotFound
 from infersight.simulator.faults import DEFAULT_MAGNITUDE, Fault, FaultKind
-from infersight.simulator.profiles import GpuProfile, ModelProfile, StepCosts, TokenizerCosts
+from infersight.simulator.profiles import (
+    GpuProfile,
+    ModelProfile,
+    SpeculativeDecoding,
+    StepCosts,
+    TokenizerCosts,
+)
 from infersight.simulator.scenario import Deployment, Scenario
 from infersight.simulator.workload import (
     ArrivalProcess,
@@ -190,6 +196,14 @@ class MixSpec(_Spec):
         )
 
 
+class SpeculativeSpec(_Spec):
+    num_speculative_tokens: int = Field(ge=1, le=64)
+    acceptance_rate: float = Field(ge=0.0, le=1.0)
+
+    def convert(self) -> SpeculativeDecoding:
+        return SpeculativeDecoding(self.num_speculative_tokens, self.acceptance_rate)
+
+
 class DeploymentSpec(_Spec):
     profile: str
     instances: int | list[str] = 1
@@ -197,6 +211,7 @@ class DeploymentSpec(_Spec):
     engines: int = Field(default=1, ge=1, le=16)
     arrival: ArrivalSpec
     mix: MixSpec
+    speculative: SpeculativeSpec | None = None
 
 
 class FaultSpec(_Spec):
@@ -293,6 +308,7 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
                 arrival=d.arrival.convert(1.0 / len(names), start_of_day),
                 mix=d.mix.convert(),
                 engines=d.engines,
+                speculative=d.speculative.convert() if d.speculative is not None else None,
             )
         )
     faults = tuple(

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, func, select
 
 from infersight.core.window import Window
 from infersight.storage.gpu_reads import bucket_epoch
-from infersight.storage.tables import server_engine_samples
+from infersight.storage.tables import server_engine_samples, server_samples
 from infersight.storage.timeseries import bucket_of
 
 #: The most engines one answer lists (every engine of ~16 wide data-parallel servers).
@@ -156,3 +156,76 @@ def engine_series(
         for r in rows
     ]
     return sorted(out, key=lambda b: (b.bucket, b.instance, _rank_order(b.rank)))
+
+
+#: The figures ``server_summaries`` averages over a window (each scrape's figure covers the
+#: interval before it; counter ratios are taken over that interval: ``core.samples``).
+SERVER_FIGURES: Final = (
+    "kv_cache_usage",
+    "prefix_cache_hit_ratio",
+    "spec_acceptance_rate",
+    "spec_accept_length",
+    "requests_running",
+    "requests_waiting",
+    "requests_deferred",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSummary:
+    """One server over a window, from its scrapes: the ``/metrics`` dialect it spoke and the
+    mean of each of its figures (``None``: never reported in the window — an engine that does
+    not speculate has no acceptance figures)."""
+
+    instance: str
+    dialect: str
+    samples: int
+    figures: dict[str, float | None]
+
+    @property
+    def speculates(self) -> bool:
+        return self.figures.get("spec_accept_length") is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance": self.instance,
+            "dialect": self.dialect,
+            "samples": self.samples,
+            **self.figures,
+        }
+
+
+def server_summaries(
+    engine: Engine, window: Window, instances: Sequence[str] | None = None
+) -> list[ServerSummary]:
+    """Every server scraped in ``window`` (of ``instances``, or all), by instance: prefix-cache
+    hit ratio, speculative-decoding acceptance and queues over the window."""
+    s = server_samples.c
+    where = [s.ts >= window.start, s.ts < window.end]
+    if instances is not None:
+        where.append(s.instance.in_(list(instances)))
+    query = (
+        select(
+            s.instance,
+            func.max(s.engine),
+            func.count(),
+            *(func.avg(s[name]) for name in SERVER_FIGURES),
+        )
+        .where(*where)
+        .group_by(s.instance)
+        .order_by(s.instance)
+        .limit(MAX_ENGINE_ROWS)
+    )
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    return [
+        ServerSummary(
+            instance=str(r[0]),
+            dialect=str(r[1] or ""),
+            samples=int(r[2]),
+            figures={
+                name: _float(value) for name, value in zip(SERVER_FIGURES, r[3:], strict=True)
+            },
+        )
+        for r in rows
+    ]

@@ -181,6 +181,9 @@ def _server_values(rows: Sequence[Any], window: Window) -> dict[str, float]:
     if inside:
         readings = [(r.ts, r.preemptions_total) for r in rows]
         _put(out, "preemptions_per_s", _counter_rate(readings, window.start))
+    # Each scrape's figure covers the interval before it (counters gained over the interval).
+    _put(out, "spec_acceptance_rate", _mean([r.spec_acceptance_rate for r in inside]))
+    _put(out, "spec_accept_length", _mean([r.spec_accept_length for r in inside]))
     return out
 
 

@@ -91,8 +91,7 @@ def vllm_body(engines: Sequence[VllmEngine], model: str = VLLM_MODEL) -> str:
 
 
 #: Two vLLM engines (``--data-parallel-size 2``): KV usage 0.41 and 0.55.
-VLLM_TWO_ENGINES = vllm_body(
-    (
+VLLM_ENGINES = (
         VllmEngine(
             running=5, waiting=1, kv_cache_usage=0.41, prefix_queries=1000, prefix_hits=200,
             preemptions=3, prompt_tokens=12000, generation_tokens=3400,
@@ -105,8 +104,8 @@ VLLM_TWO_ENGINES = vllm_body(
             finished=(("stop", 95), ("length", 4), ("abort", 1)),
             ttft_buckets=(("0.1", 55), ("0.25", 97), ("+Inf", 100)), ttft_sum=10.5,
         ),
-    )
 )  # fmt: skip
+VLLM_TWO_ENGINES = vllm_body(VLLM_ENGINES)
 
 
 @dataclass(frozen=True)

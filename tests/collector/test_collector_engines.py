@@ -4,6 +4,7 @@ served over HTTP, scraped by a running sidecar into SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -22,10 +23,12 @@ from infersight.storage.writer import open_writer
 from tests.collector.engine_expositions import (
     SGLANG_FOUR_RANKS,
     SGLANG_TWO_RANKS,
+    VLLM_ENGINES,
     VLLM_MODEL,
     VLLM_TWO_ENGINES,
     Rank,
     sglang_body,
+    vllm_body,
 )
 from tests.collector.harness import running_sidecar, sidecar_config, wait_until
 
@@ -81,15 +84,28 @@ def scrape_one(url: str) -> ServerSample:
 
 
 def test_two_vllm_engines_average_their_kv_usage_and_sum_their_counts(serve) -> None:
-    url, _ = serve(VLLM_TWO_ENGINES)
-    s = scrape_one(url)
+    # The scrape before: each engine had answered half its prefix-cache queries and hits.
+    halved = [
+        dataclasses.replace(e, prefix_queries=e.prefix_queries / 2, prefix_hits=e.prefix_hits / 2)
+        for e in VLLM_ENGINES
+    ]
+    url, body = serve(vllm_body(halved))
+    scraper = Scraper(url, "node-1", timeout_s=5, now=lambda: TS)
+    (before,) = scraper.sample()
+    assert isinstance(before, ServerSample)
+    assert before.prefix_cache_hit_ratio is None  # one scrape is no interval
+    body.text = VLLM_TWO_ENGINES
+    (s,) = scraper.sample()
+    assert isinstance(s, ServerSample)
     assert (s.engine, s.model) == ("vllm", VLLM_MODEL)
     assert s.kv_cache_usage == pytest.approx((0.41 + 0.55) / 2)  # not 0.96, their sum
     assert s.kv_cache_usage_max == pytest.approx(0.55)
     assert (s.requests_running, s.requests_waiting) == (12, 3)
     assert (s.prompt_tokens_total, s.generation_tokens_total) == (25000, 7000)
     assert (s.requests_total, s.request_errors_total, s.preemptions_total) == (200, 3, 7)
-    assert s.prefix_cache_hit_ratio == pytest.approx((200 / 1000 + 1200 / 3000) / 2)
+    # Over the interval engine 0 hit 100 of 500 queries and engine 1 600 of 1,500: pooled,
+    # 700 / 2,000 — not the engines' mean (0.3), nor either cumulative ratio.
+    assert s.prefix_cache_hit_ratio == pytest.approx(700 / 2000)
     e0, e1 = s.per_engine
     assert (e0.rank, e1.rank) == ("0", "1")
     assert (e0.kv_cache_usage, e1.kv_cache_usage) == (pytest.approx(0.41), pytest.approx(0.55))

@@ -1,5 +1,5 @@
-"""``/api/v1/latency``, ``/api/v1/latency/gap``, ``/api/v1/throughput`` and
-``/api/v1/breakdown``: the query routes.
+"""``/api/v1/latency``, ``/api/v1/latency/gap``, ``/api/v1/throughput``,
+``/api/v1/breakdown`` and ``/api/v1/engines``: the query routes.
 
 Each route parses the common parameters, calls one ``storage.queries`` function and turns the
 ``core`` answer into JSON. Rollup resolution follows the retention policy, so a window older
@@ -32,7 +32,7 @@ from infersight.core.quantiles import parse_quantiles, quantile_key
 from infersight.core.query import LATENCY_METRICS, Method
 from infersight.core.timestamps import TIME_HELP, iso
 from infersight.core.window import Resolution
-from infersight.storage import client_reads, queries
+from infersight.storage import client_reads, queries, server_engines
 
 Params = Annotated[Common, Depends(common)]
 _QUANTILES = "0.5,0.9,0.95,0.99"
@@ -269,4 +269,41 @@ def latency_gap(
             }
             for g in groups
         ],
+    }
+
+
+@router.get(
+    "/engines",
+    summary="Each server's engine figures from its /metrics",
+    description=(
+        "Per instance, over the window, from the sidecar's scrapes of the server's /metrics: "
+        "the dialect recognised (vllm, sglang, tgi, trtllm, dynamo, llm-d-epp), the mean "
+        "KV-cache usage and queues, the prefix-cache hit ratio and the speculative-decoding "
+        "acceptance rate and mean acceptance length (tokens per verification step). Ratios of "
+        "counters are taken over each scrape interval and pooled over data-parallel engines; "
+        "a figure the server never reported is null. " + WINDOW_RULES
+    ),
+)
+def engines(
+    app: App,
+    start: str | None = Query(
+        None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
+    ),
+    end: str | None = Query(None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)"),
+    range_: str | None = Query(
+        None,
+        alias="range",
+        pattern=RANGE_PATTERN,
+        description="the window that ends now: 15m, 6h, 7d",
+    ),
+    instance: str | None = Query(None, max_length=MAX_LABEL),
+) -> dict[str, Any]:
+    window = window_of(app, app.clock(), start, end, range_)
+    rows = server_engines.server_summaries(
+        app.engine, window, None if instance is None else [instance]
+    )
+    return {
+        "start": iso(window.start),
+        "end": iso(window.end),
+        "servers": [row.to_dict() for row in rows],
     }

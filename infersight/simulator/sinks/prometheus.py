@@ -106,13 +106,18 @@ _HISTOGRAMS: Final = {
 class _EngineState:
     """One engine's series: histograms, finish reasons, gauges and counters."""
 
-    __slots__ = ("counters", "gauges", "hists", "success")
+    __slots__ = ("counters", "gauges", "hists", "spec", "success")
 
     def __init__(self) -> None:
         self.hists = {name: Hist(bounds) for name, (_, bounds) in _HISTOGRAMS.items()}
-        self.success: dict[str, float] = {"stop": 0.0, "length": 0.0, "abort": 0.0}
+        # vLLM creates a series for every finish reason up front
+        self.success: dict[str, float] = dict.fromkeys(
+            ("stop", "length", "abort", "error", "repetition"), 0.0
+        )
         self.gauges = {"running": 0.0, "waiting": 0.0, "kv": 0.0}
         self.counters = {"preemptions": 0.0, "prompt": 0.0, "generation": 0.0}
+        #: Speculative-decoding counters, only on an engine that speculates.
+        self.spec: dict[str, float] = {}
 
 
 _GAUGES: Final = (
@@ -124,6 +129,16 @@ _COUNTERS: Final = (
     ("vllm:num_preemptions", "preemptions", "Cumulative number of preemption from the engine."),
     ("vllm:prompt_tokens", "prompt", "Number of prefill tokens processed."),
     ("vllm:generation_tokens", "generation", "Number of generation tokens processed."),
+)
+#: vLLM V1's speculative-decoding counters (vllm/v1/spec_decode/metrics.py) ← sample fields.
+_SPEC_COUNTERS: Final = (
+    ("vllm:spec_decode_num_drafts", "spec_drafts_total", "Number of spec decoding drafts."),
+    ("vllm:spec_decode_num_draft_tokens", "spec_draft_tokens_total", "Number of draft tokens."),
+    (
+        "vllm:spec_decode_num_accepted_tokens",
+        "spec_accepted_tokens_total",
+        "Number of accepted tokens.",
+    ),
 )
 
 
@@ -180,6 +195,11 @@ class VllmCollector(Collector):
                 "prompt": s.prompt_tokens_total or 0.0,
                 "generation": s.generation_tokens_total or 0.0,
             }
+            state.spec = {
+                field: value
+                for _, field, _ in _SPEC_COUNTERS
+                if (value := getattr(s, field)) is not None
+            }
 
     def collect(self) -> Iterator[Metric]:
         names = ["model_name", "engine"]
@@ -195,6 +215,13 @@ class VllmCollector(Collector):
                 for values, state in engines:
                     c.add_metric(values, state.counters[key])
                 yield c
+            for name, key, doc in _SPEC_COUNTERS:
+                speculating = [(values, state) for values, state in engines if state.spec]
+                if speculating:
+                    c = CounterMetricFamily(name, doc, labels=names)
+                    for values, state in speculating:
+                        c.add_metric(values, state.spec[key])
+                    yield c
             success = CounterMetricFamily(
                 "vllm:request_success",
                 "Count of successfully processed requests.",

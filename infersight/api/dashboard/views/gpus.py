@@ -1,7 +1,9 @@
 """The GPUs page: every GPU's utilisation, memory, power, clocks, temperature and throttled
 share per bucket (``storage.timeseries.gpu_series``), plus a summary row per GPU over the range;
-and, for servers that run two or more data-parallel engines, each engine's KV-cache usage and
-queues (``storage.server_engines``), so that one hot engine behind a calm instance shows.
+each server's engine figures from its ``/metrics`` (dialect, queues, prefix-cache hit ratio,
+speculative decoding's acceptance: ``storage.server_engines.server_summaries``); and, for
+servers that run two or more data-parallel engines, each engine's KV-cache usage and queues,
+so that one hot engine behind a calm instance shows.
 """
 
 from __future__ import annotations
@@ -94,10 +96,17 @@ def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
                 ),
             }
         )  # fmt: skip
+    servers = (
+        server_engines.server_summaries(app.engine, ctx.window, instances)
+        if instances is None or instances
+        else []
+    )
     return {
         "charts": charts,
         "table": [_gpu_summary(key, per_gpu[key]) for key in keys],
         "step_s": ctx.gpu_step_s,
+        "servers": servers,
+        "speculating": any(s.speculates for s in servers),
         "engines": _engines(app, ctx, instances),
     }
 
