@@ -153,6 +153,9 @@ class Cell:
     low_traffic: bool = False
     after_s: float = AFTER_S
     """How long the run goes on after the last fault cleared (the smoke cell: shorter)."""
+    fleet: str = ""
+    """A quiet cell's fleet: the shipped scenario whose deployments it runs (default: the
+    fault scenarios' fleet)."""
 
     @property
     def name(self) -> str:
@@ -226,6 +229,10 @@ def extra_cells() -> list[Cell]:
         (False, 2, False),
     ):
         cells.append(Cell("quiet", "quiet-day", (), gpu, engines, client))
+    # Speculative decoding healthy all along (#30): acceptance steady, no page.
+    spec = FAULT_FILES[FaultKind.SPEC_DECODE_COLLAPSE]
+    for gpu in (True, False):
+        cells.append(Cell("quiet", "quiet-spec-decode", (), gpu, fleet=spec))
     return cells
 
 
@@ -280,7 +287,9 @@ def scenario_of(cell: Cell, pre_roll_s: float = PRE_ROLL_S) -> Scenario:
     """The cell's fleet: the fault scenario's deployments that a fault hits (a quiet cell: the
     whole fleet of the fault scenarios, with no fault), ``pre_roll_s`` + the run, its faults
     shifted past the pre-roll, servers and GPUs sampled every ``SCRAPE_S``."""
-    source = FAULT_FILES[cell.faults[0].kind] if cell.faults else "fault-arrival-surge"
+    source = (
+        FAULT_FILES[cell.faults[0].kind] if cell.faults else (cell.fleet or "fault-arrival-surge")
+    )
     data: dict[str, Any] = yaml.safe_load((SCENARIOS_DIR / f"{source}.yaml").read_text("utf-8"))
     spec = data["spec"]
     start = datetime.fromisoformat(str(spec["start"]).replace("Z", "+00:00"))

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -101,6 +102,8 @@ class Assembly:
     records: list[RequestRecord]
     merged: list[int] = field(default_factory=list)
     refused: dict[Refusal, list[int]] = field(default_factory=dict)
+    #: Sequence spans folded into another's record (parallel sampling, ``n`` > 1).
+    sequences_merged: int = 0
 
 
 _MERGED: Final = "merged"
@@ -130,7 +133,90 @@ def assemble(requests: Sequence[Request], pieces: Sequence[Piece]) -> Assembly:
             place = request.place or Place()
             record = merge_stages(record, fragments, place.start_ns, place.end_ns)
         out.records.append(record)
+    out.records, out.sequences_merged = fold_sequences(out.records, requests)
     return out
+
+
+# --- parallel sampling: one request, several sequence spans -----------------------------
+
+
+def fold_sequences(
+    records: list[RequestRecord], requests: Sequence[Request]
+) -> tuple[list[RequestRecord], int]:
+    """One record per user request: the spans of one request's parallel sequences (vLLM emits
+    one ``llm_request`` span per child of an ``n`` > 1 request, all with the request's
+    ``gen_ai.request.id`` and the same parent) are folded into one (``merge_sequences``).
+    ``records[i]`` is ``requests[i]``'s record; the first sibling keeps the position."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, request in enumerate(requests):
+        place = request.place
+        if place is not None and place.request_id:
+            key = (request.record.trace_id, place.parent_span_id, place.request_id)
+            groups.setdefault(key, []).append(i)
+    folded: dict[int, RequestRecord] = {}
+    dropped: set[int] = set()
+    sequences = 0
+    for members in groups.values():
+        # A replayed span is in the batch twice: count each sequence once.
+        unique = list({records[i].span_id: i for i in members}.values())
+        if len(unique) < 2:
+            continue
+        folded[members[0]] = merge_sequences([records[i] for i in unique])
+        dropped.update(members[1:])
+        sequences += len(unique) - 1
+    if not folded:
+        return records, 0
+    out = [folded.get(i, r) for i, r in enumerate(records) if i not in dropped]
+    return out, sequences
+
+
+def merge_sequences(siblings: Sequence[RequestRecord]) -> RequestRecord:
+    """The user's request from its sequences' records: what the user felt and what was done.
+
+    The key, labels, prompt and the stages up to the first token are those of the sequence
+    whose first token came first (ties: the lowest span id, so a replay folds the same way);
+    TTFT is that first token; end to end runs from the earliest start to the last sequence's
+    end; output tokens are summed, the prompt (and its cached part) counted once; TPOT is the
+    sequences' time per output token weighted by their tokens after the first; decode and
+    postprocessing the longest; an error in any sequence fails the request."""
+    ordered = sorted(
+        siblings,
+        key=lambda r: (r.ttft_s if r.ttft_s is not None else math.inf, r.span_id),
+    )
+    first = ordered[0]
+    start = min(r.start for r in siblings)
+    ends = [r.start.timestamp() + r.e2e_s for r in siblings if r.e2e_s is not None]
+    e2e = max(ends) - start.timestamp() if ends else first.e2e_s
+    outputs = [r.output_tokens for r in siblings if r.output_tokens is not None]
+    weighted = [
+        (r.tpot_s, r.output_tokens - 1)
+        for r in siblings
+        if r.tpot_s is not None and r.output_tokens is not None and r.output_tokens > 1
+    ]
+    weight = sum(w for _, w in weighted)
+    tpot = sum(v * w for v, w in weighted) / weight if weight else first.tpot_s
+    failed = next((r for r in ordered if r.is_error), None)
+    last = max(siblings, key=lambda r: (r.e2e_s or 0.0, r.span_id))
+    updates: dict[str, Any] = {
+        "start": start,
+        "e2e_s": e2e,
+        "tpot_s": tpot,
+        "output_tokens": sum(outputs) if outputs else None,
+        "decode_s": _largest(r.decode_s for r in siblings),
+        "postprocess_s": _largest(r.postprocess_s for r in siblings),
+        "finish_reason": last.finish_reason,
+    }
+    if failed is not None:
+        updates.update(status=failed.status, error_type=failed.error_type)
+    try:
+        return dataclasses.replace(first, **updates)
+    except InvalidRecord:
+        return first
+
+
+def _largest(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 class _Trace:

@@ -89,10 +89,13 @@ def decode_placed(payload: bytes) -> tuple[RequestRecord, Place | None]:
 
 
 def _place(value: Any) -> Place:
-    if not isinstance(value, list) or len(value) != len(Place._fields):
-        raise ValueError("a spooled record's place must be [parent, start_ns, end_ns]")
-    parent, start_ns, end_ns = value
-    return Place(str(parent), int(start_ns), int(end_ns))
+    # Three values: spooled before the request id was kept.
+    if not isinstance(value, list) or len(value) not in (3, len(Place._fields)):
+        raise ValueError(
+            "a spooled record's place must be [parent, start_ns, end_ns(, request_id)]"
+        )
+    parent, start_ns, end_ns, *rest = value
+    return Place(str(parent), int(start_ns), int(end_ns), str(rest[0]) if rest else "")
 
 
 def encode_fragment(fragment: StageFragment) -> bytes:

@@ -33,10 +33,10 @@ from infersight.collector.codec import (
 from infersight.collector.mapping import (
     Link,
     MappingContext,
-    Place,
     Skipped,
     StageFragment,
     map_span,
+    place_of,
 )
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.otlp import Decoded, Limits, span_views
@@ -102,7 +102,7 @@ def prepare(
     for view in decoded.spans:
         outcome = validation.check(map_span(view, context), view, now, accept)
         if isinstance(outcome, RequestRecord):
-            place = Place(view.parent_span_id, view.start_ns, view.end_ns)
+            place = place_of(view)
             payload = encode_record(outcome, place)
             entries.append(Entry(Kind.RECORD, outcome.trace_id, due_at, payload))
         elif isinstance(outcome, StageFragment):

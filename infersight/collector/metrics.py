@@ -61,6 +61,12 @@ class CollectorMetrics:
             registry=r,
         )
         self.shipped = Counter(_P + "shipped", "Entries stored, by kind", ["kind"], registry=r)
+        self.sequences_merged = Counter(
+            _P + "sequences_merged",
+            "Sequence spans of parallel-sampling requests (n > 1: one span per sequence, one "
+            "gen_ai.request.id) folded into their request's one record",
+            registry=r,
+        )
         self.ship_duplicates = Counter(
             _P + "ship_duplicates", "Records the store already had (replays)", registry=r
         )

@@ -264,6 +264,8 @@ class Shipper:
             self.metrics.fragments_refused.labels(reason.value).inc(len(indexes))
         self.spool.delete([s.seq for s in stored] + settled)
         self.metrics.shipped.labels("record").inc(len(assembly.records))
+        if assembly.sequences_merged:
+            self.metrics.sequences_merged.inc(assembly.sequences_merged)
         return len(stored)
 
     def _decode(self, entry: Stored) -> Request | None:

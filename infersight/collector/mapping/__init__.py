@@ -12,6 +12,7 @@ from infersight.collector.mapping.base import (
     Place,
     Skipped,
     StageFragment,
+    place_of,
 )
 from infersight.collector.mapping.dispatch import map_span
 from infersight.collector.mapping.spans import SpanView
@@ -25,4 +26,5 @@ __all__ = [
     "SpanView",
     "StageFragment",
     "map_span",
+    "place_of",
 ]

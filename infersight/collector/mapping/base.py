@@ -38,6 +38,9 @@ MODEL_ATTRS: Final = ("gen_ai.response.model", "gen_ai.request.model", "model", 
 TENANT_ATTRS: Final = ("infersight.tenant", "tenant", "tenant.id")
 PRIORITY_ATTRS: Final = ("infersight.priority", "gen_ai.request.priority", "priority")
 OPERATION_ATTRS: Final = ("gen_ai.operation.name",)
+#: The engine's own id of a request (vLLM: the external request id every child sequence of an
+#: ``n`` > 1 request carries).
+REQUEST_ID_ATTRS: Final = ("gen_ai.request.id",)
 
 
 def no_scraped_model() -> str:
@@ -126,11 +129,14 @@ class Link:
 
 
 class Place(NamedTuple):
-    """Where a request span sits in its trace: its parent and its own start and end (ns)."""
+    """Where a request span sits in its trace: its parent, its own start and end (ns), and
+    the engine's request id (``gen_ai.request.id``), which the spans of one request's
+    parallel sequences (``n`` > 1) share."""
 
     parent_span_id: str = ""
     start_ns: int = 0
     end_ns: int = 0
+    request_id: str = ""
 
 
 Outcome = RequestRecord | ClientRecord | StageFragment | Skipped
@@ -187,6 +193,11 @@ def outcome_fields(span: SpanView) -> tuple[Status, str, str]:
 
 def _label(span: SpanView, names: tuple[str, ...]) -> str:
     return as_str(span.attr(*names))[:MAX_LABEL_LEN]
+
+
+def place_of(span: SpanView) -> Place:
+    """Where ``span`` sits in its trace, with the engine's request id."""
+    return Place(span.parent_span_id, span.start_ns, span.end_ns, _label(span, REQUEST_ID_ATTRS))
 
 
 def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext) -> Outcome:
