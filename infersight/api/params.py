@@ -140,19 +140,37 @@ class Common:
     now: datetime
 
 
-def common(
-    app: App,
-    start: str | None = Query(
-        None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
-    ),
-    end: str | None = Query(None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)"),
-    range_: str | None = Query(
-        None,
+#: The window's query parameters, declared once for every windowed route (``window_of``).
+StartParam = Annotated[
+    str | None, Query(pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)")
+]
+EndParam = Annotated[
+    str | None, Query(pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)")
+]
+RangeParam = Annotated[
+    str | None,
+    Query(
         alias="range",
         pattern=RANGE_PATTERN,
         description="the window that ends now, as the dashboard writes it: 15m, 1h, 6h, 24h, "
         "7d, 30d (any whole number of s, m, h, d or w); not with start or end",
     ),
+]
+
+
+def window_query(
+    app: App, start: StartParam = None, end: EndParam = None, range_: RangeParam = None
+) -> Window:
+    """The window of a route that takes only a window (``Annotated[Window,
+    Depends(window_query)]``)."""
+    return window_of(app, app.clock(), start, end, range_)
+
+
+def common(
+    app: App,
+    start: StartParam = None,
+    end: EndParam = None,
+    range_: RangeParam = None,
     model: str | None = Query(None, max_length=MAX_LABEL),
     instance: str | None = Query(None, max_length=MAX_LABEL),
     tenant: str | None = Query(None, max_length=MAX_LABEL),

@@ -1,4 +1,5 @@
-"""Fixtures of the collector tests: a running receiver (HTTP + gRPC) over a real spool."""
+"""Fixtures of the collector tests: a running receiver (HTTP + gRPC) over a real spool, and a
+server's ``/metrics`` served by ``prometheus_client``'s own HTTP server (``serve``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, start_http_server
 
 from infersight.collector.admission import Admission
 from infersight.collector.assembly import Reassembly
@@ -71,3 +73,20 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
 @pytest.fixture
 def receiver(make_receiver: Callable[..., Receiver]) -> Receiver:
     return make_receiver()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[CollectorRegistry], str]]:
+    """Serve a registry as an engine's ``/metrics``; answers its URL."""
+    servers = []
+
+    def start(registry: CollectorRegistry) -> str:
+        server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{server.server_port}/metrics"
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

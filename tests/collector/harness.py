@@ -17,9 +17,10 @@ from typing import Any
 
 import httpx
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
@@ -213,3 +214,12 @@ class Sender:
 
     def more_than(self, n: int) -> Callable[[], bool]:
         return lambda: len(self.acked) > n
+
+
+def export_spans(sidecar: Sidecar, spans: Sequence[ReadableSpan]) -> None:
+    """Send ``spans`` to ``sidecar`` with the SDK's OTLP/HTTP exporter; all acknowledged."""
+    exporter = OTLPSpanExporter(endpoint=f"{base_url(sidecar)}/v1/traces")
+    try:
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()

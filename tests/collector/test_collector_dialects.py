@@ -8,11 +8,11 @@ data-parallel engines; an engine's own ratio gauge is never read where the count
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from infersight.collector.scrape.flavours import DIALECTS
 from infersight.collector.scrape.scraper import Scraper
@@ -20,22 +20,6 @@ from infersight.core.samples import ServerSample
 
 T0 = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[CollectorRegistry], str]]:
-    servers = []
-
-    def start(registry: CollectorRegistry) -> str:
-        server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-        servers.append((server, thread))
-        return f"http://127.0.0.1:{server.server_port}/metrics"
-
-    yield start
-    for server, thread in servers:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 class Clock:

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
@@ -30,7 +29,7 @@ from infersight.collector.sidecar import Sidecar
 from infersight.core.records import Engine, RequestRecord, Status
 from infersight.storage.tables import requests
 from infersight.storage.writer import open_writer
-from tests.collector.harness import base_url, running_sidecar, sidecar_config
+from tests.collector.harness import export_spans, running_sidecar, sidecar_config
 
 pytestmark = pytest.mark.e2e
 
@@ -87,14 +86,6 @@ def sidecar(store, tmp_path: Path) -> Iterator[Sidecar]:
         yield app
 
 
-def export(sidecar: Sidecar, spans: list[ReadableSpan]) -> None:
-    exporter = OTLPSpanExporter(endpoint=f"{base_url(sidecar)}/v1/traces")
-    try:
-        assert exporter.export(spans) is SpanExportResult.SUCCESS
-    finally:
-        exporter.shutdown()
-
-
 def rows(store) -> list[dict]:
     with store.engine.connect() as c:
         return [dict(r._mapping) for r in c.execute(select(requests).order_by(requests.c.start))]
@@ -108,7 +99,7 @@ def test_n_sequences_of_one_request_are_one_record(store, sidecar: Sidecar) -> N
     spans = vllm.request("chatcmpl-n3", three, t0)
     # A plain request (n = 1) in its own trace: untouched.
     spans += VllmServer().request("chatcmpl-single", [(0.3, 1.5, 80)], t0 + 10 * MS)
-    export(sidecar, spans)
+    export_spans(sidecar, spans)
     result = sidecar.shipper.ship_once(ignore_window=True)
     assert result.ok, result.error
     stored = rows(store)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
@@ -55,22 +55,6 @@ def raw_counter(name: str, value: float, **labels: str) -> Metric:
     metric = Metric(name, name, "counter")
     metric.add_sample(name, labels, value)
     return metric
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[CollectorRegistry], str]]:
-    servers = []
-
-    def start(registry: CollectorRegistry) -> str:
-        server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-        servers.append((server, thread))
-        return f"http://127.0.0.1:{server.server_port}/metrics"
-
-    yield start
-    for server, thread in servers:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def scrape(url: str) -> tuple[Scraper, list[GpuSample | ServerSample]]:

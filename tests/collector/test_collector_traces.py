@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Span, SpanKind
 from sqlalchemy import select
@@ -29,7 +29,7 @@ from infersight.collector.mapping import StageFragment
 from infersight.collector.sidecar import Sidecar
 from infersight.storage.tables import requests
 from infersight.storage.writer import open_writer
-from tests.collector.harness import base_url, running_sidecar, sidecar_config
+from tests.collector.harness import base_url, export_spans, running_sidecar, sidecar_config
 
 pytestmark = pytest.mark.e2e
 
@@ -94,11 +94,7 @@ def sidecar(store, tmp_path: Path) -> Iterator[Sidecar]:
 
 
 def export(sidecar: Sidecar, spans: list[ReadableSpan]) -> None:
-    exporter = OTLPSpanExporter(endpoint=f"{base_url(sidecar)}/v1/traces")
-    try:
-        assert exporter.export(spans) is SpanExportResult.SUCCESS
-    finally:
-        exporter.shutdown()
+    export_spans(sidecar, spans)
 
 
 def ship(sidecar: Sidecar) -> None:

@@ -18,23 +18,22 @@ from infersight.api.deps import App, requires
 from infersight.api.errors import described
 from infersight.api.params import (
     MAX_LABEL,
-    RANGE_PATTERN,
-    TIME_PATTERN,
     WINDOW_RULES,
     Common,
     KnownQueryRoute,
     common,
-    window_of,
+    window_query,
 )
 from infersight.api.reads import read_answer
 from infersight.core.gap import ClientStage, Distribution, client_stages, gap_report
 from infersight.core.quantiles import parse_quantiles, quantile_key
 from infersight.core.query import LATENCY_METRICS, Method
-from infersight.core.timestamps import TIME_HELP, iso
-from infersight.core.window import Resolution
+from infersight.core.timestamps import iso
+from infersight.core.window import Resolution, Window
 from infersight.storage import client_reads, queries, server_engines
 
 Params = Annotated[Common, Depends(common)]
+QueryWindow = Annotated[Window, Depends(window_query)]
 _QUANTILES = "0.5,0.9,0.95,0.99"
 _Q = r"(?:0(?:\.[0-9]{1,9})?|1(?:\.0{1,9})?|\.[0-9]{1,9})"
 #: ``quantiles``: 1 to 32 comma-separated numbers in [0, 1].
@@ -222,23 +221,13 @@ def _distribution(d: Distribution) -> dict[str, Any]:
 )
 def latency_gap(
     app: App,
-    start: str | None = Query(
-        None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
-    ),
-    end: str | None = Query(None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)"),
-    range_: str | None = Query(
-        None,
-        alias="range",
-        pattern=RANGE_PATTERN,
-        description="the window that ends now: 15m, 6h, 7d",
-    ),
+    window: QueryWindow,
     model: str | None = Query(None, max_length=MAX_LABEL, description="compared canonically"),
     tenant: str | None = Query(None, max_length=MAX_LABEL),
     quantiles: Annotated[
         str, Query(pattern=QUANTILES_PATTERN, description="comma-separated, in [0, 1]")
     ] = _QUANTILES,
 ) -> dict[str, Any]:
-    window = window_of(app, app.clock(), start, end, range_)
     qs = parse_quantiles(quantiles)
     read = client_reads.read_pairs(app.engine, window, app.aliases, model=model, tenant=tenant)
     groups = gap_report(read.pairs, app.aliases, qs)
@@ -285,20 +274,8 @@ def latency_gap(
     ),
 )
 def engines(
-    app: App,
-    start: str | None = Query(
-        None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: end − 1 h)"
-    ),
-    end: str | None = Query(None, pattern=TIME_PATTERN, description=f"{TIME_HELP} (default: now)"),
-    range_: str | None = Query(
-        None,
-        alias="range",
-        pattern=RANGE_PATTERN,
-        description="the window that ends now: 15m, 6h, 7d",
-    ),
-    instance: str | None = Query(None, max_length=MAX_LABEL),
+    app: App, window: QueryWindow, instance: str | None = Query(None, max_length=MAX_LABEL)
 ) -> dict[str, Any]:
-    window = window_of(app, app.clock(), start, end, range_)
     rows = server_engines.server_summaries(
         app.engine, window, None if instance is None else [instance]
     )
