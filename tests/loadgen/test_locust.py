@@ -396,10 +396,12 @@ def test_a_burst_on_locust_raises_the_users_over_the_workers_and_lets_them_go() 
     assert all(r.ok for r in run.results)
     in_flight = [most_in_flight(run.results, p) for p in (0, 1, 2)]
     assert in_flight[:2] == [1, 3]
-    # Back down after the burst. Not always to exactly one: Locust's stop reaches a worker a
-    # moment after the shape's tick, and a burst user whose request ended in that moment has
-    # sent its next one.
-    assert in_flight[2] < 3
+    # Back down after the burst, judged over the second half of the last phase (from 5 s):
+    # Locust's stop reaches a worker a moment after the shape's tick — on a loaded host up to
+    # a tick later — and a burst user whose request ended in that moment has sent its next one.
+    settled = tuple(r for r in run.results if r.phase == 2 and r.sent_s >= 5.0)
+    assert settled, "no request in the second half of the last phase"
+    assert most_in_flight(settled, 2) < 3
     assert max(r.sent_s for r in run.results) < 6.5  # nobody starts long after the last phase
 
 
