@@ -6,9 +6,9 @@ MiB), ratios in [0, 1] (NVML reports percent). A field the source cannot provide
 A server that runs several data-parallel engines behind one endpoint (vLLM's ``engine`` label,
 SGLang's ``dp_rank``) is one ``ServerSample`` for the instance, holding one ``EngineSample``
 per engine. The instance's figures follow one rule (``combine_engines``): counts and counters
-(running, waiting, tokens, requests) are the *sum* over the engines; ratios (KV-cache usage,
-prefix-cache hit ratio) are the *mean* over the engines that report them, since every engine
-of a server has a cache of the same size, so the mean is the share of all the server's cache;
+(running, waiting, tokens, requests) are the *sum* over the engines; ratios read from gauges
+(KV-cache usage) are the *mean* over the engines that report them, since every engine of a
+server has a cache of the same size, so the mean is the share of all the server's cache;
 and ``kv_cache_usage_max`` keeps the hottest engine's KV usage, so one full engine behind an
 instance mean of 0.5 is still visible.
 
