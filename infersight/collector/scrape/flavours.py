@@ -248,23 +248,35 @@ def _llm_d_epp(e: Exposition) -> dict[str, float | None]:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineLabels:
+    """How a dialect labels its data-parallel engines."""
+
+    prefix: str
+    rank: str
+    replicas: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Dialect:
     """One server's ``/metrics`` dialect, declared once: the series prefixes that recognise
     it, what it yields (``server``: a ``ServerSample`` through ``extract``; ``gpu``:
-    ``GpuSample``s), how it labels data-parallel engines and the path it is served at."""
+    ``GpuSample``s), how it labels data-parallel engines (``engines``; ``None``: it exposes
+    none) and the path it is served at."""
 
     name: str
     prefixes: tuple[str, ...]
     extract: Callable[[Exposition], dict[str, float | None]] | None = None
     path: str = "/metrics"
     yields: str = "server"
+    engines: EngineLabels | None = None
 
 
 #: Every dialect, in detection order: engines first (a pod's exposition may carry a router's
 #: series beside its engine's), then frontends and schedulers, then GPUs.
 DIALECTS: Final = (
-    Dialect("vllm", ("vllm:",), _vllm),
-    Dialect("sglang", ("sglang:",), _sglang),
+    Dialect("vllm", ("vllm:",), _vllm, engines=EngineLabels("vllm:", "engine")),
+    Dialect("sglang", ("sglang:",), _sglang,
+            engines=EngineLabels("sglang:", "dp_rank", ("tp_rank", "pp_rank", "moe_ep_rank"))),
     Dialect("tgi", ("tgi_",), _tgi),
     Dialect("trtllm", ("trtllm_", "nv_trt_llm_", "nv_inference_"), _trtllm,
             path="/prometheus/metrics"),
@@ -272,22 +284,13 @@ DIALECTS: Final = (
     Dialect("llm-d-epp", ("llm_d_epp_", "inference_objective_", "inference_pool_"), _llm_d_epp),
     Dialect("dcgm", ("DCGM_FI_",), yields="gpu"),
 )  # fmt: skip
-_SERVER: Final = {d.name: d.extract for d in DIALECTS if d.extract is not None}
+_BY_NAME: Final = {d.name: d for d in DIALECTS}
 
 
-@dataclass(frozen=True, slots=True)
-class EngineLabels:
-    """How a flavour labels its data-parallel engines."""
-
-    prefix: str
-    rank: str
-    replicas: tuple[str, ...] = ()
-
-
-ENGINE_LABELS: Final = {
-    "vllm": EngineLabels("vllm:", "engine"),
-    "sglang": EngineLabels("sglang:", "dp_rank", ("tp_rank", "pp_rank", "moe_ep_rank")),
-}
+def yields_gpus(flavour: str) -> bool:
+    """Whether ``flavour``'s exposition describes GPUs (dcgm-exporter), not a server."""
+    dialect = _BY_NAME.get(flavour)
+    return dialect is not None and dialect.yields == "gpu"
 
 
 def _rank_order(rank: str) -> tuple[int, str]:
@@ -296,25 +299,25 @@ def _rank_order(rank: str) -> tuple[int, str]:
 
 def engine_samples(e: Exposition, flavour: str) -> tuple[EngineSample, ...]:
     """One sample per data-parallel engine, when the server runs two or more."""
-    labels = ENGINE_LABELS.get(flavour)
-    if labels is None:
+    dialect = _BY_NAME.get(flavour)
+    if dialect is None or dialect.engines is None or dialect.extract is None:
         return ()
+    labels, extract = dialect.engines, dialect.extract
     parts = e.split(labels.rank, labels.prefix)
     if len(parts) < 2:
         return ()
-    extract = _SERVER[flavour]
     return tuple(
         EngineSample(rank=rank, **extract(parts[rank])) for rank in sorted(parts, key=_rank_order)
     )
 
 
 def server_sample(e: Exposition, flavour: str, ts: datetime, instance: str) -> ServerSample | None:
-    extract = _SERVER.get(flavour)
-    if extract is None:
+    dialect = _BY_NAME.get(flavour)
+    if dialect is None or dialect.extract is None:
         return None
-    labels = ENGINE_LABELS.get(flavour)
-    if labels is not None:
-        e = e.without_replicas(*labels.replicas)
+    extract = dialect.extract
+    if dialect.engines is not None:
+        e = e.without_replicas(*dialect.engines.replicas)
     engines = engine_samples(e, flavour)
     figures = combine_engines(engines, extract(e))
     return ServerSample(

@@ -56,7 +56,7 @@ class Scraper:
             raise Unavailable("unparseable /metrics", details={"reason": "parse"}) from None
         self.flavour = flavours.detect(exposition)
         ts = self._now()
-        if self.flavour == "dcgm":
+        if flavours.yields_gpus(self.flavour):
             return flavours.gpu_samples(exposition, ts, self.instance)
         self.model = flavours.single_model(exposition)
         try:
