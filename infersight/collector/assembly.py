@@ -161,7 +161,10 @@ def fold_sequences(
         unique = list({records[i].span_id: i for i in members}.values())
         if len(unique) < 2:
             continue
-        folded[members[0]] = merge_sequences([records[i] for i in unique])
+        merged = merge_sequences([records[i] for i in unique])
+        if merged is None:
+            continue  # implausible together: each sequence ships as it is, none is lost
+        folded[members[0]] = merged
         dropped.update(members[1:])
         sequences += len(unique) - 1
     if not folded:
@@ -170,7 +173,7 @@ def fold_sequences(
     return out, sequences
 
 
-def merge_sequences(siblings: Sequence[RequestRecord]) -> RequestRecord:
+def merge_sequences(siblings: Sequence[RequestRecord]) -> RequestRecord | None:
     """The user's request from its sequences' records: what the user felt and what was done.
 
     The key, labels, prompt and the stages up to the first token are those of the sequence
@@ -178,7 +181,8 @@ def merge_sequences(siblings: Sequence[RequestRecord]) -> RequestRecord:
     TTFT is that first token; end to end runs from the earliest start to the last sequence's
     end; output tokens are summed, the prompt (and its cached part) counted once; TPOT is the
     sequences' time per output token weighted by their tokens after the first; decode and
-    postprocessing the longest; an error in any sequence fails the request."""
+    postprocessing the longest; an error in any sequence fails the request. ``None`` when the
+    folded record would be implausible (``RequestRecord``'s bounds)."""
     ordered = sorted(
         siblings,
         key=lambda r: (r.ttft_s if r.ttft_s is not None else math.inf, r.span_id),
@@ -202,8 +206,10 @@ def merge_sequences(siblings: Sequence[RequestRecord]) -> RequestRecord:
         "e2e_s": e2e,
         "tpot_s": tpot,
         "output_tokens": sum(outputs) if outputs else None,
-        "decode_s": _largest(r.decode_s for r in siblings),
-        "postprocess_s": _largest(r.postprocess_s for r in siblings),
+        "decode_s": max((r.decode_s for r in siblings if r.decode_s is not None), default=None),
+        "postprocess_s": max(
+            (r.postprocess_s for r in siblings if r.postprocess_s is not None), default=None
+        ),
         "finish_reason": last.finish_reason,
     }
     if failed is not None:
@@ -211,12 +217,7 @@ def merge_sequences(siblings: Sequence[RequestRecord]) -> RequestRecord:
     try:
         return dataclasses.replace(first, **updates)
     except InvalidRecord:
-        return first
-
-
-def _largest(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
+        return None
 
 
 class _Trace:

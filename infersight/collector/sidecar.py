@@ -175,16 +175,17 @@ class Sidecar:
     def _sampler_success(self, sampler: Sampler) -> Callable[[int], None]:
         if "gpu" in sampler.name:
             return self.metrics.gpu_samples.inc
-        recognised = [""]
+        recognised = ""
 
         def scraped(count: int) -> None:
+            nonlocal recognised
             self.metrics.scrapes.inc()
             dialect = str(getattr(sampler, "flavour", ""))
-            if dialect and dialect != recognised[0]:
-                if recognised[0]:
-                    self.metrics.scrape_dialect.remove(sampler.name, recognised[0])
+            if dialect and dialect != recognised:
+                if recognised:
+                    self.metrics.scrape_dialect.remove(sampler.name, recognised)
                 self.metrics.scrape_dialect.labels(sampler.name, dialect).set(1)
-                recognised[0] = dialect
+                recognised = dialect
 
         return scraped
 
