@@ -20,10 +20,18 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from infersight.core.samples import GpuSample, ServerSample, with_interval_ratios
+from infersight.core.samples import (
+    SERVER_COUNTER_FIELDS,
+    SERVER_GAUGE_FIELDS,
+    SERVER_RATIO_FIELDS,
+    GpuSample,
+    ServerSample,
+    with_interval_ratios,
+)
 from infersight.simulator.engine import InstanceSim
 from infersight.simulator.events import Batch, Completion, EngineSample
 from infersight.simulator.faults import FaultSchedule
@@ -107,26 +115,18 @@ def _sum(values: Sequence[float | None]) -> float | None:
 
 
 def aggregate(samples: Sequence[ServerSample]) -> ServerSample:
-    """One instance's reading from its engines' readings at the same time."""
+    """One instance's reading from its engines' readings at the same time: gauges and counters
+    summed, ratios averaged (``core.samples``' field groups, the scraper's rule)."""
     if len(samples) == 1:
         return samples[0]
-    first = samples[0]
-    return dataclasses.replace(
-        first,
-        requests_running=_sum([s.requests_running for s in samples]),
-        requests_waiting=_sum([s.requests_waiting for s in samples]),
-        requests_swapped=_sum([s.requests_swapped for s in samples]),
-        kv_cache_usage=_mean([s.kv_cache_usage for s in samples]),
-        prefix_cache_hit_ratio=_mean([s.prefix_cache_hit_ratio for s in samples]),
-        preemptions_total=_sum([s.preemptions_total for s in samples]),
-        prompt_tokens_total=_sum([s.prompt_tokens_total for s in samples]),
-        generation_tokens_total=_sum([s.generation_tokens_total for s in samples]),
-        requests_total=_sum([s.requests_total for s in samples]),
-        request_errors_total=_sum([s.request_errors_total for s in samples]),
-        spec_drafts_total=_sum([s.spec_drafts_total for s in samples]),
-        spec_draft_tokens_total=_sum([s.spec_draft_tokens_total for s in samples]),
-        spec_accepted_tokens_total=_sum([s.spec_accepted_tokens_total for s in samples]),
-    )
+    summed: dict[str, Any] = {
+        name: _sum([getattr(s, name) for s in samples])
+        for name in (*SERVER_GAUGE_FIELDS, *SERVER_COUNTER_FIELDS)
+    }
+    means: dict[str, Any] = {
+        name: _mean([getattr(s, name) for s in samples]) for name in SERVER_RATIO_FIELDS
+    }
+    return dataclasses.replace(samples[0], **summed, **means)
 
 
 def _instance_samples(
