@@ -153,3 +153,18 @@ def test_sequences_fold_only_with_their_own_request_and_parent() -> None:
     assert (folded.span_id, folded.output_tokens, folded.e2e_s) == ("1" * 16, 30, 2.0)
     assert folded.status is Status.ERROR  # one failed sequence fails the request
     assert {r.span_id for r in out.records[1:]} == {"3" * 16, "4" * 16}
+
+
+def test_sequences_that_would_fold_into_an_implausible_record_ship_as_they_are() -> None:
+    """Two sequences whose summed output passes the record's bound: neither is dropped."""
+    from infersight.core.records import MAX_TOKENS
+
+    one = Place("p" * 16, 1, 2, "req-1")
+    half = MAX_TOKENS // 2 + 1
+    requests_ = [
+        Request(_record("1" * 16, ttft=0.2, e2e=1.0, out=half), one),
+        Request(_record("2" * 16, ttft=0.3, e2e=2.0, out=half), one),
+    ]
+    out = assemble(requests_, [])
+    assert out.sequences_merged == 0
+    assert [r.output_tokens for r in out.records] == [half, half]
