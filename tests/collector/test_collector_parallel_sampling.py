@@ -26,7 +26,7 @@ from sqlalchemy import select
 from infersight.collector.assembly import Request, assemble
 from infersight.collector.mapping import Place
 from infersight.collector.sidecar import Sidecar
-from infersight.core.records import Engine, RequestRecord, Status
+from infersight.core.records import MAX_TOKENS, Engine, RequestRecord, Status
 from infersight.storage.tables import requests
 from infersight.storage.writer import open_writer
 from tests.collector.harness import export_spans, running_sidecar, sidecar_config
@@ -157,7 +157,6 @@ def test_sequences_fold_only_with_their_own_request_and_parent() -> None:
 
 def test_sequences_that_would_fold_into_an_implausible_record_ship_as_they_are() -> None:
     """Two sequences whose summed output passes the record's bound: neither is dropped."""
-    from infersight.core.records import MAX_TOKENS
 
     one = Place("p" * 16, 1, 2, "req-1")
     half = MAX_TOKENS // 2 + 1
