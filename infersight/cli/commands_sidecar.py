@@ -35,6 +35,7 @@ from infersight.collector.spool import FsyncMode
 from infersight.config.parts import DEFAULT_DATABASE_URL, StorePart
 from infersight.core.accept import AcceptWindow
 from infersight.core.errors import ConfigurationError
+from infersight.core.records import Role
 
 log = logging.getLogger(__name__)
 # glibc's mallopt parameter numbers
@@ -44,6 +45,9 @@ _M_ARENA_MAX = -8
 _MMAP_THRESHOLD = 128 * 1024
 #: How often the idle main thread hands freed heap back to the OS (``malloc_trim``).
 TRIM_EVERY_S = 10.0
+#: Seconds a request record waits for the rest of its trace, and on a P/D decode instance.
+DEFAULT_WINDOW_S = 2.0
+DECODE_WINDOW_S = 6.0
 #: The store writer imports numpy for its rollup sketches, which are far too small to gain
 #: from BLAS threads; OpenBLAS would otherwise start (and size buffers for) one per core.
 _SINGLE_THREADED_MATH = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -158,10 +162,19 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
 @click.option(
     "--window",
     "window_s",
-    default=2.0,
-    show_default=True,
+    default=None,
     type=click.FloatRange(min=0.0),
-    help="Seconds a request waits for the stage spans of its trace.",
+    help="Seconds a request waits for the stage spans of its trace "
+    f"[default: {DEFAULT_WINDOW_S:g}; {DECODE_WINDOW_S:g} with --role decode].",
+)
+@click.option(
+    "--role",
+    default="unified",
+    show_default=True,
+    type=click.Choice(["unified", "prefill", "decode"]),
+    help="The server's part in disaggregated prefill/decode serving: on a prefill instance "
+    "every request is a prefill leg, stored apart; on a decode instance, requests below a "
+    "P/D proxy's spans become the user's requests.",
 )
 @click.option(
     "--max-body-bytes", default=20 * 1024 * 1024, show_default=True, type=click.IntRange(min=1024)
@@ -188,6 +201,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     http_host, http_port = _address(options["otlp_http"], "--otlp-http")
     grpc_host, grpc_port = _address(options["otlp_grpc"], "--otlp-grpc")
     instance = options["instance"] or socket.gethostname()
+    role = Role("" if options["role"] == "unified" else options["role"])
     settings = _settings(ctx)
     window = settings.accept_window()
     config = SidecarConfig(
@@ -204,7 +218,8 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         fsync=FsyncMode(options["fsync"]),
         group_window_s=options["fsync_window"],
         spool_max_bytes=options["spool_max_bytes"],
-        window_s=options["window_s"],
+        window_s=_window_s(options["window_s"], role),
+        role=role,
         limits=Limits(max_body_bytes=options["max_body_bytes"]),
         accept=window,
     )
@@ -256,6 +271,14 @@ def _check_store_url(url: str) -> None:
     scheme = url.partition(":")[0].partition("+")[0].lower()
     if scheme not in ("postgresql", "postgres", "sqlite") or "://" not in url:
         raise ConfigurationError("the store must be a postgresql:// or sqlite:// URL")
+
+
+def _window_s(given: float | None, role: Role) -> float:
+    """The reassembly window: as given, else longer on a decode instance, whose P/D proxy
+    (a Go service: its SDK batches spans for 5 s by default) exports after the engine."""
+    if given is not None:
+        return given
+    return DECODE_WINDOW_S if role is Role.DECODE else DEFAULT_WINDOW_S
 
 
 def _open_sink(url: str, window: AcceptWindow) -> Any:

@@ -43,13 +43,14 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
-from infersight.collector.mapping.base import STAGE_FIELDS, Link, Place, StageFragment
+from infersight.collector.mapping.base import PD_STAGES, STAGE_FIELDS, Link, Place, StageFragment
 from infersight.collector.mapping.spans import KIND_SERVER
 from infersight.core.errors import InvalidInput, InvalidRecord
-from infersight.core.records import RequestRecord
+from infersight.core.records import RequestRecord, Role
 
 Piece = StageFragment | Link
 
@@ -104,6 +105,8 @@ class Assembly:
     refused: dict[Refusal, list[int]] = field(default_factory=dict)
     #: Sequence spans folded into another's record (parallel sampling, ``n`` > 1).
     sequences_merged: int = 0
+    #: Decode records made the user's request with their P/D proxy's spans.
+    disaggregated: int = 0
 
 
 _MERGED: Final = "merged"
@@ -133,8 +136,129 @@ def assemble(requests: Sequence[Request], pieces: Sequence[Piece]) -> Assembly:
             place = request.place or Place()
             record = merge_stages(record, fragments, place.start_ns, place.end_ns)
         out.records.append(record)
+    out.records, used, out.disaggregated = fold_disaggregated(out.records, requests, pieces)
+    out.merged.extend(used)
     out.records, out.sequences_merged = fold_sequences(out.records, requests)
     return out
+
+
+# --- disaggregated prefill/decode: one user request, two instances -----------------------
+
+
+def fold_disaggregated(
+    records: list[RequestRecord], requests: Sequence[Request], pieces: Sequence[Piece]
+) -> tuple[list[RequestRecord], list[int], int]:
+    """The user's request from a decode instance's record and its P/D proxy's spans
+    (``collector.mapping.pd_proxy``); ``records[i]`` is ``requests[i]``'s record, and stays
+    in place. Also the indices of the proxy pieces used (settled), and how many records
+    were made users' requests.
+
+    A record whose parent is the proxy's decode leg is the user's request
+    (``disaggregated_record``); the prefill leg is the decode leg's sibling or its parent
+    (the concurrent-dispatch connectors start decode inside prefill's context), the proxy's
+    request the nearest request piece above. Pieces not here yet are done without: a record
+    whose proxy spans all come too late ships as the decode instance saw it."""
+    pd = {
+        j: piece
+        for j, piece in enumerate(pieces)
+        if isinstance(piece, StageFragment) and piece.stage in PD_STAGES
+    }
+    if not pd:
+        return records, [], 0
+    proxy = {(piece.trace_id, piece.span_id): j for j, piece in pd.items()}
+    siblings: dict[tuple[str, str], int] = {}
+    for j, piece in pd.items():
+        if piece.stage == "pd_prefill":
+            siblings.setdefault((piece.trace_id, piece.parent_span_id), j)
+    used: set[int] = set()
+    folded_count = 0
+    out = list(records)
+    for i, request in enumerate(requests):
+        record, place = records[i], request.place
+        legs = _proxy_legs(record.trace_id, place, proxy, siblings, pd)
+        if place is None or not legs:
+            continue
+        folded = disaggregated_record(record, place, {pd[j].stage: pd[j] for j in legs})
+        if folded is not None:
+            out[i] = folded
+            used.update(legs)
+            folded_count += 1
+    return out, sorted(used), folded_count
+
+
+def _proxy_legs(
+    trace_id: str,
+    place: Place | None,
+    proxy: dict[tuple[str, str], int],
+    siblings: dict[tuple[str, str], int],
+    pieces: dict[int, StageFragment],
+) -> list[int]:
+    """The proxy pieces of a record placed at ``place``: its decode leg (its parent; none:
+    not disaggregated), the prefill leg (the decode leg's sibling or parent) and the proxy's
+    request (the nearest request piece above), those known."""
+    leg_at = proxy.get((trace_id, place.parent_span_id)) if place is not None else None
+    if leg_at is None or pieces[leg_at].stage != "pd_decode":
+        return []
+    legs = [leg_at]
+    prefill_at = siblings.get((trace_id, pieces[leg_at].parent_span_id))
+    parent_at = proxy.get((trace_id, pieces[leg_at].parent_span_id))
+    for _ in range(3):  # decode leg → (prefill leg →) the proxy's request
+        if parent_at is None:
+            break
+        legs.append(parent_at)
+        if pieces[parent_at].stage == "pd_request":
+            break
+        if pieces[parent_at].stage == "pd_prefill":
+            prefill_at = parent_at if prefill_at is None else prefill_at
+        parent_at = proxy.get((trace_id, pieces[parent_at].parent_span_id))
+    if prefill_at is not None and prefill_at not in legs:
+        legs.append(prefill_at)
+    return legs
+
+
+def disaggregated_record(
+    record: RequestRecord, place: Place, legs: dict[str, StageFragment]
+) -> RequestRecord | None:
+    """The user's request: ``record`` (the decode instance's) seen through its proxy's spans
+    ``legs`` (by P/D stage; the decode leg always, the others when known).
+
+    It starts when the proxy received the request (else at its earliest known leg); its TTFT
+    runs from there to the decode instance's first token, its end to end time to the later of
+    the proxy's end and the decode instance's. ``route_s`` is the proxy's time before the
+    prefill leg, ``prefill_s`` the prefill leg as the proxy saw it (the prefill instance's
+    queue and prefill, and the network), ``kv_transfer_s`` the time from the prefill leg's end
+    until the decode instance scheduled the request (its queue time: a decode instance holds
+    a request while its KV cache arrives). The decode instance's TPOT, decode time and tokens
+    are kept: its prompt tokens are the request's, counted once here (the prefill leg's
+    record is a part, ``Role.PREFILL``). ``None`` when the result would be implausible."""
+    start_ns = place.start_ns or int(record.start.timestamp() * 1e9)
+    top, prefill = legs.get("pd_request"), legs.get("pd_prefill")
+    known = [f for f in legs.values() if f.start_ns > 0]
+    origin = top.start_ns if top is not None and top.start_ns > 0 else 0
+    if not origin:
+        origin = min([f.start_ns for f in known] + [start_ns])
+    origin = min(origin, start_ns)
+    own_end = start_ns + int((record.e2e_s or 0.0) * 1e9)
+    end_ns = max([own_end] + [f.end_ns for f in known if f.end_ns > 0 and f.stage != "pd_prefill"])
+    updates: dict[str, Any] = {
+        "start": datetime.fromtimestamp(origin / 1e9, tz=UTC),
+        "role": Role.DECODE,
+        "e2e_s": (end_ns - origin) / 1e9,
+        "queue_s": None,
+    }
+    if record.ttft_s is not None:
+        updates["ttft_s"] = (start_ns - origin) / 1e9 + record.ttft_s
+    if prefill is not None:
+        updates["peer"] = prefill.detail
+        if prefill.start_ns > 0 and prefill.end_ns >= prefill.start_ns:
+            updates["route_s"] = max(0, prefill.start_ns - origin) / 1e9
+            updates["prefill_s"] = (prefill.end_ns - prefill.start_ns) / 1e9
+            gap = max(0, start_ns - prefill.end_ns) / 1e9
+            updates["kv_transfer_s"] = gap + (record.queue_s or 0.0)
+    try:
+        return dataclasses.replace(record, **updates)
+    except InvalidRecord:
+        return None
 
 
 # --- parallel sampling: one request, several sequence spans -----------------------------
@@ -235,7 +359,7 @@ class _Trace:
 
     def add_piece(self, j: int, piece: Piece) -> None:
         self.nodes.setdefault(piece.span_id, (False, j))
-        if isinstance(piece, StageFragment):
+        if isinstance(piece, StageFragment) and piece.stage in STAGE_FIELDS:
             self.fragments.append(j)
 
     def decide(

@@ -26,18 +26,28 @@ import orjson
 
 from infersight.collector.mapping.base import Link, Place, StageFragment
 from infersight.core.client import CLIENT_FIELDS, ClientRecord, TtftSource
-from infersight.core.records import RECORD_FIELDS, Engine, RequestRecord, Status
+from infersight.core.records import RECORD_FIELDS, Engine, RequestRecord, Role, Status
 from infersight.core.samples import EngineSample, GpuSample, ServerSample
 
 _START_AT: Final = RECORD_FIELDS.index("start")
 _ENGINE_AT: Final = RECORD_FIELDS.index("engine")
 _STATUS_AT: Final = RECORD_FIELDS.index("status")
 _VALUES: Final = attrgetter(*RECORD_FIELDS)
+#: Records spooled by a sidecar before the serving-topology fields (adapter, role, peer,
+#: route_s, kv_transfer_s) were added have this many values; the rest take their defaults.
+_BEFORE_TOPOLOGIES: Final = RECORD_FIELDS.index("adapter")
+_TOPOLOGY_DEFAULTS: Final = tuple(
+    f.default
+    for f in dataclasses.fields(RequestRecord)
+    if f.name in RECORD_FIELDS[_BEFORE_TOPOLOGIES:]
+)
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 #: Enum members by value: a dict lookup instead of the enum's own (much slower) value lookup.
 #: An unknown value is passed on as it is, and ``RequestRecord.trusted`` refuses it.
 _ENGINES: Final[dict[object, Engine]] = {member.value: member for member in Engine}
 _STATUSES: Final[dict[object, Status]] = {member.value: member for member in Status}
+_ROLES: Final[dict[object, Role]] = {member.value: member for member in Role}
+_ROLE_AT: Final = RECORD_FIELDS.index("role")
 
 
 class Kind(IntEnum):
@@ -77,14 +87,17 @@ def decode_placed(payload: bytes) -> tuple[RequestRecord, Place | None]:
     except orjson.JSONDecodeError:  # escaped lone surrogates are JSON, but not for orjson
         values = json.loads(payload)
     place: Place | None = None
-    if isinstance(values, list) and len(values) == len(RECORD_FIELDS) + 1:
+    if isinstance(values, list) and values and isinstance(values[-1], list):
         place = _place(values.pop())
+    if isinstance(values, list) and len(values) == _BEFORE_TOPOLOGIES:
+        values.extend(_TOPOLOGY_DEFAULTS)  # spooled before the serving-topology fields
     if not isinstance(values, list) or len(values) != len(RECORD_FIELDS):
         raise ValueError("a spooled record must be a list with one value per field")
     values[_START_AT] = datetime.fromtimestamp(values[_START_AT], tz=UTC)
     engine, status = values[_ENGINE_AT], values[_STATUS_AT]
     values[_ENGINE_AT] = _ENGINES.get(engine, engine)
     values[_STATUS_AT] = _STATUSES.get(status, status)
+    values[_ROLE_AT] = _ROLES.get(values[_ROLE_AT], values[_ROLE_AT])
     return RequestRecord.trusted(values), place
 
 
@@ -101,7 +114,10 @@ def _place(value: Any) -> Place:
 def encode_fragment(fragment: StageFragment) -> bytes:
     f = fragment
     values = [f.span_id, f.stage, f.seconds, f.parent_span_id, f.service, f.kind]
-    return json.dumps([*values, f.start_ns, f.end_ns]).encode()
+    values += [f.start_ns, f.end_ns]
+    if f.detail:
+        values.append(f.detail)
+    return json.dumps(values).encode()
 
 
 def encode_link(link: Link) -> bytes:
@@ -129,7 +145,8 @@ def decode_piece(trace_id: str, payload: bytes) -> StageFragment | Link | None:
     span_id, stage, seconds, parent, service, kind, *times = values
     if stage is None:
         return Link(trace_id, str(span_id), str(parent), str(service), int(kind))
-    start_ns, end_ns = (int(t) for t in times) if times else (0, 0)
+    start_ns, end_ns = (int(t) for t in times[:2]) if times else (0, 0)
+    detail = str(times[2]) if len(times) > 2 else ""
     return StageFragment(
         trace_id,
         str(span_id),
@@ -140,6 +157,7 @@ def decode_piece(trace_id: str, payload: bytes) -> StageFragment | Link | None:
         int(kind),
         start_ns,
         end_ns,
+        detail,
     )
 
 

@@ -103,7 +103,9 @@ def _read_frame(source: IO[bytes]) -> bytearray:
 
 def _portable(context: MappingContext) -> MappingContext:
     """The context without its callable (evaluated per export in the receiver's process)."""
-    return MappingContext(context.instance, context.model, dict(context.service_models))
+    return MappingContext(
+        context.instance, context.model, dict(context.service_models), role=context.role
+    )
 
 
 class _Child:

@@ -67,6 +67,12 @@ class CollectorMetrics:
             "gen_ai.request.id) folded into their request's one record",
             registry=r,
         )
+        self.disaggregated = Counter(
+            _P + "disaggregated_requests",
+            "Decode instances' records made one user request with their P/D proxy's spans "
+            "(llm-d routing sidecar: the request, its prefill leg and its decode leg)",
+            registry=r,
+        )
         self.ship_duplicates = Counter(
             _P + "ship_duplicates", "Records the store already had (replays)", registry=r
         )

@@ -266,6 +266,8 @@ class Shipper:
         self.metrics.shipped.labels("record").inc(len(assembly.records))
         if assembly.sequences_merged:
             self.metrics.sequences_merged.inc(assembly.sequences_merged)
+        if assembly.disaggregated:
+            self.metrics.disaggregated.inc(assembly.disaggregated)
         return len(stored)
 
     def _decode(self, entry: Stored) -> Request | None:

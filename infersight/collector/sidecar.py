@@ -41,6 +41,7 @@ from infersight.collector.shipper import Backoff, Shipper
 from infersight.collector.spool import FsyncMode, Spool, SpoolConfig
 from infersight.core.accept import AcceptWindow
 from infersight.core.errors import ConfigurationError
+from infersight.core.records import Role
 from infersight.core.write import Sink
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class SidecarConfig:
     group_window_s: float = 0.02
     spool_max_bytes: int = 1 << 30
     window_s: float = 2.0
+    #: The instance's part in disaggregated prefill/decode serving (``MappingContext.role``).
+    role: Role = Role.UNIFIED
     #: Least time from the start of a shipping pass that stored records to the next pass,
     #: while the spool holds less than a batch. Each such pass costs the store writer a fixed
     #: ~10 ms of CPU (transaction, partitions, rollups), so at most one every 2 s bounds that
@@ -120,7 +123,11 @@ class Sidecar:
             clock=clock,
         )
         context = MappingContext(
-            config.instance, config.model, dict(config.service_models), scraped_model
+            config.instance,
+            config.model,
+            dict(config.service_models),
+            scraped_model,
+            role=config.role,
         )
         reassembly = Reassembly(config.window_s)
         self.ingestor = Ingestor(

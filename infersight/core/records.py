@@ -29,6 +29,8 @@ DURATION_FIELDS: Final = (
     "preprocess_s",
     "postprocess_s",
     "gateway_s",
+    "route_s",
+    "kv_transfer_s",
 )
 TOKEN_FIELDS: Final = ("input_tokens", "output_tokens", "cached_tokens")
 #: Labels a query may filter and group by.
@@ -51,6 +53,8 @@ _LABEL_FIELDS: Final = (
     "operation",
     "error_type",
     "finish_reason",
+    "adapter",
+    "peer",
 )
 _LABEL_VALUES: Final = attrgetter(*_LABEL_FIELDS)
 _DURATION_VALUES: Final = attrgetter(*DURATION_FIELDS)
@@ -66,6 +70,22 @@ class Engine(StrEnum):
     TGI = "tgi"
     TRTLLM = "trtllm"
     GENERIC = "generic"
+
+
+class Role(StrEnum):
+    """What part of a user's request a record is (disaggregated prefill/decode serving).
+
+    ``UNIFIED``: the whole request on one instance (the usual case). ``DECODE``: a user's
+    request served disaggregated, recorded where its answer was streamed (the decode side):
+    its TTFT and end to end time are the user's, its stages include the prefill leg and the
+    KV transfer, and ``peer`` names the prefill side. ``PREFILL``: the prefill leg on a
+    prefill instance, a *part* of some user's request and not a request of its own: stored
+    apart (``storage.tables.request_parts``), never counted as a request or its tokens again.
+    """
+
+    UNIFIED = ""
+    PREFILL = "prefill"
+    DECODE = "decode"
 
 
 class Status(StrEnum):
@@ -208,6 +228,17 @@ class RequestRecord:
     status: Status = Status.OK
     error_type: str = ""
     finish_reason: str = ""
+    #: The LoRA adapter the request was served with ("": the base model, named in ``model``).
+    adapter: str = ""
+    role: Role = Role.UNIFIED
+    #: The other side of a disaggregated request: on a decode record, its prefill instance
+    #: (or the prefill target as the P/D proxy named it).
+    peer: str = ""
+    #: Disaggregated serving: the proxy's routing before the prefill leg, and the time from
+    #: the prefill leg's end until the decode instance could schedule the request (the KV
+    #: cache's transfer, and any wait for a slot behind it).
+    route_s: float | None = None
+    kv_transfer_s: float | None = None
 
     def __post_init__(self) -> None:
         check_ids(self.trace_id, self.span_id)
@@ -222,6 +253,8 @@ class RequestRecord:
             object.__setattr__(self, "engine", _enum(Engine, "engine", self.engine))
         if not isinstance(self.status, Status):
             object.__setattr__(self, "status", _enum(Status, "status", self.status))
+        if not isinstance(self.role, Role):
+            object.__setattr__(self, "role", _enum(Role, "role", self.role))
 
     @classmethod
     def trusted(cls, values: Sequence[object]) -> RequestRecord:
@@ -243,6 +276,8 @@ class RequestRecord:
             _SET(record, "engine", _enum(Engine, "engine", record.engine))
         if not isinstance(record.status, Status):
             _SET(record, "status", _enum(Status, "status", record.status))
+        if not isinstance(record.role, Role):
+            _SET(record, "role", _enum(Role, "role", record.role))
         return record
 
     @property
@@ -255,6 +290,11 @@ class RequestRecord:
     @property
     def is_error(self) -> bool:
         return self.status is Status.ERROR
+
+    @property
+    def is_part(self) -> bool:
+        """A prefill leg: part of a user's request, not a request of its own."""
+        return self.role is Role.PREFILL
 
 
 _E = TypeVar("_E", bound=StrEnum)
@@ -280,6 +320,7 @@ __all__ = [
     "TOKEN_FIELDS",
     "Engine",
     "RequestRecord",
+    "Role",
     "Status",
     "normalise_span_id",
     "normalise_trace_id",

@@ -41,6 +41,7 @@ PARTITIONED_TABLES: Final = (
     "server_samples",
     "server_engine_samples",
     "client_requests",
+    "request_parts",
 )
 #: Rollup resolutions and their bucket lengths in seconds (``core.window.Resolution``).
 RESOLUTIONS: Final = (("1m", 60.0), ("1h", 3600.0), ("1d", DAY_S))

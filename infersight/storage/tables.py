@@ -13,7 +13,7 @@ latency metric. It is small and not partitioned; retention deletes by resolution
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import (
     BigInteger,
@@ -53,30 +53,55 @@ PARTITIONED: Final = {
     "server_samples": "ts",
     "server_engine_samples": "ts",
     "client_requests": "start",
+    "request_parts": "start",
 }
 
+
+def _request_columns() -> list[Column[Any]]:
+    """The columns of a request record (``core.records.RequestRecord``), one per field."""
+    return [
+        Column("start", UTCDateTime(), nullable=False),
+        Column("trace_id", String(32), nullable=False),
+        Column("span_id", String(16), nullable=False),
+        Column("instance", LABEL, nullable=False),
+        Column("service", LABEL, nullable=False, server_default=""),
+        Column("engine", String(16), nullable=False, server_default="generic"),
+        *(
+            Column(name, LABEL, nullable=False, server_default="")
+            for name in ("model", "tenant", "priority", "operation")
+        ),
+        *(Column(name, Float(53), nullable=True) for name in DURATION_FIELDS),
+        Column("input_tokens", Integer, nullable=True),
+        Column("output_tokens", Integer, nullable=True),
+        Column("cached_tokens", Integer, nullable=True),
+        Column("status", String(8), nullable=False, server_default="ok"),
+        Column("error_type", LABEL, nullable=False, server_default=""),
+        Column("finish_reason", LABEL, nullable=False, server_default=""),
+        Column("adapter", LABEL, nullable=False, server_default=""),
+        Column("role", String(8), nullable=False, server_default=""),
+        Column("peer", LABEL, nullable=False, server_default=""),
+    ]
+
+
+#: One row per user request (a disaggregated one once, on its decode side).
 requests = Table(
     "requests",
     metadata,
-    Column("start", UTCDateTime(), nullable=False),
-    Column("trace_id", String(32), nullable=False),
-    Column("span_id", String(16), nullable=False),
-    Column("instance", LABEL, nullable=False),
-    Column("service", LABEL, nullable=False, server_default=""),
-    Column("engine", String(16), nullable=False, server_default="generic"),
-    *(
-        Column(name, LABEL, nullable=False, server_default="")
-        for name in ("model", "tenant", "priority", "operation")
-    ),
-    *(Column(name, Float(53), nullable=True) for name in DURATION_FIELDS),
-    Column("input_tokens", Integer, nullable=True),
-    Column("output_tokens", Integer, nullable=True),
-    Column("cached_tokens", Integer, nullable=True),
-    Column("status", String(8), nullable=False, server_default="ok"),
-    Column("error_type", LABEL, nullable=False, server_default=""),
-    Column("finish_reason", LABEL, nullable=False, server_default=""),
+    *_request_columns(),
     # Raw rows are always read by time range (partition-pruned on PostgreSQL, then this key);
     # long windows are served from rollups, so label indexes would only slow ingest down.
+    PrimaryKeyConstraint("start", "trace_id", "span_id"),
+    postgresql_partition_by="RANGE (start)",
+)
+
+#: The prefill legs of disaggregated requests (``Role.PREFILL``): the prefill pool's own view
+#: of its work (its queue, its prefill, the prompt tokens it computed), kept apart so that no
+#: request or token is counted twice; joined to the user's request by trace id. Partitioned,
+#: kept and keyed like ``requests``; never rolled up.
+request_parts = Table(
+    "request_parts",
+    metadata,
+    *_request_columns(),
     PrimaryKeyConstraint("start", "trace_id", "span_id"),
     postgresql_partition_by="RANGE (start)",
 )

@@ -45,7 +45,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from infersight.core.accept import AcceptWindow
 from infersight.core.client import CLIENT_FIELDS, ClientRecord
 from infersight.core.errors import InvalidInput, Unavailable
-from infersight.core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord
+from infersight.core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord, Role
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.write import Sink, WriteResult
 from infersight.storage import gpu_rollup, rollup
@@ -55,6 +55,7 @@ from infersight.storage.sql import insert_for
 from infersight.storage.tables import (
     client_requests,
     gpu_samples,
+    request_parts,
     server_engine_samples,
     server_samples,
 )
@@ -158,18 +159,42 @@ class _BaseWriter:
         return kept
 
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
+        """Store user requests in ``requests`` (rolled up) and prefill legs of disaggregated
+        requests in ``request_parts`` (never rolled up, never counted as requests), both in
+        one transaction, skipping keys already stored."""
         received = len(records)
         records = self._in_window(records, _start, "requests")
         if not records:
             return WriteResult(received, 0, 0, received)
+        parts = [r for r in records if r.role is Role.PREFILL]
+        users = [r for r in records if r.role is not Role.PREFILL] if parts else records
+        stored = kept = parts_stored = 0
         with _translate_errors(), self.engine.begin() as connection:
-            kept, stored, deltas = self._store_requests(connection, records)
-            rollup.apply(connection, deltas)
+            if users:
+                kept, stored, deltas = self._store_requests(connection, users)
+                rollup.apply(connection, deltas)
+            if parts:
+                parts_stored = self._store_parts(connection, parts)
         # Duplicates come in runs (a spool replayed after a crash, a retried shipment): after
         # a batch that met some, the next is expected to meet some too.
-        self._replaying = stored < kept
+        if users:
+            self._replaying = stored < kept
         refused = received - len(records)
-        return WriteResult(received, stored, len(records) - stored, refused)
+        inserted = stored + parts_stored
+        return WriteResult(received, inserted, len(records) - inserted, refused)
+
+    def _store_parts(self, connection: Connection, parts: Sequence[RequestRecord]) -> int:
+        """Insert prefill legs, skipping keys already stored: how many were stored. A plain
+        conflict-ignoring insert: there is at most one per disaggregated request."""
+        batch = Batch.of(parts)
+        ensure_partitions(connection, request_parts.name, batch.days(), oldest=self._oldest)
+        rows = [dict(zip(RECORD_FIELDS, row, strict=True)) for row in batch.rows()]
+        statement = (
+            insert_for(connection, request_parts)
+            .on_conflict_do_nothing()
+            .returning(request_parts.c.trace_id)
+        )
+        return len(connection.execute(statement, rows).all())
 
     def _store_requests(
         self, connection: Connection, records: Sequence[RequestRecord]

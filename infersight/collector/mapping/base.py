@@ -22,7 +22,7 @@ from infersight.collector.mapping.spans import (
 )
 from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidRecord
-from infersight.core.records import MAX_LABEL_LEN, Engine, RequestRecord, Status
+from infersight.core.records import MAX_LABEL_LEN, Engine, RequestRecord, Role, Status
 
 #: Stage names a fragment may carry → the record field it fills.
 STAGE_FIELDS: Final = {
@@ -33,6 +33,11 @@ STAGE_FIELDS: Final = {
     "decode": "decode_s",
     "postprocess": "postprocess_s",
 }
+#: The spans a disaggregated-serving proxy (llm-d's routing sidecar) makes of one user
+#: request: the request as it entered the proxy, its prefill leg and its decode leg. They
+#: fill no stage by name: ``collector.assembly.fold_disaggregated`` turns a decode instance's
+#: record below them into the user's request.
+PD_STAGES: Final = ("pd_request", "pd_prefill", "pd_decode")
 
 MODEL_ATTRS: Final = ("gen_ai.response.model", "gen_ai.request.model", "model", "model_id")
 TENANT_ATTRS: Final = ("infersight.tenant", "tenant", "tenant.id")
@@ -57,6 +62,10 @@ class MappingContext:
     service_models: Mapping[str, str] = field(default_factory=dict)
     #: The model name scraped from the server's /metrics when it serves exactly one.
     scraped_model: Callable[[], str] = no_scraped_model
+    #: The instance's part in disaggregated serving: on a prefill instance every request
+    #: span is a prefill leg (``Role.PREFILL``); a decode instance's records become the
+    #: user's requests when the P/D proxy's spans are found above them.
+    role: Role = Role.UNIFIED
 
     def __post_init__(self) -> None:
         if not self.instance:
@@ -101,9 +110,11 @@ class StageFragment:
     kind: int = 0
     start_ns: int = 0
     end_ns: int = 0
+    #: What a P/D proxy span names besides its times: the prefill leg's target.
+    detail: str = ""
 
     def __post_init__(self) -> None:
-        if self.stage not in STAGE_FIELDS:
+        if self.stage not in STAGE_FIELDS and self.stage not in PD_STAGES:
             raise InvalidRecord("unknown stage", details={"stage": self.stage})
 
 
@@ -238,6 +249,8 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
             status,
             error_type,
             finish,
+            "",
+            Role.PREFILL if ctx.role is Role.PREFILL else Role.UNIFIED,
         )
     except (InvalidRecord, ValueError, OverflowError, OSError) as exc:
         return Skipped("invalid_value", engine.value, rejected=True, detail=str(exc)[:200])

@@ -1,5 +1,6 @@
 """Which mapper a span goes to. The order matters: a client instrumentation's span first (the
-caller's view of a call: ``collector.mapping.client``), then the most specific shapes (TGI's
+caller's view of a call: ``collector.mapping.client``), then a P/D proxy's spans
+(``collector.mapping.pd_proxy``), then the most specific shapes (TGI's
 string durations, SGLang's ``Req`` roots), then vLLM, then the generic GenAI conventions,
 then stage slices; anything else is skipped as "not a request"."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from infersight.collector.mapping import client, genai, sglang, tgi, vllm
+from infersight.collector.mapping import client, genai, pd_proxy, sglang, tgi, vllm
 from infersight.collector.mapping.base import (
     MappingContext,
     Outcome,
@@ -36,6 +37,8 @@ def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
     try:
         if client.claims(span):
             return client.map_span(span)
+        if pd_proxy.claims(span):
+            return pd_proxy.map_span(span)
         for claims, mapper in _MAPPERS:
             if claims(span):
                 return mapper(span, ctx)
