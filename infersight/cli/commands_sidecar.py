@@ -35,7 +35,7 @@ from infersight.collector.spool import FsyncMode
 from infersight.config.parts import DEFAULT_DATABASE_URL, StorePart
 from infersight.core.accept import AcceptWindow
 from infersight.core.errors import ConfigurationError
-from infersight.core.records import Role
+from infersight.core.records import MAX_LABEL_LEN, Role
 
 log = logging.getLogger(__name__)
 # glibc's mallopt parameter numbers
@@ -120,6 +120,14 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
     multiple=True,
     metavar="SERVICE=MODEL",
     help="Model for spans of a service.name (repeatable).",
+)
+@click.option(
+    "--adapter",
+    "adapters",
+    multiple=True,
+    metavar="NAME",
+    help="A LoRA adapter this server serves (repeatable): spans naming it count as the base "
+    "model's requests with that adapter. vLLM's /metrics (lora_requests_info) name them too.",
 )
 @click.option(
     "--scrape",
@@ -220,6 +228,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         spool_max_bytes=options["spool_max_bytes"],
         window_s=_window_s(options["window_s"], role),
         role=role,
+        adapters=tuple(a[:MAX_LABEL_LEN] for a in options["adapters"] if a),
         limits=Limits(max_body_bytes=options["max_body_bytes"]),
         accept=window,
     )
@@ -235,6 +244,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         config,
         lambda: _open_sink(url, window),
         scraped_model=lambda: scrapers[0].current_model() if scrapers else "",
+        scraped_adapters=lambda: scrapers[0].current_adapters() if scrapers else frozenset(),
     )
 
     def on_xid(gpu_index: int, xid: int) -> None:

@@ -253,7 +253,11 @@ class LiveDemo:
         gpu = build_gpu_sampler(f"dcgm:{server_url}/dcgm/metrics", name, GPU_INTERVAL_S)
         samplers: list[Sampler] = [scraper] if gpu is None else [scraper, gpu]
         return Sidecar(
-            config, open_writer(self.engine), samplers, scraped_model=scraper.current_model
+            config,
+            open_writer(self.engine),
+            samplers,
+            scraped_model=scraper.current_model,
+            scraped_adapters=scraper.current_adapters,
         )
 
     def _start_api(self) -> str:

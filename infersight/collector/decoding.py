@@ -102,9 +102,13 @@ def _read_frame(source: IO[bytes]) -> bytearray:
 
 
 def _portable(context: MappingContext) -> MappingContext:
-    """The context without its callable (evaluated per export in the receiver's process)."""
+    """The context without its callables (evaluated per export in the receiver's process)."""
     return MappingContext(
-        context.instance, context.model, dict(context.service_models), role=context.role
+        context.instance,
+        context.model,
+        dict(context.service_models),
+        role=context.role,
+        adapters=context.adapters,
     )
 
 
@@ -156,7 +160,7 @@ class _Child:
             self.proc = proc
 
     def run(self, raw: bytes | bytearray, encoding: str, media: str, now: float,
-            model: str) -> Prepared:  # fmt: skip
+            model: str, adapters: frozenset[str] = frozenset()) -> Prepared:  # fmt: skip
         self.start()
         with self.lock:
             proc = self.proc
@@ -167,7 +171,7 @@ class _Child:
             watchdog.daemon = True
             watchdog.start()
             try:
-                _write_frame(proc.stdin, pickle.dumps((encoding, media, now, model)))
+                _write_frame(proc.stdin, pickle.dumps((encoding, media, now, model, adapters)))
                 _write_frame(proc.stdin, raw)
                 answer = pickle.loads(_read_frame(proc.stdout))  # noqa: S301 (our own child)
             except (OSError, EOFError):
@@ -246,7 +250,9 @@ class DecoderPool:
     ) -> Prepared:  # fmt: skip
         child = self._free.get()
         try:
-            return child.run(raw, encoding, media, now, context.scraped_model())
+            return child.run(
+                raw, encoding, media, now, context.scraped_model(), context.scraped_adapters()
+            )
         finally:
             self._free.put(child)
 
@@ -282,6 +288,10 @@ def _constant(model: str) -> Callable[[], str]:
     return lambda: model
 
 
+def _constant_set(names: frozenset[str]) -> Callable[[], frozenset[str]]:
+    return lambda: names
+
+
 def _serve(source: IO[bytes], out: IO[bytes]) -> None:
     libc = _libc()
     with contextlib.suppress(AttributeError):
@@ -297,9 +307,11 @@ def _serve(source: IO[bytes], out: IO[bytes]) -> None:
             header = _read_frame(source)
         except EOFError:
             return  # the receiver closed the pipe (or died): nothing is left to do
-        encoding, media, now, model = pickle.loads(header)  # noqa: S301 (our own parent)
+        encoding, media, now, model, adapters = pickle.loads(header)  # noqa: S301 (our parent)
         raw = _read_frame(source)
-        context = replace(setup.context, scraped_model=_constant(model))
+        context = replace(
+            setup.context, scraped_model=_constant(model), scraped_adapters=_constant_set(adapters)
+        )
         try:
             decoded = decode_body(raw, encoding, media, setup.limits)
             del raw

@@ -67,6 +67,10 @@ class SidecarConfig:
     window_s: float = 2.0
     #: The instance's part in disaggregated prefill/decode serving (``MappingContext.role``).
     role: Role = Role.UNIFIED
+    #: LoRA adapters this instance serves (``--adapter``): a span naming one is a request of
+    #: the base model with that adapter (``MappingContext.attribute``). A vLLM server's
+    #: /metrics name its adapters too, and are read besides.
+    adapters: tuple[str, ...] = ()
     #: Least time from the start of a shipping pass that stored records to the next pass,
     #: while the spool holds less than a batch. Each such pass costs the store writer a fixed
     #: ~10 ms of CPU (transaction, partitions, rollups), so at most one every 2 s bounds that
@@ -109,6 +113,7 @@ class Sidecar:
         sink: Sink | Callable[[], Sink],
         samplers: Sequence[Sampler] = (),
         scraped_model: Callable[[], str] = lambda: "",
+        scraped_adapters: Callable[[], frozenset[str]] = frozenset,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -128,6 +133,8 @@ class Sidecar:
             dict(config.service_models),
             scraped_model,
             role=config.role,
+            adapters=frozenset(config.adapters),
+            scraped_adapters=scraped_adapters,
         )
         reassembly = Reassembly(config.window_s)
         self.ingestor = Ingestor(

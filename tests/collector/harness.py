@@ -29,7 +29,7 @@ from infersight.collector.codec import Kind, decode_record
 from infersight.collector.decoding import DecoderPool
 from infersight.collector.grpc_receiver import GrpcServer
 from infersight.collector.http_receiver import HttpServer
-from infersight.collector.mapping.base import no_scraped_model
+from infersight.collector.mapping.base import no_scraped_adapters, no_scraped_model
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.periodic import Sampler
 from infersight.collector.shipper import Backoff
@@ -127,9 +127,10 @@ def running_sidecar(
     config: SidecarConfig,
     samplers: Sequence[Sampler] = (),
     scraped_model: Callable[[], str] = no_scraped_model,
+    scraped_adapters: Callable[[], frozenset[str]] = no_scraped_adapters,
 ) -> Iterator[Sidecar]:
     """A started sidecar, stopped (drained, spool closed) when the block ends."""
-    app = Sidecar(config, sink, samplers, scraped_model).start()
+    app = Sidecar(config, sink, samplers, scraped_model, scraped_adapters).start()
     try:
         yield app
     finally:

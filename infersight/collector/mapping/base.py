@@ -53,6 +53,11 @@ def no_scraped_model() -> str:
     return ""
 
 
+def no_scraped_adapters() -> frozenset[str]:
+    """No LoRA adapter scraped (a function, not a lambda, so that a context can be pickled)."""
+    return frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class MappingContext:
     """What the sidecar knows besides the span: its own identity and model attribution."""
@@ -66,6 +71,11 @@ class MappingContext:
     #: span is a prefill leg (``Role.PREFILL``); a decode instance's records become the
     #: user's requests when the P/D proxy's spans are found above them.
     role: Role = Role.UNIFIED
+    #: LoRA adapter names the instance was declared to serve (``--adapter``).
+    adapters: frozenset[str] = frozenset()
+    #: The adapters the server's /metrics named so far (vLLM: ``vllm:lora_requests_info``);
+    #: evaluated once per span that names a model, so it must be cheap (a cached set).
+    scraped_adapters: Callable[[], frozenset[str]] = no_scraped_adapters
 
     def __post_init__(self) -> None:
         if not self.instance:
@@ -80,6 +90,30 @@ class MappingContext:
             return self.model
         mapped = self.service_models.get(span.service, "")
         return mapped or self.scraped_model()
+
+    def attribute(self, span: SpanView, engine: Engine) -> tuple[str, str]:
+        """The request's base model and LoRA adapter ("" for the base model itself).
+
+        A span names the model its request asked for (vLLM's ``gen_ai.response.model`` is
+        the adapter's name when the request targeted one). That name is an adapter when the
+        instance was declared to serve it (``--adapter``) or its /metrics listed it as running
+        or waiting; on a vLLM span, also when the scraper knows the one base model served and
+        the name differs from it. The model is then the base: ``--model``, else the
+        ``service.name`` mapping, else the scraped one; the adapter's own name when none is
+        known (the adapter still counts apart from it)."""
+        from_span = as_str(span.attr(*MODEL_ATTRS))
+        if not from_span:
+            mapped = self.model or self.service_models.get(span.service, "")
+            return mapped or self.scraped_model(), ""
+        name = from_span[:MAX_LABEL_LEN]
+        if name in self.adapters or name in self.scraped_adapters():
+            base = self.model or self.service_models.get(span.service, "") or self.scraped_model()
+            return (base or name), name
+        if engine is Engine.VLLM:
+            base = self.scraped_model()
+            if base and name != base:
+                return base, name
+        return name, ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +254,7 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
     if t.e2e_s is None:
         t = t._replace(e2e_s=span.duration_s)
     status, error_type, finish = outcome_fields(span)
+    model, adapter = ctx.attribute(span, engine)
     try:
         # Positional, in ``RECORD_FIELDS`` order: this runs for every request span, and
         # matching 25 keyword arguments costs more than the rest of the call.
@@ -230,7 +265,7 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
             ctx.instance,
             span.service[:MAX_LABEL_LEN],
             engine,
-            ctx.attribute_model(span),
+            model,
             _label(span, TENANT_ATTRS),
             _label(span, PRIORITY_ATTRS),
             _label(span, OPERATION_ATTRS),
@@ -249,7 +284,7 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
             status,
             error_type,
             finish,
-            "",
+            adapter,
             Role.PREFILL if ctx.role is Role.PREFILL else Role.UNIFIED,
         )
     except (InvalidRecord, ValueError, OverflowError, OSError) as exc:

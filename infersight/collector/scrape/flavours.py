@@ -71,6 +71,21 @@ def single_model(exposition: Exposition) -> str:
     return ""
 
 
+#: vLLM's LoRA gauge: its labels list the adapters running and waiting, comma-separated.
+LORA_INFO: Final = "vllm:lora_requests_info"
+_LORA_LISTS: Final = ("running_lora_adapters", "waiting_lora_adapters")
+
+
+def lora_adapters(exposition: Exposition) -> set[str]:
+    """The LoRA adapters a vLLM exposition names as running or waiting (any sample of
+    ``vllm:lora_requests_info``: vLLM keeps one per label set it has reported)."""
+    out: set[str] = set()
+    for sample in exposition.samples(LORA_INFO):
+        for label in _LORA_LISTS:
+            out.update(n for part in sample.labels.get(label, "").split(",") if (n := part.strip()))
+    return out
+
+
 def _ratio(value: float | None) -> float | None:
     if value is None:
         return None

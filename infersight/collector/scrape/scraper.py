@@ -20,7 +20,12 @@ from datetime import UTC, datetime
 from infersight.collector.scrape import flavours
 from infersight.collector.scrape.exposition import parse
 from infersight.core.errors import ConfigurationError, InvalidInput, Unavailable
+from infersight.core.records import MAX_LABEL_LEN
 from infersight.core.samples import GpuSample, ServerSample, with_interval_ratios
+
+#: LoRA adapter names kept per scraped server (the first ones seen; vLLM's ``max_loras``
+#: bounds how many run at once, this bounds how many a sidecar remembers).
+MAX_ADAPTERS = 256
 
 
 class Scraper:
@@ -44,9 +49,22 @@ class Scraper:
         self.flavour = ""
         self.model = ""
         self._previous: ServerSample | None = None
+        #: LoRA adapters the server named so far (running or waiting), accumulated: an
+        #: adapter's requests may arrive after it left the server's lists.
+        self.adapters: frozenset[str] = frozenset()
 
     def current_model(self) -> str:
         return self.model
+
+    def current_adapters(self) -> frozenset[str]:
+        """The adapters seen so far (a set rebuilt only when one is new: read per span)."""
+        return self.adapters
+
+    def _learn_adapters(self, names: set[str]) -> None:
+        new = {n[:MAX_LABEL_LEN] for n in names} - self.adapters
+        room = MAX_ADAPTERS - len(self.adapters)
+        if new and room > 0:
+            self.adapters = self.adapters | frozenset(sorted(new)[:room])
 
     def sample(self) -> Sequence[GpuSample | ServerSample]:
         text, content_type = self._fetch()
@@ -59,6 +77,8 @@ class Scraper:
         if flavours.yields_gpus(self.flavour):
             return flavours.gpu_samples(exposition, ts, self.instance)
         self.model = flavours.single_model(exposition)
+        if self.flavour == "vllm":
+            self._learn_adapters(flavours.lora_adapters(exposition))
         try:
             sample = flavours.server_sample(exposition, self.flavour, ts, self.instance)
         except InvalidInput as exc:  # InvalidRecord: absurd values on the server's side
