@@ -62,6 +62,15 @@ class Cause(StrEnum):
     """Speculative decoding no longer pays: the target model rejects the draft's tokens, each
     verification step yields fewer tokens and decode slows (the engine's acceptance counters
     against the reference window)."""
+    KV_TRANSFER_SLOW = "kv_transfer_slow"
+    """Disaggregated serving: the KV cache's transfer from the prefill to the decode instance
+    slowed or fails; the decode instance holds requests waiting for their blocks."""
+    PREFILL_POOL_SATURATED = "prefill_pool_saturated"
+    """Disaggregated serving: the prefill pool cannot keep up (its queue grows) while the
+    decode side is fine: time to first token rises, time per output token does not."""
+    DECODE_POOL_SATURATED = "decode_pool_saturated"
+    """Disaggregated serving: the decode pool cannot keep up: its batches grow (slower
+    tokens) and new requests wait for a slot after their KV cache arrived."""
     UNKNOWN = "unknown"
 
 

@@ -53,6 +53,13 @@ SIGNALS: Final[Mapping[str, str]] = {
     "xid_samples": "count: GPU samples that report an XID error",
     "spec_acceptance_rate": "ratio: accepted ÷ proposed draft tokens (speculative decoding)",
     "spec_accept_length": "tokens: mean tokens one speculative verification step yields",
+    "requests_deferred": "count: mean requests a decode instance holds for their KV cache "
+    "(server scrape; disaggregated serving)",
+    "kv_transfer_mean": "s: mean time from the prefill leg's end until the decode instance "
+    "scheduled the request (KV-cache transfer and the wait behind it; disaggregated requests)",
+    "kv_transfer_p90": "s: that time, 90th percentile",
+    "prefill_queue_mean": "s: mean queue time of the requests' prefill legs on the prefill "
+    "instances (disaggregated requests whose prefill part is stored)",
     "client_pairs": "count: client calls joined to the instance's server records by trace id",
     "client_ttft_p90": "s: time to first token the client saw (joined calls), 90th percentile",
     "client_e2e_p90": "s: end-to-end latency the client saw (joined calls), 90th percentile",
@@ -75,10 +82,12 @@ GPU: Final = "gpu"
 CLIENT: Final = "client"
 #: Speculative decoding's counters in the engine's ``/metrics`` (only engines that speculate).
 SPECULATIVE: Final = "speculative"
+#: The P/D stages of disaggregated requests (only instances that decode for a P/D proxy).
+DISAGGREGATED: Final = "disaggregated"
 #: Families whose absence means a serving feature is off, not that telemetry is missing: an
 #: engine that does not speculate has no acceptance counters. A rule that needs one does not
 #: apply where it is absent — it is neither blind nor a gap in the evidence.
-FEATURE_FAMILIES: Final = frozenset({SPECULATIVE})
+FEATURE_FAMILIES: Final = frozenset({SPECULATIVE, DISAGGREGATED})
 FAMILY_OF: Final[Mapping[str, str]] = {
     **dict.fromkeys(
         ("requests", "request_rate", "error_ratio", "ttft_p50", "ttft_p90", "tpot_p50",
@@ -92,7 +101,7 @@ FAMILY_OF: Final[Mapping[str, str]] = {
     ),
     **dict.fromkeys(
         ("requests_running", "requests_waiting", "kv_cache_usage", "kv_cache_usage_max",
-         "preemptions_per_s"),
+         "preemptions_per_s", "requests_deferred"),
         SERVER,
     ),
     **dict.fromkeys(
@@ -101,6 +110,7 @@ FAMILY_OF: Final[Mapping[str, str]] = {
         GPU,
     ),
     **dict.fromkeys(("spec_acceptance_rate", "spec_accept_length"), SPECULATIVE),
+    **dict.fromkeys(("kv_transfer_mean", "kv_transfer_p90", "prefill_queue_mean"), DISAGGREGATED),
     **dict.fromkeys(
         ("client_pairs", "client_ttft_p90", "client_e2e_p90", "gap_ttft_p50", "gap_ttft_p90",
          "gap_e2e_p50", "gap_e2e_p90"),
@@ -115,6 +125,7 @@ FAMILIES: Final[Mapping[str, str]] = {
     GPU: "GPU samples",
     CLIENT: "client calls joined by trace id",
     SPECULATIVE: "speculative-decoding counters",
+    DISAGGREGATED: "disaggregated (P/D) requests",
 }
 
 

@@ -57,6 +57,7 @@ from infersight.core.query import Selector
 from infersight.core.samples import BENIGN_REASONS, THROTTLE_REASONS
 from infersight.core.signals import (
     CLIENT,
+    DISAGGREGATED,
     GPU,
     REQUESTS,
     SERVER,
@@ -72,6 +73,7 @@ from infersight.storage.tables import (
     gpu_samples,
     incident_diagnoses,
     incidents,
+    request_parts,
     requests,
     server_samples,
 )
@@ -163,7 +165,34 @@ def _request_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
     if cut is not None:
         slow = [r.input_tokens for r in rows if r.ttft_s is not None and r.ttft_s >= cut]
         _put(out, "slow_input_tokens_p50", _quantile(slow, 0.5))
+    split = [r for r in rows if r.role == "decode"]
+    if split:
+        _put(out, "kv_transfer_mean", _mean([r.kv_transfer_s for r in split]))
+        _put(out, "kv_transfer_p90", _quantile([r.kv_transfer_s for r in split], 0.9))
     return out
+
+
+def _prefill_queues(
+    engine: Engine, window: Window, reqs: Mapping[str, Sequence[Any]]
+) -> dict[str, float]:
+    """Per instance, the mean queue time of its disaggregated requests' prefill legs
+    (``request_parts``, joined by trace id; a leg starts after its request, before its end)."""
+    traces = {r.trace_id: name for name, rows in reqs.items() for r in rows if r.role == "decode"}
+    if not traces:
+        return {}
+    parts = request_parts.c
+    query = select(parts.trace_id, parts.queue_s).where(
+        parts.start >= window.start,
+        parts.start < window.end + READING_SPAN_MAX,
+        parts.queue_s.is_not(None),
+    )
+    sums: dict[str, list[float]] = defaultdict(list)
+    with engine.connect() as connection:
+        for trace_id, queue_s in connection.execute(query.limit(MAX_ROWS)):
+            name = traces.get(trace_id)
+            if name is not None:
+                sums[name].append(float(queue_s))
+    return {name: sum(values) / len(values) for name, values in sums.items()}
 
 
 def _server_values(rows: Sequence[Any], window: Window) -> dict[str, float]:
@@ -184,6 +213,7 @@ def _server_values(rows: Sequence[Any], window: Window) -> dict[str, float]:
     # Each scrape's figure covers the interval before it (counters gained over the interval).
     _put(out, "spec_acceptance_rate", _mean([r.spec_acceptance_rate for r in inside]))
     _put(out, "spec_accept_length", _mean([r.spec_accept_length for r in inside]))
+    _put(out, "requests_deferred", _mean([r.requests_deferred for r in inside]))
     return out
 
 
@@ -310,7 +340,8 @@ def window_signals(
         requests.c[c]
         for c in (
             "instance", "model", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preprocess_s",
-            "prefill_s", "decode_s", "input_tokens", "output_tokens", "status",
+            "prefill_s", "decode_s", "input_tokens", "output_tokens", "status", "role",
+            "kv_transfer_s", "trace_id",
         )
     ]  # fmt: skip
     reqs = _grouped(
@@ -345,6 +376,7 @@ def window_signals(
         .order_by(gpu_samples.c.instance, gpu_samples.c.gpu_index, gpu_samples.c.ts),
     )
     clients = _client_pairs(engine, window, selector, aliases or ModelAliases())
+    prefill_queues = _prefill_queues(engine, window, reqs)
     out = []
     for name in instances:
         rows = reqs.get(name, [])
@@ -356,6 +388,7 @@ def window_signals(
         joined = clients.get(name, [])
         if joined:
             values.update(_client_values(joined))
+        _put(values, "prefill_queue_mean", prefill_queues.get(name))
         model = rows[0].model if rows else (selector.model or "")
         inside = any(r.ts >= window.start for r in scrapes)
         available = _available(rows, inside, bool(gpu)) | ({CLIENT} if joined else _NONE)
@@ -372,6 +405,8 @@ def _available(requests_: Sequence[Any], server: bool, gpu: bool) -> frozenset[s
         out.add(REQUESTS)
     if any(getattr(r, stage) is not None for r in requests_ for stage in _STAGES):
         out.add(STAGES)
+    if any(r.role == "decode" for r in requests_):
+        out.add(DISAGGREGATED)
     if server:
         out.add(SERVER)
     if gpu:
