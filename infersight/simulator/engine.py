@@ -65,8 +65,11 @@ class InstanceSim:
         engine_index: int = 0,
         gpu_telemetry: bool = True,
         speculative: SpeculativeDecoding | None = None,
+        role: str = "",
     ) -> None:
         self.name = name
+        #: ``prefill`` / ``decode`` in a disaggregated deployment, else ``""``.
+        self.role = role
         #: Which data-parallel engine of the instance this is (vLLM's ``engine`` label).
         self.engine_index = engine_index
         self._gpu_telemetry = gpu_telemetry
@@ -90,6 +93,9 @@ class InstanceSim:
         self._rid = 0
         self._tok_free = 0.0
         self._pending: deque[RequestState] = deque()
+        #: Requests waiting for their KV cache from a prefill instance (vLLM's "deferred").
+        self._deferred: list[tuple[float, int, RequestState]] = []
+        self.kv_transfer_tokens_total = 0
         self._waiting: deque[RequestState] = deque()
         self._prefilling: list[RequestState] = []
         self._decoding: dict[int, RequestState] = {}
@@ -121,8 +127,14 @@ class InstanceSim:
         listener: TokenListener | None = None,
         temperature: float = 0.7,
         top_p: float = 0.95,
+        kv_transfer_s: float | None = None,
+        kv_failed: bool = False,
     ) -> None:
-        """A request reaches the server's frontend at ``arrival.t`` (≥ the last arrival)."""
+        """A request reaches the server's frontend at ``arrival.t`` (≥ the last arrival).
+
+        With ``kv_transfer_s`` (a disaggregated decode instance) its prompt's KV cache comes
+        from a prefill instance: the request waits (deferred) that long after it is queued,
+        then only its last prompt token is computed here (or, ``kv_failed``, it errors)."""
         fx = self._faults.effects(arrival.t)
         tok = self.profile.tokenizer.time(arrival.input_tokens) * fx.tokenizer_factor
         start = max(arrival.t, self._tok_free)
@@ -131,6 +143,11 @@ class InstanceSim:
         self._rid += 1
         r = RequestState(self._rid, arrival, queued, tok)
         r.temperature, r.top_p = temperature, top_p
+        if kv_transfer_s is not None:
+            r.external = max(0, arrival.input_tokens - 1)
+            r.prefill_left = arrival.input_tokens - r.external
+            r.kv_ready = queued + kv_transfer_s
+            r.kv_failed = kv_failed
         if listener is not None:
             r.listener = listener
         self._pending.append(r)
@@ -143,7 +160,12 @@ class InstanceSim:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        """vLLM's ``num_requests_waiting``: the requests deferred for their KV cache too."""
+        return len(self._waiting) + len(self._deferred)
+
+    @property
+    def deferred(self) -> int:
+        return len(self._deferred)
 
     @property
     def kv_used(self) -> int:
@@ -157,6 +179,8 @@ class InstanceSim:
         if self._busy():
             return self.t
         nxt = self._pending[0].queued if self._pending else math.inf
+        if self._deferred:
+            nxt = min(nxt, self._deferred[0][0])
         if self._arrivals is not None:
             nxt = min(nxt, self._arrivals.peek_time())
         return nxt
@@ -174,9 +198,18 @@ class InstanceSim:
                     self.submit(a, temperature=self._sampling[0], top_p=self._sampling[1])
             pending = self._pending
             while pending and pending[0].queued <= self.t:
-                self._waiting.append(pending.popleft())
+                r = pending.popleft()
+                if r.kv_ready > self.t:
+                    heapq.heappush(self._deferred, (r.kv_ready, r.rid, r))
+                else:
+                    self._ready(r)
+            deferred = self._deferred
+            while deferred and deferred[0][0] <= self.t:
+                self._ready(heapq.heappop(deferred)[2])
             if not self._busy():
                 nxt = pending[0].queued if pending else math.inf
+                if deferred:
+                    nxt = min(nxt, deferred[0][0])
                 if self._arrivals is not None:
                     nxt = min(nxt, self._arrivals.peek_time())
                 if nxt >= t_end:
@@ -191,11 +224,18 @@ class InstanceSim:
             self._sample_until(self.t)
             self._step(t_end)
 
+    def _ready(self, r: RequestState) -> None:
+        """Queued, its KV cache (if it waited for one) here: schedulable, or failed."""
+        if r.kv_failed:
+            self._reject(r, max(r.kv_ready, r.queued), "kv_transfer_failed")
+        else:
+            self._waiting.append(r)
+
     def _step(self, t_end: float) -> None:
         t = self.t
         fx = self._faults.effects(t)
         capacity = self.kv_capacity(fx)
-        chunks = self._schedule(t, capacity)
+        chunks = self._schedule(t, capacity, fx)
         n_dec = len(self._decoding)
         if not chunks:
             if not n_dec:
@@ -213,6 +253,10 @@ class InstanceSim:
             decode = step.gpu_time(seqs, self.kv_used, 0) * self._spec_slowdown(fx)
             gpu = (decode + step.prefill_per_token_s * prefill_tokens) * fx.gpu_factor
             self._count_speculation(n_dec, fx)
+        elif fx.prefill_factor != 1.0 or fx.decode_factor != 1.0:
+            decode = step.gpu_time(seqs, self.kv_used, 0) * fx.decode_factor
+            prefill = step.prefill_per_token_s * prefill_tokens * fx.prefill_factor
+            gpu = (decode + prefill) * fx.gpu_factor
         else:
             gpu = step.gpu_time(seqs, self.kv_used, prefill_tokens) * fx.gpu_factor
         cpu = self.profile.step.cpu_overhead_s * fx.cpu_factor
@@ -247,10 +291,12 @@ class InstanceSim:
         bound = min(t_end, self._next_sample, self._faults.stable_until(t))
         if self._pending:
             bound = min(bound, self._pending[0].queued)
+        if self._deferred:
+            bound = min(bound, self._deferred[0][0])
         if self._arrivals is not None:
             bound = min(bound, self._arrivals.peek_time())
         cost = self.profile.step
-        f = fx.gpu_factor * self._spec_slowdown(fx)
+        f = fx.gpu_factor * self._spec_slowdown(fx) * fx.decode_factor
         g0 = f * (cost.decode_base_s + cost.decode_per_seq_s * n + cost.decode_per_kv_token_s * kv0)
         c1 = f * cost.decode_per_kv_token_s * n
         cpu = cost.cpu_overhead_s * fx.cpu_factor
@@ -295,7 +341,7 @@ class InstanceSim:
         totals[1] += steps * self.speculative.num_speculative_tokens
         totals[2] += tokens - steps
 
-    def _schedule(self, t: float, capacity: int) -> list[tuple[RequestState, int]]:
+    def _schedule(self, t: float, capacity: int, fx: Effects) -> list[tuple[RequestState, int]]:
         """This step's prefill chunks; decoding requests always run (after making KV room)."""
         n_dec = len(self._decoding)
         while n_dec and self.kv_used + n_dec > capacity:
@@ -310,7 +356,10 @@ class InstanceSim:
                 chunks.append((r, chunk))
                 budget -= chunk
                 free -= chunk
-        seats = self.profile.max_num_seqs - n_dec - len(self._prefilling)
+        max_seqs = self.profile.max_num_seqs
+        if fx.seq_scale != 1.0:
+            max_seqs = max(1, int(max_seqs * fx.seq_scale))
+        seats = max_seqs - n_dec - len(self._prefilling)
         limit = min(capacity, self.profile.max_model_len)
         while self._waiting and seats > 0 and budget > 0:
             r = self._waiting[0]
@@ -319,11 +368,18 @@ class InstanceSim:
                 self._reject(r, t)
                 continue
             chunk = min(r.prefill_left, budget)
-            if chunk > free:
+            if chunk + r.external > free:
                 break
             self._waiting.popleft()
             if r.first_sched < 0:
                 r.first_sched, r.g0, r.c0 = t, self._cum_gpu, self._cum_cpu
+            if r.external:  # the transferred KV cache takes its slots now
+                r.computed = r.external
+                self._pf_kv += r.external
+                self.prompt_tokens_total += r.external
+                self.kv_transfer_tokens_total += r.external
+                free -= r.external
+                r.external = 0
             self._prefilling.append(r)
             chunks.append((r, chunk))
             budget -= chunk
@@ -408,12 +464,13 @@ class InstanceSim:
         record = finished_record(r, self._labels, r.trace_id or trace_id, span_id, end)
         self._emit(r, record, request_id)
 
-    def _reject(self, r: RequestState, t: float) -> None:
-        """A prompt that can never fit the KV cache or the context is refused."""
+    def _reject(self, r: RequestState, t: float, error: str = "context_length_exceeded") -> None:
+        """A prompt that can never fit the KV cache or the context is refused (or, on a
+        decode instance, its KV cache never arrived)."""
         self.requests_total += 1
         self.errors_total += 1
         trace_id, span_id, request_id = self._ids.next()
-        record = refused_record(r, self._labels, r.trace_id or trace_id, span_id, t)
+        record = refused_record(r, self._labels, r.trace_id or trace_id, span_id, t, error)
         r.first_sched = t
         self._emit(r, record, request_id)
 
@@ -461,6 +518,7 @@ class InstanceSim:
                     requests_total=float(self.requests_total),
                     request_errors_total=float(self.errors_total),
                     **self._spec_counters(),
+                    **self._pd_gauges(),
                 )
             )
             if self._gpu_telemetry:
@@ -486,6 +544,14 @@ class InstanceSim:
             "spec_drafts_total": drafts,
             "spec_draft_tokens_total": draft_tokens,
             "spec_accepted_tokens_total": accepted,
+        }
+
+    def _pd_gauges(self) -> dict[str, Any]:
+        if self.role != "decode":
+            return {}
+        return {
+            "requests_deferred": float(len(self._deferred)),
+            "kv_transfer_tokens_total": float(self.kv_transfer_tokens_total),
         }
 
     def drain(self) -> Batch:

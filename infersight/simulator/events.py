@@ -15,6 +15,25 @@ from infersight.core.samples import GpuSample, ServerSample
 
 
 @dataclass(frozen=True, slots=True)
+class ProxyLegs:
+    """A disaggregated request's proxy spans (llm-d's routing sidecar) and the decode
+    instance's own record. Times are seconds from the proxy's arrival (the user's record's
+    ``start``); span ids are hex."""
+
+    engine: RequestRecord
+    prefill_target: str
+    connector: str
+    route_s: float
+    prefill_leg_s: float
+    decode_from_s: float
+    decode_leg_s: float
+    total_s: float
+    request_span: str
+    prefill_span: str
+    decode_span: str
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     record: RequestRecord
     request_id: str
@@ -30,6 +49,16 @@ class Completion:
     engine: int = 0
     #: The caller's span (from its ``traceparent``) that the request span is a child of.
     parent_span_id: str = ""
+    #: A disaggregated request's decode side: ``record`` is then the user's request (what
+    #: the user felt, the P/D stages: what infersight should store), ``pd`` the proxy's legs
+    #: and the decode instance's own record. A prefill leg's ``record`` has
+    #: ``role=Role.PREFILL`` (a part, not a request).
+    pd: ProxyLegs | None = None
+
+    @property
+    def served(self) -> RequestRecord:
+        """The record of the engine that served it (its own ``llm_request`` span)."""
+        return self.pd.engine if self.pd is not None else self.record
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,19 @@ class FaultKind(StrEnum):
     DEGRADED_INSTANCE = "degraded_instance"
     CPU_STARVED = "cpu_starved"
     SPEC_DECODE_COLLAPSE = "spec_decode_collapse"
+    KV_TRANSFER_SLOW = "kv_transfer_slow"
+    PREFILL_POOL_OVERLOAD = "prefill_pool_overload"
+    DECODE_POOL_OVERLOAD = "decode_pool_overload"
+
+
+#: Faults of a disaggregated deployment's pool: one names any instance of its pool (its
+#: ground truth's instance) and acts on every instance of that pool.
+POOL_FAULTS: Final = {
+    FaultKind.PREFILL_POOL_OVERLOAD: "prefill",
+    FaultKind.DECODE_POOL_OVERLOAD: "decode",
+}
+#: Faults that only a disaggregated deployment's instance of this role can have.
+ROLE_FAULTS: Final = {**POOL_FAULTS, FaultKind.KV_TRANSFER_SLOW: "decode"}
 
 
 #: The diagnosis (the cause vocabulary of ``alerts.rules.Cause``) each fault should lead to.
@@ -38,6 +51,9 @@ EXPECTED_CAUSE: Final = {
     FaultKind.DEGRADED_INSTANCE: "instance_degraded",
     FaultKind.CPU_STARVED: "host_bound",
     FaultKind.SPEC_DECODE_COLLAPSE: "spec_decode_collapse",
+    FaultKind.KV_TRANSFER_SLOW: "kv_transfer_slow",
+    FaultKind.PREFILL_POOL_OVERLOAD: "prefill_pool_saturated",
+    FaultKind.DECODE_POOL_OVERLOAD: "decode_pool_saturated",
 }
 
 #: The diagnosis each fault should lead to without GPU telemetry (``--gpu-source none``): the
@@ -63,6 +79,9 @@ DEFAULT_MAGNITUDE: Final = {
     FaultKind.DEGRADED_INSTANCE: 1.8,  # GPU-time multiplier
     FaultKind.CPU_STARVED: 25.0,  # host CPU-time multiplier
     FaultKind.SPEC_DECODE_COLLAPSE: 0.2,  # draft acceptance as a fraction of its healthy rate
+    FaultKind.KV_TRANSFER_SLOW: 30.0,  # KV-transfer time multiplier (to one decode instance)
+    FaultKind.PREFILL_POOL_OVERLOAD: 3.0,  # prefill compute-time multiplier (the prefill pool)
+    FaultKind.DECODE_POOL_OVERLOAD: 2.5,  # decode step time × and batch slots ÷ (decode pool)
 }
 
 
@@ -82,6 +101,16 @@ class Effects:
     #: The draft tokens' acceptance rate as a fraction of the deployment's own (speculative
     #: decoding only; the traffic changed under a draft model tuned for other prompts).
     spec_acceptance_scale: float = 1.0
+    #: Disaggregated serving: the KV transfers into this (decode) instance take this much
+    #: longer, and this share of them fails (the request errors on the decode instance).
+    kv_transfer_factor: float = 1.0
+    kv_failure_share: float = 0.0
+    #: Prefill compute per token (a prefill pool with less capacity than it had).
+    prefill_factor: float = 1.0
+    #: Decode steps take this much longer, and only this share of ``max_num_seqs`` is usable
+    #: (a decode pool with less capacity than it had: fewer, slower slots).
+    decode_factor: float = 1.0
+    seq_scale: float = 1.0
 
     @property
     def gpu_factor(self) -> float:
@@ -101,6 +130,8 @@ class Fault:
     start_s: float
     end_s: float
     magnitude: float
+    #: ``kv_transfer_slow`` only: the share of the slowed transfers that fail, in [0, 1).
+    failing: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, FaultKind):
@@ -128,11 +159,21 @@ class Fault:
             raise InvalidInput(f"{self.kind} magnitude is a fraction in (0, 1]")
         if not fractional and self.magnitude < 1.0:
             raise InvalidInput(f"{self.kind} magnitude is a multiplier ≥ 1")
+        if not (math.isfinite(self.failing) and 0.0 <= self.failing < 1.0):
+            raise InvalidInput("a fault's failing share must be in [0, 1)")
+        if self.failing and self.kind is not FaultKind.KV_TRANSFER_SLOW:
+            raise InvalidInput("only kv_transfer_slow has a failing share")
 
     def active(self, t: float) -> bool:
         return self.start_s <= t < self.end_s
 
     def apply(self, fx: Effects) -> Effects:
+        if self.kind is FaultKind.KV_TRANSFER_SLOW:
+            return replace(
+                fx,
+                kv_transfer_factor=fx.kv_transfer_factor * self.magnitude,
+                kv_failure_share=1.0 - (1.0 - fx.kv_failure_share) * (1.0 - self.failing),
+            )
         return _APPLY[self.kind](fx, self.magnitude)
 
 
@@ -158,6 +199,12 @@ _APPLY: Final[dict[FaultKind, Callable[[Effects, float], Effects]]] = {
     FaultKind.CPU_STARVED: _cpu_starved,
     FaultKind.SPEC_DECODE_COLLAPSE: lambda fx, m: replace(
         fx, spec_acceptance_scale=fx.spec_acceptance_scale * m
+    ),
+    FaultKind.PREFILL_POOL_OVERLOAD: lambda fx, m: replace(
+        fx, prefill_factor=fx.prefill_factor * m
+    ),
+    FaultKind.DECODE_POOL_OVERLOAD: lambda fx, m: replace(
+        fx, decode_factor=fx.decode_factor * m, seq_scale=fx.seq_scale / m
     ),
 }
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from infersight.core.errors import InvalidInput
 from infersight.core.samples import (
     SERVER_COUNTER_FIELDS,
     SERVER_GAUGE_FIELDS,
@@ -32,10 +33,11 @@ from infersight.core.samples import (
     ServerSample,
     with_interval_ratios,
 )
+from infersight.simulator.disaggregated import PdRouter
 from infersight.simulator.engine import InstanceSim
 from infersight.simulator.events import Batch, Completion, EngineSample
-from infersight.simulator.faults import FaultSchedule
-from infersight.simulator.scenario import InjectedFault, Scenario
+from infersight.simulator.faults import POOL_FAULTS, FaultSchedule
+from infersight.simulator.scenario import Deployment, InjectedFault, Scenario
 from infersight.simulator.sinks import Sink
 from infersight.simulator.workload import ArrivalStream, scaled
 
@@ -66,10 +68,85 @@ class RunResult:
 
 
 def build_instances(scenario: Scenario) -> list[InstanceSim]:
-    """One ``InstanceSim`` per engine (one per instance unless it is data-parallel)."""
+    """One ``InstanceSim`` per engine (one per instance unless it is data-parallel); a
+    disaggregated deployment runs only in virtual time (``build_fleet``)."""
+    instances, routers = build_fleet(scenario)
+    if routers:
+        raise InvalidInput("disaggregated deployments are simulated in virtual time only")
+    return instances
+
+
+def _pd_faults(scenario: Scenario, d: Deployment, name: str) -> FaultSchedule:
+    """``name``'s own faults, and its pool's (a pool fault names one instance of the pool)."""
+    pd = d.disaggregated
+    assert pd is not None
+    pool = pd.pool(pd.role(name))
+    return FaultSchedule(
+        [
+            f
+            for f in scenario.faults
+            if f.instance == name
+            or (POOL_FAULTS.get(f.kind) == pd.role(name) and f.instance in pool)
+        ]
+    )
+
+
+def _pd_router(scenario: Scenario, d: Deployment, index: int) -> PdRouter:
+    """A disaggregated deployment: its pools' engines (seeded by their place in the fleet
+    as any instance) and the proxies in front of its decode instances."""
+    pd = d.disaggregated
+    assert pd is not None
+    sims: dict[str, InstanceSim] = {}
+    arrivals = []
+    decode_faults = []
+    for offset, name in enumerate(d.instances):
+        seeds = np.random.SeedSequence([scenario.seed, index + offset]).spawn(2)
+        faults = _pd_faults(scenario, d, name)
+        role = pd.role(name)
+        if role == "decode":
+            arrivals.append(
+                ArrivalStream(
+                    d.arrival,
+                    d.mix,
+                    np.random.default_rng(seeds[0]),
+                    faults,
+                    max_input_tokens=d.profile.max_model_len - 1,
+                )
+            )
+            decode_faults.append(faults)
+        sims[name] = InstanceSim(
+            name,
+            d.profile,
+            epoch=scenario.start,
+            rng=np.random.default_rng(seeds[1]),
+            faults=faults,
+            sample_interval_s=scenario.sample_interval_s,
+            sampling=(d.mix.temperature, d.mix.top_p),
+            gpu_telemetry=scenario.gpu_telemetry,
+            speculative=d.speculative if role == "decode" else None,
+            role=role,
+        )
+    return PdRouter(
+        pd,
+        [sims[n] for n in pd.prefill],
+        [sims[n] for n in pd.decode],
+        arrivals,
+        decode_faults,
+        np.random.default_rng(np.random.SeedSequence([scenario.seed, index, 1 << 20])),
+        scenario.start,
+    )
+
+
+def build_fleet(scenario: Scenario) -> tuple[list[InstanceSim], list[PdRouter]]:
+    """The standalone engines, and one router per disaggregated deployment."""
     instances = []
+    routers = []
     index = 0
     for deployment in scenario.deployments:
+        if deployment.disaggregated is not None:
+            routers.append(_pd_router(scenario, deployment, index))
+            index += len(deployment.instances)
+            continue
         n = deployment.engines
         process = deployment.arrival if n == 1 else scaled(deployment.arrival, 1.0 / n)
         for name in deployment.instances:
@@ -101,7 +178,7 @@ def build_instances(scenario: Scenario) -> list[InstanceSim]:
                     )
                 )
             index += 1
-    return instances
+    return instances, routers
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -154,7 +231,7 @@ def run_scenario(
     clock: Callable[[], float] = time.perf_counter,
 ) -> RunResult:
     """Run ``scenario`` to its end in virtual time; sinks are written but not closed."""
-    instances = build_instances(scenario)
+    instances, routers = build_fleet(scenario)
     started = clock()
     t = 0.0
     requests = errors = server = gpu = 0
@@ -169,6 +246,11 @@ def run_scenario(
             part = sim.drain()
             completions.extend(part.completions)
             engines.extend(EngineSample(sim.engine_index, s) for s in part.server_samples)
+            gpus.extend(part.gpu_samples)
+        for router in routers:
+            part = router.advance_to(t)
+            completions.extend(part.completions)
+            engines.extend(EngineSample(0, s) for s in part.server_samples)
             gpus.extend(part.gpu_samples)
         completions.sort(key=lambda c: c.record.start)
         servers = _instance_samples(engines, previous)
@@ -189,6 +271,7 @@ def run_scenario(
         errors=errors,
         server_samples=server,
         gpu_samples=gpu,
-        preemptions=sum(sim.preemptions_total for sim in instances),
+        preemptions=sum(sim.preemptions_total for sim in instances)
+        + sum(router.preemptions_total for router in routers),
         ground_truth=scenario.ground_truth(),
     )

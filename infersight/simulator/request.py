@@ -35,6 +35,7 @@ class RequestState:
         "arrival",
         "c0",
         "computed",
+        "external",
         "finish_at",
         "first_sched",
         "first_token",
@@ -45,6 +46,8 @@ class RequestState:
         "generation",
         "input_tokens",
         "join_counter",
+        "kv_failed",
+        "kv_ready",
         "listener",
         "max_tokens",
         "output_tokens",
@@ -89,6 +92,12 @@ class RequestState:
         self.g0 = 0.0
         self.c0 = 0.0
         self.listener: TokenListener | None = None
+        #: Disaggregated decode: prompt tokens whose KV cache comes from the prefill instance
+        #: (not computed here), when it has arrived (virtual s; < 0: nothing to wait for),
+        #: and whether the transfer fails.
+        self.external = 0
+        self.kv_ready = -1.0
+        self.kv_failed = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +164,12 @@ def finished_record(
 
 
 def refused_record(
-    r: RequestState, labels: Labels, trace_id: str, span_id: str, t: float
+    r: RequestState,
+    labels: Labels,
+    trace_id: str,
+    span_id: str,
+    t: float,
+    error_type: str = "context_length_exceeded",
 ) -> RequestRecord:
     return RequestRecord(
         trace_id=trace_id,
@@ -175,6 +189,6 @@ def refused_record(
         input_tokens=r.input_tokens,
         output_tokens=0,
         status=Status.ERROR,
-        error_type="context_length_exceeded",
+        error_type=error_type,
         finish_reason="abort",
     )

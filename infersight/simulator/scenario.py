@@ -13,12 +13,63 @@ from typing import Final
 
 from infersight.core.errors import InvalidInput
 from infersight.core.records import check_label, check_timestamp
-from infersight.simulator.faults import EXPECTED_CAUSE, Fault, FaultKind
+from infersight.simulator.faults import EXPECTED_CAUSE, ROLE_FAULTS, Fault, FaultKind
 from infersight.simulator.profiles import ModelProfile, SpeculativeDecoding
 from infersight.simulator.workload import ArrivalProcess, RequestMix
 
 #: Data-parallel engines one simulated instance may run.
 MAX_ENGINES: Final = 16
+#: Instances one pool of a disaggregated deployment may have.
+MAX_POOL: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Disaggregation:
+    """Disaggregated prefill/decode serving behind an llm-d-style routing proxy.
+
+    Each user request reaches the proxy in front of one decode instance (its share of the
+    deployment's traffic), which waits ``route_s``, sends the prompt to a prefill instance
+    (one output token), then the request to its own decode instance; that one holds the
+    request while its KV cache arrives (``kv_transfer_s``: the transfer of a
+    ``kv_reference_tokens``-token prompt, proportional to the prompt's length) and then
+    decodes every output token. ``connector`` is the proxy's ``llm_d.pd_proxy.connector``.
+    """
+
+    prefill: tuple[str, ...]
+    decode: tuple[str, ...]
+    kv_transfer_s: float = 0.03
+    kv_reference_tokens: int = 0
+    route_s: float = 0.003
+    connector: str = "nixlv2"
+
+    def __post_init__(self) -> None:
+        for pool, names in (("prefill", self.prefill), ("decode", self.decode)):
+            if not 1 <= len(names) <= MAX_POOL:
+                raise InvalidInput(f"a disaggregated {pool} pool needs 1 to {MAX_POOL} instances")
+        if set(self.prefill) & set(self.decode):
+            raise InvalidInput("an instance cannot be in both the prefill and the decode pool")
+        for name, value in (("kv_transfer", self.kv_transfer_s), ("route", self.route_s)):
+            if not math.isfinite(value) or not 0.0 <= value <= 60.0:
+                raise InvalidInput(f"disaggregated {name} time must be in [0, 60] s")
+        if self.kv_reference_tokens < 0:
+            raise InvalidInput("kv_reference_tokens must be ≥ 0 (0: a fixed transfer time)")
+        if not self.connector:
+            raise InvalidInput("a disaggregated deployment needs a KV connector name")
+
+    def role(self, instance: str) -> str:
+        """``prefill``, ``decode`` or ``""`` (not in this deployment)."""
+        if instance in self.prefill:
+            return "prefill"
+        return "decode" if instance in self.decode else ""
+
+    def pool(self, role: str) -> tuple[str, ...]:
+        return self.prefill if role == "prefill" else self.decode
+
+    def transfer_s(self, input_tokens: int) -> float:
+        """The healthy KV transfer of a prompt of ``input_tokens``."""
+        if not self.kv_reference_tokens:
+            return self.kv_transfer_s
+        return self.kv_transfer_s * input_tokens / self.kv_reference_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +89,17 @@ class Deployment:
     engines: int = 1
     #: Speculative decoding on every engine of the deployment (``None``: off).
     speculative: SpeculativeDecoding | None = None
+    #: Disaggregated prefill/decode (``None``: every instance serves whole requests);
+    #: ``instances`` are then its prefill pool, then its decode pool.
+    disaggregated: Disaggregation | None = None
 
     def __post_init__(self) -> None:
+        pd = self.disaggregated
+        if pd is not None:
+            if self.instances != pd.prefill + pd.decode:
+                raise InvalidInput("a disaggregated deployment's instances are its two pools")
+            if self.engines != 1:
+                raise InvalidInput("a disaggregated deployment runs one engine per instance")
         if not 1 <= self.engines <= MAX_ENGINES:
             raise InvalidInput(f"engines per instance must be in [1, {MAX_ENGINES}]")
         if not self.instances:
@@ -97,6 +157,20 @@ class Scenario:
                 )
             if fault.start_s >= self.duration_s:
                 raise InvalidInput("a fault starts after the scenario ends")
+            role = ROLE_FAULTS.get(fault.kind)
+            if role is not None and self.role(fault.instance) != role:
+                raise InvalidInput(
+                    f"{fault.kind} needs an instance of a disaggregated deployment's {role} "
+                    f"pool, not {fault.instance!r}"
+                )
+
+    def role(self, instance: str) -> str:
+        """The instance's role: ``prefill`` or ``decode`` in a disaggregated deployment,
+        else ``""``."""
+        for d in self.deployments:
+            if d.disaggregated is not None and instance in d.instances:
+                return d.disaggregated.role(instance)
+        return ""
 
     @property
     def instances(self) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from infersight.simulator.profiles import (
     StepCosts,
     TokenizerCosts,
 )
-from infersight.simulator.scenario import Deployment, Scenario
+from infersight.simulator.scenario import Deployment, Disaggregation, Scenario
 from infersight.simulator.workload import (
     ArrivalProcess,
     Bursts,
@@ -204,6 +204,32 @@ class SpeculativeSpec(_Spec):
         return SpeculativeDecoding(self.num_speculative_tokens, self.acceptance_rate)
 
 
+class DisaggregatedSpec(_Spec):
+    """``disaggregated:`` of a deployment: its two pools (instances named
+    ``{name_prefix}-prefill-{i}`` and ``{name_prefix}-decode-{i}``) and the proxy's timings."""
+
+    prefill_instances: int = Field(ge=1, le=64)
+    decode_instances: int = Field(ge=1, le=64)
+    #: The KV cache's transfer from the prefill to the decode instance (per request).
+    kv_transfer: float | str = "30ms"
+    #: When set, ``kv_transfer`` is the transfer of a prompt of this many tokens, and a
+    #: transfer takes time in proportion to its prompt.
+    kv_reference_tokens: int = Field(default=0, ge=0)
+    #: The proxy's own time before it sends the prefill leg (routing).
+    route: float | str = "3ms"
+    connector: str = Field(default="nixlv2", min_length=1, max_length=64)
+
+    def convert(self, prefix: str) -> Disaggregation:
+        return Disaggregation(
+            prefill=tuple(f"{prefix}-prefill-{i}" for i in range(self.prefill_instances)),
+            decode=tuple(f"{prefix}-decode-{i}" for i in range(self.decode_instances)),
+            kv_transfer_s=parse_duration(self.kv_transfer),
+            kv_reference_tokens=self.kv_reference_tokens,
+            route_s=parse_duration(self.route),
+            connector=self.connector,
+        )
+
+
 class DeploymentSpec(_Spec):
     profile: str
     instances: int | list[str] = 1
@@ -212,6 +238,7 @@ class DeploymentSpec(_Spec):
     arrival: ArrivalSpec
     mix: MixSpec
     speculative: SpeculativeSpec | None = None
+    disaggregated: DisaggregatedSpec | None = None
 
 
 class FaultSpec(_Spec):
@@ -220,6 +247,8 @@ class FaultSpec(_Spec):
     start: float | str
     end: float | str
     magnitude: float | None = None
+    #: ``kv_transfer_slow``: the share of the slowed transfers that fail.
+    failing: float = Field(default=0.0, ge=0.0, lt=1.0)
 
 
 class ScenarioBody(_Spec):
@@ -284,7 +313,24 @@ def load_profile(name_or_path: str | Path) -> ModelProfile:
     return spec.convert(gpu)
 
 
+def _disaggregation(d: DeploymentSpec, profile: ModelProfile) -> Disaggregation | None:
+    if d.disaggregated is None:
+        return None
+    if "instances" in d.model_fields_set:
+        raise InvalidInput(
+            "a disaggregated deployment sizes its pools with disaggregated.prefill_instances "
+            "and disaggregated.decode_instances, not instances",
+            details={"profile": d.profile},
+        )
+    if d.engines != 1:
+        raise InvalidInput("a disaggregated deployment runs one engine per instance (engines: 1)")
+    return d.disaggregated.convert(d.name_prefix or profile.name)
+
+
 def _instance_names(d: DeploymentSpec, profile: ModelProfile) -> tuple[str, ...]:
+    if d.disaggregated is not None:
+        pd = d.disaggregated.convert(d.name_prefix or profile.name)
+        return pd.prefill + pd.decode
     if isinstance(d.instances, list):
         return tuple(d.instances)
     prefix = d.name_prefix or profile.name
@@ -301,14 +347,18 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
     for d in body.fleet:
         profile = load_profile(d.profile)
         names = _instance_names(d, profile)
+        pd = _disaggregation(d, profile)
+        # A split deployment's traffic reaches the proxies in front of its decode instances.
+        entries = len(pd.decode) if pd is not None else len(names)
         deployments.append(
             Deployment(
                 profile=profile,
                 instances=names,
-                arrival=d.arrival.convert(1.0 / len(names), start_of_day),
+                arrival=d.arrival.convert(1.0 / entries, start_of_day),
                 mix=d.mix.convert(),
                 engines=d.engines,
                 speculative=d.speculative.convert() if d.speculative is not None else None,
+                disaggregated=pd,
             )
         )
     faults = tuple(
@@ -318,6 +368,7 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
             start_s=parse_duration(f.start),
             end_s=parse_duration(f.end),
             magnitude=f.magnitude if f.magnitude is not None else DEFAULT_MAGNITUDE[f.kind],
+            failing=f.failing,
         )
         for f in body.faults
     )

@@ -28,6 +28,7 @@ exporter: ``http(s)://…`` → OTLP/HTTP protobuf (``/v1/traces`` appended when
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -58,6 +59,9 @@ _NS = 1_000_000_000
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _SERVER_SCOPE: Final = InstrumentationScope("vllm.entrypoints.openai.api_server")
 _CLIENT_SCOPE: Final = InstrumentationScope("opentelemetry.instrumentation.openai_v2")
+_PROXY_SCOPE: Final = InstrumentationScope("llm-d-routing-sidecar")
+#: The ``service.name`` of llm-d's routing sidecar (the P/D proxy beside a decode instance).
+PROXY_SERVICE: Final = "llm-d-routing-sidecar"
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +267,9 @@ class OtlpSink:
         self.spans += 1
 
     def emit(self, c: Completion) -> None:
+        if c.pd is not None:
+            self._emit_disaggregated(c)
+            return
         r = c.record
         server = self._route(r.instance)
         trace_id = int(r.trace_id, 16)
@@ -317,6 +324,64 @@ class OtlpSink:
                 gateway[1],
                 gateway[2],
             )
+
+    def _emit_disaggregated(self, c: Completion) -> None:
+        """A split request's decode side: the decode instance's own ``llm_request`` span, a
+        child of the proxy's ``decode`` leg, and the proxy's ``forward_request`` /
+        ``prefill`` / ``decode`` spans (llm-d's ``pkg/sidecar/proxy``), exported by the proxy
+        in the decode pod to that pod's endpoint. (The prefill instance's span is its own
+        completion, a child of the ``prefill`` leg.)"""
+        legs = c.pd
+        assert legs is not None
+        self.emit(dataclasses.replace(c, record=legs.engine, pd=None))
+        r = c.record
+        proxy = self._route(r.instance, PROXY_SERVICE)
+        trace_id = int(r.trace_id, 16)
+        start_ns = int(r.start.timestamp() * _NS)
+        request = int(legs.request_span, 16)
+
+        def at(offset_s: float) -> int:
+            return start_ns + round(offset_s * _NS)
+
+        connector = {"llm_d.pd_proxy.connector": legs.connector}
+        target = {"llm_d.pd_proxy.prefill_target": legs.prefill_target}
+        self._span(
+            proxy,
+            "prefill",
+            SpanKind.INTERNAL,
+            trace_id,
+            int(legs.prefill_span, 16),
+            request,
+            at(legs.route_s),
+            at(legs.route_s + legs.prefill_leg_s),
+            {**target, **connector},
+            scope=_PROXY_SCOPE,
+        )
+        self._span(
+            proxy,
+            "decode",
+            SpanKind.INTERNAL,
+            trace_id,
+            int(legs.decode_span, 16),
+            request,
+            at(legs.decode_from_s),
+            at(legs.decode_from_s + legs.decode_leg_s),
+            connector,
+            scope=_PROXY_SCOPE,
+        )
+        self._span(
+            proxy,
+            "forward_request",
+            SpanKind.SERVER,
+            trace_id,
+            request,
+            None,
+            start_ns,
+            at(legs.total_s),
+            {**connector, "llm_d.pd_proxy.disaggregation_used": True, **target},
+            Status(StatusCode.ERROR, r.error_type) if r.is_error else None,
+            scope=_PROXY_SCOPE,
+        )
 
     def _client_spans(
         self, c: Completion, trace_id: int, span_id: int, start_ns: int, end_ns: int

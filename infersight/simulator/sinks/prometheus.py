@@ -106,7 +106,7 @@ _HISTOGRAMS: Final = {
 class _EngineState:
     """One engine's series: histograms, finish reasons, gauges and counters."""
 
-    __slots__ = ("counters", "gauges", "hists", "spec", "success")
+    __slots__ = ("counters", "gauges", "hists", "pd", "spec", "success")
 
     def __init__(self) -> None:
         self.hists = {name: Hist(bounds) for name, (_, bounds) in _HISTOGRAMS.items()}
@@ -118,6 +118,8 @@ class _EngineState:
         self.counters = {"preemptions": 0.0, "prompt": 0.0, "generation": 0.0}
         #: Speculative-decoding counters, only on an engine that speculates.
         self.spec: dict[str, float] = {}
+        #: A disaggregated decode engine's deferred requests and transferred prompt tokens.
+        self.pd: dict[str, float] = {}
 
 
 _GAUGES: Final = (
@@ -159,7 +161,7 @@ class VllmCollector(Collector):
         return self._engines[index]
 
     def observe(self, c: Completion) -> None:
-        r = c.record
+        r = c.served
         with self._lock:
             state = self._engine(c.engine)
             reason = r.finish_reason or "stop"
@@ -200,6 +202,11 @@ class VllmCollector(Collector):
                 for _, field, _ in _SPEC_COUNTERS
                 if (value := getattr(s, field)) is not None
             }
+            if s.requests_deferred is not None:
+                state.pd = {
+                    "deferred": s.requests_deferred,
+                    "transferred": s.kv_transfer_tokens_total or 0.0,
+                }
 
     def collect(self) -> Iterator[Metric]:
         names = ["model_name", "engine"]
@@ -222,6 +229,7 @@ class VllmCollector(Collector):
                     for values, state in speculating:
                         c.add_metric(values, state.spec[key])
                     yield c
+            yield from _pd_families(engines, names)
             success = CounterMetricFamily(
                 "vllm:request_success",
                 "Count of successfully processed requests.",
@@ -237,6 +245,38 @@ class VllmCollector(Collector):
                     hist = state.hists[name]
                     family.add_metric(values, hist.buckets(), hist.total)
                 yield family
+
+
+def _pd_families(
+    engines: list[tuple[list[str], _EngineState]], names: list[str]
+) -> Iterator[Metric]:
+    """vLLM's waiting requests by reason (``deferred``: held for their KV cache from a
+    prefill instance; ``capacity``: the rest) and prompt tokens by source
+    (``external_kv_transfer``: the transferred prompt; ``local_compute``: the rest), on a
+    disaggregated decode engine."""
+    pd = [(values, state) for values, state in engines if state.pd]
+    if not pd:
+        return
+    waiting = GaugeMetricFamily(
+        "vllm:num_requests_waiting_by_reason",
+        "Number of requests waiting, by the reason they wait.",
+        labels=[*names, "reason"],
+    )
+    source = CounterMetricFamily(
+        "vllm:prompt_tokens_by_source",
+        "Number of prompt tokens, by where their KV cache came from.",
+        labels=[*names, "source"],
+    )
+    for values, state in pd:
+        deferred, transferred = state.pd["deferred"], state.pd["transferred"]
+        waiting.add_metric([*values, "capacity"], max(0.0, state.gauges["waiting"] - deferred))
+        waiting.add_metric([*values, "deferred"], deferred)
+        local = max(0.0, state.counters["prompt"] - transferred)
+        source.add_metric([*values, "local_compute"], local)
+        source.add_metric([*values, "local_cache_hit"], 0.0)
+        source.add_metric([*values, "external_kv_transfer"], transferred)
+    yield waiting
+    yield source
 
 
 _SGLANG_GAUGES: Final = (
@@ -279,7 +319,7 @@ class SglangCollector(Collector):
         return self._ranks[index], self._hists[index]
 
     def observe(self, c: Completion) -> None:
-        r = c.record
+        r = c.served
         with self._lock:
             values, hists = self._rank(c.engine)
             values["requests"] += 1
