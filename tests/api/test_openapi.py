@@ -58,6 +58,7 @@ SURFACE = {
     "GET /api/v1/latency": _q(*sorted([*_WINDOW, "method", "metric", "quantiles"])),
     "GET /api/v1/latency/gap": _q("end", "model", "quantiles", "range", "start", "tenant"),
     "GET /api/v1/engines": _q("end", "instance", "range", "start"),
+    "GET /api/v1/pools": _q("end", "range", "start"),
     "GET /api/v1/purchasing": _q("end", "floor", "range", "start", "target", "top", "tz"),
     "GET /api/v1/reports": _q("kind", "limit"),
     "GET /api/v1/reports/{report_id}": ["path:report_id"],

@@ -1,5 +1,5 @@
 """``/api/v1/latency``, ``/api/v1/latency/gap``, ``/api/v1/throughput``,
-``/api/v1/breakdown`` and ``/api/v1/engines``: the query routes.
+``/api/v1/breakdown``, ``/api/v1/engines`` and ``/api/v1/pools``: the query routes.
 
 Each route parses the common parameters, calls one ``storage.queries`` function and turns the
 ``core`` answer into JSON. Rollup resolution follows the retention policy, so a window older
@@ -30,7 +30,7 @@ from infersight.core.quantiles import parse_quantiles, quantile_key
 from infersight.core.query import LATENCY_METRICS, Method
 from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
-from infersight.storage import client_reads, queries, server_engines
+from infersight.storage import client_reads, pools, queries, server_engines
 
 Params = Annotated[Common, Depends(common)]
 QueryWindow = Annotated[Window, Depends(window_query)]
@@ -283,4 +283,26 @@ def engines(
         "start": iso(window.start),
         "end": iso(window.end),
         "servers": [row.to_dict() for row in rows],
+    }
+
+
+@router.get(
+    "/pools",
+    summary="Each instance's part in disaggregated prefill/decode serving",
+    description=(
+        "Per instance, over the window: its role (prefill: it stored prefill legs; decode: it "
+        "answered users' requests a P/D proxy split; unified: neither), its requests (a "
+        "prefill instance's prefill legs; a decode instance's users' requests, each counted "
+        "once, there), tokens, and mean queue, prefill, KV transfer, TTFT and TPOT (seconds; "
+        "null where never reported). `disaggregated` says whether any instance takes part. "
+        + WINDOW_RULES
+    ),
+)
+def pool_lines(app: App, window: QueryWindow) -> dict[str, Any]:
+    lines = pools.pool_summaries(app.engine, window)
+    return {
+        "start": iso(window.start),
+        "end": iso(window.end),
+        "disaggregated": pools.disaggregated(lines),
+        "instances": [line.to_dict() for line in lines],
     }

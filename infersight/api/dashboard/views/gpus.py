@@ -17,7 +17,7 @@ from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.shared import label_step
 from infersight.core.records import GROUP_LABELS
-from infersight.storage import server_engines, timeseries
+from infersight.storage import pools, server_engines, timeseries
 
 NAME: Final = "gpus"
 TITLE: Final = "GPUs"
@@ -107,8 +107,17 @@ def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
         "step_s": ctx.gpu_step_s,
         "servers": servers,
         "speculating": any(s.speculates for s in servers),
+        "pools": _pools(app, ctx, instances),
         "engines": _engines(app, ctx, instances),
     }
+
+
+def _pools(app: AppContext, ctx: Context, instances: list[str] | None) -> list[pools.PoolLine]:
+    """The instances' roles in disaggregated serving (none: no instance takes part)."""
+    lines = pools.pool_summaries(app.engine, ctx.window)
+    if instances is not None:
+        lines = [line for line in lines if line.instance in instances]
+    return lines if pools.disaggregated(lines) else []
 
 
 def _engines(app: AppContext, ctx: Context, instances: list[str] | None) -> dict[str, Any] | None:
