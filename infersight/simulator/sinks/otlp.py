@@ -210,6 +210,7 @@ class OtlpSink:
         self._flush_on_write = flush_on_write
         self._client = client
         self._routes: dict[tuple[str, str], _Route] = {}
+        self._proxies: dict[str, Resource] = {}
         self.exporters: dict[str, CountingExporter] = {}
         self.spans = 0
 
@@ -246,6 +247,7 @@ class OtlpSink:
         attributes: Mapping[str, Any] | None = None,
         status: Status | None = None,
         scope: InstrumentationScope = _SERVER_SCOPE,
+        resource: Resource | None = None,
     ) -> None:
         context = SpanContext(trace_id, span_id, False, _SAMPLED)
         parent_context = (
@@ -255,7 +257,7 @@ class OtlpSink:
             name=name,
             context=context,
             parent=parent_context,
-            resource=route.resource,
+            resource=resource or route.resource,
             attributes=dict(attributes or {}),
             kind=kind,
             status=status or Status(StatusCode.UNSET),
@@ -329,13 +331,23 @@ class OtlpSink:
         """A split request's decode side: the decode instance's own ``llm_request`` span, a
         child of the proxy's ``decode`` leg, and the proxy's ``forward_request`` /
         ``prefill`` / ``decode`` spans (llm-d's ``pkg/sidecar/proxy``), exported by the proxy
-        in the decode pod to that pod's endpoint. (The prefill instance's span is its own
+        in the decode pod to that pod's endpoint, in the same exports as the decode
+        instance's span (their own resource). (The prefill instance's span is its own
         completion, a child of the ``prefill`` leg.)"""
         legs = c.pd
         assert legs is not None
         self.emit(dataclasses.replace(c, record=legs.engine, pd=None))
         r = c.record
-        proxy = self._route(r.instance, PROXY_SERVICE)
+        proxy = self._route(r.instance)
+        if r.instance not in self._proxies:
+            self._proxies[r.instance] = Resource.create(
+                {
+                    "service.name": PROXY_SERVICE,
+                    "service.instance.id": f"{PROXY_SERVICE}@{r.instance}",
+                    "host.name": r.instance,
+                }
+            )
+        resource = self._proxies[r.instance]
         trace_id = int(r.trace_id, 16)
         start_ns = int(r.start.timestamp() * _NS)
         request = int(legs.request_span, 16)
@@ -356,6 +368,7 @@ class OtlpSink:
             at(legs.route_s + legs.prefill_leg_s),
             {**target, **connector},
             scope=_PROXY_SCOPE,
+            resource=resource,
         )
         self._span(
             proxy,
@@ -368,6 +381,7 @@ class OtlpSink:
             at(legs.decode_from_s + legs.decode_leg_s),
             connector,
             scope=_PROXY_SCOPE,
+            resource=resource,
         )
         self._span(
             proxy,
@@ -381,6 +395,7 @@ class OtlpSink:
             {**connector, "llm_d.pd_proxy.disaggregation_used": True, **target},
             Status(StatusCode.ERROR, r.error_type) if r.is_error else None,
             scope=_PROXY_SCOPE,
+            resource=resource,
         )
 
     def _client_spans(
