@@ -123,7 +123,14 @@ FAULT_FILES: Final = {
     FaultKind.DEGRADED_INSTANCE: "fault-degraded-instance",
     FaultKind.CPU_STARVED: "fault-cpu-starved",
     FaultKind.SPEC_DECODE_COLLAPSE: "fault-spec-decode-collapse",
+    FaultKind.KV_TRANSFER_SLOW: "fault-kv-transfer-slow",
+    FaultKind.PREFILL_POOL_OVERLOAD: "fault-prefill-pool-overload",
+    FaultKind.DECODE_POOL_OVERLOAD: "fault-decode-pool-overload",
 }
+#: Faults of a disaggregated fleet: one engine per instance, no client spans (#30).
+PD_FAULTS: Final = frozenset(
+    {FaultKind.KV_TRANSFER_SLOW, FaultKind.PREFILL_POOL_OVERLOAD, FaultKind.DECODE_POOL_OVERLOAD}
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -186,6 +193,9 @@ def matrix_cells() -> list[Cell]:
     for kind in FaultKind:
         fault = _base_fault(kind)
         for gpu in (True, False):
+            if kind in PD_FAULTS:
+                cells.append(Cell("single", kind.value, (fault,), gpu))
+                continue
             for engines in (1, 2):
                 for client in (False, True):
                     cells.append(Cell("single", kind.value, (fault,), gpu, engines, client))
@@ -233,6 +243,10 @@ def extra_cells() -> list[Cell]:
     spec = FAULT_FILES[FaultKind.SPEC_DECODE_COLLAPSE]
     for gpu in (True, False):
         cells.append(Cell("quiet", "quiet-spec-decode", (), gpu, fleet=spec))
+    # A healthy disaggregated fleet (#30): KV transfers, both pools steady, no page.
+    pd = FAULT_FILES[FaultKind.KV_TRANSFER_SLOW]
+    for gpu in (True, False):
+        cells.append(Cell("quiet", "quiet-pd", (), gpu, fleet=pd))
     return cells
 
 

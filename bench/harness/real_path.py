@@ -33,6 +33,7 @@ from infersight.api.app import create_app
 from infersight.api.settings import ApiSettings
 from infersight.collector.shipper import Backoff
 from infersight.collector.sidecar import Sidecar, SidecarConfig
+from infersight.core.records import Role
 from infersight.core.slo import SloSpec
 from infersight.service.jobs import SoleLeader
 from infersight.service.specs import parse_specs
@@ -66,6 +67,8 @@ QUIET_FROM: Final = "13:50:00"
 #: (with less, a burn reaches its rate sooner and pages earlier than it would in production).
 PRE_ROLL: Final = timedelta(minutes=10)
 WARM_UP: Final = timedelta(minutes=2)
+#: How long a decode instance's sidecar holds records for their proxy's spans (#30).
+DECODE_WINDOW_S: Final = 0.5
 #: How long the sidecars may take to land one interval's spans in the store.
 LAND_TIMEOUT_S: Final = 60.0
 
@@ -164,12 +167,15 @@ def sidecars(engine: Engine, scenario: Scenario, spool: Path) -> Iterator[dict[s
     try:
         for deployment in scenario.deployments:
             for name in deployment.instances:
+                role = Role(scenario.role(name))
                 config = SidecarConfig(
                     name,
                     spool / name,
                     http_port=0,
                     grpc_port=0,
-                    window_s=0.0,
+                    # A decode instance's proxy spans and its own may come in two exports.
+                    window_s=DECODE_WINDOW_S if role is Role.DECODE else 0.0,
+                    role=role,
                     ship_interval_s=0.02,
                     model=deployment.profile.model_name,
                     backoff=Backoff(0.05, 1.5, 0.5),
@@ -308,6 +314,7 @@ def run_path(
         slo_store.put_slo(engine, spec, scenario.start)
     stored = _pre_roll(engine, batch, scenario.start + WARM_UP, run_from)
     completions = sorted((c for c in batch.completions if _finished(c) >= run_from), key=_finished)
+    users = [c.record.role is not Role.PREFILL for c in completions]
     fed = 0
     with ExitStack() as stack:
         running = stack.enter_context(sidecars(engine, scenario, workdir / "spool"))
@@ -331,7 +338,7 @@ def run_path(
             )
             samples.flush()
             deadline = time.monotonic() + LAND_TIMEOUT_S
-            while _stored(engine) < stored + fed:
+            while _stored(engine) < stored + sum(users[:fed]):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{name}: spans did not reach the store")
                 time.sleep(0.01)

@@ -51,6 +51,9 @@ INJECTED_SIGNALS: Final = {
     FaultKind.DEGRADED_INSTANCE: frozenset({"ecc_sbe_per_s"}),
     FaultKind.CPU_STARVED: frozenset({"util_gpu"}),
     FaultKind.SPEC_DECODE_COLLAPSE: frozenset({"spec_accept_length", "spec_acceptance_rate"}),
+    FaultKind.KV_TRANSFER_SLOW: frozenset({"kv_transfer_mean"}),
+    FaultKind.PREFILL_POOL_OVERLOAD: frozenset({"prefill_mean"}),
+    FaultKind.DECODE_POOL_OVERLOAD: frozenset({"requests_waiting", "tpot_p90"}),
 }
 #: The same without GPU telemetry: what the fallbacks can still name.
 INJECTED_SIGNALS_WITHOUT_GPU: Final = {
