@@ -45,11 +45,11 @@ TIME_PATTERN: Final = described(
 )
 
 
-_LABEL = "(?:model|instance|tenant|priority)"
+_LABEL = "(?:model|instance|tenant|priority|adapter)"
 #: ``group_by``: comma-separated label names (or nothing).
 GROUP_BY_PATTERN: Final = described(
-    rf"^\s*(?:{_LABEL}\s*(?:,\s*{_LABEL}\s*){{0,3}})?$",
-    "comma-separated labels: model, instance, tenant, priority (cannot group by others)",
+    rf"^\s*(?:{_LABEL}\s*(?:,\s*{_LABEL}\s*){{0,4}})?$",
+    "comma-separated labels: model, instance, tenant, priority, adapter (cannot group by others)",
 )
 #: Longest label value a selector takes (``core.query.Selector``'s limit).
 MAX_LABEL: Final = MAX_LABEL_LEN
@@ -175,15 +175,20 @@ def common(
     instance: str | None = Query(None, max_length=MAX_LABEL),
     tenant: str | None = Query(None, max_length=MAX_LABEL),
     priority: str | None = Query(None, max_length=MAX_LABEL),
+    adapter: str | None = Query(
+        None, max_length=MAX_LABEL, description="LoRA adapter (empty: the base model itself)"
+    ),
     group_by: str = Query(
         "",
         pattern=GROUP_BY_PATTERN,
-        description="comma-separated: model, instance, tenant, priority",
+        description="comma-separated: model, instance, tenant, priority, adapter",
     ),
 ) -> Common:
     now = app.clock()
     window = window_of(app, now, start, end, range_)
-    selector = Selector(model=model, instance=instance, tenant=tenant, priority=priority)
+    selector = Selector(
+        model=model, instance=instance, tenant=tenant, priority=priority, adapter=adapter
+    )
     groups = check_group_by(p.strip() for p in group_by.split(",") if p.strip())
     return Common(window, selector, groups, now)
 

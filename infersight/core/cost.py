@@ -207,7 +207,7 @@ class GpuUsage:
 
 @dataclass(frozen=True, slots=True)
 class SeriesUsage:
-    """What one series (model, instance, tenant, priority) served over a window."""
+    """What one series (model, instance, tenant, priority, adapter) served over a window."""
 
     labels: Mapping[str, str]
     requests: int = 0
@@ -221,7 +221,9 @@ class SeriesUsage:
 
     def __post_init__(self) -> None:
         if set(self.labels) != set(GROUP_LABELS):
-            raise InvalidInput("series labels are model, instance, tenant and priority")
+            raise InvalidInput(
+                "series labels are " + ", ".join(GROUP_LABELS), details={"got": sorted(self.labels)}
+            )
 
     @property
     def tokens(self) -> int:
@@ -389,7 +391,7 @@ class CostLine:
 
 
 def unattributed_labels(instance: str) -> dict[str, str]:
-    return {"model": "", "instance": instance, "tenant": "", "priority": ""}
+    return {**dict.fromkeys(GROUP_LABELS, ""), "instance": instance}
 
 
 def _weights(series: Sequence[SeriesUsage]) -> list[Decimal]:

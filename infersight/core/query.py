@@ -17,8 +17,20 @@ from infersight.core.window import Window
 
 #: Metric names as the API spells them → record field.
 LATENCY_METRICS: Final = {name.removesuffix("_s"): name for name in DURATION_FIELDS}
-#: Stages whose shares of end-to-end time make up the breakdown, in pipeline order.
-STAGES: Final = ("gateway", "preprocess", "queue", "prefill", "decode", "postprocess")
+#: Stages whose shares of end-to-end time make up the breakdown, in the order a request meets
+#: them. ``route`` and ``kv_transfer`` are disaggregated
+#: serving's (``core.records.Role.DECODE``): the P/D proxy's routing before the prefill leg,
+#: and the KV cache's way from the prefill to the decode instance.
+STAGES: Final = (
+    "gateway",
+    "route",
+    "preprocess",
+    "queue",
+    "prefill",
+    "kv_transfer",
+    "decode",
+    "postprocess",
+)
 
 
 class Method(StrEnum):
@@ -53,6 +65,8 @@ class Selector:
     instance: str | None = None
     tenant: str | None = None
     priority: str | None = None
+    #: The LoRA adapter ("" pins the base model's own requests).
+    adapter: str | None = None
 
     def __post_init__(self) -> None:
         for name in GROUP_LABELS:

@@ -33,8 +33,9 @@ DURATION_FIELDS: Final = (
     "kv_transfer_s",
 )
 TOKEN_FIELDS: Final = ("input_tokens", "output_tokens", "cached_tokens")
-#: Labels a query may filter and group by.
-GROUP_LABELS: Final = ("model", "instance", "tenant", "priority")
+#: Labels a query may filter and group by (``adapter``: the LoRA adapter, "" for the base
+#: model; last, so that the older labels keep their positions).
+GROUP_LABELS: Final = ("model", "instance", "tenant", "priority", "adapter")
 
 MAX_LABEL_LEN: Final = 256
 MAX_DURATION_S: Final = 7 * 86400.0

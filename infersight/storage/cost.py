@@ -76,6 +76,7 @@ from infersight.storage.tables import request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
 _SERIES: Final = GROUP_LABELS
+_N: Final = len(_SERIES)
 #: Windows up to this long read GPU time from raw samples (a few thousand rows a GPU).
 ROLLUP_MIN_S: Final = 6 * 3600.0
 
@@ -195,12 +196,13 @@ def series_usage(
                 .group_by(*keys)
             )
             for row in connection.execute(query):
-                a = acc[tuple(row[:4])]
-                a.requests += int(row[4])
-                a.input_tokens += int(row[5])
-                a.output_tokens += int(row[6])
-                a.prefill_s += float(row[7])
-                a.decode_s += float(row[8])
+                a = acc[tuple(row[:_N])]
+                requests_, input_, output, prefill, decode = row[_N:]
+                a.requests += int(requests_)
+                a.input_tokens += int(input_)
+                a.output_tokens += int(output)
+                a.prefill_s += float(prefill)
+                a.decode_s += float(decode)
             continue
         where = [rollup_where(segment)]
         if instance is not None:
@@ -215,16 +217,18 @@ def series_usage(
             u.bucket,
         ).where(*where)
         for row in connection.execute(query):
+            key = tuple(row[:_N])
+            requests_, input_, output, prefill, decode, bucket = row[_N:]
             if segment.resolution in good_tokens.KEPT:
-                rolled[(segment.resolution, row[9])][tuple(row[:4])] = int(row[4])
-            a = acc[tuple(row[:4])]
-            a.requests += int(row[4])
-            a.input_tokens += int(row[5])
-            a.output_tokens += int(row[6])
-            if row[7] is not None:
-                a.prefill_s += header_totals(row[7])[1]
-            if row[8] is not None:
-                a.decode_s += header_totals(row[8])[1]
+                rolled[(segment.resolution, bucket)][key] = int(requests_)
+            a = acc[key]
+            a.requests += int(requests_)
+            a.input_tokens += int(input_)
+            a.output_tokens += int(output)
+            if prefill is not None:
+                a.prefill_s += header_totals(prefill)[1]
+            if decode is not None:
+                a.decode_s += header_totals(decode)[1]
     bases, exact = _good_tokens(
         connection, acc, policy, rolled, _unkept(segments), instance, pending, rules
     )

@@ -74,7 +74,8 @@ def from_raw(
         .where(*where)
         .group_by(*keys)
     )
-    return {tuple(row[:4]): (int(row[4]), int(row[5])) for row in connection.execute(query)}
+    n = len(GROUP_LABELS)
+    return {tuple(row[:n]): (int(row[n]), int(row[n + 1])) for row in connection.execute(query)}
 
 
 @dataclass

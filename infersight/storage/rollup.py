@@ -58,6 +58,7 @@ class RollupKey:
     instance: str
     tenant: str
     priority: str
+    adapter: str = ""
 
 
 @dataclass(slots=True)

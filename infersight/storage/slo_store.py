@@ -45,6 +45,9 @@ from infersight.storage.engine import PerEngine
 from infersight.storage.sql import raw_where, read_segments, rollup_where, sketch_column
 from infersight.storage.tables import SKETCH_COLUMNS, request_rollups, requests, slos
 
+#: Labels of a series (their columns lead the rows read per series).
+_N: Final = len(GROUP_LABELS)
+
 # -- definitions ----------------------------------------------------------------------------
 
 
@@ -275,9 +278,9 @@ class RollupCache:
         by_resolution: dict[str, list[tuple[datetime, _Key, _Row]]] = {}
         with self._lock:
             for resolution, bucket, *rest in found:
-                key: _RowKey = (resolution, bucket, tuple(rest[:4]))
-                requests_, errors = int(rest[4] or 0), int(rest[5] or 0)
-                digest = _digest(rest[6:])
+                key: _RowKey = (resolution, bucket, tuple(rest[:_N]))
+                requests_, errors = int(rest[_N] or 0), int(rest[_N + 1] or 0)
+                digest = _digest(rest[_N + 2 :])
                 row = self._rows.get(key)
                 if (
                     row is None
@@ -352,7 +355,7 @@ class RollupCache:
         fingerprint = _fingerprint_columns(connection)
         query = select(r.bucket, *(r[name] for name in GROUP_LABELS), column, *fingerprint)
         blobs = {
-            (row[0], tuple(row[1:5])): (row[5], _digest(row[6:]))
+            (row[0], tuple(row[1 : _N + 1])): (row[_N + 1], _digest(row[_N + 2 :]))
             for row in connection.execute(query.where(where))
         }
         with self._lock:
@@ -578,7 +581,7 @@ class CycleCounter:
                 .group_by(*labels)
             )
             self._totals[seg] = {
-                tuple(row[:4]): (int(row[4] or 0), int(row[5] or 0))
+                tuple(row[:_N]): (int(row[_N] or 0), int(row[_N + 1] or 0))
                 for row in self.connection.execute(query)
             }
         return self._totals[seg]

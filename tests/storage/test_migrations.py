@@ -14,7 +14,6 @@ from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 from infersight.storage.partitions import ensure_partitions
 from infersight.storage.tables import (
-    good_token_counts,
     metadata,
     server_engine_samples,
     server_samples,
@@ -128,14 +127,58 @@ def test_0008_keys_kept_good_tokens_by_end_to_end_limit_too_and_keeps_the_old_co
     with fresh_engine.begin() as connection:
         connection.execute(insert(legacy).values(**old, requests=10, good_tokens=900))
     migrate.upgrade(fresh_engine, "0008")
-    k = good_token_counts.c
+    at_0008 = Table("good_token_counts", MetaData(), autoload_with=fresh_engine)  # no adapter
+    k = at_0008.c
     with fresh_engine.begin() as connection:
         assert connection.execute(select(k.e2e_s, k.good_tokens)).all() == [(0.0, 900)]
         for e2e, tpot in ((1.5, 0.1), (0.0, 0.0)):  # an end-to-end limit; no TPOT limit
             row = {**old, "tpot_s": tpot, "e2e_s": e2e, "requests": 10, "good_tokens": 50}
-            connection.execute(insert(good_token_counts).values(**row))
+            connection.execute(insert(at_0008).values(**row))
     migrate.downgrade(fresh_engine, "0007")
     with fresh_engine.connect() as connection:
         kept = connection.execute(text("SELECT ttft_s, tpot_s, good_tokens FROM good_token_counts"))
         assert [tuple(r) for r in kept] == [(2.0, 0.1, 900)]
     migrate.upgrade(fresh_engine)
+
+
+def test_0015_keys_rollups_by_adapter_keeping_old_rows_as_the_base_models(fresh_engine):
+    """Rollup rows and good-token counts kept before 0015 read as the base model's (adapter
+    ""); an adapter's row sits beside its base model's under the new key; the downgrade drops
+    the adapter rows (their sketches cannot be merged in SQL) and keeps the others."""
+    bucket = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    labels = {"model": "m", "instance": "i", "tenant": "", "priority": ""}
+    rollup = {"resolution": "1h", "bucket": bucket, **labels}
+    counts = {"requests": 7, "errors": 0, "input_tokens": 70, "output_tokens": 700}
+    good = {"ttft_s": 2.0, "tpot_s": 0.1, "e2e_s": 0.0, "resolution": "1h", "bucket": bucket}
+    migrate.upgrade(fresh_engine, "0014")
+    legacy = MetaData()
+    rollups_0014 = Table("request_rollups", legacy, autoload_with=fresh_engine)
+    good_0014 = Table("good_token_counts", legacy, autoload_with=fresh_engine)
+    with fresh_engine.begin() as connection:
+        connection.execute(insert(rollups_0014).values(**rollup, **counts, cached_tokens=0))
+        connection.execute(insert(good_0014).values(**good, **labels, requests=7, good_tokens=9))
+    migrate.upgrade(fresh_engine, "0015")
+    current = MetaData()
+    rollups = Table("request_rollups", current, autoload_with=fresh_engine)
+    good_counts = Table("good_token_counts", current, autoload_with=fresh_engine)
+    with fresh_engine.begin() as connection:
+        assert connection.execute(select(rollups.c.adapter, rollups.c.requests)).all() == [("", 7)]
+        connection.execute(
+            insert(rollups).values(**rollup, **counts, cached_tokens=0, adapter="sql-lora")
+        )
+        connection.execute(
+            insert(good_counts).values(
+                **good, **labels, requests=3, good_tokens=4, adapter="sql-lora"
+            )
+        )
+        assert connection.execute(select(good_counts.c.adapter)).scalars().all() in (
+            ["", "sql-lora"],
+            ["sql-lora", ""],
+        )
+    migrate.downgrade(fresh_engine, "0014")
+    with fresh_engine.connect() as connection:
+        kept = connection.execute(text("SELECT requests FROM request_rollups")).scalars().all()
+        kept_good = connection.execute(text("SELECT good_tokens FROM good_token_counts")).all()
+    assert (kept, [tuple(r) for r in kept_good]) == ([7], [(9,)])
+    migrate.upgrade(fresh_engine)
+    assert migrate.current(fresh_engine) == migrate.head()
