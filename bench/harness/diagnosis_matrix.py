@@ -315,8 +315,11 @@ def scenario_of(cell: Cell, pre_roll_s: float = PRE_ROLL_S) -> Scenario:
     if cell.faults:
         # Only the deployments a fault hits: the other model's traffic is another SLO's and
         # would only add to the run's cost.
-        hit = {f.instance.rsplit("-", 1)[0] for f in cell.faults}
-        spec["fleet"] = [d for d in spec["fleet"] if d["name_prefix"] in hit]
+        spec["fleet"] = [
+            d
+            for d in spec["fleet"]
+            if any(f.instance.startswith(f"{d['name_prefix']}-") for f in cell.faults)
+        ]
     for deployment in spec["fleet"]:
         deployment["engines"] = cell.engines
         arrival = deployment["arrival"]

@@ -7,6 +7,8 @@ Shipped files live in ``simulator/profiles/`` and ``simulator/scenarios/``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -232,6 +234,9 @@ class DisaggregatedSpec(_Spec):
 
 class DeploymentSpec(_Spec):
     profile: str
+    #: The model name the servers report (vLLM ``--served-model-name``; default: the
+    #: profile's): a deployment with its own SLOs serves the same weights under its own name.
+    served_model_name: str | None = Field(default=None, min_length=1, max_length=256)
     instances: int | list[str] = 1
     name_prefix: str | None = None
     engines: int = Field(default=1, ge=1, le=16)
@@ -346,6 +351,8 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
     deployments = []
     for d in body.fleet:
         profile = load_profile(d.profile)
+        if d.served_model_name is not None:
+            profile = dataclasses.replace(profile, model_name=d.served_model_name)
         names = _instance_names(d, profile)
         pd = _disaggregation(d, profile)
         # A split deployment's traffic reaches the proxies in front of its decode instances.
