@@ -16,7 +16,7 @@ for every key (doing nothing on conflict), then locks the keys in primary-key or
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from operator import is_
@@ -58,7 +58,7 @@ class RollupKey:
     instance: str
     tenant: str
     priority: str
-    adapter: str = ""
+    adapter: str
 
 
 @dataclass(slots=True)
@@ -202,13 +202,8 @@ def _coarsen(minutes: Sequence[RollupDelta], resolution: Resolution) -> list[Rol
     """Merge minute deltas into the coarser buckets that contain them."""
     grouped: dict[RollupKey, list[RollupDelta]] = {}
     for delta in minutes:
-        key = RollupKey(
-            resolution.value,
-            resolution.floor(delta.key.bucket),
-            delta.key.model,
-            delta.key.instance,
-            delta.key.tenant,
-            delta.key.priority,
+        key = replace(
+            delta.key, resolution=resolution.value, bucket=resolution.floor(delta.key.bucket)
         )
         grouped.setdefault(key, []).append(delta)
     out = []
