@@ -121,8 +121,9 @@ def _kept(
         k.resolution, k.bucket, *(k[n] for n in GROUP_LABELS), k.requests, k.good_tokens
     ).where(*where)
     out: dict[Bucket, dict[LabelKey, tuple[int, int]]] = defaultdict(dict)
-    for row in connection.execute(query):
-        out[(Resolution(row[0]), row[1])][tuple(row[2:6])] = (int(row[6]), int(row[7]))
+    n = len(GROUP_LABELS)
+    for resolution, bucket, *rest in connection.execute(query):
+        out[(Resolution(resolution), bucket)][tuple(rest[:n])] = (int(rest[n]), int(rest[n + 1]))
     return out
 
 
