@@ -28,7 +28,7 @@ RANGES: Final = {
     "30d": timedelta(days=30),
 }
 REFRESH: Final = {"off": 0, "30s": 30, "1m": 60, "5m": 300}
-FILTERS: Final = ("model", "instance", "tenant")
+FILTERS: Final = ("model", "instance", "tenant", "adapter")
 DEFAULT_RANGE: Final = "1h"
 #: GPU chart buckets: about this many points per chart, on round step lengths.
 GPU_POINTS: Final = 120

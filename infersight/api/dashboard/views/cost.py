@@ -7,6 +7,7 @@ with nothing metered says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
@@ -75,6 +76,13 @@ def _unit_cost(result: CostResult, ctx: Context) -> tuple[Window, Decimal | None
     return ctx.window, None if money is None else money.amount
 
 
+def _series_name(labels: Mapping[str, str]) -> str:
+    """A model's line, and a LoRA adapter's beside its base model's (``base · adapter``)."""
+    name = short_model(labels.get("model", "")) or "unattributed"
+    adapter = labels.get("adapter", "")
+    return f"{name} · {adapter}" if adapter else name
+
+
 def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
     model = app.cost_model()
     result = cost_store.cost(
@@ -82,7 +90,7 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
         ctx.window,
         model,
         ctx.selector,
-        ("model",),
+        ("model", "adapter"),
         finest=app.retention.finest_for(ctx.window, ctx.now),
     )
     if not result.instances:
@@ -95,10 +103,7 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
     total = result.total.cost
     bars = []
     if total > 0:
-        by_model = [
-            (short_model(g.labels.get("model", "")) or "unattributed", float(g.cost / total))
-            for g in result.groups
-        ]
+        by_model = [(_series_name(g.labels), float(g.cost / total)) for g in result.groups]
         by_instance = [(i.instance, float(i.total.amount / total)) for i in result.instances]
         bars = [("by model", by_model), ("by instance", by_instance)]
     return {
@@ -108,7 +113,11 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
         "example_prices": result.example_prices,
         "total": _line(result.total, currency),
         "groups": [
-            {**_line(g, currency), "model": short_model(g.labels.get("model", ""))}
+            {
+                **_line(g, currency),
+                "model": short_model(g.labels.get("model", "")),
+                "adapter": g.labels.get("adapter", ""),
+            }
             for g in result.groups
         ],
         "instances": [

@@ -86,15 +86,16 @@ def firing_incidents(app: AppContext) -> list[dict[str, Any]]:
 
 
 def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
-    """Throughput totals over the range, and per model over time."""
+    """Throughput totals over the range, and per model (a LoRA adapter beside its base
+    model's own line: ``base · adapter``) over time."""
     finest = app.retention.finest_for(ctx.window, ctx.now)
     totals = queries.throughput(app.engine, ctx.window, ctx.selector, finest=finest)
     step = chart_step(app, ctx)
-    per_model = request_series(app, ctx.window, step, ctx.selector, ["model"])
+    per_model = request_series(app, ctx.window, step, ctx.selector, ["model", "adapter"])
     times = bucket_times(ctx, step)
     rate, tokens = [], []
     for labels, buckets in sorted(per_model.items()):
-        name = short_model(labels[0])
+        name = short_model(labels[0]) + (f" · {labels[1]}" if labels[1] else "")
         rate.append(
             svg.Series(
                 name,
