@@ -39,14 +39,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 import yaml
 from sqlalchemy import Engine, func, select
 from starlette.testclient import TestClient
@@ -58,6 +60,7 @@ from infersight.collector.periodic import PeriodicTask
 from infersight.collector.scrape.scraper import Scraper
 from infersight.collector.shipper import Backoff
 from infersight.collector.sidecar import Sidecar, SidecarConfig
+from infersight.core.records import Role
 from infersight.core.samples import GpuSample
 from infersight.service.jobs import SoleLeader
 from infersight.service.specs import parse_specs
@@ -79,8 +82,10 @@ from infersight.simulator.specs import SCENARIOS_DIR, scenario_from_data
 from infersight.storage import migrate, slo_store
 from infersight.storage.engine import create_store_engine
 from infersight.storage.outbox import Outbox
-from infersight.storage.tables import metadata, requests
+from infersight.storage.tables import metadata, request_parts, requests
 from infersight.storage.writer import open_writer
+
+from .real_path import DECODE_WINDOW_S
 
 SLO_FILE: Final = SCENARIOS_DIR / "slos" / "fleet.yaml"
 #: The evaluation interval of the matrix (``INFERSIGHT_EVALUATION_INTERVAL_S``). The API's
@@ -434,12 +439,15 @@ def nodes(
         for deployment in scenario.deployments:
             model = deployment.profile.model_name
             for name in deployment.instances:
+                role = Role(scenario.role(name))
                 config = SidecarConfig(
                     name,
                     spool / name,
                     http_port=0,
                     grpc_port=0,
-                    window_s=0.0,
+                    # A decode instance's proxy spans and its own may come in two exports.
+                    window_s=DECODE_WINDOW_S if role is Role.DECODE else 0.0,
+                    role=role,
                     ship_interval_s=0.02,
                     sample_ship_interval_s=0.0,
                     model=model,
@@ -465,6 +473,39 @@ def nodes(
 
 def _finished(c: Completion) -> datetime:
     return c.record.start + timedelta(seconds=c.record.e2e_s or 0.0)
+
+
+def _truth_problems(engine: Engine, feed: _Feed, run_from: datetime) -> tuple[str, ...]:
+    """Tokens stored = tokens sent, TTFT p50 and p99 within 1 % of the simulator's truth: the
+    users' requests of the run (those that finished after ``run_from``) against the rows the
+    real path stored for them."""
+    users = [c.record for c in feed.completions[: feed.fed] if not c.record.is_part]
+    r = requests.c
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(r.start, r.e2e_s, r.ttft_s, r.input_tokens, r.output_tokens)
+        ).all()
+    edge = run_from.timestamp()
+    stored = [row for row in rows if _epoch(row[0]) + (row[1] or 0.0) >= edge]
+    problems = []
+    for name, sent, got in (
+        ("input tokens", sum(u.input_tokens or 0 for u in users), sum(x[3] or 0 for x in stored)),
+        ("output tokens", sum(u.output_tokens or 0 for u in users), sum(x[4] or 0 for x in stored)),
+    ):
+        if sent != got:
+            problems.append(f"{got} {name} stored for {sent} sent")
+    truth = [u.ttft_s for u in users if u.ttft_s is not None]
+    seen = [x[2] for x in stored if x[2] is not None]
+    if truth and seen:
+        for q in (0.5, 0.99):
+            want, have = float(np.quantile(truth, q)), float(np.quantile(seen, q))
+            if abs(have - want) > 0.01 * want:
+                problems.append(f"TTFT p{q * 100:g} {have:.4f} s against a true {want:.4f} s")
+    return tuple(problems)
+
+
+def _epoch(ts: datetime) -> float:
+    return (ts if ts.tzinfo else ts.replace(tzinfo=UTC)).timestamp()
 
 
 def _count(engine: Engine, table: Any) -> int:
@@ -570,6 +611,10 @@ class _Feed:
             if _finished(c) < run_from:
                 metrics.vllm(c.record.instance, c.record.model).observe(c)
 
+    def fed_parts(self) -> int:
+        """Prefill legs among the completions fed (parts of users' requests, not requests)."""
+        return sum(c.record.is_part for c in self.completions[: self.fed])
+
     def spans(self, sink: OtlpSink, end: datetime) -> None:
         chunk = []
         while self.fed < len(self.completions) and _finished(self.completions[self.fed]) < end:
@@ -624,7 +669,7 @@ def run_cell(
     for spec in parse_specs(SLO_FILE.read_text(encoding="utf-8")):
         slo_store.put_slo(engine, spec, scenario.start)
     _pre_roll(engine, scenario, batch, run_from)
-    base = _count(engine, requests)
+    base, parts_base = _count(engine, requests), _count(engine, request_parts)
     feed = _Feed(batch, run_from, MetricsSink(histograms=False))
     with ExitStack() as stack:
         running = stack.enter_context(
@@ -646,9 +691,15 @@ def run_cell(
         if sink.failed:
             raise RuntimeError(f"{cell.name}: {sink.failed} span exports failed")
     stored = _count(engine, requests) - base
+    parts, parts_sent = _count(engine, request_parts) - parts_base, feed.fed_parts()
+    sent = feed.fed - parts_sent  # users' requests: a prefill leg is part of one
     seen = _seen(engine, app, cell, run_from)
     wall = time.perf_counter() - started
-    return CellOutcome(cell, seen, feed.fed, stored, wall, judge(cell, seen, feed.fed, stored))
+    problems = judge(cell, seen, sent, stored)
+    if parts != parts_sent:
+        problems += (f"{parts} prefill legs stored for {parts_sent} sent",)
+    problems += _truth_problems(engine, feed, run_from)
+    return CellOutcome(cell, seen, sent, stored, wall, problems)
 
 
 def _shipped(sidecar: Sidecar) -> tuple[float, float]:
@@ -714,8 +765,22 @@ def expected_causes(fault: Injected, gpu: bool) -> tuple[str, ...]:
     return (fault.cause if gpu else EXPECTED_CAUSE_WITHOUT_GPU[fault.kind],)
 
 
-def _names(d: Mapping[str, Any], causes: Sequence[str], instance: str) -> bool:
-    return d.get("cause") in causes and (d.get("instance") or "") == instance
+#: Faults on a whole pool of a split deployment (the fault names one instance of the pool).
+POOL_FAULTS: Final = frozenset({FaultKind.PREFILL_POOL_OVERLOAD, FaultKind.DECODE_POOL_OVERLOAD})
+_POOL_SUFFIX: Final = re.compile(r"-(?:prefill|decode)-\d+$")
+
+
+def _names(d: Mapping[str, Any], causes: Sequence[str], fault: Injected) -> bool:
+    """Whether ``d`` names one of ``causes`` where ``fault`` is: its own instance; for a pool
+    fault, any decode instance of its deployment (users' requests of a split deployment are
+    judged where they were answered) or the whole scope."""
+    if d.get("cause") not in causes:
+        return False
+    where = str(d.get("instance") or "")
+    if fault.kind in POOL_FAULTS:
+        deployment = _POOL_SUFFIX.sub("", fault.instance)
+        return where == "" or where.startswith(f"{deployment}-decode-")
+    return where == fault.instance
 
 
 def _top_two(d: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -753,7 +818,7 @@ def _judge_single(cell: Cell, seen: Sequence[Seen]) -> list[str]:
     problems = []
     for s in seen:
         for when, d in (("page", s.paged), ("after clearing", s.final)):
-            if not _names(d, wanted, fault.instance):
+            if not _names(d, wanted, fault):
                 problems.append(
                     f"{s.slo} {when}: {d.get('cause')} on {d.get('instance') or '-'} "
                     f"(want {'|'.join(wanted)} on {fault.instance})"
@@ -771,11 +836,11 @@ def _judge_overlap(cell: Cell, seen: Sequence[Seen]) -> list[str]:
     problems = []
     for fault in cell.faults:
         wanted = expected_causes(fault, cell.gpu)
-        if not any(_names(s.paged, wanted, fault.instance) for s in seen):
+        if not any(_names(s.paged, wanted, fault) for s in seen):
             problems.append(f"{fault.cause} on {fault.instance}: no incident paged with it")
     for s in seen:
         for when, d in (("page", s.paged), ("after clearing", s.final)):
-            if not any(_names(d, expected_causes(f, cell.gpu), f.instance) for f in cell.faults):
+            if not any(_names(d, expected_causes(f, cell.gpu), f) for f in cell.faults):
                 problems.append(f"{s.slo} {when}: {d.get('cause')} on {d.get('instance') or '-'}")
     return problems
 
