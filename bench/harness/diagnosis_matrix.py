@@ -345,7 +345,7 @@ _SIMULATED: dict[tuple[Any, ...], tuple[Scenario, Batch]] = {}
 
 def simulation_key(cell: Cell) -> tuple[Any, ...]:
     """Cells with the same key share one simulation (spans and telemetry differ, not the run)."""
-    return (cell.faults, cell.engines, cell.low_traffic)
+    return (cell.faults, cell.fleet, cell.engines, cell.low_traffic)
 
 
 def simulate(cell: Cell, pre_roll_s: float = PRE_ROLL_S) -> tuple[Scenario, Batch]:
@@ -912,7 +912,7 @@ def summary(outcomes: Sequence[CellOutcome]) -> str:
     def page_right(o: CellOutcome) -> bool:
         [f] = o.cell.faults
         wanted = expected_causes(f, o.cell.gpu)
-        return bool(o.seen) and all(_names(s.paged, wanted, f.instance) for s in o.seen)
+        return bool(o.seen) and all(_names(s.paged, wanted, f) for s in o.seen)
 
     def kept(o: CellOutcome) -> bool:
         return bool(o.seen) and all(s.paged.get("cause") == s.final.get("cause") for s in o.seen)
