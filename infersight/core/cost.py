@@ -21,6 +21,10 @@ computed:
    unattributed series (empty model, tenant and priority).
 4. **Input / output split.** A series' cost splits into input (prefill) and output (decode)
    cost by its prefill-vs-decode GPU-time share (token share when stage timings are missing).
+   Disaggregated serving splits by role: a prefill instance's cost (shared among the series
+   of the prefill legs it ran, by prefill time) is all input, a decode instance's (shared by
+   decode time) all output; the legs carry no requests or tokens, so a model's cost per
+   million tokens is both pools' cost over its users' tokens, each counted once.
 5. **Good tokens** are the tokens of successful requests that were within their SLO: the
    latency SLOs covering their series, else the cost model's ``GoodRequest`` limits
    (``core.goodput``); cost per million good tokens charges the whole cost to them, and every
@@ -218,8 +222,16 @@ class SeriesUsage:
     decode_s: Decimal = ZERO
     good_basis: str = ""
     """``slo`` or ``cost_model``: what the series' good tokens were measured against."""
+    role: str = ""
+    """Disaggregated serving: ``prefill`` — a prefill instance's legs of users' requests (no
+    requests or tokens of their own: those are counted on the decode side), its cost all
+    input; ``decode`` — users' requests split by a P/D proxy, on their decode instance, its
+    cost all output and its GPU time the decode time only (the prefill leg ran elsewhere);
+    ``""`` — whole requests."""
 
     def __post_init__(self) -> None:
+        if self.role not in ("", "prefill", "decode"):
+            raise InvalidInput("a series' role is prefill, decode or empty")
         if set(self.labels) != set(GROUP_LABELS):
             raise InvalidInput(
                 "series labels are " + ", ".join(GROUP_LABELS), details={"got": sorted(self.labels)}
@@ -231,7 +243,21 @@ class SeriesUsage:
 
     @property
     def gpu_time_s(self) -> Decimal:
+        if self.role == "decode":
+            return self.decode_s
         return self.prefill_s + self.decode_s
+
+    def split(self) -> list[Decimal]:
+        """Weights of the series' cost between input and output: a prefill leg's is all
+        input, a split request's decode side all output, else prefill vs decode GPU time (the
+        tokens where stage timings are missing)."""
+        if self.role == "prefill":
+            return [Decimal(1), ZERO]
+        if self.role == "decode":
+            return [ZERO, Decimal(1)]
+        if self.gpu_time_s > 0:
+            return [self.prefill_s, self.decode_s]
+        return [Decimal(self.input_tokens), Decimal(self.output_tokens)]
 
 
 # -- instance cost --------------------------------------------------------------------------
@@ -415,10 +441,7 @@ def attribute(instance: InstanceCost, series: Sequence[SeriesUsage]) -> list[Cos
     util = instance.utilisation
     lines = []
     for i, s in enumerate(series):
-        if s.gpu_time_s > 0:
-            split = [s.prefill_s, s.decode_s]
-        else:
-            split = [Decimal(s.input_tokens), Decimal(s.output_tokens)]
+        split = s.split()
         input_cost, output_cost = allocate(cost[i], split) if any(split) else (ZERO, cost[i])
         lines.append(
             CostLine(

@@ -72,7 +72,7 @@ from infersight.storage.cost_models import (
 )
 from infersight.storage.slo_store import list_slos
 from infersight.storage.sql import raw_where, rollup_where
-from infersight.storage.tables import request_rollups, requests, server_samples
+from infersight.storage.tables import request_parts, request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
 _SERIES: Final = GROUP_LABELS
@@ -153,6 +153,8 @@ class _Acc:
     good_tokens: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
+    #: Users' requests a P/D proxy split (those with a KV-transfer time).
+    split: int = 0
 
 
 def series_usage(
@@ -191,18 +193,20 @@ def series_usage(
                     func.coalesce(func.sum(r.output_tokens), 0),
                     func.coalesce(func.sum(r.prefill_s), 0.0),
                     func.coalesce(func.sum(r.decode_s), 0.0),
+                    func.count(r.kv_transfer_s),
                 )
                 .where(*where)
                 .group_by(*keys)
             )
             for row in connection.execute(query):
                 a = acc[tuple(row[:_N])]
-                requests_, input_, output, prefill, decode = row[_N:]
+                requests_, input_, output, prefill, decode, split_ = row[_N:]
                 a.requests += int(requests_)
                 a.input_tokens += int(input_)
                 a.output_tokens += int(output)
                 a.prefill_s += float(prefill)
                 a.decode_s += float(decode)
+                a.split += int(split_)
             continue
         where = [rollup_where(segment)]
         if instance is not None:
@@ -215,10 +219,11 @@ def series_usage(
             u.prefill_sketch,
             u.decode_sketch,
             u.bucket,
+            u.kv_transfer_sketch,
         ).where(*where)
         for row in connection.execute(query):
             key = tuple(row[:_N])
-            requests_, input_, output, prefill, decode, bucket = row[_N:]
+            requests_, input_, output, prefill, decode, bucket, transfer = row[_N:]
             if segment.resolution in good_tokens.KEPT:
                 rolled[(segment.resolution, bucket)][key] = int(requests_)
             a = acc[key]
@@ -229,6 +234,8 @@ def series_usage(
                 a.prefill_s += header_totals(prefill)[1]
             if decode is not None:
                 a.decode_s += header_totals(decode)[1]
+            if transfer is not None:
+                a.split += header_totals(transfer)[0]
     bases, exact = _good_tokens(
         connection, acc, policy, rolled, _unkept(segments), instance, pending, rules
     )
@@ -242,11 +249,41 @@ def series_usage(
             prefill_s=decimal_of(a.prefill_s),
             decode_s=decimal_of(a.decode_s),
             good_basis=bases[key],
+            role="decode" if a.split else "",
         )
         for key, a in sorted(acc.items())
         if a.requests
     ]
     return series, exact
+
+
+def prefill_leg_usage(
+    connection: Connection, window: Window, instance: str | None = None
+) -> list[SeriesUsage]:
+    """The prefill pool's work over ``window``: one series per (model, prefill instance,
+    tenant, priority, adapter) of the prefill legs it ran (``request_parts``), weighted by
+    their prefill time (their TTFT, else their end to end time, where an engine reported no
+    prefill), with no requests or tokens of their own — those are the users', counted once
+    on the decode side. Raw rows only: legs are not rolled up, so past the raw retention a
+    prefill instance's cost is no longer attributed (it stays the instance's)."""
+    c = request_parts.c
+    where = [c.start >= window.start, c.start < window.end]
+    if instance is not None:
+        where.append(c.instance == instance)
+    keys = [c[name] for name in _SERIES]
+    query = (
+        select(*keys, func.coalesce(func.sum(func.coalesce(c.prefill_s, c.ttft_s, c.e2e_s)), 0.0))
+        .where(*where)
+        .group_by(*keys)
+    )
+    return [
+        SeriesUsage(
+            labels=dict(zip(_SERIES, row[:_N], strict=True)),
+            prefill_s=decimal_of(float(row[_N])),
+            role="prefill",
+        )
+        for row in connection.execute(query)
+    ]
 
 
 def _good_tokens(
@@ -331,6 +368,7 @@ def cost(
         series, exact = series_usage(
             connection, window, policy, selector.instance, finest, pending, rules
         )
+        series += prefill_leg_usage(connection, window, selector.instance)
     good_tokens.keep(engine, pending)
     by_instance: dict[str, list[GpuUsage]] = defaultdict(list)
     for gpu in usage:
