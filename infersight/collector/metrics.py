@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from infersight.collector.assembly import Refusal
+from infersight.collector.engines import DIALECT_NAMES
 
 _P = "infersight_collector_"
 
@@ -101,8 +102,9 @@ class CollectorMetrics:
         )
         self.scrape_dialect = Gauge(
             _P + "scrape_dialect",
-            "1 for the /metrics dialect the sampler recognised at its last scrape (vllm, "
-            "sglang, tgi, trtllm, dynamo, llm-d-epp, dcgm, generic)",
+            "1 for the /metrics dialect the sampler recognised at its last scrape ("
+            + ", ".join(DIALECT_NAMES)
+            + ")",
             ["sampler", "dialect"],
             registry=r,
         )

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from infersight.collector.scrape.flavours import DIALECTS
+from infersight.collector.engines import DIALECTS
 from infersight.collector.scrape.scraper import Scraper
 from infersight.core.samples import ServerSample
 

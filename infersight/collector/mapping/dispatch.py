@@ -1,14 +1,16 @@
 """Which mapper a span goes to. The order matters: a client instrumentation's span first (the
-caller's view of a call: ``collector.mapping.client``), then a P/D proxy's spans
-(``collector.mapping.pd_proxy``), then the most specific shapes (TGI's
-string durations, SGLang's ``Req`` roots), then vLLM, then the generic GenAI conventions,
-then stage slices; anything else is skipped as "not a request"."""
+caller's view of a call to any server: ``collector.mapping.client``), then the span shapes of
+the engine registry in its order (``collector.engines.SPAN_SHAPES``: the peers' in front of
+engines, such as llm-d's P/D proxy, then the engines' from the most specific shapes to the
+generic GenAI conventions), then stage slices; anything else is skipped as "not a request".
+
+The registry is read when a span is mapped, not at import: it imports the mappers, which
+import this package."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from infersight.collector.mapping import client, genai, pd_proxy, sglang, tgi, vllm
+from infersight.collector import engines
+from infersight.collector.mapping import client, genai
 from infersight.collector.mapping.base import (
     MappingContext,
     Outcome,
@@ -17,15 +19,6 @@ from infersight.collector.mapping.base import (
     stage_fragment,
 )
 from infersight.collector.mapping.spans import SpanView
-
-_MAPPERS: tuple[
-    tuple[Callable[[SpanView], bool], Callable[[SpanView, MappingContext], Outcome]], ...
-] = (
-    (tgi.claims, tgi.map_span),
-    (sglang.claims, sglang.map_span),
-    (vllm.claims, vllm.map_span),
-    (genai.claims, genai.map_span),
-)
 
 
 def guess_engine(span: SpanView) -> str:
@@ -37,11 +30,9 @@ def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
     try:
         if client.claims(span):
             return client.map_span(span)
-        if pd_proxy.claims(span):
-            return pd_proxy.map_span(span)
-        for claims, mapper in _MAPPERS:
-            if claims(span):
-                return mapper(span, ctx)
+        for shape in engines.SPAN_SHAPES:
+            if shape.claims(span):
+                return shape.map_span(span, ctx)
         stage = classify_stage(span.name)
         # Stage slices are children; only a gateway span may be the trace's root.
         if stage is not None and (span.parent_span_id or stage == "gateway"):

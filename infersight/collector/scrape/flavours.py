@@ -1,9 +1,10 @@
 """Server ``/metrics`` dialects and their translation into infersight's vocabulary.
 
-Every dialect is one declaration in ``DIALECTS``: the prefixes that recognise it, the
-function that reads its series into a ``ServerSample``'s fields, and the path it is usually
-served at. Names are as the engines' current source defines them, old and new side by side:
-vLLM (V0 names and V1's renames, e.g. ``gpu_cache_usage_perc`` → ``kv_cache_usage_perc``;
+A ``Dialect`` names the prefixes that recognise it, the function here that reads its series
+into a ``ServerSample``'s fields, and the path it is usually served at; each is declared once,
+with the engine it belongs to, in ``collector.engines`` (which also detects them). Names are
+as the engines' current source defines them, old and new side by side: vLLM (V0 names and
+V1's renames, e.g. ``gpu_cache_usage_perc`` → ``kv_cache_usage_perc``;
 ``prompt_tokens_by_source``, ``num_requests_waiting_by_reason``, ``admission_rejections`` and
 the speculative-decoding counters), SGLang (``sglang:*``), TGI (``tgi_*``, counters without
 ``_total``), Triton / TensorRT-LLM (``nv_inference_*``, ``nv_trt_llm_*``) and ``trtllm-serve``
@@ -31,7 +32,7 @@ keeps one ``EngineSample`` each, and the instance's figures follow
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -50,16 +51,6 @@ from infersight.core.samples import (
 
 #: NVML clock-event reason bits, in THROTTLE_REASONS order.
 THROTTLE_BITS: Final = (0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100)
-
-
-def detect(exposition: Exposition) -> str:
-    """The dialect of an exposition: the first declared dialect one of whose prefixes names a
-    series (``DIALECTS`` order: engines before the routers and frontends beside them)."""
-    names = list(exposition.names())
-    for dialect in DIALECTS:
-        if any(name.startswith(dialect.prefixes) for name in names):
-            return dialect.name
-    return "generic"
 
 
 def single_model(exposition: Exposition) -> str:
@@ -97,7 +88,7 @@ def _sum(*values: float | None) -> float | None:
     return sum(present) if present else None
 
 
-def _vllm(e: Exposition) -> dict[str, float | None]:
+def vllm_fields(e: Exposition) -> dict[str, float | None]:
     # Counters only for the ratios: hits and queries (``with_interval_ratios``), never the
     # cumulative ``gpu_prefix_cache_hit_rate`` of V0 (its counters do not exist there).
     queries = e.total("vllm:prefix_cache_queries")
@@ -131,7 +122,7 @@ def _vllm(e: Exposition) -> dict[str, float | None]:
     }
 
 
-def _sglang(e: Exposition) -> dict[str, float | None]:
+def sglang_fields(e: Exposition) -> dict[str, float | None]:
     prompt = e.total("sglang:prompt_tokens_total")
     cached = e.total("sglang:cached_tokens_total")  # every ``cache_source``, summed
     return {
@@ -167,7 +158,7 @@ def _at_least_one(value: float | None) -> float | None:
     return min(value, MAX_ACCEPT_LENGTH)
 
 
-def _tgi(e: Exposition) -> dict[str, float | None]:
+def tgi_fields(e: Exposition) -> dict[str, float | None]:
     return {
         "requests_running": e.total("tgi_batch_current_size"),
         "requests_waiting": e.total("tgi_queue_size"),
@@ -178,11 +169,11 @@ def _tgi(e: Exposition) -> dict[str, float | None]:
     }
 
 
-def _trtllm(e: Exposition) -> dict[str, float | None]:
+def trtllm_fields(e: Exposition) -> dict[str, float | None]:
     """Triton's TensorRT-LLM backend (``nv_*``) and ``trtllm-serve``'s own exposition
     (``trtllm_*``, served at ``/prometheus/metrics`` when perf metrics are on)."""
     if any(name.startswith("trtllm_") for name in e.names()):
-        return _trtllm_serve(e)
+        return trtllm_serve_fields(e)
     success, failure = (
         e.total("nv_inference_request_success"),
         e.total("nv_inference_request_failure"),
@@ -198,7 +189,7 @@ def _trtllm(e: Exposition) -> dict[str, float | None]:
     }
 
 
-def _trtllm_serve(e: Exposition) -> dict[str, float | None]:
+def trtllm_serve_fields(e: Exposition) -> dict[str, float | None]:
     prompt = e.total("trtllm_prompt_tokens")
     cached = e.total("trtllm_prompt_cached_tokens")
     success = e.total("trtllm_request_success")
@@ -222,7 +213,7 @@ def _trtllm_serve(e: Exposition) -> dict[str, float | None]:
     }
 
 
-def _dynamo(e: Exposition) -> dict[str, float | None]:
+def dynamo_fields(e: Exposition) -> dict[str, float | None]:
     """NVIDIA Dynamo's frontend: the requests as its users sent them, before any worker."""
     total = e.total("dynamo_frontend_requests")
     return {
@@ -236,7 +227,7 @@ def _dynamo(e: Exposition) -> dict[str, float | None]:
     }
 
 
-def _llm_d_epp(e: Exposition) -> dict[str, float | None]:
+def llm_d_epp_fields(e: Exposition) -> dict[str, float | None]:
     """llm-d's endpoint picker (the scheduler in front of a pool): its ``llm_d_epp_*`` names,
     else the ``inference_*`` names it still emits beside them (deprecated in 2026)."""
     total = e.first("llm_d_epp_request_total", "inference_objective_request_total")
@@ -273,10 +264,11 @@ class EngineLabels:
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    """One server's ``/metrics`` dialect, declared once: the series prefixes that recognise
-    it, what it yields (``server``: a ``ServerSample`` through ``extract``; ``gpu``:
-    ``GpuSample``s), how it labels data-parallel engines (``engines``; ``None``: it exposes
-    none) and the path it is served at."""
+    """One server's ``/metrics`` dialect: the series prefixes that recognise it, what it
+    yields (``server``: a ``ServerSample`` through ``extract``; ``gpu``: ``GpuSample``s), how
+    it labels data-parallel engines (``engines``; ``None``: it exposes none), how it names
+    the LoRA adapters it serves (``adapters``; ``None``: it does not), and the path it is
+    served at. Dialects are declared in ``collector.engines``, each with its engine."""
 
     name: str
     prefixes: tuple[str, ...]
@@ -284,38 +276,24 @@ class Dialect:
     path: str = "/metrics"
     yields: str = "server"
     engines: EngineLabels | None = None
+    adapters: Callable[[Exposition], set[str]] | None = None
 
+    @property
+    def yields_gpus(self) -> bool:
+        """Whether its exposition describes GPUs (dcgm-exporter), not a server."""
+        return self.yields == "gpu"
 
-#: Every dialect, in detection order: engines first (a pod's exposition may carry a router's
-#: series beside its engine's), then frontends and schedulers, then GPUs.
-DIALECTS: Final = (
-    Dialect("vllm", ("vllm:",), _vllm, engines=EngineLabels("vllm:", "engine")),
-    Dialect("sglang", ("sglang:",), _sglang,
-            engines=EngineLabels("sglang:", "dp_rank", ("tp_rank", "pp_rank", "moe_ep_rank"))),
-    Dialect("tgi", ("tgi_",), _tgi),
-    Dialect("trtllm", ("trtllm_", "nv_trt_llm_", "nv_inference_"), _trtllm,
-            path="/prometheus/metrics"),
-    Dialect("dynamo", ("dynamo_frontend_",), _dynamo),
-    Dialect("llm-d-epp", ("llm_d_epp_", "inference_objective_", "inference_pool_"), _llm_d_epp),
-    Dialect("dcgm", ("DCGM_FI_",), yields="gpu"),
-)  # fmt: skip
-_BY_NAME: Final = {d.name: d for d in DIALECTS}
-
-
-def yields_gpus(flavour: str) -> bool:
-    """Whether ``flavour``'s exposition describes GPUs (dcgm-exporter), not a server."""
-    dialect = _BY_NAME.get(flavour)
-    return dialect is not None and dialect.yields == "gpu"
+    def recognises(self, names: Sequence[str]) -> bool:
+        return any(name.startswith(self.prefixes) for name in names)
 
 
 def _rank_order(rank: str) -> tuple[int, str]:
     return (int(rank), "") if rank.isdigit() else (1 << 62, rank)
 
 
-def engine_samples(e: Exposition, flavour: str) -> tuple[EngineSample, ...]:
+def engine_samples(e: Exposition, dialect: Dialect) -> tuple[EngineSample, ...]:
     """One sample per data-parallel engine, when the server runs two or more."""
-    dialect = _BY_NAME.get(flavour)
-    if dialect is None or dialect.engines is None or dialect.extract is None:
+    if dialect.engines is None or dialect.extract is None:
         return ()
     labels, extract = dialect.engines, dialect.extract
     parts = e.split(labels.rank, labels.prefix)
@@ -326,19 +304,20 @@ def engine_samples(e: Exposition, flavour: str) -> tuple[EngineSample, ...]:
     )
 
 
-def server_sample(e: Exposition, flavour: str, ts: datetime, instance: str) -> ServerSample | None:
-    dialect = _BY_NAME.get(flavour)
-    if dialect is None or dialect.extract is None:
+def server_sample(
+    e: Exposition, dialect: Dialect, ts: datetime, instance: str
+) -> ServerSample | None:
+    if dialect.extract is None:
         return None
     extract = dialect.extract
     if dialect.engines is not None:
         e = e.without_replicas(*dialect.engines.replicas)
-    engines = engine_samples(e, flavour)
+    engines = engine_samples(e, dialect)
     figures = combine_engines(engines, extract(e))
     return ServerSample(
         ts=ts,
         instance=instance,
-        engine=flavour,
+        engine=dialect.name,
         model=single_model(e),
         # Beyond MAX_ENGINES only the instance's figures are kept (bounded rows per scrape).
         per_engine=engines if len(engines) <= MAX_ENGINES else (),

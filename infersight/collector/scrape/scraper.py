@@ -1,6 +1,7 @@
-"""The scraper: GET the server's ``/metrics`` with a timeout, detect the flavour, and return
-normalised samples. Failures raise ``Unavailable`` with a ``reason`` that the periodic task
-counts; they never touch trace ingest (it runs on its own thread).
+"""The scraper: GET the server's ``/metrics`` with a timeout, detect its dialect (declared in
+``collector.engines``), and return normalised samples. Failures raise ``Unavailable`` with a
+``reason`` that the periodic task counts; they never touch trace ingest (it runs on its own
+thread).
 
 The scraper keeps the previous scrape's sample: ratios of counters (prefix-cache hits over
 queries, accepted over draft tokens) are taken over the interval between two scrapes
@@ -17,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from infersight.collector import engines
 from infersight.collector.scrape import flavours
 from infersight.collector.scrape.exposition import parse
 from infersight.core.errors import ConfigurationError, InvalidInput, Unavailable
@@ -72,15 +74,18 @@ class Scraper:
             exposition = parse(text, content_type)
         except InvalidInput:
             raise Unavailable("unparseable /metrics", details={"reason": "parse"}) from None
-        self.flavour = flavours.detect(exposition)
+        dialect = engines.detect(exposition)
+        self.flavour = engines.UNRECOGNISED if dialect is None else dialect.name
         ts = self._now()
-        if flavours.yields_gpus(self.flavour):
+        if dialect is not None and dialect.yields_gpus:
             return flavours.gpu_samples(exposition, ts, self.instance)
         self.model = flavours.single_model(exposition)
-        if self.flavour == "vllm":
-            self._learn_adapters(flavours.lora_adapters(exposition))
+        if dialect is None:
+            return []
+        if dialect.adapters is not None:
+            self._learn_adapters(dialect.adapters(exposition))
         try:
-            sample = flavours.server_sample(exposition, self.flavour, ts, self.instance)
+            sample = flavours.server_sample(exposition, dialect, ts, self.instance)
         except InvalidInput as exc:  # InvalidRecord: absurd values on the server's side
             raise Unavailable(exc.message, details={"reason": "invalid_values"}) from None
         if sample is None:
