@@ -71,6 +71,9 @@ DRIVERS: Final = (
     "hold",
 )
 FORECAST_BASES: Final = ("weeks", "recent")
+#: The pools of a disaggregated (prefill/decode) model, each recommended for apart; "" is the
+#: one pool of a model whose instances each serve whole requests.
+POOLS: Final = ("prefill", "decode")
 MAX_REPLICAS_LIMIT: Final = 100_000
 #: Requests waiting per instance from which a busy GPU counts as saturated (see the docstring).
 GPU_UTIL_QUEUE: Final = 1.0
@@ -150,7 +153,8 @@ class ScalingPolicy:
 
 @dataclass(frozen=True)
 class ScalingInputs:
-    """One model (pool) at one moment; ``None`` = not measured."""
+    """One model's pool at one moment (the whole model where ``pool`` is ""); ``None`` = not
+    measured."""
 
     model: str
     observed_instances: int
@@ -168,8 +172,14 @@ class ScalingInputs:
     #: or ``recent`` (no earlier week holds the model: the busiest minute of the last lead time,
     #: a persistence forecast that cannot see a rebound coming).
     forecast_basis: str = "weeks"
+    #: The pool these inputs describe: "" (every instance of the model) or one of ``POOLS``.
+    pool: str = ""
 
     def __post_init__(self) -> None:
+        if self.pool not in ("", *POOLS):
+            raise InvalidInput(
+                f"pool must be empty or one of {', '.join(POOLS)}", details={"pool": self.pool}
+            )
         n = self.observed_instances
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_REPLICAS_LIMIT:
             raise InvalidInput(
@@ -202,6 +212,7 @@ class Recommendation:
     driver: str  # one of DRIVERS
     reason: str  # one sentence naming the input and its value
     stale: tuple[str, ...]  # names of stale/missing inputs that a decision needed
+    pool: str = ""  # "" (the whole model) or one of POOLS (a disaggregated model's pool)
 
 
 def _need(rps: float, capacity: float, headroom: float) -> int:
@@ -399,6 +410,7 @@ def recommend(policy: ScalingPolicy, inputs: ScalingInputs, now: float) -> Recom
         driver=driver,
         reason=why,
         stale=stale,
+        pool=inputs.pool,
     )
 
 

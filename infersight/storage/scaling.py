@@ -3,9 +3,11 @@
 Policies are kept one row per name in ``scaling_policies`` (``storage.documents``), in a JSON
 form of ``core.scaling.ScalingPolicy`` of their own: the policy's fields by name, so a field
 added later reads its default from a row stored before it. Recommendations are kept one row
-per model and cycle in ``scaling_recommendations``: ``record`` adds one (and prunes that
-model's rows older than ``KEEP``), ``latest`` answers the newest per model, ``history`` a
-model's in a time range, bounded by ``MAX_HISTORY`` rows.
+per model, pool and cycle in ``scaling_recommendations`` (pool "": a model whose instances
+serve whole requests; "prefill" / "decode": a disaggregated model's pools, recommended for
+apart): ``record`` adds one (and prunes that model and pool's rows older than ``KEEP``),
+``latest`` answers the newest per model and pool, ``history`` a model's pool's in a time range,
+bounded by ``MAX_HISTORY`` rows.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def _at(unix_s: float) -> datetime:
 def _row(rec: Recommendation) -> dict[str, Any]:
     return {
         "model": rec.model,
+        "pool": rec.pool,
         "at": _at(rec.at),
         "observed": rec.observed,
         "desired": rec.desired,
@@ -106,49 +109,61 @@ def _recommendation(row: Row[Any]) -> Recommendation:
         driver=str(row.driver),
         reason=str(row.reason),
         stale=tuple(str(s) for s in json.loads(row.stale)),
+        pool=str(row.pool),
     )
 
 
 def record(engine: Engine, rec: Recommendation) -> None:
-    """Keep ``rec`` (a second one for the same model and time replaces it) and drop that
-    model's recommendations older than ``KEEP``."""
+    """Keep ``rec`` (a second one for the same model, pool and time replaces it) and drop that
+    model and pool's recommendations older than ``KEEP``."""
     values = _row(rec)
     statement = insert_for(engine, scaling_recommendations).values(**values)
     statement = statement.on_conflict_do_update(
-        index_elements=["model", "at"],
-        set_={k: statement.excluded[k] for k in values if k not in ("model", "at")},
+        index_elements=["model", "pool", "at"],
+        set_={k: statement.excluded[k] for k in values if k not in ("model", "pool", "at")},
     )
     r = scaling_recommendations.c
     with engine.begin() as connection:
         connection.execute(statement)
         connection.execute(
-            delete(scaling_recommendations).where(r.model == rec.model, r.at < values["at"] - KEEP)
+            delete(scaling_recommendations).where(
+                r.model == rec.model, r.pool == rec.pool, r.at < values["at"] - KEEP
+            )
         )
 
 
 def latest(engine: Engine) -> list[Recommendation]:
-    """The newest recommendation of every model, by model."""
+    """The newest recommendation of every model and pool, by model then pool."""
     r = scaling_recommendations.c
-    newest = select(r.model, func.max(r.at).label("at")).group_by(r.model).subquery("newest")
+    newest = (
+        select(r.model, r.pool, func.max(r.at).label("at"))
+        .group_by(r.model, r.pool)
+        .subquery("newest")
+    )
     query = (
         select(scaling_recommendations)
-        .join(newest, and_(r.model == newest.c.model, r.at == newest.c.at))
-        .order_by(r.model)
+        .join(
+            newest,
+            and_(r.model == newest.c.model, r.pool == newest.c.pool, r.at == newest.c.at),
+        )
+        .order_by(r.model, r.pool)
         .limit(MAX_MODELS)
     )
     with engine.connect() as connection:
         return [_recommendation(row) for row in connection.execute(query)]
 
 
-def history(engine: Engine, model: str, start: datetime, end: datetime) -> list[Recommendation]:
-    """``model``'s recommendations in ``[start, end)``, oldest first (the newest
+def history(
+    engine: Engine, model: str, start: datetime, end: datetime, pool: str = ""
+) -> list[Recommendation]:
+    """``model``'s recommendations for ``pool`` in ``[start, end)``, oldest first (the newest
     ``MAX_HISTORY`` of them when there are more)."""
     if end <= start:
         raise InvalidInput("the history's end must be after its start")
     r = scaling_recommendations.c
     query = (
         select(scaling_recommendations)
-        .where(r.model == model, r.at >= start, r.at < end)
+        .where(r.model == model, r.pool == pool, r.at >= start, r.at < end)
         .order_by(r.at.desc())
         .limit(MAX_HISTORY)
     )

@@ -531,6 +531,8 @@ scaling_recommendations = Table(
     "scaling_recommendations",
     metadata,
     Column("model", LABEL, nullable=False),
+    # "" for a model served whole; "prefill" or "decode" for a disaggregated model's pool.
+    Column("pool", String(16), nullable=False, server_default=""),
     Column("at", UTCDateTime(), nullable=False),
     Column("observed", Integer, nullable=False),
     Column("desired", Integer, nullable=False),
@@ -540,6 +542,6 @@ scaling_recommendations = Table(
     Column("driver", String(32), nullable=False),
     Column("reason", String(1024), nullable=False),
     Column("stale", Text, nullable=False, server_default="[]"),
-    PrimaryKeyConstraint("model", "at"),
+    PrimaryKeyConstraint("model", "pool", "at"),
     Index("ix_scaling_recommendations_at", "at"),
 )
