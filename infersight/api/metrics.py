@@ -17,10 +17,11 @@ Values are computed at scrape time from the store, so every replica answers the 
   ``infersight_idle_cost_last_hour{instance,currency}`` and
   ``infersight_gpu_utilisation_ratio{instance}`` — unit economics of the last hour
   (``CostCollector``)
-* ``infersight_desired_replicas{model}`` and ``infersight_observed_replicas{model}`` — the
-  replica recommender's newest usable recommendation per model (a stale one, or one made with
-  stale or missing inputs, is left out: an HPA then holds rather than scaling on it), with
-  ``infersight_scaling_recommendation_age_seconds{model}`` for every model, and
+* ``infersight_desired_replicas{model,pool}`` and ``infersight_observed_replicas{model,pool}``
+  — the replica recommender's newest usable recommendation per model and pool (``pool``:
+  ``prefill`` / ``decode`` for a disaggregated model, "" otherwise; a stale one, or one made
+  with stale or missing inputs, is left out: an HPA then holds rather than scaling on it), with
+  ``infersight_scaling_recommendation_age_seconds{model,pool}`` for every one, and
   ``infersight_scaling_keda_refusals_total{reason}`` — answers the KEDA endpoint refused
   (``ScalingCollector``)
 """
@@ -262,24 +263,24 @@ class ScalingCollector(Collector):
             "infersight_desired_replicas",
             "Instances the replica recommender wants for the model (usable recommendations "
             "only; use as an HPA/KEDA Value target).",
-            labels=["model"],
+            labels=["model", "pool"],
         )
         observed = GaugeMetricFamily(
             "infersight_observed_replicas",
             "Instances serving the model when the recommendation was made.",
-            labels=["model"],
+            labels=["model", "pool"],
         )
         age = GaugeMetricFamily(
             "infersight_scaling_recommendation_age_seconds",
             "Age of the model's newest replica recommendation.",
-            labels=["model"],
+            labels=["model", "pool"],
         )
         for found in current_scaling(self.engine, self.clock()):
-            model = found.recommendation.model
-            age.add_metric([model], found.age_s)
+            key = [found.recommendation.model, found.recommendation.pool]
+            age.add_metric(key, found.age_s)
             if found.usable:
-                desired.add_metric([model], found.recommendation.desired)
-                observed.add_metric([model], found.recommendation.observed)
+                desired.add_metric(key, found.recommendation.desired)
+                observed.add_metric(key, found.recommendation.observed)
         refused = CounterMetricFamily(
             "infersight_scaling_keda_refusals",
             "KEDA metrics-api answers refused (503/404) instead of a number, by reason.",

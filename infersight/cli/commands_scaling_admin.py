@@ -76,19 +76,29 @@ def list_(ctx: click.Context, as_json: bool) -> None:
             f"{p.name:<24} {model:<32} {p.min_replicas:>4} {p.max_replicas:>4} {p.lead_time_s:>7g}"
         )
     click.echo()
-    click.echo(f"{'MODEL':<32} {'OBSERVED':>8} {'DESIRED':>7} {'AGE_S':>6} {'DRIVER':<14} USABLE")
+    click.echo(
+        f"{'MODEL':<32} {'POOL':<8} {'OBSERVED':>8} {'DESIRED':>7} {'AGE_S':>6} "
+        f"{'DRIVER':<14} USABLE"
+    )
     for c in found:
         rec = c.recommendation
         click.echo(
-            f"{rec.model:<32} {rec.observed:>8} {rec.desired:>7} {c.age_s:>6.0f} "
+            f"{rec.model:<32} {rec.pool or '-':<8} {rec.observed:>8} {rec.desired:>7} "
+            f"{c.age_s:>6.0f} "
             f"{rec.driver:<14} {'yes' if c.usable else 'no: ' + (c.refusal or '')}"
         )
 
 
 @click.command("show")
 @click.argument("model")
+@click.option(
+    "--pool",
+    type=click.Choice(["prefill", "decode"]),
+    default=None,
+    help="The pool of a disaggregated model (required for one).",
+)
 @click.pass_context
-def show(ctx: click.Context, model: str) -> None:
+def show(ctx: click.Context, model: str, pool: str | None) -> None:
     """MODEL's policy in force and its newest recommendation (JSON)."""
     from infersight.service.scaling import choose_policy, current_for, policies  # noqa: PLC0415
     from infersight.service.scaling_spec import to_document  # noqa: PLC0415
@@ -98,7 +108,7 @@ def show(ctx: click.Context, model: str) -> None:
     try:
         policy = choose_policy(policies(engine), model)
         body = {"policy": to_document(policy)}
-        body["recommendation"] = current_for(engine, model, datetime.now(UTC)).to_dict()
+        body["recommendation"] = current_for(engine, model, datetime.now(UTC), pool).to_dict()
     finally:
         engine.dispose()
     click.echo(json.dumps(body, indent=2))

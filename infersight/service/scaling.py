@@ -23,6 +23,26 @@ Per model (``storage.scaling_reads``), at ``now``:
   fewer; unknown (no scale-in by cooldown) without a capacity.
 
 ``input_times`` holds each input's newest sample, so that ``recommend`` can tell a stale one.
+
+**Pools.** A disaggregated model (one whose instances stored prefill legs or decode-side split
+requests in the last hour, ``scaling_reads.pool_members``) gets one recommendation per pool,
+``prefill`` and ``decode``, each from its own instances only: the two pools saturate apart, and
+one count for both would size neither. Per pool:
+
+* observed instances, queue per instance, KV-cache usage and GPU utilisation — as above, of
+  the pool's instances only (the instances that stored prefill legs, or decode-side requests,
+  in the last hour);
+* demand, forecast and low load — the users' requests, the same for both pools (each split
+  request takes one prefill leg and one decode);
+* capacity per instance — decode: production's busiest decode-instance-minute within the TPOT
+  target (the user's TTFT includes the prefill pool's work, so it does not judge the decode
+  pool); prefill: the most prefill legs one prefill instance completed in a minute of the last
+  week while their mean queue time stayed within ``PREFILL_QUEUE_SHARE`` of the TTFT target
+  (``PREFILL_QUEUE_DEFAULT_S`` without a TTFT SLO) — a prefill instance keeps its TTFT share
+  only while legs do not wait; none such minute: unknown. A step run measures a whole
+  deployment, not one pool's instance, so it does not size a pool;
+* burn rate — the model's TTFT SLOs drive the prefill pool, its TPOT SLOs the decode pool,
+  its availability SLOs both.
 """
 
 from __future__ import annotations
@@ -42,6 +62,7 @@ from infersight.core.errors import InvalidInput, NotFound, Unavailable
 from infersight.core.loadtest import ScenarioKind, measured_capacity, summarise
 from infersight.core.query import Selector
 from infersight.core.scaling import (
+    POOLS,
     Recommendation,
     ScalingInputs,
     ScalingPolicy,
@@ -65,6 +86,12 @@ SHORT_BURN_WINDOW: Final = timedelta(minutes=5)
 MODELS_WINDOW: Final = timedelta(hours=1)
 WEEK: Final = timedelta(days=7)
 MAX_HISTORY_WEEKS: Final = 12
+#: A prefill-instance-minute counts toward the prefill pool's capacity while its legs' mean
+#: queue time stays within this share of the TTFT target (the rest of the target is the
+#: prefill itself, the KV transfer and the first decode step) …
+PREFILL_QUEUE_SHARE: Final = 0.1
+#: … or within this many seconds when no TTFT SLO covers the model.
+PREFILL_QUEUE_DEFAULT_S: Final = 0.05
 
 
 def default_policy() -> ScalingPolicy:
@@ -97,6 +124,17 @@ def latency_targets(specs: list[SloSpec], model: str) -> tuple[float | None, flo
     return min(ttft, default=None), min(tpot, default=None)
 
 
+def drives(spec: SloSpec, pool: str) -> bool:
+    """Whether ``spec``'s burn rate drives ``pool``: every latency SLO a whole model; TTFT
+    SLOs (and availability) a prefill pool; TPOT SLOs (and availability) a decode pool."""
+    if not pool:
+        return spec.sli.kind is SliKind.LATENCY
+    if spec.sli.kind is SliKind.AVAILABILITY:
+        return True
+    wanted = "ttft" if pool == scaling_reads.PREFILL else "tpot"
+    return spec.sli.metric == wanted
+
+
 def _unix(at: datetime) -> float:
     return at.timestamp()
 
@@ -113,39 +151,58 @@ class Recommender:
         self.engine = engine
         self.short_window = min(burn_policy.windows, default=SHORT_BURN_WINDOW)
         self.monotonic = monotonic
-        self._capacity: dict[str, tuple[float, float | None, str]] = {}
+        self._capacity: dict[tuple[str, str], tuple[float, float | None, str]] = {}
 
     def __call__(self, now: datetime) -> list[Recommendation]:
         return self.run(now)
 
     def run(self, now: datetime) -> list[Recommendation]:
-        """Recommend for every model seen in the last hour and record each."""
+        """Recommend for every model seen in the last hour (for each pool of a disaggregated
+        one) and record each."""
         stored = policies(self.engine)
         specs = slo_store.list_slos(self.engine)
-        models = scaling_reads.models_seen(self.engine, Window(now - MODELS_WINDOW, now))
+        hour = Window(now - MODELS_WINDOW, now)
+        split = scaling_reads.pool_members(self.engine, hour)
+        models = sorted(set(scaling_reads.models_seen(self.engine, hour)) | set(split))
         out: list[Recommendation] = []
-        for model in models:
+        for model in models[: scaling_reads.MAX_MODELS]:
             policy = choose_policy(stored, model)
-            inputs = self.inputs(model, policy, specs, now)
-            rec = recommend(policy, inputs, _unix(now))
-            scaling_store.record(self.engine, rec)
-            out.append(rec)
+            pools = split.get(model)
+            for pool in POOLS if pools else ("",):
+                members = None if pools is None else pools[pool]
+                inputs = self.inputs(model, policy, specs, now, pool, members=members)
+                rec = recommend(policy, inputs, _unix(now))
+                scaling_store.record(self.engine, rec)
+                out.append(rec)
         return out
 
     # -- inputs -------------------------------------------------------------------------------
 
     def inputs(
-        self, model: str, policy: ScalingPolicy, specs: list[SloSpec], now: datetime
+        self,
+        model: str,
+        policy: ScalingPolicy,
+        specs: list[SloSpec],
+        now: datetime,
+        pool: str = "",
+        *,
+        members: frozenset[str] | None = None,
     ) -> ScalingInputs:
+        """``model``'s inputs at ``now``: of all its instances (``pool`` ""), or of one pool of
+        a disaggregated model (``members``: the pool's instances, read when not given)."""
+        members = self._members(model, pool, members, now)
         times: dict[str, float] = {}
         minute_now = Resolution.MINUTE.floor(now)
         recent = scaling_reads.minute_demand(
             self.engine, model, Window(minute_now - DEMAND_WINDOW, minute_now)
         )
         gauges = scaling_reads.server_gauges(
-            self.engine, model, Window(now - timedelta(seconds=policy.stale_after_s), now)
+            self.engine,
+            model,
+            Window(now - timedelta(seconds=policy.stale_after_s), now),
+            instances=members,
         )
-        instances = set(gauges.instances) or {i for m in recent for i in m.instances}
+        instances = set(gauges.instances) or self.working(model, pool, recent, members, now)
         observed = len(instances)
 
         demand: float | None = None
@@ -162,7 +219,7 @@ class Recommender:
         if forecast is not None:
             times["forecast_rps"] = _unix(now)
 
-        capacity = self.capacity(model, specs, now)
+        capacity = self.capacity(model, specs, now, pool, members)
         if capacity is not None:
             times["capacity_rps"] = _unix(now)
 
@@ -188,7 +245,7 @@ class Recommender:
         if util is not None and util_at is not None:
             times["gpu_util"] = _unix(util_at)
 
-        burn = self.burn_rate(model, specs, now)
+        burn = self.burn_rate(model, specs, now, pool)
         if burn is not None:
             times["burn_rate_short"] = _unix(now)
 
@@ -206,7 +263,39 @@ class Recommender:
             low_load_since=self.low_load_since(model, policy, observed, capacity, now),
             input_times=times,
             forecast_basis=basis,
+            pool=pool,
         )
+
+    def _members(
+        self, model: str, pool: str, given: frozenset[str] | None, now: datetime
+    ) -> frozenset[str] | None:
+        """The pool's instances: ``given``, else the last hour's; ``None`` for a whole model."""
+        if not pool:
+            return None
+        if given is not None:
+            return given
+        return self.pool_members(model, pool, Window(now - MODELS_WINDOW, now))
+
+    def pool_members(self, model: str, pool: str, window: Window) -> frozenset[str]:
+        """The instances of ``model``'s ``pool`` that stored work of that role in ``window``."""
+        pools = scaling_reads.pool_members(self.engine, window, model).get(model)
+        return frozenset() if pools is None else pools[pool]
+
+    def working(
+        self,
+        model: str,
+        pool: str,
+        recent: list[scaling_reads.Minute],
+        members: frozenset[str] | None,
+        now: datetime,
+    ) -> set[str]:
+        """The instances that stored the pool's work in the last five minutes (the observed
+        instances when none has a fresh scrape): users' requests for the whole model and the
+        decode pool (which stores them), prefill legs for the prefill pool."""
+        if pool == scaling_reads.PREFILL:
+            return set(self.pool_members(model, pool, Window(now - DEMAND_WINDOW, now)))
+        served = {i for m in recent for i in m.instances}
+        return served if members is None else served & members
 
     def forecast(self, model: str, policy: ScalingPolicy, now: datetime) -> float | None:
         """The mean over recent weeks of the busiest rate in ``[now, now + lead]`` a week (two,
@@ -228,19 +317,68 @@ class Recommender:
         minute_now = Resolution.MINUTE.floor(now)
         return scaling_reads.peak_rate(self.engine, model, Window(minute_now - lead, minute_now))
 
-    def capacity(self, model: str, specs: list[SloSpec], now: datetime) -> float | None:
-        """Requests per second one instance sustains within the latency SLOs (cached)."""
-        cached = self._capacity.get(model)
+    def capacity(
+        self,
+        model: str,
+        specs: list[SloSpec],
+        now: datetime,
+        pool: str = "",
+        members: frozenset[str] | None = None,
+    ) -> float | None:
+        """Requests per second one instance (of ``pool``) sustains within the latency SLOs
+        (cached per model and pool)."""
+        key = (model, pool)
+        cached = self._capacity.get(key)
         if cached is not None and self.monotonic() - cached[0] < CAPACITY_TTL_S:
             return cached[1]
         ttft, tpot = latency_targets(specs, model)
-        rps, source = self._measure_capacity(model, now, ttft, tpot)
-        self._capacity[model] = (self.monotonic(), rps, source)
+        if pool == scaling_reads.PREFILL:
+            rps, source = self._prefill_capacity(model, now, ttft)
+        elif pool == scaling_reads.DECODE:
+            rps, source = self._production(model, now, None, tpot, members)
+        else:
+            rps, source = self._measure_capacity(model, now, ttft, tpot)
+        self._capacity[key] = (self.monotonic(), rps, source)
         return rps
 
-    def capacity_source(self, model: str) -> str | None:
-        cached = self._capacity.get(model)
+    def capacity_source(self, model: str, pool: str = "") -> str | None:
+        cached = self._capacity.get((model, pool))
         return None if cached is None else cached[2]
+
+    def _prefill_capacity(
+        self, model: str, now: datetime, ttft: float | None
+    ) -> tuple[float | None, str]:
+        bound = PREFILL_QUEUE_DEFAULT_S if ttft is None else PREFILL_QUEUE_SHARE * ttft
+        best = scaling_reads.busiest_prefill_minute(
+            self.engine, model, Window(now - PRODUCTION_CAPACITY_WINDOW, now), bound
+        )
+        if best is None:
+            return None, "not measured"
+        return best.legs_per_s, (
+            f"production prefill legs, {best.instance} at {best.minute:%Y-%m-%d %H:%M} "
+            f"(mean queue {best.queue_mean_s:.3g} s ≤ {bound:.3g} s)"
+        )
+
+    def _production(
+        self,
+        model: str,
+        now: datetime,
+        ttft: float | None,
+        tpot: float | None,
+        instances: frozenset[str] | None = None,
+    ) -> tuple[float | None, str]:
+        try:
+            best = production_capacity(
+                self.engine,
+                Window(now - PRODUCTION_CAPACITY_WINDOW, now),
+                Selector(model=model),
+                ttft_p99_max_s=ttft,
+                tpot_p99_max_s=tpot,
+                instances=instances,
+            )
+        except InvalidInput:
+            return None, "not measured"
+        return best.throughput_rps, f"production, {best.phase}"
 
     def _measure_capacity(
         self, model: str, now: datetime, ttft: float | None, tpot: float | None
@@ -257,28 +395,18 @@ class Recommender:
             except (InvalidInput, NotFound):
                 continue
             return best.throughput_rps, f"step run {listing.id}, level {best.phase}"
-        try:
-            best = production_capacity(
-                self.engine,
-                Window(now - PRODUCTION_CAPACITY_WINDOW, now),
-                Selector(model=model),
-                ttft_p99_max_s=ttft,
-                tpot_p99_max_s=tpot,
-            )
-        except InvalidInput:
-            return None, "not measured"
-        return best.throughput_rps, f"production, {best.phase}"
+        return self._production(model, now, ttft, tpot)
 
-    def burn_rate(self, model: str, specs: list[SloSpec], now: datetime) -> float | None:
-        """The highest short-window burn rate of the latency SLOs covering ``model``."""
+    def burn_rate(
+        self, model: str, specs: list[SloSpec], now: datetime, pool: str = ""
+    ) -> float | None:
+        """The highest short-window burn rate of the SLOs covering ``model`` that drive
+        ``pool`` (``drives``)."""
         rates: list[float] = []
         window = Window(now - self.short_window, now)
         with self.engine.connect() as connection:
             for spec in specs:
-                if spec.sli.kind is not SliKind.LATENCY or spec.selector.model not in (
-                    None,
-                    model,
-                ):
+                if not drives(spec, pool) or spec.selector.model not in (None, model):
                     continue
                 selector = dataclasses.replace(spec.selector, model=model)
                 counts = slo_store.count_events(connection, spec.sli, window, selector)
@@ -335,6 +463,7 @@ class Current:
         rec = self.recommendation
         return {
             "model": rec.model,
+            "pool": rec.pool,
             "at": datetime.fromtimestamp(rec.at, UTC).isoformat().replace("+00:00", "Z"),
             "observed": rec.observed,
             "desired": rec.desired,
@@ -375,20 +504,41 @@ def judge(rec: Recommendation, policy: ScalingPolicy, now: datetime) -> Current:
 
 
 def current(engine: Engine, now: datetime) -> list[Current]:
-    """Every model's newest recommendation, judged at ``now``."""
+    """Every model's newest recommendations (one per pool of a disaggregated model), judged
+    at ``now``, by model then pool. Only the pools of a model's newest cycle are listed: a
+    model that became disaggregated (or stopped being) no longer lists its former pools."""
     stored = policies(engine)
+    latest = scaling_store.latest(engine)
+    newest: dict[str, float] = {}
+    for rec in latest:
+        newest[rec.model] = max(rec.at, newest.get(rec.model, rec.at))
     return [
-        judge(rec, choose_policy(stored, rec.model), now) for rec in scaling_store.latest(engine)
+        judge(rec, choose_policy(stored, rec.model), now)
+        for rec in latest
+        if rec.at == newest[rec.model]
     ]
 
 
-def current_for(engine: Engine, model: str, now: datetime) -> Current:
-    """``model``'s newest recommendation judged at ``now``. ``NotFound`` for a model the
-    store does not know (no recommendation, no traffic in the last hour, no policy of its
-    own); ``Unavailable`` for a known one without a recommendation yet."""
-    for found in current(engine, now):
-        if found.recommendation.model == model:
-            return found
+def current_for(engine: Engine, model: str, now: datetime, pool: str | None = None) -> Current:
+    """``model``'s newest recommendation judged at ``now``: of ``pool`` for a disaggregated
+    model (``InvalidInput`` naming its pools when ``pool`` is missing or not one of them;
+    ignored for a model served whole). ``NotFound`` for a model the store does not know (no
+    recommendation, no traffic in the last hour, no policy of its own); ``Unavailable`` for a
+    known one without a recommendation yet."""
+    found = [c for c in current(engine, now) if c.recommendation.model == model]
+    pools = [c.recommendation.pool for c in found if c.recommendation.pool]
+    if pools:
+        for each in found:
+            if pool and each.recommendation.pool == pool:
+                return each
+        asked = "names no pool" if not pool else f"names pool {pool!r}"
+        raise InvalidInput(
+            f"{model!r} is served disaggregated and the request {asked}: "
+            f"ask for one of its pools, pool={' or pool='.join(pools)}",
+            details={"model": model, "pool": pool, "pools": pools},
+        )
+    if found:
+        return found[0]
     known = model in scaling_reads.models_seen(engine, Window(now - MODELS_WINDOW, now))
     known = known or any(p.model == model for p in policies(engine))
     if not known:

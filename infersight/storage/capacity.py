@@ -9,7 +9,7 @@ its capacity (production may never have pushed it to its knee; a step run finds 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -57,9 +57,12 @@ def production_capacity(
     *,
     ttft_p99_max_s: float | None = None,
     tpot_p99_max_s: float | None = None,
+    instances: Collection[str] | None = None,
 ) -> MeasuredCapacity:
-    """The busiest instance-minute of ``window`` within the targets (concurrency unknown: 0)."""
+    """The busiest instance-minute of ``window`` within the targets (concurrency unknown: 0),
+    of ``instances`` only where given (one pool of a disaggregated model)."""
     c = request_rollups.c
+    only = [] if instances is None else [c.instance.in_(sorted(instances))]
     query = select(
         c.instance, c.bucket, c.requests, c.errors, c.output_tokens, c.ttft_sketch, c.tpot_sketch
     ).where(
@@ -67,6 +70,7 @@ def production_capacity(
         c.bucket >= window.start,
         c.bucket < window.end,
         *_filters(selector),
+        *only,
     )
     minutes: dict[tuple[str, datetime], _Minute] = defaultdict(_Minute)
     with engine.connect() as connection:

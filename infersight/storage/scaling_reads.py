@@ -7,7 +7,13 @@
   rollups, else per hour from the hour rollups (the minute ones may have been retained away),
   ``None`` where neither holds any request: what a week-ago window forecasts.
 * ``server_gauges``: the newest scrape of each instance serving a model in a window (queue,
-  KV-cache usage), and ``gpu_utilisation``: the mean utilisation of those instances' GPUs.
+  KV-cache usage; optionally only some instances: one pool's), and ``gpu_utilisation``: the
+  mean utilisation of those instances' GPUs.
+* ``pool_members``: a disaggregated model's prefill and decode instances in a window (those
+  that stored prefill legs in ``request_parts``; those that stored users' requests split by a
+  P/D proxy, ``requests.role = 'decode'``).
+* ``busiest_prefill_minute``: the most prefill legs one prefill instance completed in a minute
+  whose legs' mean queue time stayed within a bound: what one prefill instance sustains.
 
 Every read is bounded by its window and by ``MAX_ROWS``.
 """
@@ -15,15 +21,23 @@ Every read is bounded by its window and by ``MAX_ROWS``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final
 
 from sqlalchemy import Engine, func, select
 
 from infersight.core.window import Resolution, Window
-from infersight.storage.tables import gpu_samples, request_rollups, server_samples
+from infersight.storage.gpu_reads import bucket_epoch
+from infersight.storage.tables import (
+    gpu_samples,
+    request_parts,
+    request_rollups,
+    requests,
+    server_samples,
+)
+from infersight.storage.timeseries import bucket_of
 
 #: The most rows (minute buckets × instances, or scrapes) one read returns.
 MAX_ROWS: Final = 200_000
@@ -130,12 +144,18 @@ class Gauges:
     kv_usage: tuple[float, ...]
 
 
-def server_gauges(engine: Engine, model: str, window: Window) -> Gauges:
-    """The newest scrape in ``window`` of each instance that reports serving ``model``."""
+def server_gauges(
+    engine: Engine, model: str, window: Window, instances: Collection[str] | None = None
+) -> Gauges:
+    """The newest scrape in ``window`` of each instance that reports serving ``model`` (of
+    those in ``instances`` only, where given: one pool's)."""
     s = server_samples.c
+    where = [s.model == model, s.ts >= window.start, s.ts < window.end]
+    if instances is not None:
+        where.append(s.instance.in_(sorted(instances)[:MAX_MODELS]))
     newest_per = (
         select(s.instance, func.max(s.ts).label("ts"))
-        .where(s.model == model, s.ts >= window.start, s.ts < window.end)
+        .where(*where)
         .group_by(s.instance)
         .limit(MAX_ROWS)
         .subquery("newest")
@@ -179,3 +199,83 @@ def gpu_utilisation(
     with engine.connect() as connection:
         mean, newest = connection.execute(query).one()
     return (None if mean is None else float(mean)), newest
+
+
+#: The roles of a disaggregated model's pools, as ``pool_members`` keys them.
+PREFILL: Final = "prefill"
+DECODE: Final = "decode"
+
+
+def pool_members(
+    engine: Engine, window: Window, model: str | None = None
+) -> dict[str, dict[str, frozenset[str]]]:
+    """model → {``PREFILL``: instances, ``DECODE``: instances} for every model (or ``model``)
+    whose instances stored prefill legs or decode-side split requests in ``window``. A model
+    served whole is absent; an instance whose role changed in the window is in both pools."""
+    found: dict[str, dict[str, set[str]]] = defaultdict(lambda: {PREFILL: set(), DECODE: set()})
+    p = request_parts.c
+    q = requests.c
+    reads = (
+        (PREFILL, p, [p.start >= window.start, p.start < window.end]),
+        (DECODE, q, [q.start >= window.start, q.start < window.end, q.role == DECODE]),
+    )
+    with engine.connect() as connection:
+        for pool, c, where in reads:
+            if model is not None:
+                where.append(c.model == model)
+            query = (
+                select(c.model, c.instance).where(*where, c.model != "").distinct().limit(MAX_ROWS)
+            )
+            for name, instance in connection.execute(query):
+                found[str(name)][pool].add(str(instance))
+    return {
+        name: {pool: frozenset(members) for pool, members in pools.items()}
+        for name, pools in sorted(found.items())
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class BusiestPrefill:
+    """The busiest prefill-instance-minute within the queue bound."""
+
+    legs_per_s: float
+    instance: str
+    minute: datetime
+    queue_mean_s: float
+
+
+def busiest_prefill_minute(
+    engine: Engine,
+    model: str,
+    window: Window,
+    queue_max_s: float,
+    instances: Collection[str] | None = None,
+) -> BusiestPrefill | None:
+    """The minute of ``window`` in which one prefill instance of ``model`` (of ``instances``,
+    where given) completed the most successful prefill legs while their mean queue time stayed
+    at or below ``queue_max_s``; ``None`` when no minute did (or no leg reported its queue)."""
+    p = request_parts.c
+    where = [p.model == model, p.start >= window.start, p.start < window.end, p.status == "ok"]
+    if instances is not None:
+        where.append(p.instance.in_(sorted(instances)[:MAX_MODELS]))
+    with engine.connect() as connection:
+        bucket = bucket_of(connection, Resolution.MINUTE.seconds, p.start).label("minute")
+        legs = func.count().label("legs")
+        queue = func.avg(p.queue_s).label("queue_mean")
+        query = (
+            select(p.instance, bucket, legs, queue)
+            .where(*where)
+            .group_by(p.instance, bucket)
+            .having(queue <= queue_max_s)
+            .order_by(legs.desc(), bucket.desc(), p.instance)
+            .limit(1)
+        )
+        row = connection.execute(query).first()
+    if row is None:
+        return None
+    return BusiestPrefill(
+        legs_per_s=int(row.legs) / Resolution.MINUTE.seconds,
+        instance=str(row.instance),
+        minute=datetime.fromtimestamp(bucket_epoch(row.minute), UTC),
+        queue_mean_s=float(row.queue_mean),
+    )

@@ -142,13 +142,13 @@ def test_the_desired_replicas_gauge_is_on_metrics(api: Api, store: Store) -> Non
     scaling_store.record(store.engine, rec("llama-8b", 30, 4))
     scaling_store.record(store.engine, rec("llama-70b", 10, 7))
     assert samples(api, "infersight_desired_replicas") == {
-        "model=llama-70b": 7.0,
-        "model=llama-8b": 4.0,
+        "model=llama-70b,pool=": 7.0,
+        "model=llama-8b,pool=": 4.0,
     }
-    assert samples(api, "infersight_observed_replicas")["model=llama-8b"] == 3.0
+    assert samples(api, "infersight_observed_replicas")["model=llama-8b,pool="] == 3.0
     assert samples(api, "infersight_scaling_recommendation_age_seconds") == {
-        "model=llama-70b": 10.0,
-        "model=llama-8b": 30.0,
+        "model=llama-70b,pool=": 10.0,
+        "model=llama-8b,pool=": 30.0,
     }
 
 

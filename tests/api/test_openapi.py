@@ -66,7 +66,7 @@ SURFACE = {
     "GET /api/v1/reports/{report_id}/html": ["path:report_id"],
     "GET /api/v1/silences": [],
     "GET /api/v1/scaling": [],
-    "GET /api/v1/scaling/keda/{model}": ["path:model"],
+    "GET /api/v1/scaling/keda/{model}": ["path:model", "query:pool"],
     "GET /api/v1/slos": [],
     "GET /api/v1/slos/{name}": ["path:name"],
     "GET /api/v1/throughput": _q(*_WINDOW),

@@ -58,7 +58,7 @@ def test_scaling_apply_list_and_show(tmp_path) -> None:
     lines = table.output.splitlines()
     assert lines[1].split() == ["chat", "llama-8b", "2", "12", "720"]
     assert lines[2].split()[:2] == ["fleet", "(every"]
-    assert lines[5].split()[:5] == ["llama-8b", "3", "5", "0", "forecast"]
+    assert lines[5].split()[:6] == ["llama-8b", "-", "3", "5", "0", "forecast"]
     assert lines[5].endswith("yes")
     shown = json.loads(runner.invoke(scaling, ["show", "llama-8b"], obj=obj).output)
     assert shown["policy"]["metadata"]["name"] == "chat"

@@ -1,5 +1,6 @@
 """The Scaling page: every model's newest replica recommendation (observed and desired
-instances, driver, reason, staleness), and per model over the range: desired against observed
+instances, driver, reason, staleness; one per pool, prefill and decode, for a disaggregated
+model), and per model (and pool) over the range: desired against observed
 instances (``storage.scaling.history``), demand against the recorded forecast with the forecast
 band — the lowest to the highest request rate at the same time of week in the policy's
 ``history_weeks`` previous weeks — and the reason of the latest change of the desired count.
@@ -97,9 +98,12 @@ def _latest_change(history: Sequence[Recommendation]) -> Recommendation | None:
     return None
 
 
-def _model_charts(app: AppContext, ctx: Context, model: str, weeks: int) -> dict[str, Any]:
-    history = scaling_store.history(app.engine, model, ctx.window.start, ctx.window.end)
+def _model_charts(
+    app: AppContext, ctx: Context, model: str, pool: str, weeks: int
+) -> dict[str, Any]:
+    history = scaling_store.history(app.engine, model, ctx.window.start, ctx.window.end, pool)
     step_s = svg.bucket_seconds(ctx.window.seconds)
+    name = f"{model} ({pool} pool)" if pool else model
     instances = svg.line_chart(
         [
             svg.Series("desired", _per_bucket(history, step_s, "desired")),
@@ -108,7 +112,7 @@ def _model_charts(app: AppContext, ctx: Context, model: str, weeks: int) -> dict
         ctx.window.start,
         ctx.window.end,
         svg.unit("inst."),
-        label=f"desired and observed instances of {model}",
+        label=f"desired and observed instances of {name}",
         empty="no recommendation in this range",
     )
     band, band_weeks = _band(app, ctx, model, weeks)
@@ -121,13 +125,14 @@ def _model_charts(app: AppContext, ctx: Context, model: str, weeks: int) -> dict
         ctx.window.start,
         ctx.window.end,
         svg.unit("req/s"),
-        label=f"demand and forecast of {model}",
+        label=f"demand and forecast of {name}",
         empty="no requests or forecast in this range",
         band=band,
     )
     change = _latest_change(history)
     return {
         "model": model,
+        "pool": pool,
         "instances_chart": instances,
         "forecast_chart": forecast,
         "band_weeks": band_weeks,
@@ -156,6 +161,7 @@ def scaling(app: AppContext, ctx: Context) -> dict[str, Any]:
             app,
             ctx,
             c.recommendation.model,
+            c.recommendation.pool,
             min(choose_policy(stored, c.recommendation.model).history_weeks, MAX_HISTORY_WEEKS),
         )
         for c in found[:MAX_CHARTED]
