@@ -27,19 +27,21 @@ import numpy as np
 
 from infersight.core.records import Engine, RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
-from infersight.simulator.events import Batch, Completion
+from infersight.simulator.events import Batch, Completion, EngineSample, LoraState
 from infersight.simulator.faults import Effects, FaultSchedule
 from infersight.simulator.profiles import ModelProfile, SpeculativeDecoding
 from infersight.simulator.request import (
+    Family,
     IdSource,
     Labels,
     RequestState,
     TokenListener,
     finished_record,
+    fold_sequences,
     refused_record,
 )
 from infersight.simulator.telemetry import GpuCounters, gpu_samples
-from infersight.simulator.workload import Arrival, ArrivalStream
+from infersight.simulator.workload import Arrival, ArrivalStream, LoraServing
 
 #: Model execute time = forward time plus sampling and cross-worker synchronisation.
 _EXECUTE_OVERHEAD: Final = 1.04
@@ -66,6 +68,7 @@ class InstanceSim:
         gpu_telemetry: bool = True,
         speculative: SpeculativeDecoding | None = None,
         role: str = "",
+        lora: LoraServing | None = None,
     ) -> None:
         self.name = name
         #: ``prefill`` / ``decode`` in a disaggregated deployment, else ``""``.
@@ -76,6 +79,10 @@ class InstanceSim:
         self.speculative = speculative
         #: vLLM's speculative-decoding counters: drafts, draft tokens, accepted tokens.
         self.spec_totals = [0.0, 0.0, 0.0]
+        #: LoRA adapters served beside the base model, and the running sequences of each
+        #: adapter (an adapter with none is not a key).
+        self.lora = lora
+        self._lora_running: dict[str, int] = {}
         self.profile = profile
         self.service = service or name
         self.model = profile.model_name
@@ -116,6 +123,7 @@ class InstanceSim:
         self._gpu_counters = [GpuCounters() for _ in range(profile.tensor_parallel)]
         self._completions: list[Completion] = []
         self._server: list[ServerSample] = []
+        self._engine_samples: list[EngineSample] = []
         self._gpu: list[GpuSample] = []
 
     # -- inputs -------------------------------------------------------------------------
@@ -259,6 +267,8 @@ class InstanceSim:
             gpu = (decode + prefill) * fx.gpu_factor
         else:
             gpu = step.gpu_time(seqs, self.kv_used, prefill_tokens) * fx.gpu_factor
+        if self._lora_running:
+            gpu *= self._lora_factor()
         cpu = self.profile.step.cpu_overhead_s * fx.cpu_factor
         end = t + cpu + gpu
         self._cum_gpu += gpu
@@ -297,6 +307,8 @@ class InstanceSim:
             bound = min(bound, self._arrivals.peek_time())
         cost = self.profile.step
         f = fx.gpu_factor * self._spec_slowdown(fx) * fx.decode_factor
+        if self._lora_running:
+            f *= self._lora_factor()
         g0 = f * (cost.decode_base_s + cost.decode_per_seq_s * n + cost.decode_per_kv_token_s * kv0)
         c1 = f * cost.decode_per_kv_token_s * n
         cpu = cost.cpu_overhead_s * fx.cpu_factor
@@ -325,6 +337,33 @@ class InstanceSim:
         self._decode_step(end)
         self.t = end
         return True
+
+    def _lora_factor(self) -> float:
+        """A step whose batch holds adapter sequences (``LoraServing.step_overhead``)."""
+        return 1.0 + self.lora.step_overhead if self.lora is not None else 1.0
+
+    def _lora_enter(self, r: RequestState) -> None:
+        if r.adapter:
+            self._lora_running[r.adapter] = self._lora_running.get(r.adapter, 0) + 1
+
+    def _lora_leave(self, r: RequestState) -> None:
+        if r.adapter:
+            left = self._lora_running[r.adapter] - 1
+            if left:
+                self._lora_running[r.adapter] = left
+            else:
+                del self._lora_running[r.adapter]
+
+    def _lora_blocked(self, r: RequestState) -> bool:
+        """vLLM's ``--max-loras``: a batch holds that many adapters; a request of another
+        one waits (skipped: the requests behind it may be scheduled)."""
+        lora = self.lora
+        return (
+            lora is not None
+            and bool(r.adapter)
+            and r.adapter not in self._lora_running
+            and len(self._lora_running) >= lora.max_lora
+        )
 
     def _spec_slowdown(self, fx: Effects) -> float:
         if self.speculative is None or fx.spec_acceptance_scale == 1.0:
@@ -361,11 +400,15 @@ class InstanceSim:
             max_seqs = max(1, int(max_seqs * fx.seq_scale))
         seats = max_seqs - n_dec - len(self._prefilling)
         limit = min(capacity, self.profile.max_model_len)
+        skipped: list[RequestState] = []
         while self._waiting and seats > 0 and budget > 0:
             r = self._waiting[0]
             if r.input_tokens + r.gen > limit:
                 self._waiting.popleft()
                 self._reject(r, t)
+                continue
+            if r.adapter and self._lora_blocked(r):
+                skipped.append(self._waiting.popleft())
                 continue
             chunk = min(r.prefill_left, budget)
             if chunk + r.external > free:
@@ -381,10 +424,13 @@ class InstanceSim:
                 free -= r.external
                 r.external = 0
             self._prefilling.append(r)
+            self._lora_enter(r)
             chunks.append((r, chunk))
             budget -= chunk
             free -= chunk
             seats -= 1
+        if skipped:
+            self._waiting.extendleft(reversed(skipped))
         return chunks
 
     def _decode_step(self, end: float) -> None:
@@ -419,15 +465,37 @@ class InstanceSim:
                 r.first_token = end
             if r.listener is not None:
                 r.listener.on_token(end)
+            if r.siblings and r.family is None:
+                self._fork(r, end)
             if r.gen >= r.output_tokens:
                 self._finish(r, end)
             else:
                 self._join_decoding(r)
 
+    def _fork(self, r: RequestState, end: float) -> None:
+        """Parallel sampling: the prompt was computed once; the pass that completed it
+        samples every sequence's first token, and each sequence decodes on its own. The
+        prompt's KV blocks are shared, charged to the sequences in equal parts (freed as each
+        finishes: a simplification of block reference counting)."""
+        n = 1 + len(r.siblings)
+        r.family = Family(n, r.listener)
+        share, rest = divmod(r.input_tokens, n)
+        r.kv_prompt = share + rest
+        for output in r.siblings:
+            self._rid += 1
+            child = r.fork(self._rid, output)
+            child.kv_prompt = share
+            self._lora_enter(child)
+            self.generation_tokens_total += 1
+            if child.gen >= child.output_tokens:
+                self._finish(child, end)
+            else:
+                self._join_decoding(child)
+
     def _join_decoding(self, r: RequestState) -> None:
         r.gen_at_join, r.join_counter = r.gen, self._counter
         r.finish_at = self._counter + (r.output_tokens - r.gen)
-        self._dec_base += r.input_tokens + r.gen - self._counter
+        self._dec_base += r.kv_prompt + r.gen - self._counter
         self._decoding[r.rid] = r
         if r.listener is not None:
             self._streaming += 1
@@ -435,7 +503,7 @@ class InstanceSim:
 
     def _leave_decoding(self, r: RequestState) -> None:
         del self._decoding[r.rid]
-        self._dec_base -= r.input_tokens + r.gen_at_join - r.join_counter
+        self._dec_base -= r.kv_prompt + r.gen_at_join - r.join_counter
         if r.listener is not None:
             self._streaming -= 1
 
@@ -444,10 +512,12 @@ class InstanceSim:
         if self._prefilling:
             r = self._prefilling.pop()
             self._pf_kv -= r.computed
+            self._lora_leave(r)
         else:
             rid = next(reversed(self._decoding))
             r = self._decoding[rid]
             self._leave_decoding(r)
+            self._lora_leave(r)
             r.gen = r.gen_at_join + self._counter - r.join_counter
             r.generation += 1
         r.computed = 0
@@ -459,22 +529,58 @@ class InstanceSim:
     # -- outputs ------------------------------------------------------------------------
 
     def _finish(self, r: RequestState, end: float) -> None:
-        self.requests_total += 1
+        self._lora_leave(r)
         trace_id, span_id, request_id = self._ids.next()
+        if r.family is not None:
+            family = r.family
+            if not family.trace_id:
+                family.trace_id, family.request_id = r.trace_id or trace_id, request_id
+            record = finished_record(r, self._labels, family.trace_id, span_id, end)
+            self._sequence_done(r, family, record)
+            return
+        self.requests_total += 1
         record = finished_record(r, self._labels, r.trace_id or trace_id, span_id, end)
         self._emit(r, record, request_id)
+
+    def _sequence_done(self, r: RequestState, family: Family, record: RequestRecord) -> None:
+        """One sequence of a parallel-sampling request ended; the last one's end emits the
+        user's request (one completion, each sequence's record in ``sequences``)."""
+        family.records.append(record)
+        family.preemptions += r.preemptions
+        family.left -= 1
+        if family.left:
+            return
+        user = fold_sequences(family.records)
+        self.requests_total += 1
+        self.errors_total += user.is_error
+        r.preemptions = family.preemptions
+        r.listener = family.listener
+        self._emit(r, user, family.request_id, tuple(family.records))
 
     def _reject(self, r: RequestState, t: float, error: str = "context_length_exceeded") -> None:
         """A prompt that can never fit the KV cache or the context is refused (or, on a
         decode instance, its KV cache never arrived)."""
+        trace_id, span_id, request_id = self._ids.next()
+        if r.family is not None:  # a preempted sequence that no longer fits
+            family = r.family
+            if not family.trace_id:
+                family.trace_id, family.request_id = r.trace_id or trace_id, request_id
+            record = refused_record(r, self._labels, family.trace_id, span_id, t, error)
+            self._sequence_done(r, family, record)
+            return
         self.requests_total += 1
         self.errors_total += 1
-        trace_id, span_id, request_id = self._ids.next()
         record = refused_record(r, self._labels, r.trace_id or trace_id, span_id, t, error)
         r.first_sched = t
         self._emit(r, record, request_id)
 
-    def _emit(self, r: RequestState, record: RequestRecord, request_id: str) -> None:
+    def _emit(
+        self,
+        r: RequestState,
+        record: RequestRecord,
+        request_id: str,
+        sequences: tuple[RequestRecord, ...] = (),
+    ) -> None:
         forward = self._cum_gpu - r.g0 if r.first_sched >= 0 else 0.0
         completion = Completion(
             record=record,
@@ -489,6 +595,7 @@ class InstanceSim:
             preemptions=r.preemptions,
             engine=self.engine_index,
             parent_span_id=r.parent_span_id,
+            sequences=sequences,
         )
         self._completions.append(completion)
         if r.listener is not None:
@@ -501,26 +608,26 @@ class InstanceSim:
             fx = self._faults.effects(ts_s - 1e-9)
             busy = self._iv_busy / self._interval
             self._iv_busy = 0.0
-            self._server.append(
-                ServerSample(
-                    ts=ts,
-                    instance=self.name,
-                    engine=Engine.VLLM.value,
-                    model=self.model,
-                    requests_running=float(self.running),
-                    requests_waiting=float(self.waiting),
-                    requests_swapped=0.0,
-                    kv_cache_usage=min(1.0, self.kv_used / self.kv_capacity(fx)),
-                    prefix_cache_hit_ratio=0.0,
-                    preemptions_total=float(self.preemptions_total),
-                    prompt_tokens_total=float(self.prompt_tokens_total),
-                    generation_tokens_total=float(self.generation_tokens_total),
-                    requests_total=float(self.requests_total),
-                    request_errors_total=float(self.errors_total),
-                    **self._spec_counters(),
-                    **self._pd_gauges(),
-                )
+            sample = ServerSample(
+                ts=ts,
+                instance=self.name,
+                engine=Engine.VLLM.value,
+                model=self.model,
+                requests_running=float(self.running),
+                requests_waiting=float(self.waiting),
+                requests_swapped=0.0,
+                kv_cache_usage=min(1.0, self.kv_used / self.kv_capacity(fx)),
+                prefix_cache_hit_ratio=0.0,
+                preemptions_total=float(self.preemptions_total),
+                prompt_tokens_total=float(self.prompt_tokens_total),
+                generation_tokens_total=float(self.generation_tokens_total),
+                requests_total=float(self.requests_total),
+                request_errors_total=float(self.errors_total),
+                **self._spec_counters(),
+                **self._pd_gauges(),
             )
+            self._server.append(sample)
+            self._engine_samples.append(EngineSample(self.engine_index, sample, self._lora_state()))
             if self._gpu_telemetry:
                 self._gpu.extend(
                     gpu_samples(
@@ -535,6 +642,14 @@ class InstanceSim:
                     )
                 )
             self._next_sample += self._interval
+
+    def _lora_state(self) -> LoraState | None:
+        if self.lora is None:
+            return None
+        waiting = {r.adapter for r in self._waiting if r.adapter}
+        return LoraState(
+            tuple(sorted(self._lora_running)), tuple(sorted(waiting)), self.lora.max_lora
+        )
 
     def _spec_counters(self) -> dict[str, Any]:
         if self.speculative is None:
@@ -556,8 +671,14 @@ class InstanceSim:
 
     def drain(self) -> Batch:
         """Everything produced since the last drain."""
-        batch = Batch(tuple(self._completions), tuple(self._server), tuple(self._gpu))
+        batch = Batch(
+            tuple(self._completions),
+            tuple(self._server),
+            tuple(self._gpu),
+            tuple(self._engine_samples),
+        )
         self._completions.clear()
         self._server.clear()
+        self._engine_samples.clear()
         self._gpu.clear()
         return batch

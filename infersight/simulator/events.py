@@ -54,11 +54,25 @@ class Completion:
     #: and the decode instance's own record. A prefill leg's ``record`` has
     #: ``role=Role.PREFILL`` (a part, not a request).
     pd: ProxyLegs | None = None
+    #: Parallel sampling (``n`` > 1): each sequence's own record (its own ``llm_request``
+    #: span, all with ``request_id``); ``record`` is then the user's one request, folded from
+    #: them as ``collector.assembly`` folds their spans.
+    sequences: tuple[RequestRecord, ...] = ()
 
     @property
     def served(self) -> RequestRecord:
         """The record of the engine that served it (its own ``llm_request`` span)."""
         return self.pd.engine if self.pd is not None else self.record
+
+
+@dataclass(frozen=True, slots=True)
+class LoraState:
+    """What vLLM's ``vllm:lora_requests_info`` says at a sample time: the adapters of the
+    running and of the waiting requests, and ``--max-loras``."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    max_lora: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +85,8 @@ class EngineSample:
 
     index: int
     sample: ServerSample
+    #: An engine serving LoRA adapters: its adapters at the sample time.
+    lora: LoraState | None = None
 
 
 @dataclass(frozen=True, slots=True)

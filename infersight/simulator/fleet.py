@@ -161,6 +161,7 @@ def build_fleet(scenario: Scenario) -> tuple[list[InstanceSim], list[PdRouter]]:
                     np.random.default_rng(seeds[0]),
                     faults,
                     max_input_tokens=deployment.profile.max_model_len,
+                    adapters=deployment.lora.adapters if deployment.lora is not None else (),
                 )
                 instances.append(
                     InstanceSim(
@@ -175,6 +176,7 @@ def build_fleet(scenario: Scenario) -> tuple[list[InstanceSim], list[PdRouter]]:
                         engine_index=engine,
                         gpu_telemetry=scenario.gpu_telemetry,
                         speculative=deployment.speculative,
+                        lora=deployment.lora,
                     )
                 )
             index += 1
@@ -245,7 +247,7 @@ def run_scenario(
             sim.advance_to(t)
             part = sim.drain()
             completions.extend(part.completions)
-            engines.extend(EngineSample(sim.engine_index, s) for s in part.server_samples)
+            engines.extend(part.engine_samples)
             gpus.extend(part.gpu_samples)
         for router in routers:
             part = router.advance_to(t)

@@ -10,6 +10,8 @@ time as ``gateway_s`` only (the engine's timings are what the engine sees).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,10 +34,12 @@ class RequestState:
     """Mutable engine-internal state of one request."""
 
     __slots__ = (
+        "adapter",
         "arrival",
         "c0",
         "computed",
         "external",
+        "family",
         "finish_at",
         "first_sched",
         "first_token",
@@ -47,6 +51,7 @@ class RequestState:
         "input_tokens",
         "join_counter",
         "kv_failed",
+        "kv_prompt",
         "kv_ready",
         "listener",
         "max_tokens",
@@ -57,6 +62,7 @@ class RequestState:
         "priority",
         "queued",
         "rid",
+        "siblings",
         "temperature",
         "tenant",
         "tokenize_s",
@@ -98,6 +104,69 @@ class RequestState:
         self.external = 0
         self.kv_ready = -1.0
         self.kv_failed = False
+        self.adapter = a.adapter
+        #: Parallel sampling: the other sequences' output lengths (forked when the prompt's
+        #: prefill completes), the family the sequences share, and the prompt tokens of
+        #: the KV cache this sequence holds (the shared prompt is split among them).
+        self.siblings = a.sibling_outputs
+        self.family: Family | None = None
+        self.kv_prompt = a.input_tokens
+
+    def fork(self, rid: int, output_tokens: int) -> RequestState:
+        """Another sequence of this request, forked when its prompt's prefill completed:
+        the same arrival, schedule and first token, its own output length."""
+        child = copy.copy(self)
+        child.rid = rid
+        child.output_tokens = max(1, min(output_tokens, self.max_tokens))
+        child.siblings = ()
+        child.listener = None
+        child.preemptions = 0
+        child.generation = 0
+        return child
+
+
+class Family:
+    """The sequences of one parallel-sampling request: their records as they finish."""
+
+    __slots__ = ("left", "listener", "preemptions", "records", "request_id", "trace_id")
+
+    def __init__(self, n: int, listener: TokenListener | None) -> None:
+        self.left = n
+        self.listener = listener
+        self.records: list[RequestRecord] = []
+        self.trace_id = ""
+        self.request_id = ""
+        self.preemptions = 0
+
+
+def fold_sequences(records: list[RequestRecord]) -> RequestRecord:
+    """The user's request from its sequences' records, as ``collector.assembly`` folds the
+    spans of an ``n`` > 1 request: the labels, prompt and stages up to the first token of the
+    sequence whose first token came first (ties: the lowest span id); end to end to the last
+    sequence's end; output tokens summed; TPOT weighted by each sequence's tokens after its
+    first; decode the longest; the finish reason of the sequence that ended last."""
+    first = min(records, key=lambda r: (r.ttft_s if r.ttft_s is not None else 1e300, r.span_id))
+    start = min(r.start for r in records)
+    ends = [r.start + timedelta(seconds=r.e2e_s or 0.0) for r in records]
+    weighted = [
+        (r.tpot_s, r.output_tokens - 1)
+        for r in records
+        if r.tpot_s is not None and r.output_tokens is not None and r.output_tokens > 1
+    ]
+    weight = sum(w for _, w in weighted)
+    last = max(records, key=lambda r: (r.e2e_s or 0.0, r.span_id))
+    failed = next((r for r in records if r.is_error), None)
+    if failed is not None:
+        first = dataclasses.replace(first, status=failed.status, error_type=failed.error_type)
+    return dataclasses.replace(
+        first,
+        start=start,
+        e2e_s=(max(ends) - start).total_seconds(),
+        tpot_s=sum(v * w for v, w in weighted) / weight if weight else first.tpot_s,
+        output_tokens=sum(r.output_tokens or 0 for r in records),
+        decode_s=max((r.decode_s for r in records if r.decode_s is not None), default=None),
+        finish_reason=last.finish_reason,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +214,7 @@ def finished_record(
         service=labels.service,
         engine=Engine.VLLM,
         model=labels.model,
+        adapter=r.adapter,
         tenant=r.tenant,
         priority=r.priority,
         operation="chat",
@@ -179,6 +249,7 @@ def refused_record(
         service=labels.service,
         engine=Engine.VLLM,
         model=labels.model,
+        adapter=r.adapter,
         tenant=r.tenant,
         priority=r.priority,
         operation="chat",

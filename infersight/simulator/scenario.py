@@ -15,7 +15,7 @@ from infersight.core.errors import InvalidInput
 from infersight.core.records import check_label, check_timestamp
 from infersight.simulator.faults import EXPECTED_CAUSE, ROLE_FAULTS, Fault, FaultKind
 from infersight.simulator.profiles import ModelProfile, SpeculativeDecoding
-from infersight.simulator.workload import ArrivalProcess, RequestMix
+from infersight.simulator.workload import ArrivalProcess, LoraServing, RequestMix
 
 #: Data-parallel engines one simulated instance may run.
 MAX_ENGINES: Final = 16
@@ -92,8 +92,22 @@ class Deployment:
     #: Disaggregated prefill/decode (``None``: every instance serves whole requests);
     #: ``instances`` are then its prefill pool, then its decode pool.
     disaggregated: Disaggregation | None = None
+    #: LoRA adapters served beside the base model (``None``: the base model only).
+    lora: LoraServing | None = None
 
     def __post_init__(self) -> None:
+        lora = self.lora
+        if lora is not None:
+            if self.disaggregated is not None:
+                raise InvalidInput("the simulator serves LoRA adapters on unified instances only")
+            if self.engines != 1:
+                # vLLM's LoRA metrics (vllm:lora_requests_info) refuse data parallelism.
+                raise InvalidInput("a deployment with LoRA adapters runs one engine per instance")
+            if self.profile.model_name in lora.names:
+                raise InvalidInput(
+                    f"a LoRA adapter cannot be named as its base model "
+                    f"({self.profile.model_name!r})"
+                )
         pd = self.disaggregated
         if pd is not None:
             if self.instances != pd.prefill + pd.decode:

@@ -8,7 +8,6 @@ Shipped files live in ``simulator/profiles/`` and ``simulator/scenarios/``.
 from __future__ import annotations
 
 import dataclasses
-
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +32,8 @@ from infersight.simulator.workload import (
     Diurnal,
     LengthDist,
     LengthKind,
+    LoraServing,
+    Parallel,
     Poisson,
     RequestMix,
     Weighted,
@@ -175,6 +176,18 @@ class LengthSpec(_Spec):
         return LengthDist(LengthKind(self.kind), self.median, self.sigma, self.min, self.max)
 
 
+class ParallelSpec(_Spec):
+    """``mix.parallel``: ``share`` of the requests ask for ``n`` sequences (OpenAI ``n``),
+    ``n`` one of the listed values (uniformly)."""
+
+    share: float = Field(gt=0.0, le=1.0)
+    n: int | list[int] = 2
+
+    def convert(self) -> Parallel:
+        choices = (self.n,) if isinstance(self.n, int) else tuple(self.n)
+        return Parallel(self.share, choices)
+
+
 class MixSpec(_Spec):
     input: LengthSpec
     output: LengthSpec
@@ -184,6 +197,7 @@ class MixSpec(_Spec):
     temperature: float = 0.7
     top_p: float = 0.95
     gateway: float | str = 0.0
+    parallel: ParallelSpec | None = None
 
     def convert(self) -> RequestMix:
         return RequestMix(
@@ -195,6 +209,7 @@ class MixSpec(_Spec):
             temperature=self.temperature,
             top_p=self.top_p,
             gateway_s=parse_duration(self.gateway),
+            parallel=self.parallel.convert() if self.parallel is not None else None,
         )
 
 
@@ -204,6 +219,22 @@ class SpeculativeSpec(_Spec):
 
     def convert(self) -> SpeculativeDecoding:
         return SpeculativeDecoding(self.num_speculative_tokens, self.acceptance_rate)
+
+
+class LoraSpec(_Spec):
+    """``lora:`` of a deployment: its adapters with their shares of the traffic (the rest is
+    the base model's) and ``max_lora`` (vLLM ``--max-loras``)."""
+
+    adapters: dict[str, float] = Field(min_length=1)
+    max_lora: int = Field(default=4, ge=1, le=256)
+    step_overhead: float = Field(default=0.08, ge=0.0, le=1.0)
+
+    def convert(self) -> LoraServing:
+        return LoraServing(
+            tuple(Weighted(name, share) for name, share in self.adapters.items()),
+            self.max_lora,
+            self.step_overhead,
+        )
 
 
 class DisaggregatedSpec(_Spec):
@@ -244,6 +275,7 @@ class DeploymentSpec(_Spec):
     mix: MixSpec
     speculative: SpeculativeSpec | None = None
     disaggregated: DisaggregatedSpec | None = None
+    lora: LoraSpec | None = None
 
 
 class FaultSpec(_Spec):
@@ -366,6 +398,7 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
                 engines=d.engines,
                 speculative=d.speculative.convert() if d.speculative is not None else None,
                 disaggregated=pd,
+                lora=d.lora.convert() if d.lora is not None else None,
             )
         )
     faults = tuple(

@@ -168,6 +168,76 @@ class Weighted:
             raise InvalidInput("label weights must be positive")
 
 
+#: A step's extra GPU time while adapter sequences are in its batch (see ``LoraServing``).
+LORA_STEP_OVERHEAD: Final = 0.08
+#: vLLM's ``--max-loras`` bound here.
+MAX_LORA: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class LoraServing:
+    """A base model serving LoRA adapters (vLLM ``--enable-lora --lora-modules``).
+
+    ``adapters``: each adapter's name and share of the deployment's requests (the rest ask for
+    the base model); ``max_lora``: adapters one batch may hold (vLLM ``--max-loras``: a
+    request of another adapter waits, the requests behind it may go first). The adapters'
+    weights are small next to the base model's, so a step costs ``step_overhead`` more GPU
+    time (8 % by default: the batched LoRA kernels' extra, rank-16-sized matmuls) whenever its
+    batch holds an adapter's sequence; KV and memory are the base model's."""
+
+    adapters: tuple[Weighted, ...]
+    max_lora: int = 4
+    step_overhead: float = LORA_STEP_OVERHEAD
+
+    def __post_init__(self) -> None:
+        if not self.adapters:
+            raise InvalidInput("lora needs at least one adapter")
+        names = [a.value for a in self.adapters]
+        if len(set(names)) != len(names):
+            raise InvalidInput("lora adapter names must be unique", details={"adapters": names})
+        for a in self.adapters:
+            if not a.value or len(a.value) > 256 or not a.value.isprintable() or "," in a.value:
+                raise InvalidInput(
+                    f"lora adapter name {a.value!r} is not a valid label (1 to 256 printable "
+                    "characters, no comma)"
+                )
+            if not 0.0 < a.weight <= 1.0:
+                raise InvalidInput(f"lora adapter {a.value!r}: its share must be in (0, 1]")
+        if sum(a.weight for a in self.adapters) > 1.0 + 1e-9:
+            raise InvalidInput("lora adapter shares must add up to at most 1")
+        if not 1 <= self.max_lora <= MAX_LORA:
+            raise InvalidInput(f"lora.max_lora must be in [1, {MAX_LORA}]")
+        if not math.isfinite(self.step_overhead) or not 0.0 <= self.step_overhead <= 1.0:
+            raise InvalidInput("lora.step_overhead must be in [0, 1]")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.value for a in self.adapters)
+
+
+#: Child sequences a parallel-sampling request may ask for (``n``).
+MAX_PARALLEL_N: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """Parallel sampling (OpenAI ``n`` > 1): ``share`` of the requests ask for ``n``
+    sequences, ``n`` drawn uniformly from ``choices``. The engine computes the prompt once and
+    decodes every sequence, each to its own output length (``engine``)."""
+
+    share: float
+    choices: tuple[int, ...] = (2,)
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.share) or not 0.0 < self.share <= 1.0:
+            raise InvalidInput("parallel.share must be in (0, 1]")
+        if not self.choices:
+            raise InvalidInput("parallel.n needs at least one choice")
+        for n in self.choices:
+            if not 2 <= n <= MAX_PARALLEL_N:
+                raise InvalidInput(f"parallel.n must be in [2, {MAX_PARALLEL_N}], not {n}")
+
+
 @dataclass(frozen=True, slots=True)
 class RequestMix:
     """What the requests look like: lengths, ``max_tokens``, tenants and priorities."""
@@ -181,6 +251,8 @@ class RequestMix:
     top_p: float = 0.95
     #: Time an API gateway in front of the server adds (half on the way in, half out).
     gateway_s: float = 0.0
+    #: Requests with ``n`` > 1 sequences (``None``: every request asks for one).
+    parallel: Parallel | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.gateway_s) or not 0.0 <= self.gateway_s <= 60.0:
@@ -206,6 +278,15 @@ class Arrival:
     trace_id: str = ""
     #: The client's span the request was sent from (``traceparent``): the server span's parent.
     parent_span_id: str = ""
+    #: The LoRA adapter the request asks for ("": the base model).
+    adapter: str = ""
+    #: Parallel sampling: the output lengths of the request's other sequences (its ``n`` is
+    #: one more than their number; ``output_tokens`` is the first sequence's).
+    sibling_outputs: tuple[int, ...] = ()
+
+    @property
+    def n(self) -> int:
+        return 1 + len(self.sibling_outputs)
 
 
 def _choice(
@@ -228,8 +309,12 @@ class ArrivalStream:
         faults: FaultSchedule,
         *,
         max_input_tokens: int,
+        adapters: tuple[Weighted, ...] = (),
     ) -> None:
+        """``adapters``: LoRA adapters and their shares of the traffic (the rest asks for the
+        base model)."""
         self._process = process
+        self._adapters = adapters
         self._mix = mix
         self._rng = rng
         self._faults = faults
@@ -273,6 +358,9 @@ class ArrivalStream:
         outputs = mix.output.sample(rng, n)
         tenants = _choice(rng, mix.tenants, n)
         priorities = _choice(rng, mix.priorities, n)
+        # Drawn after the rest, and only when configured: a mix without them keeps its stream.
+        adapters = self._draw_adapters(n)
+        siblings = self._draw_siblings(n)
         for i in range(n):
             self._buffer.append(
                 Arrival(
@@ -283,6 +371,34 @@ class ArrivalStream:
                     tenant=mix.tenants[tenants[i]].value,
                     priority=mix.priorities[priorities[i]].value,
                     gateway_s=mix.gateway_s,
+                    adapter=adapters[i] if adapters else "",
+                    sibling_outputs=siblings[i] if siblings else (),
                 )
             )
         return True
+
+    def _draw_adapters(self, n: int) -> list[str]:
+        """Each request's adapter ("" for the base model) by the adapters' shares."""
+        if not self._adapters:
+            return []
+        bounds = np.cumsum([a.weight for a in self._adapters])
+        picks = np.searchsorted(bounds, self._rng.random(n), side="right")
+        names = [a.value for a in self._adapters]
+        return [names[k] if k < len(names) else "" for k in picks]
+
+    def _draw_siblings(self, n: int) -> list[tuple[int, ...]]:
+        """Each request's other sequences' output lengths (``()``: ``n`` = 1)."""
+        parallel = self._mix.parallel
+        if parallel is None:
+            return []
+        rng = self._rng
+        chosen = rng.random(n) < parallel.share
+        sizes = rng.choice(np.array(parallel.choices), size=n)
+        counts = np.where(chosen, sizes - 1, 0)
+        outputs = self._mix.output.sample(rng, int(counts.sum())).tolist()
+        out: list[tuple[int, ...]] = []
+        at = 0
+        for k in counts.tolist():
+            out.append(tuple(int(v) for v in outputs[at : at + k]))
+            at += k
+        return out

@@ -90,14 +90,14 @@ class _Route:
 
     __slots__ = ("exporter", "processor", "resource")
 
-    def __init__(self, resource: Resource, exporter: CountingExporter) -> None:
+    def __init__(self, resource: Resource, exporter: CountingExporter, delay_ms: int = 200) -> None:
         self.resource = resource
         self.exporter = exporter
         self.processor = BatchSpanProcessor(
             exporter,
             max_queue_size=1 << 18,
             max_export_batch_size=2048,
-            schedule_delay_millis=200,
+            schedule_delay_millis=delay_ms,
         )
 
 
@@ -158,7 +158,8 @@ def span_attributes(c: Completion) -> dict[str, Any]:
     r = c.record
     attrs: dict[str, Any] = {
         "gen_ai.request.id": c.request_id,
-        "gen_ai.response.model": r.model,
+        # vLLM names the served model of the request: its LoRA adapter's name, if any.
+        "gen_ai.response.model": r.adapter or r.model,
         "gen_ai.request.max_tokens": c.max_tokens,
         "gen_ai.request.temperature": c.temperature,
         "gen_ai.request.top_p": c.top_p,
@@ -200,7 +201,12 @@ class OtlpSink:
         flush_timeout_s: float = 30.0,
         flush_on_write: bool = True,
         client: ClientSpans | None = None,
+        schedule_delay_s: float = 0.2,
     ) -> None:
+        """``schedule_delay_s``: the processors' own export period (the SDK's
+        ``schedule_delay_millis``); a long one leaves exporting to ``write``'s flush (and to
+        full batches), so that spans written together go out together."""
+        self._delay_ms = max(1, int(schedule_delay_s * 1000))
         self._endpoint_for = (
             endpoint_for if callable(endpoint_for) else (lambda _i, e=endpoint_for: e)
         )
@@ -230,7 +236,7 @@ class OtlpSink:
                     "host.name": instance,
                 }
             exporter = CountingExporter(self._factory(self._endpoint_for(instance)))
-            self._routes[key] = _Route(Resource.create(attributes), exporter)
+            self._routes[key] = _Route(Resource.create(attributes), exporter, self._delay_ms)
             self.exporters[instance if not service else f"{service}@{instance}"] = exporter
         return self._routes[key]
 
@@ -298,23 +304,27 @@ class OtlpSink:
             half_ns = round(r.gateway_s * _NS / 2)
             gateway = (_derived(span_id, 0x3C6EF372), start_ns - half_ns, end_ns + half_ns)
             server_parent = gateway[0]
-        status = None
-        attributes = span_attributes(c)
-        if r.is_error:
-            status = Status(StatusCode.ERROR, r.error_type)
-            attributes["error.type"] = r.error_type
-        self._span(
-            server,
-            "llm_request",
-            SpanKind.SERVER,
-            trace_id,
-            span_id,
-            server_parent,
-            start_ns,
-            end_ns,
-            attributes,
-            status,
-        )
+        # Parallel sampling: vLLM ends one ``llm_request`` span per sequence, each with the
+        # request's id and ``n`` = 1, below the same parent.
+        for part in c.sequences or (r,):
+            status = None
+            attributes = span_attributes(dataclasses.replace(c, record=part))
+            if part.is_error:
+                status = Status(StatusCode.ERROR, part.error_type)
+                attributes["error.type"] = part.error_type
+            part_start = int(part.start.timestamp() * _NS)
+            self._span(
+                server,
+                "llm_request",
+                SpanKind.SERVER,
+                trace_id,
+                int(part.span_id, 16),
+                server_parent,
+                part_start,
+                part_start + int((part.e2e_s or 0.0) * _NS),
+                attributes,
+                status,
+            )
         if gateway is not None:
             self._span(
                 server,
@@ -440,9 +450,10 @@ class OtlpSink:
                 call_start,
                 scope=_CLIENT_SCOPE,
             )
+        model = r.adapter or r.model  # a client names the adapter it asked for
         self._span(
             app,
-            f"chat {r.model}",
+            f"chat {model}",
             SpanKind.CLIENT,
             trace_id,
             call,
@@ -452,8 +463,8 @@ class OtlpSink:
             {  # what opentelemetry-instrumentation-openai-v2 records on its CLIENT span
                 "gen_ai.operation.name": "chat",
                 "gen_ai.system": "openai",
-                "gen_ai.request.model": r.model,
-                "gen_ai.response.model": r.model,
+                "gen_ai.request.model": model,
+                "gen_ai.response.model": model,
                 "gen_ai.usage.input_tokens": r.input_tokens or 0,
                 "gen_ai.usage.output_tokens": r.output_tokens or 0,
                 "server.address": r.instance,

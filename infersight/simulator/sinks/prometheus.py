@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from infersight.core.errors import InvalidInput
 from infersight.core.samples import THROTTLE_REASONS, GpuSample, ServerSample
-from infersight.simulator.events import Batch, Completion
+from infersight.simulator.events import Batch, Completion, LoraState
 from infersight.simulator.profiles import MIB
 
 #: vLLM V1's default buckets (vllm/v1/metrics/loggers.py).
@@ -154,6 +154,9 @@ class VllmCollector(Collector):
         self._histograms = histograms
         self._lock = threading.Lock()
         self._engines: dict[int, _EngineState] = {0: _EngineState()}
+        #: ``vllm:lora_requests_info``: every label set reported so far and when (vLLM sets
+        #: the gauge of the current set to the current time; the older sets stay).
+        self._lora: dict[tuple[str, str, str], float] = {}
 
     def _engine(self, index: int) -> _EngineState:
         if index not in self._engines:
@@ -183,9 +186,12 @@ class VllmCollector(Collector):
                 if value is not None:
                     h[name].observe(value)
 
-    def update(self, s: ServerSample, engine: int = 0) -> None:
-        """``s`` is engine ``engine``'s own reading."""
+    def update(self, s: ServerSample, engine: int = 0, lora: LoraState | None = None) -> None:
+        """``s`` is engine ``engine``'s own reading; ``lora``: its adapters then."""
         with self._lock:
+            if lora is not None:
+                key = (str(lora.max_lora), ",".join(lora.waiting), ",".join(lora.running))
+                self._lora[key] = s.ts.timestamp()
             state = self._engine(engine)
             state.gauges = {
                 "running": s.requests_running or 0.0,
@@ -230,6 +236,7 @@ class VllmCollector(Collector):
                         c.add_metric(values, state.spec[key])
                     yield c
             yield from _pd_families(engines, names)
+            yield from _lora_family(self._lora)
             success = CounterMetricFamily(
                 "vllm:request_success",
                 "Count of successfully processed requests.",
@@ -245,6 +252,22 @@ class VllmCollector(Collector):
                     hist = state.hists[name]
                     family.add_metric(values, hist.buckets(), hist.total)
                 yield family
+
+
+def _lora_family(reported: dict[tuple[str, str, str], float]) -> Iterator[Metric]:
+    """vLLM's ``vllm:lora_requests_info``: one series per label set reported (``max_lora``,
+    the waiting and the running adapters, comma-separated), its value when it was last the
+    current one (a Unix time); no ``model_name`` label. Only on a server with LoRA on."""
+    if not reported:
+        return
+    info = GaugeMetricFamily(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+    )
+    for key, at in reported.items():
+        info.add_metric(list(key), at)
+    yield info
 
 
 def _pd_families(
@@ -328,7 +351,7 @@ class SglangCollector(Collector):
             if r.e2e_s is not None:
                 hists["e2e"].observe(r.e2e_s)
 
-    def update(self, s: ServerSample, engine: int = 0) -> None:
+    def update(self, s: ServerSample, engine: int = 0, lora: LoraState | None = None) -> None:
         with self._lock:
             values, _ = self._rank(engine)
             values["running"] = s.requests_running or 0.0
@@ -485,7 +508,7 @@ class MetricsSink:
             self.vllm(c.record.instance, c.record.model).observe(c)
         if batch.engine_samples:
             for e in batch.engine_samples:
-                self.vllm(e.sample.instance, e.sample.model).update(e.sample, e.index)
+                self.vllm(e.sample.instance, e.sample.model).update(e.sample, e.index, e.lora)
         else:
             for s in batch.server_samples:
                 self.vllm(s.instance, s.model).update(s)
