@@ -77,8 +77,10 @@ def seed_split(
     prefill_waiting: float = 0.0,
     decode_waiting: float = 0.0,
     scrapes: bool = True,
+    minutes: int = 5,
 ) -> Fleet:
-    """Seed ``MODEL`` served by ``prefill`` prefill and ``decode`` decode instances at ``now``."""
+    """Seed ``MODEL`` served by ``prefill`` prefill and ``decode`` decode instances at ``now``,
+    with ``PER_MINUTE`` requests in each of the last ``minutes`` minutes."""
     fleet = Fleet(
         tuple(f"pd-prefill-{i}" for i in range(prefill)),
         tuple(f"pd-decode-{i}" for i in range(decode)),
@@ -86,8 +88,8 @@ def seed_split(
     minute = Resolution.MINUTE.floor(now)
     records: list[RequestRecord] = []
     k = 0
-    for m in range(5):
-        begin = minute - timedelta(minutes=5 - m)
+    for m in range(minutes):
+        begin = minute - timedelta(minutes=minutes - m)
         for j in range(PER_MINUTE):
             start = begin + timedelta(seconds=j)
             p, d = fleet.prefill[k % prefill], fleet.decode[k % decode]
