@@ -42,7 +42,9 @@ def scaled_object() -> dict[str, Any]:
     return next(d for d in documents("keda-scaledobject.yaml") if d["kind"] == "ScaledObject")
 
 
-@pytest.mark.parametrize("name", ["keda-scaledobject.yaml", "hpa-external.yaml"])
+@pytest.mark.parametrize(
+    "name", ["keda-scaledobject.yaml", "keda-scaledobject-pd.yaml", "hpa-external.yaml"]
+)
 def test_every_manifest_validates(name: str) -> None:
     found = documents(name)
     assert found
@@ -104,3 +106,11 @@ def test_the_keda_trigger_reads_the_desired_replicas_the_endpoint_answers(
     )
     assert trigger["metadata"]["authMode"] == "bearer"
     assert [ref["parameter"] for ref in auth["spec"]["secretTargetRef"]] == ["token"]
+
+
+def test_the_pd_example_polls_each_pool_of_one_model() -> None:
+    objects = [d for d in documents("keda-scaledobject-pd.yaml") if d["kind"] == "ScaledObject"]
+    urls = [urlparse(o["spec"]["triggers"][0]["metadata"]["url"]) for o in objects]
+    assert len({u.path for u in urls}) == 1
+    assert sorted(u.query for u in urls) == ["pool=decode", "pool=prefill"]
+    assert len({o["spec"]["scaleTargetRef"]["name"] for o in objects}) == 2
