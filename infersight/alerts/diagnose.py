@@ -39,7 +39,7 @@ from infersight.alerts.matching import (
     unread_support,
 )
 from infersight.alerts.rules import Cause, RulePack
-from infersight.core.signals import WindowSignals
+from infersight.core.signals import InstanceSignals, WindowSignals
 
 __all__ = ["Candidate", "Diagnosis", "Evidence", "diagnose", "ratio", "step_onset"]
 
@@ -94,6 +94,9 @@ class Diagnosis:
     alternatives: tuple[Candidate, ...]
     symptoms: tuple[Evidence, ...] = ()
     missing_evidence: tuple[str, ...] = ()
+    #: A slow KV transfer's other end: the prefill source whose transfers into ``instance``
+    #: slowed, ``*`` when all of them did (the decode side's link), "" when not known.
+    kv_source: str = ""
 
     @property
     def ranked(self) -> tuple[Cause, ...]:
@@ -108,6 +111,7 @@ class Diagnosis:
             "alternatives": [c.to_dict() for c in self.alternatives],
             "symptoms": [e.to_dict() for e in self.symptoms],
             "missing_evidence": list(self.missing_evidence),
+            "kv_source": self.kv_source or None,
         }
 
 
@@ -254,6 +258,11 @@ def diagnose(
         on_top = [c for c in failing if c.instance == top.instance]
         extra = _error_evidence(on_top, errors, reference_errors)
         evidence += tuple(e for e in extra if e.signal not in named)
+    source = ""
+    if top.cause is Cause.KV_TRANSFER_SLOW:
+        now_of, ref_of = current.by_instance(), reference.by_instance()
+        ref = ref_of.get(top.instance)
+        source = slow_kv_source(now_of[top.instance], ref)
     return Diagnosis(
         top.cause,
         top.confidence,
@@ -262,7 +271,32 @@ def diagnose(
         tuple(ranked[1:]),
         symptoms,
         top.missing_evidence,
+        source,
     )
+
+
+#: A prefill source is the slow end of a pair when its KV transfers into the instance took
+#: this many times as long as before, and the other sources' did not.
+SLOW_SOURCE_RATIO: Final = 2.0
+
+
+def slow_kv_source(now: InstanceSignals, ref: InstanceSignals | None) -> str:
+    """Which prefill → decode pair a slow KV transfer is on, from the decode instance's mean
+    transfer time by prefill source against the reference window: the one source that
+    slowed (``SLOW_SOURCE_RATIO``), ``*`` when every source did, "" when it cannot tell (no
+    sources, none slowed, or several but not all)."""
+    before = ref.kv_sources if ref is not None else {}
+    slowed = [
+        source
+        for source, value in now.kv_sources.items()
+        if source in before and value >= SLOW_SOURCE_RATIO * max(before[source], 1e-9)
+    ]
+    compared = [source for source in now.kv_sources if source in before]
+    if not slowed:
+        return ""
+    if len(slowed) == len(compared) and len(compared) > 1:
+        return "*"
+    return slowed[0] if len(slowed) == 1 else ""
 
 
 def _candidates(pack: RulePack, ctx: Context) -> tuple[list[Candidate], tuple[str, ...]]:

@@ -88,6 +88,10 @@ class Notification:
         where = self.diagnosis.get("instance")
         if where:
             why += f" on {where}"
+        source = self.diagnosis.get("kv_source")
+        if source:
+            sender = "every prefill instance" if source == "*" else source
+            why += f" (KV cache from {sender})"
         return f"[{state}] SLO {self.slo} ({self.scope}) {burning}: {why}"
 
     def evidence_lines(self, limit: int = 5) -> list[str]:

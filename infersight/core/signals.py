@@ -69,6 +69,9 @@ SIGNALS: Final[Mapping[str, str]] = {
     "gap_e2e_p90": "s: client E2E − server E2E of joined calls, 90th percentile",
 }
 
+#: The prefill sources per decode instance whose KV-transfer times the signals keep.
+MAX_KV_SOURCES: Final = 64
+
 #: Signal families: where each signal comes from. ``requests`` are the request records
 #: themselves (always there for an instance that is judged); the others are separate feeds a
 #: deployment may lack. ``client``: client records (``core.client``) joined to the instance's
@@ -144,8 +147,19 @@ class InstanceSignals:
     model: str = ""
     values: Mapping[str, float] = field(default_factory=dict)
     available: frozenset[str] | None = None
+    #: A decode instance's disaggregated requests: the mean KV-transfer time (s) by the
+    #: prefill instance (the P/D proxy's prefill target) each came from, at most
+    #: ``MAX_KV_SOURCES`` of them — which prefill → decode pair a slow transfer is on.
+    kv_sources: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if len(self.kv_sources) > MAX_KV_SOURCES:
+            raise InvalidInput(f"at most {MAX_KV_SOURCES} KV sources per instance")
+        for source, value in self.kv_sources.items():
+            check_label("kv source", source)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise InvalidInput("a KV-transfer time is a finite number ≥ 0")
+        object.__setattr__(self, "kv_sources", dict(self.kv_sources))
         if not self.instance:
             raise InvalidInput("instance signals need an instance")
         check_label("instance", self.instance)

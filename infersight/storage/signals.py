@@ -59,6 +59,7 @@ from infersight.core.signals import (
     CLIENT,
     DISAGGREGATED,
     GPU,
+    MAX_KV_SOURCES,
     REQUESTS,
     SERVER,
     STAGES,
@@ -170,6 +171,17 @@ def _request_values(rows: Sequence[Any], seconds: float) -> dict[str, float]:
         _put(out, "kv_transfer_mean", _mean([r.kv_transfer_s for r in split]))
         _put(out, "kv_transfer_p90", _quantile([r.kv_transfer_s for r in split], 0.9))
     return out
+
+
+def _kv_sources(rows: Sequence[Any]) -> dict[str, float]:
+    """A decode instance's mean KV-transfer time by the prefill source of its split requests
+    (the busiest ``MAX_KV_SOURCES`` sources)."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.role == "decode" and r.peer and r.kv_transfer_s is not None:
+            times[r.peer].append(float(r.kv_transfer_s))
+    busiest = sorted(times, key=lambda peer: -len(times[peer]))[:MAX_KV_SOURCES]
+    return {peer: sum(times[peer]) / len(times[peer]) for peer in busiest}
 
 
 def _prefill_queues(
@@ -341,7 +353,7 @@ def window_signals(
         for c in (
             "instance", "model", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preprocess_s",
             "prefill_s", "decode_s", "input_tokens", "output_tokens", "status", "role",
-            "kv_transfer_s", "trace_id",
+            "kv_transfer_s", "trace_id", "peer",
         )
     ]  # fmt: skip
     reqs = _grouped(
@@ -389,10 +401,11 @@ def window_signals(
         if joined:
             values.update(_client_values(joined))
         _put(values, "prefill_queue_mean", prefill_queues.get(name))
+        sources = _kv_sources(rows)
         model = rows[0].model if rows else (selector.model or "")
         inside = any(r.ts >= window.start for r in scrapes)
         available = _available(rows, inside, bool(gpu)) | ({CLIENT} if joined else _NONE)
-        out.append(InstanceSignals(name, model, values, available | families_of(values)))
+        out.append(InstanceSignals(name, model, values, available | families_of(values), sources))
     return WindowSignals(window, tuple(out))
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from infersight.alerts.diagnose import diagnose
+from infersight.alerts.diagnose import diagnose, slow_kv_source
 from infersight.alerts.rules import Cause, RulePack, load_rules
 from infersight.core.signals import InstanceSignals, WindowSignals
 from tests.alerts.test_diagnose import HEALTHY, NOW, REF
@@ -86,3 +86,45 @@ def test_a_unified_fleet_never_gets_a_pd_cause(pack: RulePack) -> None:
     pd_causes = {Cause.KV_TRANSFER_SLOW, Cause.PREFILL_POOL_SATURATED, Cause.DECODE_POOL_SATURATED}
     assert not pd_causes & {a.cause for a in result.alternatives}
     assert not any("disaggregated" in m for m in result.missing_evidence)
+
+
+def _sources(now: Mapping[str, float], before: Mapping[str, float]) -> str:
+    return slow_kv_source(
+        InstanceSignals("dec-1", "llama-70b", PD, kv_sources=now),
+        InstanceSignals("dec-1", "llama-70b", PD, kv_sources=before),
+    )
+
+
+def test_a_slow_kv_transfer_names_its_prefill_to_decode_pair(pack: RulePack) -> None:
+    """The decode instance's transfer times by prefill source tell which pair slowed: one
+    source (a bad link between two hosts), every source (the decode side), or cannot tell."""
+    healthy = {"10.0.0.4:8200": 0.03, "10.0.0.5:8200": 0.03}
+    assert _sources({"10.0.0.4:8200": 0.9, "10.0.0.5:8200": 0.031}, healthy) == "10.0.0.4:8200"
+    assert _sources({"10.0.0.4:8200": 0.9, "10.0.0.5:8200": 0.8}, healthy) == "*"
+    assert _sources({"10.0.0.4:8200": 0.035, "10.0.0.5:8200": 0.03}, healthy) == ""
+    assert _sources({"10.0.0.9:8200": 0.9}, healthy) == ""  # a source not seen before
+
+    changes = {"ttft_p50": 1.2, "ttft_p90": 1.4, "kv_transfer_mean": 0.47, "requests_deferred": 6}
+    now = WindowSignals(
+        NOW,
+        (
+            InstanceSignals("dec-0", "llama-70b", PD, kv_sources=healthy),
+            InstanceSignals(
+                "dec-1", "llama-70b", {**PD, **changes},
+                kv_sources={"10.0.0.4:8200": 0.9, "10.0.0.5:8200": 0.03},
+            ),
+        ),
+    )  # fmt: skip
+    ref = WindowSignals(
+        REF,
+        tuple(InstanceSignals(n, "llama-70b", PD, kv_sources=healthy) for n in ("dec-0", "dec-1")),
+    )
+    result = diagnose(now, ref, pack)
+    assert (result.cause, result.instance, result.kv_source) == (
+        Cause.KV_TRANSFER_SLOW,
+        "dec-1",
+        "10.0.0.4:8200",
+    )
+    assert result.to_dict()["kv_source"] == "10.0.0.4:8200"
+    other = diagnose(_window(NOW, {"ttft_p90": 0.3, "queue_p90": 0.2}), _window(REF, {}), pack)
+    assert other.to_dict()["kv_source"] is None

@@ -277,3 +277,15 @@ def test_secrets_come_from_env_or_files_and_never_show(
         missing = {"INFERSIGHT_PAGERDUTY_ROUTING_KEY_FILE": str(tmp_path / "absent")}
         with pytest.raises(ConfigurationError):
             notifiers_from_settings(client, _settings_of(monkeypatch, missing))
+
+
+def test_a_slow_kv_transfer_page_names_the_prefill_to_decode_pair() -> None:
+    pair = {"cause": "kv_transfer_slow", "confidence": 0.9, "instance": "vllm-70b-decode-1"}
+    one = dataclasses.replace(notification(), diagnosis={**pair, "kv_source": "10.0.0.4:8200"})
+    assert "kv_transfer_slow (90%) on vllm-70b-decode-1 (KV cache from 10.0.0.4:8200)" in (
+        one.summary()
+    )
+    every = dataclasses.replace(notification(), diagnosis={**pair, "kv_source": "*"})
+    assert "(KV cache from every prefill instance)" in every.summary()
+    unknown = dataclasses.replace(notification(), diagnosis={**pair, "kv_source": None})
+    assert unknown.summary().endswith("on vllm-70b-decode-1")
