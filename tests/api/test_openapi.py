@@ -12,7 +12,17 @@ import pytest
 from tests.api.conftest import ADMIN_TOKEN, Api
 from tests.peers import serving_app
 
-_WINDOW = ["end", "group_by", "instance", "model", "priority", "range", "start", "tenant"]
+_WINDOW = [
+    "adapter",
+    "end",
+    "group_by",
+    "instance",
+    "model",
+    "priority",
+    "range",
+    "start",
+    "tenant",
+]
 
 
 def _q(*names: str) -> list[str]:

@@ -68,6 +68,7 @@ def test_a_trtllm_llm_request_span_is_a_trtllm_record_not_a_vllm_one() -> None:
     assert (record.ttft_s, record.e2e_s, record.queue_s) == (0.094, 0.73, 0.012)
     assert (record.prefill_s, record.decode_s) == (None, None)  # TensorRT-LLM reports neither
     assert (record.input_tokens, record.output_tokens) == (812, 64)
+    assert record.kv_transfer_s == 0.021  # a disaggregated generation server waited for it
     assert record.tpot_s is not None  # (e2e − TTFT) over the tokens after the first
 
 

@@ -205,6 +205,9 @@ class Timings(NamedTuple):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_tokens: int | None = None
+    #: The time the request waited for its KV cache from another instance (TensorRT-LLM's
+    #: ``gen_ai.latency.kv_cache_transfer_time`` on a disaggregated generation server).
+    kv_transfer_s: float | None = None
 
 
 def derive_tpot(t: Timings) -> float | None:
@@ -286,6 +289,9 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
             finish,
             adapter,
             Role.PREFILL if ctx.role is Role.PREFILL else Role.UNIFIED,
+            "",
+            None,
+            t.kv_transfer_s,
         )
     except (InvalidRecord, ValueError, OverflowError, OSError) as exc:
         return Skipped("invalid_value", engine.value, rejected=True, detail=str(exc)[:200])

@@ -15,7 +15,7 @@ from typing import Final
 
 from infersight.collector.mapping import vllm
 from infersight.collector.mapping.base import MappingContext, Outcome, Timings, build_record
-from infersight.collector.mapping.spans import SpanView
+from infersight.collector.mapping.spans import SpanView, as_float
 from infersight.core.records import Engine
 
 #: The instrumentation scope of TensorRT-LLM's tracer (``tracing.init_tracer("trt.llm", …)``).
@@ -26,9 +26,15 @@ def claims(span: SpanView) -> bool:
     return span.scope == SCOPE and vllm.claims(span)
 
 
+#: The time a disaggregated generation server waited for the request's KV cache.
+KV_TRANSFER: Final = "gen_ai.latency.kv_cache_transfer_time"
+
+
 def timings(span: SpanView) -> Timings:
-    """vLLM's attribute names; the ones TensorRT-LLM does not set stay ``None``."""
-    return vllm.timings(span)
+    """vLLM's attribute names (the ones TensorRT-LLM does not set stay ``None``), and the KV
+    cache's transfer time where it was served disaggregated."""
+    kv = as_float(span.attributes.get(KV_TRANSFER))
+    return vllm.timings(span)._replace(kv_transfer_s=kv)
 
 
 def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
