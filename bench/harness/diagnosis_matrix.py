@@ -42,6 +42,7 @@ import json
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -107,6 +108,8 @@ AFTER_S: Final = 1200.0
 #: Low traffic: each model's deployment receives this many requests per second in all.
 LOW_RATE: Final = 1.0
 LAND_TIMEOUT_S: Final = 120.0
+#: Requests per span export where some have parallel sequences (at most ~8 spans each).
+SEQUENCE_SLICE: Final = 200
 
 #: The faults whose telling evidence is on the GPU (clocks and throttle reasons, ECC errors, an
 #: idle GPU: ``scenarios.INJECTED_SIGNALS``). Without GPU samples a right diagnosis names
@@ -166,8 +169,8 @@ class Cell:
     after_s: float = AFTER_S
     """How long the run goes on after the last fault cleared (the smoke cell: shorter)."""
     fleet: str = ""
-    """A quiet cell's fleet: the shipped scenario whose deployments it runs (default: the
-    fault scenarios' fleet)."""
+    """The shipped scenario whose deployments the cell runs (default: its fault's scenario,
+    ``FAULT_FILES``; a quiet cell: the fault scenarios' fleet)."""
 
     @property
     def name(self) -> str:
@@ -186,8 +189,14 @@ class Cell:
 
 
 def _base_fault(kind: FaultKind) -> Injected:
-    data = yaml.safe_load((SCENARIOS_DIR / f"{FAULT_FILES[kind]}.yaml").read_text("utf-8"))
+    return _file_fault(FAULT_FILES[kind])
+
+
+def _file_fault(name: str) -> Injected:
+    """The one fault of shipped scenario ``name``, over the cell's fault window."""
+    data = yaml.safe_load((SCENARIOS_DIR / f"{name}.yaml").read_text("utf-8"))
     [spec] = data["spec"]["faults"]
+    kind = FaultKind(spec["kind"])
     magnitude = float(spec.get("magnitude") or DEFAULT_MAGNITUDE[kind])
     return Injected(kind, spec["instance"], LEAD_S, LEAD_S + FAULT_S, magnitude)
 
@@ -252,6 +261,25 @@ def extra_cells() -> list[Cell]:
     pd = FAULT_FILES[FaultKind.KV_TRANSFER_SLOW]
     for gpu in (True, False):
         cells.append(Cell("quiet", "quiet-pd", (), gpu, fleet=pd))
+    cells.extend(lora_cells())
+    return cells
+
+
+#: The LoRA scenarios (#30): a base model with two adapters and a share of ``n`` > 1 requests.
+LORA_FAULT_FILE: Final = "fault-lora-arrival-surge"
+LORA_QUIET_FILE: Final = "quiet-lora"
+
+
+def lora_cells() -> list[Cell]:
+    """A LoRA deployment healthy all along (no page), and an arrival surge on one of its
+    instances (the surge named on that instance, whatever adapters its requests asked for);
+    GPU telemetry on and off. One engine per instance (vLLM's LoRA metrics refuse data
+    parallelism), server spans only."""
+    surge = _file_fault(LORA_FAULT_FILE)
+    cells = []
+    for gpu in (True, False):
+        cells.append(Cell("quiet", "quiet-lora", (), gpu, fleet=LORA_QUIET_FILE))
+        cells.append(Cell("single", "arrival_surge@lora", (surge,), gpu, fleet=LORA_FAULT_FILE))
     return cells
 
 
@@ -306,8 +334,8 @@ def scenario_of(cell: Cell, pre_roll_s: float = PRE_ROLL_S) -> Scenario:
     """The cell's fleet: the fault scenario's deployments that a fault hits (a quiet cell: the
     whole fleet of the fault scenarios, with no fault), ``pre_roll_s`` + the run, its faults
     shifted past the pre-roll, servers and GPUs sampled every ``SCRAPE_S``."""
-    source = (
-        FAULT_FILES[cell.faults[0].kind] if cell.faults else (cell.fleet or "fault-arrival-surge")
+    source = cell.fleet or (
+        FAULT_FILES[cell.faults[0].kind] if cell.faults else "fault-arrival-surge"
     )
     data: dict[str, Any] = yaml.safe_load((SCENARIOS_DIR / f"{source}.yaml").read_text("utf-8"))
     spec = data["spec"]
@@ -451,6 +479,8 @@ def nodes(
                     ship_interval_s=0.02,
                     sample_ship_interval_s=0.0,
                     model=model,
+                    # The operator names the adapters it loaded (``--adapter``).
+                    adapters=deployment.lora.names if deployment.lora is not None else (),
                     backoff=Backoff(0.05, 1.5, 0.5),
                 )
                 sidecar = Sidecar(config, open_writer(engine)).start()
@@ -502,6 +532,23 @@ def _truth_problems(engine: Engine, feed: _Feed, run_from: datetime) -> tuple[st
             if abs(have - want) > 0.01 * want:
                 problems.append(f"TTFT p{q * 100:g} {have:.4f} s against a true {want:.4f} s")
     return tuple(problems)
+
+
+def _adapter_problems(engine: Engine, feed: _Feed, run_from: datetime) -> tuple[str, ...]:
+    """Users' requests stored = sent per (model, adapter) (LoRA cells: the adapter is a
+    dimension like the model; an ``n`` > 1 request is one request of its adapter)."""
+    users = [c.record for c in feed.completions[: feed.fed] if not c.record.is_part]
+    sent = Counter((u.model, u.adapter) for u in users)
+    r = requests.c
+    with engine.connect() as connection:
+        rows = connection.execute(select(r.start, r.e2e_s, r.model, r.adapter)).all()
+    edge = run_from.timestamp()
+    got = Counter((row[2], row[3]) for row in rows if _epoch(row[0]) + (row[1] or 0.0) >= edge)
+    return tuple(
+        f"{got[key]} requests of {key[0]}/{key[1] or 'base'} stored for {sent[key]} sent"
+        for key in sorted(set(sent) | set(got))
+        if got[key] != sent[key]
+    )
 
 
 def _epoch(ts: datetime) -> float:
@@ -620,7 +667,13 @@ class _Feed:
         while self.fed < len(self.completions) and _finished(self.completions[self.fed]) < end:
             chunk.append(self.completions[self.fed])
             self.fed += 1
-        sink.write(Batch(tuple(chunk)))
+        if any(c.sequences for c in chunk):
+            # One request's sequence spans in one export each (the SDK splits an export at
+            # 2048 spans), so that each sidecar folds them in one shipping pass.
+            for at in range(0, len(chunk), SEQUENCE_SLICE):
+                sink.write(Batch(tuple(chunk[at : at + SEQUENCE_SLICE])))
+        else:
+            sink.write(Batch(tuple(chunk)))
         for c in chunk:
             self.metrics.vllm(c.record.instance, c.record.model).observe(c)
 
@@ -630,7 +683,9 @@ class _Feed:
         for ts in sorted(t for t in self.engines if since <= t < end):
             tick[0] = ts
             for e in self.engines[ts]:
-                self.metrics.vllm(e.sample.instance, e.sample.model).update(e.sample, e.index)
+                self.metrics.vllm(e.sample.instance, e.sample.model).update(
+                    e.sample, e.index, e.lora
+                )
             for name, node in running.items():
                 self.samples += node.scrape.run_once()
                 if node.gpus is not None and node.gpu_task is not None:
@@ -671,6 +726,7 @@ def run_cell(
     _pre_roll(engine, scenario, batch, run_from)
     base, parts_base = _count(engine, requests), _count(engine, request_parts)
     feed = _Feed(batch, run_from, MetricsSink(histograms=False))
+    parallel = any(d.mix.parallel is not None for d in scenario.deployments)
     with ExitStack() as stack:
         running = stack.enter_context(
             nodes(engine, scenario, workdir / "spool", feed.metrics, lambda: tick[0])
@@ -678,6 +734,8 @@ def run_cell(
         sink = OtlpSink(
             lambda i: f"http://127.0.0.1:{running[i].sidecar.http.port}/v1/traces",
             client=ClientSpans() if cell.client else None,
+            # With parallel sampling: no timed export in the middle of a request's sequences.
+            schedule_delay_s=3600.0 if parallel else 0.2,
         )
         stack.callback(sink.close)
         while now[0] < run_end:
@@ -699,6 +757,8 @@ def run_cell(
     if parts != parts_sent:
         problems += (f"{parts} prefill legs stored for {parts_sent} sent",)
     problems += _truth_problems(engine, feed, run_from)
+    if any(d.lora is not None for d in scenario.deployments):
+        problems += _adapter_problems(engine, feed, run_from)
     return CellOutcome(cell, seen, sent, stored, wall, problems)
 
 

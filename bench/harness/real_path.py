@@ -178,6 +178,8 @@ def sidecars(engine: Engine, scenario: Scenario, spool: Path) -> Iterator[dict[s
                     role=role,
                     ship_interval_s=0.02,
                     model=deployment.profile.model_name,
+                    # The operator names the LoRA adapters it loaded (``--adapter``).
+                    adapters=deployment.lora.names if deployment.lora is not None else (),
                     backoff=Backoff(0.05, 1.5, 0.5),
                 )
                 running[name] = Sidecar(config, open_writer(engine)).start()
@@ -318,7 +320,12 @@ def run_path(
     fed = 0
     with ExitStack() as stack:
         running = stack.enter_context(sidecars(engine, scenario, workdir / "spool"))
-        sink = OtlpSink(lambda i: f"http://127.0.0.1:{running[i].http.port}/v1/traces")
+        parallel = any(d.mix.parallel is not None for d in scenario.deployments)
+        sink = OtlpSink(
+            lambda i: f"http://127.0.0.1:{running[i].http.port}/v1/traces",
+            # With parallel sampling: a request's sequence spans in one export (its flush).
+            schedule_delay_s=3600.0 if parallel else 0.2,
+        )
         stack.callback(sink.close)
         samples = StoreSink(open_writer(engine))
         stack.callback(samples.close)
