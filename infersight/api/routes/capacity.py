@@ -18,7 +18,7 @@ from infersight.api.params import Id, KnownQueryRoute
 from infersight.core.capacity import DEFAULT_HEADROOM, PlanInput, plan, plan_to_dict
 from infersight.core.errors import InvalidInput
 from infersight.core.query import Selector
-from infersight.service.capacity import load_catalog, resolve_capacity
+from infersight.service.capacity import load_catalog, pool_plans, resolve_capacity
 
 router = APIRouter(
     prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
@@ -102,4 +102,20 @@ def capacity(
             capacity_source=source,
         ),
     )
-    return plan_to_dict(result)
+    answer = plan_to_dict(result)
+    if production is not None and production_model is not None and instance is None:
+        answer["pools"] = [
+            p.to_dict()
+            for p in pool_plans(
+                app.engine,
+                app.clock(),
+                production=production,
+                model=production_model,
+                peak_qps=peak_qps,
+                headroom=headroom,
+                output_tokens=output_tokens,
+                ttft_target_s=ttft_target,
+                tpot_target_s=tpot_target,
+            )
+        ]
+    return answer
