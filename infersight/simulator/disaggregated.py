@@ -17,12 +17,20 @@ the proxy's legs and the decode instance's own record in ``Completion.pd``.
 The proxy never sees a request before the prefill pool finished it, so the pools are
 advanced in order: prefill to ``t``, then the prefill legs that ended before ``t`` are sent
 on to the decode pool (in time order), then decode to ``t``.
+
+**Resizing a pool** (the scaling backtest, ``simulator.autoscale_pd``): ``add`` puts a new
+engine in a pool that takes work only from its ready time (the cold start); ``retire`` takes
+one out of rotation — a cold-starting one is cancelled, a serving one gets no new prefill
+legs or user requests and drains what it holds (it is advanced until it is empty, then
+dropped). ``submit`` is the deployment's gateway: a user request goes to the next decode
+proxy in rotation that takes work. A router that is never resized routes exactly as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -93,6 +101,12 @@ class PdRouter:
         self._done: list[tuple[float, int, str]] = []
         self._seq = 0
         self.failed_prefills = 0
+        #: Resizing: when each engine (by name) takes work; retired ones (draining); gone ones
+        #: (drained or cancelled: no longer advanced); the gateway's next decode proxy.
+        self._ready_at: dict[str, float] = {}
+        self._retired: set[str] = set()
+        self._gone: set[str] = set()
+        self._next_decode = 0
 
     @property
     def instances(self) -> list[InstanceSim]:
@@ -114,6 +128,8 @@ class PdRouter:
         servers: list[ServerSample] = []
         gpus: list[GpuSample] = []
         for sim in self.prefill:
+            if sim.name in self._gone:
+                continue
             sim.advance_to(t)
             part = sim.drain()
             completions.extend(self._prefill_done(c) for c in part.completions)
@@ -121,17 +137,85 @@ class PdRouter:
             gpus.extend(part.gpu_samples)
         self._send_decodes(t)
         for sim in self.decode:
+            if sim.name in self._gone:
+                continue
             sim.advance_to(t)
             part = sim.drain()
             completions.extend(self._decode_done(c) for c in part.completions)
             servers.extend(part.server_samples)
             gpus.extend(part.gpu_samples)
+        self._retire_drained()
         return Batch(tuple(completions), tuple(servers), tuple(gpus))
+
+    # -- resizing -----------------------------------------------------------------------
+
+    def pool(self, role: str) -> list[InstanceSim]:
+        return self.prefill if role == "prefill" else self.decode
+
+    def takes_work(self, sim: InstanceSim, t: float) -> bool:
+        """Whether ``sim`` is in rotation at ``t``: ready (past its cold start), not retired."""
+        return sim.name not in self._retired and self._ready_at.get(sim.name, -math.inf) <= t
+
+    def members(self, role: str) -> list[InstanceSim]:
+        """The pool's engines asked for (serving or cold-starting), not retired."""
+        return [s for s in self.pool(role) if s.name not in self._retired]
+
+    def draining(self, role: str) -> list[InstanceSim]:
+        """The pool's retired engines still finishing what they hold."""
+        return [s for s in self.pool(role) if s.name in self._retired - self._gone]
+
+    def add(self, sim: InstanceSim, ready_at: float) -> None:
+        """A new engine of ``sim.role``'s pool, taking work from ``ready_at`` on."""
+        if sim.role not in ("prefill", "decode"):
+            raise ValueError("a pool engine's role is prefill or decode")
+        self._ready_at[sim.name] = ready_at
+        self.pool(sim.role).append(sim)
+        if sim.role == "decode":
+            self._decode_faults.append(FaultSchedule(()))
+
+    def retire(self, role: str, t: float) -> InstanceSim | None:
+        """Take one engine of the pool out of rotation at ``t``: the newest cold-starting one
+        (cancelled), else the serving one that became ready last (it drains)."""
+        members = self.members(role)
+        if not members:
+            return None
+        sim = max(members, key=lambda s: self._ready_at.get(s.name, -math.inf))
+        self._retired.add(sim.name)
+        if self._ready_at.get(sim.name, -math.inf) > t:
+            self._gone.add(sim.name)  # never served: nothing to drain
+        return sim
+
+    def submit(self, a: Arrival) -> None:
+        """A user request at the deployment's gateway: to the next decode proxy in rotation
+        that takes work at ``a.t``."""
+        self._route(a, self._pick(self.decode, a.t, "_next_decode"))
+
+    def _pick(self, pool: list[InstanceSim], t: float, cursor: str) -> int:
+        """Round robin over the engines that take work at ``t`` (all of them unless resized);
+        with none ready, the first one not retired."""
+        n = len(pool)
+        for _ in range(n):
+            i = int(getattr(self, cursor)) % n
+            setattr(self, cursor, (i + 1) % n)
+            if self.takes_work(pool[i], t):
+                return i
+        return next((i for i, s in enumerate(pool) if s.name not in self._retired), 0)
+
+    def _retire_drained(self) -> None:
+        """Retired engines with nothing left (and, decode, no request still on its way)."""
+        for name in self._retired - self._gone:
+            sim = next(s for s in self.instances if s.name == name)
+            if sim.next_event() < math.inf:
+                continue
+            if sim.role == "decode":
+                index = self.decode.index(sim)
+                if any(f.decode == index for f in self._flight.values()):
+                    continue
+            self._gone.add(name)
 
     def _route(self, a: Arrival, decode: int) -> None:
         trace, span, _ = self._ids.next()
-        prefill = self._next_prefill
-        self._next_prefill = (prefill + 1) % len(self.prefill)
+        prefill = self._pick(self.prefill, a.t, "_next_prefill")
         flight = _InFlight(
             a, decode, prefill, span, _salted(span, _PREFILL_SALT), _salted(span, _DECODE_SALT)
         )
