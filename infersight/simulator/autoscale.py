@@ -442,6 +442,7 @@ class Infersight:
     name: str = "infersight"
     interval_s: float = 60.0  # service.jobs' default scaling interval
     epoch: float = 1_790_000_000.0  # a unix time for virtual midnight (only differences matter)
+    pool: str = ""  # "" (the whole model) or a disaggregated model's pool (autoscale_pd)
     _low_since: float | None = None
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -463,6 +464,7 @@ class Infersight:
             observed_instances=obs.replicas,
             low_load_since=self._low_since,
             input_times=times,
+            pool=self.pool,
             **values,
         )
 
