@@ -6,8 +6,13 @@ through a simulated fleet (``simulator.autoscale``) and compares static peak siz
 reactive-only GPU-utilisation and KEDA queue policies and infersight's recommender on the
 same demand: the share of requests meeting the TTFT and TPOT targets, during the rebound too,
 GPU-hours, cost, scale events and the worst minute. Progress goes to stderr, one line per
-policy (no carriage returns, so logs stay readable). ``apply``, ``list`` and ``show`` come from
-``infersight.cli.commands_scaling_admin``, added at import.
+policy (no carriage returns, so logs stay readable). ``--scenario`` names a simulator scenario
+with a disaggregated (prefill/decode) deployment: the backtest then runs that deployment in the
+discrete-event simulator with one policy per pool (``simulator.autoscale_pd``) over
+``--window`` (default 12:30–14:40: the quiet spell and the rebound) at ``--peak-rps`` (default:
+twice the scenario's own rate), and reports each pool's GPU-hours and instance counts.
+``apply``, ``list`` and ``show`` come from ``infersight.cli.commands_scaling_admin``, added at
+import.
 
 The simulator and the store are imported inside the command, so ``infersight --help`` stays fast.
 """
@@ -59,6 +64,73 @@ def _day(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dat
         return date.fromisoformat(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a date such as 2026-11-30") from None
+
+
+def _window(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        ends = [part.strip().split(":") for part in value.split("-")]
+        start, end = (int(h) * 3600.0 + int(m) * 60.0 for h, m in ends)
+        if not 0 <= start < end <= 86_400.0:
+            raise ValueError(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a window within one day such as 12:30-14:40"
+        ) from None
+    return start, end
+
+
+def _pd_backtest(o: dict[str, Any], policy: ScalingPolicy, step_s: float) -> None:
+    """``--scenario`` with a disaggregated deployment: one policy per pool."""
+    from infersight.simulator.autoscale import synthetic  # noqa: PLC0415
+    from infersight.simulator.autoscale_pd import (  # noqa: PLC0415
+        pd_backtest,
+        pd_header,
+        pd_table,
+        split_deployment,
+    )
+    from infersight.simulator.specs import load_scenario  # noqa: PLC0415
+
+    if o["from_store"]:
+        raise click.UsageError("--scenario replays the synthetic day, not --from-store")
+    scenario = load_scenario(o["scenario"])
+    deployment = split_deployment(scenario)
+    pd = deployment.disaggregated
+    assert pd is not None
+    peak = o["peak_rps"] or 2 * deployment.arrival.max_rate * len(pd.decode)
+    start, end = o["window"] or (12.5 * 3600.0, 14 * 3600.0 + 40 * 60.0)
+    demand = synthetic(
+        o["seed"],
+        peak_rps=peak,
+        step_s=step_s,
+        start_s=start,
+        end_s=end,
+        history_weeks=policy.history_weeks,
+    )
+
+    def progress(name: str, done: int, total: int) -> None:
+        if not o["quiet"]:
+            click.echo(f"backtest: [{done}/{total}] {name}", err=True)
+
+    result = pd_backtest(
+        scenario,
+        demand,
+        policy,
+        cold_start_s=o["cold_start"],
+        ttft_target_s=o["ttft_target"],
+        tpot_target_s=o["tpot_target"],
+        price_per_gpu_hour=o["price_per_gpu_hour"] or DEFAULT_PRICE,
+        progress=progress,
+    )
+    if o["fmt"] == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    click.echo(pd_header(result))
+    click.echo()
+    click.echo(pd_table(result))
 
 
 def _policy(path: Path | None, model: str) -> ScalingPolicy:
@@ -198,7 +270,23 @@ def header(result: Backtest, cold_start_s: float, profile: str, price_source: st
 )
 @click.option("--from-store", is_flag=True, help="Replay the store's recorded day (see --day).")
 @click.option("--day", callback=_day, default=None, help="The day to replay (default: yesterday).")
-@click.option("--peak-rps", type=click.FloatRange(0, 1e6, min_open=True), default=200.0)
+@click.option(
+    "--peak-rps",
+    type=click.FloatRange(0, 1e6, min_open=True),
+    default=None,
+    help="The synthetic day's peak (default 200; with a P/D --scenario, 2 × its rate).",
+)
+@click.option(
+    "--scenario",
+    default=None,
+    help="A scenario with a disaggregated deployment: backtest its prefill and decode pools.",
+)
+@click.option(
+    "--window",
+    callback=_window,
+    default=None,
+    help="HH:MM-HH:MM of the synthetic day to replay (default: all of it; P/D: 12:30-14:40).",
+)
 @click.option("--input-tokens", type=click.IntRange(1, 1_000_000), default=512, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(1, 1_000_000), default=256, show_default=True)
 @click.option("--ttft-target", type=click.FloatRange(0, min_open=True), default=2.0)
@@ -234,6 +322,9 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
     served = o["served_model"] or profile.model_name
     policy = _policy(o["policy_file"], served)
     step_s = float(o["step_s"])
+    if o["scenario"] is not None:
+        _pd_backtest(o, policy, step_s)
+        return
     service = ServiceModel(
         profile,
         input_tokens=o["input_tokens"],
@@ -250,8 +341,14 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
     else:
         if o["day"] is not None:
             raise click.UsageError("--day needs --from-store")
+        start, end = o["window"] or (0.0, 86_400.0)
         demand = synthetic(
-            o["seed"], peak_rps=o["peak_rps"], step_s=step_s, history_weeks=policy.history_weeks
+            o["seed"],
+            peak_rps=o["peak_rps"] or 200.0,
+            step_s=step_s,
+            start_s=start,
+            end_s=end,
+            history_weeks=policy.history_weeks,
         )
 
     if o["price_per_gpu_hour"] is not None:
