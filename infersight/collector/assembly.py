@@ -41,7 +41,7 @@ import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -114,8 +114,14 @@ _WAITING: Final = "waiting"
 _ROOT: Final = "root"
 
 
-def assemble(requests: Sequence[Request], pieces: Sequence[Piece]) -> Assembly:
-    """Decide every fragment of ``pieces`` against ``requests`` (any traces, any order)."""
+def assemble(
+    requests: Sequence[Request],
+    pieces: Sequence[Piece],
+    adapters: Collection[str] = frozenset(),
+) -> Assembly:
+    """Decide every fragment of ``pieces`` against ``requests`` (any traces, any order);
+    name the LoRA adapter of a record whose engine did not, from a caller's span above it
+    that asked for one of ``adapters`` (``attribute_adapters``)."""
     traces: dict[str, _Trace] = {}
     for i, request in enumerate(requests):
         traces.setdefault(request.record.trace_id, _Trace()).add_request(i, request)
@@ -136,9 +142,47 @@ def assemble(requests: Sequence[Request], pieces: Sequence[Piece]) -> Assembly:
             place = request.place or Place()
             record = merge_stages(record, fragments, place.start_ns, place.end_ns)
         out.records.append(record)
+    out.records = attribute_adapters(out.records, requests, pieces, adapters)
     out.records, used, out.disaggregated = fold_disaggregated(out.records, requests, pieces)
     out.merged.extend(used)
     out.records, out.sequences_merged = fold_sequences(out.records, requests)
+    return out
+
+
+# --- LoRA adapters named by the caller -----------------------------------------------------
+
+#: How far above a request span a caller's span is looked for (a gateway, an SDK's span, …).
+MAX_CALLER_HOPS: Final = 8
+
+
+def attribute_adapters(
+    records: list[RequestRecord],
+    requests: Sequence[Request],
+    pieces: Sequence[Piece],
+    adapters: Collection[str],
+) -> list[RequestRecord]:
+    """Records whose engine named no adapter, given the one a caller's span above them asked
+    for (``Link.model``: a gateway routing by model name, an OpenAI SDK's client span), when
+    that name is one of this instance's ``adapters`` — never any other name: a caller's alias
+    for the base model is not an adapter. ``records[i]`` is ``requests[i]``'s."""
+    if not adapters:
+        return records
+    by_span = {(p.trace_id, p.span_id): p for p in pieces}
+    out = list(records)
+    for i, request in enumerate(requests):
+        record, place = records[i], request.place
+        if record.adapter or place is None:
+            continue
+        parent = place.parent_span_id
+        for _ in range(MAX_CALLER_HOPS):
+            piece = by_span.get((record.trace_id, parent))
+            if piece is None:
+                break
+            if isinstance(piece, Link) and piece.model in adapters:
+                if piece.model != record.model:
+                    out[i] = dataclasses.replace(record, adapter=piece.model)
+                break
+            parent = piece.parent_span_id
     return out
 
 

@@ -121,9 +121,10 @@ def encode_fragment(fragment: StageFragment) -> bytes:
 
 
 def encode_link(link: Link) -> bytes:
-    return json.dumps(
-        [link.span_id, None, None, link.parent_span_id, link.service, link.kind]
-    ).encode()
+    values = [link.span_id, None, None, link.parent_span_id, link.service, link.kind]
+    if link.model:
+        values.append(link.model)
+    return json.dumps(values).encode()
 
 
 def decode_fragment(trace_id: str, payload: bytes) -> StageFragment:
@@ -144,7 +145,8 @@ def decode_piece(trace_id: str, payload: bytes) -> StageFragment | Link | None:
         return None
     span_id, stage, seconds, parent, service, kind, *times = values
     if stage is None:
-        return Link(trace_id, str(span_id), str(parent), str(service), int(kind))
+        model = str(times[0]) if times else ""
+        return Link(trace_id, str(span_id), str(parent), str(service), int(kind), model)
     start_ns, end_ns = (int(t) for t in times[:2]) if times else (0, 0)
     detail = str(times[2]) if len(times) > 2 else ""
     return StageFragment(

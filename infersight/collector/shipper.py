@@ -27,7 +27,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -105,6 +105,7 @@ class Shipper:
         clock: Callable[[], float] | None = None,
         max_idle_s: float = 10.0,
         samples_every_s: float = 0.0,
+        adapters: Callable[[], Collection[str]] = frozenset,
     ) -> None:
         if idle_s < 0 or samples_every_s < 0:
             raise ConfigurationError("the shipper's pauses must not be negative")
@@ -125,6 +126,9 @@ class Shipper:
         if self.sink is not None:
             self.opened.set()
         self.metrics = metrics
+        #: The instance's LoRA adapters (declared and scraped), asked once per pass: a
+        #: caller's span naming one names a record's adapter (``assembly.attribute_adapters``).
+        self.adapters = adapters
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
         #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
@@ -256,7 +260,7 @@ class Shipper:
             if piece is not None:
                 kept.append(entry)
                 pieces.append(piece)
-        assembly = assemble(requests, pieces)
+        assembly = assemble(requests, pieces, self.adapters())
         self._write_records(assembly.records)
         settled = [kept[j].seq for j in assembly.merged]
         for reason, indexes in assembly.refused.items():

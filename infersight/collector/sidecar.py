@@ -148,6 +148,7 @@ class Sidecar:
             backoff=config.backoff,
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
+            adapters=lambda: context.adapters | context.scraped_adapters(),
         )
         self.admission = Admission(config.admission)
         self.decoders: DecoderPool | None = None

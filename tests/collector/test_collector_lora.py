@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -181,3 +182,39 @@ def test_adapter_requests_reach_the_store_as_the_base_model_with_their_adapter(
     assert sum(1 for _, a, _ in stored if a == "other") == 2
     assert all(s.tzinfo is None or s.tzinfo == UTC for _, _, s in stored)
     assert min(s for _, _, s in stored).replace(tzinfo=UTC) <= datetime.now(UTC)
+
+
+def test_a_callers_span_names_the_adapter_the_engine_did_not(store, tmp_path: Path) -> None:
+    """An engine whose span names the base model only (TGI serving a LoRA by ``adapter_id``,
+    a generic server): the caller's span in the same trace — an OpenAI SDK's CLIENT span, a
+    gateway's — asked for the adapter by name. Only a name the instance serves as an adapter
+    counts: a caller's alias for the base model is not one."""
+    caller = TracerProvider(resource=Resource.create({"service.name": "chat-app"}))
+    memory = InMemorySpanExporter()
+    caller.add_span_processor(SimpleSpanProcessor(memory))
+    server = TracerProvider(resource=Resource.create({"service.name": "text-generation"}))
+    server.add_span_processor(SimpleSpanProcessor(memory))
+    t0 = time.time_ns()
+    for i, asked in enumerate(("sql-lora", "gpt-4o", "sql-lora")):
+        call = caller.get_tracer("openai").start_span(
+            "chat", kind=SpanKind.CLIENT, start_time=t0 + i * MS,
+            attributes={"gen_ai.request.model": asked, "gen_ai.system": "openai"},
+        )  # fmt: skip
+        context = trace.set_span_in_context(call)
+        answer = server.get_tracer("tgi").start_span(
+            "generate", context=context, kind=SpanKind.SERVER, start_time=t0 + i * MS,
+            attributes={
+                "total_time": "1.2s", "inference_time": "1.1s", "queue_time": "10ms",
+                "time_per_token": "20ms", "prompt_tokens": "100", "generated_tokens": "50",
+            },
+        )  # fmt: skip
+        answer.end(end_time=t0 + i * MS + 1_200 * MS)
+        call.end(end_time=t0 + i * MS + 1_250 * MS)
+    config = sidecar_config("tgi-lora", tmp_path / "spool", model=BASE, adapters=("sql-lora",))
+    with running_sidecar(open_writer(store.engine), config) as app:
+        export_spans(app, list(memory.get_finished_spans()))
+        assert app.shipper.ship_once(ignore_window=True).ok
+    r = requests.c
+    with store.engine.connect() as c:
+        stored = sorted(c.execute(select(r.model, r.adapter)).all())
+    assert stored == [(BASE, ""), (BASE, "sql-lora"), (BASE, "sql-lora")]

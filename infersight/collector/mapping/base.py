@@ -40,6 +40,8 @@ STAGE_FIELDS: Final = {
 PD_STAGES: Final = ("pd_request", "pd_prefill", "pd_decode")
 
 MODEL_ATTRS: Final = ("gen_ai.response.model", "gen_ai.request.model", "model", "model_id")
+#: The model a caller asked for (a client's or gateway's span).
+REQUEST_MODEL: Final = "gen_ai.request.model"
 TENANT_ATTRS: Final = ("infersight.tenant", "tenant", "tenant.id")
 PRIORITY_ATTRS: Final = ("infersight.priority", "gen_ai.request.priority", "priority")
 OPERATION_ATTRS: Final = ("gen_ai.operation.name",)
@@ -163,6 +165,9 @@ class Link:
     parent_span_id: str
     service: str
     kind: int
+    #: The model a caller's span asked for (``gen_ai.request.model``: a client's or a
+    #: gateway's), which names the LoRA adapter where the engine's own span does not.
+    model: str = ""
 
     @classmethod
     def of(cls, span: SpanView) -> Link | None:
@@ -170,7 +175,8 @@ class Link:
         if not span.trace_id or not span.span_id:
             return None
         service = span.service[:MAX_LABEL_LEN]
-        return cls(span.trace_id, span.span_id, span.parent_span_id, service, span.kind)
+        model = as_str(span.attributes.get(REQUEST_MODEL))[:MAX_LABEL_LEN]
+        return cls(span.trace_id, span.span_id, span.parent_span_id, service, span.kind, model)
 
 
 class Place(NamedTuple):
