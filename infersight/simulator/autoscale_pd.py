@@ -13,7 +13,8 @@ resizes each pool by its own policy:
   (round robin over the prefill engines that take work), then the request to its decode
   engine. Scenario faults are not replayed.
 * **Per pool, each decision** (the policy's interval) sees an ``Observation`` of that pool
-  only: its engines asked for and serving, their queue (vLLM's ``num_requests_waiting``) and
+  only: its engines asked for and serving, their queue (vLLM's ``num_requests_waiting`` less
+  the requests deferred for their KV cache, which wait on the transfer, not on the engine) and
   KV usage, the GPU utilisation DCGM reported for them over the last interval (cold-starting
   engines read 0); demand is the users' request rate (the same for both pools, as
   ``service.scaling`` gives it); the burn rate is the users' TTFT misses for the prefill pool
@@ -446,7 +447,7 @@ class _PdLoop:
             replicas=len(members),
             ready=len(serving),
             demand_rps=len(self.arrived) / min(DEMAND_WINDOW_S, max(t, self.demand.step_s)),
-            queue=float(sum(s.waiting for s in serving)),
+            queue=float(sum(s.waiting - s.deferred for s in serving)),
             gpu_util=min(1.0, util),
             kv_usage=min(1.0, sum(kv) / len(kv)) if kv else 0.0,
             burn_rate=burn,

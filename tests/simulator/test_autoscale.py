@@ -26,9 +26,12 @@ from infersight.simulator.autoscale import (
     synthetic,
     table,
 )
+from infersight.simulator.autoscale_pd import PdBacktest, pd_backtest, pd_table, pool_capacity
 from infersight.simulator.engine import InstanceSim
 from infersight.simulator.faults import FaultSchedule
 from infersight.simulator.profiles import ModelProfile
+from infersight.simulator.scenario import Scenario
+from infersight.simulator.specs import load_scenario, scenario_from_data
 from infersight.simulator.workload import ArrivalStream, LengthDist, LengthKind, Poisson, RequestMix
 
 POLICY = ScalingPolicy(name="default", model=None)
@@ -244,3 +247,128 @@ def test_bad_demand_is_refused_clearly(service: ServiceModel) -> None:
         synthetic(1, start_s=10 * H, end_s=9 * H)
     with pytest.raises(InvalidInput, match="unknown policies"):
         backtest(_flat(1.0, 5), service, POLICY, only=("magic",))
+
+
+# -- a disaggregated deployment, per pool (simulator.autoscale_pd) -----------------------------
+
+
+def test_an_unsplit_backtest_is_unchanged(service: ServiceModel) -> None:
+    """The figures this window gave before the backtest learnt pools (commit 2ca02c5)."""
+    day = synthetic(5, step_s=30, start_s=11 * H, end_s=16 * H)
+    run = backtest(day, service, POLICY)
+    got = {
+        r.name: (r.gpu_hours, r.met, r.scale_events, r.min_replicas, r.max_replicas)
+        for r in run.results
+    }
+    assert got["static (peak)"] == pytest.approx((70.0, 2600691.0, 0, 14, 14))
+    assert got["reactive GPU util 70/30"] == pytest.approx(
+        (79.96666666666667, 2600691.0, 1, 12, 16)
+    )
+    assert got["reactive KEDA queue"] == pytest.approx(
+        (78.21666666666667, 502993.2383103038, 28, 1, 16)
+    )
+    assert got["infersight"] == pytest.approx((53.858333333333334, 2600691.0, 19, 3, 14))
+    assert run.result("infersight").drivers == {
+        "forecast": 14,
+        "hold": 227,
+        "rebound": 32,
+        "cooldown": 22,
+        "scale_in_step": 5,
+    }
+
+
+def _pd_scenario(input_tokens: int, output_tokens: int) -> Scenario:
+    return scenario_from_data(
+        {
+            "apiVersion": "infersight/v1",
+            "kind": "Scenario",
+            "metadata": {"name": "pd-test"},
+            "spec": {
+                "start": "2026-01-05T00:00:00Z",
+                "duration": "1h",
+                "seed": 3,
+                "fleet": [
+                    {
+                        "profile": "llama-3.1-8b-h200x1",
+                        "name_prefix": "v",
+                        "disaggregated": {"prefill_instances": 1, "decode_instances": 1},
+                        "arrival": {"process": "poisson", "rate": 1},
+                        "mix": {
+                            "input": {"kind": "fixed", "median": input_tokens, "max": 32000},
+                            "output": {"kind": "fixed", "median": output_tokens, "max": 4096},
+                            "max_tokens": output_tokens,
+                        },
+                    }
+                ],
+            },
+        }
+    )
+
+
+def _pd_run(input_tokens: int, output_tokens: int, pool: str) -> PdBacktest:
+    """Ten quiet minutes at half of one ``pool`` engine's capacity, then 20 at four times that."""
+    scenario = _pd_scenario(input_tokens, output_tokens)
+    d = scenario.deployments[0]
+    cap = pool_capacity(d.profile, d.mix, ttft_target_s=2.0, tpot_target_s=0.1)
+    low = 0.5 * cap.of(pool) * 60
+    minutes = [low] * 10 + [4 * low] * 20
+    demand = from_minutes(minutes, [minutes, minutes], step_s=10)
+    return pd_backtest(scenario, demand, POLICY, cold_start_s=120.0, price_per_gpu_hour=2.0)
+
+
+@pytest.fixture(scope="module")
+def prefill_heavy() -> PdBacktest:
+    return _pd_run(8000, 16, "prefill")
+
+
+def test_long_prompts_grow_the_prefill_pool_while_the_decode_pool_stays_put(
+    prefill_heavy: PdBacktest,
+) -> None:
+    ours = prefill_heavy.result("infersight")
+    prefill, decode = ours.pool("prefill"), ours.pool("decode")
+    t = prefill_heavy.demand.times
+    assert prefill.replicas[t < 400].max() == 1  # the forecast sees the rise a lead time ahead
+    assert prefill.replicas[t >= 1200].min() >= 3  # 2 × one engine's capacity, with headroom
+    assert decode.max_replicas == decode.min_replicas == 1
+    assert decode.scale_events == 0
+    assert ours.attainment > 0.98
+    assert prefill_heavy.static_instances == {"prefill": 3, "decode": 1}
+
+
+def test_each_pools_gpu_hours_are_accounted_and_add_up(prefill_heavy: PdBacktest) -> None:
+    day = prefill_heavy.demand
+    for r in prefill_heavy.results:
+        for p in r.pools:
+            assert p.gpu_hours == pytest.approx((p.replicas + p.draining).sum() * day.step_s / H)
+            assert np.all(p.ready <= p.replicas)
+        assert r.gpu_hours == pytest.approx(sum(p.gpu_hours for p in r.pools))
+        assert r.cost == pytest.approx(2.0 * r.gpu_hours)
+        assert r.requests > 0
+        assert 0 <= r.met <= min(r.ttft_met, r.tpot_met) <= r.requests
+    static = prefill_heavy.result("static")
+    assert static.pool("prefill").gpu_hours == pytest.approx(3 * 0.5)  # 3 engines, half an hour
+    assert static.pool("decode").gpu_hours == pytest.approx(1 * 0.5)
+    ours = prefill_heavy.result("infersight")
+    assert ours.gpu_hours < static.gpu_hours
+    text = pd_table(prefill_heavy)
+    assert "prefill pool" in text
+    assert "decode pool" in text
+    assert prefill_heavy.to_dict()["static_instances"] == {"prefill": 3, "decode": 1}
+
+
+def test_long_outputs_grow_the_decode_pool_while_the_prefill_pool_stays_put() -> None:
+    run = _pd_run(256, 512, "decode")
+    ours = run.result("infersight")
+    prefill, decode = ours.pool("prefill"), ours.pool("decode")
+    t = run.demand.times
+    assert decode.replicas[t < 300].max() == 1  # sized for the quiet start
+    assert decode.replicas[t >= 1200].min() >= 3
+    assert prefill.max_replicas == prefill.min_replicas == 1
+    assert prefill.scale_events == 0
+    assert ours.attainment > 0.98
+
+
+def test_a_pd_backtest_needs_one_split_deployment() -> None:
+    scenario = load_scenario("quiet-day")
+    with pytest.raises(InvalidInput, match="disaggregated"):
+        pd_backtest(scenario, _flat(1.0, 5), POLICY, cold_start_s=60.0)
