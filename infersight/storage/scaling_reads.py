@@ -148,7 +148,10 @@ def server_gauges(
     engine: Engine, model: str, window: Window, instances: Collection[str] | None = None
 ) -> Gauges:
     """The newest scrape in ``window`` of each instance that reports serving ``model`` (of
-    those in ``instances`` only, where given: one pool's)."""
+    those in ``instances`` only, where given: one pool's). Waiting requests leave out those a
+    decode instance holds for their KV cache (vLLM counts them as waiting,
+    ``num_requests_waiting_by_reason{reason="deferred"}``): they wait on the transfer, not
+    on the engine, and another decode instance would not serve them sooner."""
     s = server_samples.c
     where = [s.model == model, s.ts >= window.start, s.ts < window.end]
     if instances is not None:
@@ -161,7 +164,14 @@ def server_gauges(
         .subquery("newest")
     )
     query = (
-        select(s.instance, s.ts, s.requests_waiting, s.kv_cache_usage, s.kv_cache_usage_max)
+        select(
+            s.instance,
+            s.ts,
+            s.requests_waiting,
+            s.requests_deferred,
+            s.kv_cache_usage,
+            s.kv_cache_usage_max,
+        )
         .join(newest_per, (s.instance == newest_per.c.instance) & (s.ts == newest_per.c.ts))
         .order_by(s.instance)
     )
@@ -171,7 +181,9 @@ def server_gauges(
         newest=max((row.ts for row in rows), default=None),
         instances=tuple(str(row.instance) for row in rows),
         waiting=tuple(
-            float(row.requests_waiting) for row in rows if row.requests_waiting is not None
+            max(0.0, float(row.requests_waiting) - float(row.requests_deferred or 0.0))
+            for row in rows
+            if row.requests_waiting is not None
         ),
         kv_usage=tuple(
             float(

@@ -76,6 +76,7 @@ def seed_split(
     decode: int = 3,
     prefill_waiting: float = 0.0,
     decode_waiting: float = 0.0,
+    decode_deferred: float | None = None,
     scrapes: bool = True,
     minutes: int = 5,
 ) -> Fleet:
@@ -120,10 +121,11 @@ def seed_split(
                     requests_waiting=waiting,
                     requests_running=4.0,
                     kv_cache_usage=kv,
+                    requests_deferred=deferred,
                 )
-                for names, waiting, kv in (
-                    (fleet.prefill, prefill_waiting, 0.1),
-                    (fleet.decode, decode_waiting, 0.6),
+                for names, waiting, kv, deferred in (
+                    (fleet.prefill, prefill_waiting, 0.1, None),
+                    (fleet.decode, decode_waiting, 0.6, decode_deferred),
                 )
                 for name in names
             ]

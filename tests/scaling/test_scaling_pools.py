@@ -107,6 +107,15 @@ def test_a_queued_decode_pool_scales_out_while_the_prefill_pool_holds(store: Sto
     assert prefill.desired <= 2
 
 
+def test_requests_held_for_their_kv_cache_do_not_scale_the_decode_pool(store: Store) -> None:
+    """30 waiting on each decode instance, all deferred for their KV cache (a slow transfer):
+    more decode instances would not serve them sooner — no queue-driven scale-out."""
+    seed_split(store.engine, NOW, decode_waiting=30.0, decode_deferred=30.0)
+    decode = _by_pool(store.engine)["decode"]
+    assert decode.driver != "queue"
+    assert decode.desired <= 3
+
+
 def test_an_unsplit_model_keeps_its_one_recommendation(store: Store) -> None:
     open_writer(store.engine).write_requests(
         make_records(
