@@ -797,6 +797,19 @@ def backtest(
     return Backtest(demand, fleet, tuned, static_n, tuple(results))
 
 
+def table_cells(r: Any, static: Any) -> tuple[str, str, str]:
+    """A result's rebound attainment, GPU-hours against static sizing's and worst minute, as
+    the tables print them (``r`` and ``static``: results with those figures)."""
+    rebound = "n/a" if r.rebound_attainment is None else f"{100 * r.rebound_attainment:.2f}%"
+    ratio = f"{100 * r.gpu_hours / static.gpu_hours:.0f}%" if static else "n/a"
+    worst = (
+        f"{_clock(r.worst_minute_s)} {100 * r.worst_minute_attainment:.1f}%"
+        if r.worst_minute_attainment < 1.0 - 1e-12
+        else "none missed"
+    )
+    return rebound, ratio, worst
+
+
 def table(result: Backtest) -> str:
     """The comparison as a plain-text table, static's GPU-hours the reference."""
     static = next((r for r in result.results if r.name.startswith("static")), None)
@@ -807,13 +820,7 @@ def table(result: Backtest) -> str:
     )
     lines = [head, "-" * len(head)]
     for r in result.results:
-        rebound = "n/a" if r.rebound_attainment is None else f"{100 * r.rebound_attainment:.2f}%"
-        ratio = f"{100 * r.gpu_hours / static.gpu_hours:.0f}%" if static else "n/a"
-        worst = (
-            f"{_clock(r.worst_minute_s)} {100 * r.worst_minute_attainment:.1f}%"
-            if r.worst_minute_attainment < 1.0 - 1e-12
-            else "none missed"
-        )
+        rebound, ratio, worst = table_cells(r, static)
         lines.append(
             f"{r.name:<{width}} {100 * r.attainment:>7.2f}% {rebound:>8} {r.gpu_hours:>8.1f} "
             f"{ratio:>9} {r.cost:>9.2f} {r.scale_events:>6} "

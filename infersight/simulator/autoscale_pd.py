@@ -72,6 +72,7 @@ from infersight.simulator.autoscale import (
     Static,
     _clock,
     history_forecast,
+    table_cells,
 )
 from infersight.simulator.disaggregated import PdRouter
 from infersight.simulator.engine import InstanceSim
@@ -682,13 +683,7 @@ def pd_table(result: PdBacktest) -> str:
     )
     lines = [head, "-" * len(head)]
     for r in result.results:
-        rebound = "n/a" if r.rebound_attainment is None else f"{100 * r.rebound_attainment:.2f}%"
-        ratio = f"{100 * r.gpu_hours / static.gpu_hours:.0f}%" if static else "n/a"
-        worst = (
-            f"{_clock(r.worst_minute_s)} {100 * r.worst_minute_attainment:.1f}%"
-            if r.worst_minute_attainment < 1.0 - 1e-12
-            else "none missed"
-        )
+        rebound, ratio, worst = table_cells(r, static)
         lines.append(
             f"{r.name:<{width}} {100 * r.attainment:>7.2f}% {100 * r.share(r.ttft_met):>7.2f}% "
             f"{100 * r.share(r.tpot_met):>7.2f}% {rebound:>8} {r.gpu_hours:>8.1f} {ratio:>9} "
