@@ -86,7 +86,14 @@ def test_breakdown_reports_each_stage_share_of_end_to_end_time(api: Api, records
     assert stages["decode"]["share"] == pytest.approx(sum(r.decode_s for r in records) / e2e)
     assert stages["gateway"]["share"] is None
     assert list(stages) == [
-        "gateway", "route", "preprocess", "queue", "prefill", "kv_transfer", "decode", "postprocess"
+        "gateway",
+        "route",
+        "preprocess",
+        "queue",
+        "prefill",
+        "kv_transfer",
+        "decode",
+        "postprocess",
     ]
 
 
