@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import tempfile
 import time
 from collections import Counter
@@ -86,6 +85,7 @@ from infersight.storage.outbox import Outbox
 from infersight.storage.tables import metadata, request_parts, requests
 from infersight.storage.writer import open_writer
 
+from . import scenarios
 from .real_path import DECODE_WINDOW_S
 
 SLO_FILE: Final = SCENARIOS_DIR / "slos" / "fleet.yaml"
@@ -825,22 +825,11 @@ def expected_causes(fault: Injected, gpu: bool) -> tuple[str, ...]:
     return (fault.cause if gpu else EXPECTED_CAUSE_WITHOUT_GPU[fault.kind],)
 
 
-#: Faults on a whole pool of a split deployment (the fault names one instance of the pool).
-POOL_FAULTS: Final = frozenset({FaultKind.PREFILL_POOL_OVERLOAD, FaultKind.DECODE_POOL_OVERLOAD})
-_POOL_SUFFIX: Final = re.compile(r"-(?:prefill|decode)-\d+$")
-
-
 def _names(d: Mapping[str, Any], causes: Sequence[str], fault: Injected) -> bool:
-    """Whether ``d`` names one of ``causes`` where ``fault`` is: its own instance; for a pool
-    fault, any decode instance of its deployment (users' requests of a split deployment are
-    judged where they were answered) or the whole scope."""
-    if d.get("cause") not in causes:
-        return False
+    """Whether ``d`` names one of ``causes`` where ``fault`` is (``scenarios.right_instance``:
+    a pool fault on any decode instance of its deployment, or the whole scope)."""
     where = str(d.get("instance") or "")
-    if fault.kind in POOL_FAULTS:
-        deployment = _POOL_SUFFIX.sub("", fault.instance)
-        return where == "" or where.startswith(f"{deployment}-decode-")
-    return where == fault.instance
+    return d.get("cause") in causes and scenarios.right_instance(fault.kind, fault.instance, where)
 
 
 def _top_two(d: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -259,12 +259,16 @@ def judge(
             for when, d in (("page", s.paged), ("last", s.last)):
                 named = {e["signal"] for e in d.get("evidence", [])}
                 where = d.get("instance") or ""
-                if d.get("cause") != cause or where != instance or not named & wanted:
+                right = where == instance or (
+                    kind != "outage" and scenarios.right_instance(kind, instance, where)
+                )
+                if d.get("cause") != cause or not right or not named & wanted:
                     problems.append(
                         f"{s.slo} {when}: {d.get('cause')} on {d.get('instance')} "
                         f"({', '.join(sorted(named)) or 'no evidence'})"
                     )
-                if not gpu and not d.get("missing_evidence"):
+                owed = cause in scenarios.gpu_read_causes()
+                if not gpu and owed and not d.get("missing_evidence"):
                     problems.append(f"{s.slo} {when}: no missing evidence without GPU samples")
         return tuple(problems)
     top_two: set[str] = set()

@@ -14,6 +14,8 @@ telemetry the expected causes are the fallbacks of
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -22,8 +24,9 @@ from typing import Final
 from sqlalchemy import Engine
 
 from infersight.alerts.diagnose import Diagnosis, diagnose
-from infersight.alerts.rules import Cause, RulePack
+from infersight.alerts.rules import Cause, RulePack, load_rules
 from infersight.core.records import Status
+from infersight.core.signals import GPU
 from infersight.core.window import Window
 from infersight.simulator.events import Batch
 from infersight.simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU, FaultKind
@@ -151,6 +154,31 @@ HEADER: Final = (
 )
 
 
+#: Faults on a whole pool of a split deployment (the fault names one instance of the pool).
+POOL_FAULTS: Final = frozenset({FaultKind.PREFILL_POOL_OVERLOAD, FaultKind.DECODE_POOL_OVERLOAD})
+_POOL_SUFFIX: Final = re.compile(r"-(?:prefill|decode)-\d+$")
+
+
+def right_instance(kind: FaultKind | str, injected: str, named: str) -> bool:
+    """Whether a diagnosis naming ``named`` ("" for the whole scope) names where a fault of
+    ``kind`` on ``injected`` is: that instance; for a pool fault, any decode instance of its
+    deployment (a split deployment's users' requests are judged where they were answered) or
+    the whole scope."""
+    if FaultKind(kind) in POOL_FAULTS:
+        deployment = _POOL_SUFFIX.sub("", injected)
+        return named == "" or named.startswith(f"{deployment}-decode-")
+    return named == injected
+
+
+@functools.cache
+def gpu_read_causes() -> frozenset[str]:
+    """The causes whose rules (or fallbacks) read GPU samples: a right diagnosis of one of
+    them without GPU telemetry must say what it could not check; the others owe nothing."""
+    pack = load_rules()
+    rules = (*pack.causes, *pack.fallbacks)
+    return frozenset(r.cause.value for r in rules if GPU in r.needs | r.supports)
+
+
 def judge(scenario: Scenario, d: Diagnosis, gpu: bool = True) -> bool:
     """The acceptance rule: single fault → top cause, instance and injected signal; mixed →
     both causes in the top two; no fault → ``unknown`` with low confidence. Without GPU
@@ -160,14 +188,14 @@ def judge(scenario: Scenario, d: Diagnosis, gpu: bool = True) -> bool:
     if not faults:
         return d.cause is Cause.UNKNOWN and d.confidence <= 0.2
     expected = expected_causes(scenario, gpu)
-    if not gpu and not d.missing_evidence:
+    if not gpu and not d.missing_evidence and set(expected) & gpu_read_causes():
         return False
     if len(faults) == 1:
         named = {e.signal for e in d.evidence}
         injected = (INJECTED_SIGNALS if gpu else INJECTED_SIGNALS_WITHOUT_GPU)[faults[0].kind]
         return (
             d.cause.value == expected[0]
-            and d.instance == faults[0].instance
+            and right_instance(faults[0].kind, faults[0].instance, d.instance)
             and bool(named & injected)
         )
     top_two = {c.value for c in d.ranked[:2]}
