@@ -83,15 +83,10 @@ class MappingContext:
         if not self.instance:
             raise InvalidRecord("the sidecar's instance name must not be empty")
 
-    def attribute_model(self, span: SpanView) -> str:
-        """Span attribute, else ``--model``, else ``service.name`` → model, else scraped."""
-        from_span = as_str(span.attr(*MODEL_ATTRS))
-        if from_span:
-            return from_span[:MAX_LABEL_LEN]
-        if self.model:
-            return self.model
-        mapped = self.service_models.get(span.service, "")
-        return mapped or self.scraped_model()
+    def base_model(self, span: SpanView) -> str:
+        """The model a span that names none (or names an adapter) is of: ``--model``, else
+        ``service.name`` → model, else the one the server's /metrics report."""
+        return self.model or self.service_models.get(span.service, "") or self.scraped_model()
 
     def attribute(self, span: SpanView, engine: Engine) -> tuple[str, str]:
         """The request's base model and LoRA adapter ("" for the base model itself).
@@ -103,14 +98,11 @@ class MappingContext:
         the name differs from it. The model is then the base: ``--model``, else the
         ``service.name`` mapping, else the scraped one; the adapter's own name when none is
         known (the adapter still counts apart from it)."""
-        from_span = as_str(span.attr(*MODEL_ATTRS))
-        if not from_span:
-            mapped = self.model or self.service_models.get(span.service, "")
-            return mapped or self.scraped_model(), ""
-        name = from_span[:MAX_LABEL_LEN]
+        name = as_str(span.attr(*MODEL_ATTRS))[:MAX_LABEL_LEN]
+        if not name:
+            return self.base_model(span), ""
         if name in self.adapters or name in self.scraped_adapters():
-            base = self.model or self.service_models.get(span.service, "") or self.scraped_model()
-            return (base or name), name
+            return (self.base_model(span) or name), name
         if engine is Engine.VLLM:
             base = self.scraped_model()
             if base and name != base:
