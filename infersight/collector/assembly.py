@@ -41,7 +41,7 @@ import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -142,8 +142,13 @@ def assemble(
             place = request.place or Place()
             record = merge_stages(record, fragments, place.start_ns, place.end_ns)
         out.records.append(record)
-    out.records = attribute_adapters(out.records, requests, pieces, adapters)
-    out.records, used, out.disaggregated = fold_disaggregated(out.records, requests, pieces)
+    # One index of the pieces for both walks up from a record (several requests of a pass
+    # share a trace; a piece is looked up by its trace and span id).
+    by_span = {(p.trace_id, p.span_id): j for j, p in enumerate(pieces)}
+    out.records = attribute_adapters(out.records, requests, pieces, adapters, by_span)
+    out.records, used, out.disaggregated = fold_disaggregated(
+        out.records, requests, pieces, by_span
+    )
     out.merged.extend(used)
     out.records, out.sequences_merged = fold_sequences(out.records, requests)
     return out
@@ -160,6 +165,7 @@ def attribute_adapters(
     requests: Sequence[Request],
     pieces: Sequence[Piece],
     adapters: Collection[str],
+    by_span: Mapping[tuple[str, str], int],
 ) -> list[RequestRecord]:
     """Records whose engine named no adapter, given the one a caller's span above them asked
     for (``Link.model``: a gateway routing by model name, an OpenAI SDK's client span), when
@@ -167,7 +173,6 @@ def attribute_adapters(
     for the base model is not an adapter. ``records[i]`` is ``requests[i]``'s."""
     if not adapters:
         return records
-    by_span = {(p.trace_id, p.span_id): p for p in pieces}
     out = list(records)
     for i, request in enumerate(requests):
         record, place = records[i], request.place
@@ -175,9 +180,10 @@ def attribute_adapters(
             continue
         parent = place.parent_span_id
         for _ in range(MAX_CALLER_HOPS):
-            piece = by_span.get((record.trace_id, parent))
-            if piece is None:
+            at = by_span.get((record.trace_id, parent))
+            if at is None:
                 break
+            piece = pieces[at]
             if isinstance(piece, Link) and piece.model in adapters:
                 if piece.model != record.model:
                     out[i] = dataclasses.replace(record, adapter=piece.model)
@@ -190,7 +196,10 @@ def attribute_adapters(
 
 
 def fold_disaggregated(
-    records: list[RequestRecord], requests: Sequence[Request], pieces: Sequence[Piece]
+    records: list[RequestRecord],
+    requests: Sequence[Request],
+    pieces: Sequence[Piece],
+    by_span: Mapping[tuple[str, str], int],
 ) -> tuple[list[RequestRecord], list[int], int]:
     """The user's request from a decode instance's record and its P/D proxy's spans
     (``collector.mapping.pd_proxy``); ``records[i]`` is ``requests[i]``'s record, and stays
@@ -209,7 +218,6 @@ def fold_disaggregated(
     }
     if not pd:
         return records, [], 0
-    proxy = {(piece.trace_id, piece.span_id): j for j, piece in pd.items()}
     siblings: dict[tuple[str, str], int] = {}
     for j, piece in pd.items():
         if piece.stage == "pd_prefill":
@@ -219,7 +227,7 @@ def fold_disaggregated(
     out = list(records)
     for i, request in enumerate(requests):
         record, place = records[i], request.place
-        legs = _proxy_legs(record.trace_id, place, proxy, siblings, pd)
+        legs = _proxy_legs(record.trace_id, place, by_span, siblings, pd)
         if place is None or not legs:
             continue
         folded = disaggregated_record(record, place, {pd[j].stage: pd[j] for j in legs})
@@ -233,19 +241,24 @@ def fold_disaggregated(
 def _proxy_legs(
     trace_id: str,
     place: Place | None,
-    proxy: dict[tuple[str, str], int],
+    by_span: Mapping[tuple[str, str], int],
     siblings: dict[tuple[str, str], int],
     pieces: dict[int, StageFragment],
 ) -> list[int]:
     """The proxy pieces of a record placed at ``place``: its decode leg (its parent; none:
     not disaggregated), the prefill leg (the decode leg's sibling or parent) and the proxy's
     request (the nearest request piece above), those known."""
-    leg_at = proxy.get((trace_id, place.parent_span_id)) if place is not None else None
+
+    def proxy_piece(span_id: str) -> int | None:
+        at = by_span.get((trace_id, span_id))
+        return at if at in pieces else None
+
+    leg_at = proxy_piece(place.parent_span_id) if place is not None else None
     if leg_at is None or pieces[leg_at].stage != "pd_decode":
         return []
     legs = [leg_at]
     prefill_at = siblings.get((trace_id, pieces[leg_at].parent_span_id))
-    parent_at = proxy.get((trace_id, pieces[leg_at].parent_span_id))
+    parent_at = proxy_piece(pieces[leg_at].parent_span_id)
     for _ in range(3):  # decode leg → (prefill leg →) the proxy's request
         if parent_at is None:
             break
@@ -254,7 +267,7 @@ def _proxy_legs(
             break
         if pieces[parent_at].stage == "pd_prefill":
             prefill_at = parent_at if prefill_at is None else prefill_at
-        parent_at = proxy.get((trace_id, pieces[parent_at].parent_span_id))
+        parent_at = proxy_piece(pieces[parent_at].parent_span_id)
     if prefill_at is not None and prefill_at not in legs:
         legs.append(prefill_at)
     return legs
