@@ -258,8 +258,11 @@ class InstanceSim:
         step = self.profile.step
         if self.speculative is not None and n_dec:
             # Verification steps yield fewer tokens when acceptance falls: decode slows.
+            # A slower decode or prefill (a pool's overload) applies here as on every path.
             decode = step.gpu_time(seqs, self.kv_used, 0) * self._spec_slowdown(fx)
-            gpu = (decode + step.prefill_per_token_s * prefill_tokens) * fx.gpu_factor
+            decode *= fx.decode_factor
+            prefill = step.prefill_per_token_s * prefill_tokens * fx.prefill_factor
+            gpu = (decode + prefill) * fx.gpu_factor
             self._count_speculation(n_dec, fx)
         elif fx.prefill_factor != 1.0 or fx.decode_factor != 1.0:
             decode = step.gpu_time(seqs, self.kv_used, 0) * fx.decode_factor
