@@ -69,6 +69,7 @@ from infersight.simulator.faults import (
     DEFAULT_MAGNITUDE,
     EXPECTED_CAUSE,
     EXPECTED_CAUSE_WITHOUT_GPU,
+    ROLE_FAULTS,
     Fault,
     FaultKind,
 )
@@ -136,9 +137,7 @@ FAULT_FILES: Final = {
     FaultKind.DECODE_POOL_OVERLOAD: "fault-decode-pool-overload",
 }
 #: Faults of a disaggregated fleet: one engine per instance, no client spans (#30).
-PD_FAULTS: Final = frozenset(
-    {FaultKind.KV_TRANSFER_SLOW, FaultKind.PREFILL_POOL_OVERLOAD, FaultKind.DECODE_POOL_OVERLOAD}
-)
+PD_FAULTS: Final = frozenset(ROLE_FAULTS)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -349,7 +349,8 @@ def run_path(
             )
             samples.flush()
             deadline = time.monotonic() + LAND_TIMEOUT_S
-            while _stored(engine) < stored + sum(users[:fed]):
+            landed = stored + sum(users[:fed])
+            while _stored(engine) < landed:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{name}: spans did not reach the store")
                 time.sleep(0.01)

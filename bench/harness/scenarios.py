@@ -29,7 +29,7 @@ from infersight.core.records import Status
 from infersight.core.signals import GPU
 from infersight.core.window import Window
 from infersight.simulator.events import Batch
-from infersight.simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU, FaultKind
+from infersight.simulator.faults import EXPECTED_CAUSE_WITHOUT_GPU, POOL_FAULTS, FaultKind
 from infersight.simulator.fleet import run_scenario
 from infersight.simulator.scenario import Scenario
 from infersight.simulator.sinks import MemorySink
@@ -154,8 +154,6 @@ HEADER: Final = (
 )
 
 
-#: Faults on a whole pool of a split deployment (the fault names one instance of the pool).
-POOL_FAULTS: Final = frozenset({FaultKind.PREFILL_POOL_OVERLOAD, FaultKind.DECODE_POOL_OVERLOAD})
 _POOL_SUFFIX: Final = re.compile(r"-(?:prefill|decode)-\d+$")
 
 
