@@ -25,8 +25,10 @@ from infersight.simulator.profiles import (
     StepCosts,
     TokenizerCosts,
 )
-from infersight.simulator.scenario import Deployment, Disaggregation, Scenario
+from infersight.simulator.scenario import MAX_POOL, Deployment, Disaggregation, Scenario
 from infersight.simulator.workload import (
+    LORA_STEP_OVERHEAD,
+    MAX_LORA,
     ArrivalProcess,
     Bursts,
     Diurnal,
@@ -226,8 +228,8 @@ class LoraSpec(_Spec):
     the base model's) and ``max_lora`` (vLLM ``--max-loras``)."""
 
     adapters: dict[str, float] = Field(min_length=1)
-    max_lora: int = Field(default=4, ge=1, le=256)
-    step_overhead: float = Field(default=0.08, ge=0.0, le=1.0)
+    max_lora: int = Field(default=4, ge=1, le=MAX_LORA)
+    step_overhead: float = Field(default=LORA_STEP_OVERHEAD, ge=0.0, le=1.0)
 
     def convert(self) -> LoraServing:
         return LoraServing(
@@ -241,8 +243,8 @@ class DisaggregatedSpec(_Spec):
     """``disaggregated:`` of a deployment: its two pools (instances named
     ``{name_prefix}-prefill-{i}`` and ``{name_prefix}-decode-{i}``) and the proxy's timings."""
 
-    prefill_instances: int = Field(ge=1, le=64)
-    decode_instances: int = Field(ge=1, le=64)
+    prefill_instances: int = Field(ge=1, le=MAX_POOL)
+    decode_instances: int = Field(ge=1, le=MAX_POOL)
     #: The KV cache's transfer from the prefill to the decode instance (per request).
     kv_transfer: float | str = "30ms"
     #: When set, ``kv_transfer`` is the transfer of a prompt of this many tokens, and a
@@ -365,9 +367,6 @@ def _disaggregation(d: DeploymentSpec, profile: ModelProfile) -> Disaggregation 
 
 
 def _instance_names(d: DeploymentSpec, profile: ModelProfile) -> tuple[str, ...]:
-    if d.disaggregated is not None:
-        pd = d.disaggregated.convert(d.name_prefix or profile.name)
-        return pd.prefill + pd.decode
     if isinstance(d.instances, list):
         return tuple(d.instances)
     prefix = d.name_prefix or profile.name
@@ -385,8 +384,8 @@ def scenario_from_data(data: Any, source: Path | str = "<scenario>") -> Scenario
         profile = load_profile(d.profile)
         if d.served_model_name is not None:
             profile = dataclasses.replace(profile, model_name=d.served_model_name)
-        names = _instance_names(d, profile)
         pd = _disaggregation(d, profile)
+        names = pd.prefill + pd.decode if pd is not None else _instance_names(d, profile)
         # A split deployment's traffic reaches the proxies in front of its decode instances.
         entries = len(pd.decode) if pd is not None else len(names)
         deployments.append(
