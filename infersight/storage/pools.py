@@ -9,19 +9,23 @@ own view: a prefill instance's requests are prefill legs (its queue, its prefill
 tokens it computed), a decode instance's are the users' requests it answered (their KV
 transfer, their time per output token, the tokens it generated).
 
-``pool_summaries`` reads means and totals with SQL aggregates over raw rows (the window a page
-or a call asks for): no row is fetched.
+``pool_summaries`` reads the users' requests as every window is read (minute / hour / day
+rollups inside it, their sketches' headers giving the means; raw rows at its edges) and the
+prefill legs, which are not rolled up, from raw rows: SQL aggregates, no row fetched.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sqlalchemy import Engine, Table, func, select
+from sqlalchemy import Connection, Engine, Table, func, select
 
-from infersight.core.window import Window
-from infersight.storage.tables import request_parts, requests
+from infersight.core.sketch import header_totals
+from infersight.core.window import Resolution, Segment, Window, split
+from infersight.storage.sql import rollup_where, sketch_column
+from infersight.storage.tables import request_parts, request_rollups, requests
 
 #: Instances a pool read returns at most (one row per instance).
 MAX_POOL_ROWS: Final = 2000
@@ -58,51 +62,103 @@ class PoolLine:
         }
 
 
-def _lines(engine: Engine, table: Table, window: Window, role: str | None) -> list[PoolLine]:
+@dataclass
+class _Acc:
+    """One instance's sums over the segments of a window."""
+
+    decode: bool = False
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    #: Per field of ``_MEANS``: (values counted, their sum).
+    sums: dict[str, list[float]] = field(default_factory=lambda: {f: [0, 0.0] for f in _MEANS})
+
+    def line(self, instance: str, role: str | None) -> PoolLine:
+        return PoolLine(
+            instance=instance,
+            role=role or ("decode" if self.decode else "unified"),
+            requests=self.requests,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            means={
+                _MEANS[f]: (total / count if count else None)
+                for f, (count, total) in self.sums.items()
+            },
+        )
+
+
+def _raw(
+    connection: Connection, table: Table, span: Segment | Window, out: dict[str, _Acc]
+) -> None:
+    """Add ``table``'s raw rows of ``span`` to ``out``, per instance (SQL aggregates)."""
     c = table.c
-    where = [c.start >= window.start, c.start < window.end]
-    role_of = func.max(c.role)
     query = (
         select(
             c.instance,
-            role_of,
+            func.max(c.role),
             func.count(),
             func.coalesce(func.sum(c.input_tokens), 0),
             func.coalesce(func.sum(c.output_tokens), 0),
-            *(func.avg(c[name]) for name in _MEANS),
+            *(agg for f in _MEANS for agg in (func.count(c[f]), func.sum(c[f]))),
         )
-        .where(*where)
+        .where(c.start >= span.start, c.start < span.end)
         .group_by(c.instance)
-        .order_by(c.instance)
         .limit(MAX_POOL_ROWS)
     )
-    with engine.connect() as connection:
-        rows = connection.execute(query).all()
-    return [
-        PoolLine(
-            instance=str(r[0]),
-            role=role or ("decode" if r[1] == "decode" else "unified"),
-            requests=int(r[2]),
-            input_tokens=int(r[3]),
-            output_tokens=int(r[4]),
-            means={
-                key: None if value is None else float(value)
-                for key, value in zip(_MEANS.values(), r[5:], strict=True)
-            },
-        )
-        for r in rows
-    ]
+    for row in connection.execute(query):
+        a = out[str(row[0])]
+        a.decode = a.decode or row[1] == "decode"
+        a.requests += int(row[2])
+        a.input_tokens += int(row[3])
+        a.output_tokens += int(row[4])
+        for i, f in enumerate(_MEANS):
+            a.sums[f][0] += int(row[5 + 2 * i] or 0)
+            a.sums[f][1] += float(row[6 + 2 * i] or 0.0)
 
 
-def pool_summaries(engine: Engine, window: Window) -> list[PoolLine]:
+def _rolled(connection: Connection, segment: Segment, out: dict[str, _Acc]) -> None:
+    """Add the users' requests of a rollup segment to ``out``, per instance: counts and
+    tokens from the rollup rows, means from their sketches' headers (a decode instance: one
+    whose split requests have a KV-transfer time)."""
+    u = request_rollups.c
+    columns = [sketch_column(f) for f in _MEANS]
+    query = select(u.instance, u.requests, u.input_tokens, u.output_tokens, *columns).where(
+        rollup_where(segment)
+    )
+    for row in connection.execute(query):
+        a = out[str(row[0])]
+        a.requests += int(row[1])
+        a.input_tokens += int(row[2])
+        a.output_tokens += int(row[3])
+        for f, blob in zip(_MEANS, row[4:], strict=True):
+            if blob is not None:
+                count, total = header_totals(blob)
+                a.sums[f][0] += count
+                a.sums[f][1] += total
+                a.decode = a.decode or (f == "kv_transfer_s" and count > 0)
+
+
+def pool_summaries(
+    engine: Engine, window: Window, finest: Resolution = Resolution.MINUTE
+) -> list[PoolLine]:
     """Every instance that stored requests or prefill legs in ``window``, with its role,
     ordered prefill, decode, unified, then by name. An instance that stored both (a role
-    changed in the window) is listed once per role."""
-    lines = _lines(engine, request_parts, window, "prefill") + _lines(
-        engine, requests, window, None
-    )
+    changed in the window) is listed once per role. Users' requests are read like every
+    other window (rollups inside it, raw rows at its edges); prefill legs, which are not
+    rolled up, from raw rows."""
+    users: dict[str, _Acc] = defaultdict(_Acc)
+    legs: dict[str, _Acc] = defaultdict(_Acc)
+    with engine.connect() as connection:
+        _raw(connection, request_parts, window, legs)
+        for segment in split(window, finest):
+            if segment.raw:
+                _raw(connection, requests, segment, users)
+            else:
+                _rolled(connection, segment, users)
+    lines = [a.line(name, "prefill") for name, a in legs.items()]
+    lines += [a.line(name, None) for name, a in users.items() if a.requests]
     order = {"prefill": 0, "decode": 1, "unified": 2}
-    return sorted(lines, key=lambda line: (order[line.role], line.instance))
+    return sorted(lines, key=lambda line: (order[line.role], line.instance))[:MAX_POOL_ROWS]
 
 
 def disaggregated(lines: list[PoolLine]) -> bool:
