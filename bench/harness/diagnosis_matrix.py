@@ -504,16 +504,19 @@ def _finished(c: Completion) -> datetime:
     return c.record.start + timedelta(seconds=c.record.e2e_s or 0.0)
 
 
-def _truth_problems(engine: Engine, feed: _Feed, run_from: datetime) -> tuple[str, ...]:
-    """Tokens stored = tokens sent, TTFT p50 and p99 within 1 % of the simulator's truth: the
+def _truth_problems(
+    engine: Engine, feed: _Feed, run_from: datetime, per_adapter: bool
+) -> tuple[str, ...]:
+    """Tokens stored = tokens sent, TTFT p50 and p99 within 1 % of the simulator's truth and,
+    ``per_adapter`` (LoRA cells: the adapter is a dimension like the model; an ``n`` > 1
+    request is one request of its adapter), requests stored = sent per (model, adapter): the
     users' requests of the run (those that finished after ``run_from``) against the rows the
-    real path stored for them."""
+    real path stored for them, read once."""
     users = [c.record for c in feed.completions[: feed.fed] if not c.record.is_part]
     r = requests.c
+    columns = (r.start, r.e2e_s, r.ttft_s, r.input_tokens, r.output_tokens, r.model, r.adapter)
     with engine.connect() as connection:
-        rows = connection.execute(
-            select(r.start, r.e2e_s, r.ttft_s, r.input_tokens, r.output_tokens)
-        ).all()
+        rows = connection.execute(select(*columns)).all()
     edge = run_from.timestamp()
     stored = [row for row in rows if _epoch(row[0]) + (row[1] or 0.0) >= edge]
     problems = []
@@ -530,24 +533,15 @@ def _truth_problems(engine: Engine, feed: _Feed, run_from: datetime) -> tuple[st
             want, have = float(np.quantile(truth, q)), float(np.quantile(seen, q))
             if abs(have - want) > 0.01 * want:
                 problems.append(f"TTFT p{q * 100:g} {have:.4f} s against a true {want:.4f} s")
+    if per_adapter:
+        sent_by = Counter((u.model, u.adapter) for u in users)
+        got_by = Counter((x[5], x[6]) for x in stored)
+        problems += [
+            f"{got_by[key]} requests of {key[0]}/{key[1] or 'base'} stored for {sent_by[key]} sent"
+            for key in sorted(set(sent_by) | set(got_by))
+            if got_by[key] != sent_by[key]
+        ]
     return tuple(problems)
-
-
-def _adapter_problems(engine: Engine, feed: _Feed, run_from: datetime) -> tuple[str, ...]:
-    """Users' requests stored = sent per (model, adapter) (LoRA cells: the adapter is a
-    dimension like the model; an ``n`` > 1 request is one request of its adapter)."""
-    users = [c.record for c in feed.completions[: feed.fed] if not c.record.is_part]
-    sent = Counter((u.model, u.adapter) for u in users)
-    r = requests.c
-    with engine.connect() as connection:
-        rows = connection.execute(select(r.start, r.e2e_s, r.model, r.adapter)).all()
-    edge = run_from.timestamp()
-    got = Counter((row[2], row[3]) for row in rows if _epoch(row[0]) + (row[1] or 0.0) >= edge)
-    return tuple(
-        f"{got[key]} requests of {key[0]}/{key[1] or 'base'} stored for {sent[key]} sent"
-        for key in sorted(set(sent) | set(got))
-        if got[key] != sent[key]
-    )
 
 
 def _epoch(ts: datetime) -> float:
@@ -755,9 +749,8 @@ def run_cell(
     problems = judge(cell, seen, sent, stored)
     if parts != parts_sent:
         problems += (f"{parts} prefill legs stored for {parts_sent} sent",)
-    problems += _truth_problems(engine, feed, run_from)
-    if any(d.lora is not None for d in scenario.deployments):
-        problems += _adapter_problems(engine, feed, run_from)
+    lora = any(d.lora is not None for d in scenario.deployments)
+    problems += _truth_problems(engine, feed, run_from, per_adapter=lora)
     return CellOutcome(cell, seen, sent, stored, wall, problems)
 
 
