@@ -156,17 +156,20 @@ class _StepRates:
     thinning always finds a next one (a silent tail would make it draw forever)."""
 
     demand: Demand
+    #: The demand's rate per step and its peak, computed once (the thinning asks per batch).
+    per_step: FloatArray = field(init=False)
+    max_rate: float = field(init=False)
 
-    @property
-    def max_rate(self) -> float:
-        return float(self.demand.rates().max(initial=0.0))
+    def __post_init__(self) -> None:
+        per_step = self.demand.rates()
+        object.__setattr__(self, "per_step", per_step)
+        object.__setattr__(self, "max_rate", float(per_step.max(initial=0.0)))
 
     def rates(self, t: FloatArray) -> FloatArray:
-        rates = self.demand.rates()
+        rates = self.per_step
         i = (np.asarray(t) // self.demand.step_s).astype(np.int64)
         inside = (i >= 0) & (i < len(rates))
-        tail = float(rates.max(initial=0.0))
-        out: FloatArray = np.where(inside, rates[np.clip(i, 0, len(rates) - 1)], tail)
+        out: FloatArray = np.where(inside, rates[np.clip(i, 0, len(rates) - 1)], self.max_rate)
         return out
 
 
