@@ -2,49 +2,24 @@
 
 ``server_config`` applies the ``httpd`` limits (header deadline against slowloris, idle
 keep-alive, a connection cap, a header size cap) and installs ``RedactSecrets`` on uvicorn's
-access log: a token that a client put in a query string (``?token=…``, ``?api_key=…``) or
-anywhere in a path is written as ``[redacted]``, so secrets never reach the log.
+access log: a token that a client put in a query string (``?token=…``, ``?api_key=…``),
+anywhere in a path, or URL-encoded inside another parameter (``?next=/x%3Ftoken%3D…``) is
+written as ``[redacted]`` (``httpd.redact``), so secrets never reach the log.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any
 
 import uvicorn
 
 from infersight.api.settings import ApiSettings
 from infersight.httpd import ConnectionLimits
+from infersight.httpd.redact import REDACTED, RedactSecrets
 
-#: Query parameters whose values are secrets whatever they hold.
-SECRET_PARAMS: Final = re.compile(
-    r"(?i)([?&;](?:[^=&;#]*(?:token|key|secret|password|passwd|auth|session|signature)"
-    r"[^=&;#]*)=)([^&;#]*)"
-)
-REDACTED: Final = "[redacted]"
-
-
-class RedactSecrets(logging.Filter):
-    """Rewrites access-log records so that neither secret query values nor known tokens show."""
-
-    def __init__(self, tokens: Iterable[str] = ()) -> None:
-        super().__init__()
-        self.tokens = sorted({t for t in tokens if t}, key=len, reverse=True)
-
-    def redact(self, text: str) -> str:
-        text = SECRET_PARAMS.sub(lambda m: m.group(1) + REDACTED, text)
-        for token in self.tokens:
-            text = text.replace(token, REDACTED)
-        return text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(self.redact(a) if isinstance(a, str) else a for a in record.args)
-        elif record.args is None and isinstance(record.msg, str):
-            record.msg = self.redact(record.msg)
-        return True
+__all__ = ["REDACTED", "RedactSecrets", "limits_of", "server_config"]
 
 
 def limits_of(settings: ApiSettings) -> ConnectionLimits:
