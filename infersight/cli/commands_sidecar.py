@@ -22,7 +22,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -79,16 +79,19 @@ def _settings(ctx: click.Context) -> SidecarSettings:
     return SidecarSettings(**values)
 
 
+#: Why a token is never taken from the command line, and where it is taken from instead.
+ARGV_REFUSAL: Final = (
+    "--token is refused: a token on the command line is readable by every local user in the "
+    "process list (/proc/PID/cmdline). Give it with --token-file FILE (a file only the "
+    "sidecar's user can read) or the INFERSIGHT_OTLP_TOKEN environment variable"
+)
+
+
 def _token(token: str | None, token_file: Path | None, settings: SidecarSettings) -> str | None:
+    if token is not None:
+        raise click.UsageError(ARGV_REFUSAL)
     if token_file is not None:
         return token_file.read_text().strip() or None
-    if token:
-        click.echo(
-            "warning: --token is readable by every local user in the process list "
-            "(/proc/PID/cmdline); prefer --token-file or INFERSIGHT_OTLP_TOKEN",
-            err=True,
-        )
-        return token
     return settings.otlp_token.get_secret_value() or None
 
 
@@ -190,14 +193,16 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
 @click.option(
     "--token",
     default=None,
-    help="Bearer token the receivers require (16+ characters). Visible in the process list: "
-    "prefer --token-file or INFERSIGHT_OTLP_TOKEN.",
+    hidden=True,
+    help="Refused (the process list would show it): use --token-file or INFERSIGHT_OTLP_TOKEN.",
 )
 @click.option(
     "--token-file",
     default=None,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="A file holding the bearer token.",
+    help="A file holding the bearer token the receivers require (16+ characters); else "
+    "INFERSIGHT_OTLP_TOKEN. A token is never taken on the command line (--token is refused: "
+    "any local user could read it in the process list).",
 )
 @click.option(
     "--insecure-no-auth", is_flag=True, help="Allow non-loopback listening without a token."

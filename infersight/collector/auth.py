@@ -22,7 +22,7 @@ def check_bind(host: str, token: str | None, insecure_no_auth: bool) -> None:
         )
     if not token and not insecure_no_auth and not is_loopback(host):
         raise ConfigurationError(
-            f"listening on {host} needs a bearer token (--token / --token-file) "
+            f"listening on {host} needs a bearer token (--token-file or INFERSIGHT_OTLP_TOKEN) "
             "or an explicit --insecure-no-auth"
         )
 

@@ -146,8 +146,8 @@ class SidecarPart(Part):
 
     otlp_token: SecretStr = Field(
         SecretStr(""),
-        description="Bearer token the sidecar's receivers require (--token-file, then --token, "
-        "override it).",
+        description="Bearer token the sidecar's receivers require (--token-file overrides it; a "
+        "token on the command line is refused).",
     )
 
 

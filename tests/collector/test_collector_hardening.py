@@ -1,4 +1,4 @@
-"""Issue 14 on the sidecar: tokens of 16+ characters, the --token flag warned about, and an
+"""Issue 14 on the sidecar: tokens of 16+ characters, the --token flag refused, and an
 HTTP receiver that closes connections which never complete their headers."""
 
 from __future__ import annotations
@@ -45,16 +45,27 @@ def _sidecar(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )  # fmt: skip
 
 
-def test_the_token_flag_warns_that_the_process_list_shows_it(tmp_path):
-    # A short token makes the sidecar exit at start-up, after the flag was read.
-    result = _sidecar("--token", "short", "--spool-dir", str(tmp_path / "s"))
-    assert result.returncode != 0
-    assert "--token is readable by every local user" in result.stderr
-    assert "shorter than 16" in result.stderr + result.stdout
-    assert "short" not in result.stderr.replace("shorter", "")  # the token is not echoed
+def test_a_token_on_the_command_line_is_refused_with_the_ways_to_give_it(tmp_path):
+    # Issue 32: any local user reads /proc/PID/cmdline, so --token is refused, not warned about.
+    token = "a-long-enough-token-0123"
+    result = _sidecar("--token", token, "--spool-dir", str(tmp_path / "s"))
+    assert result.returncode == 2
+    assert "--token is refused" in result.stderr
+    assert "--token-file" in result.stderr
+    assert "INFERSIGHT_OTLP_TOKEN" in result.stderr
+    assert token not in result.stderr + result.stdout  # the token is not echoed
+    assert not (tmp_path / "s").exists()  # refused before anything started
+    # The ways it names are read (a short token makes the sidecar exit once it has read one).
     from_env = _sidecar("--spool-dir", str(tmp_path / "e"), env={"INFERSIGHT_OTLP_TOKEN": "tiny"})
     assert from_env.returncode != 0
-    assert "--token is readable" not in from_env.stderr
+    assert "shorter than 16" in from_env.stderr + from_env.stdout
+    assert "--token is refused" not in from_env.stderr
+    (tmp_path / "token").write_text("tiny\n")
+    from_file = _sidecar(
+        "--spool-dir", str(tmp_path / "f"), "--token-file", str(tmp_path / "token")
+    )
+    assert from_file.returncode != 0
+    assert "shorter than 16" in from_file.stderr + from_file.stdout
 
 
 @pytest.mark.e2e
