@@ -38,7 +38,7 @@ from sqlalchemy.pool import NullPool
 
 from infersight.core.errors import ConfigurationError
 from infersight.service.evaluation import Evaluator
-from infersight.storage.engine import create_store_engine, redact, transaction_pooled
+from infersight.storage.engine import create_store_engine, reason, redact, transaction_pooled
 from infersight.storage.maintenance import RetentionPolicy, maintain
 
 log = logging.getLogger(__name__)
@@ -63,37 +63,102 @@ class SoleLeader:
         pass
 
 
+class Episodes:
+    """The log of an attempt repeated on every tick (taking the lead, running a job): one line
+    when it starts failing, with the traceback of that first failure; nothing while it keeps
+    failing; one line when it succeeds again. A store outage of an hour is three lines and
+    one traceback, not one traceback per tick; ``failures`` counts the attempts it spans."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.log = logger
+        self.failures = 0
+        self.since: float | None = None
+        self.error: str | None = None
+
+    @property
+    def failing(self) -> bool:
+        return self.failures > 0
+
+    def failed(self, exc: BaseException, message: str, *args: object) -> None:
+        """A failed attempt; logged (``message``, then the error's first line, then its
+        traceback) only when it ends a run of successes."""
+        self.error = reason(exc) if isinstance(exc, Exception) else type(exc).__name__
+        self.failures += 1
+        if self.failures == 1:
+            self.since = time.monotonic()
+            self.log.warning(f"{message}: %s", *args, self.error, exc_info=exc)
+        else:
+            self.log.debug(f"{message} again: %s", *args, self.error)
+
+    def succeeded(self, message: str, *args: object) -> bool:
+        """A successful attempt; after failures, ``message`` is logged with how many and for
+        how long. Whether it ended failures."""
+        if not self.failing:
+            return False
+        seconds = time.monotonic() - (self.since or time.monotonic())
+        self.log.warning(
+            f"{message} (after %d failed attempts in %.0f s)", *args, self.failures, seconds
+        )
+        self.failures, self.since, self.error = 0, None, None
+        return True
+
+
 class AdvisoryLock:
-    """A PostgreSQL session-level advisory lock held on its own connection."""
+    """A PostgreSQL session-level advisory lock held on its own connection.
+
+    Its log says each change of state once: this replica takes the lead; it cannot reach the
+    store (with the first failure's traceback, then nothing while the outage lasts); the store
+    answers again; another replica took the lead."""
 
     def __init__(self, engine: Engine, key: int = LEADER_LOCK_KEY) -> None:
         self.engine = engine
         self.key = key
         self._connection: Connection | None = None
         self._mutex = threading.Lock()
+        self._outage = Episodes(log)
+        self._leading = False
 
     def acquire(self) -> bool:
         with self._mutex:
             try:
-                if self._connection is not None:
-                    if self._still_held(self._connection):
-                        return True
-                    self._drop()
-                connection = self.engine.connect()
-                got = connection.execute(
-                    text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}
-                ).scalar_one()
-                connection.commit()
-                if got:
-                    self._connection = connection
-                    log.info("this replica now leads the scheduled jobs")
-                    return True
-                connection.close()
-                return False
-            except DBAPIError:
-                log.warning("leader election failed; not leading", exc_info=True)
+                return self._lead()
+            except DBAPIError as exc:
                 self._drop()
+                self._outage.failed(
+                    exc, "not leading the scheduled jobs: the store cannot be reached"
+                )
+                self._leading = False
                 return False
+
+    def _lead(self) -> bool:
+        if self._connection is not None:
+            if self._still_held(self._connection):
+                return True
+            self._drop()
+        connection = self.engine.connect()
+        try:
+            got = connection.execute(
+                text("SELECT pg_try_advisory_lock(:key)"), {"key": self.key}
+            ).scalar_one()
+            connection.commit()
+        except BaseException:
+            connection.invalidate()
+            connection.close()
+            raise
+        back = self._outage.succeeded(
+            "the store answers again; this replica %s the scheduled jobs",
+            "leads" if got else "does not lead",
+        )
+        if got:
+            self._connection = connection
+            if not back:
+                log.info("this replica now leads the scheduled jobs")
+        else:
+            connection.close()
+            if self._leading and not back:
+                log.warning("this replica no longer leads the scheduled jobs (another one does)")
+        self._leading = bool(got)
+        return bool(got)
 
     def _still_held(self, connection: Connection) -> bool:
         try:
@@ -216,6 +281,8 @@ class Jobs:
         #: Seconds the latest runs of each job took (the most recent last).
         self.durations: dict[str, deque[float]] = {name: deque(maxlen=100) for name in self.runs}
         self.last_error: str | None = None
+        #: Each job's run of failures, logged once per change (``Episodes``).
+        self._failures: dict[str, Episodes] = {name: Episodes(log) for name in self.runs}
         self._scheduler: BackgroundScheduler | None = None
 
     def tick_evaluation(self) -> bool:
@@ -250,13 +317,17 @@ class Jobs:
         if not self.lock.acquire():
             return False
         started = time.perf_counter()
+        failures = self._failures.setdefault(name, Episodes(log))
         try:
             work()
         except Exception as exc:
-            # A failing job must not kill the scheduler thread; the next tick tries again.
+            # A failing job must not kill the scheduler thread; the next tick tries again. Its
+            # first failure is logged with the traceback, the next ones not (an outage would
+            # write one per tick), its recovery in one line.
             self.last_error = f"{name}: {exc}"
-            log.exception("job %s failed", name)
+            failures.failed(exc, "job %s failed", name)
             return False
+        failures.succeeded("job %s runs again", name)
         self.runs[name] += 1
         self.durations[name].append(time.perf_counter() - started)
         return True
