@@ -2,7 +2,8 @@
 
 The app's context (``api.context.build_context``: tokens, policy, rules, evaluator, the
 scheduled jobs) is built once; the app adds the routes (``api.routes``, ``api.dashboard``), the
-one error shape (an HTML page on the dashboard's paths), request limits, the OpenAPI document
+one error shape (an HTML page on the dashboard's paths), request limits (a body's size; no
+control character in any parameter, ``api.limits``), the OpenAPI document
 with ``/docs`` and ``/redoc`` served offline (``api.docs``), ``/metrics`` (its own registry) and
 ``/healthz``. The scheduled jobs start with the app's lifespan when ``settings.run_jobs``
 (``infersight serve`` runs it under uvicorn).
@@ -24,7 +25,7 @@ from sqlalchemy import Engine
 from infersight.api import docs, errors, metrics, openapi
 from infersight.api.context import Clock, Wiring, build_context, listen_host, system_clock
 from infersight.api.dashboard import routes as dashboard
-from infersight.api.limits import BodyLimit
+from infersight.api.limits import BodyLimit, TextGuard
 from infersight.api.origin import AllowedHosts, OriginGuard
 from infersight.api.params import KnownQueryRoute
 from infersight.api.routes import (
@@ -82,6 +83,7 @@ def create_app(
     errors.install(app, html=dashboard.error_page)
     install_store_errors(app)
     openapi.install(app, auth=context.tokens.enabled)
+    app.add_middleware(TextGuard, html=dashboard.error_page)  # inside BodyLimit: bounded
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     allowed = AllowedHosts(listen_host(settings), settings.allowed_hosts.split(","))
     app.add_middleware(OriginGuard, allowed=allowed)  # outermost: before anything is read

@@ -49,6 +49,10 @@ from infersight.storage.outbox import Outbox
 KIND: Final = "weekly"
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 _DAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+#: The first and last Mondays whose week (eight local midnights, a day to spare either side
+#: for the time zone's offset) every date and datetime computation can represent.
+_FIRST_MONDAY: Final = date.fromordinal(date.min.toordinal() + 7 - date.min.weekday())
+_LAST_MONDAY: Final = date.fromordinal(date.max.toordinal() - 8 - (date.max.weekday() - 8) % 7)
 
 
 def zone(name: str) -> ZoneInfo:
@@ -59,19 +63,32 @@ def zone(name: str) -> ZoneInfo:
 
 
 def parse_week(period: str) -> date:
-    """``2026-W48`` → the Monday of that ISO week."""
+    """``2026-W48`` → the Monday of that ISO week.
+
+    A week whose window cannot be represented (its days, with a day to spare either side for
+    the report time zone's offset, must lie between ``date.min`` and ``date.max``: 9999-W52
+    ends in the year 10000) is refused as ``InvalidInput`` like a malformed one, so no window
+    computed from it overflows.
+    """
     match = _WEEK.match(period.strip())
     if not match:
         raise InvalidInput("a week is written like 2026-W48", details={"week": period[:32]})
     try:
-        return date.fromisocalendar(int(match[1]), int(match[2]), 1)
+        monday = date.fromisocalendar(int(match[1]), int(match[2]), 1)
     except ValueError:
         raise InvalidInput("no such ISO week", details={"week": period[:32]}) from None
+    if not _FIRST_MONDAY <= monday <= _LAST_MONDAY:
+        raise InvalidInput(
+            f"{period.strip()} is outside the weeks a report can cover "
+            f"({week_of(_FIRST_MONDAY)} to {week_of(_LAST_MONDAY)})",
+            details={"week": period[:32]},
+        )
+    return monday
 
 
 def week_of(day: date) -> str:
     year, week, _ = day.isocalendar()
-    return f"{year}-W{week:02d}"
+    return f"{year:04d}-W{week:02d}"
 
 
 def previous_week(now: datetime, tz: ZoneInfo) -> str:

@@ -28,6 +28,7 @@ from infersight.api.auth import Scope
 from infersight.api.context import AppContext
 from infersight.api.deps import App, requires
 from infersight.api.errors import described
+from infersight.api.limits import check_document
 from infersight.api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
 from infersight.api.reads import read_answer
 from infersight.core.errors import InvalidInput
@@ -99,6 +100,7 @@ async def put_model(request: Request, app: App) -> dict[str, Any]:
     models = parse_models(await request.body())
     if len(models) != 1:
         raise InvalidInput("send exactly one CostModel document")
+    check_document(to_document(models[0]))  # a YAML body's strings: api.limits.TextGuard
     name = app.settings.cost_model
     model = models[0]
     if model.name != name:
@@ -145,8 +147,9 @@ def list_reports(
     description="A week that has not ended yet (in the report time zone) is answered 400 "
     "unless `partial=true`: then the report covers the week to date (until now) and says so "
     "(`partial` in the answer and the report), as `infersight report weekly --partial` does; "
-    "the whole week's report replaces it once generated. A week that has not started, or week "
-    "53 of a year that has 52, is answered 400.",
+    "the whole week's report replaces it once generated. A week that has not started, week "
+    "53 of a year that has 52, or a week whose window cannot be represented (after 9999-W51) "
+    "is answered 400.",
     dependencies=_ADMIN,
 )
 def generate_weekly(

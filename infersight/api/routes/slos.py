@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from infersight.api.auth import Scope
 from infersight.api.context import AppContext
 from infersight.api.deps import App, requires
+from infersight.api.limits import check_document
 from infersight.api.params import KnownQueryRoute
 from infersight.core.errors import InvalidInput
 from infersight.core.slo import NAME_PATTERN, SloSpec
@@ -78,6 +79,7 @@ async def put_slo(
     response: Response,
 ) -> dict[str, Any]:
     data = load_document(await request.body())
+    check_document(data)  # a YAML body's strings (a JSON body's: api.limits.TextGuard)
     metadata = data.get("metadata")
     if isinstance(metadata, dict) and "name" not in metadata:
         metadata["name"] = name
