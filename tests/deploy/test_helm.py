@@ -26,9 +26,12 @@ from infersight.core.query import Selector
 from infersight.core.slo import Sli, SliKind, SloSpec
 from infersight.service.evaluation import default_policy
 
-helm = pytest.importorskip(
-    "helm_python", reason="helm-python-sdk (the dev extra) renders the chart"
-)
+try:
+    import helm_python as helm
+except ImportError:  # the dev extra installs it; in CI a missing renderer fails
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("helm-python-sdk (the dev extra) renders the chart", allow_module_level=True)
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "infersight"
 KUBERNETES = "1.34.0"
