@@ -80,3 +80,18 @@ def test_fleet_benchmark_quick_run_prints_the_fleet_table(tmp_path: Path) -> Non
         assert first["p99_ack_visible_s"] is None or first["p99_ack_visible_s"] >= 0.0
         assert first["acked_per_s"] > 0
     assert ran.figures["references"]["copy_per_s"] > 0
+
+
+@pytest.mark.postgres
+def test_fault_benchmark_runs_its_fastest_row_and_prints_the_table(tmp_path: Path) -> None:
+    """``bench_faults --only login``: a live ``serve`` over a throwaway PostgreSQL database,
+    300 wrong tokens, the one-row table printed (``--report-only``: whatever the verdict)."""
+    ran = run_bench(
+        "bench_faults", "--only", "login", "--report-only", "--postgres-url", POSTGRES_ADMIN_URL,
+        figures=tmp_path / "faults.json",
+    )  # fmt: skip
+    [row] = ran.figures["rows"]
+    assert row["fault"].startswith("login brute force")
+    assert "| login brute force" in ran.out
+    assert "rows meet their target" in ran.out
+    assert "'401'" in row["measured"] or "'429'" in row["measured"]  # every attempt answered
