@@ -34,7 +34,7 @@ LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 #: ``Sec-Fetch-Site`` values of a request this origin (or the user, typing) started.
 SAME_SITE_FETCH: Final = frozenset({"same-origin", "none"})
 #: Paths any host may ask for: liveness probes address a pod by IP.
-HOST_EXEMPT: Final = frozenset({"/healthz"})
+HOST_EXEMPT: Final = frozenset({"/healthz", "/livez"})
 _WILDCARD_LISTEN: Final = frozenset({"", "0.0.0.0", "::", "*"})  # noqa: S104 (names, not binds)
 
 

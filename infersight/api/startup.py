@@ -5,10 +5,21 @@ answers, and says so.
 retrying with backoff (1 s, doubling, at most 30 s) while the store cannot be reached, each
 failure logged as one line; once it succeeds it calls ``on_ready`` (which starts the scheduled
 jobs). Until then ``/healthz`` answers 503 ``"degraded: waiting for the store since …"``.
+
+After that, ``/healthz`` answers from memory and never touches the store itself: a
+``StoreProbe`` reads the request tables (``SELECT … LIMIT 0``, which waits on their locks like a
+query would) in a thread of its own, at most once every ``PROBE_INTERVAL_S``, kicked off by the
+health requests; the handler runs on the event loop (not in the thread pool that blocked
+readers fill) and waits at most ``PROBE_WAIT_S`` for a probe it started. A probe still waiting
+after ``SLOW_AFTER_S``, or cut short by a store timeout, is ``"degraded: store slow (…)"`` with
+how long it has waited; a failed one ``"degraded: the store is unreachable (…)"``. Both answer
+503 (readiness: take this replica out of the Service). ``/livez`` answers 200 while the process
+serves HTTP at all, whatever the store does: the liveness probe.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -20,17 +31,25 @@ from typing import Any, Final
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from infersight.api.errors import error_body
 from infersight.service.jobs import Jobs
-from infersight.storage.engine import reason, unreachable
+from infersight.storage.engine import reason, timed_out, unreachable
+from infersight.storage.tables import request_rollups, requests
 
 log = logging.getLogger(__name__)
 INITIAL_S: Final = 1.0
 FACTOR: Final = 2.0
 CAP_S: Final = 30.0
 RETRY_AFTER_S: Final = 5
+#: A health request starts a store probe when the last one is older than this.
+PROBE_INTERVAL_S: Final = 2.0
+#: How long a health request waits for the probe it started before answering from memory.
+PROBE_WAIT_S: Final = 1.0
+#: A probe still waiting after this long says the store is slow.
+SLOW_AFTER_S: Final = 5.0
 
 
 def _iso(ts: float) -> str:
@@ -99,7 +118,87 @@ class StoreGate:
         return True
 
 
+class StoreProbe:
+    """The store's health as last seen (the module's doc); thread-safe, never blocks a caller."""
+
+    def __init__(self, engine: Engine, clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine = engine
+        self.clock = clock
+        self._mutex = threading.Lock()
+        self._done = threading.Event()
+        self._started_at: float | None = None  # the probe in flight, if any
+        self._finished_at: float | None = None
+        self._error: str | None = None  # the last probe's failure
+        self._slow = False  # it was a store timeout
+        self._query = text(
+            f"SELECT (SELECT 1 FROM {requests.name} LIMIT 0),"
+            f" (SELECT 1 FROM {request_rollups.name} LIMIT 0)"
+        )
+
+    def kick(self) -> threading.Event | None:
+        """Start a probe unless one is running or the last is recent; the event of the one
+        in flight (set when it ends), ``None`` when none is."""
+        with self._mutex:
+            now = self.clock()
+            if self._started_at is not None:
+                return self._done
+            if self._finished_at is not None and now - self._finished_at < PROBE_INTERVAL_S:
+                return None
+            self._started_at = now
+            self._done = threading.Event()
+            done = self._done
+        threading.Thread(target=self._probe, args=(done,), name="store-probe", daemon=True).start()
+        return done
+
+    def _probe(self, done: threading.Event) -> None:
+        error: str | None = None
+        slow = False
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(self._query)
+        except Exception as exc:  # every failure is reported on /healthz, none raised
+            error, slow = reason(exc), timed_out(exc)
+        with self._mutex:
+            self._started_at = None
+            self._finished_at = self.clock()
+            self._error, self._slow = error, slow
+        done.set()
+
+    @property
+    def seen(self) -> bool:
+        """Whether a probe has finished."""
+        return self._finished_at is not None
+
+    def state(self) -> tuple[str, str]:
+        """``(store, status)``: ``ok`` / ``ok``, ``slow`` / ``degraded: store slow (…)`` or
+        ``unreachable`` / ``degraded: the store is unreachable (…)``."""
+        with self._mutex:
+            now = self.clock()
+            if self._started_at is not None and now - self._started_at >= SLOW_AFTER_S:
+                waited = now - self._started_at
+                return "slow", f"degraded: store slow (a probe has waited {waited:.1f} s)"
+            if self._finished_at is None:
+                return "unknown", "degraded: the store has not been probed yet"
+            if self._error is None:
+                return "ok", "ok"
+            if self._slow:
+                return "slow", f"degraded: store slow (a probe was cut short: {self._error})"
+            return "unreachable", f"degraded: the store is unreachable ({self._error})"
+
+
 async def _store_error(_request: Request, exc: Exception) -> JSONResponse:
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    if timed_out(exc):
+        log.warning("a store call timed out: %s", reason(exc))
+        return JSONResponse(
+            error_body(
+                "unavailable",
+                "the store did not answer in time (it is slow or a table is locked); retry later",
+                {"reason": "store_timeout"},
+            ),
+            status_code=503,
+            headers=headers,
+        )
     if not unreachable(exc):
         log.exception("unhandled database error", exc_info=exc)
         return JSONResponse(error_body("internal", "internal server error"), status_code=500)
@@ -107,14 +206,16 @@ async def _store_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(
         error_body("unavailable", "the store cannot be reached; retry later"),
         status_code=503,
-        headers={"Retry-After": str(RETRY_AFTER_S)},
+        headers=headers,
     )
 
 
 def install_store_errors(app: FastAPI) -> None:
-    """Answer 503 ``unavailable`` (not a 500 and a traceback) while the store is down."""
+    """Answer 503 ``unavailable`` (not a 500 and a traceback) while the store is down, and
+    when a store call ran past its bound (``details.reason``: ``store_timeout``)."""
     app.add_exception_handler(OperationalError, _store_error)
     app.add_exception_handler(InterfaceError, _store_error)
+    app.add_exception_handler(PoolTimeout, _store_error)
 
 
 Lifespan = Callable[[FastAPI], Any]
@@ -142,12 +243,14 @@ def lifecycle(jobs: Jobs, run_jobs: bool, gate: StoreGate | None) -> Lifespan:
 def add_healthz(
     app: FastAPI, engine: Engine, jobs: Jobs, gate: StoreGate | None, worker: int | None = None
 ) -> None:
-    """``/healthz``: the status, the store's, this process's job runs and the runs its
-    scheduler skipped (the previous one still going); with ``worker`` (``serve --workers N``)
-    also this worker's number, 1..N."""
+    """``/healthz`` (readiness): the status, the store's, this process's job runs and the
+    runs its scheduler skipped (the previous one still going); with ``worker`` (``serve
+    --workers N``) also this worker's number, 1..N. ``/livez`` (liveness). Both answer from
+    memory (the module's doc)."""
+    probe = StoreProbe(engine)
 
     @app.get("/healthz", summary="Liveness and store reachability")
-    def healthz() -> Response:
+    async def healthz() -> Response:
         body: dict[str, Any] = {"status": "ok", "store": "ok", "jobs": dict(jobs.runs)}
         body["jobs_skipped"] = dict(jobs.skipped)
         if worker is not None:
@@ -155,11 +258,20 @@ def add_healthz(
         if gate is not None and not gate.ready.is_set():
             body.update(status=gate.status(), store="unreachable")
             return JSONResponse(body, status_code=503)
-        try:
-            with engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
-        except SQLAlchemyError as exc:
-            body.update(status=f"degraded: the store is unreachable ({reason(exc)})")
-            body.update(store="unreachable")
-            return JSONResponse(body, status_code=503)
-        return JSONResponse(body)
+        done = probe.kick()
+        if done is not None:
+            # The first probe is waited for as long as it may take before it counts as slow.
+            wait_s = PROBE_WAIT_S if probe.seen else SLOW_AFTER_S
+            deadline = time.monotonic() + wait_s
+            while not done.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        store, status = probe.state()
+        body.update(status=status, store=store)
+        return JSONResponse(body, status_code=200 if store == "ok" else 503)
+
+    @app.get("/livez", include_in_schema=False)
+    async def livez() -> Response:
+        """200 while this process serves HTTP, whatever its store does (the liveness probe);
+        the store's state as ``/healthz`` last saw it, for information."""
+        store, status = probe.state()
+        return JSONResponse({"status": "alive", "store": store, "store_status": status})

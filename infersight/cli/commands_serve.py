@@ -44,7 +44,7 @@ from infersight.httpd.prefork import ProcessLock, Worker, listen_socket, run_wor
 from infersight.service.notifications import notifiers_from_settings
 from infersight.storage import migrate
 from infersight.storage.creation import creating
-from infersight.storage.engine import create_store_engine, redact
+from infersight.storage.engine import StoreTimeouts, create_store_engine, redact
 from infersight.storage.replica import check_read_routing, create_read_engine
 
 #: The most worker processes ``--workers`` takes.
@@ -109,10 +109,11 @@ def build(
 ) -> Built:
     """The app of one serving process, with its own engine and HTTP client; ``guard`` runs
     the start-up step that needs the store (the migrations, or the probe)."""
-    engine = create_store_engine(plan.settings.database_url)
+    timeouts = StoreTimeouts(**plan.settings.store_timeouts())
+    engine = create_store_engine(plan.settings.database_url, timeouts=timeouts)
     read_url = plan.settings.database_read_url or None  # empty: no standby
     # Only the primary is migrated (``prepare``); the standby replays its schema.
-    read_engine = create_read_engine(read_url) if read_url is not None else None
+    read_engine = create_read_engine(read_url, timeouts=timeouts) if read_url else None
     api_settings = plan.api
     if worker is not None and worker > 1 and engine.dialect.name != "postgresql":
         api_settings = api_settings.model_copy(update={"run_jobs": False})  # SQLite: worker 1

@@ -101,9 +101,10 @@ class Context:
 
     def engine(self) -> Engine:
         # Imported here: ``infersight sidecar`` must bind before SQLAlchemy is loaded.
-        from infersight.storage.engine import create_store_engine  # noqa: PLC0415
+        from infersight.storage.engine import StoreTimeouts, create_store_engine  # noqa: PLC0415
 
-        return create_store_engine(self.settings.database_url)
+        timeouts = StoreTimeouts(**self.settings.store_timeouts())
+        return create_store_engine(self.settings.database_url, timeouts=timeouts)
 
 
 pass_context = click.make_pass_decorator(Context, ensure=True)

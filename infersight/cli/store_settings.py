@@ -35,8 +35,17 @@ OTHER_STORE_FIELDS: Final = (
     "exact_max_rows",
 )
 #: ``StorePart``'s fields that no command that only reads needs (``serve`` alone reads the
-#: standby's URL): ``read`` neither answers nor validates them.
-UNREAD_STORE_FIELDS: Final = ("database_read_url",)
+#: standby's URL; the reading commands keep the store's default call bounds):
+#: ``read`` neither answers nor validates them.
+UNREAD_STORE_FIELDS: Final = (
+    "database_read_url",
+    "database_connect_timeout_s",
+    "database_statement_timeout_s",
+    "database_lock_timeout_s",
+    "database_idle_in_transaction_timeout_s",
+    "database_pool_timeout_s",
+    "sqlite_busy_timeout_s",
+)
 
 
 @dataclass(frozen=True, slots=True)

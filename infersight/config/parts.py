@@ -54,6 +54,37 @@ class StorePart(Part):
     exact_max_rows: int = Field(
         200_000, ge=0, description="Above this many requests, quantiles come from sketches."
     )
+    database_connect_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="Seconds connecting to PostgreSQL may take."
+    )
+    database_statement_timeout_s: float = Field(
+        30.0, ge=0, description="Seconds one PostgreSQL statement may run (0: no bound)."
+    )
+    database_lock_timeout_s: float = Field(
+        10.0,
+        ge=0,
+        description="Seconds one PostgreSQL statement may wait for a lock (0: no bound).",
+    )
+    database_idle_in_transaction_timeout_s: float = Field(
+        60.0, ge=0, description="Seconds a PostgreSQL transaction may stay idle (0: no bound)."
+    )
+    database_pool_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="Seconds a store call may wait for a pooled connection."
+    )
+    sqlite_busy_timeout_s: float = Field(
+        30.0, ge=0, le=3600, description="Seconds a SQLite statement may wait for a lock."
+    )
+
+    def store_timeouts(self) -> dict[str, float]:
+        """The bounds of every store call, as ``storage.engine.StoreTimeouts`` takes them."""
+        return {
+            "connect_s": self.database_connect_timeout_s,
+            "statement_s": self.database_statement_timeout_s,
+            "lock_s": self.database_lock_timeout_s,
+            "idle_in_transaction_s": self.database_idle_in_transaction_timeout_s,
+            "pool_s": self.database_pool_timeout_s,
+            "sqlite_busy_s": self.sqlite_busy_timeout_s,
+        }
 
     def accept_window(self) -> AcceptWindow:
         """Starts a sidecar and the store accept: raw retention back, the skew ahead."""

@@ -19,26 +19,46 @@ are created and emptied within the writer's transaction, advisory locks besides 
 are transaction-scoped, streamed reads use cursors declared in the reading transaction), and
 works through such a pooler. ``pooler=session`` says a session pooler, which is a direct
 connection as far as the store can tell.
+
+**Every store call is bounded** (``StoreTimeouts``, from the ``INFERSIGHT_DATABASE_*_TIMEOUT_S``
+settings where a command passes them, else the defaults): connecting (libpq's
+``connect_timeout``), waiting for a pooled connection (``pool_timeout``), and on PostgreSQL each
+statement (``statement_timeout``), each wait for a lock (``lock_timeout``) and a transaction
+left idle (``idle_in_transaction_session_timeout``). A direct connection sets them once per
+server session when it opens; behind a transaction pooler, where a session's settings would
+leak to other clients and be lost on the next server connection, each transaction sets them
+for itself (``set_config(…, true)``, i.e. ``SET LOCAL``) as it begins. A statement cut short is
+a ``DBAPIError`` that ``timed_out`` recognises (the API answers 503). Long jobs (migrations,
+maintenance) raise the statement bound of their transactions with ``long_running``. SQLite
+has no statement timeout; its wait for a lock is the busy timeout.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from infersight.core.errors import ConfigurationError, SchemaMissing, Unavailable
 from infersight.storage.creation import may_create
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The statement bound a long job (migrations, maintenance) gives its own transactions.
+LONG_STATEMENT_S: Final = 3600.0
+#: SQLSTATEs of a statement PostgreSQL cut short: ``query_canceled`` (statement_timeout),
+#: ``lock_not_available`` (lock_timeout), ``idle_in_transaction_session_timeout``.
+_TIMED_OUT: Final = frozenset({"57014", "55P03", "25P03"})
 #: The URL query option naming the pooler between the store and PostgreSQL, and its values.
 POOLER_OPTION: Final = "pooler"
 POOLERS: Final = ("session", "transaction")
@@ -67,6 +87,52 @@ class PerEngine(Generic[T]):
             if item is None:
                 item = self._items[engine] = self._factory()
             return item
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTimeouts:
+    """How long any one store call may wait, in seconds (0: no bound, PostgreSQL's own
+    meaning; not allowed for connecting and the pool)."""
+
+    #: Connecting to PostgreSQL (libpq ``connect_timeout``, whole seconds, at least 1).
+    connect_s: float = 10.0
+    #: One statement on PostgreSQL (``statement_timeout``).
+    statement_s: float = 30.0
+    #: One wait for a lock on PostgreSQL (``lock_timeout``).
+    lock_s: float = 10.0
+    #: A transaction left idle on PostgreSQL (``idle_in_transaction_session_timeout``).
+    idle_in_transaction_s: float = 60.0
+    #: Waiting for a connection from the engine's pool (``pool_timeout``).
+    pool_s: float = 30.0
+    #: SQLite's wait for a lock (``PRAGMA busy_timeout``).
+    sqlite_busy_s: float = SQLITE_BUSY_TIMEOUT_MS / 1000
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ConfigurationError(f"store timeout {name} must be a number ≥ 0")
+        if self.connect_s <= 0 or self.pool_s <= 0:
+            raise ConfigurationError("the store's connect and pool timeouts must be > 0")
+
+    def settings(self) -> dict[str, str]:
+        """The PostgreSQL settings they stand for, as ``set_config`` takes them."""
+        return {
+            "statement_timeout": _ms(self.statement_s),
+            "lock_timeout": _ms(self.lock_s),
+            "idle_in_transaction_session_timeout": _ms(self.idle_in_transaction_s),
+        }
+
+
+DEFAULT_TIMEOUTS: Final = StoreTimeouts()
+#: The execution option that carries an engine's ``StoreTimeouts``.
+_TIMEOUTS: Final = "infersight_store_timeouts"
+#: The execution option of a long job's engine (``long_running``): its statement bound.
+_LONG: Final = "infersight_long_statement_s"
+
+
+def _ms(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
 
 
 def normalise_url(url: str) -> str:
@@ -119,22 +185,106 @@ def redact(url: str) -> str:
         return "<unparseable URL>"
 
 
-def create_store_engine(url: str, **kwargs: Any) -> Engine:
+def create_store_engine(
+    url: str, *, timeouts: StoreTimeouts = DEFAULT_TIMEOUTS, **kwargs: Any
+) -> Engine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys, PostgreSQL
-    behind a transaction pooler no server-side prepared statements (the module's doc)."""
+    behind a transaction pooler no server-side prepared statements; every call is bounded by
+    ``timeouts`` (the module's doc)."""
     url, pooler = split_pooler(url)
+    if "poolclass" not in kwargs:
+        kwargs.setdefault("pool_timeout", timeouts.pool_s)
+    kwargs["execution_options"] = {**kwargs.get("execution_options", {}), _TIMEOUTS: timeouts}
     if url.startswith("sqlite"):
-        engine = create_engine(url, **kwargs)
         path = _sqlite_file(url)
+        if path is None:
+            kwargs.pop("pool_timeout", None)  # in memory: a pool without a checkout wait
+        engine = create_engine(url, **kwargs)
         if path is not None:
             event.listen(engine, "do_connect", _sqlite_file_check(path))
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_pragmas(timeouts))
         return engine
     kwargs.setdefault("pool_pre_ping", True)
+    connect_args = dict(kwargs.get("connect_args", {}))
+    if "connect_timeout" not in make_url(url).query:
+        connect_args.setdefault("connect_timeout", max(1, math.ceil(timeouts.connect_s)))
     if pooler == "transaction":
-        kwargs["connect_args"] = {**kwargs.get("connect_args", {}), "prepare_threshold": None}
-        kwargs["execution_options"] = {**kwargs.get("execution_options", {}), _POOLED: True}
-    return create_engine(url, **kwargs)
+        connect_args["prepare_threshold"] = None
+        kwargs["execution_options"] = {**kwargs["execution_options"], _POOLED: True}
+    kwargs["connect_args"] = connect_args
+    engine = create_engine(url, **kwargs)
+    pooled = pooler == "transaction"
+    if not pooled:
+        event.listen(engine, "connect", _set_session(timeouts.settings()))
+    event.listen(engine, "begin", _set_local(timeouts.settings(), every=pooled))
+    return engine
+
+
+def _set_config(local: bool, names: Iterable[str]) -> str:
+    flag = "true" if local else "false"
+    return "SELECT " + ", ".join(f"set_config('{name}', %s, {flag})" for name in names)
+
+
+def _set_session(values: dict[str, str]) -> Callable[[Any, Any], None]:
+    """On a new direct connection: its session's bounds, committed."""
+    statement = _set_config(False, values)
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(statement, tuple(values.values()))
+        cursor.close()
+        dbapi_connection.commit()
+
+    return on_connect
+
+
+def _set_local(values: dict[str, str], *, every: bool) -> Callable[[Connection], None]:
+    """As a transaction begins: behind a transaction pooler (``every``) the bounds for it
+    alone; on any connection a long job's statement bound (``long_running``)."""
+
+    def on_begin(connection: Connection) -> None:
+        long_s = connection.get_execution_options().get(_LONG)
+        if not every and long_s is None:
+            return
+        dbapi_connection = connection.connection.dbapi_connection
+        if dbapi_connection is None or getattr(dbapi_connection, "autocommit", False):
+            return  # SET LOCAL outside a transaction would only warn
+        wanted = dict(values) if every else {}
+        if long_s is not None:
+            wanted["statement_timeout"] = _ms(long_s)
+        cursor = dbapi_connection.cursor()
+        cursor.execute(_set_config(True, wanted), tuple(wanted.values()))
+        cursor.close()
+
+    return on_begin
+
+
+def timeouts_of(engine: Engine) -> StoreTimeouts:
+    """The bounds ``engine`` was created with."""
+    found = engine.get_execution_options().get(_TIMEOUTS)
+    return found if isinstance(found, StoreTimeouts) else DEFAULT_TIMEOUTS
+
+
+def long_running(engine: Engine, seconds: float = LONG_STATEMENT_S) -> Engine:
+    """``engine`` (the same pool) for a long job (migrations, maintenance): each of its
+    transactions lets a statement run up to ``seconds``. Its lock waits stay bounded as they
+    were, so a long job queued behind a reader does not hold every later reader up. On SQLite
+    the same engine (no statement bound there)."""
+    if engine.dialect.name != "postgresql":
+        return engine
+    return engine.execution_options(**{_LONG: seconds})
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether a database error is a store call cut short by its bound (a statement, lock or
+    pool timeout; SQLite's busy timeout), not an outage or a bug."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if getattr(exc.orig, "sqlstate", None) in _TIMED_OUT:
+        return True
+    return type(exc.orig).__module__.startswith("sqlite3") and "database is locked" in str(exc.orig)
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -160,13 +310,18 @@ def _sqlite_file_check(path: Path) -> Any:
     return check
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
+def _sqlite_pragmas(timeouts: StoreTimeouts) -> Callable[[Any, Any], None]:
+    busy_ms = round(timeouts.sqlite_busy_s * 1000)
+
+    def pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return pragmas
 
 
 #: SQLite's words for a database file that cannot be opened (its other OperationalErrors,

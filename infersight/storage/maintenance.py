@@ -27,6 +27,7 @@ from infersight.core.goodput import GoodPolicy
 from infersight.core.window import Resolution
 from infersight.storage import good_tokens
 from infersight.storage.cost_models import list_models
+from infersight.storage.engine import long_running
 from infersight.storage.partitions import DROP_BATCH, drop_after, drop_before, ensure_partitions
 from infersight.storage.retention import RetentionPolicy
 from infersight.storage.slo_store import list_slos
@@ -49,7 +50,9 @@ class MaintenanceReport:
 
 
 def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
-    """Create partitions ahead of ``now`` and apply retention."""
+    """Create partitions ahead of ``now`` and apply retention (statements bounded as a long
+    job's: ``storage.engine.long_running``)."""
+    engine = long_running(engine)
     today = now.date()
     ahead = [today + timedelta(days=i) for i in range(policy.partition_ahead_days + 1)]
     created: list[str] = []

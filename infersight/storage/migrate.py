@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from infersight.core.errors import ConfigurationError
 from infersight.storage.creation import creating
+from infersight.storage.engine import long_running
 
 
 def _script_location() -> str:
@@ -30,6 +31,7 @@ def _config(engine: Engine) -> Config:
 
 
 def _run(engine: Engine, action: str, revision: str) -> None:
+    engine = long_running(engine)  # a migration's statements may take long (not its lock waits)
     config = _config(engine)
     # Migrating up creates a SQLite store that does not exist yet; nothing else does.
     with creating(action == "upgrade"), engine.begin() as connection:
