@@ -6,11 +6,13 @@ the shipper's thread when ``sink`` is given as a factory, so a restarted sidecar
 exports within its exporters' retry budget whatever the store's libraries cost to load, and
 whether or not the store answers.
 
-``/healthz`` says ``"status": "ok"`` or ``"degraded: cannot ship since …"`` with the last
-error, and answers 200 either way: a sidecar waiting for its store is alive and accepting (it
-spools), so neither a liveness nor a readiness probe should act on it (a failing readiness
-probe would take the inference server's pod out of its Service). ``/healthz?strict=1``
-answers 503 while degraded, for monitors that read only the status code.
+``/healthz`` says ``"status": "ok"`` or why not: ``"degraded: cannot ship since …"`` with the
+last error, ``"degraded: spool disk full, …"`` / ``"spool at
+max_bytes"`` (new exports are refused). It answers from memory, and 200 in every case: a
+sidecar waiting for its store is alive and accepting (it spools), so neither a liveness nor a
+readiness probe should act on it (a failing readiness probe would take the inference server's
+pod out of its Service). ``/healthz?strict=1`` answers 503 while degraded, for monitors that
+read only the status code.
 
 ``Sidecar.stop`` is the clean shutdown: receivers stop taking exports, pending appends are
 committed, samplers stop, the shipper drains what is eligible, then the spool closes.
@@ -38,13 +40,15 @@ from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.otlp import Limits
 from infersight.collector.periodic import PeriodicTask, Sampler
 from infersight.collector.shipper import Backoff, Shipper
-from infersight.collector.spool import FsyncMode, Spool, SpoolConfig
+from infersight.collector.spool import AT_MAX_BYTES, DISK_FULL, FsyncMode, Spool, SpoolConfig
 from infersight.core.accept import AcceptWindow
 from infersight.core.errors import ConfigurationError
 from infersight.core.records import Role
 from infersight.core.write import Sink
 
 log = logging.getLogger(__name__)
+#: How ``/healthz`` names the spool's refusals.
+_REFUSALS = {DISK_FULL: "spool disk full", AT_MAX_BYTES: "spool at max_bytes"}
 #: Longest the store writer waits for a first export before it is built anyway.
 OPEN_DELAY_S = 5.0
 
@@ -64,6 +68,9 @@ class SidecarConfig:
     fsync: FsyncMode = FsyncMode.GROUP
     group_window_s: float = 0.02
     spool_max_bytes: int = 1 << 30
+    #: Disk kept free for draining the spool (``SpoolConfig.reserve_bytes``; ``None``: a
+    #: 16th of the spool's filesystem, within 256 KiB … 16 MiB).
+    spool_reserve_bytes: int | None = None
     window_s: float = 2.0
     #: The instance's part in disaggregated prefill/decode serving (``MappingContext.role``).
     role: Role = Role.UNIFIED
@@ -124,6 +131,7 @@ class Sidecar:
                 max_bytes=config.spool_max_bytes,
                 fsync=config.fsync,
                 group_window_s=config.group_window_s,
+                reserve_bytes=config.spool_reserve_bytes,
             ),
             clock=clock,
         )
@@ -205,7 +213,13 @@ class Sidecar:
         return scraped
 
     def _health(self) -> dict[str, Any]:
-        return {"instance": self.config.instance, **self.shipper.health()}
+        state: dict[str, Any] = {"instance": self.config.instance, **self.shipper.health()}
+        refusal = self.spool.refusal()
+        state["spool"] = "ok" if refusal is None else _REFUSALS[refusal]
+        state.update(self.spool.disk())
+        if refusal is not None and "status" not in state:
+            state["status"] = f"degraded: {_REFUSALS[refusal]}, new exports are refused"
+        return state
 
     def add_samplers(self, samplers: Sequence[Sampler]) -> None:
         """Add samplers after start (the CLI builds them once the receivers listen: NVML's

@@ -8,12 +8,25 @@ consecutive commits are at least ``group_window_s`` apart, so fsyncs are bounded
 concurrent exports share them; ``always`` commits each append on its own.
 
 The spool is bounded by bytes: above ``max_bytes`` appends are refused with ``Unavailable``
-(the receivers answer 503 + Retry-After). A full disk is the same refusal, never a crash.
+(the receivers answer 503 + Retry-After, reason ``spool_max_bytes``). A full disk is the same
+refusal (reason ``spool_disk_full``), never a crash, and never a spool that cannot drain:
+
+- a reserve file (``spool.reserve``, ``reserve_bytes`` preallocated, by default a 16th of the
+  filesystem within 256 KiB … 16 MiB) holds the space that deleting shipped entries and
+  checkpointing the WAL need; it is released when a delete meets a full disk (or when the
+  spool opens on a nearly full one) and taken again once the drain has made room;
+- appends are refused before they would eat into that space: the free space of the spool's
+  filesystem (``os.statvfs``, plus the pages SQLite holds free for reuse, minus a WAL
+  checkpoint's worth and a missing reserve) must cover three times what is being appended;
+- a delete that meets a full disk rolls back cleanly and is retried once the reserve is
+  released, and while space is short every delete is followed by a ``TRUNCATE`` checkpoint so
+  that the WAL gives its space back; on a small filesystem the WAL is checkpointed sooner.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -29,6 +42,26 @@ from infersight.core.errors import ConfigurationError, Unavailable
 log = logging.getLogger(__name__)
 
 SPOOL_FILE: Final = "spool.sqlite"
+#: The space kept for draining (see the module's docstring).
+RESERVE_FILE: Final = "spool.reserve"
+#: The automatic reserve: a 16th of the spool's filesystem, within these bounds.
+MIN_RESERVE: Final = 256 * 1024
+MAX_RESERVE: Final = 16 << 20
+#: Most WAL pages before a checkpoint (SQLite's default), fewer on a small filesystem (a 64th
+#: of it, at least MIN_WAL_PAGES).
+MAX_WAL_PAGES: Final = 1000
+MIN_WAL_PAGES: Final = 16
+#: Disk bytes an append may take per byte it holds: the WAL frame, the page it is checkpointed
+#: to and the pages' slack (the measured free space corrects the estimate after every commit).
+DISK_FACTOR: Final = 3
+#: Entries deleted per statement, and per transaction while disk space is short.
+BULK_DELETE: Final = 500
+TIGHT_DELETE: Final = 32
+#: What ``refusal`` tries: an append of this many bytes.
+PROBE_BYTES: Final = 64 * 1024
+#: Refusal reasons (``Unavailable.details["reason"]``, the ``bodies_refused`` label).
+DISK_FULL: Final = "spool_disk_full"
+AT_MAX_BYTES: Final = "spool_max_bytes"
 ROW_OVERHEAD: Final = 64  # bytes a row costs beyond its payload (key, index entry, header)
 #: SQLite page cache of the spool connection (KiB). Appends and the shipper's reads touch the
 #: newest pages only; the default 2 MiB would mostly hold pages that are never read again.
@@ -77,10 +110,15 @@ class SpoolConfig:
     group_window_s: float = 0.02
     #: SQLite's max_page_count: a hard cap on the file, below the disk's own (tests use it).
     max_pages: int | None = None
+    #: Bytes kept in the reserve file for draining (``None``: a 16th of the filesystem,
+    #: within ``MIN_RESERVE`` … ``MAX_RESERVE``; 0: no reserve file).
+    reserve_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_bytes <= 0:
             raise ConfigurationError("spool max_bytes must be positive")
+        if self.reserve_bytes is not None and self.reserve_bytes < 0:
+            raise ConfigurationError("spool reserve_bytes must not be negative")
         if not 0.0 <= self.group_window_s <= MAX_GROUP_WINDOW_S:
             raise ConfigurationError(f"group commit window must be in [0, {MAX_GROUP_WINDOW_S}] s")
 
@@ -124,10 +162,27 @@ class Spool:
         self._clock = clock
         config.directory.mkdir(parents=True, exist_ok=True)
         self.path = config.directory / SPOOL_FILE
+        self.reserve_path = config.directory / RESERVE_FILE
+        total = self._filesystem_bytes()
+        self.reserve_bytes = (
+            min(MAX_RESERVE, max(MIN_RESERVE, total // 16))
+            if config.reserve_bytes is None
+            else config.reserve_bytes
+        )
+        wal_pages = min(MAX_WAL_PAGES, max(MIN_WAL_PAGES, total // 64 // 4096))
+        #: What a WAL may still take, and its checkpoint add to the file, beyond the entries
+        #: being appended: the checkpoint threshold and a commit past it.
+        self.wal_allowance = 2 * wal_pages * 4096
+        self._reserve_held = self._reserve_present()
+        if self._reserve_held and self._disk_free() < self.wal_allowance:
+            # Opening on a nearly full disk: the WAL's recovery and the drain get the reserve.
+            self._release_reserve()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        self._db.execute(f"PRAGMA wal_autocheckpoint={wal_pages}")
+        self._db.execute(f"PRAGMA journal_size_limit={self.wal_allowance}")
         if config.max_pages is not None:
             self._db.execute(f"PRAGMA max_page_count={int(config.max_pages)}")
         for statement in _SCHEMA:
@@ -135,9 +190,13 @@ class Spool:
         count, size = self._db.execute(
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM entries"
         ).fetchone()
+        self._page_size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
         self._records = int(count)
         self._bytes = int(size) + ROW_OVERHEAD * int(count)
         self._reserved = 0
+        self._checkpoint()  # a WAL left by the last run gives its space back
+        #: Disk bytes appends may still take (see ``_measure``), as of the last write.
+        self._headroom = self._measure()
         self._lock = threading.Lock()  # guards the connection
         self._cond = threading.Condition()  # guards the pending queue and the counters
         self._pending: list[_Pending] = []
@@ -159,8 +218,19 @@ class Spool:
             if self._bytes + self._reserved + size > self.config.max_bytes:
                 raise Unavailable(
                     "the spool is over its high-water mark",
-                    details={"bytes": self._bytes, "max_bytes": self.config.max_bytes},
+                    details={
+                        "bytes": self._bytes,
+                        "max_bytes": self.config.max_bytes,
+                        "reason": AT_MAX_BYTES,
+                    },
                 )
+            if entries and not self._room_for(size):
+                self._headroom = self._measure_disk()  # freed outside since the last write?
+                if not self._room_for(size):
+                    raise Unavailable(
+                        "the spool's disk is full (the space kept for draining is not touched)",
+                        details={"disk_headroom_bytes": self._headroom, "reason": DISK_FULL},
+                    )
             if not entries:
                 future.set_result(None)
                 return future
@@ -204,11 +274,12 @@ class Spool:
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 error = exc
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                self._rollback()
+            headroom = self._measure()
         self._last_commit = time.monotonic()
         with self._cond:
             self._reserved -= size
+            self._headroom = headroom
             if error is None:
                 self._records += len(rows)
                 self._bytes += size
@@ -217,8 +288,11 @@ class Spool:
                 pending.future.set_result(None)
             else:
                 log.warning("spool append failed: %s", error)
+                details = {"error": str(error)}
+                if _disk_full(error):
+                    details["reason"] = DISK_FULL
                 pending.future.set_exception(
-                    Unavailable("the spool cannot store more data", details={"error": str(error)})
+                    Unavailable("the spool cannot store more data", details=details)
                 )
 
     # --- reading and deleting ------------------------------------------------------------
@@ -277,31 +351,169 @@ class Spool:
         return None if row is None else float(row[0])
 
     def delete(self, seqs: Sequence[int]) -> None:
-        """Forget shipped entries (only ever called after the store confirmed them)."""
+        """Forget shipped entries (only ever called after the store confirmed them).
+
+        Deleting rewrites the pages it empties, so it takes disk too: while space is short
+        (the reserve released, or less headroom than the reserve) entries are deleted
+        ``TIGHT_DELETE`` at a time, each followed by a ``TRUNCATE`` checkpoint, and a delete
+        that meets a full disk releases the reserve and goes on that way: a drain always
+        proceeds. A failure leaves the entries not yet deleted in place (shipped again later,
+        which the store ignores)."""
         if not seqs:
             return
-        with self._lock:
+        freed = removed = 0
+        try:
+            with self._lock:
+                tight = not self._reserve_held or self._headroom < self.reserve_bytes
+                start = 0
+                while start < len(seqs):
+                    step = TIGHT_DELETE if tight else BULK_DELETE
+                    chunk = seqs[start : start + step]
+                    try:
+                        size, count = self._delete(chunk)
+                    except sqlite3.Error as exc:
+                        if not _disk_full(exc) or (tight and not self._reserve_held):
+                            raise
+                        log.warning("the spool's disk is full: its reserve is released to drain")
+                        self._release_reserve()
+                        self._checkpoint()
+                        tight = True
+                        continue
+                    freed, removed, start = freed + size, removed + count, start + step
+                    if tight:
+                        self._checkpoint()
+        finally:
+            with self._lock:
+                headroom = self._measure()
+            with self._cond:
+                self._bytes -= freed
+                self._records -= removed
+                self._headroom = headroom
+
+    def _delete(self, seqs: Sequence[int]) -> tuple[int, int]:
+        """Delete ``seqs`` in one transaction (the caller holds the lock): bytes and entries
+        freed. A failure rolls back whatever SQLite has not rolled back itself."""
+        try:
             self._db.execute("BEGIN IMMEDIATE")
+            freed = removed = 0
+            for start in range(0, len(seqs), BULK_DELETE):
+                chunk = list(seqs[start : start + BULK_DELETE])
+                marks = ",".join("?" * len(chunk))
+                (size, count) = self._db.execute(
+                    f"SELECT COALESCE(SUM(LENGTH(payload)), 0), COUNT(*) FROM entries "
+                    f"WHERE seq IN ({marks})",
+                    chunk,
+                ).fetchone()
+                self._db.execute(f"DELETE FROM entries WHERE seq IN ({marks})", chunk)
+                freed += int(size) + ROW_OVERHEAD * int(count)
+                removed += int(count)
+            self._db.execute("COMMIT")
+        except sqlite3.Error:
+            self._rollback()
+            raise
+        return freed, removed
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if SQLite has not already (it does on SQLITE_FULL:
+        a plain ROLLBACK then fails with "no transaction is active" and hides the error)."""
+        if self._db.in_transaction:
             try:
-                freed = removed = 0
-                for start in range(0, len(seqs), 500):
-                    chunk = list(seqs[start : start + 500])
-                    marks = ",".join("?" * len(chunk))
-                    (size, count) = self._db.execute(
-                        f"SELECT COALESCE(SUM(LENGTH(payload)), 0), COUNT(*) FROM entries "
-                        f"WHERE seq IN ({marks})",
-                        chunk,
-                    ).fetchone()
-                    self._db.execute(f"DELETE FROM entries WHERE seq IN ({marks})", chunk)
-                    freed += int(size) + ROW_OVERHEAD * int(count)
-                    removed += int(count)
-                self._db.execute("COMMIT")
-            except sqlite3.Error:
                 self._db.execute("ROLLBACK")
-                raise
+            except sqlite3.Error:
+                log.exception("cannot roll back the spool's transaction")
+
+    # --- disk space --------------------------------------------------------------------------
+
+    def _room_for(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit beside those pending without touching the space
+        kept for draining (the caller holds ``_cond``)."""
+        return self._headroom >= DISK_FACTOR * (self._reserved + size)
+
+    def refusal(self) -> str | None:
+        """Why an append of ``PROBE_BYTES`` would be refused now (``AT_MAX_BYTES``,
+        ``DISK_FULL``), or ``None``: for ``/healthz``."""
         with self._cond:
-            self._bytes -= freed
-            self._records -= removed
+            if self._bytes + self._reserved + PROBE_BYTES > self.config.max_bytes:
+                return AT_MAX_BYTES
+            if not self._room_for(PROBE_BYTES):
+                return DISK_FULL
+        return None
+
+    def disk(self) -> dict[str, int | bool]:
+        """The spool's disk as the last write left it: for ``/healthz``."""
+        with self._cond:
+            return {
+                "disk_headroom_bytes": max(0, self._headroom),
+                "reserve_held": self._reserve_held,
+            }
+
+    def _filesystem_bytes(self) -> int:
+        try:
+            stat = os.statvfs(self.config.directory)
+        except OSError:
+            return 0
+        return stat.f_blocks * stat.f_frsize
+
+    def _disk_free(self) -> int:
+        """Bytes free to this process on the spool's filesystem."""
+        try:
+            stat = os.statvfs(self.config.directory)
+        except OSError:
+            return 0
+        return stat.f_bavail * stat.f_frsize
+
+    def _measure(self) -> int:
+        """Measure the headroom (the caller holds the lock, or the connection is not shared
+        yet); takes the reserve again once there is room for it."""
+        try:
+            self._free_pages = int(self._db.execute("PRAGMA freelist_count").fetchone()[0])
+        except sqlite3.Error:
+            self._free_pages = 0
+        room = 2 * self.reserve_bytes + self.wal_allowance
+        if not self._reserve_held and self.reserve_bytes and self._disk_free() >= room:
+            self._take_reserve()
+        return self._measure_disk()
+
+    def _measure_disk(self) -> int:
+        """Disk bytes appends may take: the filesystem's free bytes and the file's free pages,
+        less a WAL checkpoint's worth and, while it is not held, the reserve."""
+        missing = 0 if self._reserve_held else self.reserve_bytes
+        free = self._disk_free() + self._free_pages * self._page_size
+        return free - self.wal_allowance - missing
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the file and truncate it (its space back to the filesystem)."""
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("cannot checkpoint the spool's WAL yet: %s", exc)
+
+    def _reserve_present(self) -> bool:
+        try:
+            stat = self.reserve_path.stat()
+        except OSError:
+            return False
+        return self.reserve_bytes > 0 and stat.st_blocks * 512 >= self.reserve_bytes
+
+    def _take_reserve(self) -> None:
+        """Preallocate the reserve file (nothing happens if the disk cannot hold it)."""
+        try:
+            fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, self.reserve_bytes)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning(
+                "cannot reserve %d bytes for draining the spool: %s", self.reserve_bytes, exc
+            )
+            self.reserve_path.unlink(missing_ok=True)
+            return
+        self._reserve_held = True
+
+    def _release_reserve(self) -> None:
+        self.reserve_path.unlink(missing_ok=True)
+        self._reserve_held = False
 
     def stats(self) -> tuple[int, int]:
         """Entries and bytes held."""
@@ -319,3 +531,9 @@ class Spool:
         self._thread.join()
         with self._lock:
             self._db.close()
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether a SQLite error says the disk (or the file's page cap) is full."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
