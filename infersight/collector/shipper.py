@@ -19,6 +19,13 @@ seconds), and each is shipped the moment its reassembly window ends, in one pass
 waiting for the next tick of a fixed timer. GPU and server samples have no such deadline and
 are shipped every ``samples_every_s`` (the store merges each batch of a GPU's samples into its
 rollups at a fixed cost, whatever the batch's size), and whenever the shipper drains.
+
+Health tells a slow or stuck store from a working one (``health``): ``last_shipped_at`` moves
+only on a real round trip to the store (a batch written, or, while nothing is to be shipped,
+a probe: the sink's ``ping``, a ``SELECT 1``, every ``probe_every_s`` and on every pass while
+failing), so an idle outage reads degraded like a busy one; and the answer is degraded with
+"store slow" when the ship lag exceeds ``slow_after_s`` or one pass has waited on the store
+longer than that (a watchdog read from memory: the pass itself may be blocked on a lock).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from infersight.collector.assembly import Piece, Reassembly, Request, assemble
 from infersight.collector.codec import (
@@ -86,6 +93,21 @@ class ShipResult:
 
 #: Seconds between refreshes of the shipper's gauges while it waits (backoff, idle).
 REFRESH_S: Final = 1.0
+#: Default bound of a healthy ship lag, and of one pass's wait on the store.
+SLOW_AFTER_S: Final = 30.0
+#: Default seconds between probes of the store while nothing is to be shipped.
+PROBE_EVERY_S: Final = 10.0
+#: Words of a store error that says it was too slow, not away (a statement, lock or pool
+#: timeout; SQLite's busy timeout).
+_SLOW_WORDS: Final = ("timeout", "timed out", "canceling statement", "database is locked")
+
+
+@runtime_checkable
+class Probe(Protocol):
+    """A sink that can ask the store for one cheap, bounded round trip (``SELECT 1``),
+    raising ``Unavailable`` when it does not answer (``storage.writer``'s writers)."""
+
+    def ping(self) -> None: ...
 
 
 def _iso(ts: float) -> str:
@@ -106,9 +128,13 @@ class Shipper:
         max_idle_s: float = 10.0,
         samples_every_s: float = 0.0,
         adapters: Callable[[], Collection[str]] = frozenset,
+        slow_after_s: float = SLOW_AFTER_S,
+        probe_every_s: float = PROBE_EVERY_S,
     ) -> None:
-        if idle_s < 0 or samples_every_s < 0:
+        if idle_s < 0 or samples_every_s < 0 or probe_every_s < 0:
             raise ConfigurationError("the shipper's pauses must not be negative")
+        if not slow_after_s > 0:
+            raise ConfigurationError("the shipper's slow-store bound must be positive")
         self.spool = spool
         #: The store writer; ``None`` until ``open_sink`` has built it (in the shipper's
         #: thread, so that the sidecar accepts exports while the store's libraries load).
@@ -152,6 +178,15 @@ class Shipper:
         self.last_error = ""
         self.last_error_at: float | None = None
         self.last_success_at: float | None = None
+        #: Health says "store slow" beyond this lag, or this long a wait in one pass.
+        self.slow_after_s = slow_after_s
+        #: Least time between probes of the store while nothing is shipped.
+        self.probe_every_s = probe_every_s
+        #: ``time.monotonic()`` when the pass in flight started (``None``: none is).
+        self._in_flight_since: float | None = None
+        #: Round trips to the store that answered in the pass in flight.
+        self._round_trips = 0
+        self._probed_at = float("-inf")
         metrics.ship_lag.set_function(self.lag)
         metrics.spool_records.set_function(lambda: spool.stats()[0])
         metrics.spool_bytes.set_function(lambda: spool.stats()[1])
@@ -170,19 +205,40 @@ class Shipper:
             lags.append(now - self._sample_ready_at - self.samples_every_s)
         return max(lags)
 
+    def in_flight_s(self) -> float:
+        """How long the pass in flight has run (0: none is)."""
+        started = self._in_flight_since
+        return 0.0 if started is None else max(0.0, time.monotonic() - started)
+
     def health(self) -> dict[str, Any]:
-        """The shipping part of ``/healthz``: ``status`` is present only when degraded."""
+        """The shipping part of ``/healthz``: ``status`` is present only when degraded. Read
+        from memory only (the shipper's thread may be blocked on the store)."""
+        lag, waited = self.lag(), self.in_flight_s()
         state: dict[str, Any] = {
-            "ship_lag_seconds": round(self.lag(), 3),
+            "ship_lag_seconds": round(lag, 3),
+            "ship_in_flight_seconds": round(waited, 3),
             "shipping": "ok",
             "last_shipped_at": _iso(self.last_success_at) if self.last_success_at else None,
             "last_error": self.last_error or None,
             "last_error_at": _iso(self.last_error_at) if self.last_error_at else None,
         }
-        if self.failing_since is not None:
-            state["shipping"] = "failing"
+        if waited > self.slow_after_s:
+            state["shipping"] = "slow"
             state["status"] = (
-                f"degraded: cannot ship since {_iso(self.failing_since)} ({self.last_error})"
+                f"degraded: store slow: one shipping pass has waited {waited:.0f} s on it "
+                f"(ship lag {lag:.0f} s)"
+            )
+        elif self.failing_since is not None:
+            state["shipping"] = "failing"
+            slow = any(word in self.last_error.lower() for word in _SLOW_WORDS)
+            state["status"] = (
+                f"degraded: {'store slow: ' if slow else ''}cannot ship since "
+                f"{_iso(self.failing_since)} ({self.last_error})"
+            )
+        elif lag > self.slow_after_s and self.sink is not None:
+            state["shipping"] = "slow"
+            state["status"] = (
+                f"degraded: store slow: ship lag {lag:.0f} s is over {self.slow_after_s:.0f} s"
             )
         elif self.sink is None:
             state["shipping"] = "starting"
@@ -207,10 +263,18 @@ class Shipper:
     # --- one pass --------------------------------------------------------------------------
 
     def ship_once(self, *, ignore_window: bool = False) -> ShipResult:
+        self._in_flight_since = time.monotonic()
+        try:
+            return self._ship_once(ignore_window)
+        finally:
+            self._in_flight_since = None
+
+    def _ship_once(self, ignore_window: bool) -> ShipResult:
         now = self._clock()
         if self.sink is None and not self._open(now):
             return ShipResult(ok=False, retryable=True, error=self.last_error)
         horizon = float("inf") if ignore_window else now
+        self._round_trips = 0
         try:
             records = shipped = self._ship_records(horizon)
             clients = self._ship_clients(horizon)
@@ -218,6 +282,8 @@ class Shipper:
             shipped += clients
             if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
                 shipped += self._ship_samples(horizon, now)
+            if not self._round_trips:
+                self._probe(now)
         except Unavailable as exc:
             log.warning("store unavailable, will retry: %s", exc.message)
             return self._failed(now, "unavailable", exc.message)
@@ -225,14 +291,28 @@ class Shipper:
             log.exception("shipping failed, will retry")
             return self._failed(now, "unexpected", repr(exc)[:200])
         self._drop_orphans(now)
-        if self.failing_since is not None:
-            log.warning("shipping again after failing since %s", _iso(self.failing_since))
-        self.failing_since = None
-        self.last_success_at = now
+        if self._round_trips or not isinstance(self.sink, Probe):
+            # The store answered (a sink that cannot be probed is taken at its word).
+            if self.failing_since is not None:
+                log.warning("shipping again after failing since %s", _iso(self.failing_since))
+            self.failing_since = None
+        if self._round_trips:
+            self.last_success_at = now
         self.refresh()
         return ShipResult(
             ok=True, shipped=shipped, next_ready_at=self._record_ready_at, records=records
         )
+
+    def _probe(self, now: float) -> None:
+        """Nothing was shipped: ask the store for a round trip when one is due (every
+        ``probe_every_s``, and on every pass while failing), so that an idle outage is seen."""
+        if not isinstance(self.sink, Probe):
+            return
+        if self.failing_since is None and time.monotonic() - self._probed_at < self.probe_every_s:
+            return
+        self._probed_at = time.monotonic()
+        self.sink.ping()
+        self._round_trips += 1
 
     def _open(self, now: float) -> bool:
         """Build the sink (imports the store's libraries, connects nothing yet)."""
@@ -295,7 +375,9 @@ class Shipper:
         sink = self._sink()
         try:
             result = sink.write_requests(records)
+            self._round_trips += 1
         except InvalidInput:
+            self._round_trips += 1  # the store answered, refusing
             # One bad record must not block the spool: isolate it, keep the others.
             for record in records:
                 try:
@@ -332,6 +414,7 @@ class Shipper:
         return len(stored)
 
     def _write_clients(self, sink: ClientSink, records: list[ClientRecord]) -> None:
+        self._round_trips += 1  # answered, whether it stores or refuses (raised otherwise)
         try:
             results = [sink.write_client_requests(records)]
         except InvalidInput:
@@ -367,8 +450,10 @@ class Shipper:
         server = [decode_server(s.payload) for s in stored if s.kind == Kind.SERVER]
         if gpu:
             self._sink().write_gpu_samples(gpu)
+            self._round_trips += 1
         if server:
             self._sink().write_server_samples(server)
+            self._round_trips += 1
         self.spool.delete([s.seq for s in stored])
         self.metrics.shipped.labels("gpu").inc(len(gpu))
         self.metrics.shipped.labels("server").inc(len(server))

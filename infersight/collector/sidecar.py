@@ -7,7 +7,8 @@ exports within its exporters' retry budget whatever the store's libraries cost t
 whether or not the store answers.
 
 ``/healthz`` says ``"status": "ok"`` or why not: ``"degraded: cannot ship since …"`` with the
-last error, ``"degraded: spool disk full, …"`` / ``"spool at
+last error, ``"degraded: store slow: …"`` (the ship lag is over ``ship_lag_bound_s``, or one
+pass has waited that long on the store), ``"degraded: spool disk full, …"`` / ``"spool at
 max_bytes"`` (new exports are refused). It answers from memory, and 200 in every case: a
 sidecar waiting for its store is alive and accepting (it spools), so neither a liveness nor a
 readiness probe should act on it (a failing readiness probe would take the inference server's
@@ -99,6 +100,13 @@ class SidecarConfig:
     #: not the sidecar's; ``False`` decodes in the slots' threads.
     decode_processes: bool = True
     backoff: Backoff = field(default_factory=Backoff)
+    #: ``/healthz`` says "degraded: store slow" beyond this ship lag, or when one shipping
+    #: pass has waited this long on the store (``None``: 30 s or five ship intervals, the
+    #: longer).
+    ship_lag_bound_s: float | None = None
+    #: Seconds between probes of the store (``SELECT 1``) while nothing is to be shipped, so
+    #: that an idle outage reads degraded and ``last_shipped_at`` stays where it was.
+    store_probe_s: float = 10.0
     #: Span starts outside it are refused per span (``infersight sidecar`` sets it from
     #: the raw retention and the future skew); ``None`` accepts any plausible start, for
     #: embedders replaying history in virtual time (the simulator's scenarios, benchmarks).
@@ -111,6 +119,10 @@ class SidecarConfig:
             raise ConfigurationError("the ship interval must be positive")
         if not self.sample_ship_interval_s >= 0:
             raise ConfigurationError("the sample ship interval must not be negative")
+        if self.ship_lag_bound_s is not None and not self.ship_lag_bound_s > 0:
+            raise ConfigurationError("the ship lag bound must be positive")
+        if not self.store_probe_s >= 0:
+            raise ConfigurationError("the store probe interval must not be negative")
 
 
 class Sidecar:
@@ -157,6 +169,8 @@ class Sidecar:
             idle_s=config.ship_interval_s,
             samples_every_s=config.sample_ship_interval_s,
             adapters=lambda: context.adapters | context.scraped_adapters(),
+            slow_after_s=config.ship_lag_bound_s or max(30.0, 5 * config.ship_interval_s),
+            probe_every_s=config.store_probe_s,
         )
         self.admission = Admission(config.admission)
         self.decoders: DecoderPool | None = None

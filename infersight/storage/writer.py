@@ -39,7 +39,7 @@ from datetime import UTC, date, datetime
 from itertools import islice, repeat
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from infersight.core.accept import AcceptWindow
@@ -139,6 +139,13 @@ class _BaseWriter:
         self._oldest: date | None = None
         #: Whether the last batch of requests met rows already stored (a hint, not a rule).
         self._replaying = False
+
+    def ping(self) -> None:
+        """One cheap round trip to the store (``SELECT 1``, bounded by the engine's
+        timeouts): the sidecar's probe while it has nothing to ship; ``Unavailable`` when
+        the store does not answer."""
+        with _translate_errors(), self.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
 
     def _in_window(self, items: Sequence[Any], when: Callable[[Any], datetime], what: str) -> Any:
         """``items`` without those whose time lies outside the accepted window."""
