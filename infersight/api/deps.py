@@ -1,7 +1,11 @@
 """What the routes depend on: the app's context (``App``) and the caller's scope (``requires``).
 
 ``App`` is ``AppContext`` handed to a route by FastAPI (``app: App`` in its parameters);
-``requires(scope)`` admits requests whose bearer token grants ``scope``. Neither adds a
+``requires(scope)`` admits requests whose bearer token grants ``scope`` (unknown tokens are
+counted by ``api.auth.FailureLimiter``: 429 past its limit). A token limited to tenants
+passes only on routes that limit their answer to a tenant (``api.params.KnownQueryRoute``
+marks those whose filters come from ``api.params.common``, which applies the scope): on any
+other route it is 403, so a route cannot forget the scope. Neither adds a
 parameter to the OpenAPI document but the bearer security requirement.
 """
 
@@ -13,7 +17,7 @@ from typing import Annotated, Any, Final
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPBearer
 
-from infersight.api.auth import GRANTS, Scope
+from infersight.api.auth import GRANTS, Scope, refuse_scoped
 from infersight.api.context import AppContext, context_of
 from infersight.core.errors import Forbidden, Unauthorized
 
@@ -35,6 +39,22 @@ BEARER: Final = HTTPBearer(
 )
 
 
+def client_of(request: Request) -> str:
+    """The address a request came from (the peer's: a proxy in front counts as one client)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def tenants_of(request: Request) -> frozenset[str] | None:
+    """The tenants the request's token is limited to (``None``: every tenant)."""
+    return getattr(request.state, "tenants", None)
+
+
+def _honours_tenants(request: Request) -> bool:
+    """Whether the matched route limits its answer to a tenant (``TENANT_SCOPED``)."""
+    route = request.scope.get("route")
+    return bool(getattr(route, "honours_tenants", False))
+
+
 def requires(scope: Scope) -> Callable[..., None]:
     """A FastAPI dependency that admits requests whose bearer token grants ``scope``.
 
@@ -53,10 +73,14 @@ def requires(scope: Scope) -> Callable[..., None]:
         kind, _, token = header.partition(" ")
         if kind.lower() != "bearer" or not token:
             raise Unauthorized("a bearer token is required")
-        granted = tokens.scope_of(token.strip())
+        granted = tokens.check(token.strip(), client_of(request))
         if granted is None:
             raise Unauthorized("unknown API token")
         if scope not in GRANTS[granted]:
             raise Forbidden(f"this token lacks the {scope.value!r} scope")
+        tenants = tokens.tenants_of(token.strip())
+        request.state.tenants = tenants
+        if tenants is not None and not _honours_tenants(request):
+            refuse_scoped(tenants)
 
     return check

@@ -27,7 +27,7 @@ from starlette.types import Send
 from infersight.core.errors import InfersightError, InvalidInput, Unauthorized
 
 log = logging.getLogger(__name__)
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "rate_limited"}
 #: ``(request, status, message, details)`` → an HTML page for a browser's path, or ``None``.
 HtmlErrors = Callable[[Request, int, str, dict[str, Any]], Response | None]
 
@@ -156,7 +156,7 @@ def _or_html(handler: Handler, html: HtmlErrors) -> Handler:
         page = html(request, json_response.status_code, body["message"], body["details"])
         if page is None:
             return json_response
-        for name in ("allow", "www-authenticate"):
+        for name in ("allow", "www-authenticate", "retry-after"):
             if name in json_response.headers:
                 page.headers[name] = json_response.headers[name]
         return page

@@ -22,7 +22,8 @@ from fastapi.params import Depends as DependsParam
 from fastapi.routing import APIRoute
 from pydantic import Field
 
-from infersight.api.deps import App
+from infersight.api.auth import scoped_tenant
+from infersight.api.deps import App, tenants_of
 from infersight.api.errors import described
 from infersight.core.errors import InvalidInput
 from infersight.core.query import Selector, check_group_by
@@ -128,6 +129,13 @@ class KnownQueryRoute(APIRoute):
             deps.append(_KNOWN_QUERY)
         super().__init__(path, endpoint, dependencies=deps, **kwargs)
         self.allowed_query = frozenset(_query_names(self.dependant))
+        #: Its filters come from ``common``, which limits them to the token's tenants: a
+        #: token limited to tenants may call it (``api.deps.requires``; 403 elsewhere).
+        self.honours_tenants = _depends_on(self.dependant, common)
+
+
+def _depends_on(dependant: Dependant, call: Callable[..., Any]) -> bool:
+    return any(d.call is call or _depends_on(d, call) for d in dependant.dependencies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +176,7 @@ def window_query(
 
 def common(
     app: App,
+    request: Request,
     start: StartParam = None,
     end: EndParam = None,
     range_: RangeParam = None,
@@ -186,6 +195,8 @@ def common(
 ) -> Common:
     now = app.clock()
     window = window_of(app, now, start, end, range_)
+    # A token limited to tenants: its tenant, or 403 (``api.auth.scoped_tenant``).
+    tenant = scoped_tenant(tenants_of(request), tenant)
     selector = Selector(
         model=model, instance=instance, tenant=tenant, priority=priority, adapter=adapter
     )

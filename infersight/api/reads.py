@@ -100,7 +100,11 @@ def read_answer(
     """The JSON answer ``compute`` gives on the reading context, from the answer cache when
     the same path and query were answered in this TTL, with ``as_of`` and ``staleness_s``."""
     now = app.clock()
-    key = app.answers.key(request.url.path, dict(request.query_params), now)
+    query = dict(request.query_params)
+    tenants = getattr(request.state, "tenants", None)  # a token limited to tenants (api.auth)
+    if tenants is not None:  # its answer is not an unlimited one's, whatever the query
+        query["\0tenants"] = "|".join(sorted(tenants))
+    key = app.answers.key(request.url.path, query, now)
     answer: Stamped = app.answers.get_or_compute(key, lambda: stamped(app, now, compute))
     staleness = answer.staleness_s(time.monotonic())
     stamp_response(response, staleness)

@@ -27,6 +27,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from infersight.api import reads
+from infersight.api.auth import refuse_scoped, scoped_tenant
 from infersight.api.context import AppContext, context_of
 from infersight.api.dashboard import formatting, shared
 from infersight.api.dashboard import session as auth
@@ -42,7 +43,7 @@ from infersight.api.dashboard.views import (
     overview,
     scaling,
 )
-from infersight.api.deps import App
+from infersight.api.deps import App, client_of
 from infersight.core.errors import InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity, s
 PAGES: Final = tuple((view.NAME, view.TITLE) for view in VIEWS)
 STATIC: Final = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 MAX_LOGIN_BODY: Final = 4096
+#: The pages whose every figure is limited by the tenant filter: the only ones a token
+#: limited to tenants may see (``api.auth``; the others are 403 for it).
+TENANT_PAGES: Final = frozenset({"latency"})
 #: A page whose data may be older than this says so (``api.reads``: a standby behind).
 STALE_NOTE_S: Final = 10.0
 
@@ -119,6 +123,11 @@ def _page(
         if not auth.can_read(scope):
             return _login_redirect(request)
         query = {**request.query_params, **request.path_params}
+        tenants = auth.viewer_tenants(app, request)
+        if tenants is not None:  # a token limited to tenants: only pages that honour it
+            if page not in TENANT_PAGES:
+                refuse_scoped(tenants)
+            query["tenant"] = scoped_tenant(tenants, query.get("tenant") or None) or ""
         common = {
             "page": page,
             "auth_on": app.tokens.enabled,
@@ -242,7 +251,7 @@ async def login(request: Request, app: App) -> Response:
     form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
     target = auth.safe_next(form.get("next"))
     token = form.get("token", "").strip()
-    scope = app.tokens.scope_of(token) if token and app.tokens.enabled else None
+    scope = app.tokens.check(token, client_of(request)) if token and app.tokens.enabled else None
     if scope is None:
         log.info("dashboard login refused (unknown token)")
         return _render("login.html", 401, next=target, error="That token is not valid.")

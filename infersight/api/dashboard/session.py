@@ -30,6 +30,7 @@ from fastapi import Request, Response
 
 from infersight.api.auth import GRANTS, Scope, Tokens
 from infersight.api.context import AppContext
+from infersight.api.deps import client_of
 from infersight.storage import sessions
 
 COOKIE: Final = "infersight_session"
@@ -96,15 +97,35 @@ def revoke(app: AppContext, request: Request, now: datetime) -> None:
 
 
 def viewer_scope(app: AppContext, request: Request, now: datetime) -> Scope | None:
-    """Who is looking: ``ADMIN`` when auth is off, else the cookie's or bearer's scope."""
+    """Who is looking: ``ADMIN`` when auth is off, else the cookie's or bearer's scope (a
+    bearer token is checked under ``api.auth.FailureLimiter``: 429 past its limit)."""
     tokens = app.tokens
     if not tokens.enabled:
         return Scope.ADMIN
     header = request.headers.get("authorization", "")
     kind, _, token = header.partition(" ")
     if kind.lower() == "bearer" and token.strip():
-        return tokens.scope_of(token.strip())
+        return tokens.check(token.strip(), client_of(request))
     return session_scope(app, request, now)
+
+
+def viewer_tenants(app: AppContext, request: Request) -> frozenset[str] | None:
+    """The tenants the viewer's token (bearer, else the session's) is limited to (``None``:
+    every tenant); call it once ``viewer_scope`` has admitted the viewer."""
+    tokens = app.tokens
+    if not tokens.tenants:
+        return None
+    header = request.headers.get("authorization", "")
+    kind, _, token = header.partition(" ")
+    if kind.lower() == "bearer" and token.strip():
+        return tokens.tenants_of(token.strip())
+    value = request.cookies.get(COOKIE, "")
+    payload, _, mac = value.rpartition(".")
+    found = None
+    for known, tenants in tokens.tenants.items():
+        if hmac.compare_digest(_mac(known, payload), mac):
+            found = tenants
+    return found
 
 
 def can_read(scope: Scope | None) -> bool:
