@@ -5,13 +5,19 @@ Pure of IO of its own: the outbox and the notifiers are injected (``storage.outb
 retried after ``Retry-After`` when the endpoint gives one, else after an exponential backoff;
 any other refusal is final. A message is one outbox row, so a retry re-sends the same payload
 (and PagerDuty's stable ``dedup_key``) and never pages twice.
+
+Each attempt is claimed — committed as ``sending`` — before its request leaves, so a crash
+mid-send is known after the restart: ``recover_interrupted`` sends such a message again only
+to a receiver that deduplicates (``Notifier.deduplicates``: PagerDuty's ``dedup_key``,
+Alertmanager's labels), at least once with a key; to any other (Slack) it is delivered at most
+once and the interrupted attempt is marked ``unknown``, logged once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -34,6 +40,7 @@ class MessageLike(Protocol):
 
 class OutboxLike(Protocol):
     def due(self, now: datetime, limit: int = 100) -> Sequence[MessageLike]: ...
+    def claim(self, message_id: int, now: datetime) -> bool: ...
     def delivered(self, message_id: int, now: datetime) -> None: ...
     def retry_at(self, message_id: int, at: datetime, error: str) -> None: ...
     def failed(self, message_id: int, error: str) -> None: ...
@@ -57,6 +64,53 @@ class DispatchReport:
     delivered: int = 0
     retried: int = 0
     failed: int = 0
+    resent: int = 0
+    """Interrupted attempts due again (their receiver deduplicates)."""
+    abandoned: int = 0
+    """Interrupted attempts not sent again (``unknown``: their receiver cannot deduplicate)."""
+
+
+class RecoverableOutbox(OutboxLike, Protocol):
+    def recover(
+        self, now: datetime, resend: Callable[[str], bool], *, every: bool = False
+    ) -> Sequence[MessageLike]: ...
+
+
+def deduplicates(notifiers: Mapping[str, Notifier], name: str) -> bool:
+    """Whether the receiver of notifier ``name`` absorbs a message sent twice (an unknown
+    notifier does not: at most once)."""
+    notifier = notifiers.get(name)
+    return bool(notifier is not None and notifier.deduplicates)
+
+
+def recover_interrupted(
+    outbox: RecoverableOutbox,
+    notifiers: Mapping[str, Notifier],
+    now: datetime,
+    *,
+    every: bool = False,
+) -> tuple[int, int]:
+    """Settle the attempts a crash (or an expired claim) left without an outcome (``every``:
+    all of them, for the first pass after a start); (resent, abandoned)."""
+    resent = abandoned = 0
+    for message in outbox.recover(now, lambda name: deduplicates(notifiers, name), every=every):
+        if deduplicates(notifiers, message.notifier):
+            resent += 1
+            log.info(
+                "notification %s to %s was interrupted mid-send; sending it again "
+                "(the receiver deduplicates)",
+                message.id,
+                message.notifier,
+            )
+        else:
+            abandoned += 1
+            log.warning(
+                "notification %s to %s was interrupted mid-send and is not sent again "
+                "(the receiver cannot deduplicate; it may or may not have arrived)",
+                message.id,
+                message.notifier,
+            )
+    return resent, abandoned
 
 
 def deliver_due(
@@ -69,6 +123,8 @@ def deliver_due(
     """Send every due message once; record each outcome in the outbox."""
     delivered = retried = failed = 0
     for message in outbox.due(now, limit):
+        if not outbox.claim(message.id, now):
+            continue  # cancelled or claimed since it was read
         notifier = notifiers.get(message.notifier)
         if notifier is None:
             outbox.failed(message.id, f"no notifier named {message.notifier!r}")

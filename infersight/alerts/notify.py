@@ -5,6 +5,7 @@ wire payload â€” without secrets, because the payload is stored in the outbox â€
 stored payload, adding its secret (webhook URL, routing key) at the last moment. ``send``
 returns a ``SendResult``: delivered, retryable (429, 5xx, transport errors; with the raw
 ``Retry-After``) or refused for good (any other 4xx). Errors never carry URLs or keys.
+``deduplicates`` says whether a message sent twice reaches the receiver's people once.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class Notification:
     @property
     def group(self) -> str:
         """A short, fixed-length name of the SLO and scope (outbox keys start with it)."""
-        return hashlib.sha256(f"{self.slo}\0{self.scope}".encode()).hexdigest()[:16]
+        return group_of(self.slo, self.scope)
 
     @property
     def key(self) -> str:
@@ -111,6 +112,16 @@ class Notification:
         return [str(item) for item in items[:limit]]
 
 
+def group_of(slo: str, scope: str) -> str:
+    """``Notification.group`` of an SLO and scope."""
+    return hashlib.sha256(f"{slo}\0{scope}".encode()).hexdigest()[:16]
+
+
+def incident_keys(slo: str, scope: str, incident_id: int) -> str:
+    """The SQL LIKE pattern of the outbox keys of one incident's notifications."""
+    return f"{group_of(slo, scope)}:{incident_id}:%"
+
+
 def _num(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, int | float) else "n/a"
 
@@ -125,6 +136,10 @@ class SendResult:
 
 class Notifier(Protocol):
     name: str
+    deduplicates: bool
+    """Whether the receiver absorbs the same message sent twice (PagerDuty's ``dedup_key``,
+    Alertmanager's labels): an attempt a crash interrupted is then sent again (at least once);
+    otherwise (Slack, a plain webhook) it is not (at most once)."""
 
     def render(self, notification: Notification) -> dict[str, Any]: ...
 

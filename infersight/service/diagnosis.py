@@ -3,7 +3,9 @@
 ``diagnose_window`` answers ``POST /api/v1/diagnose`` for any window. ``DiagnosisListener`` is
 the ``IncidentListener`` the evaluation job calls on every incident change: it diagnoses the
 incident, stores symptom and diagnosis with the incident, and hands the result to an optional
-``announce`` callback (the notification router).
+``announce`` callback (the notification router) in the same transaction: a diagnosis is never
+stored without the notifications it owes, so a crash cannot lose a page (an incident left
+undiagnosed is paged by the next follow-up).
 
 Which windows: the burn's onset is found first (``burn_onset``: where the SLO's bad-event
 ratio per minute steps up, over the hour before the incident opened). The incident window is
@@ -35,11 +37,10 @@ A failure is logged, never raised: the evaluation carries on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from infersight.alerts.diagnose import Diagnosis, diagnose, step_onset
 from infersight.alerts.lifecycle import Verdict, judge
@@ -82,7 +83,20 @@ REBURN_AFTER: Final = timedelta(minutes=2)
 #: for from this long before that resolution (the symptom had cleared by then).
 CLEARED_BEFORE_RESOLVE: Final = timedelta(minutes=5)
 _ONSETS_KEPT: Final = 10_000
-Announce = Callable[[Incident, Transition, dict[str, Any], dict[str, Any]], None]
+
+
+class Announce(Protocol):
+    """The notification router's seam: it enqueues an incident change's notifications, in
+    ``connection``'s transaction when given (the one that stores the change's diagnosis)."""
+
+    def __call__(
+        self,
+        incident: Incident,
+        transition: Transition,
+        symptom: dict[str, Any],
+        diagnosis: dict[str, Any],
+        connection: Connection | None = None,
+    ) -> None: ...
 
 
 def selector_of(scope: str) -> Selector:
@@ -260,18 +274,23 @@ class DiagnosisListener:
         elif headline is None or note is None or note.symptom is None:
             self._page(incident, incident.updated_at)  # opened (or escalated before its page)
         else:
-            told: dict[str, Any] | None = None
-            if incident.recovering_since is None:  # a recovering one has nothing new to show
-                last = incident_history.latest(self.engine, [incident.id]).get(incident.id)
-                if last is not None and last.verdict == "recovering":
-                    # Escalated by a burn that came back: told with that burn's own diagnosis.
-                    told = self._burning_again(incident, note, last.at, incident.updated_at,
-                                               wait=False, announce=False)  # fmt: skip
-                else:
-                    self._evaluate(incident, headline, note.symptom, incident.updated_at)
-            if self.announce is not None:
-                shown = told or self._headline(incident)
-                self.announce(incident, transition, note.symptom, shown)
+            # The new diagnosis and the change's notifications commit together.
+            with self.engine.begin() as connection:
+                shown: dict[str, Any] | None = headline
+                if incident.recovering_since is None:  # a recovering one has nothing new to show
+                    last = incident_history.latest(self.engine, [incident.id]).get(incident.id)
+                    if last is not None and last.verdict == "recovering":
+                        # Escalated by a burn that came back: told with that burn's diagnosis.
+                        shown = self._burning_again(incident, note, last.at, incident.updated_at,
+                                                    wait=False, announce=False,
+                                                    bind=connection)  # fmt: skip
+                    else:
+                        _, shown = self._evaluate(
+                            incident, headline, note.symptom, incident.updated_at, connection
+                        )
+                if self.announce is not None:
+                    shown = shown or headline
+                    self.announce(incident, transition, note.symptom, shown, connection=connection)
 
     def _follow_up(
         self,
@@ -289,13 +308,20 @@ class DiagnosisListener:
                 self._step(incident, since, "recovering", cause)
             return 0  # the symptom cleared: healthy minutes are not diagnosed
         if last is not None and last.verdict == "recovering":
-            return int(self._burning_again(incident, note, last.at, now) is not None)
+            with self.engine.begin() as connection:
+                again = self._burning_again(incident, note, last.at, now, bind=connection)
+            return int(again is not None)
         if note.diagnosed_at is not None and now - note.diagnosed_at < self.every:
             return 0
-        verdict, diagnosis = self._evaluate(incident, note.diagnosis, note.symptom, now)
-        if verdict is Verdict.RAISED and self.announce is not None:
-            # The open alert is updated (same dedup key), not paged again.
-            self.announce(incident, Transition.NONE, note.symptom, diagnosis)
+        with self.engine.begin() as connection:
+            verdict, diagnosis = self._evaluate(
+                incident, note.diagnosis, note.symptom, now, connection
+            )
+            if verdict is Verdict.RAISED and self.announce is not None:
+                # The open alert is updated (same dedup key), not paged again.
+                self.announce(
+                    incident, Transition.NONE, note.symptom, diagnosis, connection=connection
+                )
         return 1
 
     def _page(self, incident: Incident, at: datetime) -> bool:
@@ -308,16 +334,19 @@ class DiagnosisListener:
             log.info("incident %s: the page waits for evidence", incident.id)
             return False
         symptom, diagnosis = self._run(incident, current, reference)
-        signals.save_diagnosis(self.engine, incident.id, symptom, diagnosis, at)
-        incident_history.append(
-            self.engine, incident.id, at, "onset", diagnosis["cause"], diagnosis
-        )
+        fresh = incidents.get_incident(self.engine, incident.id)
+        # The onset and the page commit together: a crash before the commit leaves the incident
+        # undiagnosed, and the follow-up job pages it again (one transaction, never half).
+        with self.engine.begin() as connection:
+            signals.save_diagnosis(connection, incident.id, symptom, diagnosis, at)
+            incident_history.append(
+                connection, incident.id, at, "onset", diagnosis["cause"], diagnosis
+            )
+            if self.announce is not None:
+                self.announce(fresh, Transition.OPENED, symptom, diagnosis, connection=connection)
         if len(self._onsets) >= _ONSETS_KEPT:
             self._onsets.clear()
         self._onsets[incident.id] = onset
-        if self.announce is not None:
-            fresh = incidents.get_incident(self.engine, incident.id)
-            self.announce(fresh, Transition.OPENED, symptom, diagnosis)
         return True
 
     def _evaluate(
@@ -326,11 +355,13 @@ class DiagnosisListener:
         headline: dict[str, Any],
         symptom: dict[str, Any],
         at: datetime,
+        bind: Engine | Connection,
     ) -> tuple[Verdict, dict[str, Any]]:
-        """Diagnose again, append to the history; the headline changes only when raised."""
+        """Diagnose again, append to the history (through ``bind``); the headline changes only
+        when raised."""
         current, reference = self._windows(incident, at)
         _, diagnosis = self._run(incident, current, reference)
-        return self._judged(incident, headline, symptom, diagnosis, at)
+        return self._judged(incident, headline, symptom, diagnosis, at, bind)
 
     def _judged(
         self,
@@ -339,14 +370,13 @@ class DiagnosisListener:
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
         at: datetime,
+        bind: Engine | Connection,
     ) -> tuple[Verdict, dict[str, Any]]:
         previous = self._last_diagnosis(incident.id)
         verdict = judge(headline, diagnosis, previous)
-        incident_history.append(
-            self.engine, incident.id, at, verdict.value, diagnosis["cause"], diagnosis
-        )
+        incident_history.append(bind, incident.id, at, verdict.value, diagnosis["cause"], diagnosis)
         kept = diagnosis if verdict is Verdict.RAISED else headline
-        signals.save_diagnosis(self.engine, incident.id, symptom, kept, at)
+        signals.save_diagnosis(bind, incident.id, symptom, kept, at)
         return verdict, kept
 
     def _burning_again(
@@ -358,6 +388,7 @@ class DiagnosisListener:
         *,
         wait: bool = True,
         announce: bool = True,
+        bind: Connection,
     ) -> dict[str, Any] | None:
         """The symptom came back: diagnose the new burn from its own onset (found since the
         symptom cleared) against the incident's reference and append it to the history. It is
@@ -377,17 +408,18 @@ class DiagnosisListener:
             pass  # a deleted SLO: the last window
         if wait and onset is not None and now - onset < self.min_evidence:
             return None  # as a page does, wait until the window holds some of the new burn
-        self._step(incident, now, "burning", str(note.diagnosis.get("cause") or "unknown"))
         _, reference = self._windows(incident, now)
         start = max(now - self.window, min(onset or now - self.window, now - MIN_WINDOW))
         _, diagnosis = self._run(incident, Window(start, now), reference)
         diagnosis["burning_again_at"] = _iso(onset or start)
-        self._judged(incident, note.diagnosis, note.symptom, diagnosis, now)
+        # Written after the reads, so that SQLite's write lock is held only for the writes.
+        self._step(incident, now, "burning", str(note.diagnosis.get("cause") or "unknown"), bind)
+        self._judged(incident, note.diagnosis, note.symptom, diagnosis, now, bind)
         elsewhere = any(diagnosis.get(k) != note.diagnosis.get(k) for k in ("cause", "instance"))
         quiet = (onset or now) - cleared_at >= self.reburn_after
         log.info("incident %s is burning again: %s", incident.id, diagnosis["cause"])
         if announce and (elsewhere or quiet) and self.announce is not None:
-            self.announce(incident, Transition.NONE, note.symptom, diagnosis)
+            self.announce(incident, Transition.NONE, note.symptom, diagnosis, connection=bind)
         return diagnosis
 
     def _resolved(self, incident: Incident, note: signals.IncidentNote | None) -> None:
@@ -402,19 +434,26 @@ class DiagnosisListener:
             )
             self._step(incident, at, "resolved", diagnosis["cause"])
             return
-        self._step(incident, at, "resolved", str(note.diagnosis.get("cause") or "unknown"))
-        if self.announce is not None:
-            self.announce(incident, Transition.RESOLVED, note.symptom, note.diagnosis)
+        with self.engine.begin() as connection:  # the resolution and its notifications
+            cause = str(note.diagnosis.get("cause") or "unknown")
+            self._step(incident, at, "resolved", cause, connection)
+            if self.announce is not None:
+                self.announce(
+                    incident, Transition.RESOLVED, note.symptom, note.diagnosis,
+                    connection=connection,
+                )  # fmt: skip
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _step(self, incident: Incident, at: datetime, verdict: str, cause: str) -> None:
-        incident_history.append(self.engine, incident.id, at, verdict, cause)
-
-    def _headline(self, incident: Incident) -> dict[str, Any]:
-        note = signals.notes(self.engine, [incident.id])[incident.id]
-        assert note.diagnosis is not None
-        return note.diagnosis
+    def _step(
+        self,
+        incident: Incident,
+        at: datetime,
+        verdict: str,
+        cause: str,
+        bind: Engine | Connection | None = None,
+    ) -> None:
+        incident_history.append(bind or self.engine, incident.id, at, verdict, cause)
 
     def _last_diagnosis(self, incident_id: int) -> dict[str, Any] | None:
         entry = incident_history.last_diagnosis(self.engine, incident_id)

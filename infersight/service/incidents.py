@@ -4,8 +4,11 @@
 stored symptom, headline diagnosis, lifecycle phase and acknowledgement (``state`` reads
 ``recovering`` once the symptom has cleared, ``acknowledged`` for an acknowledged incident that
 still burns; ``phase`` is always ``firing``, ``recovering`` or ``resolved``), with ``onset``, the
-diagnosis the page named. ``history_of`` adds the diagnosis history and the burn-rate points
-(``GET /api/v1/incidents/{id}``, the incident's page).
+diagnosis the page named. ``history_of`` adds the diagnosis history, the burn-rate points
+(``GET /api/v1/incidents/{id}``, the incident's page) and the incident's notifications: one per
+receiver and change, with its delivery state (``delivered``, ``pending``, ``sending``, ``failed``,
+``cancelled``, or ``unknown`` for an attempt a crash interrupted that is not sent again) and its
+last error.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from infersight.alerts.notify import incident_keys
 from infersight.core.burn import Incident, IncidentState
 from infersight.core.timestamps import iso
-from infersight.storage import incident_history, signals
+from infersight.storage import incident_history, incidents, signals
+from infersight.storage.outbox import Message, Outbox
 
 
 def incident_dict(incident: Incident) -> dict[str, Any]:
@@ -81,8 +86,9 @@ def _brief(entry: incident_history.Entry) -> dict[str, Any]:
 
 
 def history_of(engine: Engine, incident_id: int) -> dict[str, Any]:
-    """``{"history": [...], "burn_points": [...]}`` of one incident, oldest first: each entry
-    as ``_brief`` with the stored diagnosis's evidence and missing evidence."""
+    """``{"history": [...], "burn_points": [...], "notifications": [...]}`` of one incident,
+    oldest first: each entry as ``_brief`` with the stored diagnosis's evidence and missing
+    evidence; each notification as ``_notification``."""
     history = []
     for entry in incident_history.entries(engine, incident_id):
         d = entry.diagnosis or {}
@@ -99,4 +105,28 @@ def history_of(engine: Engine, incident_id: int) -> dict[str, Any]:
         {"at": iso(at), "burn_rates": rates}
         for at, rates in incident_history.burn_points(engine, incident_id)
     ]
-    return {"history": history, "burn_points": points}
+    incident = incidents.get_incident(engine, incident_id)
+    told = Outbox(engine).messages(
+        key_like=incident_keys(incident.slo, incident.scope, incident.id)
+    )
+    return {
+        "history": history,
+        "burn_points": points,
+        "notifications": [_notification(m) for m in told],
+    }
+
+
+def _notification(message: Message) -> dict[str, Any]:
+    """An outbox message as the incident shows it (never its payload)."""
+    parts = message.key.split(":")
+    return {
+        "notifier": message.notifier,
+        "event": parts[2] if len(parts) > 2 else None,
+        "severity": parts[3] if len(parts) > 3 else None,
+        "update": len(parts) > 4,
+        "state": message.state.value,
+        "attempts": message.attempts,
+        "created_at": iso(message.created_at) if message.created_at else None,
+        "delivered_at": iso(message.delivered_at) if message.delivered_at else None,
+        "last_error": message.last_error or None,
+    }

@@ -7,7 +7,9 @@ re-evaluation never pages twice); resolves wait a hold-down so that a flapping a
 once (an incident that opens within it naming another cause or instance than the last one is
 sent as an update of the receiver's still-open alert). ``Delivery`` is the job that drains
 the outbox; it runs apart from the evaluation, so an endpoint that is down only delays its own
-messages. ``notifiers_from_settings`` builds the
+messages. Its first pass after a start settles the attempts a crash interrupted mid-send: sent
+again to PagerDuty and Alertmanager (they deduplicate), marked ``unknown`` for Slack (at most
+once). ``notifiers_from_settings`` builds the
 notifiers from their settings (``config.parts.NotifierPart``: environment variables or secret
 files); the secrets live only inside the notifier objects and are never logged.
 """
@@ -24,9 +26,14 @@ from typing import Any
 
 import httpx
 from pydantic import SecretStr
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
-from infersight.alerts.dispatch import Backoff, DispatchReport, deliver_due
+from infersight.alerts.dispatch import (
+    Backoff,
+    DispatchReport,
+    deliver_due,
+    recover_interrupted,
+)
 from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
 from infersight.alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
 from infersight.alerts.notifiers.slack import SlackNotifier
@@ -92,7 +99,10 @@ class Announcer:
         transition: Transition,
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
+        connection: Connection | None = None,
     ) -> None:
+        """Enqueue the notifications of an incident change; in ``connection``'s transaction when
+        given (the one that stores the change's diagnosis: both commit, or neither)."""
         # ``NONE`` from the diagnosis seam: the diagnosis of an open incident changed.
         update = transition is Transition.NONE
         event = Event.TRIGGER if update else _EVENTS.get(transition)
@@ -126,7 +136,10 @@ class Announcer:
         reopened: Notification | None = None
         for name in self.router.targets(labels, sorted(self.notifiers)):
             told = notification
-            if transition is Transition.OPENED and self.outbox.cancel_pending(name, held_back):
+            withdrawn = transition is Transition.OPENED and self.outbox.cancel_pending(
+                name, held_back, connection=connection
+            )
+            if withdrawn:
                 if reopened is None:
                     reopened = self._reopened(incident, notification)
                 if reopened is notification:
@@ -134,7 +147,7 @@ class Announcer:
                     continue
                 told = reopened  # another cause or instance: an update of the open alert
             payload = json.dumps(self.notifiers[name].render(told), sort_keys=True)
-            self.outbox.enqueue(name, told.key, payload, now, not_before)
+            self.outbox.enqueue(name, told.key, payload, now, not_before, connection=connection)
 
     def _reopened(self, incident: Incident, notification: Notification) -> Notification:
         """An incident that opened within the hold-down of the last one's resolve: the same
@@ -165,8 +178,17 @@ class Delivery:
         self.notifiers = dict(notifiers)
         self.backoff = backoff or Backoff()
 
+        self._started = False
+
     def __call__(self, now: datetime) -> DispatchReport:
-        return deliver_due(self.outbox, self.notifiers, now, self.backoff)
+        # The first pass after a start settles every attempt a crash left claimed (this process
+        # has none in flight yet); later passes, those whose claim outlived its lease.
+        resent, abandoned = recover_interrupted(
+            self.outbox, self.notifiers, now, every=not self._started
+        )
+        self._started = True
+        report = deliver_due(self.outbox, self.notifiers, now, self.backoff)
+        return dataclasses.replace(report, resent=resent, abandoned=abandoned)
 
 
 class FollowUp:

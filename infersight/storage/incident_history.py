@@ -25,6 +25,7 @@ from typing import Any, Final
 from sqlalchemy import Connection, Engine, delete, func, insert, select
 
 from infersight.core.errors import InvalidInput
+from infersight.storage.sql import begin
 from infersight.storage.tables import incident_burn_points, incident_history
 
 VERDICTS: Final = ("onset", "kept", "raised", "recovering", "burning", "resolved")
@@ -53,18 +54,19 @@ def _entry(row: Any) -> Entry:
 
 
 def append(
-    engine: Engine,
+    engine: Engine | Connection,
     incident_id: int,
     at: datetime,
     verdict: str,
     cause: str,
     diagnosis: Mapping[str, Any] | None = None,
 ) -> None:
-    """Add one entry to the incident's history (the oldest after the onset make room)."""
+    """Add one entry to the incident's history (the oldest after the onset make room); in the
+    caller's transaction when given a connection."""
     if verdict not in VERDICTS:
         raise InvalidInput(f"unknown history verdict {verdict!r}", details={"allowed": VERDICTS})
     text = json.dumps(diagnosis, sort_keys=True) if diagnosis is not None else None
-    with engine.begin() as connection:
+    with begin(engine) as connection:
         connection.execute(
             insert(incident_history).values(
                 incident_id=incident_id, at=at, verdict=verdict, cause=cause[:64], diagnosis=text

@@ -1,31 +1,46 @@
 """The notification outbox: messages persist until their notifier accepts them.
 
 A message is enqueued once per (notifier, key) — enqueueing the same key again is a no-op, so
-a re-run of the evaluation or a retry never produces a second page. ``due`` hands out pending
-messages whose next attempt has come; the dispatcher reports each outcome back with
-``delivered``, ``retry_at`` (backoff, ``Retry-After``) or ``failed`` (a permanent refusal).
-A message may wait (``not_before``) and be ``cancel_pending``-ed before it goes out: that is
-how a flapping alert's held-back resolve is withdrawn. Rows stay after delivery as history.
+a re-run of the evaluation or a retry never produces a second page. ``enqueue`` and
+``cancel_pending`` take the caller's ``connection`` when given, so that an incident's change and
+its messages commit in one transaction (a crash between them can neither lose the page nor
+leave it half written). ``due`` hands out pending messages whose next attempt has come; the
+dispatcher ``claim``s each one — the attempt is committed, as ``sending``, before the request
+leaves — and reports the outcome with ``delivered``, ``retry_at`` (backoff, ``Retry-After``) or
+``failed`` (a permanent refusal). A claim that never got its outcome (the process died
+mid-send, or the claim outlived ``CLAIM_LEASE``) is settled by ``recover``: sent again to a
+receiver that deduplicates, else marked ``unknown`` — it may or may not have arrived, and
+sending it again could page twice. A message may wait (``not_before``) and be
+``cancel_pending``-ed before it goes out: that is how a flapping alert's held-back resolve is
+withdrawn. Rows stay after delivery as history.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import Engine, Row, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, Row, func, select, update
 
+from infersight.storage.sql import insert_for
 from infersight.storage.tables import outbox
+
+#: How long a claimed message may stay ``sending`` before it counts as interrupted (far longer
+#: than a notifier's HTTP timeout).
+CLAIM_LEASE: Final = timedelta(minutes=10)
 
 
 class MessageState(StrEnum):
     PENDING = "pending"
+    SENDING = "sending"
     DELIVERED = "delivered"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+    """Interrupted mid-send to a receiver that cannot deduplicate: not sent again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,44 +69,56 @@ class Outbox:
         payload: str,
         now: datetime,
         not_before: datetime | None = None,
+        *,
+        connection: Connection | None = None,
     ) -> bool:
-        """Add a message (first sent at ``not_before``, default now); ``False`` when
-        (notifier, key) was enqueued before."""
-        try:
-            with self.engine.begin() as connection:
-                exists = connection.execute(
-                    select(outbox.c.id).where(outbox.c.notifier == notifier, outbox.c.key == key)
-                ).first()
-                if exists is not None:
-                    return False
-                connection.execute(
-                    insert(outbox).values(
-                        notifier=notifier,
-                        key=key,
-                        payload=payload,
-                        state=MessageState.PENDING.value,
-                        attempts=0,
-                        created_at=now,
-                        next_attempt_at=not_before or now,
-                    )
-                )
-        except IntegrityError:
-            return False  # a concurrent enqueue of the same key won
-        return True
+        """Add a message (first sent at ``not_before``, default now), in ``connection``'s
+        transaction when given; ``False`` when (notifier, key) was enqueued before."""
+        values = {
+            "notifier": notifier,
+            "key": key,
+            "payload": payload,
+            "state": MessageState.PENDING.value,
+            "attempts": 0,
+            "created_at": now,
+            "next_attempt_at": not_before or now,
+        }
+        statement = (
+            insert_for(self.engine, outbox)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["notifier", "key"])
+            .returning(outbox.c.id)
+        )
+        if connection is not None:
+            return connection.execute(statement).first() is not None
+        with self.engine.begin() as own:
+            return own.execute(statement).first() is not None
 
-    def cancel_pending(self, notifier: str, key_like: str) -> int:
+    def cancel_pending(
+        self, notifier: str, key_like: str, *, connection: Connection | None = None
+    ) -> int:
         """Cancel the pending messages of ``notifier`` whose key matches the SQL LIKE pattern."""
-        with self.engine.begin() as connection:
-            done = connection.execute(
-                update(outbox)
-                .where(
-                    outbox.c.notifier == notifier,
-                    outbox.c.state == MessageState.PENDING.value,
-                    outbox.c.key.like(key_like),
-                )
-                .values(state=MessageState.CANCELLED.value)
+        statement = (
+            update(outbox)
+            .where(
+                outbox.c.notifier == notifier,
+                outbox.c.state == MessageState.PENDING.value,
+                outbox.c.key.like(key_like),
             )
-        return int(done.rowcount)
+            .values(state=MessageState.CANCELLED.value)
+        )
+        if connection is not None:
+            return int(connection.execute(statement).rowcount)
+        with self.engine.begin() as own:
+            return int(own.execute(statement).rowcount)
+
+    def keys_like(self, key_like: str) -> set[tuple[str, str]]:
+        """(notifier, key) of every message, in any state, whose key matches ``key_like``."""
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(outbox.c.notifier, outbox.c.key).where(outbox.c.key.like(key_like))
+            ).all()
+        return {(r.notifier, r.key) for r in rows}
 
     def due(self, now: datetime, limit: int = 100) -> list[Message]:
         with self.engine.connect() as connection:
@@ -106,20 +133,85 @@ class Outbox:
             ).all()
         return [_message(r) for r in rows]
 
+    def claim(self, message_id: int, now: datetime) -> bool:
+        """Commit the attempt before it is made: the pending message becomes ``sending`` (its
+        attempts counted, its lease until ``now + CLAIM_LEASE``); ``False`` if it was no longer
+        pending (cancelled meanwhile, or claimed by another deliverer)."""
+        with self.engine.begin() as connection:
+            done = connection.execute(
+                update(outbox)
+                .where(outbox.c.id == message_id, outbox.c.state == MessageState.PENDING.value)
+                .values(
+                    state=MessageState.SENDING.value,
+                    attempts=outbox.c.attempts + 1,
+                    next_attempt_at=now + CLAIM_LEASE,
+                )
+            )
+        return bool(done.rowcount)
+
     def delivered(self, message_id: int, now: datetime) -> None:
         self._set(message_id, state=MessageState.DELIVERED.value, delivered_at=now, last_error="")
 
     def retry_at(self, message_id: int, at: datetime, error: str) -> None:
-        self._set(message_id, next_attempt_at=at, last_error=error[:1024])
+        self._set(
+            message_id,
+            state=MessageState.PENDING.value,
+            next_attempt_at=at,
+            last_error=error[:1024],
+        )
 
     def failed(self, message_id: int, error: str) -> None:
         self._set(message_id, state=MessageState.FAILED.value, last_error=error[:1024])
 
-    def messages(self, notifier: str | None = None) -> list[Message]:
-        """Every message (newest last), for the API and tests."""
+    def recover(
+        self, now: datetime, resend: Callable[[str], bool], *, every: bool = False
+    ) -> list[Message]:
+        """Settle the claims that never got an outcome: those whose lease ran out, or (``every``,
+        on a deliverer's first pass after a start) all of them. A message whose notifier
+        ``resend`` approves (the receiver deduplicates) is due again now; any other is marked
+        ``unknown``. The messages settled, as they now are."""
+        stale = outbox.c.state == MessageState.SENDING.value
+        if not every:
+            stale = stale & (outbox.c.next_attempt_at <= now)
+        with self.engine.begin() as connection:
+            rows = connection.execute(select(outbox).where(stale).order_by(outbox.c.id)).all()
+            for row in rows:
+                again = resend(row.notifier)
+                values: dict[str, Any] = (
+                    {
+                        "state": MessageState.PENDING.value,
+                        "next_attempt_at": now,
+                        "last_error": "interrupted mid-send; sent again (the receiver "
+                        "deduplicates)",
+                    }
+                    if again
+                    else {
+                        "state": MessageState.UNKNOWN.value,
+                        "last_error": "interrupted mid-send; not sent again (the receiver "
+                        "cannot deduplicate, it may or may not have arrived)",
+                    }
+                )
+                connection.execute(
+                    update(outbox).where(outbox.c.id == row.id, stale).values(**values)
+                )
+            ids = [row.id for row in rows]
+            settled = (
+                connection.execute(
+                    select(outbox).where(outbox.c.id.in_(ids)).order_by(outbox.c.id)
+                ).all()
+                if ids
+                else []
+            )
+        return [_message(r) for r in settled]
+
+    def messages(self, notifier: str | None = None, key_like: str | None = None) -> list[Message]:
+        """Every message (newest last), for the API and tests; ``key_like`` filters the keys
+        by an SQL LIKE pattern."""
         statement = select(outbox).order_by(outbox.c.id)
         if notifier is not None:
             statement = statement.where(outbox.c.notifier == notifier)
+        if key_like is not None:
+            statement = statement.where(outbox.c.key.like(key_like))
         with self.engine.connect() as connection:
             return [_message(r) for r in connection.execute(statement).all()]
 
@@ -133,12 +225,9 @@ class Outbox:
         return int(count)
 
     def _set(self, message_id: int, **values: object) -> None:
+        """An attempt's outcome (the attempt was counted by ``claim``)."""
         with self.engine.begin() as connection:
-            connection.execute(
-                update(outbox)
-                .where(outbox.c.id == message_id)
-                .values(attempts=outbox.c.attempts + 1, **values)
-            )
+            connection.execute(update(outbox).where(outbox.c.id == message_id).values(**values))
 
 
 def _message(r: Row[Any]) -> Message:

@@ -69,7 +69,7 @@ from infersight.core.signals import (
 )
 from infersight.core.window import Window
 from infersight.storage.client_reads import read_pairs
-from infersight.storage.sql import raw_where
+from infersight.storage.sql import begin, raw_where
 from infersight.storage.tables import (
     gpu_samples,
     incident_diagnoses,
@@ -478,19 +478,20 @@ def _check_incident(connection: Connection, incident_id: int) -> None:
 
 
 def save_diagnosis(
-    engine: Engine,
+    engine: Engine | Connection,
     incident_id: int,
     symptom: Mapping[str, Any],
     diagnosis: Mapping[str, Any],
     at: datetime,
 ) -> None:
-    """Store (or replace) the diagnosis of an incident, keeping its acknowledgement."""
+    """Store (or replace) the diagnosis of an incident, keeping its acknowledgement (in the
+    caller's transaction when given a connection)."""
     values = {
         "symptom": json.dumps(symptom, sort_keys=True),
         "diagnosis": json.dumps(diagnosis, sort_keys=True),
         "diagnosed_at": at,
     }
-    with engine.begin() as connection:
+    with begin(engine) as connection:
         _check_incident(connection, incident_id)
         updated = connection.execute(
             update(incident_diagnoses)

@@ -2,6 +2,8 @@
 
 * ``insert_for``: ``INSERT`` in the bind's dialect, the one that has ``ON CONFLICT`` (PostgreSQL
   or SQLite: the two stores infersight runs on).
+* ``begin``: a transaction of its own on an engine, or the caller's on a connection (writes
+  that must commit together with the caller's).
 * ``selected``: the conditions of a ``core.query.Selector`` on a table's label columns;
   ``raw_where`` and ``rollup_where`` add the time range of raw rows and of rollup segments.
 * ``sketch_column``: the ``request_rollups`` column that keeps a latency field's sketch
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import Column, ColumnElement, Connection, Engine, Table, and_
@@ -25,6 +28,11 @@ from infersight.storage.tables import SKETCH_COLUMNS, request_rollups, requests
 #: An ``INSERT`` with ``ON CONFLICT`` clauses (``on_conflict_do_nothing``/``_do_update``).
 Insert = postgresql.Insert | sqlite.Insert
 T = TypeVar("T")
+
+
+def begin(bind: Connection | Engine) -> AbstractContextManager[Connection]:
+    """A new transaction on an engine; on a connection, the caller's (committed by the caller)."""
+    return nullcontext(bind) if isinstance(bind, Connection) else bind.begin()
 
 
 def insert_for(bind: Connection | Engine, table: Table) -> Insert:

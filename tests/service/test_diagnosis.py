@@ -153,7 +153,9 @@ def test_an_escalation_by_a_burn_that_came_back_is_told_with_that_burn_s_diagnos
         + traffic(22, 23.5, "gpu-1")
     )  # fmt: skip
     told: list[tuple[Transition, dict[str, Any]]] = []
-    listener = DiagnosisListener(store.engine, announce=lambda i, t, s, d: told.append((t, d)))
+    listener = DiagnosisListener(
+        store.engine, announce=lambda i, t, s, d, connection=None: told.append((t, d))
+    )
     with store.engine.begin() as connection:
         incident = incidents.apply_step(connection, "ttft", "*",
                                         AlertState(Severity.TICKET, minutes(11)),

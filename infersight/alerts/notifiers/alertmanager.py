@@ -21,6 +21,9 @@ def _iso(ts: Any) -> str:
 
 
 class AlertmanagerNotifier:
+    #: An alert with the same labels is the same alert.
+    deduplicates = True
+
     def __init__(
         self,
         base_url: str,

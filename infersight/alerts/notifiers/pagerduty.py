@@ -18,6 +18,9 @@ SEVERITY: Final = {"page": "critical", "ticket": "warning"}
 
 
 class PagerDutyNotifier:
+    #: The stable ``dedup_key`` folds a repeat into the open alert.
+    deduplicates = True
+
     def __init__(
         self,
         routing_key: str,

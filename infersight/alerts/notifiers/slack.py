@@ -19,6 +19,9 @@ def _cut(text: str, limit: int) -> str:
 
 
 class SlackNotifier:
+    #: Slack posts every message it is sent: at most once.
+    deduplicates = False
+
     def __init__(self, webhook_url: str, client: httpx.Client, name: str = "slack") -> None:
         self.name = name
         self._url = webhook_url
