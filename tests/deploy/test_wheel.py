@@ -4,16 +4,24 @@ extras that match the roles (#33): the wheel is built from a copy of the project
 
 from __future__ import annotations
 
+import ast
 import email.parser
+import functools
+import importlib.metadata
+import importlib.util
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
+from collections.abc import Mapping
 from email.message import Message
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from infersight import __version__
 
@@ -117,3 +125,93 @@ def test_the_extras_match_the_roles(wheel: zipfile.ZipFile) -> None:
     assert requirements(meta, "collector") == sidecar
     assert requirements(meta, "api") == server
     assert "locust" in requirements(meta, "locust")
+
+
+# What each role runs: its command's modules and every package they import (the composition
+# root's group and settings included). Every third-party module they import, at the top of a
+# file or inside a function, must come with the role's extra (or the core dependencies), or
+# with what those depend on; `pip install 'infersight[ROLE]'` alone must run the role.
+ROLES = {
+    "sidecar": (
+        ["collector", "httpd", "core", "config", "storage"],
+        ["cli/__init__.py", "cli/group.py", "cli/settings.py", "cli/commands_sidecar.py"],
+    ),
+    "server": (
+        ["api", "service", "storage", "alerts", "config", "httpd", "core", "migrations"],
+        ["cli/__init__.py", "cli/group.py", "cli/settings.py", "cli/commands_serve.py"],
+    ),
+}
+
+
+def _imports(paths: list[Path]) -> set[str]:
+    """Every module the files import by name: ``from a.b import c`` names ``a.b`` and, where
+    ``c`` is a module, ``a.b.c`` (in a namespace package such as ``google`` only the module
+    tells which distribution it comes from)."""
+    found: set[str] = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module)
+                found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """The distributions the requirements bring, with what they depend on (installed here)."""
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in seen or name == "infersight":
+            continue
+        seen.add(name)
+        for line in importlib.metadata.requires(name) or []:
+            inner = Requirement(line)
+            if inner.marker is None or inner.marker.evaluate({"extra": ""}):
+                todo.append(inner)
+    return seen
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_each_role_runs_on_its_extra_alone(role: str) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    allowed = _closure(project["dependencies"] + project["optional-dependencies"][role])
+    packages, modules = ROLES[role]
+    paths = [p for package in packages for p in (ROOT / "infersight" / package).rglob("*.py")]
+    paths += [ROOT / "infersight" / module for module in modules]
+    missing = {}
+    for module in sorted(_imports(paths)):
+        top = module.split(".", maxsplit=1)[0]
+        if top in sys.stdlib_module_names or top == "infersight":
+            continue
+        owner = _owner(module)
+        if owner is not None and canonicalize_name(owner) not in allowed:
+            missing[module] = owner
+    assert not missing, f"infersight[{role}] lacks {missing}"
+
+
+@functools.cache
+def _top_levels() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+@functools.cache
+def _files(distribution: str) -> frozenset[str]:
+    found = importlib.metadata.distribution(distribution)
+    return frozenset(str(found.locate_file(file)) for file in found.files or [])
+
+
+def _owner(module: str) -> str | None:
+    """The distribution that installed the module (``None``: not a module, or a namespace)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
+        return None
+    # a top-level name may be shared (the namespace package google.*): ask each candidate
+    candidates = _top_levels().get(module.split(".", maxsplit=1)[0], [])
+    return next((c for c in candidates if spec.origin in _files(c)), None)
