@@ -247,7 +247,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     scrapers: list[Any] = []  # the scraper, once built (after the receivers listen)
     app = Sidecar(
         config,
-        lambda: _open_sink(url, window),
+        lambda: _open_sink(url, window, settings.store_timeouts()),
         scraped_model=lambda: scrapers[0].current_model() if scrapers else "",
         scraped_adapters=lambda: scrapers[0].current_adapters() if scrapers else frozenset(),
     )
@@ -296,15 +296,19 @@ def _window_s(given: float | None, role: Role) -> float:
     return DECODE_WINDOW_S if role is Role.DECODE else DEFAULT_WINDOW_S
 
 
-def _open_sink(url: str, window: AcceptWindow) -> Any:
+def _open_sink(url: str, window: AcceptWindow, timeouts: dict[str, float]) -> Any:
     """The store writer, imported here (in the shipper's thread, after the receivers bind),
     so that the math libraries it pulls in see the single-thread settings first."""
     for name in _SINGLE_THREADED_MATH:
         os.environ.setdefault(name, "1")
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415 (after the settings)
+    from infersight.storage.engine import (  # noqa: PLC0415 (after the settings)
+        StoreTimeouts,
+        create_store_engine,
+    )
     from infersight.storage.writer import open_writer  # noqa: PLC0415
 
-    return open_writer(create_store_engine(url), accept=window)
+    engine = create_store_engine(url, timeouts=StoreTimeouts(**timeouts))
+    return open_writer(engine, accept=window)
 
 
 def _libc() -> Any:
