@@ -37,10 +37,10 @@ from infersight.alerts.dispatch import (
 from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
 from infersight.alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
 from infersight.alerts.notifiers.slack import SlackNotifier
-from infersight.alerts.notify import Event, Notification, Notifier
+from infersight.alerts.notify import Event, Notification, Notifier, incident_keys
 from infersight.alerts.routing import Router
 from infersight.config.parts import NotifierPart, variable
-from infersight.core.burn import Incident, Transition
+from infersight.core.burn import Incident, IncidentState, Severity, Transition
 from infersight.core.errors import ConfigurationError
 from infersight.service.diagnosis import DiagnosisListener
 from infersight.storage import incidents, signals, silences
@@ -49,6 +49,10 @@ from infersight.storage.outbox import Outbox
 log = logging.getLogger(__name__)
 #: How long a resolve notification waits in case the alert flaps back open.
 DEFAULT_FLAP_HOLD = timedelta(minutes=5)
+#: How long after its resolution a resolve that a crash kept from the outbox is still sent,
+#: and how many of the newest resolved incidents are looked at for one (``reconcile``).
+RECONCILE_RESOLVED = timedelta(days=1)
+RECONCILE_LIMIT = 200
 _EVENTS = {
     Transition.OPENED: Event.TRIGGER,
     Transition.ESCALATED: Event.TRIGGER,
@@ -149,6 +153,61 @@ class Announcer:
             payload = json.dumps(self.notifiers[name].render(told), sort_keys=True)
             self.outbox.enqueue(name, told.key, payload, now, not_before, connection=connection)
 
+    def reconcile(self, now: datetime) -> int:
+        """Enqueue the notifications a crash kept from the outbox; the incidents told.
+
+        The evaluation commits an incident's escalation or resolution before the listener
+        stores its diagnosis and notifications (together): a process killed in between leaves
+        an incident that was paged at another severity, or resolved, without its message. A
+        firing incident already told at some severity but not at its own is told now (as an
+        escalation or de-escalation); an incident resolved within ``RECONCILE_RESOLVED`` that was
+        paged but has no resolve message is resolved now, unless a later incident of its SLO and
+        scope has taken over the receiver's alert. An incident never told (silenced, a flap of
+        the last one, or not paged yet: the follow-up pages it) owes nothing here."""
+        firing = incidents.list_incidents(self.engine, "firing")
+        since = now - RECONCILE_RESOLVED
+        resolved = [
+            i
+            for i in incidents.list_incidents(self.engine, "resolved", limit=RECONCILE_LIMIT)
+            if i.resolved_at is not None and i.resolved_at >= since
+        ]
+        found = [*firing, *resolved]
+        newest: dict[tuple[str, str], int] = {}
+        for i in found:
+            newest[(i.slo, i.scope)] = max(newest.get((i.slo, i.scope), 0), i.id)
+        notes = signals.notes(self.engine, [i.id for i in found])
+        told = 0
+        for incident in found:
+            note = notes.get(incident.id)
+            if note is None or note.diagnosis is None or note.symptom is None:
+                continue
+            keys = self.outbox.keys_like(incident_keys(incident.slo, incident.scope, incident.id))
+            sent = {tuple(key.split(":", 4)[2:4]) for _, key in keys}
+            if not sent:
+                continue
+            if incident.state is IncidentState.FIRING:
+                if (Event.TRIGGER.value, incident.severity.value) in sent:
+                    continue
+                ranks = [Severity(s).rank for e, s in sent if e == Event.TRIGGER.value]
+                higher = incident.severity.rank > max(ranks, default=0)
+                transition = Transition.ESCALATED if higher else Transition.DEESCALATED
+            else:
+                if any(e == Event.RESOLVE.value for e, _ in sent):
+                    continue
+                if newest[(incident.slo, incident.scope)] != incident.id:
+                    continue
+                transition = Transition.RESOLVED
+            log.warning(
+                "incident %s: its %s notification was never enqueued (the process stopped "
+                "first); enqueued now",
+                incident.id,
+                transition.value,
+            )
+            with self.engine.begin() as connection:
+                self(incident, transition, note.symptom, note.diagnosis, connection=connection)
+            told += 1
+        return told
+
     def _reopened(self, incident: Incident, notification: Notification) -> Notification:
         """An incident that opened within the hold-down of the last one's resolve: the same
         ``notification`` when it names that one's cause and instance at no higher severity
@@ -193,13 +252,19 @@ class Delivery:
 
 class FollowUp:
     """The job that runs apart from the evaluation: re-diagnose firing incidents, then drain
-    the outbox (when notifiers are configured)."""
+    the outbox (when notifiers are configured); its first pass after a start first enqueues
+    what a crash kept from the outbox (``Announcer.reconcile``)."""
 
     def __init__(self, diagnosis: DiagnosisListener, delivery: Delivery | None) -> None:
         self.diagnosis = diagnosis
         self.delivery = delivery
+        self._reconciled = False
 
     def __call__(self, now: datetime) -> DispatchReport | None:
+        if not self._reconciled:  # the first pass after a start: what a crash kept back
+            if isinstance(self.diagnosis.announce, Announcer):
+                self.diagnosis.announce.reconcile(now)
+            self._reconciled = True
         self.diagnosis.refresh(now)
         return self.delivery(now) if self.delivery is not None else None
 

@@ -1,7 +1,9 @@
 """The outbox after a crash, on a real store (#32): an attempt is claimed before it is sent; a
 claim left without an outcome is sent again only to a receiver that deduplicates; an incident
-change and its messages commit together. ``test_crash_consistency`` kills real processes; this
-covers every receiver and the claim's lease without one."""
+change and its messages commit together; what a crash kept from the outbox between the
+evaluation's commit of an escalation or resolution and its notifications is sent by the restarted
+process. ``test_crash_consistency`` kills real processes; this covers every receiver, the claim's
+lease and those windows without one."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
 from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
 from infersight.alerts.notifiers.slack import SlackNotifier
 from infersight.alerts.notify import Event, Notification, Notifier
+from infersight.core.burn import AlertState, Incident, Severity, Transition
+from infersight.service.diagnosis import DiagnosisListener
+from infersight.service.notifications import Announcer, Delivery, FollowUp
+from infersight.storage import incidents, signals
 from infersight.storage.outbox import CLAIM_LEASE, MessageState, Outbox
 from tests.conftest import Store
 from tests.doubles import Endpoint
@@ -96,3 +102,75 @@ def test_messages_enqueued_in_a_transaction_that_rolls_back_are_not_there(store:
         assert outbox.enqueue("slack", "k:1:trigger:page", "{}", T0, connection=connection)
         assert not outbox.enqueue("slack", "k:1:trigger:page", "{}", T0, connection=connection)
     assert [m.key for m in outbox.messages()] == ["k:1:trigger:page"]
+
+
+# -- what a crash between the evaluation's commit and the notifications kept back ------------
+
+
+def _follow_up(store: Store, pager: Endpoint) -> tuple[Announcer, FollowUp]:
+    """A restarted process's follow-up job, PagerDuty its one receiver."""
+    pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
+    announcer = Announcer(store.engine, {"pagerduty": pd}, lambda: T0)
+    listener = DiagnosisListener(store.engine, announce=announcer)
+    return announcer, FollowUp(listener, Delivery(store.engine, {"pagerduty": pd}))
+
+
+def _step(
+    store: Store, severity: Severity | None, transition: Transition, at: datetime
+) -> Incident:
+    """What the evaluation commits (its listeners never told: the process died)."""
+    with store.engine.begin() as connection:
+        current = incidents.firing(connection, "chat", "*")
+        state = AlertState(severity, T0 if severity else None)
+        incident = incidents.apply_step(
+            connection, "chat", "*", state, transition, {"5m": 20.0}, at, current=current
+        )
+    assert incident is not None
+    return incident
+
+
+def _paged(store: Store, announcer: Announcer, severity: Severity, at: datetime) -> Incident:
+    incident = _step(store, severity, Transition.OPENED, at)
+    signals.save_diagnosis(store.engine, incident.id, {"slo": "chat"}, {"cause": "overload"}, at)
+    announcer(incident, Transition.OPENED, {"slo": "chat"}, {"cause": "overload"})
+    return incident
+
+
+def test_an_escalation_committed_before_a_crash_is_paged_after_the_restart(store: Store) -> None:
+    pager = Endpoint()
+    announcer, follow_up = _follow_up(store, pager)
+    _paged(store, announcer, Severity.TICKET, T0)
+    follow_up(T0)
+    _step(store, Severity.PAGE, Transition.ESCALATED, T0 + timedelta(seconds=30))
+    # The restarted process's follow-up (the same objects: nothing in them knows of the crash).
+    _, restarted = _follow_up(store, pager)
+    restarted(T0 + timedelta(seconds=40))
+    restarted(T0 + timedelta(seconds=50))
+    assert [(b["event_action"], b["payload"]["severity"]) for b in pager.accepted] == [
+        ("trigger", "warning"),
+        ("trigger", "critical"),
+    ]
+
+
+def test_a_resolution_committed_before_a_crash_is_sent_after_the_restart(store: Store) -> None:
+    pager = Endpoint()
+    announcer, follow_up = _follow_up(store, pager)
+    _paged(store, announcer, Severity.PAGE, T0)
+    follow_up(T0)
+    resolved_at = T0 + timedelta(minutes=20)
+    _step(store, None, Transition.RESOLVED, resolved_at)
+    _, restarted = _follow_up(store, pager)
+    restarted(resolved_at + timedelta(minutes=6))  # past the flap hold-down
+    assert [b["event_action"] for b in pager.accepted] == ["trigger", "resolve"]
+
+
+def test_a_missing_resolve_is_not_sent_once_a_later_incident_holds_the_alert(store: Store) -> None:
+    pager = Endpoint()
+    announcer, follow_up = _follow_up(store, pager)
+    _paged(store, announcer, Severity.PAGE, T0)
+    follow_up(T0)
+    _step(store, None, Transition.RESOLVED, T0 + timedelta(minutes=20))
+    _paged(store, announcer, Severity.PAGE, T0 + timedelta(minutes=21))  # flapped back open
+    _, restarted = _follow_up(store, pager)
+    restarted(T0 + timedelta(minutes=30))
+    assert [b["event_action"] for b in pager.accepted] == ["trigger", "trigger"]
