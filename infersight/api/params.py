@@ -129,9 +129,16 @@ class KnownQueryRoute(APIRoute):
             deps.append(_KNOWN_QUERY)
         super().__init__(path, endpoint, dependencies=deps, **kwargs)
         self.allowed_query = frozenset(_query_names(self.dependant))
-        #: Its filters come from ``common``, which limits them to the token's tenants: a
-        #: token limited to tenants may call it (``api.deps.requires``; 403 elsewhere).
-        self.honours_tenants = _depends_on(self.dependant, common)
+        #: Its filters come from ``common``, which limits them to the token's tenants, and
+        #: its answer holds nothing else (``FLEET_WIDE``): a token limited to tenants may
+        #: call it (``api.deps.requires``; 403 elsewhere).
+        self.honours_tenants = path not in FLEET_WIDE and _depends_on(self.dependant, common)
+
+
+#: Routes that take ``common``'s filters but answer fleet-wide figures beside the filtered
+#: ones: ``/api/v1/cost`` prices every instance (its ``instances`` and ``unmetered``), whatever
+#: the tenant. A token limited to tenants gets 403 there.
+FLEET_WIDE: Final = frozenset({"/api/v1/cost"})
 
 
 def _depends_on(dependant: Dependant, call: Callable[..., Any]) -> bool:

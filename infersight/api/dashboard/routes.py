@@ -144,6 +144,8 @@ def _page(
                 app.answers.key(page, query, now), lambda: reads.stamped(app, now, compute)
             )
             data, menus = answer.value
+            if tenants is not None:  # the tenant menu names the viewer's tenants alone
+                menus = {**menus, "tenant": [t for t in menus.get("tenant", []) if t in tenants]}
             staleness = answer.staleness_s(time.monotonic())
         except (InvalidInput, NotFound) as exc:
             ctx = parse_context({}, now, app.settings.max_query_days, default_range)
