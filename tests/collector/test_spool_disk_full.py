@@ -165,3 +165,18 @@ def test_a_sidecar_restarted_on_a_full_spool_disk_drains_everything_it_acknowled
         assert sorted(stored) == sorted(acked)
         (small_disk / "filler").unlink()  # the volume's other writer gives its space back
         assert wait_until(lambda: post_spans(base_url(app), vllm_spans(10)).status_code == 200)
+
+
+def test_a_spool_at_max_bytes_is_told_apart_from_a_full_disk(tmp_path: Path) -> None:
+    engine = create_store_engine(f"sqlite:///{tmp_path / 'not-yet' / 'store.db'}")
+    config = sidecar_config("at-max", tmp_path / "spool", spool_max_bytes=200_000)
+    try:
+        with running_sidecar(lambda: open_writer(engine), config) as app:
+            acked, refusal = fill_until_refused(app)
+            assert refusal.status_code == 503
+            assert acked
+            assert health(app)["spool"] == "spool at max_bytes"
+            assert app.metrics.value(REFUSED, transport="http", reason="spool_max_bytes") == 1
+            assert app.metrics.value(REFUSED, transport="http", reason="spool_disk_full") == 0
+    finally:
+        engine.dispose()
