@@ -9,17 +9,24 @@ not against their own argument parsers."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
 import click
+import httpx
 import pytest
 
 from infersight.cli.commands_sidecar import sidecar
 from infersight.cli.group import cli
 from infersight.collector.engines import REGISTRY
+from tests.peers import free_port
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ROOT / "docs" / "connect"
@@ -175,3 +182,89 @@ def test_every_relative_link_resolves() -> None:
         for target in re.findall(r"\]\(([^)#]+)\)", text):
             if "://" not in target:
                 assert (folder / target).exists(), target
+
+
+def _walkthrough() -> list[str]:
+    text = page("README.md").split("## Try it", 1)[1]
+    [(language, body)] = blocks(text)[:1]
+    assert language == "sh"
+    return [line for line in body.splitlines() if line.strip()]
+
+
+def _consecutive_free_ports(count: int) -> int:
+    while True:
+        base = free_port()
+        try:
+            for offset in range(1, count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        return base
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """The "Try it" commands, run as written in a fresh directory, end with the percentiles of
+    the spans the sidecar received. Two liberties: each port moves to a free one (the sidecar's
+    and the API's default ports are then given as flags), and each ``sleep N && curl URL``
+    waits until the URL shows what the page says it shows, not N seconds."""
+    engines = _consecutive_free_ports(4)  # the scenario's four simulated instances
+    grpc, http, api = free_port(), free_port(), free_port()
+    moved = {"8000": engines, "4317": grpc, "4318": http, "8080": api}
+    extra = {
+        "sidecar": ["--otlp-grpc", f"127.0.0.1:{grpc}", "--otlp-http", f"127.0.0.1:{http}"],
+        "serve": ["--listen", f"127.0.0.1:{api}"],
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERSIGHT_")}
+    executable = str(Path(sys.executable).parent / "infersight")
+    running: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        for written in _walkthrough():
+            line = re.sub(
+                r"127\.0\.0\.1:(8000|4317|4318|8080)", lambda m: f"127.0.0.1:{moved[m[1]]}", written
+            )
+            if line.startswith("sleep"):
+                url = shlex.split(line.split("&&")[1])[-1]
+                _wait_for(url, running)
+                continue
+            background = line.endswith("&")
+            argv = shlex.split(line.rstrip("&").strip())
+            assert argv[0] == "infersight", line
+            argv = [executable, *argv[1:], *extra.get(argv[1], [])]
+            if background:
+                log = (tmp_path / f"{argv[1]}.log").open("wb")
+                logs.append(log)
+                running.append(
+                    subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log, stderr=log)
+                )
+            else:
+                subprocess.run(argv, cwd=tmp_path, env=env, check=True, capture_output=True)
+    finally:
+        for process in running:
+            process.terminate()
+        for process in running:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for log in logs:
+            log.close()
+
+
+def _wait_for(url: str, running: list[subprocess.Popen[bytes]]) -> None:
+    def shown() -> bool:
+        for process in running:
+            assert process.poll() is None, f"{process.args[1]} exited ({process.returncode})"
+        try:
+            body = httpx.get(url, timeout=10).json()
+        except (httpx.TransportError, ValueError):
+            return False
+        if url.endswith("/healthz"):
+            return body.get("shipping") == "ok" and body.get("last_shipped_at") is not None
+        return sum(group["count"] for group in body.get("groups", [])) > 0
+
+    until(shown, url)
