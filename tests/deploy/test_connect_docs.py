@@ -147,8 +147,10 @@ def test_every_endpoint_is_the_sidecars_grpc_or_http_port(name: str) -> None:
     urls = re.findall(r"https?://127\.0\.0\.1:(43\d\d)(/[\w/.]*)?", text)
     for port, path in urls:
         assert port in ("4317", "4318"), (port, path)
-        # gRPC takes no path; OTLP/HTTP's traces are POSTed to /v1/traces
-        assert path == ("" if port == "4317" else "/v1/traces"), (port, path)
+        # gRPC takes no path; OTLP/HTTP's traces are POSTed to /v1/traces, and the HTTP port
+        # also serves the sidecar's /healthz and /metrics
+        allowed = {""} if port == "4317" else {"/v1/traces", "/healthz", "/metrics"}
+        assert path in allowed, (port, path)
 
 
 @pytest.mark.parametrize("name", [n for n, (_, _, d) in ENGINES.items() if d])
