@@ -168,7 +168,11 @@ def _closure(requirements: list[str]) -> set[str]:
         if name in seen or name == "infersight":
             continue
         seen.add(name)
-        for line in importlib.metadata.requires(name) or []:
+        try:
+            lines = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue  # not installed here: nothing of ours can import from it
+        for line in lines:
             inner = Requirement(line)
             if inner.marker is None or inner.marker.evaluate({"extra": ""}):
                 todo.append(inner)
