@@ -22,7 +22,7 @@ from infersight.alerts.notify import Notifier
 from infersight.alerts.routing import Router
 from infersight.alerts.rules import RulePack, load_rules
 from infersight.api.answers import AnswerCache
-from infersight.api.auth import Tokens, check_exposure, parse_tokens
+from infersight.api.auth import FailureLimiter, Tokens, check_exposure, parse_tokens
 from infersight.api.settings import ApiSettings
 from infersight.api.startup import StoreGate
 from infersight.core.burn import IncidentListener, Policy
@@ -129,7 +129,8 @@ def build_context(
 ) -> AppContext:
     """The context of ``create_app`` (its arguments, its defaults). Raises
     ``ConfigurationError`` for unsafe settings."""
-    tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file)
+    limiter = FailureLimiter(per_client=settings.auth_failures_per_client)
+    tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file, limiter)
     check_exposure(listen_host(settings), tokens, settings.insecure_no_auth)
     retention = wiring.get("retention") or RetentionPolicy()
     policy = wiring.get("policy") or default_policy()

@@ -63,12 +63,15 @@ class ErrorBody(BaseModel):
 
 #: What each error status means, as the OpenAPI document says it.
 STATUS_MEANING: dict[int, str] = {
-    400: "Invalid input (the error names the parameter), or an unknown Host",
+    400: "Invalid input (the error names the parameter; no parameter, form field or body "
+    "string may hold a control character such as NUL), or an unknown Host",
     401: "No bearer token, or an unknown one",
     403: "The token lacks the admin scope, or a change was sent from another site",
     404: "Not found",
     409: "Conflicts with what is stored",
     413: "Request body too large",
+    429: "Too many unknown tokens from this client, or from all clients, in the last minute: "
+    "every token check waits the Retry-After seconds",
 }
 
 

@@ -71,11 +71,16 @@ class _Oversized(Exception):
 
 # -- text without control characters ---------------------------------------------------------
 
-#: What no parameter can hold: C0 controls, DEL, and lone surrogates (not Unicode text).
-_PARAMETER_BAD: Final = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-#: What no string in a body document can hold: the same, less tab and line breaks (free text,
-#: such as a description, may span lines).
-_DOCUMENT_BAD: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+#: The control characters no parameter (path, query, form field) can hold: C0 and DEL, as a
+#: regular expression's class body (``api.openapi`` writes it into every string's pattern).
+PARAMETER_CONTROLS: Final = r"\x00-\x1f\x7f"
+#: Those no string of a body document can hold: the same less tab and line breaks (free text,
+#: such as a description, may span lines), and DEL.
+DOCUMENT_CONTROLS: Final = r"\x00-\x08\x0b\x0c\x0e-\x1f"
+#: Lone surrogates are no Unicode text either (a JSON escape can spell one).
+_SURROGATES: Final = r"\ud800-\udfff"
+_PARAMETER_BAD: Final = re.compile(f"[{PARAMETER_CONTROLS}{_SURROGATES}]")
+_DOCUMENT_BAD: Final = re.compile(f"[{DOCUMENT_CONTROLS}{_SURROGATES}]")
 _FORM: Final = "application/x-www-form-urlencoded"
 
 

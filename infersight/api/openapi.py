@@ -7,7 +7,10 @@ generator with one that, for every operation:
 * documents 400 ``ErrorBody`` (invalid input, or a ``Host`` the API does not answer to) in
   place of 422, 413 for a request body, 404 for a path that names a resource, 403 for a
   change (refused from another site, ``api.origin``, or for a token without the admin scope)
-  and, with tokens configured, 401 and the bearer security requirement;
+  and, with tokens configured, 401, 429 (too many unknown tokens, ``api.auth.FailureLimiter``)
+  and the bearer security requirement;
+* says of every string of a request (parameter or body) that it holds no control character,
+  as ``api.limits.TextGuard`` enforces;
 * declares the ``bearer`` security scheme (``Authorization: Bearer TOKEN``, scopes read and
   admin) and the ``session`` cookie scheme of the dashboard's pages (``/ui/``, not part of
   this document: the JSON API does not accept the cookie);
@@ -28,10 +31,16 @@ from fastapi.openapi.utils import get_openapi
 from infersight.api.auth import Scope
 from infersight.api.dashboard.session import COOKIE
 from infersight.api.errors import STATUS_MEANING, ErrorBody
+from infersight.api.limits import DOCUMENT_CONTROLS, PARAMETER_CONTROLS
 from infersight.api.origin import HOST_EXEMPT
 
 _UNSAFE = {"post", "put", "patch", "delete"}
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
+_RETRY_AFTER = {
+    "description": "Seconds until token checks from this client are answered again",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 1},
+}
 
 
 def _scope_of(operation: dict[str, Any]) -> Scope | None:
@@ -41,10 +50,13 @@ def _scope_of(operation: dict[str, Any]) -> Scope | None:
 
 
 def _error(status: int) -> dict[str, Any]:
-    return {
+    answer: dict[str, Any] = {
         "description": STATUS_MEANING[status],
         "content": {"application/json": {"schema": _ERROR_REF}},
     }
+    if status == 429:
+        answer["headers"] = {"Retry-After": _RETRY_AFTER}
+    return answer
 
 
 def _strip_null(schema: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +87,7 @@ def _fix_operation(operation: dict[str, Any], method: str, auth: bool, host_chec
     if not auth:
         operation.pop("security", None)  # no tokens configured: nothing is required
     elif scope is not None:
-        wanted.add(401)
+        wanted.update((401, 429))  # 429: api.auth.FailureLimiter
         if scope is Scope.ADMIN:
             wanted.add(403)
         operation["security"] = [{"bearer": [scope.value]}]
@@ -108,6 +120,64 @@ def _components(doc: dict[str, Any]) -> None:
     )
 
 
+def _without_controls(pattern: str, controls: str) -> str:
+    """``pattern`` with each ``\\s`` outside a character class narrowed to the whitespace that
+    is not one of ``controls`` (the other patterns' classes name no control character)."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        part = pattern[i : i + 2] if pattern[i] == "\\" else pattern[i]
+        i += len(part)
+        if part == "[":
+            in_class = True
+        elif part == "]":
+            in_class = False
+        out.append(rf"[^\S{controls}]" if part == r"\s" and not in_class else part)
+    return "".join(out)
+
+
+def _text_only(schema: Any, schemas: dict[str, Any], controls: str, seen: set[str]) -> None:
+    """Say in ``schema`` (a request's parameter or body, ``$ref`` followed into ``schemas``)
+    what ``api.limits.TextGuard`` enforces: no string (nor an object's key) holds one of
+    ``controls``; a string with a pattern of its own keeps it, narrowed where it says ``\\s``."""
+    if isinstance(schema, list):
+        for item in schema:
+            _text_only(item, schemas, controls, seen)
+        return
+    if not isinstance(schema, dict):
+        return
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+        name = ref.rsplit("/", 1)[1]
+        if name not in seen and name in schemas:
+            seen.add(name)
+            _text_only(schemas[name], schemas, controls, seen)
+        return
+    if schema.get("type") == "string" and not {"enum", "const", "format"} & schema.keys():
+        pattern = schema.get("pattern")
+        schema["pattern"] = (
+            f"^[^{controls}]*$" if pattern is None else _without_controls(pattern, controls)
+        )
+    if isinstance(schema.get("additionalProperties"), dict):
+        schema.setdefault("propertyNames", {"pattern": f"^[^{controls}]*$"})
+    for key in ("properties", "patternProperties"):
+        for item in (schema.get(key) or {}).values():
+            _text_only(item, schemas, controls, seen)
+    for key in ("items", "additionalProperties", "anyOf", "oneOf", "allOf", "prefixItems"):
+        _text_only(schema.get(key), schemas, controls, seen)
+
+
+def _text_parameters(doc: dict[str, Any]) -> None:
+    """Every request string of ``doc`` says it holds no control character."""
+    schemas = doc.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+    for item in doc.get("paths", {}).values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                _text_only(parameter.get("schema"), schemas, PARAMETER_CONTROLS, set())
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                _text_only(media.get("schema"), schemas, DOCUMENT_CONTROLS, seen)
+
+
 def document(app: FastAPI, auth: bool) -> dict[str, Any]:
     doc = get_openapi(
         title=app.title,
@@ -119,6 +189,7 @@ def document(app: FastAPI, auth: bool) -> dict[str, Any]:
     for path, item in doc.get("paths", {}).items():
         for method, operation in item.items():
             _fix_operation(operation, method, auth, path not in HOST_EXEMPT)
+    _text_parameters(doc)
     _components(doc)
     return doc
 

@@ -114,6 +114,13 @@ class ApiPart(Part):
     api_tokens_file: str = Field(
         "", description="A secrets file with one 'SCOPE TOKEN' pair per line ('#' comments)."
     )
+    auth_failures_per_client: int = Field(
+        10,
+        ge=1,
+        le=1_000_000,
+        description="Unknown tokens one client address may send in a minute before every "
+        "token check from it is answered 429.",
+    )
     insecure_no_auth: bool = Field(
         False, description="Serve without tokens on a non-loopback address (warns at start-up)."
     )

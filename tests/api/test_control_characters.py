@@ -6,6 +6,7 @@ stores; and a weekly report's week whose window cannot be represented is a 400, 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -126,3 +127,56 @@ def test_the_last_representable_week_has_simply_not_started(api: Api):
     response = api.request("POST", "/api/v1/reports/weekly?week=9999-W51&partial=true")
     assert response.status_code == 400
     assert "has not started" in response.json()["error"]["message"]
+
+
+def _request_strings(document: dict) -> list[tuple[str, dict, str]]:
+    """Every string schema of a request in ``document``: (where, schema, kind)."""
+    schemas = document["components"]["schemas"]
+    found: list[tuple[str, dict, str]] = []
+
+    def walk(schema, where: str, kind: str, seen: frozenset[str]) -> None:
+        if isinstance(schema, list):
+            for item in schema:
+                walk(item, where, kind, seen)
+            return
+        if not isinstance(schema, dict):
+            return
+        if "$ref" in schema:
+            name = schema["$ref"].rsplit("/", 1)[1]
+            if name not in seen:
+                walk(schemas[name], f"{where}>{name}", kind, seen | {name})
+            return
+        if schema.get("type") == "string" and "enum" not in schema:
+            found.append((where, schema, kind))
+        for name, item in (schema.get("properties") or {}).items():
+            walk(item, f"{where}.{name}", kind, seen)
+        for key in ("items", "additionalProperties", "anyOf"):
+            walk(schema.get(key), where, kind, seen)
+
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for parameter in operation.get("parameters", []):
+                name = f"{method} {path} {parameter['name']}"
+                walk(parameter["schema"], name, "parameter", frozenset())
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                walk(media["schema"], f"{method} {path} body", "body", frozenset())
+    return found
+
+
+def test_the_openapi_document_says_no_request_string_holds_a_control_character(api: Api):
+    strings = _request_strings(api.get("/openapi.json").json())
+    assert len(strings) > 50
+    for where, schema, kind in strings:
+        # ECMA's $ is the end of the text, where Python's admits a newline before it.
+        pattern = re.compile(re.sub(r"\$(?=\||$)", r"\\Z", schema["pattern"]))
+        for control in ("\x00", "\x1b", "\x1f"):
+            assert not pattern.search(f"1{control}"), where
+        if kind == "parameter":
+            assert not pattern.search("1\n"), where
+            assert not pattern.search("1\x7f"), where
+
+
+def test_the_openapi_document_says_when_a_token_check_is_answered_429(make_api):
+    document = make_api(api_tokens="read:read-token-0123456789").get("/openapi.json").json()
+    answers = document["paths"]["/api/v1/latency"]["get"]["responses"]
+    assert "Retry-After" in answers["429"]["headers"]
