@@ -42,7 +42,7 @@ Id = Annotated[int, annotated_types.Interval(ge=1, le=MAX_ID)]
 
 #: What ``parse_time`` accepts, as the OpenAPI document states it.
 TIME_PATTERN: Final = described(
-    TIME_REGEX, "RFC 3339 with a time zone (2026-11-30T10:00:00Z) or Unix seconds"
+    TIME_REGEX, "RFC 3339 with a time zone (2026-11-30T10:00:00Z) or Unix seconds, in 1970 to 2199"
 )
 
 
