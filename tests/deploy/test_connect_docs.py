@@ -230,7 +230,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
             )
             if line.startswith("sleep"):
                 url = shlex.split(line.split("&&")[1])[-1]
-                _wait_for(url, running)
+                _wait_for(url, running, tmp_path)
                 continue
             background = line.endswith("&")
             argv = shlex.split(line.rstrip("&").strip())
@@ -257,10 +257,13 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
             log.close()
 
 
-def _wait_for(url: str, running: list[subprocess.Popen[bytes]]) -> None:
+def _wait_for(url: str, running: list[subprocess.Popen[bytes]], folder: Path) -> None:
     def shown() -> bool:
         for process in running:
-            assert process.poll() is None, f"{process.args[1]} exited ({process.returncode})"
+            if process.poll() is not None:
+                role = str(process.args[1])  # type: ignore[index]
+                log = (folder / f"{role}.log").read_text(errors="replace")[-3000:]
+                raise AssertionError(f"{role} exited ({process.returncode}):\n{log}")
         try:
             body = httpx.get(url, timeout=10).json()
         except (httpx.TransportError, ValueError):
