@@ -206,8 +206,17 @@ def test_the_defaults_render_the_api_and_its_migrations_only() -> None:
                 "database": FULL["database"],
                 "api": {"tokens": [{"scope": "admin", "token": "short"}]},
             },
-            "at least 16 characters",
+            "at '/api/tokens/0/token': minLength: got 5, want 16",
         ),
+        # values.schema.json: a misspelt or unknown value, and values out of their domain
+        ({**FULL, "api": {**FULL["api"], "replica": 2}}, "additional properties 'replica'"),
+        ({**FULL, "sidecar": {"gpuSource": "cuda"}}, "/sidecar/gpuSource"),
+        (
+            {**FULL, "api": {"tokens": [{"scope": "root", "token": TOKEN}]}},
+            "/api/tokens/0/scope",
+        ),
+        ({**FULL, "api": {**FULL["api"], "env": {"LOG_LEVEL": "x"}}}, "'LOG_LEVEL' does not match"),
+        ({**FULL, "database": {"url": "mysql://db/x"}}, "/database/url"),
         (
             {**FULL, "metrics": {"prometheusRule": {"enabled": True}}},
             "metrics.prometheusRule.groups is empty",
