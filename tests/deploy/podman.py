@@ -12,6 +12,7 @@ their cgroups). That is written to a ``containers.conf`` of the tests' own, neve
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -45,6 +46,8 @@ MIRROR = os.environ.get("INFERSIGHT_TEST_DEBIAN_MIRROR", "http://deb.debian.org/
 IMAGE_INPUTS = ("Containerfile", ".containerignore", "pyproject.toml", "README.md", "LICENSE")
 #: Long operations (debootstrap, pip inside the build) are bounded only against a hang.
 BUILD_TIMEOUT_S = 1200
+#: The tests' images are tagged by their inputs' digest.
+TEST_TAG = "localhost/infersight:test-"
 
 
 def require_podman() -> None:
@@ -163,11 +166,28 @@ def image_tag() -> str:
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(ROOT)).encode())
             digest.update(path.read_bytes())
-    return f"localhost/infersight:test-{digest.hexdigest()[:12]}"
+    return f"{TEST_TAG}{digest.hexdigest()[:12]}"
+
+
+@contextmanager
+def building() -> Iterator[None]:
+    """One build at a time on this machine: tests of other files (pytest-xdist workers) that
+    want the same image wait for it instead of building it twice."""
+    with open(Path(tempfile.gettempdir()) / "infersight-image-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def build_image(podman: Podman) -> str:
     """The project's image, built from the Containerfile on the Debian base."""
+    with building():
+        return _build_image(podman)
+
+
+def _build_image(podman: Podman) -> str:
     tag = image_tag()
     if podman.exists(tag):
         return tag
@@ -179,6 +199,11 @@ def build_image(podman: Podman) -> str:
     if bundle is not None:
         args += ["--secret", f"id=pip-cert,src={bundle}"]
     podman.run(*args, str(ROOT), timeout=BUILD_TIMEOUT_S)
+    # Earlier builds' images (of other versions of the code) go; the build cache stays.
+    listed = podman.run("images", "--format", "{{.Repository}}:{{.Tag}}", "localhost/infersight")
+    stale = [t for t in listed.stdout.split() if t.startswith(TEST_TAG) and t != tag]
+    if stale:
+        podman.run("rmi", *stale, check=False)
     return tag
 
 

@@ -126,9 +126,12 @@ def test_spans_sent_to_the_images_sidecar_come_back_as_percentiles_from_its_api(
         ttfts = [round(0.26 + 0.01 * i, 2) for i in range(40)]
         by_http, by_grpc = spans_with_ttfts(ttfts[:20]), spans_with_ttfts(ttfts[20:])
         bearer = {"authorization": f"Bearer {OTLP_TOKEN}"}
-        assert HttpExporter(endpoint=f"{collector}/v1/traces").export(by_http) is not (
-            SpanExportResult.SUCCESS
-        ), "the sidecar accepted spans without its token"
+        anonymous = HttpExporter(endpoint=f"{collector}/v1/traces", timeout=30)
+        try:
+            refused = anonymous.export(by_http)
+        finally:
+            anonymous.shutdown()
+        assert refused is not SpanExportResult.SUCCESS, "the sidecar took spans without its token"
         http = HttpExporter(endpoint=f"{collector}/v1/traces", headers=bearer, timeout=30)
         grpc = GrpcExporter(
             endpoint=f"127.0.0.1:{grpc_port}", insecure=True, headers=bearer, timeout=30
