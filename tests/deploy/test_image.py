@@ -11,6 +11,7 @@ after its recipe; see tests/deploy/podman.py."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,7 +91,13 @@ def test_spans_sent_to_the_images_sidecar_come_back_as_percentiles_from_its_api(
     otlp_token = tmp_path / "otlp-token"
     otlp_token.write_text(OTLP_TOKEN + "\n")
     for secret in (api_tokens, otlp_token):
-        secret.chmod(0o644)
+        # readable by the image's user only, as docs/deploy.md has it (rootful podman: the
+        # container's uid is the host's)
+        if os.geteuid() == 0:
+            os.chown(secret, 10001, 10001)
+            secret.chmod(0o600)
+        else:
+            secret.chmod(0o644)
     store = ["-e", f"INFERSIGHT_DATABASE_URL={database}"]
 
     migrated = podman.run("run", "--rm", "--network", "host", *store, image, "db", "upgrade")
