@@ -273,3 +273,72 @@ def _wait_for(url: str, running: list[subprocess.Popen[bytes]], folder: Path) ->
         return sum(group["count"] for group in body.get("groups", [])) > 0
 
     until(shown, url)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_documented_token_header_reaches_a_sidecar_that_requires_a_token(
+    protocol: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OpenTelemetry SDK given the header as the pages write it
+    (``OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20TOKEN``) is let in by a sidecar
+    that listens beyond the loopback with ``--token-file``; without it, it is refused."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcExporter,
+    )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    [written] = set(
+        re.findall(r"OTEL_EXPORTER_OTLP_TRACES_HEADERS=(authorization=Bearer%20)", page("otel.md"))
+    )
+    token = "a-token-of-the-test-000000"
+    (tmp_path / "token").write_text(token)
+    grpc, http = free_port(), free_port()
+    argv = [
+        str(Path(sys.executable).parent / "infersight"),
+        "--store",
+        f"sqlite:///{tmp_path / 'store.db'}",
+        "sidecar",
+        "--gpu-source=none",
+        f"--spool-dir={tmp_path / 'spool'}",
+        f"--otlp-grpc=0.0.0.0:{grpc}",
+        f"--otlp-http=0.0.0.0:{http}",
+        f"--token-file={tmp_path / 'token'}",
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INFERSIGHT_", "OTEL_"))}
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{http}/healthz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        until(healthy, "the sidecar's /healthz", process=process)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", protocol)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "true")
+        if protocol == "grpc":
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{grpc}")
+            make = GrpcExporter
+        else:
+            endpoint = f"http://127.0.0.1:{http}/v1/traces"
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+            make = HttpExporter
+        span = TracerProvider().get_tracer("test").start_span("chat")
+        span.set_attribute("gen_ai.operation.name", "chat")
+        span.end()
+        refused = make(timeout=30)
+        assert refused.export([span]) is SpanExportResult.FAILURE
+        refused.shutdown()
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", written + token)
+        exporter = make(timeout=30)
+        assert exporter.export([span]) is SpanExportResult.SUCCESS
+        exporter.shutdown()
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
