@@ -219,7 +219,7 @@ def container(
         yield name
     finally:
         print(f"--- podman logs {name}\n{podman.logs(name)[-6000:]}")
-        podman.run("rm", "-f", "-t", "10", name, check=False)
+        podman.run("rm", "-f", "-v", "-t", "10", name, check=False)
 
 
 def running(podman: Podman, name: str) -> bool:

@@ -99,19 +99,23 @@ def test_spans_sent_to_the_images_sidecar_come_back_as_percentiles_from_its_api(
         else:
             secret.chmod(0o644)
     store = ["-e", f"INFERSIGHT_DATABASE_URL={database}"]
+    # Locked down as docs/deploy.md runs it: a read-only root file system, no capabilities,
+    # no privilege gain; the sidecar writes its spool to a volume of its own.
+    hardened = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
 
     migrated = podman.run("run", "--rm", "--network", "host", *store, image, "db", "upgrade")
     assert "is at revision" in migrated.stdout + migrated.stderr
 
     api_port, http_port, grpc_port = free_port(), free_port(), free_port()
-    serve_options = [*store, "-e", "INFERSIGHT_API_TOKENS_FILE=/run/secrets/api-tokens"]
+    serve_options = [*hardened, *store, "-e", "INFERSIGHT_API_TOKENS_FILE=/run/secrets/api-tokens"]
     serve_options += ["-v", f"{api_tokens}:/run/secrets/api-tokens:ro"]
     serve = ["serve", "--listen", f"127.0.0.1:{api_port}", "--no-migrate"]
     sidecar = ["sidecar", "--otlp-http", f"127.0.0.1:{http_port}"]
     sidecar += ["--otlp-grpc", f"127.0.0.1:{grpc_port}", "--instance", "vllm-image-0"]
     sidecar += ["--model", "llama-3.1-8b", "--gpu-source", "none", "--window", "0"]
-    sidecar += ["--token-file", "/run/secrets/otlp-token"]
-    sidecar_options = [*store, "-v", f"{otlp_token}:/run/secrets/otlp-token:ro"]
+    sidecar += ["--token-file", "/run/secrets/otlp-token", "--spool-dir", "/spool"]
+    sidecar_options = [*hardened, *store, "-v", f"{otlp_token}:/run/secrets/otlp-token:ro"]
+    sidecar_options += ["--mount", "type=volume,destination=/spool"]
     api = f"http://127.0.0.1:{api_port}"
     collector = f"http://127.0.0.1:{http_port}"
 
