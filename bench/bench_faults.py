@@ -14,6 +14,8 @@ and counts what came through:
   restart: is the page written and delivered;
 * ``delivery``: the webhook holds its 200 for 3 s, ``kill -9`` of ``serve`` as the POST
   arrives, a restart; ``--repeats`` times: is the same Slack message sent twice;
+* ``pagerduty``: the same with PagerDuty (half as many times), which deduplicates by
+  ``dedup_key``: a resend is allowed there, a lost page is not;
 * ``stuck``: the request tables locked (``ACCESS EXCLUSIVE``, ``--lock-s``) while exports keep
   coming and 40 API readers block: what the sidecar's and ``serve``'s ``/healthz`` say and how
   long ``serve``'s takes, the sidecar's ship lag, and that nothing is lost after;
@@ -232,9 +234,13 @@ def outbox_inserts(db: Database) -> int:
     )
 
 
-def pages(row: Row, db: Database, hook: Receiver, slo_like: str, needle: str) -> None:
+def pages(
+    row: Row, db: Database, hook: Receiver, slo_like: str, needle: str, notifier: str = "slack"
+) -> None:
+    """Incidents of the SLOs ``slo_like``, outbox messages of ``notifier``, and what ``hook``
+    received (bodies containing ``needle``): distinct, and copies beyond the first."""
     row.incidents = db.count(f"SELECT count(*) FROM incidents WHERE slo LIKE '{slo_like}'")
-    row.written = db.count("SELECT count(*) FROM outbox WHERE notifier = 'slack'")
+    row.written = db.count(f"SELECT count(*) FROM outbox WHERE notifier = '{notifier}'")
     received = hook.count(needle)
     row.delivered = len(received)
     row.pages_duplicated = sum(received.values()) - len(received)
@@ -297,18 +303,36 @@ def unsettled(db: Database) -> int:
     return db.count("SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')")
 
 
-def fault_delivery(args: argparse.Namespace, work: Path) -> Row:
-    row = Row(f"kill -9 during the Slack POST (× {args.repeats})", "0 sent twice, 0 lost (Slack)")
+def fault_delivery(args: argparse.Namespace, work: Path, receiver: str = "slack") -> Row:
+    """Kills during a held POST to ``receiver``: Slack (no deduplication: a second copy is a
+    duplicate page) or PagerDuty (``dedup_key``: a resend of the same event is allowed)."""
+    deduplicates = receiver == "pagerduty"
+    label = "PagerDuty" if deduplicates else "Slack"
+    repeats = max(1, args.repeats // 2) if deduplicates else args.repeats
+    row = Row(
+        f"kill -9 during the {label} POST (× {repeats})",
+        "0 lost; a resend of the same event allowed (PagerDuty)"
+        if deduplicates
+        else "0 sent twice, 0 lost (Slack)",
+    )
     recoveries: list[float] = []
-    with database(args.postgres_url, "delivery") as db, Receiver(hold_s=3.0).running() as hook:
+    names = [f"faults-{receiver}-{k}" for k in range(repeats)]
+    with database(args.postgres_url, receiver) as db, Receiver(hold_s=3.0).running() as hook:
+        env = (
+            {
+                "INFERSIGHT_PAGERDUTY_ROUTING_KEY": "faults-routing-key-0123456789",
+                "INFERSIGHT_PAGERDUTY_URL": hook.url,
+                "INFERSIGHT_EVALUATION_INTERVAL_S": "1",
+            }
+            if deduplicates
+            else serve_env(hook)
+        )
         faults.write_burning(db.engine)
-        serve = faults.start_serve(db.url, work / "delivery-serve.log", **serve_env(hook))
+        serve = faults.start_serve(db.url, work / f"{receiver}-serve.log", **env)
         try:
-            for k in range(args.repeats):
-                name = f"faults-delivery-{k}"
+            for k, name in enumerate(names):
                 faults.put_burning_slo(db.engine, name)
                 if not hook.wait_for(name, args.page_bound):
-                    row.fail(f"{name} was never delivered")
                     break
                 serve.kill()
                 faults.restart_serve(serve)
@@ -318,22 +342,27 @@ def fault_delivery(args: argparse.Namespace, work: Path) -> Row:
                 time.sleep(1)
                 copies = sum(hook.count(name).values())
                 progress(
-                    f"delivery {k + 1}/{args.repeats}: killed (-9) during the POST; "
+                    f"{receiver} {k + 1}/{repeats}: killed (-9) during the POST; "
                     f"{name} received {copies}×"
                 )
         finally:
             serve.kill()
-        pages(row, db, hook, "faults-delivery-%", "faults-delivery-")
-    row.recovery_s = max(recoveries) if len(recoveries) == args.repeats else None
+        pages(row, db, hook, f"faults-{receiver}-%", f"faults-{receiver}-", receiver)
+        lost = [name for name in names if not hook.count(name)]
+    row.recovery_s = max(recoveries) if len(recoveries) == repeats else None
     row.bound_s = args.page_bound
     row.measured = (
         f"{len(recoveries)} kill(s) during the POST; recovery: restart → the message settled"
     )
-    if (row.delivered or 0) < min(row.incidents or 0, args.repeats):
-        row.fail("page(s) lost")
-    if row.pages_duplicated:
+    if lost:
+        row.fail(f"{len(lost)} page(s) lost")
+    if row.pages_duplicated and not deduplicates:
         row.fail(f"{row.pages_duplicated} page(s) sent twice")
     return row
+
+
+def fault_pagerduty(args: argparse.Namespace, work: Path) -> Row:
+    return fault_delivery(args, work, "pagerduty")
 
 
 # -- 4. stuck store --------------------------------------------------------------------------
@@ -775,6 +804,7 @@ FAULTS: dict[str, Callable[[argparse.Namespace, Path], Row]] = {
     "disk": fault_disk,
     "outbox": fault_outbox,
     "delivery": fault_delivery,
+    "pagerduty": fault_pagerduty,
     "stuck": fault_stuck,
     "hog": fault_hog,
     "flood": fault_flood,
