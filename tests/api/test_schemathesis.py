@@ -6,10 +6,15 @@ auth, stateful sequences), all four phases, a fixed seed and a few examples per 
 an admin; ``schemathesis.toml`` beside this file says the one thing relaxed and why. Any
 failure fails the test with schemathesis' own report, and so does a traceback in the server's
 log (a 500 that the checks might not reach).
+
+A longer search runs the same test with more arguments for ``schemathesis run``, e.g.
+``INFERSIGHT_TEST_SCHEMATHESIS_ARGS="--max-time 300 --max-examples 10 --seed 11"``.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +42,9 @@ def test_schemathesis_finds_no_failure(store: Store, tmp_path: Path):
                 "--header", f"Authorization: Bearer {ADMIN_TOKEN}",
                 "--workers", "1",
                 "--report", "junit", "--report-dir", str(tmp_path / "report"),
+                *shlex.split(os.environ.get("INFERSIGHT_TEST_SCHEMATHESIS_ARGS", "")),
             ],
-            check=False, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+            check=False, capture_output=True, text=True, timeout=1800, cwd=tmp_path,
         )  # fmt: skip
         server_output = api.output()
     report = result.stdout + result.stderr
