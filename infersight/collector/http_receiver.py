@@ -27,7 +27,7 @@ from typing import Any, Final
 import uvicorn
 from google.rpc import status_pb2
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -151,6 +151,10 @@ def create_app(
                 raise UnsupportedMediaType(f"unsupported content type {media!r}")
             ingested = await decoding.ingest(request, media)
             await asyncio.wrap_future(ingested.durable)
+        except ClientDisconnect:
+            # The client hung up before its body was in: nothing was taken, no one to answer
+            # (and no traceback in the log for each one that does so).
+            return Response(status_code=400)
         except InfersightError as exc:
             refusal = ExportRefusal.of(exc)
             refusal.count(metrics, "http", exc)

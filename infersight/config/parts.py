@@ -136,7 +136,10 @@ class ApiPart(Part):
         5, ge=1, le=300, description="Seconds an idle keep-alive connection stays open."
     )
     max_connections: int = Field(
-        256, ge=1, le=100_000, description="Open connections at most; more are closed at once."
+        256,
+        ge=1,
+        le=100_000,
+        description="Open connections at most; at the cap an idle one is closed for a newcomer.",
     )
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body accepted.")
     metrics_cache_s: float = Field(
