@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from sqlalchemy import Engine
 
 from infersight.cli.group import read_scenario, store_option
@@ -184,6 +185,20 @@ def _sinks(
     return sinks, store_sink, otlp
 
 
+def _not_in_argv(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The sidecar's token from ``INFERSIGHT_OTLP_TOKEN`` only: on the command line any local
+    user would read it (``/proc/PID/cmdline``)."""
+    if value is not None and ctx.get_parameter_source(param.name or "") is (
+        ParameterSource.COMMANDLINE
+    ):
+        raise click.UsageError(
+            "--otlp-token is refused: a token on the command line is readable by every local "
+            "user in the process list. Give it with the INFERSIGHT_OTLP_TOKEN environment "
+            "variable"
+        )
+    return value
+
+
 @click.command("simulate")
 @click.option(
     "--scenario",
@@ -200,7 +215,15 @@ def _sinks(
     default=None,
     help="Export spans: http://HOST:4318[/v1/traces] (OTLP/HTTP) or grpc://HOST:4317.",
 )
-@click.option("--otlp-token", metavar="TOKEN", default=None, envvar="INFERSIGHT_OTLP_TOKEN")
+@click.option(
+    "--otlp-token",
+    default=None,
+    envvar="INFERSIGHT_OTLP_TOKEN",
+    show_envvar=True,
+    callback=_not_in_argv,
+    help="The sidecar's bearer token, from INFERSIGHT_OTLP_TOKEN only (on the command line, "
+    "where the process list shows it, it is refused).",
+)
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
 @click.option(
     "--speed",

@@ -99,3 +99,18 @@ def test_the_http_receiver_closes_idle_and_slowloris_connections(tmp_path):
     finally:
         server.stop()
         spool.close()
+
+
+def test_the_simulators_otlp_token_is_refused_on_the_command_line_and_read_from_the_env():
+    from click.testing import CliRunner
+
+    from infersight.cli.commands_simulate import simulate
+
+    token = "a-long-enough-token-0123"
+    argv = CliRunner().invoke(simulate, ["--list", "--otlp-token", token])
+    assert argv.exit_code == 2
+    assert "--otlp-token is refused" in argv.output
+    assert "INFERSIGHT_OTLP_TOKEN" in argv.output
+    assert token not in argv.output
+    env = CliRunner().invoke(simulate, ["--list"], env={"INFERSIGHT_OTLP_TOKEN": token})
+    assert env.exit_code == 0, env.output
