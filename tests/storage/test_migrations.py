@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -182,3 +184,38 @@ def test_0015_keys_rollups_by_adapter_keeping_old_rows_as_the_base_models(fresh_
     assert (kept, [tuple(r) for r in kept_good]) == ([7], [(9,)])
     migrate.upgrade(fresh_engine)
     assert migrate.current(fresh_engine) == migrate.head()
+
+
+@pytest.mark.postgres
+def test_two_upgrades_at_once_on_a_new_postgres_database_both_succeed(tmp_path):
+    """A Helm hook beside replicas started with --migrate: two ``db upgrade`` processes at
+    once on a database never migrated. One waits for the other's commit and finds the store
+    at head (before the lock, the second failed on the tables the first had just created)."""
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"infersight_mig_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    url = admin.url.set(database=name).render_as_string(hide_password=False)
+    try:
+        command = [sys.executable, "-c", "from infersight.cli import main; main()"]
+        runs = [
+            subprocess.Popen(
+                [*command, "db", "upgrade", "--store", url],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        outputs = [run.communicate(timeout=600)[0] for run in runs]
+        assert [run.returncode for run in runs] == [0, 0, 0], outputs
+        assert not [out for out in outputs if "Traceback" in out]
+        engine = create_store_engine(url)
+        try:
+            assert migrate.current(engine) == migrate.head()
+        finally:
+            engine.dispose()
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
