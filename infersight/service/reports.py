@@ -44,6 +44,7 @@ from infersight.service.report_render import (
 )
 from infersight.storage import cost as cost_store
 from infersight.storage import reports as report_store
+from infersight.storage.engine import long_running
 from infersight.storage.outbox import Outbox
 
 KIND: Final = "weekly"
@@ -303,7 +304,9 @@ class WeeklyReports:
         notifiers: Collection[str] = (),
         base_url: str = "",
     ) -> None:
-        self.engine = engine
+        # A scheduled batch job, not an interactive read: a week of a large fleet's rollups
+        # may take longer than an API answer's statement bound (its lock waits keep theirs).
+        self.engine = long_running(engine)
         self.model = model
         self.timezone = timezone
         self.tz = zone(timezone)

@@ -74,6 +74,7 @@ from infersight.core.window import Resolution, Window
 from infersight.storage import scaling as scaling_store
 from infersight.storage import scaling_reads, slo_store
 from infersight.storage.capacity import production_capacity
+from infersight.storage.engine import long_running
 from infersight.storage.runs import get_run, list_runs
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,9 @@ class Recommender:
         burn_policy: Policy,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.engine = engine
+        # A scheduled job reading every model's windows: a statement may run past an API
+        # answer's bound on a large store (its lock waits keep theirs).
+        self.engine = long_running(engine)
         self.short_window = min(burn_policy.windows, default=SHORT_BURN_WINDOW)
         self.monotonic = monotonic
         self._capacity: dict[tuple[str, str], tuple[float, float | None, str]] = {}
