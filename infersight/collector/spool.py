@@ -364,7 +364,12 @@ class Spool:
         freed = removed = 0
         try:
             with self._lock:
-                tight = not self._reserve_held or self._headroom < self.reserve_bytes
+                # Without a reserve (reserve_bytes=0) space is short only once a delete
+                # meets a full disk (below); small checkpointed steps would cost an fsync
+                # each for nothing.
+                tight = self.reserve_bytes > 0 and (
+                    not self._reserve_held or self._headroom < self.reserve_bytes
+                )
                 start = 0
                 while start < len(seqs):
                     step = TIGHT_DELETE if tight else BULK_DELETE
