@@ -10,19 +10,31 @@ Each attempt is claimed — committed as ``sending`` — before its request leav
 mid-send is known after the restart: ``recover_interrupted`` sends such a message again only
 to a receiver that deduplicates (``Notifier.deduplicates``: PagerDuty's ``dedup_key``,
 Alertmanager's labels), at least once with a key; to any other (Slack) it is delivered at most
-once and the interrupted attempt is marked ``unknown``, logged once.
+once and the interrupted attempt is marked ``unknown``, logged once. Each outcome names the
+claim that made it (its attempt number), so one reported late — by a deliverer that lost the
+lead mid-send — never overwrites what was decided since (``Outbox.delivered``).
+
+A notifier that raises (a bug, or an error of the HTTP client other than a transport error:
+too many redirects, an undecodable answer, an invalid URL) does not abort the pass or strand
+its message as ``sending``: the attempt is retried with backoff like a retryable failure, and
+the exception is logged (its type and frames, never its text, which may quote a secret URL),
+with the traceback once per message and error. A transport error is a retryable failure
+(``notify.post_json``); one raised after the request was written (a read timeout, a dropped
+connection) may follow a delivery, so such a retry can reach a receiver twice — at least
+once there, as before.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from infersight.alerts.notify import Notifier, retry_after_s
+from infersight.alerts.notify import Notifier, SendResult, retry_after_s
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +52,12 @@ class MessageLike(Protocol):
 
 class OutboxLike(Protocol):
     def due(self, now: datetime, limit: int = 100) -> Sequence[MessageLike]: ...
-    def claim(self, message_id: int, now: datetime) -> bool: ...
-    def delivered(self, message_id: int, now: datetime) -> None: ...
-    def retry_at(self, message_id: int, at: datetime, error: str) -> None: ...
-    def failed(self, message_id: int, error: str) -> None: ...
+    def claim(self, message_id: int, now: datetime) -> int | None: ...
+    def delivered(self, message_id: int, now: datetime, attempt: int | None = None) -> object: ...
+    def retry_at(
+        self, message_id: int, at: datetime, error: str, attempt: int | None = None
+    ) -> object: ...
+    def failed(self, message_id: int, error: str, attempt: int | None = None) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,25 +137,47 @@ def deliver_due(
     """Send every due message once; record each outcome in the outbox."""
     delivered = retried = failed = 0
     for message in outbox.due(now, limit):
-        if not outbox.claim(message.id, now):
+        attempt = outbox.claim(message.id, now)
+        if attempt is None:
             continue  # cancelled or claimed since it was read
         notifier = notifiers.get(message.notifier)
         if notifier is None:
-            outbox.failed(message.id, f"no notifier named {message.notifier!r}")
+            outbox.failed(message.id, f"no notifier named {message.notifier!r}", attempt)
             failed += 1
             continue
-        result = notifier.send(json.loads(message.payload))
+        try:
+            result = notifier.send(json.loads(message.payload))
+        except Exception as exc:
+            result = _raised(message, exc)
         if result.ok:
-            outbox.delivered(message.id, now)
+            outbox.delivered(message.id, now, attempt)
             delivered += 1
-        elif result.retryable and message.attempts + 1 < backoff.max_attempts:
+        elif result.retryable and attempt < backoff.max_attempts:
             delay = backoff.delay(message.attempts, retry_after_s(result.retry_after, now))
-            outbox.retry_at(message.id, now + timedelta(seconds=delay), result.error)
+            outbox.retry_at(message.id, now + timedelta(seconds=delay), result.error, attempt)
             retried += 1
         else:
-            outbox.failed(message.id, result.error)
+            outbox.failed(message.id, result.error, attempt)
             log.warning(
                 "notification %s to %s refused: %s", message.id, notifier.name, result.error
             )
             failed += 1
     return DispatchReport(delivered, retried, failed)
+
+
+def _raised(message: MessageLike, exc: Exception) -> SendResult:
+    """A notifier's exception as a retryable failure, logged: with its frames (not its text,
+    which may quote the secret URL) the first time this message fails with it."""
+    error = f"the notifier raised {type(exc).__name__}"
+    if getattr(message, "last_error", "") != error:
+        frames = "".join(traceback.format_tb(exc.__traceback__))
+        log.warning(
+            "notification %s to %s: %s; retried later\nTraceback (most recent call last):\n%s",
+            message.id,
+            message.notifier,
+            error,
+            frames.rstrip(),
+        )
+    else:
+        log.debug("notification %s to %s: %s again", message.id, message.notifier, error)
+    return SendResult(False, retryable=True, error=error)

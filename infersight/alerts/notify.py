@@ -149,7 +149,14 @@ class Notifier(Protocol):
 def post_json(
     client: httpx.Client, url: str, body: Any, headers: Mapping[str, str] | None = None
 ) -> SendResult:
-    """POST ``body`` as JSON and classify the answer (the URL never appears in errors)."""
+    """POST ``body`` as JSON and classify the answer (the URL never appears in errors).
+
+    A transport error is retryable. One raised before the request left (no connection) lost
+    nothing; one raised after it was written (a read timeout, a dropped connection) may follow
+    a delivery the answer of which never came, so its retry may reach the receiver twice: at
+    least once, which a receiver that deduplicates absorbs and a Slack channel shows twice.
+    Any other exception (the client's or a bug's) propagates; the dispatcher retries it too
+    (``alerts.dispatch.deliver_due``)."""
     try:
         response = client.post(url, json=body, headers=dict(headers or {}))
     except httpx.TransportError as exc:

@@ -18,6 +18,12 @@ the replica recommender (``service.scaling``: one recommendation per model), eve
 ``scaling_interval_s``, when given.
 Rollups themselves are merged as batches arrive (``storage.rollup``), so compaction here is
 the retention of the finer resolutions that coarser ones have made redundant.
+
+Each time this replica takes the lead — its first tick that leads, and each later one that
+leads after a tick that did not, or after the lock was lost and taken again between ticks
+(``AdvisoryLock.term``) — ``Jobs`` calls its ``on_lead`` hooks, and the ``on_leadership`` of
+the delivery job when it has one, before any job of that term runs: the notifications' follow-up
+then settles what the replica that led before left half done (``service.notifications``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol
 
@@ -117,6 +123,8 @@ class AdvisoryLock:
         self._mutex = threading.Lock()
         self._outage = Episodes(log)
         self._leading = False
+        #: How many times this replica took the lock: a new term each time it takes it again.
+        self.term = 0
 
     def acquire(self) -> bool:
         with self._mutex:
@@ -151,6 +159,7 @@ class AdvisoryLock:
         )
         if got:
             self._connection = connection
+            self.term += 1
             if not back:
                 log.info("this replica now leads the scheduled jobs")
         else:
@@ -252,6 +261,7 @@ class Jobs:
         report_cron: Mapping[str, Any] | None = None,
         scale: Callable[[datetime], object] | None = None,
         scaling_interval_s: float = 60.0,
+        on_lead: Sequence[Callable[[], object]] = (),
     ) -> None:
         self.engine = engine
         self.evaluator = evaluator
@@ -284,6 +294,15 @@ class Jobs:
         #: Each job's run of failures, logged once per change (``Episodes``).
         self._failures: dict[str, Episodes] = {name: Episodes(log) for name in self.runs}
         self._scheduler: BackgroundScheduler | None = None
+        #: Called each time this replica takes the lead, before a job of the new term runs.
+        self.on_lead: list[Callable[[], object]] = list(on_lead)
+        told = getattr(deliver, "on_leadership", None)
+        if callable(told):
+            self.on_lead.append(told)
+        self._lead_mutex = threading.Lock()
+        self._leading = False
+        self._lead_term: object = None
+        self._lead_hooks = Episodes(log)
 
     def tick_evaluation(self) -> bool:
         """Evaluate every SLO if this replica leads; whether it did."""
@@ -313,8 +332,26 @@ class Jobs:
             return False
         return self._guarded("scale", lambda: scale(self.clock()))
 
+    def _leads(self) -> bool:
+        """Whether this replica leads; on taking the lead, the ``on_lead`` hooks are called
+        (under a mutex: a job of the new term runs after them)."""
+        led = self.lock.acquire()
+        term = getattr(self.lock, "term", None)
+        with self._lead_mutex:
+            gained = led and (not self._leading or term != self._lead_term)
+            self._leading, self._lead_term = led, term
+            if gained:
+                for hook in self.on_lead:
+                    try:
+                        hook()
+                    except Exception as exc:
+                        self._lead_hooks.failed(exc, "a hook on taking the lead failed")
+                    else:
+                        self._lead_hooks.succeeded("the hooks on taking the lead run again")
+        return led
+
     def _guarded(self, name: str, work: Callable[[], object]) -> bool:
-        if not self.lock.acquire():
+        if not self._leads():
             return False
         started = time.perf_counter()
         failures = self._failures.setdefault(name, Episodes(log))

@@ -7,9 +7,11 @@ re-evaluation never pages twice); resolves wait a hold-down so that a flapping a
 once (an incident that opens within it naming another cause or instance than the last one is
 sent as an update of the receiver's still-open alert). ``Delivery`` is the job that drains
 the outbox; it runs apart from the evaluation, so an endpoint that is down only delays its own
-messages. Its first pass after a start settles the attempts a crash interrupted mid-send: sent
-again to PagerDuty and Alertmanager (they deduplicate), marked ``unknown`` for Slack (at most
-once). ``notifiers_from_settings`` builds the
+messages. Its first pass after a start, and after each time this replica takes the lead of the
+scheduled jobs (``on_leadership``: the replica that led before may have died mid-send), settles
+the attempts left claimed: sent again to PagerDuty and Alertmanager (they deduplicate), marked
+``unknown`` for Slack (at most once). A predecessor that was still sending reports its outcome
+to its own claim only (``storage.outbox``). ``notifiers_from_settings`` builds the
 notifiers from their settings (``config.parts.NotifierPart``: environment variables or secret
 files); the secrets live only inside the notifier objects and are never logged.
 """
@@ -236,35 +238,53 @@ class Delivery:
         self.outbox = Outbox(engine)
         self.notifiers = dict(notifiers)
         self.backoff = backoff or Backoff()
+        # Each start or gain of the lead is a term; the first pass of a term settles every claim.
+        self._term = 1
+        self._settled = 0
 
-        self._started = False
+    def on_leadership(self) -> None:
+        """This replica took the lead: the next pass settles every claim left without an
+        outcome (whoever led before may have died mid-send)."""
+        self._term += 1
 
     def __call__(self, now: datetime) -> DispatchReport:
-        # The first pass after a start settles every attempt a crash left claimed (this process
-        # has none in flight yet); later passes, those whose claim outlived its lease.
+        # The first pass of a term settles every attempt left claimed (this replica has none in
+        # flight: its jobs ran only while it led); later passes, those whose claim outlived its
+        # lease.
+        term = self._term
         resent, abandoned = recover_interrupted(
-            self.outbox, self.notifiers, now, every=not self._started
+            self.outbox, self.notifiers, now, every=term != self._settled
         )
-        self._started = True
+        self._settled = term
         report = deliver_due(self.outbox, self.notifiers, now, self.backoff)
         return dataclasses.replace(report, resent=resent, abandoned=abandoned)
 
 
 class FollowUp:
     """The job that runs apart from the evaluation: re-diagnose firing incidents, then drain
-    the outbox (when notifiers are configured); its first pass after a start first enqueues
-    what a crash kept from the outbox (``Announcer.reconcile``)."""
+    the outbox (when notifiers are configured); its first pass after a start, and after each
+    time this replica takes the lead (``on_leadership``), first enqueues what a crash kept from
+    the outbox (``Announcer.reconcile``): the leader that died may have committed an escalation
+    or a resolution without its notification."""
 
     def __init__(self, diagnosis: DiagnosisListener, delivery: Delivery | None) -> None:
         self.diagnosis = diagnosis
         self.delivery = delivery
-        self._reconciled = False
+        self._term = 1
+        self._reconciled = 0
+
+    def on_leadership(self) -> None:
+        """This replica took the lead: reconcile and settle the claims on the next pass."""
+        self._term += 1
+        if self.delivery is not None:
+            self.delivery.on_leadership()
 
     def __call__(self, now: datetime) -> DispatchReport | None:
-        if not self._reconciled:  # the first pass after a start: what a crash kept back
+        term = self._term
+        if term != self._reconciled:  # a new term: what a crash kept back
             if isinstance(self.diagnosis.announce, Announcer):
                 self.diagnosis.announce.reconcile(now)
-            self._reconciled = True
+            self._reconciled = term
         self.diagnosis.refresh(now)
         return self.delivery(now) if self.delivery is not None else None
 

@@ -13,6 +13,10 @@ receiver that deduplicates, else marked ``unknown`` — it may or may not have a
 sending it again could page twice. A message may wait (``not_before``) and be
 ``cancel_pending``-ed before it goes out: that is how a flapping alert's held-back resolve is
 withdrawn. Rows stay after delivery as history.
+
+An outcome names its claim (the attempt number ``claim`` returns) and is recorded only for it:
+a deliverer that lost the lead mid-send and reports late cannot overwrite what its successor
+decided since (the rules are above ``Outbox.delivered``).
 """
 
 from __future__ import annotations
@@ -133,12 +137,13 @@ class Outbox:
             ).all()
         return [_message(r) for r in rows]
 
-    def claim(self, message_id: int, now: datetime) -> bool:
+    def claim(self, message_id: int, now: datetime) -> int | None:
         """Commit the attempt before it is made: the pending message becomes ``sending`` (its
-        attempts counted, its lease until ``now + CLAIM_LEASE``); ``False`` if it was no longer
-        pending (cancelled meanwhile, or claimed by another deliverer)."""
+        attempts counted, its lease until ``now + CLAIM_LEASE``). The attempt's number — the
+        claim's token, which its outcome names — or ``None`` if it was no longer pending
+        (cancelled meanwhile, or claimed by another deliverer)."""
         with self.engine.begin() as connection:
-            done = connection.execute(
+            row = connection.execute(
                 update(outbox)
                 .where(outbox.c.id == message_id, outbox.c.state == MessageState.PENDING.value)
                 .values(
@@ -146,22 +151,60 @@ class Outbox:
                     attempts=outbox.c.attempts + 1,
                     next_attempt_at=now + CLAIM_LEASE,
                 )
-            )
-        return bool(done.rowcount)
+                .returning(outbox.c.attempts)
+            ).first()
+        return None if row is None else int(row.attempts)
 
-    def delivered(self, message_id: int, now: datetime) -> None:
-        self._set(message_id, state=MessageState.DELIVERED.value, delivered_at=now, last_error="")
+    # An outcome is that of one claim (``attempt``, the number ``claim`` gave). A deliverer that
+    # lost the lead (or stalled past its lease) may report it after another one settled the
+    # claim (``recover``: ``unknown``, or pending to be sent again) or claimed the message anew;
+    # the late outcome then must not undo what was decided since. So:
+    #
+    # - ``delivered`` is recorded while no later attempt was claimed and the claim's row is
+    #   ``sending``, ``unknown`` or pending again: the receiver has it, which is better known than
+    #   "it may or may not have arrived", and sending it again would be needless (or, for Slack,
+    #   a second message). Once a later attempt is claimed, that one's outcome decides.
+    # - ``retry_at`` and ``failed`` apply to the claim's row while it is ``sending`` or
+    #   ``unknown``: an ``unknown`` was only the want of this outcome, and a message the receiver
+    #   refused is then sent again (retryable) or recorded as refused, not left as maybe-arrived.
+    #   A message already due again (``recover`` re-queued it for a receiver that deduplicates)
+    #   is left to its next attempt.
+    #
+    # Without ``attempt`` (an older caller) an outcome applies only to a ``sending`` row.
 
-    def retry_at(self, message_id: int, at: datetime, error: str) -> None:
-        self._set(
+    def delivered(self, message_id: int, now: datetime, attempt: int | None = None) -> bool:
+        """Record the attempt delivered; whether it was recorded (see above)."""
+        return self._set(
             message_id,
+            attempt,
+            (MessageState.SENDING, MessageState.UNKNOWN, MessageState.PENDING),
+            state=MessageState.DELIVERED.value,
+            delivered_at=now,
+            last_error="",
+        )
+
+    def retry_at(
+        self, message_id: int, at: datetime, error: str, attempt: int | None = None
+    ) -> bool:
+        """Record a retryable failure: due again at ``at``; whether it was recorded."""
+        return self._set(
+            message_id,
+            attempt,
+            (MessageState.SENDING, MessageState.UNKNOWN),
             state=MessageState.PENDING.value,
             next_attempt_at=at,
             last_error=error[:1024],
         )
 
-    def failed(self, message_id: int, error: str) -> None:
-        self._set(message_id, state=MessageState.FAILED.value, last_error=error[:1024])
+    def failed(self, message_id: int, error: str, attempt: int | None = None) -> bool:
+        """Record a final refusal; whether it was recorded."""
+        return self._set(
+            message_id,
+            attempt,
+            (MessageState.SENDING, MessageState.UNKNOWN),
+            state=MessageState.FAILED.value,
+            last_error=error[:1024],
+        )
 
     def recover(
         self, now: datetime, resend: Callable[[str], bool], *, every: bool = False
@@ -224,10 +267,24 @@ class Outbox:
             ).scalar_one()
         return int(count)
 
-    def _set(self, message_id: int, **values: object) -> None:
-        """An attempt's outcome (the attempt was counted by ``claim``)."""
+    def _set(
+        self,
+        message_id: int,
+        attempt: int | None,
+        states: tuple[MessageState, ...],
+        **values: object,
+    ) -> bool:
+        """An attempt's outcome (the attempt was counted by ``claim``), recorded only for the
+        claim that made it (``attempt``) in one of ``states``; whether it was recorded."""
+        where = [outbox.c.id == message_id]
+        if attempt is None:
+            where.append(outbox.c.state == MessageState.SENDING.value)
+        else:
+            where.append(outbox.c.attempts == attempt)
+            where.append(outbox.c.state.in_([s.value for s in states]))
         with self.engine.begin() as connection:
-            connection.execute(update(outbox).where(outbox.c.id == message_id).values(**values))
+            done = connection.execute(update(outbox).where(*where).values(**values))
+        return bool(done.rowcount)
 
 
 def _message(r: Row[Any]) -> Message:
