@@ -114,24 +114,6 @@ def test_a_replica_that_takes_the_lead_again_reconciles_and_settles_every_claim(
     assert {m.state for m in outbox.messages()} == {MessageState.DELIVERED}
 
 
-def test_each_gain_of_the_lead_calls_the_hooks_once(store: Store) -> None:
-    lock, calls = ToggledLock(), []
-    jobs = Jobs(
-        store.engine,
-        Evaluator(store.engine, default_policy()),
-        RetentionPolicy(),
-        FakeClock(T0),
-        lock,
-        evaluation_interval_s=30.0,
-        maintenance_interval_s=3600.0,
-        on_lead=[lambda: calls.append("lead")],
-    )
-    for leads in (True, True, False, False, True, True):
-        lock.leads = leads
-        jobs.tick_maintenance()
-    assert calls == ["lead", "lead"]
-
-
 def _answering(answer: httpx.Response, before: object = None) -> httpx.Client:
     def handle(request: httpx.Request) -> httpx.Response:
         if callable(before):
