@@ -3,12 +3,18 @@
 uvicorn bounds the time an idle keep-alive connection stays open, but not the time a client
 takes to send a request's headers: a connection that sends nothing, or a header byte every
 few seconds (slowloris), stays open for ever, and a thousand of them hold a thousand sockets.
-``guarded_protocol`` wraps uvicorn's HTTP protocol with three bounds:
+``guarded_protocol`` wraps uvicorn's HTTP protocol with four bounds:
 
 * a **header deadline**: from the moment a connection opens, or a response completes, the
   client has ``header_timeout_s`` to complete the next request's headers; more data does not
   extend it. When it passes with no request in progress, the connection is closed.
 * a **header size** cap: more than ``max_header_bytes`` without complete headers closes it.
+* a **body deadline**: while the application waits for more of a request's body, the client
+  has ``body_idle_s`` (``header_timeout_s`` unless set) to send its next part; when it passes
+  with nothing received, the request is answered 408 (unless its response has begun) and the
+  connection closed. Time the server spends before reading the body (processing, reading
+  paused, "100 Continue" not yet sent) does not count; the body's total time is the
+  application's to bound.
 * a **connection cap** that idle connections cannot monopolise. When a connection opens at
   ``max_connections``, the server closes an idle one to make room, not the newcomer, in this
   order: a connection open ``fresh_s`` or more that has never completed a request (connected
@@ -17,7 +23,11 @@ few seconds (slowloris), stays open for ever, and a thousand of them hold a thou
   have been read yet); and last a keep-alive connection that answered less than ``fresh_s``
   ago (its client is sending). Within each, the one idle longest goes first, so a new
   connection is closed only after every one opened before it. A connection with a request in
-  flight is never closed for another. Only
+  flight is never closed for another, unless the server is waiting for its body: one that has
+  sent nothing of it for ``fresh_s`` or more goes first (with the silent ones, from when the
+  wait began), one that sent some less than ``fresh_s`` ago goes with the new connections
+  (from when it opened or last answered: a client that reopens its stalled requests at once
+  does not push out a newer connection). Only
   when every connection is busy is the newcomer held to the **reserve**: ``reserve``
   connections more, on which only the health and metrics paths (``reserved_paths``) are
   served, anything else answered 503 + ``Retry-After`` and closed; beyond those it is closed
@@ -65,6 +75,17 @@ async def _full(send: Send) -> None:
     await send({"type": "http.response.body", "body": _FULL})
 
 
+_STALLED: Final = json.dumps(
+    {"error": {"code": "body_timeout", "message": "the request body did not arrive in time"}}
+).encode()
+#: Written straight to the transport (the application is still waiting for the body), and
+#: the connection closed after it.
+_STALLED_RESPONSE: Final = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: " + str(len(_STALLED)).encode() + b"\r\n\r\n" + _STALLED
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
     header_timeout_s: float = 10.0
@@ -74,16 +95,30 @@ class ConnectionLimits:
     #: Connections beyond the cap, when every connection is busy, for ``reserved_paths`` only.
     reserve: int = 8
     reserved_paths: frozenset[str] = RESERVED_PATHS
+    #: Seconds a request's body may make no progress while the application waits for it;
+    #: ``None``: ``header_timeout_s``.
+    body_idle_s: float | None = None
     #: Idle for less than this, a connection is closed for a newcomer only after the others
     #: (a new one: its request may not have been read yet; a keep-alive one: its client
     #: is sending).
     fresh_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.header_timeout_s > 0 or self.keep_alive_s < 1 or self.fresh_s < 0:
+        body_ok = self.body_idle_s is None or self.body_idle_s > 0
+        if (
+            not self.header_timeout_s > 0
+            or not body_ok
+            or self.keep_alive_s < 1
+            or self.fresh_s < 0
+        ):
             raise ValueError("connection timeouts must be positive")
         if self.max_connections < 1 or self.max_header_bytes < 1024 or self.reserve < 0:
             raise ValueError("connection limits must be positive")
+
+    @property
+    def body_timeout_s(self) -> float:
+        """``body_idle_s``, or ``header_timeout_s`` when it is not set."""
+        return self.header_timeout_s if self.body_idle_s is None else self.body_idle_s
 
     def uvicorn_options(self, http: str = HTTP_IMPL) -> dict[str, Any]:
         """Keyword arguments for ``uvicorn.Config`` that apply these limits."""
@@ -121,15 +156,59 @@ def guarded_protocol(limits: ConnectionLimits, http: str = HTTP_IMPL) -> type[as
             self._requests = 0  # requests whose headers were complete
             self._idle_since = time.monotonic()
             self._reserved = False  # a reserve connection: reserved paths only
+            #: Since when the application waits for more of the request's body (None: not).
+            self._body_wait: float | None = None
+            self._body_deadline: asyncio.TimerHandle | None = None
+            self._body_cycle: Any = None  # the request whose body is awaited
             app: Any = self.app
 
             async def admitted(scope: Scope, receive: Receive, send: Send) -> None:
                 if self._reserved and scope.get("path") not in limits.reserved_paths:
                     await _full(send)
                     return
-                await app(scope, receive, send)
+                await app(scope, self._timed(receive), send)
 
             self.app: Any = admitted
+
+        def _timed(self, receive: Receive) -> Receive:
+            """``receive``, timed while it waits for more of the request's body."""
+            cycle: Any = getattr(receive, "__self__", None)  # uvicorn's request cycle
+            if cycle is None:
+                return receive
+
+            async def timed() -> MutableMapping[str, Any]:
+                if not cycle.more_body or cycle.response_complete or cycle.disconnected:
+                    return await receive()  # the body is all in: waits for a disconnect
+                self._body_cycle = cycle
+                self._await_body()
+                try:
+                    return await receive()
+                finally:
+                    self._body_wait = self._body_cycle = None
+                    self._disarm_body()
+
+            return timed
+
+        def _await_body(self) -> None:
+            self._disarm_body()
+            self._body_wait = time.monotonic()
+            self._body_deadline = self.loop.call_later(limits.body_timeout_s, self._stalled)
+
+        def _disarm_body(self) -> None:
+            if self._body_deadline is not None:
+                self._body_deadline.cancel()
+                self._body_deadline = None
+
+        def _stalled(self) -> None:
+            """The body made no progress in time: 408 (if nothing was answered yet), closed."""
+            self._body_deadline = None
+            cycle = self._body_cycle
+            if self._body_wait is None or self._closing():
+                return
+            log.debug("request body stalled: connection closed")
+            if cycle is not None and not cycle.response_started:
+                self.transport.write(_STALLED_RESPONSE)
+            self._close()
 
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
@@ -159,12 +238,16 @@ def guarded_protocol(limits: ConnectionLimits, http: str = HTTP_IMPL) -> type[as
         @staticmethod
         def _evict(connections: list[Any]) -> bool:
             """Close the idle connection first in line, if any (the module's doc)."""
-            idle = [c for c in connections if c._idle()]
+            idle = [c for c in connections if c._idle() or c._body_wait is not None]
             if not idle:
                 return False
             fresh_since = time.monotonic() - limits.fresh_s
 
             def rank(c: Any) -> tuple[int, float]:
+                if not c._idle():  # waiting for its body: stalled first, arriving last
+                    if c._body_wait <= fresh_since:
+                        return (0, c._body_wait)
+                    return (2, c._idle_since)  # as a new one: from when it opened
                 young = c._idle_since > fresh_since
                 if c._requests == 0:  # silent, slow, or its first request not read yet
                     return (2 if young else 0, c._idle_since)
@@ -177,6 +260,7 @@ def guarded_protocol(limits: ConnectionLimits, http: str = HTTP_IMPL) -> type[as
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._disarm_body()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -184,6 +268,8 @@ def guarded_protocol(limits: ConnectionLimits, http: str = HTTP_IMPL) -> type[as
             if self._deadline is not None:
                 self._header_bytes += len(data)
             super().data_received(data)
+            if self._body_wait is not None:  # progress: the body deadline starts again
+                self._await_body()
             if self.cycle is not before:
                 self._requests += 1
                 self._disarm()  # a request's headers are complete
@@ -220,6 +306,7 @@ def guarded_protocol(limits: ConnectionLimits, http: str = HTTP_IMPL) -> type[as
 
         def _close(self) -> None:
             self._disarm()
+            self._disarm_body()
             if not self.transport.is_closing():
                 self.transport.close()
 

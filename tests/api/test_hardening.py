@@ -206,3 +206,25 @@ def test_at_the_cap_a_silent_connection_is_closed_for_a_new_one(store: Store, tm
                     break
             except httpx.TransportError:
                 continue
+
+
+@pytest.mark.e2e
+def test_a_request_body_that_never_comes_is_answered_408(store: Store, tmp_path: Path):
+    # Issue 32: the API reads a POST's body before it checks anything else, and nothing
+    # bounded the wait for it, so headers with a Content-Length and no body held a connection
+    # for ever. Now a body that makes no progress for the header timeout is answered 408.
+    request = (
+        b"POST /api/v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n{"
+    )
+    with (
+        serve(store.url, tmp_path, INFERSIGHT_HEADER_TIMEOUT_S="1") as api,
+        socket.create_connection(("127.0.0.1", api.port)) as sock,
+    ):
+        sock.sendall(request)
+        sock.settimeout(120)  # a guard only: the answer comes after about 1 s
+        answer = b""
+        while chunk := sock.recv(4096):  # until the server closes the connection
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert b'"body_timeout"' in answer
