@@ -21,7 +21,7 @@ compress 5-30 times (random ids and timestamps do not compress); 256 leaves a wi
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from infersight.core.errors import InvalidInput, TooLarge
@@ -63,13 +63,20 @@ def normal_encoding(encoding: str) -> str:
     return encoding
 
 
-async def read_raw(chunks: AsyncIterator[bytes], cap: int) -> bytes | bytearray:
-    """The body as sent (still compressed), or ``TooLarge`` once it exceeds ``cap``."""
+async def read_raw(
+    chunks: AsyncIterator[bytes], cap: int, hold: Callable[[int], object] | None = None
+) -> bytes | bytearray:
+    """The body as sent (still compressed), or ``TooLarge`` once it exceeds ``cap``.
+
+    ``hold`` is called with each chunk's size before the chunk is kept: it may refuse it
+    (the receiver's byte budget for bodies in memory, ``collector.admission``)."""
     raw = bytearray()  # returned as it is: a copy into ``bytes`` would double the peak
     async for chunk in chunks:
-        raw += chunk
-        if len(raw) > cap:
+        if len(raw) + len(chunk) > cap:
             raise TooLarge("body over the cap", details={"cap": cap, "reason": "body_too_large"})
+        if hold is not None:
+            hold(len(chunk))
+        raw += chunk
     return raw
 
 

@@ -6,10 +6,11 @@ Status codes follow the OTLP specification (``collector.refusal`` maps each refu
 body not received in time, 413 over the cap after decompression or over an entry limit, 415
 unsupported media type or encoding, 429 + ``Retry-After`` when too many exports are in flight
 (``collector.admission``), 503 + ``Retry-After`` when the spool refuses. The body is read on
-the event loop (I/O only) and inflated, decoded and mapped by a decode slot (in its decoder
-process, ``collector.decoding``, when the ingestor has one), except a small uncompressed
-protobuf body, whose decoding costs less than the hand-off. 503 + ``Retry-After`` also answers
-an export whose decoder process died under it.
+the event loop (I/O only), holding its bytes against the admission's budget but no admission
+place until it is all in, so a slow or stalled body keeps no exporter out; it is then inflated,
+decoded and mapped by a decode slot (in its decoder process, ``collector.decoding``, when the
+ingestor has one), except a small uncompressed protobuf body, whose decoding costs less than
+the hand-off. 503 + ``Retry-After`` also answers an export whose decoder process died under it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from infersight.collector import otlp
-from infersight.collector.admission import Admission
+from infersight.collector.admission import Admission, Receipt
 from infersight.collector.auth import authorized
 from infersight.collector.body import BodyTimeout, UnsupportedMediaType, normal_encoding, read_raw
 from infersight.collector.ingest import Ingested, Ingestor
@@ -75,8 +76,8 @@ def _error(
 
 
 class _Decoding:
-    """Reading a body on the event loop, then inflating, decoding and mapping it in one of
-    the admission's decode slots."""
+    """Reading a body on the event loop (against the admission's byte budget, with no
+    place), then inflating, decoding and mapping it in one of the admission's decode slots."""
 
     def __init__(self, ingestor: Ingestor, gate: Admission) -> None:
         self.ingestor = ingestor
@@ -97,10 +98,10 @@ class _Decoding:
             raise TooLarge("body over the cap", details={"cap": cap, "reason": "body_too_large"})
         return int(declared)
 
-    async def read(self, request: Request) -> bytes | bytearray:
+    async def read(self, request: Request, receipt: Receipt) -> bytes | bytearray:
         try:
             async with asyncio.timeout(BODY_TIMEOUT_S):
-                return await read_raw(request.stream(), self.limits.max_body_bytes)
+                return await read_raw(request.stream(), self.limits.max_body_bytes, receipt.add)
         except TimeoutError:
             raise BodyTimeout(
                 "the body did not arrive in time", details={"reason": "body_timeout"}
@@ -108,22 +109,28 @@ class _Decoding:
 
     async def ingest(self, request: Request, media: str) -> Ingested:
         encoding = normal_encoding(request.headers.get("content-encoding", "identity"))
-        size = self.declared_size(request)
         gate = self.gate
-        gate.enter(size)
+        # The body is received holding only its bytes, not an admission place: a client
+        # that sends its body slowly, or never, keeps no exporter out (issue 32, defect 6).
+        receipt = gate.receipt(self.declared_size(request))
         handed_off = False
         try:
-            raw = await self.read(request)
-            if encoding == "identity" and media == otlp.PROTOBUF and len(raw) <= INLINE_MAX_BYTES:
-                return self.ingestor.ingest_decoded(otlp.decode(raw, media, self.limits))
-            # The place is given back when the decoding ends, not when this request does:
-            # a client that hangs up does not stop the work it started.
-            work = gate.submit(self.decode_and_ingest, raw, encoding, media)
-            work.add_done_callback(lambda _: gate.leave(size))
-            handed_off = True
+            raw = await self.read(request, receipt)
+            receipt.admit()
+            size = receipt.held
+            try:
+                if encoding == "identity" and media == otlp.PROTOBUF and size <= INLINE_MAX_BYTES:
+                    return self.ingestor.ingest_decoded(otlp.decode(raw, media, self.limits))
+                # The place is given back when the decoding ends, not when this request does:
+                # a client that hangs up does not stop the work it started.
+                work = gate.submit(self.decode_and_ingest, raw, encoding, media)
+                work.add_done_callback(lambda _: gate.leave(size))
+                handed_off = True
+            finally:
+                if not handed_off:
+                    gate.leave(size)
         finally:
-            if not handed_off:
-                gate.leave(size)
+            receipt.release()  # the bytes of a body refused before its admission
         try:
             return await asyncio.wrap_future(work)
         finally:

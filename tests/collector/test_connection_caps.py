@@ -5,7 +5,10 @@ never closed for another: held for the sidecar's 30 s body timeout, and for ever
 A real OpenTelemetry exporter keeps exporting to the sidecar (a real ``infersight sidecar``
 process) and ``/healthz`` keeps answering, and the API (``infersight serve``) keeps answering
 its queries and probes.
-Before, every connection beyond the cap was closed as it opened, and no export got through."""
+Before, every connection beyond the cap was closed as it opened, and no export got through.
+Nor do clients that send their bodies a few bytes a second hold the receiver's admission
+places (before, a body took its place before it was read: eight such clients and every export
+was 429)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from infersight.api.settings import ApiSettings
+from infersight.collector.admission import Admission, AdmissionConfig
 from infersight.collector.assembly import Reassembly
 from infersight.collector.http_receiver import RECEIVER_LIMITS, HttpServer, create_app
 from infersight.collector.ingest import Ingestor
@@ -36,7 +40,7 @@ from infersight.httpd import ConnectionLimits
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 from tests.api.live import READ_TOKEN, TOKENS, serve
-from tests.collector.harness import sidecar_args, spawn_sidecar, vllm_spans
+from tests.collector.harness import Receiver, encoded, sidecar_args, spawn_sidecar, vllm_spans
 from tests.connection_hog import Hog
 from tests.waiting import until
 
@@ -82,21 +86,7 @@ def _hogged(hog: Hog) -> None:
     until(lambda: hog.reopened >= 2 * EXTRA, "the hog's sockets closed by the server")
 
 
-@pytest.mark.parametrize(
-    "headers_only",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the connections make room now, but the receiver takes its admission "
-                "place (8 exports) before reading a body, so stalled bodies hold those: 429",
-            ),
-        ),
-    ],
-    ids=["silent", "headers-only"],
-)
+@HOGS
 def test_a_sidecar_full_of_silent_sockets_still_takes_exports_and_answers_probes(
     tmp_path: Path, headers_only: bool
 ):
@@ -306,3 +296,111 @@ def _receiving(server: HttpServer) -> int:
     return sum(
         1 for c in connections if c._requests == 1 and getattr(c, "_body_wait", 0.0) is not None
     )
+
+
+SLOW = 10  # slow-body clients: more than the admission's 1 slot + 7 waiting places
+
+
+def _headers_in(server: HttpServer) -> int:
+    """Connections of ``server`` whose (first) request's headers are in."""
+    try:
+        connections = list(server._server.server_state.connections)
+    except RuntimeError:  # changed while copied (the server's thread)
+        return 0
+    return sum(1 for c in connections if c._requests == 1)
+
+
+def _unanswered(server: HttpServer) -> int:
+    """Connections of ``server`` with a request in and no answer sent yet."""
+    try:
+        connections = list(server._server.server_state.connections)
+    except RuntimeError:  # changed while copied (the server's thread)
+        return 0
+    return sum(1 for c in connections if c._requests == 1 and not c._idle())
+
+
+def test_clients_sending_their_bodies_a_few_bytes_a_second_do_not_block_exporters(
+    tmp_path: Path,
+):
+    """A body is received holding its bytes only, not an admission place: SLOW clients each
+    sending a byte every 0.3 s (their bodies still arriving for the whole test, so no body
+    deadline ends them) leave the places to exporters, which are answered 200 at once."""
+    stop = threading.Event()
+    sent: list[int] = []
+    with _receiver(tmp_path, RECEIVER_LIMITS) as (server, _):
+        head = (
+            f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            "Content-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n"
+        ).encode()
+        slow = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(SLOW)]
+
+        def trickle() -> None:  # \x0a\x00 repeated: empty ResourceSpans, a valid export
+            while not stop.wait(0.3):
+                byte = b"\x0a\x00"[len(sent) % 2 : len(sent) % 2 + 1]
+                for sock in slow:
+                    sock.sendall(byte)
+                sent.append(1)
+
+        try:
+            for sock in slow:
+                sock.sendall(head)
+            until(lambda: _headers_in(server) == SLOW, "every slow client's headers in")
+            sender = threading.Thread(target=trickle, daemon=True)
+            sender.start()
+            until(lambda: len(sent) >= 3, "the slow clients' first bytes sent")
+            body = encoded(vllm_spans(5))
+            answers = [
+                httpx.post(
+                    f"http://127.0.0.1:{server.port}/v1/traces",
+                    content=body,
+                    headers={"content-type": "application/x-protobuf"},
+                    timeout=60,
+                ).status_code
+                for _ in range(EXPORTS)
+            ]
+            assert answers == [200] * EXPORTS
+            exporter = OTLPSpanExporter(
+                endpoint=f"http://127.0.0.1:{server.port}/v1/traces", timeout=60
+            )
+            try:
+                exported = exporter.export(vllm_spans(3))
+            finally:
+                exporter.shutdown()
+            still = _unanswered(server)  # the slow ones: still being received, none refused
+            assert sender.is_alive()
+        finally:
+            stop.set()
+            for sock in slow:
+                sock.close()
+    assert exported is SpanExportResult.SUCCESS
+    assert still == SLOW
+
+
+def test_bodies_being_received_are_bounded_by_bytes_and_give_them_back_when_dropped(
+    make_receiver: Callable[..., Receiver],
+):
+    """Bodies being received hold the bytes received so far (not their declared length)
+    against the admission's ``max_bytes``: one that would take them past it is refused 429
+    + Retry-After, a small one still fits, and a client that hangs up mid-body gives its
+    bytes back."""
+    admission = Admission(AdmissionConfig(max_bytes=200_000))
+    receiver = make_receiver(admission=admission)
+    big, small = encoded(vllm_spans(200)), encoded(vllm_spans(2))
+    assert len(small) < 200_000 - 150_000 < len(big)  # beside the 150 kB held: fits, not
+    protobuf = {"content-type": "application/x-protobuf"}
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/x-protobuf\r\nContent-Length: 300000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", receiver.http.port)) as sock:
+        sock.sendall(head + b"\x0a\x00" * 75_000)  # 150 kB of the 300 kB declared
+        until(lambda: admission.bytes == 150_000, "the partial body held")
+        assert admission.admitted == 0  # bytes only: no admission place
+        shed = httpx.post(receiver.url + "/v1/traces", content=big, headers=protobuf, timeout=60)
+        fits = httpx.post(receiver.url + "/v1/traces", content=small, headers=protobuf, timeout=60)
+    until(lambda: admission.bytes == 0, "the dropped body's bytes given back")
+    after = httpx.post(receiver.url + "/v1/traces", content=big, headers=protobuf, timeout=60)
+    assert (shed.status_code, shed.headers["retry-after"]) == (429, "1")
+    assert fits.status_code == 200
+    assert after.status_code == 200
+    assert (admission.admitted, admission.bytes) == (0, 0)
