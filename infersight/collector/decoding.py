@@ -29,6 +29,7 @@ import os
 import pickle
 import queue
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -136,6 +137,9 @@ class _Child:
                 bufsize=0,
                 env=env,
                 cwd=Path(__file__).resolve().parents[2],
+                # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group)
+                # reaches the receiver alone, which stops its children by closing their pipes.
+                process_group=0,
             )
             assert proc.stdin is not None
             assert proc.stdout is not None
@@ -331,6 +335,8 @@ def _serve(source: IO[bytes], out: IO[bytes]) -> None:
 
 
 def main() -> None:
+    # Stopped by its parent only (stdin closed): an interrupt is not for a decoder.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The protocol has stdout to itself: anything printed goes to stderr instead.
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
