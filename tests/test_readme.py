@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -12,6 +13,7 @@ from infersight.cli.settings import Settings, SidecarSettings
 from infersight.config.parts import PARTS, NotifierPart, variable
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+PYPROJECT = README.with_name("pyproject.toml")
 ROW = re.compile(r"^\| `(INFERSIGHT_[A-Z_]+)` \| `([^`]*)` \|", re.MULTILINE)
 NAME = re.compile(r"^\| `(INFERSIGHT_[A-Z_]+)` \|", re.MULTILINE)
 ROLES = (Settings, SidecarSettings, ApiSettings)
@@ -39,11 +41,23 @@ def test_every_notifier_is_in_the_readme_and_its_secrets_may_come_from_files():
     assert "named by the same variable with `_FILE` appended" in section
 
 
-def test_the_readme_has_exactly_the_two_setup_commands():
+def test_the_readme_has_exactly_the_two_setup_commands_after_the_clone():
+    """From a fresh machine: the clone, then the demo in a virtual environment of its own (a
+    bare ``pip install`` is refused by Debian's and Ubuntu's Python, PEP 668), then the tests."""
     text = README.read_text()
     block = text.split("## Quick start", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
-    assert commands == ["pip install -e '.[all]' && infersight demo", "bash .ci/run"]
+    assert commands == [
+        "git clone https://github.com/infersight/infersight && cd infersight",
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[all]' && .venv/bin/infersight demo",
+        "bash .ci/run",
+    ]
+
+
+def test_the_demo_s_extra_installs_every_role_the_demo_runs():
+    """``.[all]`` in the Quick start is the sidecar, the server and the simulator."""
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    assert set(extras["all"]) == {"infersight[sidecar,server,simulator]"}
 
 
 def test_the_roles_read_exactly_the_variables_the_readme_documents():
