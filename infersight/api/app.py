@@ -33,6 +33,7 @@ from infersight.api.routes import (
     capacity,
     cost,
     incidents,
+    ingest,
     purchasing,
     query,
     scaling,
@@ -51,6 +52,7 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     baselines.router,
     scaling.router,
     purchasing.router,
+    ingest.router,
     dashboard.router,
     docs.router,
 )

@@ -1,4 +1,6 @@
-"""Bearer-token authentication with two scopes: ``read`` (queries) and ``admin`` (changes).
+"""Bearer-token authentication with three scopes: ``read`` (queries), ``admin`` (changes) and
+``ingest`` (a sidecar's token for ``POST /api/v1/ingest``: it may only ship, nothing else, and
+no other scope may ship).
 
 Tokens come from ``INFERSIGHT_API_TOKENS`` (``read:TOKEN,admin:TOKEN``) and/or a secrets file
 (one ``SCOPE TOKEN`` per line). With no tokens the API is open, which is allowed on a loopback
@@ -44,12 +46,14 @@ log = logging.getLogger(__name__)
 class Scope(StrEnum):
     READ = "read"
     ADMIN = "admin"
+    INGEST = "ingest"
 
 
-#: What each scope grants: admin implies read.
+#: What each scope grants: admin implies read; ingest grants only itself.
 GRANTS: dict[Scope, frozenset[Scope]] = {
     Scope.READ: frozenset({Scope.READ}),
     Scope.ADMIN: frozenset({Scope.READ, Scope.ADMIN}),
+    Scope.INGEST: frozenset({Scope.INGEST}),
 }
 
 
@@ -164,7 +168,7 @@ def _pair(scope: str, token: str, where: str) -> tuple[str, Scope, frozenset[str
     except ValueError:
         raise ConfigurationError(
             f"unknown token scope {name!r} in {where}",
-            details={"allowed": ["read", "read@TENANT|TENANT", "admin"]},
+            details={"allowed": ["read", "read@TENANT|TENANT", "admin", "ingest"]},
         ) from None
     if len(token.strip()) < 16:
         raise ConfigurationError(f"an API token in {where} is shorter than 16 characters")

@@ -46,7 +46,8 @@ _RETRY_AFTER = {
 def _scope_of(operation: dict[str, Any]) -> Scope | None:
     """The scope ``api.deps.requires`` put in the operation's bearer requirement."""
     scopes = {s for r in operation.get("security", []) for s in r.get("bearer", [])}
-    return Scope.ADMIN if Scope.ADMIN.value in scopes else (Scope.READ if scopes else None)
+    order = (Scope.ADMIN, Scope.INGEST, Scope.READ)
+    return next((scope for scope in order if scope.value in scopes), None)
 
 
 def _error(status: int) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def _fix_operation(operation: dict[str, Any], method: str, auth: bool, host_chec
         operation.pop("security", None)  # no tokens configured: nothing is required
     elif scope is not None:
         wanted.update((401, 429))  # 429: api.auth.FailureLimiter
-        if scope is Scope.ADMIN:
+        if scope is not Scope.READ:  # admin, ingest: a read token is refused
             wanted.add(403)
         operation["security"] = [{"bearer": [scope.value]}]
     for status in sorted(wanted):

@@ -1,0 +1,104 @@
+"""``/api/v1/ingest``: central ingest, where sidecars ship instead of to the database.
+
+``POST /api/v1/ingest`` takes one batch of one kind in the wire format of ``core.wire``
+(``Content-Type: application/vnd.infersight.batch``, optionally ``Content-Encoding: gzip``;
+the raw body is bounded by the API's ``max_body_bytes``, the inflated one by
+``core.wire.MAX_INFLATED_BYTES``), validates every entry as the sidecar's receivers do, and
+writes the batch through the store writer (``storage.writer``) in one transaction. It answers
+200 only after that transaction committed, so a sidecar deletes from its spool only what is
+durable; the writer ignores keys it already has (requests and client records by span, samples
+by time, instance and GPU or engine rank), so a batch replayed after a lost answer is stored
+once. A malformed batch is 400 and nothing of it is stored; a store that is down is 503.
+
+``GET /api/v1/ingest/ping`` is the sidecar's probe: one ``SELECT 1`` on the store.
+
+Both require a token of the ``ingest`` scope (``api.auth``): a sidecar's token may only ship,
+and a read or admin token cannot ship. This route is the one place a store backend other than
+``storage.writer``'s would plug in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from infersight.api.auth import Scope
+from infersight.api.context import AppContext
+from infersight.api.deps import App, requires
+from infersight.api.errors import responses
+from infersight.api.params import KnownQueryRoute
+from infersight.core.accept import AcceptWindow
+from infersight.core.client import ClientRecord
+from infersight.core.errors import InvalidInput
+from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.wire import MEDIA_TYPE, WireKind, decode_batch, inflate
+from infersight.core.write import ClientSink, Sink
+from infersight.storage.writer import open_writer
+
+router = APIRouter(
+    prefix="/api/v1/ingest",
+    dependencies=[Depends(requires(Scope.INGEST))],
+    route_class=KnownQueryRoute,
+    tags=["ingest"],
+)
+
+
+def _writer(app: AppContext) -> Sink:
+    """The store writer, refusing what the raw retention has already dropped."""
+    window = AcceptWindow.of_days(app.retention.raw_days)
+    return open_writer(app.engine, accept=window, clock=app.clock)
+
+
+def _store(app: AppContext, body: bytes, encoding: str) -> dict[str, Any]:
+    if encoding == "gzip":
+        body = inflate(body)
+    elif encoding not in ("", "identity"):
+        raise InvalidInput(f"unsupported Content-Encoding {encoding!r} (gzip or none)")
+    kind, items = decode_batch(body)
+    writer = _writer(app)
+    answer: dict[str, Any] = {"kind": kind.name.lower(), "received": len(items)}
+    if kind is WireKind.RECORD:
+        result = writer.write_requests([r for r in items if isinstance(r, RequestRecord)])
+    elif kind is WireKind.CLIENT:
+        assert isinstance(writer, ClientSink)
+        result = writer.write_client_requests([r for r in items if isinstance(r, ClientRecord)])
+    elif kind is WireKind.GPU:
+        answer["stored"] = writer.write_gpu_samples([s for s in items if isinstance(s, GpuSample)])
+        return answer
+    else:
+        answer["stored"] = writer.write_server_samples(
+            [s for s in items if isinstance(s, ServerSample)]
+        )
+        return answer
+    answer.update(inserted=result.inserted, duplicates=result.duplicates, refused=result.refused)
+    return answer
+
+
+@router.post(
+    "",
+    summary="Store one batch shipped by a sidecar (ingest token)",
+    responses=responses(400, 413),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def ingest(request: Request, app: App) -> dict[str, Any]:
+    """Answers after the batch's transaction committed; a replay stores nothing twice."""
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != MEDIA_TYPE:
+        raise InvalidInput(f"the body must be {MEDIA_TYPE}", details={"content_type": media})
+    body = await request.body()
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    return await run_in_threadpool(_store, app, body, encoding)
+
+
+@router.get("/ping", summary="The sidecar's probe: one round trip to the store (ingest token)")
+async def ping(app: App) -> dict[str, bool]:
+    await run_in_threadpool(_writer(app).ping)  # type: ignore[attr-defined]
+    return {"ok": True}
