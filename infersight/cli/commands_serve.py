@@ -21,6 +21,7 @@ Each worker builds its own read engine after the fork, as it does its primary's.
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 from collections.abc import Callable
@@ -168,6 +169,14 @@ def serve_worker(plan: Plan, sock: socket.socket, lock: ProcessLock, worker: Wor
         built.close()
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts; a clear error when it cannot be."""
+    try:
+        return listen_socket(host, port)
+    except OSError as exc:
+        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def serve_workers(plan: Plan, workers: int) -> int:
     """``serve --workers N``: check, bind, fork, supervise; the exit status."""
     if in_memory_sqlite(plan.settings.database_url):
@@ -178,12 +187,7 @@ def serve_workers(plan: Plan, workers: int) -> int:
     checked = build(plan)  # the settings' errors, once, before anything is bound or forked
     dialect = checked.engine.dialect.name
     checked.close()
-    try:
-        sock = listen_socket(plan.host, plan.port)
-    except OSError as exc:
-        raise InvalidInput(
-            f"cannot listen on {plan.host}:{plan.port}: {exc.strerror or exc}"
-        ) from None
+    sock = _listen(plan.host, plan.port)
     host, port = sock.getsockname()[:2]
     plan = Plan(plan.settings, plan.api, plan.host, int(port), plan.run_migrations)
     lock = ProcessLock()
@@ -267,11 +271,17 @@ def serve(
         if code:
             sys.exit(code)
         return
+    sock = _listen(host, port)
     built = build(plan)
     try:
         config = server_config(
             built.app, host, port, api_settings, built.app.state.context.tokens.scopes
         )
-        uvicorn.Server(config).run()
+        bound, shown = sock.getsockname()[1], f"[{host}]" if ":" in host else host
+        logging.getLogger("uvicorn.error").info(
+            "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, bound
+        )
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         built.close()
+        sock.close()

@@ -14,6 +14,7 @@ their idle time and age.
 
 from __future__ import annotations
 
+import socket
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,17 @@ class GrpcLimits:
         ]
 
 
+def _bind_error(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound, as the operating system says it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return "gRPC could not bind it"
+
+
 class GrpcServer:
     def __init__(
         self,
@@ -167,7 +179,12 @@ class GrpcServer:
             (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
         )
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.port = self._server.add_insecure_port(address)
+        try:
+            self.port = self._server.add_insecure_port(address)
+        except RuntimeError:  # gRPC says only that it failed: a plain bind says why
+            raise InvalidInput(
+                f"cannot listen on {host}:{port}: {_bind_error(host, port)}"
+            ) from None
         self.host = host
 
     def start(self) -> GrpcServer:

@@ -236,7 +236,11 @@ class HttpServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))
+        try:
+            self._socket.bind((host, port))
+        except OSError as exc:  # in use, or not an address of this host: the operator's to fix
+            self._socket.close()
+            raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self.host = host
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
