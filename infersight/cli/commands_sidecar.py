@@ -207,6 +207,19 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
 @click.option(
     "--insecure-no-auth", is_flag=True, help="Allow non-loopback listening without a token."
 )
+@click.option(
+    "--ship-to",
+    default=None,
+    metavar="URL",
+    help="Ship to central ingest (an `infersight serve` API, e.g. https://api:8080) instead of "
+    "to the database; needs --ship-token-file. Not with --store.",
+)
+@click.option(
+    "--ship-token-file",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A file holding this sidecar's ingest-scoped API token (for --ship-to).",
+)
 @click.pass_context
 def sidecar(ctx: click.Context, /, **options: Any) -> None:
     """Receive OTLP traces, scrape /metrics, sample GPUs; spool durably and ship to the store."""
@@ -242,12 +255,11 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         raise ConfigurationError(
             "--gpu-source must be nvml, dcgm:URL or none", details={"value": gpu_source}
         )
-    url = _store_url(options["store"], settings)
-    _check_store_url(url)
+    open_sink = _sink_opener(options, settings, window)
     scrapers: list[Any] = []  # the scraper, once built (after the receivers listen)
     app = Sidecar(
         config,
-        lambda: _open_sink(url, window, settings.store_timeouts()),
+        open_sink,
         scraped_model=lambda: scrapers[0].current_model() if scrapers else "",
         scraped_adapters=lambda: scrapers[0].current_adapters() if scrapers else frozenset(),
     )
@@ -278,6 +290,29 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         app.add_samplers(samplers)
 
     _run(app, add_samplers)
+
+
+def _sink_opener(
+    options: dict[str, Any], settings: SidecarSettings, window: AcceptWindow
+) -> Callable[[], Any]:
+    """What builds the shipper's sink: central ingest's client with ``--ship-to``, else the
+    store writer for the store URL."""
+    ship_to, token_file = options["ship_to"], options["ship_token_file"]
+    if ship_to is None:
+        if token_file is not None:
+            raise click.UsageError("--ship-token-file goes with --ship-to")
+        url = _store_url(options["store"], settings)
+        _check_store_url(url)
+        return lambda: _open_sink(url, window, settings.store_timeouts())
+    if options["store"] is not None:
+        raise click.UsageError("--ship-to and --store are exclusive: ship to one of them")
+    if token_file is None:
+        raise click.UsageError("--ship-to needs --ship-token-file (an ingest-scoped token)")
+    token = token_file.read_text().strip()
+    from infersight.collector.remote_sink import RemoteSink  # noqa: PLC0415 (light)
+
+    sink = RemoteSink(ship_to, token)  # checks the URL and the token before listening
+    return lambda: sink
 
 
 def _check_store_url(url: str) -> None:
