@@ -227,6 +227,18 @@ def add_store_option(command: click.Command) -> click.Command:
     return command
 
 
+#: The extra (``pyproject.toml``) that installs what a command needs beyond the core, named
+#: when it is missing; a command not listed needs the core only (``all`` is said for it).
+EXTRAS: dict[str, str] = {
+    "sidecar": "sidecar",
+    "serve": "server",
+    "report": "server",  # its HTML report is rendered with Jinja, the dashboard's templates
+    "simulate": "simulator",
+    "demo": "all",  # the demo runs every role: the simulator, sidecars, the API
+    "loadtest": "loadtest",
+}
+
+
 class LazyGroup(click.Group):
     """A group whose heavier subcommands are imported only when they run.
 
@@ -287,9 +299,10 @@ class LazyGroup(click.Group):
             try:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
+                extra = EXTRAS.get(cmd_name, "all")
                 raise click.ClickException(
                     f"'{cmd_name}' needs an optional dependency that is not installed ({exc.name});"
-                    " install infersight[all]"
+                    f" install infersight[{extra}]"
                 ) from exc
             command: click.Command = getattr(module, attribute)
             return add_store_option(command)
