@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from sqlalchemy import func, select
 
+from infersight.collector.remote_sink import RemoteSink
+from infersight.core.errors import ConfigurationError, Unavailable
+from infersight.core.wire import WireKind, encode_entries
 from infersight.storage.tables import requests
 from tests.collector.harness import (
     Sender,
@@ -28,6 +34,7 @@ from tests.collector.harness import (
     vllm_spans,
     wait_until,
 )
+from tests.factories import make_records
 from tests.peers import free_port
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +43,8 @@ READ_TOKEN = "read-token-0123456789"
 INGEST_TOKEN = "ingest-token-0123456789"
 #: A guard against a broken run, not a budget: the sidecar's backoff reaches 30 s.
 GUARD_S = 180.0
+#: Inside the store's accepted window (the raw retention back from now).
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 
 
 @dataclass
@@ -236,3 +245,36 @@ def test_ship_to_is_exclusive_with_a_store_and_needs_a_token(tmp_path: Path) -> 
         )
         assert done.returncode != 0, words
         assert words in done.stderr + done.stdout, (words, done.stderr)
+
+
+def test_the_remote_sink_splits_to_the_body_limit_and_a_replay_stores_nothing_twice(
+    store, api: Serve
+) -> None:
+    records = make_records(np.random.default_rng(3), T0, 400, span=timedelta(minutes=20))
+    # Bodies of at most 8 KiB: the batch goes in many requests, each its own transaction.
+    sink = RemoteSink(api.url, INGEST_TOKEN, max_body_bytes=8192)
+    assert len(sink._bodies(WireKind.RECORD, encode_entries(WireKind.RECORD, records))) > 4
+    first = sink.write_requests(records)
+    assert (first.received, first.inserted, first.duplicates) == (400, 400, 0)
+    again = sink.write_requests(records)  # as after an answer lost to a kill
+    assert (again.received, again.inserted, again.duplicates) == (400, 0, 400)
+    assert sorted(stored_keys(store.engine)) == sorted((r.trace_id, r.span_id) for r in records)
+    sink.ping()
+
+
+def test_the_remote_sink_maps_refusals_and_silence_onto_the_shipper_s_errors(api: Serve) -> None:
+    with pytest.raises(Unavailable, match=r"configuration error.*401"):
+        RemoteSink(api.url, "not-a-token-0123456789").ping()
+    with pytest.raises(Unavailable, match=r"configuration error.*403"):
+        RemoteSink(api.url, READ_TOKEN).ping()
+    with pytest.raises(Unavailable, match="does not answer"):
+        RemoteSink(f"http://127.0.0.1:{free_port()}", INGEST_TOKEN).ping()
+    with socket.socket() as silent:  # accepts the connection, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        with pytest.raises(Unavailable, match="does not answer"):
+            RemoteSink(f"http://127.0.0.1:{port}", INGEST_TOKEN, timeout_s=0.5).ping()
+    with pytest.raises(ConfigurationError):
+        RemoteSink("file:///etc/passwd", INGEST_TOKEN)
+    assert INGEST_TOKEN not in repr(RemoteSink(api.url, INGEST_TOKEN))
