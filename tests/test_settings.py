@@ -77,6 +77,8 @@ def test_each_field_is_read_from_its_documented_variable(
 ) -> None:
     expected: dict[str, Any] = {}
     for name, field in role.model_fields.items():
+        if name == "database_url_file":  # names a file, exclusive with database_url: its own test
+            continue  # (tests/test_database_url_file.py)
         text, expected[name] = _other_than_default(field)
         monkeypatch.setenv(variable(name), text)
     settings = role()

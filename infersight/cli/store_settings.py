@@ -26,6 +26,7 @@ DEFAULT_DATABASE_URL: Final = "sqlite:///infersight.db"
 #: ``config.parts.StorePart``'s fields other than ``database_url`` (and the unread ones below):
 #: when one is set in the environment, ``read`` validates the settings with pydantic.
 OTHER_STORE_FIELDS: Final = (
+    "database_url_file",  # the URL is read from the file (and checked) by the settings
     "raw_retention_days",
     "minute_rollup_retention_days",
     "hour_rollup_retention_days",

@@ -8,10 +8,13 @@ documented in the README's settings or notifications table (``tests/test_readme.
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from typing import Any
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infersight.core.accept import MAX_FUTURE_SKEW_S, AcceptWindow
+from infersight.core.errors import ConfigurationError
 
 PREFIX = "INFERSIGHT_"
 #: Where the store is when ``INFERSIGHT_DATABASE_URL`` does not say.
@@ -21,6 +24,29 @@ DEFAULT_DATABASE_URL = "sqlite:///infersight.db"
 def variable(field: str) -> str:
     """The environment variable the setting ``field`` is read from."""
     return PREFIX + field.upper()
+
+
+#: The most a secret's file may hold (a URL or a key is far less).
+SECRET_FILE_MAX_BYTES = 64 * 1024
+
+
+def read_secret_file(setting: str, path: str) -> str:
+    """The value in the file ``path`` that the variable ``setting`` names, without its
+    surrounding white space; a clear error, never the value, when it cannot be used."""
+    try:
+        with open(path, "rb") as source:
+            data = source.read(SECRET_FILE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigurationError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > SECRET_FILE_MAX_BYTES:
+        raise ConfigurationError(f"{setting}: {path} holds more than {SECRET_FILE_MAX_BYTES} bytes")
+    try:
+        value = data.decode().strip()
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{setting}: {path} is not UTF-8 text") from None
+    if not value:
+        raise ConfigurationError(f"{setting}: {path} is empty")
+    return value
 
 
 class Part(BaseSettings):
@@ -33,6 +59,11 @@ class StorePart(Part):
     """The store: where it is, how long it keeps what, and what it accepts."""
 
     database_url: str = Field(DEFAULT_DATABASE_URL, description="Store URL: PostgreSQL or SQLite.")
+    database_url_file: str = Field(
+        "",
+        description="A file holding the store URL, so that its password need not sit in the "
+        "environment; setting INFERSIGHT_DATABASE_URL as well is an error.",
+    )
     database_read_url: str = Field(
         "",
         description="PostgreSQL URL of a hot standby of the store that the API's read-only "
@@ -74,6 +105,22 @@ class StorePart(Part):
     sqlite_busy_timeout_s: float = Field(
         30.0, ge=0, le=3600, description="Seconds a SQLite statement may wait for a lock."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_from_file(cls, data: Any) -> Any:
+        """``database_url`` read from ``database_url_file`` when that names a file; the file is
+        then consumed (the field left empty), so that settings made again from these settings'
+        values (``model_dump``) hold the URL only, as if it had come from the environment."""
+        if not isinstance(data, dict) or not data.get("database_url_file"):
+            return data
+        name = variable("database_url_file")
+        if data.get("database_url"):
+            raise ConfigurationError(
+                f"{variable('database_url')} and {name} are both set: set one of them"
+            )
+        url = read_secret_file(name, str(data["database_url_file"]))
+        return {**data, "database_url": url, "database_url_file": ""}
 
     def store_timeouts(self) -> dict[str, float]:
         """The bounds of every store call, as ``storage.engine.StoreTimeouts`` takes them."""
