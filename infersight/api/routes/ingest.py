@@ -1,14 +1,15 @@
 """``/api/v1/ingest``: central ingest, where sidecars ship instead of to the database.
 
 ``POST /api/v1/ingest`` takes one batch of one kind in the wire format of ``core.wire``
-(``Content-Type: application/vnd.infersight.batch``, optionally ``Content-Encoding: gzip``;
-the raw body is bounded by the API's ``max_body_bytes``, the inflated one by
-``core.wire.MAX_INFLATED_BYTES``), validates every entry as the sidecar's receivers do, and
-writes the batch through the store writer (``storage.writer``) in one transaction. It answers
-200 only after that transaction committed, so a sidecar deletes from its spool only what is
-durable; the writer ignores keys it already has (requests and client records by span, samples
-by time, instance and GPU or engine rank), so a batch replayed after a lost answer is stored
-once. A malformed batch is 400 and nothing of it is stored; a store that is down is 503.
+(``Content-Type: application/vnd.infersight.batch`` or ``application/octet-stream``, optionally
+``Content-Encoding: gzip``; the raw body is bounded by the API's ``max_body_bytes``, the
+inflated one by ``core.wire.MAX_INFLATED_BYTES``), validates every entry as the sidecar's
+receivers do, and writes the batch through the store writer (``storage.writer``) in one
+transaction. It answers 200 only after that transaction committed, so a sidecar deletes from
+its spool only what is durable; the writer ignores keys it already has (requests and client
+records by span, samples by time, instance and GPU or engine rank), so a batch replayed after a
+lost answer is stored once. A malformed batch is 400 and nothing of it is stored; a store that
+is down is 503.
 
 ``GET /api/v1/ingest/ping`` is the sidecar's probe: one ``SELECT 1`` on the store.
 
@@ -37,6 +38,9 @@ from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.wire import MEDIA_TYPE, WireKind, decode_batch, inflate
 from infersight.core.write import ClientSink, Sink
 from infersight.storage.writer import open_writer
+
+#: Also accepted (and what the OpenAPI document names): the batch's magic says what it is.
+_OCTETS = "application/octet-stream"
 
 router = APIRouter(
     prefix="/api/v1/ingest",
@@ -84,14 +88,14 @@ def _store(app: AppContext, body: bytes, encoding: str) -> dict[str, Any]:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+            "content": {_OCTETS: {"schema": {"type": "string", "format": "binary"}}},
         }
     },
 )
 async def ingest(request: Request, app: App) -> dict[str, Any]:
     """Answers after the batch's transaction committed; a replay stores nothing twice."""
     media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media != MEDIA_TYPE:
+    if media not in (MEDIA_TYPE, _OCTETS):
         raise InvalidInput(f"the body must be {MEDIA_TYPE}", details={"content_type": media})
     body = await request.body()
     encoding = request.headers.get("content-encoding", "").strip().lower()
