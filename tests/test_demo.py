@@ -85,6 +85,7 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
         [*CLI, "--store", store, "demo", "--listen", "127.0.0.1:0", "--history", "2m",
          "--first-fault", "5s"],
         stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path,
+        process_group=0,  # its own foreground group, as a shell with job control starts it
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=_lines, args=(process.stdout, lines), daemon=True)
@@ -145,7 +146,8 @@ def test_the_live_demo_fires_an_incident_and_stops_cleanly_on_ctrl_c(tmp_path: P
         process.stdout.close()
         stderr.close()
         raise
-    process.send_signal(signal.SIGINT)
+    # Ctrl-C: the terminal signals the whole group, the sidecars' decoder processes too (#33).
+    os.killpg(process.pid, signal.SIGINT)
     try:
         assert process.wait(timeout=60) == 0, (tmp_path / "stderr.txt").read_text()
     finally:
