@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 import click
 
 from infersight import __version__
-from infersight.cli.store_settings import DEFAULT_DATABASE_URL, StoreSettings
+from infersight.cli.store_settings import DEFAULT_DATABASE_URL, PREFIX, StoreSettings
 from infersight.cli.store_settings import read as read_store_settings
 from infersight.core.errors import InfersightError, InvalidInput, SchemaMissing, Unavailable
 
@@ -469,3 +469,25 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except InfersightError as exc:
         _fail(exc)
+    except Exception as exc:
+        message = _settings_error(exc)
+        if message is None:
+            raise
+        click.echo(f"error: {message}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _settings_error(exc: Exception) -> str | None:
+    """pydantic's refusal of a setting (``INFERSIGHT_*``), as one line naming the variables,
+    without the values (one may be a secret); ``None`` for any other error."""
+    errors = getattr(exc, "errors", None)
+    if type(exc).__name__ != "ValidationError" or not callable(errors):
+        return None
+    if not str(getattr(exc, "title", "")).endswith("Settings"):
+        return None
+    problems = []
+    for error in errors(include_input=False, include_url=False):
+        where = error.get("loc") or ()
+        name = PREFIX + str(where[0]).upper() if where else "the settings"
+        problems.append(f"{name}: {error.get('msg', 'invalid')}")
+    return "invalid setting: " + "; ".join(problems)
