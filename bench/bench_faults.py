@@ -416,6 +416,9 @@ def fault_stuck(args: argparse.Namespace, work: Path) -> Row:
             sent[0] += len(ids)
             acked += ids if answer == "200" else []
             wait_until(lambda: tally(db.engine, acked).missing == 0, 120)
+            # A running service meets the stuck store: serve has probed its store and said ok
+            # (its first probe after a start may wait longer, by design).
+            wait_until(lambda: _health(serve) == (200, "ok"), 120)
             stop = threading.Event()
 
             def send() -> None:
