@@ -1,4 +1,5 @@
-"""The README documents every setting, with its real default, and nothing that does not exist."""
+"""The reference documents every setting, with its real default, and nothing that does not exist
+(docs/settings.md, docs/notifications.md); the README keeps the Quick start."""
 
 from __future__ import annotations
 
@@ -12,19 +13,22 @@ from infersight.api.settings import ApiSettings
 from infersight.cli.settings import Settings, SidecarSettings
 from infersight.config.parts import PARTS, NotifierPart, variable
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-PYPROJECT = README.with_name("pyproject.toml")
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+SETTINGS = ROOT / "docs" / "settings.md"
+NOTIFICATIONS = ROOT / "docs" / "notifications.md"
+PYPROJECT = ROOT / "pyproject.toml"
 ROW = re.compile(r"^\| `(INFERSIGHT_[A-Z_]+)` \| `([^`]*)` \|", re.MULTILINE)
 NAME = re.compile(r"^\| `(INFERSIGHT_[A-Z_]+)` \|", re.MULTILINE)
 ROLES = (Settings, SidecarSettings, ApiSettings)
 
 
 def _notifications() -> str:
-    return README.read_text().split("### Notifications", 1)[1].split("\n#", 1)[0]
+    return NOTIFICATIONS.read_text()
 
 
-def test_every_setting_is_in_the_readme_with_its_default():
-    documented = dict(ROW.findall(README.read_text()))
+def test_every_setting_is_in_the_settings_page_with_its_default():
+    documented = dict(ROW.findall(SETTINGS.read_text()))
     fields = {
         variable(name): str(field.default)
         for part in PARTS
@@ -34,7 +38,7 @@ def test_every_setting_is_in_the_readme_with_its_default():
     assert documented == fields
 
 
-def test_every_notifier_is_in_the_readme_and_its_secrets_may_come_from_files():
+def test_every_notifier_is_in_the_notifications_page_and_its_secrets_may_come_from_files():
     section = _notifications()
     fields = {variable(name) for name in NotifierPart.model_fields if not name.endswith("_file")}
     assert set(NAME.findall(section)) == fields
@@ -60,9 +64,9 @@ def test_the_demo_s_extra_installs_every_role_the_demo_runs():
     assert set(extras["all"]) == {"infersight[sidecar,server,simulator]"}
 
 
-def test_the_roles_read_exactly_the_variables_the_readme_documents():
-    """The variables' names are the README's: a renamed field, or a part no role reads, fails."""
-    documented = set(dict(ROW.findall(README.read_text()))) | set(NAME.findall(_notifications()))
+def test_the_roles_read_exactly_the_variables_the_docs_document():
+    """The variables' names are the reference's: a renamed field, or a part no role reads, fails."""
+    documented = set(dict(ROW.findall(SETTINGS.read_text()))) | set(NAME.findall(_notifications()))
     fields = {name: f for role in ROLES for name, f in role.model_fields.items()}
     from_files = {f"{name}_file" for name, f in fields.items() if f.annotation is SecretStr}
     assert {variable(name) for name in fields if name not in from_files} == documented
