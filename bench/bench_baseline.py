@@ -6,7 +6,7 @@ over the raw per-request values (``numpy`` resampling, ``np.quantile``) for the 
 percentiles and the same number of resamples. It also prints how wide the sketch intervals are
 relative to the raw ones (near 1 means the sketch loses nothing that matters), and, over many
 seeds, how often the gate calls ``regressed`` for a 3 % change (should be 0) and for a 15 %
-change (the gate's power) — the figures the README's claims rest on.
+change (the gate's power) — the figures docs/baselines.md's claims rest on.
 
     python bench/bench_baseline.py [--sizes 1000,10000,50000] [--seeds 40]
 """

@@ -28,7 +28,7 @@ from tests.peers import free_port
 ROOT = Path(__file__).resolve().parents[1]
 CLI = "from infersight.cli import main; main()"
 #: What a command that does not reach the store must not load before it runs.
-#: The exit statuses documented in ``infersight --help`` and the README.
+#: The exit statuses documented in ``infersight --help`` and docs/cli.md.
 EXIT_UNAVAILABLE, EXIT_NO_SCHEMA = 3, 4
 HEAVY = ("sqlalchemy", "fastapi", "uvicorn", "numpy", "yaml", "alembic", "pydantic", "httpx")
 

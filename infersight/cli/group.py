@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 #: ``--help`` needs no pydantic (``tests/test_store_settings.py`` checks that they agree).
 DEFAULT_STORE = DEFAULT_DATABASE_URL
 
-#: Exit statuses, documented in ``infersight --help`` and the README.
+#: Exit statuses, documented in ``infersight --help`` and docs/cli.md.
 EXIT_OK = 0
 #: The command ran and failed (a regressed comparison, a plan that does not fit), or was aborted.
 EXIT_FAILED = 1

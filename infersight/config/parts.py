@@ -2,7 +2,7 @@
 
 A part is a ``BaseSettings`` read from the environment (``INFERSIGHT_`` and the field's name,
 upper-case). A role inherits the parts it reads and declares no field itself; every field is
-documented in the README's settings or notifications table (``tests/test_readme.py``, and
+documented in docs/settings.md's or docs/notifications.md's table (``tests/test_readme.py``, and
 ``tests/test_settings.py`` for the rule).
 """
 
