@@ -32,6 +32,7 @@ from infersight.collector.admission import Admission
 from infersight.collector.auth import authorized
 from infersight.collector.ingest import Ingested, Ingestor
 from infersight.collector.otlp import PROTOBUF
+from infersight.collector.peers import peer_host
 from infersight.collector.refusal import ExportRefusal
 from infersight.core.errors import InfersightError, InvalidInput, Unauthorized
 
@@ -73,7 +74,7 @@ class _TraceService:
             ingested.durable.result(timeout=ACK_TIMEOUT_S)
         except InfersightError as exc:
             self._refuse(context, exc)
-        self.ingestor.acknowledged(ingested)
+        self.ingestor.acknowledged(ingested, "grpc", peer_host(context.peer() or ""))
         response = ExportTraceServiceResponse()
         if ingested.rejected:
             metrics.exports.labels("grpc", "partial").inc()

@@ -166,7 +166,8 @@ def create_app(
             refusal = ExportRefusal.of(exc)
             refusal.count(metrics, "http", exc)
             return _error(refusal.http_status, exc.message, reply_media, refusal.http_headers())
-        ingestor.acknowledged(ingested)
+        client = request.client.host if request.client is not None else ""
+        ingestor.acknowledged(ingested, "http", client)
         metrics.exports.labels("http", "partial" if ingested.rejected else "ok").inc()
         body = otlp.response_body(ingested.rejected, ingested.message, reply_media)
         return Response(body, status_code=200, media_type=reply_media)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -40,6 +40,7 @@ from infersight.collector.mapping import (
 )
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.otlp import Decoded, Limits, span_views
+from infersight.collector.peers import FirstContacts, export_line
 from infersight.collector.spool import Entry, Spool
 from infersight.core.accept import AcceptWindow
 from infersight.core.client import ClientRecord
@@ -55,6 +56,8 @@ class Ingested:
     stored: int
     rejected: int
     message: str
+    #: What each service's spans became (``Prepared.sources``).
+    sources: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,10 @@ class Prepared:
     unmapped: dict[tuple[str, str], int]
     #: reason → spans rejected as bad data (reported in ``partial_success``).
     rejected: dict[str, int]
+    #: service.name → what its spans became: ``spans``, ``record:<engine>``, ``client``,
+    #: ``stage``, ``rejected`` (for the first-contact line, ``collector.peers``). One entry
+    #: per resource at most, so bounded by ``Limits.max_resources``.
+    sources: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class Decoder(Protocol):
@@ -99,18 +106,27 @@ def prepare(
     entries: list[Entry] = []
     rejected: Tally[str] = Tally()
     unmapped: Tally[tuple[str, str]] = Tally()
+    sources: dict[str, Tally[str]] = {}
     for view in decoded.spans:
         outcome = validation.check(map_span(view, context), view, now, accept)
+        tally = sources.get(view.service)
+        if tally is None:
+            tally = sources[view.service] = Tally()
+        tally["spans"] += 1
         if isinstance(outcome, RequestRecord):
+            tally[f"record:{outcome.engine.value}"] += 1
             place = place_of(view)
             payload = encode_record(outcome, place)
             entries.append(Entry(Kind.RECORD, outcome.trace_id, due_at, payload))
         elif isinstance(outcome, StageFragment):
+            tally["stage"] += 1
             entries.append(Entry(Kind.STAGE, outcome.trace_id, now, encode_fragment(outcome)))
         elif isinstance(outcome, Skipped) and outcome.rejected:
+            tally["rejected"] += 1
             rejected[outcome.reason] += 1
         else:
             if isinstance(outcome, ClientRecord):
+                tally["client"] += 1
                 payload = encode_client(outcome)
                 entries.append(Entry(Kind.CLIENT, outcome.trace_id, now, payload))
             else:
@@ -121,8 +137,9 @@ def prepare(
             if link is not None:
                 entries.append(Entry(Kind.STAGE, link.trace_id, now, encode_link(link)))
     return Prepared(
-        entries, len(decoded.spans), decoded.dropped_attributes, dict(unmapped), dict(rejected)
-    )
+        entries, len(decoded.spans), decoded.dropped_attributes, dict(unmapped), dict(rejected),
+        {service: dict(tally) for service, tally in sources.items()},
+    )  # fmt: skip
 
 
 class Ingestor:
@@ -146,6 +163,8 @@ class Ingestor:
         self.accept = accept
         #: Decoder processes for bodies (``ingest_body``); ``None``: decode in the caller.
         self.decoder: Decoder | None = None
+        #: Services met so far, each announced once when its first export is acknowledged.
+        self.peers = FirstContacts(clock=self._clock)
 
     def ingest(self, message: ExportTraceServiceRequest) -> Ingested:
         """Map and queue the export; raises ``TooLarge`` / ``Unavailable`` to refuse it."""
@@ -178,11 +197,19 @@ class Ingestor:
         total_rejected = sum(rejected.values())
         message_text = ", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))
         return Ingested(
-            durable, prepared.spans, len(prepared.entries), total_rejected, message_text
-        )
+            durable, prepared.spans, len(prepared.entries), total_rejected, message_text,
+            prepared.sources,
+        )  # fmt: skip
 
-    def acknowledged(self, ingested: Ingested) -> None:
+    def acknowledged(self, ingested: Ingested, transport: str = "", client: str = "") -> None:
+        """Count an export as acknowledged (its entries are durable); announce each service
+        met for the first time over ``transport`` from ``client`` (``collector.peers``)."""
         self.metrics.spans_accepted.inc(ingested.spans - ingested.rejected)
+        for service, tally in ingested.sources.items():
+            key = ("otlp", transport, service, client)
+            if not self.peers.known(key):
+                line = export_line(transport, service, client, tally)
+                self.peers.announce(key, "otlp", line)
         records, size = self.spool.stats()
         self.metrics.spool_records.set(records)
         self.metrics.spool_bytes.set(size)

@@ -149,6 +149,8 @@ class Shipper:
         self.open_delay_s = 0.0
         #: Set once the sink exists.
         self.opened = threading.Event()
+        #: Called once, with the entries shipped, after the first pass that shipped any.
+        self.on_first_ship: Callable[[int], None] | None = None
         if self.sink is not None:
             self.opened.set()
         self.metrics = metrics
@@ -298,6 +300,9 @@ class Shipper:
             self.failing_since = None
         if self._round_trips:
             self.last_success_at = now
+        if shipped and self.on_first_ship is not None:
+            first, self.on_first_ship = self.on_first_ship, None
+            first(shipped)
         self.refresh()
         return ShipResult(
             ok=True, shipped=shipped, next_ready_at=self._record_ready_at, records=records

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from infersight.collector.admission import Admission, AdmissionConfig
 from infersight.collector.assembly import Reassembly
@@ -39,6 +40,7 @@ from infersight.collector.ingest import Ingestor
 from infersight.collector.mapping import MappingContext
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.otlp import Limits
+from infersight.collector.peers import shown
 from infersight.collector.periodic import PeriodicTask, Sampler
 from infersight.collector.shipper import Backoff, Shipper
 from infersight.collector.spool import AT_MAX_BYTES, DISK_FULL, FsyncMode, Spool, SpoolConfig
@@ -48,6 +50,18 @@ from infersight.core.records import Role
 from infersight.core.write import Sink
 
 log = logging.getLogger(__name__)
+
+
+def _scrape_target(sampler: Sampler) -> str:
+    """What a scraper reads, as logged: its URL without credentials or query."""
+    url = str(getattr(sampler, "url", "") or sampler.name)
+    parts = urlsplit(url)
+    if parts.scheme and parts.hostname:
+        netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        url = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return shown(url)
+
+
 #: How ``/healthz`` names the spool's refusals.
 _REFUSALS = {DISK_FULL: "spool disk full", AT_MAX_BYTES: "spool at max_bytes"}
 #: Longest the store writer waits for a first export before it is built anyway.
@@ -172,6 +186,7 @@ class Sidecar:
             slow_after_s=config.ship_lag_bound_s or max(30.0, 5 * config.ship_interval_s),
             probe_every_s=config.store_probe_s,
         )
+        self.shipper.on_first_ship = self._first_ship
         self.admission = Admission(config.admission)
         self.decoders: DecoderPool | None = None
         if config.decode_processes:
@@ -206,18 +221,34 @@ class Sidecar:
         self._shipper_thread: threading.Thread | None = None
 
     def _sampler_error(self, sampler: Sampler) -> Callable[[str], None]:
-        counter = self.metrics.gpu_errors if "gpu" in sampler.name else self.metrics.scrape_errors
-        return lambda reason: counter.labels(reason).inc()
+        if "gpu" in sampler.name:
+            return lambda reason: self.metrics.gpu_errors.labels(reason).inc()
+        target = _scrape_target(sampler)
+        key = ("scrape", target)
+
+        def failed(reason: str) -> None:
+            self.metrics.scrape_errors.labels(reason).inc()
+            if not self.ingestor.peers.known(key):
+                line = f"no successful scrape of {target} yet: first failure: {shown(reason)}"
+                self.ingestor.peers.announce(key, "scrape", line, ok=False)
+
+        return failed
 
     def _sampler_success(self, sampler: Sampler) -> Callable[[int], None]:
         if "gpu" in sampler.name:
             return self.metrics.gpu_samples.inc
         recognised = ""
+        target = _scrape_target(sampler)
+        key = ("scrape", target)
 
         def scraped(count: int) -> None:
             nonlocal recognised
             self.metrics.scrapes.inc()
             dialect = str(getattr(sampler, "flavour", ""))
+            if not self.ingestor.peers.known(key):
+                model = shown(str(getattr(sampler, "model", "") or "")) or "(not named)"
+                line = f"first scrape of {target}: dialect {dialect or 'unknown'}, model {model}"
+                self.ingestor.peers.announce(key, "scrape", line)
             if dialect and dialect != recognised:
                 if recognised:
                     self.metrics.scrape_dialect.remove(sampler.name, recognised)
@@ -226,6 +257,11 @@ class Sidecar:
 
         return scraped
 
+    def _first_ship(self, shipped: int) -> None:
+        sink = type(self.shipper.sink).__name__
+        line = f"first shipment: {shipped} entries written through {sink}"
+        self.ingestor.peers.announce(("store",), "store", line)
+
     def _health(self) -> dict[str, Any]:
         state: dict[str, Any] = {"instance": self.config.instance, **self.shipper.health()}
         refusal = self.spool.refusal()
@@ -233,6 +269,7 @@ class Sidecar:
         state.update(self.spool.disk())
         if refusal is not None and "status" not in state:
             state["status"] = f"degraded: {_REFUSALS[refusal]}, new exports are refused"
+        state["peers"] = self.ingestor.peers.health()
         return state
 
     def add_samplers(self, samplers: Sequence[Sampler]) -> None:
