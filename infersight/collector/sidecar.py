@@ -40,6 +40,7 @@ from infersight.collector.ingest import Ingestor
 from infersight.collector.mapping import MappingContext
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.otlp import Limits
+from infersight.collector.peers import log as peers_log
 from infersight.collector.peers import shown
 from infersight.collector.periodic import PeriodicTask, Sampler
 from infersight.collector.shipper import Backoff, Shipper
@@ -285,6 +286,10 @@ class Sidecar:
                 task.start()
 
     def start(self) -> Sidecar:
+        # The first-contact lines answer "does it work?": shown at the CLI's default level
+        # (warnings) too, unless that logger was given a level of its own.
+        if peers_log.level == logging.NOTSET:
+            peers_log.setLevel(logging.INFO)
         self.http.start()
         self.grpc.start()
         if self.decoders is not None:

@@ -6,7 +6,12 @@ lists them in ``/healthz`` as ``peers``."""
 from __future__ import annotations
 
 import logging
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,9 +31,11 @@ from infersight.collector.scrape.scraper import Scraper
 from infersight.collector.sidecar import Sidecar
 from infersight.storage.writer import open_writer
 from tests.collector.harness import (
+    ROOT,
     base_url,
     post_spans,
     running_sidecar,
+    sidecar_args,
     sidecar_config,
     vllm_spans,
     wait_until,
@@ -164,3 +171,37 @@ def test_grpc_peer_strings_name_the_client_host_without_its_port() -> None:
     assert peer_host("ipv6:[::1]:43210") == "::1"
     assert peer_host("unix:/run/sock") == "local"
     assert peer_host("") == ""
+
+
+def test_the_infersight_sidecar_command_prints_the_line_at_its_default_log_level(
+    store, tmp_path: Path
+) -> None:
+    code = "import sys; from infersight.cli import main; sys.argv[0] = 'infersight'; main()"
+    args = ["--store", store.url, "sidecar", *sidecar_args(tmp_path / "spool", "cli")]
+    errors = tmp_path / "stderr.log"
+    with errors.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"http=127\.0\.0\.1:(\d+)", line)
+        assert match, f"unexpected first line: {line!r}"
+        base = f"http://127.0.0.1:{match.group(1)}"
+        for _ in range(2):
+            assert post_spans(base, vllm_spans(2), timeout=30).status_code == 200
+        expected = "first OTLP export over HTTP from service vllm (127.0.0.1): 2 spans"
+        assert wait_until(lambda: expected in errors.read_text())
+        assert wait_until(lambda: "first shipment" in errors.read_text())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert errors.read_text().count("first OTLP export") == 1
