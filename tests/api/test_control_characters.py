@@ -146,7 +146,9 @@ def _request_strings(document: dict) -> list[tuple[str, dict, str]]:
             if name not in seen:
                 walk(schemas[name], f"{where}>{name}", kind, seen | {name})
             return
-        if schema.get("type") == "string" and "enum" not in schema:
+        # A binary body (central ingest's batch) is bytes, not text: no character rule.
+        text = schema.get("format") != "binary"
+        if schema.get("type") == "string" and "enum" not in schema and text:
             found.append((where, schema, kind))
         for name, item in (schema.get("properties") or {}).items():
             walk(item, f"{where}.{name}", kind, seen)

@@ -290,7 +290,7 @@ class _NoServer:
     def __init__(self, _config: object) -> None:
         pass
 
-    def run(self) -> None:
+    def run(self, sockets: object = None) -> None:
         pass
 
 
@@ -310,7 +310,9 @@ def _served(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> tuple[dict[
     for name in list(os.environ):
         if name.upper().startswith("INFERSIGHT_"):
             monkeypatch.delenv(name)
-    result = CliRunner().invoke(commands_serve.serve, ["--no-jobs"], env=env)
+    result = CliRunner().invoke(
+        commands_serve.serve, ["--no-jobs", "--listen", "127.0.0.1:0"], env=env
+    )
     assert result.exit_code == 0, result.output
     return made, result.output
 
