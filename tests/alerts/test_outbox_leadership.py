@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -20,18 +20,18 @@ from infersight.alerts.dispatch import deliver_due, recover_interrupted
 from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
 from infersight.alerts.notifiers.slack import SlackNotifier
 from infersight.alerts.notify import Event, Notification, Notifier
-from infersight.core.burn import AlertState, Incident, Severity, Transition
+from infersight.core.burn import Severity, Transition
 from infersight.service.diagnosis import DiagnosisListener
 from infersight.service.evaluation import Evaluator, default_policy
 from infersight.service.jobs import Jobs
 from infersight.service.notifications import Announcer, Delivery, FollowUp
-from infersight.storage import incidents, signals
+from infersight.storage import signals
 from infersight.storage.maintenance import RetentionPolicy
 from infersight.storage.outbox import MessageState, Outbox
+from tests.alerts.committed import T0, committed_step
 from tests.conftest import Store
 from tests.doubles import Endpoint, FakeClock
 
-T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 SLACK_URL = "https://hooks.slack.test/services/T000/B000/secret-part"
 
 
@@ -46,20 +46,6 @@ class ToggledLock:
 
     def release(self) -> None:
         pass
-
-
-def _step(
-    store: Store, severity: Severity | None, transition: Transition, at: datetime
-) -> Incident:
-    """What an evaluation commits; its listeners never ran (its process died)."""
-    with store.engine.begin() as connection:
-        current = incidents.firing(connection, "chat", "*")
-        state = AlertState(severity, T0 if severity else None)
-        incident = incidents.apply_step(
-            connection, "chat", "*", state, transition, {"5m": 20.0}, at, current=current
-        )
-    assert incident is not None
-    return incident
 
 
 def test_a_replica_that_takes_the_lead_again_reconciles_and_settles_every_claim(
@@ -82,7 +68,7 @@ def test_a_replica_that_takes_the_lead_again_reconciles_and_settles_every_claim(
         deliver=follow_up,
     )
     # This replica leads first: a ticket is paged and delivered.
-    incident = _step(store, Severity.TICKET, Transition.OPENED, T0)
+    incident = committed_step(store, Severity.TICKET, Transition.OPENED, T0)
     signals.save_diagnosis(store.engine, incident.id, {"slo": "chat"}, {"cause": "overload"}, T0)
     announcer(incident, Transition.OPENED, {"slo": "chat"}, {"cause": "overload"})
     assert jobs.tick_delivery()
@@ -93,7 +79,7 @@ def test_a_replica_that_takes_the_lead_again_reconciles_and_settles_every_claim(
     lock.leads = False
     clock.now = T0 + timedelta(seconds=30)
     assert not jobs.tick_delivery()
-    _step(store, Severity.PAGE, Transition.ESCALATED, clock.now)
+    committed_step(store, Severity.PAGE, Transition.ESCALATED, clock.now)
     other = Notification(99, "other", "*", "page", Event.TRIGGER, clock.now, clock.now)
     outbox = Outbox(store.engine)
     assert outbox.enqueue("pagerduty", other.key, json.dumps(pd.render(other)), clock.now)

@@ -8,7 +8,7 @@ lease and those windows without one."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -17,15 +17,14 @@ from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
 from infersight.alerts.notifiers.pagerduty import PagerDutyNotifier
 from infersight.alerts.notifiers.slack import SlackNotifier
 from infersight.alerts.notify import Event, Notification, Notifier
-from infersight.core.burn import AlertState, Incident, Severity, Transition
+from infersight.core.burn import Incident, Severity, Transition
 from infersight.service.diagnosis import DiagnosisListener
 from infersight.service.notifications import Announcer, Delivery, FollowUp
-from infersight.storage import incidents, signals
+from infersight.storage import signals
 from infersight.storage.outbox import CLAIM_LEASE, MessageState, Outbox
+from tests.alerts.committed import T0, committed_step
 from tests.conftest import Store
 from tests.doubles import Endpoint
-
-T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 
 def _notifiers() -> tuple[dict[str, Notifier], dict[str, Endpoint]]:
@@ -115,22 +114,8 @@ def _follow_up(store: Store, pager: Endpoint) -> tuple[Announcer, FollowUp]:
     return announcer, FollowUp(listener, Delivery(store.engine, {"pagerduty": pd}))
 
 
-def _step(
-    store: Store, severity: Severity | None, transition: Transition, at: datetime
-) -> Incident:
-    """What the evaluation commits (its listeners never told: the process died)."""
-    with store.engine.begin() as connection:
-        current = incidents.firing(connection, "chat", "*")
-        state = AlertState(severity, T0 if severity else None)
-        incident = incidents.apply_step(
-            connection, "chat", "*", state, transition, {"5m": 20.0}, at, current=current
-        )
-    assert incident is not None
-    return incident
-
-
 def _paged(store: Store, announcer: Announcer, severity: Severity, at: datetime) -> Incident:
-    incident = _step(store, severity, Transition.OPENED, at)
+    incident = committed_step(store, severity, Transition.OPENED, at)
     signals.save_diagnosis(store.engine, incident.id, {"slo": "chat"}, {"cause": "overload"}, at)
     announcer(incident, Transition.OPENED, {"slo": "chat"}, {"cause": "overload"})
     return incident
@@ -141,7 +126,7 @@ def test_an_escalation_committed_before_a_crash_is_paged_after_the_restart(store
     announcer, follow_up = _follow_up(store, pager)
     _paged(store, announcer, Severity.TICKET, T0)
     follow_up(T0)
-    _step(store, Severity.PAGE, Transition.ESCALATED, T0 + timedelta(seconds=30))
+    committed_step(store, Severity.PAGE, Transition.ESCALATED, T0 + timedelta(seconds=30))
     # The restarted process's follow-up (the same objects: nothing in them knows of the crash).
     _, restarted = _follow_up(store, pager)
     restarted(T0 + timedelta(seconds=40))
@@ -158,7 +143,7 @@ def test_a_resolution_committed_before_a_crash_is_sent_after_the_restart(store: 
     _paged(store, announcer, Severity.PAGE, T0)
     follow_up(T0)
     resolved_at = T0 + timedelta(minutes=20)
-    _step(store, None, Transition.RESOLVED, resolved_at)
+    committed_step(store, None, Transition.RESOLVED, resolved_at)
     _, restarted = _follow_up(store, pager)
     restarted(resolved_at + timedelta(minutes=6))  # past the flap hold-down
     assert [b["event_action"] for b in pager.accepted] == ["trigger", "resolve"]
@@ -169,7 +154,7 @@ def test_a_missing_resolve_is_not_sent_once_a_later_incident_holds_the_alert(sto
     announcer, follow_up = _follow_up(store, pager)
     _paged(store, announcer, Severity.PAGE, T0)
     follow_up(T0)
-    _step(store, None, Transition.RESOLVED, T0 + timedelta(minutes=20))
+    committed_step(store, None, Transition.RESOLVED, T0 + timedelta(minutes=20))
     _paged(store, announcer, Severity.PAGE, T0 + timedelta(minutes=21))  # flapped back open
     _, restarted = _follow_up(store, pager)
     restarted(T0 + timedelta(minutes=30))
