@@ -13,8 +13,10 @@ health requests; the handler runs on the event loop (not in the thread pool that
 readers fill) and waits at most ``PROBE_WAIT_S`` for a probe it started. A probe still waiting
 after ``SLOW_AFTER_S``, or cut short by a store timeout, is ``"degraded: store slow (…)"`` with
 how long it has waited; a failed one ``"degraded: the store is unreachable (…)"``. Both answer
-503 (readiness: take this replica out of the Service). ``/livez`` answers 200 while the process
-serves HTTP at all, whatever the store does: the liveness probe.
+503 (readiness: take this replica out of the Service). The first health request after a start
+waits no longer than any other (``PROBE_WAIT_S``): while the first probe has not answered it is
+503 ``"starting: …"`` with ``store: "unknown"`` (not ready yet), never a hang. ``/livez``
+answers 200 while the process serves HTTP at all, whatever the store does: the liveness probe.
 """
 
 from __future__ import annotations
@@ -178,7 +180,10 @@ class StoreProbe:
                 waited = now - self._started_at
                 return "slow", f"degraded: store slow (a probe has waited {waited:.1f} s)"
             if self._finished_at is None:
-                return "unknown", "degraded: the store has not been probed yet"
+                waited = 0.0 if self._started_at is None else now - self._started_at
+                return "unknown", (
+                    f"starting: the first store probe has not answered yet ({waited:.1f} s)"
+                )
             if self._error is None:
                 return "ok", "ok"
             if self._slow:
@@ -260,9 +265,9 @@ def add_healthz(
             return JSONResponse(body, status_code=503)
         done = probe.kick()
         if done is not None:
-            # The first probe is waited for as long as it may take before it counts as slow.
-            wait_s = PROBE_WAIT_S if probe.seen else SLOW_AFTER_S
-            deadline = time.monotonic() + wait_s
+            # Every probe, the first included, is waited for PROBE_WAIT_S at most: a store
+            # slower than that leaves the first answer "starting" (503, store "unknown").
+            deadline = time.monotonic() + PROBE_WAIT_S
             while not done.is_set() and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
         store, status = probe.state()
