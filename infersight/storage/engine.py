@@ -36,6 +36,8 @@ has no statement timeout; its wait for a lock is the busy timeout.
 from __future__ import annotations
 
 import math
+import os
+import re
 import sqlite3
 import threading
 import weakref
@@ -140,13 +142,20 @@ def normalise_url(url: str) -> str:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigurationError(f"not a database URL: {redact(url)!r}") from None
+        raise ConfigurationError(f"not a database URL: {redact(url)!r}; {_url_hint(url)}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("postgresql", "sqlite"):
         raise ConfigurationError(
-            "the store must be PostgreSQL or SQLite",
+            f"the store must be PostgreSQL or SQLite ({_URL_FORMS})",
             details={"url": redact(url)},
+        )
+    if parsed.get_backend_name() == "sqlite" and parsed.host:
+        # sqlite://x.db names a host, which SQLite has not: a file needs three slashes.
+        raise ConfigurationError(
+            f"not a SQLite URL: {redact(url)!r}; a SQLite file is "
+            f"sqlite:///{parsed.host}{'/' + parsed.database if parsed.database else ''} "
+            "(three slashes, then the path; four before an absolute path)"
         )
     pooler = parsed.query.get(POOLER_OPTION)
     if pooler is not None:
@@ -178,11 +187,48 @@ def transaction_pooled(engine: Engine) -> bool:
 
 
 def redact(url: str) -> str:
-    """The URL with any password hidden, for logs and error messages."""
+    """The URL with any password hidden, for logs and error messages (text that is no URL:
+    as given, but for what stands between ``user:`` and ``@``)."""
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
-        return "<unparseable URL>"
+        return _without_secret(url, "***")
+
+
+_URL_FORMS: Final = "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE or sqlite:///PATH"
+#: ``HOST:PORT`` at the start of a text that is no URL: PostgreSQL's address, not a path.
+_HOST_PORT: Final = re.compile(r"^[\w.-]+:\d+(/|$)")
+
+
+def _without_secret(text: str, mask: str) -> str:
+    """``text`` with the password of a ``user:password@host`` part replaced by ``mask``."""
+    head, at, tail = text.rpartition("@")
+    if not at:
+        return text
+    path, slash, credentials = head.rpartition("/")
+    user, colon, _secret = credentials.partition(":")
+    return f"{path}{slash}{user}{colon}{mask if colon else ''}@{tail}"
+
+
+def _url_hint(text: str) -> str:
+    """What to write instead of ``text``, which is no URL (issue 35): ``sqlite:///PATH`` for
+    what looks like a path, ``postgresql://…`` for what looks like PostgreSQL."""
+    given = text.strip()
+    lowered = given.lower()
+    for scheme in ("postgresql+psycopg:", "postgresql:", "postgres:"):
+        if lowered.startswith(scheme):
+            given, lowered = "@" + given[len(scheme) :].lstrip("/"), "@"
+            break
+    if "@" in given or _HOST_PORT.match(given):
+        address = _without_secret(given.lstrip("@"), "PASSWORD")
+        return f"a PostgreSQL store is postgresql://{address} ({_URL_FORMS})"
+    if lowered.startswith("sqlite:"):
+        given = given[len("sqlite:") :]  # sqlite:x.db, or sqlite:/x.db for an absolute path
+    path = os.path.expanduser(given) if given.startswith("~") else given
+    return (
+        f"a SQLite file is sqlite:///{path} (three slashes, then the path; four before an "
+        "absolute path); a PostgreSQL store is postgresql://USER@HOST/DATABASE"
+    )
 
 
 def create_store_engine(
