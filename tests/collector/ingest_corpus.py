@@ -1,0 +1,636 @@
+"""A broad, deterministic corpus of OTLP exports and what the ingest pipeline made of each,
+for the golden test of the ingest path (``test_collector_ingest_golden``, issue 35).
+
+Every span shape a mapper knows (vLLM V0 / V1, TensorRT-LLM, SGLang roots, thread spans and
+slices, TGI, the GenAI conventions, client instrumentations, llm-d's P/D proxy, stage slices,
+plain links), each attribute any mapper or rule reads given every kind of value (well-formed,
+numeric strings, absurd numbers, NaN, wrong types, arrays, key-value lists, oversized, empty),
+span-level variants (ids, times, kinds, status, events, resources, duplicated and excess
+attributes), several mapping contexts, limits and accept windows, and exports refused as a
+whole. Each case goes through the functions a decoder process runs (``ingest.decode_body``
+then ``ingest.prepare``), as protobuf and as OTLP/JSON; ``outcome`` is what it became, as
+plain JSON: every spool entry byte for byte, the tallies, or the error that refused it.
+
+``make_ingest_golden.py`` writes the expected outcomes with the code of a given checkout.
+This module imports only what every checkout since the ingest path was written has.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+#: "Now" for every case (2026-12-06 09:00 UTC) and the start of most spans, 3 s before.
+NOW_NS = 1_796_547_600 * 10**9
+START_NS = NOW_NS - 3 * 10**9
+S = 10**9
+SERVER, INTERNAL, CLIENT = 2, 1, 3
+
+#: Values an attribute may carry: ``(name, AnyValue fields)``.
+VALUES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("absent", {}),
+    ("empty_any", {"__empty__": True}),
+    ("str_num", {"string_value": "0.25"}),
+    ("str_int", {"string_value": "12"}),
+    ("str_padded", {"string_value": " 12 "}),
+    ("str_float_int", {"string_value": "3.0"}),
+    ("str_frac", {"string_value": "1.5"}),
+    ("str_word", {"string_value": "abc"}),
+    ("str_empty", {"string_value": ""}),
+    ("str_nan", {"string_value": "nan"}),
+    ("str_inf", {"string_value": "inf"}),
+    ("str_neg", {"string_value": "-1"}),
+    ("str_exp", {"string_value": "1e3"}),
+    ("str_underscore", {"string_value": "1_000"}),
+    ("str_ms", {"string_value": "12ms"}),
+    ("str_us", {"string_value": "35.5µs"}),
+    ("str_s", {"string_value": "1.5s"}),
+    ("str_json_list", {"string_value": '["length"]'}),
+    ("str_json_empty", {"string_value": "[]"}),
+    ("str_json_num", {"string_value": "[1]"}),
+    ("str_json_bad", {"string_value": '["x"'}),
+    ("str_abort", {"string_value": "abort"}),
+    ("str_upper_llm", {"string_value": "llm"}),
+    ("str_label_long", {"string_value": "x" * 300}),
+    ("str_too_big", {"string_value": "y" * 5000}),
+    ("str_unicode", {"string_value": "ünïcødé-模型"}),
+    ("int_zero", {"int_value": 0}),
+    ("int_one", {"int_value": 1}),
+    ("int_neg", {"int_value": -1}),
+    ("int_big", {"int_value": 10**12}),
+    ("int_max", {"int_value": 2**63 - 1}),
+    ("int_min", {"int_value": -(2**63)}),
+    ("dbl_zero", {"double_value": 0.0}),
+    ("dbl_negzero", {"double_value": -0.0}),
+    ("dbl_small", {"double_value": 0.25}),
+    ("dbl_frac", {"double_value": 1.5}),
+    ("dbl_int", {"double_value": 3.0}),
+    ("dbl_huge", {"double_value": 1e308}),
+    ("dbl_week", {"double_value": 8e5}),
+    ("dbl_nan", {"double_value": math.nan}),
+    ("dbl_inf", {"double_value": math.inf}),
+    ("dbl_neginf", {"double_value": -math.inf}),
+    ("dbl_neg", {"double_value": -1e-9}),
+    ("bool_true", {"bool_value": True}),
+    ("bool_false", {"bool_value": False}),
+    ("bytes", {"bytes_value": b"\x00\xff"}),
+    ("bytes_empty", {"bytes_value": b""}),
+    ("arr_empty", {"array_value": ()}),
+    ("arr_str", {"array_value": ({"string_value": "stop"},)}),
+    ("arr_strs", {"array_value": ({"string_value": "a"}, {"string_value": "b"})}),
+    ("arr_int", {"array_value": ({"int_value": 1}, {"int_value": 2})}),
+    ("arr_nested", {"array_value": ({"array_value": ({"string_value": "x"},)},)}),
+    ("arr_too_big", {"array_value": tuple({"string_value": "z" * 1000} for _ in range(5))}),
+    ("kvlist", {"kvlist_value": (("k", {"string_value": "v"}),)}),
+)
+
+#: Every attribute a mapper or a rule reads, by the base shape it is varied on.
+ENGINE_ATTRS = (
+    "gen_ai.latency.time_to_first_token", "gen_ai.latency.e2e", "gen_ai.latency.time_in_queue",
+    "gen_ai.latency.time_in_model_prefill", "gen_ai.latency.time_in_model_decode",
+    "gen_ai.latency.kv_cache_transfer_time", "gen_ai.usage.prompt_tokens",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens",
+    "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cached_tokens", "prompt_tokens",
+    "completion_tokens", "generated_tokens", "cached_tokens", "gen_ai.response.model",
+    "gen_ai.request.model", "model", "model_id", "infersight.tenant", "tenant", "tenant.id",
+    "infersight.priority", "gen_ai.request.priority", "priority", "gen_ai.operation.name",
+    "gen_ai.request.id", "error.type", "gen_ai.response.finish_reasons", "finish_reason",
+    "openinference.span.kind", "gen_ai.provider.name", "gen_ai.system",
+    "llm_d.pd_proxy.prefill_target", "total_time", "inference_time",
+)  # fmt: skip
+TGI_ATTRS = (
+    "total_time", "inference_time", "time_per_token", "queue_time", "validation_time",
+    "prompt_tokens", "generated_tokens",
+)  # fmt: skip
+GENAI_ATTRS = (
+    "gen_ai.server.time_to_first_token", "gen_ai.response.time_to_first_token",
+    "gen_ai.server.time_per_output_token", "gen_ai.provider.name", "gen_ai.system",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "gen_ai.usage.output_tokens",
+    "gen_ai.usage.completion_tokens", "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.operation.name",
+)  # fmt: skip
+CLIENT_ATTRS = (
+    "openinference.span.kind", "gen_ai.response.model", "gen_ai.request.model",
+    "llm.response.model_name", "llm.model_name", "llm.request.model_name",
+    "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system",
+    "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt",
+    "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+    "llm.token_count.completion", "gen_ai.server.time_to_first_token",
+    "gen_ai.response.time_to_first_token", "gen_ai.operation.name", "llm.request.type",
+    "infersight.tenant", "error.type", "gen_ai.response.finish_reasons",
+)  # fmt: skip
+SGLANG_ATTRS = (
+    "gen_ai.latency.time_to_first_token", "gen_ai.latency.e2e", "gen_ai.latency.time_in_queue",
+    "gen_ai.usage.prompt_tokens", "prompt_tokens", "gen_ai.usage.completion_tokens",
+    "completion_tokens", "gen_ai.usage.cached_tokens", "cached_tokens",
+)  # fmt: skip
+PD_ATTRS = ("llm_d.pd_proxy.prefill_target", "llm_d.pd_proxy.connector", "gen_ai.request.model")
+RESOURCE_ATTRS = ("service.name", "telemetry.sdk.name")
+
+VLLM_V1: dict[str, Any] = {
+    "gen_ai.request.id": "cmpl-1",
+    "gen_ai.request.top_p": 1.0,
+    "gen_ai.request.max_tokens": 256,
+    "gen_ai.request.temperature": 0.7,
+    "gen_ai.request.n": 1,
+    "gen_ai.usage.prompt_tokens": 120,
+    "gen_ai.usage.completion_tokens": 41,
+    "gen_ai.latency.time_in_queue": 0.05,
+    "gen_ai.latency.time_to_first_token": 0.25,
+    "gen_ai.latency.e2e": 2.25,
+    "gen_ai.latency.time_in_model_prefill": 0.2,
+    "gen_ai.latency.time_in_model_decode": 2.0,
+    "gen_ai.latency.time_in_model_inference": 2.2,
+}
+VLLM_V0: dict[str, Any] = {
+    "gen_ai.response.model": "meta-llama/Llama-3.1-8B-Instruct",
+    "gen_ai.request.id": "cmpl-0",
+    "gen_ai.usage.prompt_tokens": 10,
+    "gen_ai.usage.completion_tokens": 64,
+    "gen_ai.latency.time_in_queue": 0.01,
+    "gen_ai.latency.time_to_first_token": 0.03,
+    "gen_ai.latency.e2e": 0.66,
+    "gen_ai.latency.time_in_scheduler": 0.002,
+    "gen_ai.latency.time_in_model_forward": 0.5,
+    "gen_ai.response.finish_reasons": '["length"]',
+}
+GENAI: dict[str, Any] = {
+    "gen_ai.operation.name": "chat",
+    "gen_ai.provider.name": "vllm",
+    "gen_ai.request.model": "qwen2.5-7b",
+    "gen_ai.usage.input_tokens": 300,
+    "gen_ai.usage.output_tokens": 20,
+    "gen_ai.response.finish_reasons": ("stop",),
+}
+TGI: dict[str, Any] = {
+    "parameters": "GenerateParameters { .. }",
+    "total_time": "1.512s",
+    "validation_time": "1.2ms",
+    "queue_time": "35.5µs",
+    "inference_time": "1.51s",
+    "time_per_token": "37.75ms",
+    "prompt_tokens": "17",
+    "generated_tokens": "40",
+}
+CLIENT_SPAN: dict[str, Any] = {
+    "llm.request.type": "chat",
+    "gen_ai.system": "openai",
+    "gen_ai.request.model": "Llama-3.1-8B-Instruct",
+    "gen_ai.response.model": "meta-llama/Llama-3.1-8B-Instruct",
+    "gen_ai.usage.prompt_tokens": 30,
+    "gen_ai.usage.completion_tokens": 12,
+}
+OPENINFERENCE: dict[str, Any] = {
+    "openinference.span.kind": "LLM",
+    "llm.model_name": "gpt-4o-mini",
+    "llm.provider": "openai",
+    "llm.token_count.prompt": 11,
+    "llm.token_count.completion": 5,
+}
+SGLANG_ROOT: dict[str, Any] = {
+    "gen_ai.latency.time_to_first_token": 0.1,
+    "gen_ai.latency.e2e": 1.0,
+    "gen_ai.usage.prompt_tokens": 50,
+    "gen_ai.usage.completion_tokens": 10,
+}
+
+
+def any_value(spec: dict[str, Any]) -> AnyValue:
+    value = AnyValue()
+    for kind, item in spec.items():
+        if kind == "__empty__":
+            continue
+        if kind == "array_value":
+            value.array_value.SetInParent()
+            for each in item:
+                value.array_value.values.append(any_value(each))
+        elif kind == "kvlist_value":
+            value.kvlist_value.SetInParent()
+            for key, each in item:
+                value.kvlist_value.values.append(KeyValue(key=key, value=any_value(each)))
+        else:
+            setattr(value, kind, item)
+    return value
+
+
+def spec_of(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"bool_value": value}
+    if isinstance(value, int):
+        return {"int_value": value}
+    if isinstance(value, float):
+        return {"double_value": value}
+    if isinstance(value, tuple):
+        return {"array_value": tuple(spec_of(v) for v in value)}
+    if isinstance(value, bytes):
+        return {"bytes_value": value}
+    return {"string_value": value}
+
+
+Attrs = list[tuple[str, dict[str, Any]]]
+
+
+def attrs_of(plain: dict[str, Any]) -> Attrs:
+    return [(k, spec_of(v)) for k, v in plain.items()]
+
+
+def varied(base: dict[str, Any], name: str, spec: dict[str, Any] | None) -> Attrs:
+    """``base`` with ``name`` given ``spec`` (``None``: removed)."""
+    out = [(k, v) for k, v in attrs_of(base) if k != name]
+    if spec is not None:
+        out.append((name, spec))
+    return out
+
+
+@dataclass
+class SpanSpec:
+    name: str
+    attrs: Attrs
+    kind: int = SERVER
+    start_ns: int = START_NS
+    end_ns: int = START_NS + int(2.25 * S)
+    trace_id: bytes | None = None
+    span_id: bytes | None = None
+    parent: bytes = b""
+    status: int = 0
+    status_message: str = ""
+    events: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class ResourceSpec:
+    attrs: Attrs
+    scope: str
+    spans: list[SpanSpec]
+    #: The scope given this many times, each with the same spans.
+    scopes: int = 1
+
+
+@dataclass
+class Case:
+    """One export, and how it is ingested."""
+
+    name: str
+    resources: list[ResourceSpec]
+    context: str = "plain"
+    limits: str = "default"
+    accept: bool = True
+    #: A body given as it is (hostile bytes) instead of built from ``resources``.
+    raw: bytes | None = None
+
+
+class Ids:
+    """Deterministic ids, so that outcomes can be compared byte for byte."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def trace(self, size: int = 16) -> bytes:
+        return self.rng.randbytes(size).rjust(16, b"\0")
+
+    def span(self) -> bytes:
+        return self.rng.randbytes(8)
+
+
+def build(case: Case, ids: Ids) -> bytes:
+    if case.raw is not None:
+        return case.raw
+    message = ExportTraceServiceRequest()
+    for res in case.resources:
+        rs = ResourceSpans()
+        rs.resource.SetInParent()
+        for key, spec in res.attrs:
+            rs.resource.attributes.append(KeyValue(key=key, value=any_value(spec)))
+        scope = ScopeSpans()
+        scope.scope.name = res.scope
+        for s in res.spans:
+            span = Span(
+                trace_id=s.trace_id if s.trace_id is not None else ids.trace(),
+                span_id=s.span_id if s.span_id is not None else ids.span(),
+                parent_span_id=s.parent, name=s.name, kind=s.kind,  # type: ignore[arg-type]
+                start_time_unix_nano=s.start_ns, end_time_unix_nano=s.end_ns,
+                status=Status(code=s.status, message=s.status_message),  # type: ignore[arg-type]
+                events=[Span.Event(name=n, time_unix_nano=t) for n, t in s.events],
+            )  # fmt: skip
+            for key, spec in s.attrs:
+                span.attributes.append(KeyValue(key=key, value=any_value(spec)))
+            scope.spans.append(span)
+        for _ in range(res.scopes):
+            rs.scope_spans.append(scope)
+        message.resource_spans.append(rs)
+    return message.SerializeToString()
+
+
+def as_json(body: bytes) -> bytes:
+    """The same export in OTLP/JSON (hex ids, enums as numbers)."""
+    import json
+
+    document = json_format.MessageToDict(
+        ExportTraceServiceRequest.FromString(body), use_integers_for_enums=True
+    )
+    for resource in document.get("resourceSpans", []):
+        for scope in resource.get("scopeSpans", []):
+            for span in scope.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(document).encode()
+
+
+def service(name: str = "vllm", extra: Attrs | None = None) -> Attrs:
+    return [
+        ("telemetry.sdk.language", {"string_value": "python"}),
+        ("service.name", {"string_value": name}),
+        *(extra or []),
+    ]
+
+
+def one(name: str, spans: list[SpanSpec], svc: str = "vllm", scope: str = "vllm.llm_engine",
+        **options: Any) -> Case:  # fmt: skip
+    return Case(name, [ResourceSpec(service(svc), scope, spans)], **options)
+
+
+def attribute_cases() -> Iterator[Case]:
+    """Each attribute any mapper reads, given each kind of value, on each shape reading it."""
+    bases: list[tuple[str, str, str, str, int, dict[str, Any], tuple[str, ...]]] = [
+        ("vllm_v1", "llm_request", "vllm", "vllm.llm_engine", SERVER, VLLM_V1, ENGINE_ATTRS),
+        ("vllm_v0", "llm_request", "vllm", "vllm.llm_engine", SERVER, VLLM_V0, ENGINE_ATTRS[:12]),
+        ("trtllm", "llm_request", "trtllm", "trt.llm", SERVER, VLLM_V1, ENGINE_ATTRS[:6]),
+        ("tgi", "generate", "text-generation-inference.router", "router", SERVER, TGI,
+         TGI_ATTRS),
+        ("genai", "chat qwen", "gateway", "genai", SERVER, GENAI, GENAI_ATTRS),
+        ("client", "openai.chat", "chat-app", "opentelemetry.instrumentation.openai.v1",
+         CLIENT, CLIENT_SPAN, CLIENT_ATTRS),
+        ("openinference", "ChatCompletion", "chat-app", "openinference", INTERNAL,
+         OPENINFERENCE, CLIENT_ATTRS[:12]),
+        ("sglang", "Req 1a2b3c4d", "sglang", "sglang", SERVER, SGLANG_ROOT, SGLANG_ATTRS),
+        ("pd_prefill", "prefill", "llm-d", "llm-d", INTERNAL,
+         {"llm_d.pd_proxy.connector": "nixlv2"}, PD_ATTRS),
+    ]  # fmt: skip
+    for base_name, span_name, svc, scope, kind, base, names in bases:
+        for attr in names:
+            spans = [
+                SpanSpec(span_name, varied(base, attr, None if v == "absent" else spec),
+                         kind=kind, parent=b"\x01" * 8 if base_name == "pd_prefill" else b"")
+                for v, spec in VALUES
+            ]  # fmt: skip
+            yield one(f"attr/{base_name}/{attr}", spans, svc, scope)
+    for attr in RESOURCE_ATTRS:
+        resources = [
+            ResourceSpec(varied({"telemetry.sdk.name": "opentelemetry"}, attr,
+                                None if v == "absent" else spec),
+                         "vllm.llm_engine", [SpanSpec("llm_request", attrs_of(VLLM_V1))])
+            for v, spec in VALUES
+        ]  # fmt: skip
+        yield Case(f"resource/{attr}", resources)
+
+
+def span_cases() -> Iterator[Case]:
+    v1 = attrs_of(VLLM_V1)
+    e2e = int(2.25 * S)
+    yield one("ids", [
+        SpanSpec("llm_request", v1, trace_id=b""),
+        SpanSpec("llm_request", v1, trace_id=b"\0" * 16),
+        SpanSpec("llm_request", v1, trace_id=b"\1" * 8),
+        SpanSpec("llm_request", v1, trace_id=b"\1" * 17),
+        SpanSpec("llm_request", v1, span_id=b""),
+        SpanSpec("llm_request", v1, span_id=b"\0" * 8),
+        SpanSpec("llm_request", v1, span_id=b"\1" * 7),
+        SpanSpec("llm_request", v1, parent=b"\0" * 8),
+        SpanSpec("llm_request", v1, parent=b"\2" * 8),
+        SpanSpec("llm_request", v1, parent=b"\2" * 3),
+        SpanSpec("llm_request", v1, trace_id=b"\0" * 8 + b"\7" * 8),
+    ])  # fmt: skip
+    times = [
+        (0, e2e), (1, e2e), (START_NS, START_NS), (START_NS, START_NS - 1), (START_NS, 0),
+        (NOW_NS - 13 * 86_400 * S, NOW_NS - 13 * 86_400 * S + e2e),
+        (NOW_NS - 15 * 86_400 * S, NOW_NS - 15 * 86_400 * S + e2e),
+        (NOW_NS + 299 * S, NOW_NS + 302 * S), (NOW_NS + 301 * S, NOW_NS + 303 * S),
+        (946_684_799 * S, 946_684_801 * S), (2**64 - 2, 2**64 - 1),
+        (7_258_118_400 * S, 7_258_118_401 * S), (START_NS, START_NS + 8 * 86_400 * S),
+    ]  # fmt: skip
+    for base_name, name, base in (("vllm", "llm_request", VLLM_V1), ("tgi", "generate", TGI),
+                                  ("genai", "chat", GENAI), ("client", "openai.chat", CLIENT_SPAN),
+                                  ("sglang", "Req 0a0b", SGLANG_ROOT)):  # fmt: skip
+        kind = CLIENT if base_name == "client" else SERVER
+        spans = [SpanSpec(name, attrs_of(base), kind=kind, start_ns=a, end_ns=b) for a, b in times]
+        spans += [
+            SpanSpec(name, attrs_of(base), kind=k, status=st, status_message=msg)
+            for k in (0, 1, 2, 3, 4, 5)
+            for st, msg in ((0, ""), (1, ""), (2, "boom"), (2, ""))
+        ]
+        yield one(f"times_kinds/{base_name}", spans, "svc-" + base_name, "scope")
+        spans_ctx = [SpanSpec(name, attrs_of(base), kind=kind) for _ in range(3)]
+        for context in CONTEXTS:
+            yield one(f"context/{base_name}/{context}", spans_ctx, "vllm", "scope",
+                      context=context)  # fmt: skip
+        yield one(f"no_accept/{base_name}", [SpanSpec(name, attrs_of(base), kind=kind,
+                  start_ns=a, end_ns=b) for a, b in times], accept=False)  # fmt: skip
+    # Client TTFT from chunk events.
+    events = [
+        [("gen_ai.content.completion.chunk", START_NS + S // 4),
+         ("gen_ai.content.completion.chunk", START_NS + S // 2)],
+        [("llm.content.completion.chunk", START_NS + S // 3)],
+        [("First Token Stream Event", START_NS + S // 5), ("other", START_NS + 1)],
+        [("gen_ai.content.completion.chunk", START_NS - S)],
+        [("gen_ai.content.completion.chunk", 0)],
+        [("unrelated", START_NS + 5)],
+        [],
+    ]  # fmt: skip
+    yield one("client_events", [
+        SpanSpec("openai.chat", attrs_of(CLIENT_SPAN), kind=CLIENT, events=e) for e in events
+    ] + [
+        SpanSpec("openai.chat", attrs_of({**CLIENT_SPAN,
+                 "gen_ai.server.time_to_first_token": 0.3}), kind=CLIENT, events=e)
+        for e in events
+    ], "chat-app", "opentelemetry.instrumentation.openai.v1")  # fmt: skip
+    for scope, sdk in (
+        ("openlit.otel", ""),
+        ("x", "openlit"),
+        ("traceloop.sdk", ""),
+        ("opentelemetry.instrumentation.openai.v0", ""),
+        ("openai_v2", ""),
+    ):
+        yield Case(f"client_source/{scope}/{sdk}", [ResourceSpec(
+            service("chat-app", [("telemetry.sdk.name", {"string_value": sdk})] if sdk else []),
+            scope, [SpanSpec("openai.chat", attrs_of({"gen_ai.system": "openai",
+                             "gen_ai.request.model": "m"}), kind=CLIENT)])])  # fmt: skip
+    # Names: request shapes, stage slices, links.
+    names = [
+        "llm_request", "Req 1234", "prefill Req ab_c-9", "decode Req x", "Req ", "Req a b",
+        "tokenize", "detokenize", "chat_template", "gateway", "Gateway route", "queue wait",
+        "prefill", "decode", "prefill forward", "decode loop", "postprocess", "post_process",
+        "Scheduler (host:1.2.3.4 | pid:7)", "TokenizerManager (host:x | pid:1) tokenize",
+        "forward_request", "llm_d.pd_proxy.request", "llm_d.pd_proxy.prefill",
+        "llm_d.pd_proxy.decode", "POST /v1/chat/completions", "", "generate", "chat qwen",
+    ]  # fmt: skip
+    for parent in (b"", b"\3" * 8):
+        for attrs_name, attrs in (
+            ("none", []),
+            ("pd", [("llm_d.pd_proxy.connector", {"string_value": "nixl"})]),
+            ("model", [("gen_ai.request.model", {"string_value": "m"})]),
+        ):
+            spans = [SpanSpec(n, attrs, kind=INTERNAL, parent=parent) for n in names]
+            yield one(f"names/{attrs_name}/{'child' if parent else 'root'}", spans, "svc",
+                      "scope")  # fmt: skip
+    yield one("names/trtllm_scope", [SpanSpec("llm_request", v1), SpanSpec("other", v1)],
+              "trt", "trt.llm")  # fmt: skip
+    # Duplicated keys (the last one kept, unless it is dropped), excess and long keys.
+    yield one("duplicates", [
+        SpanSpec("llm_request", [*v1, ("gen_ai.latency.e2e", {"double_value": 3.0})]),
+        SpanSpec("llm_request", [*v1, ("gen_ai.latency.e2e", {"string_value": "q" * 5000})]),
+        SpanSpec("llm_request", [*v1, ("gen_ai.usage.prompt_tokens", {"int_value": 7}),
+                                 ("gen_ai.usage.prompt_tokens", {"double_value": 1.5})]),
+        SpanSpec("llm_request", [("gen_ai.latency.e2e", {"double_value": 1.0})] * 3 + v1),
+        SpanSpec("llm_request", [*v1, ("k" * 5000, {"int_value": 1})]),
+        SpanSpec("llm_request", [*v1, ("", {"int_value": 1})]),
+        SpanSpec("llm_request", [(f"pad.{i}", {"int_value": i}) for i in range(130)] + v1),
+        SpanSpec("llm_request", v1 + [(f"pad.{i}", {"int_value": i}) for i in range(130)]),
+    ])  # fmt: skip
+    yield Case("many_resources", [
+        ResourceSpec(service(f"svc-{i % 7}"), f"scope-{i}",
+                     [SpanSpec("llm_request", v1), SpanSpec("tokenize", [], parent=b"\4" * 8)])
+        for i in range(40)
+    ] + [ResourceSpec([], "", []), ResourceSpec(service("empty"), "", [])])  # fmt: skip
+    yield one("resource_attrs_excess", [SpanSpec("llm_request", v1)], limits="small")
+    for limits in ("small", "tiny"):
+        yield one(f"limits/{limits}", [
+            SpanSpec("llm_request", v1),
+            SpanSpec("llm_request", attrs_of(VLLM_V0)),
+            SpanSpec("generate", attrs_of(TGI)),
+            SpanSpec("openai.chat", attrs_of(CLIENT_SPAN), kind=CLIENT),
+            SpanSpec("x" * 100, v1),
+        ], limits=limits)  # fmt: skip
+
+
+def export_cases() -> Iterator[Case]:
+    """Exports refused as a whole, or at the edges of the limits."""
+    v1 = attrs_of(VLLM_V1)
+    one_span = [SpanSpec("llm_request", v1)]
+    yield one("too_many_spans", [SpanSpec("llm_request", v1)] * 9, limits="small")
+    yield one("spans_at_limit", [SpanSpec("llm_request", v1)] * 8, limits="small")
+    yield Case("too_many_resources", [ResourceSpec(service(), "s", one_span)] * 5,
+               limits="small")  # fmt: skip
+    yield Case(
+        "too_many_scopes", [ResourceSpec(service(), "s", one_span, scopes=5)], limits="small"
+    )
+    yield Case("empty", [])
+    body = build(one("x", one_span), Ids(1))
+    yield Case("truncated", [], raw=body[:-3])
+    yield Case("garbage", [], raw=b"\xff\xff\xff\xff")
+    yield Case("tags_packed", [], raw=b"\x0a\x00" * 5000, limits="small")
+    yield Case("tags_packed_default", [], raw=b"\x0a\x00" * 300_000)
+    yield Case("tag_bytes_in_strings", [], raw=b"\x0a" * 100 + body)
+    nested = b""
+    for _ in range(120):
+        nested = b"\x0a" + bytes([len(nested)]) + nested if len(nested) < 128 else nested
+    yield Case("nested", [], raw=nested)
+    yield Case("empty_resources", [], raw=b"\x0a\x00" * 20, limits="small")
+
+
+CONTEXTS = ("plain", "model", "services", "prefill", "adapters", "scraped")
+LIMITS = ("default", "small", "tiny")
+
+
+def cases() -> list[Case]:
+    return [*attribute_cases(), *span_cases(), *export_cases()]
+
+
+def run(case: Case, media: str, body: bytes) -> dict[str, Any]:
+    """What ``decode_body`` + ``prepare`` make of ``body``, as plain JSON."""
+    from infersight.collector.assembly import Reassembly
+    from infersight.collector.ingest import decode_body, prepare
+    from infersight.collector.mapping import MappingContext
+    from infersight.collector.otlp import Limits
+    from infersight.core.accept import AcceptWindow
+    from infersight.core.errors import InfersightError
+    from infersight.core.records import Role
+
+    limits = {
+        "default": Limits(),
+        "small": Limits(max_spans=8, max_resources=4, max_scopes=4, max_attributes=4,
+                        max_attribute_bytes=16, max_messages=2000, max_json_containers=2000),
+        "tiny": Limits(max_attributes=1, max_attribute_bytes=4),
+    }[case.limits]  # fmt: skip
+    scraped = "meta-llama/Llama-3.1-8B-Instruct"
+    contexts = {
+        "plain": MappingContext("node-1/vllm-0"),
+        "model": MappingContext("node-1/vllm-0", model="llama-8b"),
+        "services": MappingContext("n", service_models={"vllm": "svc-model", "sglang": "sg"}),
+        "prefill": MappingContext("n", role=Role.PREFILL),
+        "adapters": MappingContext("n", adapters=frozenset({"qwen2.5-7b", "cmpl-1"})),
+        "scraped": MappingContext("n", scraped_model=lambda: scraped,
+                                  scraped_adapters=lambda: frozenset({"gpt-x"})),
+    }  # fmt: skip
+    accept = AcceptWindow.of_days(14) if case.accept else None
+    now = NOW_NS / 1e9
+    try:
+        decoded = decode_body(body, "identity", media, limits)
+        prepared = prepare(decoded, contexts[case.context], now, accept, Reassembly(2.0))
+    except InfersightError as exc:
+        return {"error": [type(exc).__name__, exc.message, _plain(exc.details)]}
+    return {
+        "entries": [
+            [int(e.kind), e.trace_id, e.ready_at, e.payload.decode("utf-8", "surrogateescape")]
+            for e in prepared.entries
+        ],
+        "spans": prepared.spans,
+        "dropped_attributes": prepared.dropped_attributes,
+        "unmapped": sorted([list(k), v] for k, v in prepared.unmapped.items()),
+        "rejected": dict(sorted(prepared.rejected.items())),
+        "sources": {s: dict(sorted(t.items())) for s, t in sorted(prepared.sources.items())},
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def outcomes() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every case's outcome, as protobuf and as OTLP/JSON, in corpus order."""
+    ids = Ids(35)
+    for case in cases():
+        body = build(case, ids)
+        yield f"{case.name} [protobuf]", run(case, "application/x-protobuf", body)
+        if case.raw is None:
+            yield f"{case.name} [json]", run(case, "application/json", as_json(body))
+
+
+#: What the golden file holds for an OTLP/JSON outcome equal to its protobuf twin's.
+SAME_AS_PROTOBUF = {"same_as": "protobuf"}
+
+
+def deduplicated(outcomes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``outcomes`` with each OTLP/JSON outcome equal to its protobuf twin's written as
+    ``SAME_AS_PROTOBUF`` (half the golden file)."""
+    out = {}
+    for name, outcome in outcomes.items():
+        twin = outcomes.get(name.replace(" [json]", " [protobuf]"))
+        same = name.endswith(" [json]") and twin == outcome
+        out[name] = SAME_AS_PROTOBUF if same else outcome
+    return out
+
+
+def expanded(outcomes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The inverse of ``deduplicated``."""
+    return {
+        name: outcomes[name.replace(" [json]", " [protobuf]")]
+        if outcome == SAME_AS_PROTOBUF
+        else outcome
+        for name, outcome in outcomes.items()
+    }

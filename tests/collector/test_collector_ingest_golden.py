@@ -1,0 +1,93 @@
+"""The ingest path stores and refuses exactly what it did before it was made faster (issue 35).
+
+``data/ingest_golden.json.gz`` holds what the code before the change made of a broad corpus
+of exports (``ingest_corpus``: every span shape of every mapper, every attribute they read
+with every kind of value, hostile ids, times, limits and bodies), written by
+``make_ingest_golden.py`` from a worktree of that commit. Each case goes through the functions
+a decoder process runs, as protobuf and as OTLP/JSON, and must give the same spool entries
+byte for byte, the same tallies and the same refusals.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.collector import ingest_corpus
+
+GOLDEN = Path(__file__).parent / "data" / "ingest_golden.json.gz"
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for line in gzip.decompress(GOLDEN.read_bytes()).decode().splitlines():
+        out.update(json.loads(line))
+    return ingest_corpus.expanded(out)
+
+
+@pytest.fixture(scope="module")
+def actual() -> dict[str, dict[str, Any]]:
+    # Through JSON and back: tuples and lists, and float spellings, compare as stored.
+    return json.loads(json.dumps(dict(ingest_corpus.outcomes())))
+
+
+def _difference(name: str, want: dict[str, Any], got: dict[str, Any]) -> str:
+    if "error" in want or "error" in got:
+        return f"{name}: expected {want.get('error', 'no error')}, got {got.get('error', 'none')}"
+    for key in ("spans", "dropped_attributes", "unmapped", "rejected", "sources"):
+        if want[key] != got[key]:
+            return f"{name}: {key} expected {want[key]}, got {got[key]}"
+    if len(want["entries"]) != len(got["entries"]):
+        return f"{name}: {len(want['entries'])} entries expected, got {len(got['entries'])}"
+    for i, (w, g) in enumerate(zip(want["entries"], got["entries"], strict=True)):
+        if w != g:
+            return f"{name}: entry {i} expected\n  {w}\ngot\n  {g}"
+    return f"{name}: differs"
+
+
+def test_every_case_of_the_corpus_is_ingested_exactly_as_before(
+    expected: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]
+) -> None:
+    assert list(actual) == list(expected), "the corpus changed: regenerate with the old code"
+    differences = [
+        _difference(name, expected[name], got)
+        for name, got in actual.items()
+        if got != expected[name]
+    ]
+    assert not differences, f"{len(differences)} cases differ:\n" + "\n".join(differences[:10])
+
+
+def test_the_corpus_reaches_every_outcome(expected: dict[str, dict[str, Any]]) -> None:
+    """The corpus is only as good as what it exercises: records of every engine, client
+    records, stage fragments and links, every rejection reason, dropped attributes and every
+    refusal of a whole export."""
+    engines: Counter[str] = Counter()
+    kinds: Counter[int] = Counter()
+    rejected: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    dropped = 0
+    for outcome in expected.values():
+        if "error" in outcome:
+            errors[outcome["error"][2].get("reason", outcome["error"][0])] += 1
+            continue
+        dropped += outcome["dropped_attributes"]
+        rejected.update(outcome["rejected"])
+        for kind, _, _, payload in outcome["entries"]:
+            kinds[kind] += 1
+            if kind == 1:
+                engines[json.loads(payload)[5]] += 1
+    assert set(engines) == {"vllm", "sglang", "tgi", "trtllm", "generic"}
+    assert set(kinds) == {1, 2, 5}  # records, trace pieces, client records
+    assert set(rejected) >= {
+        "invalid_tokens", "invalid_value", "stage_exceeds_e2e", "ttft_exceeds_e2e",
+        "end_before_start", "invalid_time", "invalid_id", "start_in_future", "start_too_old",
+    }  # fmt: skip
+    assert dropped > 0
+    assert set(errors) >= {"too_many_spans", "too_many_resources", "too_many_scopes"}
+    assert "undecodable" in errors or "InvalidInput" in errors
