@@ -1,25 +1,68 @@
-"""Collector benchmark (issue 3): what the sidecar sustains and what it costs.
+"""Collector benchmark (issues 3, 35): what the sidecar sustains and what it costs.
 
-Prints, in one run on this machine:
+Every figure counts the sidecar's whole process tree: its main process and the decoder child
+processes it starts (``collector.decoding``: an export over 64 KiB, every 512-span export the
+OpenTelemetry SDK sends by default, is decoded and mapped in a child, which does most of the
+work). CPU is the tree's user + system time (a child that exited and was reaped counts in its
+parent's), memory the sum of the tree's RSS and of its PSS (shared pages split between the
+processes that map them: what the tree adds to the machine).
 
-1. reference: bare protobuf decode (``ExportTraceServiceRequest.FromString``) of the payloads;
+Prints, in one run on this machine, in ``--rounds`` interleaved rounds:
+
+1. reference: bare protobuf decode (``ExportTraceServiceRequest.FromString``) of the payloads,
+   for ``--reference-seconds`` in the benchmark's process;
 2. spans/s through the ingest pipeline in-process (decode → map → durable group-commit
-   append), one thread;
-3. spans/s accepted end to end (OTLP/HTTP → sidecar subprocess pinned to one core → spool,
-   acknowledged after group-commit fsync), with the ratio to the reference;
+   append), one thread, and per CPU second of this process;
+3. spans/s accepted end to end over OTLP/HTTP and over OTLP/gRPC (``--transports``) by a
+   sidecar subprocess pinned to one core (its children inherit the core) into its spool,
+   acknowledged after group-commit fsync, and per CPU second of the sidecar's tree;
+
+   Each round runs the cases once, the reference among them, in ABBA order (``--order
+   abba``: round 1 reference first, round 2 reference last, …) or shuffled (``--order
+   random``); every ratio is taken within its round against that round's reference. Each
+   round is printed, then per case the median and the spread (min–max) of the rounds'
+   ratios. A round has its own sidecar (both transports in it), so no round inherits the
+   previous one's spool.
+
 4. at a steady ``--rate`` requests/s (one span each, in exports of ``--export-spans``) with
    scraping (vLLM /metrics) and GPU sampling (dcgm-exporter /metrics, every 2 s) on,
-   shipping to PostgreSQL with the default 2 s reassembly window: the sidecar's CPU share
-   of one core, its peak RSS, and ack-to-visible-in-PostgreSQL latency P50/P99.
+   shipping to PostgreSQL with the default 2 s reassembly window, for each transport: the
+   tree's CPU share of one core, its peak RSS and PSS, and ack-to-visible-in-PostgreSQL
+   latency P50/P99; next to the reference: the same sidecar idle for as long (scrape and GPU
+   sampling only). ``--steady-rounds`` rounds, each a fresh database and sidecar running the
+   idle reference and every shape × transport once, in ABBA (or shuffled) order; each round
+   is printed, then the median and spread of each figure.
 
-   The first steady run has the shape an OpenTelemetry SDK gives a server at that rate with
-   its defaults: the ``BatchSpanProcessor`` exports as soon as 512 spans are queued
+   The 512-span shape is what an OpenTelemetry SDK gives a server at that rate with its
+   defaults: the ``BatchSpanProcessor`` exports as soon as 512 spans are queued
    (``max_export_batch_size``) and at the latest every 5 s (``schedule_delay``), so at
-   200 requests/s it sends 512 spans every 2.56 s. The second (100 spans per export) is a
-   server configured for smaller, more frequent exports.
+   200 requests/s it sends 512 spans every 2.56 s. The 100-span shape is a server configured
+   for smaller, more frequent exports.
 
 Payloads are real OTLP protobuf in vLLM's ``llm_request`` shape with random ids. A fresh
-PostgreSQL database is created (and dropped) for step 4; ``--no-postgres`` skips it.
+PostgreSQL database is created (and dropped) per steady round; ``--no-postgres`` skips step 4.
+
+Options (stable: other benchmarks' before → after figures are run with them):
+
+  --spans N             spans per export in the throughput runs (500)
+  --payloads N          distinct payloads sent round-robin (20)
+  --repeats N           passes over the payloads in the in-process pipeline case, and the
+                        least the reference decodes them (3)
+  --reference-seconds S how long the bare-decode reference runs per round (2)
+  --seconds S           length of each end-to-end throughput case per round (10)
+  --senders N           concurrent clients per end-to-end case (4)
+  --transports LIST     end-to-end transports, comma-separated: http,grpc (both)
+  --rounds N            interleaved throughput rounds (3)
+  --order abba|random   the cases' order from round to round (abba)
+  --rate N              requests (spans) per second in the steady runs (200)
+  --export-spans LIST   spans per export in the steady runs, comma-separated (512,100)
+  --steady-seconds S    length of each steady case, after 3 s of warm-up (30)
+  --steady-rounds N     steady rounds (2)
+  --postgres URL        an admin URL of the PostgreSQL server the steady runs ship to
+  --no-postgres         skip the steady runs
+  --json FILE           also write every figure (medians, rounds, spreads) to FILE
+
+``--payloads 2 --spans 50 --repeats 1 --seconds 1 --senders 1 --no-postgres`` is a smoke run.
 """
 
 from __future__ import annotations
@@ -37,9 +80,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import grpc
 import httpx
+from harness.interleave import add_round_arguments, ratio_spread, round_orders, spread
 from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -63,6 +110,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PROTOBUF = {"content-type": "application/x-protobuf"}
 #: ``BatchSpanProcessor``'s default ``max_export_batch_size``.
 SDK_BATCH = 512
+#: The OTLP/gRPC method the sidecar serves.
+GRPC_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+TRANSPORTS = ("http", "grpc")
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def kv(key: str, value: float | int | str) -> KeyValue:
@@ -117,12 +168,20 @@ def payloads(count: int, spans: int) -> list[bytes]:
     return [export(spans, now)[0] for _ in range(count)]
 
 
-def bench_decode(bodies: list[bytes], spans: int, repeats: int) -> float:
-    started = time.perf_counter()
-    for _ in range(repeats):
+def bench_decode(
+    bodies: list[bytes], spans: int, repeats: int, seconds: float = 0.0
+) -> tuple[float, float]:
+    """Spans/s of bare protobuf decode, and per CPU second: at least ``repeats`` passes over
+    the payloads, and at least ``seconds``."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    done = 0
+    while done < repeats or time.perf_counter() - started < seconds:
         for body in bodies:
             ExportTraceServiceRequest.FromString(body)
-    return len(bodies) * spans * repeats / (time.perf_counter() - started)
+        done += 1
+    decoded = len(bodies) * spans * done
+    cpu = time.process_time() - cpu_started
+    return decoded / (time.perf_counter() - started), decoded / cpu if cpu > 0 else float("inf")
 
 
 def bench_pipeline(bodies: list[bytes], spans: int, repeats: int) -> tuple[float, float]:
@@ -149,24 +208,87 @@ def pin(cpu: int) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
+# --- the sidecar's process tree -----------------------------------------------------------
+
+
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/PID/stat``'s fields after the command name (field 3 on), or None if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process descending from it (from each process's parent in /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system seconds of the tree, children it already reaped included (cutime,
+    cstime), so a decoder that retired between two readings still counts."""
+    total = 0
+    for p in tree(pid):
+        if (fields := _stat(p)) is not None:
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / CLOCK_TICK
+
+
+def tree_memory_mb(pid: int) -> tuple[float, float, int]:
+    """(sum of RSS, sum of PSS, processes) over the tree, in MB (MiB)."""
+    rss = pss = 0
+    count = 0
+    for p in tree(pid):
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if m := re.search(r"VmRSS:\s+(\d+) kB", status):
+            rss += int(m.group(1))
+            count += 1
+        if m := re.search(r"^Pss:\s+(\d+) kB", rollup, re.MULTILINE):
+            pss += int(m.group(1))
+    return rss / 1024, pss / 1024, count
+
+
+@dataclass
+class Sidecar:
+    proc: subprocess.Popen[str]
+    http: str
+    grpc: str
+
+
 @contextmanager
-def sidecar(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def sidecar(*args: str) -> Iterator[Sidecar]:
     proc = subprocess.Popen(
         [sys.executable, "-c", "from infersight.cli.commands_sidecar import sidecar; sidecar()",
          "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "127.0.0.1:0", "--instance", "bench", *args],
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(proc.pid, {0})  # the sidecar gets one core; the senders another
+        # The sidecar gets one core, and its decoder children (started after it binds)
+        # inherit it; the senders get another.
+        os.sched_setaffinity(proc.pid, {0})
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    match = re.search(r"http=127\.0\.0\.1:(\d+)", line)
-    if not match:
+    http = re.search(r"http=127\.0\.0\.1:(\d+)", line)
+    grpc_port = re.search(r"grpc=127\.0\.0\.1:(\d+)", line)
+    if not http or not grpc_port:
         proc.kill()
         raise SystemExit(f"the sidecar did not start: {line!r}")
-    base = f"http://127.0.0.1:{match.group(1)}"
-    # The sidecar loads its store writer after it binds (at the first export, or after 5 s):
-    # measure the steady state, not that one-off import.
+    base = f"http://127.0.0.1:{http.group(1)}"
+    # The sidecar loads its store writer after it binds (at the first export, or after 5 s),
+    # and starts its decoders in the background: measure the steady state, not that import.
     deadline = time.monotonic() + 120
     while httpx.get(f"{base}/healthz").json().get("shipping") == "starting":
         if time.monotonic() > deadline:
@@ -174,50 +296,100 @@ def sidecar(*args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
             raise SystemExit("the sidecar's store writer did not open")
         time.sleep(0.1)
     try:
-        yield proc, f"{base}/v1/traces"
+        yield Sidecar(proc, f"{base}/v1/traces", f"127.0.0.1:{grpc_port.group(1)}")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
 
 
-def bench_http(bodies: list[bytes], spans: int, seconds: float, senders: int) -> float:
+class Sender:
+    """One client of one transport: ``send(body)`` is True when the export was accepted."""
+
+    def __init__(self, side: Sidecar, transport: str) -> None:
+        self.transport = transport
+        #: Refused exports by answer (status code or gRPC code): a refusal costs the sidecar
+        #: little, so a run with many of them measures something else.
+        self.refused: dict[str, int] = {}
+        if transport == "http":
+            self._http = httpx.Client(timeout=30)
+            self._url = side.http
+        else:
+            self._channel = grpc.insecure_channel(side.grpc)
+            self._export = self._channel.unary_unary(GRPC_EXPORT)  # bytes in, bytes out
+
+    def send(self, body: bytes) -> bool:
+        if self.transport == "http":
+            status = self._http.post(self._url, content=body, headers=PROTOBUF).status_code
+            if status == 200:
+                return True
+            answer = str(status)
+        else:
+            try:
+                self._export(body, timeout=30)
+                return True
+            except grpc.RpcError as exc:
+                answer = exc.code().name if isinstance(exc, grpc.Call) else type(exc).__name__
+        self.refused[answer] = self.refused.get(answer, 0) + 1
+        return False
+
+    def close(self) -> None:
+        if self.transport == "http":
+            self._http.close()
+        else:
+            self._channel.close()
+
+
+@contextmanager
+def throughput_sidecar() -> Iterator[Sidecar]:
+    """A sidecar for the throughput runs: SQLite store, a one-hour reassembly window (nothing
+    ships during the run), a spool large enough for it."""
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite:///{tmp}/store.db"
         migrate.upgrade(create_store_engine(store))
         args = ("--store", store, "--spool-dir", f"{tmp}/spool", "--gpu-source", "none",
                 "--window", "3600", "--spool-max-bytes", str(8 << 30))  # fmt: skip
-        with sidecar(*args) as (_, url):
-            accepted = [0] * senders
-            deadline = time.perf_counter() + seconds
-
-            def send(k: int) -> None:
-                with httpx.Client(timeout=30) as client:
-                    i = k
-                    while time.perf_counter() < deadline:
-                        response = client.post(
-                            url, content=bodies[i % len(bodies)], headers=PROTOBUF
-                        )
-                        if response.status_code == 200:
-                            accepted[k] += spans
-                        i += senders
-
-            started = time.perf_counter()
-            threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            return sum(accepted) / (time.perf_counter() - started)
+        with sidecar(*args) as side:
+            yield side
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def bench_end_to_end(
+    side: Sidecar, transport: str, bodies: list[bytes], spans: int, seconds: float, senders: int
+) -> tuple[float, float]:
+    """Spans/s accepted over ``transport`` by ``senders`` clients for ``seconds``, and per
+    CPU second of the sidecar's tree."""
+    accepted = [0] * senders
+    clients = [Sender(side, transport) for _ in range(senders)]
+    warm_until = time.monotonic() + 60
+    # Connected, the decoders up and the first export's one-off costs paid.
+    while not clients[0].send(bodies[0]) and time.monotonic() < warm_until:
+        time.sleep(0.2)
+    clients[0].refused.clear()
+    deadline = time.perf_counter() + seconds
 
+    def send(k: int) -> None:
+        i = k
+        while time.perf_counter() < deadline:
+            if clients[k].send(bodies[i % len(bodies)]):
+                accepted[k] += spans
+            i += senders
 
-def rss_mb(pid: int) -> float:
-    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    return int(match.group(1)) / 1024 if match else float("nan")
+    cpu_started = tree_cpu_seconds(side.proc.pid)
+    started = time.perf_counter()
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    cpu = tree_cpu_seconds(side.proc.pid) - cpu_started
+    refused: dict[str, int] = {}
+    for client in clients:
+        client.close()
+        for answer, n in client.refused.items():
+            refused[answer] = refused.get(answer, 0) + n
+    if refused:
+        print(f"    ({transport}: exports refused during the run: {refused})")
+    return sum(accepted) / elapsed, sum(accepted) / cpu if cpu > 0 else float("inf")
 
 
 def serve_metrics() -> tuple[object, str, str]:
@@ -232,21 +404,79 @@ def serve_metrics() -> tuple[object, str, str]:
     return servers, *(f"http://127.0.0.1:{s.server_port}/metrics" for s in servers)
 
 
-def bench_steady(admin_url: str, rate: int, export_spans: int, seconds: float) -> dict[str, float]:
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+class TreeSampler:
+    """Reads the tree's CPU seconds at start and its memory every ``every`` seconds in a
+    thread until stopped: CPU share of one core and peak RSS / PSS over the window."""
+
+    def __init__(self, pid: int, every: float = 0.25) -> None:
+        self.pid, self.every = pid, every
+        self.rss: list[float] = []
+        self.pss: list[float] = []
+        self.processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeSampler:
+        self._cpu, self._wall = tree_cpu_seconds(self.pid), time.perf_counter()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss, pss, count = tree_memory_mb(self.pid)
+            self.rss.append(rss)
+            self.pss.append(pss)
+            self.processes = max(self.processes, count)
+            self._stop.wait(self.every)
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu_share = (tree_cpu_seconds(self.pid) - self._cpu) / (
+            time.perf_counter() - self._wall
+        )
+        self._stop.set()
+        self._thread.join()
+
+
+def bench_steady(
+    args: argparse.Namespace, shapes: list[int], transports: list[str]
+) -> dict[str, list[dict[str, float]]]:
+    """``--steady-rounds`` rounds, each with a fresh database and sidecar running the idle
+    reference and every shape × transport once, interleaved; each case's figures per round."""
+    cases = ["idle"] + [f"{t} {n}" for n in shapes for t in transports]
+    out: dict[str, list[dict[str, float]]] = {c: [] for c in cases}
+    for r, order in enumerate(round_orders(cases, args.steady_rounds, args.order)):
+        figures = _steady_round(args, order)
+        print(f"  steady round {r + 1}/{args.steady_rounds} ({', '.join(order)}):")
+        for case in cases:
+            out[case].append(figures[case])
+            print_steady(case, figures[case])
+    return out
+
+
+def _steady_round(args: argparse.Namespace, order: list[str]) -> dict[str, dict[str, float]]:
+    admin = create_engine(args.postgres, isolation_level="AUTOCOMMIT")
     name = f"infersight_bench_{uuid.uuid4().hex[:10]}"
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    url = make_url(args.postgres).set(database=name).render_as_string(hide_password=False)
     engine = create_store_engine(url)
     migrate.upgrade(engine)
     servers, scrape_url, dcgm_url = serve_metrics()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            args = ("--store", url, "--spool-dir", f"{tmp}/spool", "--scrape", scrape_url,
-                    "--gpu-source", f"dcgm:{dcgm_url}", "--gpu-interval", "2")  # fmt: skip
-            with sidecar(*args) as (proc, endpoint):
-                return _steady(proc.pid, endpoint, engine, rate, export_spans, seconds)
+            sidecar_args = ("--store", url, "--spool-dir", f"{tmp}/spool", "--scrape", scrape_url,
+                            "--gpu-source", f"dcgm:{dcgm_url}", "--gpu-interval", "2")  # fmt: skip
+            with sidecar(*sidecar_args) as side:
+                figures = {}
+                for case in order:
+                    if case == "idle":
+                        figures[case] = _idle(side, args.steady_seconds)
+                    else:
+                        transport, shape = case.split()
+                        figures[case] = _steady(
+                            side, transport, engine, args.rate, int(shape), args.steady_seconds
+                        )
+                return figures
     finally:
         for server in servers:
             server.shutdown()  # type: ignore[attr-defined]
@@ -256,13 +486,26 @@ def bench_steady(admin_url: str, rate: int, export_spans: int, seconds: float) -
         admin.dispose()
 
 
+def _idle(side: Sidecar, seconds: float) -> dict[str, float]:
+    time.sleep(3)  # as the loaded cases' warm-up
+    with TreeSampler(side.proc.pid) as sampled:
+        time.sleep(seconds)
+    return {
+        "cpu_share": sampled.cpu_share,
+        "rss_mb": max(sampled.rss),
+        "pss_mb": max(sampled.pss),
+        "processes": sampled.processes,
+    }
+
+
 def _steady(
-    pid: int, url: str, engine, rate: int, export_spans: int, seconds: float
+    side: Sidecar, transport: str, engine: Any, rate: int, export_spans: int, seconds: float
 ) -> dict[str, float]:
     acked: dict[str, float] = {}
     visible: dict[str, float] = {}
     lock = threading.Lock()
     stop = threading.Event()
+    stop_at = float("inf")
 
     def poll() -> None:
         while not stop.is_set() or len(visible) < len(acked):
@@ -281,57 +524,131 @@ def _steady(
                 return
             time.sleep(0.05)
 
-    stop_at = float("inf")
     poller = threading.Thread(target=poll)
     poller.start()
     interval = export_spans / rate
-    rss: list[float] = []
-    with httpx.Client(timeout=30) as client:
+    client = Sender(side, transport)
+    sampler: TreeSampler | None = None
+    try:
         warmup_end = time.perf_counter() + 3
         next_at = time.perf_counter()
-        cpu_start = wall_start = None
         end = warmup_end + seconds
         while time.perf_counter() < end:
             body, ids = export(export_spans, time.time_ns())
-            response = client.post(url, content=body, headers=PROTOBUF)
+            ok = client.send(body)
             now = time.perf_counter()
-            if response.status_code == 200:
+            if ok:
                 with lock:
                     acked.update(dict.fromkeys(ids, now))
-            if cpu_start is None and now >= warmup_end:
-                cpu_start, wall_start = cpu_seconds(pid), now
-            if cpu_start is not None:
-                rss.append(rss_mb(pid))
+            if sampler is None and now >= warmup_end:
+                sampler = TreeSampler(side.proc.pid).__enter__()
             next_at += interval
             time.sleep(max(0.0, next_at - time.perf_counter()))
-        cpu_share = (cpu_seconds(pid) - cpu_start) / (time.perf_counter() - wall_start)
+    finally:
+        client.close()
+        if sampler is not None:
+            sampler.__exit__()
+    assert sampler is not None, "the steady run ended within its warm-up"
     stop_at = time.perf_counter()
     stop.set()
     poller.join()
     latencies = sorted(visible[t] - acked[t] for t in visible)
-    missing = len(acked) - len(visible)
     return {
-        "cpu_share": cpu_share,
-        "rss_mb": max(rss),
+        "cpu_share": sampler.cpu_share,
+        "rss_mb": max(sampler.rss),
+        "pss_mb": max(sampler.pss),
+        "processes": sampler.processes,
         "acked": len(acked),
-        "missing": missing,
-        "p50": statistics.median(latencies),
-        "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "missing": len(acked) - len(visible),
+        "p50": statistics.median(latencies) if latencies else float("nan"),
+        "p99": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        if latencies
+        else float("nan"),
     }
 
 
-def line(label: str, value: str, ratio: float | None = None) -> None:
-    suffix = "" if ratio is None else f"  ({ratio:.1%} of the reference)"
-    print(f"  {label:<50} {value:>16}{suffix}")
+def print_steady(case: str, f: dict[str, float]) -> None:
+    text_ = (
+        f"    {case:<10} CPU {f['cpu_share']:6.2%} of a core, peak RSS {f['rss_mb']:6.1f} MB, "
+        f"PSS {f['pss_mb']:6.1f} MB ({f['processes']:.0f} processes)"
+    )
+    if case != "idle":
+        text_ += (
+            f"; ack → visible P50 {f['p50']:.2f} s, P99 {f['p99']:.2f} s; "
+            f"{f['acked']:.0f} acked, {f['missing']:.0f} not seen"
+        )
+    print(text_)
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def line(label: str, value: str, ratio: str = "") -> None:
+    suffix = f"  ({ratio} of the reference)" if ratio else ""
+    print(f"  {label:<48} {value:>18}{suffix}")
+
+
+def throughput(
+    args: argparse.Namespace, bodies: list[bytes], transports: list[str]
+) -> dict[str, Any]:
+    """The interleaved throughput rounds: each case's figure per round."""
+    cases = ["decode", "pipeline", *transports]
+    runs: dict[str, list[float]] = {c: [] for c in cases}
+    per_cpu: dict[str, list[float]] = {c: [] for c in cases}
+    orders = round_orders(cases, args.rounds, args.order)
+    for r, order in enumerate(orders):
+        with throughput_sidecar() if transports else _nothing() as side:
+            for case in order:
+                if case == "decode":
+                    rate, rate_cpu = bench_decode(
+                        bodies, args.spans, args.repeats, args.reference_seconds
+                    )
+                    runs[case].append(rate)
+                    per_cpu[case].append(rate_cpu)
+                elif case == "pipeline":
+                    rate, rate_cpu = bench_pipeline(bodies, args.spans, args.repeats)
+                    runs[case].append(rate)
+                    per_cpu[case].append(rate_cpu)
+                else:
+                    assert side is not None
+                    rate, rate_cpu = bench_end_to_end(
+                        side, case, bodies, args.spans, args.seconds, args.senders
+                    )
+                    runs[case].append(rate)
+                    per_cpu[case].append(rate_cpu)
+        ref = runs["decode"][-1]
+        figures = ", ".join(
+            f"{c} {runs[c][-1]:,.0f}/s ({runs[c][-1] / ref:.2%})" for c in cases if c != "decode"
+        )
+        print(f"  round {r + 1}/{args.rounds} [{' '.join(order)}]: decode {ref:,.0f}/s; {figures}")
+    return {"runs": runs, "per_cpu": per_cpu}
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+LABELS = {
+    "pipeline": "in-process decode+map+spool, 1 thread",
+    "http": "end to end OTLP/HTTP → spool, 1 core",
+    "grpc": "end to end OTLP/gRPC → spool, 1 core",
+}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spans", type=int, default=500, help="spans per export (throughput)")
     parser.add_argument("--payloads", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--reference-seconds", type=float, default=2.0, help="bare decode per round, seconds"
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="end-to-end throughput run")
     parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument(
+        "--transports", default="http,grpc", help="end-to-end transports: http, grpc or both"
+    )
+    add_round_arguments(parser, rounds=3)
     parser.add_argument(
         "--rate", type=int, default=200, help="requests (spans) per second, steady run"
     )
@@ -342,44 +659,78 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "BatchSpanProcessor defaults at 200 req/s; SGLang exports up to 64 every 0.5 s)",
     )
     parser.add_argument("--steady-seconds", type=float, default=30.0)
+    parser.add_argument("--steady-rounds", type=int, default=2)
     parser.add_argument(
         "--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
     )
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    transports = [t for t in args.transports.split(",") if t]
+    if unknown := set(transports) - set(TRANSPORTS):
+        parser.error(f"--transports: unknown {sorted(unknown)}; known: {', '.join(TRANSPORTS)}")
+    if args.rounds < 1 or args.steady_rounds < 1:
+        parser.error("--rounds and --steady-rounds must be at least 1")
+    shapes = [int(n) for n in args.export_spans.split(",") if n]
     pin(1)
     bodies = payloads(args.payloads, args.spans)
-    results: dict[str, float] = {}
     print(
         f"collector benchmark: {os.cpu_count()} CPUs, {args.spans} spans per export, "
-        f"HTTP parser {HTTP_IMPL}"
+        f"HTTP parser {HTTP_IMPL}; {args.rounds} rounds, {args.order} order; CPU and memory "
+        "of the sidecar's whole process tree (main + decoders)"
     )
-    results["decode"] = bench_decode(bodies, args.spans, args.repeats)
+    ran = throughput(args, bodies, transports)
+    runs, per_cpu = ran["runs"], ran["per_cpu"]
+    results: dict[str, Any] = {name: statistics.median(v) for name, v in runs.items()}
+    results["rounds"] = runs
+    results["per_cpu_rounds"] = per_cpu
+    results["ratios"] = {}
+    print(f"  medians of {args.rounds} rounds; ratios: each round's against its own reference,")
+    print("  median (min–max):")
+    results["decode_cpu"] = statistics.median(per_cpu["decode"])
     line("reference: bare protobuf decode", f"{results['decode']:,.0f} spans/s")
-    results["pipeline"], results["pipeline_cpu"] = bench_pipeline(bodies, args.spans, args.repeats)
-    ratio = results["pipeline"] / results["decode"]
-    line("in-process decode+map+spool, 1 thread", f"{results['pipeline']:,.0f} spans/s", ratio)
-    ratio = results["pipeline_cpu"] / results["decode"]
-    line("  the same, per CPU second", f"{results['pipeline_cpu']:,.0f} spans/s", ratio)
-    results["http"] = bench_http(bodies, args.spans, args.seconds, args.senders)
-    ratio = results["http"] / results["decode"]
-    line("end to end OTLP/HTTP → spool, 1 core", f"{results['http']:,.0f} spans/s", ratio)
-    print("    (target ≥ 20,000 spans/s)")
+    line("  the same, per CPU second", f"{results['decode_cpu']:,.0f} spans/s")
+    for case in ["pipeline", *transports]:
+        ratio = ratio_spread(runs[case], runs["decode"])
+        cpu_ratio = ratio_spread(per_cpu[case], per_cpu["decode"])
+        results["ratios"][case] = ratio.as_dict()
+        results["ratios"][f"{case}_cpu"] = cpu_ratio.as_dict()
+        line(LABELS[case], f"{results[case]:,.0f} spans/s", ratio.text("", ".2%"))
+        who = "this process" if case == "pipeline" else "the sidecar's tree"
+        median_cpu = statistics.median(per_cpu[case])
+        results[f"{case}_cpu"] = median_cpu
+        line(f"  the same, per CPU second of {who}", f"{median_cpu:,.0f} spans/s",
+             cpu_ratio.text("", ".2%"))  # fmt: skip
+    print("    (target ≥ 20,000 spans/s end to end)")
     if not args.no_postgres:
-        for export_spans in (int(n) for n in args.export_spans.split(",")):
-            steady = bench_steady(args.postgres, args.rate, export_spans, args.steady_seconds)
-            results.update({f"steady{export_spans}_{k}": v for k, v in steady.items()})
-            shape = " (the OTel SDK's default batching)" if export_spans == SDK_BATCH else ""
-            print(
-                f"  at {args.rate} req/s, {export_spans} spans per export{shape}, scrape + GPU on:"
-            )
-            line("  CPU share of one core (target < 2 %)", f"{steady['cpu_share']:.2%}")
-            line("  RSS, peak (target < 100 MB)", f"{steady['rss_mb']:.1f} MB")
-            line("  ack → visible in PostgreSQL, P50", f"{steady['p50']:.3f} s")
-            line("  ack → visible in PostgreSQL, P99 (target < 5 s)", f"{steady['p99']:.3f} s")
-            acked = f"{steady['acked']:.0f} / {steady['missing']:.0f}"
-            line("  spans acknowledged / not seen in the store", acked)
+        print(
+            f"  at {args.rate} req/s, scrape + GPU on, shipping to PostgreSQL "
+            f"({args.steady_rounds} rounds of {args.steady_seconds:.0f} s per case, "
+            f"{args.order} order; reference: the same sidecar idle):"
+        )
+        steady = bench_steady(args, shapes, transports)
+        results["steady"] = steady
+        print("  medians (min–max) over the rounds:")
+        for case, rounds in steady.items():
+            shape = ""
+            if case != "idle" and int(case.split()[1]) == SDK_BATCH:
+                shape = " (the OTel SDK's default batching)"
+            print(f"    {case}{shape}:")
+            for key, label, unit, fmt in (
+                ("cpu_share", "CPU share of one core", "", ".2%"),
+                ("rss_mb", "peak RSS, sum over the tree", " MB", ".1f"),
+                ("pss_mb", "peak PSS, sum over the tree", " MB", ".1f"),
+                ("p50", "ack → visible in PostgreSQL, P50", " s", ".2f"),
+                ("p99", "ack → visible in PostgreSQL, P99 (target < 5 s)", " s", ".2f"),
+            ):
+                if key in rounds[0]:
+                    s = spread([r[key] for r in rounds])
+                    print(f"      {label:<48} {s.text(unit, fmt)}")
+            for key in ("cpu_share", "rss_mb", "pss_mb", "p50", "p99"):
+                if key in rounds[0]:
+                    results[f"steady_{case.replace(' ', '')}_{key}"] = statistics.median(
+                        r[key] for r in rounds
+                    )
     write_json(args.json, results)
     return results
 
