@@ -23,7 +23,7 @@ typed parameters; the snapshot test ``tests/api/test_openapi.py`` pins paths and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -179,6 +179,22 @@ def _text_parameters(doc: dict[str, Any]) -> None:
                 _text_only(media.get("schema"), schemas, DOCUMENT_CONTROLS, seen)
 
 
+#: The areas ``/docs`` groups the operations by: each route module tags its router with one
+#: (``tests/api/test_openapi_tags.py`` checks that every operation has one of these).
+TAGS: Final = (
+    ("queries", "Latency, throughput and breakdowns over a window, from rollups or raw rows"),
+    ("slos", "Service level objectives and their live status"),
+    ("incidents", "Incidents, their diagnosis and acknowledgement, silences"),
+    ("cost", "The cost model, cost over a window and the weekly cost reports"),
+    ("purchasing", "Reserved / on-demand split and idle windows of the GPU fleet"),
+    ("capacity", "Capacity plans from a load-test run or production"),
+    ("scaling", "Replica recommendations and the KEDA metrics endpoint"),
+    ("baselines", "Stored baselines and comparisons against them"),
+    ("ingest", "Central ingest: sidecars ship their batches here"),
+    ("health", "Readiness of this server and its store"),
+)
+
+
 def document(app: FastAPI, auth: bool) -> dict[str, Any]:
     doc = get_openapi(
         title=app.title,
@@ -186,6 +202,7 @@ def document(app: FastAPI, auth: bool) -> dict[str, Any]:
         summary=app.summary,
         description=app.description,
         routes=app.routes,
+        tags=[{"name": name, "description": text} for name, text in TAGS],
     )
     for path, item in doc.get("paths", {}).items():
         for method, operation in item.items():

@@ -254,7 +254,7 @@ def add_healthz(
     memory (the module's doc)."""
     probe = StoreProbe(engine)
 
-    @app.get("/healthz", summary="Liveness and store reachability")
+    @app.get("/healthz", summary="Liveness and store reachability", tags=["health"])
     async def healthz() -> Response:
         body: dict[str, Any] = {"status": "ok", "store": "ok", "jobs": dict(jobs.runs)}
         body["jobs_skipped"] = dict(jobs.skipped)

@@ -35,7 +35,7 @@ from infersight.core.window import Window
 from infersight.service.baselines import parse_thresholds
 from infersight.storage import baselines as store
 
-router = APIRouter(prefix="/api/v1/baselines", route_class=KnownQueryRoute)
+router = APIRouter(prefix="/api/v1/baselines", route_class=KnownQueryRoute, tags=["baselines"])
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 Params = Annotated[Common, Depends(common)]

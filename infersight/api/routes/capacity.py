@@ -21,7 +21,10 @@ from infersight.core.query import Selector
 from infersight.service.capacity import load_catalog, pool_plans, resolve_capacity
 
 router = APIRouter(
-    prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
+    prefix="/api/v1",
+    dependencies=[Depends(requires(Scope.READ))],
+    route_class=KnownQueryRoute,
+    tags=["capacity"],
 )
 
 

@@ -45,7 +45,7 @@ Params = Annotated[Common, Depends(common)]
 WEEK_PATTERN = described(
     r"^[1-9][0-9]{3}-W(?:0[1-9]|[1-4][0-9]|5[0-3])$", "an ISO week, written like 2026-W48"
 )
-router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute)
+router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute, tags=["cost"])
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 

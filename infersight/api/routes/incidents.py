@@ -30,7 +30,7 @@ from infersight.service.incidents import annotate, history_of, incident_dict
 from infersight.storage import incidents, signals
 from infersight.storage import silences as silence_store
 
-router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute)
+router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute, tags=["incidents"])
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 MAX_DIAGNOSIS_WINDOW = timedelta(days=1)

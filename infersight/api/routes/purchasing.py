@@ -36,7 +36,10 @@ from infersight.service.purchasing import purchasing_dict
 
 DEFAULT_RANGE = "28d"
 router = APIRouter(
-    prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
+    prefix="/api/v1",
+    dependencies=[Depends(requires(Scope.READ))],
+    route_class=KnownQueryRoute,
+    tags=["purchasing"],
 )
 
 

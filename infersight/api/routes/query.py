@@ -41,7 +41,10 @@ QUANTILES_PATTERN = described(
     rf"^\s*{_Q}\s*(?:,\s*{_Q}\s*){{0,31}}$", "1 to 32 comma-separated quantiles in [0, 1]"
 )
 router = APIRouter(
-    prefix="/api/v1", dependencies=[Depends(requires(Scope.READ))], route_class=KnownQueryRoute
+    prefix="/api/v1",
+    dependencies=[Depends(requires(Scope.READ))],
+    route_class=KnownQueryRoute,
+    tags=["queries"],
 )
 
 

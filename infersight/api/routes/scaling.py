@@ -32,6 +32,7 @@ router = APIRouter(
     prefix="/api/v1/scaling",
     dependencies=[Depends(requires(Scope.READ))],
     route_class=KnownQueryRoute,
+    tags=["scaling"],
 )
 Model = Annotated[str, Path(min_length=1, max_length=256)]
 Pool = Annotated[

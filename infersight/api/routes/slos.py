@@ -26,7 +26,7 @@ from infersight.service.slos import with_status
 from infersight.service.specs import load_document, parse_spec, to_document
 from infersight.storage import slo_store
 
-router = APIRouter(prefix="/api/v1/slos", route_class=KnownQueryRoute)
+router = APIRouter(prefix="/api/v1/slos", route_class=KnownQueryRoute, tags=["slos"])
 _READ = [Depends(requires(Scope.READ))]
 _ADMIN = [Depends(requires(Scope.ADMIN))]
 
