@@ -4,9 +4,15 @@ Prints, in one run on this machine:
 
 1. ingest records/s through the idempotent writers (PostgreSQL and SQLite, rollups included),
    next to the reference: raw binary COPY of the same rows into a plain, unindexed table;
-   and the rate of a full replay (every record a duplicate);
+   and the rate of a full replay (every record a duplicate). ``--rounds`` rounds, each on a
+   fresh PostgreSQL database and SQLite file, running the reference and the writers once in
+   ABBA order (round 1 the COPY reference first, round 2 last, …; ``--order random``
+   shuffles): each round's ratios are taken against that round's reference, every round is
+   printed, then the median and spread (min–max) of the ratios;
 2. a 30-day P50/P90/P95/P99 TTFT query at ``--rpm`` requests per minute: served from rollups
-   vs. exact ``percentile_cont`` over the raw rows, with the sketch's largest relative error.
+   vs. exact ``percentile_cont`` over the raw rows (the reference), interleaved the same way
+   (each round one exact query and three from the rollups), with the sketch's largest
+   relative error.
 
 Each run uses a fresh PostgreSQL database (dropped afterwards unless ``--keep``) and a fresh
 SQLite file. ``--days 1 --rpm 10 --ingest-records 2000`` is a smoke run of a few seconds.
@@ -28,6 +34,13 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from harness.interleave import (
+    add_round_arguments,
+    interleave,
+    ratio_spread,
+    round_orders,
+    spread,
+)
 from harness.results import write_json
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
@@ -115,7 +128,8 @@ def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
 
 
 def reference_copy(url: str, records: list[RequestRecord], batch: int) -> float:
-    """Raw binary COPY of the same rows into a plain, unindexed table: the ceiling."""
+    """Raw binary COPY of the same rows into a plain, unindexed table: the ceiling (the
+    database must have the store's tables, whose shape the plain table copies)."""
     engine = create_store_engine(url)
     rows = list(Batch.of(records).rows())
     columns = ", ".join(f'"{c}"' for c in RECORD_FIELDS)
@@ -140,8 +154,8 @@ def reference_copy(url: str, records: list[RequestRecord], batch: int) -> float:
 
 
 def writer_rate(url: str, records: list[RequestRecord], batch: int) -> tuple[float, float]:
+    """Fresh and replay rates of the store writer (the store's tables already made)."""
     engine = create_store_engine(url)
-    migrate.upgrade(engine)
     writer = open_writer(engine)
     fresh = timed(lambda: [writer.write_requests(b) for b in batches(records, batch)])
     replay = timed(lambda: [writer.write_requests(b) for b in batches(records, batch)])
@@ -167,64 +181,118 @@ def load_days(url: str, days: int, rpm: int, end: datetime, seed: int) -> int:
     return total
 
 
-def query_times(url: str, window: Window, repeats: int) -> dict[str, object]:
+def query_times(url: str, window: Window, repeats: int, order: str) -> dict[str, object]:
+    """``max(2, repeats // 3)`` rounds, each one exact query (the reference) and three from
+    the rollups, in ``order``; each round's speed-up is its exact time over its rollups'
+    median."""
     engine = create_store_engine(url)
     qs = (0.5, 0.9, 0.95, 0.99)
+    answers: dict[Method, Any] = {}
 
-    def run(method: Method) -> tuple[float, dict[float, float], int]:
-        times, answer = [], None
-        for _ in range(repeats if method is Method.SKETCH else max(2, repeats // 3)):
-            start = time.perf_counter()
-            answer = queries.latency(engine, "ttft", window, quantiles=qs, method=method)
-            times.append(time.perf_counter() - start)
-        assert answer is not None
-        group = answer.groups[0]
-        return statistics.median(times), dict(group.quantiles), group.count
+    def run(method: Method, times: int) -> Callable[[], float]:
+        def once() -> float:
+            taken = []
+            for _ in range(times):
+                start = time.perf_counter()
+                answers[method] = queries.latency(
+                    engine, "ttft", window, quantiles=qs, method=method
+                )
+                taken.append(time.perf_counter() - start)
+            return statistics.median(taken)
 
-    sketch_s, sketch_q, sketch_n = run(Method.SKETCH)
-    exact_s, exact_q, exact_n = run(Method.EXACT)
+        return once
+
+    rounds = max(2, repeats // 3)
+
+    def show(r: int, names: list[str], got: dict[str, float]) -> None:
+        exact, rollups = got["exact"] * 1000, got["rollups"] * 1000
+        print(
+            f"  round {r + 1}/{rounds} [{' '.join(names)}]: exact {exact:.1f} ms, "
+            f"rollups {rollups:.1f} ms ({exact / rollups:.1f}×)"
+        )
+
+    runs = interleave(
+        {"exact": run(Method.EXACT, 1), "rollups": run(Method.SKETCH, 3)},
+        rounds,
+        order=order,
+        on_round=show,
+    )
     engine.dispose()
-    assert sketch_n == exact_n, (sketch_n, exact_n)
+    sketch, exact = answers[Method.SKETCH].groups[0], answers[Method.EXACT].groups[0]
+    assert sketch.count == exact.count, (sketch.count, exact.count)
+    sketch_q, exact_q = dict(sketch.quantiles), dict(exact.quantiles)
     error = max(abs(sketch_q[q] - exact_q[q]) / exact_q[q] for q in qs)
+    speedup = ratio_spread(runs["exact"], runs["rollups"])
     return {
-        "requests": exact_n,
-        "rollup_ms": sketch_s * 1000,
-        "exact_ms": exact_s * 1000,
-        "speedup": exact_s / sketch_s,
+        "requests": exact.count,
+        "rollup_ms": statistics.median(runs["rollups"]) * 1000,
+        "exact_ms": statistics.median(runs["exact"]) * 1000,
+        "speedup": speedup.median,
+        "speedup_spread": speedup.as_dict(),
+        "rounds": runs,
         "max_relative_error": error,
         "rollup_quantiles": sketch_q,
         "exact_quantiles": exact_q,
     }
 
 
-def measure_ingest(args: argparse.Namespace, records: list[RequestRecord]) -> dict[str, float]:
-    """Writer rates on a fresh PostgreSQL database and SQLite file, and the COPY reference."""
+#: One round's cases: the reference first in the given order (ABBA reverses it every other
+#: round, so the reference runs first and last equally often).
+INGEST_CASES = ("copy", "postgres", "sqlite")
+
+
+def measure_ingest(
+    args: argparse.Namespace, records: list[RequestRecord], order: list[str]
+) -> dict[str, float]:
+    """One round: a fresh PostgreSQL database and SQLite file (their tables made before any
+    timing), then the COPY reference and the writers in ``order``."""
     pg_url, drop = fresh_postgres(args.postgres)
+    out: dict[str, float] = {}
     try:
-        progress("PostgreSQL writer")
-        pg_fresh, pg_replay = writer_rate(pg_url, records, args.batch)
-        progress("PostgreSQL raw COPY reference")
-        reference = reference_copy(pg_url, records, args.batch)
+        with tempfile.TemporaryDirectory() as tmp:
+            sqlite_url = f"sqlite:///{tmp}/bench.db"
+            for url in (pg_url, sqlite_url):
+                engine = create_store_engine(url)
+                migrate.upgrade(engine)
+                engine.dispose()
+            for case in order:
+                if case == "copy":
+                    progress("PostgreSQL raw COPY reference")
+                    out["postgres_copy_reference_per_s"] = reference_copy(
+                        pg_url, records, args.batch
+                    )
+                elif case == "postgres":
+                    progress("PostgreSQL writer")
+                    fresh, replay = writer_rate(pg_url, records, args.batch)
+                    out["postgres_writer_per_s"], out["postgres_replay_per_s"] = fresh, replay
+                else:
+                    progress("SQLite writer")
+                    fresh, replay = writer_rate(sqlite_url, records, args.batch)
+                    out["sqlite_writer_per_s"], out["sqlite_replay_per_s"] = fresh, replay
     finally:
         drop()
-    with tempfile.TemporaryDirectory() as tmp:
-        progress("SQLite writer")
-        sqlite_fresh, sqlite_replay = writer_rate(f"sqlite:///{tmp}/bench.db", records, args.batch)
-    return {
-        "postgres_copy_reference_per_s": reference,
-        "postgres_writer_per_s": pg_fresh,
-        "postgres_replay_per_s": pg_replay,
-        "sqlite_writer_per_s": sqlite_fresh,
-        "sqlite_replay_per_s": sqlite_replay,
-    }
+    return {name: out[name] for name in FIGURES}
 
 
-def ratios(figures: dict[str, float]) -> str:
-    """One round's writer and replay rates against its own reference, for the progress log."""
+#: A round's figures, the reference first.
+FIGURES = (
+    "postgres_copy_reference_per_s",
+    "postgres_writer_per_s",
+    "postgres_replay_per_s",
+    "sqlite_writer_per_s",
+    "sqlite_replay_per_s",
+)
+
+
+def round_line(r: int, rounds: int, order: list[str], figures: dict[str, float]) -> str:
+    """One round's rates, each writer's against the round's own reference."""
     ref = figures["postgres_copy_reference_per_s"]
     return (
-        f"{figures['postgres_writer_per_s'] / ref:.2f}×, "
-        f"replay {figures['postgres_replay_per_s'] / ref:.2f}× of {ref:,.0f}/s"
+        f"  round {r + 1}/{rounds} [{' '.join(order)}]: COPY {ref:,.0f}/s; PostgreSQL writer "
+        f"{figures['postgres_writer_per_s'] / ref:.2f}×, replay "
+        f"{figures['postgres_replay_per_s'] / ref:.2f}×; SQLite writer "
+        f"{figures['sqlite_writer_per_s'] / ref:.2f}×, replay "
+        f"{figures['sqlite_replay_per_s'] / ref:.2f}×"
     )
 
 
@@ -238,12 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--rpm", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=1,
-        help="ingest rounds (fresh databases each), writer and reference measured in each",
-    )
+    add_round_arguments(parser, rounds=4)
     parser.add_argument(
         "--keep", action="store_true", help="keep the 30-day database and print its URL"
     )
@@ -255,7 +318,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     rng = np.random.default_rng(7)
     now = datetime(2026, 11, 30, 9, 17, 23, tzinfo=UTC)
 
-    print(f"== ingest: {args.ingest_records:,} records, batches of {args.batch:,} ==")
+    print(
+        f"== ingest: {args.ingest_records:,} records, batches of {args.batch:,}; {args.rounds} "
+        f"rounds, {args.order} order, each writer against its round's COPY reference =="
+    )
     progress("generating records")
     records = synth(rng, now - timedelta(hours=1), args.ingest_records, 3600.0)
     # The pre-generated input is long-lived here (a sidecar holds one batch at a time): keep
@@ -264,31 +330,30 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     gc.freeze()
     try:
         rounds = []
-        for r in range(args.rounds):
-            rounds.append(measure_ingest(args, records))
-            if args.rounds > 1:
-                progress(f"round {r + 1}/{args.rounds}: writer {ratios(rounds[-1])}")
+        for r, order in enumerate(round_orders(INGEST_CASES, args.rounds, args.order)):
+            rounds.append(measure_ingest(args, records, order))
+            print(round_line(r, args.rounds, order, rounds[-1]), flush=True)
     finally:
         gc.unfreeze()
-    # On a shared host the load can change between the writer's seconds and the reference's:
-    # each round's ratio is taken within the round, and the median of the rounds reported.
-    ingest: dict[str, Any] = {
-        name: statistics.median(r[name] for r in rounds) for name in rounds[0]
+    # On a shared host the load changes between one case's seconds and the next's: each
+    # round's ratio is taken within the round; the median and the spread of the rounds are
+    # reported.
+    ingest: dict[str, Any] = {name: statistics.median(r[name] for r in rounds) for name in FIGURES}
+    spreads = {
+        name: ratio_spread([r[name] for r in rounds], [r[FIGURES[0]] for r in rounds])
+        for name in FIGURES
     }
-    ratio = {
-        name: statistics.median(r[name] / r["postgres_copy_reference_per_s"] for r in rounds)
-        for name in rounds[0]
-    }
+    ratio = {name: s.median for name, s in spreads.items()}
     ingest["rounds"] = rounds
     ingest["ratios"] = ratio
+    ingest["ratio_spreads"] = {name: s.as_dict() for name, s in spreads.items()}
     results["ingest"] = ingest
     reference = ingest["postgres_copy_reference_per_s"]
-    if args.rounds > 1:
-        print(f"  (medians of {args.rounds} rounds; ratios are each round's, medianed)")
+    print(f"  medians of {args.rounds} rounds; ratio: median (min–max) of the rounds' own")
 
     def line(label: str, name: str, note: str = "") -> None:
         rate = ingest[name]
-        print(f"  {label:<40} {rate:>10,.0f} records/s  ({ratio[name]:.2f}× reference){note}")
+        print(f"  {label:<40} {rate:>10,.0f} records/s  {spreads[name].text()}{note}")
 
     print(f"  {'reference: raw binary COPY, plain table':<40} {reference:>10,.0f} records/s")
     line("PostgreSQL writer (dedupe + rollups)", "postgres_writer_per_s", "  target ≥ 0.5×")
@@ -304,25 +369,26 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         end = now.replace(second=0, microsecond=0)
         total = load_days(pg_url, args.days, args.rpm, end, seed=11)
         load_s = time.perf_counter() - start
+        print(f"  loaded {total:,} requests in {load_s:.0f} s ({total / load_s:,.0f}/s)")
         window = Window(end - timedelta(days=args.days, seconds=-17), end + timedelta(seconds=17))
         analyze = create_engine(pg_url)
         with analyze.connect() as c:
             c.exec_driver_sql("ANALYZE")
         analyze.dispose()
-        figures = query_times(pg_url, window, args.repeats)
+        figures = query_times(pg_url, window, args.repeats, args.order)
     finally:
         if args.keep:
             print(f"  kept: {pg_url}")
         else:
             drop()
     results["query"] = {**figures, "load_seconds": load_s, "loaded": total}
-    print(f"  loaded {total:,} requests in {load_s:.0f} s ({total / load_s:,.0f}/s)")
     f = figures
     print(f"  reference: exact percentile_cont, raw rows  {f['exact_ms']:>9.1f} ms")
     print(
         f"  from rollups (sketches)                     {f['rollup_ms']:>9.1f} ms (target ≤ 50 ms)"
     )
-    print(f"  speed-up                                    {f['speedup']:>9.1f}× (target ≥ 20×)")
+    speedup = spread(f["speedup_spread"]["rounds"]).text("×", ".1f")  # type: ignore[index]
+    print(f"  speed-up, each round's                      {speedup} (target ≥ 20×)")
     print(f"  largest relative error (P50…P99)  {f['max_relative_error']:>19.4%} (target ≤ 1 %)")
     write_json(args.json, results)
     return results
