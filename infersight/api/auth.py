@@ -9,9 +9,10 @@ Routes check the bearer header with ``api.deps.requires``.
 
 **Tenant scopes.** A read token may be limited to tenants: ``read@acme|globex:TOKEN`` (in the
 file ``read@acme|globex TOKEN``). Such a token reads only answers that can be limited to a
-tenant (``scoped_tenant``): a tenant outside its set is 403, no tenant given means its one
-tenant (a token of several must name one); every other answer (fleet-wide GPU, capacity,
-incidents, …) is 403 for it. Admin tokens see every tenant.
+tenant (``tenant_filter``): a tenant outside its set is 403, no tenant given means its
+tenants (one, or the union of several: ``core.query.Selector.tenants``, ``tenant IN (…)`` in
+every store reader); every other answer (fleet-wide GPU, capacity, …) is 403 for it, with a
+message that says why. Admin tokens see every tenant.
 
 **Failed attempts are limited** (``FailureLimiter``): after ``per_client`` unknown tokens from
 one client address within ``window_s``, or ``overall`` from all clients, every further check
@@ -212,6 +213,18 @@ def parse_tokens(
     return Tokens(scopes, tenants_of, limiter or FailureLimiter())
 
 
+def tenant_filter(
+    tenants: frozenset[str] | None, asked: str | None
+) -> tuple[str | None, frozenset[str] | None]:
+    """``(tenant, tenant set)`` of a ``core.query.Selector`` for a caller limited to
+    ``tenants`` (``None``: not limited) who asked for ``asked``: ``asked`` within the scope
+    (``Forbidden`` outside it), the scope's one tenant when none was asked, and the whole set
+    (their union, ``tenant IN (…)``) for a token of several tenants that named none."""
+    if tenants is None or asked is not None or len(tenants) == 1:
+        return scoped_tenant(tenants, asked), None
+    return None, tenants
+
+
 def scoped_tenant(tenants: frozenset[str] | None, asked: str | None) -> str | None:
     """The tenant an answer is limited to for a caller limited to ``tenants`` (``None``: not
     limited) who asked for ``asked``: ``asked`` within the scope, the scope's one tenant when
@@ -230,6 +243,30 @@ def scoped_tenant(tenants: frozenset[str] | None, asked: str | None) -> str | No
         "this token is limited to several tenants: name one with tenant=",
         details={"tenants": sorted(tenants)},
     )
+
+
+def within_scope(tenants: frozenset[str] | None, labels: Mapping[str, str]) -> bool:
+    """Whether something pinned by ``labels`` (a stored baseline's labels, an SLO's selector)
+    covers only tenants a caller limited to ``tenants`` may read: its ``tenant`` is one of
+    them, or its ``tenants`` (``a|b``, a union) are all of them. Unpinned means every tenant."""
+    if tenants is None:
+        return True
+    if labels.get("tenant"):
+        return labels["tenant"] in tenants
+    union = {t for t in labels.get("tenants", "").split("|") if t}
+    return bool(union) and union <= tenants
+
+
+def check_within_scope(
+    tenants: frozenset[str] | None, labels: Mapping[str, str], what: str
+) -> None:
+    """``Forbidden`` unless ``within_scope``; ``what`` names the thing in the message."""
+    if not within_scope(tenants, labels):
+        assert tenants is not None
+        raise Forbidden(
+            f"this token is limited to tenants, and {what} covers other tenants (or every one)",
+            details={"tenants": sorted(tenants)},
+        )
 
 
 def refuse_scoped(tenants: frozenset[str] | None) -> None:

@@ -22,7 +22,7 @@ from fastapi.params import Depends as DependsParam
 from fastapi.routing import APIRoute
 from pydantic import Field
 
-from infersight.api.auth import scoped_tenant
+from infersight.api.auth import tenant_filter
 from infersight.api.deps import App, tenants_of
 from infersight.api.errors import described
 from infersight.core.errors import InvalidInput
@@ -202,11 +202,12 @@ def common(
 ) -> Common:
     now = app.clock()
     window = window_of(app, now, start, end, range_)
-    # A token limited to tenants: its tenant, or 403 (``api.auth.scoped_tenant``).
-    tenant = scoped_tenant(tenants_of(request), tenant)
+    # A token limited to tenants: the one asked within them (403 outside), else all of its
+    # tenants (``api.auth.tenant_filter``).
+    tenant, tenant_set = tenant_filter(tenants_of(request), tenant)
     selector = Selector(
         model=model, instance=instance, tenant=tenant, priority=priority, adapter=adapter
-    )
+    ).within(tenant_set)
     groups = check_group_by(p.strip() for p in group_by.split(",") if p.strip())
     return Common(window, selector, groups, now)
 

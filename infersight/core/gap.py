@@ -198,10 +198,14 @@ class ClientStage:
 
 
 def client_stages(
-    pairs: Iterable[Pair], group_by: Sequence[str], pinned: Sequence[tuple[str, str]]
+    pairs: Iterable[Pair],
+    group_by: Sequence[str],
+    pinned: Sequence[tuple[str, str]],
+    tenants: frozenset[str] | None = None,
 ) -> dict[tuple[str, ...], ClientStage]:
     """Joined pairs grouped by their server record's labels (``group_by``), those whose server
-    labels match ``pinned`` only: the client stage each breakdown group gets."""
+    labels match ``pinned`` (and whose tenant is in ``tenants``, when given) only: the client
+    stage each breakdown group gets."""
     sums: dict[tuple[str, ...], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     for pair in pairs:
         server = pair.server
@@ -209,6 +213,8 @@ def client_stages(
         if server is None or gap is None or pair.client.e2e_s is None:
             continue
         if any(server.label(name) != value for name, value in pinned):
+            continue
+        if tenants is not None and server.label("tenant") not in tenants:
             continue
         acc = sums[tuple(server.label(name) for name in group_by)]
         acc[0] += 1

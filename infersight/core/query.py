@@ -57,9 +57,21 @@ def check_group_by(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: Most tenants a set-valued tenant filter (``Selector.tenants``) may name.
+MAX_TENANTS: Final = 256
+
+
 @dataclass(frozen=True, slots=True)
 class Selector:
-    """Which requests a query covers; ``None`` means any value of that label."""
+    """Which requests a query covers; ``None`` means any value of that label.
+
+    ``tenants`` is a set-valued tenant filter: only requests of one of these tenants (a token
+    limited to several tenants reads their union, ``api.auth``). It applies together with
+    ``tenant`` (both must hold); ``within`` sets it. ``items`` lists only the single-valued
+    pins; a reader that filters by hand must also honour ``tenants`` (``matches`` does;
+    ``storage.sql.selected`` turns it into ``tenant IN (…)``), and ``narrowed`` says whether
+    any filter is set.
+    """
 
     model: str | None = None
     instance: str | None = None
@@ -67,6 +79,9 @@ class Selector:
     priority: str | None = None
     #: The LoRA adapter ("" pins the base model's own requests).
     adapter: str | None = None
+    #: Set by ``within`` only (not a constructor argument, so ``Selector(**labels)`` of
+    #: label strings stays as it was).
+    tenants: frozenset[str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         for name in GROUP_LABELS:
@@ -74,11 +89,40 @@ class Selector:
             if value is not None and len(value) > MAX_LABEL_LEN:
                 raise InvalidInput(f"{name} filter longer than {MAX_LABEL_LEN} characters")
 
+    def within(self, tenants: Iterable[str] | None) -> Selector:
+        """This selector, further limited to requests of one of ``tenants`` (``None``: as it
+        is); ``InvalidInput`` past ``MAX_TENANTS`` tenants or a tenant too long."""
+        if tenants is None:
+            return self
+        chosen = frozenset(tenants)
+        if len(chosen) > MAX_TENANTS:
+            raise InvalidInput(f"a tenant set names at most {MAX_TENANTS} tenants")
+        if any(len(t) > MAX_LABEL_LEN for t in chosen):
+            raise InvalidInput(f"tenant filter longer than {MAX_LABEL_LEN} characters")
+        if self.tenants is not None:
+            chosen &= self.tenants
+        out = Selector(**dict(self.items()))
+        object.__setattr__(out, "tenants", chosen)
+        return out
+
     def items(self) -> list[tuple[str, str]]:
-        """The labels that are pinned, as (name, value) pairs."""
+        """The labels that are pinned to one value, as (name, value) pairs (not ``tenants``)."""
         return [(n, v) for n in GROUP_LABELS if (v := getattr(self, n)) is not None]
 
+    @property
+    def narrowed(self) -> bool:
+        """Whether any filter is set (a pinned label or a tenant set)."""
+        return bool(self.items()) or self.tenants is not None
+
+    def allows_tenant(self, tenant: str | None) -> bool:
+        """Whether a request of ``tenant`` passes the tenant filters."""
+        if self.tenant is not None and tenant != self.tenant:
+            return False
+        return self.tenants is None or tenant in self.tenants
+
     def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.tenants is not None and labels.get("tenant") not in self.tenants:
+            return False
         return all(labels.get(name) == value for name, value in self.items())
 
 

@@ -110,6 +110,8 @@ def capture_window(
     # Rates over the part of the window that holds data, not over the whole window.
     span = queries.data_span(engine, window, selector, finest=finest) or window
     labels = dict(selector.items())
+    if selector.tenants is not None:  # a token limited to several tenants: their union
+        labels["tenants"] = "|".join(sorted(selector.tenants))
     cost_per_million: Decimal | None = None
     if cost_model is not None:
         per_million = cost(engine, window, cost_model, selector, finest=finest).total
@@ -195,7 +197,7 @@ def gpu_utilization(
     raw rows too for short windows). Samples are summed from ``gpu_rollups`` between raw edges.
     """
     instances: Any = None
-    if selector.items():
+    if selector.narrowed:
         # Day rows suffice: every request is counted in its day's row (kept the longest).
         days = Segment(Resolution.DAY.floor(window.start), window.end, Resolution.DAY)
         instances = select(request_rollups.c.instance).where(rollup_where(days, selector))

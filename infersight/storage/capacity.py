@@ -40,6 +40,8 @@ def _filters(selector: Selector) -> Iterable[Any]:
         value = getattr(selector, label)
         if value is not None:
             yield request_rollups.c[label] == value
+    if selector.tenants is not None:  # a token limited to tenants (core.query.Selector)
+        yield request_rollups.c.tenant.in_(sorted(selector.tenants))
 
 
 def _p99(sketches: list[QuantileSketch]) -> float | None:

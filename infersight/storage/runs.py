@@ -164,6 +164,8 @@ def _selected(selector: Selector) -> Iterable[Any]:
         value = getattr(selector, label)
         if value is not None:
             yield requests.c[label] == value
+    if selector.tenants is not None:  # a token limited to tenants (core.query.Selector)
+        yield requests.c.tenant.in_(sorted(selector.tenants))
 
 
 def production_shapes(

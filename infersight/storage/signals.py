@@ -324,6 +324,8 @@ def _client_pairs(
         server = pair.server
         if server is None or any(server.label(n) != v for n, v in pinned):
             continue
+        if not selector.allows_tenant(server.label("tenant")):
+            continue
         out[server.instance].append(pair)
     return out
 

@@ -43,8 +43,12 @@ def insert_for(bind: Connection | Engine, table: Table) -> Insert:
 
 
 def selected(table: Table, selector: Selector) -> list[ColumnElement[bool]]:
-    """One ``label = value`` condition on ``table`` per label ``selector`` pins."""
-    return [table.c[name] == value for name, value in selector.items()]
+    """One ``label = value`` condition on ``table`` per label ``selector`` pins, and
+    ``tenant IN (…)`` for its tenant set (``Selector.tenants``; an empty set picks nothing)."""
+    out: list[ColumnElement[bool]] = [table.c[name] == value for name, value in selector.items()]
+    if selector.tenants is not None:
+        out.append(table.c.tenant.in_(sorted(selector.tenants)))
+    return out
 
 
 def raw_where(span: Segment | Window, selector: Selector = Selector()) -> ColumnElement[bool]:

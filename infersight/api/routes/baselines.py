@@ -18,9 +18,9 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from infersight.api.auth import Scope
+from infersight.api.auth import Scope, check_within_scope
 from infersight.api.context import AppContext
-from infersight.api.deps import App, requires
+from infersight.api.deps import App, requires, tenants_of
 from infersight.api.errors import described, responses
 from infersight.api.params import WINDOW_RULES, Common, Instant, KnownQueryRoute, common, instant
 from infersight.core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
@@ -207,9 +207,12 @@ def compare(
     if against is not None and window_keys & set(request.query_params):
         raise InvalidInput("against= compares two baselines; it takes no window or selector")
     baseline = store.get_baseline(app.engine, name)
+    scope = tenants_of(request)  # a token limited to tenants reads baselines of its tenants
+    check_within_scope(scope, baseline.labels, f"baseline {name!r}")
     label: str | None = None  # a window candidate is named by its UTC range
     if against is not None:
         candidate = store.get_baseline(app.engine, against)
+        check_within_scope(scope, candidate.labels, f"baseline {against!r}")
     else:
         window = params.window
         stamp = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"

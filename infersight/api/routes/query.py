@@ -163,7 +163,8 @@ def breakdown(app: App, params: Params) -> dict[str, Any]:
         finest=_finest(app, params),
     )
     calls = client_reads.read_pairs(app.engine, params.window, app.aliases)
-    clients = client_stages(calls.pairs, params.group_by, params.selector.items())
+    selector = params.selector
+    clients = client_stages(calls.pairs, params.group_by, selector.items(), selector.tenants)
     return {
         "start": iso(params.window.start),
         "end": iso(params.window.end),
