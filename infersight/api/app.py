@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Final, Unpack
 
 from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from sqlalchemy import Engine
 
 from infersight.api import docs, errors, metrics, openapi
@@ -33,7 +33,9 @@ from infersight.api.routes import (
     capacity,
     cost,
     incidents,
+    index,
     ingest,
+    profiles,
     purchasing,
     query,
     scaling,
@@ -53,6 +55,9 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     scaling.router,
     purchasing.router,
     ingest.router,
+    profiles.router,
+    profiles.ingest_router,
+    index.router,
     dashboard.router,
     docs.router,
 )
@@ -60,11 +65,14 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
 
 def _check_query_routes(app: FastAPI) -> None:
     """Every documented route under ``/api/v1`` refuses unknown query parameters."""
-    for route in app.routes:
-        if not isinstance(route, APIRoute) or not route.include_in_schema:
+    # FastAPI keeps an included router as one entry of ``app.routes``: walk its contexts.
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
+        if not isinstance(route, APIRoute) or not context.include_in_schema:
             continue
-        if route.path.startswith("/api/v1/") and not isinstance(route, KnownQueryRoute):
-            raise TypeError(f"{route.path} is not a KnownQueryRoute (api.params)")
+        path = context.path or ""
+        if path.startswith("/api/v1/") and not isinstance(route, KnownQueryRoute):
+            raise TypeError(f"{path} is not a KnownQueryRoute (api.params)")
 
 
 def create_app(
