@@ -7,9 +7,12 @@ import main; main()" ARGS``), against a migrated SQLite store in a temporary dir
 1. the same-run reference: the interpreter's own start (``python -c pass``), median of
    ``--runs``;
 2. for ``--help``, ``--version``, ``slo list``, ``baseline list`` and ``db current``: the median
-   wall and CPU time of ``--runs`` runs (the commands interleaved, so that a burst of load on
-   the machine falls on all of them), and their ratios to the reference's (CPU time moves
-   less than wall time on a loaded machine);
+   wall and CPU time of ``--runs`` runs, and their ratios to the reference's (CPU time moves
+   less than wall time on a loaded machine). The runs go in rounds, each running the
+   reference and every command once, in ABBA order (``--order``; the reference first in one
+   round, last in the next), so that a burst of load falls on all of them; each round's
+   ratio is taken against its own reference, and the median and spread (min–max) of the
+   rounds' ratios are printed;
 3. ``python -X importtime`` of each command: the total of its top-level imports and the three
    largest;
 4. with ``--compare DIR``: the same figures for the checkout in DIR (an older version, e.g.
@@ -21,6 +24,7 @@ Figures are wall-clock times of this machine: compare the ratios, not the second
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import resource
@@ -32,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.interleave import ORDERS, interleave, ratio_spread
 from harness.results import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,15 +70,24 @@ def once(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
     return elapsed, _cpu() - cpu
 
 
-def timings(tree: Path, store: str, runs: int, cwd: Path) -> dict[str, list[tuple[float, float]]]:
-    """``runs`` (wall, CPU) times of every command, the commands interleaved."""
+#: The reference's name among the interleaved cases.
+REFERENCE = "python -c pass"
+
+
+def timings(
+    tree: Path, store: str, runs: int, cwd: Path, order: str = "abba"
+) -> dict[str, list[tuple[float, float]]]:
+    """``runs`` rounds of (wall, CPU) times of the reference and every command, interleaved."""
     env = environment(tree)
-    out: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
-    for _ in range(runs):
-        for name, args in COMMANDS.items():
-            store_args = [] if args[0].startswith("--") else ["--store", store]
-            out[name].append(once([sys.executable, "-c", CLI, *store_args, *args], env, cwd))
-    return out
+
+    def command(args: list[str]) -> list[str]:
+        store_args = [] if args[0].startswith("--") else ["--store", store]
+        return [sys.executable, "-c", CLI, *store_args, *args]
+
+    argvs = {REFERENCE: [sys.executable, "-c", "pass"]}
+    argvs.update((name, command(args)) for name, args in COMMANDS.items())
+    cases = {name: functools.partial(once, argv, env, cwd) for name, argv in argvs.items()}
+    return interleave(cases, runs, order=order)
 
 
 def importtime(tree: Path, store: str, args: list[str], cwd: Path) -> tuple[float, list[Any]]:
@@ -95,36 +109,42 @@ def importtime(tree: Path, store: str, args: list[str], cwd: Path) -> tuple[floa
     return sum(s for s, _ in rows), sorted(rows, reverse=True)[:3]
 
 
-def measure(tree: Path, runs: int, workdir: Path, label: str) -> dict[str, Any]:
+def measure(tree: Path, runs: int, workdir: Path, label: str, order: str) -> dict[str, Any]:
     path = workdir / f"store-{len(list(workdir.glob('*.db')))}.db"
     store = f"sqlite:///{path}"
     once([sys.executable, "-c", CLI, "--store", store, "db", "upgrade"], environment(tree), tree)
-    reference = [
-        once([sys.executable, "-c", "pass"], environment(tree), workdir) for _ in range(runs)
-    ]
-    times = timings(tree, store, runs, workdir)
-    ref = statistics.median(wall for wall, _ in reference)
-    ref_cpu = statistics.median(cpu for _, cpu in reference)
+    times = timings(tree, store, runs, workdir, order)
+    ref_walls = [wall for wall, _ in times[REFERENCE]]
+    ref_cpus = [cpu for _, cpu in times[REFERENCE]]
+    ref, ref_cpu = statistics.median(ref_walls), statistics.median(ref_cpus)
     print(
         f"{label}: reference python -c pass {ref:.3f} s wall, {ref_cpu:.3f} s CPU"
-        f" (medians of {runs})"
+        f" (medians of {runs} rounds, {order} order; ratios: median (min–max) of the rounds')"
     )
-    figures: dict[str, Any] = {"reference_s": ref, "reference_cpu_s": ref_cpu, "commands": {}}
+    figures: dict[str, Any] = {
+        "reference_s": ref,
+        "reference_cpu_s": ref_cpu,
+        "reference_runs_s": ref_walls,
+        "commands": {},
+    }
     for name, args in COMMANDS.items():
-        median = statistics.median(wall for wall, _ in times[name])
-        cpu = statistics.median(c for _, c in times[name])
+        walls, cpus = [w for w, _ in times[name]], [c for _, c in times[name]]
+        median, cpu = statistics.median(walls), statistics.median(cpus)
+        wall_ratio, cpu_ratio = ratio_spread(walls, ref_walls), ratio_spread(cpus, ref_cpus)
         total, largest = importtime(tree, store, args, workdir)
         print(
-            f"  infersight {name:<14} {median:6.3f} s ({median / ref:4.1f}×) wall,"
-            f" {cpu:6.3f} s ({cpu / ref_cpu:4.1f}×) CPU;  imports {total:.3f} s, largest: "
+            f"  infersight {name:<14} {median:6.3f} s ({wall_ratio.text('×', '.1f')}) wall,"
+            f" {cpu:6.3f} s ({cpu_ratio.text('×', '.1f')}) CPU;  imports {total:.3f} s, largest: "
             + ", ".join(f"{module} {s:.3f} s" for s, module in largest)
         )
         figures["commands"][name] = {
             "median_s": median,
             "cpu_s": cpu,
-            "runs_s": [wall for wall, _ in times[name]],
-            "ratio_to_reference": median / ref,
-            "cpu_ratio_to_reference": cpu / ref_cpu,
+            "runs_s": walls,
+            "ratio_to_reference": wall_ratio.median,
+            "ratio_spread": wall_ratio.as_dict(),
+            "cpu_ratio_to_reference": cpu_ratio.median,
+            "cpu_ratio_spread": cpu_ratio.as_dict(),
             "imports_s": total,
             "largest_imports": [{"module": m, "s": s} for s, m in largest],
         }
@@ -133,16 +153,21 @@ def measure(tree: Path, runs: int, workdir: Path, label: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--runs", type=int, default=7, help="runs per command (median)")
+    parser.add_argument(
+        "--runs", type=int, default=7, help="rounds: runs per command and of the reference"
+    )
+    parser.add_argument("--order", choices=ORDERS, default="abba", help="order within rounds")
     parser.add_argument("--compare", type=Path, default=None, help="another checkout to time")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        results["this_tree"] = measure(ROOT, args.runs, workdir, "this tree")
+        results["this_tree"] = measure(ROOT, args.runs, workdir, "this tree", args.order)
         if args.compare is not None:
-            old = measure(args.compare.resolve(), args.runs, workdir, f"compare {args.compare}")
+            old = measure(
+                args.compare.resolve(), args.runs, workdir, f"compare {args.compare}", args.order
+            )
             results["compare"] = old
             for name in COMMANDS:
                 new, was = results["this_tree"]["commands"][name], old["commands"][name]
