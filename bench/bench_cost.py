@@ -9,7 +9,9 @@ Prints, for PostgreSQL and SQLite, in one run on this machine:
    answers read them;
 2. the reference measured in the same run: one plain aggregate scan of the same GPU samples
    (``count`` and ``sum(util_gpu)`` over the window), what a raw-sample answer must read at
-   least, and the ratio of the two;
+   least, and the ratio of the two: ``--repeats`` rounds, each one scan and one (warm) cost
+   answer in ABBA order, each round's ratio against its own scan; the median and the spread
+   (min–max) of the rounds' ratios;
 3. building the weekly report (ten cost answers plus savings, without rendering).
 
 ``--days 1 --instances 2 --sample-s 60 --rpm 5`` is a smoke run of a few seconds.
@@ -30,6 +32,7 @@ from typing import Any
 
 import numpy as np
 from bench_storage import fresh_postgres
+from harness.interleave import interleave, ratio_spread, spread
 from harness.results import write_json
 from sqlalchemy import Engine, func, select
 
@@ -146,14 +149,19 @@ def measure(engine: Engine, window: Window, repeats: int) -> dict[str, float]:
     def report() -> object:
         return build_weekly(engine, MODEL, week_of(window.start.date()), "UTC", finest, now)
 
-    reference = best_of(repeats, scan)
     first = best_of(1, answer)
-    answered = best_of(repeats, answer)
+    # The reference and the answer in ``repeats`` rounds, ABBA: each round's ratio against
+    # its own reference.
+    runs = interleave(
+        {"scan": lambda: best_of(1, scan), "cost": lambda: best_of(1, answer)}, repeats
+    )
+    ratio = ratio_spread(runs["cost"], runs["scan"])
     return {
-        "reference_scan_s": reference,
+        "reference_scan_s": statistics.median(runs["scan"]),
         "cost_first_s": first,
-        "cost_s": answered,
-        "ratio": answered / reference if reference else float("inf"),
+        "cost_s": statistics.median(runs["cost"]),
+        "ratio": ratio.median,
+        "ratio_spread": ratio.as_dict(),
         "weekly_report_s": best_of(1, report),
     }
 
@@ -195,7 +203,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{name:>8}: cost by model {figures['cost_s'] * 1000:8.1f} ms (first answer"
                 f" {figures['cost_first_s'] * 1000:.0f} ms); reference: a plain"
                 f" scan of the GPU samples {figures['reference_scan_s'] * 1000:8.1f} ms"
-                f" (×{figures['ratio']:.1f}); weekly report {figures['weekly_report_s']:.2f} s"
+                f" (×{spread(figures['ratio_spread']['rounds']).text('', '.1f')}, each"
+                f" round's); weekly report {figures['weekly_report_s']:.2f} s"
             )
     finally:
         drop()
