@@ -3,10 +3,12 @@
 For each run size it times ``core.baseline_compare.compare`` (bootstrap over the two sketches
 of each latency metric) against a reference measured in the same run: the textbook bootstrap
 over the raw per-request values (``numpy`` resampling, ``np.quantile``) for the same nine
-percentiles and the same number of resamples. It also prints how wide the sketch intervals are
-relative to the raw ones (near 1 means the sketch loses nothing that matters), and, over many
-seeds, how often the gate calls ``regressed`` for a 3 % change (should be 0) and for a 15 %
-change (the gate's power) — the figures docs/baselines.md's claims rest on.
+percentiles and the same number of resamples, the two interleaved in ``--rounds`` ABBA rounds
+(each round's ratio against its own reference; the median and spread printed). It also prints
+how wide the sketch intervals are relative to the raw ones (near 1 means the sketch loses
+nothing that matters), and, over many seeds, how often the gate calls ``regressed`` for a 3 %
+change (should be 0) and for a 15 % change (the gate's power) — the figures
+docs/baselines.md's claims rest on.
 
     python bench/bench_baseline.py [--sizes 1000,10000,50000] [--seeds 40]
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from harness.baselines import CREATED, synthetic_run
+from harness.interleave import add_round_arguments, interleave, ratio_spread
 from harness.results import write_json
 
 from infersight.core.baseline import from_samples
@@ -58,35 +61,60 @@ def _raw_bootstrap(
     return out
 
 
-def speed(sizes: list[int], resamples: int) -> list[dict[str, Any]]:
-    rows = []
-    header = f"{'requests':>9} {'compare ms':>11} {'raw bootstrap ms':>17} {'ratio':>6}"
-    print(header + f" {'CI width ratio':>15}")
-    for n in sizes:
-        rng = np.random.default_rng(n)
-        raw_a, raw_b = _raw(rng, n, 1.0), _raw(rng, n, 1.05)
-        a, b = (
-            from_samples(
-                name, CREATED, duration_s=600.0, ttft_s=r["ttft"], tpot_s=r["tpot"], e2e_s=r["e2e"]
-            )
-            for name, r in (("a", raw_a), ("b", raw_b))
+def speed(
+    sizes: list[int], resamples: int, rounds: int = 3, order: str = "abba"
+) -> list[dict[str, Any]]:
+    """Per size, ``rounds`` rounds of the comparison and its reference in ``order`` (each
+    round's ratio against its own reference): the medians and the ratio's spread."""
+    header = f"{'requests':>9} {'compare ms':>11} {'raw bootstrap ms':>17}"
+    print(header + f" {'ratio, each round':>30} {'CI width ratio':>15}")
+    return [_speed_row(n, resamples, rounds, order) for n in sizes]
+
+
+def _speed_row(n: int, resamples: int, rounds: int, order: str) -> dict[str, Any]:
+    rng = np.random.default_rng(n)
+    raw_a, raw_b = _raw(rng, n, 1.0), _raw(rng, n, 1.05)
+    a, b = (
+        from_samples(
+            name, CREATED, duration_s=600.0, ttft_s=r["ttft"], tpot_s=r["tpot"], e2e_s=r["e2e"]
         )
-        policy = Policy(resamples=resamples)
+        for name, r in (("a", raw_a), ("b", raw_b))
+    )
+    policy = Policy(resamples=resamples)
+    answers: dict[str, Any] = {}
+
+    def ours() -> float:
         t0 = time.perf_counter()
-        result = compare(a, b, np.random.default_rng(0), policy)
-        ours = time.perf_counter() - t0
+        answers["ours"] = compare(a, b, np.random.default_rng(0), policy)
+        return time.perf_counter() - t0
+
+    def raw() -> float:
         t0 = time.perf_counter()
-        reference = _raw_bootstrap(raw_a, raw_b, resamples, np.random.default_rng(0))
-        ref = time.perf_counter() - t0
-        widths = [
-            (m.ci_high - m.ci_low) / (reference[m.name][1] - reference[m.name][0])
-            for m in result.metrics
-            if m.name in reference and m.ci_low is not None and m.ci_high is not None
-        ]
-        width = statistics.median(widths)
-        print(f"{n:>9} {ours * 1000:>11.1f} {ref * 1000:>17.1f} {ref / ours:>5.1f}x {width:>15.2f}")
-        rows.append({"requests": n, "compare_s": ours, "reference_s": ref, "ci_width_ratio": width})
-    return rows
+        answers["raw"] = _raw_bootstrap(raw_a, raw_b, resamples, np.random.default_rng(0))
+        return time.perf_counter() - t0
+
+    runs = interleave({"raw": raw, "ours": ours}, rounds, order=order)
+    result, reference = answers["ours"], answers["raw"]  # the same every round (seeded)
+    widths = [
+        (m.ci_high - m.ci_low) / (reference[m.name][1] - reference[m.name][0])
+        for m in result.metrics
+        if m.name in reference and m.ci_low is not None and m.ci_high is not None
+    ]
+    width = statistics.median(widths)
+    ratio = ratio_spread(runs["raw"], runs["ours"])
+    ours_s, ref_s = statistics.median(runs["ours"]), statistics.median(runs["raw"])
+    print(
+        f"{n:>9} {ours_s * 1000:>11.1f} {ref_s * 1000:>17.1f} {ratio.text('x', '.1f'):>30}"
+        f" {width:>15.2f}"
+    )
+    return {
+        "requests": n,
+        "compare_s": ours_s,
+        "reference_s": ref_s,
+        "speedup": ratio.median,
+        "speedup_spread": ratio.as_dict(),
+        "ci_width_ratio": width,
+    }
 
 
 def error_rates(seeds: int, requests: int) -> dict[str, dict[str, int]]:
@@ -112,11 +140,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=40)
     parser.add_argument("--requests", type=int, default=6000)
+    add_round_arguments(parser, rounds=3)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    print("reference: bootstrap over raw per-request values (numpy), same resamples\n")
+    print("reference: bootstrap over raw per-request values (numpy), same resamples")
+    print(
+        f"(medians of {args.rounds} rounds, {args.order} order; ratio: reference / compare, "
+        "median (min–max) of the rounds')\n"
+    )
     results = {
-        "speed": speed([int(s) for s in args.sizes.split(",")], args.resamples),
+        "speed": speed(
+            [int(s) for s in args.sizes.split(",")], args.resamples, args.rounds, args.order
+        ),
         "gate": error_rates(args.seeds, args.requests),
     }
     write_json(args.json, results)
