@@ -3,16 +3,19 @@
 Runs the same stretch of a shipped scenario twice: once into a counting sink (the engine
 alone), once also exporting every request as spans through the real opentelemetry-sdk OTLP
 exporter to an in-process receiver on a free loopback port (which decodes every request, so
-the receiver's CPU is in the figure too), over the same stretch of the scenario. Prints both
-rates and their ratio, and first the time a whole day of the scenario takes without export.
+the receiver's CPU is in the figure too), over the same stretch of the scenario, the two
+interleaved in ``--rounds`` ABBA rounds. Prints each round's rates and ratio, their medians and
+the ratio's spread (min–max), and first the time a whole day of the scenario takes without
+export.
 
     .venv/bin/python bench/bench_simulator.py [--scenario quiet-day] [--hours 24]
-        [--stretch-at 12] [--stretch-hours 0.5] [--protocol http|grpc]
+        [--stretch-at 12] [--stretch-hours 0.5] [--protocol http|grpc] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from typing import Any
 
 import grpc
 import yaml
+from harness.interleave import add_round_arguments, interleave, ratio_spread
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from infersight.simulator.fleet import run_scenario
@@ -120,6 +124,7 @@ def main() -> None:
     parser.add_argument("--stretch-at", type=float, default=12.0, help="hour of the A/B stretch")
     parser.add_argument("--stretch-hours", type=float, default=0.5, help="A/B stretch length")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    add_round_arguments(parser, rounds=3)
     args = parser.parse_args()
 
     whole = _stretch(args.scenario, 0.0, args.hours)
@@ -130,24 +135,37 @@ def main() -> None:
     )
     stretch = _stretch(args.scenario, args.stretch_at, args.stretch_hours)
     label = f"{args.stretch_hours:g} h from {args.stretch_at:g} h"
-    n_plain, wall_plain = _rate(stretch, [CountingSink()])
-    plain_rate = n_plain / wall_plain
-    print(
-        f"{label}, no export   : {n_plain:>9,} requests in {wall_plain:7.2f} s wall"
-        f" = {plain_rate:>9,.0f} simulated requests/s"
-    )
     receiver = http_receiver if args.protocol == "http" else grpc_receiver
-    with receiver() as (endpoint, count):
-        otlp = OtlpSink(endpoint, tokenizer_spans=False)
-        n_export, wall_export = _rate(stretch, [CountingSink(), otlp])
-    export_rate = n_export / wall_export
-    print(
-        f"{label}, OTLP/{args.protocol:<4}   : {n_export:>9,} requests in {wall_export:7.2f} s "
-        f"wall = {export_rate:>9,.0f} simulated requests/s "
-        f"({count.spans:,} spans received, {otlp.failed} failed)"
+
+    def plain() -> float:
+        n, wall = _rate(stretch, [CountingSink()])
+        return n / wall
+
+    def exported() -> float:
+        with receiver() as (endpoint, count):
+            otlp = OtlpSink(endpoint, tokenizer_spans=False)
+            n, wall = _rate(stretch, [CountingSink(), otlp])
+        assert count.spans == n, "the receiver must see every span"
+        assert not otlp.failed, f"{otlp.failed} exports failed"
+        return n / wall
+
+    def show(r: int, names: list[str], got: dict[str, float]) -> None:
+        print(
+            f"  round {r + 1}/{args.rounds} [{' '.join(names)}]: no export {got['plain']:,.0f}, "
+            f"OTLP/{args.protocol} {got['export']:,.0f} simulated requests/s "
+            f"({got['export'] / got['plain']:.3f})"
+        )
+
+    print(f"{label}, {args.rounds} rounds, {args.order} order:")
+    runs = interleave(
+        {"plain": plain, "export": exported}, args.rounds, order=args.order, on_round=show
     )
-    print(f"ratio with export / without: {export_rate / plain_rate:.3f}")
-    assert count.spans == n_export, "the receiver must see every span"
+    ratio = ratio_spread(runs["export"], runs["plain"])
+    print(
+        f"{label}: no export {statistics.median(runs['plain']):,.0f}, OTLP/{args.protocol} "
+        f"{statistics.median(runs['export']):,.0f} simulated requests/s (medians)"
+    )
+    print(f"ratio with export / without, each round's: {ratio.text('', '.3f')}")
 
 
 if __name__ == "__main__":
