@@ -28,6 +28,7 @@ import click
 
 from infersight.cli.group import current_settings, store_option
 from infersight.cli.settings import SidecarSettings
+from infersight.cli.sidecar_profiling import profile_options, profile_poller
 from infersight.collector.otlp import Limits
 from infersight.collector.periodic import Sampler
 from infersight.collector.sidecar import Sidecar, SidecarConfig
@@ -48,6 +49,8 @@ TRIM_EVERY_S = 10.0
 #: Seconds a request record waits for the rest of its trace, and on a P/D decode instance.
 DEFAULT_WINDOW_S = 2.0
 DECODE_WINDOW_S = 6.0
+#: Seconds exports wait for the first scrape to name the role (``collector.roles``).
+ROLE_WAIT_S = 10.0
 #: The store writer imports numpy for its rollup sketches, which are far too small to gain
 #: from BLAS threads; OpenBLAS would otherwise start (and size buffers for) one per core.
 _SINGLE_THREADED_MATH = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -180,12 +183,12 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
 )
 @click.option(
     "--role",
-    default="unified",
-    show_default=True,
+    default=None,
     type=click.Choice(["unified", "prefill", "decode"]),
     help="The server's part in disaggregated prefill/decode serving: on a prefill instance "
     "every request is a prefill leg, stored apart; on a decode instance, requests below a "
-    "P/D proxy's spans become the user's requests.",
+    "P/D proxy's spans become the user's requests. [default: what the scraped /metrics say "
+    "(SGLang engine_type, Dynamo worker_type), else unified]",
 )
 @click.option(
     "--max-body-bytes", default=20 * 1024 * 1024, show_default=True, type=click.IntRange(min=1024)
@@ -220,6 +223,7 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="A file holding this sidecar's ingest-scoped API token (for --ship-to).",
 )
+@profile_options
 @click.pass_context
 def sidecar(ctx: click.Context, /, **options: Any) -> None:
     """Receive OTLP traces, scrape /metrics, sample GPUs; spool durably and ship to the store."""
@@ -227,7 +231,9 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
     http_host, http_port = _address(options["otlp_http"], "--otlp-http")
     grpc_host, grpc_port = _address(options["otlp_grpc"], "--otlp-grpc")
     instance = options["instance"] or socket.gethostname()
-    role = Role("" if options["role"] == "unified" else options["role"])
+    given = options["role"]
+    role = None if given is None else Role("" if given == "unified" else given)
+    read_role = role is None and bool(options["scrape_url"])
     settings = _settings(ctx)
     window = settings.accept_window()
     config = SidecarConfig(
@@ -244,8 +250,10 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         fsync=FsyncMode(options["fsync"]),
         group_window_s=options["fsync_window"],
         spool_max_bytes=options["spool_max_bytes"],
-        window_s=_window_s(options["window_s"], role),
+        window_s=_window_s(options["window_s"], role or Role.UNIFIED),
         role=role,
+        role_wait_s=ROLE_WAIT_S if read_role else 0.0,
+        decode_window_s=DECODE_WINDOW_S if read_role and options["window_s"] is None else None,
         adapters=tuple(a[:MAX_LABEL_LEN] for a in options["adapters"] if a),
         limits=Limits(max_body_bytes=options["max_body_bytes"]),
         accept=window,
@@ -256,6 +264,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
             "--gpu-source must be nvml, dcgm:URL or none", details={"value": gpu_source}
         )
     open_sink = _sink_opener(options, settings, window)
+    profiler = profile_poller(options, instance, lambda: _store_url(options["store"], settings))
     scrapers: list[Any] = []  # the scraper, once built (after the receivers listen)
     app = Sidecar(
         config,
@@ -288,6 +297,9 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         if gpu is not None:
             samplers.append(gpu)
         app.add_samplers(samplers)
+        if profiler is not None:  # py-spy on the serving process, when asked (issue 37)
+            app.health_parts.append(profiler.health)
+            profiler.start()
 
     _run(app, add_samplers)
 

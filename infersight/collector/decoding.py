@@ -46,6 +46,7 @@ from infersight.collector.mapping import MappingContext
 from infersight.collector.otlp import Limits
 from infersight.core.accept import AcceptWindow
 from infersight.core.errors import InfersightError, InvalidInput, TooLarge, Unavailable
+from infersight.core.records import Role
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,8 @@ class _Child:
             self.proc = proc
 
     def run(self, raw: bytes | bytearray, encoding: str, media: str, now: float,
-            model: str, adapters: frozenset[str] = frozenset()) -> Prepared:  # fmt: skip
+            model: str, adapters: frozenset[str] = frozenset(), role: Role | None = None,
+            reassembly: Reassembly | None = None) -> Prepared:  # fmt: skip
         self.start()
         with self.lock:
             proc = self.proc
@@ -175,7 +177,8 @@ class _Child:
             watchdog.daemon = True
             watchdog.start()
             try:
-                _write_frame(proc.stdin, pickle.dumps((encoding, media, now, model, adapters)))
+                header = (encoding, media, now, model, adapters, role, reassembly)
+                _write_frame(proc.stdin, pickle.dumps(header))
                 _write_frame(proc.stdin, raw)
                 answer = pickle.loads(_read_frame(proc.stdout))  # noqa: S301 (our own child)
             except (OSError, EOFError):
@@ -250,13 +253,14 @@ class DecoderPool:
 
     def run(
         self, raw: bytes | bytearray, encoding: str, media: str, now: float,
-        context: MappingContext,
+        context: MappingContext, reassembly: Reassembly | None = None,
     ) -> Prepared:  # fmt: skip
         child = self._free.get()
         try:
             return child.run(
-                raw, encoding, media, now, context.scraped_model(), context.scraped_adapters()
-            )
+                raw, encoding, media, now, context.scraped_model(), context.scraped_adapters(),
+                context.role, reassembly,
+            )  # fmt: skip
         finally:
             self._free.put(child)
 
@@ -311,15 +315,19 @@ def _serve(source: IO[bytes], out: IO[bytes]) -> None:
             header = _read_frame(source)
         except EOFError:
             return  # the receiver closed the pipe (or died): nothing is left to do
-        encoding, media, now, model, adapters = pickle.loads(header)  # noqa: S301 (our parent)
+        encoding, media, now, model, adapters, role, reassembly = pickle.loads(header)  # noqa: S301
         raw = _read_frame(source)
+        # The role and window are the receiver's at this export (``collector.roles``).
         context = replace(
-            setup.context, scraped_model=_constant(model), scraped_adapters=_constant_set(adapters)
-        )
+            setup.context, scraped_model=_constant(model), scraped_adapters=_constant_set(adapters),
+            role=setup.context.role if role is None else role,
+        )  # fmt: skip
         try:
             decoded = decode_body(raw, encoding, media, setup.limits)
             del raw
-            result: Any = prepare(decoded, context, now, setup.accept, setup.reassembly)
+            result: Any = prepare(
+                decoded, context, now, setup.accept, reassembly or setup.reassembly
+            )
             del decoded
             status = "ok"
         except InfersightError as exc:

@@ -119,7 +119,8 @@ class _Decoding:
             receipt.admit()
             size = receipt.held
             try:
-                if encoding == "identity" and media == otlp.PROTOBUF and size <= INLINE_MAX_BYTES:
+                inline = size <= INLINE_MAX_BYTES and not self.ingestor.holding()
+                if encoding == "identity" and media == otlp.PROTOBUF and inline:
                     return self.ingestor.ingest_decoded(otlp.decode(raw, media, self.limits))
                 # The place is given back when the decoding ends, not when this request does:
                 # a client that hangs up does not stop the work it started.

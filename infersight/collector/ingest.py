@@ -28,14 +28,15 @@ from infersight.collector.codec import (
     encode_client,
     encode_fragment,
     encode_link,
-    encode_record,
+    encode_row,
 )
 from infersight.collector.mapping import (
     Link,
     MappingContext,
+    RecordRow,
     Skipped,
     StageFragment,
-    map_span,
+    map_row,
     place_of,
 )
 from infersight.collector.metrics import CollectorMetrics
@@ -44,7 +45,6 @@ from infersight.collector.peers import FirstContacts, export_line
 from infersight.collector.spool import Entry, Spool
 from infersight.core.accept import AcceptWindow
 from infersight.core.client import ClientRecord
-from infersight.core.records import RequestRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +83,16 @@ class Decoder(Protocol):
 
     def run(
         self, raw: bytes | bytearray, encoding: str, media: str, now: float,
-        context: MappingContext,
+        context: MappingContext, reassembly: Reassembly | None = None,
     ) -> Prepared: ...  # fmt: skip
+
+
+def _nothing() -> None:
+    return None
+
+
+def _never() -> bool:
+    return False
 
 
 def decode_body(raw: bytes | bytearray, encoding: str, media: str, limits: Limits) -> Decoded:
@@ -108,15 +116,14 @@ def prepare(
     unmapped: Tally[tuple[str, str]] = Tally()
     sources: dict[str, Tally[str]] = {}
     for view in decoded.spans:
-        outcome = validation.check(map_span(view, context), view, now, accept)
+        outcome = validation.check(map_row(view, context), view, now, accept)
         tally = sources.get(view.service)
         if tally is None:
             tally = sources[view.service] = Tally()
         tally["spans"] += 1
-        if isinstance(outcome, RequestRecord):
-            tally[f"record:{outcome.engine.value}"] += 1
-            place = place_of(view)
-            payload = encode_record(outcome, place)
+        if isinstance(outcome, RecordRow):  # a request, as the spool stores it
+            tally["record:" + outcome.engine] += 1
+            payload = encode_row(outcome, place_of(view))
             entries.append(Entry(Kind.RECORD, outcome.trace_id, due_at, payload))
         elif isinstance(outcome, StageFragment):
             tally["stage"] += 1
@@ -165,12 +172,18 @@ class Ingestor:
         self.decoder: Decoder | None = None
         #: Services met so far, each announced once when its first export is acknowledged.
         self.peers = FirstContacts(clock=self._clock)
+        #: Called before an export is mapped: the sidecar holds exports there while its role
+        #: is pending (``collector.roles``).
+        self.hold: Callable[[], None] = _nothing
+        #: Whether ``hold`` may wait now (such an export is not mapped on an event loop).
+        self.holding: Callable[[], bool] = _never
 
     def ingest(self, message: ExportTraceServiceRequest) -> Ingested:
         """Map and queue the export; raises ``TooLarge`` / ``Unavailable`` to refuse it."""
         return self.ingest_decoded(span_views(message, self.limits))
 
     def ingest_decoded(self, decoded: Decoded) -> Ingested:
+        self.hold()
         prepared = prepare(decoded, self.context, self._clock(), self.accept, self.reassembly)
         return self.commit(prepared)
 
@@ -179,8 +192,10 @@ class Ingestor:
         ``decoder`` is set (``collector.decoding``), here otherwise."""
         if self.decoder is None:
             return self.ingest_decoded(decode_body(raw, encoding, media, self.limits))
+        self.hold()
         now = self._clock()
-        return self.commit(self.decoder.run(raw, encoding, media, now, self.context))
+        prepared = self.decoder.run(raw, encoding, media, now, self.context, self.reassembly)
+        return self.commit(prepared)
 
     def commit(self, prepared: Prepared) -> Ingested:
         """Count what an export became and append its entries to the spool."""

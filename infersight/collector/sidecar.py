@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -43,6 +43,7 @@ from infersight.collector.otlp import Limits
 from infersight.collector.peers import log as peers_log
 from infersight.collector.peers import shown
 from infersight.collector.periodic import PeriodicTask, Sampler
+from infersight.collector.roles import RoleSource
 from infersight.collector.shipper import Backoff, Shipper
 from infersight.collector.spool import AT_MAX_BYTES, DISK_FULL, FsyncMode, Spool, SpoolConfig
 from infersight.core.accept import AcceptWindow
@@ -88,8 +89,16 @@ class SidecarConfig:
     #: 16th of the spool's filesystem, within 256 KiB … 16 MiB).
     spool_reserve_bytes: int | None = None
     window_s: float = 2.0
-    #: The instance's part in disaggregated prefill/decode serving (``MappingContext.role``).
-    role: Role = Role.UNIFIED
+    #: The instance's part in disaggregated prefill/decode serving (``MappingContext.role``):
+    #: declared (``--role``), or ``None``: read from the server's /metrics by the scraper
+    #: (``collector.roles``), unified until a scrape names one.
+    role: Role | None = None
+    #: With no role declared, seconds exports wait for the first scrape to name one
+    #: (``collector.roles``; 0: none wait, the role is unified until named).
+    role_wait_s: float = 0.0
+    #: The reassembly window once the server's /metrics name the decode role (``None``:
+    #: ``window_s`` whatever the role); for a window not given, as ``--role decode`` has.
+    decode_window_s: float | None = None
     #: LoRA adapters this instance serves (``--adapter``): a span naming one is a request of
     #: the base model with that adapter (``MappingContext.attribute``). A vLLM server's
     #: /metrics name its adapters too, and are read besides.
@@ -138,6 +147,8 @@ class SidecarConfig:
             raise ConfigurationError("the ship lag bound must be positive")
         if not self.store_probe_s >= 0:
             raise ConfigurationError("the store probe interval must not be negative")
+        if not self.role_wait_s >= 0:
+            raise ConfigurationError("the role wait must not be negative")
 
 
 class Sidecar:
@@ -167,11 +178,11 @@ class Sidecar:
             config.model,
             dict(config.service_models),
             scraped_model,
-            role=config.role,
+            role=config.role or Role.UNIFIED,
             adapters=frozenset(config.adapters),
             scraped_adapters=scraped_adapters,
         )
-        reassembly = Reassembly(config.window_s)
+        reassembly = Reassembly(self._window_s(config.role or Role.UNIFIED))
         self.ingestor = Ingestor(
             self.spool, context, self.metrics, config.limits, reassembly, accept=config.accept
         )
@@ -188,6 +199,9 @@ class Sidecar:
             probe_every_s=config.store_probe_s,
         )
         self.shipper.on_first_ship = self._first_ship
+        self.roles = RoleSource(config.role, config.role_wait_s, on_change=self._role_changed)
+        self.ingestor.hold = self.roles.wait
+        self.ingestor.holding = self.roles.pending
         self.admission = Admission(config.admission)
         self.decoders: DecoderPool | None = None
         if config.decode_processes:
@@ -220,6 +234,8 @@ class Sidecar:
         ]
         self._stop = threading.Event()
         self._shipper_thread: threading.Thread | None = None
+        #: More of ``/healthz`` (the profiler's state, ``collector.profiling``).
+        self.health_parts: list[Callable[[], dict[str, Any]]] = []
 
     def _sampler_error(self, sampler: Sampler) -> Callable[[str], None]:
         if "gpu" in sampler.name:
@@ -246,6 +262,9 @@ class Sidecar:
             nonlocal recognised
             self.metrics.scrapes.inc()
             dialect = str(getattr(sampler, "flavour", ""))
+            said = getattr(sampler, "role", None)  # a scraper's ``flavours.ServerRole``
+            if said is not None and hasattr(said, "evidence"):
+                self.roles.learned(said.role, said.evidence)
             if not self.ingestor.peers.known(key):
                 model = shown(str(getattr(sampler, "model", "") or "")) or "(not named)"
                 line = f"first scrape of {target}: dialect {dialect or 'unknown'}, model {model}"
@@ -257,6 +276,19 @@ class Sidecar:
                 recognised = dialect
 
         return scraped
+
+    def _window_s(self, role: Role) -> float:
+        decode = self.config.decode_window_s
+        return decode if decode is not None and role is Role.DECODE else self.config.window_s
+
+    def _role_changed(self, role: Role) -> None:
+        """Exports received from now on are mapped with ``role`` (an attribute swap: the
+        receivers' slots read it once per export)."""
+        ingestor = self.ingestor
+        ingestor.context = replace(ingestor.context, role=role)
+        window = self._window_s(role)
+        if window != ingestor.reassembly.window_s:
+            ingestor.reassembly = replace(ingestor.reassembly, window_s=window)
 
     def _first_ship(self, shipped: int) -> None:
         sink = type(self.shipper.sink).__name__
@@ -271,6 +303,9 @@ class Sidecar:
         if refusal is not None and "status" not in state:
             state["status"] = f"degraded: {_REFUSALS[refusal]}, new exports are refused"
         state["peers"] = self.ingestor.peers.health()
+        for part in self.health_parts:
+            state.update(part())
+        state["role"] = self.roles.health()
         return state
 
     def add_samplers(self, samplers: Sequence[Sampler]) -> None:

@@ -62,6 +62,51 @@ def single_model(exposition: Exposition) -> str:
     return ""
 
 
+#: Labels by which a server's own series name its part in disaggregated prefill/decode
+#: serving, and what each value means (``Role`` values; a value not listed says nothing).
+#: SGLang labels its schedulers' series ``engine_type`` = ``prefill`` | ``decode`` |
+#: ``unified`` (from ``--disaggregation-mode``); NVIDIA Dynamo names a worker's type
+#: ``worker_type`` = ``prefill`` | ``decode`` | ``aggregated`` (also ``encoder`` and others,
+#: which are no part infersight models).
+ROLE_LABELS: Final = (
+    ("engine_type", {"prefill": "prefill", "decode": "decode", "unified": ""}),
+    ("worker_type", {"prefill": "prefill", "decode": "decode", "aggregated": ""}),
+)
+#: Series whose ``worker_type`` describes the workers a Dynamo frontend or router sends work
+#: to (its queue per worker type), not the scraped process itself: never read for its role.
+ROLE_FOREIGN_PREFIXES: Final = ("dynamo_frontend_", "dynamo_router_")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRole:
+    """The part a scraped server says it plays: ``role`` a ``Role`` value ("" unified,
+    ``prefill``, ``decode``) or ``None`` (it says none, or says two); ``evidence`` the label
+    and value(s) read, for logs and ``/healthz``."""
+
+    role: str | None
+    evidence: str
+
+
+def server_role(e: Exposition) -> ServerRole:
+    """What the server's own series say its role is (``ROLE_LABELS``); labels on series
+    about other workers (``ROLE_FOREIGN_PREFIXES``) are not read. Two different roles on
+    one exposition (a misconfigured or shared endpoint) say none."""
+    for label, meaning in ROLE_LABELS:
+        seen = {
+            s.labels[label]
+            for name in e.names()
+            if not name.startswith(ROLE_FOREIGN_PREFIXES)
+            for s in e.samples(name)
+            if label in s.labels
+        }
+        roles = {meaning[v] for v in seen if v in meaning}
+        if not roles:
+            continue
+        evidence = f"{label}=" + "|".join(sorted(v for v in seen if v in meaning))
+        return ServerRole(roles.pop() if len(roles) == 1 else None, evidence)
+    return ServerRole(None, "")
+
+
 #: vLLM's LoRA gauge: its labels list the adapters running and waiting, comma-separated.
 LORA_INFO: Final = "vllm:lora_requests_info"
 _LORA_LISTS: Final = ("running_lora_adapters", "waiting_lora_adapters")

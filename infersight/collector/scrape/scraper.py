@@ -54,6 +54,9 @@ class Scraper:
         #: LoRA adapters the server named so far (running or waiting), accumulated: an
         #: adapter's requests may arrive after it left the server's lists.
         self.adapters: frozenset[str] = frozenset()
+        #: What the last scrape said the server's part in disaggregated serving is
+        #: (``flavours.server_role``; ``role`` ``None``: it said none).
+        self.role = flavours.ServerRole(None, "")
 
     def current_model(self) -> str:
         return self.model
@@ -79,6 +82,7 @@ class Scraper:
         ts = self._now()
         if dialect is not None and dialect.yields_gpus:
             return flavours.gpu_samples(exposition, ts, self.instance)
+        self.role = flavours.server_role(exposition)
         self.model = flavours.single_model(exposition)
         if dialect is None:
             return []
