@@ -14,6 +14,14 @@ and from sketches of rollups for older time, and API replicas are stateless — 
 verdict the same as infersight's, and ``max by (slo)`` makes any number of API replicas read
 as one.
 
+Goodput SLOs (``core.slo.SliKind.GOODPUT``: TTFT, TPOT and end-to-end targets that must hold
+together for one request) get the same rules: their window gauges count the requests (or
+output tokens) that met every target, which infersight judges per request from its records.
+Rules written against an inference engine's own histograms could not say that — a
+``vllm:time_to_first_token_seconds`` histogram and a ``vllm:time_per_output_token_seconds``
+histogram each count requests apart, and no PromQL over two histograms says which requests met
+both — so goodput is expressible only from infersight's gauges.
+
 Per SLO, one rule group:
 
 * recording rules ``slo:infersight_events``, ``slo:infersight_error_ratio`` and
@@ -48,7 +56,7 @@ from typing import Any, Final
 import yaml
 
 from infersight.core.burn import Policy, Rule, Severity
-from infersight.core.slo import SliKind, SloSpec
+from infersight.core.slo import GoodputUnit, SliKind, SloSpec
 from infersight.core.window import format_duration
 
 EVENTS: Final = "infersight_slo_window_events"
@@ -175,12 +183,17 @@ def _alert(spec: SloSpec, policy: Policy, severity: Severity) -> dict[str, Any] 
 
 
 def _describe(spec: SloSpec) -> str:
+    events = "requests"
     if spec.sli.kind is SliKind.LATENCY:
         what = f"{spec.sli.metric} ≤ {spec.sli.threshold_s:g} s"
+    elif spec.sli.kind is SliKind.GOODPUT:
+        what = "succeeded and " + " and ".join(f"{m} ≤ {s:g} s" for m, s in spec.sli.targets)
+        if spec.sli.per is GoodputUnit.TOKEN:
+            events = "output tokens of requests"
     else:
         what = "requests succeed"
     return (
-        f"Objective: {spec.objective * 100:g} % of requests ({spec.scope}) with {what} over "
+        f"Objective: {spec.objective * 100:g} % of {events} ({spec.scope}) with {what} over "
         f"{_days(spec.window)}."
     )
 

@@ -1,9 +1,10 @@
 """Good tokens: the latency limits a request must meet for its tokens to count as good.
 
 A good token is a token of a successful request that was *within its SLO*: its TTFT, TPOT and
-end-to-end latency each at most the threshold of every latency SLO on that metric whose
-selector covers the request's series (model, instance, tenant, priority). Several SLOs on one
-metric give the tightest threshold; SLOs on other metrics (queue, prefill, …) describe the
+end-to-end latency each at most the threshold of every latency SLO on that metric, and every
+target of every goodput SLO (``core.slo.SliKind.GOODPUT``) on it, whose selector covers the
+request's series (model, instance, tenant, priority). Several SLOs on one metric give the
+tightest threshold; SLOs on other metrics (queue, prefill, …) describe the
 server's inside, not what a user waits for, and do not make a token bad. A series no latency
 SLO covers falls back to the cost model's ``goodRequest`` limits, and every answer says which
 basis (``slo`` or ``cost_model``) and which limits it used. A measurement the engine did not
@@ -23,7 +24,7 @@ from enum import StrEnum
 from typing import Final
 
 from infersight.core.errors import InvalidInput
-from infersight.core.slo import SliKind, SloSpec
+from infersight.core.slo import Sli, SliKind, SloSpec
 
 #: The latency metrics a good request is held to, with their ``GoodLimits`` field.
 GOOD_METRICS: Final = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
@@ -79,9 +80,7 @@ class GoodPolicy:
 
     @classmethod
     def of(cls, slos: Iterable[SloSpec], fallback: GoodLimits) -> GoodPolicy:
-        latency = (
-            s for s in slos if s.sli.kind is SliKind.LATENCY and s.sli.metric in GOOD_METRICS
-        )
+        latency = (s for s in slos if _targets(s.sli))
         return cls(tuple(sorted(latency, key=lambda s: s.name)), fallback)
 
     def rule_for(self, labels: Mapping[str, str]) -> GoodRule:
@@ -90,13 +89,28 @@ class GoodPolicy:
         for slo in self.slos:
             if not slo.selector.matches(labels):
                 continue
-            metric, threshold = slo.sli.metric or "", slo.sli.threshold_s or math.inf
-            field = GOOD_METRICS[metric]
-            limits[field] = min(limits.get(field, math.inf), threshold)
+            for metric, threshold in _targets(slo.sli):
+                field = GOOD_METRICS[metric]
+                limits[field] = min(limits.get(field, math.inf), threshold)
             names.append(slo.name)
         if not names:
             return GoodRule(self.fallback, GoodBasis.COST_MODEL)
         return GoodRule(GoodLimits(**limits), GoodBasis.SLO, tuple(names))
+
+
+def _targets(sli: Sli) -> tuple[tuple[str, float], ...]:
+    """The (metric, seconds) limits an SLI holds a good request to (none for availability,
+    nor for a latency SLI on a metric a user does not wait for)."""
+    if sli.kind is SliKind.GOODPUT:
+        return sli.targets
+    if sli.kind is SliKind.LATENCY and sli.metric in GOOD_METRICS and sli.threshold_s:
+        return ((sli.metric, sli.threshold_s),)
+    return ()
+
+
+def limits_of(sli: Sli) -> GoodLimits:
+    """A goodput SLI's targets as ``GoodLimits`` (what its good tokens are counted under)."""
+    return GoodLimits(**{GOOD_METRICS[m]: s for m, s in _targets(sli)})
 
 
 def basis_of(bases: Iterable[str]) -> str:

@@ -7,6 +7,14 @@ An SLO says what share of requests (``objective``, e.g. 0.999) matching a ``Sele
 * latency — a request is good when its ``metric`` (``ttft``, ``tpot``, ``e2e``, …) is at most
   ``threshold_s`` seconds. Requests that did not report the metric are not counted at all.
 
+A third, goodput, holds several latency targets *together* (``targets``: TTFT, TPOT and
+end-to-end seconds, each optional, at least one): a request is good when it succeeded and every
+target it reported holds (a measurement the engine did not report fails nothing, as for good
+tokens, ``core.goodput``). ``per`` says what an event is: a request (``GoodputUnit.REQUEST``:
+good requests ÷ requests) or an output token (``GoodputUnit.TOKEN``: output tokens of good
+requests ÷ output tokens). A request fast to its first token but slow to stream, and one slow
+to its first token but fast to stream, are both bad here while each single-metric SLO may hold.
+
 The error budget is the share of events allowed to be bad, ``1 − objective``. The burn rate of
 a window is its bad share divided by the budget: 1× spends the budget exactly over the SLO
 window, 14.4× spends 2 % of a 30-day budget in one hour. Spec *files* (YAML/JSON, OpenSLO) are
@@ -35,6 +43,18 @@ MAX_WINDOW: Final = timedelta(days=90)
 class SliKind(StrEnum):
     AVAILABILITY = "availability"
     LATENCY = "latency"
+    GOODPUT = "goodput"
+
+
+class GoodputUnit(StrEnum):
+    """What one event of a goodput SLI is."""
+
+    REQUEST = "request"
+    TOKEN = "token"  # noqa: S105 (an event unit, not a secret)
+
+
+#: The metrics a goodput SLI may hold a request to (``targets``), with their record field.
+GOODPUT_METRICS: Final = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +64,11 @@ class Sli:
     kind: SliKind
     metric: str | None = None
     threshold_s: float | None = None
+    targets: tuple[tuple[str, float], ...] = ()
+    """Goodput only: (metric, seconds) pairs that must hold together, in ``GOODPUT_METRICS``
+    order."""
+    per: GoodputUnit | None = None
+    """Goodput only: what an event is (a request, or an output token)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, SliKind):
@@ -54,6 +79,11 @@ class Sli:
                     f"unknown SLI kind {self.kind!r}",
                     details={"allowed": [k.value for k in SliKind]},
                 ) from None
+        if self.kind is SliKind.GOODPUT:
+            self._check_goodput()
+            return
+        if self.targets or self.per is not None:
+            raise InvalidInput("only a goodput SLI takes targets and per")
         if self.kind is SliKind.AVAILABILITY:
             if self.metric is not None or self.threshold_s is not None:
                 raise InvalidInput("an availability SLI takes no metric or threshold")
@@ -67,10 +97,79 @@ class Sli:
         if threshold is None or not math.isfinite(threshold) or threshold <= 0:
             raise InvalidInput("a latency SLI needs a positive threshold in seconds")
 
+    def _check_goodput(self) -> None:
+        if self.metric is not None or self.threshold_s is not None:
+            raise InvalidInput("a goodput SLI takes targets, not a metric and threshold")
+        try:
+            per = GoodputUnit(str(self.per or GoodputUnit.REQUEST))
+        except ValueError:
+            raise InvalidInput(
+                f"unknown goodput unit {self.per!r}",
+                details={"allowed": [u.value for u in GoodputUnit]},
+            ) from None
+        object.__setattr__(self, "per", per)
+        seen: dict[str, float] = {}
+        for pair in self.targets:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise InvalidInput("goodput targets are (metric, seconds) pairs")
+            metric, seconds = pair
+            if metric not in GOODPUT_METRICS:
+                raise InvalidInput(
+                    f"a goodput SLI cannot hold {metric!r}",
+                    details={"allowed": list(GOODPUT_METRICS)},
+                )
+            if metric in seen:
+                raise InvalidInput(f"goodput target {metric!r} given twice")
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int | float)
+                or not math.isfinite(seconds)
+                or seconds <= 0
+            ):
+                raise InvalidInput(f"goodput target {metric!r} needs a positive number of seconds")
+            seen[metric] = float(seconds)
+        if not seen:
+            raise InvalidInput("a goodput SLI needs at least one target (ttft, tpot or e2e)")
+        ordered = tuple((m, seen[m]) for m in GOODPUT_METRICS if m in seen)
+        object.__setattr__(self, "targets", ordered)
+
     @property
     def column(self) -> str | None:
         """The record field a latency SLI reads (``ttft`` → ``ttft_s``)."""
         return LATENCY_METRICS[self.metric] if self.metric is not None else None
+
+    @property
+    def limits(self) -> tuple[tuple[str, float], ...]:
+        """Goodput: (record field, seconds) of each target (``ttft`` → ``ttft_s``)."""
+        return tuple((GOODPUT_METRICS[m], s) for m, s in self.targets)
+
+
+def goodput_sli(
+    *,
+    ttft_s: float | None = None,
+    tpot_s: float | None = None,
+    e2e_s: float | None = None,
+    per: GoodputUnit | str = GoodputUnit.REQUEST,
+) -> Sli:
+    """A goodput SLI from its targets in seconds (``None``: no target on that metric)."""
+    given = {"ttft": ttft_s, "tpot": tpot_s, "e2e": e2e_s}
+    return Sli(
+        SliKind.GOODPUT,
+        targets=tuple((m, s) for m, s in given.items() if s is not None),
+        per=GoodputUnit(str(per)),
+    )
+
+
+def is_good(record: RequestRecord, sli: Sli) -> bool:
+    """Whether ``record`` is a good request under a goodput SLI: it succeeded and every target
+    it reported holds."""
+    if record.is_error:
+        return False
+    for field_name, limit in sli.limits:
+        value = getattr(record, field_name)
+        if value is not None and value > limit:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +267,12 @@ def count_events(records: Iterable[RequestRecord], sli: Sli) -> EventCounts:
     """Events and bad events among ``records`` (the reference the store's counts must equal)."""
     total = bad = 0
     column = sli.column
+    if sli.kind is SliKind.GOODPUT:
+        for record in records:
+            weight = 1 if sli.per is GoodputUnit.REQUEST else (record.output_tokens or 0)
+            total += weight
+            bad += 0 if is_good(record, sli) else weight
+        return EventCounts(total, bad)
     for record in records:
         if column is None:
             total += 1

@@ -201,6 +201,9 @@ def symptom_of(engine: Engine, incident: Incident, diagnosis: Diagnosis) -> dict
         spec = slo_store.get_slo(engine, incident.slo)
         sli = {"kind": spec.sli.kind.value, "metric": spec.sli.metric}
         sli["threshold_s"] = spec.sli.threshold_s
+        if spec.sli.targets:  # goodput: the targets that hold together, and what an event is
+            sli["targets"] = dict(spec.sli.targets)
+            sli["per"] = spec.sli.per.value if spec.sli.per else None
     except InfersightError:
         pass  # a deleted SLO still has incidents to describe
     return {

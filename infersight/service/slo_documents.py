@@ -27,6 +27,10 @@ def to_document(spec: SloSpec) -> dict[str, Any]:
         sli: dict[str, Any] = {
             "latency": {"metric": spec.sli.metric, "threshold": f"{spec.sli.threshold_s:g}s"}
         }
+    elif spec.sli.kind is SliKind.GOODPUT:
+        goodput: dict[str, Any] = {metric: f"{s:g}s" for metric, s in spec.sli.targets}
+        goodput["per"] = spec.sli.per.value if spec.sli.per else "request"
+        sli = {"goodput": goodput}
     else:
         sli = {"availability": {}}
     return {

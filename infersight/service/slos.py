@@ -5,12 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Engine
 
 from infersight.core.burn import Incident, Policy
-from infersight.core.slo import SloSpec
+from infersight.core.cost import CostModel
+from infersight.core.slo import SliKind, SloSpec
+from infersight.core.timestamps import iso
+from infersight.core.window import Resolution, Window
+from infersight.service.cost_view import amount
 from infersight.service.evaluation import FinestFor, SloStatus, status, windows_of
+from infersight.storage import cost as cost_store
 from infersight.storage import incidents, slo_store
 
 
@@ -56,3 +62,34 @@ def with_status(
             current = status(connection, spec, policy, now, finest_for, counter)
             views.append(SloView(spec, current, firing.get((spec.name, spec.scope))))
     return views
+
+
+def good_token_cost(
+    engine: Engine,
+    spec: SloSpec,
+    model: CostModel,
+    window: Window,
+    finest: Resolution = Resolution.MINUTE,
+) -> dict[str, Any] | None:
+    """What a goodput SLO's good tokens cost over ``window``: the cost of its scope (``spec``'s
+    selector) per million good tokens, where a good token is a token (input or output) of a
+    request that met *this* SLO's targets together (``storage.cost`` with ``slos=[spec]``:
+    the same judgement as its SLI). ``None`` for another kind of SLO."""
+    if spec.sli.kind is not SliKind.GOODPUT:
+        return None
+    result = cost_store.cost(engine, window, model, spec.selector, finest=finest, slos=[spec])
+    total = result.total
+    per_good = total.cost_per_million_good_tokens
+    per_token = total.cost_per_million_tokens
+    return {
+        "window": {"start": iso(window.start), "end": iso(window.end)},
+        "currency": result.currency,
+        "cost": amount(total.cost),
+        "tokens": total.tokens,
+        "good_tokens": total.good_tokens,
+        "cost_per_million_tokens": amount(per_token.amount) if per_token else None,
+        "cost_per_million_good_tokens": amount(per_good.amount) if per_good else None,
+        "good_tokens_exact": result.good_tokens_exact,
+        "example_prices": result.example_prices,
+        "unmetered": list(result.unmetered),
+    }

@@ -7,6 +7,8 @@ Two formats are read:
     metadata: {name: chat-ttft, description: "…"}
     spec:
       sli: {latency: {metric: ttft, threshold: 2s}}     # or {availability: {}}
+      # or {goodput: {ttft: 2s, tpot: 100ms, e2e: 30s, per: request}}: the targets hold
+      # together (each optional, at least one); per: request (default) or token
       selector: {model: llama-70b, tenant: acme}          # optional
       window: 28d
       objective: 0.99                                     # or "99%"
@@ -15,8 +17,12 @@ Two formats are read:
 source has ``type: infersight``; a ``thresholdMetric`` (``spec: {metric: ttft, selector}``)
 with one objective ``op: lte`` (or ``lt``) and ``value`` in seconds becomes a latency SLI; a
 ``ratioMetric`` whose ``good`` source is ``{query: successful_requests}`` and ``total`` is
-``{query: requests}`` becomes availability. Rolling windows only, ``budgetingMethod:
-Occurrences``. Everything else is rejected with the reason (``InvalidInput``).
+``{query: requests}`` becomes availability; a ``ratioMetric`` whose ``good`` source is
+``{query: good_requests, ttft: 2s, tpot: 100ms, e2e: …}`` over ``total: {query: requests}``
+is request-based goodput, and ``{query: good_output_tokens, …}`` over ``{query:
+output_tokens}`` token-based goodput (the targets sit on the good source, which is what they
+define; the selector on the total). Rolling windows only, ``budgetingMethod: Occurrences``.
+Everything else is rejected with the reason (``InvalidInput``).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infersight.core.errors import InvalidInput
 from infersight.core.query import Selector
-from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.slo import GOODPUT_METRICS, GoodputUnit, Sli, SliKind, SloSpec
 from infersight.core.window import parse_duration
 from infersight.service.slo_documents import API_VERSION, to_document, window_text
 
@@ -47,6 +53,11 @@ __all__ = [
 ]
 
 OPENSLO: Final = "openslo/v1"
+#: OpenSLO ratioMetric (good query, total query) pairs of a goodput SLI → its ``per``.
+_GOODPUT_QUERIES: Final = {
+    ("good_requests", "requests"): "request",
+    ("good_output_tokens", "output_tokens"): "token",
+}
 _SECONDS = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*$")
 
 
@@ -59,9 +70,17 @@ class _Latency(_Strict):
     threshold: str | float
 
 
+class _Goodput(_Strict):
+    ttft: str | float | None = None
+    tpot: str | float | None = None
+    e2e: str | float | None = None
+    per: str = "request"
+
+
 class _SliDoc(_Strict):
     availability: dict[str, Any] | None = None
     latency: _Latency | None = None
+    goodput: _Goodput | None = None
 
 
 class _SelectorDoc(_Strict):
@@ -168,12 +187,17 @@ def _native(data: dict[str, Any]) -> SloSpec:
         ]
         raise InvalidInput("invalid SLO document", details={"problems": problems}) from None
     sli_doc = doc.spec.sli
-    if (sli_doc.availability is None) == (sli_doc.latency is None):
-        raise InvalidInput("spec.sli must have exactly one of 'availability' or 'latency'")
+    given = [k for k in ("availability", "latency", "goodput") if getattr(sli_doc, k) is not None]
+    if len(given) != 1:
+        raise InvalidInput(
+            "spec.sli must have exactly one of 'availability', 'latency' or 'goodput'"
+        )
     if sli_doc.latency is not None:
         sli = Sli(
             SliKind.LATENCY, sli_doc.latency.metric, parse_threshold(sli_doc.latency.threshold)
         )
+    elif sli_doc.goodput is not None:
+        sli = _goodput_sli(sli_doc.goodput.model_dump())
     else:
         sli = Sli(SliKind.AVAILABILITY)
     return SloSpec(
@@ -184,6 +208,22 @@ def _native(data: dict[str, Any]) -> SloSpec:
         selector=Selector(**doc.spec.selector.model_dump()),
         description=doc.metadata.description,
     )
+
+
+def _goodput_sli(doc: dict[str, Any]) -> Sli:
+    """``{ttft: 2s, tpot: 100ms, e2e: …, per: request|token}`` → a goodput SLI."""
+    per = doc.get("per", "request")
+    if per not in {u.value for u in GoodputUnit}:
+        raise InvalidInput(
+            f"goodput per must be 'request' or 'token', got {per!r}",
+            details={"allowed": [u.value for u in GoodputUnit]},
+        )
+    targets = tuple(
+        (metric, parse_threshold(doc[metric]))
+        for metric in GOODPUT_METRICS
+        if doc.get(metric) is not None
+    )
+    return Sli(SliKind.GOODPUT, targets=targets, per=GoodputUnit(per))
 
 
 # -- OpenSLO v1 -----------------------------------------------------------------------------
@@ -268,10 +308,24 @@ def _openslo_sli(indicator: Any, objective: dict[str, Any]) -> tuple[Sli, dict[s
             raise InvalidInput("OpenSLO ratioMetric with 'bad' is not supported; use good/total")
         good = _source(ratio.get("good"), "ratioMetric.good")
         total = _source(ratio.get("total"), "ratioMetric.total")
-        if (good.get("query"), total.get("query")) != ("successful_requests", "requests"):
-            raise InvalidInput(
-                "an infersight ratioMetric is good: {query: successful_requests} over "
-                "total: {query: requests}"
-            )
-        return Sli(SliKind.AVAILABILITY), total
+        queries = (good.get("query"), total.get("query"))
+        if queries == ("successful_requests", "requests"):
+            return Sli(SliKind.AVAILABILITY), total
+        if queries in _GOODPUT_QUERIES:
+            unknown = set(good) - {"query", "selector", *GOODPUT_METRICS}
+            if unknown:
+                raise InvalidInput(
+                    "unknown goodput targets on ratioMetric.good",
+                    details={"keys": sorted(unknown), "allowed": list(GOODPUT_METRICS)},
+                )
+            if good.get("selector", total.get("selector")) != total.get("selector"):
+                raise InvalidInput("ratioMetric.good and .total must select the same requests")
+            targets = {m: good[m] for m in GOODPUT_METRICS if good.get(m) is not None}
+            return _goodput_sli({**targets, "per": _GOODPUT_QUERIES[queries]}), total
+        raise InvalidInput(
+            "an infersight ratioMetric is good: {query: successful_requests} over "
+            "total: {query: requests} (availability), or goodput: good: {query: "
+            "good_requests, ttft: 2s, tpot: 100ms, e2e: …} over total: {query: requests}, "
+            "or good: {query: good_output_tokens, …} over total: {query: output_tokens}"
+        )
     raise InvalidInput("the OpenSLO indicator needs a thresholdMetric or a ratioMetric")

@@ -6,6 +6,12 @@ does (``core.window.split``): raw rows at the partial-minute edges, rollups in b
 count availability exactly; for a latency SLI they count from the minute sketches, which is
 exact except for requests in the sketch bucket that holds the threshold (within 1 %, see
 ``QuantileSketch.count_at_most``). ``exact=True`` counts raw rows only.
+
+A goodput SLI (several targets that must hold together) cannot be counted from rollups: their
+sketches hold each metric apart, and which requests met TTFT *and* TPOT is lost there. Goodput
+is counted exactly from raw rows, so its windows reach back as far as raw retention
+(``INFERSIGHT_RAW_RETENTION_DAYS``, 14 days by default): a goodput SLO's window longer than
+that is measured over the raw rows still kept (``goodput_counts``).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from infersight.core.errors import InvalidInput
 from infersight.core.query import LATENCY_METRICS, Selector
 from infersight.core.records import GROUP_LABELS
 from infersight.core.sketch import QuantileSketch, merge_all
-from infersight.core.slo import EventCounts, Sli, SliKind, SloSpec
+from infersight.core.slo import EventCounts, GoodputUnit, Sli, SliKind, SloSpec
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.documents import NamedDocuments
 from infersight.storage.engine import PerEngine
@@ -52,13 +58,17 @@ _N: Final = len(GROUP_LABELS)
 
 
 def spec_to_json(spec: SloSpec) -> str:
+    sli: dict[str, Any] = {
+        "kind": spec.sli.kind.value,
+        "metric": spec.sli.metric,
+        "threshold_s": spec.sli.threshold_s,
+    }
+    if spec.sli.kind is SliKind.GOODPUT:
+        sli["targets"] = dict(spec.sli.targets)
+        sli["per"] = spec.sli.per.value if spec.sli.per else None
     return json.dumps(
         {
-            "sli": {
-                "kind": spec.sli.kind.value,
-                "metric": spec.sli.metric,
-                "threshold_s": spec.sli.threshold_s,
-            },
+            "sli": sli,
             "objective": spec.objective,
             "window_s": int(spec.window.total_seconds()),
             "selector": dict(spec.selector.items()),
@@ -70,9 +80,12 @@ def spec_to_json(spec: SloSpec) -> str:
 
 def spec_from_json(name: str, text: str) -> SloSpec:
     data = json.loads(text)
+    doc = data["sli"]
+    targets = tuple((str(m), float(v)) for m, v in (doc.get("targets") or {}).items())
+    per = GoodputUnit(doc["per"]) if doc.get("per") else None
     return SloSpec(
         name=name,
-        sli=Sli(SliKind(data["sli"]["kind"]), data["sli"]["metric"], data["sli"]["threshold_s"]),
+        sli=Sli(SliKind(doc["kind"]), doc["metric"], doc["threshold_s"], targets, per),
         objective=float(data["objective"]),
         window=timedelta(seconds=int(data["window_s"])),
         selector=Selector(**data["selector"]),
@@ -103,11 +116,45 @@ def delete_slo(engine: Engine, name: str) -> None:
 # -- event counts ---------------------------------------------------------------------------
 
 
+def _good_request(sli: Sli) -> ColumnElement[bool]:
+    """A goodput SLI's good request as SQL: it succeeded and every target it reported holds."""
+    r = requests.c
+    return and_(
+        r.status != "error",
+        *(or_(r[column].is_(None), r[column] <= limit) for column, limit in sli.limits),
+    )
+
+
+def _goodput_weight(sli: Sli) -> ColumnElement[Any]:
+    """What one raw row weighs as events of a goodput SLI: 1 (a request) or its output
+    tokens."""
+    if sli.per is GoodputUnit.REQUEST:
+        return literal(1, Integer)
+    return func.coalesce(requests.c.output_tokens, 0)
+
+
+def _goodput_columns(
+    sli: Sli, inside: ColumnElement[bool] | None = None
+) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+    """(events, bad events) of a goodput SLI over raw rows (those ``inside`` when given)."""
+    weight = _goodput_weight(sli)
+    bad = ~_good_request(sli)
+    if inside is not None:
+        bad = and_(inside, bad)
+    total = weight if inside is None else case((inside, weight), else_=0)
+    return (
+        func.coalesce(func.sum(total), 0),
+        func.coalesce(func.sum(case((bad, weight), else_=0)), 0),
+    )
+
+
 def _raw_counts(
     connection: Connection, sli: Sli, span: Segment | Window, selector: Selector
 ) -> EventCounts:
     where = [raw_where(span, selector)]
-    if sli.kind is SliKind.AVAILABILITY:
+    if sli.kind is SliKind.GOODPUT:
+        total, bad = _goodput_columns(sli)
+    elif sli.kind is SliKind.AVAILABILITY:
         total = func.count()
         bad = func.sum(case((requests.c.status == "error", 1), else_=0))
     else:
@@ -151,8 +198,9 @@ def count_events(
     exact: bool = False,
     finest: Resolution = Resolution.MINUTE,
 ) -> EventCounts:
-    """Events and bad events for ``sli`` among the requests ``selector`` picks in ``window``."""
-    if exact:
+    """Events and bad events for ``sli`` among the requests ``selector`` picks in ``window``
+    (a goodput SLI: always from raw rows)."""
+    if exact or sli.kind is SliKind.GOODPUT:
         return _raw_counts(connection, sli, window, selector)
     counts = EventCounts(0, 0)
     for part in read_segments(
@@ -462,6 +510,8 @@ class CycleCounter:
             self._rows.update(self.cache.rows(self.connection, rollups))
 
     def count(self, spec: SloSpec, windows: Iterable[timedelta]) -> dict[timedelta, EventCounts]:
+        if spec.sli.kind is SliKind.GOODPUT:
+            return self._goodput(spec, windows)
         plans = {length: self._plan(length) for length in windows}
         wanted = {seg for plan in plans.values() for seg in plan}
         pinned = [(GROUP_LABELS.index(name), value) for name, value in spec.selector.items()]
@@ -473,6 +523,28 @@ class CycleCounter:
                 total += per_segment[seg]
             out[length] = total
         return out
+
+    def _goodput(self, spec: SloSpec, windows: Iterable[timedelta]) -> dict[timedelta, EventCounts]:
+        """A goodput SLI's counts over every window, from raw rows (rollups keep each metric
+        apart): one statement that scans the longest window once and sums each window's events
+        and bad events by its start."""
+        lengths = sorted(set(windows))
+        if not lengths:
+            return {}
+        if lengths[0] <= timedelta(0):
+            raise InvalidInput("windows must be positive")
+        columns: list[ColumnElement[Any]] = []
+        for length in lengths:
+            inside = requests.c.start >= Window.last(length, self.now).start
+            columns += _goodput_columns(spec.sli, inside)
+        window = Window.last(lengths[-1], self.now)
+        row = self.connection.execute(
+            select(*columns).where(raw_where(window, spec.selector))
+        ).one()
+        return {
+            length: EventCounts(int(row[2 * i] or 0), int(row[2 * i + 1] or 0))
+            for i, length in enumerate(lengths)
+        }
 
     def _plan(self, length: timedelta) -> list[Segment]:
         if length not in self._plans:
@@ -608,7 +680,7 @@ _MEASURES_PER_QUERY: Final = 64
 
 
 def _measure(sli: Sli) -> _Measure:
-    if sli.column is None:
+    if sli.column is None:  # availability; a goodput SLI reads no edge (``_goodput``)
         return None
     return (sli.column, sli.threshold_s or 0.0)
 

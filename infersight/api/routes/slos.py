@@ -4,7 +4,8 @@ SLO definitions are changed with PUT and DELETE (admin scope).
 
 A definition is sent as an infersight/v1 or OpenSLO v1 document in YAML or JSON; it is
 answered in infersight/v1 form plus ``status`` (SLI, objective, budget remaining, burn rate
-per window) and ``alert`` (the open incident of the SLO's scope, if any).
+per window) and ``alert`` (the open incident of the SLO's scope, if any). One goodput SLO's
+answer adds ``good_token_cost``: its scope's cost per million good tokens over its window.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from infersight.api.deps import App, requires
 from infersight.api.limits import check_document
 from infersight.api.params import KnownQueryRoute
 from infersight.core.errors import InvalidInput
-from infersight.core.slo import NAME_PATTERN, SloSpec
+from infersight.core.slo import NAME_PATTERN, SliKind, SloSpec
+from infersight.core.window import Window
 from infersight.service.incidents import incident_dict
-from infersight.service.slos import with_status
+from infersight.service.slos import good_token_cost, with_status
 from infersight.service.specs import load_document, parse_spec, to_document
 from infersight.storage import slo_store
 
@@ -51,7 +53,16 @@ def list_slos(app: App) -> dict[str, Any]:
 
 @router.get("/{name}", dependencies=_READ, summary="One SLO with its status")
 def get_slo(app: App, name: str) -> dict[str, Any]:
-    return _views(app, [slo_store.get_slo(app.engine, name)])[0]
+    spec = slo_store.get_slo(app.engine, name)
+    answer = _views(app, [spec])[0]
+    if spec.sli.kind is SliKind.GOODPUT:
+        # What the SLO's good tokens cost over its window, held to its own targets.
+        now = app.clock()
+        window = Window.last(spec.window, now)
+        answer["good_token_cost"] = good_token_cost(
+            app.engine, spec, app.cost_model(), window, app.retention.finest_for(window, now)
+        )
+    return answer
 
 
 @router.put(

@@ -24,10 +24,11 @@ from infersight.api.dashboard.shared import (
     request_series,
 )
 from infersight.core.cost import CostResult
-from infersight.core.slo import SliKind, SloSpec
+from infersight.core.slo import GoodputUnit, SliKind, SloSpec
 from infersight.core.window import format_duration
+from infersight.service.cost_view import unit_cost_text
 from infersight.service.incidents import annotate
-from infersight.service.slos import with_status
+from infersight.service.slos import good_token_cost, with_status
 from infersight.storage import cost as cost_store
 from infersight.storage import incidents, queries, slo_store
 
@@ -43,8 +44,17 @@ def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any
 def sli_text(spec: SloSpec) -> str:
     if spec.sli.kind is SliKind.AVAILABILITY:
         return "requests succeed"
+    if spec.sli.kind is SliKind.GOODPUT:
+        return goodput_text(spec)
     assert spec.sli.threshold_s is not None
     return f"{(spec.sli.metric or '').upper()} ≤ {svg.seconds(spec.sli.threshold_s)}"
+
+
+def goodput_text(spec: SloSpec) -> str:
+    """``goodput: TTFT ≤ 2 s and TPOT ≤ 100 ms (requests)``: the targets that hold together."""
+    joint = " and ".join(f"{m.upper()} ≤ {svg.seconds(s)}" for m, s in spec.sli.targets)
+    unit = "output tokens" if spec.sli.per is GoodputUnit.TOKEN else "requests"
+    return f"goodput: {joint} ({unit})"
 
 
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
@@ -65,6 +75,7 @@ def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
             "name": v.spec.name,
             "description": v.spec.description,
             "sli": sli_text(v.spec),
+            "unit": "output tokens" if v.spec.sli.per is GoodputUnit.TOKEN else "requests",
             "scope": v.spec.scope,
             "objective": v.spec.objective,
             "window": v.spec.window,
@@ -143,7 +154,23 @@ def overview(app: AppContext, ctx: Context) -> dict[str, Any]:
         "burn_windows": [format_duration(w) for w in sorted(app.policy.windows)],
         "firing": firing_incidents(app),
         "fleet": fleet(app, ctx),
+        "good_costs": goodput_costs(app, ctx),
     }
+
+
+def goodput_costs(app: AppContext, ctx: Context) -> dict[str, str]:
+    """Per goodput SLO: its scope's cost per million good tokens over the range, held to its
+    own targets (``service.slos.good_token_cost``); only goodput SLOs are priced."""
+    out = {}
+    for spec in slo_store.list_slos(app.engine):
+        if spec.sli.kind is not SliKind.GOODPUT:
+            continue
+        finest = app.retention.finest_for(ctx.window, ctx.now)
+        found = good_token_cost(app.engine, spec, app.cost_model(), ctx.window, finest)
+        if found and found["cost_per_million_good_tokens"] is not None:
+            per = unit_cost_text(found["cost_per_million_good_tokens"], found["currency"])
+            out[spec.name] = f"{per} per 1M good tokens over the range"
+    return out
 
 
 def _cost_result(app: AppContext, ctx: Context, group_by: Sequence[str]) -> CostResult:
