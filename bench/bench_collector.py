@@ -87,6 +87,7 @@ from typing import Any
 import grpc
 import httpx
 from harness.interleave import add_round_arguments, ratio_spread, round_orders, spread
+from harness.proctree import tree_cpu_seconds, tree_memory_mb
 from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -113,7 +114,6 @@ SDK_BATCH = 512
 #: The OTLP/gRPC method the sidecar serves.
 GRPC_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 TRANSPORTS = ("http", "grpc")
-CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def kv(key: str, value: float | int | str) -> KeyValue:
@@ -209,56 +209,6 @@ def pin(cpu: int) -> None:
 
 
 # --- the sidecar's process tree -----------------------------------------------------------
-
-
-def _stat(pid: int) -> list[str] | None:
-    """``/proc/PID/stat``'s fields after the command name (field 3 on), or None if gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and every process descending from it (from each process's parent in /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, ()))
-    return out
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system seconds of the tree, children it already reaped included (cutime,
-    cstime), so a decoder that retired between two readings still counts."""
-    total = 0
-    for p in tree(pid):
-        if (fields := _stat(p)) is not None:
-            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / CLOCK_TICK
-
-
-def tree_memory_mb(pid: int) -> tuple[float, float, int]:
-    """(sum of RSS, sum of PSS, processes) over the tree, in MB (MiB)."""
-    rss = pss = 0
-    count = 0
-    for p in tree(pid):
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if m := re.search(r"VmRSS:\s+(\d+) kB", status):
-            rss += int(m.group(1))
-            count += 1
-        if m := re.search(r"^Pss:\s+(\d+) kB", rollup, re.MULTILINE):
-            pss += int(m.group(1))
-    return rss / 1024, pss / 1024, count
 
 
 @dataclass

@@ -10,10 +10,12 @@ server drop spans. Prints, in one run on this machine:
 2. ``python -X importtime``: what the sidecar imports before it binds (total and the largest);
 3. for ``--runs`` crash/restart cycles: ``kill -9`` of a running sidecar, then restart on the
    same spool, and the time from the restart to the first acknowledged export (an exporter
-   retrying every 10 ms) and to that export's spans being in the store, with the ratio to
-   the interpreter's start;
+   retrying every 10 ms) and to that export's spans being in the store, the CPU seconds of
+   the sidecar's process tree (decoders included) by the ack, and the ratio to the
+   interpreter's start timed next to each cycle (before the restart in odd cycles, after it
+   in even ones): every cycle, then the median and spread (min–max) of the ratios;
 4. with ``--compare DIR``: the same cycles for the checkout in DIR (an older version), as the
-   same-run reference for the change.
+   same-run reference for the change, the two checkouts' cycles alternating (ABBA).
 
 The store is a temporary SQLite file by default (``--store URL`` for another, e.g.
 PostgreSQL, migrated beforehand).
@@ -22,6 +24,7 @@ PostgreSQL, migrated beforehand).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import signal
@@ -34,6 +37,8 @@ import time
 from pathlib import Path
 
 import httpx
+from harness.interleave import interleave, ratio_spread
+from harness.proctree import tree_cpu_seconds
 from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -131,23 +136,22 @@ def sidecar(tree: Path, store: str, spool: Path, port: int) -> subprocess.Popen[
     )  # fmt: skip
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def stored(engine) -> int:  # type: ignore[no-untyped-def]
     with engine.connect() as c:
         return int(c.execute(select(func.count()).select_from(requests)).scalar_one())
 
 
 def cycles(tree: Path, store: str, runs: int, spans: int, workdir: Path) -> dict[str, list[float]]:
-    """``runs`` kill -9 / restart cycles; per cycle, seconds to the first ack and to stored."""
+    """``runs`` kill -9 / restart cycles; per cycle, seconds to the first ack and to stored,
+    the CPU seconds of the sidecar's process tree by the ack, and the interpreter's start
+    (``python -c pass``) next to it: timed while the sidecar runs, before its kill for odd
+    cycles and after its spans are stored for even ones (ABBA around the restarts)."""
     engine = create_store_engine(store)
     spool = workdir / f"spool-{tree.name}-{time.monotonic_ns()}"
     port = free_port()
-    out: dict[str, list[float]] = {"ack": [], "stored": [], "ack_cpu": []}
+    out: dict[str, list[float]] = {"ack": [], "stored": [], "ack_cpu": [], "interpreter_s": []}
+    interpreter: list[float] = []  # one per pass, timed before its kill
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = sidecar(tree, store, spool, port)
     try:
         with httpx.Client(timeout=5) as client:
@@ -168,14 +172,17 @@ def cycles(tree: Path, store: str, runs: int, spans: int, workdir: Path) -> dict
                         pass
                     time.sleep(0.01)  # fmt: skip
                 acked = time.perf_counter() - started
-                acked_cpu = cpu_seconds(proc.pid)
+                acked_cpu = tree_cpu_seconds(proc.pid)
                 while stored(engine) < before + spans:
                     time.sleep(0.01)
                 landed = time.perf_counter() - started
+                interpreter.append(timed([sys.executable, "-c", "pass"], env, 1))
                 if run:  # the first start is a cold one: not a restart
                     out["ack"].append(acked)
                     out["stored"].append(landed)
                     out["ack_cpu"].append(acked_cpu)
+                    # Before this cycle's restart (odd), or after it (even).
+                    out["interpreter_s"].append(interpreter[run - 1 if run % 2 else run])
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
                 proc = sidecar(tree, store, spool, port)
@@ -186,12 +193,16 @@ def cycles(tree: Path, store: str, runs: int, spans: int, workdir: Path) -> dict
     return out
 
 
-def report(name: str, figures: dict[str, list[float]], reference: float) -> None:
+def report(name: str, figures: dict[str, list[float]]) -> None:
     ack, landed, cpu = figures["ack"], figures["stored"], figures["ack_cpu"]
+    for r, (a, s, c, i) in enumerate(zip(ack, landed, cpu, figures["interpreter_s"], strict=True)):
+        print(f"  cycle {r + 1}: ack {a:.3f} s, stored {s:.3f} s, CPU {c:.3f} s; "
+              f"python -c pass {i:.3f} s ({a / i:.1f}×)")  # fmt: skip
+    ratio = ratio_spread(ack, figures["interpreter_s"])
     print(
         f"{name}: restart → first acknowledged export median {statistics.median(ack):.3f} s "
-        f"(max {max(ack):.3f} s, {statistics.median(ack) / reference:.1f}× the interpreter's "
-        f"start; exporter budget {EXPORTER_BUDGET_S:g} s), the sidecar's CPU by then "
+        f"(max {max(ack):.3f} s; {ratio.text('×', '.1f')} the interpreter's start, each "
+        f"cycle's; exporter budget {EXPORTER_BUDGET_S:g} s), the sidecar tree's CPU by then "
         f"{statistics.median(cpu):.3f} s; → stored median {statistics.median(landed):.3f} s "
         f"(max {max(landed):.3f} s)"
     )
@@ -227,20 +238,32 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         total, largest = importtime(ROOT)
         print(f"python -X importtime, before the sidecar binds: {total:.3f} s; largest: "
               + ", ".join(f"{name} {s:.3f} s" for s, name in largest))  # fmt: skip
-        figures = cycles(ROOT, store, args.runs, args.spans, workdir)
-        report("this tree", figures, interpreter)
-        results.update(interpreter=interpreter, libraries=libraries, imports=total, **figures)
-        if args.compare is not None:
+        if args.compare is None:
+            figures = cycles(ROOT, store, args.runs, args.spans, workdir)
+            report("this tree", figures)
+        else:
             old_total, old_largest = importtime(args.compare.resolve())
             print(f"compare {args.compare}: importtime before bind {old_total:.3f} s; largest: "
                   + ", ".join(f"{name} {s:.3f} s" for s, name in old_largest))  # fmt: skip
-            old = cycles(args.compare.resolve(), store, args.runs, args.spans, workdir)
-            report(f"compare {args.compare}", old, interpreter)
-            ratio = statistics.median(old["ack"]) / statistics.median(figures["ack"])
-            cpu = statistics.median(old["ack_cpu"]) / statistics.median(figures["ack_cpu"])
-            print(f"restart → first ack: {args.compare} takes {ratio:.2f}× this tree's wall time "
-                  f"and {cpu:.2f}× its CPU time")  # fmt: skip
+            # The two checkouts' cycles interleaved, one at a time in ABBA order (each a cold
+            # start, then the restart timed), so that the load falls on both alike.
+            trees = {"this": ROOT, "compare": args.compare.resolve()}
+            runs = interleave(
+                {k: functools.partial(cycles, t, store, 1, args.spans, workdir)
+                 for k, t in trees.items()},
+                args.runs,
+            )  # fmt: skip
+            figures, old = (
+                {key: [r[key][0] for r in runs[k]] for key in runs[k][0]} for k in trees
+            )
+            report("this tree", figures)
+            report(f"compare {args.compare}", old)
+            ratio = ratio_spread(old["ack"], figures["ack"])
+            cpu = ratio_spread(old["ack_cpu"], figures["ack_cpu"])
+            print(f"restart → first ack: {args.compare} takes {ratio.text()} this tree's wall "
+                  f"time and {cpu.text()} its CPU time, each round's")  # fmt: skip
             results["compare"] = old
+        results.update(interpreter=interpreter, libraries=libraries, imports=total, **figures)
     write_json(args.json, results)
     return results
 
