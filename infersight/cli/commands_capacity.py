@@ -18,16 +18,10 @@ from typing import Any
 import click
 
 from infersight.cli.group import current_settings
-from infersight.core.capacity import (
-    DEFAULT_HEADROOM,
-    CapacityPlan,
-    PlanInput,
-    plan,
-    plan_to_dict,
-)
+from infersight.core.capacity import DEFAULT_HEADROOM, CapacityPlan, plan, plan_to_dict
 from infersight.core.hardware import GIB
 from infersight.core.query import Selector
-from infersight.service.capacity import load_catalog, resolve_capacity
+from infersight.service.capacity import load_catalog, plan_input, resolve_capacity
 from infersight.storage.engine import create_store_engine
 
 
@@ -48,8 +42,19 @@ def capacity() -> None:
     help="GPUs per instance (tensor parallel).",
 )
 @click.option("--peak-qps", type=click.FloatRange(min=0), required=True)
-@click.option("--input-tokens", type=click.IntRange(1), default=512, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(1), default=256, show_default=True)
+@click.option(
+    "--input-tokens",
+    type=click.IntRange(1),
+    default=None,
+    help="Prompt tokens a request (default: the measured run's mean, else 512).",
+)
+@click.option(
+    "--output-tokens",
+    type=click.IntRange(1),
+    default=None,
+    help="Answer tokens a request (default: the measured mean, else 256); a measurement at "
+    "another length is rescaled by output tokens per second.",
+)
 @click.option(
     "--ttft-target",
     type=click.FloatRange(min=0, min_open=True),
@@ -102,39 +107,36 @@ def plan_command(ctx: click.Context, /, **o: Any) -> None:
         raise click.UsageError("give exactly one of --capacity-rps, --run and --production")
     engine = create_store_engine(current_settings(ctx).database_url)
     try:
-        capacity_rps, measured, source = resolve_capacity(
+        resolved = resolve_capacity(
             engine,
             datetime.now(UTC),
             capacity_rps=o["capacity_rps"],
             run=o["run_id"],
             production=o["production"],
             selector=Selector(model=o["production_model"], instance=o["instance"]),
+            input_tokens=o["input_tokens"],
             output_tokens=o["output_tokens"],
             ttft_target_s=o["ttft_target"],
             tpot_target_s=o["tpot_target"],
+            model=o["model"],
+            gpu=o["gpu"],
+            tensor_parallel=o["tensor_parallel"],
         )
     finally:
         engine.dispose()
-    concurrency = o["concurrency"] or measured
-    result = plan(
-        load_catalog(),
-        PlanInput(
-            model=o["model"],
-            gpu=o["gpu"],
-            peak_qps=o["peak_qps"],
-            input_tokens=o["input_tokens"],
-            output_tokens=o["output_tokens"],
-            capacity_rps=capacity_rps,
-            tensor_parallel=o["tensor_parallel"],
-            concurrency=concurrency,
-            concurrency_source="given" if o["concurrency"] else "the measured level",
-            ttft_target_s=o["ttft_target"],
-            tpot_target_s=o["tpot_target"],
-            headroom=o["headroom"],
-            kv_dtype=o["kv_dtype"],
-            capacity_source=source,
-        ),
+    asked = plan_input(
+        resolved,
+        model=o["model"],
+        gpu=o["gpu"],
+        peak_qps=o["peak_qps"],
+        tensor_parallel=o["tensor_parallel"],
+        concurrency=o["concurrency"],
+        ttft_target_s=o["ttft_target"],
+        tpot_target_s=o["tpot_target"],
+        headroom=o["headroom"],
+        kv_dtype=o["kv_dtype"],
     )
+    result = plan(load_catalog(), asked)
     if o["as_json"]:
         click.echo(json.dumps(plan_to_dict(result), indent=2))
     else:
@@ -174,6 +176,10 @@ def _print(result: CapacityPlan) -> None:
     )
     for f in result.findings:
         click.echo(f"  {'ok' if f.ok else 'FAIL'}  {f.check}: {f.message}")
+    if p.capacity_steps:
+        click.echo("  how the capacity and lengths were reached:")
+        for step in p.capacity_steps:
+            click.echo(f"    - {step}")
 
 
 @capacity.command("gpus")

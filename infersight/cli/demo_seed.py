@@ -86,6 +86,21 @@ def load_test_profile() -> ModelProfile:
     return dataclasses.replace(base, step=slower, max_num_seqs=SLOTS)
 
 
+def run_config() -> dict[str, object]:
+    """What the stored run says of itself: the hardware it measured is a simulated one, which
+    ``capacity plan --run`` repeats (``service.capacity``)."""
+    profile = load_test_profile()
+    return {
+        "hardware": {
+            "gpu": profile.gpu.name,
+            "tensor_parallel": profile.tensor_parallel,
+            "simulated": True,
+            "note": f"simulator profile {PROFILE}, {SLOTS} sequences a batch, steps "
+            f"{SLOWDOWN:g}× slower than the profile's",
+        }
+    }
+
+
 async def step_run(epoch: datetime) -> LoadTestRun:
     """The step run against a fresh server on a free loopback port of the running loop (its
     clock is the loop's, so a virtual-time loop runs it in virtual time)."""
@@ -120,7 +135,7 @@ async def step_run(epoch: datetime) -> LoadTestRun:
             monitor=SelfMonitor(clock=clock),
             drain_s=30.0,
         )
-        return await runner.run(name=RUN_NAME, scenario=ScenarioKind.STEP)
+        return await runner.run(name=RUN_NAME, scenario=ScenarioKind.STEP, config=run_config())
     finally:
         http.should_exit = True
         await task

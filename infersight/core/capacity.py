@@ -275,6 +275,12 @@ class PlanInput:
     kv_dtype: str | None = None
     capacity_source: str = "given"
     concurrency_source: str = "given"
+    #: What was measured before any rescaling (``None``: the capacity was given).
+    measured_capacity_rps: float | None = None
+    #: Every step from what was measured (or given) to ``capacity_rps`` and the lengths planned
+    #: with, in words: which level of which run, a rescale to another output length, another
+    #: GPU than the one measured, a simulated measurement, lengths that are defaults.
+    capacity_steps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.input_tokens <= 10_000_000 or not 1 <= self.output_tokens <= 10_000_000:
@@ -296,6 +302,8 @@ class CapacityPlan:
     findings: tuple[Finding, ...]
     #: The catalogue entry the requested model resolved to (weights in its served dtype).
     spec: ModelSpec | None = None
+    #: The catalogue entry the requested GPU resolved to.
+    gpu_spec: GpuSpec | None = None
 
     @property
     def feasible(self) -> bool:
@@ -350,7 +358,7 @@ def plan(catalog: Catalog, p: PlanInput) -> CapacityPlan:
                 f"{model.context_length} tokens",
             ),
         )
-    return CapacityPlan(p, instances, concurrency, source, budget, fl, findings, model)
+    return CapacityPlan(p, instances, concurrency, source, budget, fl, findings, model, gpu)
 
 
 def plan_to_dict(result: CapacityPlan) -> dict[str, Any]:
@@ -362,6 +370,7 @@ def plan_to_dict(result: CapacityPlan) -> dict[str, Any]:
         "weight_dtype": (result.spec.weight_dtype or result.spec.dtype) if result.spec else None,
         "expert_dtype": (result.spec.expert_dtype or None) if result.spec else None,
         "gpu": p.gpu,
+        "catalogue_gpu": result.gpu_spec.name if result.gpu_spec else None,
         "tensor_parallel": p.tensor_parallel,
         "peak_qps": p.peak_qps,
         "input_tokens": p.input_tokens,
@@ -373,6 +382,8 @@ def plan_to_dict(result: CapacityPlan) -> dict[str, Any]:
             "range": {"headroom_30": n.instances_low, "headroom_50": n.instances_high},
             "capacity_rps": n.capacity_rps,
             "capacity_source": p.capacity_source,
+            "measured_capacity_rps": p.measured_capacity_rps,
+            "capacity_steps": list(p.capacity_steps),
             "utilisation_at_peak": n.utilisation_at_peak,
             "gpus": n.instances * p.tensor_parallel,
         },

@@ -21,8 +21,9 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
+from infersight.core.cost import gpu_words
 from infersight.core.errors import InvalidInput, NotFound
 
 MIB: Final = 1024 * 1024
@@ -39,7 +40,6 @@ DTYPE_BYTES: Final = {
     # OCP microscaling FP4: 4-bit elements with one 8-bit scale per block of 32 (4.25 bits).
     "mxfp4": 4.25 / 8,
 }
-_T = TypeVar("_T")
 
 
 def dtype_bytes(dtype: str) -> float:
@@ -67,6 +67,8 @@ class GpuSpec:
     bandwidth_bytes_per_s: float
     dense_flops: float
     cuda_context_bytes: float
+    #: Other names of the board (``A100 80GB``): their words match it as its name's do.
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         positive(
@@ -241,7 +243,31 @@ class Catalog:
     models: Mapping[str, ModelSpec]
 
     def gpu(self, name: str) -> GpuSpec:
-        return _lookup("GPU", self.gpus, name)
+        """The entry of a catalogue name, or of a GPU name as the cost model matches one.
+
+        The name as given (case aside), else the entry whose words (of its name or an alias,
+        ``core.cost.gpu_words``: vendor left out) are all among the given name's, the most
+        words winning: ``H100``, ``NVIDIA H100 80GB HBM3`` → h100; ``NVIDIA A100-SXM4-40GB``
+        → a100-40gb. Every GPU the cost model prices therefore plans too. An unknown name is
+        answered with the known ones.
+        """
+        key = name.strip().lower()
+        if key in self.gpus:
+            return self.gpus[key]
+        words = gpu_words(name)
+        best: tuple[int, str] | None = None
+        for spec in self.gpus.values():
+            for other in (spec.name.replace("-", " "), *spec.aliases):
+                need = gpu_words(other)
+                if need and need <= words and (best is None or len(need) > best[0]):
+                    best = (len(need), spec.name)
+        if best is not None:
+            return self.gpus[best[1]]
+        known = ", ".join(f"{g.name} ({g.product})" for g in self.gpus.values())
+        raise NotFound(
+            f"unknown GPU {name!r}; known: {known} (see infersight capacity gpus)",
+            details={"known": sorted(self.gpus)},
+        )
 
     def model(self, name: str) -> ModelSpec:
         """The entry of a catalogue name or a served (Hugging Face) model id.
@@ -288,13 +314,6 @@ def _model_index(models: Mapping[str, ModelSpec]) -> dict[str, str]:
     return index
 
 
-def _lookup(kind: str, table: Mapping[str, _T], name: str) -> _T:
-    key = name.strip().lower()
-    if key not in table:
-        raise NotFound(f"unknown {kind} {name!r}", details={"known": sorted(table)})
-    return table[key]
-
-
 def _field(entry: Mapping[str, Any], name: str, kind: type) -> Any:
     value = entry.get(name)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -312,6 +331,7 @@ def gpu_from_mapping(entry: Mapping[str, Any]) -> GpuSpec:
         bandwidth_bytes_per_s=_field(entry, "bandwidth_gbps", float) * 1e9,
         dense_flops=_field(entry, "dense_tflops_16bit", float) * 1e12,
         cuda_context_bytes=float(entry.get("cuda_context_mib", 512)) * MIB,
+        aliases=tuple(str(a) for a in entry.get("aliases", ()) or ()),
     )
 
 

@@ -1,8 +1,9 @@
 """``GET /api/v1/capacity``: instances, GPU memory budget and physical floors for a workload.
 
 The per-instance capacity is given (``capacity_rps``), measured by a stored load-test run
-(``run``) or by production traffic (``production=7d``), rescaled to the planned output length
-(``service.capacity``).
+(``run``) or by production traffic (``production=7d``), at the measured lengths unless others are
+asked (then rescaled to the planned output length); ``instances.capacity_steps`` says every step
+(``service.capacity``), as ``infersight capacity plan`` prints them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from infersight.api.auth import Scope
 from infersight.api.deps import App, requires
 from infersight.api.errors import responses
 from infersight.api.params import Id, KnownQueryRoute
-from infersight.core.capacity import DEFAULT_HEADROOM, PlanInput, plan, plan_to_dict
+from infersight.core.capacity import DEFAULT_HEADROOM, plan, plan_to_dict
 from infersight.core.errors import InvalidInput
 from infersight.core.query import Selector
-from infersight.service.capacity import load_catalog, pool_plans, resolve_capacity
+from infersight.service.capacity import load_catalog, plan_input, pool_plans, resolve_capacity
 
 router = APIRouter(
     prefix="/api/v1",
@@ -53,10 +54,29 @@ def capacity(
             "id is answered 404 with close_matches",
         ),
     ],
-    gpu: Annotated[str, Query(max_length=64, description="a100, h100, h200, l4 or l40s")],
+    gpu: Annotated[
+        str,
+        Query(
+            max_length=64,
+            description="a GPU of the catalogue (infersight capacity gpus: b200, h200, h100, "
+            "a100, a100-40gb, l40s, l40, a10g, a10, l4, t4) or its name as NVML reports it "
+            "(NVIDIA H100 80GB HBM3); an unknown one is answered 404 with the known ones",
+        ),
+    ],
     peak_qps: Annotated[float, Query(ge=0, le=1e7)],
-    input_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 512,
-    output_tokens: Annotated[int, Query(ge=1, le=10_000_000)] = 256,
+    input_tokens: Annotated[
+        int | None,
+        Query(ge=1, le=10_000_000, description="default: the measured run's mean, else 512"),
+    ] = None,
+    output_tokens: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=10_000_000,
+            description="default: the measured mean, else 256; a measurement at another "
+            "length is rescaled by output tokens per second (said in capacity_steps)",
+        ),
+    ] = None,
     tensor_parallel: Annotated[int, Query(ge=1, le=64)] = 1,
     capacity_rps: Annotated[
         float | None, Query(gt=0, le=1e9, description="measured per instance")
@@ -75,36 +95,34 @@ def capacity(
 ) -> dict[str, Any]:
     for name, value in (("ttft_target", ttft_target), ("tpot_target", tpot_target)):
         _optional_positive(name, value)
-    rps, measured, source = resolve_capacity(
+    resolved = resolve_capacity(
         app.engine,
         app.clock(),
         capacity_rps=capacity_rps,
         run=run,
         production=production,
         selector=Selector(model=production_model, instance=instance),
+        input_tokens=input_tokens,
         output_tokens=output_tokens,
         ttft_target_s=ttft_target,
         tpot_target_s=tpot_target,
+        model=model,
+        gpu=gpu,
+        tensor_parallel=tensor_parallel,
     )
-    result = plan(
-        load_catalog(),
-        PlanInput(
-            model=model,
-            gpu=gpu,
-            peak_qps=peak_qps,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            capacity_rps=rps,
-            tensor_parallel=tensor_parallel,
-            concurrency=concurrency or measured,
-            concurrency_source="given" if concurrency else "the measured level",
-            ttft_target_s=ttft_target,
-            tpot_target_s=tpot_target,
-            headroom=headroom,
-            kv_dtype=kv_dtype,
-            capacity_source=source,
-        ),
+    asked = plan_input(
+        resolved,
+        model=model,
+        gpu=gpu,
+        peak_qps=peak_qps,
+        tensor_parallel=tensor_parallel,
+        concurrency=concurrency,
+        ttft_target_s=ttft_target,
+        tpot_target_s=tpot_target,
+        headroom=headroom,
+        kv_dtype=kv_dtype,
     )
+    result = plan(load_catalog(), asked)
     answer = plan_to_dict(result)
     if production is not None and production_model is not None and instance is None:
         answer["pools"] = [
@@ -116,7 +134,7 @@ def capacity(
                 model=production_model,
                 peak_qps=peak_qps,
                 headroom=headroom,
-                output_tokens=output_tokens,
+                output_tokens=resolved.output_tokens,
                 ttft_target_s=ttft_target,
                 tpot_target_s=tpot_target,
             )

@@ -144,5 +144,21 @@ def capacity(app: AppContext, ctx: Context, run_id: str = "") -> dict[str, Any]:
         "levels": _levels(summaries),
         "knee": knee,
         "best": best,
+        "best_output_tokens": round(best.mean_output_tokens) if best else None,
+        "hardware": _hardware(run.config),
         "fleet": fleet,
+    }
+
+
+def _hardware(config: Any) -> dict[str, Any] | None:
+    """What a run recorded of the hardware it measured (``config["hardware"]``), as
+    ``infersight capacity plan --run`` repeats it."""
+    hardware = config.get("hardware") if isinstance(config, dict) else None
+    if not isinstance(hardware, dict) or not hardware.get("gpu"):
+        return None
+    return {
+        "gpu": str(hardware["gpu"]),
+        "tensor_parallel": int(hardware.get("tensor_parallel") or 1),
+        "simulated": bool(hardware.get("simulated")),
+        "note": str(hardware.get("note") or ""),
     }
