@@ -5,10 +5,14 @@ Prints, in one run on this machine:
 1. the response time (P50 / P95 / P99 over ``--repeats`` calls) of
    ``GET /api/v1/latency`` for 30 days of TTFT (served from rollups), through the real app
    over httpx's ASGI transport — next to the reference: the same ``storage.queries.latency``
-   call made directly, so the ratio is the API's own overhead; target P95 < 100 ms;
+   call made directly, so the ratio is the API's own overhead (the two alternate, ABBA, one
+   call each per round; the P95 ratio, and each call's ratio to its round's reference,
+   median and min–max); target P95 < 100 ms;
 2. the time one evaluation cycle of ``--slos`` SLOs takes (availability and latency SLIs over
    several selectors, 28- and 30-day windows, seven burn-rate windows each), next to the
-   reference of one SLO's status computed alone × the number of SLOs; target < 1 s.
+   reference of one SLO's status computed alone × the number of SLOs (the cycles and the
+   reference, every SLO's status alone, alternate in ``--cycles`` ABBA rounds; each cycle's
+   ratio to its round's reference, median and min–max); target < 1 s.
 
 The data set is the foundation benchmark's (``bench_storage.load_days``: ``--rpm`` requests a
 minute over ``--days`` days on a fresh PostgreSQL database, dropped afterwards unless
@@ -16,9 +20,10 @@ minute over ``--days`` days on a fresh PostgreSQL database, dropped afterwards u
 
 3. the concurrent case (issue 16): ``GET /api/v1/latency`` (30 days), ``GET /api/v1/slos``
    (every SLO's status) and ``GET /metrics`` (its answer cache off, so every scrape computes)
-   quiet — the same-run reference — and for ``--concurrent-s`` seconds while the evaluation
-   job runs every ``--interval`` seconds (its first cycle on a cold cache) and a writer ships
-   a batch a second as sidecars do (every tenth late); P50 / P99 and their ratio, the cold
+   quiet — the same-run reference, timed before and after the concurrent phase — and for
+   ``--concurrent-s`` seconds while the evaluation job runs every ``--interval`` seconds (its
+   first cycle on a cold cache) and a writer ships a batch a second as sidecars do (every
+   tenth late); P50 / P99 and their ratio against each quiet timing, the cold
    and warm (incremental) cycle times against the interval and the runs APScheduler skipped.
 
 ``--quick`` is a smoke run of every case.
@@ -30,6 +35,7 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,7 @@ import bench_storage
 import httpx
 import numpy as np
 from harness.concurrent import MovingClock, busy_timings, compare, report_background, timed_gets
+from harness.interleave import interleave, ratio_spread, round_orders
 from harness.results import write_json
 
 from infersight.api import create_app
@@ -82,7 +89,11 @@ def slo_specs(count: int, models: tuple[str, ...], instances: tuple[str, ...]) -
     ]
 
 
-def latency_endpoint(app: Any, window: Window, repeats: int) -> tuple[list[float], str]:
+def latency_endpoint(
+    app: Any, window: Window, repeats: int, direct: Callable[[str], object]
+) -> tuple[list[float], list[float], str]:
+    """``repeats`` rounds of one API call and one ``direct(method)`` call (the reference),
+    in ABBA order: the API's times, the reference's and the method the API answered with."""
     params = {
         "metric": "ttft",
         "start": window.start.isoformat(),
@@ -90,18 +101,27 @@ def latency_endpoint(app: Any, window: Window, repeats: int) -> tuple[list[float
         "quantiles": "0.5,0.9,0.95,0.99",
     }
 
-    async def run() -> tuple[list[float], str]:
-        times, method = [], ""
+    async def run() -> tuple[list[float], list[float], str]:
+        times: list[float] = []
+        reference: list[float] = []
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            await client.get("/api/v1/latency", params=params)  # warm-up
-            for _ in range(repeats):
-                started = time.perf_counter()
-                response = await client.get("/api/v1/latency", params=params)
-                times.append(time.perf_counter() - started)
-                response.raise_for_status()
-                method = response.json()["method"]
-        return times, method
+            warm = await client.get("/api/v1/latency", params=params)  # warm-up
+            warm.raise_for_status()
+            method = warm.json()["method"]
+            direct(method)
+            for names in round_orders(["api", "direct"], repeats):
+                for name in names:
+                    started = time.perf_counter()
+                    if name == "direct":
+                        direct(method)
+                        reference.append(time.perf_counter() - started)
+                        continue
+                    response = await client.get("/api/v1/latency", params=params)
+                    times.append(time.perf_counter() - started)
+                    response.raise_for_status()
+                    method = response.json()["method"]
+        return times, reference, method
 
     return asyncio.run(run())
 
@@ -129,15 +149,17 @@ def concurrent_case(
     settings = ApiSettings(run_jobs=False, metrics_cache_s=0)
     app = create_app(settings, engine, clock, retention=retention)
     timed_endpoints(app, window, 1)  # warm-up
-    quiet = timed_endpoints(app, window, args.repeats)
+    # The quiet reference brackets the concurrent phase: timed before it and after it.
+    before = timed_endpoints(app, window, args.repeats)
     busy, figures, phase_s = busy_timings(
         engine, retention, clock, bench_storage.synth,
         lambda: timed_endpoints(app, window, args.repeats),
         interval_s=args.interval, for_s=args.concurrent_s,
     )  # fmt: skip
+    after = timed_endpoints(app, window, args.repeats)
     endpoints = compare(
         f"endpoints, quiet vs while the jobs run and a writer writes ({args.slos} SLOs)",
-        quiet, busy, 300.0,
+        [before, after], busy, 300.0,
     )  # fmt: skip
     report_background(figures, args.slos, phase_s)
     return {"endpoints_ms": endpoints, "background": figures, "seconds": phase_s}
@@ -185,15 +207,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         window = Window(now - timedelta(days=args.days), now)
 
         print(f"\n== GET /api/v1/latency, {args.days} days of TTFT at {args.rpm}/min ==")
-        api_times, method = latency_endpoint(app, window, args.repeats)
-        direct = []
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            queries.latency(engine, "ttft", window, method=Method(method))
-            direct.append(time.perf_counter() - started)
+        api_times, direct, method = latency_endpoint(
+            app,
+            window,
+            args.repeats,
+            lambda m: queries.latency(engine, "ttft", window, method=Method(m)),
+        )
         api, ref = percentiles(api_times), percentiles(direct)
+        per_call = ratio_spread(api_times, direct)
         results["latency_endpoint_ms"] = api
         results["latency_query_reference_ms"] = ref
+        results["per_call_ratio"] = per_call.as_dict()
         results["method"] = method
         print(f"  reference: storage.queries.latency alone  P50 {ref['p50']:7.1f} ms  "
               f"P95 {ref['p95']:7.1f} ms")  # fmt: skip
@@ -201,6 +225,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"P95 {api['p95']:7.1f} ms  P99 {api['p99']:7.1f} ms")  # fmt: skip
         print("  target: P95 < 100 ms")
         print(f"  ratio API / reference at P95            {api['p95'] / ref['p95']:7.2f}×")
+        print(f"  each call against its round's reference {per_call.text()} ({args.repeats} "
+              "ABBA rounds of one call each)")  # fmt: skip
 
         print(f"\n== evaluation of {args.slos} SLOs per cycle ==")
         specs = slo_specs(args.slos, bench_storage.MODELS, bench_storage.INSTANCES)
@@ -208,21 +234,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             slo_store.put_slo(engine, spec, now)
         policy = default_policy()
         evaluator = Evaluator(engine, policy, finest_for=retention.finest_for, cache=RollupCache())
-        cycles = [
-            evaluator.run(now + timedelta(seconds=30 * i)).seconds for i in range(args.cycles)
-        ]
-        single = []
-        for spec in specs:
-            started = time.perf_counter()
-            with engine.connect() as connection:
-                scratch = slo_store.CycleCounter(connection, now, retention.finest_for)
-                status(connection, spec, policy, now, retention.finest_for, scratch)
-            single.append(time.perf_counter() - started)
+        cycles: list[float] = []
+        single: list[float] = []
+        alone: list[float] = []  # per round: every SLO's status alone, summed
+
+        def cycle() -> float:
+            cycles.append(evaluator.run(now + timedelta(seconds=30 * len(cycles))).seconds)
+            return cycles[-1]
+
+        def each_alone() -> float:
+            for spec in specs:
+                started = time.perf_counter()
+                with engine.connect() as connection:
+                    scratch = slo_store.CycleCounter(connection, now, retention.finest_for)
+                    status(connection, spec, policy, now, retention.finest_for, scratch)
+                single.append(time.perf_counter() - started)
+            alone.append(sum(single[-len(specs) :]))
+            return alone[-1]
+
+        # The cycles and the reference in ABBA rounds (the first cycle, on a cold cache, runs
+        # first as before: the reference's first round follows it).
+        runs = interleave({"cycle": cycle, "alone": each_alone}, args.cycles)
+        ratio = ratio_spread(runs["cycle"], runs["alone"])
         results["evaluation_cycle_s"] = {"median": statistics.median(cycles), "max": max(cycles)}
         results["evaluation_cold_cycle_s"] = cycles[0]
         results["single_slo_status_s"] = statistics.median(single)
+        results["cycle_ratio_to_reference"] = ratio.as_dict()
         print(f"  reference: one SLO's status alone, ×{args.slos}        "
               f"{statistics.median(single) * args.slos * 1000:8.1f} ms")  # fmt: skip
+        print(f"  a cycle against its round's reference (every SLO alone, summed) "
+              f"{ratio.text()}")  # fmt: skip
         print(f"  one cycle (status + alert state + incidents)  median "
               f"{statistics.median(cycles) * 1000:8.1f} ms  max {max(cycles) * 1000:8.1f} ms"
               "  (target < 1 s)")  # fmt: skip

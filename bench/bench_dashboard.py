@@ -4,8 +4,10 @@ Prints, in one run on this machine, the time the app takes to answer each dashbo
 (``GET /ui/<page>``: queries, view-model, SVG and template; through httpx's ASGI transport,
 so no network and no browser), P50 / P95 over ``--repeats`` calls, for the last 30 days and
 for the default range; target < 300 ms each. The reference, measured in the same run, is
-``GET /api/v1/latency`` over the same 30 days (one rollup-served JSON query); the ratio says
-how many such queries a page costs.
+``GET /api/v1/latency`` over the same 30 days (one rollup-served JSON query), interleaved with
+the pages (``--repeats`` rounds of one call each, ABBA: the reference first in one round, last
+in the next); the ratio, each round's call against that round's reference, median and spread
+(min–max), says how many such queries a page costs.
 
 The data set: ``bench_storage.load_days`` (``--rpm`` requests a minute over ``--days`` days,
 two models on two instances) on a fresh PostgreSQL database, plus GPU samples (two GPUs per
@@ -21,7 +23,8 @@ before any page is timed; then the 30-day pages are timed again for ``--concurre
 while the API's evaluation job runs every ``--interval`` seconds (its first cycle on a cold
 cache) and a writer ships a batch a second as sidecars do (every tenth one late, an hour or
 two back), the clock moving with real time. It prints P50 / P99 quiet (the same-run
-reference) and concurrent with their ratio, the cold and warm cycle times against the interval
+reference, timed before and after the concurrent phase) and concurrent with their ratio
+against each quiet timing, the cold and warm cycle times against the interval
 and the runs APScheduler skipped. ``--quick`` is the smoke run of all of it.
 """
 
@@ -38,6 +41,7 @@ import bench_api
 import bench_storage
 import numpy as np
 from harness.concurrent import MovingClock, busy_timings, compare, report_background, timed_gets
+from harness.interleave import ratio_spread
 from harness.results import write_json
 
 from infersight.api import create_app
@@ -156,18 +160,22 @@ def timed_pages(app: Any, params: dict[str, str], repeats: int) -> dict[str, lis
     return timed_gets(app, calls, repeats, warm_up=True)
 
 
-def report(title: str, times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+def report(title: str, times: dict[str, list[float]]) -> dict[str, Any]:
+    """Each page's P50 / P95, and its calls against the reference's of the same round (the
+    pages and the reference interleaved, ABBA): median and spread of those ratios."""
     print(f"\n== {title} ==")
-    ref = float(np.percentile(np.asarray(times["reference"]) * 1000, 50))
-    out = {}
+    print(f"  ({len(times['reference'])} ABBA rounds of one call each; ratio: each round's "
+          "call against its reference call, median (min–max))")  # fmt: skip
+    out: dict[str, Any] = {}
     for page, seconds in times.items():
         ms = np.asarray(seconds) * 1000
         p50, p95 = float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
-        out[page] = {"p50": p50, "p95": p95}
+        ratio = ratio_spread(seconds, times["reference"])
+        out[page] = {"p50": p50, "p95": p95, "ratio": ratio.as_dict()}
         name = "reference: GET /api/v1/latency" if page == "reference" else f"/ui/{page}"
         verdict = "" if page == "reference" else ("  ok" if p95 < TARGET_MS else "  OVER")
-        print(f"  {name:<32} P50 {p50:7.1f} ms  P95 {p95:7.1f} ms  "
-              f"{p50 / ref:5.1f}× reference{verdict}")  # fmt: skip
+        versus = "" if page == "reference" else f"  {ratio.text('×', '.1f')} reference"
+        print(f"  {name:<32} P50 {p50:7.1f} ms  P95 {p95:7.1f} ms{versus}{verdict}")  # fmt: skip
     print(f"  target: every page P95 < {TARGET_MS:.0f} ms")
     return out
 
@@ -181,16 +189,18 @@ def concurrent_case(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """The 30-day pages quiet, then while the evaluation job runs and a writer writes."""
-    quiet = timed_pages(app, params, args.repeats)
+    # The quiet reference brackets the concurrent phase: timed before it and after it.
+    before = timed_pages(app, params, args.repeats)
     busy, figures, phase_s = busy_timings(
         engine, retention, clock, bench_storage.synth,
         lambda: timed_pages(app, params, args.repeats),
         interval_s=args.interval, for_s=args.concurrent_s, evaluator=context_of(app).evaluator,
     )  # fmt: skip
+    after = timed_pages(app, params, args.repeats)
     pages = compare(
         f"30-day pages, quiet vs while the jobs run and a writer writes "
         f"({len(slo_store.list_slos(engine))} SLOs)",
-        quiet, busy, TARGET_MS,
+        [before, after], busy, TARGET_MS,
     )  # fmt: skip
     report_background(figures, len(slo_store.list_slos(engine)), phase_s)
     return {"pages_ms": pages, "background": figures, "seconds": phase_s}

@@ -10,7 +10,8 @@ with an SSE stream of ``--tokens`` chunks, so the client side is the bottleneck.
    and what the self-monitor saw (event-loop lag p99, CPU share of the loop thread).
 
     .venv/bin/python bench/bench_loadgen.py [--users 32] [--seconds 10] [--tokens 64]
-        [--repeats 3]   # each measured that often, alternating; the best of each is shown
+        [--repeats 3]   # rounds: the two alternate ABBA; medians, and each round's ratio's
+                        # median and spread (min–max)
 
 With ``--max-rate``, instead: the highest request rate one asyncio process and ``--workers``
 (2) Locust worker processes drive against the real simulator (its OpenAI-compatible server in
@@ -38,6 +39,7 @@ import argparse
 import asyncio
 import json
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -48,6 +50,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from harness.interleave import interleave, ratio_spread
 from harness.results import write_json
 
 from infersight.core.loadtest import LoadTestRun, ScenarioKind, summarise
@@ -178,42 +181,58 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results = max_rate(args) if args.max_rate else compare(args)
         write_json(args.json, results)
         return results
-    best_bare, best_run, runner = 0.0, None, None
+    lengths = Lengths(DistKind.FIXED, args.tokens)
+    workload = Sampled(Lengths(DistKind.FIXED, 64), lengths, np.random.default_rng())
+    attempts: list[tuple[Runner, LoadTestRun]] = []
     with server(args.tokens) as url:
-        for _ in range(args.repeats):  # alternate, keep the best of each: a shared box is noisy
+
+        def bare_case() -> tuple[float, float]:
             t0 = time.perf_counter()
             done, chunks = asyncio.run(bare(url, args.users, args.seconds))
             bare_s = time.perf_counter() - t0
-            if done / bare_s > best_bare:
-                best_bare, best_chunks = done / bare_s, chunks / bare_s
-            lengths = Lengths(DistKind.FIXED, args.tokens)
-            workload = Sampled(Lengths(DistKind.FIXED, 64), lengths, np.random.default_rng())
+            return done / bare_s, chunks / bare_s
+
+        def runner_case() -> tuple[float, float]:
             attempt = Runner(Endpoint(url, MODEL), steady(args.users, args.seconds), workload)
             run = asyncio.run(attempt.run(name="bench", scenario=ScenarioKind.STEADY))
-            if best_run is None or len(run.results) > len(best_run.results):
-                best_run, runner = run, attempt
-    assert best_run is not None
-    assert runner is not None
-    run = best_run
+            attempts.append((attempt, run))
+            ok = [r for r in run.results if r.ok]
+            span = max(r.done_s for r in ok) if ok else args.seconds
+            return len(ok) / span, sum(r.output_tokens for r in ok) / span
+
+        def show(r: int, names: list[str], got: dict[str, tuple[float, float]]) -> None:
+            (bare_rps, _), (rps, _) = got["bare"], got["loadgen"]
+            print(f"  round {r + 1}/{args.repeats} [{' '.join(names)}]: bare {bare_rps:.1f} "
+                  f"req/s, loadgen {rps:.1f} req/s ({rps / bare_rps:.2f}x)")  # fmt: skip
+
+        print(f"{args.users} users, {args.tokens}-token streams, {args.seconds:g} s each, "
+              f"{args.repeats} ABBA rounds")  # fmt: skip
+        # The reference and the runner alternate, ABBA: each round's ratio against its own.
+        rounds = interleave(
+            {"bare": bare_case, "loadgen": runner_case}, args.repeats, on_round=show
+        )
+    ratio = ratio_spread([r for r, _ in rounds["loadgen"]], [r for r, _ in rounds["bare"]])
+    # The self-monitor's figures and the errors: of the round with the most requests.
+    runner, run = max(attempts, key=lambda a: len(a[1].results))
     ok = [r for r in run.results if r.ok]
-    span = max(r.done_s for r in ok) if ok else args.seconds
     results = {
-        "bare_rps": best_bare,
-        "bare_chunks_per_s": best_chunks,
-        "loadgen_rps": len(ok) / span,
-        "loadgen_tokens_per_s": sum(r.output_tokens for r in ok) / span,
+        "bare_rps": statistics.median(r for r, _ in rounds["bare"]),
+        "bare_chunks_per_s": statistics.median(c for _, c in rounds["bare"]),
+        "loadgen_rps": statistics.median(r for r, _ in rounds["loadgen"]),
+        "loadgen_tokens_per_s": statistics.median(t for _, t in rounds["loadgen"]),
         "errors": len(run.results) - len(ok),
         "generator": runner.monitor_report.to_dict(),
+        "ratio": ratio.median,
+        "ratio_spread": ratio.as_dict(),
     }
-    results["ratio"] = results["loadgen_rps"] / best_bare if best_bare else 0.0
-    print(f"{args.users} users, {args.tokens}-token streams, {args.seconds:g} s each")
     print(
         f"reference: bare httpx loop   {results['bare_rps']:8.1f} req/s "
-        f"{results['bare_chunks_per_s']:9.0f} chunks/s"
+        f"{results['bare_chunks_per_s']:9.0f} chunks/s (medians)"
     )
     print(
         f"loadgen runner               {results['loadgen_rps']:8.1f} req/s "
-        f"{results['loadgen_tokens_per_s']:9.0f} tokens/s  ({results['ratio']:.2f}x the reference)"
+        f"{results['loadgen_tokens_per_s']:9.0f} tokens/s  ({ratio.text('x')} the reference, "
+        "each round's)"
     )
     gen = results["generator"]
     print(

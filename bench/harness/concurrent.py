@@ -10,7 +10,7 @@ import asyncio
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,6 +26,8 @@ from infersight.service.jobs import Jobs, SoleLeader
 from infersight.storage.maintenance import RetentionPolicy
 from infersight.storage.slo_store import RollupCache
 from infersight.storage.writer import open_writer
+
+from .interleave import round_orders, spread
 
 Synth = Callable[[np.random.Generator, datetime, int, float], list[RequestRecord]]
 
@@ -165,24 +167,28 @@ def timed_gets(
     repeats: int,
     *,
     warm_up: bool = False,
+    order: str = "abba",
 ) -> dict[str, list[float]]:
     """Seconds per ``GET`` of each named ``(path, params)`` through ``app`` in process, ``repeats``
-    times each (after one untimed call per name with ``warm_up``); a failed answer raises."""
+    rounds of one call each, in ``order`` (``abba``: the names' order, then reversed, …; so a
+    reference among them runs first and last alike, and its ``i``-th time is from the same
+    round as every other name's), after one untimed call per name with ``warm_up``; a failed
+    answer raises."""
 
     async def run() -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
+        out: dict[str, list[float]] = {name: [] for name in calls}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            for name, (path, params) in calls.items():
-                if warm_up:
+            if warm_up:
+                for path, params in calls.values():
                     (await client.get(path, params=params)).raise_for_status()
-                times = []
-                for _ in range(repeats):
+            for names in round_orders(list(calls), repeats, order) if repeats else []:
+                for name in names:
+                    path, params = calls[name]
                     started = time.perf_counter()
                     response = await client.get(path, params=params)
-                    times.append(time.perf_counter() - started)
+                    out[name].append(time.perf_counter() - started)
                     response.raise_for_status()
-                out[name] = times
         return out
 
     return asyncio.run(run())
@@ -225,20 +231,36 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 
 
 def compare(
-    title: str, quiet: dict[str, list[float]], busy: dict[str, list[float]], target_ms: float
+    title: str,
+    quiet: Sequence[dict[str, list[float]]],
+    busy: dict[str, list[float]],
+    target_ms: float,
 ) -> dict[str, dict[str, Any]]:
-    """Print each name's quiet and concurrent P50 / P99 and their ratio; the figures."""
+    """Print each name's quiet and concurrent P50 / P99 and their ratio; the figures.
+
+    ``quiet``: the reference, timed before and after the concurrent phase (it brackets it, so
+    a change of the host's load during the run shows): its P50 / P99 are of both together,
+    and the P99 ratio is printed against each (median and min–max)."""
     print(f"\n== {title} ==")
     print(f"  {'':<28} {'quiet P50':>10} {'P99':>8}   {'concurrent P50':>14} {'P99':>8}"
-          "   P99 ratio")  # fmt: skip
+          f"   P99 ratio vs quiet before/after ({len(quiet)})")  # fmt: skip
     out: dict[str, dict[str, Any]] = {}
     for name, seconds in busy.items():
-        q, b = percentiles(quiet[name]), percentiles(seconds)
-        ratio = b["p99"] / q["p99"] if q["p99"] else float("nan")
+        q = percentiles([t for times in quiet for t in times[name]])
+        b = percentiles(seconds)
+        quiet_p99 = [percentiles(times[name])["p99"] for times in quiet]
+        ratios = spread([b["p99"] / p if p else float("nan") for p in quiet_p99])
         verdict = "ok" if b["p99"] < target_ms else "OVER"
-        out[name] = {"quiet": q, "concurrent": b, "p99_ratio": ratio, "samples": len(seconds)}
+        out[name] = {
+            "quiet": q,
+            "concurrent": b,
+            "p99_ratio": ratios.median,
+            "p99_ratio_spread": ratios.as_dict(),
+            "samples": len(seconds),
+        }
         print(f"  {name:<28} {q['p50']:8.1f} ms {q['p99']:5.0f} ms   {b['p50']:12.1f} ms "
-              f"{b['p99']:5.0f} ms   {ratio:5.2f}×  {verdict}")  # fmt: skip
+              f"{b['p99']:5.0f} ms   {ratios.text('×', '.2f').replace('rounds', 'quiet')}"
+              f"  {verdict}")  # fmt: skip
     print(f"  target: every P99 < {target_ms:.0f} ms while the jobs run and the writer writes")
     return out
 
