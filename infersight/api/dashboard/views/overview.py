@@ -51,10 +51,10 @@ def sli_text(spec: SloSpec) -> str:
 
 
 def goodput_text(spec: SloSpec) -> str:
-    """``goodput: TTFT ≤ 2 s and TPOT ≤ 100 ms (requests)``: the targets that hold together."""
+    """``goodput: TTFT ≤ 2 s and TPOT ≤ 100 ms``: the targets that hold together (the row
+    says what an event is: ``unit``)."""
     joint = " and ".join(f"{m.upper()} ≤ {svg.seconds(s)}" for m, s in spec.sli.targets)
-    unit = "output tokens" if spec.sli.per is GoodputUnit.TOKEN else "requests"
-    return f"goodput: {joint} ({unit})"
+    return f"goodput: {joint}"
 
 
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
