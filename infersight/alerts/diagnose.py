@@ -39,6 +39,7 @@ from infersight.alerts.matching import (
     unread_support,
 )
 from infersight.alerts.rules import Cause, RulePack
+from infersight.core.profile import NAMED_SHARE, dominant
 from infersight.core.signals import InstanceSignals, WindowSignals
 
 __all__ = ["Candidate", "Diagnosis", "Evidence", "diagnose", "ratio", "step_onset"]
@@ -353,3 +354,78 @@ def step_onset(ratios: Sequence[float]) -> int | None:
         if best is None or sse < best[0] - _TINY:
             best = (sse, k)
     return None if best is None else best[1]
+
+
+# -- A host-side cause made specific by a profile (issue 37) ----------------------------------
+
+#: Causes on the host's side: a profile of the blamed instance can say which limit it is.
+HOST_CAUSES: Final = frozenset({Cause.HOST_BOUND, Cause.PREPROCESSING_SLOW})
+#: A queue backlog is on the host's side too when the GPU idles while it grows: its evidence's
+#: ``util_gpu`` fell below this ratio of the reference.
+GPU_IDLE_RATIO: Final = 0.8
+#: Busy samples at which a profile's share is taken at face value as confidence; fewer
+#: samples scale it down.
+CONFIDENT_SAMPLES: Final = 100
+
+
+def host_side(diagnosis: Mapping[str, Any]) -> bool:
+    """Whether a stored diagnosis blames the host of one instance (``HOST_CAUSES``, or a
+    queue that grows while the GPU idles)."""
+    if not diagnosis.get("instance"):
+        return False
+    cause = str(diagnosis.get("cause") or "")
+    if cause in {c.value for c in HOST_CAUSES}:
+        return True
+    if cause != Cause.QUEUE_BACKLOG.value:
+        return False
+    for e in diagnosis.get("evidence") or ():
+        r = e.get("ratio") if isinstance(e, Mapping) else None
+        if e.get("signal") == "util_gpu" and isinstance(r, int | float) and r < GPU_IDLE_RATIO:
+            return True
+    return False
+
+
+def with_profile(diagnosis: Mapping[str, Any], profile: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored diagnosis with what a profile of its instance says: ``profile`` (its id, state,
+    shares, and the limit it names with its sentence and confidence, or why there is none)
+    and, when a limit reaches ``core.profile.NAMED_SHARE`` of the busy samples, ``detail``
+    (``tokenizer``, ``gil``, ``lock``, ``logging``) and an evidence entry
+    ``profile:<limit>`` whose value is the share. The cause itself is kept (the API's and the
+    rules' vocabulary); ``detail`` says which host-side limit it is."""
+    out = dict(diagnosis)
+    out.pop("detail", None)
+    evidence = [
+        e for e in out.get("evidence") or () if not str(e.get("signal", "")).startswith("profile:")
+    ]
+    summary = profile.get("result") if isinstance(profile.get("result"), Mapping) else None
+    note: dict[str, Any] = {"id": profile.get("id"), "state": profile.get("state")}
+    if summary is None:
+        note["error"] = str(profile.get("error") or "no profile")
+    else:
+        busy = int(summary.get("busy_samples") or 0)
+        note.update(
+            shares=dict(summary.get("shares") or {}),
+            measured=list(summary.get("measured") or []),
+            busy_samples=busy,
+        )
+        named = dominant(summary)
+        if named is not None:
+            confidence = named.share * min(1.0, busy / CONFIDENT_SAMPLES)
+            note.update(
+                limit=named.limit.value,
+                share=round(named.share, 4),
+                sentence=named.sentence,
+                confidence=round(confidence, 3),
+            )
+            out["detail"] = named.limit.value
+            instance = str(diagnosis.get("instance") or "")
+            evidence.append(
+                Evidence(
+                    f"profile:{named.limit.value}", named.share, None, None, instance
+                ).to_dict()
+            )
+        else:
+            note["sentence"] = f"no host-side limit reaches {NAMED_SHARE * 100:.0f} % of samples"
+    out["evidence"] = evidence
+    out["profile"] = note
+    return out

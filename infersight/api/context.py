@@ -34,6 +34,7 @@ from infersight.service.diagnosis import DiagnosisListener
 from infersight.service.evaluation import Evaluator, default_policy
 from infersight.service.jobs import Jobs, LeaderLock, leader_lock
 from infersight.service.notifications import Announcer, Delivery, FollowUp
+from infersight.service.profiles import ProfileFollowUp, ProfileTrigger
 from infersight.service.reports import WeeklyReports, parse_schedule
 from infersight.service.scaling import Recommender
 from infersight.storage.maintenance import RetentionPolicy
@@ -163,7 +164,10 @@ def build_context(
         lock or leader_lock(engine, settings.leader_lock_url, runs_jobs=settings.run_jobs),
         settings.evaluation_interval_s,
         settings.maintenance_interval_s,
-        deliver=FollowUp(diagnosis, delivery),
+        # Profiles of host-side incidents run after the re-diagnoses (service.profiles).
+        deliver=ProfileFollowUp(
+            FollowUp(diagnosis, delivery), ProfileTrigger(engine, announce=announcer)
+        ),
         report=reports,
         report_cron={
             **parse_schedule(settings.report_schedule),

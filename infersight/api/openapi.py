@@ -190,6 +190,7 @@ TAGS: Final = (
     ("capacity", "Capacity plans from a load-test run or production"),
     ("scaling", "Replica recommendations and the KEDA metrics endpoint"),
     ("baselines", "Stored baselines and comparisons against them"),
+    ("profiles", "Profiles of serving processes (py-spy through the sidecar), for incidents"),
     ("ingest", "Central ingest: sidecars ship their batches here"),
     ("health", "Readiness of this server and its store"),
 )

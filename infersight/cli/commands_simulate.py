@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 from infersight.cli.group import read_scenario, store_option
 from infersight.simulator.events import Batch
 from infersight.simulator.fleet import Progress, RunResult, run_scenario
+from infersight.simulator.hostlimits import HostLimit, HostLimits
 from infersight.simulator.scenario import Scenario
 from infersight.simulator.serve import FleetServer
 from infersight.simulator.sinks import CountingSink, Sink
@@ -117,7 +118,13 @@ def _load(ref: str, seed: int | None, duration: str | None) -> Scenario:
 
 
 def _serve(
-    scenario: Scenario, listen: str, otlp_endpoint: str | None, otlp_token: str | None, quiet: bool
+    scenario: Scenario,
+    listen: str,
+    otlp_endpoint: str | None,
+    otlp_token: str | None,
+    quiet: bool,
+    host_limits: tuple[str, ...] = (),
+    host_log: Path | None = None,
 ) -> None:
     host, _, port = listen.rpartition(":")
     if not port.isdigit():
@@ -134,6 +141,7 @@ def _serve(
         host=host or "127.0.0.1",
         base_port=int(port),
         sinks=sinks,
+        host_limits=(lambda: HostLimits(host_limits, log_path=host_log)) if host_limits else None,
     )
     urls = fleet.start()
     for name, url in urls.items():
@@ -245,6 +253,22 @@ def _not_in_argv(ctx: click.Context, param: click.Parameter, value: str | None) 
     show_default=True,
     help="With --realtime: HOST:PORT of the first instance; the others take the next ports.",
 )
+@click.option(
+    "--host-limit",
+    "host_limits",
+    multiple=True,
+    type=click.Choice([k.value for k in HostLimit]),
+    help="With --realtime: give each server process a real host-side limit (repeatable): "
+    "tokenizer (pure-Python encoding of every prompt on the serving thread), gil (CPU-bound "
+    "Python threads competing for the GIL), logging (a line per request and token, flushed "
+    "and fsynced synchronously). See docs/profiles.md.",
+)
+@click.option(
+    "--host-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --host-limit logging: the file it writes (default: a temporary file).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the shipped scenarios and exit.")
 def simulate(
     scenario_ref: str | None,
@@ -258,6 +282,8 @@ def simulate(
     quiet: bool,
     realtime: bool,
     listen: str,
+    host_limits: tuple[str, ...],
+    host_log: Path | None,
     list_only: bool,
 ) -> None:
     """Run a simulated-fleet scenario and send its output to the store and/or a collector."""
@@ -272,8 +298,10 @@ def simulate(
     if realtime:
         if store:
             raise click.UsageError("--realtime exports spans (--otlp-endpoint); it has no --store")
-        _serve(scenario, listen, otlp_endpoint, otlp_token, quiet)
+        _serve(scenario, listen, otlp_endpoint, otlp_token, quiet, host_limits, host_log)
         return
+    if host_limits:
+        raise click.UsageError("--host-limit needs --realtime (a real serving process)")
     sinks, store_sink, otlp = _sinks(store, otlp_endpoint, otlp_token)
     click.echo(
         f"simulating {scenario.name}: {len(scenario.instances)} instances, "

@@ -258,6 +258,11 @@ class LazyGroup(click.Group):
             "Run a simulated fleet scenario.",
         ),
         "serve": ("infersight.cli.commands_serve", "serve", "Run the API, dashboard and jobs."),
+        "profile": (
+            "infersight.cli.commands_profile",
+            "profile",
+            "Profile an instance's serving process through its sidecar.",
+        ),
         "slo": ("infersight.cli.commands_slo", "slo", "Apply and list SLO specs."),
         "demo": (
             "infersight.cli.commands_demo",

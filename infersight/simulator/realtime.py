@@ -36,6 +36,7 @@ from starlette.routing import Route
 from infersight.simulator.engine import InstanceSim
 from infersight.simulator.events import Completion
 from infersight.simulator.faults import Fault, FaultSchedule
+from infersight.simulator.hostlimits import HostLimits
 from infersight.simulator.profiles import ModelProfile
 from infersight.simulator.sinks import Sink
 from infersight.simulator.sinks.prometheus import MetricsSink
@@ -101,7 +102,8 @@ def _content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def prompt_tokens(body: dict[str, Any]) -> int:
+def prompt_text(body: dict[str, Any]) -> str:
+    """The prompt's text (a chat's messages' text parts, or the completion's prompt)."""
     if "messages" in body:
         text = "".join(
             _content_text(m.get("content")) for m in body["messages"] if isinstance(m, dict)
@@ -109,7 +111,11 @@ def prompt_tokens(body: dict[str, Any]) -> int:
     else:
         prompt = body.get("prompt", "")
         text = "".join(map(str, prompt)) if isinstance(prompt, list) else str(prompt)
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+    return text
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    return max(1, math.ceil(len(prompt_text(body)) / CHARS_PER_TOKEN))
 
 
 class RealtimeServer:
@@ -124,8 +130,11 @@ class RealtimeServer:
         close_sinks: bool = True,
         served_model_name: str | None = None,
         keep_completions: int = 100_000,
+        host_limits: HostLimits | None = None,
     ) -> None:
         self.sim = sim
+        #: Real host-side limits of this process (``simulator.hostlimits``), if any.
+        self.host_limits = host_limits
         self.name = sim.name
         self.model = served_model_name or sim.model
         self.metrics = MetricsSink()
@@ -191,9 +200,13 @@ class RealtimeServer:
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         self._t0 = self._clock()
         self._task = asyncio.create_task(self._drive())
+        if self.host_limits:
+            self.host_limits.start()
         try:
             yield
         finally:
+            if self.host_limits:
+                self.host_limits.stop()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -266,6 +279,8 @@ class RealtimeServer:
         )
         self._wake.set()
         ident = ("chatcmpl-" if chat else "cmpl-") + f"{self.sim.requests_total:08x}{id(stream):x}"
+        if self.host_limits:
+            self.host_limits.on_request(ident, prompt_text(body))
         created = int(self._epoch.timestamp() + now)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -302,6 +317,8 @@ class RealtimeServer:
                 first["delta"]["role"] = "assistant"
                 yield _sse(head | {"choices": [first]})
             yield _sse(head | {"choices": [_choice(chat, _word(n), None)]})
+            if self.host_limits:
+                self.host_limits.on_token(ident, n)
             n += 1
         yield "data: [DONE]\n\n"
 

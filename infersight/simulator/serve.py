@@ -20,6 +20,7 @@ import uvicorn
 
 from infersight.core.errors import InvalidInput, Unavailable
 from infersight.simulator.fleet import build_instances
+from infersight.simulator.hostlimits import HostLimits
 from infersight.simulator.realtime import RealtimeServer
 from infersight.simulator.scenario import Scenario
 from infersight.simulator.sinks import Sink
@@ -35,6 +36,7 @@ class FleetServer:
         base_port: int = 0,
         sinks: Sequence[Sink] = (),
         clock: Callable[[], float] = time.monotonic,
+        host_limits: Callable[[], HostLimits] | None = None,
     ) -> None:
         if any(d.engines > 1 for d in scenario.deployments):
             raise InvalidInput("real-time serving runs one engine per instance")
@@ -42,6 +44,8 @@ class FleetServer:
         self._host, self._base_port = host, base_port
         self._sinks = list(sinks)
         self._clock = clock
+        #: Builds each instance's real host-side limits (``simulator.hostlimits``).
+        self._host_limits = host_limits
         self.servers: list[RealtimeServer] = []
         self.urls: dict[str, str] = {}
         self._ready = threading.Event()
@@ -83,7 +87,13 @@ class FleetServer:
         self._stop = asyncio.Event()
         sims = build_instances(self.scenario)
         self.servers = [
-            RealtimeServer(sim, clock=self._clock, sinks=self._sinks, close_sinks=False)
+            RealtimeServer(
+                sim,
+                clock=self._clock,
+                sinks=self._sinks,
+                close_sinks=False,
+                host_limits=self._host_limits() if self._host_limits else None,
+            )
             for sim in sims
         ]
         servers = []

@@ -545,3 +545,29 @@ scaling_recommendations = Table(
     PrimaryKeyConstraint("model", "pool", "at"),
     Index("ix_scaling_recommendations_at", "at"),
 )
+
+# -- Profiles of serving processes (issue 37) ------------------------------------------------
+
+#: Profile requests and their results: the service (or an operator) inserts a pending row,
+#: the instance's sidecar claims it (running), samples the serving process and stores the
+#: summary (``core.profile.summarise``, JSON) or why there is none (``error``).
+profiles = Table(
+    "profiles",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("instance", LABEL, nullable=False),
+    Column("incident_id", Integer, nullable=True),
+    Column("reason", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("seconds", Float(53), nullable=False),
+    Column("rate", Integer, nullable=False),
+    Column("requested_at", UTCDateTime(), nullable=False),
+    Column("requested_by", String(128), nullable=False, server_default=""),
+    Column("claimed_at", UTCDateTime(), nullable=True),
+    Column("finished_at", UTCDateTime(), nullable=True),
+    Column("result", Text, nullable=True),
+    Column("error", String(1024), nullable=False, server_default=""),
+    PrimaryKeyConstraint("id"),
+    Index("ix_profiles_instance_state", "instance", "state"),
+    Index("ix_profiles_incident_id", "incident_id"),
+)

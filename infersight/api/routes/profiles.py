@@ -1,0 +1,126 @@
+"""``/api/v1/profiles``: profiles of serving processes, and the sidecars' side of them.
+
+``POST /api/v1/profiles`` asks for one (an ``admin`` token: it makes a sidecar attach a
+profiler to a production process) — ``instance``, ``seconds`` (1 … 60), ``rate`` (1 … 200 Hz;
+the sidecar caps both to its own bounds) — and answers 202 with the pending profile; 409 while
+one is open for the instance. ``GET /api/v1/profiles`` lists them (newest first, by instance
+or incident) and ``GET /api/v1/profiles/{id}`` reads one: its state (pending, running, done,
+failed), the summary (hottest frames folded by module and function, the host-side limits'
+shares) or why there is none.
+
+``POST /api/v1/ingest/profiles/claim`` and ``POST /api/v1/ingest/profiles/{id}`` are the
+sidecar's (an ``ingest`` token, as central ingest's): claim the oldest pending request of an
+instance, and hand back its summary or its reason.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from infersight.api.auth import Scope
+from infersight.api.deps import App, requires
+from infersight.api.errors import responses
+from infersight.api.params import Id, KnownQueryRoute
+from infersight.core.errors import InvalidInput
+from infersight.core.profile import (
+    DEFAULT_RATE,
+    DEFAULT_SECONDS,
+    MAX_RATE,
+    MAX_SECONDS,
+    MIN_RATE,
+    MIN_SECONDS,
+)
+from infersight.core.records import MAX_LABEL_LEN as MAX_LABEL
+from infersight.service.profiles import request_profile
+from infersight.storage import profiles as store
+
+router = APIRouter(prefix="/api/v1/profiles", route_class=KnownQueryRoute, tags=["profiles"])
+ingest_router = APIRouter(
+    prefix="/api/v1/ingest/profiles",
+    dependencies=[Depends(requires(Scope.INGEST))],
+    route_class=KnownQueryRoute,
+    tags=["ingest"],
+)
+_READ = [Depends(requires(Scope.READ))]
+_ADMIN = [Depends(requires(Scope.ADMIN))]
+
+
+class ProfileBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    instance: str = Field(min_length=1, max_length=MAX_LABEL)
+    seconds: float = Field(DEFAULT_SECONDS, ge=MIN_SECONDS, le=MAX_SECONDS)
+    rate: int = Field(DEFAULT_RATE, ge=MIN_RATE, le=MAX_RATE)
+    incident_id: int | None = Field(None, ge=1)
+    by: str = Field("", max_length=128, description="Who asks (shown with the profile).")
+
+
+@router.post(
+    "",
+    dependencies=_ADMIN,
+    status_code=202,
+    summary="Ask the instance's sidecar for a profile of its serving process",
+    responses=responses(400, 409),
+)
+def create_profile(app: App, body: ProfileBody) -> dict[str, Any]:
+    profile = request_profile(
+        app.engine, body.instance, app.clock(), seconds=body.seconds, rate=body.rate,
+        requested_by=body.by, incident_id=body.incident_id,
+    )  # fmt: skip
+    return profile.to_dict()
+
+
+@router.get("", dependencies=_READ, summary="Profiles, newest first")
+def list_profiles(
+    app: App,
+    instance: Annotated[str | None, Query(max_length=MAX_LABEL)] = None,
+    incident_id: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    found = store.list_profiles(app.engine, instance=instance, incident_id=incident_id,
+                                limit=limit)  # fmt: skip
+    return {"profiles": [p.to_dict() for p in found]}
+
+
+@router.get(
+    "/{profile_id:int}", dependencies=_READ, summary="One profile", responses=responses(404)
+)
+def get_profile(app: App, profile_id: Id) -> dict[str, Any]:
+    return store.get(app.engine, profile_id).to_dict()
+
+
+class ClaimBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    instance: str = Field(min_length=1, max_length=MAX_LABEL)
+
+
+class ResultBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    result: dict[str, Any] | None = None
+    error: str = Field("", max_length=1024)
+
+
+@ingest_router.post("/claim", summary="A sidecar claims its instance's next profile request")
+async def claim(app: App, body: ClaimBody) -> dict[str, Any]:
+    got = await run_in_threadpool(store.claim, app.engine, body.instance, app.clock())
+    return {"request": None if got is None else got.to_dict()}
+
+
+@ingest_router.post(
+    "/{profile_id:int}",
+    summary="A sidecar hands back a profile's summary or why there is none",
+    responses=responses(400, 404),
+)
+async def complete(app: App, profile_id: Id, body: ResultBody) -> dict[str, Any]:
+    if body.result is None and not body.error:
+        raise InvalidInput("a profile result needs a summary or an error")
+    stored = await run_in_threadpool(
+        store.complete, app.engine, profile_id, body.result, body.error, app.clock()
+    )
+    return {"stored": stored}

@@ -1,0 +1,117 @@
+"""``infersight profile INSTANCE``: a profile of an instance's serving process, by hand.
+
+Asks the store for a profile (``service.profiles.request_profile``: the same bounds as the
+API's), waits while the instance's sidecar claims it and samples (progress on stderr), then
+prints what it found: the host-side limits' shares and the hottest frames, folded by module
+and function (``--json``: the stored profile). Exit 1 when no profile could be taken (the
+reason is printed: "not permitted: …"), 2 for bad input or a profile already open.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from infersight.cli.group import current_settings
+from infersight.core.profile import DEFAULT_RATE, MAX_RATE, MAX_SECONDS, MIN_RATE, MIN_SECONDS
+
+#: Seconds the command waits beyond the profile's own for a sidecar to claim and return it.
+CLAIM_WAIT_S = 60.0
+_BAR = 30
+
+
+def render(profile: dict[str, Any]) -> str:
+    """The human-readable form of a stored profile."""
+    lines = [f"profile {profile['id']} of {profile['instance']}: {profile['state']}"]
+    result = profile.get("result")
+    if not isinstance(result, dict):
+        lines.append(f"no profile: {profile.get('error') or 'none yet'}")
+        return "\n".join(lines)
+    lines.append(
+        f"{result.get('busy_samples', 0)} busy of {result.get('samples', 0)} thread-samples "
+        f"({result.get('threads', 0)} threads, {result.get('rate')} Hz for "
+        f"{result.get('seconds')} s{', native frames' if result.get('native') else ''})"
+    )
+    shares = result.get("shares") or {}
+    for name, share in sorted(shares.items(), key=lambda kv: -float(kv[1])):
+        lines.append(f"  {name:<10} {float(share) * 100:5.1f} %")
+    missing = {"gil", "lock"} - set(result.get("measured") or [])
+    if missing:
+        lines.append(f"  (not measured without native frames: {', '.join(sorted(missing))})")
+    for title, key in (("hottest functions", "self"), ("by module", "modules")):
+        lines.append(f"{title} (share of busy samples where they run):")
+        for row in (result.get(key) or [])[:15]:
+            share = float(row.get("share") or 0.0)
+            bar = "█" * max(1, round(share * _BAR)) if share > 0 else ""
+            lines.append(f"  {share * 100:5.1f} % {bar:<{_BAR}} {row.get('frame')}")
+    return "\n".join(lines)
+
+
+@click.command("profile")
+@click.argument("instance")
+@click.option(
+    "--seconds",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(MIN_SECONDS, MAX_SECONDS),
+    help="How long to sample (the sidecar caps it to its --profile-max-seconds).",
+)
+@click.option(
+    "--rate",
+    default=DEFAULT_RATE,
+    show_default=True,
+    type=click.IntRange(MIN_RATE, MAX_RATE),
+    help="Samples per second (the sidecar caps it to its --profile-rate).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the stored profile as JSON.")
+@click.option("--no-wait", is_flag=True, help="Request it and print its id; do not wait.")
+@click.pass_context
+def profile(
+    ctx: click.Context, instance: str, seconds: float, rate: int, as_json: bool, no_wait: bool
+) -> None:
+    """Sample INSTANCE's serving process (through its sidecar) and show where its CPU goes."""
+    from infersight.service.profiles import request_profile  # noqa: PLC0415
+    from infersight.storage import migrate  # noqa: PLC0415
+    from infersight.storage import profiles as store  # noqa: PLC0415
+    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
+
+    engine = create_store_engine(current_settings(ctx).database_url)
+    try:
+        migrate.upgrade(engine)
+        asked = request_profile(
+            engine, instance, datetime.now(UTC), seconds=seconds, rate=rate, requested_by="cli"
+        )
+        if no_wait:
+            click.echo(json.dumps(asked.to_dict()) if as_json else f"profile {asked.id} requested")
+            return
+        click.echo(f"profile {asked.id} of {instance} requested", err=True)
+        deadline = time.monotonic() + seconds + CLAIM_WAIT_S
+        shown = ""
+        while True:
+            current = store.get(engine, asked.id)
+            if not current.open:
+                break
+            if current.claimed_at is None:
+                status = "waiting for the sidecar of " + instance
+            else:
+                ran = (datetime.now(UTC) - current.claimed_at).total_seconds()
+                status = f"sampling: {min(ran, current.seconds):.0f} of {current.seconds:.0f} s"
+            if status != shown:
+                click.echo(status, err=True)
+                shown = status
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"no answer from the sidecar of {instance} (is it running with "
+                    "--profile-target?); the request stays pending"
+                )
+            time.sleep(0.5)
+        out = current.to_dict()
+        click.echo(json.dumps(out, indent=2) if as_json else render(out))
+        if current.result is None:
+            ctx.exit(1)
+    finally:
+        engine.dispose()
