@@ -42,7 +42,8 @@ from pathlib import Path
 
 import grpc
 import httpx
-from bench_collector import export, rss_mb
+from bench_collector import export
+from harness.proctree import rss_mb
 from harness.results import write_json
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 

@@ -62,3 +62,9 @@ def tree_memory_mb(pid: int) -> tuple[float, float, int]:
         if m := re.search(r"^Pss:\s+(\d+) kB", rollup, re.MULTILINE):
             pss += int(m.group(1))
     return rss / 1024, pss / 1024, count
+
+
+def rss_mb(pid: int) -> float:
+    """RSS of the one process ``pid`` (not its children), in MB (MiB)."""
+    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(match.group(1)) / 1024 if match else float("nan")
