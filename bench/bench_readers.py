@@ -16,11 +16,14 @@ SLOs) and a sidecar-like writer ships a batch of 50 requests a second
 ("maximum number of running instances reached") are counted per phase from every worker's
 ``/healthz`` and from the service's log.
 
-The reference, measured in the same run against the same process(es): each request alone,
-sequentially (``--repeats`` times, after one warm-up), its 30 days given as a start/end that
-no other request asks, so it is computed, not served from the answer cache. The ratios
-printed are the total requests/s over one sequential client's (the mean of the three
-references), and each P99 over its request's reference. Today's figures (issue 19, one
+The reference, measured in the same run against the same process(es), timed before each
+client count's phase and after the last (so each phase has one just before and one just
+after it, under the same jobs and writer): each request alone, sequentially (``--repeats``
+times, after one warm-up), its 30 days given as a start/end that no other request asks, so it
+is computed, not served from the answer cache. The ratios printed are the total requests/s
+over one sequential client's (the mean of the three references), and each P99 over its
+request's reference, each against the reference before and after the phase: median and
+spread (min–max). Today's figures (issue 19, one
 process, before the cache) are printed beside them: 16 clients, 4.5 requests/s in total, P50
 3.2–3.4 s, P99 about 5 s; the goal at 16 clients: ≥ 90 requests/s in total, every P99 < 1 s.
 
@@ -59,6 +62,7 @@ import bench_storage
 import httpx
 import numpy as np
 from harness.concurrent import Shipped, shipping
+from harness.interleave import spread
 from harness.results import write_json
 
 from infersight.api.settings import ApiSettings
@@ -273,25 +277,52 @@ def phase(service: Service, clients: int, seconds: float) -> dict[str, Any]:
     return figures
 
 
-def print_config(title: str, ref: dict[str, float], phases: list[dict[str, Any]]) -> None:
-    one_client_rps = 1000.0 / float(np.mean(list(ref.values())))
+def one_client_rps(ref: dict[str, float]) -> float:
+    """One sequential client's requests/s: the mean of the references' times."""
+    return 1000.0 / float(np.mean(list(ref.values())))
+
+
+def print_config(
+    title: str, refs: list[dict[str, float]], phases: list[dict[str, Any]]
+) -> dict[str, float]:
+    """The config's table; ``refs``: the reference timed before each phase and after the last
+    (``refs[i]`` and ``refs[i + 1]`` bracket phase ``i``): each ratio against both, median
+    (min–max). Returns the reference's median per request over all its timings."""
+    ref = {n: float(np.median([r[n] for r in refs])) for n in TARGETS}
     print(f"\n== {title} ==")
     print("  reference, each request alone: "
           + ", ".join(f"{name} {ms:.0f} ms" for name, ms in ref.items())
-          + f"  (one sequential client: {one_client_rps:.1f} req/s)")  # fmt: skip
-    print(f"  {'clients':>7} {'req/s':>7} {'× 1 client':>10}   "
-          + "   ".join(f"{name + ' P50/P99 ms':>24}" for name in TARGETS)
+          + f"  (one sequential client: {one_client_rps(ref):.1f} req/s; median of "
+          f"{len(refs)} timings, before each phase and after the last)")  # fmt: skip
+    print(
+        "  ratios: against the reference timed just before and just after the phase, "
+        "median (min–max)"
+    )
+    print(f"  {'clients':>7} {'req/s':>7} {'× 1 client':>18}   "
+          + "   ".join(f"{name + ' P50/P99 ms (P99 ×)':>32}" for name in TARGETS)
           + "   evaluations done/skipped  errors")  # fmt: skip
-    for p in phases:
+    for i, p in enumerate(phases):
+        around = refs[i : i + 2]
+
+        def fmt(values: list[float]) -> str:
+            return spread(values).text("×", ".1f").replace(", 2 rounds", "")
+
         cells = "   ".join(
             f"{p['targets'][n]['p50']:9.0f} /{p['targets'][n]['p99']:6.0f}"
-            f" ({p['targets'][n]['p99'] / ref[n]:5.1f}×)"
+            f" ({fmt([p['targets'][n]['p99'] / r[n] for r in around]):>14})"
             for n in TARGETS
         )
+        scale = fmt([p["rps"] / one_client_rps(r) for r in around])
+        p["ratios"] = {
+            "rps_to_one_client": [p["rps"] / one_client_rps(r) for r in around],
+            "p99_to_reference": {n: [p["targets"][n]["p99"] / r[n] for r in around]
+                                 for n in TARGETS},
+        }  # fmt: skip
         skipped = max(p["skipped"], p["skipped_in_log"])
         errors = sum(p["errors"].values())
-        print(f"  {p['clients']:>7} {p['rps']:7.1f} {p['rps'] / one_client_rps:9.1f}×   {cells}"
+        print(f"  {p['clients']:>7} {p['rps']:7.1f} {scale:>18}   {cells}"
               f"   {p['evaluations']:>10} / {skipped:<10}  {errors}")  # fmt: skip
+    return ref
 
 
 def verdict(configs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -392,19 +423,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             progress(f"\n  starting: {title}")
             with serving(url, count, ttl, args.interval) as service:
-                ref = reference(service, args.repeats)
                 phases = []
                 writer: AbstractContextManager[Shipped | None] = (
                     nullcontext(None) if args.no_writer
                     else shipping(engine, lambda: datetime.now(UTC), bench_storage.synth)
                 )  # fmt: skip
                 with writer as shipped:
+                    # The reference brackets every phase: timed before each and after the last.
+                    refs = [reference(service, args.repeats)]
                     for n in clients:
                         progress(f"  {title}: {n} clients for {args.seconds:g} s")
                         phases.append(phase(service, n, args.seconds))
-            print_config(title, ref, phases)
+                        refs.append(reference(service, args.repeats))
+            ref = print_config(title, refs, phases)
             results["configs"].append({
-                "workers": count, "answer_ttl_s": ttl, "reference_ms": ref, "phases": phases,
+                "workers": count, "answer_ttl_s": ttl, "reference_ms": ref,
+                "references_ms": refs, "phases": phases,
                 "writer": shipped.figures() if shipped is not None else None,
             })  # fmt: skip
         results["today"] = TODAY
