@@ -1,7 +1,8 @@
 """Spool payload encoding: request records (with their place in the trace), trace pieces
 (stage fragments and links) and samples, as compact JSON.
 
-Records are a JSON list in ``RECORD_FIELDS`` order with the start as epoch seconds. Only
+Records are a JSON list in ``RECORD_FIELDS`` order with the start as epoch seconds (a
+``mapping.RecordRow``, which the ingestor encodes as it is: ``encode_row``). Only
 records that passed ``RequestRecord`` validation are ever encoded (by the ingestor, into this
 process's own spool), so decoding rebuilds them with ``RequestRecord.trusted`` instead of
 validating every field a second time; a payload of the wrong shape or with an unknown enum
@@ -24,7 +25,7 @@ from typing import Any, Final
 
 import orjson
 
-from infersight.collector.mapping.base import Link, Place, StageFragment
+from infersight.collector.mapping.base import Link, Place, RecordRow, StageFragment
 from infersight.core.client import CLIENT_FIELDS, ClientRecord, TtftSource
 from infersight.core.records import RECORD_FIELDS, Engine, RequestRecord, Role, Status
 from infersight.core.samples import EngineSample, GpuSample, ServerSample
@@ -67,6 +68,17 @@ def encode_record(record: RequestRecord, place: Place | None = None) -> bytes:
     """The record as a list in ``RECORD_FIELDS`` order, then its ``Place`` when given."""
     values: list[Any] = list(_VALUES(record))
     values[_START_AT] = record.start.timestamp()
+    if place is not None:
+        values.append(list(place))
+    try:
+        return orjson.dumps(values)
+    except orjson.JSONEncodeError:  # a lone surrogate (from a command-line label): escaped
+        return _ENCODER.encode(values).encode()
+
+
+def encode_row(row: RecordRow, place: Place | None = None) -> bytes:
+    """What ``encode_record`` writes for ``row.record(…)``: the row is that list already."""
+    values: list[Any] = list(row)
     if place is not None:
         values.append(list(place))
     try:

@@ -46,7 +46,7 @@ from enum import StrEnum
 from typing import Final
 
 from infersight.collector.mapping import genai, pd_proxy, sglang, tgi, trtllm, vllm
-from infersight.collector.mapping.base import MappingContext, Outcome
+from infersight.collector.mapping.base import Mapped, MappingContext, Skipped, StageFragment
 from infersight.collector.mapping.spans import SpanView
 from infersight.collector.scrape import flavours
 from infersight.collector.scrape.exposition import Exposition
@@ -68,7 +68,7 @@ class SpanShape:
     """One span shape a server emits: whether a span is of it, and what it becomes."""
 
     claims: Callable[[SpanView], bool]
-    map_span: Callable[[SpanView, MappingContext], Outcome]
+    map_span: Callable[[SpanView, MappingContext], Mapped]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +88,11 @@ class Declaration:
 
 
 def _without_context(
-    map_span: Callable[[SpanView], Outcome],
-) -> Callable[[SpanView, MappingContext], Outcome]:
+    map_span: Callable[[SpanView], StageFragment | Skipped],
+) -> Callable[[SpanView, MappingContext], Mapped]:
     """A mapper that needs no context (it makes no record), in the shape dispatch calls."""
 
-    def mapped(span: SpanView, _ctx: MappingContext) -> Outcome:
+    def mapped(span: SpanView, _ctx: MappingContext) -> Mapped:
         return map_span(span)
 
     return mapped

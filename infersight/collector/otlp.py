@@ -15,7 +15,6 @@ are bounded by the limits, not by how densely a hostile body packs empty entries
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -146,40 +145,38 @@ def _value(value: AnyValue) -> AttrValue:
     return result
 
 
-#: Scalar ``AnyValue`` kinds read inline, and whether their size counts against the limit.
-_SCALAR_SIZED: Final = {
-    "string_value": True,
-    "double_value": False,
-    "int_value": False,
-    "bool_value": False,
-}
+#: ``AnyValue`` kinds whose value is a number or a bool: 8 bytes against the size limit,
+#: never over it.
+_NUMERIC: Final = frozenset({"double_value", "int_value", "bool_value"})
 
 
 def _attributes(items: Any, limit: int, most: int) -> tuple[dict[str, AttrValue], int]:
     """Attributes as a dict; values (or keys) over ``limit`` bytes, and attributes beyond
-    the first ``most``, are dropped and counted.
+    the first ``most``, are dropped and counted; of a key given twice, the last one kept.
 
-    The common scalar kinds are read inline: this loop runs for every attribute of every
-    span and dominates decoding cost.
+    The common kinds (numbers, strings) are read inline: this loop runs for every attribute
+    of every span and is most of what decoding costs.
     """
     out: dict[str, AttrValue] = {}
     dropped = 0
     if len(items) > most:
         dropped = len(items) - most
         items = items[:most]
-    sized = _SCALAR_SIZED.get
     for kv in items:
         key = kv.key
         any_value = kv.value
         kind = any_value.WhichOneof("value")
-        is_string = sized(kind)
         value: AttrValue
-        if is_string is None:
+        if kind in _NUMERIC:
+            value = getattr(any_value, kind)
+            too_big = False
+        elif kind == "string_value":
+            text: str = any_value.string_value
+            value = text
+            too_big = len(text) > limit
+        else:
             value = _value(any_value)
             too_big = attr_size(value) > limit
-        else:
-            value = getattr(any_value, kind)
-            too_big = is_string and len(value) > limit  # type: ignore[arg-type]
         if too_big or len(key) > limit:
             dropped += 1
             continue
@@ -215,29 +212,36 @@ def _collect(
     message: ExportTraceServiceRequest, limits: Limits
 ) -> tuple[tuple[SpanView, ...], int]:
     views: list[SpanView] = []
+    append = views.append
     dropped = 0
     most = limits.max_attributes
-    for span, resource, scope in _iter(message, most):
-        attrs, lost = _attributes(span.attributes, limits.max_attribute_bytes, most)
-        dropped += lost
-        status = span.status
-        views.append(
-            SpanView(  # positional, in field order: this runs for every span received
-                _hex_id(span.trace_id, 16),
-                _hex_id(span.span_id, 8),
-                span.name[: limits.max_attribute_bytes],
-                span.start_time_unix_nano,
-                span.end_time_unix_nano,
-                _hex_id(span.parent_span_id, 8),
-                span.kind,
-                attrs,
-                resource,
-                scope,
-                status.code,
-                status.message[:256],
-                _first_chunk(span.events) if span.events else 0,
-            )
-        )
+    size = limits.max_attribute_bytes
+    for resource_spans in message.resource_spans:
+        resource, _ = _attributes(resource_spans.resource.attributes, 4096, most)
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
+            for span in scope_spans.spans:
+                attrs, lost = _attributes(span.attributes, size, most)
+                dropped += lost
+                status = span.status
+                events = span.events
+                append(
+                    SpanView(  # positional, in field order: this runs for every span received
+                        _hex_id(span.trace_id, _ZERO_TRACE),
+                        _hex_id(span.span_id, _ZERO_SPAN),
+                        span.name[:size],
+                        span.start_time_unix_nano,
+                        span.end_time_unix_nano,
+                        _hex_id(span.parent_span_id, _ZERO_SPAN),
+                        span.kind,
+                        attrs,
+                        resource,
+                        scope,
+                        status.code,
+                        status.message[:256],
+                        _first_chunk(events) if events else 0,
+                    )
+                )
     return tuple(views), dropped
 
 
@@ -248,22 +252,14 @@ def _first_chunk(events: Any) -> int:
     return min(times) if times else 0
 
 
-def _iter(
-    message: ExportTraceServiceRequest, most: int
-) -> Iterator[tuple[Any, dict[str, AttrValue], str]]:
-    for resource_spans in message.resource_spans:
-        resource, _ = _attributes(resource_spans.resource.attributes, 4096, most)
-        for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope.name
-            for span in scope_spans.spans:
-                yield span, resource, scope
+_ZERO_TRACE: Final = bytes(16)
+_ZERO_SPAN: Final = bytes(8)
 
 
-def _hex_id(raw: bytes, size: int) -> str:
-    """Lowercase hex of a well-sized, non-zero id; "" otherwise (the mapper rejects it)."""
-    if len(raw) != size or not any(raw):
-        return ""
-    return raw.hex()
+def _hex_id(raw: bytes, zero: bytes) -> str:
+    """Lowercase hex of an id of ``zero``'s size that is not ``zero``; "" otherwise (the
+    mapper rejects it)."""
+    return raw.hex() if len(raw) == len(zero) and raw != zero else ""
 
 
 def response_body(rejected: int, message: str, content_type: str) -> bytes:

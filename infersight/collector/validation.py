@@ -20,9 +20,9 @@ flag or silently turned into NULL. Reasons:
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Final, TypeVar
 
-from infersight.collector.mapping import Outcome, Skipped, SpanView
+from infersight.collector.mapping import Mapped, Outcome, RecordRow, Skipped, SpanView
 from infersight.collector.mapping.client import TOKEN_ATTRS as CLIENT_TOKEN_ATTRIBUTES
 from infersight.core.accept import AcceptWindow
 from infersight.core.client import ClientRecord
@@ -46,8 +46,16 @@ TOKEN_ATTRIBUTES: Final = (
 _STAGES: Final = ("queue_s", "prefill_s", "decode_s")
 
 
-def check(outcome: Outcome, span: SpanView, now_s: float, window: AcceptWindow | None) -> Outcome:
-    """``outcome`` itself, or a rejection when a request or client record breaks a rule."""
+#: A mapper's outcome, with a request as its record (``map_span``) or its row (``map_row``).
+_Outcome = TypeVar("_Outcome", Outcome, Mapped)
+
+
+def check(outcome: _Outcome, span: SpanView, now_s: float, window: AcceptWindow | None) -> _Outcome:
+    """``outcome`` itself, or a rejection when a request (a record or its row) or a client
+    record breaks a rule."""
+    if isinstance(outcome, RecordRow):  # the ingest path's requests
+        reason = refusal(outcome, span, now_s, window)
+        return outcome if reason is None else Skipped(reason, outcome.engine, rejected=True)
     if isinstance(outcome, ClientRecord):
         reason = client_refusal(outcome, span, now_s, window)
         return outcome if reason is None else Skipped(reason, "client", rejected=True)
@@ -60,7 +68,7 @@ def check(outcome: Outcome, span: SpanView, now_s: float, window: AcceptWindow |
 
 
 def refusal(
-    record: RequestRecord, span: SpanView, now_s: float, window: AcceptWindow | None
+    record: RequestRecord | RecordRow, span: SpanView, now_s: float, window: AcceptWindow | None
 ) -> str | None:
     """The first rule ``record`` (mapped from ``span``) breaks, or ``None``."""
     if span.end_ns < span.start_ns:

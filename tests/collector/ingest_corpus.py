@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import math
+import pickle
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,9 +30,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-#: "Now" for every case (2026-12-06 09:00 UTC) and the start of most spans, 3 s before.
+#: "Now" for every case (2026-12-06 09:00 UTC) and the start of most spans, about 3 s
+#: before (to the nanosecond, as spans are timed).
 NOW_NS = 1_796_547_600 * 10**9
-START_NS = NOW_NS - 3 * 10**9
+START_NS = NOW_NS - 3 * 10**9 + 123_456_789
 S = 10**9
 SERVER, INTERNAL, CLIENT = 2, 1, 3
 
@@ -435,6 +437,17 @@ def span_cases() -> Iterator[Case]:
                       context=context)  # fmt: skip
         yield one(f"no_accept/{base_name}", [SpanSpec(name, attrs_of(base), kind=kind,
                   start_ns=a, end_ns=b) for a, b in times], accept=False)  # fmt: skip
+    # Starts to the nanosecond, halfway between microseconds and at the ends of the range
+    # a record accepts, with the accept window off.
+    rng = random.Random(7)
+    starts = [START_NS - rng.randrange(10**12) for _ in range(300)]
+    starts += [START_NS - rng.randrange(10**9) // 1000 * 1000 + 500 for _ in range(100)]
+    for edge in (946_684_800, 7_258_118_400):
+        starts += [edge * S + d for d in (-1000, -501, -500, -499, -1, 0, 1, 499, 500, 501)]
+        starts += [edge * S + d * S for d in (-2, -1, 1, 2)]
+    yield one("start_precision", [
+        SpanSpec("llm_request", v1, start_ns=start, end_ns=start + e2e) for start in starts
+    ], accept=False)  # fmt: skip
     # Client TTFT from chunk events.
     events = [
         [("gen_ai.content.completion.chunk", START_NS + S // 4),
@@ -576,6 +589,7 @@ def run(case: Case, media: str, body: bytes) -> dict[str, Any]:
     try:
         decoded = decode_body(body, "identity", media, limits)
         prepared = prepare(decoded, contexts[case.context], now, accept, Reassembly(2.0))
+        prepared = pickle.loads(pickle.dumps(prepared))  # the trip back from a decoder
     except InfersightError as exc:
         return {"error": [type(exc).__name__, exc.message, _plain(exc.details)]}
     return {

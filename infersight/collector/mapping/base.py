@@ -3,15 +3,22 @@
 belong to and how they are merged into it: ``collector.assembly``).
 
 An engine mapper only extracts numbers from its engine's attribute shape into ``Timings``;
-``build_record`` turns them into a validated ``RequestRecord`` the same way for all engines.
+``build_record`` turns them into a validated record the same way for all engines: a
+``RecordRow``, the record's values as the spool stores them, which ``RecordRow.record`` makes a
+``RequestRecord`` of (``mapping.map_span``). The ingest path spools the row as it is
+(``codec.encode_row``): every span received is mapped, and building, validating and taking
+apart a ``RequestRecord`` (30 fields, a ``datetime``, three enums) cost more than reading the
+span's attributes did.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final, NamedTuple
+from operator import attrgetter
+from typing import Any, Final, NamedTuple
 
 from infersight.collector.mapping.spans import (
     STATUS_ERROR,
@@ -22,7 +29,18 @@ from infersight.collector.mapping.spans import (
 )
 from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidRecord
-from infersight.core.records import MAX_LABEL_LEN, Engine, RequestRecord, Role, Status
+from infersight.core.records import (
+    DURATION_FIELDS,
+    MAX_DURATION_S,
+    MAX_LABEL_LEN,
+    MAX_TOKENS,
+    RECORD_FIELDS,
+    TOKEN_FIELDS,
+    Engine,
+    RequestRecord,
+    Role,
+    Status,
+)
 
 #: Stage names a fragment may carry → the record field it fills.
 STAGE_FIELDS: Final = {
@@ -98,7 +116,7 @@ class MappingContext:
         the name differs from it. The model is then the base: ``--model``, else the
         ``service.name`` mapping, else the scraped one; the adapter's own name when none is
         known (the adapter still counts apart from it)."""
-        name = as_str(span.attr(*MODEL_ATTRS))[:MAX_LABEL_LEN]
+        name = span.label(MODEL_ATTRS)
         if not name:
             return self.base_model(span), ""
         if name in self.adapters or name in self.scraped_adapters():
@@ -182,7 +200,73 @@ class Place(NamedTuple):
     request_id: str = ""
 
 
+class RecordRow(NamedTuple):
+    """A request record as the sidecar spools it: its values in ``RECORD_FIELDS`` order, the
+    start in epoch seconds (to the microsecond, as the record's ``datetime`` holds it) and the
+    enums as their values. Made only by ``build_record``, which validates it as
+    ``RequestRecord`` would; ``record`` is that ``RequestRecord``.
+
+    A ``NamedTuple``: one is made for every request span, and the spool's encoding writes it
+    as it is (``codec.encode_row``)."""
+
+    trace_id: str
+    span_id: str
+    start: float
+    instance: str
+    service: str
+    engine: str
+    model: str
+    tenant: str
+    priority: str
+    operation: str
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    queue_s: float | None
+    prefill_s: float | None
+    decode_s: float | None
+    preprocess_s: float | None
+    postprocess_s: float | None
+    gateway_s: float | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_tokens: int | None
+    status: str
+    error_type: str
+    finish_reason: str
+    adapter: str
+    role: str
+    peer: str
+    route_s: float | None
+    kv_transfer_s: float | None
+
+    def record(self, start: datetime) -> RequestRecord:
+        """The ``RequestRecord`` of these values, validated; ``start`` is the ``datetime`` the
+        row's start was taken from (raises ``InvalidRecord`` for a value it refuses)."""
+        values: list[Any] = list(self)
+        values[_START_AT] = start
+        return RequestRecord(*values)
+
+
+if RecordRow._fields != RECORD_FIELDS:  # one order for the row, the record and the spool
+    raise ImportError("RecordRow's fields must be RequestRecord's, in its order")
+_START_AT: Final = RECORD_FIELDS.index("start")
+#: The start's range a record accepts (2000–2200, ``core.records.check_timestamp``), a second
+#: inside it: a start within a second of either end is left to the record to judge.
+_EARLIEST_S: Final = datetime(2000, 1, 1, tzinfo=UTC).timestamp() + 1.0
+_LATEST_S: Final = datetime(2200, 1, 1, tzinfo=UTC).timestamp() - 1.0
+_PREFILL: Final = Role.PREFILL.value
+_UNIFIED: Final = Role.UNIFIED.value
+_HEX: Final = "0123456789abcdef"
+_ZERO_TRACE: Final = "0" * 32
+_ZERO_SPAN: Final = "0" * 16
+_DURATIONS: Final = attrgetter(*DURATION_FIELDS)
+_COUNTS: Final = attrgetter(*TOKEN_FIELDS)
+
 Outcome = RequestRecord | ClientRecord | StageFragment | Skipped
+#: What a mapper makes of a span: a request as its ``RecordRow`` (``Outcome`` has the
+#: ``RequestRecord`` instead).
+Mapped = RecordRow | ClientRecord | StageFragment | Skipped
 
 
 class Timings(NamedTuple):
@@ -237,17 +321,58 @@ def outcome_fields(span: SpanView) -> tuple[Status, str, str]:
     return status, error_type[:MAX_LABEL_LEN], finish[:MAX_LABEL_LEN]
 
 
-def _label(span: SpanView, names: tuple[str, ...]) -> str:
-    return as_str(span.attr(*names))[:MAX_LABEL_LEN]
-
-
 def place_of(span: SpanView) -> Place:
     """Where ``span`` sits in its trace, with the engine's request id."""
-    return Place(span.parent_span_id, span.start_ns, span.end_ns, _label(span, REQUEST_ID_ATTRS))
+    return Place(span.parent_span_id, span.start_ns, span.end_ns, span.label(REQUEST_ID_ATTRS))
 
 
-def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext) -> Outcome:
-    """The validated record, or ``Skipped(rejected=True)`` with the reason it is unusable."""
+def epoch_seconds(start_ns: int) -> float:
+    """``datetime.fromtimestamp(start_ns / 1e9, UTC).timestamp()`` without the ``datetime``:
+    the time rounded to the microsecond, half to even, as ``datetime`` rounds it."""
+    fraction, whole = math.modf(start_ns / 1e9)
+    return (int(whole) * 1_000_000 + round(fraction * 1e6)) / 1_000_000
+
+
+def _durations_plain(values: tuple[float | None, ...]) -> bool:
+    # A loop, not all() over a generator: half the cost, and it runs for every request span.
+    for value in values:  # noqa: SIM110
+        if value is not None and not 0.0 <= value <= MAX_DURATION_S:  # NaN is not
+            return False
+    return True
+
+
+def _counts_plain(values: tuple[int | None, ...]) -> bool:
+    for value in values:
+        if value is not None and not (type(value) is int and 0 <= value <= MAX_TOKENS):
+            return False
+    return True
+
+
+def _plainly_valid(row: RecordRow) -> bool:
+    """Whether every value of ``row`` is plainly one that ``RequestRecord`` accepts: what a
+    well-formed span gives, told in a few comparisons. Anything else (NaN, a negative or
+    absurd number, an id that is not hex, a start near the range's ends, a long configured
+    model name) is left to ``RequestRecord`` itself, so that it is refused exactly as before.
+    The labels a mapper cuts to ``MAX_LABEL_LEN`` are not looked at again."""
+    trace_id, span_id = row.trace_id, row.span_id
+    return (
+        _EARLIEST_S < row.start < _LATEST_S
+        and len(trace_id) == 32
+        and not trace_id.strip(_HEX)
+        and trace_id != _ZERO_TRACE
+        and len(span_id) == 16
+        and not span_id.strip(_HEX)
+        and span_id != _ZERO_SPAN
+        and 0 < len(row.instance) <= MAX_LABEL_LEN
+        and len(row.model) <= MAX_LABEL_LEN
+        and _durations_plain(_DURATIONS(row))
+        and _counts_plain(_COUNTS(row))
+    )
+
+
+def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext) -> Mapped:
+    """The validated record's row, or ``Skipped(rejected=True)`` with the reason it is
+    unusable."""
     if not span.trace_id or not span.span_id:
         return Skipped("invalid_id", engine.value, rejected=True)
     if span.start_ns <= 0:
@@ -257,19 +382,18 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
     status, error_type, finish = outcome_fields(span)
     model, adapter = ctx.attribute(span, engine)
     try:
-        # Positional, in ``RECORD_FIELDS`` order: this runs for every request span, and
-        # matching 25 keyword arguments costs more than the rest of the call.
-        return RequestRecord(
+        # Positional, in ``RECORD_FIELDS`` order: this runs for every request span.
+        row = RecordRow(
             span.trace_id,
             span.span_id,
-            datetime.fromtimestamp(span.start_ns / 1e9, tz=UTC),
+            epoch_seconds(span.start_ns),
             ctx.instance,
             span.service[:MAX_LABEL_LEN],
-            engine,
+            engine._value_,  # the member's value, without the (slower) property
             model,
-            _label(span, TENANT_ATTRS),
-            _label(span, PRIORITY_ATTRS),
-            _label(span, OPERATION_ATTRS),
+            span.label(TENANT_ATTRS),
+            span.label(PRIORITY_ATTRS),
+            span.label(OPERATION_ATTRS),
             t.ttft_s,
             derive_tpot(t),
             t.e2e_s,
@@ -282,17 +406,20 @@ def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext
             t.input_tokens,
             t.output_tokens,
             t.cached_tokens,
-            status,
+            status._value_,
             error_type,
             finish,
             adapter,
-            Role.PREFILL if ctx.role is Role.PREFILL else Role.UNIFIED,
+            _PREFILL if ctx.role is Role.PREFILL else _UNIFIED,
             "",
             None,
             t.kv_transfer_s,
         )
+        if not _plainly_valid(row):
+            row.record(datetime.fromtimestamp(span.start_ns / 1e9, tz=UTC))  # or it raises
     except (InvalidRecord, ValueError, OverflowError, OSError) as exc:
         return Skipped("invalid_value", engine.value, rejected=True, detail=str(exc)[:200])
+    return row
 
 
 def tokens(span: SpanView, *names: str) -> int | None:
@@ -325,7 +452,7 @@ def classify_stage(name: str) -> str | None:
     return None
 
 
-def stage_fragment(span: SpanView, stage: str, service: str = "") -> Outcome:
+def stage_fragment(span: SpanView, stage: str, service: str = "") -> StageFragment | Skipped:
     seconds = span.duration_s
     if not span.trace_id or not span.span_id:
         return Skipped("invalid_id", rejected=True)

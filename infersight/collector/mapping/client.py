@@ -85,10 +85,6 @@ def source_of(span: SpanView) -> str:
     return "genai"
 
 
-def _label(span: SpanView, names: tuple[str, ...]) -> str:
-    return as_str(span.attr(*names))[:MAX_LABEL_LEN]
-
-
 def _ttft(span: SpanView) -> tuple[float | None, TtftSource]:
     measured = as_float(span.attr(*TTFT_ATTRS))
     if measured is not None:
@@ -113,10 +109,10 @@ def map_span(span: SpanView) -> ClientRecord | Skipped:
             start=datetime.fromtimestamp(span.start_ns / 1e9, tz=UTC),
             service=span.service[:MAX_LABEL_LEN],
             source=source_of(span),
-            provider=_label(span, PROVIDER_ATTRS),
-            model=_label(span, MODEL_ATTRS),
-            tenant=_label(span, TENANT_ATTRS),
-            operation=_label(span, OPERATION_ATTRS),
+            provider=span.label(PROVIDER_ATTRS),
+            model=span.label(MODEL_ATTRS),
+            tenant=span.label(TENANT_ATTRS),
+            operation=span.label(OPERATION_ATTRS),
             e2e_s=span.duration_s,
             ttft_s=ttft,
             ttft_source=ttft_source,

@@ -9,11 +9,15 @@ import this package."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from infersight.collector import engines
 from infersight.collector.mapping import client, genai
 from infersight.collector.mapping.base import (
+    Mapped,
     MappingContext,
     Outcome,
+    RecordRow,
     Skipped,
     classify_stage,
     stage_fragment,
@@ -26,7 +30,17 @@ def guess_engine(span: SpanView) -> str:
 
 
 def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
-    """The outcome for one span; never raises for bad data."""
+    """The outcome for one span, a request as its ``RequestRecord``; never raises for bad
+    data."""
+    outcome = map_row(span, ctx)
+    if isinstance(outcome, RecordRow):
+        return outcome.record(datetime.fromtimestamp(span.start_ns / 1e9, tz=UTC))
+    return outcome
+
+
+def map_row(span: SpanView, ctx: MappingContext) -> Mapped:
+    """The outcome for one span, a request as its ``RecordRow`` (what the ingest path
+    spools); never raises for bad data."""
     try:
         if client.claims(span):
             return client.map_span(span)

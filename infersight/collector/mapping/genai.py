@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Final
 
 from infersight.collector.mapping.base import (
+    Mapped,
     MappingContext,
-    Outcome,
     Skipped,
     Timings,
     build_record,
@@ -69,7 +69,7 @@ def timings(span: SpanView) -> Timings:
     )
 
 
-def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
+def map_span(span: SpanView, ctx: MappingContext) -> Mapped:
     engine = engine_of(span)
     if span.kind == KIND_CLIENT:
         return Skipped("client_span", engine.value)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Final
 
-from infersight.collector.mapping.base import Outcome, StageFragment, stage_fragment
+from infersight.collector.mapping.base import Skipped, StageFragment, stage_fragment
 from infersight.collector.mapping.spans import SpanView, as_str
 from infersight.core.records import MAX_LABEL_LEN
 
@@ -45,7 +45,7 @@ def claims(span: SpanView) -> bool:
     return span.name in STAGES and span.has_prefix(PREFIX)
 
 
-def map_span(span: SpanView) -> Outcome:
+def map_span(span: SpanView) -> StageFragment | Skipped:
     outcome = stage_fragment(span, STAGES[span.name])
     target = as_str(span.attributes.get(PREFILL_TARGET))[:MAX_LABEL_LEN]
     if target and isinstance(outcome, StageFragment):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from infersight.collector.mapping.base import MappingContext, Outcome, Timings, build_record, tokens
+from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_record, tokens
 from infersight.collector.mapping.spans import SpanView, as_float
 from infersight.core.records import Engine
 
@@ -46,5 +46,5 @@ def timings(span: SpanView) -> Timings:
     )
 
 
-def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
+def map_span(span: SpanView, ctx: MappingContext) -> Mapped:
     return build_record(span, Engine.SGLANG, timings(span), ctx)

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
+from infersight.core.records import MAX_LABEL_LEN
+
 AttrValue = str | bool | int | float | bytes | tuple[Any, ...] | None
 
 #: OTLP span status codes.
@@ -100,6 +102,14 @@ class SpanView(NamedTuple):
                 return self.attributes[name]
         return None
 
+    def label(self, names: tuple[str, ...]) -> str:
+        """``as_str(self.attr(*names))`` cut to ``MAX_LABEL_LEN`` characters."""
+        attributes = self.attributes
+        for name in names:
+            if name in attributes:
+                return as_str(attributes[name])[:MAX_LABEL_LEN]
+        return ""
+
     def has_prefix(self, prefix: str) -> bool:
         return any(key.startswith(prefix) for key in self.attributes)
 
@@ -107,6 +117,8 @@ class SpanView(NamedTuple):
 def as_float(value: AttrValue) -> float | None:
     """A number from a numeric or numeric-string attribute; NaN and infinities are kept so
     that validation can reject them as absurd rather than treating them as absent."""
+    if type(value) is float:  # the common case first: this runs for every timing read
+        return value
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int | float):
@@ -120,6 +132,8 @@ def as_float(value: AttrValue) -> float | None:
 
 
 def as_int(value: AttrValue) -> int | None:
+    if type(value) is int:  # the common case first (``bool`` is not ``int`` here)
+        return value
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -131,7 +145,7 @@ def as_int(value: AttrValue) -> int | None:
 
 
 def as_str(value: AttrValue) -> str:
-    if isinstance(value, str):
+    if type(value) is str or isinstance(value, str):
         return value
     if value is None or isinstance(value, bytes | tuple):
         return ""
@@ -148,12 +162,30 @@ def parse_duration(value: AttrValue) -> float | None:
     return as_float(value)
 
 
+#: Finish-reason attributes already read (the same few strings come on every span), up to
+#: ``_FINISH_CACHE_SIZE`` of them, each at most ``_FINISH_CACHE_LEN`` characters.
+_FINISH_CACHE: Final[dict[str, str]] = {}
+_FINISH_CACHE_SIZE: Final = 256
+_FINISH_CACHE_LEN: Final = 64
+
+
 def first_finish_reason(value: AttrValue) -> str:
     """vLLM sends ``gen_ai.response.finish_reasons`` as a JSON-encoded list in a string;
     the semantic conventions send a string array."""
     if isinstance(value, tuple):
         return as_str(value[0]) if value else ""
-    text = as_str(value).strip()
+    text = as_str(value)
+    known = _FINISH_CACHE.get(text)
+    if known is not None:
+        return known
+    reason = _first_in_text(text)
+    if len(text) <= _FINISH_CACHE_LEN and len(_FINISH_CACHE) < _FINISH_CACHE_SIZE:
+        _FINISH_CACHE[text] = reason
+    return reason
+
+
+def _first_in_text(text: str) -> str:
+    text = text.strip()
     if text.startswith("["):
         try:
             decoded = json.loads(text)

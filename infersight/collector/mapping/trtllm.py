@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from infersight.collector.mapping import vllm
-from infersight.collector.mapping.base import MappingContext, Outcome, Timings, build_record
+from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_record
 from infersight.collector.mapping.spans import SpanView, as_float
 from infersight.core.records import Engine
 
@@ -37,5 +37,5 @@ def timings(span: SpanView) -> Timings:
     return vllm.timings(span)._replace(kv_transfer_s=kv)
 
 
-def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
+def map_span(span: SpanView, ctx: MappingContext) -> Mapped:
     return build_record(span, Engine.TRTLLM, timings(span), ctx)
