@@ -35,8 +35,10 @@ connections and through PgBouncer in transaction pooling mode (``--modes``):
   serialised on rows, ``IO:WALSync`` the commit flush, ``CPU`` none).
 
 References, same run: raw binary ``COPY`` of the same rows into an unindexed table and one
-in-process store writer (no spool, batches of 2000), both from ``bench/bench_storage.py``;
-each fleet's rate is printed as a ratio to N=1 direct and to the single writer.
+in-process store writer (no spool, batches of 2000), both from ``bench/bench_storage.py``,
+timed before every configuration and after the last, so that each configuration has one just
+before and one just after it; each fleet's rate is printed as a ratio to N=1 direct and to the
+single writer (against the writer before and after it: median and min–max).
 
 A throwaway database is created and dropped; the store is truncated between configurations.
 Workers are killed on any error or Ctrl-C (they also exit when their stdin closes).
@@ -53,6 +55,7 @@ import os
 import random
 import selectors
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,6 +72,7 @@ import numpy as np
 import psutil
 import psycopg
 from bench_storage import fresh_postgres, reference_copy, synth
+from harness.interleave import ratio_spread, spread
 from harness.results import write_json
 from sqlalchemy.engine import make_url
 
@@ -550,13 +554,25 @@ def through(mode: str, url: str) -> Iterator[tuple[str, dict[str, Any]]]:
         yield bouncer.url, {"connect_args": {"prepare_threshold": None}}
 
 
-def print_table(rows: list[dict[str, Any]], refs: dict[str, float]) -> None:
+def median_refs(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+
+
+def print_table(rows: list[dict[str, Any]], ref_rounds: list[dict[str, float]]) -> None:
+    """The table; ``ref_rounds``: the references timed before each row and after the last
+    (``ref_rounds[i]`` and ``[i + 1]`` bracket row ``i``): ×writer against both, median
+    (min–max)."""
     reference = next((r["sustained_per_s"] for r in rows if r["mode"] == "direct" and r["n"] == 1),
                      0.0)  # fmt: skip
+    refs = median_refs(ref_rounds)
+    copy_ratio = ratio_spread(
+        [r["writer_per_s"] for r in ref_rounds], [r["copy_per_s"] for r in ref_rounds]
+    )
     print(f"reference: raw binary COPY {refs['copy_per_s']:,.0f} records/s; one store writer "
           f"(no spool) {refs['writer_per_s']:,.0f} records/s "
-          f"({refs['writer_per_s'] / refs['copy_per_s']:.2f}× COPY)")  # fmt: skip
-    head = (f"{'mode':<9} {'N':>3} {'sustained/s':>11} {'×N=1':>6} {'×writer':>7} "
+          f"({copy_ratio.text()} COPY); medians of {len(ref_rounds)} timings, before each row "
+          "and after the last; ×writer: against the writer before and after the row")  # fmt: skip
+    head = (f"{'mode':<9} {'N':>3} {'sustained/s':>11} {'×N=1':>6} {'×writer':>19} "
             f"{'P50 ack→vis':>11} {'P99 ack→vis':>11} {'PG CPU':>6} {'cluster':>7} "
             f"{'sidecars':>8} {'host':>5} {'conns':>5}  limit (first failed step)")  # fmt: skip
     print(head)
@@ -575,9 +591,13 @@ def print_table(rows: list[dict[str, Any]], refs: dict[str, float]) -> None:
             return seconds(at.get(key))
 
         rate = row["sustained_per_s"]
+        around = ref_rounds[rows.index(row) : rows.index(row) + 2]
+        versus = spread([rate / r["writer_per_s"] for r in around])
+        row["writer_ratio"] = versus.as_dict()
         print(
             f"{row['mode']:<9} {row['n']:>3} {rate:>11,.0f} "
-            f"{rate / reference if reference else 0:>5.2f}× {rate / refs['writer_per_s']:>6.2f}× "
+            f"{rate / reference if reference else 0:>5.2f}× "
+            f"{versus.text().replace(', 2 rounds', ''):>19} "
             f"{sec('p50_ack_visible_s'):>11} {sec('p99_ack_visible_s'):>11} {pct('pg_cpu'):>6} "
             f"{pct('cluster_cpu'):>7} {pct('fleet_cpu'):>8} {pct('host_cpu'):>5} "
             f"{at.get('connections', '-'):>5}  {why}"
@@ -631,20 +651,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         engine = create_store_engine(url)
         migrate.upgrade(engine)
         engine.dispose()
-        refs = references(url, args.reference_records)
-        progress(
-            f"references: COPY {refs['copy_per_s']:,.0f}/s, writer {refs['writer_per_s']:,.0f}/s"
-        )
+        ref_rounds: list[dict[str, float]] = []
+
+        def reference_round() -> None:
+            truncate(dsn)
+            ref_rounds.append(references(url, args.reference_records))
+            progress(f"references: COPY {ref_rounds[-1]['copy_per_s']:,.0f}/s, "
+                     f"writer {ref_rounds[-1]['writer_per_s']:,.0f}/s")  # fmt: skip
+
+        # The references bracket every configuration: timed before each and after the last.
         with tempfile.TemporaryDirectory() as tmp:
             for mode in modes:
                 with through(mode, url) as (store, engine_kwargs):
                     for n in fleet_sizes:
+                        reference_round()
                         truncate(dsn)
                         rows.append(run_config(mode, n, store, admin_dsn, str(database),
                                                Path(tmp), args, engine_kwargs))  # fmt: skip
-        print_table(rows, refs)
+        reference_round()
+        print_table(rows, ref_rounds)
     finally:
         drop()
+    refs = {**median_refs(ref_rounds), "rounds": ref_rounds}
     results = {"references": refs, "fleet": rows, "settings": {
         k: getattr(args, k) for k in ("step_s", "lag_limit_s", "window_s", "ship_interval_s",
                                       "export_max_s", "start_rate", "max_rate")}}  # fmt: skip
