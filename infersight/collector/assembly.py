@@ -40,8 +40,9 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -51,6 +52,7 @@ from infersight.collector.mapping.base import PD_STAGES, STAGE_FIELDS, Link, Pla
 from infersight.collector.mapping.spans import KIND_SERVER
 from infersight.core.errors import InvalidInput, InvalidRecord
 from infersight.core.records import RequestRecord, Role
+from infersight.core.sequences import LateSequence, merge_sequences
 
 Piece = StageFragment | Link
 
@@ -354,51 +356,87 @@ def fold_sequences(
     return out, sequences
 
 
-def merge_sequences(siblings: Sequence[RequestRecord]) -> RequestRecord | None:
-    """The user's request from its sequences' records: what the user felt and what was done.
+class SequenceMemory:
+    """The requests a sidecar stored lately, by their parallel-sampling group (trace,
+    parent span, engine request id), so that a sequence coming after its request was stored
+    is recognised as late and folded into the stored row (``split``) instead of being
+    stored as a request of its own.
 
-    The key, labels, prompt and the stages up to the first token are those of the sequence
-    whose first token came first (ties: the lowest span id, so a replay folds the same way);
-    TTFT is that first token; end to end runs from the earliest start to the last sequence's
-    end; output tokens are summed, the prompt (and its cached part) counted once; TPOT is the
-    sequences' time per output token weighted by their tokens after the first; decode and
-    postprocessing the longest; an error in any sequence fails the request. ``None`` when the
-    folded record would be implausible (``RequestRecord``'s bounds)."""
-    ordered = sorted(
-        siblings,
-        key=lambda r: (r.ttft_s if r.ttft_s is not None else math.inf, r.span_id),
-    )
-    first = ordered[0]
-    start = min(r.start for r in siblings)
-    ends = [r.start.timestamp() + r.e2e_s for r in siblings if r.e2e_s is not None]
-    e2e = max(ends) - start.timestamp() if ends else first.e2e_s
-    outputs = [r.output_tokens for r in siblings if r.output_tokens is not None]
-    weighted = [
-        (r.tpot_s, r.output_tokens - 1)
-        for r in siblings
-        if r.tpot_s is not None and r.output_tokens is not None and r.output_tokens > 1
-    ]
-    weight = sum(w for _, w in weighted)
-    tpot = sum(v * w for v, w in weighted) / weight if weight else first.tpot_s
-    failed = next((r for r in ordered if r.is_error), None)
-    last = max(siblings, key=lambda r: (r.e2e_s or 0.0, r.span_id))
-    updates: dict[str, Any] = {
-        "start": start,
-        "e2e_s": e2e,
-        "tpot_s": tpot,
-        "output_tokens": sum(outputs) if outputs else None,
-        "decode_s": max((r.decode_s for r in siblings if r.decode_s is not None), default=None),
-        "postprocess_s": max(
-            (r.postprocess_s for r in siblings if r.postprocess_s is not None), default=None
-        ),
-        "finish_reason": last.finish_reason,
-    }
-    if failed is not None:
-        updates.update(status=failed.status, error_type=failed.error_type)
-    try:
-        return dataclasses.replace(first, **updates)
-    except InvalidRecord:
-        return None
+    Bounded: at most ``capacity`` groups, each kept ``keep_s`` (the oldest go first). A
+    sequence later than that, or whose request was stored before the sidecar restarted, is
+    stored as a request of its own, as it was before there was a fold."""
+
+    def __init__(
+        self,
+        capacity: int = 32_768,
+        keep_s: float = 900.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.capacity = capacity
+        self.keep_s = keep_s
+        self._clock = clock
+        self._stored: OrderedDict[tuple[str, str, str], tuple[float, tuple[datetime, str, str]]]
+        self._stored = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    @staticmethod
+    def _groups(
+        requests: Sequence[Request],
+    ) -> tuple[dict[tuple[str, str], tuple[str, str, str]], dict[tuple[str, str, str], list[str]]]:
+        by_key: dict[tuple[str, str], tuple[str, str, str]] = {}
+        members: dict[tuple[str, str, str], list[str]] = {}
+        for request in requests:
+            place = request.place
+            if place is None or not place.request_id:
+                continue
+            record = request.record
+            group = (record.trace_id, place.parent_span_id, place.request_id)
+            if (record.trace_id, record.span_id) not in by_key:
+                by_key[record.trace_id, record.span_id] = group
+                members.setdefault(group, []).append(record.span_id)
+        return by_key, members
+
+    def split(
+        self, records: list[RequestRecord], requests: Sequence[Request]
+    ) -> tuple[list[RequestRecord], list[LateSequence]]:
+        """``records`` (assembled from ``requests``) as those to store and the late
+        sequences of requests stored before (to fold into them)."""
+        self._expire()
+        if not self._stored:
+            return records, []
+        by_key, members = self._groups(requests)
+        kept: list[RequestRecord] = []
+        late: list[LateSequence] = []
+        for record in records:
+            group = by_key.get((record.trace_id, record.span_id))
+            held = self._stored.get(group) if group is not None else None
+            if group is None or held is None or held[1][2] in members[group]:
+                kept.append(record)  # no request stored before, or this is it again
+                continue
+            late.append(LateSequence(held[1], record, tuple(members[group])))
+        return kept, late
+
+    def remember(self, records: Sequence[RequestRecord], requests: Sequence[Request]) -> None:
+        """The requests just stored, by their group (the first stored of a group stays)."""
+        by_key, _ = self._groups(requests)
+        if not by_key:
+            return
+        now = self._clock()
+        stored = self._stored
+        for record in records:
+            group = by_key.get((record.trace_id, record.span_id))
+            if group is not None and group not in stored:
+                stored[group] = (now, (record.start, record.trace_id, record.span_id))
+        while len(stored) > self.capacity:
+            stored.popitem(last=False)
+
+    def _expire(self) -> None:
+        horizon = self._clock() - self.keep_s
+        stored = self._stored
+        while stored and next(iter(stored.values()))[0] < horizon:
+            stored.popitem(last=False)
 
 
 class _Trace:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol, runtime_checkable
 
-from infersight.collector.assembly import Piece, Reassembly, Request, assemble
+from infersight.collector.assembly import Piece, Reassembly, Request, SequenceMemory, assemble
 from infersight.collector.codec import (
     Kind,
     decode_client,
@@ -54,6 +54,7 @@ from infersight.collector.spool import Spool, Stored
 from infersight.core.client import ClientRecord
 from infersight.core.errors import ConfigurationError, InvalidInput, InvalidRecord, Unavailable
 from infersight.core.records import RequestRecord
+from infersight.core.sequences import LateSequence
 from infersight.core.write import ClientSink, Sink, WriteResult
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,8 @@ class Shipper:
         self.adapters = adapters
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
+        #: Requests stored lately, by parallel-sampling group (late sequences fold into them).
+        self.sequences = SequenceMemory()
         #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
         self.reassembly = reassembly or Reassembly()
         #: Least time from the start of a pass that stored records to the next pass, while
@@ -170,6 +173,8 @@ class Shipper:
         #: Least time between two passes that ship samples (0: every pass).
         self.samples_every_s = samples_every_s
         self._clock = clock or spool.now
+        #: Records spooled before this (their window ended by then) may be replays.
+        self._started_at = self._clock()
         self._samples_shipped_at = float("-inf")
         # What /metrics and /healthz report, true at any moment: the oldest eligible times
         # are refreshed after every pass, failed or not, and every REFRESH_S while waiting;
@@ -346,7 +351,11 @@ class Shipper:
                 kept.append(entry)
                 pieces.append(piece)
         assembly = assemble(requests, pieces, self.adapters())
-        self._write_records(assembly.records)
+        records, late = self._late_sequences(stored, assembly.records, requests)
+        self._write_records(records)
+        if late:
+            self._fold_late(late)
+        self.sequences.remember(records, requests)
         settled = [kept[j].seq for j in assembly.merged]
         for reason, indexes in assembly.refused.items():
             settled += [kept[j].seq for j in indexes]
@@ -358,6 +367,34 @@ class Shipper:
         if assembly.disaggregated:
             self.metrics.disaggregated.inc(assembly.disaggregated)
         return len(stored)
+
+    def _late_sequences(
+        self, stored: list[Stored], records: list[RequestRecord], requests: list[Request]
+    ) -> tuple[list[RequestRecord], list[LateSequence]]:
+        """Parallel sampling's late sequences (``assembly.SequenceMemory``), when the sink
+        folds them into stored rows (the store writer); and, for records spooled before this
+        process started, without those a fold stored already (a replay after a crash)."""
+        sink = self.sink
+        if sink is None or not hasattr(sink, "fold_sequences"):
+            return records, []
+        boundary = self._started_at + self.reassembly.window_s
+        if any(s.ready_at <= boundary for s in stored):
+            keys = [
+                (r.record.trace_id, r.record.span_id)
+                for r in requests
+                if r.place is not None and r.place.request_id
+            ]
+            done = getattr(sink, "folded")(keys) if keys else set()  # noqa: B009 (not in Sink)
+            if done:
+                records = [r for r in records if (r.trace_id, r.span_id) not in done]
+        return self.sequences.split(records, requests)
+
+    def _fold_late(self, late: list[LateSequence]) -> None:
+        result = self._sink().fold_sequences(late)  # type: ignore[attr-defined]
+        self._round_trips += 1
+        if result.duplicates:
+            self.metrics.ship_duplicates.inc(result.duplicates)
+        self.metrics.sequences_merged.inc(result.inserted)
 
     def _decode(self, entry: Stored) -> Request | None:
         try:

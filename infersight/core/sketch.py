@@ -152,6 +152,38 @@ class QuantileSketch:
         self.min = min(self.min, other.min)
         self.max = max(self.max, other.max)
 
+    def subtract(self, other: QuantileSketch) -> None:
+        """Take back values ``other`` holds that were merged or added here before (a stored
+        request corrected: its old values out, its new ones in). Counts, buckets and the sum
+        are exact afterwards; ``min`` and ``max`` stay as they were (still bounds of the values
+        left, perhaps no longer reached). Values never held are refused."""
+        if other.alpha != self.alpha:
+            raise InvalidInput(
+                "cannot subtract sketches of different accuracy",
+                details={"left": self.alpha, "right": other.alpha},
+            )
+        if other.count == 0:
+            return
+        at = np.searchsorted(self._keys, other._keys)
+        inside = at < self._keys.size
+        held = inside & (self._keys[np.minimum(at, max(self._keys.size - 1, 0))] == other._keys)
+        if (
+            not bool(np.all(held))
+            or other.zero_count > self.zero_count
+            or bool(np.any(self._counts[at] < other._counts))
+        ):
+            raise InvalidInput("cannot subtract values a sketch does not hold")
+        self._memo = {}
+        counts = self._counts.copy()
+        counts[at] -= other._counts
+        keep = counts > 0
+        self._keys, self._counts = self._keys[keep], counts[keep]
+        self.count -= other.count
+        self.zero_count -= other.zero_count
+        self.sum = max(self.sum - other.sum, 0.0)
+        if self.count == 0:
+            self.min, self.max, self.sum = math.inf, -math.inf, 0.0
+
     def _merge_buckets(self, keys: IntArray, counts: IntArray) -> None:
         if keys.size == 0:
             return

@@ -66,6 +66,21 @@ class RollupDelta:
     key: RollupKey
     counters: dict[str, int]
     sketches: dict[str, QuantileSketch] = field(default_factory=dict)
+    #: Values to take back out of the stored sketches (a stored request corrected:
+    #: ``correction``); counters take back by being negative.
+    removed: dict[str, QuantileSketch] = field(default_factory=dict)
+
+
+def correction(old: Batch, new: Batch) -> list[RollupDelta]:
+    """The deltas that turn the rollups of stored rows ``old`` into those of ``new`` (the
+    same requests, corrected): ``new``'s values in, ``old``'s out."""
+    out: dict[RollupKey, RollupDelta] = {d.key: d for d in deltas_from_batch(new)}
+    for gone in deltas_from_batch(old):
+        delta = out.setdefault(gone.key, RollupDelta(gone.key, dict.fromkeys(COUNTERS, 0)))
+        for name, value in gone.counters.items():
+            delta.counters[name] -= value
+        delta.removed = gone.sketches
+    return list(out.values())
 
 
 def deltas_from_batch(batch: Batch) -> list[RollupDelta]:
@@ -255,15 +270,19 @@ def _merged(row: Any, delta: RollupDelta) -> dict[str, Any]:
     values: dict[str, Any] = {name: row[name] + delta.counters[name] for name in COUNTERS}
     for column in SKETCH_COLUMNS:
         add = delta.sketches.get(column)
+        take = delta.removed.get(column)
         stored = row[column]
-        if add is None:
+        if add is None and (take is None or stored is None):
             values[column] = stored
         elif stored is None:
-            values[column] = add.to_bytes()
+            values[column] = add.to_bytes() if add is not None else None
         else:
             merged = QuantileSketch.from_bytes(stored)
-            merged.merge(add)
-            values[column] = merged.to_bytes()
+            if take is not None:
+                merged.subtract(take)
+            if add is not None:
+                merged.merge(add)
+            values[column] = merged.to_bytes() if merged.count else None
     return values
 
 

@@ -106,6 +106,23 @@ request_parts = Table(
     postgresql_partition_by="RANGE (start)",
 )
 
+#: Parallel sampling: the sequences folded into a request after it was stored (a sibling
+#: that came after the sidecar's reassembly window; ``core.sequences``), one row per
+#: sequence span, naming the stored request (``request_span_id``, its ``start``). The key
+#: makes the fold exactly-once: a sequence shipped again (a retry, a replay after a crash)
+#: is found here and not added twice. Few rows (late sequences only); kept as long as their
+#: request (``start``).
+request_sequences = Table(
+    "request_sequences",
+    metadata,
+    Column("trace_id", String(32), nullable=False),
+    Column("span_id", String(16), nullable=False),
+    Column("request_span_id", String(16), nullable=False),
+    Column("start", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("trace_id", "span_id"),
+    Index("ix_request_sequences_start", "start"),
+)
+
 #: One row per call a client's GenAI instrumentation traced (``core.client.ClientRecord``):
 #: the caller's end to end time and TTFT, never merged into ``requests``; joined to the server's
 #: record by trace id when read (``storage.client_reads``). Partitioned and kept like

@@ -36,10 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import UTC, date, datetime
+from enum import Enum
 from itertools import islice, repeat
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, select, text, tuple_, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from infersight.core.accept import AcceptWindow
@@ -47,6 +48,7 @@ from infersight.core.client import CLIENT_FIELDS, ClientRecord
 from infersight.core.errors import InvalidInput, Unavailable
 from infersight.core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord, Role
 from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.sequences import LateSequence, fold_late_sequence
 from infersight.core.write import Sink, WriteResult
 from infersight.storage import gpu_rollup, rollup
 from infersight.storage.batch import Batch, days_of
@@ -56,6 +58,8 @@ from infersight.storage.tables import (
     client_requests,
     gpu_samples,
     request_parts,
+    request_sequences,
+    requests,
     server_engine_samples,
     server_samples,
 )
@@ -71,6 +75,8 @@ try:  # psycopg's binary row encoder (C with psycopg[binary]); internal, hence t
     _format_row_binary = _encoder
 except ImportError:  # pragma: no cover - another psycopg layout
     _format_row_binary = None
+#: Keys per ``IN`` list when looking rows up by key.
+_KEY_CHUNK: Final = 500
 #: Rows encoded per write to the connection: about 0.5 MiB of request rows.
 _ROWS_PER_WRITE: Final = 2048
 
@@ -224,6 +230,159 @@ class _BaseWriter:
             else:
                 deltas = rollup.deltas_from_batch(fresh)
         return len(batch), len(fresh), deltas
+
+    def fold_sequences(self, late: Sequence[LateSequence]) -> WriteResult:
+        """Fold parallel-sampling sequences that came after their request was stored into
+        the stored row (``core.sequences.fold_late_sequence``), correcting its rollups, in
+        one transaction; exactly once per sequence (``request_sequences``).
+
+        A sequence already folded (a retry, a replay after a crash) is a duplicate; so is a
+        record some of whose sequences were folded before (which part is new cannot be told
+        apart: it is not added twice, and logged). A record whose request is not stored (or
+        with which it would be implausible) is stored as a request of its own, as before
+        there was a fold. ``inserted`` counts the records folded or so stored."""
+        received = len(late)
+        if not late:
+            return WriteResult(0, 0, 0)
+        folded = duplicates = 0
+        alone: list[RequestRecord] = []
+        with _translate_errors(), self.engine.begin() as connection:
+            fresh = self._claim_sequences(connection, late)
+            mine = [
+                fold
+                for fold in late
+                if all((fold.record.trace_id, m) in fresh for m in fold.members)
+            ]
+            partial = [
+                fold
+                for fold in late
+                if fold not in mine
+                and any((fold.record.trace_id, m) in fresh for m in fold.members)
+            ]
+            duplicates = received - len(mine)
+            if partial:
+                log.warning(
+                    "%d late sequence records partly folded before: not added again",
+                    len(partial),
+                )
+            stored = self._stored_requests(connection, [fold.request for fold in mine])
+            olds: dict[tuple[datetime, str, str], RequestRecord] = {}
+            news: dict[tuple[datetime, str, str], RequestRecord] = {}
+            for fold in mine:
+                current = news.get(fold.request) or stored.get(fold.request)
+                merged = None if current is None else fold_late_sequence(current, fold.record)
+                if current is None or merged is None:
+                    alone.append(fold.record)
+                    continue
+                olds.setdefault(fold.request, current)
+                news[fold.request] = merged
+                folded += 1
+            if alone:
+                self._release_sequences(connection, [f for f in mine if f.record in alone])
+                _, stored_alone, deltas = self._store_requests(connection, alone)
+                rollup.apply(connection, deltas)
+                duplicates += len(alone) - stored_alone
+                folded += stored_alone
+            if news:
+                self._update_requests(connection, list(news.values()))
+                keys = list(news)
+                rollup.apply(
+                    connection,
+                    rollup.correction(
+                        Batch.of([olds[k] for k in keys]), Batch.of([news[k] for k in keys])
+                    ),
+                )
+        return WriteResult(received, folded, duplicates)
+
+    def folded(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of ``keys`` (trace id, span id) are sequences already folded into a stored
+        request: a sidecar that restarted asks before shipping records it had spooled
+        before, so that a sequence folded just before a crash is not stored again."""
+        if not keys:
+            return set()
+        c = request_sequences.c
+        out: set[tuple[str, str]] = set()
+        with _translate_errors(), self.engine.connect() as connection:
+            for i in range(0, len(keys), _KEY_CHUNK):
+                chunk = list(keys[i : i + _KEY_CHUNK])
+                query = select(c.trace_id, c.span_id).where(
+                    tuple_(c.trace_id, c.span_id).in_(chunk)
+                )
+                out.update((t, s) for t, s in connection.execute(query))
+        return out
+
+    def _claim_sequences(
+        self, connection: Connection, late: Sequence[LateSequence]
+    ) -> set[tuple[str, str]]:
+        """Insert one ``request_sequences`` row per sequence; the keys that were new."""
+        rows = [
+            {
+                "trace_id": fold.record.trace_id,
+                "span_id": member,
+                "request_span_id": fold.request[2],
+                "start": fold.request[0],
+            }
+            for fold in late
+            for member in fold.members
+        ]
+        c = request_sequences.c
+        statement = (
+            insert_for(connection, request_sequences)
+            .on_conflict_do_nothing()
+            .returning(c.trace_id, c.span_id)
+        )
+        return {(t, s) for t, s in connection.execute(statement, rows)}
+
+    def _release_sequences(self, connection: Connection, late: Sequence[LateSequence]) -> None:
+        """Forget the sequences of records stored as requests of their own (their key in
+        ``requests`` makes them idempotent there)."""
+        c = request_sequences.c
+        keys = [(fold.record.trace_id, m) for fold in late for m in fold.members]
+        for i in range(0, len(keys), _KEY_CHUNK):
+            connection.execute(
+                delete(request_sequences).where(
+                    tuple_(c.trace_id, c.span_id).in_(keys[i : i + _KEY_CHUNK])
+                )
+            )
+
+    def _stored_requests(
+        self, connection: Connection, keys: Sequence[tuple[datetime, str, str]]
+    ) -> dict[tuple[datetime, str, str], RequestRecord]:
+        """The stored requests of ``keys`` (start, trace id, span id), locked for the fold."""
+        c = requests.c
+        out: dict[tuple[datetime, str, str], RequestRecord] = {}
+        wanted = sorted(set(keys))
+        for i in range(0, len(wanted), _KEY_CHUNK):
+            chunk = wanted[i : i + _KEY_CHUNK]
+            query = select(requests).where(tuple_(c.start, c.trace_id, c.span_id).in_(chunk))
+            if connection.dialect.name == "postgresql":
+                query = query.with_for_update()
+            for row in connection.execute(query).mappings():
+                record = RequestRecord(**{name: row[name] for name in RECORD_FIELDS})
+                out[(record.start, record.trace_id, record.span_id)] = record
+        return out
+
+    @staticmethod
+    def _update_requests(connection: Connection, records: Sequence[RequestRecord]) -> None:
+        """Rewrite stored rows with their folded values (the key is kept)."""
+        c = requests.c
+        key = ("start", "trace_id", "span_id")
+        values = [name for name in RECORD_FIELDS if name not in key]
+        statement = (
+            update(requests)
+            .where(
+                and_(*(c[name] == bindparam(f"k_{name}") for name in key)),
+            )
+            .values({name: bindparam(f"v_{name}") for name in values})
+        )
+        rows = []
+        for record in records:
+            row = {f"k_{name}": getattr(record, name) for name in key}
+            for name in values:
+                value = getattr(record, name)
+                row[f"v_{name}"] = value.value if isinstance(value, Enum) else value
+            rows.append(row)
+        connection.execute(statement, rows)
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
         """Store client records, skipping keys already stored (a replayed span is one call).

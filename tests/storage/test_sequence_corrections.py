@@ -1,0 +1,56 @@
+"""What the store-side fold of late parallel-sampling sequences relies on (#30): a sketch
+gives back values it held exactly (counts, buckets, sum), and ``rollup.correction`` turns a
+stored row's rollup contribution into its corrected row's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from infersight.core.errors import InvalidInput
+from infersight.core.records import Engine, RequestRecord
+from infersight.core.sketch import QuantileSketch
+from infersight.storage import rollup
+from infersight.storage.batch import Batch
+
+
+def test_a_sketch_gives_back_exactly_what_it_held() -> None:
+    kept = [0.1, 0.25, 0.25, 3.0, 0.0]
+    sketch = QuantileSketch.of([*kept, 7.5, 0.0])
+    sketch.subtract(QuantileSketch.of([7.5, 0.0]))
+    expected = QuantileSketch.of(kept)
+    assert (sketch.count, sketch.zero_count) == (expected.count, expected.zero_count)
+    assert sketch.sum == pytest.approx(expected.sum)
+    assert sketch.buckets == expected.buckets
+    assert sketch.quantile(0.5) == pytest.approx(expected.quantile(0.5))
+    assert sketch.max == 7.5  # a bound still, no longer reached
+
+
+def test_a_sketch_refuses_to_give_back_what_it_never_held() -> None:
+    sketch = QuantileSketch.of([0.1, 0.2])
+    with pytest.raises(InvalidInput):
+        sketch.subtract(QuantileSketch.of([50.0]))
+    with pytest.raises(InvalidInput):
+        sketch.subtract(QuantileSketch.of([0.1, 0.1]))
+    assert sketch.count == 2
+
+
+def _record(out: int, e2e: float) -> RequestRecord:
+    return RequestRecord(
+        trace_id="a" * 32, span_id="b" * 16, start=datetime(2026, 12, 6, 9, 0, 30, tzinfo=UTC),
+        instance="vllm-0", engine=Engine.VLLM, model="m", ttft_s=0.2, e2e_s=e2e,
+        input_tokens=900, output_tokens=out,
+    )  # fmt: skip
+
+
+def test_a_correction_moves_a_rows_contribution_to_its_corrected_values() -> None:
+    old, new = _record(40, 1.0), _record(340, 6.0)
+    deltas = rollup.correction(Batch.of([old]), Batch.of([new]))
+    assert {d.key.resolution for d in deltas} == {"1m", "1h", "1d"}
+    for delta in deltas:
+        assert delta.counters["requests"] == 0
+        assert delta.counters["input_tokens"] == 0
+        assert delta.counters["output_tokens"] == 300
+        assert delta.removed["e2e_sketch"].sum == pytest.approx(1.0)
+        assert delta.sketches["e2e_sketch"].sum == pytest.approx(6.0)
