@@ -1,7 +1,12 @@
-"""``infersight report weekly [--week 2026-W48] [--out DIR]``: a weekly cost report on demand.
+"""``infersight report weekly [--week 2026-W48 | --partial] [--out DIR]``: a weekly cost report
+on demand.
 
-Generates the report the service's Monday job would (``service.reports``), stores it (so the API
-lists it) and writes ``cost-report-WEEK.html``, ``.csv`` and ``.json`` into DIR.
+Generates the report the service's Monday job would (``service.reports``) and stores it, so the
+API and ``GET /api/v1/reports`` list it. Without ``--week`` it reports the week that ended last,
+or with ``--partial`` the week in progress to date. A week with no data at all is refused (exit
+status 2) and nothing is stored. Files are written only where ``--out DIR`` says:
+``cost-report-WEEK.html``, ``.csv`` and ``.json``; without it the command names the stored
+report and writes nothing (never silently into the current directory).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import click
 
 from infersight.cli.group import current_settings
 from infersight.service.cost_spec import active_model
-from infersight.service.reports import WeeklyReports, previous_week, zone
+from infersight.service.reports import WeeklyReports, default_week, zone
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 
@@ -25,13 +30,18 @@ def report() -> None:
 
 
 @report.command("weekly")
-@click.option("--week", default=None, metavar="YYYY-Www", help="ISO week (default: last week).")
+@click.option(
+    "--week",
+    default=None,
+    metavar="YYYY-Www",
+    help="ISO week (default: the last week that ended; with --partial, the week in progress).",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path(),
-    show_default=True,
-    help="Directory the HTML, CSV and JSON files are written to.",
+    default=None,
+    help="Write the report's HTML, CSV and JSON into this directory (created if missing); "
+    "without it nothing is written, the report is only stored.",
 )
 @click.option(
     "--timezone", default=None, help="IANA time zone (default INFERSIGHT_REPORT_TIMEZONE)."
@@ -39,20 +49,21 @@ def report() -> None:
 @click.option(
     "--partial",
     is_flag=True,
-    help="Allow the current week: report it to date (until now).",
+    help="Report a week that has not ended to date (until now); without --week, this week.",
 )
 @click.pass_context
 def weekly(
-    ctx: click.Context, week: str | None, out: Path, timezone: str | None, partial: bool
+    ctx: click.Context, week: str | None, out: Path | None, timezone: str | None, partial: bool
 ) -> None:
-    """Generate, store and write the cost report of one ISO week.
+    """Generate and store the cost report of one ISO week; --out DIR also writes its files.
 
-    A week with no data is still written, with a notice at its top and a warning on stderr.
+    A week with no data in the store (no requests, no GPU samples) is refused with the window
+    it looked at, and nothing is stored or written.
     """
     settings = current_settings(ctx)
     tz_name = timezone or settings.report_timezone
     now = datetime.now(UTC)
-    period = week or previous_week(now, zone(tz_name))
+    period = week or default_week(now, zone(tz_name), partial=partial)
     engine = create_store_engine(settings.database_url)
     try:
         migrate.upgrade(engine)
@@ -65,6 +76,17 @@ def weekly(
         generated = jobs.generate(period, now, partial=partial)
     finally:
         engine.dispose()
+    summary, title = generated.body["summary"], generated.body["title"]
+    click.echo(
+        f"stored report {generated.id} for {title}: {summary['cost']} "
+        f"{generated.body['currency']}"
+    )
+    if out is None:
+        click.echo(
+            f"  see it with GET /api/v1/reports/{generated.id}/html, or add --out DIR to write "
+            "its HTML, CSV and JSON"
+        )
+        return
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"cost-report-{period}"
     paths = {
@@ -75,9 +97,5 @@ def weekly(
     paths["html"].write_text(generated.html, encoding="utf-8")
     paths["csv"].write_text(generated.csv, encoding="utf-8")
     paths["json"].write_text(json.dumps(generated.body, indent=2, sort_keys=True), encoding="utf-8")
-    summary, title = generated.body["summary"], generated.body["title"]
-    click.echo(f"report {generated.id} for {title}: {summary['cost']} {generated.body['currency']}")
-    if generated.body["notice"]:
-        click.echo(f"warning: {generated.body['notice']}", err=True)
     for path in paths.values():
         click.echo(f"  wrote {path}")

@@ -13,6 +13,7 @@ import csv
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final
 
@@ -105,7 +106,30 @@ def _environment() -> Environment:
         _ENV.filters["label"] = lambda labels: (
             ", ".join(v or "(unattributed)" for v in labels.values()) or "all"
         )
+        _ENV.filters["stamp"] = stamp
+        _ENV.filters["shorten"] = shorten
     return _ENV
+
+
+def stamp(text: str | None) -> str:
+    """An RFC 3339 time of the body as a reader wants it: ``2026-12-06 16:32 UTC`` (to the
+    minute; the exact value stays in the JSON and the element's ``datetime``)."""
+    if not text:
+        return "–"
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def shorten(text: str, most: int) -> str:
+    """``text`` of at most ``most`` characters, cut in its middle (the two ends of a model id or
+    an instance name are what tell them apart)."""
+    if len(text) <= most:
+        return text
+    head = (most - 1) // 2
+    return text[:head] + "…" + text[len(text) - (most - 1 - head) :]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,11 @@ Slack (idempotent per week).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from itertools import pairwise
 from typing import Any, Final
@@ -28,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sqlalchemy import Engine
 
 from infersight.core.cost import CostLine, CostModel, CostResult, quantize
-from infersight.core.errors import ConfigurationError, InvalidInput
+from infersight.core.errors import ConfigurationError, InvalidInput, NotFound
 from infersight.core.savings import RULES, InstanceFacts, find_savings
 from infersight.core.timestamps import iso
 from infersight.core.window import Window
@@ -47,6 +48,7 @@ from infersight.storage import reports as report_store
 from infersight.storage.engine import long_running
 from infersight.storage.outbox import Outbox
 
+log = logging.getLogger(__name__)
 KIND: Final = "weekly"
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 _DAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -95,6 +97,28 @@ def week_of(day: date) -> str:
 def previous_week(now: datetime, tz: ZoneInfo) -> str:
     """The ISO week that ended most recently at ``now`` in ``tz``."""
     return week_of(now.astimezone(tz).date() - timedelta(days=7))
+
+
+def current_week(now: datetime, tz: ZoneInfo) -> str:
+    """The ISO week in progress at ``now`` in ``tz``."""
+    return week_of(now.astimezone(tz).date())
+
+
+def default_week(now: datetime, tz: ZoneInfo, *, partial: bool) -> str:
+    """The week a report covers when none is named: the week in progress when a partial
+    report is asked for (what ``--partial`` is for), else the week that ended last."""
+    return current_week(now, tz) if partial else previous_week(now, tz)
+
+
+def minute_text(at: datetime) -> str:
+    """``2026-12-06 16:30 UTC``: a time as a title shows it (no seconds, no microseconds)."""
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+class EmptyReport(NotFound):
+    """A week with no data at all in the store: no report is stored for it (issue 35)."""
+
+    code = "no_data"
 
 
 def _midnight(day: date, tz: ZoneInfo) -> datetime:
@@ -178,13 +202,15 @@ def _cheapest(model: CostModel) -> Decimal | None:
 
 
 def no_data_notice(period: str, window: Window, result: CostResult) -> str | None:
-    """The notice a report carries when its window holds nothing: no request, no GPU sample."""
+    """What is said of a window that holds nothing: no request, no GPU sample (such a week is
+    refused, ``EmptyReport``, rather than stored as a report of zeros)."""
     if result.total.requests or result.instances or result.unmetered:
         return None
     return (
         f"no data recorded for {period} in this store: no requests and no GPU samples between "
-        f"{iso(window.start)} and {iso(window.end)}, so every figure below is zero. Check the "
-        "week (--week) and the store (INFERSIGHT_DATABASE_URL)."
+        f"{iso(window.start)} and {iso(window.end)}, so no report was made. Check the week "
+        "(--week; --partial reports the week in progress) and the store (--store, "
+        "INFERSIGHT_DATABASE_URL)."
     )
 
 
@@ -232,7 +258,7 @@ def build_weekly(
         "kind": KIND,
         "period": period,
         "partial": to_date,
-        "title": f"{period}, week to date until {iso(now)}" if to_date else period,
+        "title": f"{period}, week to date until {minute_text(now)}" if to_date else period,
         "notice": no_data_notice(period, window, both),
         "timezone": timezone,
         "start": iso(window.start),
@@ -342,6 +368,12 @@ class WeeklyReports:
             now,
             partial=partial,
         )
+        if body["notice"]:
+            # A report of zeros would read like a week that cost nothing: say so, store nothing.
+            raise EmptyReport(
+                body["notice"],
+                details={"week": period, "start": body["start"], "end": body["end"]},
+            )
         html, text = render_html(body), render_csv(body)
         report_id = report_store.save_report(
             self.engine,
@@ -358,9 +390,14 @@ class WeeklyReports:
         )
         return Generated(report_id, period, body, html, text)
 
-    def __call__(self, now: datetime) -> Generated:
-        """Report the week that ended and post its summary to Slack (once per week)."""
-        generated = self.generate(previous_week(now, self.tz), now)
+    def __call__(self, now: datetime) -> Generated | None:
+        """Report the week that ended and post its summary to Slack (once per week); a week
+        with no data is logged, not reported (``None``)."""
+        try:
+            generated = self.generate(previous_week(now, self.tz), now)
+        except EmptyReport as empty:
+            log.warning("weekly report skipped: %s", empty)
+            return None
         if "slack" in self.notifiers:
             link = f"{self.base_url}/api/v1/reports/{generated.id}/html" if self.base_url else ""
             payload = json.dumps(slack_payload(generated.body, link), sort_keys=True)
@@ -371,10 +408,13 @@ class WeeklyReports:
 __all__ = [
     "CSV_COLUMNS",
     "KIND",
+    "EmptyReport",
     "Generated",
     "WeeklyReports",
     "build_weekly",
+    "current_week",
     "day_windows",
+    "default_week",
     "no_data_notice",
     "parse_schedule",
     "parse_week",

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from infersight.alerts.notifiers.slack import SlackNotifier
 from infersight.cli.group import cli
-from infersight.core.errors import ConfigurationError, InvalidInput
+from infersight.core.errors import ConfigurationError, InvalidInput, NotFound
 from infersight.service.notifications import Delivery
 from infersight.service.reports import (
     CSV_COLUMNS,
@@ -279,10 +279,8 @@ def test_serve_schedules_the_report_for_monday_nine_in_the_report_time_zone(week
     assert jobs.runs["report"] == 1
 
 
-def test_a_week_with_no_data_still_makes_a_report(week, tmp_path):
+def test_a_week_with_no_data_makes_no_report(week, tmp_path):
+    """Issue 35 (item 8): refused, not stored as a report of zeros."""
     job = WeeklyReports(week.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
-    generated = job.generate("2026-W40", WEEK.end)
-    assert generated.body["summary"]["cost"] == "0.000000"
-    assert generated.body["savings"] == []
-    assert "No data." in generated.html
-    assert generated.csv.count("\n") == 1 + 7 + 1  # header, seven days, the total
+    with pytest.raises(NotFound, match="no data recorded for 2026-W40"):
+        job.generate("2026-W40", WEEK.end)

@@ -7,17 +7,20 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 
+import numpy as np
 from click.testing import CliRunner
 
 from infersight.cli.group import cli
 from infersight.service.report_render import summary_line
 from infersight.service.reports import WeeklyReports, week_of
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.writer import open_writer
 from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK
+from tests.factories import make_records
 
 PERIOD = "2026-W48"
 EMPTY = "2026-W40"
@@ -35,18 +38,15 @@ def _weekly(week, tmp_path, *args: str):
     )
 
 
-def test_a_week_without_data_says_so_in_the_report_and_on_stderr(week, tmp_path):
+def test_a_week_without_data_is_refused_with_the_window_it_looked_at(week, tmp_path):
+    """Issue 35 (item 8): a week without data is no report of zeros; the refusal names the
+    window (``tests/cost/test_weekly_report_newcomer.py`` checks nothing is stored)."""
     result = _weekly(week, tmp_path, "--week", EMPTY)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code != 0
     notice = f"no data recorded for {EMPTY} in this store"
-    assert f"warning: {notice}" in result.stderr
-    assert notice not in result.stdout
-    html = (tmp_path / f"cost-report-{EMPTY}.html").read_text()
-    # At the top: right after the title, before any figure.
-    assert html.index(notice) < html.index('data-section="summary"')
-    body = json.loads((tmp_path / f"cost-report-{EMPTY}.json").read_text())
-    assert body["notice"].startswith(notice)
-    assert "2026-09-28T00:00:00Z" in body["notice"]  # the window it looked at
+    assert notice in str(result.exception)
+    assert "2026-09-28T00:00:00Z" in str(result.exception)  # the window it looked at
+    assert not list(tmp_path.glob("cost-report-*"))
 
 
 def test_a_week_with_data_has_no_notice(week, tmp_path):
@@ -56,16 +56,26 @@ def test_a_week_with_data_has_no_notice(week, tmp_path):
     assert json.loads((tmp_path / f"cost-report-{PERIOD}.json").read_text())["notice"] is None
 
 
-def test_the_scheduled_job_states_the_same_notice_in_its_summary(week):
-    generated = _job(week).generate(EMPTY, WEEK.end)
-    assert generated.body["notice"].startswith(f"no data recorded for {EMPTY}")
-    # The stored summary line (what the Slack message says) leads with it.
-    assert summary_line(generated.body).startswith(f"Week {EMPTY}: no data recorded")
-    assert f"no data recorded for {EMPTY}" in generated.html
+def test_the_summary_line_of_a_notice_leads_with_it(week):
+    body = _job(week).generate(PERIOD, WEEK.end).body
+    body["notice"] = f"no data recorded for {EMPTY}"
+    # The stored summary line (what the Slack message says) leads with a notice.
+    assert summary_line(body).startswith(f"Week {PERIOD}: no data recorded")
+
+
+def _requests_this_week(store) -> None:
+    now = datetime.now(UTC)
+    monday = datetime.combine(now.date() - timedelta(days=now.weekday()), time(), tzinfo=UTC)
+    start = max(now - timedelta(minutes=6), monday)
+    span = max((now - start) * 0.8, timedelta(milliseconds=10))
+    open_writer(store.engine).write_requests(
+        make_records(np.random.default_rng(11), start, 50, span=span)
+    )
 
 
 def test_the_current_week_is_refused_without_partial_and_named_to_date_with_it(week, tmp_path):
     current = week_of(datetime.now(UTC).date())
+    _requests_this_week(week)  # a week without data is refused (issue 35): give it some
     # The installed command's entry point, which prints the error (CliRunner would raise it).
     entry = [sys.executable, "-c", "from infersight.cli import main; main()"]
     refused = subprocess.run(

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from infersight.api.auth import Scope
 from infersight.api.context import AppContext
 from infersight.api.deps import App, requires
-from infersight.api.errors import described
+from infersight.api.errors import described, responses
 from infersight.api.limits import check_document
 from infersight.api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
 from infersight.api.reads import read_answer
@@ -35,7 +35,7 @@ from infersight.core.errors import InvalidInput
 from infersight.core.timestamps import iso
 from infersight.service.cost_spec import parse_models, to_document
 from infersight.service.cost_view import cost_dict
-from infersight.service.reports import previous_week
+from infersight.service.reports import default_week
 from infersight.storage import cost as cost_store
 from infersight.storage import reports as report_store
 from infersight.storage.reports import ReportInfo
@@ -149,8 +149,11 @@ def list_reports(
     "(`partial` in the answer and the report), as `infersight report weekly --partial` does; "
     "the whole week's report replaces it once generated. A week that has not started, week "
     "53 of a year that has 52, or a week whose window cannot be represented (after 9999-W51) "
-    "is answered 400.",
+    "is answered 400. Without `week`: the week that ended last, or with `partial=true` the "
+    "week in progress. A week with no data at all (no requests, no GPU samples) is answered "
+    "404 `no_data` and nothing is stored.",
     dependencies=_ADMIN,
+    responses=responses(404),
 )
 def generate_weekly(
     app: App,
@@ -163,7 +166,8 @@ def generate_weekly(
 ) -> dict[str, Any]:
     reports = app.reports
     now: datetime = app.clock()
-    generated = reports.generate(week or previous_week(now, reports.tz), now, partial=partial)
+    period = week or default_week(now, reports.tz, partial=partial)
+    generated = reports.generate(period, now, partial=partial)
     stored = report_store.get_report(app.engine, generated.id)
     return {**_info(stored.info), "partial": bool(generated.body["partial"])}
 
