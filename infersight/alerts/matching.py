@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from infersight.alerts.rules import SUPPORT_BASE, CauseRule, Condition
-from infersight.core.signals import FAMILIES, FAMILY_OF, FEATURE_FAMILIES, InstanceSignals
+from infersight.core.signals import (
+    FAMILIES,
+    FAMILY_OF,
+    FEATURE_FAMILIES,
+    STAGES,
+    InstanceSignals,
+)
 
 #: Below this, a reference value counts as zero (ratios then become infinite or 1).
 _TINY: Final = 1e-12
@@ -194,6 +200,10 @@ def unread_support(rule: CauseRule, ctx: Context) -> frozenset[str]:
     )
 
 
+#: Stage signals a split request has none of: its wait is the KV transfer's.
+_QUEUE_SIGNALS: Final = frozenset({"queue_mean", "queue_p90"})
+
+
 def _absent_signals(ctx: Context, family: str, rules: Iterable[CauseRule]) -> list[str]:
     signals = {
         c.signal
@@ -228,10 +238,23 @@ def missing_evidence(
             if family not in summarised:
                 texts.setdefault(family, []).append(verdict.rule.missing[family])
     out = []
+    transfer = ctx.now.get("kv_transfer_p90")
     for family, clauses in texts.items():
         noun = FAMILIES[family]
         if ctx.now.has(family):
-            lacking = ", ".join(_absent_signals(ctx, family, users[family])) or "some signals"
+            absent = _absent_signals(ctx, family, users[family])
+            if transfer is not None and family == STAGES:
+                # Split requests (P/D): the decode instance's wait is the KV transfer's.
+                queued = [name for name in absent if name in _QUEUE_SIGNALS]
+                absent = [name for name in absent if name not in _QUEUE_SIGNALS]
+                if queued and not absent:
+                    out.append(
+                        f"the stage spans of {ctx.instance} have no queue time of their own: "
+                        "its requests were split (prefill/decode), and their wait for a decode "
+                        f"slot is counted in the KV transfer (kv_transfer_p90 {transfer:.3g} s)"
+                    )
+                    continue
+            lacking = ", ".join(absent) or "some signals"
             head = f"the {noun} of {ctx.instance} lack {lacking}"
         else:
             head = f"no {noun} for {ctx.instance}"

@@ -128,3 +128,30 @@ def test_a_slow_kv_transfer_names_its_prefill_to_decode_pair(pack: RulePack) -> 
     assert result.to_dict()["kv_source"] == "10.0.0.4:8200"
     other = diagnose(_window(NOW, {"ttft_p90": 0.3, "queue_p90": 0.2}), _window(REF, {}), pack)
     assert other.to_dict()["kv_source"] is None
+
+
+@pytest.mark.parametrize(("changes", "cause", "signal"), CASES)
+def test_split_requests_are_not_said_to_lack_queue_time(
+    pack: RulePack, changes: Mapping[str, float], cause: Cause, signal: str
+) -> None:
+    """A split request's wait for a decode slot is its KV transfer, not a queue: the evidence
+    says so instead of "the stage spans lack queue_p90"."""
+    result = diagnose(_window(NOW, changes), _window(REF, {}), pack)
+    missing = [
+        *result.missing_evidence,
+        *(m for a in result.alternatives for m in a.missing_evidence),
+    ]
+    assert not any("lack queue" in m for m in missing), missing
+    said = [m for m in missing if "no queue time of their own" in m]
+    assert all("counted in the KV transfer (kv_transfer_p90" in m for m in said)
+
+
+def test_a_unified_instance_without_queue_time_still_says_it_lacks_it(pack: RulePack) -> None:
+    base = {k: v for k, v in HEALTHY.items() if not k.startswith("queue")}
+    changes = {"ttft_p90": 0.6, "requests_waiting": 4}
+    result = diagnose(_window(NOW, changes, base), _window(REF, {}, base), pack)
+    missing = [
+        *result.missing_evidence,
+        *(m for a in result.alternatives for m in a.missing_evidence),
+    ]
+    assert any("lack queue" in m for m in missing), missing
