@@ -11,7 +11,10 @@ A goodput SLI (several targets that must hold together) cannot be counted from r
 sketches hold each metric apart, and which requests met TTFT *and* TPOT is lost there. Goodput
 is counted exactly from raw rows, so its windows reach back as far as raw retention
 (``INFERSIGHT_RAW_RETENTION_DAYS``, 14 days by default): a goodput SLO's window longer than
-that is measured over the raw rows still kept (``goodput_counts``).
+that is measured over the raw rows still kept. With a ``RollupCache`` each closed hour is
+counted from raw rows once and kept while the hour's rollup request count still equals the raw
+rows it was counted over (``RollupCache.goodput_hours``), so a cycle reads raw rows only for
+the partial hours at its windows' ends and for hours that changed.
 """
 
 from __future__ import annotations
@@ -48,7 +51,13 @@ from infersight.core.slo import EventCounts, GoodputUnit, Sli, SliKind, SloSpec
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.documents import NamedDocuments
 from infersight.storage.engine import PerEngine
-from infersight.storage.sql import raw_where, read_segments, rollup_where, sketch_column
+from infersight.storage.sql import (
+    raw_where,
+    read_segments,
+    rollup_where,
+    selected,
+    sketch_column,
+)
 from infersight.storage.tables import SKETCH_COLUMNS, request_rollups, requests, slos
 
 #: Labels of a series (their columns lead the rows read per series).
@@ -255,6 +264,8 @@ class CacheStats:
     sketches_read: int = 0
     """Sketch blobs read and decoded."""
     rows_dropped: int = 0
+    goodput_hours_counted: int = 0
+    """Closed hours a goodput SLI counted from raw rows (new, or changed since)."""
 
 
 class RollupCache:
@@ -291,10 +302,66 @@ class RollupCache:
         self.monotonic = monotonic
         self.stats = CacheStats()
         self._rows: dict[_RowKey, _Row] = {}
+        #: (goodput SLI, selector) → hour → (raw rows counted, events, bad events).
+        self._goodput: dict[tuple[Sli, Selector], dict[datetime, tuple[int, int, int]]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def goodput_hours(
+        self, connection: Connection, sli: Sli, selector: Selector, start: datetime, end: datetime
+    ) -> dict[datetime, tuple[int, int]]:
+        """(events, bad events) of a goodput SLI per closed hour in ``[start, end)`` (both on
+        the hour), for the requests ``selector`` picks: what raw rows say, read from them only
+        for hours not counted before or that changed since.
+
+        An hour's count is kept with the number of raw rows it was counted over, and reused
+        while the hour's rollup request count (one grouped read of the hour rollups per call)
+        equals it: the writer rolls up exactly the rows it stores, in the same transaction, so
+        late data changes the count and the hour is counted again. An hour without rollups has
+        no raw rows either. Hours wholly before the oldest raw row (raw retention removed them,
+        oldest first) count nothing, as raw rows say; the hour that holds the oldest row is
+        always counted afresh. Entries older than ``start`` are dropped: an SLO asks for its
+        longest window every time, so they are never needed again."""
+        if start >= end:
+            return {}
+        hour = timedelta(hours=1)
+        r = request_rollups.c
+        segment = Segment(start, end, Resolution.HOUR)
+        rolled = {
+            bucket: int(n or 0)
+            for bucket, n in connection.execute(
+                select(r.bucket, func.sum(r.requests))
+                .where(rollup_where(segment, selector))
+                .group_by(r.bucket)
+            )
+        }
+        oldest = connection.execute(select(func.min(requests.c.start))).scalar()
+        out: dict[datetime, tuple[int, int]] = {}
+        missing: list[datetime] = []
+        with self._lock:
+            kept = self._goodput.setdefault((sli, selector), {})
+            for bucket in [b for b in kept if b < start]:
+                del kept[bucket]
+            for bucket, n in sorted(rolled.items()):
+                if not n or oldest is None or bucket + hour <= oldest:
+                    out[bucket] = (0, 0)
+                    continue
+                found = kept.get(bucket)
+                if found is not None and found[0] == n and bucket > oldest:
+                    out[bucket] = found[1:]
+                else:
+                    missing.append(bucket)
+        counted = _goodput_by_hour(connection, sli, selector, missing)
+        with self._lock:
+            kept = self._goodput.setdefault((sli, selector), {})
+            for bucket, (rows, events, bad) in counted.items():
+                out[bucket] = (events, bad)
+                if oldest is not None and bucket > oldest:
+                    kept[bucket] = (rows, events, bad)
+            self.stats.goodput_hours_counted += len(counted)
+        return out
 
     def begin(self) -> None:
         """Drop the rows no cycle used for ``idle_s`` seconds."""
@@ -417,6 +484,36 @@ class RollupCache:
             self.stats.sketches_read += len(missing)
 
 
+#: Hours one statement counts for a goodput SLI (three aggregate columns each).
+_HOURS_PER_QUERY: Final = 24
+
+
+def _goodput_by_hour(
+    connection: Connection, sli: Sli, selector: Selector, hours: Sequence[datetime]
+) -> dict[datetime, tuple[int, int, int]]:
+    """(raw rows, events, bad events) of a goodput SLI in each of ``hours`` (hour starts), from
+    raw rows: a statement per run of up to ``_HOURS_PER_QUERY`` consecutive hours."""
+    hour = timedelta(hours=1)
+    runs: list[list[datetime]] = []
+    for bucket in sorted(hours):
+        if runs and runs[-1][-1] + hour == bucket and len(runs[-1]) < _HOURS_PER_QUERY:
+            runs[-1].append(bucket)
+        else:
+            runs.append([bucket])
+    out = {}
+    for run in runs:
+        columns: list[ColumnElement[Any]] = []
+        for bucket in run:
+            inside = and_(requests.c.start >= bucket, requests.c.start < bucket + hour)
+            columns.append(func.coalesce(func.sum(case((inside, 1), else_=0)), 0))
+            columns += _goodput_columns(sli, inside)
+        span = Window(run[0], run[-1] + hour)
+        row = connection.execute(select(*columns).where(raw_where(span, selector))).one()
+        for i, bucket in enumerate(run):
+            out[bucket] = (int(row[3 * i] or 0), int(row[3 * i + 1] or 0), int(row[3 * i + 2] or 0))
+    return out
+
+
 def _fingerprint_columns(connection: Connection) -> list[ColumnElement[Any]]:
     """What identifies a rollup row's sketches: their MD5 on PostgreSQL (computed there, so
     no blob travels); on SQLite, in process, the blobs themselves (``_digest`` hashes them)."""
@@ -526,13 +623,17 @@ class CycleCounter:
 
     def _goodput(self, spec: SloSpec, windows: Iterable[timedelta]) -> dict[timedelta, EventCounts]:
         """A goodput SLI's counts over every window, from raw rows (rollups keep each metric
-        apart): one statement that scans the longest window once and sums each window's events
-        and bad events by its start."""
+        apart). Without a cache: one statement that scans the longest window once and sums each
+        window's events and bad events by its start. With one: the closed hours through
+        ``RollupCache.goodput_hours``, and one statement for the partial hours at the windows'
+        two ends (the same answer)."""
         lengths = sorted(set(windows))
         if not lengths:
             return {}
         if lengths[0] <= timedelta(0):
             raise InvalidInput("windows must be positive")
+        if self.cache is not None:
+            return self._goodput_hourly(spec, lengths)
         columns: list[ColumnElement[Any]] = []
         for length in lengths:
             inside = requests.c.start >= Window.last(length, self.now).start
@@ -545,6 +646,36 @@ class CycleCounter:
             length: EventCounts(int(row[2 * i] or 0), int(row[2 * i + 1] or 0))
             for i, length in enumerate(lengths)
         }
+
+    def _goodput_hourly(
+        self, spec: SloSpec, lengths: list[timedelta]
+    ) -> dict[timedelta, EventCounts]:
+        """``_goodput`` through the cache: each window is its partial hour at the start (raw),
+        its closed hours (kept counts) and the current hour up to ``now`` (raw)."""
+        assert self.cache is not None
+        top = Resolution.HOUR.floor(self.now)
+        starts = {length: self.now - length for length in lengths}
+        firsts = {length: min(Resolution.HOUR.ceil(at), top) for length, at in starts.items()}
+        at = requests.c.start
+        ranges = [and_(at >= top, at < self.now)]
+        ranges += [and_(at >= starts[n], at < firsts[n]) for n in lengths if starts[n] < firsts[n]]
+        columns: list[ColumnElement[Any]] = []
+        for length in lengths:
+            inside = and_(at >= starts[length], or_(at < firsts[length], at >= top))
+            columns += _goodput_columns(spec.sli, inside)
+        row = self.connection.execute(
+            select(*columns).where(or_(*ranges), *selected(requests, spec.selector))
+        ).one()
+        earliest = min(firsts.values())
+        hours = self.cache.goodput_hours(self.connection, spec.sli, spec.selector, earliest, top)
+        out = {}
+        for i, length in enumerate(lengths):
+            events, bad = int(row[2 * i] or 0), int(row[2 * i + 1] or 0)
+            for bucket, (more, worse) in hours.items():
+                if bucket >= firsts[length]:
+                    events, bad = events + more, bad + worse
+            out[length] = EventCounts(events, bad)
+        return out
 
     def _plan(self, length: timedelta) -> list[Segment]:
         if length not in self._plans:

@@ -44,6 +44,7 @@ from infersight.service.evaluation import default_policy
 from infersight.service.specs import parse_spec, parse_specs, to_document
 from infersight.storage import cost as cost_store
 from infersight.storage import slo_store
+from infersight.storage.tables import requests
 from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.conftest import Store
@@ -248,6 +249,53 @@ def test_the_store_counts_goodput_as_the_reference_does(store: Store) -> None:
                     == counted[length]
                 )
             assert counted[timedelta(minutes=30)].bad > 0
+
+
+def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(store: Store) -> None:
+    """Cycles with a ``RollupCache`` (each closed hour counted once, kept while its rollup
+    count holds) answer what raw rows answer, through fresh data, late data into an hour
+    already counted, and raw rows removed by retention while their rollups stay."""
+    cache = slo_store.RollupCache()
+    writer = open_writer(store.engine)
+    present = traffic(T0 - timedelta(hours=8), T0)
+    writer.write_requests(present)
+    windows = sorted({*POLICY.windows, timedelta(days=1)})
+    now = T0 + timedelta(seconds=17)
+    counted_before = 0
+    for cycle in range(8):
+        fresh = traffic(now - timedelta(minutes=20), now)
+        writer.write_requests([r for r in fresh if r.start >= T0])
+        present += [r for r in fresh if r.start >= T0]
+        if cycle == 3:  # late data into an hour counted three cycles ago
+            late = [
+                _record(10**7 + k, T0 - timedelta(hours=3, minutes=k), 5.0, 0.5, 50)
+                for k in range(20)
+            ]
+            writer.write_requests(late)
+            present += late
+        if cycle == 5:  # retention removes the oldest raw rows; their rollups stay
+            cut = T0 - timedelta(hours=6, minutes=30)
+            with store.engine.begin() as connection:
+                connection.execute(requests.delete().where(requests.c.start < cut))
+            present = [r for r in present if r.start >= cut]
+        with store.engine.connect() as connection:
+            for spec in (GOODPUT, GOODPUT_TOKENS):
+                kept = slo_store.CycleCounter(connection, now, cache=cache).count(spec, windows)
+                raw = slo_store.CycleCounter(connection, now).count(spec, windows)
+                assert kept == raw, (cycle, spec.name)
+                for length in windows:
+                    mine = [r for r in present if r.start in Window.last(length, now)]
+                    assert kept[length] == count_events(mine, spec.sli), (cycle, length)
+        hours = cache.stats.goodput_hours_counted - counted_before
+        counted_before = cache.stats.goodput_hours_counted
+        # The first cycle counts every closed hour of the day window (two SLIs); later ones
+        # only the hour that closed, the two hours late data changed and the hour that holds
+        # the oldest raw row (always counted afresh).
+        if cycle == 0:
+            assert hours >= 2 * 8
+        else:
+            assert hours <= 2 * 4, (cycle, hours)
+        now += timedelta(minutes=20)
 
 
 # -- the whole path -------------------------------------------------------------------------
