@@ -56,12 +56,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import grpc
 import httpx
 from bench_collector import export
 from harness import faults
 from harness.faults import Database, Live, Receiver, database, tally, wait_until
 from harness.results import write_json
 
+from infersight.collector.grpc_receiver import GrpcLimits
 from infersight.collector.http_receiver import RECEIVER_LIMITS
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
@@ -584,17 +586,30 @@ def monopolised(
         hog.thread.join(timeout=30)
 
 
+GRPC_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
 def fault_hog(args: argparse.Namespace, work: Path) -> Row:
     cap, api_cap = RECEIVER_LIMITS.max_connections, 64
+    grpc_cap = GrpcLimits().max_connections
     row = Row(
-        f"connection monopoliser (cap + 50 idle sockets; sidecar cap {cap}, serve {api_cap})",
-        f"OTLP, API and /healthz ≥ {MIN_SUCCESS:.0%} success; 0 lost",
+        f"connection monopoliser (cap + 50 idle sockets; sidecar cap {cap}, gRPC {grpc_cap}, "
+        f"serve {api_cap})",
+        f"OTLP (HTTP and gRPC), API and /healthz ≥ {MIN_SUCCESS:.0%} success; 0 lost",
     )
     acked: list[str] = []
     sent = [0]
     figures: dict[str, float] = {}
+    grpc_port = faults.free_port()
     with database(args.postgres_url, "hog") as db:
-        sidecar = faults.start_sidecar(db.url, work / "hog-spool", work / "hog-sidecar.log")
+        sidecar = faults.start_sidecar(
+            db.url,
+            work / "hog-spool",
+            work / "hog-sidecar.log",
+            0,
+            "--otlp-grpc",
+            f"127.0.0.1:{grpc_port}",
+        )
         serve = faults.start_serve(
             db.url,
             work / "hog-serve.log",
@@ -610,19 +625,32 @@ def fault_hog(args: argparse.Namespace, work: Path) -> Row:
                 acked.extend(ids)
             return answer == "200"
 
+        def otlp_grpc() -> bool:
+            """One export on a fresh gRPC connection (the receiver's own accept loop)."""
+            body, ids = export(20, time.time_ns() - 2_000_000_000)
+            sent[0] += len(ids)
+            try:
+                with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                    channel.unary_unary(GRPC_EXPORT)(body, timeout=5)
+            except grpc.RpcError:
+                return False
+            acked.extend(ids)
+            return True
+
         try:
-            for name, label, live, held, attempt in (
-                ("sidecar", "OTLP", sidecar, cap + 50, otlp),
-                ("serve", "API", serve, api_cap + 50,
+            for name, label, live, port, held, attempt in (
+                ("sidecar", "OTLP", sidecar, sidecar.port, cap + 50, otlp),
+                ("sidecar", "OTLP/gRPC", sidecar, grpc_port, grpc_cap + 50, otlp_grpc),
+                ("serve", "API", serve, serve.port, api_cap + 50,
                  lambda: succeeded(f"{serve.url}/api/v1/slos", BEARER)),
             ):  # fmt: skip
                 done, health, reopened = monopolised(
-                    live.port, held, args.hog_s, attempt, f"{live.url}/healthz"
+                    port, held, args.hog_s, attempt, f"{live.url}/healthz"
                 )
                 figures[f"{name} {label}"] = rate(done)
-                figures[f"{name} /healthz"] = rate(health)
+                figures[f"{name} /healthz ({label} hogged)"] = rate(health)
                 progress(
-                    f"hog {name}: {label} {rate(done):.0%} of {len(done)}, /healthz "
+                    f"hog {name} {label}: {label} {rate(done):.0%} of {len(done)}, /healthz "
                     f"{rate(health):.0%} of {len(health)}; {reopened} hogging sockets reopened"
                 )
             wait_until(lambda: tally(db.engine, acked).missing == 0, 60, every=1.0)

@@ -9,12 +9,15 @@ limit, which applies to the decompressed message. Decoding runs in the shared ad
 decode slots (``collector.admission``), and gRPC itself refuses calls beyond the admission's
 places, so messages waiting in gRPC's own queue stay bounded too. Connections are bounded as on
 the HTTP side (``GrpcLimits``): their number, the streams on each, the handshake time, and
-their idle time and age.
+their idle time and age. gRPC itself listens on a loopback port: the public port is
+``collector.grpc_front``'s accept loop, which keeps silent sockets apart from the connection
+cap and relays the rest (the connection policy is its doc).
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from infersight.collector.admission import Admission
 from infersight.collector.auth import authorized
+from infersight.collector.grpc_front import GrpcFront
 from infersight.collector.ingest import Ingested, Ingestor
 from infersight.collector.otlp import PROTOBUF
 from infersight.collector.peers import peer_host
@@ -47,10 +51,17 @@ class _TraceService:
     undecodable message is answered INVALID_ARGUMENT, as OTLP asks, rather than the
     INTERNAL that a failing generated deserializer would produce."""
 
-    def __init__(self, ingestor: Ingestor, token: str | None, admission: Admission) -> None:
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        token: str | None,
+        admission: Admission,
+        peer_of: Callable[[str], str] = lambda peer: peer,
+    ) -> None:
         self.ingestor = ingestor
         self.token = token
         self.admission = admission
+        self.peer_of = peer_of  # the client's address behind the front (grpc_front)
 
     def _decode_and_ingest(self, body: bytes) -> Ingested:
         return self.ingestor.ingest_body(body, "identity", PROTOBUF)
@@ -74,7 +85,7 @@ class _TraceService:
             ingested.durable.result(timeout=ACK_TIMEOUT_S)
         except InfersightError as exc:
             self._refuse(context, exc)
-        self.ingestor.acknowledged(ingested, "grpc", peer_host(context.peer() or ""))
+        self.ingestor.acknowledged(ingested, "grpc", peer_host(self.peer_of(context.peer() or "")))
         response = ExportTraceServiceResponse()
         if ingested.rejected:
             metrics.exports.labels("grpc", "partial").inc()
@@ -109,12 +120,16 @@ class GrpcLimits:
     (``collector.http_receiver.RECEIVER_LIMITS``): an exporter holds one connection, so 128
     is generous."""
 
-    #: Connections beyond it are closed by gRPC as they are accepted.
+    #: Connections relayed to gRPC at most (``collector.grpc_front``: at the cap the idle
+    #: longest is closed for a newcomer, never one in a call).
     max_connections: int = 128
+    #: Connections that have not sent the HTTP/2 preface yet, held apart from the cap (the
+    #: oldest is closed for a newcomer): silent sockets cannot take the relayed places.
+    pending_connections: int = 256
     #: Concurrent streams (calls) on one connection (HTTP/2 ``MAX_CONCURRENT_STREAMS``).
     max_streams_per_connection: int = 16
-    #: Time a new connection has to complete the HTTP/2 handshake (gRPC's default: 120 s),
-    #: so connections that send nothing do not stay open.
+    #: Time a new connection has to send the HTTP/2 preface (``grpc_front``) and complete
+    #: the handshake (gRPC's default: 120 s), so connections that send nothing do not stay.
     handshake_timeout_s: float = 10.0
     #: A connection without calls for this long is closed (GOAWAY; exporters reconnect).
     idle_s: float = 300.0
@@ -122,16 +137,24 @@ class GrpcLimits:
     #: (the counterpart of the HTTP body deadline for a call sent slowly).
     max_age_s: float = 1800.0
     age_grace_s: float = 30.0
+    #: At the cap, a connection without a byte either way for this long may be closed for a
+    #: newcomer that sent the preface (never one in a call: ``grpc_front.CALL_S``).
+    evict_idle_after_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if min(self.max_connections, self.max_streams_per_connection) < 1:
+        if min(self.max_connections, self.max_streams_per_connection) < 1 or (
+            self.pending_connections < 1
+        ):
             raise InvalidInput("gRPC connection limits must be positive")
         if min(self.handshake_timeout_s, self.idle_s, self.max_age_s, self.age_grace_s) <= 0:
             raise InvalidInput("gRPC connection timeouts must be positive")
+        if self.evict_idle_after_s < 0:
+            raise InvalidInput("evict_idle_after_s must not be negative")
 
     def options(self) -> list[tuple[str, int]]:
         return [
-            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            # The front relays at most max_connections; gRPC's own cap is only a backstop.
+            ("grpc.max_allowed_incoming_connections", self.max_connections + 8),
             ("grpc.max_concurrent_streams", self.max_streams_per_connection),
             ("grpc.server_handshake_timeout_ms", int(self.handshake_timeout_s * 1000)),
             ("grpc.max_connection_idle_ms", int(self.idle_s * 1000)),
@@ -163,34 +186,56 @@ class GrpcServer:
         limits: GrpcLimits | None = None,
     ) -> None:
         cap = ingestor.limits.max_body_bytes
+        limits = limits or GrpcLimits()
         admission = admission or Admission()
         places = admission.config.slots + admission.config.waiting
-        options = [("grpc.max_receive_message_length", cap), *(limits or GrpcLimits()).options()]
+        options = [("grpc.max_receive_message_length", cap), *limits.options()]
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otlp-grpc"),
             options=options,
             # Calls beyond these are refused by gRPC before their messages queue up.
             maximum_concurrent_rpcs=max(workers, places) + 1,
         )
-        service = _TraceService(ingestor, token, admission)
+        service = _TraceService(ingestor, token, admission, self._peer_of)
         export = grpc.unary_unary_rpc_method_handler(
             service.export, response_serializer=ExportTraceServiceResponse.SerializeToString
         )
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
         )
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        # gRPC listens on loopback only; the front takes the public address (module doc).
+        upstream = self._server.add_insecure_port("127.0.0.1:0")
         try:
-            self.port = self._server.add_insecure_port(address)
-        except RuntimeError:  # gRPC says only that it failed: a plain bind says why
+            self._front = GrpcFront(
+                host,
+                port,
+                upstream,
+                max_connections=limits.max_connections,
+                pending=limits.pending_connections,
+                preface_s=limits.handshake_timeout_s,
+                idle_evict_s=limits.evict_idle_after_s,
+            )
+        except OSError as exc:
             raise InvalidInput(
-                f"cannot listen on {host}:{port}: {_bind_error(host, port)}"
+                f"cannot listen on {host}:{port}: {exc.strerror or _bind_error(host, port)}"
             ) from None
+        self.port = self._front.port
         self.host = host
+        #: gRPC's own loopback port behind the front (for the overhead benchmark).
+        self.upstream_port = upstream
+
+    def _peer_of(self, grpc_peer: str) -> str:
+        return self._front.peer_of(grpc_peer)
+
+    def front_evictions(self) -> int:
+        """Connections the front closed for a newcomer so far."""
+        return self._front.evicted
 
     def start(self) -> GrpcServer:
         self._server.start()
+        self._front.start()
         return self
 
     def stop(self, grace: float = 2.0) -> None:
+        self._front.stop()
         self._server.stop(grace).wait()

@@ -1,5 +1,7 @@
-"""Connection bounds of the gRPC receiver (``GrpcLimits``): a cap on connections, a
-handshake deadline, and a stream cap per connection advertised in HTTP/2 SETTINGS."""
+"""Connection bounds of the gRPC receiver (``GrpcLimits``, enforced by its own accept loop,
+``collector.grpc_front``): a cap on relayed connections where the stalled and then the idle
+make room for a newcomer and busy ones never do, a preface and handshake deadline, and a
+stream cap per connection advertised in HTTP/2 SETTINGS."""
 
 from __future__ import annotations
 
@@ -8,12 +10,17 @@ import socket
 import struct
 from collections.abc import Callable
 
+import grpc
 import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from infersight.collector.grpc_receiver import GrpcLimits
 from infersight.core.errors import InvalidInput
 from tests.collector.harness import Receiver, encoded, vllm_spans
-from tests.collector.test_collector_hostile import grpc_export
+from tests.collector.test_collector_hostile import EXPORT, grpc_export
+from tests.connection_hog import Hog
+from tests.waiting import until
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = 0x4
@@ -46,30 +53,75 @@ def closed_by_server(sock: socket.socket) -> bool:
     return True
 
 
-def test_connections_beyond_the_cap_are_closed_as_they_open(
+def _calling_channels(receiver: Receiver, count: int) -> list[grpc.Channel]:
+    """``count`` channels (one connection each) that have each made an export."""
+    channels = []
+    for n in range(count):
+        # A channel option of its own per channel, so gRPC does not share one connection.
+        channel = grpc.insecure_channel(receiver.target, options=[("test.channel", n)])
+        channel.unary_unary(EXPORT)(encoded(vllm_spans(1)), timeout=120)
+        channels.append(channel)
+    return channels
+
+
+def test_at_the_cap_a_newcomer_is_closed_when_every_connection_is_in_use(
     make_receiver: Callable[..., Receiver],
 ) -> None:
-    receiver = make_receiver(grpc_limits=GrpcLimits(max_connections=2))
-    held = [connect(receiver), connect(receiver)]
-    for sock in held:
-        sock.sendall(PREFACE + struct.pack(">I", 0)[1:] + bytes([SETTINGS, 0]) + bytes(4))
+    # Connections idle for less than an hour are not closed for another here.
+    limits = GrpcLimits(max_connections=2, evict_idle_after_s=3600)
+    receiver = make_receiver(grpc_limits=limits)
+    channels = _calling_channels(receiver, 2)
     extra = connect(receiver)
-    # It completes its handshake too, so only the cap can close it within CLOSE_WAIT_S (the
-    # handshake deadline, 10 s, would close a silent one anyway).
     with contextlib.suppress(OSError):  # already closed
         extra.sendall(HANDSHAKE)
     try:
         assert closed_by_server(extra)
     finally:
         extra.close()
+    # The two that were there still export.
+    for channel in channels:
+        channel.unary_unary(EXPORT)(encoded(vllm_spans(1)), timeout=120)
+        channel.close()
+    # Once they are gone, exports are served again.
+    assert grpc_export(receiver, encoded(vllm_spans(1))) is None
+
+
+def test_at_the_cap_the_idle_connection_makes_room_for_a_newcomer(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    receiver = make_receiver(grpc_limits=GrpcLimits(max_connections=2, evict_idle_after_s=0))
+    channels = _calling_channels(receiver, 2)
+    try:
+        # A third connection that calls: one of the two idle ones is closed for it.
+        assert grpc_export(receiver, encoded(vllm_spans(1))) is None
+        assert receiver.grpc.front_evictions() >= 1
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def test_connections_stalled_after_the_preface_go_first(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    receiver = make_receiver(grpc_limits=GrpcLimits(max_connections=2, evict_idle_after_s=3600))
+    held = [connect(receiver), connect(receiver)]
+    for sock in held:
+        sock.sendall(HANDSHAKE)  # the handshake, and never a call
+    try:
+        # Were the cap taken by them, this export would fail (nothing idle long enough).
+        assert grpc_export(receiver, encoded(vllm_spans(1))) is None
+        assert closed_by_server(held[0])  # the oldest went
+    finally:
         for sock in held:
             sock.close()
-    # Once they are gone, exports are served again (the quota is given back as they close).
-    for _ in range(100):
-        if grpc_export(receiver, encoded(vllm_spans(1))) is None:
-            break
-    else:
-        pytest.fail("the gRPC receiver did not serve after its connections closed")
+
+
+def test_a_wrong_preface_is_closed_at_once(make_receiver: Callable[..., Receiver]) -> None:
+    receiver = make_receiver()
+    with connect(receiver) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert closed_by_server(sock)
+    assert grpc_export(receiver, encoded(vllm_spans(1))) is None
 
 
 def test_a_connection_that_never_completes_its_handshake_is_closed(
@@ -107,3 +159,24 @@ def test_limits_are_checked() -> None:
         GrpcLimits(max_connections=0)
     with pytest.raises(InvalidInput, match="positive"):
         GrpcLimits(handshake_timeout_s=0)
+
+
+@pytest.mark.parametrize("request_bytes", [b"", PREFACE], ids=["silent", "preface-only"])
+def test_cap_plus_50_hogging_sockets_do_not_shut_out_a_real_exporter(
+    make_receiver: Callable[..., Receiver], request_bytes: bytes
+) -> None:
+    """Issue 32: a client holding the cap + 50 sockets, silent or stalled after the preface,
+    each reopened as the receiver closes it. Before the front, gRPC closed every connection
+    past its cap as it opened, and 0 of 5 exports got through."""
+    cap = 8
+    receiver = make_receiver(grpc_limits=GrpcLimits(max_connections=cap))
+    with Hog("127.0.0.1", receiver.grpc.port, cap + 50, request_bytes) as hog:
+        until(lambda: hog.reopened >= 50, "the hog's sockets closed by the receiver")
+        exporter = GrpcExporter(endpoint=receiver.target, insecure=True, timeout=60)
+        try:
+            results = [exporter.export(vllm_spans(5)) for _ in range(5)]
+        finally:
+            exporter.shutdown()
+        assert hog.reopened > 50  # it kept at it all along
+    assert results == [SpanExportResult.SUCCESS] * 5
+    assert receiver.metrics.exports.labels("grpc", "ok")._value.get() == 5
