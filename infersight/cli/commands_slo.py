@@ -87,6 +87,10 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         sli = next(iter(spec["sli"]))
         if sli == "latency":
             sli = f"{spec['sli']['latency']['metric']}≤{spec['sli']['latency']['threshold']}"
+        elif sli == "goodput":  # its targets together; "/token" when it counts output tokens
+            targets = {k: v for k, v in spec["sli"]["goodput"].items() if k != "per"}
+            sli = "goodput " + ",".join(f"{k}≤{v}" for k, v in targets.items())
+            sli += "/token" if spec["sli"]["goodput"].get("per") == "token" else ""
         value = "-" if state["sli"] is None else f"{state['sli']:.4%}"
         click.echo(
             f"{row['metadata']['name']:<28} {sli:<22} {spec['objective']:>9.4%} "

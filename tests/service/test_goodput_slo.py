@@ -13,11 +13,15 @@ the incident page and the overview, and resolve once the traffic is healthy agai
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -443,3 +447,30 @@ def test_goodput_pages_while_each_single_metric_slo_holds_and_then_resolves(
     assert abs(Decimal(cost["cost_per_million_good_tokens"]) - per_million) < Decimal("0.00001")
     assert Decimal(cost["cost"]) > 0
     assert answer["status"]["events"] == len([r for r in written if r.start in window])
+
+
+def test_the_cli_applies_and_lists_a_goodput_slo(tmp_path: Path) -> None:
+    spec = tmp_path / "goodput.yaml"
+    spec.write_text(
+        "apiVersion: infersight/v1\nkind: SLO\nmetadata: {name: chat-goodput}\n"
+        "spec:\n  sli: {goodput: {ttft: 2s, tpot: 100ms, per: token}}\n"
+        "  window: 7d\n  objective: 0.9\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "INFERSIGHT_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    command = [sys.executable, "-c", "from infersight.cli import main; main()", "slo"]
+    applied = subprocess.run(
+        [*command, "apply", str(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert "created chat-goodput" in applied.stdout
+    listed = subprocess.run(
+        [*command, "list"], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "goodput ttft≤2s,tpot≤0.1s/token" in listed.stdout
