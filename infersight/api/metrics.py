@@ -133,7 +133,8 @@ class StoreCollector(Collector):
         )
         window_bad = GaugeMetricFamily(
             "infersight_slo_window_bad_events",
-            "Bad events (failed, or slower than the threshold) over each policy window.",
+            "Bad events (failed, slower than the threshold, or for goodput: any target missed) "
+            "over each policy window (requests, or output tokens for a per-token goodput SLO).",
             labels=["slo", "window"],
         )
         with self.engine.connect() as connection:
