@@ -7,6 +7,11 @@ and the dashboard. It backfills some healthy history, applies the demo SLOs, pri
 dashboard's URL, then injects one fault after another (the first a minute in) and reports
 incidents as they open, are diagnosed and resolve, until Ctrl-C (or SIGTERM) stops it cleanly.
 
+A demo plays into a store of its own (``cli.demo_store``): a store that already holds requests,
+incidents or load-test runs — the demo run before in this directory — is refused with what it
+holds, and ``--fresh`` moves a SQLite store aside (renamed with the time, kept) and starts anew,
+so the backfill, the ``demo-healthy`` baseline and the incidents announced are this run's own.
+
 ``--virtual`` plays a scenario (mixed-incident by default) into its own store,
 ``./infersight-virtual.db`` unless ``--store`` names one, in virtual time and as fast as the
 machine allows, ending now (or at ``--end``); the API's jobs evaluate the SLOs at every minute
@@ -23,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,8 +36,9 @@ from typing import Any
 import click
 
 from infersight.cli.commands_serve import split_listen
-from infersight.cli.demo_live import DemoStatus, LiveDemo, shift_faults
+from infersight.cli.demo_live import DemoStatus, LiveDemo, check_listen, shift_faults
 from infersight.cli.demo_seed import Seeding
+from infersight.cli.demo_store import held, move_aside, refuse_held
 from infersight.cli.demo_virtual import VIRTUAL_STORE, run_virtual
 from infersight.cli.group import Context, pass_context, read_scenario, read_spec_file
 from infersight.core.burn import Incident
@@ -105,6 +111,12 @@ def _seconds(value: str | None) -> float | None:
     metavar="ISO",
     help="With --virtual: when the played scenario ends (default: now).",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start from a new store when the SQLite store holds data (a demo run before): the "
+    "old file is moved aside, renamed with the time, and kept.",
+)
 @pass_context
 def demo(
     context: Context,
@@ -116,8 +128,14 @@ def demo(
     duration: str | None,
     virtual: bool,
     end: str | None,
+    fresh: bool,
 ) -> None:
-    """Run a simulated fleet with sidecars, the API and the dashboard, and watch incidents."""
+    """Run a simulated fleet with sidecars, the API and the dashboard, and watch incidents.
+
+    A demo plays into a store of its own: one that already holds requests, incidents or
+    load-test runs (a demo run before, in this directory) is refused; --fresh moves a SQLite
+    store aside and starts a new one.
+    """
     duration_s = _seconds(duration)
     history_s = _seconds(history) or 0.0
     first_s = _seconds(first_fault) or 0.0
@@ -131,6 +149,9 @@ def demo(
     # created or migrated.
     slos = read_spec_file(slo_file or _shipped("demo_slos.yaml"), parse_specs)
     plan = read_scenario(scenario or (VIRTUAL_SCENARIO if virtual else _shipped("demo_fleet.yaml")))
+    if not virtual:
+        check_listen(host, port)  # a demo running there: nothing is moved or played
+    _own_store(url, fresh)
     engine = create_store_engine(url, pool_size=10, max_overflow=20)
     try:
         click.echo(f"store: {redact(url)}", err=True)
@@ -145,6 +166,25 @@ def demo(
         _live(demo_, history_s, duration_s)
     finally:
         engine.dispose()
+
+
+def _own_store(url: str, fresh: bool) -> None:
+    """Refuse a store that holds data, or with ``fresh`` move a SQLite one aside (said)."""
+    engine = create_store_engine(url)
+    try:
+        what = held(engine)
+    finally:
+        engine.dispose()
+    if what.empty:
+        return
+    if not fresh:
+        raise refuse_held(url, what)
+    aside = move_aside(url, datetime.now(UTC))
+    click.echo(
+        f"moved the previous store ({what.describe()}) aside to {aside}; this demo starts with "
+        f"a new one (look at the old one with infersight --store sqlite:///{aside} serve)",
+        err=True,
+    )
 
 
 # -- live ----------------------------------------------------------------------------------
@@ -170,11 +210,7 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
     demo_.check_listen()
     with _stop_on_signals() as stop:
         click.echo(f"applied SLOs: {', '.join(demo_.apply_slos())}", err=True)
-        if history_s > 0 and (held := demo_.recent_requests(history_s)):
-            # A demo ran on this store lately: its traffic is the history; adding more would
-            # double the request rate over that stretch.
-            click.echo(f"the store holds {held:,} recent requests: no backfill", err=True)
-        elif history_s > 0:
+        if history_s > 0:  # the store is the demo's own (_own_store): nothing to mix with
             click.echo(
                 f"backfilling {timedelta(seconds=int(history_s))} of healthy history…", err=True
             )
@@ -182,7 +218,7 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
             click.echo(f"  {written:,} requests stored", err=True)
         if stop.is_set():
             return
-        # The healthy history (backfilled, or a recent demo's) is the baseline.
+        # The healthy history backfilled is the baseline.
         history = demo_.history_window(history_s) if history_s > 0 else None
         seeding: Seeding | None = None
         try:

@@ -110,6 +110,21 @@ class _Cancelled(Exception):
     """Raised from the backfill's progress callback when the demo is asked to stop."""
 
 
+def check_listen(host: str, port: int) -> None:
+    """Refuse an API address that is taken (a demo already running there, say) before the
+    demo changes anything."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"the API cannot listen on {host}:{port}: {exc.strerror}"
+            ) from None
+
+
 def shift_faults(scenario: Scenario, first_s: float) -> Scenario:
     """The scenario with every fault moved by the same amount so that the first starts at
     ``first_s`` seconds (the demo's time compression)."""
@@ -157,16 +172,7 @@ class LiveDemo:
 
     def check_listen(self) -> None:
         """Fail before the backfill, not after, when the API's address is taken."""
-        if self.port == 0:
-            return
-        with socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((self.host, self.port))
-            except OSError as exc:
-                raise ConfigurationError(
-                    f"the API cannot listen on {self.host}:{self.port}: {exc.strerror}"
-                ) from None
+        check_listen(self.host, self.port)
 
     def apply_slos(self) -> list[str]:
         now = self._clock()
@@ -210,21 +216,12 @@ class LiveDemo:
         return result.requests
 
     def history_window(self, history_s: float) -> Window:
-        """What ``backfill`` played, else the last ``history_s`` before now (a recent demo's
-        traffic): the window the demo's baseline is captured from."""
+        """What ``backfill`` played, else the last ``history_s`` before now: the window the
+        demo's baseline is captured from."""
         if self._history is not None:
             return self._history
         end = self._clock()
         return Window(end - timedelta(seconds=history_s), end)
-
-    def recent_requests(self, history_s: float) -> int:
-        """Requests the store already holds for the history window (a demo run before)."""
-        since = self._clock() - timedelta(seconds=history_s)
-        with self.engine.connect() as connection:
-            found = connection.execute(
-                select(func.count()).select_from(requests).where(requests.c.start >= since)
-            ).scalar_one()
-        return int(found)
 
     # -- start and stop ------------------------------------------------------------------
 
