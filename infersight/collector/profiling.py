@@ -262,7 +262,8 @@ def _wait(child: subprocess.Popen[bytes], timeout_s: float) -> tuple[int | None,
 
 
 def _reason(message: str, pid: int, native: bool) -> str:
-    text = " ".join(message.split())
+    # py-spy's advice to rerun it under sudo is not the sidecar's to follow: left out.
+    text = " ".join(message.split()).split(" Try running again")[0].rstrip(": ")
     lowered = text.lower()
     first = text[:300] or "no diagnostics"
     if native and "native" in lowered and ("not supported" in lowered or "unsupported" in lowered):

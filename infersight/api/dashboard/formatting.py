@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from infersight.api.dashboard import charts as svg
 from infersight.core.baseline_compare import Direction, MetricComparison
+from infersight.core.profile import PHRASES as PROFILE_PHRASES
 from infersight.core.signals import SIGNALS
 from infersight.core.timestamps import iso
 from infersight.core.window import format_duration
@@ -61,6 +62,9 @@ def burn(rate: float) -> str:
 
 def signal_label(name: str) -> str:
     """A diagnosis signal in words (``core.signals.SIGNALS``: ``unit: meaning``)."""
+    limit = name.removeprefix("profile:")
+    if limit != name:  # a profile's share (``alerts.diagnose.with_profile``)
+        return f"profile: share of busy samples {PROFILE_PHRASES.get(limit, limit)}"
     meaning = SIGNALS.get(name, "").partition(": ")[2]
     return meaning or name.replace("_", " ")
 
@@ -68,6 +72,8 @@ def signal_label(name: str) -> str:
 def signal_value(name: str, value: float | None) -> str:
     if value is None:
         return "–"
+    if name.startswith("profile:"):
+        return f"{value * 100:.0f} %"
     unit = SIGNALS.get(name, "").partition(":")[0]
     if unit == "s":
         return svg.seconds(value)

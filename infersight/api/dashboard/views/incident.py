@@ -21,6 +21,7 @@ from infersight.core.errors import InvalidInput
 from infersight.core.window import format_duration, parse_duration
 from infersight.service.incidents import annotate, history_of
 from infersight.storage import incidents
+from infersight.storage import profiles as profile_store
 
 NAME: Final = "incidents"
 """The page the navigation marks."""
@@ -116,7 +117,30 @@ def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
         "thresholds": thresholds(app.policy, incident),
         "diagnoses": sum(h["diagnosis"] is not None for h in history),
         "elsewhere": latest if _elsewhere(headline, latest) else None,
+        **profile_of(app, incident, headline),
     }
+
+
+#: Rows of the profile's bar lists.
+PROFILE_ROWS: Final = 12
+
+
+def profile_of(
+    app: AppContext, incident: Incident, headline: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The incident's newest profile (``storage.profiles``) for its section: the profile, its
+    limits' shares largest first, and the hottest functions and modules (bar lists)."""
+    profile = profile_store.for_incidents(app.engine, [incident.id]).get(incident.id)
+    instance = (headline or {}).get("instance") or (profile.instance if profile else "")
+    out: dict[str, Any] = {"profile": profile, "profile_instance": instance}
+    result = profile.result if profile is not None else None
+    if result:
+        shares = result.get("shares") or {}
+        out["profile_shares"] = sorted(shares.items(), key=lambda kv: (-float(kv[1]), kv[0]))
+        out["profile_functions"] = list(result.get("self") or [])[:PROFILE_ROWS]
+        out["profile_modules"] = list(result.get("modules") or [])[:PROFILE_ROWS]
+        out["profile_unmeasured"] = sorted({"gil", "lock"} - set(result.get("measured") or []))
+    return out
 
 
 def _elsewhere(headline: dict[str, Any] | None, latest: dict[str, Any] | None) -> bool:

@@ -1,0 +1,3 @@
+"""The API fixtures (``tests.api.conftest``) for the profile pages and routes."""
+
+from tests.api.conftest import api, make_api  # noqa: F401 (fixtures)
