@@ -185,10 +185,12 @@ def _print(result: CapacityPlan) -> None:
 @capacity.command("gpus")
 def gpus() -> None:
     """The GPU spec table."""
-    click.echo(f"{'NAME':<6} {'MEMORY':>9} {'BANDWIDTH':>11} {'16-BIT DENSE':>13}  PRODUCT")
-    for g in load_catalog().gpus.values():
+    table = load_catalog().gpus.values()
+    width = max(len("NAME"), *(len(g.name) for g in table))
+    click.echo(f"{'NAME':<{width}} {'MEMORY':>9} {'BANDWIDTH':>11} {'16-BIT DENSE':>13}  PRODUCT")
+    for g in table:
         click.echo(
-            f"{g.name:<6} {g.memory_bytes / GIB:>6.1f}GiB "
+            f"{g.name:<{width}} {g.memory_bytes / GIB:>6.1f}GiB "
             f"{g.bandwidth_bytes_per_s / 1e9:>7.0f}GB/s {g.dense_flops / 1e12:>8.0f}TFLOPS  "
             f"{g.product}"
         )

@@ -263,9 +263,9 @@ class Catalog:
                     best = (len(need), spec.name)
         if best is not None:
             return self.gpus[best[1]]
-        known = ", ".join(f"{g.name} ({g.product})" for g in self.gpus.values())
+        known = ", ".join(self.gpus)
         raise NotFound(
-            f"unknown GPU {name!r}; known: {known} (see infersight capacity gpus)",
+            f"unknown GPU {name!r}; known: {known} (infersight capacity gpus lists their specs)",
             details={"known": sorted(self.gpus)},
         )
 
