@@ -107,6 +107,14 @@ Arguments: a dict with "root" (the chart's context) and "scrape" (the server's /
     {{- with .model }}
     - --model={{ . }}
     {{- end }}
+    {{- if $s.profiles.enabled }}
+    - --profile-target={{ $s.profiles.target }}
+    - --profile-max-seconds={{ $s.profiles.maxSeconds }}
+    - --profile-rate={{ $s.profiles.rate }}
+    {{- if not $s.profiles.native }}
+    - --profile-no-native
+    {{- end }}
+    {{- end }}
     {{- range $s.extraArgs }}
     - {{ . | quote }}
     {{- end }}
@@ -137,9 +145,19 @@ Arguments: a dict with "root" (the chart's context) and "scrape" (the server's /
   resources:
     {{- toYaml $s.resources | nindent 4 }}
   securityContext:
+    {{- if $s.profiles.enabled }}
+    {{- /* py-spy attaches to the serving process: SYS_PTRACE, effective for root only */}}
+    {{- toYaml (omit $root.Values.securityContext "capabilities") | nindent 4 }}
+    capabilities:
+      drop: [ALL]
+      add: [SYS_PTRACE]
+    runAsNonRoot: {{ gt (int $s.profiles.runAsUser) 0 }}
+    runAsUser: {{ $s.profiles.runAsUser }}
+    {{- else }}
     {{- toYaml $root.Values.securityContext | nindent 4 }}
     runAsNonRoot: true
     runAsUser: {{ $root.Values.podSecurityContext.runAsUser }}
+    {{- end }}
   volumeMounts:
     - name: infersight-spool
       mountPath: /var/lib/infersight/spool
