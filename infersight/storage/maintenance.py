@@ -36,6 +36,7 @@ from infersight.storage.tables import (
     good_token_counts,
     gpu_rollups,
     request_rollups,
+    request_sequences,
     requests,
 )
 
@@ -65,6 +66,12 @@ def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> Maintena
         for table in PARTITIONED:
             created += ensure_partitions(connection, table, ahead, today=today)
             dropped += drop_before(connection, table, today - timedelta(days=policy.raw_days))
+        # The late sequences folded into requests go with their requests' raw days.
+        raw_cutoff = datetime.combine(today - timedelta(days=policy.raw_days), time(), tzinfo=UTC)
+        folded = connection.execute(
+            delete(request_sequences).where(request_sequences.c.start < raw_cutoff)
+        )
+        deleted += max(folded.rowcount, 0)
         for resolution, days in (
             (Resolution.MINUTE, policy.minute_days),
             (Resolution.HOUR, policy.hour_days),

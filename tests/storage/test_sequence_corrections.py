@@ -4,15 +4,18 @@ stored row's rollup contribution into its corrected row's."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import insert, select
 
 from infersight.core.errors import InvalidInput
 from infersight.core.records import Engine, RequestRecord
 from infersight.core.sketch import QuantileSketch
 from infersight.storage import rollup
 from infersight.storage.batch import Batch
+from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.storage.tables import request_sequences
 
 
 def test_a_sketch_gives_back_exactly_what_it_held() -> None:
@@ -54,3 +57,20 @@ def test_a_correction_moves_a_rows_contribution_to_its_corrected_values() -> Non
         assert delta.counters["output_tokens"] == 300
         assert delta.removed["e2e_sketch"].sum == pytest.approx(1.0)
         assert delta.sketches["e2e_sketch"].sum == pytest.approx(6.0)
+
+
+def test_folded_sequences_go_with_their_requests_raw_days(store) -> None:
+    """``request_sequences`` rows older than the raw retention are deleted with the raw days."""
+    now = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    rows = [
+        {"trace_id": "a" * 32, "span_id": "1" * 16, "request_span_id": "0" * 16,
+         "start": now - timedelta(days=30)},
+        {"trace_id": "b" * 32, "span_id": "2" * 16, "request_span_id": "0" * 16,
+         "start": now - timedelta(hours=2)},
+    ]  # fmt: skip
+    with store.engine.begin() as c:
+        c.execute(insert(request_sequences), rows)
+    maintain(store.engine, now, RetentionPolicy(raw_days=7, partition_ahead_days=1))
+    with store.engine.connect() as c:
+        left = [r.trace_id for r in c.execute(select(request_sequences.c.trace_id))]
+    assert left == ["b" * 32]
