@@ -822,3 +822,36 @@ def _measure_columns(measure: _Measure) -> list[ColumnElement[Any]]:
         return [func.count(), func.sum(case((requests.c.status == "error", 1), else_=0))]
     value = requests.c[measure[0]]
     return [func.count(value), func.sum(case((value > measure[1], 1), else_=0))]
+
+
+def goodput_misses(
+    connection: Connection, sli: Sli, window: Window, selector: Selector = Selector()
+) -> dict[str, int]:
+    """Why a goodput SLI's bad events were bad over ``window``, from raw rows, in its events
+    (requests or output tokens): ``events``, ``bad``, ``failed`` (the request failed), and per
+    target ``<metric>`` (succeeded but missed that target, whatever the others did) and
+    ``only_<metric>`` (missed that target alone), and ``several`` (missed more than one)."""
+    r = requests.c
+    weight = _goodput_weight(sli)
+    ok = r.status != "error"
+    missed = {
+        metric: and_(ok, r[column].is_not(None), r[column] > limit)
+        for (metric, _), (column, limit) in zip(sli.targets, sli.limits, strict=True)
+    }
+    over = [case((m, 1), else_=0) for m in missed.values()]
+    count = sum(over[1:], over[0]) if over else literal(0, Integer)
+
+    def total(condition: ColumnElement[bool]) -> ColumnElement[Any]:
+        return func.coalesce(func.sum(case((condition, weight), else_=0)), 0)
+
+    columns: dict[str, ColumnElement[Any]] = {
+        "events": func.coalesce(func.sum(weight), 0),
+        "bad": total(~_good_request(sli)),
+        "failed": total(~ok),
+    }
+    for metric, condition in missed.items():
+        columns[metric] = total(condition)
+        columns[f"only_{metric}"] = total(and_(condition, count == 1))
+    columns["several"] = total(and_(ok, count > 1))
+    row = connection.execute(select(*columns.values()).where(raw_where(window, selector))).one()
+    return {name: int(value or 0) for name, value in zip(columns, row, strict=True)}

@@ -36,6 +36,7 @@ from infersight.core.goodput import GoodLimits, GoodPolicy, limits_of
 from infersight.core.query import Selector
 from infersight.core.records import RequestRecord
 from infersight.core.slo import (
+    GoodputUnit,
     Sli,
     SliKind,
     SloSpec,
@@ -253,6 +254,30 @@ def test_the_store_counts_goodput_as_the_reference_does(store: Store) -> None:
                     == counted[length]
                 )
             assert counted[timedelta(minutes=30)].bad > 0
+            # Why they were bad: failed, one target alone, or several (the SLO page's table).
+            window = Window.last(timedelta(hours=1), now)
+            mine = [r for r in records if r.start in window]
+            misses = slo_store.goodput_misses(connection, spec.sli, window, spec.selector)
+
+            def weight(r: RequestRecord, sli: Sli = spec.sli) -> int:
+                return 1 if sli.per is GoodputUnit.REQUEST else (r.output_tokens or 0)
+
+            ok = [r for r in mine if not r.is_error]
+            ttft = [r for r in ok if r.ttft_s is not None and r.ttft_s > 2.0]
+            tpot = [r for r in ok if r.tpot_s is not None and r.tpot_s > 0.1]
+            assert misses == {
+                "events": sum(map(weight, mine)),
+                "bad": count_events(mine, spec.sli).bad,
+                "failed": sum(weight(r) for r in mine if r.is_error),
+                "ttft": sum(map(weight, ttft)),
+                "only_ttft": sum(weight(r) for r in ttft if r not in tpot),
+                "tpot": sum(map(weight, tpot)),
+                "only_tpot": sum(weight(r) for r in tpot if r not in ttft),
+                "several": sum(weight(r) for r in ttft if r in tpot),
+            }
+            assert misses["only_ttft"] > 0
+            assert misses["only_tpot"] > 0
+            assert misses["failed"] > 0
 
 
 def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(store: Store) -> None:
@@ -399,6 +424,7 @@ def test_goodput_pages_while_each_single_metric_slo_holds_and_then_resolves(
             ]  # fmt: skip
             seen_page = api.get(f"/ui/incidents/{incident['id']}").text
             overview = api.get("/ui/overview").text
+            slo_page = api.get(f"/ui/slos/{GOODPUT.name}").text
             answer = api.get(f"/api/v1/slos/{GOODPUT.name}").json()
         done = {GOODPUT.name, GOODPUT_TOKENS.name} <= set(resolved)
         if done and any(b["text"].startswith("[RESOLVED]") for b in hook.bodies):
@@ -432,6 +458,18 @@ def test_goodput_pages_while_each_single_metric_slo_holds_and_then_resolves(
     assert "goodput: TTFT ≤ 2" in row
     assert "of output tokens" in row
     assert "per 1M good tokens" in row
+    assert f'href="/ui/slos/{GOODPUT_TOKENS.name}' in row
+    # The SLO's page: its targets together, why requests were bad (each target alone, not
+    # both: the traffic never misses two at once), and its good tokens' cost.
+    assert "goodput: succeeded with TTFT ≤ 2 s and TPOT ≤ 100 ms together" in slo_page
+    misses = slo_page[slo_page.index('id="misses"') :].split("</section>")[0]
+    assert "TTFT over 2 s only" in misses
+    assert "TPOT over 100 ms only" in misses
+    several = misses[misses.index("more than one target missed") :].split("</tr>")[0]
+    assert '<td class="num">0</td>' in several
+    assert "per million good tokens" in slo_page
+    assert "incident #" in slo_page
+    assert api.get("/ui/slos/no-such-slo").status_code == 404
     # The answer: the status, and its good tokens' cost under its own targets.
     assert answer["spec"]["sli"] == {"goodput": {"ttft": "2s", "tpot": "0.1s", "per": "request"}}
     cost = answer["good_token_cost"]

@@ -42,6 +42,7 @@ from infersight.api.dashboard.views import (
     latency,
     overview,
     scaling,
+    slo,
 )
 from infersight.api.deps import App, client_of
 from infersight.core.errors import InvalidInput, NotFound
@@ -180,6 +181,11 @@ router.add_api_route(
           template=incident.TEMPLATE),
     methods=["GET"],
 )  # fmt: skip
+router.add_api_route(
+    "/ui/slos/{slo_name}",
+    _page(slo.NAME, slo.page, default_range=slo.DEFAULT_RANGE, template=slo.TEMPLATE),
+    methods=["GET"],
+)
 
 
 @router.get("/")
