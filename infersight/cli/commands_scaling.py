@@ -87,6 +87,7 @@ def _pd_backtest(o: dict[str, Any], policy: ScalingPolicy, step_s: float) -> Non
     """``--scenario`` with a disaggregated deployment: one policy per pool."""
     from infersight.simulator.autoscale import synthetic  # noqa: PLC0415
     from infersight.simulator.autoscale_pd import (  # noqa: PLC0415
+        PD_POLICIES,
         pd_backtest,
         pd_header,
         pd_table,
@@ -101,7 +102,14 @@ def _pd_backtest(o: dict[str, Any], policy: ScalingPolicy, step_s: float) -> Non
     pd = deployment.disaggregated
     assert pd is not None
     peak = o["peak_rps"] or 2 * deployment.arrival.max_rate * len(pd.decode)
-    start, end = o["window"] or (12.5 * 3600.0, 14 * 3600.0 + 40 * 60.0)
+    start, end = o["window"] or PD_WINDOW
+    policies = o["policies"] or PD_POLICIES
+    unknown = sorted(set(policies) - set(PD_POLICIES))
+    if unknown:
+        raise click.BadParameter(
+            f"unknown policies {unknown}; choose from {', '.join(PD_POLICIES)}",
+            param_hint="--policies",
+        )
     demand = synthetic(
         o["seed"],
         peak_rps=peak,
@@ -123,14 +131,44 @@ def _pd_backtest(o: dict[str, Any], policy: ScalingPolicy, step_s: float) -> Non
         ttft_target_s=o["ttft_target"],
         tpot_target_s=o["tpot_target"],
         price_per_gpu_hour=o["price_per_gpu_hour"] or DEFAULT_PRICE,
+        only=tuple(policies),
         progress=progress,
     )
+    day = synthetic(o["seed"], peak_rps=peak, step_s=step_s, history_weeks=0)
+    scope = _pd_scope(start, end, float(demand.arrivals.sum()), float(day.arrivals.sum()))
     if o["fmt"] == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps({**result.to_dict(), "scope": scope}, indent=2))
         return
     click.echo(pd_header(result))
+    click.echo(scope["note"])
     click.echo()
     click.echo(pd_table(result))
+
+
+#: The part of the synthetic day a P/D backtest replays by default: the quiet spell and the
+#: rebound (``--window`` picks another, up to the whole day).
+PD_WINDOW = (12.5 * 3600.0, 14 * 3600.0 + 40 * 60.0)
+
+
+def _pd_scope(start: float, end: float, requests: float, day: float) -> dict[str, Any]:
+    """What part of the day the P/D backtest replayed, said in its output: the discrete-event
+    simulator serves every request of every policy, so the default is the window where
+    scaling matters (the quiet spell and the rebound), not the whole day."""
+
+    def clock(seconds: float) -> str:
+        return f"{int(seconds // 3600):02d}:{int(seconds % 3600 // 60):02d}"
+
+    whole = start == 0.0 and end == 86_400.0
+    note = (
+        "scope: the whole synthetic day"
+        if whole
+        else f"scope: {clock(start)}–{clock(end)} of the synthetic day, not all of it: "
+        f"{requests:,.0f} of the day's {day:,.0f} requests per policy, each run through the "
+        "discrete-event simulator (--window 00:00-24:00 replays the whole day, about "
+        f"{day / max(requests, 1.0):.0f}× longer)"
+    )
+    return {"start_s": start, "end_s": end, "whole_day": whole, "requests": requests,
+            "day_requests": day, "note": note}  # fmt: skip
 
 
 def _policy(path: Path | None, model: str) -> ScalingPolicy:
@@ -308,6 +346,13 @@ def header(result: Backtest, cold_start_s: float, profile: str, price_source: st
 @click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
+@click.option(
+    "--policies",
+    callback=lambda _c, _p, v: tuple(x.strip() for x in v.split(",") if x.strip()) if v else None,
+    default=None,
+    help="With a P/D --scenario: the policies to run, comma-separated (default: all of static, "
+    "reactive-gpu, reactive-queue, infersight).",
+)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.pass_context
 def backtest(ctx: click.Context, /, **o: Any) -> None:
@@ -325,6 +370,8 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
     if o["scenario"] is not None:
         _pd_backtest(o, policy, step_s)
         return
+    if o["policies"] is not None:
+        raise click.UsageError("--policies goes with a P/D --scenario")
     service = ServiceModel(
         profile,
         input_tokens=o["input_tokens"],
