@@ -364,7 +364,9 @@ class SequenceMemory:
 
     Bounded: at most ``capacity`` groups, each kept ``keep_s`` (the oldest go first). A
     sequence later than that, or whose request was stored before the sidecar restarted, is
-    stored as a request of its own, as it was before there was a fold."""
+    stored as a request of its own, as it was before there was a fold. Per shipping pass it
+    costs one pass over the requests (``split`` finds their groups, ``remember`` reuses them).
+    """
 
     def __init__(
         self,
@@ -377,26 +379,27 @@ class SequenceMemory:
         self._clock = clock
         self._stored: OrderedDict[tuple[str, str, str], tuple[float, tuple[datetime, str, str]]]
         self._stored = OrderedDict()
+        #: The last pass's requests and the group of each of their (trace, span) keys.
+        self._last: tuple[Sequence[Request], dict[tuple[str, str], tuple[str, str, str]]] = (
+            (),
+            {},
+        )
 
     def __len__(self) -> int:
         return len(self._stored)
 
-    @staticmethod
-    def _groups(
-        requests: Sequence[Request],
-    ) -> tuple[dict[tuple[str, str], tuple[str, str, str]], dict[tuple[str, str, str], list[str]]]:
+    def _groups(self, requests: Sequence[Request]) -> dict[tuple[str, str], tuple[str, str, str]]:
+        if self._last[0] is requests:
+            return self._last[1]
         by_key: dict[tuple[str, str], tuple[str, str, str]] = {}
-        members: dict[tuple[str, str, str], list[str]] = {}
         for request in requests:
             place = request.place
-            if place is None or not place.request_id:
-                continue
-            record = request.record
-            group = (record.trace_id, place.parent_span_id, place.request_id)
-            if (record.trace_id, record.span_id) not in by_key:
-                by_key[record.trace_id, record.span_id] = group
-                members.setdefault(group, []).append(record.span_id)
-        return by_key, members
+            if place is not None and place.request_id:
+                record = request.record
+                trace = record.trace_id
+                by_key[trace, record.span_id] = (trace, place.parent_span_id, place.request_id)
+        self._last = (requests, by_key)
+        return by_key
 
     def split(
         self, records: list[RequestRecord], requests: Sequence[Request]
@@ -404,23 +407,35 @@ class SequenceMemory:
         """``records`` (assembled from ``requests``) as those to store and the late
         sequences of requests stored before (to fold into them)."""
         self._expire()
-        if not self._stored:
+        stored = self._stored
+        by_key = self._groups(requests)
+        if not stored or not by_key:
             return records, []
-        by_key, members = self._groups(requests)
+        late_groups = {g for g in by_key.values() if g in stored}
+        if not late_groups:
+            return records, []
+        members: dict[tuple[str, str, str], list[str]] = {}
+        for (_, span), group in by_key.items():
+            if group in late_groups:
+                members.setdefault(group, []).append(span)
         kept: list[RequestRecord] = []
         late: list[LateSequence] = []
         for record in records:
-            group = by_key.get((record.trace_id, record.span_id))
-            held = self._stored.get(group) if group is not None else None
-            if group is None or held is None or held[1][2] in members[group]:
-                kept.append(record)  # no request stored before, or this is it again
+            found = by_key.get((record.trace_id, record.span_id))
+            if found is None or found not in late_groups:
+                kept.append(record)
                 continue
-            late.append(LateSequence(held[1], record, tuple(members[group])))
+            group = found
+            held = stored[group][1]
+            if held[2] in members[group]:
+                kept.append(record)  # the stored request itself again (a replay)
+                continue
+            late.append(LateSequence(held, record, tuple(members[group])))
         return kept, late
 
     def remember(self, records: Sequence[RequestRecord], requests: Sequence[Request]) -> None:
         """The requests just stored, by their group (the first stored of a group stays)."""
-        by_key, _ = self._groups(requests)
+        by_key = self._groups(requests)
         if not by_key:
             return
         now = self._clock()
@@ -431,6 +446,7 @@ class SequenceMemory:
                 stored[group] = (now, (record.start, record.trace_id, record.span_id))
         while len(stored) > self.capacity:
             stored.popitem(last=False)
+        self._last = ((), {})
 
     def _expire(self) -> None:
         horizon = self._clock() - self.keep_s

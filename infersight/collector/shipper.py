@@ -355,7 +355,8 @@ class Shipper:
         self._write_records(records)
         if late:
             self._fold_late(late)
-        self.sequences.remember(records, requests)
+        if hasattr(self.sink, "fold_sequences"):
+            self.sequences.remember(records, requests)
         settled = [kept[j].seq for j in assembly.merged]
         for reason, indexes in assembly.refused.items():
             settled += [kept[j].seq for j in indexes]

@@ -10,14 +10,18 @@ running sidecars, and read back from SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from sqlalchemy import func, select
 
+from infersight.collector.assembly import Request, SequenceMemory
+from infersight.collector.mapping import Place
 from infersight.collector.sidecar import Sidecar
 from infersight.core.errors import Unavailable
+from infersight.core.records import Engine, RequestRecord
 from infersight.core.sequences import LateSequence
 from infersight.core.sketch import QuantileSketch
 from infersight.storage.tables import request_rollups, request_sequences, requests
@@ -149,3 +153,33 @@ def test_a_fold_replayed_after_a_crash_is_not_stored_again(store, tmp_path: Path
     with running_sidecar(writer, config) as restarted:
         until(lambda: restarted.spool.stats()[0] == 0, "the replay settled")
     assert_one_request_of_both(store)
+
+
+def _request(span: int, request_id: str, *, parent: str = "p" * 16, out: int = 10):
+    record = RequestRecord(
+        trace_id="a" * 32, span_id=f"{span:016x}", start=datetime(2026, 12, 6, 9, tzinfo=UTC),
+        instance="vllm-0", engine=Engine.VLLM, model="m", ttft_s=0.2, e2e_s=1.0,
+        input_tokens=PROMPT, output_tokens=out,
+    )  # fmt: skip
+    return Request(record, Place(parent, 1, 2, request_id))
+
+
+def test_the_memory_tells_late_sequences_from_replays_and_other_requests() -> None:
+    now = [0.0]
+    memory = SequenceMemory(capacity=2, keep_s=60.0, clock=lambda: now[0])
+    first = [_request(1, "req-1")]
+    assert memory.split([r.record for r in first], first) == ([first[0].record], [])
+    memory.remember([first[0].record], first)
+    # a sibling later: late, folded into the stored request
+    later = [_request(2, "req-1"), _request(3, "req-2"), _request(4, "req-1", parent="q" * 16)]
+    kept, late = memory.split([r.record for r in later], later)
+    assert [r.span_id for r in kept] == [f"{3:016x}", f"{4:016x}"]  # another request, parent
+    (fold,) = late
+    assert fold.request == (first[0].record.start, "a" * 32, f"{1:016x}")
+    assert fold.members == (f"{2:016x}",)
+    # the stored request shipped again is no late sequence of itself
+    assert memory.split([first[0].record], first) == ([first[0].record], [])
+    # bounded: past keep_s, or beyond capacity, a group is forgotten
+    now[0] = 61.0
+    assert memory.split([later[0].record], later[:1]) == ([later[0].record], [])
+    assert len(memory) == 0
