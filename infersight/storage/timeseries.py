@@ -148,34 +148,42 @@ def request_series(
     selector: Selector = Selector(),
     group_by: Sequence[str] = (),
     coarsest: Resolution | None = None,
+    bucket_s: int | None = None,
 ) -> dict[LabelKey, dict[datetime, Counts]]:
     """Request and token totals per group per ``step`` bucket overlapping ``window``.
 
     With ``coarsest`` (for a caller that adds buckets up into ones of a multiple of that
     resolution), the buckets are rollup rows of ``step`` up to ``coarsest`` (``_rollup_rows``).
+    With ``bucket_s`` (a multiple of ``step``'s seconds) the database adds the rows up per
+    ``bucket_s`` bucket (aligned to the Unix epoch) and the answer has one entry per such
+    bucket: the same totals as adding up ``step`` buckets, from far fewer rows.
     """
     groups = check_group_by(group_by)
     keys = [request_rollups.c[n] for n in groups]
     bucket = request_rollups.c.bucket
-    query = (
-        select(
-            bucket,
-            *keys,
-            *(
-                func.sum(request_rollups.c[n])
-                for n in ("requests", "errors", "input_tokens", "output_tokens")
-            ),
-        )
-        .where(_rollup_rows(window, step, selector, coarsest))
-        .group_by(bucket, *keys)
-        .order_by(bucket)
-    )
+    sums = [
+        func.sum(request_rollups.c[n])
+        for n in ("requests", "errors", "input_tokens", "output_tokens")
+    ]
+    width = len(groups)
     out: dict[LabelKey, dict[datetime, Counts]] = defaultdict(dict)
     with engine.connect() as connection:
+        if bucket_s is None or bucket_s == step.seconds:
+            at: ColumnElement[Any] = bucket
+        else:
+            if bucket_s % step.seconds:
+                raise ValueError(f"bucket_s {bucket_s} is not a multiple of {step.value}")
+            at = bucket_of(connection, bucket_s, bucket).label("at")
+        query = (
+            select(at, *keys, *sums)
+            .where(_rollup_rows(window, step, selector, coarsest))
+            .group_by(at, *keys)
+            .order_by(at)
+        )
+        binned = at is not bucket  # a timestamp (PostgreSQL) or Unix seconds (SQLite)
         for row in connection.execute(query):
-            at, *rest = row
-            labels, totals = tuple(rest[: len(groups)]), rest[len(groups) :]
-            out[labels][at] = Counts(*(int(t or 0) for t in totals))
+            when = datetime.fromtimestamp(gpu_reads.bucket_epoch(row[0]), UTC) if binned else row[0]
+            out[tuple(row[1 : 1 + width])][when] = Counts(*(int(t or 0) for t in row[1 + width :]))
     return dict(out)
 
 
@@ -319,7 +327,7 @@ def gpu_series(
                 acc.add_raw(_raw_gpu_rows(connection, seg.start, seg.end, step_s, instances))
         rolled = [seg for seg in segments if not seg.raw]
         if rolled:
-            acc.add_rollups(_rollup_gpu_rows(connection, rolled, instances))
+            acc.add_rollups(_rollup_gpu_rows(connection, rolled, instances, step_s))
     return acc.buckets()
 
 
@@ -355,8 +363,14 @@ def _raw_gpu_rows(
 
 
 def _rollup_gpu_rows(
-    connection: Connection, segments: Sequence[Segment], instances: Sequence[str] | None
+    connection: Connection,
+    segments: Sequence[Segment],
+    instances: Sequence[str] | None,
+    step_s: int | None = None,
 ) -> Sequence[Any]:
+    """The rollup rows of ``segments``; with ``step_s``, added up per GPU and ``step_s``
+    bucket by the database (every rollup bucket lies inside one step bucket): the same sums
+    and maxima from one row per chart point instead of one per rollup bucket."""
     r = gpu_rollups.c
     where = [
         or_(
@@ -381,7 +395,24 @@ def _rollup_gpu_rows(
         r.xid_max,
         r.name,
     ]
-    return connection.execute(select(*columns).where(*where)).all()
+    if step_s is None:
+        return connection.execute(select(*columns).where(*where)).all()
+    at = bucket_of(connection, step_s, r.bucket).label("at")
+    summed = [
+        r.instance,
+        r.gpu_index,
+        at,
+        func.sum(r.samples),
+        *(func.sum(r[f"{name}_{part}"]) for name in GPU_MEANS for part in ("sum", "n")),
+        func.sum(r.throttled_samples),
+        *(func.sum(r[f"reason_{reason}"]) for reason in GPU_ROLLUP_REASONS),
+        func.max(r.ecc_sbe_max),
+        func.max(r.ecc_dbe_max),
+        func.max(r.xid_max),
+        func.max(r.name),
+    ]
+    query = select(*summed).where(*where).group_by(r.instance, r.gpu_index, at)
+    return connection.execute(query).all()
 
 
 class _GpuAcc:
@@ -392,12 +423,15 @@ class _GpuAcc:
         self.slots: dict[tuple[str, int, float], dict[str, Any]] = {}
 
     def _slot(self, instance: str, index: int, epoch: float) -> dict[str, Any]:
-        return self.slots.setdefault(
-            (instance, int(index), epoch),
-            {"samples": 0, "sums": [0.0] * len(GPU_MEANS), "counts": [0] * len(GPU_MEANS),
-             "throttled": 0, "reasons": defaultdict(int), "sbe": None, "dbe": None, "xid": None,
-             "name": ""},
-        )  # fmt: skip
+        key = (instance, int(index), epoch)
+        slot = self.slots.get(key)
+        if slot is None:
+            slot = self.slots[key] = {
+                "samples": 0, "sums": [0.0] * len(GPU_MEANS), "counts": [0] * len(GPU_MEANS),
+                "throttled": 0, "reasons": defaultdict(int), "sbe": None, "dbe": None,
+                "xid": None, "name": "",
+            }  # fmt: skip
+        return slot
 
     @staticmethod
     def _maxima(slot: dict[str, Any], sbe: Any, dbe: Any, xid: Any, name: Any) -> None:
