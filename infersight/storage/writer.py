@@ -11,8 +11,10 @@ once in the rollups.
   NOTHING``, answering with how many it stored and the keys of the smaller side (stored or
   skipped). After such a batch the next goes to staging directly, until one is all new
   (replays come in runs). Daily partitions are created on demand.
-- SQLite: ``executemany`` into a temporary staging table, then ``INSERT … ON CONFLICT DO NOTHING
-  RETURNING`` the keys stored, in WAL mode.
+- SQLite: one ``executemany`` of ``INSERT … ON CONFLICT DO NOTHING`` straight into ``requests``
+  (WAL mode). The transaction holds SQLite's one write lock, so the rows stored are the
+  statement's ``rowcount`` rows with the highest rowids: all of a new batch, read back by rowid
+  only for a batch that met stored keys.
 
 On the staging paths the rollup deltas of a batch are computed in a worker thread while the
 database works.
@@ -640,36 +642,55 @@ class PostgresWriter(_BaseWriter):
 
 
 class SqliteWriter(_BaseWriter):
-    staging_ddl = (
-        "CREATE TEMP TABLE IF NOT EXISTS requests_staging AS SELECT * FROM main.requests WHERE 0"
+    # Straight into ``requests``: SQLite's one-writer lock makes the rows stored knowable
+    # without a staging copy (``_store``).
+    insert_direct = (
+        f"INSERT INTO main.requests ({_COLUMNS}) "
+        f"VALUES ({', '.join('?' for _ in RECORD_FIELDS)}) ON CONFLICT DO NOTHING"
     )
-    # "WHERE true" keeps SQLite's parser from reading ON CONFLICT as part of the SELECT.
-    insert_select = (
-        f"INSERT INTO main.requests ({_COLUMNS}) SELECT {_COLUMNS} FROM temp.requests_staging "
-        "WHERE true ON CONFLICT DO NOTHING RETURNING trace_id, span_id"
-    )
+    stored_since = "SELECT trace_id, span_id FROM main.requests WHERE rowid > ? AND rowid <= ?"
 
-    def _stage(self, connection: Connection, batch: Batch) -> None:
-        connection.exec_driver_sql("DELETE FROM temp.requests_staging")
-        placeholders = ", ".join("?" for _ in RECORD_FIELDS)
-        # SQLite takes no enums or aware datetimes: those three columns are converted.
-        converted = {
-            "start": list(map(sqlite_timestamp, batch.column("start"))),
-            "engine": [engine.value for engine in batch.column("engine")],
-            "status": [status.value for status in batch.column("status")],
+    def _store(self, connection: Connection, batch: Batch) -> Batch:
+        """Insert ``batch`` straight into ``requests``, skipping keys already stored; what
+        it stored.
+
+        From its first insert to its commit the transaction holds SQLite's write lock, and
+        SQLite gives each new row the table's largest rowid plus one: the rows this
+        statement stored are the ``rowcount`` rows up to ``last_insert_rowid()``. When that
+        is every row (a new batch, the common case) nothing is read back; a batch that met
+        stored keys reads the keys it did store by rowid. No staging copy is written.
+        """
+        stored = connection.exec_driver_sql(self.insert_direct, _sqlite_rows(batch)).rowcount
+        if stored == len(batch):
+            return batch
+        if stored <= 0:
+            return batch.only(set())
+        last = connection.exec_driver_sql("SELECT last_insert_rowid()").scalar_one()
+        keys = {
+            (trace, span)
+            for trace, span in connection.exec_driver_sql(self.stored_since, (last - stored, last))
         }
-        columns = [
-            converted.get(name, column)
-            for name, column in zip(RECORD_FIELDS, batch.columns, strict=True)
-        ]
-        connection.exec_driver_sql(
-            f"INSERT INTO temp.requests_staging ({_COLUMNS}) VALUES ({placeholders})",
-            list(zip(*columns, strict=True)),
-        )
+        if len(keys) != stored:  # pragma: no cover - only past 2**63 rowids
+            raise InvalidInput(
+                f"SQLite stored {stored} rows but their rowids hold {len(keys)}: "
+                "the requests table's rowids are exhausted"
+            )
+        return batch.only(keys)
 
-    def _insert_skipping_duplicates(self, connection: Connection, batch: Batch) -> Batch:
-        stored = {(t, s) for t, s in connection.exec_driver_sql(self.insert_select)}
-        return batch if len(stored) == len(batch) else batch.only(stored)
+
+def _sqlite_rows(batch: Batch) -> list[tuple[Any, ...]]:
+    """The batch's rows as SQLite takes them: no enums or aware datetimes, so those three
+    columns are converted."""
+    converted = {
+        "start": list(map(sqlite_timestamp, batch.column("start"))),
+        "engine": [engine.value for engine in batch.column("engine")],
+        "status": [status.value for status in batch.column("status")],
+    }
+    columns = [
+        converted.get(name, column)
+        for name, column in zip(RECORD_FIELDS, batch.columns, strict=True)
+    ]
+    return list(zip(*columns, strict=True))
 
 
 class BinaryRows:
@@ -749,4 +770,5 @@ def _ts(sample: GpuSample | ServerSample) -> datetime:
 
 def sqlite_timestamp(ts: datetime) -> str:
     """How ``UTCDateTime`` stores a timestamp on SQLite (naive UTC, microseconds)."""
-    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    # isoformat with microseconds always written is ``%Y-%m-%d %H:%M:%S.%f``, 3x faster.
+    return ts.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")

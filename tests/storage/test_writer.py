@@ -202,3 +202,32 @@ def test_rows_copied_in_buffers_equal_rows_copied_one_at_a_time(pg_store):
         by_row = raw.execute(query.format("copied_by_row")).fetchall()
     assert len(buffered_rows) == 5000
     assert buffered_rows == by_row
+
+
+def test_a_batch_interleaving_stored_and_new_keys_rolls_up_only_the_new(store):
+    """Every other key stored before, the batch's last row among them: the writer says which
+    rows it stored (SQLite reads them back by rowid) and rolls up only those."""
+    records = make_records(np.random.default_rng(5), T0, 400, span=timedelta(minutes=10))
+    writer = open_writer(store.engine)
+    writer.write_requests(records[1::2])
+    result = writer.write_requests(records)
+    assert (result.received, result.inserted, result.duplicates) == (400, 200, 200)
+    assert counts(store) == (400, {"1m": 400, "1h": 400, "1d": 400})
+    with store.engine.connect() as c:
+        stored = {r.span_id for r in c.execute(select(requests.c.span_id))}
+    assert stored == {r.span_id for r in records}
+
+
+def test_sqlite_timestamps_are_written_as_the_column_type_writes_them():
+    """The SQLite writer's fast timestamp text equals ``%Y-%m-%d %H:%M:%S.%f`` of UTC, whole
+    seconds and other offsets included."""
+    from datetime import timezone
+
+    from infersight.storage.writer import sqlite_timestamp
+
+    for ts in (
+        datetime(2026, 11, 2, 23, 50, tzinfo=UTC),
+        datetime(2026, 11, 2, 23, 50, 1, 7, tzinfo=UTC),
+        datetime(2026, 3, 29, 1, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-7))),
+    ):
+        assert sqlite_timestamp(ts) == ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
