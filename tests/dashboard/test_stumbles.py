@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
 from infersight.api import create_app
+from infersight.api.dashboard import charts as svg
 from infersight.api.settings import ApiSettings
 from infersight.core.window import parse_duration
 from infersight.storage import slo_store
@@ -97,3 +98,37 @@ def test_the_overview_s_state_burn_rates_and_budget_agree_and_say_how_much_data(
     # An SLO that holds is ok.
     quiet = _row(html, "chat-8b-ttft")
     assert 'class="badge state ok"' in quiet
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+def test_no_gpu_chart_repeats_a_colour_or_uses_two_alike(seeded: Seeded):
+    html = get(seeded, "/ui/gpus")
+    charts = re.findall(r'<svg class="chart".*?</svg>', html, re.S)
+    assert charts
+    many = 0
+    for chart in charts:
+        strokes = []
+        for group in re.findall(r'<g class="series" data-series="\d+">(.*?)</g>', chart, re.S):
+            found = re.search(r'(?:stroke|fill)="(#[0-9a-f]{6}|hsl\([^"]+\))"', group)
+            if found:
+                strokes.append(found.group(1))
+        assert len(set(strokes)) == len(strokes), strokes
+        many = max(many, len(strokes))
+        hexes = [_rgb(c) for c in strokes if c.startswith("#")]
+        for i, a in enumerate(hexes):
+            for b in hexes[i + 1 :]:
+                distance = sum((x - y) ** 2 for x, y in zip(a, b, strict=True)) ** 0.5
+                assert distance >= 60, (a, b)  # was amber beside orange: 36 apart
+    assert many >= 10  # the fleet's ten GPUs on one chart
+
+
+def test_a_chart_of_more_series_than_the_palette_repeats_no_colour():
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    series = [svg.Series(f"gpu{i}", [(start, float(i))]) for i in range(23)]
+    chart = str(svg.line_chart(series, start, start + timedelta(hours=1), label="many"))
+    fills = re.findall(r'fill="((?:#|hsl)[^"]+)"', chart)
+    assert len(fills) == 23
+    assert len(set(fills)) == 23

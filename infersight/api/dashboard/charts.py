@@ -20,10 +20,26 @@ from typing import Final
 from markupsafe import Markup
 
 Format = Callable[[float], str]
+#: Ten colours far apart from each other (no two oranges or two greens side by side).
 PALETTE: Final = (
     "#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed",
-    "#0891b2", "#db2777", "#65a30d", "#475569", "#ea580c",
+    "#0891b2", "#db2777", "#65a30d", "#475569", "#92400e",
 )  # fmt: skip
+
+
+def colours(count: int) -> list[str]:
+    """``count`` colours for the series of one chart, none repeated: the palette's for up to
+    ten, else hues spread around the circle (golden-angle steps) in three lightnesses."""
+    if count <= len(PALETTE):
+        return list(PALETTE[:count])
+    out = []
+    for i in range(count):
+        hue = (i * 137.508) % 360
+        light = (38, 52, 66)[i % 3]
+        out.append(f"hsl({hue:.1f},{70 if light < 60 else 60}%,{light}%)")
+    return out
+
+
 _W, _H = 760, 240
 _LEFT, _RIGHT, _TOP, _BOTTOM = 76, 16, 12, 28
 _TIME_STEPS: Final = (
@@ -195,8 +211,9 @@ def line_chart(
             f'<text class="axis" x="{x(tick):.1f}" y="{y0 + 16}" text-anchor="middle">'
             f"{escape(_time_label(tick, span))}</text>"
         )
+    palette = colours(len(series))
     for i, s in enumerate(series):
-        colour = PALETTE[i % len(PALETTE)]
+        colour = palette[i]
         parts.append(f'<g class="series" data-series="{i}">')
         for run in _runs(s.points):
             points = " ".join(f"{x(at):.1f},{y(min(v, top)):.1f}" for at, v in run)
@@ -317,9 +334,10 @@ def _hover_columns(
 def legend(series: Sequence[Series]) -> Markup:
     if len(series) < 2 and not (series and series[0].name):
         return _safe("")
+    palette = colours(len(series))
     items = "".join(
         f'<button type="button" class="legend-item" data-series="{i}">'
-        f'<span class="swatch" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
+        f'<span class="swatch" style="background:{palette[i]}"></span>'
         f"{escape(s.name)}</button>"
         for i, s in enumerate(series)
     )
@@ -453,7 +471,7 @@ def stacked_bars(
     if not rows:
         return _safe('<p class="muted">no requests in this range</p>')
     names = list(dict.fromkeys(name for _, parts in rows for name, _ in parts))
-    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+    fill = dict(zip(names, colours(len(names)), strict=True))
     out = [f'<div class="hbars" role="img" aria-label="{escape(label)}">']
     for row_label, parts in rows:
         out.append(
@@ -467,13 +485,13 @@ def stacked_bars(
             text = f"{share * 100:.0f} %" if share >= 0.06 else ""
             out.append(
                 f'<span class="part" style="width:{share * 100:.2f}%;'
-                f'background:{colours[name]}" title="{escape(f"{name}: {share * 100:.1f} %")}">'
+                f'background:{fill[name]}" title="{escape(f"{name}: {share * 100:.1f} %")}">'
                 f"{text}</span>"
             )
         out.append("</span></div>")
     out.append("</div>")
     swatches = "".join(
-        f'<span class="legend-static"><span class="swatch" style="background:{colours[n]}">'
+        f'<span class="legend-static"><span class="swatch" style="background:{fill[n]}">'
         f"</span>{escape(n)}</span>"
         for n in names
     )
