@@ -91,3 +91,22 @@ def test_the_corpus_reaches_every_outcome(expected: dict[str, dict[str, Any]]) -
     assert dropped > 0
     assert set(errors) >= {"too_many_spans", "too_many_resources", "too_many_scopes"}
     assert "undecodable" in errors or "InvalidInput" in errors
+
+
+def test_a_start_is_stored_to_the_microsecond_as_datetime_rounds_it() -> None:
+    """``epoch_seconds`` replaces ``datetime.fromtimestamp(ns / 1e9, UTC).timestamp()`` on
+    the ingest path: the same float for every start, halfway cases and range ends included."""
+    from datetime import UTC, datetime
+    from random import Random
+
+    from infersight.collector.mapping.base import epoch_seconds
+
+    rng = Random(35)
+    starts = [rng.randrange(1, 2**64) for _ in range(20_000)]
+    starts += [rng.randrange(946_684_800, 7_258_118_400) * 10**9 + rng.randrange(10**9)
+               for _ in range(20_000)]  # fmt: skip
+    starts += [s * 10**9 + us * 1000 + 500 for s in (946_684_800, 1_796_547_600, 7_258_118_399)
+               for us in range(0, 1_000_000, 997)]  # fmt: skip
+    for start_ns in starts:
+        expected = datetime.fromtimestamp(start_ns / 1e9, tz=UTC).timestamp()
+        assert epoch_seconds(start_ns) == expected, start_ns

@@ -3,7 +3,7 @@
 belong to and how they are merged into it: ``collector.assembly``).
 
 An engine mapper only extracts numbers from its engine's attribute shape into ``Timings``;
-``build_record`` turns them into a validated record the same way for all engines: a
+``build_row`` turns them into a validated record the same way for all engines: a
 ``RecordRow``, the record's values as the spool stores them, which ``RecordRow.record`` makes a
 ``RequestRecord`` of (``mapping.map_span``). The ingest path spools the row as it is
 (``codec.encode_row``): every span received is mapped, and building, validating and taking
@@ -203,7 +203,7 @@ class Place(NamedTuple):
 class RecordRow(NamedTuple):
     """A request record as the sidecar spools it: its values in ``RECORD_FIELDS`` order, the
     start in epoch seconds (to the microsecond, as the record's ``datetime`` holds it) and the
-    enums as their values. Made only by ``build_record``, which validates it as
+    enums as their values. Made only by ``build_row``, which validates it as
     ``RequestRecord`` would; ``record`` is that ``RequestRecord``.
 
     A ``NamedTuple``: one is made for every request span, and the spool's encoding writes it
@@ -370,7 +370,20 @@ def _plainly_valid(row: RecordRow) -> bool:
     )
 
 
-def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext) -> Mapped:
+def build_record(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext) -> Outcome:
+    """The validated ``RequestRecord``, or ``Skipped(rejected=True)`` with the reason it is
+    unusable (``build_row``, as a record)."""
+    return as_outcome(build_row(span, engine, t, ctx), span)
+
+
+def as_outcome(mapped: Mapped, span: SpanView) -> Outcome:
+    """``mapped`` with a request's row as its ``RequestRecord``."""
+    if isinstance(mapped, RecordRow):
+        return mapped.record(datetime.fromtimestamp(span.start_ns / 1e9, tz=UTC))
+    return mapped
+
+
+def build_row(span: SpanView, engine: Engine, t: Timings, ctx: MappingContext) -> Mapped:
     """The validated record's row, or ``Skipped(rejected=True)`` with the reason it is
     unusable."""
     if not span.trace_id or not span.span_id:

@@ -67,9 +67,11 @@ OPENLLMETRY: Final = frozenset(
 
 def claims(span: SpanView) -> bool:
     """A GenAI CLIENT span, or an OpenInference LLM span."""
-    if as_str(span.attributes.get(OPENINFERENCE_KIND)).upper() == "LLM":
+    attributes = span.attributes
+    kind = attributes.get(OPENINFERENCE_KIND)
+    if kind is not None and as_str(kind).upper() == "LLM":
         return True
-    return span.kind == KIND_CLIENT and any(name in span.attributes for name in GENAI_MARKERS)
+    return span.kind == KIND_CLIENT and any(name in attributes for name in GENAI_MARKERS)
 
 
 def source_of(span: SpanView) -> str:

@@ -9,16 +9,14 @@ import this package."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from infersight.collector import engines
 from infersight.collector.mapping import client, genai
 from infersight.collector.mapping.base import (
     Mapped,
     MappingContext,
     Outcome,
-    RecordRow,
     Skipped,
+    as_outcome,
     classify_stage,
     stage_fragment,
 )
@@ -32,10 +30,7 @@ def guess_engine(span: SpanView) -> str:
 def map_span(span: SpanView, ctx: MappingContext) -> Outcome:
     """The outcome for one span, a request as its ``RequestRecord``; never raises for bad
     data."""
-    outcome = map_row(span, ctx)
-    if isinstance(outcome, RecordRow):
-        return outcome.record(datetime.fromtimestamp(span.start_ns / 1e9, tz=UTC))
-    return outcome
+    return as_outcome(map_row(span, ctx), span)
 
 
 def map_row(span: SpanView, ctx: MappingContext) -> Mapped:

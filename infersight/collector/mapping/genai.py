@@ -16,7 +16,7 @@ from infersight.collector.mapping.base import (
     MappingContext,
     Skipped,
     Timings,
-    build_record,
+    build_row,
     tokens,
 )
 from infersight.collector.mapping.spans import SpanView, as_float, as_str
@@ -73,4 +73,4 @@ def map_span(span: SpanView, ctx: MappingContext) -> Mapped:
     engine = engine_of(span)
     if span.kind == KIND_CLIENT:
         return Skipped("client_span", engine.value)
-    return build_record(span, engine, timings(span), ctx)
+    return build_row(span, engine, timings(span), ctx)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_record, tokens
+from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_row, tokens
 from infersight.collector.mapping.spans import SpanView, parse_duration
 from infersight.core.records import Engine
 
@@ -36,4 +36,4 @@ def timings(span: SpanView) -> Timings:
 
 
 def map_span(span: SpanView, ctx: MappingContext) -> Mapped:
-    return build_record(span, Engine.TGI, timings(span), ctx)
+    return build_row(span, Engine.TGI, timings(span), ctx)

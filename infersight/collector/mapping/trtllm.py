@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from infersight.collector.mapping import vllm
-from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_record
+from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_row
 from infersight.collector.mapping.spans import SpanView, as_float
 from infersight.core.records import Engine
 
@@ -38,4 +38,4 @@ def timings(span: SpanView) -> Timings:
 
 
 def map_span(span: SpanView, ctx: MappingContext) -> Mapped:
-    return build_record(span, Engine.TRTLLM, timings(span), ctx)
+    return build_row(span, Engine.TRTLLM, timings(span), ctx)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_record
+from infersight.collector.mapping.base import Mapped, MappingContext, Timings, build_row
 from infersight.collector.mapping.spans import AttrValue, SpanView, as_float, as_int
 from infersight.core.records import Engine
 
@@ -47,4 +47,4 @@ def _first(get: Callable[[str], AttrValue], name: str, fallback: str) -> AttrVal
 
 
 def map_span(span: SpanView, ctx: MappingContext) -> Mapped:
-    return build_record(span, Engine.VLLM, timings(span), ctx)
+    return build_row(span, Engine.VLLM, timings(span), ctx)
