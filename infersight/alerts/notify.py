@@ -98,6 +98,11 @@ class Notification:
     def evidence_lines(self, limit: int = 5) -> list[str]:
         out = []
         for e in list(self.diagnosis.get("evidence") or [])[:limit]:
+            profile = self.diagnosis.get("profile")
+            if str(e.get("signal", "")).startswith("profile:") and isinstance(profile, dict):
+                # A profile's share (``alerts.diagnose.with_profile``): its sentence.
+                out.append(f"profile: {profile.get('sentence') or e.get('signal')}")
+                continue
             ratio = e.get("ratio")
             shown = f"×{ratio:.2f}" if isinstance(ratio, int | float) else "new"
             now, before = _num(e.get("current")), _num(e.get("baseline"))

@@ -72,7 +72,7 @@ class Limit(StrEnum):
 
 
 #: How a limit reads in a sentence ("62 % of samples in the tokenizer").
-PHRASES: Final = {
+PHRASES: Final[dict[str, str]] = {
     Limit.TOKENIZER: "in the tokenizer",
     Limit.GIL: "waiting on the GIL",
     Limit.LOCK: "waiting on locks",

@@ -3,18 +3,24 @@ results, the stale running profile, and the trigger for host-side incidents."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from infersight.alerts.dispatch import deliver_due
+from infersight.alerts.notifiers.slack import SlackNotifier
 from infersight.core.burn import AlertState, Incident, Severity, Transition
 from infersight.core.errors import Conflict, InvalidInput, NotFound
 from infersight.core.profile import ProfileState
+from infersight.service.notifications import Announcer
 from infersight.service.profiles import ProfileTrigger, request_profile
 from infersight.storage import incidents, signals
 from infersight.storage import profiles as profile_store
+from infersight.storage.outbox import Outbox
 from tests.conftest import Store
+from tests.doubles import Endpoint
 
 T0 = datetime(2026, 12, 6, 9, tzinfo=UTC)
 SUMMARY = {
@@ -122,3 +128,31 @@ def test_the_trigger_leaves_other_causes_and_rate_limits_an_instance(store: Stor
     signals.save_diagnosis(engine, second.id, {"slo": "ttft"}, diagnosis, T0)
     assert trigger(T0 + timedelta(minutes=1)) == 0  # i-1 was profiled a minute ago
     assert trigger(T0 + timedelta(minutes=11)) == 1
+
+
+def test_the_open_alert_is_updated_with_the_profile(store: Store) -> None:
+    """The page goes out before the profile exists; the follow-up carries it to Slack (an
+    update of the open alert, with the profile's sentence and the dashboard's link)."""
+    hook = Endpoint()
+    slack = SlackNotifier("https://hooks.slack.test/x", hook.client())
+    now = [T0]
+    announce = Announcer(store.engine, {"slack": slack}, lambda: now[0],
+                         dashboard_url="https://slo.example.com")  # fmt: skip
+    opened = _incident(store, {"cause": "host_bound", "instance": "i-0", "evidence": []})
+    note = signals.notes(store.engine, [opened.id])[opened.id]
+    assert note.diagnosis is not None
+    announce(opened, Transition.OPENED, {"slo": "ttft"}, note.diagnosis)
+    deliver_due(Outbox(store.engine), {"slack": slack}, T0)
+    trigger = ProfileTrigger(store.engine, announce=announce)
+    trigger(T0)
+    claimed = profile_store.claim(store.engine, "i-0", T0)
+    assert claimed is not None
+    profile_store.complete(store.engine, claimed.id, SUMMARY, "", T0 + timedelta(seconds=6))
+    now[0] = T0 + timedelta(seconds=10)
+    assert trigger(now[0]) == 1
+    deliver_due(Outbox(store.engine), {"slack": slack}, now[0] + timedelta(minutes=1))
+    assert len(hook.accepted) == 2
+    update = json.dumps(hook.accepted[1])
+    assert "profile: 71 % of samples in logging" in update
+    assert '"url": "https://slo.example.com"' in update  # the dashboard's link, as every message
+    assert "profile:" not in json.dumps(hook.accepted[0])
