@@ -12,15 +12,19 @@ import asyncio
 import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import httpx
 
 from infersight.api import create_app
 from infersight.api.dashboard import charts as svg
 from infersight.api.settings import ApiSettings
+from infersight.core.scaling import Recommendation
 from infersight.core.window import parse_duration
+from infersight.storage import scaling as scaling_store
 from infersight.storage import slo_store
 from tests.dashboard.conftest import RETENTION, Seeded
+from tests.dashboard.seed import MODEL_70B
 
 
 def get(seeded: Seeded, path: str, now: datetime | None = None, **params: str) -> str:
@@ -132,3 +136,38 @@ def test_a_chart_of_more_series_than_the_palette_repeats_no_colour():
     fills = re.findall(r'fill="((?:#|hsl)[^"]+)"', chart)
     assert len(fills) == 23
     assert len(set(fills)) == 23
+
+
+def _axis_minutes(chart: str) -> list[int]:
+    labels = re.findall(r'text-anchor="middle">(\d\d):(\d\d)</text>', chart)
+    return [int(h) * 60 + int(m) for h, m in labels]
+
+
+def test_scaling_charts_at_24h_start_where_an_hour_of_data_does(seeded: Seeded):
+    # The recommender ran for the last 40 minutes only: on a 24-hour axis, in 24-hour
+    # buckets, its lines were squashed against the right edge.
+    for k in range(40):
+        at = seeded.now - timedelta(minutes=40 - k)
+        scaling_store.record(
+            seeded.engine,
+            Recommendation(
+                MODEL_70B, at.timestamp(), observed=2, desired=2 + k // 20, predictive=None,
+                reactive=2 + k // 20, forecast_rps=None, driver="reactive",
+                reason="bench", stale=(),
+            ),
+        )  # fmt: skip
+    html = get(seeded, "/ui/scaling", range="24h")
+    card = re.search(r'<section class="card model-scaling".*?</section>', html, re.S)
+    assert card, html[-2000:]
+    assert "where its data begins" in card.group(0)
+    charts = re.findall(r'<svg class="chart".*?</svg>', card.group(0), re.S)
+    assert len(charts) == 2
+    for chart in charts:
+        ticks = _axis_minutes(chart)
+        assert len(ticks) >= 3, ticks
+        gaps = {(b - a) % 1440 for a, b in pairwise(ticks)}
+        assert max(gaps) <= 30, ticks  # ticks minutes apart, not 3 hours
+    # The instances line has a point per few minutes, not one or two.
+    points = re.findall(r'<polyline[^>]*points="([^"]+)"', charts[0])
+    assert points
+    assert max(len(p.split()) for p in points) >= 6

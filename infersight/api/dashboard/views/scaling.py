@@ -102,27 +102,35 @@ def _model_charts(
     app: AppContext, ctx: Context, model: str, pool: str, weeks: int
 ) -> dict[str, Any]:
     history = scaling_store.history(app.engine, model, ctx.window.start, ctx.window.end, pool)
-    step_s = svg.bucket_seconds(ctx.window.seconds)
     name = f"{model} ({pool} pool)" if pool else model
+    demand_all = _demand(app, ctx, model, ctx.window, timedelta(0))
+    # The axis starts where this model's data does: an hour of recommendations on a 24-hour
+    # axis was squashed against its right edge, in 24-hour buckets.
+    start = _axis_start(ctx.window, [rec.at for rec in history], list(demand_all))
+    shown = ctx
+    if start > ctx.window.start:
+        shown = dataclasses.replace(ctx, window=Window(start, ctx.window.end))
+        demand_all = _demand(app, shown, model, shown.window, timedelta(0))
+    band, band_weeks = _band(app, shown, model, weeks)
+    demand = sorted(demand_all.items())
+    step_s = svg.bucket_seconds(shown.window.seconds)
     instances = svg.line_chart(
         [
             svg.Series("desired", _per_bucket(history, step_s, "desired")),
             svg.Series("observed", _per_bucket(history, step_s, "observed")),
         ],
-        ctx.window.start,
+        start,
         ctx.window.end,
         svg.unit("inst."),
         label=f"desired and observed instances of {name}",
         empty="no recommendation in this range",
     )
-    band, band_weeks = _band(app, ctx, model, weeks)
-    demand = sorted(_demand(app, ctx, model, ctx.window, timedelta(0)).items())
     forecast = svg.line_chart(
         [
             svg.Series("demand", [(at, v) for at, v in demand]),
             svg.Series("forecast (recorded)", _per_bucket(history, step_s, "forecast_rps")),
         ],
-        ctx.window.start,
+        start,
         ctx.window.end,
         svg.unit("req/s"),
         label=f"demand and forecast of {name}",
@@ -139,7 +147,26 @@ def _model_charts(
         "change": change,
         "change_at": None if change is None else datetime.fromtimestamp(change.at, UTC),
         "recommendations": len(history),
+        "since": start if start > ctx.window.start else None,
     }
+
+
+def _axis_start(
+    window: Window, recommended: Sequence[float], demand: Sequence[datetime]
+) -> datetime:
+    """Where a model's charts start: the range's start, or, when its data (recommendations,
+    requests) begins in the last half of the range, a twentieth of the range before it,
+    rounded down to a whole ten minutes."""
+    first = [datetime.fromtimestamp(min(recommended), UTC)] if recommended else []
+    first += [min(demand)] if demand else []
+    if not first:
+        return window.start
+    earliest = min(first)
+    span = window.end - window.start
+    if earliest - window.start < span / 2:
+        return window.start
+    at = earliest - span / 20
+    return max(window.start, at - timedelta(seconds=at.timestamp() % 600))
 
 
 def scaling(app: AppContext, ctx: Context) -> dict[str, Any]:
