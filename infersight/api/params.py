@@ -132,13 +132,27 @@ class KnownQueryRoute(APIRoute):
         #: Its filters come from ``common``, which limits them to the token's tenants, and
         #: its answer holds nothing else (``FLEET_WIDE``): a token limited to tenants may
         #: call it (``api.deps.requires``; 403 elsewhere).
-        self.honours_tenants = path not in FLEET_WIDE and _depends_on(self.dependant, common)
+        self.honours_tenants = path not in FLEET_WIDE and (
+            _depends_on(self.dependant, common) or _depends_on(self.dependant, tenant_scope)
+        )
 
 
 #: Routes that take ``common``'s filters but answer fleet-wide figures beside the filtered
-#: ones: ``/api/v1/cost`` prices every instance (its ``instances`` and ``unmetered``), whatever
-#: the tenant. A token limited to tenants gets 403 there.
-FLEET_WIDE: Final = frozenset({"/api/v1/cost"})
+#: ones, so a token limited to tenants gets 403 there. None today: ``/api/v1/cost`` answers
+#: such a token with its requests' lines alone (each instance's cost shared out by the time
+#: the requests used it, ``core.cost.attribute``) and leaves the instances' own figures out.
+FLEET_WIDE: Final[frozenset[str]] = frozenset()
+
+
+def tenant_scope(request: Request) -> frozenset[str] | None:
+    """The tenants the caller's token is limited to (``None``: every tenant). A route that
+    depends on it (``TenantScope``) limits its answer to them itself (SLOs whose selector
+    lies within them, their incidents): a token limited to tenants may call it."""
+    return tenants_of(request)
+
+
+#: A route's parameter for ``tenant_scope`` (adds nothing to the OpenAPI document).
+TenantScope = Annotated[frozenset[str] | None, Depends(tenant_scope)]
 
 
 def _depends_on(dependant: Dependant, call: Callable[..., Any]) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,10 @@ import pytest
 
 from infersight.api.params import KnownQueryRoute
 from infersight.core.records import RequestRecord
+from infersight.core.samples import GpuSample
 from infersight.core.sketch import QuantileSketch
 from infersight.core.timestamps import iso
+from infersight.service.evaluation import Evaluator, default_policy
 from infersight.storage.writer import open_writer
 from tests.api.conftest import ADMIN_TOKEN, Api
 from tests.doubles import NOW
@@ -39,7 +42,15 @@ COVERED = {
     "/api/v1/throughput",
     "/api/v1/breakdown",
     "/api/v1/baselines/{name}/compare",
+    "/api/v1/cost",
+    "/api/v1/slos",
+    "/api/v1/slos/{name}",
+    "/api/v1/incidents",
+    "/api/v1/incidents/{incident_id:int}",
 }
+#: Per SLO: the tenant selector (None: every tenant). Each one's TTFT target is missed by
+#: every request (1 ms), so each fires an incident.
+SLOS = {"slo-a": "A", "slo-b": "B", "slo-c": "C", "slo-all": None}
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -61,7 +72,22 @@ def records(store) -> list[RequestRecord]:
         for r in make_records(rng, NOW - span, 3000, span=span, tenants=("C",))
     ]
     rows = ab + c
-    open_writer(store.engine).write_requests(rows)
+    writer = open_writer(store.engine)
+    writer.write_requests(rows)
+    writer.write_gpu_samples(
+        [
+            GpuSample(
+                ts=NOW - span + timedelta(seconds=10 * n),
+                instance=instance,
+                gpu_index=0,
+                name="NVIDIA H100 80GB HBM3",
+                util_gpu=0.6,
+                power_w=500.0,
+            )
+            for n in range(int(span.total_seconds() // 10))
+            for instance in ("gpu-0", "gpu-1")
+        ]
+    )
     return rows
 
 
@@ -175,3 +201,97 @@ def test_a_baseline_outside_the_scope_is_not_compared(api: Api, records) -> None
     assert api.get(
         "/api/v1/baselines/c-only/compare", params=_window(), headers=bearer(SINGLE_TOKEN)
     ).is_success
+
+
+def _slo(name: str, tenant: str | None) -> str:
+    selector = f"{{tenant: {tenant}}}" if tenant else "{}"
+    return (
+        f"apiVersion: infersight/v1\nkind: SLO\nmetadata: {{name: {name}}}\nspec:\n"
+        f"  sli:\n    latency: {{metric: ttft, threshold: 1ms}}\n  selector: {selector}\n"
+        f"  window: 28d\n  objective: '99%'\n"
+    )
+
+
+def test_slos_incidents_and_cost_of_a_scoped_token_are_its_tenants_alone(
+    api: Api, store, records: list[RequestRecord]
+) -> None:
+    admin, union = bearer(ADMIN_TOKEN), bearer(UNION_TOKEN)
+    for name, tenant in SLOS.items():
+        put = api.put(f"/api/v1/slos/{name}", content=_slo(name, tenant), headers=admin)
+        assert put.status_code == 201, put.text
+    Evaluator(store.engine, default_policy()).run(NOW)
+    every = api.get("/api/v1/incidents", headers=admin).json()["incidents"]
+    assert {i["slo"] for i in every} == set(SLOS)  # each fired
+
+    # SLOs: those within A|B alone; the others are refused by name.
+    listed = api.get("/api/v1/slos", headers=union).json()["slos"]
+    assert sorted(s["metadata"]["name"] for s in listed) == ["slo-a", "slo-b"]
+    assert api.get("/api/v1/slos/slo-a", headers=union).status_code == 200
+    for name in ("slo-c", "slo-all"):
+        refused = api.get(f"/api/v1/slos/{name}", headers=union)
+        assert refused.status_code == 403, name
+        assert "covers other tenants" in refused.json()["error"]["message"]
+    only_c = api.get("/api/v1/slos", headers=bearer(SINGLE_TOKEN)).json()["slos"]
+    assert [s["metadata"]["name"] for s in only_c] == ["slo-c"]
+
+    # Incidents: those of its SLOs alone, by list and by id.
+    mine = api.get("/api/v1/incidents", headers=union).json()["incidents"]
+    assert sorted(i["slo"] for i in mine) == ["slo-a", "slo-b"]
+    for incident in every:
+        one = api.get(f"/api/v1/incidents/{incident['id']}", headers=union)
+        assert one.status_code == (200 if incident["slo"] in ("slo-a", "slo-b") else 403)
+
+    # Cost: the lines of A and B (each instance's cost shared out by the time their requests
+    # used it), equal to the unlimited answer's A and B lines; no instance's own figures.
+    params = {**_window(), "group_by": "tenant"}
+    full = api.get("/api/v1/cost", params=params, headers=admin).json()
+    scoped = api.get("/api/v1/cost", params=params, headers=union).json()
+    truth = {g["labels"]["tenant"]: g for g in full["groups"] if g["labels"]["tenant"] != "C"}
+    assert {g["labels"]["tenant"]: g for g in scoped["groups"]} == truth
+    assert scoped["groups"][0]["requests"] == len(
+        _picked(records, {scoped["groups"][0]["labels"]["tenant"]})
+    )
+    assert float(full["total"]["cost"]) > 0  # GPU time was priced
+    assert scoped["instances"] == []
+    assert scoped["unmetered_instances"] == []
+    assert scoped["limited_to_tenants"] == ["A", "B"]
+    whole = api.get("/api/v1/cost", params=_window(), headers=union).json()["total"]
+    assert whole["requests"] == len(_picked(records, {"A", "B"}))
+    assert Decimal(whole["cost"]) == sum(Decimal(g["cost"]) for g in truth.values())
+
+
+def test_the_dashboard_of_a_scoped_token_shows_its_tenants_and_says_what_it_cannot(
+    api: Api, store, records: list[RequestRecord]
+) -> None:
+    admin, union = bearer(ADMIN_TOKEN), {**bearer(UNION_TOKEN), "accept": "text/html"}
+    for name, tenant in SLOS.items():
+        assert api.put(f"/api/v1/slos/{name}", content=_slo(name, tenant), headers=admin).is_success
+    Evaluator(store.engine, default_policy()).run(NOW)
+    window = {"start": iso(START), "end": iso(END)}
+
+    page = api.get("/ui/latency", params=window, headers=union)
+    assert page.status_code == 200, page.text
+    assert 'value="A"' in page.text
+    assert 'value="B"' in page.text
+    assert 'value="C"' not in page.text  # not even in the tenant menu
+    every = api.get("/ui/latency", params=window, headers={**admin, "accept": "text/html"})
+    assert 'value="C"' in every.text
+
+    around = {"start": iso(NOW - timedelta(hours=1)), "end": iso(NOW + timedelta(minutes=1))}
+    unlimited = api.get("/ui/incidents", params=around, headers={**admin, "accept": "text/html"})
+    assert "slo-c" in unlimited.text
+    listed = api.get("/ui/incidents", params=around, headers=union)
+    assert listed.status_code == 200
+    assert "slo-a" in listed.text
+    assert "slo-b" in listed.text
+    assert "slo-c" not in listed.text
+    assert "slo-all" not in listed.text
+    for incident in api.get("/api/v1/incidents", headers=admin).json()["incidents"]:
+        one = api.get(f"/ui/incidents/{incident['id']}", headers=union)
+        assert one.status_code == (200 if incident["slo"] in ("slo-a", "slo-b") else 403)
+
+    for path in ("/ui/overview", "/ui/gpus", "/ui/cost", "/ui/capacity"):
+        refused = api.get(path, headers=union)
+        assert refused.status_code == 403, path
+        assert "sign in with an unscoped read token" in refused.text
+        assert "Latency, Incidents" in refused.text

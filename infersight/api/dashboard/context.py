@@ -49,10 +49,12 @@ class Context:
     """Page-specific parameters kept in links (e.g. the latency quantile)."""
     default_range: str = DEFAULT_RANGE
     """The page's range when the URL names none (left out of links)."""
+    tenants: frozenset[str] | None = None
+    """The viewer's token is limited to these tenants (``api.auth``): every figure is theirs."""
 
     @property
     def selector(self) -> Selector:
-        return Selector(**self.filters)
+        return Selector(**self.filters).within(self.tenants)
 
     @property
     def refresh_s(self) -> int:

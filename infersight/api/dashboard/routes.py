@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Final
 from urllib.parse import parse_qs, quote
@@ -27,7 +28,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from infersight.api import reads
-from infersight.api.auth import refuse_scoped, scoped_tenant
+from infersight.api.auth import tenant_filter
 from infersight.api.context import AppContext, context_of
 from infersight.api.dashboard import formatting, shared
 from infersight.api.dashboard import session as auth
@@ -56,9 +57,10 @@ VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity, s
 PAGES: Final = tuple((view.NAME, view.TITLE) for view in VIEWS)
 STATIC: Final = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 MAX_LOGIN_BODY: Final = 4096
-#: The pages whose every figure is limited by the tenant filter: the only ones a token
-#: limited to tenants may see (``api.auth``; the others are 403 for it).
-TENANT_PAGES: Final = frozenset({"latency"})
+#: The pages whose every figure is limited to the viewer's tenants (``Context.tenants``;
+#: incidents: those of SLOs within them): the only ones a token limited to tenants may see
+#: (``api.auth``). The others answer 403 with a page that says why (``_needs_unscoped``).
+TENANT_PAGES: Final = frozenset({"latency", "incidents", "incident"})
 #: A page whose data may be older than this says so (``api.reads``: a standby behind).
 STALE_NOTE_S: Final = 10.0
 
@@ -110,6 +112,30 @@ def _stale_note(staleness_s: float | None) -> str:
     )
 
 
+def _needs_unscoped(
+    app: AppContext, now: datetime, page: str, tenants: frozenset[str], common: dict[str, Any]
+) -> Response:
+    """The 403 page a viewer limited to tenants gets on a page that cannot be limited to
+    them: what it shows instead, and what would show it."""
+    title = dict(PAGES).get(page, page)
+    open_to = ", ".join(title for name, title in PAGES if name in TENANT_PAGES)
+    message = (
+        f"The {title} page shows figures that cannot be limited to a tenant (the fleet's GPUs, "
+        f"instances and their cost, capacity). Your token is limited to "
+        f"{', '.join(sorted(tenants))}: sign in with an unscoped read token to see this page. "
+        f"The pages that show your tenants' data: {open_to}."
+    )
+    ctx = parse_context({}, now, app.settings.max_query_days)
+    links = [(f"Go to {title}", f"/ui/{name}") for name, title in PAGES if name in TENANT_PAGES]
+    error = {
+        "title": "This page needs an unscoped token",
+        "message": message,
+        "details": {"tenants": ", ".join(sorted(tenants))},
+        "links": links,
+    }
+    return _render("error.html", 403, ctx=ctx, menus={}, status=403, error=error, **common)
+
+
 def _login_redirect(request: Request) -> RedirectResponse:
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
@@ -125,24 +151,29 @@ def _page(
             return _login_redirect(request)
         query = {**request.query_params, **request.path_params}
         tenants = auth.viewer_tenants(app, request)
-        if tenants is not None:  # a token limited to tenants: only pages that honour it
-            if page not in TENANT_PAGES:
-                refuse_scoped(tenants)
-            query["tenant"] = scoped_tenant(tenants, query.get("tenant") or None) or ""
         common = {
             "page": page,
             "auth_on": app.tokens.enabled,
             "role": "viewer" if scope is not None and scope.value == "read" else "admin",
         }
+        cache_query = query
+        if tenants is not None:  # a token limited to tenants: only pages that honour it
+            if page not in TENANT_PAGES:
+                return _needs_unscoped(app, now, page, tenants, common)
+            # A tenant outside the scope is 403; none named: all of the viewer's tenants.
+            tenant_filter(tenants, query.get("tenant") or None)
+            cache_query = {**query, "\0tenants": "|".join(sorted(tenants))}
         started = time.perf_counter()
         try:
             ctx = parse_context(query, now, app.settings.max_query_days, default_range)
+            if tenants is not None:
+                ctx = replace(ctx, tenants=tenants)
 
             def compute(reading: AppContext) -> tuple[dict[str, Any], dict[str, list[str]]]:
                 return build(reading, ctx, query), shared.menus(reading, ctx)
 
             answer: reads.Stamped = app.answers.get_or_compute(
-                app.answers.key(page, query, now), lambda: reads.stamped(app, now, compute)
+                app.answers.key(page, cache_query, now), lambda: reads.stamped(app, now, compute)
             )
             data, menus = answer.value
             if tenants is not None:  # the tenant menu names the viewer's tenants alone

@@ -28,10 +28,10 @@ from typing import Final
 
 from fastapi import Request, Response
 
-from infersight.api.auth import GRANTS, Scope, Tokens
+from infersight.api.auth import GRANTS, Scope, Tokens, within_scope
 from infersight.api.context import AppContext
 from infersight.api.deps import client_of
-from infersight.storage import sessions
+from infersight.storage import sessions, slo_store
 
 COOKIE: Final = "infersight_session"
 SESSION_LIFETIME: Final = timedelta(hours=12)
@@ -126,6 +126,16 @@ def viewer_tenants(app: AppContext, request: Request) -> frozenset[str] | None:
         if hmac.compare_digest(_mac(known, payload), mac):
             found = tenants
     return found
+
+
+def scoped_slos(app: AppContext, tenants: frozenset[str]) -> set[str]:
+    """The SLOs a viewer limited to ``tenants`` sees: those whose selector lies within them
+    (``api.auth.within_scope``), with their incidents."""
+    return {
+        s.name
+        for s in slo_store.list_slos(app.engine)
+        if within_scope(tenants, dict(s.selector.items()))
+    }
 
 
 def can_read(scope: Scope | None) -> bool:

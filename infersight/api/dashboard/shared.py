@@ -171,7 +171,8 @@ def menus(app: AppContext, ctx: Context) -> dict[str, list[str]]:
     for position, name in enumerate(GROUP_LABELS):
         if name == "priority":
             continue
-        others = Selector(**{k: v for k, v in ctx.filters.items() if k != name})
+        # A viewer limited to tenants: choices seen in their requests alone.
+        others = Selector(**{k: v for k, v in ctx.filters.items() if k != name}).within(ctx.tenants)
         values = {
             s[position] for s in sets if others.matches(dict(zip(GROUP_LABELS, s, strict=True)))
         }

@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from infersight.api.auth import Scope
 from infersight.api.context import AppContext
-from infersight.api.deps import App, requires
+from infersight.api.deps import App, requires, tenants_of
 from infersight.api.errors import described, responses
 from infersight.api.limits import check_document
 from infersight.api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
@@ -60,10 +60,11 @@ _ADMIN = [Depends(requires(Scope.ADMIN))]
     dependencies=_READ,
 )
 def get_cost(app: App, params: Params, request: Request, response: Response) -> dict[str, Any]:
-    return read_answer(app, request, response, lambda r: _cost(r, params))
+    tenants = tenants_of(request)
+    return read_answer(app, request, response, lambda r: _cost(r, params, tenants))
 
 
-def _cost(app: AppContext, params: Common) -> dict[str, Any]:
+def _cost(app: AppContext, params: Common, tenants: frozenset[str] | None = None) -> dict[str, Any]:
     result = cost_store.cost(
         app.engine,
         params.window,
@@ -72,7 +73,13 @@ def _cost(app: AppContext, params: Common) -> dict[str, Any]:
         params.group_by,
         finest=app.retention.finest_for(params.window, params.now),
     )
-    return cost_dict(result)
+    answer = cost_dict(result)
+    if tenants is not None:
+        # A token limited to tenants: its requests' share of each instance's cost (the lines,
+        # filtered by params.common), not the instances' own prices, use or idle time.
+        answer.update(instances=[], unpriced_gpus=[], unmetered_instances=[])
+        answer["limited_to_tenants"] = sorted(tenants)
+    return answer
 
 
 @router.get("/cost/model", summary="The cost model in use", dependencies=_READ)

@@ -17,17 +17,17 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
-from infersight.api.auth import Scope
+from infersight.api.auth import Scope, within_scope
 from infersight.api.deps import App, requires
-from infersight.api.params import Id, Instant, KnownQueryRoute, instant
-from infersight.core.errors import InvalidInput
+from infersight.api.params import Id, Instant, KnownQueryRoute, TenantScope, instant
+from infersight.core.errors import Forbidden, InvalidInput
 from infersight.core.query import Selector
 from infersight.core.records import MAX_LABEL_LEN as MAX_LABEL
 from infersight.core.timestamps import iso
 from infersight.core.window import Window
 from infersight.service.diagnosis import diagnose_window
 from infersight.service.incidents import annotate, history_of, incident_dict
-from infersight.storage import incidents, signals
+from infersight.storage import incidents, signals, slo_store
 from infersight.storage import silences as silence_store
 
 router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute, tags=["incidents"])
@@ -42,12 +42,16 @@ ALERTS_DEPRECATED_AT: Final = datetime(2026, 12, 2, tzinfo=UTC)
 @router.get("/incidents", dependencies=_READ, summary="Incidents, newest first")
 def list_incidents(
     app: App,
+    tenants: TenantScope,
     state: Annotated[
         str, Query(description="firing, resolved or all", json_schema_extra={"enum": STATES})
     ] = "firing",
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     found = incidents.list_incidents(app.engine, state, limit)
+    if tenants is not None:  # a token limited to tenants: the incidents of its SLOs alone
+        mine = _scoped_slos(app, tenants)
+        found = [i for i in found if i.slo in mine]
     # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
     notes = annotate(app.engine, found)
     return {"incidents": [{**incident_dict(i), **notes[i.id]} for i in found]}
@@ -58,13 +62,28 @@ def list_incidents(
     dependencies=_READ,
     summary="One incident with its diagnosis history and burn-rate timeline",
 )
-def get_incident(app: App, incident_id: Id) -> dict[str, Any]:
+def get_incident(app: App, incident_id: Id, tenants: TenantScope) -> dict[str, Any]:
     incident = incidents.get_incident(app.engine, incident_id)
+    if tenants is not None and incident.slo not in _scoped_slos(app, tenants):
+        raise Forbidden(
+            f"this token is limited to tenants, and incident {incident_id}'s SLO covers other "
+            "tenants (or every one)",
+            details={"tenants": sorted(tenants)},
+        )
     notes = annotate(app.engine, [incident])
     return {
         **incident_dict(incident),
         **notes[incident.id],
         **history_of(app.engine, incident.id),
+    }
+
+
+def _scoped_slos(app: App, tenants: frozenset[str]) -> set[str]:
+    """The SLOs whose selector lies within ``tenants`` (``api.auth.within_scope``)."""
+    return {
+        s.name
+        for s in slo_store.list_slos(app.engine)
+        if within_scope(tenants, dict(s.selector.items()))
     }
 
 

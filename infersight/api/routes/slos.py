@@ -15,11 +15,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from infersight.api.auth import Scope
+from infersight.api.auth import Scope, check_within_scope, within_scope
 from infersight.api.context import AppContext
 from infersight.api.deps import App, requires
 from infersight.api.limits import check_document
-from infersight.api.params import KnownQueryRoute
+from infersight.api.params import KnownQueryRoute, TenantScope
 from infersight.core.errors import InvalidInput
 from infersight.core.slo import NAME_PATTERN, SliKind, SloSpec
 from infersight.core.window import Window
@@ -47,13 +47,20 @@ def _views(app: AppContext, specs: list[SloSpec]) -> list[dict[str, Any]]:
 
 
 @router.get("", dependencies=_READ, summary="Every SLO with its status")
-def list_slos(app: App) -> dict[str, Any]:
-    return {"slos": _views(app, slo_store.list_slos(app.engine))}
+def list_slos(app: App, tenants: TenantScope) -> dict[str, Any]:
+    # A token limited to tenants: the SLOs whose selector lies within them (api.auth).
+    specs = [
+        s
+        for s in slo_store.list_slos(app.engine)
+        if within_scope(tenants, dict(s.selector.items()))
+    ]
+    return {"slos": _views(app, specs)}
 
 
 @router.get("/{name}", dependencies=_READ, summary="One SLO with its status")
-def get_slo(app: App, name: str) -> dict[str, Any]:
+def get_slo(app: App, name: str, tenants: TenantScope) -> dict[str, Any]:
     spec = slo_store.get_slo(app.engine, name)
+    check_within_scope(tenants, dict(spec.selector.items()), f"SLO {name!r}")
     answer = _views(app, [spec])[0]
     if spec.sli.kind is SliKind.GOODPUT:
         # What the SLO's good tokens cost over its window, held to its own targets.

@@ -15,9 +15,10 @@ from infersight.api.context import AppContext
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import duration_text
+from infersight.api.dashboard.session import scoped_slos
 from infersight.api.params import MAX_ID
 from infersight.core.burn import Incident, Policy
-from infersight.core.errors import InvalidInput
+from infersight.core.errors import Forbidden, InvalidInput
 from infersight.core.window import format_duration, parse_duration
 from infersight.service.incidents import annotate, history_of
 from infersight.storage import incidents
@@ -92,6 +93,12 @@ def by_window(rates: dict[str, float]) -> list[tuple[str, float]]:
 
 def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
     incident = incidents.get_incident(app.engine, incident_id)
+    if ctx.tenants is not None and incident.slo not in scoped_slos(app, ctx.tenants):
+        raise Forbidden(
+            f"Incident #{incident_id} belongs to SLO {incident.slo!r}, which covers other tenants "
+            f"than yours ({', '.join(sorted(ctx.tenants))}): it needs an unscoped token.",
+            details={"tenants": sorted(ctx.tenants)},
+        )
     note = annotate(app.engine, [incident])[incident.id]
     kept = history_of(app.engine, incident.id)
     windows = watched_windows(app.policy, incident)

@@ -11,6 +11,7 @@ from infersight.api.context import AppContext
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import duration_text
+from infersight.api.dashboard.session import scoped_slos
 from infersight.core.burn import Incident, IncidentState
 from infersight.core.errors import InfersightError, InvalidInput
 from infersight.core.query import Selector
@@ -57,6 +58,9 @@ def incident_list(app: AppContext, ctx: Context, state_filter: str) -> dict[str,
         for i in incidents.list_incidents(app.engine, state_filter, INCIDENT_LIMIT)
         if _overlaps(i, ctx) and _in_scope(i, ctx.selector)
     ]
+    if ctx.tenants is not None:  # a viewer limited to tenants: the incidents of its SLOs
+        mine = scoped_slos(app, ctx.tenants)
+        found = [i for i in found if i.slo in mine]
     notes = annotate(app.engine, found)
     rows = [{"incident": i, **notes[i.id]} for i in found]
     bars = [

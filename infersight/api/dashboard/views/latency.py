@@ -171,6 +171,8 @@ def client_gap(app: AppContext, ctx: Context) -> dict[str, Any]:
         app.engine, ctx.window, app.aliases, model=selector.model, tenant=selector.tenant
     )
     groups = gap_report(read.pairs, app.aliases, GAP_QUANTILES)
+    # A viewer limited to several tenants: their groups alone (one is read by tenant= above).
+    groups = [g for g in groups if selector.allows_tenant(g.tenant)]
     return {
         "groups": groups,
         "quantiles": GAP_QUANTILES,
