@@ -588,3 +588,58 @@ profiles = Table(
     Index("ix_profiles_instance_state", "instance", "state"),
     Index("ix_profiles_incident_id", "incident_id"),
 )
+
+# -- Cloud bills in FOCUS (issue 34) ---------------------------------------------------------
+
+#: One row per imported FOCUS file (``storage.bills``): its SHA-256 (a file is imported once),
+#: the covered charge period, the mapping of lines to instances used (JSON), and totals.
+bill_imports = Table(
+    "bill_imports",
+    metadata,
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("name", String(256), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("format", String(16), nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("period_start", UTCDateTime(), nullable=False),
+    Column("period_end", UTCDateTime(), nullable=False),
+    Column("billed", String(48), nullable=False),
+    Column("mapping", Text, nullable=False),
+    Column("imported_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("id"),
+    UniqueConstraint("sha256"),
+)
+
+#: The charges of an imported file, one per row (``line`` is its row number in the file);
+#: amounts are decimal text (nothing rounded through floats); ``instance`` is the infersight
+#: instance the import's mapping named (``""``: none).
+bill_lines = Table(
+    "bill_lines",
+    metadata,
+    Column("import_id", Integer, ForeignKey("bill_imports.id"), nullable=False),
+    Column("line", Integer, nullable=False),
+    Column("start", UTCDateTime(), nullable=False),
+    Column("end", UTCDateTime(), nullable=False),
+    Column("category", String(16), nullable=False),
+    Column("charge_class", String(1024), nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("billed", String(48), nullable=False),
+    Column("effective", String(48), nullable=False),
+    Column("list_cost", String(48), nullable=True),
+    Column("provider", String(1024), nullable=False),
+    Column("service", String(1024), nullable=False),
+    Column("resource_id", String(1024), nullable=False),
+    Column("resource_name", String(1024), nullable=False),
+    Column("resource_type", String(1024), nullable=False),
+    Column("sku_id", String(1024), nullable=False),
+    Column("sku_price_id", String(1024), nullable=False),
+    Column("pricing_unit", String(1024), nullable=False),
+    Column("pricing_quantity", String(48), nullable=True),
+    Column("consumed_quantity", String(48), nullable=True),
+    Column("consumed_unit", String(1024), nullable=False),
+    Column("tags", Text, nullable=False),
+    Column("instance", LABEL, nullable=False),
+    PrimaryKeyConstraint("import_id", "line"),
+    Index("ix_bill_lines_start", "start"),
+)
