@@ -17,6 +17,7 @@ from itertools import pairwise
 import httpx
 
 from infersight.api import create_app
+from infersight.api.context import context_of
 from infersight.api.dashboard import charts as svg
 from infersight.api.settings import ApiSettings
 from infersight.core.scaling import Recommendation
@@ -171,3 +172,24 @@ def test_scaling_charts_at_24h_start_where_an_hour_of_data_does(seeded: Seeded):
     points = re.findall(r'<polyline[^>]*points="([^"]+)"', charts[0])
     assert points
     assert max(len(p.split()) for p in points) >= 6
+
+
+def test_the_overview_shows_the_evaluation_s_statuses_until_the_next_cycle_lands(
+    seeded: Seeded,
+):
+    # A cycle stamped at its start replaces the previous one at its end: 30 s after the
+    # stamp plus a 10-second cycle, the statuses are still the newest there are.
+    settings = ApiSettings(run_jobs=False, dashboard_answer_ttl_s=0)
+    at = seeded.now - timedelta(seconds=settings.evaluation_interval_s + 5)
+    app = create_app(settings, seeded.engine, lambda: seeded.now, retention=RETENTION)
+    context = context_of(app)
+    context.evaluator.run(at)
+    context.jobs.durations["evaluate"].append(10.0)
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+            return await c.get("/ui/overview")
+
+    html = asyncio.run(call()).text
+    assert f"as of {at.strftime('%H:%M:%S')} UTC" in html  # reused, not counted again
