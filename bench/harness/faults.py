@@ -214,11 +214,11 @@ def restart_sidecar(live: Live) -> Live:
     return _await_sidecar(live, offset)
 
 
-def start_serve(store: str, log: Path, **env: str) -> Live:
-    """``infersight serve`` over ``store`` (jobs on unless ``INFERSIGHT_RUN_JOBS=false``) on a
-    free port until its ``/healthz`` answers (whatever it says)."""
+def start_serve(store: str, log: Path, *extra: str, **env: str) -> Live:
+    """``infersight serve`` over ``store`` (jobs on unless ``INFERSIGHT_RUN_JOBS=false``; more
+    options in ``extra``) on a free port until its ``/healthz`` answers (whatever it says)."""
     port = free_port()
-    argv = [*CLI, "serve", "--store", store, "--listen", f"127.0.0.1:{port}"]
+    argv = [*CLI, "serve", "--store", store, "--listen", f"127.0.0.1:{port}", *extra]
     environ = environment(**env)
     live = Live(_spawn(argv, environ, log), f"http://127.0.0.1:{port}", log, port, argv, environ)
     return _await_serve(live, 0)
