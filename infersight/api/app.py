@@ -30,6 +30,7 @@ from infersight.api.origin import AllowedHosts, OriginGuard
 from infersight.api.params import KnownQueryRoute
 from infersight.api.routes import (
     baselines,
+    bills,
     capacity,
     cost,
     incidents,
@@ -50,6 +51,7 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     slos.router,
     incidents.router,
     cost.router,
+    bills.router,
     capacity.router,
     baselines.router,
     scaling.router,

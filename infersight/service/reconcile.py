@@ -229,8 +229,12 @@ class Imported:
         }
 
 
-def _amount(value: Decimal) -> str:
+def amount_text(value: Decimal) -> str:
+    """An amount as the API writes it: a decimal string with six places."""
     return str(quantize(value))
+
+
+_amount = amount_text
 
 
 def _sha256(open_file: Callable[[], IO[bytes]], limit: int) -> str:

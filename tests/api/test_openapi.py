@@ -63,6 +63,13 @@ SURFACE = {
     ),
     "GET /api/v1/cost": _q(*_WINDOW),
     "GET /api/v1/cost/model": [],
+    "GET /api/v1/cost/reconciliation": _q("basis", "end", "range", "start"),
+    "GET /api/v1/cost/bills": [],
+    "POST /api/v1/cost/bills": _q("key", "name"),
+    "DELETE /api/v1/cost/bills/{bill_id}": ["path:bill_id"],
+    "POST /api/v1/cost/model/billed-price": _q(
+        "basis", "dry_run", "end", "instance", "range", "start"
+    ),
     "GET /api/v1/incidents": _q("limit", "state"),
     "GET /api/v1/incidents/{incident_id}": ["path:incident_id"],
     "GET /api/v1/latency": _q(*sorted([*_WINDOW, "method", "metric", "quantiles"])),
