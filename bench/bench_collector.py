@@ -22,7 +22,9 @@ Prints, in one run on this machine, in ``--rounds`` interleaved rounds:
    random``); every ratio is taken within its round against that round's reference. Each
    round is printed, then per case the median and the spread (min–max) of the rounds'
    ratios. A round has its own sidecar (both transports in it), so no round inherits the
-   previous one's spool.
+   previous one's spool. To compare two versions of the ingest path, read "per CPU second of
+   the sidecar's tree" and its ratio to bare decode per CPU second: it moves least with how
+   the host's load falls on the two cores (the wall-clock ratio also moves with that);
 
 4. at a steady ``--rate`` requests/s (one span each, in exports of ``--export-spans``) with
    scraping (vLLM /metrics) and GPU sampling (dcgm-exporter /metrics, every 2 s) on,
