@@ -45,6 +45,7 @@ from sqlalchemy import Connection, Engine
 from infersight.alerts.diagnose import Diagnosis, diagnose, step_onset
 from infersight.alerts.lifecycle import Verdict, judge
 from infersight.alerts.rules import RulePack, load_rules
+from infersight.core.budget import is_money_alert
 from infersight.core.burn import Incident, Transition
 from infersight.core.errors import InfersightError, InvalidInput
 from infersight.core.model_names import ModelAliases
@@ -256,7 +257,10 @@ class DiagnosisListener:
     def refresh(self, now: datetime) -> int:
         """The follow-up of every firing incident: its held-back page, its recovering mark, or
         a new diagnosis when the last is older than ``every``; the incidents diagnosed."""
-        firing = incidents.list_incidents(self.engine, "firing")
+        # Money alerts (``service.budgets``) carry their own evidence: not diagnosed here.
+        firing = [
+            i for i in incidents.list_incidents(self.engine, "firing") if not is_money_alert(i.slo)
+        ]
         kept = signals.notes(self.engine, [i.id for i in firing])
         last = incident_history.latest(self.engine, [i.id for i in firing])
         done = 0

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from sqlalchemy import Connection, Engine
 
+from infersight.core.budget import is_money_alert
 from infersight.core.burn import (
     Evaluation,
     Incident,
@@ -165,8 +166,10 @@ class Evaluator:
                 change = self._one(connection, current, now, found)
                 if change is not None:
                     changes.append(change)
-            # Open incidents of SLOs that were deleted or re-scoped since the last cycle.
-            orphans = incidents.resolve(connection, (i.id for i in open_incidents.values()), now)
+            # Open incidents of SLOs that were deleted or re-scoped since the last cycle (money
+            # alerts are the budget job's: ``service.budgets``).
+            orphaned = (i.id for i in open_incidents.values() if not is_money_alert(i.slo))
+            orphans = incidents.resolve(connection, orphaned, now)
             changes += [(incident, Transition.RESOLVED) for incident in orphans]
         for incident, transition in changes:
             self._notify(incident, transition)

@@ -643,3 +643,30 @@ bill_lines = Table(
     PrimaryKeyConstraint("import_id", "line"),
     Index("ix_bill_lines_start", "start"),
 )
+
+# -- Budgets and the cost models seen (issue 34) ---------------------------------------------
+
+#: Budget documents (``storage.budgets``), one row per version: applying a changed document adds
+#: version n + 1; the newest version is the budget in force, the older ones its history.
+budgets = Table(
+    "budgets",
+    metadata,
+    Column("name", String(128), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("name", "version"),
+)
+
+#: The cost model in force, one row each time it changed (recorded by the budget job): the
+#: cost-step alert prices a baseline with the version in force then (``storage.budgets``).
+cost_model_versions = Table(
+    "cost_model_versions",
+    metadata,
+    Column("name", String(128), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("name", "version"),
+)

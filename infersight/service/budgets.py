@@ -1,0 +1,623 @@
+"""Budgets (``kind: Budget`` documents) and the money alerts: budget burn and cost steps.
+
+::
+
+    apiVersion: infersight/v1
+    kind: Budget
+    metadata: {name: acme-monthly, description: "…"}
+    spec:
+      scope: {tenant: acme}        # or {model: llama-70b}; omitted: the whole fleet
+      period: monthly              # calendar month (UTC), or weekly (ISO week, from Monday)
+      amount: "12000"              # in the cost model's currency
+      currency: USD                # must be the cost model's
+      thresholds: [0.8, 1.0]       # fractions of the amount spent: below 1 a ticket, else a page
+      burn:                        # optional; these are the defaults
+        - {severity: page, burnRate: 6, longWindow: 6h, shortWindow: 1h}
+        - {severity: ticket, burnRate: 1.5, longWindow: 3d, shortWindow: 6h}
+
+Applying a document whose budget differs from the stored one adds a version (``storage.
+budgets``). ``team`` is refused: requests carry no team today (issue 34's attribution from the
+gateway's spans brings it).
+
+``budget_status`` prices the period so far and the rules' windows with the cost model in use
+(``storage.cost.cost``), projects the period's end, and judges the alert
+(``core.budget.evaluate_budget``). ``MoneyAlerts`` is the scheduled job: every budget's alert
+goes through ``core.burn.step`` into the incidents table (named ``budget:<name>``), with its
+evidence stored as the incident's diagnosis and announced through the same ``Announcer`` (the
+outbox, routes, silences, flap hold-down) as SLO incidents; then the cost-step alert
+(``cost-step:fleet`` and ``cost-step:<model>``) compares the last hours' cost per million
+tokens with the same hours of the previous days, the baseline priced with the cost model
+version in force then (``storage.budgets.model_at``), and names its likely cause.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Final, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import Connection, Engine
+
+from infersight.core.budget import (
+    BUDGET_PREFIX,
+    COST_STEP_PREFIX,
+    DEFAULT_RULES,
+    DEFAULT_THRESHOLDS,
+    Budget,
+    BudgetFigures,
+    CostSample,
+    Period,
+    StepJudgement,
+    StepPolicy,
+    burn_text,
+    evaluate_budget,
+    judge_step,
+    merge_samples,
+    period_bounds,
+)
+from infersight.core.burn import AlertState, Evaluation, Incident, Rule, Severity, Transition, step
+from infersight.core.cost import CostLine, CostModel
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Selector
+from infersight.core.window import Window, format_duration, parse_duration
+from infersight.service.cost_view import amount
+from infersight.service.specs import Metadata
+from infersight.storage import budgets as budget_store
+from infersight.storage import cost as cost_store
+from infersight.storage import incident_history, incidents, signals
+
+log = logging.getLogger(__name__)
+API_VERSION: Final = "infersight/v1"
+KIND: Final = "Budget"
+MAX_DOCUMENTS: Final = 1000
+#: Spenders named in a budget alert's evidence.
+TOP_SPENDERS: Final = 5
+#: The cost-step alert's recent window and how many previous days its baseline takes.
+STEP_WINDOW: Final = timedelta(hours=6)
+STEP_DAYS: Final = 7
+#: Models the cost-step alert looks at besides the fleet (the biggest spenders).
+STEP_MODELS: Final = 20
+DEFAULT_STEP: Final = StepPolicy()
+TEAM_REFUSAL: Final = (
+    "requests carry no team today, so a budget cannot be scoped to one: team comes with "
+    "issue 34's attribution from the gateway's spans; scope the budget to a tenant, a model "
+    "or the fleet"
+)
+Amount = str | float | int
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Rule(_Strict):
+    severity: str
+    burnRate: float
+    longWindow: str
+    shortWindow: str
+
+
+class _Spec(_Strict):
+    scope: dict[str, str] = Field(default_factory=dict)
+    period: str = "monthly"
+    amount: Amount
+    currency: str
+    thresholds: list[Amount] | None = None
+    burn: list[_Rule] | None = None
+
+
+class _Document(_Strict):
+    apiVersion: str
+    kind: str
+    metadata: Metadata
+    spec: _Spec
+
+
+def _decimal(where: str, value: Amount) -> Decimal:
+    try:
+        out = Decimal(str(value).strip())
+    except ArithmeticError:
+        raise InvalidInput(
+            f"{where} must be a decimal number", details={where: str(value)[:32]}
+        ) from None
+    if not out.is_finite():
+        raise InvalidInput(f"{where} must be a finite number")
+    return out
+
+
+def parse_budget(data: dict[str, Any]) -> Budget:
+    """One Budget document (a mapping) → ``Budget``; ``InvalidInput`` says what is wrong."""
+    if data.get("apiVersion") != API_VERSION or data.get("kind") != KIND:
+        raise InvalidInput(
+            f"expected apiVersion {API_VERSION} and kind {KIND}",
+            details={
+                "apiVersion": str(data.get("apiVersion"))[:64],
+                "kind": str(data.get("kind"))[:64],
+            },
+        )
+    spec = data.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("scope"), dict) and "team" in spec["scope"]:
+        raise InvalidInput(TEAM_REFUSAL, details={"dimension": "team", "issue": 34})
+    try:
+        doc = _Document.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()
+        ]
+        raise InvalidInput("invalid Budget document", details={"problems": problems}) from None
+    s = doc.spec
+    if s.period not in {p.value for p in Period}:
+        raise InvalidInput(
+            f"period must be monthly or weekly, got {s.period!r}",
+            details={"allowed": [p.value for p in Period]},
+        )
+    try:
+        rules = (
+            DEFAULT_RULES
+            if s.burn is None
+            else tuple(
+                Rule(
+                    Severity(r.severity),
+                    r.burnRate,
+                    parse_duration(r.longWindow),
+                    parse_duration(r.shortWindow),
+                )
+                for r in s.burn
+            )
+        )
+    except ValueError as exc:
+        raise InvalidInput(f"invalid burn rule: {exc}") from None
+    if len(rules) > 8:
+        raise InvalidInput("a budget has at most 8 burn rules")
+    if any(r.long_window > timedelta(days=31) for r in rules):
+        raise InvalidInput("a burn rule's window is at most 31d")
+    thresholds = (
+        DEFAULT_THRESHOLDS
+        if s.thresholds is None
+        else tuple(sorted({_decimal("thresholds", t) for t in s.thresholds}))
+    )
+    if len(thresholds) > 10:
+        raise InvalidInput("a budget has at most 10 thresholds")
+    return Budget(
+        name=doc.metadata.name,
+        amount=_decimal("amount", s.amount),
+        currency=s.currency.strip().upper(),
+        period=Period(s.period),
+        scope=dict(s.scope),
+        thresholds=thresholds,
+        rules=rules,
+        description=doc.metadata.description,
+    )
+
+
+def parse_budgets(text: str | bytes) -> list[Budget]:
+    """Every Budget document of a (multi-document) YAML or JSON file."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
+    if not documents:
+        raise InvalidInput("no Budget documents found")
+    if len(documents) > MAX_DOCUMENTS:
+        raise InvalidInput(f"a file holds at most {MAX_DOCUMENTS} Budget documents")
+    if not all(isinstance(d, dict) for d in documents):
+        raise InvalidInput("a Budget document must be a mapping")
+    out = [parse_budget(d) for d in documents]
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):
+        raise InvalidInput("a file names each budget once")
+    return out
+
+
+def to_document(budget: Budget) -> dict[str, Any]:
+    """The Budget document of ``budget`` (what ``parse_budget`` reads back to an equal one)."""
+    metadata: dict[str, Any] = {"name": budget.name}
+    if budget.description:
+        metadata["description"] = budget.description
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata,
+        "spec": {
+            "scope": dict(budget.scope),
+            "period": budget.period.value,
+            "amount": str(budget.amount),
+            "currency": budget.currency,
+            "thresholds": [str(t) for t in budget.thresholds],
+            "burn": [
+                {
+                    "severity": r.severity.value,
+                    "burnRate": r.burn_rate,
+                    "longWindow": format_duration(r.long_window),
+                    "shortWindow": format_duration(r.short_window),
+                }
+                for r in budget.rules
+            ],
+        },
+    }
+
+
+def apply_budgets(
+    engine: Engine, budgets: Sequence[Budget], now: datetime, currency: str | None = None
+) -> list[tuple[Budget, int, bool]]:
+    """Store each budget (a new version where it changed): ``(budget, version, new)`` each.
+    With ``currency`` (the cost model's), a budget in another currency is refused first."""
+    if currency is not None:
+        for budget in budgets:
+            _same_currency(budget, currency)
+    out = []
+    for budget in budgets:
+        version, new = budget_store.put_budget(engine, budget, now)
+        out.append((budget, version, new))
+    return out
+
+
+def _same_currency(budget: Budget, currency: str) -> None:
+    if budget.currency != currency:
+        raise InvalidInput(
+            f"budget {budget.name!r} is in {budget.currency} but the cost model prices in "
+            f"{currency}: budgets are compared with spend in the cost model's currency",
+            details={"budget": budget.currency, "cost_model": currency},
+        )
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def selector_of(budget: Budget) -> Selector:
+    return Selector(**dict(budget.scope))
+
+
+def _spend(
+    engine: Engine, window: Window, model: CostModel, selector: Selector, group: Sequence[str] = ()
+) -> tuple[Decimal, tuple[CostLine, ...]]:
+    result = cost_store.cost(engine, window, model, selector, group)
+    return result.total.cost, result.groups
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    figures: BudgetFigures
+    firing: Severity | None
+    top: tuple[CostLine, ...]
+    """The biggest spenders (model × instance) of the period so far."""
+    model_name: str
+
+    def to_dict(self) -> dict[str, Any]:
+        f, b = self.figures, self.figures.budget
+        projected = f.projected
+        rates = f.burn_rates()
+        return {
+            "name": b.name,
+            "version": b.version,
+            "description": b.description,
+            "scope": dict(b.scope) or {"fleet": True},
+            "period": b.period.value,
+            "period_start": _iso(f.start),
+            "period_end": _iso(f.end),
+            "evaluated_at": _iso(f.at),
+            "currency": b.currency,
+            "cost_model": self.model_name,
+            "amount": amount(b.amount),
+            "spent": amount(f.spent),
+            "spent_fraction": round(f.spent_fraction, 6),
+            "expected_by_now": amount(f.expected),
+            "ahead_of_curve": amount(f.spent - f.expected),
+            "elapsed_fraction": round(f.elapsed, 6),
+            "projected": None if projected is None else amount(projected),
+            "projected_fraction": None
+            if projected is None
+            else round(float(projected / b.amount), 6),
+            "thresholds": [str(t) for t in b.thresholds],
+            "threshold_crossed": None if f.crossed() is None else str(f.crossed()),
+            "burn_rates": burn_text(rates),
+            "window_spend": {format_duration(w): amount(s) for w, s in f.window_spend.items()},
+            "rules": [
+                {
+                    "severity": r.severity.value,
+                    "burn_rate": r.burn_rate,
+                    "long_window": format_duration(r.long_window),
+                    "short_window": format_duration(r.short_window),
+                    "long_rate": round(rates[r.long_window], 6),
+                    "short_rate": round(rates[r.short_window], 6),
+                }
+                for r in b.rules
+            ],
+            "firing": None if self.firing is None else self.firing.value,
+            "top_spenders": [
+                {
+                    "model": line.labels.get("model", ""),
+                    "instance": line.labels.get("instance", ""),
+                    "cost": amount(line.cost),
+                }
+                for line in self.top
+            ],
+        }
+
+
+def _iso(ts: datetime) -> str:
+    return ts.isoformat().replace("+00:00", "Z")
+
+
+def budget_status(engine: Engine, budget: Budget, model: CostModel, now: datetime) -> BudgetStatus:
+    """The budget's spend, projection, burn rates and alert judgement at ``now``."""
+    _same_currency(budget, model.currency)
+    start, end = period_bounds(budget.period, now)
+    selector = selector_of(budget)
+    spent, top = Decimal(0), tuple[CostLine, ...]()
+    if now > start:
+        spent, groups = _spend(engine, Window(start, now), model, selector, ("model", "instance"))
+        ranked = sorted((g for g in groups if g.cost > 0), key=lambda g: (-g.cost, *g.labels))
+        top = tuple(ranked[:TOP_SPENDERS])
+    window_spend = {
+        w: _spend(engine, Window.last(w, now), model, selector)[0] for w in budget.windows
+    }
+    figures = BudgetFigures(budget, now, start, end, spent, window_spend)
+    evaluation = evaluate_budget(figures)
+    return BudgetStatus(figures, evaluation.firing, top, model.name)
+
+
+def budget_cause(status: BudgetStatus) -> str:
+    f = status.figures
+    crossed = f.crossed()
+    fired = [
+        r
+        for r in f.budget.rules
+        if f.burn_rates()[r.long_window] >= r.burn_rate
+        and f.burn_rates()[r.short_window] >= r.burn_rate
+    ]
+    if fired:
+        return "spend_burn"
+    return "budget_threshold" if crossed is not None else "within_budget"
+
+
+def budget_evidence(status: BudgetStatus) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The symptom and the diagnosis an incident of this budget is told with."""
+    f, b = status.figures, status.figures.budget
+    data = status.to_dict()
+    symptom = {
+        "slo": b.alert_name,
+        "scope": b.scope_text,
+        "severity": data["firing"],
+        "burn_rates": data["burn_rates"],
+        "peak_burn_rate": max(f.burn_rates().values(), default=0.0),
+        "budget": {k: data[k] for k in ("amount", "currency", "period", "period_start")},
+    }
+    projected = f.projected
+    evidence: list[dict[str, Any]] = [
+        {
+            "signal": f"spent ({b.currency})",
+            "current": float(f.spent),
+            "baseline": float(f.expected),
+            "ratio": float(f.spent / f.expected) if f.expected else None,
+        },
+        {
+            "signal": f"projected at period end ({b.currency})",
+            "current": None if projected is None else float(projected),
+            "baseline": float(b.amount),
+            "ratio": None if projected is None else float(projected / b.amount),
+        },
+    ]
+    evidence += [
+        {
+            "signal": "top spender "
+            f"{line.labels.get('model', '')}@{line.labels.get('instance', '')}",
+            "current": float(line.cost),
+            "baseline": float(f.spent),
+            "ratio": float(line.cost / f.spent) if f.spent else None,
+        }
+        for line in status.top
+    ]
+    diagnosis = {
+        "cause": budget_cause(status),
+        "confidence": 1.0,
+        "instance": status.top[0].labels.get("instance") if status.top else None,
+        "evidence": evidence,
+        "budget": data,
+    }
+    return symptom, diagnosis
+
+
+# -- the cost step ---------------------------------------------------------------------------
+
+
+def _sample(line: CostLine | None, version: str) -> CostSample:
+    if line is None:
+        return CostSample(Decimal(0), 0, 0, Decimal(0), Decimal(0), version)
+    return CostSample(
+        line.cost, line.tokens, line.requests, line.gpu_hours, line.idle_gpu_hours, version
+    )
+
+
+def _by_model(
+    engine: Engine, window: Window, model: CostModel, version: str
+) -> dict[str, CostSample]:
+    """The window's samples: ``""`` for the fleet, then one per model."""
+    result = cost_store.cost(engine, window, model, Selector(), ("model",))
+    out = {"": _sample(result.total, version)}
+    for line in result.groups:
+        name = line.labels.get("model", "")
+        if name:
+            out[name] = _sample(line, version)
+    return out
+
+
+def cost_steps(
+    engine: Engine,
+    model: CostModel,
+    version: str,
+    now: datetime,
+    policy: StepPolicy = DEFAULT_STEP,
+) -> dict[str, StepJudgement]:
+    """The cost-step judgement of the fleet (``""``) and of each model with volume: the last
+    ``STEP_WINDOW`` against the same hours of the previous ``STEP_DAYS`` days, each day
+    priced with the cost model version in force at its end (else the current one)."""
+    current = _by_model(engine, Window.last(STEP_WINDOW, now), model, version)
+    days: dict[str, list[CostSample]] = {}
+    for k in range(1, STEP_DAYS + 1):
+        end = now - timedelta(days=k)
+        then = budget_store.model_at(engine, model.name, end)
+        priced, label = then if then is not None else (model, version)
+        for name, sample in _by_model(engine, Window.last(STEP_WINDOW, end), priced, label).items():
+            days.setdefault(name, []).append(sample)
+    names = ["", *sorted((n for n in current if n), key=lambda n: -current[n].cost)[:STEP_MODELS]]
+    out = {}
+    for name in names:
+        if name in days:
+            out[name] = judge_step(current[name], merge_samples(days[name]), policy)
+    return out
+
+
+def step_name(model_name: str) -> tuple[str, str]:
+    """The incident's (slo, scope) of the fleet's (``""``) or a model's cost step."""
+    if not model_name:
+        return f"{COST_STEP_PREFIX}fleet", "*"
+    return f"{COST_STEP_PREFIX}{model_name}"[:128], f"model={model_name}"
+
+
+# -- the job ---------------------------------------------------------------------------------
+
+
+class Announce(Protocol):
+    def __call__(
+        self,
+        incident: Incident,
+        transition: Transition,
+        symptom: dict[str, Any],
+        diagnosis: dict[str, Any],
+        connection: Connection | None = None,
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MoneyReport:
+    budgets: int
+    changes: tuple[tuple[Incident, Transition], ...]
+    problems: tuple[str, ...]
+
+
+class MoneyAlerts:
+    """The money alerts' job: budgets, then cost steps; one ``__call__`` per interval."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        cost_model: Callable[[], CostModel],
+        announce: Announce | None = None,
+        step_policy: StepPolicy = DEFAULT_STEP,
+    ) -> None:
+        self.engine = engine
+        self.cost_model = cost_model
+        self.announce = announce
+        self.step_policy = step_policy
+
+    def __call__(self, now: datetime) -> MoneyReport:
+        model = self.cost_model()
+        version = budget_store.record_model(self.engine, model, now)
+        changes: list[tuple[Incident, Transition]] = []
+        problems: list[str] = []
+        budgets = budget_store.list_budgets(self.engine)
+        for budget in budgets:
+            try:
+                status = budget_status(self.engine, budget, model, now)
+            except InvalidInput as exc:
+                problems.append(f"{budget.name}: {exc}")
+                log.warning("budget %s not evaluated: %s", budget.name, exc)
+                continue
+            symptom, diagnosis = budget_evidence(status)
+            evaluation = evaluate_budget(status.figures)
+            change = self._step(
+                budget.alert_name, budget.scope_text, evaluation.firing,
+                evaluation.holding, symptom, diagnosis, now,
+            )  # fmt: skip
+            changes += change
+        # Budgets deleted or re-scoped since: their open incidents resolve.
+        live = {(b.alert_name, b.scope_text) for b in budgets}
+        for incident in incidents.list_incidents(self.engine, "firing"):
+            name = incident.slo
+            if name.startswith(BUDGET_PREFIX) and (name, incident.scope) not in live:
+                gone = {"slo": name, "scope": incident.scope, "burn_rates": {}}
+                why = {"cause": "budget_removed", "evidence": []}
+                changes += self._step(name, incident.scope, None, frozenset(), gone, why, now)
+        for name, judgement in cost_steps(
+            self.engine, model, version, now, self.step_policy
+        ).items():
+            slo, scope = step_name(name)
+            firing = Severity.TICKET if judgement.firing else None
+            holding = frozenset({Severity.TICKET}) if judgement.holding else frozenset()
+            symptom = {
+                "slo": slo,
+                "scope": scope,
+                "severity": "ticket",
+                "burn_rates": {"step": round(judgement.ratio or 0.0, 6)},
+                "peak_burn_rate": judgement.ratio or 0.0,
+            }
+            diagnosis = {
+                "cause": judgement.cause.value if judgement.cause else "unknown",
+                "confidence": 1.0,
+                "factors": dict(judgement.factors),
+                "evidence": [dict(e) for e in judgement.evidence],
+            }
+            changes += self._step(slo, scope, firing, holding, symptom, diagnosis, now)
+        return MoneyReport(len(budgets), tuple(changes), tuple(problems))
+
+    def _step(
+        self,
+        slo: str,
+        scope: str,
+        firing: Severity | None,
+        holding: frozenset[Severity],
+        symptom: dict[str, Any],
+        diagnosis: dict[str, Any],
+        now: datetime,
+    ) -> list[tuple[Incident, Transition]]:
+        with self.engine.begin() as connection:
+            current = incidents.firing(connection, slo, scope)
+            previous = incidents.alert_state(current)
+            evaluation = Evaluation({}, {}, firing, (), holding, firing, frozenset())
+            state, transition = step(previous, evaluation, now)
+            if not previous.active and not state.active:
+                return []
+            rates = {k: float(v) for k, v in dict(symptom.get("burn_rates") or {}).items()}
+            incident = incidents.apply_step(
+                connection, slo, scope, state, transition, rates, now, current=current
+            )
+            if incident is None or transition is Transition.NONE:
+                return []
+            signals.save_diagnosis(connection, incident.id, symptom, diagnosis, now)
+            verdict = {
+                Transition.OPENED: "onset",
+                Transition.RESOLVED: "resolved",
+            }.get(transition, "raised")
+            incident_history.append(
+                connection, incident.id, now, verdict, str(diagnosis.get("cause")), diagnosis
+            )
+            if self.announce is not None:
+                self.announce(incident, transition, symptom, diagnosis, connection=connection)
+        return [(incident, transition)]
+
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "MAX_DOCUMENTS",
+    "TEAM_REFUSAL",
+    "AlertState",
+    "BudgetStatus",
+    "MoneyAlerts",
+    "MoneyReport",
+    "apply_budgets",
+    "budget_evidence",
+    "budget_status",
+    "cost_steps",
+    "parse_budget",
+    "parse_budgets",
+    "selector_of",
+    "step_name",
+    "to_document",
+]
