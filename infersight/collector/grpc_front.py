@@ -51,22 +51,46 @@ _DATA: Final = 0x0
 _HEADERS: Final = 0x1
 _RST_STREAM: Final = 0x3
 _END_STREAM: Final = 0x1
+#: Open streams remembered per connection at most.
+_MAX_OPEN: Final = 1024
+
+
+class _Streams:
+    """The calls on one connection, read from the HTTP/2 frame headers as bytes pass either
+    way (after the client's preface): the streams the client opened, and those still open (no
+    END_STREAM from the server and no reset either way yet)."""
+
+    __slots__ = ("last", "open", "started")
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.last = 0  # a client's new stream has a higher id than every earlier one
+        self.open: set[int] = set()
+
+    def frame(self, kind: int, flags: int, stream: int, from_client: bool) -> None:
+        if from_client and kind == _HEADERS and stream > self.last:
+            self.last = stream
+            if len(self.open) < _MAX_OPEN:  # gRPC refuses streams past its own cap anyway
+                self.open.add(stream)
+            self.started += 1
+        elif kind == _RST_STREAM or (
+            not from_client and kind in (_DATA, _HEADERS) and flags & _END_STREAM
+        ):
+            self.open.discard(stream)
 
 
 class _Frames:
-    """Reads the HTTP/2 frame headers of one direction as its bytes pass (after the client's
-    preface): the streams (calls) the client started, and those either side ended."""
+    """Splits one direction's bytes into HTTP/2 frame headers for ``_Streams``."""
 
-    __slots__ = ("_header", "_skip", "ended", "last_stream", "started")
+    __slots__ = ("_from_client", "_header", "_skip", "_streams")
 
-    def __init__(self) -> None:
+    def __init__(self, streams: _Streams, from_client: bool) -> None:
         self._header = b""
         self._skip = 0
-        self.started = 0  # client: HEADERS opening a new stream
-        self.ended = 0  # END_STREAM from the server, or a reset either way
-        self.last_stream = 0
+        self._streams = streams
+        self._from_client = from_client
 
-    def feed(self, data: bytes, from_client: bool) -> None:
+    def feed(self, data: bytes) -> None:
         at = 0
         while at < len(data):
             if self._skip:
@@ -80,15 +104,8 @@ class _Frames:
             if len(self._header) == 9:
                 header, self._header = self._header, b""
                 self._skip = int.from_bytes(header[:3], "big")
-                kind, flags = header[3], header[4]
                 stream = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
-                if from_client and kind == _HEADERS and stream > self.last_stream:
-                    self.started += 1
-                    self.last_stream = stream
-                elif kind == _RST_STREAM or (
-                    not from_client and kind in (_DATA, _HEADERS) and flags & _END_STREAM
-                ):
-                    self.ended += 1
+                self._streams.frame(header[3], header[4], stream, self._from_client)
 
 
 @dataclass(eq=False)
@@ -102,13 +119,12 @@ class _Conn:
     last_out: float = 0.0  # last byte to the client
     upstream: asyncio.StreamWriter | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    inbound: _Frames = field(default_factory=_Frames)  # the client's frames
-    outbound: _Frames = field(default_factory=_Frames)  # the server's
+    streams: _Streams = field(default_factory=_Streams)
 
     @property
     def calls(self) -> int:
         """Calls the client started on this connection."""
-        return self.inbound.started
+        return self.streams.started
 
     def idle_s(self, now: float) -> float:
         return now - max(self.last_in, self.last_out, self.opened)
@@ -116,7 +132,7 @@ class _Conn:
     @property
     def in_call(self) -> bool:
         """A call the client started has not ended (by the server's END_STREAM or a reset)."""
-        return self.inbound.started > self.inbound.ended + self.outbound.ended
+        return bool(self.streams.open)
 
     def close(self) -> None:
         for writer in (self.writer, self.upstream):
@@ -194,6 +210,10 @@ class GrpcFront:
         else:
             self._loop.run_until_complete(close())
         self._loop.close()
+
+    def open_streams(self) -> int:
+        """Calls in progress on the relayed connections (``_Streams``)."""
+        return sum(len(c.streams.open) for c in list(self._conns))
 
     def peer_of(self, grpc_peer: str) -> str:
         """The client's peer (``ipv4:ADDR:PORT``) for gRPC's peer of the relayed connection
@@ -336,14 +356,14 @@ class GrpcFront:
     async def _pipe(
         source: asyncio.StreamReader, sink: asyncio.StreamWriter, conn: _Conn, inbound: bool
     ) -> None:
+        frames = _Frames(conn.streams, from_client=inbound)
         with contextlib.suppress(ConnectionError, OSError, asyncio.IncompleteReadError):
             while data := await source.read(_CHUNK):
                 if inbound:
                     conn.last_in = time.monotonic()
-                    conn.inbound.feed(data, from_client=True)
                 else:
                     conn.last_out = time.monotonic()
-                    conn.outbound.feed(data, from_client=False)
+                frames.feed(data)
                 sink.write(data)
                 await sink.drain()
 

@@ -231,6 +231,10 @@ class GrpcServer:
         """Connections the front closed for a newcomer so far."""
         return self._front.evicted
 
+    def front_streams_open(self) -> int:
+        """Calls in progress on the connections the front relays, as it reads them."""
+        return self._front.open_streams()
+
     def start(self) -> GrpcServer:
         self._server.start()
         self._front.start()

@@ -180,3 +180,42 @@ def test_cap_plus_50_hogging_sockets_do_not_shut_out_a_real_exporter(
         assert hog.reopened > 50  # it kept at it all along
     assert results == [SpanExportResult.SUCCESS] * 5
     assert receiver.metrics.exports.labels("grpc", "ok")._value.get() == 5
+
+
+def test_a_connection_with_a_call_in_progress_is_not_closed_for_a_newcomer(
+    make_receiver: Callable[..., Receiver],
+) -> None:
+    """A call waits for the spool's acknowledgement without a byte either way: the front reads
+    its stream as open, so even with every idle connection closable it is never the one."""
+    receiver = make_receiver(grpc_limits=GrpcLimits(max_connections=1, evict_idle_after_s=0))
+    held = connect(receiver)
+    # The handshake and a call's HEADERS on stream 1, its message never sent: in progress.
+    block = _request_headers(EXPORT)
+    frame = len(block).to_bytes(3, "big") + bytes([0x1, 0x4]) + (1).to_bytes(4, "big") + block
+    held.sendall(HANDSHAKE + frame)
+    try:
+        until(lambda: receiver.grpc.front_streams_open() == 1, "the call seen as open")
+        assert grpc_export(receiver, encoded(vllm_spans(1))) is not None  # no place for it
+        assert receiver.grpc.front_evictions() == 0
+        assert receiver.grpc.front_streams_open() == 1  # the call is still there
+    finally:
+        held.close()
+    assert grpc_export(receiver, encoded(vllm_spans(1))) is None  # its place is free again
+
+
+def _literal(name: bytes, value: bytes, index: int = 0) -> bytes:
+    """An HPACK literal header field without indexing (RFC 7541, 6.2.2), short strings only."""
+    head = bytes([index]) if index < 15 else bytes([0x0F, index - 15])
+    named = b"" if index else bytes([len(name)]) + name
+    return head + named + bytes([len(value)]) + value
+
+
+def _request_headers(path: str) -> bytes:
+    """A gRPC request's header block: POST, http, ``path``, content-type and te."""
+    return (
+        bytes([0x83, 0x86])  # :method POST, :scheme http (static table 3 and 6)
+        + _literal(b":path", path.encode(), 4)
+        + _literal(b":authority", b"127.0.0.1", 1)
+        + _literal(b"content-type", b"application/grpc", 31)
+        + _literal(b"te", b"trailers")
+    )
