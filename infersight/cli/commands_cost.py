@@ -181,3 +181,10 @@ def _unit(value: str | None) -> str:
     from infersight.service.cost_view import unit_cost_text  # noqa: PLC0415
 
     return "-" if value is None else unit_cost_text(value)
+
+
+# The cloud bill (issue 34): import-bill, reconcile, use-billed-price, bills.
+from infersight.cli.commands_bill import COMMANDS as _BILL_COMMANDS  # noqa: E402
+
+for _command in _BILL_COMMANDS:
+    cost.add_command(_command)
