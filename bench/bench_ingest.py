@@ -24,8 +24,11 @@ that load on a shared host moves both alike; the median and the range over round
 printed. ``--against DIR`` runs the same rounds, interleaved, against another checkout of
 the code (e.g. a ``git worktree`` of the commit before a change): each checkout is measured in
 its own worker process and the before → after ratio is taken within each round.
-``--profile`` adds the top frames of a ``cProfile`` pass (µs per span, inflated by the
-profiler's own cost per call).
+A third case, in the same rounds, is the floor of any pure-Python ingest: parsing the
+export and a plain loop reading every span attribute into a dict through protobuf's Python
+API (``read_attributes``); its share of the pipeline says what a native extractor could save.
+``--profile`` adds the top frames of a ``cProfile`` pass on the CPU clock, as shares of the
+profiled run (the profiler's own cost per call inflates absolute times several-fold).
 
     .venv/bin/python bench/bench_ingest.py --rounds 6 --against /tmp/ingest-before --profile
 """
@@ -362,7 +365,7 @@ class Worker:
         """CPU µs per span of ``case`` over the mix's exports."""
         bodies = self.bodies[mix]
         parse = ExportTraceServiceRequest.FromString
-        work = parse if case == "decode" else self.pipeline
+        work = {"decode": parse, "attributes": read_attributes}.get(case, self.pipeline)
         started = time.process_time()
         for _ in range(repeats):
             for body in bodies:
@@ -370,23 +373,44 @@ class Worker:
         return (time.process_time() - started) * 1e6 / (self.spans[mix] * repeats)
 
     def profile(self, mix: str, top: int) -> list[tuple[str, float, float]]:
-        """(frame, self µs per span, cumulative µs per span), the top by self time."""
+        """(frame, self %, cumulative %), the top by self time: shares of the profiled run,
+        since the profiler's own cost per call (a CPU clock read at each end) inflates the
+        absolute times several-fold."""
         import cProfile
         import pstats
 
-        profiler = cProfile.Profile()
+        # CPU time, not wall time: on a shared host a preempted call would otherwise count
+        # the time other processes ran.
+        profiler = cProfile.Profile(time.process_time)
         profiler.enable()
-        for body in self.bodies[mix]:
-            self.pipeline(body)
+        for _ in range(2):
+            for body in self.bodies[mix]:
+                self.pipeline(body)
         profiler.disable()
         stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-        spans = self.spans[mix]
+        total = sum(tottime for _, _, tottime, _, _ in stats.values()) / 100
         rows = []
         for (file, line, name), (_, _, tottime, cumtime, _) in stats.items():
             where = f"{Path(file).name}:{line}" if line else "~"
-            rows.append((f"{name} ({where})", tottime * 1e6 / spans, cumtime * 1e6 / spans))
+            rows.append((f"{name} ({where})", tottime / total, cumtime / total))
         rows.sort(key=lambda row: -row[1])
         return rows[:top]
+
+
+def read_attributes(body: bytes) -> list[dict[str, Any]]:
+    """The floor of reading spans through protobuf's Python API: parse, then a plain loop
+    that reads every span attribute into a dict (no limits, ids, mapping or encoding)."""
+    out = []
+    for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs = {}
+                for kv in span.attributes:
+                    value = kv.value
+                    kind = value.WhichOneof("value")
+                    attrs[kv.key] = getattr(value, kind) if kind else None
+                out.append(attrs)
+    return out
 
 
 def serve_worker(args: argparse.Namespace) -> None:
@@ -468,8 +492,10 @@ def main() -> None:
         print(f"{remote.name}: infersight from {remote.tree}")
     print(f"{args.exports} exports × {args.spans} spans per mix, {args.repeats} passes per case, "
           f"{args.rounds} rounds ({args.order}); CPU µs per span")  # fmt: skip
-    # Every (tree, case) once per round, in ABBA order over the list.
+    # Every (tree, case) once per round, in ABBA order over the list; the attribute-reading
+    # floor (the same code whatever the checkout) once.
     cases = [(name, case) for name in remotes for case in ("decode", "pipeline")]
+    cases.insert(0, ("after", "attributes"))
     figures: dict[str, Any] = {}
     try:
         for mix in mixes:
@@ -489,10 +515,11 @@ def main() -> None:
             figures[mix] = summarise(mix, remotes, results)
             if args.profile:
                 for name, remote in remotes.items():
-                    print(f"[{mix}] {name}: top frames by self time (cProfile, µs per span)")
+                    print(f"[{mix}] {name}: top frames by self time (cProfile, CPU clock, "
+                          f"% of the profiled pipeline)")  # fmt: skip
                     print(f"    {'self':>6} {'cum':>6}  frame")
                     for frame, own, cum in remote.ask(op="profile", mix=mix, top=args.top):
-                        print(f"    {own:6.2f} {cum:6.2f}  {frame}")
+                        print(f"    {own:5.1f}% {cum:5.1f}%  {frame}")
     finally:
         for remote in remotes.values():
             remote.close()
@@ -517,6 +544,12 @@ def summarise(mix: str, remotes: dict[str, Remote], results: dict[tuple[str, str
             "spans_per_cpu_s": per_cpu_s.as_dict(),
             "share_of_bare_decode": share.as_dict(),
         }
+    floor = results["after", "attributes"]
+    share_floor = ratio_spread(floor, results["after", "pipeline"])
+    print(f"[{mix}] reading every attribute into a dict alone (parse + loop): "
+          f"{statistics.median(floor):.1f} µs/span, {share_floor.text('×')} of the pipeline "
+          f"after")  # fmt: skip
+    out["attributes_floor_us_per_span"] = spread(floor).as_dict()
     if "before" in remotes:
         speedup = ratio_spread(results["before", "pipeline"], results["after", "pipeline"])
         print(f"[{mix}] after / before, spans per CPU-second: {speedup.text('×')}")
