@@ -302,8 +302,9 @@ class RollupCache:
         self.monotonic = monotonic
         self.stats = CacheStats()
         self._rows: dict[_RowKey, _Row] = {}
-        #: (goodput SLI, selector) → hour → (raw rows counted, events, bad events).
-        self._goodput: dict[tuple[Sli, Selector], dict[datetime, tuple[int, int, int]]] = {}
+        #: (goodput SLI, selector) → hour → (the hour's rollup fingerprint when it was
+        #: counted, events, bad events).
+        self._goodput: dict[tuple[Sli, Selector], dict[datetime, tuple[_HourPrint, int, int]]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -316,10 +317,13 @@ class RollupCache:
         the hour), for the requests ``selector`` picks: what raw rows say, read from them only
         for hours not counted before or that changed since.
 
-        An hour's count is kept with the number of raw rows it was counted over, and reused
-        while the hour's rollup request count (one grouped read of the hour rollups per call)
-        equals it: the writer rolls up exactly the rows it stores, in the same transaction, so
-        late data changes the count and the hour is counted again. An hour without rollups has
+        An hour's count is kept with its rollups' fingerprint (requests, errors and output
+        tokens: one grouped read of the hour rollups per call), if the raw rows it was counted
+        over were as many as the fingerprint's requests, and reused while the fingerprint is
+        unchanged: the writer rolls up exactly the rows it stores, in the same transaction, so
+        late data changes the requests, and a late parallel-sampling sequence folded into a
+        stored request (its output tokens added, its E2E extended) changes the output tokens
+        or errors; either way the hour is counted again. An hour without rollups has
         no raw rows either. Hours wholly before the oldest raw row (raw retention removed them,
         oldest first) count nothing, as raw rows say; the hour that holds the oldest row is
         always counted afresh. Entries older than ``start`` are dropped: an SLO asks for its
@@ -329,10 +333,12 @@ class RollupCache:
         hour = timedelta(hours=1)
         r = request_rollups.c
         segment = Segment(start, end, Resolution.HOUR)
-        rolled = {
-            bucket: int(n or 0)
-            for bucket, n in connection.execute(
-                select(r.bucket, func.sum(r.requests))
+        rolled: dict[datetime, _HourPrint] = {
+            bucket: (int(n or 0), int(errors or 0), int(tokens or 0))
+            for bucket, n, errors, tokens in connection.execute(
+                select(
+                    r.bucket, func.sum(r.requests), func.sum(r.errors), func.sum(r.output_tokens)
+                )
                 .where(rollup_where(segment, selector))
                 .group_by(r.bucket)
             )
@@ -344,12 +350,12 @@ class RollupCache:
             kept = self._goodput.setdefault((sli, selector), {})
             for bucket in [b for b in kept if b < start]:
                 del kept[bucket]
-            for bucket, n in sorted(rolled.items()):
-                if not n or oldest is None or bucket + hour <= oldest:
+            for bucket, fingerprint in sorted(rolled.items()):
+                if not fingerprint[0] or oldest is None or bucket + hour <= oldest:
                     out[bucket] = (0, 0)
                     continue
                 found = kept.get(bucket)
-                if found is not None and found[0] == n and bucket > oldest:
+                if found is not None and found[0] == fingerprint and bucket > oldest:
                     out[bucket] = found[1:]
                 else:
                     missing.append(bucket)
@@ -358,8 +364,8 @@ class RollupCache:
             kept = self._goodput.setdefault((sli, selector), {})
             for bucket, (rows, events, bad) in counted.items():
                 out[bucket] = (events, bad)
-                if oldest is not None and bucket > oldest:
-                    kept[bucket] = (rows, events, bad)
+                if oldest is not None and bucket > oldest and rows == rolled[bucket][0]:
+                    kept[bucket] = (rolled[bucket], events, bad)
             self.stats.goodput_hours_counted += len(counted)
         return out
 
@@ -484,6 +490,8 @@ class RollupCache:
             self.stats.sketches_read += len(missing)
 
 
+#: An hour's rollups as a goodput count is kept against: (requests, errors, output tokens).
+_HourPrint = tuple[int, int, int]
 #: Hours one statement counts for a goodput SLI (three aggregate columns each).
 _HOURS_PER_QUERY: Final = 24
 

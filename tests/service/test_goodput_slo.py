@@ -12,6 +12,7 @@ the incident page and the overview, and resolve once the traffic is healthy agai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -35,6 +36,7 @@ from infersight.core.errors import InvalidInput
 from infersight.core.goodput import GoodLimits, GoodPolicy, limits_of
 from infersight.core.query import Selector
 from infersight.core.records import RequestRecord
+from infersight.core.sequences import LateSequence, fold_late_sequence
 from infersight.core.slo import (
     GoodputUnit,
     Sli,
@@ -281,9 +283,11 @@ def test_the_store_counts_goodput_as_the_reference_does(store: Store) -> None:
 
 
 def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(store: Store) -> None:
-    """Cycles with a ``RollupCache`` (each closed hour counted once, kept while its rollup
-    count holds) answer what raw rows answer, through fresh data, late data into an hour
-    already counted, and raw rows removed by retention while their rollups stay."""
+    """Cycles with a ``RollupCache`` (each closed hour counted once, kept while its rollups'
+    fingerprint holds) answer what raw rows answer, through fresh data, late data into an hour
+    already counted, a late parallel-sampling sequence folded into a counted request (same
+    request count, a good request turned bad), and raw rows removed by retention while their
+    rollups stay."""
     cache = slo_store.RollupCache()
     writer = open_writer(store.engine)
     present = traffic(T0 - timedelta(hours=8), T0)
@@ -302,6 +306,19 @@ def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(stor
             ]
             writer.write_requests(late)
             present += late
+        if cycle == 4:  # a late parallel-sampling sequence folded into a counted hour
+            stored = next(r for r in present if r.start >= T0 - timedelta(hours=2))
+            sibling = dataclasses.replace(
+                stored, span_id=f"{int(stored.span_id, 16) + 10**9:016x}", tpot_s=0.5,
+                e2e_s=stored.ttft_s + 0.5 * 99,
+            )  # fmt: skip
+            merged = fold_late_sequence(stored, sibling)
+            assert merged is not None
+            assert count_events([merged], GOODPUT.sli).bad == 1
+            key = (stored.start, stored.trace_id, stored.span_id)
+            folded = writer.fold_sequences([LateSequence(key, sibling, (sibling.span_id,))])
+            assert folded.inserted == 1
+            present = [merged if r is stored else r for r in present]
         if cycle == 5:  # retention removes the oldest raw rows; their rollups stay
             cut = T0 - timedelta(hours=6, minutes=30)
             with store.engine.begin() as connection:
