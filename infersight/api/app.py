@@ -31,6 +31,7 @@ from infersight.api.params import KnownQueryRoute
 from infersight.api.routes import (
     baselines,
     bills,
+    budgets,
     capacity,
     cost,
     incidents,
@@ -52,6 +53,7 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     incidents.router,
     cost.router,
     bills.router,
+    budgets.router,
     capacity.router,
     baselines.router,
     scaling.router,

@@ -29,6 +29,7 @@ from infersight.core.burn import IncidentListener, Policy
 from infersight.core.cost import CostModel
 from infersight.core.errors import ConfigurationError, InvalidInput
 from infersight.core.model_names import ModelAliases
+from infersight.service.budgets import MoneyAlerts
 from infersight.service.cost_spec import active_model
 from infersight.service.diagnosis import DiagnosisListener
 from infersight.service.evaluation import Evaluator, default_policy
@@ -175,6 +176,8 @@ def build_context(
         },
         scale=Recommender(engine, policy),
         scaling_interval_s=settings.scaling_interval_s,
+        money=MoneyAlerts(engine, lambda: active_model(engine, settings.cost_model), announcer),
+        money_interval_s=settings.budget_interval_s,
     )
     gate = None
     if prepare is not None:

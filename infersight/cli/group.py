@@ -55,9 +55,9 @@ Exit status:
 
 \b
 The store: --store URL (before or after the command) or INFERSIGHT_DATABASE_URL.
-Commands that store what they are given (db upgrade, slo apply, cost apply, scaling
-apply, baseline capture|import, report weekly, loadtest --save, simulate --store, demo, serve)
-create and migrate the store; every other command only reads it and never creates or
+Commands that store what they are given (db upgrade, slo apply, cost apply, budget apply,
+scaling apply, baseline capture|import, report weekly, loadtest --save, simulate --store, demo,
+serve) create and migrate the store; every other command only reads it and never creates or
 migrates it.
 """
 
@@ -270,6 +270,11 @@ class LazyGroup(click.Group):
             "Play a simulated fleet with incidents and report.",
         ),
         "cost": ("infersight.cli.commands_cost", "cost", "Show and configure unit costs."),
+        "budget": (
+            "infersight.cli.commands_budget",
+            "budget",
+            "Apply and list budgets (spend per period, burn-rate alerts).",
+        ),
         "report": ("infersight.cli.commands_report", "report", "Generate cost reports."),
         "baseline": (
             "infersight.cli.commands_baseline",

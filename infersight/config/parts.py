@@ -220,6 +220,11 @@ class JobsPart(Part):
     scaling_interval_s: float = Field(
         60.0, gt=0, description="Seconds between replica recommendations (one per model)."
     )
+    budget_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds between money-alert evaluations (budgets, cost per million tokens).",
+    )
     maintenance_interval_s: float = Field(
         3600.0, gt=0, description="Seconds between partition and retention maintenance runs."
     )

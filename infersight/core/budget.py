@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from infersight.core.burn import Evaluation, Rule, Severity
 from infersight.core.errors import InvalidInput
-from infersight.core.slo import EventCounts
+from infersight.core.slo import NAME_PATTERN, EventCounts
 from infersight.core.window import format_duration
 
 #: The names of the incidents money alerts open (``incidents.slo``): never an SLO's name.
@@ -93,8 +93,12 @@ class Budget:
     """The stored version (1, 2, …); 0 before it is stored."""
 
     def __post_init__(self) -> None:
-        if not self.name or len(self.name) > 100:
-            raise InvalidInput("a budget's name must be 1 to 100 characters")
+        if len(self.name) > 100 or not NAME_PATTERN.fullmatch(self.name):
+            raise InvalidInput(
+                "a budget's name is 1 to 100 lower-case letters, digits, '.', '_' or '-', "
+                "starting and ending with a letter or digit",
+                details={"name": self.name[:128]},
+            )
         if not self.amount.is_finite() or self.amount <= 0:
             raise InvalidInput("a budget's amount must be positive")
         unknown = set(self.scope) - set(BUDGET_DIMENSIONS)

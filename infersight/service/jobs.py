@@ -262,6 +262,8 @@ class Jobs:
         scale: Callable[[datetime], object] | None = None,
         scaling_interval_s: float = 60.0,
         on_lead: Sequence[Callable[[], object]] = (),
+        money: Callable[[datetime], object] | None = None,
+        money_interval_s: float = 300.0,
     ) -> None:
         self.engine = engine
         self.evaluator = evaluator
@@ -286,6 +288,11 @@ class Jobs:
         self.scaling_interval_s = scaling_interval_s
         if scale is not None:
             self.runs["scale"] = 0
+        # Budgets and the cost step (``service.budgets``): cost queries, a slower interval.
+        self.money = money
+        self.money_interval_s = money_interval_s
+        if money is not None:
+            self.runs["money"] = 0
         #: Ticks APScheduler skipped because the job's previous run was still going.
         self.skipped: dict[str, int] = dict.fromkeys(self.runs, 0)
         #: Seconds the latest runs of each job took (the most recent last).
@@ -331,6 +338,13 @@ class Jobs:
         if scale is None:
             return False
         return self._guarded("scale", lambda: scale(self.clock()))
+
+    def tick_money(self) -> bool:
+        """Evaluate the budgets and the cost step if this replica leads; whether it did."""
+        money = self.money
+        if money is None:
+            return False
+        return self._guarded("money", lambda: money(self.clock()))
 
     def _leads(self) -> bool:
         """Whether this replica leads; on taking the lead, the ``on_lead`` hooks are called
@@ -382,6 +396,8 @@ class Jobs:
             intervals.append(("deliver", self.tick_delivery, self.delivery_interval_s))
         if self.scale is not None:
             intervals.append(("scale", self.tick_scaling, self.scaling_interval_s))
+        if self.money is not None:
+            intervals.append(("money", self.tick_money, self.money_interval_s))
         for job_id, tick, seconds in intervals:
             scheduler.add_job(
                 tick, "interval", seconds=seconds, id=job_id, max_instances=1, coalesce=True

@@ -70,6 +70,8 @@ SURFACE = {
     "POST /api/v1/cost/model/billed-price": _q(
         "basis", "dry_run", "end", "instance", "range", "start"
     ),
+    "GET /api/v1/budgets": [],
+    "GET /api/v1/budgets/{name}": ["path:name"],
     "GET /api/v1/incidents": _q("limit", "state"),
     "GET /api/v1/incidents/{incident_id}": ["path:incident_id"],
     "GET /api/v1/latency": _q(*sorted([*_WINDOW, "method", "metric", "quantiles"])),

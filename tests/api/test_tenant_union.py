@@ -47,6 +47,9 @@ COVERED = {
     "/api/v1/slos/{name}",
     "/api/v1/incidents",
     "/api/v1/incidents/{incident_id:int}",
+    # Budgets: a scoped token sees its tenants' budgets only (tests/cost/test_budget_surfaces).
+    "/api/v1/budgets",
+    "/api/v1/budgets/{name}",
 }
 #: Per SLO: the tenant selector (None: every tenant). Each one's TTFT target is missed by
 #: every request (1 ms), so each fires an incident.
