@@ -99,6 +99,13 @@ class Announcer:
         self.router = router or Router()
         self.dashboard_url = dashboard_url
 
+    def incident_url(self, incident_id: int) -> str:
+        """The incident's own dashboard page (its diagnosis, evidence and profile), which a
+        notification links to; empty without a dashboard address."""
+        if not self.dashboard_url:
+            return ""
+        return f"{self.dashboard_url.rstrip('/')}/ui/incidents/{incident_id}"
+
     def __call__(
         self,
         incident: Incident,
@@ -130,7 +137,7 @@ class Announcer:
             labels=labels,
             symptom=symptom,
             diagnosis=diagnosis,
-            dashboard_url=self.dashboard_url,
+            dashboard_url=self.incident_url(incident.id),
             revision=_revision(diagnosis) if update else "",
         )
         now = self.clock()

@@ -132,7 +132,7 @@ def test_the_trigger_leaves_other_causes_and_rate_limits_an_instance(store: Stor
 
 def test_the_open_alert_is_updated_with_the_profile(store: Store) -> None:
     """The page goes out before the profile exists; the follow-up carries it to Slack (an
-    update of the open alert, with the profile's sentence and the dashboard's link)."""
+    update of the open alert, with the profile's sentence and the incident page's link)."""
     hook = Endpoint()
     slack = SlackNotifier("https://hooks.slack.test/x", hook.client())
     now = [T0]
@@ -154,5 +154,6 @@ def test_the_open_alert_is_updated_with_the_profile(store: Store) -> None:
     assert len(hook.accepted) == 2
     update = json.dumps(hook.accepted[1])
     assert "profile: 71 % of samples in logging" in update
-    assert '"url": "https://slo.example.com"' in update  # the dashboard's link, as every message
+    # The incident's own page, where the profile is shown, as every message links to.
+    assert f'"url": "https://slo.example.com/ui/incidents/{opened.id}"' in update
     assert "profile:" not in json.dumps(hook.accepted[0])

@@ -119,3 +119,20 @@ def test_an_incident_that_opens_within_the_hold_down_with_news_is_told(
     assert second["cause"] in update["payload"]["summary"]
     assert second["instance"] in update["payload"]["summary"]
     assert update["payload"]["severity"] == "critical"
+
+
+def test_a_page_links_to_its_incident_page(store: Store) -> None:
+    """The receivers' link is the incident's own page (diagnosis, evidence, profile), not the
+    dashboard's front page."""
+    pager = Endpoint()
+    pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
+    t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    announce = Announcer(
+        store.engine, {"pagerduty": pd}, lambda: t0, dashboard_url="https://slo.example.com/"
+    )
+    opened = Incident(42, "chat", "*", Severity.PAGE, IncidentState.FIRING, t0, t0, None)
+    announce(opened, Transition.OPENED, {}, {"cause": "overload"})
+    deliver_due(Outbox(store.engine), {"pagerduty": pd}, t0)
+    (body,) = pager.accepted
+    assert body["client_url"] == "https://slo.example.com/ui/incidents/42"
+    assert body["links"][0]["href"] == "https://slo.example.com/ui/incidents/42"

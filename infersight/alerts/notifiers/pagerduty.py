@@ -65,7 +65,7 @@ class PagerDutyNotifier:
         }
         if n.dashboard_url:
             body["client_url"] = n.dashboard_url
-            body["links"] = [{"href": n.dashboard_url, "text": "infersight dashboard"}]
+            body["links"] = [{"href": n.dashboard_url, "text": "infersight incident"}]
         return body
 
     def send(self, payload: Mapping[str, Any]) -> SendResult:

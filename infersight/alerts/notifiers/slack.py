@@ -78,7 +78,7 @@ class SlackNotifier:
                     "elements": [
                         {
                             "type": "button",
-                            "text": {"type": "plain_text", "text": "Open dashboard"},
+                            "text": {"type": "plain_text", "text": "Open incident"},
                             "url": n.dashboard_url,
                         }
                     ],
