@@ -237,6 +237,11 @@ def amount_text(value: Decimal) -> str:
 _amount = amount_text
 
 
+def _people(value: Decimal) -> str:
+    """An amount for a sentence: two places, thousands separated."""
+    return f"{value:,.2f}"
+
+
 def _sha256(open_file: Callable[[], IO[bytes]], limit: int) -> str:
     digest = hashlib.sha256()
     with open_file() as stream:
@@ -493,13 +498,16 @@ class Reconciliation:
         pairs = len(self.days)
         text = (
             f"{pairs} instance-day(s) on {len(self.covered_days)} day(s) reconciled with "
-            f"{len(self.imports)} imported bill(s): billed {_amount(total.billed)} vs modelled "
-            f"{_amount(total.modelled)} {self.currency}"
+            f"{len(self.imports)} imported bill(s): billed {_people(total.billed)} vs modelled "
+            f"{_people(total.modelled)} {self.currency}"
         )
         if pct is not None:
             text += f", drift {pct:+}%"
         if self.unmatched:
-            text += f"; {_amount(self.unmatched_billed)} billed for resources infersight never saw"
+            text += (
+                f"; {_people(self.unmatched_billed)} {self.currency} billed for resources "
+                "infersight never saw"
+            )
         if self.unbilled:
             text += f"; {len(self.unbilled)} instance-day(s) with no bill line"
         return text
@@ -684,6 +692,8 @@ def reconcile(
         day for day, w in days for i in imports if i.period_start < w.end and i.period_end > w.start
     }
     out.covered_days = sorted(covered)
+    if not imports:
+        return out  # no bill meets the range: nothing to compare, nothing unmatched
     charged = _read_bill(engine, out, model.currency)
     for day, window in days:
         result = cost_store.cost(

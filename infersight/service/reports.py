@@ -6,7 +6,9 @@ Its numbers are exactly what ``GET /api/v1/cost`` answers for the same windows: 
 embeds the API's JSON for the week by model and by instance and for each day, so the two
 cannot drift apart; its ``purchasing`` section is what ``GET /api/v1/purchasing`` answers for
 the week (the reserved / on-demand split and the idle windows, ``service.purchasing``), with
-the fill what-if applied to the week's cost per million tokens. Savings opportunities come
+the fill what-if applied to the week's cost per million tokens; its ``reconciliation`` section
+is what ``GET /api/v1/cost/reconciliation`` answers for the week (which figures were checked
+against an imported cloud bill, the drift, the unmatched lines). Savings opportunities come
 from ``core.savings`` with the evidence that triggered them. ``WeeklyReports`` is the job
 ``infersight serve`` schedules (default Monday 09:00): it reports the week that ended, stores
 every rendering, and enqueues a short summary with a link in the notification outbox for
@@ -36,6 +38,7 @@ from infersight.core.window import Window
 from infersight.service.cost_view import amount, cost_dict, good_basis, good_text
 from infersight.service.evaluation import FinestFor
 from infersight.service.purchasing import purchasing, purchasing_dict
+from infersight.service.reconcile import reconcile
 from infersight.service.report_render import (
     CSV_COLUMNS,
     render_csv,
@@ -282,6 +285,9 @@ def build_weekly(
         "by_instance": cost_dict(by_instance),
         "daily": [{"date": day.isoformat(), **cost_dict(priced(w, ()))} for day, w in days],
         "purchasing": purchasing_dict(advice),
+        "reconciliation": reconcile(
+            engine, model, window.start, window.end, finest_for=lambda w: finest_for(w, now)
+        ).as_dict(),
         "savings": [
             {
                 "rank": rank,

@@ -15,7 +15,10 @@ from infersight.core.errors import Conflict, InvalidInput
 from infersight.core.focus import BillMapping
 from infersight.core.window import Window
 from infersight.service import reconcile as rec
+from infersight.service.report_render import render_html
+from infersight.service.reports import WeeklyReports
 from infersight.storage import bills, cost
+from infersight.storage.maintenance import RetentionPolicy
 from tests.conftest import BOTH_STORES, Store, empty_store
 from tests.cost import bill
 from tests.cost.scenario import MODEL, WEEK, WEEK_START, write_worked_week
@@ -212,3 +215,26 @@ def test_gzip_csv_and_a_declared_mapping(billed):
         bills.delete_import(billed.engine, imported.id)
     with pytest.raises(InvalidInput):
         rec.parse_mapping("apiVersion: infersight/v1\nkind: BillMapping\nspec: {keys: [Owner]}")
+
+
+def test_the_weekly_report_says_which_figures_were_reconciled(billed):
+    job = WeeklyReports(billed.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
+    report = job.generate("2026-W48", WEEK.end)
+    section = report.body["reconciliation"]
+    assert section["reconciled"] is True
+    assert [i["name"] for i in section["imports"]] == ["mon-wed.csv", "thu.parquet"]
+    assert section["total"]["billed"] == "288.000000"  # h200-a, Monday to Thursday
+    assert section["total"]["modelled"] == "322.560000"
+    assert section["covered_days"] == ["2026-11-23", "2026-11-24", "2026-11-25", "2026-11-26"]
+    assert "4 instance-day(s) on 4 day(s) reconciled with 2 imported bill(s)" in section["summary"]
+    assert 'data-reconciled="yes"' in report.html
+    assert '<tr data-instance="h200-a"><th scope="row">h200-a</th><td>288.00</td>' in report.html
+    assert "Billed for resources infersight never saw: 420.00 USD" in report.html
+    # A range no bill covers says its figures were not reconciled.
+    body = dict(
+        report.body,
+        reconciliation=rec.reconcile(
+            billed.engine, MODEL, WEEK.end, WEEK.end + timedelta(days=1)
+        ).as_dict(),
+    )
+    assert 'data-reconciled="no"' in render_html(body)

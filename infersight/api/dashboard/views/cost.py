@@ -8,6 +8,7 @@ with nothing metered says so.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Final
 
@@ -18,6 +19,7 @@ from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money, short_model
 from infersight.core.cost import CostLine, CostResult
 from infersight.core.window import Window
+from infersight.service import reconcile as rec
 from infersight.service.cost_view import good_basis, good_text, unit_cost_text
 from infersight.storage import cost as cost_store
 
@@ -142,4 +144,68 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
         "unmetered": result.unmetered,
         "unpriced": result.unpriced,
         "purchasing": purchasing.section(app, ctx, _unit_cost(result, ctx)),
+        "reconciliation": _reconciliation(app, ctx),
+    }
+
+
+def _reconciliation(app: AppContext, ctx: Context) -> dict[str, Any]:
+    """The reconciliation with the imported cloud bills over the page's range (its last
+    ``rec.MAX_DAYS`` days), for the whole fleet: the figures are per instance."""
+    if ctx.filters:
+        return {
+            "shown": False,
+            "note": "Reconciliation with the bill is per instance, for the "
+            "whole fleet: clear the filters to see it.",
+        }
+    start = max(ctx.window.start, ctx.window.end - timedelta(days=rec.MAX_DAYS - 1))
+    start = min(start, ctx.window.end)
+    answer = rec.reconcile(
+        app.engine,
+        app.cost_model(),
+        start,
+        ctx.window.end,
+        finest_for=lambda w: app.retention.finest_for(w, ctx.now),
+    ).as_dict()
+    currency = answer["currency"]
+
+    def m(value: str | None, places: int = 2) -> str:
+        return "–" if value is None else money(Decimal(value), currency, places)
+
+    def pct(value: str | None) -> str:
+        return "–" if value is None else f"{Decimal(value):+.1f} %"
+
+    def row(item: dict[str, Any]) -> dict[str, Any]:
+        drift = item["drift_pct"]
+        return {
+            **item,
+            "billed_text": m(item["billed"]),
+            "modelled_text": m(item["modelled"]),
+            "drift_text": m(item["drift"]),
+            "drift_pct_text": pct(drift),
+            "large": drift is not None and abs(Decimal(drift)) >= 5,
+            "price_text": m(item["billed_per_gpu_hour"], 3),
+            "typed_text": m(item.get("typed_price_per_gpu_hour"), 3),
+        }
+
+    unmatched = answer["unmatched"]
+    return {
+        "shown": True,
+        "reconciled": answer["reconciled"],
+        "summary": answer["summary"],
+        "clipped": start > ctx.window.start,
+        "imports": answer["imports"],
+        "total": row(answer["total"]),
+        "instances": [row(i) for i in answer["instances"]],
+        "days": [row(d) for d in answer["days"]],
+        "not_seen": [{**u, "billed_text": m(u["billed"])} for u in unmatched["billed_not_seen"]],
+        "not_seen_count": unmatched["billed_not_seen_count"],
+        "not_seen_total": m(unmatched["billed_not_seen_total"]),
+        "not_billed": [
+            {**u, "modelled_text": m(u["modelled"])} for u in unmatched["seen_not_billed"]
+        ],
+        "not_billed_count": unmatched["seen_not_billed_count"],
+        "not_billed_total": m(unmatched["seen_not_billed_total"]),
+        "other": [(k, m(v)) for k, v in answer["other_charges"].items()],
+        "command": "infersight cost use-billed-price --start "
+        f"{answer['start']} --end {answer['end']}",
     }
