@@ -19,8 +19,10 @@ stored for the client's own time window (``storage.baselines.capture_window``: t
 API; mean prompt tokens too, which shows what each client's prompts weighed on the server);
 and the client ↔ engine gap infersight computed (``storage.client_reads.read_pairs``, joined
 by trace id: only load-test runs propagate their trace context, AIPerf's and GuideLLM's
-requests are "not joined"). The reference is the asyncio engine in the same run: every p50 is
-also printed as a ratio to it. Absolute times are context only (the host's load shows in them).
+requests are "not joined"). The reference is the asyncio engine in the same run, run first and
+again last by default (``--clients`` names it twice), so that it brackets the other clients:
+every p50 is also printed as a ratio to it, against each of its runs (median, and min–max when
+it ran twice). Absolute times are context only (the host's load shows in them).
 
 A tool that is not installed under ``--tools-path`` gets a "not installed" row (an error with
 ``--require-tools``). The tools are installed outside the project's environment (they pin
@@ -61,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from harness.interleave import spread
 from harness.results import write_json
 from sqlalchemy import func, select
 
@@ -414,16 +417,23 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _ratio(value: float | None, ref: float | None) -> str:
-    return "-" if value is None or not ref else f"{value / ref:.3f}"
+def _ratio(value: float | None, refs: Sequence[float | None]) -> str:
+    known = [r for r in refs if r]
+    if value is None or not known:
+        return "-"
+    ratios = spread([value / r for r in known])
+    if len(known) == 1:
+        return f"{ratios.median:.3f}"
+    return f"{ratios.median:.3f} ({ratios.low:.3f}–{ratios.high:.3f})"
 
 
 def table(rows: Sequence[Row], args: argparse.Namespace) -> str:
-    ref = next((r.client_figures for r in rows if r.client == "asyncio" and r.status == "ok"), {})
+    refs = [r.client_figures for r in rows if r.client == "asyncio" and r.status == "ok"]
     lines = [
         f"simulator llama-3.1-8b-h200x1; {args.concurrency} concurrent streams, {args.input} in "
         f"/ {args.output} out tokens, {args.seconds:g} s each; ms unless noted; every request "
-        "counted; ratios: p50 / asyncio's p50 in this run (the reference)",
+        "counted; ratios: p50 / asyncio's p50 in this run (the reference; against each of its "
+        "runs: median (min–max))",
         "",
         "| client | reqs | req/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | E2E p50 | E2E p99 "
         "| p50 ratios TTFT/TPOT/E2E |",
@@ -435,7 +445,8 @@ def table(rows: Sequence[Row], args: argparse.Namespace) -> str:
             lines.append(f"| {r.client} | {r.status} |" + " |" * 8)
             continue
         ratios = "/".join(
-            _ratio(f[f"{m}_p50"], ref.get(f"{m}_p50")) for m in ("ttft", "tpot", "e2e")
+            _ratio(f[f"{m}_p50"], [ref.get(f"{m}_p50") for ref in refs])
+            for m in ("ttft", "tpot", "e2e")
         )
         lines.append(
             f"| {r.client} | {f['requests']} | {f['rps']:.2f} | {_ms(f['ttft_p50'])} | "
@@ -525,7 +536,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--input", type=int, default=256, help="prompt tokens")
     parser.add_argument("--output", type=int, default=64, help="output tokens")
-    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument(
+        "--clients",
+        default=",".join(("asyncio", *(c for c in CLIENTS if c != "asyncio"), "asyncio")),
+        help="in this order; the reference, asyncio, first and last by default",
+    )
     parser.add_argument("--tools-path", type=Path, default=Path("/tmp/h18-tools"))
     parser.add_argument("--tokenizer", type=Path, default=Path("/tmp/h18-tok"))
     parser.add_argument("--require-tools", action="store_true")

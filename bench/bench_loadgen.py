@@ -19,7 +19,9 @@ a subprocess: Llama 3.1 8B on an H200, a batch of up to ``--max-num-seqs``, shor
 before the generator warns that it is the bottleneck. Users rise through ``--levels``, each
 held ``--seconds``; an engine stops rising at its first warning (``--through``: it goes on,
 and the highest rate driven at all is printed too). The reference is the asyncio
-engine's figure in the same run: the Locust line shows its ratio to it.
+engine's figure in the same run: the Locust line shows its ratio to it. The two engines
+alternate level by level (ABBA: asyncio first at one level, Locust at the next), and Locust's
+ratio to asyncio at each level both drove without a warning is printed (median, min–max).
 
     .venv/bin/python bench/bench_loadgen.py --max-rate [--levels 8,16,32,64,128,256]
         [--seconds 5] [--workers 2]
@@ -264,8 +266,15 @@ def max_rate(args: argparse.Namespace) -> dict[str, Any]:
         spec = RunSpec(
             url, model, input_tokens=f"fixed:{SIM_INPUT}", output_tokens=f"fixed:{SIM_OUTPUT}"
         )
-        for engine, engine_rows in rows.items():
-            for users in levels:
+        # The engines alternate level by level, ABBA (asyncio first at one level, Locust first
+        # at the next), so that a change of the host's load falls on both; an engine stops
+        # rising at its first warning (unless --through), the other goes on.
+        stopped: set[str] = set()
+        for level, users in enumerate(levels):
+            for engine in ("asyncio", "locust") if level % 2 == 0 else ("locust", "asyncio"):
+                if engine in stopped:
+                    continue
+                engine_rows = rows[engine]
                 phases = steady(users, args.seconds)
                 if engine == "asyncio":
                     workload = Sampled(
@@ -290,12 +299,19 @@ def max_rate(args: argparse.Namespace) -> dict[str, Any]:
                     flush=True,
                 )
                 if row["warned"] and not args.through:
-                    break
+                    stopped.add(engine)
+            if len(stopped) == len(rows):
+                break
     best = {
         engine: max((r["rps"] for r in engine_rows if not r["warned"]), default=0.0)
         for engine, engine_rows in rows.items()
     }
     ratio = best["locust"] / best["asyncio"] if best["asyncio"] else 0.0
+    # Level by level, where both ran without a warning: Locust against asyncio at that level.
+    by_level = [
+        (a["rps"], lo["rps"]) for a in rows["asyncio"] for lo in rows["locust"]
+        if a["users"] == lo["users"] and not a["warned"] and not lo["warned"] and a["rps"]
+    ]  # fmt: skip
     driven = {engine: max((r["rps"] for r in rs), default=0.0) for engine, rs in rows.items()}
     print(
         f"simulator: Llama 3.1 8B on an H200, batch up to {args.max_num_seqs}, "
@@ -306,6 +322,10 @@ def max_rate(args: argparse.Namespace) -> dict[str, Any]:
         f"{args.workers} Locust workers               {best['locust']:8.1f} req/s before a warning "
         f"({ratio:.2f}x the reference)"
     )
+    if by_level:
+        level_ratio = ratio_spread([lo for _, lo in by_level], [a for a, _ in by_level])
+        print(f"Locust / asyncio at each level both drove without a warning: "
+              f"{level_ratio.text('x').replace('rounds', 'levels')}")  # fmt: skip
     print(
         f"highest rate driven, warned or not: asyncio {driven['asyncio']:.1f} req/s, "
         f"Locust {driven['locust']:.1f} req/s"
@@ -314,6 +334,7 @@ def max_rate(args: argparse.Namespace) -> dict[str, Any]:
         "levels": rows,
         "max_rps": best,
         "ratio": ratio,
+        "level_ratios": [lo / a for a, lo in by_level],
         "max_rps_driven": driven,
         "workers": args.workers,
     }
