@@ -29,8 +29,10 @@ ratio to asyncio at each level both drove without a warning is printed (median, 
 With ``--compare``: the asyncio engine, Locust with one worker and with two, one after the
 other at matched settings (``--users``, ``--seconds``, 256 input and ``--tokens`` output
 tokens) against the simulator: TTFT / TPOT / E2E p50 and p99 and req/s, each p50 as a ratio
-to the asyncio engine's in the same run (the reference); ``--engines`` sets the order (an
-engine named twice runs twice: the order of runs against one server can matter).
+to the asyncio engine's in the same run (the reference, run first and again last by default so
+that it brackets the others: each ratio against both runs, median and min–max); ``--engines``
+sets the order (an engine named twice runs twice: the order of runs against one server can
+matter).
 
     .venv/bin/python bench/bench_loadgen.py --compare [--users 16] [--seconds 10] [--tokens 64]
 """
@@ -52,7 +54,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from harness.interleave import interleave, ratio_spread
+from harness.interleave import interleave, ratio_spread, spread
 from harness.results import write_json
 
 from infersight.core.loadtest import LoadTestRun, ScenarioKind, summarise
@@ -164,7 +166,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--compare", action="store_true", help="asyncio, Locust ×1, ×2 side by side"
     )
-    parser.add_argument("--engines", default="asyncio,locust1,locust2", help="--compare order")
+    parser.add_argument(
+        "--engines",
+        default="asyncio,locust1,locust2,asyncio",
+        help="--compare order (asyncio, the reference, first and last by default)",
+    )
     parser.add_argument("--levels", default="8,16,32,64,128,256")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--through", action="store_true", help="every level, warned or not")
@@ -384,16 +390,24 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         f"{'engine':<10} {'req/s':>6} {'TTFT p50':>9} {'p99':>7} {'TPOT p50':>9} {'p99':>7} "
         f"{'E2E p50':>8} {'p99':>7}  p50s vs asyncio (TTFT TPOT E2E)  warnings"
     )
-    ref = next(row for engine, row in rows.items() if engine.startswith("asyncio"))
+    # Every asyncio run is the reference (by default it runs first and last, bracketing the
+    # others): each ratio against each of them, the median (and min–max with more than one).
+    refs = [row for engine, row in rows.items() if engine.startswith("asyncio")]
 
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value * 1e3:.1f}"
 
-    for engine, row in rows.items():
-        ratios = " ".join(
-            f"{(row[f'{m}_p50'] or 0) / ref[f'{m}_p50']:.3f}" if ref[f"{m}_p50"] else "-"
-            for m in ("ttft", "tpot", "e2e")
+    def versus(value: float | None, metric: str) -> str:
+        known = [r[metric] for r in refs if r[metric]]
+        if not known:
+            return "-"
+        ratio = spread([(value or 0) / r for r in known])
+        return f"{ratio.median:.3f}" + (
+            f" ({ratio.low:.3f}–{ratio.high:.3f})" if len(known) > 1 else ""
         )
+
+    for engine, row in rows.items():
+        ratios = " ".join(versus(row[f"{m}_p50"], f"{m}_p50") for m in ("ttft", "tpot", "e2e"))
         print(
             f"{engine:<10} {row['rps']:6.1f} {ms(row['ttft_p50']):>9} {ms(row['ttft_p99']):>7} "
             f"{ms(row['tpot_p50']):>9} {ms(row['tpot_p99']):>7} {ms(row['e2e_p50']):>8} "
