@@ -64,6 +64,8 @@ MAX_TAGS: Final = 8192
 MAX_PERIOD: Final = timedelta(days=366)
 #: Largest absolute amount accepted in a cost column.
 MAX_AMOUNT: Final = Decimal(10) ** 15
+#: Longest decimal text of an amount or quantity (the store keeps them as text).
+MAX_DIGITS: Final = 40
 _NUMBER = re.compile(r"^-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE]-?\d+)?$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]00:?00)$")
 
@@ -151,6 +153,8 @@ def _decimal(row: Mapping[str, object], column: str, *, required: bool) -> Decim
             raise BadCell(column, "must be a decimal number", text) from None
     if not amount.is_finite() or abs(amount) > MAX_AMOUNT:
         raise BadCell(column, f"must be a finite number within ±{MAX_AMOUNT:.0E}", value)
+    if len(str(amount)) > MAX_DIGITS:
+        raise BadCell(column, f"has more digits than are kept (at most {MAX_DIGITS})", value)
     return amount
 
 
@@ -179,6 +183,8 @@ def _tags(row: Mapping[str, object]) -> dict[str, str | int | float | bool | Non
         return {}
     if isinstance(value, Mapping):
         data: object = dict(value)
+    elif isinstance(value, list) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        data = dict(value)  # a Parquet MAP<string, string> column
     else:
         text = str(value)
         if len(text) > MAX_TAGS:

@@ -134,9 +134,12 @@ def _parquet_rows(stream: IO[bytes], limit: int) -> Iterator[tuple[int, Mapping[
         import pyarrow.parquet as pq  # noqa: PLC0415
     except ImportError:
         raise InvalidInput("reading Parquet needs pyarrow: install infersight[server]") from None
-    data = _Bounded(stream, limit).read()  # Parquet's footer is at the end: bounded
+    size = stream.seek(0, io.SEEK_END)  # the footer is at the end: the file is seekable
+    stream.seek(0)
+    if size > limit:
+        raise InvalidInput(f"the file is larger than {limit} bytes", details={"max_bytes": limit})
     try:
-        parquet = pq.ParquetFile(pa.BufferReader(data))
+        parquet = pq.ParquetFile(stream)  # read a row group at a time
     except (pa.ArrowException, OSError) as exc:
         raise InvalidInput(f"not a readable Parquet file ({exc})"[:300]) from None
     names = list(parquet.schema_arrow.names)

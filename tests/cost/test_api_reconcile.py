@@ -115,3 +115,25 @@ def test_a_bad_file_is_answered_with_its_rows_and_columns(served):
     assert bills.list_imports(served.engine) == []
     empty = api.request("POST", "/api/v1/cost/bills", content=b"", headers=_auth(ADMIN))
     assert empty.status_code == 400
+
+
+def test_a_parquet_bill_is_uploaded_as_binary(served):
+    api = api_for(served, api_tokens=TOKENS, cost_model="worked")
+    data = bill.to_parquet(bill.rows(6, 1))
+    answer = api.request(
+        "POST",
+        "/api/v1/cost/bills",
+        params={"name": "sun.parquet", "key": ["ResourceName", "tag:infersight.instance"]},
+        content=data,
+        headers={**_auth(ADMIN), "Content-Type": "application/vnd.apache.parquet"},
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    try:
+        assert body["format"] == "parquet"
+        # ResourceName first: the H200 line is named by its cloud name, which is no instance.
+        assert body["instances"] == ["gpu-node-9", "i-0aaa1111"]
+        listed = api.get("/api/v1/cost/bills", headers=_auth(READ)).json()["bills"]
+        assert listed[0]["mapping"]["keys"] == ["ResourceName", "tag:infersight.instance"]
+    finally:
+        bills.delete_import(served.engine, body["id"])

@@ -190,6 +190,11 @@ def test_other_bad_files(billed):
     assert "cells" in problem["problem"]
     assert "no FOCUS header" in str(_bad(billed, b""))
     assert "Parquet" in str(_bad(billed, b"PAR1 not really"))
+    long_amount = bill.rows(5, 1)
+    long_amount[0]["ListCost"] = "1." + "3" * 50
+    assert _bad(billed, bill.to_csv(long_amount)).details["errors"][0]["column"] == "ListCost"
+    parquet = bill.to_parquet(bill.rows(5, 1))
+    assert "larger than" in str(_bad(billed, parquet, max_bytes=len(parquet) - 1))
     reversed_period = bill.rows(5, 1)
     reversed_period[0]["ChargePeriodEnd"] = reversed_period[0]["ChargePeriodStart"]
     assert _bad(billed, bill.to_csv(reversed_period)).details["errors"][0]["column"] == (
