@@ -602,7 +602,7 @@ class _Charged:
 
     by_key: dict[tuple[date, str], Figures] = field(default_factory=lambda: defaultdict(Figures))
     first: dict[tuple[date, str], BillLine] = field(default_factory=dict)
-    unnamed: list[tuple[date, Decimal, BillLine]] = field(default_factory=list)
+    unnamed: dict[tuple[date, str], Unmatched] = field(default_factory=dict)
 
 
 def _read_bill(engine: Any, out: Reconciliation, currency: str) -> _Charged:
@@ -625,7 +625,20 @@ def _read_bill(engine: Any, out: Reconciliation, currency: str) -> _Charged:
                 figures.lines += 1
                 charged.first.setdefault((day, stored.instance), line)
             else:
-                charged.unnamed.append((day, amount * share, line))
+                resource = line.resource_id or line.resource_name or line.sku_id or line.service
+                item = charged.unnamed.get((day, resource))
+                if item is None:
+                    item = charged.unnamed[(day, resource)] = Unmatched(
+                        day,
+                        resource,
+                        line.resource_id,
+                        line.resource_name,
+                        line.resource_type,
+                        line.service,
+                        "none of the mapping's keys is set on this line",
+                    )
+                item.billed += amount * share
+                item.lines += 1
     return charged
 
 
@@ -646,22 +659,8 @@ def _unmatched(out: Reconciliation, charged: _Charged) -> None:
         )
         item.billed += figures.billed
         item.lines += figures.lines
-    for day, amount, line in charged.unnamed:
-        resource = line.resource_id or line.resource_name or line.sku_id or line.service
-        item = out.unmatched.setdefault(
-            (day, resource, "unmapped"),
-            Unmatched(
-                day,
-                resource,
-                line.resource_id,
-                line.resource_name,
-                line.resource_type,
-                line.service,
-                "none of the mapping's keys is set on this line",
-            ),
-        )
-        item.billed += amount
-        item.lines += 1
+    for (day, resource), item in charged.unnamed.items():
+        out.unmatched[(day, resource, "unmapped")] = item
 
 
 def reconcile(
@@ -699,6 +698,8 @@ def reconcile(
         return out  # no bill meets the range: nothing to compare, nothing unmatched
     charged = _read_bill(engine, out, model.currency)
     for day, window in days:
+        if day not in covered:
+            continue  # no bill covers it: no charge, nothing unbilled, no cost query
         result = cost_store.cost(
             engine,
             window,
