@@ -32,7 +32,13 @@ from infersight.api.auth import tenant_filter
 from infersight.api.context import AppContext, context_of
 from infersight.api.dashboard import formatting, shared
 from infersight.api.dashboard import session as auth
-from infersight.api.dashboard.context import RANGES, REFRESH, Context, parse_context
+from infersight.api.dashboard.context import (
+    FILTERS,
+    RANGES,
+    REFRESH,
+    Context,
+    parse_context,
+)
 from infersight.api.dashboard.views import (
     baselines,
     capacity,
@@ -141,15 +147,34 @@ def _login_redirect(request: Request) -> RedirectResponse:
     return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
 
 
+#: The query parameters every page reads (``context.parse_context``).
+CONTEXT_PARAMS: Final = frozenset(("range", "start", "end", "refresh", *FILTERS))
+
+
 def _page(
-    page: str, build: Build, *, default_range: str = "1h", template: str = ""
+    page: str,
+    build: Build,
+    *,
+    route: str,
+    params: tuple[str, ...] = (),
+    default_range: str = "1h",
+    template: str = "",
 ) -> Callable[..., Response]:
+    """The handler of the page at ``route`` (its path template, which keys its kept answers).
+
+    Only the context's parameters and the page's own ``params`` (with the path's) reach the
+    page and its cache key: any other parameter is ignored, so it can neither pick another
+    page's kept answer nor fill the cache with copies of one page.
+    """
+    known = CONTEXT_PARAMS | set(params)
+
     def handler(request: Request, app: App) -> Response:
         now = app.clock()
         scope = auth.viewer_scope(app, request, now)
         if not auth.can_read(scope):
             return _login_redirect(request)
-        query = {**request.query_params, **request.path_params}
+        asked = {k: v for k, v in request.query_params.items() if k in known}
+        query = {**asked, **request.path_params}
         tenants = auth.viewer_tenants(app, request)
         common = {
             "page": page,
@@ -173,7 +198,7 @@ def _page(
                 return build(reading, ctx, query), shared.menus(reading, ctx)
 
             answer: reads.Stamped = app.answers.get_or_compute(
-                app.answers.key(page, cache_query, now), lambda: reads.stamped(app, now, compute)
+                app.answers.key(route, cache_query, now), lambda: reads.stamped(app, now, compute)
             )
             data, menus = answer.value
             if tenants is not None:  # the tenant menu names the viewer's tenants alone
@@ -201,22 +226,27 @@ def _page(
 
 
 for _view in VIEWS:
+    _route = f"/ui/{_view.NAME}"
     router.add_api_route(
-        f"/ui/{_view.NAME}",
-        _page(_view.NAME, _view.page, default_range=_view.DEFAULT_RANGE),
+        _route,
+        _page(_view.NAME, _view.page, route=_route, params=getattr(_view, "PARAMS", ()),
+              default_range=_view.DEFAULT_RANGE),
         methods=["GET"],
-    )
+    )  # fmt: skip
+_INCIDENT_ROUTE: Final = "/ui/incidents/{incident_id}"
 router.add_api_route(
-    "/ui/incidents/{incident_id}",
-    _page(incident.NAME, incident.page, default_range=incident.DEFAULT_RANGE,
-          template=incident.TEMPLATE),
+    _INCIDENT_ROUTE,
+    _page(incident.NAME, incident.page, route=_INCIDENT_ROUTE,
+          default_range=incident.DEFAULT_RANGE, template=incident.TEMPLATE),
     methods=["GET"],
 )  # fmt: skip
+_SLO_ROUTE: Final = "/ui/slos/{slo_name}"
 router.add_api_route(
-    "/ui/slos/{slo_name}",
-    _page(slo.NAME, slo.page, default_range=slo.DEFAULT_RANGE, template=slo.TEMPLATE),
+    _SLO_ROUTE,
+    _page(slo.NAME, slo.page, route=_SLO_ROUTE, default_range=slo.DEFAULT_RANGE,
+          template=slo.TEMPLATE),
     methods=["GET"],
-)
+)  # fmt: skip
 
 
 @router.get("/")

@@ -23,6 +23,8 @@ from infersight.storage import baselines as baseline_store
 NAME: Final = "baselines"
 TITLE: Final = "Baselines"
 DEFAULT_RANGE: Final = "1h"
+#: The query parameters of this page (besides the range and filters every page reads).
+PARAMS: Final = ("baseline",)
 MAX_LISTED: Final = 50
 #: Bootstrap resamples of a comparison: fewer than the release gate's 1000 (a page must stay
 #: fast); the intervals are a little wider, the verdicts the same but at the margin.

@@ -22,6 +22,8 @@ from infersight.storage import timeseries
 NAME: Final = "capacity"
 TITLE: Final = "Capacity"
 DEFAULT_RANGE: Final = "24h"
+#: The query parameters of this page (besides the range and filters every page reads).
+PARAMS: Final = ("run",)
 MAX_LISTED: Final = 50
 
 

@@ -22,6 +22,8 @@ from infersight.storage import incidents
 NAME: Final = "incidents"
 TITLE: Final = "Incidents"
 DEFAULT_RANGE: Final = "24h"
+#: The query parameters of this page (besides the range and filters every page reads).
+PARAMS: Final = ("state",)
 INCIDENT_LIMIT: Final = 500
 
 

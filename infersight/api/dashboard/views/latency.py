@@ -33,6 +33,8 @@ from infersight.storage import client_reads, queries
 NAME: Final = "latency"
 TITLE: Final = "Latency"
 DEFAULT_RANGE: Final = "1h"
+#: The query parameters of this page (besides the range and filters every page reads).
+PARAMS: Final = ("q", "heatmap")
 QUANTILES: Final = (0.5, 0.9, 0.95, 0.99)
 
 

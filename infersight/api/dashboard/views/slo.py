@@ -92,11 +92,14 @@ def goodput_part(app: AppContext, ctx: Context, spec: SloSpec) -> dict[str, Any]
         row["share"] = row["events"] / found["bad"] if found["bad"] else None
     finest = app.retention.finest_for(ctx.window, ctx.now)
     cost = good_token_cost(app.engine, spec, app.cost_model(), ctx.window, finest)
-    if cost is not None and cost["cost_per_million_good_tokens"] is not None:
-        cost["per_million_good_text"] = unit_cost_text(
-            cost["cost_per_million_good_tokens"], cost["currency"]
+    if cost is not None:  # no tokens in the range: no per-million figures (and no 500)
+        good, every = cost["cost_per_million_good_tokens"], cost["cost_per_million_tokens"]
+        cost["per_million_good_text"] = (
+            unit_cost_text(good, cost["currency"]) if good is not None else None
         )
-        cost["per_million_text"] = unit_cost_text(cost["cost_per_million_tokens"], cost["currency"])
+        cost["per_million_text"] = (
+            unit_cost_text(every, cost["currency"]) if every is not None else None
+        )
     return {
         "misses": {"events": found["events"], "bad": found["bad"], "rows": rows},
         "good_cost": cost,
