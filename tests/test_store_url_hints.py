@@ -4,10 +4,12 @@ password hidden) and says what to write instead — ``sqlite:///PATH`` for a pat
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -119,3 +121,64 @@ def test_the_cli_names_the_input_and_the_url_to_use(tmp_path: Path) -> None:
         check=False,
     )
     assert "sqlite:///x.db" in done.stderr, done.stderr
+
+
+#: Passwords with every character that can end a naive parse early; each piece of them is
+#: a token that shows nowhere else ("Zq", "Xw", "Vy"), so no part of one may be echoed.
+NASTY = ("Zq/Xw", "Zq:Xw@Vy", "Zq?Xw=Vy", "Zq#Xw", "Zq%2FXw", "Zq/Xw@Vy:Zq?Xw#Vy", "Zq&Xw")
+PIECES = ("Zq", "Xw", "Vy")
+
+
+def _shown(text: str) -> list[str]:
+    return [piece for piece in PIECES if piece in text]
+
+
+@pytest.mark.parametrize("secret", NASTY)
+@pytest.mark.parametrize(
+    "form",
+    [
+        pytest.param("u:{}@db.internal:5432/fleet", id="no scheme"),
+        pytest.param("postgresql:/u:{}@db.internal/fleet", id="one slash"),
+        pytest.param("postgresql://u:{}@db.internal:port/fleet", id="a port that is no number"),
+        pytest.param("mysql://u:{}@db.internal/fleet", id="another backend"),
+        pytest.param("db.internal:5432/fleet?password={}", id="a query password"),
+        pytest.param(
+            "postgresql://u@db.internal:x/fleet?sslpassword={}", id="a query ssl password"
+        ),
+    ],
+)
+def test_no_piece_of_a_password_is_echoed_however_it_is_written(
+    form: str, secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = form.format(secret)
+    caplog.set_level(logging.DEBUG)
+    try:
+        normalise_url(url)
+    except ConfigurationError as exc:
+        said = str(exc) + repr(exc.details)
+        assert "not a database URL" in said or "PostgreSQL or SQLite" in said
+    else:  # a raw '@' in the password can make it parse: then only the redacted form is shown
+        assert "@" in secret, url
+        said = ""
+    said += caplog.text + redact(url)
+    if secret != "Zq&Xw" or "?" not in form:  # '&' ends a query value: the rest is no secret
+        assert _shown(said) == [], said
+
+
+@pytest.mark.parametrize("secret", NASTY)
+def test_redact_hides_the_query_passwords_of_a_valid_url(secret: str) -> None:
+    quoted = quote(secret, safe="")
+    url = (
+        f"postgresql+psycopg://u:{quoted}@h:5432/db?password={quoted}"
+        f"&sslpassword={quoted}&application_name=x"
+    )
+    shown = redact(url)
+    assert _shown(shown) == [], shown
+    assert "application_name=x" in shown
+    assert shown.startswith("postgresql+psycopg://u:***@h:5432/db?")
+
+
+def test_a_port_that_is_no_number_is_a_clear_error() -> None:
+    with pytest.raises(ConfigurationError, match="its port must be a number"):
+        normalise_url("postgresql://u:pw@h:54x2/db")
+    assert redact("postgresql://u:pw@h:54x2/db") == "postgresql://u:***@h:54x2/db"

@@ -143,6 +143,10 @@ def normalise_url(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError:
         raise ConfigurationError(f"not a database URL: {redact(url)!r}; {_url_hint(url)}") from None
+    except ValueError:  # SQLAlchemy reads the port with int()
+        raise ConfigurationError(
+            f"not a database URL: {redact(url)!r}: its port must be a number ({_URL_FORMS})"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("postgresql", "sqlite"):
@@ -187,27 +191,52 @@ def transaction_pooled(engine: Engine) -> bool:
 
 
 def redact(url: str) -> str:
-    """The URL with any password hidden, for logs and error messages (text that is no URL:
-    as given, but for what stands between ``user:`` and ``@``)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+    """The URL with any password hidden, for logs and error messages: the ``user:password@``
+    part and the ``password=``/``sslpassword=`` query parameters (text that is no URL: as
+    given, but for everything between ``user:`` and the last ``@`` and those parameters)."""
+    if url.count("@") > 1 or _SECRET_QUERY.search(url, 0, max(url.rfind("@"), 0)):
+        # a raw '@' in a password: a parser takes the rest of it for the host
         return _without_secret(url, "***")
+    try:
+        rendered = make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # ValueError: a port that is no number
+        return _without_secret(url, "***")
+    return _SECRET_QUERY.sub(lambda found: found.group(1) + "***", rendered)
 
 
 _URL_FORMS: Final = "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE or sqlite:///PATH"
 #: ``HOST:PORT`` at the start of a text that is no URL: PostgreSQL's address, not a path.
 _HOST_PORT: Final = re.compile(r"^[\w.-]+:\d+(/|$)")
+#: A URL's scheme (``postgresql+psycopg://``), before its credentials.
+_SCHEME: Final = re.compile(r"^[A-Za-z][\w+.-]*://")
+#: Query parameters that carry a secret (libpq's ``password`` and ``sslpassword``; the
+#: ``passfile`` parameter names a file, not a secret).
+_SECRET_QUERY: Final = re.compile(r"([?&](?:ssl)?password=)[^&]*", re.IGNORECASE)
 
 
 def _without_secret(text: str, mask: str) -> str:
-    """``text`` with the password of a ``user:password@host`` part replaced by ``mask``."""
-    head, at, tail = text.rpartition("@")
-    if not at:
-        return text
-    path, slash, credentials = head.rpartition("/")
-    user, colon, _secret = credentials.partition(":")
-    return f"{path}{slash}{user}{colon}{mask if colon else ''}@{tail}"
+    """``text`` with its secrets replaced by ``mask``: everything from the first ``:`` after
+    the scheme to the last ``@`` (a password may hold ``/``, ``:``, ``@``, ``?`` or ``#``), and
+    the values of its ``password=``/``sslpassword=`` parameters; where the two overlap (an
+    ``@`` in a query password) both are masked as one."""
+    spans = [(found.end(1), found.end()) for found in _SECRET_QUERY.finditer(text)]
+    at = text.rfind("@")
+    if at >= 0:
+        scheme = _SCHEME.match(text)
+        colon = text.find(":", scheme.end() if scheme else 0, at)
+        if colon >= 0:
+            spans.append((colon + 1, at))
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    out, done = [], 0
+    for start, end in merged:
+        out += [text[done:start], mask]
+        done = end
+    return "".join([*out, text[done:]])
 
 
 def _url_hint(text: str) -> str:
