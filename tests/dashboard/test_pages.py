@@ -317,3 +317,25 @@ def test_a_metric_measured_on_one_side_only_says_so_on_the_baselines_page(filled
     row = row[: row.index("</tr>")]
     assert '<span class="muted small metric-note">not measured on both sides</span>' in row
     assert 'class="change"' not in row
+
+
+@pytest.mark.parametrize("degree", ["two", 2.5, "4", None])
+def test_the_capacity_page_shows_a_tensor_parallel_degree_that_is_no_integer_as_given(
+    sqlite_store: Store, degree: object
+) -> None:
+    """A run config written by hand or another tool may record ``tensor_parallel: "two"``:
+    the page shows it as given instead of a 500 (review)."""
+    import dataclasses
+
+    from infersight.storage.runs import save_run
+    from tests.capacity.support import saturating_run
+
+    hardware = {"gpu": "h100", "tensor_parallel": degree}
+    run = dataclasses.replace(
+        saturating_run(), started_at=NOW - timedelta(hours=2), config={"hardware": hardware}
+    )
+    run_id = save_run(sqlite_store.engine, run)
+    page = Client(sqlite_store).get(f"/ui/capacity?run={run_id}")
+    assert page.status_code == 200, page.text[-2000:]
+    shown = {"two": "two", 2.5: "2.5", "4": "4", None: "1"}[degree]
+    assert f"Measured on {shown}× h100" in page.text

@@ -160,7 +160,22 @@ def _hardware(config: Any) -> dict[str, Any] | None:
         return None
     return {
         "gpu": str(hardware["gpu"]),
-        "tensor_parallel": int(hardware.get("tensor_parallel") or 1),
+        "tensor_parallel": _tensor_parallel(hardware.get("tensor_parallel")),
         "simulated": bool(hardware.get("simulated")),
         "note": str(hardware.get("note") or ""),
     }
+
+
+def _tensor_parallel(value: Any) -> int | str:
+    """A run's recorded tensor-parallel degree: a whole number as one, anything else (a run
+    config written by hand or by another tool) shown as given rather than failing the page."""
+    if value is None or value == "":
+        return 1
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    text = str(value).strip()
+    return int(text) if text.isdigit() else text[:64]
