@@ -131,7 +131,8 @@ def backing(view: SloView, policy: Policy, first: datetime | None, now: datetime
     A window longer than the data is not shown as if complete: the first window that holds
     all of the data shows its rate marked partial ("over the 45 min of data so far"); longer
     ones hold the same data and show a dash. The state agrees with the figures: an open
-    incident's severity, else the alert condition the evaluation found (no incident yet),
+    incident's severity, else the severity the evaluation would open an incident at
+    (``Evaluation.opening``; no incident yet),
     else "budget spent" once the budget of the events so far is gone, "burning" while the
     longest window with data burns at 1× or more, else ok."""
     status = view.status
@@ -159,8 +160,11 @@ def backing(view: SloView, policy: Policy, first: datetime | None, now: datetime
     if view.firing is not None:
         severity = view.firing.severity.value
         state = {"label": severity, "kind": f"sev-{severity}", "title": "an incident is open"}
-    elif status.evaluation.firing is not None:
-        severity = status.evaluation.firing.value
+    elif status.evaluation.opening is not None:
+        # What the evaluation would open an incident at: with the policy's resolve_after, a
+        # rule that still fires over its windows but whose burn is no longer present (the
+        # shortest window below its rate) opens none, so it is not shown as an alert.
+        severity = status.evaluation.opening.value
         state = {
             "label": severity,
             "kind": f"sev-{severity}",
