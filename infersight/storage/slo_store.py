@@ -317,32 +317,24 @@ class RollupCache:
         the hour), for the requests ``selector`` picks: what raw rows say, read from them only
         for hours not counted before or that changed since.
 
-        An hour's count is kept with its rollups' fingerprint (requests, errors and output
-        tokens: one grouped read of the hour rollups per call), if the raw rows it was counted
-        over were as many as the fingerprint's requests, and reused while the fingerprint is
-        unchanged: the writer rolls up exactly the rows it stores, in the same transaction, so
-        late data changes the requests, and a late parallel-sampling sequence folded into a
-        stored request (its output tokens added, its E2E extended) changes the output tokens
-        or errors; either way the hour is counted again. An hour without rollups has
-        no raw rows either. Hours wholly before the oldest raw row (raw retention removed them,
-        oldest first) count nothing, as raw rows say; the hour that holds the oldest row is
+        An hour's count is kept with its rollups' fingerprint (requests, errors, output
+        tokens and a digest of the E2E sketches: one read of the hour rollups per call), if
+        the raw rows it was counted over were as many as the fingerprint's requests, and
+        reused while the fingerprint is unchanged: the writer rolls up exactly the rows it
+        stores, in the same transaction, so late data changes the requests, and a late
+        parallel-sampling sequence folded into a stored request (its output tokens added, its
+        E2E extended) changes the output tokens, errors or the E2E sketch (a sequence with no
+        tokens and status ok: the E2E alone); either way the hour is counted again. An hour
+        without rollups has no raw rows either. Hours wholly before the oldest raw row (raw
+        retention removed them, oldest first) count nothing, as raw rows say; the hour that
+        holds the oldest row is
         always counted afresh. Entries older than ``start`` are dropped: an SLO asks for its
         longest window every time, so they are never needed again."""
         if start >= end:
             return {}
         hour = timedelta(hours=1)
-        r = request_rollups.c
         segment = Segment(start, end, Resolution.HOUR)
-        rolled: dict[datetime, _HourPrint] = {
-            bucket: (int(n or 0), int(errors or 0), int(tokens or 0))
-            for bucket, n, errors, tokens in connection.execute(
-                select(
-                    r.bucket, func.sum(r.requests), func.sum(r.errors), func.sum(r.output_tokens)
-                )
-                .where(rollup_where(segment, selector))
-                .group_by(r.bucket)
-            )
-        }
+        rolled = _hour_prints(connection, segment, selector)
         oldest = connection.execute(select(func.min(requests.c.start))).scalar()
         out: dict[datetime, tuple[int, int]] = {}
         missing: list[datetime] = []
@@ -491,7 +483,9 @@ class RollupCache:
 
 
 #: An hour's rollups as a goodput count is kept against: (requests, errors, output tokens).
-_HourPrint = tuple[int, int, int]
+#: An hour's rollups for goodput: requests, errors, output tokens and a digest of their E2E
+#: sketches (a late sequence folded in with no tokens changes only the E2E).
+_HourPrint = tuple[int, int, int, bytes]
 #: Hours one statement counts for a goodput SLI (three aggregate columns each).
 _HOURS_PER_QUERY: Final = 24
 
@@ -519,6 +513,34 @@ def _goodput_by_hour(
         row = connection.execute(select(*columns).where(raw_where(span, selector))).one()
         for i, bucket in enumerate(run):
             out[bucket] = (int(row[3 * i] or 0), int(row[3 * i + 1] or 0), int(row[3 * i + 2] or 0))
+    return out
+
+
+def _hour_prints(
+    connection: Connection, segment: Segment, selector: Selector
+) -> dict[datetime, _HourPrint]:
+    """Each hour's ``_HourPrint`` over the rollup rows ``selector`` picks (one read; the E2E
+    sketches' digest is MD5 computed on PostgreSQL, so no blob travels there)."""
+    r = request_rollups.c
+    e2e = r.e2e_sketch
+    sketch = func.md5(e2e) if connection.dialect.name == "postgresql" else e2e
+    found: dict[datetime, list[Any]] = {}
+    digests: dict[datetime, list[bytes]] = {}
+    query = select(r.bucket, r.requests, r.errors, r.output_tokens, sketch)
+    for bucket, n, errors, tokens, blob in connection.execute(
+        query.where(rollup_where(segment, selector))
+    ):
+        totals = found.setdefault(bucket, [0, 0, 0])
+        totals[0] += int(n or 0)
+        totals[1] += int(errors or 0)
+        totals[2] += int(tokens or 0)
+        digests.setdefault(bucket, []).append(_digest([blob]))
+    out: dict[datetime, _HourPrint] = {}
+    for bucket, (n, errors, tokens) in found.items():
+        hashed = hashlib.blake2b(digest_size=16)
+        for digest in sorted(digests[bucket]):  # the rows' order is the store's to choose
+            hashed.update(len(digest).to_bytes(8, "big") + digest)
+        out[bucket] = (n, errors, tokens, hashed.digest())
     return out
 
 

@@ -75,6 +75,7 @@ TTFT = _slo("chat-ttft", Sli(SliKind.LATENCY, "ttft", 2.0))
 TPOT = _slo("chat-tpot", Sli(SliKind.LATENCY, "tpot", 0.1))
 GOODPUT = _slo("chat-goodput", goodput_sli(ttft_s=2.0, tpot_s=0.1))
 GOODPUT_TOKENS = _slo("chat-goodput-tokens", goodput_sli(ttft_s=2.0, tpot_s=0.1, per="token"))
+GOODPUT_E2E = _slo("chat-goodput-e2e", goodput_sli(ttft_s=2.0, e2e_s=10.0))
 SLOS = (TTFT, TPOT, GOODPUT, GOODPUT_TOKENS)
 
 
@@ -286,8 +287,9 @@ def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(stor
     """Cycles with a ``RollupCache`` (each closed hour counted once, kept while its rollups'
     fingerprint holds) answer what raw rows answer, through fresh data, late data into an hour
     already counted, a late parallel-sampling sequence folded into a counted request (same
-    request count, a good request turned bad), and raw rows removed by retention while their
-    rollups stay."""
+    request count, a good request turned bad), one with no tokens and status ok that changes
+    only the E2E (against an SLI with an E2E target), and raw rows removed by retention while
+    their rollups stay."""
     cache = slo_store.RollupCache()
     writer = open_writer(store.engine)
     present = traffic(T0 - timedelta(hours=8), T0)
@@ -295,7 +297,7 @@ def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(stor
     windows = sorted({*POLICY.windows, timedelta(days=1)})
     now = T0 + timedelta(seconds=17)
     counted_before = 0
-    for cycle in range(8):
+    for cycle in range(9):
         fresh = traffic(now - timedelta(minutes=20), now)
         writer.write_requests([r for r in fresh if r.start >= T0])
         present += [r for r in fresh if r.start >= T0]
@@ -319,13 +321,32 @@ def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(stor
             folded = writer.fold_sequences([LateSequence(key, sibling, (sibling.span_id,))])
             assert folded.inserted == 1
             present = [merged if r is stored else r for r in present]
-        if cycle == 5:  # retention removes the oldest raw rows; their rollups stay
+        if cycle == 5:  # a late sequence with no tokens and status ok: only the E2E changes
+            stored = next(
+                r
+                for r in present
+                if r.start >= T0 - timedelta(hours=3)
+                and count_events([r], GOODPUT_E2E.sli).bad == 0
+            )
+            sibling = dataclasses.replace(
+                stored, span_id=f"{int(stored.span_id, 16) + 2 * 10**9:016x}", ttft_s=None,
+                tpot_s=None, output_tokens=0, e2e_s=60.0, decode_s=None,
+            )  # fmt: skip
+            merged = fold_late_sequence(stored, sibling)
+            assert merged is not None
+            assert (merged.output_tokens, merged.status) == (stored.output_tokens, stored.status)
+            assert count_events([merged], GOODPUT_E2E.sli).bad == 1
+            key = (stored.start, stored.trace_id, stored.span_id)
+            folded = writer.fold_sequences([LateSequence(key, sibling, (sibling.span_id,))])
+            assert folded.inserted == 1
+            present = [merged if r is stored else r for r in present]
+        if cycle == 6:  # retention removes the oldest raw rows; their rollups stay
             cut = T0 - timedelta(hours=6, minutes=30)
             with store.engine.begin() as connection:
                 connection.execute(requests.delete().where(requests.c.start < cut))
             present = [r for r in present if r.start >= cut]
         with store.engine.connect() as connection:
-            for spec in (GOODPUT, GOODPUT_TOKENS):
+            for spec in (GOODPUT, GOODPUT_TOKENS, GOODPUT_E2E):
                 kept = slo_store.CycleCounter(connection, now, cache=cache).count(spec, windows)
                 raw = slo_store.CycleCounter(connection, now).count(spec, windows)
                 assert kept == raw, (cycle, spec.name)
@@ -334,13 +355,13 @@ def test_kept_hours_give_the_raw_answer_through_fresh_late_and_expired_data(stor
                     assert kept[length] == count_events(mine, spec.sli), (cycle, length)
         hours = cache.stats.goodput_hours_counted - counted_before
         counted_before = cache.stats.goodput_hours_counted
-        # The first cycle counts every closed hour of the day window (two SLIs); later ones
+        # The first cycle counts every closed hour of the day window (three SLIs); later ones
         # only the hour that closed, the two hours late data changed and the hour that holds
         # the oldest raw row (always counted afresh).
         if cycle == 0:
-            assert hours >= 2 * 8
+            assert hours >= 3 * 8
         else:
-            assert hours <= 2 * 4, (cycle, hours)
+            assert hours <= 3 * 4, (cycle, hours)
         now += timedelta(minutes=20)
 
 
