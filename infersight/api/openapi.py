@@ -186,6 +186,7 @@ TAGS: Final = (
     ("slos", "Service level objectives and their live status"),
     ("incidents", "Incidents, their diagnosis and acknowledgement, silences"),
     ("cost", "The cost model, cost over a window and the weekly cost reports"),
+    ("budgets", "Budgets: spend per period, its projection and burn rates"),
     ("purchasing", "Reserved / on-demand split and idle windows of the GPU fleet"),
     ("capacity", "Capacity plans from a load-test run or production"),
     ("scaling", "Replica recommendations and the KEDA metrics endpoint"),

@@ -293,6 +293,9 @@ class StepJudgement:
     cause: StepCause | None
     factors: Mapping[str, float]
     evidence: tuple[Mapping[str, Any], ...]
+    versions: tuple[str, str] = ("", "")
+    """The cost model versions that priced the window and the baseline (differ: a price
+    change)."""
 
 
 def _ratio(now: Decimal | float, before: Decimal | float) -> float:
@@ -355,14 +358,6 @@ def judge_step(now: CostSample, before: CostSample, policy: StepPolicy) -> StepJ
                 "ratio": _ratio(per_request_now, per_request_before),
             }
         )
-    if changed:
-        evidence.append(
-            {
-                "signal": "cost_model_version",
-                "current": now.model_version,
-                "baseline": before.model_version,
-            }
-        )
     biggest = max(factors, key=lambda k: factors[k])
     cause: StepCause
     if biggest == "price":
@@ -378,7 +373,8 @@ def judge_step(now: CostSample, before: CostSample, policy: StepPolicy) -> StepJ
         cause = StepCause.FEWER_TOKENS_PER_REQUEST if fewer else StepCause.LOWER_THROUGHPUT
     firing = ratio >= 1 + policy.rise
     holding = ratio >= 1 + policy.rise * policy.resolve_ratio
-    return StepJudgement(ratio, firing, holding, cause, factors, tuple(evidence))
+    versions = (now.model_version, before.model_version)
+    return StepJudgement(ratio, firing, holding, cause, factors, tuple(evidence), versions)
 
 
 def merge_samples(samples: Sequence[CostSample]) -> CostSample:

@@ -83,6 +83,8 @@ STEP_DAYS: Final = 7
 #: Models the cost-step alert looks at besides the fleet (the biggest spenders).
 STEP_MODELS: Final = 20
 DEFAULT_STEP: Final = StepPolicy()
+#: What a spender line names as its model when its instance served nothing (idle GPUs).
+IDLE_LABEL: Final = "(idle, no model)"
 TEAM_REFUSAL: Final = (
     "requests carry no team today, so a budget cannot be scoped to one: team comes with "
     "issue 34's attribution from the gateway's spans; scope the budget to a tenant, a model "
@@ -331,7 +333,7 @@ class BudgetStatus:
             "firing": None if self.firing is None else self.firing.value,
             "top_spenders": [
                 {
-                    "model": line.labels.get("model", ""),
+                    "model": line.labels.get("model") or IDLE_LABEL,
                     "instance": line.labels.get("instance", ""),
                     "cost": amount(line.cost),
                 }
@@ -387,6 +389,8 @@ def budget_evidence(status: BudgetStatus) -> tuple[dict[str, Any], dict[str, Any
         "burn_rates": data["burn_rates"],
         "peak_burn_rate": max(f.burn_rates().values(), default=0.0),
         "budget": {k: data[k] for k in ("amount", "currency", "period", "period_start")},
+        "sli": None,
+        "signals": [],
     }
     projected = f.projected
     evidence: list[dict[str, Any]] = [
@@ -406,21 +410,33 @@ def budget_evidence(status: BudgetStatus) -> tuple[dict[str, Any], dict[str, Any
     evidence += [
         {
             "signal": "top spender "
-            f"{line.labels.get('model', '')}@{line.labels.get('instance', '')}",
+            f"{line.labels.get('model') or IDLE_LABEL}@{line.labels.get('instance', '')}",
             "current": float(line.cost),
             "baseline": float(f.spent),
             "ratio": float(line.cost / f.spent) if f.spent else None,
         }
         for line in status.top
     ]
-    diagnosis = {
-        "cause": budget_cause(status),
+    instance = status.top[0].labels.get("instance") if status.top else None
+    return symptom, _diagnosis(budget_cause(status), evidence, instance, budget=data)
+
+
+def _diagnosis(
+    cause: str, evidence: list[dict[str, Any]], instance: str | None, **extra: Any
+) -> dict[str, Any]:
+    """A money alert's evidence in the shape of a diagnosis (``alerts.diagnose.Diagnosis.
+    to_dict``), which the incident page, the notifiers and the outbox read."""
+    return {
+        "cause": cause,
         "confidence": 1.0,
-        "instance": status.top[0].labels.get("instance") if status.top else None,
-        "evidence": evidence,
-        "budget": data,
+        "instance": instance,
+        "evidence": [{"instance": "", **e} for e in evidence],
+        "alternatives": [],
+        "symptoms": [],
+        "missing_evidence": [],
+        "kv_source": None,
+        **extra,
     }
-    return symptom, diagnosis
 
 
 # -- the cost step ---------------------------------------------------------------------------
@@ -541,8 +557,11 @@ class MoneyAlerts:
         for incident in incidents.list_incidents(self.engine, "firing"):
             name = incident.slo
             if name.startswith(BUDGET_PREFIX) and (name, incident.scope) not in live:
-                gone = {"slo": name, "scope": incident.scope, "burn_rates": {}}
-                why = {"cause": "budget_removed", "evidence": []}
+                gone: dict[str, Any] = {
+                    "slo": name, "scope": incident.scope, "burn_rates": {}, "sli": None,
+                    "signals": [],
+                }  # fmt: skip
+                why = _diagnosis("budget_removed", [], None)
                 changes += self._step(name, incident.scope, None, frozenset(), gone, why, now)
         for name, judgement in cost_steps(
             self.engine, model, version, now, self.step_policy
@@ -556,13 +575,19 @@ class MoneyAlerts:
                 "severity": "ticket",
                 "burn_rates": {"step": round(judgement.ratio or 0.0, 6)},
                 "peak_burn_rate": judgement.ratio or 0.0,
+                "sli": None,
+                "signals": [],
             }
-            diagnosis = {
-                "cause": judgement.cause.value if judgement.cause else "unknown",
-                "confidence": 1.0,
-                "factors": dict(judgement.factors),
-                "evidence": [dict(e) for e in judgement.evidence],
-            }
+            diagnosis = _diagnosis(
+                judgement.cause.value if judgement.cause else "unknown",
+                [dict(e) for e in judgement.evidence],
+                None,
+                factors=dict(judgement.factors),
+                cost_model_versions={
+                    "window": judgement.versions[0],
+                    "baseline": judgement.versions[1],
+                },
+            )
             changes += self._step(slo, scope, firing, holding, symptom, diagnosis, now)
         return MoneyReport(len(budgets), tuple(changes), tuple(problems))
 

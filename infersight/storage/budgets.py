@@ -200,6 +200,23 @@ def record_model(engine: Engine, model: CostModel, now: datetime) -> str:
     return f"v{version}:{digest}"
 
 
+def version_label(engine: Engine, model: CostModel) -> str:
+    """``record_model``'s label for ``model`` without recording it: the newest recorded version's
+    when it is that model, else ``new:<digest>`` (a version the job has not seen yet)."""
+    digest = fingerprint(model)
+    c = cost_model_versions.c
+    with engine.connect() as connection:
+        row = connection.execute(
+            select(c.version, c.fingerprint)
+            .where(c.name == model.name)
+            .order_by(c.version.desc())
+            .limit(1)
+        ).first()
+    if row is not None and row[1] == digest:
+        return f"v{row[0]}:{digest}"
+    return f"new:{digest}"
+
+
 def model_at(engine: Engine, name: str, at: datetime) -> tuple[CostModel, str] | None:
     """The version of cost model ``name`` in force at ``at`` (the newest recorded by then) and
     its label; ``None`` when none was recorded by then."""
@@ -226,5 +243,6 @@ __all__ = [
     "model_at",
     "put_budget",
     "record_model",
+    "version_label",
     "versions",
 ]

@@ -61,7 +61,9 @@ def flat_model(price: str, name: str = "prices") -> CostModel:
     )
 
 
-def requests(instance: str, window: Window, tenant: str, model: str = "llama-70b") -> list[Any]:
+def requests(
+    instance: str, window: Window, tenant: str, model: str = "llama-70b", input_tokens: int = 1000
+) -> list[Any]:
     out, ts, i = [], window.start, 0
     while ts < window.end:
         i += 1
@@ -81,7 +83,7 @@ def requests(instance: str, window: Window, tenant: str, model: str = "llama-70b
                 queue_s=0.05,
                 prefill_s=0.2,
                 decode_s=2.0,
-                input_tokens=1000,
+                input_tokens=input_tokens,
                 output_tokens=500,
                 finish_reason="stop",
             )
@@ -90,11 +92,11 @@ def requests(instance: str, window: Window, tenant: str, model: str = "llama-70b
     return out
 
 
-def seed(store: Store, window: Window = MONTH) -> None:
+def seed(store: Store, window: Window = MONTH, input_tokens: int = 1000) -> None:
     """One H200 serving tenant acme every 15 minutes from the 1st of the month to now."""
     writer = open_writer(store.engine)
     writer.write_gpu_samples(gpu_series("h200-a", window, util=0.6, power_w=500.0))
-    writer.write_requests(requests("h200-a", window, "acme"))
+    writer.write_requests(requests("h200-a", window, "acme", input_tokens=input_tokens))
 
 
 class SlackEndpoint:

@@ -89,7 +89,8 @@ def test_a_missing_dashboard_page_is_the_dashboards_404_with_its_navigation(
     assert "default-src 'self'" in response.headers["content-security-policy"]
     tabs = page.tab.locator("nav.tabs a")
     assert [tabs.nth(i).inner_text() for i in range(tabs.count())] == [
-        "Overview", "Latency", "GPUs", "Cost", "Incidents", "Baselines", "Capacity", "Scaling",
+        "Overview", "Latency", "GPUs", "Cost", "Budgets", "Incidents", "Baselines", "Capacity",
+        "Scaling",
     ]  # fmt: skip
     assert path in page.tab.locator("[data-state=error]").inner_text()
     home = page.tab.locator("a.home")

@@ -41,6 +41,7 @@ from infersight.api.dashboard.context import (
 )
 from infersight.api.dashboard.views import (
     baselines,
+    budgets,
     capacity,
     cost,
     gpus,
@@ -59,7 +60,7 @@ router = APIRouter(include_in_schema=False)
 Build = Callable[[AppContext, Context, dict[str, str]], dict[str, Any]]
 
 #: The pages of the navigation, in its order.
-VIEWS: Final = (overview, latency, gpus, cost, incidents, baselines, capacity, scaling)
+VIEWS: Final = (overview, latency, gpus, cost, budgets, incidents, baselines, capacity, scaling)
 PAGES: Final = tuple((view.NAME, view.TITLE) for view in VIEWS)
 STATIC: Final = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 MAX_LOGIN_BODY: Final = 4096

@@ -17,6 +17,7 @@ from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import duration_text
 from infersight.api.dashboard.session import scoped_slos
 from infersight.api.params import MAX_ID
+from infersight.core.budget import is_money_alert
 from infersight.core.burn import Incident, Policy
 from infersight.core.errors import Forbidden, InvalidInput
 from infersight.core.window import format_duration, parse_duration
@@ -61,6 +62,21 @@ def thresholds(policy: Policy, incident: Incident) -> list[str]:
         for r in policy.rules
         if r.severity is incident.severity
     ]
+
+
+def money_thresholds(incident: Incident, headline: dict[str, Any] | None) -> list[str]:
+    """A money alert's own thresholds: its budget's rules of the incident's severity and the
+    spend thresholds, or the cost step's rise."""
+    budget = (headline or {}).get("budget")
+    if not isinstance(budget, dict):
+        return ["cost per million tokens 25 % or more above the same hours of the last 7 days"]
+    out = [
+        f"{r['burn_rate']:g}× over {r['long_window']} and {r['short_window']}"
+        for r in budget.get("rules") or []
+        if r.get("severity") == incident.severity.value
+    ]
+    spent = ", ".join(f"{float(t):.0%}" for t in budget.get("thresholds") or [])
+    return [*out, f"spend reaching {spent} of the budget"] if spent else out
 
 
 def burn_chart(
@@ -111,6 +127,11 @@ def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
     raised = [h for h in history if h["verdict"] == "raised"]
     named = [h for h in history if h["diagnosis"] is not None and h["cause"] != "unknown"]
     latest = named[-1] if named else None
+    rules = thresholds(app.policy, incident)
+    if is_money_alert(incident.slo):  # a budget's or a cost step's (``service.budgets``)
+        windows = [w for w, _ in by_window(dict(incident.burn_rates))]
+        chart = burn_chart(kept["burn_points"], windows, start, min(end, ctx.now))
+        rules = money_thresholds(incident, headline)
     return {
         "incident": incident,
         "note": note,
@@ -121,7 +142,7 @@ def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
         "missing": list((headline or {}).get("missing_evidence") or []),
         "burn_chart": chart,
         "onset_burns": by_window((note.get("symptom") or {}).get("burn_rates") or {}),
-        "thresholds": thresholds(app.policy, incident),
+        "thresholds": rules,
         "diagnoses": sum(h["diagnosis"] is not None for h in history),
         "elsewhere": latest if _elsewhere(headline, latest) else None,
         **profile_of(app, incident, headline),
