@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from infersight.alerts.notifiers.slack import SlackNotifier
+from infersight.api import create_app
+from infersight.api.settings import ApiSettings
 from infersight.core.budget import (
     Budget,
     BudgetFigures,
@@ -48,6 +50,7 @@ from infersight.storage import incidents, signals
 from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.cost.scenario import gpu_series
+from tests.doubles import FakeClock
 from tests.waiting import until
 
 NOW = datetime(2026, 12, 10, 12, tzinfo=UTC)
@@ -341,3 +344,30 @@ def test_the_step_splits_exactly_into_its_factors():
     assert product == pytest.approx(judged.ratio)
     little = CostSample(Decimal(1), 10, 1, Decimal(1), Decimal(0))
     assert judge_step(little, before, StepPolicy()).ratio is None
+
+
+def test_the_served_jobs_run_the_money_alerts_and_deliver_them(store, slack, request):
+    """The composition: ``serve``'s jobs (built by ``create_app``) evaluate the budgets with the
+    cost model the settings name and deliver the page through the outbox."""
+    seed(store)
+    model = flat_model("4.00")
+    cost_store.put_model(store.engine, model, NOW - timedelta(days=10))
+    apply_budgets(store.engine, parse_budgets(DOC), NOW - timedelta(days=9), "USD")
+    client = httpx.Client(timeout=10)
+    request.addfinalizer(client.close)
+    app = create_app(
+        ApiSettings(run_jobs=False, cost_model=model.name),
+        store.engine,
+        FakeClock(NOW),
+        notifiers={"slack": SlackNotifier(slack.url, client)},
+    )
+    jobs = app.state.context.jobs
+    request.addfinalizer(jobs.stop)
+    assert jobs.tick_money(), jobs.last_error
+    assert jobs.tick_delivery(), jobs.last_error
+    until(lambda: len(slack.bodies) >= 1, "the served job's page reached Slack")
+    assert "budget:acme-monthly" in json.dumps(slack.bodies[0])
+    # The SLO evaluation that runs beside it leaves the budget's incident open.
+    app.state.context.evaluator.run(NOW)
+    with store.engine.connect() as connection:
+        assert incidents.firing(connection, "budget:acme-monthly", "tenant=acme") is not None
