@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, func, select
 from infersight.core.errors import InvalidInput
 from infersight.core.loadtest import MeasuredCapacity
 from infersight.core.query import Selector
-from infersight.core.sketch import QuantileSketch, merge_all
+from infersight.core.sketch import merge_bytes
 from infersight.core.window import Resolution, Window
 from infersight.storage.tables import request_rollups
 
@@ -45,8 +45,8 @@ def _filters(selector: Selector) -> Iterable[Any]:
         yield request_rollups.c.tenant.in_(sorted(selector.tenants))
 
 
-def _p99(sketches: list[QuantileSketch]) -> float | None:
-    return merge_all(sketches).quantile(0.99) if sketches else None
+def _p99(blobs: list[bytes]) -> float | None:
+    return merge_bytes(blobs).quantile(0.99) if blobs else None
 
 
 def _meets(value: float | None, limit: float | None) -> bool:
@@ -89,7 +89,7 @@ class _Search:
             return 0
         c = request_rollups.c
         names = list(self.limits)
-        parts: dict[tuple[str, datetime], dict[str, list[QuantileSketch]]] = {
+        parts: dict[tuple[str, datetime], dict[str, list[bytes]]] = {
             (instance, bucket): {name: [] for name in names}
             for _ok, instance, bucket, _out in batch
         }
@@ -104,7 +104,7 @@ class _Search:
                 continue
             for name, data in zip(names, row[2:], strict=True):
                 if data is not None:
-                    held[name].append(QuantileSketch.from_bytes(data))
+                    held[name].append(bytes(data))
         for index, (_ok, instance, bucket, _out) in enumerate(batch):
             held = parts[(instance, bucket)]
             if all(_meets(_p99(held[name]), limit) for name, limit in self.limits.items()):

@@ -36,7 +36,7 @@ from sqlalchemy import ColumnElement, Connection, func, literal, or_, select, te
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from infersight.core.records import GROUP_LABELS
-from infersight.core.sketch import QuantileSketch, merge_all
+from infersight.core.sketch import QuantileSketch, merge_bytes
 from infersight.storage.engine import PerEngine
 from infersight.storage.sql import sketch_column
 from infersight.storage.tables import request_rollups
@@ -305,6 +305,6 @@ def _merge(parts: Sequence[Sequence[bytes]]) -> Merged:
         if not blobs:
             out.append(None)
             continue
-        sketches = [QuantileSketch.from_bytes(b) for b in blobs]
-        out.append(sketches[0] if len(sketches) == 1 else merge_all(sketches))
+        # One blob decoded as it is; more in one pass (``merge_bytes``: no sketch per blob).
+        out.append(QuantileSketch.from_bytes(blobs[0]) if len(blobs) == 1 else merge_bytes(blobs))
     return tuple(out)
