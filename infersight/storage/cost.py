@@ -39,6 +39,7 @@ from typing import Any, Final
 from sqlalchemy import (
     Connection,
     Engine,
+    LargeBinary,
     func,
     select,
 )
@@ -58,7 +59,7 @@ from infersight.core.cost import (
 from infersight.core.goodput import GoodBasis, GoodLimits, GoodPolicy, GoodRule
 from infersight.core.query import Selector, check_group_by
 from infersight.core.records import GROUP_LABELS
-from infersight.core.sketch import header_totals
+from infersight.core.sketch import HEADER_SIZE, header_totals
 from infersight.core.slo import SloSpec
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage import good_tokens, gpu_reads, gpu_rollup
@@ -157,6 +158,11 @@ class _Acc:
     split: int = 0
 
 
+def _header(column: Any) -> Any:
+    """The first ``HEADER_SIZE`` bytes of a sketch column: what ``header_totals`` reads."""
+    return func.substr(column, 1, HEADER_SIZE, type_=LargeBinary)
+
+
 def series_usage(
     connection: Connection,
     window: Window,
@@ -216,10 +222,11 @@ def series_usage(
             u.requests,
             u.input_tokens,
             u.output_tokens,
-            u.prefill_sketch,
-            u.decode_sketch,
+            # Only each sketch's header (its count and sum), not its buckets.
+            _header(u.prefill_sketch),
+            _header(u.decode_sketch),
             u.bucket,
-            u.kv_transfer_sketch,
+            _header(u.kv_transfer_sketch),
         ).where(*where)
         for row in connection.execute(query):
             key = tuple(row[:_N])
