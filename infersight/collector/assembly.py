@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 from infersight.collector.mapping.base import PD_STAGES, STAGE_FIELDS, Link, Place, StageFragment
 from infersight.collector.mapping.spans import KIND_SERVER
@@ -356,6 +356,27 @@ def fold_sequences(
     return out, sequences
 
 
+class GroupStore(Protocol):
+    """Where ``SequenceMemory`` keeps its groups across restarts (``collector.spool``)."""
+
+    def load_groups(
+        self, since: float, limit: int
+    ) -> list[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]]:
+        """The newest ``limit`` groups remembered at or after ``since``, oldest first: each
+        (trace, parent span, request id), when it was remembered, and its stored request."""
+        ...
+
+    def save_groups(
+        self,
+        added: Sequence[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]],
+        dropped: Sequence[tuple[str, str, str]],
+        horizon: float,
+    ) -> None:
+        """Keep ``added``, forget ``dropped`` and what was remembered before ``horizon``;
+        never raises for its own failure (the memory then lasts as long as the process)."""
+        ...
+
+
 class SequenceMemory:
     """The requests a sidecar stored lately, by their parallel-sampling group (trace,
     parent span, engine request id), so that a sequence coming after its request was stored
@@ -366,6 +387,12 @@ class SequenceMemory:
     sequence later than that, or whose request was stored before the sidecar restarted, is
     stored as a request of its own, as it was before there was a fold. Per shipping pass it
     costs one pass over the requests (``split`` finds their groups, ``remember`` reuses them).
+
+    With a ``store`` (the sidecar's spool: ``collector.spool.Spool``'s groups) the memory
+    outlives the process: it is read back when made (what is younger than ``keep_s`` by
+    ``clock``, which must then be wall-clock time, at most ``capacity``), and each
+    ``remember`` writes the groups it adds and drops before the shipper deletes the entries
+    it stored, so a sequence whose request was stored before a restart is still recognised.
     """
 
     def __init__(
@@ -373,12 +400,17 @@ class SequenceMemory:
         capacity: int = 32_768,
         keep_s: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
+        store: GroupStore | None = None,
     ) -> None:
         self.capacity = capacity
         self.keep_s = keep_s
         self._clock = clock
+        self._store = store
         self._stored: OrderedDict[tuple[str, str, str], tuple[float, tuple[datetime, str, str]]]
         self._stored = OrderedDict()
+        if store is not None:
+            for group, at, request in store.load_groups(clock() - keep_s, capacity):
+                self._stored[group] = (at, request)
         #: The last pass's requests and the group of each of their (trace, span) keys.
         self._last: tuple[Sequence[Request], dict[tuple[str, str], tuple[str, str, str]]] = (
             (),
@@ -440,13 +472,19 @@ class SequenceMemory:
             return
         now = self._clock()
         stored = self._stored
+        added: list[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]] = []
         for record in records:
             group = by_key.get((record.trace_id, record.span_id))
             if group is not None and group not in stored:
-                stored[group] = (now, (record.start, record.trace_id, record.span_id))
+                request = (record.start, record.trace_id, record.span_id)
+                stored[group] = (now, request)
+                added.append((group, now, request))
+        dropped: list[tuple[str, str, str]] = []
         while len(stored) > self.capacity:
-            stored.popitem(last=False)
+            dropped.append(stored.popitem(last=False)[0])
         self._last = ((), {})
+        if self._store is not None and (added or dropped):
+            self._store.save_groups(added, dropped, now - self.keep_s)
 
     def _expire(self) -> None:
         horizon = self._clock() - self.keep_s

@@ -14,6 +14,14 @@ down behind the API) is ``Unavailable`` (retried with backoff, the spool grows);
 worded as the configuration error it is (a wrong or missing token, or one without the ingest
 scope) so that ``/healthz`` names it while the entries wait in the spool. The token is sent
 only in the ``Authorization`` header and never logged.
+
+Late parallel-sampling sequences (``fold_sequences``) travel as ``WireKind.SEQUENCE`` batches
+and are folded by the API with the store writer's own call; ``folded`` asks the API which
+sequences were folded already (``POST /api/v1/ingest/folded``, the restarted sidecar's guard).
+An API older than the fold answers the first with a 400 naming the unknown batch kind and the
+second with a 404: that is ``FoldUnsupported`` (the shipper stores the sequences as requests
+of their own, as before there was a fold, and asks again after ``RETRY_FOLD_S``), and
+``folded`` answers that nothing was folded (such an API never folded anything).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from infersight.core.client import ClientRecord
 from infersight.core.errors import ConfigurationError, InvalidInput, Unavailable
 from infersight.core.records import RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.sequences import LateSequence
 from infersight.core.wire import MEDIA_TYPE, WireKind, encode_entries, frame
 from infersight.core.write import WriteResult
 
@@ -36,8 +45,20 @@ from infersight.core.write import WriteResult
 DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
 #: Seconds one request may take (connect, send, the store's transaction, the answer).
 DEFAULT_TIMEOUT_S: Final = 30.0
-#: The most bytes of an answer read.
-_MAX_ANSWER: Final = 64 * 1024
+#: The most bytes of an answer read (``/folded`` answers up to ``_FOLDED_CHUNK`` keys).
+_MAX_ANSWER: Final = 1024 * 1024
+#: Keys per ``/folded`` question (about 110 KB of JSON).
+_FOLDED_CHUNK: Final = 2000
+#: Seconds before a sidecar that met an API without the fold tries the fold again.
+RETRY_FOLD_S: Final = 600.0
+
+
+class FoldUnsupported(InvalidInput):
+    """The API predates the fold of late sequences (it refused their batch kind)."""
+
+
+class _NotFound(Unavailable):
+    """404: a route the API does not have (it is older than this sidecar)."""
 
 
 class RemoteSink:
@@ -76,6 +97,38 @@ class RemoteSink:
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
         return sum(a.get("stored", 0) for a in self._send(WireKind.SERVER, samples))
+
+    def fold_sequences(self, late: Sequence[LateSequence]) -> WriteResult:
+        """Fold late sequences into their stored requests (the API's writer, exactly once
+        per sequence); ``FoldUnsupported`` from an API that predates the fold."""
+        try:
+            return self._write_keyed(WireKind.SEQUENCE, late)
+        except FoldUnsupported:
+            raise
+        except InvalidInput as exc:
+            if "unknown batch kind" in exc.message:
+                raise FoldUnsupported(
+                    "central ingest does not fold late sequences (an older API)"
+                ) from None
+            raise
+
+    def folded(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of ``keys`` (trace id, span id) the store folded into a stored request."""
+        out: set[tuple[str, str]] = set()
+        for i in range(0, len(keys), _FOLDED_CHUNK):
+            body = json.dumps({"keys": [list(k) for k in keys[i : i + _FOLDED_CHUNK]]})
+            request = urllib.request.Request(  # noqa: S310 (http/s)
+                self.url + "/folded", data=body.encode(), method="POST"
+            )
+            request.add_header("Content-Type", "application/json")
+            try:
+                answer = self._request(request)
+            except _NotFound:
+                return set()  # an API older than the fold: nothing was folded there
+            for key in answer.get("folded", ()):
+                if isinstance(key, list) and len(key) == 2:
+                    out.add((str(key[0]), str(key[1])))
+        return out
 
     def ping(self) -> None:
         """One authenticated round trip (the API asks the store for ``SELECT 1``)."""
@@ -141,6 +194,8 @@ class RemoteSink:
                 f"configuration error: central ingest refused the token ({status}: {detail}); "
                 "give an ingest-scoped token with --ship-token-file"
             )
+        if status == 404:
+            return _NotFound(f"central ingest answered 404: {detail}")
         if status in (400, 413, 422):
             return InvalidInput(f"central ingest refused the batch ({status}): {detail}")
         return Unavailable(f"central ingest answered {status}: {detail}")

@@ -50,6 +50,7 @@ from infersight.collector.codec import (
 )
 from infersight.collector.mapping import Link
 from infersight.collector.metrics import CollectorMetrics
+from infersight.collector.remote_sink import RETRY_FOLD_S, FoldUnsupported
 from infersight.collector.spool import Spool, Stored
 from infersight.core.client import ClientRecord
 from infersight.core.errors import ConfigurationError, InvalidInput, InvalidRecord, Unavailable
@@ -160,8 +161,6 @@ class Shipper:
         self.adapters = adapters
         self.backoff = backoff or Backoff()
         self.batch_size = batch_size
-        #: Requests stored lately, by parallel-sampling group (late sequences fold into them).
-        self.sequences = SequenceMemory()
         #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
         self.reassembly = reassembly or Reassembly()
         #: Least time from the start of a pass that stored records to the next pass, while
@@ -173,6 +172,11 @@ class Shipper:
         #: Least time between two passes that ship samples (0: every pass).
         self.samples_every_s = samples_every_s
         self._clock = clock or spool.now
+        #: Requests stored lately, by parallel-sampling group (late sequences fold into them);
+        #: kept in the spool too, so that a restart forgets none.
+        self.sequences = SequenceMemory(clock=self._clock, store=spool)
+        #: Until when the sink is taken not to fold (an API older than the fold refused it).
+        self._fold_retry_at = float("-inf")
         #: Records spooled before this (their window ended by then) may be replays.
         self._started_at = self._clock()
         self._samples_shipped_at = float("-inf")
@@ -391,7 +395,29 @@ class Shipper:
         return self.sequences.split(records, requests)
 
     def _fold_late(self, late: list[LateSequence]) -> None:
-        result = self._sink().fold_sequences(late)  # type: ignore[attr-defined]
+        """Fold ``late`` into the stored requests; where the sink refuses (an API older than
+        the fold, or a batch it finds malformed) store them as requests of their own, as
+        before there was a fold: nothing is lost, nothing is added twice (keyed rows)."""
+        if self._clock() < self._fold_retry_at:
+            self._write_records([fold.record for fold in late])
+            return
+        try:
+            result = self._sink().fold_sequences(late)  # type: ignore[attr-defined]
+        except InvalidInput as exc:
+            self._round_trips += 1  # the store answered, refusing
+            if isinstance(exc, FoldUnsupported):
+                self._fold_retry_at = self._clock() + RETRY_FOLD_S
+                log.warning(
+                    "%s: %d late sequences stored as requests of their own; asking again in %.0f s",
+                    exc.message,
+                    len(late),
+                    RETRY_FOLD_S,
+                )
+            else:
+                log.error("the store refused late sequences (%s): stored apart", exc.message)
+            self.metrics.ship_errors.labels("fold_refused").inc()
+            self._write_records([fold.record for fold in late])
+            return
         self._round_trips += 1
         if result.duplicates:
             self.metrics.ship_duplicates.inc(result.duplicates)

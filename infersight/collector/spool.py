@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -90,6 +91,23 @@ _SCHEMA: Final = (
     f"""CREATE INDEX IF NOT EXISTS entries_samples ON entries (seq)
         WHERE kind IN ({", ".join(map(str, SAMPLE_KINDS))})""",
 )
+
+
+#: The parallel-sampling groups the shipper stored lately (``load_groups``): a restarted
+#: sidecar still recognises a late sequence of a request stored before. Bounded by the
+#: memory's own bounds (15 minutes, 32,768 groups): a few MiB at most.
+_GROUP_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS sequence_groups (
+        trace_id TEXT NOT NULL,
+        parent_span_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        remembered_at REAL NOT NULL,
+        start_us INTEGER NOT NULL,
+        span_id TEXT NOT NULL,
+        PRIMARY KEY (trace_id, parent_span_id, request_id)) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS sequence_groups_at ON sequence_groups (remembered_at)",
+)
+_GROUP_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _kinds(kinds: Sequence[int]) -> str:
@@ -198,6 +216,7 @@ class Spool:
         #: Disk bytes appends may still take (see ``_measure``), as of the last write.
         self._headroom = self._measure()
         self._lock = threading.Lock()  # guards the connection
+        self._groups_ready = False  # the parallel-sampling groups' table exists
         self._cond = threading.Condition()  # guards the pending queue and the counters
         self._pending: list[_Pending] = []
         self._closing = False
@@ -519,6 +538,74 @@ class Spool:
     def _release_reserve(self) -> None:
         self.reserve_path.unlink(missing_ok=True)
         self._reserve_held = False
+
+    # --- parallel-sampling groups (``collector.assembly.SequenceMemory``'s store) ----------
+
+    def _groups_table(self) -> None:
+        """Create the groups' table once (under ``_lock``): spools written before it lack it."""
+        if not self._groups_ready:
+            for statement in _GROUP_SCHEMA:
+                self._db.execute(statement)
+            self._groups_ready = True
+
+    def load_groups(
+        self, since: float, limit: int
+    ) -> list[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]]:
+        """The newest ``limit`` groups remembered at or after ``since``, oldest first; none
+        when they cannot be read (logged: late sequences are then stored apart)."""
+        try:
+            with self._lock:
+                self._groups_table()
+                rows = self._db.execute(
+                    "SELECT trace_id, parent_span_id, request_id, remembered_at, start_us,"
+                    " span_id FROM sequence_groups WHERE remembered_at >= ?"
+                    " ORDER BY remembered_at DESC LIMIT ?",
+                    (since, limit),
+                ).fetchall()
+        except sqlite3.Error:
+            log.exception("cannot read the remembered parallel-sampling groups")
+            return []
+        return [
+            ((trace, parent, request), at, (_GROUP_EPOCH + timedelta(microseconds=us), trace, span))
+            for trace, parent, request, at, us, span in reversed(rows)
+        ]
+
+    def save_groups(
+        self,
+        added: Sequence[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]],
+        dropped: Sequence[tuple[str, str, str]],
+        horizon: float,
+    ) -> None:
+        """Keep ``added``, forget ``dropped`` and what was remembered before ``horizon``, in
+        one transaction (fsynced, like appends). A failure (a full disk) is logged and rolled
+        back, never raised: draining must not wait on the memory, which then lasts only as
+        long as the process."""
+        rows = [
+            (g[0], g[1], g[2], at, (r[0] - _GROUP_EPOCH) // timedelta(microseconds=1), r[2])
+            for g, at, r in added
+        ]
+        try:
+            with self._lock:
+                self._groups_table()
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO sequence_groups VALUES (?, ?, ?, ?, ?, ?)", rows
+                    )
+                    self._db.executemany(
+                        "DELETE FROM sequence_groups"
+                        " WHERE trace_id = ? AND parent_span_id = ? AND request_id = ?",
+                        dropped,
+                    )
+                    self._db.execute(
+                        "DELETE FROM sequence_groups WHERE remembered_at < ?", (horizon,)
+                    )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+        except sqlite3.Error:
+            log.exception("cannot keep the parallel-sampling groups in the spool")
 
     def stats(self) -> tuple[int, int]:
         """Entries and bytes held."""

@@ -7,6 +7,14 @@ list or object: a request or client record as its values in field order (``RECOR
 exactly), a GPU or server sample as its fields by name (``ts`` in microseconds). The body may
 be gzip-compressed (``Content-Encoding: gzip``); ``decode_batch`` inflates it within a bound.
 
+A batch of late parallel-sampling sequences (``WireKind.SEQUENCE``, added after the first
+four kinds: a sidecar shipping them to an older API gets a 400 naming the unknown kind, and
+falls back, ``collector.remote_sink``) holds one object per ``core.sequences.LateSequence``:
+``{"request": [start, trace id, span id], "record": [values], "members": [span ids]}`` (the
+stored request's key, the sequences' record as a request record's entry, the span ids of the
+sequences it holds, at most ``MAX_MEMBERS``). Keys other than these are ignored, so that a
+later sidecar may add some.
+
 Decoding trusts nothing: every value goes through the record's or sample's constructor, so a
 batch from the wire is validated exactly as one from an exporter; any malformed entry refuses
 the whole batch with ``InvalidInput`` (the sender isolates the bad one, as it does for the
@@ -27,8 +35,9 @@ from typing import Any, Final
 
 from infersight.core.client import CLIENT_FIELDS, ClientRecord, TtftSource
 from infersight.core.errors import InvalidInput, TooLarge
-from infersight.core.records import RECORD_FIELDS, RequestRecord
+from infersight.core.records import RECORD_FIELDS, RequestRecord, check_ids
 from infersight.core.samples import EngineSample, GpuSample, ServerSample
+from infersight.core.sequences import LateSequence
 
 MAGIC: Final = b"ISW1"
 #: The media type of a body.
@@ -37,6 +46,8 @@ MEDIA_TYPE: Final = "application/vnd.infersight.batch"
 MAX_ENTRIES: Final = 20_000
 #: The most bytes a gzip body may inflate to.
 MAX_INFLATED_BYTES: Final = 64 * 1024 * 1024
+#: The most sequences one late-sequence entry may hold (vLLM's ``n`` is far below it).
+MAX_MEMBERS: Final = 1024
 _HEAD: Final = struct.Struct(">4sBI")
 _LEN: Final = struct.Struct(">I")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -49,9 +60,17 @@ class WireKind(IntEnum):
     GPU = 3
     SERVER = 4
     CLIENT = 5
+    #: Late parallel-sampling sequences to fold into stored requests (no spool kind).
+    SEQUENCE = 6
 
 
-Batch = list[RequestRecord] | list[ClientRecord] | list[GpuSample] | list[ServerSample]
+Batch = (
+    list[RequestRecord]
+    | list[ClientRecord]
+    | list[GpuSample]
+    | list[ServerSample]
+    | list[LateSequence]
+)
 
 _RECORD_VALUES: Final = attrgetter(*RECORD_FIELDS)
 _CLIENT_VALUES: Final = attrgetter(*CLIENT_FIELDS)
@@ -96,10 +115,21 @@ def _sample(sample: GpuSample | ServerSample) -> dict[str, Any]:
     return values
 
 
+def _late(fold: LateSequence) -> dict[str, Any]:
+    start, trace_id, span_id = fold.request
+    return {
+        "request": [_micros(start), trace_id, span_id],
+        "record": _values(fold.record),
+        "members": list(fold.members),
+    }
+
+
 def encode_entries(kind: WireKind, items: Sequence[Any]) -> list[bytes]:
     """Each item's entry (unframed), for ``frame``."""
     if kind in (WireKind.RECORD, WireKind.CLIENT):
         return [_dump(_values(item)) for item in items]
+    if kind is WireKind.SEQUENCE:
+        return [_dump(_late(item)) for item in items]
     return [_dump(_sample(item)) for item in items]
 
 
@@ -166,6 +196,8 @@ def _decode(kind: WireKind, entry: bytes) -> Any:
     value = json.loads(entry)
     if kind is WireKind.RECORD:
         return RequestRecord(**_fields(value, RECORD_FIELDS))
+    if kind is WireKind.SEQUENCE:
+        return _decode_late(value)
     if kind is WireKind.CLIENT:
         fields = _fields(value, CLIENT_FIELDS)
         fields["ttft_source"] = TtftSource(fields["ttft_source"])
@@ -178,6 +210,34 @@ def _decode(kind: WireKind, entry: bytes) -> Any:
         return GpuSample(**value)
     value["per_engine"] = tuple(EngineSample(**e) for e in value.get("per_engine", ()))
     return ServerSample(**value)
+
+
+def _decode_late(value: Any) -> LateSequence:
+    """A late sequence, checked: the request's key is a plausible one of the record's trace,
+    the members are span ids, the record's own among them."""
+    if not isinstance(value, dict):
+        raise InvalidInput("a late sequence must be an object")
+    record = RequestRecord(**_fields(value.get("record"), RECORD_FIELDS))
+    request, members = value.get("request"), value.get("members")
+    if not isinstance(request, list) or len(request) != 3:
+        raise InvalidInput("a late sequence's request must be [start, trace id, span id]")
+    start, trace_id, span_id = request
+    if not isinstance(trace_id, str) or not isinstance(span_id, str):
+        raise InvalidInput("a late sequence's request ids must be strings")
+    check_ids(trace_id, span_id)
+    if trace_id != record.trace_id:
+        raise InvalidInput("a late sequence's request must be in the record's trace")
+    if not isinstance(members, list) or not 0 < len(members) <= MAX_MEMBERS:
+        raise InvalidInput(f"a late sequence must name 1 to {MAX_MEMBERS} member span ids")
+    for member in members:
+        if not isinstance(member, str):
+            raise InvalidInput("a late sequence's members must be span ids")
+        check_ids(trace_id, member)
+    if record.span_id not in members or span_id in members:
+        raise InvalidInput(
+            "a late sequence's members must hold its record's span and not its request's"
+        )
+    return LateSequence((_from_micros(start), trace_id, span_id), record, tuple(members))
 
 
 def _fields(value: Any, names: tuple[str, ...]) -> dict[str, Any]:

@@ -11,6 +11,13 @@ records by span, samples by time, instance and GPU or engine rank), so a batch r
 lost answer is stored once. A malformed batch is 400 and nothing of it is stored; a store that
 is down is 503.
 
+A batch of late parallel-sampling sequences (``WireKind.SEQUENCE``) is folded into the
+stored requests by the writer's ``fold_sequences``, exactly as a sidecar writing to the store
+folds them: in one transaction, each sequence once (a replay is counted as duplicates).
+``POST /api/v1/ingest/folded`` (a JSON body ``{"keys": [[trace id, span id], ...]}``, at most
+``MAX_FOLDED_KEYS``) answers which of those sequences were folded already: a sidecar that
+restarted asks before shipping what it had spooled before (``storage.writer.folded``).
+
 ``GET /api/v1/ingest/ping`` is the sidecar's probe: one ``SELECT 1`` on the store.
 
 Both require a token of the ``ingest`` scope (``api.auth``): a sidecar's token may only ship,
@@ -20,7 +27,8 @@ and a read or admin token cannot ship. This route is the one place a store backe
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Final
 
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
@@ -33,14 +41,17 @@ from infersight.api.params import KnownQueryRoute
 from infersight.core.accept import AcceptWindow
 from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidInput
-from infersight.core.records import RequestRecord
+from infersight.core.records import RequestRecord, check_ids
 from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.sequences import LateSequence
 from infersight.core.wire import MEDIA_TYPE, WireKind, decode_batch, inflate
 from infersight.core.write import ClientSink, Sink
 from infersight.storage.writer import open_writer
 
 #: Also accepted (and what the OpenAPI document names): the batch's magic says what it is.
 _OCTETS = "application/octet-stream"
+#: The most keys one ``/folded`` question may hold (the shipper's batches are 2,000).
+MAX_FOLDED_KEYS: Final = 20_000
 
 router = APIRouter(
     prefix="/api/v1/ingest",
@@ -69,6 +80,10 @@ def _store(app: AppContext, body: bytes, encoding: str) -> dict[str, Any]:
     elif kind is WireKind.CLIENT:
         assert isinstance(writer, ClientSink)
         result = writer.write_client_requests([r for r in items if isinstance(r, ClientRecord)])
+    elif kind is WireKind.SEQUENCE:
+        result = writer.fold_sequences(  # type: ignore[attr-defined]
+            [f for f in items if isinstance(f, LateSequence)]
+        )
     elif kind is WireKind.GPU:
         answer["stored"] = writer.write_gpu_samples([s for s in items if isinstance(s, GpuSample)])
         return answer
@@ -100,6 +115,37 @@ async def ingest(request: Request, app: App) -> dict[str, Any]:
     body = await request.body()
     encoding = request.headers.get("content-encoding", "").strip().lower()
     return await run_in_threadpool(_store, app, body, encoding)
+
+
+def _keys(value: Any) -> list[tuple[str, str]]:
+    """The (trace id, span id) keys of a ``/folded`` question, checked."""
+    keys = value.get("keys") if isinstance(value, dict) else None
+    if not isinstance(keys, list):
+        raise InvalidInput('the body must be {"keys": [[trace id, span id], ...]}')
+    if len(keys) > MAX_FOLDED_KEYS:
+        raise InvalidInput(f"at most {MAX_FOLDED_KEYS} keys per question")
+    out: list[tuple[str, str]] = []
+    for index, key in enumerate(keys):
+        if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+            raise InvalidInput(f"key {index} must be [trace id, span id]", details={"key": index})
+        check_ids(key[0], key[1])
+        out.append((key[0], key[1]))
+    return out
+
+
+@router.post(
+    "/folded",
+    summary="Which sequences were folded into stored requests already (ingest token)",
+    responses=responses(400),
+)
+async def folded(request: Request, app: App) -> dict[str, list[list[str]]]:
+    """A restarted sidecar's question before it ships records spooled before its restart."""
+    try:
+        keys = _keys(json.loads(await request.body()))
+    except ValueError:
+        raise InvalidInput("the body must be JSON") from None
+    done = await run_in_threadpool(_writer(app).folded, keys)  # type: ignore[attr-defined]
+    return {"folded": sorted([t, s] for t, s in done)}
 
 
 @router.get("/ping", summary="The sidecar's probe: one round trip to the store (ingest token)")
