@@ -38,7 +38,7 @@ import click
 from infersight.cli.commands_serve import split_listen
 from infersight.cli.demo_live import DemoStatus, LiveDemo, check_listen, shift_faults
 from infersight.cli.demo_seed import Seeding
-from infersight.cli.demo_store import held, move_aside, refuse_held
+from infersight.cli.demo_store import held, mark_demo_store, move_aside, refuse_held
 from infersight.cli.demo_virtual import VIRTUAL_STORE, run_virtual
 from infersight.cli.group import Context, pass_context, read_scenario, read_spec_file
 from infersight.core.burn import Incident
@@ -156,6 +156,7 @@ def demo(
     try:
         click.echo(f"store: {redact(url)}", err=True)
         migrate.upgrade(engine)
+        mark_demo_store(engine)  # the demo's own store: a later --fresh may move it aside
         if virtual:
             run_virtual(engine, context.settings, plan, slos, url, duration_s, end)
             return
@@ -169,7 +170,8 @@ def demo(
 
 
 def _own_store(url: str, fresh: bool) -> None:
-    """Refuse a store that holds data, or with ``fresh`` move a SQLite one aside (said)."""
+    """Refuse a store that holds data, or with ``fresh`` move a SQLite one a demo created
+    aside (said; ``demo_store.move_aside`` refuses any other, and one in use)."""
     engine = create_store_engine(url)
     try:
         what = held(engine)

@@ -5,27 +5,39 @@ sees open. On a store that already holds a demo's (or anyone's) data, none of th
 more: the backfill is skipped or doubles the traffic, the baseline spans the earlier run's
 faults, and incidents still open from before are announced as new (issue 35). So ``infersight
 demo`` refuses a store that holds requests, incidents or load-test runs, and says how to go on:
-``--fresh`` moves a SQLite store aside (the file and its ``-wal`` / ``-shm`` companions, renamed
-with the time, never deleted) and starts a new one; a PostgreSQL store is never emptied or
-moved by a demo: give it an empty database.
+``--fresh`` moves a SQLite store aside (renamed with the time, never deleted) and starts a new
+one; a PostgreSQL store is never emptied or moved by a demo: give it an empty database.
+
+``--fresh`` moves only a store a demo created: a demo marks the SQLite file it plays into
+(``PRAGMA application_id``, in the file's header), and a store without the mark, someone's
+real data, is refused even with ``--fresh``. Nor is a store moved while another process has
+it open (a ``serve`` on another port, a sidecar): renaming a SQLite file in use can lose what
+that process writes next. The move first takes the file for itself (no busy wait: switching
+it out of WAL, which SQLite allows only to its one connection, folds the WAL into the file;
+then ``BEGIN EXCLUSIVE``), lets go and renames it; any other connection, and the move is
+refused.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from infersight.core.errors import InvalidInput
-from infersight.storage.engine import redact
+from infersight.storage.engine import redact, sqlite_file
 from infersight.storage.tables import incidents, loadtest_runs, requests
 
 #: The files SQLite keeps beside a database in WAL mode.
 _COMPANIONS = ("", "-wal", "-shm", "-journal")
+#: ``PRAGMA application_id`` of a SQLite store a demo created ("IfDm").
+DEMO_APPLICATION_ID: Final = 0x4966446D
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +73,8 @@ def _utc(at: datetime) -> datetime:
 
 
 def held(engine: Engine) -> Held:
-    """What ``engine``'s store holds (nothing, where it has no schema yet)."""
+    """What ``engine``'s store holds (nothing, where it has no schema yet). A store that
+    cannot be read (locked by another process, say) is refused, never taken for empty."""
     try:
         with engine.connect() as connection:
             count, first, last = connection.execute(
@@ -69,32 +82,84 @@ def held(engine: Engine) -> Held:
             ).one()
             opened = connection.execute(select(func.count()).select_from(incidents)).scalar_one()
             runs = connection.execute(select(func.count()).select_from(loadtest_runs)).scalar_one()
-    except DBAPIError:
-        return Held(0, None, None, 0, 0)  # no schema (a new store): nothing to mix with
+    except DBAPIError as exc:
+        text = str(exc.orig)
+        if "no such table" in text or "does not exist" in text:
+            return Held(0, None, None, 0, 0)  # no schema (a new store): nothing to mix with
+        shown = redact(engine.url.render_as_string(hide_password=False))
+        raise InvalidInput(
+            f"cannot tell what the store {shown} holds ({text.splitlines()[0] if text else exc}): "
+            "a demo needs a store of its own; stop what holds it or give another --store",
+            details={"store": shown},
+        ) from None
     return Held(int(count), first, last, int(opened), int(runs))
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The file of a SQLite store URL (``None``: PostgreSQL, or SQLite in memory)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        return None
-    return Path(database)
+    """The file of a SQLite store URL (``None``: PostgreSQL, SQLite in memory or a ``file:``
+    URI): ``storage.engine.sqlite_file``, the engine's own reading."""
+    return sqlite_file(url)
+
+
+def mark_demo_store(engine: Engine) -> None:
+    """Mark ``engine``'s SQLite file as a demo's (``--fresh`` moves only such a store)."""
+    if engine.dialect.name != "sqlite":
+        return
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"PRAGMA application_id = {DEMO_APPLICATION_ID}")
+
+
+def demo_made(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` carries a demo's mark."""
+    try:
+        with _probe(path) as connection:
+            (found,) = connection.execute("PRAGMA application_id").fetchone()
+    except sqlite3.Error:
+        return False
+    return bool(found == DEMO_APPLICATION_ID)
+
+
+def _probe(path: Path) -> closing[sqlite3.Connection]:
+    """A plain connection to ``path`` that waits for no lock (closed on leaving)."""
+    return closing(sqlite3.connect(path, timeout=0, isolation_level=None))
+
+
+def _in_use(path: Path) -> str | None:
+    """Why ``path`` cannot be moved now (another connection has it open), or ``None``: the
+    file taken for this one connection (out of WAL, its WAL folded in; an exclusive
+    transaction begun and ended), then let go."""
+    try:
+        with _probe(path) as connection:
+            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() == "wal":
+                (mode,) = connection.execute("PRAGMA journal_mode = DELETE").fetchone()
+                if str(mode).lower() == "wal":
+                    return "it stays in WAL mode: another connection has it open"
+            connection.execute("BEGIN EXCLUSIVE")
+            connection.execute("ROLLBACK")
+    except sqlite3.OperationalError as exc:
+        return str(exc)
+    return None
 
 
 def refuse_held(url: str, what: Held) -> InvalidInput:
     """The refusal of a store that holds data, with the ways on."""
     path = sqlite_path(url)
-    way = (
-        "infersight demo --fresh moves it aside (renamed with the time, kept) and starts a "
-        "new one; or give another --store"
-        if path is not None
-        else "give the demo an empty database (--store); a demo never empties or moves a "
-        "PostgreSQL store"
-    )
+    if path is not None and demo_made(path):
+        way = (
+            "infersight demo --fresh moves it aside (renamed with the time, kept) and starts "
+            "a new one; or give another --store"
+        )
+    elif path is not None:
+        way = (
+            "give the demo another --store (--fresh moves aside only a store a demo "
+            "created, and this one was not)"
+        )
+    else:
+        way = (
+            "give the demo an empty database (--store); a demo never empties or moves a "
+            "PostgreSQL store"
+        )
     return InvalidInput(
         f"the store {redact(url)} already holds {what.describe()}: a demo needs a store of its "
         f"own, or its backfill, baseline and incidents would mix with what is there. {way}",
@@ -104,17 +169,29 @@ def refuse_held(url: str, what: Held) -> InvalidInput:
 
 def move_aside(url: str, now: datetime) -> Path:
     """Rename the SQLite store of ``url`` (and its companions) to ``NAME.YYYYMMDDTHHMMSSZ``;
-    the new name of the database file."""
+    the new name of the database file. Only a store a demo created, and only while no other
+    process has it open (the module's doc): else ``InvalidInput``, nothing moved."""
     path = sqlite_path(url)
     if path is None:
         raise InvalidInput(
             f"--fresh moves a SQLite store aside; {redact(url)} is not one: give the demo an "
             "empty database instead (a demo never empties or moves a PostgreSQL store)"
         )
+    if not demo_made(path):
+        raise InvalidInput(
+            f"--fresh moves aside only a store a demo created; {redact(url)} was not (it holds "
+            "someone's data): nothing was moved. Give the demo another --store"
+        )
     stamp = f"{_utc(now):%Y%m%dT%H%M%SZ}"
     target = path.with_name(f"{path.name}.{stamp}")
     if any(Path(f"{target}{suffix}").exists() for suffix in _COMPANIONS):
         raise InvalidInput(f"cannot move the store aside: {target} already exists")
+    busy = _in_use(path)
+    if busy is not None:
+        raise InvalidInput(
+            f"cannot move the store {redact(url)} aside: another process has it open ({busy}; "
+            "a serve on another port, a sidecar or a demo?): stop it first; nothing was moved"
+        )
     for suffix in _COMPANIONS:
         source = Path(f"{path}{suffix}")
         if source.exists():

@@ -271,7 +271,7 @@ def create_store_engine(
         kwargs.setdefault("pool_timeout", timeouts.pool_s)
     kwargs["execution_options"] = {**kwargs.get("execution_options", {}), _TIMEOUTS: timeouts}
     if url.startswith("sqlite"):
-        path = _sqlite_file(url)
+        path = sqlite_file(url)
         if path is None:
             kwargs.pop("pool_timeout", None)  # in memory: a pool without a checkout wait
         engine = create_engine(url, **kwargs)
@@ -362,9 +362,12 @@ def timed_out(exc: BaseException) -> bool:
     return type(exc.orig).__module__.startswith("sqlite3") and "database is locked" in str(exc.orig)
 
 
-def _sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL names (``None``: in memory, or a ``file:`` URI left to SQLite)."""
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite store URL names (``None``: not SQLite, in memory, or a ``file:`` URI
+    left to SQLite): the one reading of it, for the engine and for the demo's store."""
     parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
     database = parsed.database or ""
     if database in ("", ":memory:") or database.startswith("file:") or "uri" in parsed.query:
         return None
