@@ -39,6 +39,7 @@ from infersight.alerts.matching import (
     unread_support,
 )
 from infersight.alerts.rules import Cause, RulePack
+from infersight.core.errors import InvalidInput
 from infersight.core.profile import NAMED_SHARE, dominant
 from infersight.core.signals import InstanceSignals, WindowSignals
 
@@ -391,7 +392,14 @@ def with_profile(diagnosis: Mapping[str, Any], profile: Mapping[str, Any]) -> di
     and, when a limit reaches ``core.profile.NAMED_SHARE`` of the busy samples, ``detail``
     (``tokenizer``, ``gil``, ``lock``, ``logging``) and an evidence entry
     ``profile:<limit>`` whose value is the share. The cause itself is kept (the API's and the
-    rules' vocabulary); ``detail`` says which host-side limit it is."""
+    rules' vocabulary); ``detail`` says which host-side limit it is. A profile of another
+    instance than the diagnosis names is refused (``InvalidInput``)."""
+    named_instance, profiled = diagnosis.get("instance"), profile.get("instance")
+    if profiled is not None and named_instance != profiled:
+        raise InvalidInput(
+            f"profile {profile.get('id')} is of {profiled}, but the diagnosis is about "
+            f"{named_instance}: it cannot be applied"
+        )
     out = dict(diagnosis)
     out.pop("detail", None)
     evidence = [

@@ -167,7 +167,8 @@ def build_context(
         settings.maintenance_interval_s,
         # Profiles of host-side incidents run after the re-diagnoses (service.profiles).
         deliver=ProfileFollowUp(
-            FollowUp(diagnosis, delivery), ProfileTrigger(engine, announce=announcer)
+            FollowUp(diagnosis, delivery),
+            ProfileTrigger(engine, announce=announcer, max_open=settings.profile_max_automatic),
         ),
         report=reports,
         report_cron={

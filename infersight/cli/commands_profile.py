@@ -17,7 +17,16 @@ from typing import Any
 import click
 
 from infersight.cli.group import current_settings
-from infersight.core.profile import DEFAULT_RATE, MAX_RATE, MAX_SECONDS, MIN_RATE, MIN_SECONDS
+from infersight.core.profile import (
+    DEFAULT_RATE,
+    MAX_RATE,
+    MAX_SECONDS,
+    MIN_RATE,
+    MIN_SECONDS,
+    ranked_shares,
+    summary_header,
+    summary_rows,
+)
 
 #: Seconds the command waits beyond the profile's own for a sidecar to claim and return it.
 CLAIM_WAIT_S = 60.0
@@ -31,21 +40,24 @@ def render(profile: dict[str, Any]) -> str:
     if not isinstance(result, dict):
         lines.append(f"no profile: {profile.get('error') or 'none yet'}")
         return "\n".join(lines)
+    run = summary_header(result)
     lines.append(
-        f"{result.get('busy_samples', 0)} busy of {result.get('samples', 0)} thread-samples "
-        f"({result.get('threads', 0)} threads, {result.get('rate')} Hz for "
-        f"{result.get('seconds')} s{', native frames' if result.get('native') else ''})"
+        f"{run['busy_samples']} busy of {run['samples']} thread-samples ({run['threads']} "
+        f"threads, {run['rate']} Hz for {run['seconds']} s"
+        f"{', native frames' if run['native'] else ''})"
     )
-    shares = result.get("shares") or {}
-    for name, share in sorted(shares.items(), key=lambda kv: -float(kv[1])):
-        lines.append(f"  {name:<10} {float(share) * 100:5.1f} %")
-    missing = {"gil", "lock"} - set(result.get("measured") or [])
+    for name, share in ranked_shares(result.get("shares")):
+        lines.append(f"  {name:<10} {share * 100:5.1f} %")
+    measured = result.get("measured")
+    missing = {"gil", "lock"} - (
+        {str(m) for m in measured} if isinstance(measured, list) else set()
+    )
     if missing:
         lines.append(f"  (not measured without native frames: {', '.join(sorted(missing))})")
     for title, key in (("hottest functions", "self"), ("by module", "modules")):
         lines.append(f"{title} (share of busy samples where they run):")
-        for row in (result.get(key) or [])[:15]:
-            share = float(row.get("share") or 0.0)
+        for row in summary_rows(result.get(key), 15):
+            share = row["share"]
             bar = "█" * max(1, round(share * _BAR)) if share > 0 else ""
             lines.append(f"  {share * 100:5.1f} % {bar:<{_BAR}} {row.get('frame')}")
     return "\n".join(lines)
@@ -92,7 +104,7 @@ def profile(
         deadline = time.monotonic() + seconds + CLAIM_WAIT_S
         shown = ""
         while True:
-            current = store.get(engine, asked.id)
+            current = store.get(engine, asked.id, datetime.now(UTC))
             if not current.open:
                 break
             if current.claimed_at is None:
@@ -106,7 +118,9 @@ def profile(
             if time.monotonic() > deadline:
                 raise click.ClickException(
                     f"no answer from the sidecar of {instance} (is it running with "
-                    "--profile-target?); the request stays pending"
+                    f"--profile-target?); the request stays pending until a sidecar takes it or "
+                    f"it fails after {store.PENDING_AFTER.total_seconds() / 60:g} min (cancel "
+                    f"it: DELETE /api/v1/profiles/{asked.id})"
                 )
             time.sleep(0.5)
         out = current.to_dict()

@@ -28,6 +28,7 @@ class Settings(StorePart, CostReportPart):
             hour_days=self.hour_rollup_retention_days,
             day_days=self.day_rollup_retention_days,
             partition_ahead_days=self.partition_ahead_days,
+            profile_days=self.profile_retention_days,
         )
 
 

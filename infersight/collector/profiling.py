@@ -5,8 +5,10 @@ pending profile request of this instance (the store directly, or the API's inges
 ``--ship-to``: ``RemoteChannel``), runs it, and hands the summary back. One profile runs at a
 time (one thread; a request claimed while another runs waits for the next poll).
 
-``Profiler.run`` finds the serving process (``ProfileTarget``: a pid, a pid file, or the first
-process whose command line contains a name), runs ``py-spy record --format raw`` on it for at
+``Profiler.run`` finds the serving process (``ProfileTarget``: a pid, a pid file, or a process
+whose command line contains a name — among those, one whose executable is a Python interpreter
+first, then the oldest: a ``sh -c`` wrapper or a launcher is passed over; a pid file is the
+exact way), runs ``py-spy record --format raw`` on it for at
 most ``max_seconds`` at at most ``max_rate`` samples per second, every thread (``--idle
 --threads``), with native frames where py-spy can take them (``--native``: the GIL and lock
 waits are then measurable, ``core.profile``; py-spy pauses the process for each native sample,
@@ -17,7 +19,8 @@ diagnostics up to 4 KiB, and it is killed past its duration plus a grace period.
 Whatever prevents a profile becomes its stored reason, never an exception: ``not permitted:
 …`` (py-spy cannot attach: the sidecar needs ``SYS_PTRACE`` and the pod
 ``shareProcessNamespace: true``), ``py-spy missing: …``, ``process not found: …``,
-``failed: …``.
+``failed: …``. An exception inside the profiler is one too (``failed: …``): the claim is
+completed either way, never left running.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,10 +92,11 @@ class ProfileTarget:
 
 
 def _by_name(name: str) -> int:
-    """The oldest (lowest-pid) process whose command line contains ``name``, other than this
-    process, its ancestors' sidecar commands and py-spy itself."""
+    """A process whose command line contains ``name``, other than this process, the sidecar's
+    command and py-spy itself: one whose executable is a Python interpreter first (a ``sh -c``
+    wrapper or a launcher holds the name too), then the oldest (lowest pid)."""
     me = os.getpid()
-    found: list[int] = []
+    found: list[tuple[bool, int]] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -101,10 +106,26 @@ def _by_name(name: str) -> int:
             continue
         line = raw.replace(b"\0", b" ").decode("utf-8", "replace")
         if name in line and "--profile-target" not in line and "py-spy" not in line:
-            found.append(int(entry.name))
+            found.append((not _is_python(entry), int(entry.name)))
     if not found:
         raise LookupError(f"no process whose command line contains {name!r}")
-    return min(found)
+    return min(found)[1]
+
+
+def _is_python(proc: Path) -> bool:
+    """Whether ``/proc/PID``'s executable is a Python interpreter (``python``, ``python3.11``,
+    ``pypy3``…): by ``exe`` where readable, else by the first word of its command line."""
+    try:
+        exe = os.readlink(proc / "exe")
+    except OSError:
+        try:
+            exe = (
+                (proc / "cmdline").read_bytes()[:4096].split(b"\0", 1)[0].decode("utf-8", "replace")
+            )
+        except OSError:
+            return False
+    base = exe.removesuffix(" (deleted)").rsplit("/", 1)[-1]
+    return re.fullmatch(r"(?:python|pypy)(?:\d+(?:\.\d+)*)?[a-z]*", base) is not None
 
 
 def find_py_spy(given: str | None = None) -> str | None:
@@ -301,11 +322,16 @@ class RemoteChannel:
         if not isinstance(got, dict):
             return None
         return ProfileRequest(
-            int(got["id"]), str(got["instance"]), float(got["seconds"]), int(got["rate"])
-        )
+            int(got["id"]), str(got["instance"]), float(got["seconds"]), int(got["rate"]),
+            str(got.get("nonce") or ""),
+        )  # fmt: skip
 
-    def complete(self, request_id: int, result: Mapping[str, Any] | None, error: str) -> None:
-        self._post(f"/{int(request_id)}", {"result": result, "error": error})
+    def complete(
+        self, request: ProfileRequest, result: Mapping[str, Any] | None, error: str
+    ) -> None:
+        body = {"instance": request.instance, "nonce": request.nonce, "result": result,
+                "error": error}  # fmt: skip
+        self._post(f"/{int(request.id)}", body)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(  # noqa: S310 (http/s checked above)
@@ -323,10 +349,27 @@ class RemoteChannel:
                     f"the API refused the profile channel's token ({exc.code}): it needs an "
                     "ingest-scoped token"
                 ) from None
-            raise Unavailable(f"the API answered {exc.code} to the profile channel") from None
+            raise Unavailable(
+                f"the API answered {exc.code} to the profile channel: {_message(exc)}"
+            ) from None
         except (OSError, ValueError) as exc:
             raise Unavailable(f"the profile channel cannot reach the API: {exc}") from None
         return data if isinstance(data, dict) else {}
+
+
+def _message(exc: urllib.error.HTTPError) -> str:
+    """The API's error message (``{"error": {"message": …}}``), at most 300 characters."""
+    try:
+        data = json.loads(exc.read(16384) or b"{}")
+    except (OSError, ValueError):
+        return "no message"
+    error = data.get("error") if isinstance(data, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return (
+        str(message or data.get("detail") or "no message")[:300]
+        if isinstance(data, dict)
+        else "no message"
+    )
 
 
 class ProfilePoller:
@@ -386,10 +429,21 @@ class ProfilePoller:
             return False
         log.info("profiling %s for %.0f s at %d Hz", self.instance, request.seconds, request.rate)
         started = time.monotonic()
-        outcome = self.profiler.run(request.seconds, request.rate)
+        try:
+            outcome = self.profiler.run(request.seconds, request.rate)
+        except Exception as exc:  # a bug or an OS error: the claim is answered all the same
+            log.exception("the profile of %s failed", self.instance)
+            outcome = Outcome(None, f"failed: {type(exc).__name__}: {exc}"[:1000])
         if outcome.summary is not None:
             outcome.summary["wall_s"] = round(time.monotonic() - started, 3)
             outcome.summary["profiler_cpu_s"] = round(outcome.cpu_s, 3)
-        channel.complete(request.id, outcome.summary, outcome.error)
+        try:
+            channel.complete(request, outcome.summary, outcome.error)
+        except InfersightError as exc:
+            if outcome.summary is None:
+                raise
+            # The summary was refused (malformed, too large): say so rather than nothing.
+            log.warning("the profile of %s was refused: %s", self.instance, exc)
+            channel.complete(request, None, f"failed: the summary was refused: {exc}"[:1000])
         self.done += 1
         return True

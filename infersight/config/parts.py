@@ -73,6 +73,9 @@ class StorePart(Part):
     minute_rollup_retention_days: int = Field(14, ge=1, description="Days of minute rollups kept.")
     hour_rollup_retention_days: int = Field(180, ge=1, description="Days of hour rollups kept.")
     day_rollup_retention_days: int = Field(1095, ge=1, description="Days of day rollups kept.")
+    profile_retention_days: int = Field(
+        30, ge=1, le=36500, description="Days finished profiles (and their summaries) are kept."
+    )
     partition_ahead_days: int = Field(
         3, ge=0, le=60, description="Daily partitions created ahead of time (PostgreSQL)."
     )
@@ -227,6 +230,13 @@ class JobsPart(Part):
     )
     maintenance_interval_s: float = Field(
         3600.0, gt=0, description="Seconds between partition and retention maintenance runs."
+    )
+    profile_max_automatic: int = Field(
+        2,
+        ge=0,
+        le=1000,
+        description="Automatic profiles of incidents open (pending or running) fleet-wide at "
+        "once, at most (0: none are requested).",
     )
     report_schedule: str = Field(
         "mon 09:00",

@@ -34,12 +34,15 @@ so is the summary (``TOP_FRAMES``, ``TOP_STACKS``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Annotated, Any, Final, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infersight.core.errors import InvalidInput
 
@@ -97,10 +100,12 @@ class ProfileRequest:
     instance: str
     seconds: float
     rate: int
+    #: The claim's secret: the result is accepted only with it (``storage.profiles.complete``).
+    nonce: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "instance": self.instance, "seconds": self.seconds,
-                "rate": self.rate}  # fmt: skip
+                "rate": self.rate, "nonce": self.nonce}  # fmt: skip
 
 
 def check_bounds(seconds: float, rate: int) -> tuple[float, int]:
@@ -121,8 +126,11 @@ class ProfileChannel(Protocol):
         """The oldest pending request for ``instance``, now marked running; ``None``."""
         ...
 
-    def complete(self, request_id: int, result: Mapping[str, Any] | None, error: str) -> None:
-        """Store the summary (``error`` "") or why there is none (``result`` None)."""
+    def complete(
+        self, request: ProfileRequest, result: Mapping[str, Any] | None, error: str
+    ) -> None:
+        """Store the summary (``error`` "") or why there is none (``result`` None) of a
+        request this channel claimed (its instance and nonce go with it)."""
         ...
 
 
@@ -159,8 +167,21 @@ _IDLE_PY: Final = (
     ("threading.py", "Event.wait"), ("threading.py", "Condition.wait"),
     ("threading.py", "Thread.join"), ("queue.py", "Queue.get"),
 )  # fmt: skip
-#: Shared libraries of the interpreter and the C library (a GIL wait passes only these).
-_RUNTIME_LIBS: Final = ("libc.so", "libpthread", "libpython", "python3", "python", "ld-linux")
+#: Shared libraries and executables of the interpreter and the C library, matched against a
+#: native frame's library *basename* in full: a GIL wait passes only these. An extension module
+#: (``tokenizers.cpython-311-x86_64-linux-gnu.so``, ``libtorch_python.so``) is not one of them,
+#: so its own condition-variable waits are not taken for the GIL.
+_RUNTIME_LIBS: Final = re.compile(
+    r"^(?:libpython3(?:\.\d+)?[a-z]*\.so(?:\.[\d.]+)?|python3?(?:\.\d+)?[a-z]*"
+    r"|libc\.so\.6|libc-[\d.]+\.so|libpthread\.so\.0|libpthread-[\d.]+\.so"
+    r"|ld-linux[\w.-]*\.so(?:\.\d+)?)$"
+)
+
+
+def runtime_library(library: str) -> bool:
+    """Whether a native frame's library (a path or a name) is the interpreter's or the C
+    library's."""
+    return bool(_RUNTIME_LIBS.match(library.replace("\\", "/").rsplit("/", 1)[-1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +305,7 @@ def thread_state(frames: tuple[Frame, ...]) -> str:  # noqa: PLR0911 (one per st
     if leaf in _IDLE_CALLS:
         return "idle"
     if leaf in _COND_WAITS or any(f.function == "take_gil" for f in named):
-        runtime = all(any(lib in f.library for lib in _RUNTIME_LIBS) for f in below)
+        runtime = all(runtime_library(f.library) for f in below)
         if at >= 0 and runtime:
             return "gil"
         return "idle"  # a condition variable of some library: its threads wait for work
@@ -306,7 +327,58 @@ class Share:
 
     @property
     def sentence(self) -> str:
-        return f"{round(self.share * 100)} % of samples {PHRASES[self.limit]}"
+        share = self.share if math.isfinite(self.share) else 0.0
+        return f"{round(min(max(share, 0.0), 1.0) * 100)} % of samples {PHRASES[self.limit]}"
+
+
+def share_value(value: Any) -> float | None:
+    """A stored share as a number within 0 … 1; ``None`` for anything else (text, NaN, ∞, a
+    share outside 0 … 1: a summary written before results were validated)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    share = float(value)
+    return share if math.isfinite(share) and 0.0 <= share <= 1.0 else None
+
+
+def ranked_shares(shares: Any) -> list[tuple[str, float]]:
+    """A summary's limits and their shares, largest first (then by name), the malformed left
+    out (``share_value``): what the CLI and the incident page list."""
+    if not isinstance(shares, Mapping):
+        return []
+    kept = [(str(k)[:32], v) for k, raw in shares.items() if (v := share_value(raw)) is not None]
+    return sorted(kept, key=lambda kv: (-kv[1], kv[0]))
+
+
+def summary_header(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """How a summary was taken, as text to show (``?`` for what is missing or malformed):
+    ``rate``, ``seconds``, ``busy_samples``, ``samples``, ``threads``, and ``native``."""
+
+    def text(key: str) -> str:
+        value = summary.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "?"
+        return f"{value:g}" if math.isfinite(value) and value >= 0 else "?"
+
+    keys = ("rate", "seconds", "busy_samples", "samples", "threads")
+    return {**{k: text(k) for k in keys}, "native": summary.get("native") is True}
+
+
+def summary_rows(rows: Any, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` well-formed rows (``frame`` text, ``share`` within 0 … 1) of a
+    summary's ``top``/``self``/``modules`` list, as shown."""
+    if not isinstance(rows, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        if len(out) >= n:
+            break
+        if not isinstance(row, Mapping) or not isinstance(row.get("frame"), str):
+            continue
+        share = share_value(row.get("share"))
+        if share is not None:
+            out.append({"frame": row["frame"][:MAX_STACK_CHARS], "share": share,
+                        "samples": row.get("samples")})  # fmt: skip
+    return out
 
 
 def summarise(samples: list[Sample], *, native: bool, rate: int, seconds: float) -> dict[str, Any]:
@@ -378,16 +450,81 @@ def summarise(samples: list[Sample], *, native: bool, rate: int, seconds: float)
 def dominant(summary: Mapping[str, Any], at_least: float = NAMED_SHARE) -> Share | None:
     """The limit with the largest share in a stored summary, if it reaches ``at_least`` of at
     least ``NAMED_SAMPLES`` busy samples."""
-    shares = summary.get("shares") or {}
-    busy = int(summary.get("busy_samples") or 0)
+    raw_busy = summary.get("busy_samples")
+    if isinstance(raw_busy, bool) or not isinstance(raw_busy, int):
+        return None
+    busy = raw_busy
     if busy < NAMED_SAMPLES:
         return None
     best: Share | None = None
-    for name, value in shares.items():
+    for name, share in ranked_shares(summary.get("shares")):
         try:
-            limit, share = Limit(name), float(value)
-        except (ValueError, TypeError):
+            limit = Limit(name)
+        except ValueError:
             continue
         if share >= at_least and (best is None or share > best.share):
             best = Share(limit, round(share * busy), share)
     return best
+
+
+# -- validation of a returned summary ----------------------------------------------------------
+
+#: The longest frame key kept (module and function of a ``MAX_FRAME_CHARS`` frame, a prefix).
+MAX_KEY_CHARS: Final = 2 * MAX_FRAME_CHARS + 32
+#: The longest stack kept (``summarise`` joins the 12 innermost keys).
+MAX_STACK_CHARS: Final = 12 * (MAX_KEY_CHARS + 1)
+_COUNT = Annotated[int, Field(ge=0, le=10**12)]
+_SHARE = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=False)
+
+
+class _Row(_Strict):
+    frame: str = Field(max_length=MAX_KEY_CHARS)
+    samples: _COUNT
+    share: _SHARE
+
+
+class _StackRow(_Row):
+    frame: str = Field(max_length=MAX_STACK_CHARS)
+
+
+class Summary(_Strict):
+    """What a sidecar may hand back as a profile's summary (``summarise``'s output and the
+    poller's additions): every number finite, every share within 0 … 1, every list and string
+    bounded. Anything else is refused whole (``check_summary``)."""
+
+    samples: _COUNT = 0
+    busy_samples: _COUNT = 0
+    idle_samples: _COUNT = 0
+    threads: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    native: bool = False
+    rate: Annotated[int, Field(ge=MIN_RATE, le=MAX_RATE)] | None = None
+    seconds: Annotated[float, Field(ge=0.0, le=MAX_SECONDS)] | None = None
+    measured: list[Limit] = Field(default_factory=list, max_length=len(Limit))
+    shares: dict[Limit, _SHARE] = Field(default_factory=dict, max_length=len(Limit))
+    top: list[_Row] = Field(default_factory=list, max_length=TOP_FRAMES)
+    self_: list[_Row] = Field(default_factory=list, max_length=TOP_FRAMES, alias="self")
+    modules: list[_Row] = Field(default_factory=list, max_length=TOP_FRAMES)
+    stacks: list[_StackRow] = Field(default_factory=list, max_length=TOP_STACKS)
+    pid: Annotated[int, Field(ge=1, le=2**32)] | None = None
+    truncated: bool = False
+    wall_s: Annotated[float, Field(ge=0.0, le=86_400.0)] | None = None
+    profiler_cpu_s: Annotated[float, Field(ge=0.0, le=86_400.0)] | None = None
+
+
+def check_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """``result`` as a validated ``Summary`` (the keys it was given), else ``InvalidInput``
+    naming the first fault."""
+    try:
+        model = Summary.model_validate(result)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "result"
+        raise InvalidInput(
+            f"the profile summary is malformed at {where}: {first['msg']}",
+            details={"errors": len(exc.errors())},
+        ) from None
+    return model.model_dump(mode="json", by_alias=True, exclude_unset=True)

@@ -2,14 +2,20 @@
 
 ``request_profile`` is the manual request (``POST /api/v1/profiles``, ``infersight profile``):
 bounded (``core.profile.check_bounds``), one open profile per instance at a time (a second is
-``Conflict``). The instance's sidecar claims it (``storage.profiles``), samples its serving
-process and stores the summary or why there is none.
+``Conflict``); one made for an incident must be of the instance its diagnosis names
+(``InvalidInput`` / ``Conflict`` otherwise). ``cancel_profile`` ends an open one. The
+instance's sidecar claims it (``storage.profiles``), samples its serving process and stores the
+summary or why there is none.
 
 ``ProfileTrigger`` is the automatic side, run by the follow-up job after the re-diagnoses
 (``ProfileFollowUp``): for each firing incident whose headline blames one instance's host
 (``alerts.diagnose.host_side``: ``host_bound``, ``preprocessing_slow``, a queue that grows while
 the GPU idles) it requests one profile of that instance — not while one is open for it, and
-not within ``min_interval`` of the last (a flapping incident is not profiled every pass). Once
+not within ``min_interval`` of the last (a flapping incident is not profiled every pass), and
+not while ``max_open`` automatic profiles are open fleet-wide (an incident that spans the fleet
+does not attach a profiler to every serving process at once). Each pass first fails the
+overdue requests (``storage.profiles.expire_stale``); an incident whose step fails is logged and
+the pass goes on with the next. Once
 the profile is back, the headline gains what it says (``alerts.diagnose.with_profile``: the
 host-side limit it names, "62 % of samples in the tokenizer", with a confidence from the
 share, as evidence) and, when the notifiers are configured, the open alert is updated with it
@@ -27,7 +33,7 @@ from sqlalchemy import Engine
 
 from infersight.alerts.diagnose import host_side, with_profile
 from infersight.core.burn import Transition
-from infersight.core.errors import Conflict, InfersightError
+from infersight.core.errors import Conflict, InvalidInput, NotFound
 from infersight.core.profile import DEFAULT_RATE, DEFAULT_SECONDS, check_bounds
 from infersight.service.diagnosis import Announce
 from infersight.storage import incidents, signals
@@ -38,6 +44,26 @@ log = logging.getLogger(__name__)
 
 #: The least time between two automatic profiles of one instance.
 MIN_INTERVAL: Final = timedelta(minutes=10)
+#: The most automatic profiles open (pending or running) fleet-wide at once.
+MAX_OPEN: Final = 2
+
+
+def _instance_of(engine: Engine, incident_id: int) -> str:
+    """The instance the incident's diagnosis names; ``InvalidInput`` without the incident,
+    ``Conflict`` when its diagnosis names none."""
+    try:
+        incidents.get_incident(engine, incident_id)
+    except NotFound:
+        raise InvalidInput(f"there is no incident {incident_id}") from None
+    note = signals.notes(engine, [incident_id]).get(incident_id)
+    instance = (note.diagnosis or {}).get("instance") if note is not None else None
+    if not instance:
+        raise Conflict(
+            f"incident {incident_id} has no diagnosis that names an instance: a profile for it "
+            "cannot be told apart from any other",
+            details={"incident_id": incident_id},
+        )
+    return str(instance)
 
 
 def request_profile(
@@ -50,8 +76,18 @@ def request_profile(
     requested_by: str = "",
     incident_id: int | None = None,
 ) -> Profile:
-    """A pending manual profile of ``instance``; ``Conflict`` while one is open for it."""
+    """A pending manual profile of ``instance``; ``Conflict`` while one is open for it, or
+    when ``incident_id``'s diagnosis names another instance (``InvalidInput``: no such
+    incident)."""
     seconds, rate = check_bounds(seconds, rate)
+    if incident_id is not None:
+        named = _instance_of(engine, incident_id)
+        if named != instance:
+            raise Conflict(
+                f"incident {incident_id} is about instance {named}, not {instance}: a profile "
+                f"of {instance} cannot explain it",
+                details={"incident_id": incident_id, "instance": named},
+            )
     with engine.begin() as connection:
         store.expire_stale(connection, at, instance)
     current = store.open_or_recent(engine, instance, at)
@@ -67,6 +103,13 @@ def request_profile(
     return store.get(engine, profile_id)
 
 
+def cancel_profile(engine: Engine, profile_id: int, at: datetime, by: str = "") -> Profile:
+    """End an open profile (``storage.profiles.cancel``)."""
+    profile = store.cancel(engine, profile_id, at, by)
+    log.info("profile %s of %s cancelled", profile_id, profile.instance)
+    return profile
+
+
 class ProfileTrigger:
     """Requests profiles for host-side incidents and folds their results into the diagnosis."""
 
@@ -78,14 +121,19 @@ class ProfileTrigger:
         seconds: float = DEFAULT_SECONDS,
         rate: int = DEFAULT_RATE,
         min_interval: timedelta = MIN_INTERVAL,
+        max_open: int = MAX_OPEN,
     ) -> None:
         self.engine = engine
         self.announce = announce
         self.seconds, self.rate = check_bounds(seconds, rate)
         self.min_interval = min_interval
+        if max_open < 0:
+            raise ValueError("max_open must be 0 or more")
+        self.max_open = max_open
 
     def __call__(self, now: datetime) -> int:
         """One pass; the profiles requested or applied."""
+        store.expire(self.engine, now)
         firing = incidents.list_incidents(self.engine, "firing")
         if not firing:
             return 0
@@ -102,14 +150,18 @@ class ProfileTrigger:
                     done += self._request(incident.id, str(note.diagnosis["instance"]), now)
                 elif not profile.open:
                     done += self._apply(incident, note, profile)
-            except InfersightError:
-                log.exception("profile of incident %s failed", incident.id)
+            except Exception:  # one malformed incident or profile must not stop the others
+                log.exception("the profile step of incident %s failed", incident.id)
         return done
 
     def _request(self, incident_id: int, instance: str, now: datetime) -> int:
         recent = store.open_or_recent(self.engine, instance, now - self.min_interval)
         if recent is not None:
             return 0  # one is open for the instance, or one was taken lately
+        if store.open_automatic(self.engine) >= self.max_open:
+            log.info("incident %s: profile of %s deferred (%d automatic profiles open)",
+                     incident_id, instance, self.max_open)  # fmt: skip
+            return 0
         store.insert_request(
             self.engine, instance, self.seconds, self.rate, now,
             reason="incident", incident_id=incident_id, requested_by="infersight",
@@ -122,6 +174,10 @@ class ProfileTrigger:
         assert note.symptom is not None
         shown = note.diagnosis.get("profile") or {}
         if shown.get("id") == profile.id:
+            return 0
+        if profile.instance != note.diagnosis.get("instance"):
+            log.warning("incident %s is about %s: profile %s of %s not applied", incident.id,
+                        note.diagnosis.get("instance"), profile.id, profile.instance)  # fmt: skip
             return 0
         diagnosis = with_profile(note.diagnosis, profile.to_dict())
         at = note.diagnosed_at or profile.finished_at or profile.requested_at

@@ -9,6 +9,8 @@ latency SLOs, else the limits of every stored cost model and the default ones; s
 answers read them and they outlive the raw rows; kept hours and days live as long as hour and
 day rollups.
 
+Finished profiles (``storage.profiles``) are kept ``profile_days`` after they were requested.
+
 Far-future data: the last day that may hold rows is ``today + max(partition_ahead_days, 1)``
 (a record may start at most a day ahead, ``core.accept``). Partitions after it, and rollup rows
 of buckets after it, can only come from client clocks an older version accepted; maintenance
@@ -26,6 +28,7 @@ from infersight.core.cost import GoodRequest
 from infersight.core.goodput import GoodPolicy
 from infersight.core.window import Resolution
 from infersight.storage import good_tokens
+from infersight.storage import profiles as profile_store
 from infersight.storage.cost_models import list_models
 from infersight.storage.engine import long_running
 from infersight.storage.partitions import DROP_BATCH, drop_after, drop_before, ensure_partitions
@@ -48,6 +51,7 @@ class MaintenanceReport:
     created: tuple[str, ...]
     dropped: tuple[str, ...]
     rollups_deleted: int
+    profiles_deleted: int = 0
 
 
 def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
@@ -97,7 +101,8 @@ def maintain(engine: Engine, now: datetime, policy: RetentionPolicy) -> Maintena
                 )
             )
             deleted += max(result.rowcount, 0)
-    return MaintenanceReport(tuple(created), tuple(dropped), deleted)
+    profiles = profile_store.prune(engine, now - timedelta(days=policy.profile_days))
+    return MaintenanceReport(tuple(created), tuple(dropped), deleted, profiles)
 
 
 def _drop_far_future(engine: Engine, last: date) -> list[str]:

@@ -22,9 +22,11 @@ class RetentionPolicy:
     hour_days: int = 180
     day_days: int = 1095
     partition_ahead_days: int = 3
+    #: Finished profiles (``storage.profiles``) are kept this many days.
+    profile_days: int = 30
 
     def __post_init__(self) -> None:
-        for name in ("raw_days", "minute_days", "hour_days", "day_days"):
+        for name in ("raw_days", "minute_days", "hour_days", "day_days", "profile_days"):
             if not 1 <= getattr(self, name) <= 36500:
                 raise InvalidInput(f"{name} must be between 1 and 36500")
         if not 0 <= self.partition_ahead_days <= 60:

@@ -92,6 +92,7 @@ SURFACE = {
     "GET /api/v1/ingest/ping": [],
     "GET /api/v1/profiles": _q("incident_id", "instance", "limit"),
     "GET /api/v1/profiles/{profile_id}": ["path:profile_id"],
+    "DELETE /api/v1/profiles/{profile_id}": ["path:profile_id"],
     "POST /api/v1/profiles": [],
     "POST /api/v1/ingest/profiles/claim": [],
     "POST /api/v1/ingest/profiles/{profile_id}": ["path:profile_id"],

@@ -82,6 +82,30 @@ def test_without_native_frames_gil_and_locks_are_not_claimed() -> None:
         ("Event.wait (threading.py:600);sem_timedwait (libc.so.6)", "idle"),
         ("serve (a.py:1)", "busy"),
         ("serve (a.py:1);memcpy (libc.so.6)", "busy"),
+        # The interpreter by its exact file names, wherever it lives.
+        (
+            "serve (a.py:1);take_gil (/usr/lib/libpython3.11.so.1.0);"
+            "pthread_cond_timedwait (/lib/x86_64-linux-gnu/libc.so.6)",
+            "gil",
+        ),
+        (
+            "serve (a.py:1);PyEval_RestoreThread (python3.11);pthread_cond_wait (libpthread.so.0)",
+            "gil",
+        ),
+        # An extension module waiting on its own condition variable is not the GIL, though
+        # "python" is in its name.
+        (
+            "encode_batch (tokenizers/implementations/base_tokenizer.py:9);"
+            "tokenizers::encode_batch (tokenizers.cpython-311-x86_64-linux-gnu.so);"
+            "pthread_cond_wait (libc.so.6)",
+            "idle",
+        ),
+        (
+            "forward (torch/nn/modules/module.py:1);c10::wait (libtorch_python.so);"
+            "pthread_cond_wait (libc.so.6)",
+            "idle",
+        ),
+        ("serve (a.py:1);wait (libpython_helper.so);pthread_cond_wait (libc.so.6)", "idle"),
     ],
 )
 def test_thread_states(stack: str, state: str) -> None:

@@ -65,9 +65,11 @@ def test_the_incident_page_shows_the_profile_in_each_state(api: Api, store: Stor
     assert trigger(T0) == 1
     assert "waiting for the sidecar of vllm-0" in _text(_page(api, incident))
     (asked,) = profile_store.list_profiles(store.engine, incident_id=incident)
-    assert profile_store.claim(store.engine, "vllm-0", T0) is not None
+    claimed = profile_store.claim(store.engine, "vllm-0", T0)
+    assert claimed is not None
     error = "not permitted: py-spy cannot attach to process 42 (the sidecar needs SYS_PTRACE …)"
-    profile_store.complete(store.engine, asked.id, None, error, T0)
+    profile_store.complete(store.engine, asked.id, None, error, T0, instance="vllm-0",
+                           nonce=claimed.nonce)  # fmt: skip
     assert trigger(T0 + timedelta(seconds=5)) == 1
     text = _text(_page(api, incident))
     assert "No profile: not permitted: py-spy cannot attach" in text
@@ -77,8 +79,10 @@ def test_the_incident_page_shows_the_profile_in_each_state(api: Api, store: Stor
     summary = summarise(parse_folded(FOLDED), native=True, rate=50, seconds=3)
     trigger(T0)
     (asked,) = profile_store.list_profiles(store.engine, incident_id=second)
-    assert profile_store.claim(store.engine, "vllm-1", T0) is not None
-    profile_store.complete(store.engine, asked.id, summary, "", T0)
+    claimed = profile_store.claim(store.engine, "vllm-1", T0)
+    assert claimed is not None
+    profile_store.complete(store.engine, asked.id, summary, "", T0, instance="vllm-1",
+                           nonce=claimed.nonce)  # fmt: skip
     trigger(T0 + timedelta(seconds=5))
     text = _text(_page(api, second))
     assert "The profile names it: 62 % of samples in the tokenizer" in text
@@ -111,12 +115,14 @@ def test_the_routes_check_their_scopes(make_api: Callable[..., Api], store: Stor
     assert api.request("POST", "/api/v1/ingest/profiles/claim", json=claim,
                        headers=bearer(READ)).status_code == 403  # fmt: skip
     got = api.request("POST", "/api/v1/ingest/profiles/claim", json=claim, headers=bearer(INGEST))
-    assert got.json()["request"] == {"id": profile_id, "instance": "vllm-0", "seconds": 2.0,
-                                     "rate": 50}  # fmt: skip
+    request = got.json()["request"]
+    nonce = request.pop("nonce")
+    assert len(nonce) >= 16
+    assert request == {"id": profile_id, "instance": "vllm-0", "seconds": 2.0, "rate": 50}
     empty = api.request("POST", f"/api/v1/ingest/profiles/{profile_id}", json={},
                         headers=bearer(INGEST))  # fmt: skip
     assert empty.status_code == 400
-    gone = {"error": "process not found: gone"}
+    gone = {"error": "process not found: gone", "instance": "vllm-0", "nonce": nonce}
     done = api.request("POST", f"/api/v1/ingest/profiles/{profile_id}", json=gone,
                        headers=bearer(INGEST))  # fmt: skip
     assert done.json() == {"stored": True}

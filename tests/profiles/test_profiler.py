@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +17,7 @@ import pytest
 
 from infersight.collector.profiling import Profiler, ProfilerConfig, ProfileTarget
 from tests.profiles.support import stop
+from tests.waiting import until
 
 LOOP = "import time\nwhile True:\n    sum(range(2000)); time.sleep(0.001)\n"
 
@@ -38,6 +42,36 @@ def test_a_profile_of_a_running_process_by_pid_file_and_by_name(
         assert outcome.summary["samples"] > 0
         assert outcome.summary["measured"] == ["tokenizer", "logging"]
         assert outcome.cpu_s > 0  # the py-spy child's own CPU, for the cost figure
+
+
+def test_by_name_the_python_process_is_taken_over_its_shell_wrapper(tmp_path: Path) -> None:
+    """``sh -c 'python … NAME; …'``: the shell (the lower pid) holds the name too; the
+    interpreter is the one sampled."""
+    ready = tmp_path / "ready"
+    code = f"import pathlib, time; pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"
+    script = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} wrapped-target-xyz; true"
+    shell = subprocess.Popen(["/bin/sh", "-c", script])
+    try:
+        until(ready.exists, "the wrapped interpreter running")
+        (child,) = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _parent(p) == shell.pid
+        ]
+        assert child > shell.pid
+        assert ProfileTarget("wrapped-target-xyz").resolve() == child
+    finally:
+        for pid in (p for p in Path("/proc").iterdir() if p.name.isdigit()):
+            if _parent(pid) == shell.pid:
+                os.kill(int(pid.name), signal.SIGTERM)
+        stop(shell)
+
+
+def _parent(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def test_caps_hold_whatever_is_asked(target: subprocess.Popen[bytes]) -> None:

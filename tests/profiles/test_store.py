@@ -30,6 +30,11 @@ SUMMARY = {
 }  # fmt: skip
 
 
+def _claim(request: Any) -> dict[str, str]:
+    """The claim's instance and nonce, as ``complete`` takes them."""
+    return {"instance": request.instance, "nonce": request.nonce}
+
+
 def test_request_claim_complete(store: Store) -> None:
     engine = store.engine
     asked = request_profile(engine, "i-0", T0, seconds=3, rate=20, requested_by="me")
@@ -45,8 +50,12 @@ def test_request_claim_complete(store: Store) -> None:
     assert claimed is not None
     assert (claimed.id, claimed.seconds, claimed.rate) == (asked.id, 3.0, 20)
     assert profile_store.claim(engine, "i-0", T0) is None  # it runs: nothing more is handed out
-    assert profile_store.complete(engine, claimed.id, SUMMARY, "", T0 + timedelta(seconds=5))
-    assert not profile_store.complete(engine, claimed.id, None, "late", T0)  # once only
+    assert profile_store.complete(
+        engine, claimed.id, SUMMARY, "", T0 + timedelta(seconds=5), **_claim(claimed)
+    )
+    assert not profile_store.complete(
+        engine, claimed.id, None, "late", T0, **_claim(claimed)
+    )  # once only
     done = profile_store.get(engine, asked.id)
     assert done.state is ProfileState.DONE
     assert done.result == SUMMARY
@@ -54,7 +63,7 @@ def test_request_claim_complete(store: Store) -> None:
     with pytest.raises(NotFound):
         profile_store.get(engine, asked.id + 100)
     with pytest.raises(InvalidInput):
-        profile_store.complete(engine, asked.id, None, "", T0)
+        profile_store.complete(engine, asked.id, None, "", T0, **_claim(claimed))
 
 
 def test_a_sidecar_that_never_answers_does_not_block_the_next(store: Store) -> None:
@@ -66,8 +75,11 @@ def test_a_sidecar_that_never_answers_does_not_block_the_next(store: Store) -> N
     failed = profile_store.get(engine, first.id)
     assert failed.state is ProfileState.FAILED
     assert "did not return" in failed.error
-    assert profile_store.claim(engine, "i-0", later) is not None
-    assert profile_store.complete(engine, second.id, None, "not permitted: no ptrace", later)
+    again = profile_store.claim(engine, "i-0", later)
+    assert again is not None
+    assert again.id == second.id
+    assert profile_store.complete(engine, second.id, None, "not permitted: no ptrace", later,
+                                  **_claim(again))  # fmt: skip
     assert profile_store.get(engine, second.id).error == "not permitted: no ptrace"
 
 
@@ -97,7 +109,9 @@ def test_the_trigger_profiles_a_host_side_incident_once_and_applies_it(store: St
     assert (asked.reason, asked.seconds, asked.rate) == ("incident", 2.0, 20)
     claimed = profile_store.claim(engine, "i-0", T0)
     assert claimed is not None
-    profile_store.complete(engine, claimed.id, SUMMARY, "", T0 + timedelta(seconds=3))
+    profile_store.complete(
+        engine, claimed.id, SUMMARY, "", T0 + timedelta(seconds=3), **_claim(claimed)
+    )
     assert trigger(T0 + timedelta(seconds=20)) == 1
     assert trigger(T0 + timedelta(seconds=30)) == 0  # applied once
     note = signals.notes(engine, [opened.id])[opened.id]
@@ -117,7 +131,7 @@ def test_the_trigger_leaves_other_causes_and_rate_limits_an_instance(store: Stor
     request_profile(engine, "i-1", T0)  # a manual one, just taken
     claimed = profile_store.claim(engine, "i-1", T0)
     assert claimed is not None
-    profile_store.complete(engine, claimed.id, SUMMARY, "", T0)
+    profile_store.complete(engine, claimed.id, SUMMARY, "", T0, **_claim(claimed))
     with store.engine.begin() as connection:
         incidents.apply_step(
             connection, "ttft", "model=n", AlertState(Severity.PAGE, T0), Transition.OPENED,
@@ -147,7 +161,9 @@ def test_the_open_alert_is_updated_with_the_profile(store: Store) -> None:
     trigger(T0)
     claimed = profile_store.claim(store.engine, "i-0", T0)
     assert claimed is not None
-    profile_store.complete(store.engine, claimed.id, SUMMARY, "", T0 + timedelta(seconds=6))
+    profile_store.complete(
+        store.engine, claimed.id, SUMMARY, "", T0 + timedelta(seconds=6), **_claim(claimed)
+    )
     now[0] = T0 + timedelta(seconds=10)
     assert trigger(now[0]) == 1
     deliver_due(Outbox(store.engine), {"slack": slack}, now[0] + timedelta(minutes=1))

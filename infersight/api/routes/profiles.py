@@ -3,14 +3,20 @@
 ``POST /api/v1/profiles`` asks for one (an ``admin`` token: it makes a sidecar attach a
 profiler to a production process) — ``instance``, ``seconds`` (1 … 60), ``rate`` (1 … 200 Hz;
 the sidecar caps both to its own bounds) — and answers 202 with the pending profile; 409 while
-one is open for the instance. ``GET /api/v1/profiles`` lists them (newest first, by instance
-or incident) and ``GET /api/v1/profiles/{id}`` reads one: its state (pending, running, done,
-failed), the summary (hottest frames folded by module and function, the host-side limits'
-shares) or why there is none.
+one is open for the instance; with an ``incident_id``, 400 when there is no such incident and
+409 unless its diagnosis names the same instance. ``GET /api/v1/profiles`` lists them (newest
+first, by instance or incident) and ``GET /api/v1/profiles/{id}`` reads one: its state
+(pending, running, done, failed), the summary (hottest frames folded by module and function,
+the host-side limits' shares) or why there is none. ``DELETE /api/v1/profiles/{id}`` (admin)
+cancels an open one. Reads fail the overdue ones first (``storage.profiles.expire_stale``).
 
 ``POST /api/v1/ingest/profiles/claim`` and ``POST /api/v1/ingest/profiles/{id}`` are the
 sidecar's (an ``ingest`` token, as central ingest's): claim the oldest pending request of an
-instance, and hand back its summary or its reason.
+instance (with a nonce), and hand back its summary or its reason with that instance and
+nonce — a result for any other row, or without the nonce, is refused (409), and a malformed
+summary is 400. The claim is not bound to a token: an ingest token may claim any instance's
+requests (the sidecars share one token; a leaked ingest token can take a profile request
+away from its sidecar, not forge another's result).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from infersight.api.auth import Scope
 from infersight.api.deps import App, requires
 from infersight.api.errors import responses
 from infersight.api.params import Id, KnownQueryRoute
-from infersight.core.errors import InvalidInput
+from infersight.core.errors import Conflict, InvalidInput
 from infersight.core.profile import (
     DEFAULT_RATE,
     DEFAULT_SECONDS,
@@ -35,7 +41,7 @@ from infersight.core.profile import (
     MIN_SECONDS,
 )
 from infersight.core.records import MAX_LABEL_LEN as MAX_LABEL
-from infersight.service.profiles import request_profile
+from infersight.service.profiles import cancel_profile, request_profile
 from infersight.storage import profiles as store
 
 router = APIRouter(prefix="/api/v1/profiles", route_class=KnownQueryRoute, tags=["profiles"])
@@ -82,7 +88,7 @@ def list_profiles(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     found = store.list_profiles(app.engine, instance=instance, incident_id=incident_id,
-                                limit=limit)  # fmt: skip
+                                limit=limit, now=app.clock())  # fmt: skip
     return {"profiles": [p.to_dict() for p in found]}
 
 
@@ -90,7 +96,17 @@ def list_profiles(
     "/{profile_id:int}", dependencies=_READ, summary="One profile", responses=responses(404)
 )
 def get_profile(app: App, profile_id: Id) -> dict[str, Any]:
-    return store.get(app.engine, profile_id).to_dict()
+    return store.get(app.engine, profile_id, app.clock()).to_dict()
+
+
+@router.delete(
+    "/{profile_id:int}",
+    dependencies=_ADMIN,
+    summary="Cancel an open profile",
+    responses=responses(404, 409),
+)
+def delete_profile(app: App, profile_id: Id) -> dict[str, Any]:
+    return cancel_profile(app.engine, profile_id, app.clock()).to_dict()
 
 
 class ClaimBody(BaseModel):
@@ -102,7 +118,11 @@ class ClaimBody(BaseModel):
 class ResultBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    result: dict[str, Any] | None = None
+    instance: str = Field(min_length=1, max_length=MAX_LABEL)
+    nonce: str = Field(min_length=16, max_length=128, description="The claim's nonce.")
+    result: dict[str, Any] | None = Field(
+        None, description="The summary (core.profile.Summary); validated strictly."
+    )
     error: str = Field("", max_length=1024)
 
 
@@ -115,12 +135,20 @@ async def claim(app: App, body: ClaimBody) -> dict[str, Any]:
 @ingest_router.post(
     "/{profile_id:int}",
     summary="A sidecar hands back a profile's summary or why there is none",
-    responses=responses(400, 404),
+    responses=responses(400, 409),
 )
 async def complete(app: App, profile_id: Id, body: ResultBody) -> dict[str, Any]:
     if body.result is None and not body.error:
         raise InvalidInput("a profile result needs a summary or an error")
-    stored = await run_in_threadpool(
-        store.complete, app.engine, profile_id, body.result, body.error, app.clock()
-    )
-    return {"stored": stored}
+
+    def run() -> bool:
+        return store.complete(app.engine, profile_id, body.result, body.error, app.clock(),
+                              instance=body.instance, nonce=body.nonce)  # fmt: skip
+
+    if not await run_in_threadpool(run):
+        raise Conflict(
+            f"profile {profile_id} is not running under a claim of {body.instance} with that "
+            "nonce (finished, cancelled, expired, or never claimed by this sidecar)",
+            details={"id": profile_id},
+        )
+    return {"stored": True}

@@ -20,6 +20,7 @@ from infersight.api.params import MAX_ID
 from infersight.core.budget import is_money_alert
 from infersight.core.burn import Incident, Policy
 from infersight.core.errors import Forbidden, InvalidInput
+from infersight.core.profile import ranked_shares, summary_header, summary_rows
 from infersight.core.window import format_duration, parse_duration
 from infersight.service.incidents import annotate, history_of
 from infersight.storage import incidents
@@ -163,11 +164,14 @@ def profile_of(
     out: dict[str, Any] = {"profile": profile, "profile_instance": instance}
     result = profile.result if profile is not None else None
     if result:
-        shares = result.get("shares") or {}
-        out["profile_shares"] = sorted(shares.items(), key=lambda kv: (-float(kv[1]), kv[0]))
-        out["profile_functions"] = list(result.get("self") or [])[:PROFILE_ROWS]
-        out["profile_modules"] = list(result.get("modules") or [])[:PROFILE_ROWS]
-        out["profile_unmeasured"] = sorted({"gil", "lock"} - set(result.get("measured") or []))
+        # Read defensively: a summary stored before results were validated may be malformed.
+        measured = result.get("measured")
+        measured = {str(m) for m in measured} if isinstance(measured, list) else set()
+        out["profile_run"] = summary_header(result)
+        out["profile_shares"] = ranked_shares(result.get("shares"))
+        out["profile_functions"] = summary_rows(result.get("self"), PROFILE_ROWS)
+        out["profile_modules"] = summary_rows(result.get("modules"), PROFILE_ROWS)
+        out["profile_unmeasured"] = sorted({"gil", "lock"} - measured)
     return out
 
 
