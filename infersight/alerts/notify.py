@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from infersight.core.budget import BUDGET_PREFIX, COST_STEP_PREFIX
 from infersight.core.errors import InvalidInput
 
 
@@ -72,6 +73,16 @@ class Notification:
         return f"{key}:{self.revision}"[:256] if self.revision else key
 
     @property
+    def subject(self) -> str:
+        """What is alerting, in words: ``SLO chat-ttft``, ``budget acme-monthly`` or ``cost
+        step fleet`` (money alerts, ``core.budget``)."""
+        if self.slo.startswith(BUDGET_PREFIX):
+            return f"budget {self.slo.removeprefix(BUDGET_PREFIX)}"
+        if self.slo.startswith(COST_STEP_PREFIX):
+            return f"cost step {self.slo.removeprefix(COST_STEP_PREFIX)}"
+        return f"SLO {self.slo}"
+
+    @property
     def cause(self) -> str:
         return str(self.diagnosis.get("cause") or "unknown")
 
@@ -93,7 +104,7 @@ class Notification:
         if source:
             sender = "every prefill instance" if source == "*" else source
             why += f" (KV cache from {sender})"
-        return f"[{state}] SLO {self.slo} ({self.scope}) {burning}: {why}"
+        return f"[{state}] {self.subject} ({self.scope}) {burning}: {why}"
 
     def evidence_lines(self, limit: int = 5) -> list[str]:
         out = []

@@ -199,9 +199,10 @@ def test_a_budget_that_burns_pages_through_the_outbox_and_resolves_when_raised(s
     Delivery(store.engine, notifiers)(NOW + timedelta(minutes=5))
     until(lambda: len(slack.bodies) >= 1, "the page reached the Slack endpoint")
     page = json.dumps(slack.bodies[0])
-    assert "budget:acme-monthly" in page
+    assert "budget acme-monthly (tenant=acme) burning: likely spend_burn" in page
     assert "spend_burn" in page
     assert "top spender llama-70b@h200-a" in page
+    assert slack.bodies[0]["blocks"][0]["text"]["text"] == "Page: budget acme-monthly burning"
 
     # Version 2 raises the amount: the alert resolves, and the resolve is delivered.
     raised = parse_budget({**to_document(budget), "spec": {
@@ -366,7 +367,7 @@ def test_the_served_jobs_run_the_money_alerts_and_deliver_them(store, slack, req
     assert jobs.tick_money(), jobs.last_error
     assert jobs.tick_delivery(), jobs.last_error
     until(lambda: len(slack.bodies) >= 1, "the served job's page reached Slack")
-    assert "budget:acme-monthly" in json.dumps(slack.bodies[0])
+    assert "budget acme-monthly" in json.dumps(slack.bodies[0])
     # The SLO evaluation that runs beside it leaves the budget's incident open.
     app.state.context.evaluator.run(NOW)
     with store.engine.connect() as connection:

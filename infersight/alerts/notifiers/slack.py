@@ -37,7 +37,7 @@ class SlackNotifier:
             if resolved
             else (":rotating_light:" if n.severity == "page" else ":warning:")
         )
-        title = f"{'Resolved' if resolved else n.severity.capitalize()}: SLO {n.slo} burning"
+        title = f"{'Resolved' if resolved else n.severity.capitalize()}: {n.subject} burning"
         burn = ", ".join(
             f"{w} ×{r:.1f}" for w, r in dict(n.symptom.get("burn_rates") or {}).items()
         )
