@@ -35,7 +35,8 @@ from infersight.collector.sidecar import Sidecar, SidecarConfig
 from infersight.collector.spool import FsyncMode
 from infersight.config.parts import DEFAULT_DATABASE_URL, StorePart
 from infersight.core.accept import AcceptWindow
-from infersight.core.errors import ConfigurationError
+from infersight.core.errors import ConfigurationError, InvalidInput
+from infersight.core.gpu_slice import fraction_of
 from infersight.core.records import MAX_LABEL_LEN, Role
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,13 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
 @click.option("--scrape-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
 @click.option("--gpu-source", default="nvml", show_default=True, metavar="nvml|dcgm:URL|none")
 @click.option("--gpu-interval", default=2.0, show_default=True, type=click.FloatRange(1.0, 5.0))
+@click.option(
+    "--gpu-share",
+    default=None,
+    metavar="FRACTION",
+    help="The fraction of each GPU this instance holds when GPUs are time-sliced (0.25 or "
+    "1/4); its cost is that share of the GPU's price. MIG slices are found by NVML itself.",
+)
 @store_option(
     expose=True, help="Store URL (default: the group's --store / INFERSIGHT_DATABASE_URL)."
 )
@@ -263,6 +271,10 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         raise ConfigurationError(
             "--gpu-source must be nvml, dcgm:URL or none", details={"value": gpu_source}
         )
+    try:
+        share = None if options["gpu_share"] is None else fraction_of(options["gpu_share"])
+    except InvalidInput as exc:
+        raise ConfigurationError(f"--gpu-share: {exc.message}", details=exc.details) from None
     open_sink = _sink_opener(options, settings, window)
     profiler = profile_poller(options, instance, lambda: _store_url(options["store"], settings))
     scrapers: list[Any] = []  # the scraper, once built (after the receivers listen)
@@ -293,7 +305,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
             )
             scrapers.append(scraper)
             samplers.append(scraper)
-        gpu = build_gpu_sampler(gpu_source, instance, options["gpu_interval"], on_xid)
+        gpu = build_gpu_sampler(gpu_source, instance, options["gpu_interval"], on_xid, share=share)
         if gpu is not None:
             samplers.append(gpu)
         app.add_samplers(samplers)

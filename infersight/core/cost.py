@@ -40,11 +40,12 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 from typing import Final
 
 from infersight.core.errors import InvalidInput
 from infersight.core.goodput import GoodLimits, GoodRule, basis_of
+from infersight.core.gpu_slice import GpuSlice, parse_slice
 from infersight.core.money import (
     MILLION,
     QUANTUM,
@@ -142,6 +143,9 @@ class CostModel:
     (``core.purchasing.DEFAULT_RESERVED_DISCOUNT``) and says so."""
     example: bool = False
     """``True`` for the bundled example list prices, which operators are meant to replace."""
+    slice_prices: Mapping[str, GpuPrice] = field(default_factory=dict)
+    """A price per GPU-hour of a MIG slice profile (``3g.40gb``), instead of its fraction of
+    the parent GPU's price."""
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 128:
@@ -183,6 +187,21 @@ class CostModel:
             return self.gpu_prices[best[1]]
         return self.default_price
 
+    def slice_cost(
+        self, instance: str, gpu_name: str, gpu_slice: GpuSlice | None
+    ) -> tuple[Decimal, bool] | None:
+        """(price per GPU-hour, own) of a device: ``own`` when a MIG profile has its own price
+        (``slice_prices``; an instance's own price still wins), else the parent GPU's price,
+        which a slice pays its fraction of; ``None`` when nothing prices it."""
+        if (
+            gpu_slice is not None
+            and gpu_slice.profile in self.slice_prices
+            and instance not in self.instance_prices
+        ):
+            return self.slice_prices[gpu_slice.profile].blended_per_hour, True
+        price = self.price_for(instance, gpu_name)
+        return None if price is None else (price.blended_per_hour, False)
+
 
 # -- usage measured in the store ------------------------------------------------------------
 
@@ -201,6 +220,12 @@ class GpuUsage:
     """Seconds covered by samples that reported utilisation."""
     util_weighted: float = 0.0
     """Σ utilisation × seconds over those samples."""
+    gpu_slice: str = ""
+    """The slice of its parent GPU the device is (``core.gpu_slice``); empty: a whole GPU."""
+
+    @property
+    def slice(self) -> GpuSlice | None:
+        return parse_slice(self.gpu_slice)
 
     def __post_init__(self) -> None:
         if self.gpu_seconds < 0 or not ZERO <= self.idle_seconds <= self.gpu_seconds:
@@ -282,6 +307,16 @@ class InstanceCost:
     served: bool
     unpriced: tuple[str, ...] = ()
     """GPU names no price matched (their time costs nothing here)."""
+    slices: tuple[GpuSlice, ...] = ()
+    """The slices of GPUs the instance ran on (MIG slices, time-sliced shares); empty: whole
+    GPUs only. Its GPU-hours and cost are its fraction of the parent GPUs'."""
+
+
+def _fraction_of(hours: Decimal, gpu_slice: GpuSlice | None) -> Decimal:
+    """``hours`` × the slice's exact fraction (``hours`` for a whole GPU)."""
+    if gpu_slice is None:
+        return hours
+    return hours * gpu_slice.fraction.numerator / gpu_slice.fraction.denominator
 
 
 def price_instance(
@@ -293,17 +328,27 @@ def price_instance(
     gpu_hours = idle_hours = kwh = ZERO
     unpriced: set[str] = set()
     util_s = util_w = 0.0
+    slices: dict[str, GpuSlice] = {}
     for gpu in gpus:
-        hours = gpu.gpu_seconds / SECONDS_PER_HOUR
+        part = gpu.slice
+        if part is not None:
+            slices[part.text] = part
+        # A slice stands for its fraction of the parent GPU's hours, energy and price — or,
+        # where the cost model prices its profile, for its own hours at that price.
+        wall = gpu.gpu_seconds / SECONDS_PER_HOUR
+        hours = _fraction_of(wall, part)
         gpu_hours += hours
-        idle_hours += hours if not served else gpu.idle_seconds / SECONDS_PER_HOUR
-        energy = gpu.energy_j / JOULES_PER_KWH
+        idle_hours += (
+            hours if not served else _fraction_of(gpu.idle_seconds / SECONDS_PER_HOUR, part)
+        )
+        energy = _fraction_of(gpu.energy_j / JOULES_PER_KWH, part)
         kwh += energy
-        price = model.price_for(instance, gpu.name)
-        if price is None:
+        priced = model.slice_cost(instance, gpu.name, part)
+        if priced is None:
             unpriced.add(gpu.name or "?")
         else:
-            gpu_cost += hours * price.blended_per_hour
+            per_hour, own = priced
+            gpu_cost += (wall if own else hours) * per_hour
         if model.electricity_per_kwh is not None:
             energy_cost += energy * model.electricity_per_kwh
         util_s += gpu.util_seconds
@@ -311,7 +356,11 @@ def price_instance(
     overhead = gpu_hours * model.overhead_per_gpu_hour + model.overhead_ratio * (
         gpu_cost + energy_cost
     )
-    total = quantize(gpu_cost + energy_cost + overhead)
+    if slices:
+        # Rounded down, so that the slices of one GPU never add up to more than the GPU.
+        total = (gpu_cost + energy_cost + overhead).quantize(QUANTUM, rounding=ROUND_FLOOR)
+    else:
+        total = quantize(gpu_cost + energy_cost + overhead)
     idle = quantize(total * idle_hours / gpu_hours) if gpu_hours else ZERO
     return InstanceCost(
         instance=instance,
@@ -328,6 +377,7 @@ def price_instance(
         utilisation=util_w / util_s if util_s > 0 else None,
         served=served,
         unpriced=tuple(sorted(unpriced)),
+        slices=tuple(slices[k] for k in sorted(slices)),
     )
 
 
@@ -516,6 +566,7 @@ __all__ = [
     "CostResult",
     "GoodRequest",
     "GpuPrice",
+    "GpuSlice",
     "GpuUsage",
     "InstanceCost",
     "Money",

@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
-from infersight.core.errors import InvalidRecord
+from infersight.core.errors import InvalidInput, InvalidRecord
+from infersight.core.gpu_slice import parse_slice
 from infersight.core.records import check_label, check_timestamp
 
 #: Named clock-event (throttle) reasons, as NVML's nvmlClocksEventReasons bit flags name them.
@@ -162,6 +163,13 @@ class GpuSample:
     sm_occupancy: float | None = None
     dram_bw_util: float | None = None
     tensor_util: float | None = None
+    gpu_slice: str = ""
+    """The fraction of a physical GPU this device is (``core.gpu_slice``: ``mig:3g.40gb:3/7``,
+    ``share:1/4``); empty for a whole GPU."""
+    parent_uuid: str = ""
+    """A MIG slice's parent GPU (its UUID); empty for a whole GPU."""
+    gpu_instance_id: int | None = None
+    """A MIG slice's GPU instance id (NVML ``nvmlDeviceGetGpuInstanceId``, dcgm ``GPU_I_ID``)."""
 
     def __post_init__(self) -> None:
         check_timestamp("ts", self.ts)
@@ -170,6 +178,14 @@ class GpuSample:
         check_label("instance", self.instance)
         check_label("uuid", self.uuid)
         check_label("name", self.name)
+        check_label("parent_uuid", self.parent_uuid)
+        if self.gpu_slice:
+            try:
+                parse_slice(self.gpu_slice)
+            except InvalidInput as exc:
+                raise InvalidRecord(exc.message, details=exc.details) from None
+        if self.gpu_instance_id is not None and not 0 <= self.gpu_instance_id < 1024:
+            raise InvalidRecord("gpu_instance_id must be in [0, 1024)")
         if not 0 <= self.gpu_index < 1024:
             raise InvalidRecord(
                 "gpu_index must be in [0, 1024)", details={"gpu_index": self.gpu_index}

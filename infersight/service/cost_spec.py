@@ -20,6 +20,8 @@
       goodRequest: {ttft: 2s, tpot: 100ms}  # tokens of requests meeting these are "good"
       reservedDiscount: "0.40"              # optional: reserved = on-demand × (1 − this) where
                                             # a price has no reservedPerHour (purchasing advice)
+      sliceProfiles:                        # optional: per GPU-hour of a MIG slice profile;
+        3g.40gb: {onDemandPerHour: "1.90"}  # else a slice pays its fraction of its GPU's price
 
 Prices are strings or numbers (numbers are read through their decimal text, so ``4.1`` is
 exactly 4.1). The process's model is the stored one named by the ``cost_model`` setting, else
@@ -35,6 +37,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from functools import cache
 from importlib import resources
 from typing import Any, Final
@@ -45,6 +48,7 @@ from sqlalchemy import Engine
 
 from infersight.core.cost import CostModel, GoodRequest, GpuPrice
 from infersight.core.errors import InvalidInput
+from infersight.core.gpu_slice import MIG, GpuSlice
 from infersight.core.window import format_duration, parse_duration
 from infersight.service.specs import Metadata, parse_threshold
 from infersight.storage import cost as cost_store
@@ -90,6 +94,7 @@ class _Spec(_Strict):
     sampleGap: str = "5m"
     goodRequest: _Good = Field(default_factory=_Good)
     reservedDiscount: Amount | None = None
+    sliceProfiles: dict[str, _Price] = Field(default_factory=dict)
     example: bool = False
 
 
@@ -141,7 +146,7 @@ def parse_model(data: dict[str, Any]) -> CostModel:
         ]
         raise InvalidInput("invalid CostModel document", details={"problems": problems}) from None
     spec = doc.spec
-    if len(spec.gpuPrices) + len(spec.instancePrices) > MAX_PRICES:
+    if len(spec.gpuPrices) + len(spec.instancePrices) + len(spec.sliceProfiles) > MAX_PRICES:
         raise InvalidInput(f"a cost model holds at most {MAX_PRICES} prices")
     electricity = spec.electricityPerKwh
     return CostModel(
@@ -168,7 +173,20 @@ def parse_model(data: dict[str, Any]) -> CostModel:
         if spec.reservedDiscount is None
         else _decimal("reservedDiscount", spec.reservedDiscount),
         example=spec.example,
+        slice_prices={
+            _profile(k): _price(f"sliceProfiles.{k}", v) for k, v in spec.sliceProfiles.items()
+        },
     )
+
+
+def _profile(name: str) -> str:
+    """A MIG profile key (``3g.40gb``), checked as ``core.gpu_slice`` checks a slice's."""
+    try:
+        return GpuSlice(MIG, Fraction(1, 7), name.strip().lower()).profile
+    except InvalidInput:
+        raise InvalidInput(
+            "a sliceProfiles key is a MIG profile, e.g. 3g.40gb", details={"key": name[:32]}
+        ) from None
 
 
 def parse_models(text: str | bytes) -> list[CostModel]:
@@ -213,6 +231,8 @@ def to_document(model: CostModel) -> dict[str, Any]:
         spec["electricityPerKwh"] = str(model.electricity_per_kwh)
     if model.reserved_discount is not None:
         spec["reservedDiscount"] = str(model.reserved_discount)
+    if model.slice_prices:
+        spec["sliceProfiles"] = {k: _price_doc(v) for k, v in model.slice_prices.items()}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": model.name}, "spec": spec}
 
 

@@ -87,6 +87,18 @@ def instance_dict(instance: InstanceCost) -> dict[str, Any]:
         "utilisation": instance.utilisation,
         "served": instance.served,
         "unpriced_gpus": list(instance.unpriced),
+        # Issue 34: the fractions of GPUs the instance ran on (its GPU-hours and cost are
+        # those fractions of the parent GPUs'); empty for whole GPUs.
+        "gpu_slices": [
+            {
+                "kind": s.kind,
+                "profile": s.profile,
+                "fraction": f"{s.fraction.numerator}/{s.fraction.denominator}",
+                "fraction_decimal": amount(s.fraction_decimal),
+                "text": s.describe(),
+            }
+            for s in instance.slices
+        ],
     }
 
 

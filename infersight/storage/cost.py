@@ -120,6 +120,7 @@ def gpu_usage(
                 energy_j=decimal_of(max(part.energy_j, 0.0), 3),
                 util_seconds=part.util_s,
                 util_weighted=part.util_weighted_s,
+                gpu_slice=part.gpu_slice,
             )
         )
     return sorted(out, key=lambda u: (u.instance, u.gpu_index))

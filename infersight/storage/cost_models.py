@@ -38,8 +38,12 @@ def _price_from(data: Mapping[str, Any]) -> GpuPrice:
 
 def model_to_json(model: CostModel) -> str:
     """The stored form of a cost model (Decimals as strings, so nothing is rounded)."""
+    slices = {k: _price_json(v) for k, v in model.slice_prices.items()}
     return json.dumps(
         {
+            # Only where the model names slice prices (issue 34): other models' stored form,
+            # and fingerprint, stay what they were.
+            **({"slice_prices": slices} if slices else {}),
             "currency": model.currency,
             "gpu_prices": {k: _price_json(v) for k, v in model.gpu_prices.items()},
             "instance_prices": {k: _price_json(v) for k, v in model.instance_prices.items()},
@@ -82,6 +86,7 @@ def model_from_json(name: str, text: str) -> CostModel:
         good=GoodRequest(**data["good"]),
         reserved_discount=None if discount is None else Decimal(discount),
         example=bool(data.get("example", False)),
+        slice_prices={k: _price_from(v) for k, v in data.get("slice_prices", {}).items()},
     )
 
 

@@ -40,14 +40,21 @@ class CoveredTime:
     energy_j: float = 0.0
     util_s: float = 0.0
     util_weighted_s: float = 0.0
+    gpu_slice: str = ""
 
     def add(self, other: CoveredTime) -> None:
         self.name = max(self.name, other.name)
+        self.gpu_slice = max(self.gpu_slice, other.gpu_slice)
         self.covered_s += other.covered_s
         self.idle_s += other.idle_s
         self.energy_j += other.energy_j
         self.util_s += other.util_s
         self.util_weighted_s += other.util_weighted_s
+
+
+def _covered(name: str, gpu_slice: str, values: Sequence[Any]) -> CoveredTime:
+    covered, idle, energy, util_s, weighted = (float(v or 0.0) for v in values)
+    return CoveredTime(name, covered, idle, energy, util_s, weighted, gpu_slice)
 
 
 def raw_intervals(
@@ -77,6 +84,7 @@ def raw_intervals(
             g.instance,
             g.gpu_index,
             g.name,
+            g.gpu_slice,
             g.ts,
             g.util_gpu.label("util"),
             g.energy_j.label("energy"),
@@ -100,7 +108,15 @@ def raw_intervals(
         else_=0.0,
     )
     intervals = (
-        select(s.instance, s.gpu_index, s.name, s.util, dt.label("dt"), energy.label("energy"))
+        select(
+            s.instance,
+            s.gpu_index,
+            s.name,
+            s.gpu_slice,
+            s.util,
+            dt.label("dt"),
+            energy.label("energy"),
+        )
         .where(s.ts < hi)
         .subquery()
     )
@@ -109,6 +125,7 @@ def raw_intervals(
         i.instance,
         i.gpu_index,
         func.max(i.name),
+        func.max(i.gpu_slice),
         func.sum(i.dt),
         func.sum(case((i.util < floor, i.dt), else_=0.0)),
         func.sum(i.energy),
@@ -116,7 +133,7 @@ def raw_intervals(
         func.sum(func.coalesce(i.util, 0.0) * i.dt),
     ).group_by(i.instance, i.gpu_index)
     return {
-        (row[0], int(row[1])): CoveredTime(row[2] or "", *(float(v or 0.0) for v in row[3:]))
+        (row[0], int(row[1])): _covered(row[2] or "", row[3] or "", row[4:])
         for row in connection.execute(query)
     }
 
@@ -175,16 +192,28 @@ def covered_time(
             where.append(r.instance == instance)
         columns = ("covered_s", "energy_j", "util_s", "util_weighted_s", *BIN_COLUMNS)
         query = (
-            select(r.instance, r.gpu_index, func.max(r.name), *(func.sum(r[c]) for c in columns))
+            select(
+                r.instance,
+                r.gpu_index,
+                func.max(r.name),
+                func.max(r.gpu_slice),
+                *(func.sum(r[c]) for c in columns),
+            )
             .where(*where)
             .group_by(r.instance, r.gpu_index)
         )
         for row in connection.execute(query):
-            covered, energy, util_s, weighted, *bins = (float(v or 0.0) for v in row[3:])
+            covered, energy, util_s, weighted, *bins = (float(v or 0.0) for v in row[4:])
             add(
                 {
                     (row[0], int(row[1])): CoveredTime(
-                        row[2] or "", covered, idle_seconds(bins, floor), energy, util_s, weighted
+                        row[2] or "",
+                        covered,
+                        idle_seconds(bins, floor),
+                        energy,
+                        util_s,
+                        weighted,
+                        gpu_slice=row[3] or "",
                     )
                 }
             )

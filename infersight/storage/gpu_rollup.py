@@ -46,6 +46,7 @@ from sqlalchemy import (
     Connection,
     delete,
     func,
+    inspect,
     select,
     text,
     tuple_,
@@ -150,6 +151,7 @@ def _time_values(p: _Point, nxt: _Point | None, gap: float, sign: float) -> dict
 @dataclass(slots=True)
 class _Delta:
     name: str = ""
+    gpu_slice: str = ""
     sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     maxes: dict[str, float | None] = field(default_factory=dict)
 
@@ -236,6 +238,7 @@ def _book(
         delta = minutes[(Resolution.MINUTE.floor(s.ts), s.instance, s.gpu_index)]
         delta.add(_sample_values(s))
         delta.name = max(delta.name, s.name)
+        delta.gpu_slice = max(delta.gpu_slice, s.gpu_slice)
         delta.most("ecc_sbe_max", s.ecc_sbe_total)
         delta.most("ecc_dbe_max", s.ecc_dbe_total)
         delta.most("xid_max", s.xid_last)
@@ -253,6 +256,7 @@ def _coarsen(minutes: dict[tuple[datetime, str, int], _Delta]) -> _Changes:
             merged = out.setdefault(k, _Delta())
             merged.add(delta.sums)
             merged.name = max(merged.name, delta.name)
+            merged.gpu_slice = max(merged.gpu_slice, delta.gpu_slice)
             for column, value in delta.maxes.items():
                 merged.most(column, value)
     return out
@@ -300,8 +304,9 @@ def apply_samples(
     return _merge(connection, deltas(connection, stored, gap))
 
 
-def _merge(connection: Connection, changes: _Changes) -> int:
-    """Add ``changes`` to their rows (created when missing), in key order."""
+def _merge(connection: Connection, changes: _Changes, slices: bool = True) -> int:
+    """Add ``changes`` to their rows (created when missing), in key order; ``slices=False``
+    under revisions before 0021, whose rollups have no ``gpu_slice``."""
     if not changes:
         return 0
     rows = []
@@ -312,6 +317,7 @@ def _merge(connection: Connection, changes: _Changes) -> int:
             "instance": instance,
             "gpu_index": index,
             "name": delta.name,
+            **({"gpu_slice": delta.gpu_slice} if slices else {}),
             **{c: delta.sums.get(c, 0.0) for c in VALUE_COLUMNS},
             **{c: round(delta.sums.get(c, 0.0)) for c in COUNT_COLUMNS},
             **{c: delta.maxes.get(c) for c in MAX_COLUMNS},
@@ -333,6 +339,7 @@ def _merge(connection: Connection, changes: _Changes) -> int:
         index_elements=list(gpu_rollups.primary_key.columns),
         set_={
             "name": most("name"),
+            **({"gpu_slice": most("gpu_slice")} if slices else {}),
             **{c: table[c] + excluded[c] for c in SUM_COLUMNS},
             **{c: most(c) for c in MAX_COLUMNS},
         },
@@ -343,7 +350,7 @@ def _merge(connection: Connection, changes: _Changes) -> int:
 
 def sample_of(row: Any) -> GpuSample:
     """A stored ``gpu_samples`` row (a mapping) as the ``GpuSample`` it was written from."""
-    values = {name: row[name] for name in _SAMPLE_FIELDS}
+    values = {name: row[name] for name in _SAMPLE_FIELDS if name in row}
     values["throttle_reasons"] = tuple(r for r in (row["throttle_reasons"] or "").split(",") if r)
     return GpuSample(**values)
 
@@ -360,12 +367,17 @@ def rebuild(connection: Connection) -> int:
     """
     g = gpu_samples.c
     rolled = 0
+    # Migration 0007 runs this on its own revision's tables: only the columns they have.
+    schema = inspect(connection)
+    present = {c["name"] for c in schema.get_columns("gpu_samples")}
+    slices = "gpu_slice" in {c["name"] for c in schema.get_columns("gpu_rollups")}
+    columns = [c for c in gpu_samples.columns if c.name in present]
     connection.execute(delete(gpu_rollups))
     gpus = connection.execute(select(g.instance, g.gpu_index).distinct()).all()
     for instance, index in gpus:
         key = (instance, int(index))
         rows = connection.execute(
-            select(gpu_samples).where(g.instance == instance, g.gpu_index == index).order_by(g.ts)
+            select(*columns).where(g.instance == instance, g.gpu_index == index).order_by(g.ts)
         ).mappings()
         samples = [sample_of(row) for row in rows]
         around = {
@@ -377,6 +389,6 @@ def rebuild(connection: Connection) -> int:
                 for s in samples
             ]
         }
-        _merge(connection, _coarsen(_book(samples, around, ROLLUP_GAP_S)))
+        _merge(connection, _coarsen(_book(samples, around, ROLLUP_GAP_S)), slices)
         rolled += len(samples)
     return rolled

@@ -196,6 +196,10 @@ gpu_samples = Table(
     Column("sm_occupancy", Float(53), nullable=True),
     Column("dram_bw_util", Float(53), nullable=True),
     Column("tensor_util", Float(53), nullable=True),
+    # A MIG slice or time-sliced share (``core.gpu_slice``; revision 0021, issue 34).
+    Column("gpu_slice", String(64), nullable=False, server_default=""),
+    Column("parent_uuid", LABEL, nullable=False, server_default=""),
+    Column("gpu_instance_id", Integer, nullable=True),
     PrimaryKeyConstraint("ts", "instance", "gpu_index"),
     Index("ix_gpu_samples_instance_ts", "instance", "ts"),
     postgresql_partition_by="RANGE (ts)",
@@ -468,6 +472,8 @@ gpu_rollups = Table(
     Column("instance", LABEL, nullable=False),
     Column("gpu_index", SmallInteger, nullable=False),
     Column("name", LABEL, nullable=False, server_default=""),
+    # The slice the GPU is (``core.gpu_slice``; revision 0021): what cost prices it at.
+    Column("gpu_slice", String(64), nullable=False, server_default=""),
     # Per sample (the GPU page's means and throttled shares, a baseline's utilisation).
     Column("samples", BigInteger, nullable=False, server_default="0"),
     *(

@@ -32,6 +32,21 @@ class FakeGpu:
             pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 55.0,
         }
     )
+    migs: list[FakeMig] | None = None
+    """MIG mode on, with these MIG devices; ``None``: MIG mode off."""
+
+
+@dataclass
+class FakeMig:
+    """A MIG device of a ``FakeGpu`` in MIG mode (what NVML reports of it)."""
+
+    profile: str = "3g.40gb"
+    gpu_instance_id: int = 1
+    compute_instance_id: int = 0
+    slices: int = 3
+    uuid: str = "MIG-00000000-0000-0000-0000-000000000001"
+    util: tuple[int, int] | None = None  # NVML: not supported on a MIG device
+    memory: tuple[int, int] = (20 * 2**30, 40 * 2**30)
 
 
 class _MetricsGet:
@@ -74,51 +89,111 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
 
-    def nvmlDeviceGetName(self, h: int) -> str:
+    # MIG: a MIG device's handle is ("mig", gpu, index)
+    def _mig(self, h: Any) -> FakeMig | None:
+        if isinstance(h, tuple):
+            return (self.gpus[h[1]].migs or [])[h[2]]
+        return None
+
+    def _whole(self, h: Any) -> int:
+        if isinstance(h, tuple):
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(h)
+
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
+        on = self.gpus[self._whole(h)].migs is not None
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if on else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        return 7 if self.gpus[self._whole(h)].migs is not None else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, index: int) -> Any:
+        migs = self.gpus[self._whole(h)].migs or []
+        if index >= len(migs):
+            raise _error(pynvml.NVML_ERROR_NOT_FOUND)
+        return ("mig", h, index)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h: Any) -> int:
+        return int(h[1])
+
+    def nvmlDeviceGetGpuInstanceId(self, h: Any) -> int:
+        mig = self._mig(h)
+        if mig is None:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, h: Any) -> int:
+        mig = self._mig(h)
+        if mig is None:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return mig.compute_instance_id
+
+    def nvmlDeviceGetAttributes(self, h: Any) -> Any:
+        mig = self._mig(h)
+        slices = 7 if mig is None else mig.slices
+        return SimpleNamespace(gpuInstanceSliceCount=slices, computeInstanceSliceCount=slices)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, h: int, profile: int) -> Any:
+        self._whole(h)
+        if profile != pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(sliceCount=7)
+
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        mig = self._mig(h)
+        if mig is not None:
+            return f"{self.gpus[h[1]].name} MIG {mig.profile}"
         return self.gpus[h].name
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:
-        return self.gpus[h].uuid
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        mig = self._mig(h)
+        return mig.uuid if mig is not None else self.gpus[h].uuid
 
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
-        gpu, memory = self.gpus[h].util
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        mig = self._mig(h)
+        util = self.gpus[self._whole(h)].util if mig is None else mig.util
+        if util is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        gpu, memory = util
         return SimpleNamespace(gpu=gpu, memory=memory)
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
-        used, total = self.gpus[h].memory
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+        mig = self._mig(h)
+        used, total = mig.memory if mig is not None else self.gpus[h].memory
         return SimpleNamespace(used=used, total=total, free=total - used)
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
-        return self.gpus[h].power_mw
+        return self.gpus[self._whole(h)].power_mw
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
-        limit = self.gpus[h].power_limit_mw
+        limit = self.gpus[self._whole(h)].power_limit_mw
         if limit is None:
             raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return limit
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
-        return self.gpus[h].energy_mj
+        return self.gpus[self._whole(h)].energy_mj
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         assert sensor == pynvml.NVML_TEMPERATURE_GPU
-        return self.gpus[h].temperature_c
+        return self.gpus[self._whole(h)].temperature_c
 
     def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
-        sm, mem = self.gpus[h].clocks
+        sm, mem = self.gpus[self._whole(h)].clocks
         return sm if clock == pynvml.NVML_CLOCK_SM else mem
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
-        return self.gpus[h].reasons
+        return self.gpus[self._whole(h)].reasons
 
     def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
         assert counter == pynvml.NVML_AGGREGATE_ECC
-        sbe, dbe = self.gpus[h].ecc
+        sbe, dbe = self.gpus[self._whole(h)].ecc
         return sbe if kind == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else dbe
 
     # GPM
     def nvmlGpmQueryDeviceSupport(self, h: int) -> Any:
-        return SimpleNamespace(isSupportedDevice=int(self.gpus[h].gpm is not None))
+        return SimpleNamespace(isSupportedDevice=int(self.gpus[self._whole(h)].gpm is not None))
 
     def nvmlGpmSampleAlloc(self) -> Any:
         return SimpleNamespace(device=None)

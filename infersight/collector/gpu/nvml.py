@@ -5,6 +5,14 @@ Units are converted here: mW → W, mJ → J, percent → ratio. Each field is r
 field the GPU does not support (``NVMLError``) is ``None``, never a failed sample. XID events
 come from an event-set thread; on Hopper and newer the GPM metrics (SM occupancy, DRAM
 bandwidth, tensor activity) are computed from two consecutive GPM samples.
+
+MIG (issue 34): a GPU whose current MIG mode is enabled is not sampled itself; each of its MIG
+devices is, as its own ``gpu_index`` (devices are numbered in NVML's order: GPU 0's slices, then
+GPU 1's, …), with its parent's UUID, its GPU instance id and its slice: the profile from its
+name (``NVIDIA A100-SXM4-80GB MIG 3g.40gb``) and the fraction of the parent it holds — its
+GPU-instance slice count (``nvmlDeviceGetAttributes``) over the parent's full GPU-instance
+profile's (7, or 4 on an A30). A time-sliced share cannot be seen from NVML: ``share``
+(``--gpu-share``) declares the fraction of each whole GPU this instance holds.
 """
 
 from __future__ import annotations
@@ -14,11 +22,14 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from infersight.collector.scrape.flavours import throttle_flags
 from infersight.core.errors import InvalidRecord, Unavailable
+from infersight.core.gpu_slice import SHARE, GpuSlice, mig_slice, profile_of_name
 from infersight.core.samples import GpuSample
 
 log = logging.getLogger(__name__)
@@ -64,22 +75,101 @@ class _Gpm:
         return dict(zip(("sm_occupancy", "dram_bw_util", "tensor_util"), values, strict=True))
 
 
+@dataclass(slots=True)
+class _Device:
+    """What is sampled: a whole GPU, or one MIG device of a GPU in MIG mode."""
+
+    handle: Any
+    parent: Any
+    name: str
+    uuid: str
+    gpu_slice: str = ""
+    parent_uuid: str = ""
+    gpu_instance_id: int | None = None
+
+
 class NvmlSource:
     def __init__(
-        self, nvml: Any, instance: str, on_xid: Callable[[int, int], None] | None = None
+        self,
+        nvml: Any,
+        instance: str,
+        on_xid: Callable[[int, int], None] | None = None,
+        share: Fraction | None = None,
     ) -> None:
         self.nvml = nvml
         self.instance = instance
+        self.share = share
         count = nvml.nvmlDeviceGetCount()
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        self.names = [self._try(_text, nvml.nvmlDeviceGetName, h) or "" for h in self.handles]
-        self.uuids = [self._try(_text, nvml.nvmlDeviceGetUUID, h) or "" for h in self.handles]
-        self.gpm = [self._gpm(h) for h in self.handles]
+        self.parents = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self.devices: list[_Device] = []
+        for handle in self.parents:
+            self.devices += self._devices_of(handle)
+        self.handles = [d.handle for d in self.devices]
+        self.names = [d.name for d in self.devices]
+        self.uuids = [d.uuid for d in self.devices]
+        self.gpm = [self._gpm(d.handle) if not d.parent_uuid else None for d in self.devices]
         self.last_xid: dict[int, int] = {}
         self._on_xid = on_xid
         self._stop = threading.Event()
         self._xid_thread = threading.Thread(target=self._watch_xid, name="nvml-xid", daemon=True)
         self._xid_thread.start()
+
+    def _devices_of(self, handle: Any) -> list[_Device]:
+        """The GPU itself, or its MIG devices when its MIG mode is on."""
+        nvml = self.nvml
+        name = self._try(_text, nvml.nvmlDeviceGetName, handle) or ""
+        uuid = self._try(_text, nvml.nvmlDeviceGetUUID, handle) or ""
+        whole = _Device(handle, handle, name, uuid)
+        if self.share is not None:
+            whole.gpu_slice = GpuSlice(SHARE, self.share).text
+            whole.parent_uuid = uuid
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except (nvml.NVMLError, AttributeError):
+            return [whole]  # no MIG on this GPU (or an NVML without it)
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            return [whole]
+        if self.share is not None:
+            log.warning("GPU %s is in MIG mode: --gpu-share is ignored for its slices", uuid)
+        total = self._parent_slices(handle)
+        out = []
+        for i in range(self._try(int, nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
+            except nvml.NVMLError:
+                continue  # NVML_ERROR_NOT_FOUND: no MIG device at this index
+            mig_name = self._try(_text, nvml.nvmlDeviceGetName, mig) or ""
+            attributes = self._try(lambda a: a, nvml.nvmlDeviceGetAttributes, mig)
+            slices = None if attributes is None else int(attributes.gpuInstanceSliceCount)
+            profile = profile_of_name(mig_name)
+            if not profile:
+                log.warning(
+                    "MIG device %d of GPU %s has no profile in its name %r", i, uuid, mig_name
+                )
+                continue
+            out.append(
+                _Device(
+                    mig,
+                    handle,
+                    mig_name,
+                    self._try(_text, nvml.nvmlDeviceGetUUID, mig) or "",
+                    mig_slice(profile, name, slices or None, total).text,
+                    uuid,
+                    self._try(int, nvml.nvmlDeviceGetGpuInstanceId, mig),
+                )
+            )
+        return out
+
+    def _parent_slices(self, handle: Any) -> int | None:
+        """The slice count of the GPU's full GPU-instance profile (7, or 4 on an A30)."""
+        nvml = self.nvml
+        for profile in ("NVML_GPU_INSTANCE_PROFILE_7_SLICE", "NVML_GPU_INSTANCE_PROFILE_4_SLICE"):
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, getattr(nvml, profile))
+                return int(info.sliceCount)
+            except (nvml.NVMLError, AttributeError):
+                continue
+        return None
 
     @classmethod
     def open(
@@ -87,6 +177,7 @@ class NvmlSource:
         instance: str,
         nvml: Any | None = None,
         on_xid: Callable[[int, int], None] | None = None,
+        share: Fraction | None = None,
     ) -> NvmlSource:
         if nvml is None:
             try:
@@ -101,7 +192,7 @@ class NvmlSource:
         try:
             if nvml.nvmlDeviceGetCount() == 0:
                 raise NvmlUnavailable("NVML sees no GPU")
-            return cls(nvml, instance, on_xid)
+            return cls(nvml, instance, on_xid, share)
         except NvmlUnavailable:
             nvml.nvmlShutdown()
             raise
@@ -162,6 +253,9 @@ class NvmlSource:
             ecc_sbe_total=self._ecc(handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
             ecc_dbe_total=self._ecc(handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
             xid_last=self.last_xid.get(index),
+            gpu_slice=self.devices[index].gpu_slice,
+            parent_uuid=self.devices[index].parent_uuid,
+            gpu_instance_id=self.devices[index].gpu_instance_id,
             **gpm,
         )
 
@@ -176,7 +270,7 @@ class NvmlSource:
         nvml = self.nvml
         try:
             events = nvml.nvmlEventSetCreate()
-            for handle in self.handles:
+            for handle in self.parents:
                 nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, events)
         except nvml.NVMLError as exc:
             log.info("XID events not available: %s", exc)
@@ -186,19 +280,16 @@ class NvmlSource:
                 data = nvml.nvmlEventSetWait_v2(events, 500)
             except nvml.NVMLError:
                 continue  # NVML_ERROR_TIMEOUT: nothing happened
-            index = self._index_of(data.device)
-            if index is not None:
+            for index in self._indices_of(data.device):
                 self.last_xid[index] = int(data.eventData)
                 if self._on_xid is not None:
                     self._on_xid(index, int(data.eventData))
         with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlEventSetFree(events)
 
-    def _index_of(self, device: Any) -> int | None:
-        for index, handle in enumerate(self.handles):
-            if handle == device:
-                return index
-        return None
+    def _indices_of(self, device: Any) -> list[int]:
+        """The sampled devices an event of GPU ``device`` concerns (a GPU's MIG slices)."""
+        return [i for i, d in enumerate(self.devices) if device in (d.handle, d.parent)]
 
     def close(self) -> None:
         self._stop.set()

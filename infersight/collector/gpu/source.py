@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Protocol
 
 from infersight.collector.gpu.nvml import NvmlSource, NvmlUnavailable
@@ -46,18 +47,24 @@ def build_gpu_sampler(
     interval_s: float = 2.0,
     on_xid: Callable[[int, int], None] | None = None,
     nvml_module: object | None = None,
+    share: Fraction | None = None,
 ) -> GpuSampler | Scraper | None:
-    """``nvml`` | ``dcgm:URL`` | ``none``; ``None`` when there is nothing to sample."""
+    """``nvml`` | ``dcgm:URL`` | ``none``; ``None`` when there is nothing to sample.
+
+    ``share``: the fraction of each whole GPU this instance holds when GPUs are time-sliced
+    (``--gpu-share``; NVML sources only: dcgm-exporter's labels say nothing of it either)."""
     if spec == "none":
         return None
     if spec.startswith("dcgm:"):
+        if share is not None:
+            raise ConfigurationError("--gpu-share needs --gpu-source nvml")
         return Scraper(spec.removeprefix("dcgm:"), instance, interval_s, name="gpu-dcgm")
     if spec != "nvml":
         raise ConfigurationError(
             "--gpu-source must be nvml, dcgm:URL or none", details={"value": spec}
         )
     try:
-        source = NvmlSource.open(instance, nvml_module, on_xid=on_xid)
+        source = NvmlSource.open(instance, nvml_module, on_xid=on_xid, share=share)
     except NvmlUnavailable as exc:
         log.warning("no GPU sampling: %s (the sidecar keeps running without it)", exc.message)
         return None

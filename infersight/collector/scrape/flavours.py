@@ -38,7 +38,8 @@ from datetime import datetime
 from typing import Final
 
 from infersight.collector.scrape.exposition import Exposition
-from infersight.core.errors import InvalidRecord
+from infersight.core.errors import InvalidInput
+from infersight.core.gpu_slice import mig_slice
 from infersight.core.samples import (
     MAX_ACCEPT_LENGTH,
     MAX_ENGINES,
@@ -377,14 +378,22 @@ def throttle_flags(mask: int) -> tuple[str, ...]:
 
 
 def gpu_samples(e: Exposition, ts: datetime, instance: str) -> list[GpuSample]:
-    """One sample per ``gpu`` label value of a dcgm-exporter body."""
+    """One sample per ``gpu`` label value of a dcgm-exporter body, and per MIG slice of it
+    (``GPU_I_ID``): a slice is sampled as GPU index ``100 + 16 × gpu + GPU_I_ID``."""
     gpus = sorted(
-        {s.labels["gpu"] for name in e.names() for s in e.samples(name) if "gpu" in s.labels}
+        {
+            (s.labels["gpu"], s.labels.get("GPU_I_ID", ""))
+            for name in e.names()
+            for s in e.samples(name)
+            if "gpu" in s.labels
+        }
     )
     out: list[GpuSample] = []
-    for gpu in gpus:
+    for gpu, gi in gpus:
 
-        def value(name: str, gpu: str = gpu) -> float | None:
+        def value(name: str, gpu: str = gpu, gi: str = gi) -> float | None:
+            if gi:
+                return e.total(name, gpu=gpu, GPU_I_ID=gi)
             return e.total(name, gpu=gpu)
 
         def percent(name: str) -> float | None:
@@ -398,14 +407,21 @@ def gpu_samples(e: Exposition, ts: datetime, instance: str) -> list[GpuSample]:
         )
         xid = value("DCGM_FI_DEV_XID_ERRORS")
         labels = next(
-            (s.labels for s in e.samples("DCGM_FI_DEV_GPU_UTIL") if s.labels.get("gpu") == gpu), {}
+            (
+                s.labels
+                for s in e.samples("DCGM_FI_DEV_GPU_UTIL")
+                if s.labels.get("gpu") == gpu and s.labels.get("GPU_I_ID", "") == gi
+            ),
+            {},
         )
+        # A MIG slice (dcgm-exporter's GPU_I_ID / GPU_I_PROFILE labels; issue 34).
+        profile = labels.get("GPU_I_PROFILE", "") if gi else ""
         try:
             out.append(
                 GpuSample(
                     ts=ts,
                     instance=instance,
-                    gpu_index=int(gpu),
+                    gpu_index=100 + 16 * int(gpu) + int(gi) if profile else int(gpu),
                     uuid=labels.get("UUID", ""),
                     name=labels.get("modelName", ""),
                     util_gpu=percent("DCGM_FI_DEV_GPU_UTIL"),
@@ -424,8 +440,13 @@ def gpu_samples(e: Exposition, ts: datetime, instance: str) -> list[GpuSample]:
                     sm_occupancy=_ratio(value("DCGM_FI_PROF_SM_OCCUPANCY")),
                     dram_bw_util=_ratio(value("DCGM_FI_PROF_DRAM_ACTIVE")),
                     tensor_util=_ratio(value("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")),
+                    gpu_slice=mig_slice(profile, labels.get("modelName", "")).text
+                    if profile
+                    else "",
+                    parent_uuid=labels.get("UUID", "") if profile else "",
+                    gpu_instance_id=int(gi) if profile else None,
                 )
             )
-        except (InvalidRecord, ValueError):
+        except (InvalidInput, ValueError):
             continue
     return out

@@ -127,6 +127,7 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
                 "instance": i.instance,
                 "gpus": i.gpus,
                 "gpu_names": ", ".join(i.gpu_names),
+                "gpu_slices": "; ".join(s.describe() for s in i.slices),
                 "gpu_hours": float(i.gpu_hours),
                 "idle_gpu_hours": float(i.idle_gpu_hours),
                 "energy_kwh": float(i.energy_kwh),
