@@ -19,7 +19,13 @@ import click
 from infersight.cli.group import current_settings, read_spec_file
 from infersight.cli.lazy import lazy_module
 from infersight.core.errors import InvalidInput
-from infersight.service.budgets import apply_budgets, budget_status, parse_budgets, to_document
+from infersight.service.budgets import (
+    SpendReader,
+    apply_budgets,
+    budget_status,
+    parse_budgets,
+    to_document,
+)
 from infersight.service.cost_spec import active_model
 from infersight.storage import budgets as budget_store
 from infersight.storage.engine import create_store_engine
@@ -68,10 +74,10 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     now = datetime.now(UTC)
     rows = []
     try:
-        model = active_model(engine, settings.cost_model)
+        reader = SpendReader(engine, active_model(engine, settings.cost_model))
         for b in budget_store.list_budgets(engine):
             try:
-                status = budget_status(engine, b, model, now).to_dict()
+                status = budget_status(engine, b, reader.model, now, reader).to_dict()
             except InvalidInput as exc:
                 rows.append({**to_document(b), "version": b.version, "problem": str(exc)})
                 continue

@@ -275,11 +275,44 @@ def selector_of(budget: Budget) -> Selector:
     return Selector(**dict(budget.scope))
 
 
-def _spend(
-    engine: Engine, window: Window, model: CostModel, selector: Selector, group: Sequence[str] = ()
-) -> tuple[Decimal, tuple[CostLine, ...]]:
-    result = cost_store.cost(engine, window, model, selector, group)
-    return result.total.cost, result.groups
+#: The labels one cost answer per window is grouped by, shared by every budget of a cycle.
+_SPEND_GROUPS: Final = ("model", "tenant", "instance")
+
+
+class SpendReader:
+    """The cost answers of one instant, shared by the budgets evaluated at it: one
+    ``storage.cost.cost`` per window (grouped by model, tenant and instance), whatever the
+    number of budgets; a budget's spend is the sum of the groups its scope covers (the same
+    lines ``cost`` would total for its selector, so the same Decimal)."""
+
+    def __init__(self, engine: Engine, model: CostModel) -> None:
+        self.engine = engine
+        self.model = model
+        self._groups: dict[tuple[datetime, datetime], tuple[CostLine, ...]] = {}
+
+    def lines(self, window: Window, selector: Selector) -> list[CostLine]:
+        key = (window.start, window.end)
+        if key not in self._groups:
+            result = cost_store.cost(self.engine, window, self.model, Selector(), _SPEND_GROUPS)
+            self._groups[key] = result.groups
+        return [line for line in self._groups[key] if selector.matches(line.labels)]
+
+    def spend(self, window: Window, selector: Selector) -> Decimal:
+        return sum((line.cost for line in self.lines(window, selector)), Decimal(0))
+
+    def top(self, window: Window, selector: Selector, n: int) -> tuple[CostLine, ...]:
+        """The ``n`` biggest spenders by model × instance."""
+        by: dict[tuple[str, str], CostLine] = {}
+        for line in self.lines(window, selector):
+            key = (line.labels.get("model", ""), line.labels.get("instance", ""))
+            labels = {"model": key[0], "instance": key[1]}
+            found = by.get(key)
+            by[key] = line if found is None else found.plus(line, labels)
+        ranked = sorted(
+            (line for line in by.values() if line.cost > 0),
+            key=lambda g: (-g.cost, g.labels.get("model", ""), g.labels.get("instance", "")),
+        )
+        return tuple(ranked[:n])
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,19 +379,25 @@ def _iso(ts: datetime) -> str:
     return ts.isoformat().replace("+00:00", "Z")
 
 
-def budget_status(engine: Engine, budget: Budget, model: CostModel, now: datetime) -> BudgetStatus:
-    """The budget's spend, projection, burn rates and alert judgement at ``now``."""
+def budget_status(
+    engine: Engine,
+    budget: Budget,
+    model: CostModel,
+    now: datetime,
+    reader: SpendReader | None = None,
+) -> BudgetStatus:
+    """The budget's spend, projection, burn rates and alert judgement at ``now``; the budgets
+    of one instant share a ``reader`` (one cost answer per window)."""
     _same_currency(budget, model.currency)
+    reader = reader or SpendReader(engine, model)
     start, end = period_bounds(budget.period, now)
     selector = selector_of(budget)
     spent, top = Decimal(0), tuple[CostLine, ...]()
     if now > start:
-        spent, groups = _spend(engine, Window(start, now), model, selector, ("model", "instance"))
-        ranked = sorted((g for g in groups if g.cost > 0), key=lambda g: (-g.cost, *g.labels))
-        top = tuple(ranked[:TOP_SPENDERS])
-    window_spend = {
-        w: _spend(engine, Window.last(w, now), model, selector)[0] for w in budget.windows
-    }
+        period = Window(start, now)
+        spent = reader.spend(period, selector)
+        top = reader.top(period, selector, TOP_SPENDERS)
+    window_spend = {w: reader.spend(Window.last(w, now), selector) for w in budget.windows}
     figures = BudgetFigures(budget, now, start, end, spent, window_spend)
     evaluation = evaluate_budget(figures)
     return BudgetStatus(figures, evaluation.firing, top, model.name)
@@ -538,9 +577,10 @@ class MoneyAlerts:
         changes: list[tuple[Incident, Transition]] = []
         problems: list[str] = []
         budgets = budget_store.list_budgets(self.engine)
+        reader = SpendReader(self.engine, model)
         for budget in budgets:
             try:
-                status = budget_status(self.engine, budget, model, now)
+                status = budget_status(self.engine, budget, model, now, reader)
             except InvalidInput as exc:
                 problems.append(f"{budget.name}: {exc}")
                 log.warning("budget %s not evaluated: %s", budget.name, exc)

@@ -19,7 +19,7 @@ from infersight.api.deps import App, requires
 from infersight.api.params import KnownQueryRoute, TenantScope
 from infersight.core.budget import Budget
 from infersight.core.errors import InvalidInput
-from infersight.service.budgets import budget_status, to_document
+from infersight.service.budgets import SpendReader, budget_status, to_document
 from infersight.service.incidents import incident_dict
 from infersight.storage import budgets as budget_store
 from infersight.storage import incidents
@@ -32,11 +32,10 @@ router = APIRouter(
 )
 
 
-def _view(app: AppContext, budget: Budget) -> dict[str, Any]:
-    model = app.cost_model()
+def _view(app: AppContext, budget: Budget, reader: SpendReader) -> dict[str, Any]:
     try:
         status: dict[str, Any] | None = budget_status(
-            app.engine, budget, model, app.clock()
+            app.engine, budget, reader.model, app.clock(), reader
         ).to_dict()
         problem = None
     except InvalidInput as exc:
@@ -63,7 +62,8 @@ def list_budgets(app: App, tenants: TenantScope) -> dict[str, Any]:
     found = [
         b for b in budget_store.list_budgets(app.engine) if within_scope(tenants, dict(b.scope))
     ]
-    return {"budgets": [_view(app, b) for b in found]}
+    reader = SpendReader(app.engine, app.cost_model())  # one cost answer per window for all
+    return {"budgets": [_view(app, b, reader) for b in found]}
 
 
 @router.get(
@@ -74,7 +74,7 @@ def list_budgets(app: App, tenants: TenantScope) -> dict[str, Any]:
 def get_budget(app: App, name: str, tenants: TenantScope) -> dict[str, Any]:
     budget = budget_store.get_budget(app.engine, name)
     check_within_scope(tenants, dict(budget.scope), f"budget {name!r}")
-    answer = _view(app, budget)
+    answer = _view(app, budget, SpendReader(app.engine, app.cost_model()))
     answer["versions"] = [
         {"version": v, "applied_at": at.isoformat().replace("+00:00", "Z")}
         for v, at in budget_store.versions(app.engine, name)

@@ -17,7 +17,14 @@ from infersight.api.dashboard.formatting import money, short_model
 from infersight.core.budget import Budget
 from infersight.core.errors import InvalidInput
 from infersight.core.window import format_duration
-from infersight.service.budgets import IDLE_LABEL, STEP_DAYS, budget_status, cost_steps, step_name
+from infersight.service.budgets import (
+    IDLE_LABEL,
+    STEP_DAYS,
+    SpendReader,
+    budget_status,
+    cost_steps,
+    step_name,
+)
 from infersight.service.cost_view import unit_cost_text
 from infersight.storage import budgets as budget_store
 from infersight.storage import incidents
@@ -31,7 +38,7 @@ def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any
     return budgets(app, ctx)
 
 
-def _row(app: AppContext, budget: Budget, model: Any, ctx: Context) -> dict[str, Any]:
+def _row(app: AppContext, budget: Budget, reader: SpendReader, ctx: Context) -> dict[str, Any]:
     scope = ", ".join(f"{k} {v}" for k, v in budget.scope.items()) or "fleet"
     row: dict[str, Any] = {
         "name": budget.name,
@@ -42,7 +49,7 @@ def _row(app: AppContext, budget: Budget, model: Any, ctx: Context) -> dict[str,
         "description": budget.description,
     }
     try:
-        status = budget_status(app.engine, budget, model, ctx.now)
+        status = budget_status(app.engine, budget, reader.model, ctx.now, reader)
     except InvalidInput as exc:
         return {**row, "problem": str(exc)}
     f = status.figures
@@ -127,8 +134,9 @@ def _unit(value: Any, currency: str) -> str:
 def budgets(app: AppContext, ctx: Context) -> dict[str, Any]:
     model = app.cost_model()
     found = budget_store.list_budgets(app.engine)
+    reader = SpendReader(app.engine, model)  # one cost answer per window for every budget
     return {
-        "budgets": [_row(app, b, model, ctx) for b in found],
+        "budgets": [_row(app, b, reader, ctx) for b in found],
         "steps": _steps(app, model, ctx),
         "step_days": STEP_DAYS,
         "model_name": model.name,
