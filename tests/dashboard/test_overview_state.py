@@ -10,12 +10,18 @@ evaluation job steps the same ``Evaluation`` here, so the badge and the incident
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
-from infersight.api.dashboard.views.overview import backing
+import numpy as np
+
+from infersight.api.dashboard.views.overview import backing, first_data
 from infersight.core.burn import AlertState, Policy, Rule, Severity, evaluate, step
 from infersight.core.slo import EventCounts, GoodputUnit, Sli, SliKind, SloSpec
 from infersight.service.evaluation import SloStatus
 from infersight.service.slos import SloView
+from infersight.storage.writer import open_writer
+from tests.conftest import Store
+from tests.factories import make_records
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 M5, M30, H1, H6 = (timedelta(minutes=5), timedelta(minutes=30), timedelta(hours=1),
@@ -78,3 +84,23 @@ def test_a_present_burn_without_an_incident_shows_its_severity():
     state = backing(view, POLICY, NOW - timedelta(days=8), NOW)["state"]
     assert state["kind"] == "sev-page", state
     assert state["title"] == "the alert condition holds; no incident is open yet"
+
+
+def test_an_slo_whose_window_the_data_outlast_is_fully_backed(store: Store) -> None:
+    """A 1-hour SLO over a store with three hours of data: its window is full. The series'
+    first rollup (looked up over the longest SLO window) lies before the hour: the row said
+    "1 min of 1 hour" (only series first seen within the window counted) and drew dashes."""
+    start = NOW - timedelta(hours=3)
+    records = make_records(np.random.default_rng(4), start, 600, span=timedelta(hours=3))
+    open_writer(store.engine).write_requests(records)
+    hourly = SloSpec("hourly", Sli(SliKind.AVAILABILITY), 0.99, H1)
+    daily = SloSpec("daily", Sli(SliKind.AVAILABILITY), 0.99, timedelta(days=1))
+    first = first_data(SimpleNamespace(engine=store.engine), [hourly, daily], NOW)  # type: ignore[arg-type]
+    assert first["hourly"] == NOW - H1  # was the first series seen within the hour
+    assert start <= first["daily"] < start + timedelta(minutes=1)
+    counts = {w: EventCounts(100, 0) for w in POLICY.windows}
+    status = SloStatus(hourly, NOW, EventCounts(100, 0), evaluate(POLICY, 0.99, counts))
+    backed = backing(SloView(hourly, status, None), POLICY, first["hourly"], NOW)
+    assert backed["data"] is None  # the whole window is backed
+    kinds = {c["window"]: c["kind"] for c in backed["burns"]}
+    assert kinds == {"5m": "full", "30m": "full", "1h": "full", "6h": "partial"}, kinds

@@ -115,10 +115,12 @@ def first_data(app: AppContext, specs: Sequence[SloSpec], now: datetime) -> dict
     out = {}
     for spec in specs:
         pinned = [(GROUP_LABELS.index(name), value) for name, value in spec.selector.items()]
+        # A series first seen before the SLO's window began backs all of it (the lookup spans
+        # the longest SLO window, so a shorter one starts after many series' first data).
         ats = [
-            at
+            max(at, now - spec.window)
             for labels, at in series.items()
-            if at >= now - spec.window and all(labels[i] == value for i, value in pinned)
+            if all(labels[i] == value for i, value in pinned)
         ]
         if ats:
             out[spec.name] = min(ats)
