@@ -372,3 +372,34 @@ def test_the_served_jobs_run_the_money_alerts_and_deliver_them(store, slack, req
     app.state.context.evaluator.run(NOW)
     with store.engine.connect() as connection:
         assert incidents.firing(connection, "budget:acme-monthly", "tenant=acme") is not None
+
+
+def test_a_burn_resolves_when_spending_falls_back(store):
+    """A surge of ten more GPUs over the last six hours burns a budget at over 6× (a page by
+    its burn rule, no threshold crossed); two hours after they stop, the short window is cold
+    and the alert resolves although the period's spend stays."""
+    seed(store)
+    writer = open_writer(store.engine)
+    surge = Window(NOW - timedelta(hours=6), NOW)
+    for k in range(10):
+        writer.write_gpu_samples(gpu_series(f"burst-{k}", surge, util=0.9, power_w=600.0))
+        writer.write_requests(requests(f"burst-{k}", surge, "acme"))
+    model = flat_model("4.00")
+    budget = parse_budget({**to_document(parse_budgets(DOC)[0]), "spec": {
+        **to_document(parse_budgets(DOC)[0])["spec"], "amount": "5000"}})  # fmt: skip
+    apply_budgets(store.engine, [budget], NOW - timedelta(days=9), "USD")
+    job = MoneyAlerts(store.engine, lambda: model)
+    [(opened, transition)] = [c for c in job(NOW).changes if c[0].slo.startswith("budget:")]
+    assert transition is Transition.OPENED
+    assert opened.severity is Severity.PAGE
+    note = signals.notes(store.engine, [opened.id])[opened.id]
+    assert note.diagnosis is not None
+    assert note.diagnosis["cause"] == "spend_burn"
+    assert note.diagnosis["budget"]["threshold_crossed"] is None
+    later = NOW + timedelta(hours=2)
+    resolved = [c for c in job(later).changes if c[0].id == opened.id]
+    assert [t for _, t in resolved] == [Transition.RESOLVED]
+    status = budget_status(store.engine, budget_store.get_budget(store.engine, "acme-monthly"),
+                           model, later)  # fmt: skip
+    assert status.figures.spent > Decimal("1000")
+    assert status.figures.burn_rates()[timedelta(hours=1)] == 0
