@@ -56,7 +56,7 @@ from typing import Any, Final
 import yaml
 
 from infersight.core.burn import Policy, Rule, Severity
-from infersight.core.slo import GoodputUnit, SliKind, SloSpec
+from infersight.core.slo import GoodputUnit, SliKind, SloSpec, targets_text
 from infersight.core.window import format_duration
 
 EVENTS: Final = "infersight_slo_window_events"
@@ -187,7 +187,7 @@ def _describe(spec: SloSpec) -> str:
     if spec.sli.kind is SliKind.LATENCY:
         what = f"{spec.sli.metric} ≤ {spec.sli.threshold_s:g} s"
     elif spec.sli.kind is SliKind.GOODPUT:
-        what = "succeeded and " + " and ".join(f"{m} ≤ {s:g} s" for m, s in spec.sli.targets)
+        what = f"succeeded and {targets_text(spec.sli)}"
         if spec.sli.per is GoodputUnit.TOKEN:
             events = "output tokens of requests"
     else:

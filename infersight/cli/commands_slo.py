@@ -22,6 +22,12 @@ from infersight.core.errors import SchemaMissing
 # pydantic: neither the settings nor the spec parser, ``tests/test_cli.py``).
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d)$"
+#: Said when a per-token goodput SLO is applied (docs/concepts.md, "SLOs").
+OUTPUT_TOKENS_NOTE = (
+    "note: {name} counts output tokens, so requests that fail before their first token weigh "
+    "nothing (an outage of instant failures spends none of its budget): pair it with an "
+    "availability or per-request SLO on the same selector"
+)
 
 
 @click.group("slo")
@@ -36,6 +42,7 @@ def slo() -> None:
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Create or replace the SLOs defined in FILES (YAML or JSON)."""
+    from infersight.core.slo import GoodputUnit  # noqa: PLC0415
     from infersight.service.specs import parse_specs  # noqa: PLC0415
     from infersight.storage import migrate  # noqa: PLC0415
     from infersight.storage.engine import create_store_engine  # noqa: PLC0415
@@ -49,6 +56,8 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
         for spec in specs:
             created = put_slo(engine, spec, now)
             click.echo(f"{'created' if created else 'updated'} {spec.name}")
+            if spec.sli.per is GoodputUnit.TOKEN:
+                click.echo(OUTPUT_TOKENS_NOTE.format(name=spec.name), err=True)
     finally:
         engine.dispose()
 
@@ -58,6 +67,7 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every SLO with its SLI, error budget remaining and firing severity now."""
+    from infersight.core.slo import GoodputUnit, targets_text  # noqa: PLC0415
     from infersight.service.evaluation import default_policy, status  # noqa: PLC0415
     from infersight.service.slo_documents import to_document  # noqa: PLC0415 (no pydantic, unlike specs)
     from infersight.storage.engine import create_store_engine  # noqa: PLC0415
@@ -67,13 +77,14 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     engine = create_store_engine(settings.database_url)
     try:
         policy, now = default_policy(), datetime.now(UTC)
-        rows = []
+        rows, slis = [], []
         finest_for = settings.retention().finest_for
         with engine.connect() as connection:
             counter = CycleCounter(connection, now, finest_for)
             for spec in list_slos(engine):
                 current = status(connection, spec, policy, now, finest_for, counter)
                 rows.append({**to_document(spec), "status": current.to_dict()})
+                slis.append(spec.sli)
     finally:
         engine.dispose()
     if as_json:
@@ -82,15 +93,14 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     click.echo(
         f"{'NAME':<28} {'SLI':<22} {'OBJECTIVE':>9} {'WINDOW':>6} {'NOW':>9} {'BUDGET':>7}  FIRING"
     )
-    for row in rows:
+    for row, sli_of in zip(rows, slis, strict=True):
         spec, state = row["spec"], row["status"]
         sli = next(iter(spec["sli"]))
         if sli == "latency":
             sli = f"{spec['sli']['latency']['metric']}≤{spec['sli']['latency']['threshold']}"
         elif sli == "goodput":  # its targets together; "/token" when it counts output tokens
-            targets = {k: v for k, v in spec["sli"]["goodput"].items() if k != "per"}
-            sli = "goodput " + ",".join(f"{k}≤{v}" for k, v in targets.items())
-            sli += "/token" if spec["sli"]["goodput"].get("per") == "token" else ""
+            sli = f"goodput {targets_text(sli_of, compact=True)}"
+            sli += "/token" if sli_of.per is GoodputUnit.TOKEN else ""
         value = "-" if state["sli"] is None else f"{state['sli']:.4%}"
         click.echo(
             f"{row['metadata']['name']:<28} {sli:<22} {spec['objective']:>9.4%} "

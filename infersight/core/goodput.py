@@ -24,10 +24,10 @@ from enum import StrEnum
 from typing import Final
 
 from infersight.core.errors import InvalidInput
-from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.core.slo import GOODPUT_METRICS, Sli, SliKind, SloSpec
 
-#: The latency metrics a good request is held to, with their ``GoodLimits`` field.
-GOOD_METRICS: Final = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+#: The ``GoodLimits`` fields: the record fields of the metrics a good request is held to.
+_FIELDS: Final = tuple(GOODPUT_METRICS.values())
 
 
 class GoodBasis(StrEnum):
@@ -44,7 +44,7 @@ class GoodLimits:
     e2e_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in GOOD_METRICS.values():
+        for name in _FIELDS:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value <= 0):
                 raise InvalidInput(f"good limit {name} must be a positive number of seconds")
@@ -56,10 +56,10 @@ class GoodLimits:
 
     def items(self) -> list[tuple[str, float]]:
         """(record field, limit) of the limits set."""
-        return [(f, v) for f in GOOD_METRICS.values() if (v := getattr(self, f)) is not None]
+        return [(f, v) for f in _FIELDS if (v := getattr(self, f)) is not None]
 
     def as_dict(self) -> dict[str, float | None]:
-        return {name: getattr(self, name) for name in GOOD_METRICS.values()}
+        return {name: getattr(self, name) for name in _FIELDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class GoodPolicy:
 
     @classmethod
     def of(cls, slos: Iterable[SloSpec], fallback: GoodLimits) -> GoodPolicy:
-        latency = (s for s in slos if _targets(s.sli))
+        latency = (s for s in slos if _limits(s.sli))
         return cls(tuple(sorted(latency, key=lambda s: s.name)), fallback)
 
     def rule_for(self, labels: Mapping[str, str]) -> GoodRule:
@@ -89,8 +89,7 @@ class GoodPolicy:
         for slo in self.slos:
             if not slo.selector.matches(labels):
                 continue
-            for metric, threshold in _targets(slo.sli):
-                field = GOOD_METRICS[metric]
+            for field, threshold in _limits(slo.sli):
                 limits[field] = min(limits.get(field, math.inf), threshold)
             names.append(slo.name)
         if not names:
@@ -98,19 +97,20 @@ class GoodPolicy:
         return GoodRule(GoodLimits(**limits), GoodBasis.SLO, tuple(names))
 
 
-def _targets(sli: Sli) -> tuple[tuple[str, float], ...]:
-    """The (metric, seconds) limits an SLI holds a good request to (none for availability,
-    nor for a latency SLI on a metric a user does not wait for)."""
+def _limits(sli: Sli) -> tuple[tuple[str, float], ...]:
+    """The (record field, seconds) limits an SLI holds a good request to: a goodput SLI's
+    ``Sli.limits``, a latency SLI's threshold on a metric a user waits for (none for
+    availability, nor for a latency SLI on the server's inside)."""
     if sli.kind is SliKind.GOODPUT:
-        return sli.targets
-    if sli.kind is SliKind.LATENCY and sli.metric in GOOD_METRICS and sli.threshold_s:
-        return ((sli.metric, sli.threshold_s),)
+        return sli.limits
+    if sli.kind is SliKind.LATENCY and sli.column in _FIELDS and sli.threshold_s:
+        return ((str(sli.column), sli.threshold_s),)
     return ()
 
 
 def limits_of(sli: Sli) -> GoodLimits:
     """A goodput SLI's targets as ``GoodLimits`` (what its good tokens are counted under)."""
-    return GoodLimits(**{GOOD_METRICS[m]: s for m, s in _targets(sli)})
+    return GoodLimits(**dict(_limits(sli)))
 
 
 def basis_of(bases: Iterable[str]) -> str:

@@ -160,6 +160,27 @@ def goodput_sli(
     )
 
 
+def seconds_text(value: float, *, compact: bool = False) -> str:
+    """A target in seconds as people read it: ``2 s``, ``100 ms``, ``250 µs`` (four significant
+    digits; ``compact``: no space, ``100ms``)."""
+    if value >= 1:
+        number, unit = f"{value:.4g}", "s"
+    elif value >= 1e-3:
+        number, unit = f"{value * 1e3:.4g}", "ms"
+    else:
+        number, unit = f"{value * 1e6:.4g}", "µs"
+    return f"{number}{'' if compact else ' '}{unit}"
+
+
+def targets_text(sli: Sli, *, compact: bool = False) -> str:
+    """What a goodput SLI holds a request to, every target together: ``TTFT ≤ 2 s and TPOT ≤
+    100 ms`` (``compact``, for a table's cell: ``ttft≤2s,tpot≤100ms``). The one wording of the
+    targets: the dashboard, the alert rules' descriptions and ``infersight slo list`` use it."""
+    if compact:
+        return ",".join(f"{m}≤{seconds_text(s, compact=True)}" for m, s in sli.targets)
+    return " and ".join(f"{m.upper()} ≤ {seconds_text(s)}" for m, s in sli.targets)
+
+
 def is_good(record: RequestRecord, sli: Sli) -> bool:
     """Whether ``record`` is a good request under a goodput SLI: it succeeded and every target
     it reported holds."""

@@ -45,6 +45,7 @@ from infersight.core.slo import (
     count_events,
     goodput_sli,
     is_good,
+    targets_text,
 )
 from infersight.core.window import Window
 from infersight.service.evaluation import default_policy
@@ -224,7 +225,18 @@ def test_goodput_slos_hold_good_tokens_to_their_targets_and_get_the_same_rules()
     assert {a["labels"]["severity"] for a in alerts} == {"page", "ticket"}
     described = alerts[0]["annotations"]["description"]
     assert "output tokens of requests" in described
-    assert "succeeded and ttft ≤ 2 s and tpot ≤ 0.1 s" in described
+    assert "succeeded and TTFT ≤ 2 s and TPOT ≤ 100 ms" in described
+
+
+def test_the_targets_read_the_same_wherever_they_are_shown() -> None:
+    """One wording (``core.slo.targets_text``) for the dashboard, the alert rules and the CLI."""
+    sli = goodput_sli(ttft_s=2.0, tpot_s=0.1, e2e_s=0.00025)
+    assert targets_text(sli) == "TTFT ≤ 2 s and TPOT ≤ 100 ms and E2E ≤ 250 µs"
+    assert targets_text(sli, compact=True) == "ttft≤2s,tpot≤100ms,e2e≤250µs"
+    assert targets_text(goodput_sli(e2e_s=12.5)) == "E2E ≤ 12.5 s"
+    [group] = rule_groups([GOODPUT], POLICY)["groups"]
+    described = next(r for r in group["rules"] if "alert" in r)["annotations"]["description"]
+    assert targets_text(GOODPUT.sli) in described
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -545,8 +557,34 @@ def test_the_cli_applies_and_lists_a_goodput_slo(tmp_path: Path) -> None:
     )
     assert applied.returncode == 0, applied.stderr
     assert "created chat-goodput" in applied.stdout
+    # per token: a one-line note that instant failures weigh nothing (not an error)
+    [note] = [line for line in applied.stderr.splitlines() if line.startswith("note:")]
+    assert "chat-goodput counts output tokens" in note
+    assert "pair it with an availability or per-request SLO" in note
+    per_request = tmp_path / "per-request.yaml"
+    per_request.write_text(
+        spec.read_text(encoding="utf-8").replace("per: token", "per: request"), encoding="utf-8"
+    )
+    again = subprocess.run(
+        [*command, "apply", str(per_request)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "updated chat-goodput" in again.stdout
+    assert "note:" not in again.stderr
+    # per token again, for the listing
+    assert (
+        subprocess.run(
+            [*command, "apply", str(spec)], env=env, capture_output=True, timeout=300, check=False
+        ).returncode
+        == 0
+    )
     listed = subprocess.run(
         [*command, "list"], env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert listed.returncode == 0, listed.stderr
-    assert "goodput ttft≤2s,tpot≤0.1s/token" in listed.stdout
+    assert "goodput ttft≤2s,tpot≤100ms/token" in listed.stdout

@@ -26,7 +26,7 @@ from infersight.api.dashboard.shared import (
 from infersight.core.burn import Policy
 from infersight.core.cost import CostResult
 from infersight.core.records import GROUP_LABELS
-from infersight.core.slo import GoodputUnit, SliKind, SloSpec
+from infersight.core.slo import GoodputUnit, SliKind, SloSpec, targets_text
 from infersight.core.window import format_duration
 from infersight.service.cost_view import unit_cost_text
 from infersight.service.incidents import annotate
@@ -55,8 +55,7 @@ def sli_text(spec: SloSpec) -> str:
 def goodput_text(spec: SloSpec) -> str:
     """``goodput: TTFT ≤ 2 s and TPOT ≤ 100 ms``: the targets that hold together (the row
     says what an event is: ``unit``)."""
-    joint = " and ".join(f"{m.upper()} ≤ {svg.seconds(s)}" for m, s in spec.sli.targets)
-    return f"goodput: {joint}"
+    return f"goodput: {targets_text(spec.sli)}"
 
 
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from infersight.api.context import AppContext
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.core.errors import InvalidInput
-from infersight.core.slo import NAME_PATTERN, GoodputUnit, SliKind, SloSpec
+from infersight.core.slo import NAME_PATTERN, GoodputUnit, SliKind, SloSpec, targets_text
 from infersight.core.window import format_duration
 from infersight.service.cost_view import unit_cost_text
 from infersight.service.slos import good_token_cost, with_status
@@ -67,8 +67,7 @@ def sli_text(spec: SloSpec) -> str:
     if spec.sli.kind is SliKind.AVAILABILITY:
         return "requests succeed"
     if spec.sli.kind is SliKind.GOODPUT:
-        joint = " and ".join(f"{m.upper()} ≤ {svg.seconds(s)}" for m, s in spec.sli.targets)
-        return f"goodput: succeeded with {joint} together"
+        return f"goodput: succeeded with {targets_text(spec.sli)} together"
     return f"{(spec.sli.metric or '').upper()} ≤ {svg.seconds(spec.sli.threshold_s or 0.0)}"
 
 
