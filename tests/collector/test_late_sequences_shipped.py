@@ -10,7 +10,9 @@ the late sibling exported again adds nothing."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +30,7 @@ from infersight.core.errors import InvalidInput
 from infersight.core.records import Engine, RequestRecord
 from infersight.core.sequences import LateSequence
 from infersight.core.wire import WireKind, decode_batch, encode_batch, frame
-from tests.collector.harness import sidecar_args, spawn_sidecar, wait_until
+from tests.collector.harness import ROOT, sidecar_args, spawn_sidecar, wait_until
 from tests.collector.test_central_ingest import (
     GUARD_S,
     INGEST_TOKEN,
@@ -250,3 +252,84 @@ def test_the_spool_keeps_the_memory_within_its_bounds(tmp_path: Path) -> None:
         assert len(SequenceMemory(capacity=2, keep_s=60.0, clock=lambda: now[0], store=spool)) == 0
     finally:
         spool.close()
+
+
+#: The last commit whose API did not fold late sequences (the release before the fold through
+#: central ingest): a sidecar must keep working against it.
+OLDER_API = "7f1d684~1"
+
+
+class OlderServe(Serve):
+    """``infersight serve`` from ``OLDER_API``'s source (``git archive``), ``--no-migrate``."""
+
+    source: Path
+
+    def start(self) -> OlderServe:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(self.source),
+            "INFERSIGHT_DATABASE_URL": self.store_url,
+            "INFERSIGHT_RUN_JOBS": "false",
+            "INFERSIGHT_API_TOKENS": f"ingest:{INGEST_TOKEN}",
+        }
+        code = (
+            "import infersight, sys; assert infersight.__file__.startswith(sys.argv[1]); "
+            "from infersight.cli.commands_serve import serve; "
+            f"serve(['--listen', '127.0.0.1:{self.port}', '--no-migrate'])"
+        )
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code, str(self.source)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.source,
+            )
+        assert wait_until(self._answers, timeout=GUARD_S), self.log.read_text(errors="replace")
+        return self
+
+
+@pytest.fixture
+def older(store, tmp_path: Path) -> Iterator[Serve]:
+    source = tmp_path / "older"
+    source.mkdir()
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", OLDER_API, "infersight"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("the older API's source needs this repository's git history")
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    served = OlderServe(store.url, free_port(), tmp_path / "older.log")
+    served.source = source
+    served.start()
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def test_an_older_api_that_cannot_fold_gets_the_sequence_as_a_request_of_its_own(
+    store, older: Serve, tmp_path: Path
+) -> None:
+    """The older API refuses the new batch kind (400, named) and has no ``/folded`` (404):
+    the sidecar stores the late sequence as a request of its own, as it did before the fold,
+    loses nothing and is not stuck; the same sequence again is stored once."""
+    short, long = two_sequences()
+    proc, base = ship_to(older, tmp_path / "spool", _token_file(tmp_path, INGEST_TOKEN))
+    try:
+        export(base, [short])
+        assert wait_until(lambda: first_stored(store), timeout=GUARD_S)
+        export(base, [long])
+        assert wait_until(lambda: len(stored(store)) == 2, timeout=GUARD_S)
+        assert wait_until(lambda: spool_empty(base), timeout=GUARD_S)
+        refused = 'infersight_collector_ship_errors_total{reason="fold_refused"}'
+        assert metric(base, refused) == 1
+        export(base, [long])
+        assert wait_until(lambda: spool_empty(base), timeout=GUARD_S)
+        assert RemoteSink(older.url, INGEST_TOKEN).folded([("a" * 32, "b" * 16)]) == set()
+    finally:
+        stop_sidecar(proc)
+    assert sorted(r["output_tokens"] for r in stored(store)) == [40, 300]
