@@ -7,6 +7,10 @@ per instance, usually one) whatever the sample rate. Whole hours only: the hour 
 sample's interval to the hour it falls in (``storage.gpu_rollup``), the split and the
 hour-of-week cells need nothing finer, and the hour in progress is left out. Hours older than
 hour-rollup retention (``hour_days``) have no rows, so they read as no data.
+
+A MIG slice or time-sliced share (``core.gpu_slice``, issue 34) counts as its fraction of a GPU
+of its parent's model (``NVIDIA A100-SXM4-80GB MIG 3g.40gb`` → 3/7 of an A100-SXM4-80GB hour),
+as cost counts it: the slices of one GPU add up to at most that GPU.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine, func, select
 
+from infersight.core.gpu_slice import parse_slice
 from infersight.core.purchasing import GpuHour
 from infersight.core.window import Resolution
 from infersight.storage.tables import gpu_rollups
@@ -29,6 +34,7 @@ def hourly_gpu_usage(engine: Engine, start: datetime, end: datetime) -> list[Gpu
             r.bucket,
             r.instance,
             r.name,
+            r.gpu_slice,
             func.sum(r.covered_s),
             func.sum(r.util_s),
             func.sum(r.util_weighted_s),
@@ -38,19 +44,27 @@ def hourly_gpu_usage(engine: Engine, start: datetime, end: datetime) -> list[Gpu
             r.bucket >= Resolution.HOUR.ceil(start),
             r.bucket < Resolution.HOUR.floor(end),
         )
-        .group_by(r.bucket, r.instance, r.name)
+        .group_by(r.bucket, r.instance, r.name, r.gpu_slice)
         .order_by(r.bucket, r.instance, r.name)
     )
     with engine.connect() as connection:
         rows = connection.execute(query).all()
+    out: dict[tuple[datetime, str, str], list[float]] = {}
+    for row in rows:
+        part = parse_slice(row[3] or "")
+        share = 1.0 if part is None else float(part.fraction)
+        name = (row[2] or "").split(" MIG ")[0] if part is not None else row[2] or ""
+        sums = out.setdefault((row[0], row[1], name), [0.0, 0.0, 0.0])
+        for i, value in enumerate(row[4:7]):
+            sums[i] += max(float(value or 0.0), 0.0) * share
     return [
         GpuHour(
-            at=row[0],
-            instance=row[1],
-            gpu_name=row[2] or "",
-            gpu_seconds=max(float(row[3] or 0.0), 0.0),
-            util_seconds=max(float(row[4] or 0.0), 0.0),
-            util_weighted=max(float(row[5] or 0.0), 0.0),
+            at=at,
+            instance=instance,
+            gpu_name=name,
+            gpu_seconds=sums[0],
+            util_seconds=sums[1],
+            util_weighted=sums[2],
         )
-        for row in rows
+        for (at, instance, name), sums in sorted(out.items())
     ]
