@@ -322,6 +322,9 @@ class BudgetStatus:
     top: tuple[CostLine, ...]
     """The biggest spenders (model × instance) of the period so far."""
     model_name: str
+    burning: tuple[timedelta, Decimal, tuple[CostLine, ...]] | None = None
+    """For a fired burn rule: its long window, the spend in it and that window's biggest
+    spenders (who is burning now, which the period's top may not show)."""
 
     def to_dict(self) -> dict[str, Any]:
         f, b = self.figures, self.figures.budget
@@ -372,6 +375,20 @@ class BudgetStatus:
                 }
                 for line in self.top
             ],
+            "burning": None
+            if self.burning is None
+            else {
+                "window": format_duration(self.burning[0]),
+                "spent": amount(self.burning[1]),
+                "top_spenders": [
+                    {
+                        "model": line.labels.get("model") or IDLE_LABEL,
+                        "instance": line.labels.get("instance", ""),
+                        "cost": amount(line.cost),
+                    }
+                    for line in self.burning[2]
+                ],
+            },
         }
 
 
@@ -400,7 +417,16 @@ def budget_status(
     window_spend = {w: reader.spend(Window.last(w, now), selector) for w in budget.windows}
     figures = BudgetFigures(budget, now, start, end, spent, window_spend)
     evaluation = evaluate_budget(figures)
-    return BudgetStatus(figures, evaluation.firing, top, model.name)
+    burning = None
+    if evaluation.fired_rules:
+        rule = max(evaluation.fired_rules, key=lambda r: (r.severity.rank, -r.long_window))
+        recent = Window.last(rule.long_window, now)
+        burning = (
+            rule.long_window,
+            window_spend[rule.long_window],
+            reader.top(recent, selector, TOP_SPENDERS),
+        )
+    return BudgetStatus(figures, evaluation.firing, top, model.name, burning)
 
 
 def budget_cause(status: BudgetStatus) -> str:
@@ -457,6 +483,19 @@ def budget_evidence(status: BudgetStatus) -> tuple[dict[str, Any], dict[str, Any
         for line in status.top
     ]
     instance = status.top[0].labels.get("instance") if status.top else None
+    if status.burning is not None:
+        window, spend, lines = status.burning
+        evidence += [
+            {
+                "signal": f"top spender over {format_duration(window)} "
+                f"{line.labels.get('model') or IDLE_LABEL}@{line.labels.get('instance', '')}",
+                "current": float(line.cost),
+                "baseline": float(spend),
+                "ratio": float(line.cost / spend) if spend else None,
+            }
+            for line in lines
+        ]
+        instance = lines[0].labels.get("instance") if lines else instance
     return symptom, _diagnosis(budget_cause(status), evidence, instance, budget=data)
 
 

@@ -396,6 +396,11 @@ def test_a_burn_resolves_when_spending_falls_back(store):
     assert note.diagnosis is not None
     assert note.diagnosis["cause"] == "spend_burn"
     assert note.diagnosis["budget"]["threshold_crossed"] is None
+    # Who burns now: the surge's instances, each an eleventh of the last six hours' spend.
+    burning = note.diagnosis["budget"]["burning"]
+    assert burning["window"] == "6h"
+    assert {s["instance"] for s in burning["top_spenders"]} <= {f"burst-{k}" for k in range(10)}
+    assert any(e["signal"].startswith("top spender over 6h") for e in note.diagnosis["evidence"])
     later = NOW + timedelta(hours=2)
     resolved = [c for c in job(later).changes if c[0].id == opened.id]
     assert [t for _, t in resolved] == [Transition.RESOLVED]
