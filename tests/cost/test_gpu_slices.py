@@ -12,6 +12,7 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import func, select
 
@@ -29,6 +30,7 @@ from infersight.storage.writer import open_writer
 from tests.collector.fake_nvml import FakeGpu, FakeMig, FakeNvml
 from tests.collector.harness import running_sidecar, sidecar_config, wait_until
 from tests.cost.conftest import api_for
+from tests.factories import make_records
 
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -294,3 +296,30 @@ def test_a_long_window_read_from_rollups_prices_the_slices_the_same(sliced):
     assert b > 0
     assert Decimal(body["total"]["cost"]) == sum(Decimal(i["cost"]) for i in body["instances"])
     assert abs(a - hours_a * Decimal("2.00") / 3) <= Decimal("0.000002")
+
+
+def test_cost_per_million_tokens_of_an_instance_on_a_slice_is_its_slice_cost(sliced):
+    records = make_records(
+        np.random.default_rng(34),
+        T0 + timedelta(minutes=1),
+        40,
+        span=timedelta(minutes=8),
+        models=("llama-8b",),
+        instances=("mig-a",),
+        tenants=("acme",),
+        priorities=("interactive",),
+        error_rate=0.0,
+    )
+    open_writer(sliced.engine).write_requests(records)
+    api = api_for(sliced, cost_model="slices")
+    window = {"start": T0.isoformat(), "end": (T0 + TEN_MINUTES).isoformat()}
+    body = api.get("/api/v1/cost", params={**window, "group_by": "model,instance"}).json()
+    served = next(g for g in body["groups"] if g["labels"]["instance"] == "mig-a")
+    tokens = sum(r.input_tokens + r.output_tokens for r in records)
+    assert served["cost"] == "0.250000"  # the slice's 3/7, not the A100's 0.583333
+    per_million = Decimal("0.250000") * 1_000_000 / tokens
+    assert Decimal(served["cost_per_million_tokens"]["total"]) == per_million.quantize(
+        Decimal("0.000001")
+    )
+    instance = next(i for i in body["instances"] if i["instance"] == "mig-a")
+    assert Decimal(instance["idle_cost"]) < Decimal(instance["cost"])  # it served: not all idle
