@@ -205,3 +205,22 @@ def test_by_trace_reads_at_most_the_oldest_n_entries_of_each_trace(tmp_path: Pat
         assert len(spool.by_trace(["big"], TRACE_INDEXED_KIND)) == 50
     finally:
         spool.close()
+
+
+@pytest.mark.parametrize("count", [1, 127, 128, 129, 300, 1000])
+def test_an_append_of_any_size_is_stored_whole_and_in_order(tmp_path: Path, count: int) -> None:
+    # The committer inserts many rows per statement (then the rest in smaller pieces):
+    # every entry must land once, in append order, with its own values.
+    spool = Spool(SpoolConfig(tmp_path))
+    first = [entry(i, ready_at=float(i)) for i in range(count)]
+    second = [
+        Entry(kind=5, trace_id="ab" * 16, ready_at=0.5, payload=b"\x00\xff" * i) for i in range(7)
+    ]
+    spool.append(first).result(timeout=60)
+    spool.append(second).result(timeout=60)
+    stored = spool.ready(float("inf"), [1, 5], 10_000)
+    assert [tuple(s)[1:] for s in stored] == [tuple(e) for e in first + second]
+    seqs = [s.seq for s in stored]
+    assert seqs == list(range(seqs[0], seqs[0] + count + 7))
+    assert spool.stats() == (count + 7, sum(e.size for e in first + second))
+    spool.close()
