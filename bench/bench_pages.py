@@ -103,6 +103,13 @@ def evaluated(live: Live) -> int:
         body = httpx.get(f"{live.url}/healthz", timeout=30).json()
     except (httpx.HTTPError, ValueError):
         return 0
+    status = str(body.get("status", ""))
+    if "Can't locate revision" in status:  # it would wait for the store until the guard
+        raise RuntimeError(
+            f"{live.url}: the store is at a migration this checkout's code does not know "
+            f"({status}); compare against a checkout that has every migration of the store "
+            "(a worktree of HEAD with the changes under test reverted), or seed with its code"
+        )
     return int((body.get("jobs") or {}).get("evaluate", 0))
 
 
