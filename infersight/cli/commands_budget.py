@@ -92,7 +92,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         return
     click.echo(
         f"{'NAME':24} {'VER':>3} {'SCOPE':20} {'PERIOD':8} {'AMOUNT':>12} {'SPENT':>12} "
-        f"{'PROJECTED':>12} {'BURN':18} ALERT"
+        f"{'PROJECTED':>12} {'BURN':22} ALERT"
     )
     for row in rows:
         spec = row["spec"]
@@ -108,7 +108,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         click.echo(
             f"{row['metadata']['name']:24} {row['version']:>3} {scope:20} {spec['period']:8} "
             f"{_money(status['amount']):>12} {_money(status['spent']):>12} "
-            f"{_money(projected):>12} {burn:18} {status['firing'] or '-'}"
+            f"{_money(projected):>12} {burn:22} {status['firing'] or '-'}"
         )
 
 
