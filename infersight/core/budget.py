@@ -109,6 +109,8 @@ class Budget:
             )
         if len(self.scope) > 1:
             raise InvalidInput("a budget is scoped to one tenant or one model, not both")
+        if any(not v or len(v) > 256 for v in self.scope.values()):
+            raise InvalidInput("a budget's tenant or model is 1 to 256 characters")
         if any(not t.is_finite() or t <= 0 or t > 10 for t in self.thresholds):
             raise InvalidInput("thresholds are fractions of the amount, above 0 and at most 10")
         if not self.rules and not self.thresholds:

@@ -282,6 +282,7 @@ def test_team_is_refused_naming_the_attribution_work():
         ({"period": "daily"}, "monthly or weekly"),
         ({"scope": {"tenant": "a", "model": "b"}}, "not both"),
         ({"scope": {"instance": "x"}}, "tenant, a model or the fleet"),
+        ({"scope": {"tenant": ""}}, "1 to 256 characters"),
         ({"amount": "lots"}, "decimal"),
         (
             {
