@@ -409,3 +409,17 @@ def test_a_burn_resolves_when_spending_falls_back(store):
                            model, later)  # fmt: skip
     assert status.figures.spent > Decimal("1000")
     assert status.figures.burn_rates()[timedelta(hours=1)] == 0
+
+
+def test_a_price_step_resolves_once_the_baseline_is_priced_the_same(store):
+    window = Window(NOW - timedelta(days=8), NOW + timedelta(days=8))
+    seed(store, window)
+    old, new = flat_model("4.00"), flat_model("8.00")
+    budget_store.record_model(store.engine, old, window.start)
+    job = MoneyAlerts(store.engine, lambda: new, None, StepPolicy(min_tokens=1000))
+    [opened] = [i for i, t in job(NOW).changes if i.slo == "cost-step:fleet"]
+    # A week on, every baseline day was priced with the new prices: no step, the ticket resolves.
+    later = NOW + timedelta(days=8)
+    resolved = [(i, t) for i, t in job(later).changes if i.id == opened.id]
+    assert [t for _, t in resolved] == [Transition.RESOLVED]
+    assert resolved[0][0].burn_rates["step"] == pytest.approx(1.0)
