@@ -356,19 +356,24 @@ def fold_sequences(
     return out, sequences
 
 
+#: A group remembered: (trace, parent span, request id), when, the stored request's key
+#: (start, trace id, span id), and the span ids of the group that were stored (in that row,
+#: or written in the same pass).
+Remembered = tuple[tuple[str, str, str], float, tuple[datetime, str, str], tuple[str, ...]]
+
+
 class GroupStore(Protocol):
     """Where ``SequenceMemory`` keeps its groups across restarts (``collector.spool``)."""
 
-    def load_groups(
-        self, since: float, limit: int
-    ) -> list[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]]:
+    def load_groups(self, since: float, limit: int) -> list[Remembered]:
         """The newest ``limit`` groups remembered at or after ``since``, oldest first: each
-        (trace, parent span, request id), when it was remembered, and its stored request."""
+        (trace, parent span, request id), when it was remembered, its stored request and
+        the span ids stored with it."""
         ...
 
     def save_groups(
         self,
-        added: Sequence[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]],
+        added: Sequence[Remembered],
         dropped: Sequence[tuple[str, str, str]],
         horizon: float,
     ) -> None:
@@ -406,11 +411,13 @@ class SequenceMemory:
         self.keep_s = keep_s
         self._clock = clock
         self._store = store
-        self._stored: OrderedDict[tuple[str, str, str], tuple[float, tuple[datetime, str, str]]]
+        self._stored: OrderedDict[
+            tuple[str, str, str], tuple[float, tuple[datetime, str, str], frozenset[str]]
+        ]
         self._stored = OrderedDict()
         if store is not None:
-            for group, at, request in store.load_groups(clock() - keep_s, capacity):
-                self._stored[group] = (at, request)
+            for group, at, request, spans in store.load_groups(clock() - keep_s, capacity):
+                self._stored[group] = (at, request, frozenset(spans))
         #: The last pass's requests and the group of each of their (trace, span) keys.
         self._last: tuple[Sequence[Request], dict[tuple[str, str], tuple[str, str, str]]] = (
             (),
@@ -437,7 +444,12 @@ class SequenceMemory:
         self, records: list[RequestRecord], requests: Sequence[Request]
     ) -> tuple[list[RequestRecord], list[LateSequence]]:
         """``records`` (assembled from ``requests``) as those to store and the late
-        sequences of requests stored before (to fold into them)."""
+        sequences of requests stored before (to fold into them).
+
+        A record of a stored group whose spans were all stored before is a replay (kept: the
+        store ignores its key). One that mixes spans stored before with new ones (the stored
+        request shipped again, with a late sibling, in one window) is not kept: its new
+        spans' own records, folded together, are the late sequence."""
         self._expire()
         stored = self._stored
         by_key = self._groups(requests)
@@ -458,11 +470,22 @@ class SequenceMemory:
                 kept.append(record)
                 continue
             group = found
-            held = stored[group][1]
-            if held[2] in members[group]:
+            _, held, spans = stored[group]
+            now = members[group]
+            new = [span for span in now if span not in spans and span != held[2]]
+            if not new:
                 kept.append(record)  # the stored request itself again (a replay)
-                continue
-            late.append(LateSequence(held, record, tuple(members[group])))
+            elif len(new) == len(now):
+                late.append(LateSequence(held, record, tuple(now)))
+            else:
+                own = {(record.trace_id, span): record for span in new}
+                for request in requests:  # each new span's own record, the first of copies
+                    key = (request.record.trace_id, request.record.span_id)
+                    if own.get(key) is record:
+                        own[key] = request.record
+                merged = merge_sequences(list(own.values()))
+                if merged is not None:
+                    late.append(LateSequence(held, merged, tuple(new)))
         return kept, late
 
     def remember(self, records: Sequence[RequestRecord], requests: Sequence[Request]) -> None:
@@ -472,13 +495,19 @@ class SequenceMemory:
             return
         now = self._clock()
         stored = self._stored
-        added: list[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]] = []
+        added: list[Remembered] = []
+        written = {by_key.get((r.trace_id, r.span_id)) for r in records}
+        spans: dict[tuple[str, str, str], list[str]] = {}
+        for (_, span), group in by_key.items():
+            if group in written and group not in stored:
+                spans.setdefault(group, []).append(span)
         for record in records:
-            group = by_key.get((record.trace_id, record.span_id))
-            if group is not None and group not in stored:
+            found = by_key.get((record.trace_id, record.span_id))
+            if found is not None and found not in stored:
+                group = found
                 request = (record.start, record.trace_id, record.span_id)
-                stored[group] = (now, request)
-                added.append((group, now, request))
+                stored[group] = (now, request, frozenset(spans[group]))
+                added.append((group, now, request, tuple(spans[group])))
         dropped: list[tuple[str, str, str]] = []
         while len(stored) > self.capacity:
             dropped.append(stored.popitem(last=False)[0])

@@ -101,15 +101,17 @@ _SCHEMA: Final = (
 #: sidecar still recognises a late sequence of a request stored before. Bounded by the
 #: memory's own bounds (15 minutes, 32,768 groups): a few MiB at most.
 _GROUP_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS sequence_groups (
+    "DROP TABLE IF EXISTS sequence_groups",  # its first form (no spans), never released
+    """CREATE TABLE IF NOT EXISTS sequence_memory (
         trace_id TEXT NOT NULL,
         parent_span_id TEXT NOT NULL,
         request_id TEXT NOT NULL,
         remembered_at REAL NOT NULL,
         start_us INTEGER NOT NULL,
         span_id TEXT NOT NULL,
+        spans TEXT NOT NULL,
         PRIMARY KEY (trace_id, parent_span_id, request_id)) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS sequence_groups_at ON sequence_groups (remembered_at)",
+    "CREATE INDEX IF NOT EXISTS sequence_memory_at ON sequence_memory (remembered_at)",
 )
 _GROUP_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -567,7 +569,7 @@ class Spool:
 
     def load_groups(
         self, since: float, limit: int
-    ) -> list[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]]:
+    ) -> list[tuple[tuple[str, str, str], float, tuple[datetime, str, str], tuple[str, ...]]]:
         """The newest ``limit`` groups remembered at or after ``since``, oldest first; none
         when they cannot be read (logged: late sequences are then stored apart)."""
         try:
@@ -575,7 +577,7 @@ class Spool:
                 self._groups_table()
                 rows = self._db.execute(
                     "SELECT trace_id, parent_span_id, request_id, remembered_at, start_us,"
-                    " span_id FROM sequence_groups WHERE remembered_at >= ?"
+                    " span_id, spans FROM sequence_memory WHERE remembered_at >= ?"
                     " ORDER BY remembered_at DESC LIMIT ?",
                     (since, limit),
                 ).fetchall()
@@ -583,13 +585,20 @@ class Spool:
             log.exception("cannot read the remembered parallel-sampling groups")
             return []
         return [
-            ((trace, parent, request), at, (_GROUP_EPOCH + timedelta(microseconds=us), trace, span))
-            for trace, parent, request, at, us, span in reversed(rows)
+            (
+                (trace, parent, request),
+                at,
+                (_GROUP_EPOCH + timedelta(microseconds=us), trace, span),
+                tuple(spans.split(",")),
+            )
+            for trace, parent, request, at, us, span, spans in reversed(rows)
         ]
 
     def save_groups(
         self,
-        added: Sequence[tuple[tuple[str, str, str], float, tuple[datetime, str, str]]],
+        added: Sequence[
+            tuple[tuple[str, str, str], float, tuple[datetime, str, str], tuple[str, ...]]
+        ],
         dropped: Sequence[tuple[str, str, str]],
         horizon: float,
     ) -> None:
@@ -598,24 +607,27 @@ class Spool:
         back, never raised: draining must not wait on the memory, which then lasts only as
         long as the process."""
         rows = [
-            (g[0], g[1], g[2], at, (r[0] - _GROUP_EPOCH) // timedelta(microseconds=1), r[2])
-            for g, at, r in added
-        ]
+            (
+                g[0], g[1], g[2], at, (r[0] - _GROUP_EPOCH) // timedelta(microseconds=1), r[2],
+                ",".join(spans),
+            )
+            for g, at, r, spans in added
+        ]  # fmt: skip
         try:
             with self._lock:
                 self._groups_table()
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     self._db.executemany(
-                        "INSERT OR IGNORE INTO sequence_groups VALUES (?, ?, ?, ?, ?, ?)", rows
+                        "INSERT OR IGNORE INTO sequence_memory VALUES (?, ?, ?, ?, ?, ?, ?)", rows
                     )
                     self._db.executemany(
-                        "DELETE FROM sequence_groups"
+                        "DELETE FROM sequence_memory"
                         " WHERE trace_id = ? AND parent_span_id = ? AND request_id = ?",
                         dropped,
                     )
                     self._db.execute(
-                        "DELETE FROM sequence_groups WHERE remembered_at < ?", (horizon,)
+                        "DELETE FROM sequence_memory WHERE remembered_at < ?", (horizon,)
                     )
                     self._db.execute("COMMIT")
                 except BaseException:

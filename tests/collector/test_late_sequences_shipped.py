@@ -163,6 +163,31 @@ def test_a_sidecar_killed_between_a_request_and_its_late_sibling_still_folds_it(
     assert_one_request_of_both(store)
 
 
+@pytest.mark.parametrize("path", ["central", "direct"])
+def test_the_stored_request_shipped_again_with_its_late_sibling_folds_the_sibling_once(
+    store, tmp_path: Path, path: str, request: pytest.FixtureRequest
+) -> None:
+    """An exporter that sends the stored request's span again together with the late
+    sibling (in one window, so the sidecar folds them together under the stored key): the
+    sibling is folded, the stored part is not added again."""
+    short, long = two_sequences()
+    spool, token = tmp_path / "spool", _token_file(tmp_path, INGEST_TOKEN)
+    api = request.getfixturevalue("central") if path == "central" else None
+    proc, base = ship_to(api, spool, token) if api is not None else to_store(store, spool)
+    try:
+        export(base, [short])
+        assert wait_until(lambda: first_stored(store), timeout=GUARD_S)
+        assert wait_until(lambda: spool_empty(base), timeout=GUARD_S)
+        export(base, [short, long])
+        assert wait_until(lambda: folded(store), timeout=GUARD_S)
+        assert wait_until(lambda: spool_empty(base), timeout=GUARD_S)
+        export(base, [short, long])  # both again: nothing added
+        assert wait_until(lambda: spool_empty(base), timeout=GUARD_S)
+    finally:
+        stop_sidecar(proc)
+    assert_one_request_of_both(store)
+
+
 def test_folded_is_answered_through_the_api_with_an_ingest_token_only(
     store, central: Serve, tmp_path: Path
 ) -> None:
@@ -248,6 +273,11 @@ def test_the_spool_keeps_the_memory_within_its_bounds(tmp_path: Path) -> None:
         assert late[0].request == (more[0].record.start, "a" * 32, f"{2:016x}")
         lost = [_request(8, "req-1")]
         assert again.split([lost[0].record], lost) == ([lost[0].record], [])
+        # req-3's stored span again with a new sibling: only the sibling is late
+        mixed = [_request(3, "req-3"), _request(7, "req-3", out=5)]
+        kept, late = again.split([mixed[0].record], mixed)
+        assert kept == []
+        assert [(f.members, f.record.output_tokens) for f in late] == [((f"{7:016x}",), 5)]
         now[0] += 61  # past keep_s: a new process remembers nothing
         assert len(SequenceMemory(capacity=2, keep_s=60.0, clock=lambda: now[0], store=spool)) == 0
     finally:
