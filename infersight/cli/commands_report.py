@@ -78,8 +78,7 @@ def weekly(
         engine.dispose()
     summary, title = generated.body["summary"], generated.body["title"]
     click.echo(
-        f"stored report {generated.id} for {title}: {summary['cost']} "
-        f"{generated.body['currency']}"
+        f"stored report {generated.id} for {title}: {summary['cost']} {generated.body['currency']}"
     )
     if out is None:
         click.echo(
