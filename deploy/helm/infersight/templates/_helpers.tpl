@@ -145,19 +145,23 @@ Arguments: a dict with "root" (the chart's context) and "scrape" (the server's /
   resources:
     {{- toYaml $s.resources | nindent 4 }}
   securityContext:
+    {{- /* One map, so that a key set in securityContext is never written twice: the chart's
+    user, then yours (securityContext), then what profiles need. */}}
+    {{- $ctx := dict "runAsNonRoot" true "runAsUser" $root.Values.podSecurityContext.runAsUser }}
+    {{- $ctx = mergeOverwrite $ctx (deepCopy $root.Values.securityContext) }}
     {{- if $s.profiles.enabled }}
-    {{- /* py-spy attaches to the serving process: SYS_PTRACE, effective for root only */}}
-    {{- toYaml (omit $root.Values.securityContext "capabilities") | nindent 4 }}
-    capabilities:
-      drop: [ALL]
-      add: [SYS_PTRACE]
-    runAsNonRoot: {{ gt (int $s.profiles.runAsUser) 0 }}
-    runAsUser: {{ $s.profiles.runAsUser }}
-    {{- else }}
-    {{- toYaml $root.Values.securityContext | nindent 4 }}
-    runAsNonRoot: true
-    runAsUser: {{ $root.Values.podSecurityContext.runAsUser }}
+    {{- /* py-spy attaches to the serving process: it needs SYS_PTRACE. The sidecar stays
+    non-root; the image's py-spy carries the file capability cap_sys_ptrace+ep, granted on
+    exec only while SYS_PTRACE is in the bounding set (added here) and no_new_privs is off
+    (allowPrivilegeEscalation). runAsUser 0 is the fallback for images without it. */}}
+    {{- $user := $s.profiles.runAsUser }}
+    {{- if kindIs "invalid" $user }}{{ $user = $ctx.runAsUser }}{{ end }}
+    {{- $_ := set $ctx "capabilities" (dict "drop" (list "ALL") "add" (list "SYS_PTRACE")) }}
+    {{- $_ = set $ctx "runAsUser" $user }}
+    {{- $_ = set $ctx "runAsNonRoot" (gt (int $user) 0) }}
+    {{- $_ = set $ctx "allowPrivilegeEscalation" (gt (int $user) 0) }}
     {{- end }}
+    {{- toYaml $ctx | nindent 4 }}
   volumeMounts:
     - name: infersight-spool
       mountPath: /var/lib/infersight/spool
