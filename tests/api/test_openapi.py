@@ -99,6 +99,7 @@ SURFACE = {
     "GET /healthz": [],
     "POST /api/v1/baselines": [],
     "POST /api/v1/ingest": [],
+    "POST /api/v1/ingest/folded": [],
     "POST /api/v1/diagnose": [],
     "POST /api/v1/incidents/{incident_id}/acknowledge": ["path:incident_id"],
     "POST /api/v1/reports/weekly": _q("partial", "week"),
