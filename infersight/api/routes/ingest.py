@@ -137,6 +137,32 @@ def _keys(value: Any) -> list[tuple[str, str]]:
     "/folded",
     summary="Which sequences were folded into stored requests already (ingest token)",
     responses=responses(400),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["keys"],
+                        "properties": {
+                            "keys": {
+                                "type": "array",
+                                "maxItems": MAX_FOLDED_KEYS,
+                                "items": {
+                                    "type": "array",
+                                    "items": {"type": "string"},
+                                    "minItems": 2,
+                                    "maxItems": 2,
+                                    "description": "[trace id, span id]",
+                                },
+                            }
+                        },
+                    }
+                }
+            },
+        }
+    },
 )
 async def folded(request: Request, app: App) -> dict[str, list[list[str]]]:
     """A restarted sidecar's question before it ships records spooled before its restart."""
