@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import logging
+import math
 import os
 import pickle
 import queue
@@ -38,6 +39,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -118,6 +120,60 @@ def _portable(context: MappingContext) -> MappingContext:
     )
 
 
+class _Watchdog:
+    """Runs an action (killing a child) once a deadline passes unless disarmed first: one
+    thread for a child's life instead of a ``threading.Timer`` (a thread started and stopped)
+    per export. Arming wakes the thread only when it would otherwise wake too late."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._action: Callable[[], object] | None = None
+        self._wakes_at = math.inf
+        self._stop: threading.Event | None = None
+
+    def arm(self, seconds: float, action: Callable[[], object]) -> None:
+        with self._cond:
+            self._deadline, self._action = time.monotonic() + seconds, action
+            if self._stop is None:
+                self._stop = threading.Event()
+                self._wakes_at = self._deadline
+                threading.Thread(
+                    target=self._run, args=(self._stop,), name="otlp-decoder-watchdog", daemon=True
+                ).start()
+            elif self._deadline < self._wakes_at:
+                self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._deadline = self._action = None
+
+    def close(self) -> None:
+        with self._cond:
+            if self._stop is not None:
+                self._stop.set()
+                self._stop = None
+            self._deadline = self._action = None
+            self._cond.notify_all()
+
+    def _run(self, stop: threading.Event) -> None:
+        with self._cond:
+            while not stop.is_set():
+                deadline = self._deadline
+                if deadline is None:
+                    self._wakes_at = math.inf
+                    self._cond.wait()
+                    continue
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._wakes_at = deadline
+                    self._cond.wait(left)
+                    continue
+                action, self._deadline, self._action = self._action, None, None
+                if action is not None:
+                    action()
+
+
 class _Child:
     """One decoder process and the pipes to it; used by one slot thread at a time."""
 
@@ -125,6 +181,7 @@ class _Child:
         self.setup = setup
         self.proc: subprocess.Popen[bytes] | None = None
         self.lock = threading.Lock()
+        self.watchdog = _Watchdog()
 
     @property
     def pid(self) -> int | None:
@@ -177,9 +234,7 @@ class _Child:
             assert proc is not None
             assert proc.stdin is not None
             assert proc.stdout is not None
-            watchdog = threading.Timer(JOB_TIMEOUT_S, proc.kill)
-            watchdog.daemon = True
-            watchdog.start()
+            self.watchdog.arm(JOB_TIMEOUT_S, proc.kill)
             try:
                 header = (encoding, media, now, model, adapters, role, reassembly)
                 _write_frame(proc.stdin, pickle.dumps(header))
@@ -192,7 +247,7 @@ class _Child:
                     details={"reason": "decoder_failed"},
                 ) from None
             finally:
-                watchdog.cancel()
+                self.watchdog.disarm()
             status, result, retiring = answer
             if retiring:
                 self._reap()
@@ -219,6 +274,7 @@ class _Child:
     def stop(self) -> None:
         with self.lock:
             self._reap()  # stdin closed: the child exits at once
+            self.watchdog.close()
 
 
 class DecoderPool:
