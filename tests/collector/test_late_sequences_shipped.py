@@ -30,7 +30,15 @@ from infersight.core.errors import InvalidInput
 from infersight.core.records import Engine, RequestRecord
 from infersight.core.sequences import LateSequence
 from infersight.core.wire import WireKind, decode_batch, encode_batch, frame
-from tests.collector.harness import ROOT, sidecar_args, spawn_sidecar, wait_until
+from tests.collector.harness import (
+    ROOT,
+    export_spans,
+    running_sidecar,
+    sidecar_args,
+    sidecar_config,
+    spawn_sidecar,
+    wait_until,
+)
 from tests.collector.test_central_ingest import (
     GUARD_S,
     INGEST_TOKEN,
@@ -40,6 +48,7 @@ from tests.collector.test_central_ingest import (
     stop_sidecar,
 )
 from tests.collector.test_collector_late_sequences import (
+    CrashAfterFold,
     _request,
     assert_one_request_of_both,
     stored,
@@ -363,3 +372,27 @@ def test_an_older_api_that_cannot_fold_gets_the_sequence_as_a_request_of_its_own
     finally:
         stop_sidecar(proc)
     assert sorted(r["output_tokens"] for r in stored(store)) == [40, 300]
+
+
+def test_a_fold_through_central_ingest_replayed_after_a_crash_is_not_stored_again(
+    store, central: Serve, tmp_path: Path
+) -> None:
+    """The API folded the sequence but the sidecar died before clearing it from its spool
+    (``CrashAfterFold``): the restarted sidecar asks the API (``/folded``) and ships nothing
+    of it again."""
+    short, long = two_sequences()
+    spool = tmp_path / "spool"
+    config = sidecar_config("vllm-0", spool, window_s=0.5, model="llama-8b")
+    remote = RemoteSink(central.url, INGEST_TOKEN)
+    with running_sidecar(CrashAfterFold(remote), config) as app:
+        export_spans(app, [short])
+        assert wait_until(lambda: first_stored(store), timeout=GUARD_S)
+        export_spans(app, [long])
+        assert wait_until(lambda: folded(store), timeout=GUARD_S)
+        assert wait_until(lambda: app.spool.stats()[0] >= 1, timeout=GUARD_S)
+    assert_one_request_of_both(store)
+    with running_sidecar(remote, config) as restarted:
+        assert wait_until(lambda: restarted.spool.stats()[0] == 0, timeout=GUARD_S)
+        # the API said it was folded: not even shipped again (a duplicate, had it been)
+        assert restarted.metrics.value("infersight_collector_ship_duplicates_total") == 0
+    assert_one_request_of_both(store)
