@@ -31,6 +31,7 @@ OTHER_STORE_FIELDS: Final = (
     "minute_rollup_retention_days",
     "hour_rollup_retention_days",
     "day_rollup_retention_days",
+    "profile_retention_days",
     "partition_ahead_days",
     "max_future_skew_s",
     "exact_max_rows",

@@ -18,7 +18,13 @@ WINDOWED = [
     "/api/v1/breakdown",
     "/api/v1/cost",
 ]
-_SAMPLE_PATH = {"incident_id": "1", "report_id": "1", "name": "main"}
+_SAMPLE_PATH = {
+    "incident_id": "1",
+    "report_id": "1",
+    "profile_id": "1",
+    "bill_id": "1",
+    "name": "main",
+}
 
 
 def _iso(ts) -> str:
