@@ -314,21 +314,7 @@ class QuantileSketch:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> QuantileSketch:
-        if len(data) < _HEADER.size:
-            raise InvalidInput("sketch bytes are truncated")
-        magic, alpha, count, zero, total, minimum, maximum, nkeys = _HEADER.unpack_from(data)
-        if magic not in (_MAGIC, _MAGIC_RAW):
-            raise InvalidInput("not an infersight sketch (bad magic)")
-        if nkeys > _MAX_KEYS:
-            raise InvalidInput("sketch has too many buckets", details={"buckets": nkeys})
-        body = data[_HEADER.size :]
-        if magic == _MAGIC:
-            try:
-                body = zlib.decompress(body, bufsize=16 * nkeys or 64)
-            except zlib.error as exc:
-                raise InvalidInput(f"sketch body is corrupt: {exc}") from None
-        if len(body) != 16 * nkeys:
-            raise InvalidInput("sketch body length does not match its header")
+        (alpha, count, zero, total, minimum, maximum), nkeys, body = _read(data)
         keys = np.cumsum(np.frombuffer(body, dtype="<i8", count=nkeys)).astype(np.int64)
         counts = np.frombuffer(body, dtype="<i8", count=nkeys, offset=8 * nkeys).astype(np.int64)
         sketch = cls.from_buckets(
@@ -404,8 +390,8 @@ HEADER_SIZE: Final = _HEADER.size
 
 
 def _read(data: bytes) -> tuple[tuple[float, int, int, float, float, float], int, bytes]:
-    """A blob's (alpha, count, zero, sum, min, max), bucket count and inflated body, with
-    ``from_bytes``'s checks."""
+    """A blob's (alpha, count, zero, sum, min, max), bucket count and inflated body, checked
+    (``from_bytes`` and ``merge_bytes`` read through it)."""
     if len(data) < _HEADER.size:
         raise InvalidInput("sketch bytes are truncated")
     magic, alpha, count, zero, total, minimum, maximum, nkeys = _HEADER.unpack_from(data)

@@ -65,6 +65,7 @@ from infersight.core.cost import CostLine, CostModel
 from infersight.core.errors import InvalidInput
 from infersight.core.query import Selector
 from infersight.core.window import Window, format_duration, parse_duration
+from infersight.service.cost_spec import decimal_of
 from infersight.service.cost_view import amount
 from infersight.service.specs import Metadata
 from infersight.storage import budgets as budget_store
@@ -120,18 +121,6 @@ class _Document(_Strict):
     spec: _Spec
 
 
-def _decimal(where: str, value: Amount) -> Decimal:
-    try:
-        out = Decimal(str(value).strip())
-    except ArithmeticError:
-        raise InvalidInput(
-            f"{where} must be a decimal number", details={where: str(value)[:32]}
-        ) from None
-    if not out.is_finite():
-        raise InvalidInput(f"{where} must be a finite number")
-    return out
-
-
 def parse_budget(data: dict[str, Any]) -> Budget:
     """One Budget document (a mapping) → ``Budget``; ``InvalidInput`` says what is wrong."""
     if data.get("apiVersion") != API_VERSION or data.get("kind") != KIND:
@@ -181,13 +170,13 @@ def parse_budget(data: dict[str, Any]) -> Budget:
     thresholds = (
         DEFAULT_THRESHOLDS
         if s.thresholds is None
-        else tuple(sorted({_decimal("thresholds", t) for t in s.thresholds}))
+        else tuple(sorted({decimal_of("thresholds", t) for t in s.thresholds}))
     )
     if len(thresholds) > 10:
         raise InvalidInput("a budget has at most 10 thresholds")
     return Budget(
         name=doc.metadata.name,
-        amount=_decimal("amount", s.amount),
+        amount=decimal_of("amount", s.amount),
         currency=s.currency.strip().upper(),
         period=Period(s.period),
         scope=dict(s.scope),

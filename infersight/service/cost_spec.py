@@ -105,7 +105,9 @@ class _Document(_Strict):
     spec: _Spec
 
 
-def _decimal(name: str, value: Amount) -> Decimal:
+def decimal_of(name: str, value: Amount) -> Decimal:
+    """``value`` as an exact, finite decimal; ``name`` says where it was read (budgets, cost
+    models)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidInput(f"{name} must be a finite number")
     try:
@@ -122,9 +124,9 @@ def _decimal(name: str, value: Amount) -> Decimal:
 def _price(where: str, doc: _Price) -> GpuPrice:
     reserved = doc.reservedPerHour
     return GpuPrice(
-        _decimal(f"{where}.onDemandPerHour", doc.onDemandPerHour),
-        None if reserved is None else _decimal(f"{where}.reservedPerHour", reserved),
-        _decimal(f"{where}.reservedShare", doc.reservedShare),
+        decimal_of(f"{where}.onDemandPerHour", doc.onDemandPerHour),
+        None if reserved is None else decimal_of(f"{where}.reservedPerHour", reserved),
+        decimal_of(f"{where}.reservedShare", doc.reservedShare),
     )
 
 
@@ -161,9 +163,9 @@ def parse_model(data: dict[str, Any]) -> CostModel:
         else _price("defaultPrice", spec.defaultPrice),
         electricity_per_kwh=None
         if electricity is None
-        else _decimal("electricityPerKwh", electricity),
-        overhead_per_gpu_hour=_decimal("overhead.perGpuHour", spec.overhead.perGpuHour),
-        overhead_ratio=_decimal("overhead.ratio", spec.overhead.ratio),
+        else decimal_of("electricityPerKwh", electricity),
+        overhead_per_gpu_hour=decimal_of("overhead.perGpuHour", spec.overhead.perGpuHour),
+        overhead_ratio=decimal_of("overhead.ratio", spec.overhead.ratio),
         idle_utilisation_floor=spec.idle.utilisationFloor,
         sample_gap_s=parse_duration(spec.sampleGap).total_seconds(),
         good=GoodRequest(
@@ -171,7 +173,7 @@ def parse_model(data: dict[str, Any]) -> CostModel:
         ),
         reserved_discount=None
         if spec.reservedDiscount is None
-        else _decimal("reservedDiscount", spec.reservedDiscount),
+        else decimal_of("reservedDiscount", spec.reservedDiscount),
         example=spec.example,
         slice_prices={
             _profile(k): _price(f"sliceProfiles.{k}", v) for k, v in spec.sliceProfiles.items()
