@@ -16,6 +16,7 @@ cap and relays the rest (the connection policy is its doc).
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from concurrent import futures
@@ -216,9 +217,10 @@ class GrpcServer:
                 idle_evict_s=limits.evict_idle_after_s,
             )
         except OSError as exc:
-            raise InvalidInput(
-                f"cannot listen on {host}:{port}: {exc.strerror or _bind_error(host, port)}"
-            ) from None
+            # asyncio words its bind error itself ("error while attempting to bind on …"):
+            # the operating system's own words for the errno, as the HTTP receiver says them.
+            why = os.strerror(exc.errno) if exc.errno else _bind_error(host, port)
+            raise InvalidInput(f"cannot listen on {host}:{port}: {why}") from None
         self.port = self._front.port
         self.host = host
         #: gRPC's own loopback port behind the front (for the overhead benchmark).
