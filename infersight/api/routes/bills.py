@@ -128,8 +128,8 @@ def list_bills(app: App) -> dict[str, Any]:
     " limit (infersight cost import-bill reads larger files). `key` (repeatable) says where a"
     " line names its instance, tried in order: ResourceId, ResourceName or tag:KEY (default "
     + ", ".join(DEFAULT_KEYS)
-    + "). All or nothing: a row that cannot be read refuses the file (400, each problem with"
-    " its row and column); a file imported before is 409.",
+    + "). All or nothing: an empty body, or a row that cannot be read, refuses the file (400,"
+    " each problem with its row and column); a file imported before is 409.",
     dependencies=_ADMIN,
     responses=responses(409),
     openapi_extra={

@@ -15,8 +15,9 @@ A batch of late parallel-sampling sequences (``WireKind.SEQUENCE``) is folded in
 stored requests by the writer's ``fold_sequences``, exactly as a sidecar writing to the store
 folds them: in one transaction, each sequence once (a replay is counted as duplicates).
 ``POST /api/v1/ingest/folded`` (a JSON body ``{"keys": [[trace id, span id], ...]}``, at most
-``MAX_FOLDED_KEYS``) answers which of those sequences were folded already: a sidecar that
-restarted asks before shipping what it had spooled before (``storage.writer.folded``).
+``MAX_FOLDED_KEYS``, no other member) answers which of those sequences were folded already: a
+sidecar that restarted asks before shipping what it had spooled before
+(``storage.writer.folded``).
 
 ``GET /api/v1/ingest/ping`` is the sidecar's probe: one ``SELECT 1`` on the store.
 
@@ -120,8 +121,8 @@ async def ingest(request: Request, app: App) -> dict[str, Any]:
 def _keys(value: Any) -> list[tuple[str, str]]:
     """The (trace id, span id) keys of a ``/folded`` question, checked."""
     keys = value.get("keys") if isinstance(value, dict) else None
-    if not isinstance(keys, list):
-        raise InvalidInput('the body must be {"keys": [[trace id, span id], ...]}')
+    if not isinstance(keys, list) or len(value) != 1:
+        raise InvalidInput('the body must be {"keys": [[trace id, span id], ...]} alone')
     if len(keys) > MAX_FOLDED_KEYS:
         raise InvalidInput(f"at most {MAX_FOLDED_KEYS} keys per question")
     out: list[tuple[str, str]] = []
@@ -145,16 +146,22 @@ def _keys(value: Any) -> list[tuple[str, str]]:
                     "schema": {
                         "type": "object",
                         "required": ["keys"],
+                        "additionalProperties": False,
                         "properties": {
                             "keys": {
                                 "type": "array",
                                 "maxItems": MAX_FOLDED_KEYS,
                                 "items": {
                                     "type": "array",
+                                    "prefixItems": [
+                                        {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+                                        {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+                                    ],
                                     "items": {"type": "string"},
                                     "minItems": 2,
                                     "maxItems": 2,
-                                    "description": "[trace id, span id]",
+                                    "description": "[trace id, span id]: 32 and 16 "
+                                    "lowercase hex digits, neither all zero",
                                 },
                             }
                         },

@@ -70,6 +70,9 @@ class ProfileBody(BaseModel):
     dependencies=_ADMIN,
     status_code=202,
     summary="Ask the instance's sidecar for a profile of its serving process",
+    description="Answered 202 with the pending profile; 409 while one is open for the"
+    " instance. An incident_id must name a stored incident (400 otherwise, a rule no JSON"
+    " Schema states) whose diagnosis names the same instance (409 otherwise).",
     responses=responses(400, 409),
 )
 def create_profile(app: App, body: ProfileBody) -> dict[str, Any]:
