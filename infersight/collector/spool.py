@@ -223,6 +223,7 @@ class Spool:
         self._headroom = self._measure()
         self._lock = threading.Lock()  # guards the connection
         self._groups_ready = False  # the parallel-sampling groups' table exists
+        self._groups_skipped = False  # the last save was skipped: space is short
         self._cond = threading.Condition()  # guards the pending queue and the counters
         self._pending: list[_Pending] = []
         self._closing = False
@@ -603,9 +604,11 @@ class Spool:
         horizon: float,
     ) -> None:
         """Keep ``added``, forget ``dropped`` and what was remembered before ``horizon``, in
-        one transaction (fsynced, like appends). A failure (a full disk) is logged and rolled
-        back, never raised: draining must not wait on the memory, which then lasts only as
-        long as the process."""
+        one transaction (fsynced, like appends). Draining must never wait on the memory, nor
+        lose to it the disk its deletes need: while space is short (the reserve released, less
+        headroom than the reserve, or too little for these rows beside pending appends) the
+        save is skipped, and a failure (a full disk) is logged and rolled back, never raised;
+        the groups not kept then last only as long as the process."""
         rows = [
             (
                 g[0], g[1], g[2], at, (r[0] - _GROUP_EPOCH) // timedelta(microseconds=1), r[2],
@@ -613,8 +616,23 @@ class Spool:
             )
             for g, at, r, spans in added
         ]  # fmt: skip
+        size = sum(ROW_OVERHEAD + sum(len(str(v)) for v in row) for row in rows)
         try:
             with self._lock:
+                with self._cond:
+                    short = (
+                        self.reserve_bytes > 0
+                        and (not self._reserve_held or self._headroom < self.reserve_bytes)
+                    ) or not self._room_for(size)
+                if short:
+                    if not self._groups_skipped:
+                        log.warning(
+                            "the spool's disk is short of space: the parallel-sampling groups"
+                            " are kept in memory only until it drains"
+                        )
+                    self._groups_skipped = True
+                    return
+                self._groups_skipped = False
                 self._groups_table()
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -635,6 +653,10 @@ class Spool:
                     raise
         except sqlite3.Error:
             log.exception("cannot keep the parallel-sampling groups in the spool")
+        with self._lock:
+            headroom = self._measure()
+        with self._cond:
+            self._headroom = headroom
 
     def stats(self) -> tuple[int, int]:
         """Entries and bytes held."""
