@@ -38,7 +38,7 @@ from infersight.core.loadtest import (
 from infersight.core.query import Selector
 from infersight.core.window import Window, parse_duration
 from infersight.loadgen.client import Endpoint
-from infersight.loadgen.distributed import RunSpec
+from infersight.loadgen.distributed import API_KEY_ENV, RunSpec
 from infersight.loadgen.locust_engine import LocustEngine, require_locust
 from infersight.loadgen.monitor import SelfMonitor
 from infersight.loadgen.progress import NoProgress, Progress, TextProgress
@@ -49,8 +49,6 @@ from infersight.storage import migrate
 from infersight.storage.baselines import save_baseline
 from infersight.storage.engine import create_store_engine, redact
 from infersight.storage.runs import production_shapes, save_run
-
-API_KEY_ENV = "INFERSIGHT_LOADTEST_API_KEY"
 
 
 def _levels(text: str) -> list[int]:

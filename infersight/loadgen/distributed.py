@@ -40,6 +40,8 @@ CONFIG_MSG: Final = "infersight_config"
 HELLO_MSG: Final = "infersight_hello"
 RESULTS_MSG: Final = "infersight_results"
 DONE_MSG: Final = "infersight_done"
+# The API key travels to the Locust processes in the environment, never on a command line.
+API_KEY_ENV: Final = "INFERSIGHT_LOADTEST_API_KEY"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,10 @@ import numpy as np
 
 from infersight.core.errors import InvalidInput, Unavailable
 from infersight.core.loadtest import LoadTestRun, Phase, ScenarioKind
-from infersight.loadgen.distributed import RunSpec, check_workers, merge, phase_at
+from infersight.loadgen.distributed import API_KEY_ENV, RunSpec, check_workers, merge, phase_at
 from infersight.loadgen.progress import NoProgress, Progress
 from infersight.loadgen.runner import preflight
 
-API_KEY_ENV: Final = "INFERSIGHT_LOADTEST_API_KEY"
 LOCUSTFILE: Final = Path(__file__).with_name("locust_user.py")
 LOG_TAIL_CHARS: Final = 2000
 STOP_WAIT_S: Final = 15.0

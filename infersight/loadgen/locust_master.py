@@ -34,10 +34,16 @@ from locust import LoadTestShape, events
 from locust.env import Environment
 
 from infersight.core.loadtest import Phase
-from infersight.loadgen.distributed import CONFIG_MSG, DONE_MSG, HELLO_MSG, RESULTS_MSG, users_at
+from infersight.loadgen.distributed import (
+    API_KEY_ENV,
+    CONFIG_MSG,
+    DONE_MSG,
+    HELLO_MSG,
+    RESULTS_MSG,
+    users_at,
+)
 from infersight.loadgen.locust_user import OpenAIStreamUser
 
-API_KEY_ENV: Final = "INFERSIGHT_LOADTEST_API_KEY"
 PROGRESS_S: Final = 0.5
 SPAWN_RATE: Final = 10_000.0  # every phase's users at once, as the asyncio engine starts them
 
