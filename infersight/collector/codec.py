@@ -139,13 +139,6 @@ def encode_link(link: Link) -> bytes:
     return json.dumps(values).encode()
 
 
-def decode_fragment(trace_id: str, payload: bytes) -> StageFragment:
-    piece = decode_piece(trace_id, payload)
-    if not isinstance(piece, StageFragment):
-        raise ValueError("not a stage fragment")
-    return piece
-
-
 def decode_piece(trace_id: str, payload: bytes) -> StageFragment | Link | None:
     """A trace piece spooled under ``Kind.STAGE``: a stage fragment or a link. ``None`` for
     a fragment spooled by an older sidecar (``[span_id, stage, seconds]``: where it sits in

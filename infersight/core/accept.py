@@ -54,9 +54,5 @@ class AcceptWindow:
             return IN_FUTURE
         return None
 
-    def refuses(self, start: datetime, now: datetime) -> bool:
-        low, high = self.bounds(now)
-        return not low <= start <= high
-
     def bounds(self, now: datetime) -> tuple[datetime, datetime]:
         return now - timedelta(seconds=self.past_s), now + timedelta(seconds=self.future_s)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -675,8 +675,3 @@ def assumption_text(advice: Advice) -> list[str]:
         "and tokens grow with busy GPU time at the range's tokens per busy GPU-hour"
     )
     return out
-
-
-def usage_from(mapping: Mapping[datetime, float]) -> list[Decimal]:
-    """Hourly GPU-hours as ``best_split`` takes them (tests and benchmarks)."""
-    return [Decimal(repr(v)).quantize(QUANTUM) for _, v in sorted(mapping.items())]

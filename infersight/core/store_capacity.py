@@ -219,12 +219,6 @@ class StoreLoad:
     def wal_bytes(self) -> float:
         return sum(self.wal_by_phase.values())
 
-    @property
-    def write_iops(self) -> float:
-        """Writes per second at 8 KiB: one WAL flush per commit, plus WAL and new table pages
-        written out (an upper bound: PostgreSQL coalesces WAL writes and checkpoints)."""
-        return (self.commits + (self.wal_bytes + self.bytes) / PAGE_BYTES) / self.span_s
-
 
 def sketch_bytes(values: float) -> float:
     """Bytes of a sketch holding ``values`` values (``SKETCH_BYTES``, log-interpolated)."""

@@ -113,10 +113,3 @@ def get_report(engine: Engine, report_id: int) -> StoredReport:
     if row is None:
         raise NotFound(f"no report {report_id}", details={"id": report_id})
     return StoredReport(ReportInfo(*row[:8]), row[8], row[9], row[10])
-
-
-def find_report(engine: Engine, kind: str, period: str) -> ReportInfo | None:
-    query = select(*_INFO).where(cost_reports.c.kind == kind, cost_reports.c.period == period)
-    with engine.connect() as connection:
-        row = connection.execute(query).first()
-    return None if row is None else ReportInfo(*row)
