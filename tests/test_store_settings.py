@@ -12,7 +12,7 @@ from infersight.cli import group as cli
 from infersight.cli import store_settings
 from infersight.cli.settings import Settings
 from infersight.config.parts import DEFAULT_DATABASE_URL, PREFIX, StorePart
-from infersight.storage.retention import RetentionPolicy
+from infersight.core.retention import RetentionPolicy
 
 
 def test_the_light_store_settings_repeat_the_pydantic_ones() -> None:

@@ -29,6 +29,7 @@ from infersight.core.burn import IncidentListener, Policy
 from infersight.core.cost import CostModel
 from infersight.core.errors import ConfigurationError, InvalidInput
 from infersight.core.model_names import ModelAliases
+from infersight.core.retention import RetentionPolicy
 from infersight.service.budgets import MoneyAlerts
 from infersight.service.cost_spec import active_model
 from infersight.service.diagnosis import DiagnosisListener
@@ -38,7 +39,6 @@ from infersight.service.notifications import Announcer, Delivery, FollowUp
 from infersight.service.profiles import ProfileFollowUp, ProfileTrigger
 from infersight.service.reports import WeeklyReports, parse_schedule
 from infersight.service.scaling import Recommender
-from infersight.storage.maintenance import RetentionPolicy
 from infersight.storage.queries import DEFAULT_EXACT_MAX_ROWS
 
 Clock = Callable[[], datetime]

@@ -27,6 +27,7 @@ from infersight.api.settings import ApiSettings
 from infersight.cli.demo_report import incidents_report, progress_bar, report
 from infersight.cli.demo_seed import BASELINE, HOLD_S, LEVELS, capture_baseline, store_step_run
 from infersight.cli.settings import Settings
+from infersight.core.retention import RetentionPolicy
 from infersight.core.slo import SloSpec
 from infersight.core.timestamps import iso, parse_time
 from infersight.core.window import Resolution, Window
@@ -36,7 +37,6 @@ from infersight.simulator.scenario import Scenario
 from infersight.simulator.sinks.store import StoreSink
 from infersight.storage import slo_store
 from infersight.storage.engine import redact
-from infersight.storage.maintenance import RetentionPolicy
 from infersight.storage.writer import open_writer
 
 #: The evaluation interval in virtual time. A whole minute keeps every burn window on minute

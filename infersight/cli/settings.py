@@ -8,20 +8,14 @@ field of its own (``tests/test_settings.py``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from infersight.config.parts import CostReportPart, SidecarPart, StorePart
-
-if TYPE_CHECKING:  # the sidecar reads these settings and must not wait for SQLAlchemy
-    from infersight.storage.maintenance import RetentionPolicy
+from infersight.core.retention import RetentionPolicy
 
 
 class Settings(StorePart, CostReportPart):
     """The store and how its costs are priced and reported."""
 
     def retention(self) -> RetentionPolicy:
-        from infersight.storage.maintenance import RetentionPolicy  # noqa: PLC0415 (see the import)
-
         return RetentionPolicy(
             raw_days=self.raw_retention_days,
             minute_days=self.minute_rollup_retention_days,

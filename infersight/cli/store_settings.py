@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from infersight.storage.retention import RetentionPolicy
+from infersight.core.retention import RetentionPolicy
 
 #: ``config.parts.PREFIX`` and ``config.parts.DEFAULT_DATABASE_URL``, repeated here so that
 #: reading them needs no pydantic (the test checks that they agree).
@@ -59,8 +58,6 @@ class StoreSettings:
     """``None``: the defaults (``RetentionPolicy()``, the same as ``StorePart``'s)."""
 
     def retention(self) -> RetentionPolicy:
-        from infersight.storage.retention import RetentionPolicy  # noqa: PLC0415 (no SQLAlchemy needed)
-
         return self.policy if self.policy is not None else RetentionPolicy()
 
 

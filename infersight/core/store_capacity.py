@@ -31,6 +31,7 @@ from enum import StrEnum
 from typing import Final
 
 from infersight.core.errors import InvalidInput
+from infersight.core.retention import RetentionPolicy
 
 DAY_S: Final = 86_400.0
 PAGE_BYTES: Final = 8192
@@ -104,28 +105,6 @@ class Arrivals(StrEnum):
 
     POISSON = "poisson"
     EVEN = "even"
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """The store's retention settings in days (``INFERSIGHT_*_RETENTION_DAYS``; the defaults
-    are ``storage.retention.RetentionPolicy``'s, which a test keeps equal)."""
-
-    raw_days: int = 14
-    minute_days: int = 14
-    hour_days: int = 180
-    day_days: int = 1095
-    partition_ahead_days: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("raw_days", "minute_days", "hour_days", "day_days"):
-            if not 1 <= getattr(self, name) <= 36500:
-                raise InvalidInput(f"{name} must be between 1 and 36500")
-        if not 0 <= self.partition_ahead_days <= 60:
-            raise InvalidInput("partition_ahead_days must be between 0 and 60")
-
-    def days_of(self, resolution: str) -> int:
-        return {"1m": self.minute_days, "1h": self.hour_days, "1d": self.day_days}[resolution]
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,10 +227,12 @@ def _buckets(span_s: float, bucket_s: float) -> float:
     return math.ceil(span_s / bucket_s - 1e-9)
 
 
-def load(fleet: Fleet, retention: Retention | None = None, span_s: float = DAY_S) -> StoreLoad:
+def load(
+    fleet: Fleet, retention: RetentionPolicy | None = None, span_s: float = DAY_S
+) -> StoreLoad:
     """Rows, bytes and WAL the fleet writes in ``span_s`` (from midnight UTC, at most a day),
     with what retention keeps in steady state."""
-    retention = retention or Retention()
+    retention = retention or RetentionPolicy()
     if not 0 < span_s <= DAY_S:
         raise InvalidInput("the span must be between 0 and one day of seconds")
     scale = DAY_S / span_s  # a span's figures times this: a day's

@@ -26,13 +26,13 @@ from sqlalchemy import Engine, delete, func, select
 
 from infersight.core.cost import GoodRequest
 from infersight.core.goodput import GoodPolicy
+from infersight.core.retention import RetentionPolicy
 from infersight.core.window import Resolution
 from infersight.storage import good_tokens
 from infersight.storage import profiles as profile_store
 from infersight.storage.cost_models import list_models
 from infersight.storage.engine import long_running
 from infersight.storage.partitions import DROP_BATCH, drop_after, drop_before, ensure_partitions
-from infersight.storage.retention import RetentionPolicy
 from infersight.storage.slo_store import list_slos
 from infersight.storage.tables import (
     PARTITIONED,

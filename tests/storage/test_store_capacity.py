@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from infersight.core import store_capacity
-from infersight.storage.retention import RetentionPolicy
+from infersight.core.retention import RetentionPolicy
 from infersight.storage.tables import PARTITIONED
 from tests.benchmarks import run_bench
 from tests.conftest import POSTGRES_ADMIN_URL
 
 
-def test_the_models_defaults_are_the_stores() -> None:
-    assert store_capacity.Retention() == store_capacity.Retention(
-        **{f: getattr(RetentionPolicy(), f) for f in store_capacity.Retention.__slots__}
-    )
+def test_the_model_sizes_the_stores_partitions_and_retention() -> None:
     assert set(store_capacity.PARTITIONED_TABLES) == set(PARTITIONED)
+    policy = RetentionPolicy(raw_days=7, minute_days=7, hour_days=30, day_days=400)
+    fleet = store_capacity.Fleet(requests_per_s=50.0, instances=4)
+    shorter, longer = store_capacity.load(fleet, policy), store_capacity.load(fleet)
+    assert shorter.kept_bytes < longer.kept_bytes
 
 
 @pytest.mark.postgres

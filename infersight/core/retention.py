@@ -1,9 +1,10 @@
 """How long the store keeps each resolution (``RetentionPolicy``), and so the finest rollups
 a query over a window may read.
 
-Apart from ``storage.maintenance`` (which applies it) so that a command that only reads —
-``infersight slo list`` — learns ``finest_for`` without importing the maintenance job's cost and
-partition modules; ``storage.maintenance`` re-exports it.
+The one declaration of the retention defaults: ``storage.maintenance`` applies it, the settings
+read it (``INFERSIGHT_*_RETENTION_DAYS``), and ``core.store_capacity`` sizes a store with it.
+Pure, so a command that only reads — ``infersight slo list`` — learns ``finest_for`` without
+importing SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ class RetentionPolicy:
             raise InvalidInput("partition_ahead_days must be between 0 and 60")
         if not self.minute_days <= self.hour_days <= self.day_days:
             raise InvalidInput("rollup retention must grow with resolution: minute ≤ hour ≤ day")
+
+    def days_of(self, resolution: str) -> int:
+        """Days kept of a rollup resolution by its label (``1m``, ``1h``, ``1d``)."""
+        return {"1m": self.minute_days, "1h": self.hour_days, "1d": self.day_days}[resolution]
 
     def finest_for(self, window: Window, now: datetime) -> Resolution:
         """The finest rollup resolution still kept for all of ``window``."""
