@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from infersight.cli.settings import Settings
     from infersight.simulator.scenario import Scenario
+    from infersight.storage.sql_store import SqlStore
 
 # What ``infersight --help`` and every command import before they run is only click and the
 # error hierarchy: the settings (pydantic), the store (SQLAlchemy, numpy, Alembic), the API
@@ -99,12 +100,20 @@ class Context:
             return StoreSettings(self._settings.database_url, self._settings.retention())
         return read_store_settings(self._store)
 
-    def engine(self) -> Engine:
+    def open_store(self, *, light: bool = False) -> SqlStore:
+        """The store the settings name, opened the one way (``service.store.open_store``);
+        ``light``: from the light store settings (a command that only reads: no pydantic
+        unless store variables need validating), with the default timeouts."""
         # Imported here: ``infersight sidecar`` must bind before SQLAlchemy is loaded.
-        from infersight.storage.engine import StoreTimeouts, create_store_engine  # noqa: PLC0415
+        from infersight.service.store import open_store  # noqa: PLC0415
 
-        timeouts = StoreTimeouts(**self.settings.store_timeouts())
-        return create_store_engine(self.settings.database_url, timeouts=timeouts)
+        if light:
+            return open_store(self.store_settings.database_url)
+        return open_store(self.settings)
+
+    def engine(self) -> Engine:
+        """The store's engine, for the commands that still take one (``open_store``)."""
+        return self.open_store().engine
 
 
 pass_context = click.make_pass_decorator(Context, ensure=True)
@@ -117,6 +126,19 @@ def current_settings(ctx: click.Context) -> Settings:
 
     settings = getattr(ctx.obj, "settings", None)
     return settings if isinstance(settings, Settings) else Settings()
+
+
+def open_store(ctx: click.Context, *, light: bool = False) -> SqlStore:
+    """The store of ``current_settings`` (``light``: of ``store_settings``), opened the one way
+    (``Context.open_store``), also for a command run on its own (as tests invoke it)."""
+    context = ctx.find_object(Context)
+    if context is not None:
+        return context.open_store(light=light)
+    from infersight.service.store import open_store as open_settings  # noqa: PLC0415
+
+    if light:
+        return open_settings(store_settings(ctx).database_url)
+    return open_settings(current_settings(ctx))
 
 
 def store_settings(ctx: click.Context) -> StoreSettings:
@@ -385,13 +407,12 @@ def db() -> None:
 @pass_context
 def db_upgrade(context: Context, revision: str) -> None:
     """Migrate the store up to REVISION (default: the newest)."""
-    from infersight.storage import migrate  # noqa: PLC0415 (Alembic: only the db commands need it)
     from infersight.storage.engine import reaching, redact  # noqa: PLC0415
 
-    engine = context.engine()
+    store = context.open_store()
     with reaching(context.settings.database_url):
-        migrate.upgrade(engine, revision)
-        current = migrate.current(engine)
+        store.maintenance.upgrade(revision)
+        current = store.maintenance.current()
     click.echo(f"{redact(context.settings.database_url)} is at revision {current}")
 
 
@@ -402,17 +423,16 @@ def db_upgrade(context: Context, revision: str) -> None:
 @pass_context
 def db_downgrade(context: Context, revision: str, yes: bool) -> None:
     """Migrate the store down to REVISION ('base' removes every table and its data)."""
-    from infersight.storage import migrate  # noqa: PLC0415
     from infersight.storage.engine import reaching, redact  # noqa: PLC0415
 
     if not yes:
         click.confirm(
             f"Downgrade {redact(context.settings.database_url)} to {revision}?", abort=True
         )
-    engine = context.engine()
+    store = context.open_store()
     with reaching(context.settings.database_url):
-        migrate.downgrade(engine, revision)
-        current = migrate.current(engine)
+        store.maintenance.downgrade(revision)
+        current = store.maintenance.current()
     click.echo(f"now at revision {current or 'base'}")
 
 
@@ -423,17 +443,16 @@ def db_current(context: Context) -> None:
     """Print the store's revision and the newest one this version ships."""
     # ``storage.revisions``, not Alembic: two strings need neither Alembic nor pydantic.
     from infersight.storage import revisions  # noqa: PLC0415
-    from infersight.storage.engine import create_store_engine, reaching  # noqa: PLC0415
+    from infersight.storage.engine import reaching  # noqa: PLC0415
 
-    url = context.store_settings.database_url
-    engine = create_store_engine(url)
+    store = context.open_store(light=True)
     try:
-        with reaching(url), engine.connect() as connection:
-            current = revisions.current(connection)
+        with reaching(context.store_settings.database_url):
+            current = store.maintenance.current()
     except SchemaMissing:  # a SQLite file that does not exist: not created by asking
         current = None
     finally:
-        engine.dispose()
+        store.dispose()
     click.echo(f"current: {current or 'none (not migrated)'}; head: {revisions.head()}")
     if current is None:
         sys.exit(EXIT_NO_SCHEMA)
@@ -447,10 +466,10 @@ def db_maintain(context: Context) -> None:
     from datetime import UTC, datetime  # noqa: PLC0415
 
     from infersight.storage.engine import reaching  # noqa: PLC0415
-    from infersight.storage.maintenance import maintain  # noqa: PLC0415
 
+    store = context.open_store()
     with reaching(context.settings.database_url):
-        report = maintain(context.engine(), datetime.now(UTC), context.settings.retention())
+        report = store.maintenance.maintain(datetime.now(UTC), context.settings.retention())
     click.echo(
         f"partitions created: {len(report.created)}, dropped: {len(report.dropped)}, "
         f"rollup rows deleted: {report.rollups_deleted}"

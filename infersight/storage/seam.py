@@ -30,11 +30,12 @@ them without importing a storage module.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from sqlalchemy import Engine
 
@@ -47,7 +48,6 @@ from infersight.core.focus import BillLine
 from infersight.core.goodput import GoodPolicy
 from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
 from infersight.core.model_names import ModelAliases
-from infersight.core.profile import ProfileRequest
 from infersight.core.purchasing import GpuHour
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
@@ -64,10 +64,8 @@ from infersight.storage.demand import RecordedDemand
 from infersight.storage.gpu_rollup import ROLLUP_GAP_S
 from infersight.storage.incident_history import Entry
 from infersight.storage.incidents import STATES, alert_state
-from infersight.storage.maintenance import MaintenanceReport, RetentionPolicy
 from infersight.storage.outbox import Message, MessageState
 from infersight.storage.pools import PoolLine, disaggregated
-from infersight.storage.profiles import PENDING_AFTER, Profile
 from infersight.storage.reports import ReportInfo, StoredReport
 from infersight.storage.scaling_reads import DECODE, MAX_MODELS, PREFILL, BusiestPrefill, Gauges
 from infersight.storage.scaling_reads import Minute as DemandMinute
@@ -76,10 +74,21 @@ from infersight.storage.signals import IncidentNote
 from infersight.storage.silences import NewSilence, Silence
 from infersight.storage.timeseries import Counts, GpuBucket
 
+if TYPE_CHECKING:  # pydantic: not for the commands that only read (``__getattr__`` below)
+    from infersight.core.profile import ProfileRequest
+    from infersight.storage.maintenance import MaintenanceReport, RetentionPolicy
+    from infersight.storage.profiles import Profile
+
+#: Names imported on first use: their modules import ``core.profile``, which needs pydantic.
+_LAZY: Final = {
+    "Profile": "infersight.storage.profiles",
+    "MaintenanceReport": "infersight.storage.maintenance",
+    "RetentionPolicy": "infersight.storage.maintenance",
+}
+
 __all__ = [
     "DECODE",
     "MAX_MODELS",
-    "PENDING_AFTER",
     "PREFILL",
     "ROLLUP_GAP_S",
     "STATE",
@@ -140,6 +149,14 @@ __all__ = [
     "alert_state",
     "disaggregated",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of ``_LAZY``, imported on first use."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: A series' label values, in the order of the query's ``group_by``.
 LabelKey = tuple[str, ...]
@@ -744,9 +761,9 @@ class ProfileStore(Protocol):
         now: datetime,
         instance: str | None = None,
         *,
-        pending_after: timedelta = PENDING_AFTER,
+        pending_after: timedelta | None = None,
     ) -> int:
-        """Joins the transaction."""
+        """Joins the transaction (``pending_after``: the store's default when ``None``)."""
         ...
 
     def expire(self, now: datetime, instance: str | None = None) -> int: ...

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Engine
 
@@ -32,7 +32,6 @@ from infersight.core.focus import BillLine
 from infersight.core.goodput import GoodPolicy
 from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
 from infersight.core.model_names import ModelAliases
-from infersight.core.profile import ProfileRequest
 from infersight.core.purchasing import GpuHour
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
@@ -54,13 +53,11 @@ from infersight.storage import (
     gpu_rollup,
     incident_history,
     incidents,
-    maintenance,
-    migrate,
     pools,
-    profiles,
     purchasing,
     queries,
     reports,
+    revisions,
     runs,
     scaling,
     scaling_reads,
@@ -82,14 +79,13 @@ from infersight.storage.engine import (
 )
 from infersight.storage.outbox import Message, Outbox
 from infersight.storage.replica import create_read_engine
-from infersight.storage.seam import (
-    FinestFor,
-    LabelKey,
-    MaintenanceReport,
-    RetentionPolicy,
-    Store,
-)
+from infersight.storage.seam import FinestFor, LabelKey, Store
 from infersight.storage.sql import begin
+
+if TYPE_CHECKING:  # pydantic (``core.profile``): imported by the profile methods when called
+    from infersight.core.profile import ProfileRequest
+    from infersight.storage.maintenance import MaintenanceReport, RetentionPolicy
+    from infersight.storage.profiles import Profile
 
 Bind = Engine | Connection
 
@@ -795,6 +791,9 @@ class SqlReports(_Bound):
 
 
 class SqlProfiles(_Bound):
+    """``storage.profiles``, imported on first use (it needs pydantic, which the commands that
+    only read do not load)."""
+
     __slots__ = ()
 
     def insert_request(
@@ -808,6 +807,8 @@ class SqlProfiles(_Bound):
         incident_id: int | None = None,
         requested_by: str = "",
     ) -> int:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.insert_request(
             self._bind,
             instance,
@@ -824,15 +825,22 @@ class SqlProfiles(_Bound):
         now: datetime,
         instance: str | None = None,
         *,
-        pending_after: timedelta = profiles.PENDING_AFTER,
+        pending_after: timedelta | None = None,
     ) -> int:
+        from infersight.storage import profiles  # noqa: PLC0415
+
+        after = profiles.PENDING_AFTER if pending_after is None else pending_after
         with self._writing() as connection:
-            return profiles.expire_stale(connection, now, instance, pending_after=pending_after)
+            return profiles.expire_stale(connection, now, instance, pending_after=after)
 
     def expire(self, now: datetime, instance: str | None = None) -> int:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.expire(self._engine, now, instance)
 
     def claim(self, instance: str, now: datetime) -> ProfileRequest | None:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.claim(self._engine, instance, now)
 
     def complete(
@@ -845,20 +853,30 @@ class SqlProfiles(_Bound):
         instance: str,
         nonce: str,
     ) -> bool:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.complete(
             self._engine, profile_id, result, error, now, instance=instance, nonce=nonce
         )
 
-    def cancel(self, profile_id: int, now: datetime, by: str = "") -> profiles.Profile:
+    def cancel(self, profile_id: int, now: datetime, by: str = "") -> Profile:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.cancel(self._engine, profile_id, now, by)
 
     def prune(self, before: datetime) -> int:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.prune(self._engine, before)
 
     def open_automatic(self) -> int:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.open_automatic(self._engine)
 
-    def get(self, profile_id: int, now: datetime | None = None) -> profiles.Profile:
+    def get(self, profile_id: int, now: datetime | None = None) -> Profile:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.get(self._bind, profile_id, now)
 
     def all(
@@ -868,17 +886,23 @@ class SqlProfiles(_Bound):
         incident_id: int | None = None,
         limit: int = 50,
         now: datetime | None = None,
-    ) -> list[profiles.Profile]:
+    ) -> list[Profile]:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.list_profiles(
             self._engine, instance=instance, incident_id=incident_id, limit=limit, now=now
         )
 
     def for_incidents(
         self, incident_ids: Iterable[int], now: datetime | None = None
-    ) -> dict[int, profiles.Profile]:
+    ) -> dict[int, Profile]:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.for_incidents(self._engine, incident_ids, now)
 
-    def open_or_recent(self, instance: str, since: datetime) -> profiles.Profile | None:
+    def open_or_recent(self, instance: str, since: datetime) -> Profile | None:
+        from infersight.storage import profiles  # noqa: PLC0415
+
         return profiles.open_or_recent(self._engine, instance, since)
 
 
@@ -941,15 +965,23 @@ class SqlMaintenance(_Bound):
     __slots__ = ()
 
     def upgrade(self, revision: str = "head") -> None:
+        from infersight.storage import migrate  # noqa: PLC0415 (Alembic: only when migrating)
+
         migrate.upgrade(self._engine, revision)
 
     def downgrade(self, revision: str = "base") -> None:
+        from infersight.storage import migrate  # noqa: PLC0415
+
         migrate.downgrade(self._engine, revision)
 
     def current(self) -> str | None:
-        return migrate.current(self._engine)
+        # ``storage.revisions``: the same answer as Alembic's, without importing Alembic.
+        with self._reading() as connection:
+            return revisions.current(connection)
 
     def maintain(self, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
+        from infersight.storage import maintenance  # noqa: PLC0415 (pydantic, through profiles)
+
         return maintenance.maintain(self._engine, now, policy)
 
 
