@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from bench.harness.pgbouncer import PgBouncer, binary, running_pgbouncer
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import metadata
 
 POSTGRES_ADMIN_URL = os.environ.get(
@@ -41,6 +42,11 @@ class Store:
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def sql(self) -> SqlStore:
+        """The store seam over this engine (what ``service/`` is handed)."""
+        return SqlStore(self.engine)
 
 
 @contextmanager
