@@ -47,6 +47,7 @@ from infersight.simulator.sinks import MemorySink
 from infersight.simulator.specs import load_scenario, shipped_scenarios
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -161,12 +162,14 @@ def time_to_notification(
     clock_now = [onset]
     announcer = Announcer(engine, {"recorder": _Accepting()}, lambda: clock_now[0])
     listener = DiagnosisListener(engine, announce=announcer)
-    evaluator = Evaluator(engine, policy, [listener])
+    evaluator = Evaluator(SqlStore(engine), policy, [listener])
     condition_s = None
-    with engine.connect() as connection:
+    with SqlStore(engine).reading() as reader:
         t = 0.0
         while t <= horizon.total_seconds():
-            current = status(connection, spec, policy, onset + timedelta(seconds=t))
+            at = onset + timedelta(seconds=t)
+            with reader.events.cycle(at) as counter:
+                current = status(counter, spec, policy, at)
             if current.evaluation.firing is not None:
                 condition_s = t
                 break

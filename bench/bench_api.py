@@ -56,7 +56,7 @@ from infersight.service.evaluation import Evaluator, default_policy, status
 from infersight.storage import migrate, queries, slo_store
 from infersight.storage.engine import create_store_engine
 from infersight.storage.maintenance import RetentionPolicy
-from infersight.storage.slo_store import RollupCache
+from infersight.storage.sql_store import SqlStore
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -233,7 +233,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for spec in specs:
             slo_store.put_slo(engine, spec, now)
         policy = default_policy()
-        evaluator = Evaluator(engine, policy, finest_for=retention.finest_for, cache=RollupCache())
+        sql = SqlStore(engine)
+        evaluator = Evaluator(
+            sql, policy, finest_for=retention.finest_for, cache=sql.events.new_cache()
+        )
         cycles: list[float] = []
         single: list[float] = []
         alone: list[float] = []  # per round: every SLO's status alone, summed
@@ -245,9 +248,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         def each_alone() -> float:
             for spec in specs:
                 started = time.perf_counter()
-                with engine.connect() as connection:
-                    scratch = slo_store.CycleCounter(connection, now, retention.finest_for)
-                    status(connection, spec, policy, now, retention.finest_for, scratch)
+                with sql.events.cycle(now, retention.finest_for, cached=False) as scratch:
+                    status(scratch, spec, policy, now)
                 single.append(time.perf_counter() - started)
             alone.append(sum(single[-len(specs) :]))
             return alone[-1]

@@ -60,6 +60,7 @@ from infersight.storage.baselines import capture_window, save_baseline
 from infersight.storage.engine import create_store_engine
 from infersight.storage.maintenance import RetentionPolicy, maintain
 from infersight.storage.runs import save_run
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 
 PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity")
@@ -142,7 +143,7 @@ def load_extras(url: str, bench_storage: Any, days: int, now: datetime, interval
         ]  # fmt: skip
         for spec in specs:
             slo_store.put_slo(engine, spec, start)
-        Evaluator(engine, default_policy()).run(now)
+        Evaluator(SqlStore(engine), default_policy()).run(now)
         first_day = Window(start, start + timedelta(days=1))
         baseline = capture_window(
             engine, "first-day", first_day, Selector(model=models[0]), start + timedelta(days=1),

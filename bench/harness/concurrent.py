@@ -25,6 +25,7 @@ from infersight.service.evaluation import Evaluator, default_policy
 from infersight.service.jobs import Jobs, SoleLeader
 from infersight.storage.maintenance import RetentionPolicy
 from infersight.storage.slo_store import RollupCache
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 
 from .interleave import round_orders, spread
@@ -211,7 +212,7 @@ def busy_timings(
     the process that serves it (its cache is replaced by a fresh one, so the first cycle is
     cold as well)."""
     if evaluator is None:
-        evaluator = Evaluator(engine, default_policy(), finest_for=retention.finest_for)
+        evaluator = Evaluator(SqlStore(engine), default_policy(), finest_for=retention.finest_for)
     evaluator.cache = RollupCache()
     busy: dict[str, list[float]] = {}
     with jobs_and_writer(

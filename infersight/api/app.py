@@ -1,4 +1,4 @@
-"""``create_app(settings, engine, clock)``: the API service, built from its arguments only.
+"""``create_app(settings, store, clock)``: the API service, built from its arguments only.
 
 The app's context (``api.context.build_context``: tokens, policy, rules, evaluator, the
 scheduled jobs) is built once; the app adds the routes (``api.routes``, ``api.dashboard``), the
@@ -45,6 +45,7 @@ from infersight.api.routes import (
 )
 from infersight.api.settings import ApiSettings
 from infersight.api.startup import add_healthz, install_store_errors, lifecycle
+from infersight.storage.seam import Store
 
 #: In the order they are matched and documented.
 ROUTERS: Final[tuple[APIRouter, ...]] = (
@@ -80,11 +81,15 @@ def _check_query_routes(app: FastAPI) -> None:
 
 
 def create_app(
-    settings: ApiSettings, engine: Engine, clock: Clock = system_clock, **wiring: Unpack[Wiring]
+    settings: ApiSettings,
+    store: Store | Engine,
+    clock: Clock = system_clock,
+    **wiring: Unpack[Wiring],
 ) -> FastAPI:
-    """The API for ``engine``'s store (``wiring``: see ``api.context.Wiring``). Raises
-    ``ConfigurationError`` for unsafe settings."""
-    context = build_context(settings, engine, clock, **wiring)
+    """The API for ``store`` (``service.store.open_store``'s; an engine is wrapped in the SQL
+    store; ``wiring``: see ``api.context.Wiring``). Raises ``ConfigurationError`` for unsafe
+    settings."""
+    context = build_context(settings, store, clock, **wiring)
     app = FastAPI(
         title="infersight",
         summary="SLO and cost observability for LLM inference fleets",
@@ -105,5 +110,5 @@ def create_app(
         app.include_router(routes)
     _check_query_routes(app)
     metrics.install(app, context)
-    add_healthz(app, engine, context.jobs, context.store_gate, worker=context.worker)
+    add_healthz(app, context.engine, context.jobs, context.store_gate, worker=context.worker)
     return app

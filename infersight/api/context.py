@@ -40,6 +40,8 @@ from infersight.service.profiles import ProfileFollowUp, ProfileTrigger
 from infersight.service.reports import WeeklyReports, parse_schedule
 from infersight.service.scaling import Recommender
 from infersight.storage.queries import DEFAULT_EXACT_MAX_ROWS
+from infersight.storage.seam import Store
+from infersight.storage.sql_store import SqlStore
 
 Clock = Callable[[], datetime]
 
@@ -68,7 +70,10 @@ def system_clock() -> datetime:
 @dataclass(frozen=True, slots=True)
 class AppContext:
     settings: ApiSettings
+    store: Store
+    """The store the use cases are handed (``storage.seam``)."""
     engine: Engine
+    """The store's engine, for what still reads SQL itself (``store.engine``)."""
     clock: Clock
     tokens: Tokens
     retention: RetentionPolicy
@@ -91,9 +96,11 @@ class AppContext:
     ``dashboard_answer_ttl_s`` seconds (``api.reads``)."""
     aliases: ModelAliases = field(default_factory=ModelAliases)
     """The model alias table client and server model names are matched by."""
-    read_engine: Engine | None = None
-    """A hot standby's engine that read-only answers go to (``api.reads``); ``None``: the
+    read_store: Store | None = None
+    """A hot standby's store that read-only answers go to (``api.reads``); ``None``: the
     primary serves them."""
+    read_engine: Engine | None = None
+    """``read_store``'s engine."""
     worker: int | None = None
     """This process's number among ``infersight serve --workers N``'s (1..N; ``/healthz``
     says it); ``None``: the only process."""
@@ -122,15 +129,28 @@ class Wiring(TypedDict, total=False):
     router: Router | None
     dashboard_url: str
     prepare: Callable[[], object] | None
-    read_engine: Engine | None
+    read_store: Store | Engine | None
     worker: int | None
 
 
+def as_store(store: Store | Engine) -> Store:
+    """A store given as an engine (tests, benchmarks): the SQL store over it."""
+    return SqlStore(store) if isinstance(store, Engine) else store
+
+
 def build_context(
-    settings: ApiSettings, engine: Engine, clock: Clock = system_clock, **wiring: Unpack[Wiring]
+    settings: ApiSettings,
+    store: Store | Engine,
+    clock: Clock = system_clock,
+    **wiring: Unpack[Wiring],
 ) -> AppContext:
-    """The context of ``create_app`` (its arguments, its defaults). Raises
-    ``ConfigurationError`` for unsafe settings."""
+    """The context of ``create_app`` (its arguments, its defaults): the store opened by
+    ``service.store.open_store`` (or an engine, wrapped). Raises ``ConfigurationError`` for
+    unsafe settings."""
+    store = as_store(store)
+    engine = store.engine
+    given_read = wiring.get("read_store")
+    read_store = as_store(given_read) if given_read is not None else None
     limiter = FailureLimiter(per_client=settings.auth_failures_per_client)
     tokens = parse_tokens(settings.api_tokens, settings.api_tokens_file, limiter)
     check_exposure(listen_host(settings), tokens, settings.insecure_no_auth)
@@ -148,7 +168,7 @@ def build_context(
     delivery = Delivery(engine, notifiers) if notifiers else None
     aliases = _aliases(settings.model_aliases)
     diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer, aliases=aliases)
-    evaluator = Evaluator(engine, policy, (diagnosis, *listeners), retention.finest_for)
+    evaluator = Evaluator(store, policy, (diagnosis, *listeners), retention.finest_for)
     reports = WeeklyReports(
         engine,
         lambda: active_model(engine, settings.cost_model),
@@ -185,6 +205,7 @@ def build_context(
         gate = StoreGate(prepare, on_ready=jobs.start if settings.run_jobs else lambda: None)
     return AppContext(
         settings=settings,
+        store=store,
         engine=engine,
         clock=clock,
         tokens=tokens,
@@ -200,7 +221,8 @@ def build_context(
         keda_refusals=Refusals(),
         answers=AnswerCache(settings.dashboard_answer_ttl_s),
         aliases=aliases,
-        read_engine=wiring.get("read_engine"),
+        read_store=read_store,
+        read_engine=read_store.engine if read_store is not None else None,
         worker=wiring.get("worker"),
     )
 

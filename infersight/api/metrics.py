@@ -51,8 +51,7 @@ from infersight.core.quantiles import quantile_key
 from infersight.core.window import Window, format_duration
 from infersight.service.evaluation import FinestFor, status, windows_of
 from infersight.service.scaling import current as current_scaling
-from infersight.storage import cost as cost_store
-from infersight.storage import queries, server_engines, slo_store
+from infersight.storage.seam import Store
 
 log = logging.getLogger(__name__)
 LATENCY_WINDOW: Final = timedelta(minutes=5)
@@ -71,13 +70,13 @@ ENGINE_GAUGES: Final = {
 class StoreCollector(Collector):
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         policy: Policy,
         clock: Callable[[], datetime],
         finest_for: FinestFor,
         exact_max_rows: int,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.policy = policy
         self.clock = clock
         self.finest_for = finest_for
@@ -97,7 +96,7 @@ class StoreCollector(Collector):
             for name, doc in ENGINE_GAUGES.items()
         }
         window = Window.last(LATENCY_WINDOW, now)
-        for server in server_engines.server_summaries(self.engine, window):
+        for server in self.store.samples.server_summaries(window):
             for name, family in families.items():
                 value = server.figures.get(name)
                 if value is not None:
@@ -137,14 +136,11 @@ class StoreCollector(Collector):
             "over each policy window (requests, or output tokens for a per-token goodput SLO).",
             labels=["slo", "window"],
         )
-        with self.engine.connect() as connection:
-            counter = slo_store.CycleCounter(
-                connection, now, self.finest_for, slo_store.rollup_cache(self.engine)
-            )
-            specs = slo_store.list_slos(self.engine)
+        with self.store.events.cycle(now, self.finest_for) as counter:
+            specs = self.store.slos.all()
             counter.prepare(windows_of(self.policy, specs), [spec.sli for spec in specs])
             for spec in specs:
-                current = status(connection, spec, self.policy, now, self.finest_for, counter)
+                current = status(counter, spec, self.policy, now)
                 if current.sli is not None:
                     sli.add_metric([spec.name, spec.sli.kind.value, spec.scope], current.sli)
                 objective.add_metric([spec.name], spec.objective)
@@ -165,8 +161,7 @@ class StoreCollector(Collector):
         )
         window = Window.last(LATENCY_WINDOW, now)
         for metric in LATENCY_METRICS:
-            result = queries.latency(
-                self.engine,
+            result = self.store.requests.latency(
                 metric,
                 window,
                 group_by=("model",),
@@ -185,12 +180,12 @@ class CostCollector(Collector):
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         model: Callable[[], CostModel],
         clock: Callable[[], datetime],
         finest_for: FinestFor,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.model = model
         self.clock = clock
         self.finest_for = finest_for
@@ -198,8 +193,7 @@ class CostCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.clock()
         window = Window.last(COST_WINDOW, now)
-        result = cost_store.cost(
-            self.engine,
+        result = self.store.cost.cost(
             window,
             self.model(),
             group_by=("model",),
@@ -334,9 +328,9 @@ def install(app: FastAPI, context: AppContext) -> None:
     finest_for = context.retention.finest_for
     registry = registry_for(
         StoreCollector(
-            context.engine, context.policy, context.clock, finest_for, context.exact_max_rows
+            context.store, context.policy, context.clock, finest_for, context.exact_max_rows
         ),
-        CostCollector(context.engine, context.cost_model, context.clock, finest_for),
+        CostCollector(context.store, context.cost_model, context.clock, finest_for),
         ttl_s=context.settings.metrics_cache_s,
     )
     # Not cached: KEDA refusals should show at once, and the read is one small query.

@@ -56,10 +56,10 @@ class Stamped:
 
 
 def reader(app: AppContext) -> AppContext:
-    """``app`` with its engine the one reads go to (the standby's, when one is configured)."""
-    if app.read_engine is None:
+    """``app`` with its store the one reads go to (the standby's, when one is configured)."""
+    if app.read_store is None or app.read_engine is None:
         return app
-    return dataclasses.replace(app, engine=app.read_engine)
+    return dataclasses.replace(app, store=app.read_store, engine=app.read_engine)
 
 
 def lag_of(

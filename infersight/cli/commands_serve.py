@@ -14,7 +14,7 @@ on SQLite only worker 1 runs them (an in-memory SQLite store, one per process, i
 says which: ``"worker": 1..N``).
 
 With ``INFERSIGHT_DATABASE_READ_URL`` set, the read-only answers go to that hot standby
-(``api.reads``; its engine from ``storage.replica.create_read_engine``, never migrated nor
+(``api.reads``; its store from ``service.store.open_read_store``, never migrated nor
 written); a SQLite store or read URL is refused before anything starts (exit status 2).
 Each worker builds its own read engine after the fork, as it does its primary's.
 """
@@ -43,10 +43,11 @@ from infersight.cli.settings import Settings
 from infersight.core.errors import InvalidInput
 from infersight.httpd.prefork import ProcessLock, Worker, listen_socket, run_workers
 from infersight.service.notifications import notifiers_from_settings
+from infersight.service.store import open_read_store, open_store
 from infersight.storage import migrate
 from infersight.storage.creation import creating
-from infersight.storage.engine import StoreTimeouts, create_store_engine, redact
-from infersight.storage.replica import check_read_routing, create_read_engine
+from infersight.storage.engine import redact
+from infersight.storage.replica import check_read_routing
 
 #: The most worker processes ``--workers`` takes.
 MAX_WORKERS: Final = 64
@@ -110,11 +111,12 @@ def build(
 ) -> Built:
     """The app of one serving process, with its own engine and HTTP client; ``guard`` runs
     the start-up step that needs the store (the migrations, or the probe)."""
-    timeouts = StoreTimeouts(**plan.settings.store_timeouts())
-    engine = create_store_engine(plan.settings.database_url, timeouts=timeouts)
+    store = open_store(plan.settings)
+    engine = store.engine
     read_url = plan.settings.database_read_url or None  # empty: no standby
     # Only the primary is migrated (``prepare``); the standby replays its schema.
-    read_engine = create_read_engine(read_url, timeouts=timeouts) if read_url else None
+    read_store = open_read_store(plan.settings)
+    read_engine = read_store.engine if read_store is not None else None
     api_settings = plan.api
     if worker is not None and worker > 1 and engine.dialect.name != "postgresql":
         api_settings = api_settings.model_copy(update={"run_jobs": False})  # SQLite: worker 1
@@ -131,14 +133,14 @@ def build(
         )
         app = create_app(
             api_settings,
-            engine,
+            store,
             retention=plan.settings.retention(),
             exact_max_rows=plan.settings.exact_max_rows,
             notifiers=notifiers,
             dashboard_url=f"http://{plan.host}:{plan.port}",
             prepare=lambda: guard(step),
             worker=worker,
-            read_engine=read_engine,
+            read_store=read_store,
         )
     except BaseException:
         client.close()

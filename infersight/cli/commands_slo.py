@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from infersight.cli.group import current_settings, read_spec_file, store_settings
+from infersight.cli.group import current_settings, open_store, read_spec_file, store_settings
 from infersight.core.errors import SchemaMissing
 
 # Each command imports what it uses (``list`` needs neither Alembic nor the rule exporter, nor
@@ -70,23 +70,23 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     from infersight.core.slo import GoodputUnit, targets_text  # noqa: PLC0415
     from infersight.service.evaluation import default_policy, status  # noqa: PLC0415
     from infersight.service.slo_documents import to_document  # noqa: PLC0415 (no pydantic, unlike specs)
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
-    from infersight.storage.slo_store import CycleCounter, list_slos  # noqa: PLC0415
 
     settings = store_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx, light=True)
     try:
         policy, now = default_policy(), datetime.now(UTC)
         rows, slis = [], []
         finest_for = settings.retention().finest_for
-        with engine.connect() as connection:
-            counter = CycleCounter(connection, now, finest_for)
-            for spec in list_slos(engine):
-                current = status(connection, spec, policy, now, finest_for, counter)
+        with (
+            store.reading() as reader,
+            reader.events.cycle(now, finest_for, cached=False) as counter,
+        ):
+            for spec in reader.slos.all():
+                current = status(counter, spec, policy, now)
                 rows.append({**to_document(spec), "status": current.to_dict()})
                 slis.append(spec.sli)
     finally:
-        engine.dispose()
+        store.dispose()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

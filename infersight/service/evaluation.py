@@ -4,7 +4,7 @@
 routes and ``/metrics``). ``Evaluator.run`` does that for every stored SLO, steps each alert
 state (``core.burn.step``: an open incident whose symptom has cleared is recovering, and
 resolves once it stays cleared for the policy's ``resolve_after``), persists the outcome
-(``storage.incidents``) and then tells the ``IncidentListener``s (diagnosis and
+(the store's ``incidents``) and then tells the ``IncidentListener``s (diagnosis and
 notifications live behind that seam).
 """
 
@@ -19,7 +19,6 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from sqlalchemy import Connection, Engine
 
 from infersight.core.budget import is_money_alert
 from infersight.core.burn import (
@@ -34,7 +33,7 @@ from infersight.core.burn import (
 )
 from infersight.core.slo import EventCounts, SloSpec, budget_remaining, sli_value
 from infersight.core.window import Resolution, Window, format_duration
-from infersight.storage import incidents, slo_store
+from infersight.storage.seam import EventCounter, Store, alert_state
 
 log = logging.getLogger(__name__)
 FinestFor = Callable[[Window, datetime], Resolution]
@@ -78,23 +77,10 @@ class SloStatus:
         }
 
 
-def status(
-    connection: Connection,
-    spec: SloSpec,
-    policy: Policy,
-    now: datetime,
-    finest_for: FinestFor | None = None,
-    counter: slo_store.CycleCounter | None = None,
-) -> SloStatus:
-    """One SLO's status at ``now``; the SLOs of one cycle share a ``counter`` (same ``now``).
-
-    Without a ``counter`` it counts through the process's ``slo_store.rollup_cache`` of the
-    connection's engine (the same answer, fewer sketches decoded).
-    """
+def status(counter: EventCounter, spec: SloSpec, policy: Policy, now: datetime) -> SloStatus:
+    """One SLO's status at ``now``, counted by ``counter`` (``store.events.cycle(now, …)``),
+    which the SLOs of one cycle share."""
     lengths = sorted({*policy.windows, spec.window})
-    counter = counter or slo_store.CycleCounter(
-        connection, now, finest_for, slo_store.rollup_cache(connection.engine)
-    )
     counts = counter.count(spec, lengths)
     evaluation = evaluate(policy, spec.objective, counts)
     return SloStatus(spec, now, counts[spec.window], evaluation)
@@ -115,9 +101,10 @@ class RunReport:
 class Evaluator:
     """Evaluates every stored SLO; one ``run`` per scheduler interval (on the leader only).
 
-    A cycle is incremental: its counts go through a ``slo_store.RollupCache`` kept across
-    cycles (by default the process's cache for ``engine``, shared with ``/metrics`` and the
-    pages), so it decodes only the rollup rows that changed since the previous cycle. It
+    A cycle is incremental: its counts go through a cache of rollup rows kept across cycles
+    (by default the process's cache for the store, shared with ``/metrics`` and the pages:
+    ``store.events.cycle``), so it decodes only the rollup rows that changed since the
+    previous cycle. It
     counts first, on a read-only connection, yielding the GIL between SLOs (the API's pages
     run in the same process), and only then writes the alert states in one short
     transaction: on SQLite a write transaction blocks the sidecars' writers, so none is held
@@ -130,46 +117,43 @@ class Evaluator:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         policy: Policy,
         listeners: Sequence[IncidentListener] = (),
         finest_for: FinestFor | None = None,
-        cache: slo_store.RollupCache | None = None,
+        cache: object | None = None,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.policy = policy
         self.listeners = tuple(listeners)
         self.finest_for = finest_for
-        self.cache = cache if cache is not None else slo_store.rollup_cache(engine)
+        self.cache = cache  # None: the process's cache for the store
         self.latest: tuple[SloStatus, ...] = ()
 
     def run(self, now: datetime) -> RunReport:
         started = time.perf_counter()
-        specs = slo_store.list_slos(self.engine)
+        specs = self.store.slos.all()
         statuses = []
-        with self.engine.connect() as connection:
-            counter = slo_store.CycleCounter(connection, now, self.finest_for, self.cache)
+        with self.store.events.cycle(now, self.finest_for, self.cache) as counter:
             counter.prepare(windows_of(self.policy, specs), [spec.sli for spec in specs])
             for spec in specs:
-                statuses.append(
-                    status(connection, spec, self.policy, now, self.finest_for, counter)
-                )
+                statuses.append(status(counter, spec, self.policy, now))
                 time.sleep(0)  # let the request threads in between SLOs
         self.latest = tuple(statuses)
         changes: list[tuple[Incident, Transition]] = []
         # One transaction for the writes: the leader is the only writer of incidents.
-        with self.engine.begin() as connection:
-            open_incidents = incidents.all_firing(connection)
+        with self.store.transaction() as tx:
+            open_incidents = tx.incidents.all_firing()
             for current in statuses:
                 spec = current.spec
                 found = open_incidents.pop((spec.name, spec.scope), None)
-                change = self._one(connection, current, now, found)
+                change = self._one(tx, current, now, found)
                 if change is not None:
                     changes.append(change)
             # Open incidents of SLOs that were deleted or re-scoped since the last cycle (money
             # alerts are the budget job's: ``service.budgets``).
             orphaned = (i.id for i in open_incidents.values() if not is_money_alert(i.slo))
-            orphans = incidents.resolve(connection, orphaned, now)
+            orphans = tx.incidents.resolve(orphaned, now)
             changes += [(incident, Transition.RESOLVED) for incident in orphans]
         for incident, transition in changes:
             self._notify(incident, transition)
@@ -177,18 +161,17 @@ class Evaluator:
 
     def _one(
         self,
-        connection: Connection,
+        tx: Store,
         current: SloStatus,
         now: datetime,
         open_incident: Incident | None,
     ) -> tuple[Incident, Transition] | None:
         spec = current.spec
-        previous = incidents.alert_state(open_incident)
+        previous = alert_state(open_incident)
         state, transition = step(previous, current.evaluation, now)
         if not previous.active and not state.active:
             return None
-        incident = incidents.apply_step(
-            connection,
+        incident = tx.incidents.apply_step(
             spec.name,
             spec.scope,
             state,
@@ -204,8 +187,8 @@ class Evaluator:
 
     def retire(self, slo: str, now: datetime) -> list[Incident]:
         """Resolve (and announce) the open incidents of an SLO that was just deleted."""
-        with self.engine.begin() as connection:
-            resolved = incidents.resolve_all(connection, slo, now)
+        with self.store.transaction() as tx:
+            resolved = tx.incidents.resolve_all(slo, now)
         for incident in resolved:
             self._notify(incident, Transition.RESOLVED)
         return resolved

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
-
 from infersight.core.burn import Incident, Policy
 from infersight.core.cost import CostModel
 from infersight.core.slo import SliKind, SloSpec
@@ -16,8 +14,7 @@ from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
 from infersight.service.cost_view import amount
 from infersight.service.evaluation import FinestFor, SloStatus, status, windows_of
-from infersight.storage import cost as cost_store
-from infersight.storage import incidents, slo_store
+from infersight.storage.seam import Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +26,7 @@ class SloView:
 
 
 def with_status(
-    engine: Engine,
+    store: Store,
     specs: Sequence[SloSpec],
     policy: Policy,
     now: datetime,
@@ -50,22 +47,20 @@ def with_status(
         and all(now - max_age <= s.at <= now for s in recent)
     )
     views = []
-    with engine.connect() as connection:
-        firing = incidents.all_firing(connection)
+    with store.reading() as reader:
+        firing = reader.incidents.all_firing()
         if fresh:
             return [SloView(s.spec, s, firing.get((s.spec.name, s.spec.scope))) for s in recent]
-        counter = slo_store.CycleCounter(
-            connection, now, finest_for, slo_store.rollup_cache(engine)
-        )
-        counter.prepare(windows_of(policy, specs), [spec.sli for spec in specs])
-        for spec in specs:
-            current = status(connection, spec, policy, now, finest_for, counter)
-            views.append(SloView(spec, current, firing.get((spec.name, spec.scope))))
+        with reader.events.cycle(now, finest_for) as counter:
+            counter.prepare(windows_of(policy, specs), [spec.sli for spec in specs])
+            for spec in specs:
+                current = status(counter, spec, policy, now)
+                views.append(SloView(spec, current, firing.get((spec.name, spec.scope))))
     return views
 
 
 def good_token_cost(
-    engine: Engine,
+    store: Store,
     spec: SloSpec,
     model: CostModel,
     window: Window,
@@ -73,11 +68,11 @@ def good_token_cost(
 ) -> dict[str, Any] | None:
     """What a goodput SLO's good tokens cost over ``window``: the cost of its scope (``spec``'s
     selector) per million good tokens, where a good token is a token (input or output) of a
-    request that met *this* SLO's targets together (``storage.cost`` with ``slos=[spec]``:
+    request that met *this* SLO's targets together (``store.cost`` with ``slos=[spec]``:
     the same judgement as its SLI). ``None`` for another kind of SLO."""
     if spec.sli.kind is not SliKind.GOODPUT:
         return None
-    result = cost_store.cost(engine, window, model, spec.selector, finest=finest, slos=[spec])
+    result = store.cost.cost(window, model, spec.selector, finest=finest, slos=[spec])
     total = result.total
     per_good = total.cost_per_million_good_tokens
     per_token = total.cost_per_million_tokens

@@ -397,10 +397,17 @@ class EventStore(Protocol):
         ...
 
     def cycle(
-        self, now: datetime, finest_for: FinestFor | None = None, cache: object | None = None
+        self,
+        now: datetime,
+        finest_for: FinestFor | None = None,
+        cache: object | None = None,
+        *,
+        cached: bool = True,
     ) -> AbstractContextManager[EventCounter]:
-        """A counter for one cycle at ``now``, over one read connection while it is open;
-        ``cache``: one from ``new_cache`` (else the process's cache for this store)."""
+        """A counter for one cycle at ``now``, over one read connection while it is open.
+        Rollup rows decoded in one cycle are kept for the next in ``cache`` (one from
+        ``new_cache``; by default the process's cache for this store); ``cached=False``: none
+        (a short-lived command that counts once). The counts are the same either way."""
         ...
 
     def new_cache(self) -> object:

@@ -353,14 +353,19 @@ class SqlEvents(_Bound):
 
     @contextmanager
     def cycle(
-        self, now: datetime, finest_for: FinestFor | None = None, cache: object | None = None
+        self,
+        now: datetime,
+        finest_for: FinestFor | None = None,
+        cache: object | None = None,
+        *,
+        cached: bool = True,
     ) -> Iterator[slo_store.CycleCounter]:
         if cache is not None and not isinstance(cache, slo_store.RollupCache):
             raise TypeError(f"not a cache of this store: {type(cache).__name__}")
+        if cached and cache is None:
+            cache = slo_store.rollup_cache(self._engine)
         with self._reading() as connection:
-            yield slo_store.CycleCounter(
-                connection, now, finest_for, cache or slo_store.rollup_cache(self._engine)
-            )
+            yield slo_store.CycleCounter(connection, now, finest_for, cache if cached else None)
 
     def new_cache(self) -> slo_store.RollupCache:
         return slo_store.RollupCache()

@@ -59,7 +59,7 @@ def test_a_replica_that_takes_the_lead_again_reconciles_and_settles_every_claim(
     lock, clock = ToggledLock(), FakeClock(T0)
     jobs = Jobs(
         store.engine,
-        Evaluator(store.engine, default_policy()),
+        Evaluator(store.sql, default_policy()),
         RetentionPolicy(),
         clock,
         lock,

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from infersight.core.burn import IncidentState
 from infersight.service.evaluation import Evaluator, default_policy
 from infersight.storage import incidents
+from infersight.storage.sql_store import SqlStore
 from tests.api.conftest import Api
 from tests.conftest import Store
 from tests.doubles import NOW
@@ -24,7 +25,7 @@ def outage(store: Store) -> Store:
 
 
 def test_the_slo_route_shows_the_open_alert_and_metrics_export_the_status(outage, api: Api):
-    Evaluator(outage.engine, default_policy()).run(NOW)
+    Evaluator(SqlStore(outage.engine), default_policy()).run(NOW)
     body = api.get("/api/v1/slos/chat-avail").json()
     assert body["alert"]["severity"] == "page"
     assert body["status"]["firing"] == "page"
@@ -53,14 +54,14 @@ def test_the_slo_route_shows_the_open_alert_and_metrics_export_the_status(outage
 
 
 def test_deleting_an_slo_resolves_its_open_incident(outage, api: Api):
-    Evaluator(outage.engine, default_policy()).run(NOW)
+    Evaluator(SqlStore(outage.engine), default_policy()).run(NOW)
     assert api.delete("/api/v1/slos/chat-avail").status_code == 204
     [incident] = incidents.list_incidents(outage.engine)
     assert incident.state is IncidentState.RESOLVED
 
 
 def test_the_alerts_route_lists_incidents_by_state(outage, api: Api):
-    evaluator = Evaluator(outage.engine, default_policy())
+    evaluator = Evaluator(SqlStore(outage.engine), default_policy())
     evaluator.run(NOW)
     [firing] = api.get("/api/v1/incidents").json()["incidents"]
     assert (firing["slo"], firing["severity"], firing["state"], firing["scope"]) == (

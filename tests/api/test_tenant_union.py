@@ -222,7 +222,7 @@ def test_slos_incidents_and_cost_of_a_scoped_token_are_its_tenants_alone(
     for name, tenant in SLOS.items():
         put = api.put(f"/api/v1/slos/{name}", content=_slo(name, tenant), headers=admin)
         assert put.status_code == 201, put.text
-    Evaluator(store.engine, default_policy()).run(NOW)
+    Evaluator(store.sql, default_policy()).run(NOW)
     every = api.get("/api/v1/incidents", headers=admin).json()["incidents"]
     assert {i["slo"] for i in every} == set(SLOS)  # each fired
 
@@ -269,7 +269,7 @@ def test_the_dashboard_of_a_scoped_token_shows_its_tenants_and_says_what_it_cann
     admin, union = bearer(ADMIN_TOKEN), {**bearer(UNION_TOKEN), "accept": "text/html"}
     for name, tenant in SLOS.items():
         assert api.put(f"/api/v1/slos/{name}", content=_slo(name, tenant), headers=admin).is_success
-    Evaluator(store.engine, default_policy()).run(NOW)
+    Evaluator(store.sql, default_policy()).run(NOW)
     window = {"start": iso(START), "end": iso(END)}
 
     page = api.get("/ui/latency", params=window, headers=union)

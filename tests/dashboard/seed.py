@@ -39,6 +39,7 @@ from infersight.simulator.specs import load_scenario
 from infersight.storage import slo_store
 from infersight.storage.baselines import capture_window, save_baseline
 from infersight.storage.runs import save_run
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 from tests.capacity.support import saturating_run
 
@@ -84,7 +85,7 @@ def seed(engine: Engine, minutes: int = 45, every: timedelta = timedelta(minutes
     for spec in SLOS:
         slo_store.put_slo(engine, spec, scenario.start)
     diagnosis = DiagnosisListener(engine, pack=load_rules())
-    evaluator = Evaluator(engine, default_policy(), [diagnosis])
+    evaluator = Evaluator(SqlStore(engine), default_policy(), [diagnosis])
     at = scenario.start + timedelta(minutes=20)
     while at <= end:
         evaluator.run(at)

@@ -22,6 +22,7 @@ from infersight.service.diagnosis import DiagnosisListener
 from infersight.service.evaluation import Evaluator, default_policy
 from infersight.storage import migrate, slo_store
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from tests.dashboard.conftest import Live, Page, screenshot, serve
 
 pytestmark = [pytest.mark.e2e]
@@ -42,7 +43,9 @@ def blind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         Selector(model="meta-llama/Llama-3.1-70B-Instruct"),
     )
     slo_store.put_slo(engine, tpot, scenario.start)
-    evaluator = Evaluator(engine, default_policy(), [DiagnosisListener(engine, pack=load_rules())])
+    evaluator = Evaluator(
+        SqlStore(engine), default_policy(), [DiagnosisListener(engine, pack=load_rules())]
+    )
     incident, _ = scenarios.windows(scenario)
     at = incident.start
     while at <= incident.start + timedelta(minutes=6):

@@ -26,6 +26,7 @@ from infersight.storage import scaling as scaling_store
 from infersight.storage import slo_store
 from infersight.storage.capacity import production_capacity
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
 from tests.conftest import Store
@@ -193,7 +194,7 @@ def test_the_scaling_job_records_one_recommendation_per_model_and_is_counted(
     )
     scaling_store.put_policy(seeded.engine, POLICY, NOW)
     clock = FakeClock()
-    evaluator = Evaluator(seeded.engine, default_policy())
+    evaluator = Evaluator(SqlStore(seeded.engine), default_policy())
     jobs = Jobs(
         seeded.engine,
         evaluator,

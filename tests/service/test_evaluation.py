@@ -18,6 +18,7 @@ from infersight.core.window import Resolution
 from infersight.service.evaluation import Evaluator, default_policy
 from infersight.storage import incidents, migrate, slo_store
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.doubles import NOW
@@ -61,7 +62,7 @@ def outage(store: Store) -> Store:
 
 def _replay(outage, policy):
     recorder = Recorder()
-    evaluator = Evaluator(outage.engine, policy, [Broken(), recorder])
+    evaluator = Evaluator(SqlStore(outage.engine), policy, [Broken(), recorder])
     before = evaluator.run(OUTAGE - timedelta(seconds=30))
     assert before.slos == 1
     assert before.changes == ()
@@ -102,13 +103,13 @@ def test_an_slo_scoped_to_another_model_does_not_alert(outage):
     quiet = SloSpec("other", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=30),
                     Selector(model="not-served"))  # fmt: skip
     slo_store.put_slo(outage.engine, quiet, NOW)
-    report = Evaluator(outage.engine, default_policy()).run(NOW)
+    report = Evaluator(SqlStore(outage.engine), default_policy()).run(NOW)
     assert [(i.slo, t) for i, t in report.changes] == [("chat-avail", Transition.OPENED)]
 
 
 def test_re_scoping_an_slo_resolves_the_old_scope_and_tells_the_listeners(outage):
     recorder = Recorder()
-    evaluator = Evaluator(outage.engine, default_policy(), [recorder])
+    evaluator = Evaluator(SqlStore(outage.engine), default_policy(), [recorder])
     evaluator.run(NOW)
     rescoped = SloSpec("chat-avail", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=30),
                        Selector(model="llama-8b"))  # fmt: skip
@@ -149,7 +150,7 @@ def test_a_cycle_holds_no_sqlite_write_lock_while_it_counts(tmp_path):
             other.close()
         return Resolution.MINUTE
 
-    report = Evaluator(engine, default_policy(), finest_for=finest_for).run(NOW)
+    report = Evaluator(SqlStore(engine), default_policy(), finest_for=finest_for).run(NOW)
     engine.dispose()
     assert [t for _, t in report.changes] == [Transition.OPENED] * 2  # both SLOs paged
     assert writable

@@ -13,6 +13,7 @@ from infersight.service.jobs import AdvisoryLock, Jobs, SoleLeader, leader_lock
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from tests.doubles import NOW, FakeClock
 from tests.waiting import until
 
@@ -20,7 +21,7 @@ from tests.waiting import until
 def replica(engine, lock=None, interval: float = 30.0) -> Jobs:
     return Jobs(
         engine,
-        Evaluator(engine, default_policy()),
+        Evaluator(SqlStore(engine), default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),
         lock or leader_lock(engine),

@@ -11,6 +11,7 @@ from infersight.service.evaluation import Evaluator, default_policy
 from infersight.service.jobs import AdvisoryLock, Jobs
 from infersight.storage.engine import create_store_engine
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from tests.conftest import Store
 from tests.doubles import NOW, FakeClock
 from tests.waiting import until
@@ -33,7 +34,7 @@ def test_each_gain_of_the_lead_calls_the_hooks_once(store: Store) -> None:
     lock, calls = ToggledLock(), []
     jobs = Jobs(
         store.engine,
-        Evaluator(store.engine, default_policy()),
+        Evaluator(store.sql, default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),
         lock,
@@ -66,7 +67,7 @@ def test_the_lock_taken_again_between_ticks_is_a_new_term(pg_store) -> None:
     calls: list[str] = []
     jobs = Jobs(
         engine,
-        Evaluator(engine, default_policy()),
+        Evaluator(SqlStore(engine), default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),
         lock,

@@ -18,6 +18,7 @@ from infersight.service.jobs import Jobs, leader_lock
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from tests.conftest import POSTGRES_ADMIN_URL, fresh_database
 from tests.doubles import NOW, FakeClock
 
@@ -50,7 +51,7 @@ def _jobs(url: str, lock_url: str = "") -> Jobs:
     migrate.upgrade(engine)
     return Jobs(
         engine,
-        Evaluator(engine, default_policy()),
+        Evaluator(SqlStore(engine), default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),
         leader_lock(engine, lock_url),

@@ -30,18 +30,18 @@ def test_a_fresh_cycle_is_shown_and_a_stale_or_outdated_one_is_counted_again(sto
         SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 0.1), 0.99, timedelta(days=7)),
     ):
         slo_store.put_slo(store.engine, spec, NOW - timedelta(days=1))
-    evaluator = Evaluator(store.engine, policy)
+    evaluator = Evaluator(store.sql, policy)
     evaluator.run(NOW)
     specs = slo_store.list_slos(store.engine)
     assert [s.spec for s in evaluator.latest] == specs
 
     later = NOW + timedelta(seconds=20)
-    shown = with_status(store.engine, specs, policy, later, None, evaluator.latest, AGE)
-    counted = with_status(store.engine, specs, policy, NOW, None)
+    shown = with_status(store.sql, specs, policy, later, None, evaluator.latest, AGE)
+    counted = with_status(store.sql, specs, policy, NOW, None)
     assert [v.status for v in shown] == [v.status for v in counted]  # the cycle's figures
     # Older than max_age: counted at the new now.
     stale = with_status(
-        store.engine, specs, policy, NOW + AGE + timedelta(seconds=1), None, evaluator.latest, AGE
+        store.sql, specs, policy, NOW + AGE + timedelta(seconds=1), None, evaluator.latest, AGE
     )
     assert {v.status.at for v in stale} == {NOW + AGE + timedelta(seconds=1)}
     # A changed SLO set: counted afresh too.
@@ -51,6 +51,6 @@ def test_a_fresh_cycle_is_shown_and_a_stale_or_outdated_one_is_counted_again(sto
         NOW,
     )
     specs = slo_store.list_slos(store.engine)
-    changed = with_status(store.engine, specs, policy, later, None, evaluator.latest, AGE)
+    changed = with_status(store.sql, specs, policy, later, None, evaluator.latest, AGE)
     assert len(changed) == 3
     assert {v.status.at for v in changed} == {later}

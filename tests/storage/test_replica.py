@@ -76,7 +76,7 @@ def _api(primary: Engine, standby: Engine) -> Api:
     """The real app reading from ``standby``, its answer cache off (every call asks anew)."""
     clock = FakeClock()
     settings = ApiSettings(run_jobs=False, dashboard_answer_ttl_s=0)
-    return Api(create_app(settings, primary, clock, read_engine=standby), clock)
+    return Api(create_app(settings, primary, clock, read_store=standby), clock)
 
 
 def _write(primary: Engine, seed: int, count: int) -> int:
@@ -301,7 +301,7 @@ def _served(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> tuple[dict[
     real = commands_serve.create_app
 
     def create_app_spy(*args: Any, **wiring: Any) -> Any:
-        made.update(engine=args[1], **wiring)
+        made.update(engine=args[1].engine, **wiring)
         return real(*args, **wiring)
 
     monkeypatch.setattr(commands_serve, "create_app", create_app_spy)
@@ -332,8 +332,8 @@ def test_serve_passes_the_standby_as_the_read_engine_and_migrates_only_the_prima
             "INFERSIGHT_DATABASE_READ_URL": "postgresql://reader:secret@standby.invalid/infersight",
         },
     )
-    read_engine = made["read_engine"]
-    assert read_engine is not None
+    assert made["read_store"] is not None
+    read_engine = made["read_store"].engine
     assert read_engine.url.host == "standby.invalid"
     assert made["engine"].url.host == "primary.invalid"
     assert read_engine.get_execution_options()["postgresql_readonly"] is True
@@ -346,5 +346,5 @@ def test_serve_passes_the_standby_as_the_read_engine_and_migrates_only_the_prima
 def test_serve_without_a_read_url_reads_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
     for unset in ({}, {"INFERSIGHT_DATABASE_READ_URL": ""}):
         made, said = _served(monkeypatch, {"INFERSIGHT_DATABASE_URL": PRIMARY_URL, **unset})
-        assert made["read_engine"] is None
+        assert made["read_store"] is None
         assert "standby" not in said

@@ -35,7 +35,7 @@ _ADMIN = [Depends(requires(Scope.ADMIN))]
 
 def _views(app: AppContext, specs: list[SloSpec]) -> list[dict[str, Any]]:
     """Definitions with their status and open incident."""
-    found = with_status(app.engine, specs, app.policy, app.clock(), app.retention.finest_for)
+    found = with_status(app.store, specs, app.policy, app.clock(), app.retention.finest_for)
     return [
         {
             **to_document(v.spec),
@@ -67,7 +67,7 @@ def get_slo(app: App, name: str, tenants: TenantScope) -> dict[str, Any]:
         now = app.clock()
         window = Window.last(spec.window, now)
         answer["good_token_cost"] = good_token_cost(
-            app.engine, spec, app.cost_model(), window, app.retention.finest_for(window, now)
+            app.store, spec, app.cost_model(), window, app.retention.finest_for(window, now)
         )
     return answer
 

@@ -29,10 +29,10 @@ from infersight.core.records import GROUP_LABELS
 from infersight.core.slo import GoodputUnit, SliKind, SloSpec, targets_text
 from infersight.core.window import format_duration
 from infersight.service.cost_view import unit_cost_text
-from infersight.service.incidents import annotate
+from infersight.service.incidents import list_incidents
 from infersight.service.slos import SloView, good_token_cost, with_status
 from infersight.storage import cost as cost_store
-from infersight.storage import incidents, queries, slo_store, timeseries
+from infersight.storage import queries, slo_store, timeseries
 
 NAME: Final = "overview"
 TITLE: Final = "Overview"
@@ -64,7 +64,7 @@ def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
     # The evaluation job's last cycle while it is at most one interval old (the job runs in
     # this process); else counted here.
     found = with_status(
-        app.engine,
+        app.store,
         specs,
         app.policy,
         now,
@@ -199,9 +199,7 @@ def _span(delta: timedelta) -> str:
 
 
 def firing_incidents(app: AppContext) -> list[dict[str, Any]]:
-    found = incidents.list_incidents(app.engine, "firing", 50)
-    notes = annotate(app.engine, found)
-    return [{"incident": i, **notes[i.id]} for i in found]
+    return [{"incident": i.incident, **i.notes} for i in list_incidents(app.store, "firing", 50)]
 
 
 def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
@@ -274,7 +272,7 @@ def goodput_costs(app: AppContext, ctx: Context) -> dict[str, str]:
         if spec.sli.kind is not SliKind.GOODPUT:
             continue
         finest = app.retention.finest_for(ctx.window, ctx.now)
-        found = good_token_cost(app.engine, spec, app.cost_model(), ctx.window, finest)
+        found = good_token_cost(app.store, spec, app.cost_model(), ctx.window, finest)
         if found and found["cost_per_million_good_tokens"] is not None:
             per = unit_cost_text(found["cost_per_million_good_tokens"], found["currency"])
             out[spec.name] = f"{per} per 1M good tokens over the range"

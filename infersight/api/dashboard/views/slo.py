@@ -32,7 +32,7 @@ def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]
     if not NAME_PATTERN.fullmatch(name):
         raise InvalidInput("an SLO name is 1–128 lowercase letters, digits, '.', '_' or '-'")
     spec = slo_store.get_slo(app.engine, name)
-    [view] = with_status(app.engine, [spec], app.policy, ctx.now, app.retention.finest_for)
+    [view] = with_status(app.store, [spec], app.policy, ctx.now, app.retention.finest_for)
     status = view.status
     rates = status.evaluation.burn_rates
     rules = [
@@ -90,7 +90,7 @@ def goodput_part(app: AppContext, ctx: Context, spec: SloSpec) -> dict[str, Any]
     for row in rows:
         row["share"] = row["events"] / found["bad"] if found["bad"] else None
     finest = app.retention.finest_for(ctx.window, ctx.now)
-    cost = good_token_cost(app.engine, spec, app.cost_model(), ctx.window, finest)
+    cost = good_token_cost(app.store, spec, app.cost_model(), ctx.window, finest)
     if cost is not None:  # no tokens in the range: no per-million figures (and no 500)
         good, every = cost["cost_per_million_good_tokens"], cost["cost_per_million_tokens"]
         cost["per_million_good_text"] = (
