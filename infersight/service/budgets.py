@@ -39,8 +39,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final, Protocol
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Connection, Engine
 
 from infersight.core.budget import (
@@ -67,7 +66,15 @@ from infersight.core.query import Selector
 from infersight.core.window import Window, format_duration, parse_duration
 from infersight.service.cost_spec import decimal_of
 from infersight.service.cost_view import amount
-from infersight.service.specs import Metadata
+from infersight.service.documents import (
+    Document,
+    DocumentKind,
+    Header,
+    Reading,
+    at,
+    read_value,
+    read_values,
+)
 from infersight.storage import budgets as budget_store
 from infersight.storage import cost as cost_store
 from infersight.storage import incident_history, incidents, signals
@@ -75,7 +82,6 @@ from infersight.storage import incident_history, incidents, signals
 log = logging.getLogger(__name__)
 API_VERSION: Final = "infersight/v1"
 KIND: Final = "Budget"
-MAX_DOCUMENTS: Final = 1000
 #: Spenders named in a budget alert's evidence.
 TOP_SPENDERS: Final = 5
 #: The cost-step alert's recent window and how many previous days its baseline takes.
@@ -114,55 +120,20 @@ class _Spec(_Strict):
     burn: list[_Rule] | None = None
 
 
-class _Document(_Strict):
-    apiVersion: str
-    kind: str
-    metadata: Metadata
-    spec: _Spec
-
-
 def parse_budget(data: dict[str, Any]) -> Budget:
     """One Budget document (a mapping) → ``Budget``; ``InvalidInput`` says what is wrong."""
-    if data.get("apiVersion") != API_VERSION or data.get("kind") != KIND:
-        raise InvalidInput(
-            f"expected apiVersion {API_VERSION} and kind {KIND}",
-            details={
-                "apiVersion": str(data.get("apiVersion"))[:64],
-                "kind": str(data.get("kind"))[:64],
-            },
-        )
-    spec = data.get("spec")
-    if isinstance(spec, dict) and isinstance(spec.get("scope"), dict) and "team" in spec["scope"]:
+    return read_value(data, BUDGET)
+
+
+def _budget(header: Header, s: _Spec) -> Budget:
+    if "team" in s.scope:
         raise InvalidInput(TEAM_REFUSAL, details={"dimension": "team", "issue": 34})
-    try:
-        doc = _Document.model_validate(data)
-    except ValidationError as exc:
-        problems = [
-            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()
-        ]
-        raise InvalidInput("invalid Budget document", details={"problems": problems}) from None
-    s = doc.spec
     if s.period not in {p.value for p in Period}:
         raise InvalidInput(
             f"period must be monthly or weekly, got {s.period!r}",
             details={"allowed": [p.value for p in Period]},
         )
-    try:
-        rules = (
-            DEFAULT_RULES
-            if s.burn is None
-            else tuple(
-                Rule(
-                    Severity(r.severity),
-                    r.burnRate,
-                    parse_duration(r.longWindow),
-                    parse_duration(r.shortWindow),
-                )
-                for r in s.burn
-            )
-        )
-    except ValueError as exc:
-        raise InvalidInput(f"invalid burn rule: {exc}") from None
+    rules = DEFAULT_RULES if s.burn is None else tuple(_rule(i, r) for i, r in enumerate(s.burn))
     if len(rules) > 8:
         raise InvalidInput("a budget has at most 8 burn rules")
     if any(r.long_window > timedelta(days=31) for r in rules):
@@ -170,39 +141,41 @@ def parse_budget(data: dict[str, Any]) -> Budget:
     thresholds = (
         DEFAULT_THRESHOLDS
         if s.thresholds is None
-        else tuple(sorted({decimal_of("thresholds", t) for t in s.thresholds}))
+        else tuple(sorted({decimal_of("spec.thresholds", t) for t in s.thresholds}))
     )
     if len(thresholds) > 10:
         raise InvalidInput("a budget has at most 10 thresholds")
     return Budget(
-        name=doc.metadata.name,
-        amount=decimal_of("amount", s.amount),
+        name=header.name,
+        amount=decimal_of("spec.amount", s.amount),
         currency=s.currency.strip().upper(),
         period=Period(s.period),
         scope=dict(s.scope),
         thresholds=thresholds,
         rules=rules,
-        description=doc.metadata.description,
+        description=header.description,
     )
+
+
+def _rule(index: int, r: _Rule) -> Rule:
+    where = f"spec.burn.{index}"
+    with at(f"{where}.severity"):
+        severity = Severity(r.severity)
+    with at(f"{where}.longWindow"):
+        long_window = parse_duration(r.longWindow)
+    with at(f"{where}.shortWindow"):
+        short_window = parse_duration(r.shortWindow)
+    with at(where):
+        return Rule(severity, r.burnRate, long_window, short_window)
 
 
 def parse_budgets(text: str | bytes) -> list[Budget]:
     """Every Budget document of a (multi-document) YAML or JSON file."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
-    if not documents:
-        raise InvalidInput("no Budget documents found")
-    if len(documents) > MAX_DOCUMENTS:
-        raise InvalidInput(f"a file holds at most {MAX_DOCUMENTS} Budget documents")
-    if not all(isinstance(d, dict) for d in documents):
-        raise InvalidInput("a Budget document must be a mapping")
-    out = [parse_budget(d) for d in documents]
-    names = [b.name for b in out]
-    if len(set(names)) != len(names):
-        raise InvalidInput("a file names each budget once")
-    return out
+    return read_values(text, BUDGET)
+
+
+#: The Budget kind (versioned when stored: ``storage.budgets``).
+BUDGET: Final[DocumentKind[Budget]] = DocumentKind(KIND, {API_VERSION: Reading(_Spec, _budget)})
 
 
 def to_document(budget: Budget) -> dict[str, Any]:
@@ -236,19 +209,23 @@ def to_document(budget: Budget) -> dict[str, Any]:
 def apply_budgets(
     engine: Engine, budgets: Sequence[Budget], now: datetime, currency: str | None = None
 ) -> list[tuple[Budget, int, bool]]:
-    """Store each budget (a new version where it changed): ``(budget, version, new)`` each.
-    With ``currency`` (the cost model's), a budget in another currency is refused first."""
+    """Store each budget (a new version where it changed): ``(budget, version, new)`` each,
+    all or nothing (``service.apply``). With ``currency`` (the cost model's), a budget in
+    another currency is refused first."""
+    from infersight.service.apply import apply  # noqa: PLC0415 (it reads this module's kind)
+
     if currency is not None:
         for budget in budgets:
-            _same_currency(budget, currency)
-    out = []
-    for budget in budgets:
-        version, new = budget_store.put_budget(engine, budget, now)
-        out.append((budget, version, new))
-    return out
+            same_currency(budget, currency)
+    documents = [Document(KIND, API_VERSION, b.name, b, i) for i, b in enumerate(budgets, 1)]
+    return [
+        (a.document.value, a.version or 0, a.changed)
+        for a in apply(engine, documents, now=now).applied
+    ]
 
 
-def _same_currency(budget: Budget, currency: str) -> None:
+def same_currency(budget: Budget, currency: str) -> None:
+    """Refuse ``budget`` unless it is in ``currency`` (the cost model's)."""
     if budget.currency != currency:
         raise InvalidInput(
             f"budget {budget.name!r} is in {budget.currency} but the cost model prices in "
@@ -394,7 +371,7 @@ def budget_status(
 ) -> BudgetStatus:
     """The budget's spend, projection, burn rates and alert judgement at ``now``; the budgets
     of one instant share a ``reader`` (one cost answer per window)."""
-    _same_currency(budget, model.currency)
+    same_currency(budget, model.currency)
     reader = reader or SpendReader(engine, model)
     start, end = period_bounds(budget.period, now)
     selector = selector_of(budget)
@@ -697,8 +674,8 @@ class MoneyAlerts:
 
 __all__ = [
     "API_VERSION",
+    "BUDGET",
     "KIND",
-    "MAX_DOCUMENTS",
     "TEAM_REFUSAL",
     "AlertState",
     "BudgetStatus",
@@ -710,6 +687,7 @@ __all__ = [
     "cost_steps",
     "parse_budget",
     "parse_budgets",
+    "same_currency",
     "selector_of",
     "step_name",
     "to_document",

@@ -42,15 +42,15 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 
 from infersight.core.cost import CostModel, GoodRequest, GpuPrice
 from infersight.core.errors import InvalidInput
 from infersight.core.gpu_slice import MIG, GpuSlice
 from infersight.core.window import format_duration, parse_duration
-from infersight.service.specs import Metadata, parse_threshold
+from infersight.service.documents import DocumentKind, Header, Reading, at, read_value, read_values
+from infersight.service.specs import parse_threshold
 from infersight.storage import cost as cost_store
 
 API_VERSION: Final = "infersight/v1"
@@ -98,13 +98,6 @@ class _Spec(_Strict):
     example: bool = False
 
 
-class _Document(_Strict):
-    apiVersion: str
-    kind: str
-    metadata: Metadata
-    spec: _Spec
-
-
 def decimal_of(name: str, value: Amount) -> Decimal:
     """``value`` as an exact, finite decimal; ``name`` says where it was read (budgets, cost
     models)."""
@@ -123,60 +116,53 @@ def decimal_of(name: str, value: Amount) -> Decimal:
 
 def _price(where: str, doc: _Price) -> GpuPrice:
     reserved = doc.reservedPerHour
-    return GpuPrice(
-        decimal_of(f"{where}.onDemandPerHour", doc.onDemandPerHour),
-        None if reserved is None else decimal_of(f"{where}.reservedPerHour", reserved),
-        decimal_of(f"{where}.reservedShare", doc.reservedShare),
-    )
+    with at(where):
+        return GpuPrice(
+            decimal_of(f"{where}.onDemandPerHour", doc.onDemandPerHour),
+            None if reserved is None else decimal_of(f"{where}.reservedPerHour", reserved),
+            decimal_of(f"{where}.reservedShare", doc.reservedShare),
+        )
 
 
 def parse_model(data: dict[str, Any]) -> CostModel:
     """One CostModel document (a mapping) → ``CostModel``; ``InvalidInput`` says what is wrong."""
-    if data.get("apiVersion") != API_VERSION or data.get("kind") != KIND:
-        raise InvalidInput(
-            f"expected apiVersion {API_VERSION} and kind {KIND}",
-            details={
-                "apiVersion": str(data.get("apiVersion"))[:64],
-                "kind": str(data.get("kind"))[:64],
-            },
-        )
-    try:
-        doc = _Document.model_validate(data)
-    except ValidationError as exc:
-        problems = [
-            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()
-        ]
-        raise InvalidInput("invalid CostModel document", details={"problems": problems}) from None
-    spec = doc.spec
+    return read_value(data, COST_MODEL)
+
+
+def _model(header: Header, spec: _Spec) -> CostModel:
     if len(spec.gpuPrices) + len(spec.instancePrices) + len(spec.sliceProfiles) > MAX_PRICES:
         raise InvalidInput(f"a cost model holds at most {MAX_PRICES} prices")
     electricity = spec.electricityPerKwh
+    with at("spec.sampleGap"):
+        sample_gap = parse_duration(spec.sampleGap)
+    with at("spec.goodRequest.ttft"):
+        ttft = parse_threshold(spec.goodRequest.ttft)
+    with at("spec.goodRequest.tpot"):
+        tpot = parse_threshold(spec.goodRequest.tpot)
     return CostModel(
-        name=doc.metadata.name,
+        name=header.name,
         currency=spec.currency,
-        gpu_prices={k: _price(f"gpuPrices.{k}", v) for k, v in spec.gpuPrices.items()},
+        gpu_prices={k: _price(f"spec.gpuPrices.{k}", v) for k, v in spec.gpuPrices.items()},
         instance_prices={
-            k: _price(f"instancePrices.{k}", v) for k, v in spec.instancePrices.items()
+            k: _price(f"spec.instancePrices.{k}", v) for k, v in spec.instancePrices.items()
         },
         default_price=None
         if spec.defaultPrice is None
-        else _price("defaultPrice", spec.defaultPrice),
+        else _price("spec.defaultPrice", spec.defaultPrice),
         electricity_per_kwh=None
         if electricity is None
-        else decimal_of("electricityPerKwh", electricity),
-        overhead_per_gpu_hour=decimal_of("overhead.perGpuHour", spec.overhead.perGpuHour),
-        overhead_ratio=decimal_of("overhead.ratio", spec.overhead.ratio),
+        else decimal_of("spec.electricityPerKwh", electricity),
+        overhead_per_gpu_hour=decimal_of("spec.overhead.perGpuHour", spec.overhead.perGpuHour),
+        overhead_ratio=decimal_of("spec.overhead.ratio", spec.overhead.ratio),
         idle_utilisation_floor=spec.idle.utilisationFloor,
-        sample_gap_s=parse_duration(spec.sampleGap).total_seconds(),
-        good=GoodRequest(
-            parse_threshold(spec.goodRequest.ttft), parse_threshold(spec.goodRequest.tpot)
-        ),
+        sample_gap_s=sample_gap.total_seconds(),
+        good=GoodRequest(ttft, tpot),
         reserved_discount=None
         if spec.reservedDiscount is None
-        else decimal_of("reservedDiscount", spec.reservedDiscount),
+        else decimal_of("spec.reservedDiscount", spec.reservedDiscount),
         example=spec.example,
         slice_prices={
-            _profile(k): _price(f"sliceProfiles.{k}", v) for k, v in spec.sliceProfiles.items()
+            _profile(k): _price(f"spec.sliceProfiles.{k}", v) for k, v in spec.sliceProfiles.items()
         },
     )
 
@@ -187,21 +173,33 @@ def _profile(name: str) -> str:
         return GpuSlice(MIG, Fraction(1, 7), name.strip().lower()).profile
     except InvalidInput:
         raise InvalidInput(
-            "a sliceProfiles key is a MIG profile, e.g. 3g.40gb", details={"key": name[:32]}
+            "spec.sliceProfiles: a sliceProfiles key is a MIG profile, e.g. 3g.40gb",
+            details={"key": name[:32]},
         ) from None
 
 
 def parse_models(text: str | bytes) -> list[CostModel]:
     """Every CostModel document of a (multi-document) YAML or JSON file."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
-    if not documents:
-        raise InvalidInput("no CostModel documents found")
-    if not all(isinstance(d, dict) for d in documents):
-        raise InvalidInput("a CostModel document must be a mapping")
-    return [parse_model(d) for d in documents]
+    return read_values(text, COST_MODEL)
+
+
+#: The CostModel kind; the core type's own errors name its fields by their document paths.
+COST_MODEL: Final[DocumentKind[CostModel]] = DocumentKind(
+    KIND,
+    {API_VERSION: Reading(_Spec, _model)},
+    field_paths={
+        "a cost model needs a name": "metadata.name: a cost model needs a name",
+        "currency": "spec.currency",
+        "overhead_ratio": "spec.overhead.ratio",
+        "idle_utilisation_floor": "spec.idle.utilisationFloor",
+        "sample_gap_s": "spec.sampleGap",
+        "good.ttft": "spec.goodRequest.ttft",
+        "good.tpot": "spec.goodRequest.tpot",
+        "reservedDiscount": "spec.reservedDiscount",
+        "electricity_per_kwh": "spec.electricityPerKwh",
+        "overhead_per_gpu_hour": "spec.overhead.perGpuHour",
+    },
+)
 
 
 def _price_doc(price: GpuPrice) -> dict[str, Any]:

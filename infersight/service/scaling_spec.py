@@ -31,16 +31,15 @@ import math
 from typing import Any, Final
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from infersight.core.errors import InvalidInput
 from infersight.core.scaling import ScalingPolicy
 from infersight.core.window import parse_duration
-from infersight.service.specs import Metadata
+from infersight.service.documents import DocumentKind, Header, Reading, at, read_value, read_values
 
 API_VERSION: Final = "infersight/v1"
 KIND: Final = "ScalingPolicy"
-MAX_DOCUMENTS: Final = 1000
 _D = ScalingPolicy(name="defaults", model=None)
 
 #: ScalingPolicy field → where it lives in the document (for error messages).
@@ -102,23 +101,14 @@ class _Spec(_Strict):
     staleAfter: Duration = _D.stale_after_s
 
 
-class _Document(_Strict):
-    apiVersion: str
-    kind: str
-    metadata: Metadata
-    spec: _Spec = Field(default_factory=_Spec)
-
-
 def _seconds(path: str, value: Duration) -> float:
     if isinstance(value, bool):
         raise InvalidInput(f"{path} must be a duration such as 10m or a number of seconds")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        try:
+        with at(path):
             seconds = parse_duration(value).total_seconds()
-        except InvalidInput as exc:
-            raise InvalidInput(f"{path}: {exc.message}", details={path: value[:32]}) from None
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidInput(f"{path} must be a non-negative duration", details={path: value})
     return seconds
@@ -126,70 +116,38 @@ def _seconds(path: str, value: Duration) -> float:
 
 def parse_policy(data: Any) -> ScalingPolicy:
     """One ScalingPolicy document (a mapping) → ``ScalingPolicy``; errors name the field."""
-    if not isinstance(data, dict):
-        raise InvalidInput("a ScalingPolicy document must be a mapping")
-    if data.get("apiVersion") != API_VERSION or data.get("kind") != KIND:
-        raise InvalidInput(
-            f"expected apiVersion {API_VERSION} and kind {KIND}, got "
-            f"{str(data.get('apiVersion'))[:64]!r} and {str(data.get('kind'))[:64]!r}",
-            details={
-                "apiVersion": str(data.get("apiVersion"))[:64],
-                "kind": str(data.get("kind"))[:64],
-            },
-        )
-    try:
-        doc = _Document.model_validate(data)
-    except ValidationError as exc:
-        problems = [
-            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()
-        ]
-        first = problems[0]
-        raise InvalidInput(
-            f"invalid ScalingPolicy document: {first['loc']}: {first['msg']}",
-            details={"problems": problems},
-        ) from None
-    spec = doc.spec
-    try:
-        return ScalingPolicy(
-            name=doc.metadata.name,
-            model=spec.model,
-            min_replicas=spec.replicas.min,
-            max_replicas=spec.replicas.max,
-            lead_time_s=_seconds("spec.leadTime", spec.leadTime),
-            headroom=spec.headroom,
-            history_weeks=spec.historyWeeks,
-            queue_factor=spec.reactive.queueFactor,
-            kv_usage_high=spec.reactive.kvUsageHigh,
-            gpu_util_up=spec.reactive.gpuUtil.up,
-            gpu_util_down=spec.reactive.gpuUtil.down,
-            scale_in_cooldown_s=_seconds("spec.scaleIn.cooldown", spec.scaleIn.cooldown),
-            max_scale_in_fraction=spec.scaleIn.maxFraction,
-            burn_rate_high=spec.reactive.burnRateHigh,
-            stale_after_s=_seconds("spec.staleAfter", spec.staleAfter),
-        )
-    except InvalidInput as exc:
-        # The dataclass names its own fields; say where they live in the document.
-        message = exc.message
-        for name, path in sorted(FIELD_PATHS.items(), key=lambda kv: -len(kv[0])):
-            if message.startswith(name):
-                message = path + message[len(name) :]
-                break
-        raise InvalidInput(
-            f"invalid ScalingPolicy document: {message}", details=exc.details
-        ) from None
+    return read_value(data, SCALING_POLICY)
+
+
+def _policy(header: Header, spec: _Spec) -> ScalingPolicy:
+    return ScalingPolicy(
+        name=header.name,
+        model=spec.model,
+        min_replicas=spec.replicas.min,
+        max_replicas=spec.replicas.max,
+        lead_time_s=_seconds("spec.leadTime", spec.leadTime),
+        headroom=spec.headroom,
+        history_weeks=spec.historyWeeks,
+        queue_factor=spec.reactive.queueFactor,
+        kv_usage_high=spec.reactive.kvUsageHigh,
+        gpu_util_up=spec.reactive.gpuUtil.up,
+        gpu_util_down=spec.reactive.gpuUtil.down,
+        scale_in_cooldown_s=_seconds("spec.scaleIn.cooldown", spec.scaleIn.cooldown),
+        max_scale_in_fraction=spec.scaleIn.maxFraction,
+        burn_rate_high=spec.reactive.burnRateHigh,
+        stale_after_s=_seconds("spec.staleAfter", spec.staleAfter),
+    )
 
 
 def parse_policies(text: str | bytes) -> list[ScalingPolicy]:
     """Every ScalingPolicy document of a (multi-document) YAML or JSON file."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
-    if not documents:
-        raise InvalidInput("no ScalingPolicy documents found")
-    if len(documents) > MAX_DOCUMENTS:
-        raise InvalidInput(f"a file holds at most {MAX_DOCUMENTS} ScalingPolicy documents")
-    return [parse_policy(d) for d in documents]
+    return read_values(text, SCALING_POLICY)
+
+
+#: The ScalingPolicy kind: every key is optional (``spec`` too), the essay's defaults.
+SCALING_POLICY: Final[DocumentKind[ScalingPolicy]] = DocumentKind(
+    KIND, {API_VERSION: Reading(_Spec, _policy, spec_required=False)}, field_paths=FIELD_PATHS
+)
 
 
 def to_document(policy: ScalingPolicy) -> dict[str, Any]:

@@ -31,18 +31,27 @@ import math
 import re
 from typing import Any, Final
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from infersight.core.errors import InvalidInput
 from infersight.core.query import Selector
 from infersight.core.slo import GOODPUT_METRICS, GoodputUnit, Sli, SliKind, SloSpec
 from infersight.core.window import parse_duration
+from infersight.service.documents import (
+    DocumentKind,
+    Header,
+    Reading,
+    at,
+    load_one,
+    read_value,
+    read_values,
+)
 from infersight.service.slo_documents import API_VERSION, to_document, window_text
 
 __all__ = [
     "API_VERSION",
     "OPENSLO",
+    "SLO",
     "load_document",
     "parse_objective",
     "parse_spec",
@@ -97,27 +106,12 @@ class _SpecDoc(_Strict):
     objective: float | str
 
 
-class Metadata(BaseModel):
-    """A document's ``metadata``: its name, and a description; other keys are ignored."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-    name: str
-    description: str = ""
-
-
-class _Document(_Strict):
-    apiVersion: str
-    kind: str
-    metadata: Metadata
-    spec: _SpecDoc
-
-
 def parse_threshold(value: str | float) -> float:
     """``2s``, ``500ms``, ``0.25`` (seconds) → seconds."""
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        match = _SECONDS.match(value)
+        match = _SECONDS.match(value) if isinstance(value, str) else None
         if not match:
             raise InvalidInput(f"threshold must be seconds, '2s' or '500ms', got {value!r}")
         seconds = float(match[1]) / (1000.0 if match[2] == "ms" else 1.0)
@@ -134,79 +128,51 @@ def parse_objective(value: float | str) -> float:
             return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
         except ValueError:
             raise InvalidInput(f"objective must be a fraction or a percentage: {value!r}") from None
+    if not isinstance(value, int | float):
+        raise InvalidInput(f"objective must be a fraction or a percentage: {str(value)[:32]!r}")
     return float(value)
 
 
 def load_document(text: str | bytes) -> dict[str, Any]:
-    """A YAML or JSON document (JSON is YAML) as a mapping."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidInput("an SLO document must be a mapping")
-    return data
+    """The one YAML or JSON document of ``text`` as a mapping (``PUT /api/v1/slos/{name}``)."""
+    return load_one(text, SLO)
 
 
 def parse_spec(data: dict[str, Any]) -> SloSpec:
     """Either format → ``SloSpec``."""
-    version = data.get("apiVersion")
-    if data.get("kind") != "SLO":
-        raise InvalidInput(f"expected kind SLO, got {data.get('kind')!r}")
-    if version == API_VERSION:
-        return _native(data)
-    if version == OPENSLO:
-        return _openslo(data)
-    raise InvalidInput(
-        f"unsupported apiVersion {version!r}", details={"supported": [API_VERSION, OPENSLO]}
-    )
+    return read_value(data, SLO)
 
 
 def parse_specs(text: str | bytes) -> list[SloSpec]:
     """Every document of a (multi-document) YAML file."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"not valid YAML or JSON: {exc}") from None
-    if not documents:
-        raise InvalidInput("no SLO documents found")
-    out = []
-    for document in documents:
-        if not isinstance(document, dict):
-            raise InvalidInput("an SLO document must be a mapping")
-        out.append(parse_spec(document))
-    return out
+    return read_values(text, SLO)
 
 
-def _native(data: dict[str, Any]) -> SloSpec:
-    try:
-        doc = _Document.model_validate(data)
-    except ValidationError as exc:
-        problems = [
-            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"]} for e in exc.errors()
-        ]
-        raise InvalidInput("invalid SLO document", details={"problems": problems}) from None
-    sli_doc = doc.spec.sli
+def _native(header: Header, doc: _SpecDoc) -> SloSpec:
+    sli_doc = doc.sli
     given = [k for k in ("availability", "latency", "goodput") if getattr(sli_doc, k) is not None]
     if len(given) != 1:
         raise InvalidInput(
             "spec.sli must have exactly one of 'availability', 'latency' or 'goodput'"
         )
     if sli_doc.latency is not None:
-        sli = Sli(
-            SliKind.LATENCY, sli_doc.latency.metric, parse_threshold(sli_doc.latency.threshold)
-        )
+        with at("spec.sli.latency.threshold"):
+            threshold = parse_threshold(sli_doc.latency.threshold)
+        sli = Sli(SliKind.LATENCY, sli_doc.latency.metric, threshold)
     elif sli_doc.goodput is not None:
-        sli = _goodput_sli(sli_doc.goodput.model_dump())
+        with at("spec.sli.goodput"):
+            sli = _goodput_sli(sli_doc.goodput.model_dump())
     else:
         sli = Sli(SliKind.AVAILABILITY)
+    with at("spec.window"):
+        window = parse_duration(doc.window)
     return SloSpec(
-        name=doc.metadata.name,
+        name=header.name,
         sli=sli,
-        objective=parse_objective(doc.spec.objective),
-        window=parse_duration(doc.spec.window),
-        selector=Selector(**doc.spec.selector.model_dump()),
-        description=doc.metadata.description,
+        objective=parse_objective(doc.objective),
+        window=window,
+        selector=Selector(**doc.selector.model_dump()),
+        description=header.description,
     )
 
 
@@ -254,14 +220,17 @@ def _source(metric: Any, where: str) -> dict[str, Any]:
 
 def _selector(spec: dict[str, Any]) -> Selector:
     raw = spec.get("selector", {}) or {}
+    if not isinstance(raw, dict):
+        raise InvalidInput("an OpenSLO selector is a mapping of labels")
     unknown = set(raw) - {"model", "instance", "tenant", "priority"}
     if unknown:
-        raise InvalidInput("unknown selector labels", details={"labels": sorted(unknown)})
+        raise InvalidInput("unknown selector labels", details={"labels": sorted(map(str, unknown))})
     return Selector(**{k: str(v) for k, v in raw.items()})
 
 
-def _openslo(data: dict[str, Any]) -> SloSpec:
-    spec = _get(data, "spec")
+def _openslo(header: Header, spec: Any) -> SloSpec:
+    if not isinstance(spec, dict):
+        raise InvalidInput("the OpenSLO spec must be a mapping")
     if "indicatorRef" in spec:
         raise InvalidInput("OpenSLO indicatorRef is not supported: inline the indicator")
     if spec.get("budgetingMethod", "Occurrences") != "Occurrences":
@@ -270,19 +239,23 @@ def _openslo(data: dict[str, Any]) -> SloSpec:
             "infersight budgets by Occurrences (share of good requests)"
         )
     windows = _get(spec, "timeWindow")
-    if not isinstance(windows, list) or len(windows) != 1:
+    if not isinstance(windows, list) or len(windows) != 1 or not isinstance(windows[0], dict):
         raise InvalidInput("OpenSLO timeWindow must hold exactly one window")
     if windows[0].get("isRolling") is not True or "calendar" in windows[0]:
         raise InvalidInput("only rolling OpenSLO time windows are supported, not calendar ones")
     objectives = _get(spec, "objectives")
-    if not isinstance(objectives, list) or len(objectives) != 1:
+    if (
+        not isinstance(objectives, list)
+        or len(objectives) != 1
+        or not isinstance(objectives[0], dict)
+    ):
         raise InvalidInput("exactly one OpenSLO objective is supported")
     objective = objectives[0]
     if "target" not in objective:
         raise InvalidInput("the OpenSLO objective needs a target (e.g. 0.99)")
     sli, source = _openslo_sli(_get(spec, "indicator.spec"), objective)
     return SloSpec(
-        name=str(_get(data, "metadata.name")),
+        name=header.name,
         sli=sli,
         objective=parse_objective(objective["target"]),
         window=parse_duration(str(windows[0].get("duration"))),
@@ -304,6 +277,8 @@ def _openslo_sli(indicator: Any, objective: dict[str, Any]) -> tuple[Sli, dict[s
         return Sli(SliKind.LATENCY, metric, parse_threshold(objective["value"])), source
     if "ratioMetric" in indicator:
         ratio = indicator["ratioMetric"]
+        if not isinstance(ratio, dict):
+            raise InvalidInput("an OpenSLO ratioMetric is a mapping of good and total")
         if "bad" in ratio:
             raise InvalidInput("OpenSLO ratioMetric with 'bad' is not supported; use good/total")
         good = _source(ratio.get("good"), "ratioMetric.good")
@@ -316,7 +291,7 @@ def _openslo_sli(indicator: Any, objective: dict[str, Any]) -> tuple[Sli, dict[s
             if unknown:
                 raise InvalidInput(
                     "unknown goodput targets on ratioMetric.good",
-                    details={"keys": sorted(unknown), "allowed": list(GOODPUT_METRICS)},
+                    details={"keys": sorted(map(str, unknown)), "allowed": list(GOODPUT_METRICS)},
                 )
             if good.get("selector", total.get("selector")) != total.get("selector"):
                 raise InvalidInput("ratioMetric.good and .total must select the same requests")
@@ -329,3 +304,16 @@ def _openslo_sli(indicator: Any, objective: dict[str, Any]) -> tuple[Sli, dict[s
             "or good: {query: good_output_tokens, …} over total: {query: output_tokens}"
         )
     raise InvalidInput("the OpenSLO indicator needs a thresholdMetric or a ratioMetric")
+
+
+#: The SLO kind: infersight/v1 (written) and OpenSLO v1.
+SLO: Final[DocumentKind[SloSpec]] = DocumentKind(
+    "SLO",
+    {API_VERSION: Reading(_SpecDoc, _native), OPENSLO: Reading(None, _openslo)},
+    field_paths={
+        "objective": "spec.objective",
+        "description": "metadata.description",
+        "the SLO window": "spec.window: the SLO window",
+    },
+    article="an",
+)

@@ -24,6 +24,7 @@ from infersight.core.burn import Rule, Severity
 from infersight.core.cost import CostModel
 from infersight.core.errors import Conflict, InvalidInput, NotFound
 from infersight.storage.cost_models import model_from_json, model_to_json
+from infersight.storage.sql import begin
 from infersight.storage.tables import budgets, cost_model_versions
 
 #: Most budgets the store keeps (each is evaluated every cycle: bounded work).
@@ -86,12 +87,13 @@ def _latest(connection: Connection, name: str) -> tuple[int, str] | None:
     return None if row is None else (int(row[0]), str(row[1]))
 
 
-def put_budget(engine: Engine, budget: Budget, now: datetime) -> tuple[int, bool]:
+def put_budget(engine: Engine | Connection, budget: Budget, now: datetime) -> tuple[int, bool]:
     """Store ``budget`` as its name's next version unless it equals the newest one; the version
-    in force and whether it is new. ``InvalidInput`` past ``MAX_BUDGETS`` names."""
+    in force and whether it is new. ``InvalidInput`` past ``MAX_BUDGETS`` names. On a
+    connection, in the caller's transaction."""
     spec = budget_to_json(budget)
     try:
-        with engine.begin() as connection:
+        with begin(engine) as connection:
             latest = _latest(connection, budget.name)
             if latest is not None and latest[1] == spec:
                 return latest[0], False

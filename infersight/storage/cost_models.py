@@ -10,7 +10,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from infersight.core.cost import CostModel, GoodRequest, GpuPrice
 from infersight.storage.documents import NamedDocuments
@@ -93,8 +93,9 @@ def model_from_json(name: str, text: str) -> CostModel:
 _MODELS = NamedDocuments(cost_models, "spec", "cost model")
 
 
-def put_model(engine: Engine, model: CostModel, now: datetime) -> bool:
-    """Create or replace a cost model by name; ``True`` when it was created."""
+def put_model(engine: Engine | Connection, model: CostModel, now: datetime) -> bool:
+    """Create or replace a cost model by name; ``True`` when it was created (on a connection,
+    in the caller's transaction)."""
     return _MODELS.put_stamped(engine, model.name, model_to_json(model), now)
 
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Table, delete, select
+from sqlalchemy import ColumnElement, Connection, Engine, Table, delete, select
 
 from infersight.core.errors import Conflict, NotFound
-from infersight.storage.sql import insert_for
+from infersight.storage.sql import begin, insert_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class NamedDocuments:
 
     def put(
         self,
-        engine: Engine,
+        engine: Engine | Connection,
         name: str,
         values: Mapping[str, Any],
         *,
@@ -41,7 +41,8 @@ class NamedDocuments:
         keep: Collection[str] = (),
     ) -> bool:
         """Store the row ``name`` with ``values``; ``True`` when it is new. An existing one is
-        replaced but for the ``keep`` columns, or, unless ``replace``, a ``Conflict``."""
+        replaced but for the ``keep`` columns, or, unless ``replace``, a ``Conflict``. On a
+        connection, in the caller's transaction."""
         key = self.table.c.name
         statement = insert_for(engine, self.table).values(name=name, **values)
         if replace:
@@ -49,7 +50,7 @@ class NamedDocuments:
                 index_elements=[key],
                 set_={c: statement.excluded[c] for c in values if c not in keep},
             )
-        with engine.begin() as connection:
+        with begin(engine) as connection:
             existed = connection.execute(select(key).where(key == name)).first() is not None
             if existed and not replace:
                 raise Conflict(
@@ -59,7 +60,9 @@ class NamedDocuments:
             connection.execute(statement)
         return not existed
 
-    def put_stamped(self, engine: Engine, name: str, document: str, now: datetime) -> bool:
+    def put_stamped(
+        self, engine: Engine | Connection, name: str, document: str, now: datetime
+    ) -> bool:
         """Create or replace ``name`` in a table with ``created_at`` and ``updated_at``: a
         replacement keeps the creation time; ``True`` when it was created."""
         values = {self.column: document, "created_at": now, "updated_at": now}
@@ -82,7 +85,7 @@ class NamedDocuments:
 
     def all(
         self,
-        engine: Engine,
+        engine: Engine | Connection,
         order_by: Sequence[ColumnElement[Any]] = (),
         limit: int | None = None,
     ) -> list[tuple[str, str]]:
@@ -92,6 +95,8 @@ class NamedDocuments:
         )
         if limit is not None:
             query = query.limit(limit)
+        if isinstance(engine, Connection):
+            return [(str(name), str(text)) for name, text in engine.execute(query)]
         with engine.connect() as connection:
             return [(str(name), str(text)) for name, text in connection.execute(query)]
 

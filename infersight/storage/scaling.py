@@ -17,7 +17,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Engine, Row, and_, delete, func, select
+from sqlalchemy import Connection, Engine, Row, and_, delete, func, select
 
 from infersight.core.errors import InvalidInput
 from infersight.core.scaling import Recommendation, ScalingPolicy
@@ -49,9 +49,10 @@ def policy_from_json(name: str, text: str) -> ScalingPolicy:
     return ScalingPolicy(name=name, **data)
 
 
-def put_policy(engine: Engine, policy: ScalingPolicy, now: datetime) -> bool:
+def put_policy(engine: Engine | Connection, policy: ScalingPolicy, now: datetime) -> bool:
     """Create or replace the policy of ``policy.name``; ``True`` when it was created. Two
-    policies for the same model (or two defaults) are a ``InvalidInput``."""
+    policies for the same model (or two defaults) are a ``InvalidInput``. On a connection, in
+    the caller's transaction."""
     for other in list_policies(engine):
         if other.name != policy.name and other.model == policy.model:
             target = "every model" if policy.model is None else f"model {policy.model!r}"
@@ -66,7 +67,7 @@ def get_policy(engine: Engine, name: str) -> ScalingPolicy:
     return policy_from_json(name, _POLICIES.get(engine, name))
 
 
-def list_policies(engine: Engine) -> list[ScalingPolicy]:
+def list_policies(engine: Engine | Connection) -> list[ScalingPolicy]:
     return [policy_from_json(name, text) for name, text in _POLICIES.all(engine, limit=10_000)]
 
 

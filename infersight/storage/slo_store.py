@@ -105,8 +105,9 @@ def spec_from_json(name: str, text: str) -> SloSpec:
 _SLOS = NamedDocuments(slos, "spec", "SLO")
 
 
-def put_slo(engine: Engine, spec: SloSpec, now: datetime) -> bool:
-    """Create or replace ``spec``; ``True`` when it was created."""
+def put_slo(engine: Engine | Connection, spec: SloSpec, now: datetime) -> bool:
+    """Create or replace ``spec``; ``True`` when it was created (on a connection, in the
+    caller's transaction)."""
     return _SLOS.put_stamped(engine, spec.name, spec_to_json(spec), now)
 
 
