@@ -17,12 +17,11 @@ from typing import Any
 
 import click
 
-from infersight.cli.group import current_settings
+from infersight.cli.group import open_store
 from infersight.core.capacity import DEFAULT_HEADROOM, CapacityPlan, plan, plan_to_dict
 from infersight.core.hardware import GIB
 from infersight.core.query import Selector
 from infersight.service.capacity import load_catalog, plan_input, resolve_capacity
-from infersight.storage.engine import create_store_engine
 
 
 @click.group("capacity")
@@ -105,10 +104,10 @@ def plan_command(ctx: click.Context, /, **o: Any) -> None:
     sources = (o["capacity_rps"], o["run_id"], o["production"])
     if sum(x is not None for x in sources) != 1:
         raise click.UsageError("give exactly one of --capacity-rps, --run and --production")
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
         resolved = resolve_capacity(
-            engine,
+            store,
             datetime.now(UTC),
             capacity_rps=o["capacity_rps"],
             run=o["run_id"],
@@ -123,7 +122,7 @@ def plan_command(ctx: click.Context, /, **o: Any) -> None:
             tensor_parallel=o["tensor_parallel"],
         )
     finally:
-        engine.dispose()
+        store.dispose()
     asked = plan_input(
         resolved,
         model=o["model"],

@@ -17,7 +17,6 @@ from importlib import resources
 from typing import Any, Final
 
 import yaml
-from sqlalchemy import Engine
 
 from infersight.core.capacity import (
     DEFAULT_HEADROOM,
@@ -37,9 +36,7 @@ from infersight.core.loadtest import (
 from infersight.core.query import Selector
 from infersight.core.window import Window, parse_duration
 from infersight.service import scaling
-from infersight.storage import scaling_reads
-from infersight.storage.capacity import production_capacity
-from infersight.storage.runs import get_run
+from infersight.storage.seam import DECODE, PREFILL, Store
 
 
 @functools.cache
@@ -79,7 +76,7 @@ class ResolvedCapacity:
 
 
 def resolve_capacity(
-    engine: Engine,
+    store: Store,
     now: datetime,
     *,
     capacity_rps: float | None,
@@ -110,7 +107,7 @@ def resolve_capacity(
         return _given(capacity_rps, input_tokens, output_tokens)
     measured_input: float | None = None
     if run is not None:
-        loaded = get_run(engine, run)
+        loaded = store.runs.get(run)
         summaries = summarise(loaded)
         best = measured_capacity(
             summaries, ttft_p99_max_s=ttft_target_s, tpot_p99_max_s=tpot_target_s
@@ -129,8 +126,8 @@ def resolve_capacity(
     else:
         assert production is not None  # the one source left
         window = Window(now - parse_duration(production), now)
-        best = production_capacity(
-            engine, window, selector, ttft_p99_max_s=ttft_target_s, tpot_p99_max_s=tpot_target_s
+        best = store.requests.production_capacity(
+            window, selector, ttft_p99_max_s=ttft_target_s, tpot_p99_max_s=tpot_target_s
         )
         source, what = f"production, busiest minute within the targets: {best.phase}", "minute"
         steps = [
@@ -361,7 +358,7 @@ class PoolPlan:
 
 
 def pool_plans(
-    engine: Engine,
+    store: Store,
     now: datetime,
     *,
     production: str,
@@ -381,14 +378,14 @@ def pool_plans(
     includes the prefill pool's work, so it does not judge a decode instance), rescaled to
     the planned output length."""
     window = Window(now - parse_duration(production), now)
-    members = scaling_reads.pool_members(engine, window, model).get(model)
+    members = store.demand.pool_members(window, model).get(model)
     if not members:
         return []
-    prefill, decode = members[scaling_reads.PREFILL], members[scaling_reads.DECODE]
+    prefill, decode = members[PREFILL], members[DECODE]
     share, default = scaling.PREFILL_QUEUE_SHARE, scaling.PREFILL_QUEUE_DEFAULT_S
     bound = default if ttft_target_s is None else share * ttft_target_s
     out: list[PoolPlan] = []
-    best = scaling_reads.busiest_prefill_minute(engine, model, window, bound, prefill)
+    best = store.demand.busiest_prefill_minute(model, window, bound, prefill)
     if best is None:
         out.append(PoolPlan("prefill", len(prefill), None, None, "no minute within the bound"))
     else:
@@ -403,8 +400,8 @@ def pool_plans(
             )
         )
     try:
-        measured = production_capacity(
-            engine, window, Selector(model=model), tpot_p99_max_s=tpot_target_s, instances=decode
+        measured = store.requests.production_capacity(
+            window, Selector(model=model), tpot_p99_max_s=tpot_target_s, instances=decode
         )
     except (InvalidInput, NotFound):
         out.append(PoolPlan("decode", len(decode), None, None, "no minute within the target"))

@@ -96,7 +96,7 @@ def capacity(
     for name, value in (("ttft_target", ttft_target), ("tpot_target", tpot_target)):
         _optional_positive(name, value)
     resolved = resolve_capacity(
-        app.engine,
+        app.store,
         app.clock(),
         capacity_rps=capacity_rps,
         run=run,
@@ -128,7 +128,7 @@ def capacity(
         answer["pools"] = [
             p.to_dict()
             for p in pool_plans(
-                app.engine,
+                app.store,
                 app.clock(),
                 production=production,
                 model=production_model,
