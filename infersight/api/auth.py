@@ -40,6 +40,7 @@ from fastapi import HTTPException
 
 from infersight.core.errors import ConfigurationError, Forbidden
 from infersight.core.net import is_loopback
+from infersight.core.query import within_tenants
 
 log = logging.getLogger(__name__)
 
@@ -245,16 +246,9 @@ def scoped_tenant(tenants: frozenset[str] | None, asked: str | None) -> str | No
     )
 
 
-def within_scope(tenants: frozenset[str] | None, labels: Mapping[str, str]) -> bool:
-    """Whether something pinned by ``labels`` (a stored baseline's labels, an SLO's selector)
-    covers only tenants a caller limited to ``tenants`` may read: its ``tenant`` is one of
-    them, or its ``tenants`` (``a|b``, a union) are all of them. Unpinned means every tenant."""
-    if tenants is None:
-        return True
-    if labels.get("tenant"):
-        return labels["tenant"] in tenants
-    union = {t for t in labels.get("tenants", "").split("|") if t}
-    return bool(union) and union <= tenants
+#: Whether something pinned by labels lies within a caller's tenants (``core.query``: the use
+#: cases filter by the same rule).
+within_scope: Final = within_tenants
 
 
 def check_within_scope(

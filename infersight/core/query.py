@@ -126,6 +126,19 @@ class Selector:
         return all(labels.get(name) == value for name, value in self.items())
 
 
+def within_tenants(tenants: frozenset[str] | None, labels: Mapping[str, str]) -> bool:
+    """Whether something pinned by ``labels`` (a stored baseline's labels, an SLO's selector, a
+    budget's scope) covers only tenants a caller limited to ``tenants`` may read: its ``tenant``
+    is one of them, or its ``tenants`` (``a|b``, a union) are all of them. Unpinned means every
+    tenant. ``None``: the caller is not limited."""
+    if tenants is None:
+        return True
+    if labels.get("tenant"):
+        return labels["tenant"] in tenants
+    union = {t for t in labels.get("tenants", "").split("|") if t}
+    return bool(union) and union <= tenants
+
+
 @dataclass(frozen=True, slots=True)
 class GroupQuantiles:
     labels: Mapping[str, str]

@@ -8,7 +8,7 @@ token; it is checked by recomputing the MAC with every known token (constant-tim
 which also says which token, and so which scope, it belongs to. No session store is needed
 to sign in (API replicas that share tokens share sessions), removing or rotating a token
 ends its sessions, and a session lasts ``SESSION_LIFETIME`` at most. Signing out revokes the
-session on the server: its digest goes to ``storage.sessions`` until it would have expired,
+session on the server: its digest goes to ``service.sessions`` until it would have expired,
 so a copy of the cookie replayed later is refused by every replica. The cookie is
 ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no cross-site request carries it)
 and ``Secure`` on HTTPS; forms posted from another origin are refused by ``api.origin``.
@@ -28,10 +28,10 @@ from typing import Final
 
 from fastapi import Request, Response
 
-from infersight.api.auth import GRANTS, Scope, Tokens, within_scope
+from infersight.api.auth import GRANTS, Scope, Tokens
 from infersight.api.context import AppContext
 from infersight.api.deps import client_of
-from infersight.storage import sessions, slo_store
+from infersight.service import sessions
 
 COOKIE: Final = "infersight_session"
 SESSION_LIFETIME: Final = timedelta(hours=12)
@@ -82,7 +82,7 @@ def session_scope(app: AppContext, request: Request, now: datetime) -> Scope | N
     if not cookie:
         return None
     scope = verify(app.tokens, cookie, now)
-    if scope is None or sessions.is_revoked(app.engine, cookie):
+    if scope is None or sessions.is_revoked(app.store, cookie):
         return None
     return scope
 
@@ -93,7 +93,7 @@ def revoke(app: AppContext, request: Request, now: datetime) -> None:
     cookie = request.cookies.get(COOKIE)
     if cookie and verify(app.tokens, cookie, now) is not None:
         expires = datetime.fromtimestamp(int(cookie.partition(".")[0]), UTC)
-        sessions.revoke(app.engine, cookie, expires, now)
+        sessions.revoke(app.store, cookie, expires, now)
 
 
 def viewer_scope(app: AppContext, request: Request, now: datetime) -> Scope | None:
@@ -126,16 +126,6 @@ def viewer_tenants(app: AppContext, request: Request) -> frozenset[str] | None:
         if hmac.compare_digest(_mac(known, payload), mac):
             found = tenants
     return found
-
-
-def scoped_slos(app: AppContext, tenants: frozenset[str]) -> set[str]:
-    """The SLOs a viewer limited to ``tenants`` sees: those whose selector lies within them
-    (``api.auth.within_scope``), with their incidents."""
-    return {
-        s.name
-        for s in slo_store.list_slos(app.engine)
-        if within_scope(tenants, dict(s.selector.items()))
-    }
 
 
 def can_read(scope: Scope | None) -> bool:

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
-from infersight.api.auth import Scope, within_scope
+from infersight.api.auth import Scope
 from infersight.api.deps import App, requires
 from infersight.api.params import Id, Instant, KnownQueryRoute, TenantScope, instant
 from infersight.core.errors import Forbidden, InvalidInput
@@ -25,10 +25,8 @@ from infersight.core.query import Selector
 from infersight.core.records import MAX_LABEL_LEN as MAX_LABEL
 from infersight.core.timestamps import iso
 from infersight.core.window import Window
+from infersight.service import incidents
 from infersight.service.diagnosis import diagnose_window
-from infersight.service.incidents import annotate, history_of, incident_dict
-from infersight.storage import incidents, signals, slo_store
-from infersight.storage import silences as silence_store
 
 router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute, tags=["incidents"])
 _READ = [Depends(requires(Scope.READ))]
@@ -48,13 +46,10 @@ def list_incidents(
     ] = "firing",
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
-    found = incidents.list_incidents(app.engine, state, limit)
-    if tenants is not None:  # a token limited to tenants: the incidents of its SLOs alone
-        mine = _scoped_slos(app, tenants)
-        found = [i for i in found if i.slo in mine]
-    # symptom, diagnosis and acknowledgement are stored by the diagnosis seam (service.diagnosis).
-    notes = annotate(app.engine, found)
-    return {"incidents": [{**incident_dict(i), **notes[i.id]} for i in found]}
+    # A token limited to tenants: the incidents of its SLOs alone. Symptom, diagnosis and
+    # acknowledgement are stored by the diagnosis seam (service.diagnosis).
+    found = incidents.list_incidents(app.store, state, limit, tenants=tenants)
+    return {"incidents": [i.to_dict() for i in found]}
 
 
 @router.get(
@@ -63,27 +58,18 @@ def list_incidents(
     summary="One incident with its diagnosis history and burn-rate timeline",
 )
 def get_incident(app: App, incident_id: Id, tenants: TenantScope) -> dict[str, Any]:
-    incident = incidents.get_incident(app.engine, incident_id)
-    if tenants is not None and incident.slo not in _scoped_slos(app, tenants):
+    incident = incidents.get_incident(app.store, incident_id)
+    if not incidents.within(app.store, incident, tenants):
         raise Forbidden(
             f"this token is limited to tenants, and incident {incident_id}'s SLO covers other "
             "tenants (or every one)",
-            details={"tenants": sorted(tenants)},
+            details={"tenants": sorted(tenants or ())},
         )
-    notes = annotate(app.engine, [incident])
+    notes = incidents.annotate(app.store, [incident])
     return {
-        **incident_dict(incident),
+        **incidents.incident_dict(incident),
         **notes[incident.id],
-        **history_of(app.engine, incident.id),
-    }
-
-
-def _scoped_slos(app: App, tenants: frozenset[str]) -> set[str]:
-    """The SLOs whose selector lies within ``tenants`` (``api.auth.within_scope``)."""
-    return {
-        s.name
-        for s in slo_store.list_slos(app.engine)
-        if within_scope(tenants, dict(s.selector.items()))
+        **incidents.history_of(app.store, incident.id),
     }
 
 
@@ -143,7 +129,7 @@ class AckBody(BaseModel):
     summary="Acknowledge an incident",
 )
 def acknowledge(app: App, incident_id: Id, body: AckBody | None = None) -> dict[str, Any]:
-    note = signals.acknowledge(app.engine, incident_id, (body or AckBody()).by, app.clock())
+    note = incidents.acknowledge(app.store, incident_id, (body or AckBody()).by, app.clock())
     assert note.acknowledged_at is not None
     return {
         "id": incident_id,
@@ -182,20 +168,27 @@ def create_silence(app: App, body: SilenceBody) -> dict[str, Any]:
         if body.ends_at is not None
         else starts + timedelta(seconds=body.duration_s or 0.0)
     )
-    new = silence_store.NewSilence(body.matchers, starts, ends, body.created_by, body.comment)
-    return silence_store.add(app.engine, new, now).to_dict()
+    return incidents.add_silence(
+        app.store,
+        body.matchers,
+        starts,
+        ends,
+        now,
+        created_by=body.created_by,
+        comment=body.comment,
+    ).to_dict()
 
 
 @router.get("/silences", dependencies=_READ, summary="Silences in force now")
 def list_silences(app: App) -> dict[str, Any]:
-    return {"silences": [s.to_dict() for s in silence_store.active(app.engine, app.clock())]}
+    return {"silences": [s.to_dict() for s in incidents.active_silences(app.store, app.clock())]}
 
 
 @router.delete(
     "/silences/{silence_id:int}", dependencies=_ADMIN, status_code=204, summary="End a silence"
 )
 def delete_silence(app: App, silence_id: Id) -> Response:
-    silence_store.expire(app.engine, silence_id, app.clock())
+    incidents.end_silence(app.store, silence_id, app.clock())
     return Response(status_code=204)
 
 

@@ -15,15 +15,13 @@ from infersight.api.context import AppContext
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import duration_text
-from infersight.api.dashboard.session import scoped_slos
 from infersight.api.params import MAX_ID
 from infersight.core.budget import is_money_alert
 from infersight.core.burn import Incident, Policy
 from infersight.core.errors import Forbidden, InvalidInput
 from infersight.core.profile import ranked_shares, summary_header, summary_rows
 from infersight.core.window import format_duration, parse_duration
-from infersight.service.incidents import annotate, history_of
-from infersight.storage import incidents
+from infersight.service import incidents
 from infersight.storage import profiles as profile_store
 
 NAME: Final = "incidents"
@@ -109,15 +107,15 @@ def by_window(rates: dict[str, float]) -> list[tuple[str, float]]:
 
 
 def detail(app: AppContext, ctx: Context, incident_id: int) -> dict[str, Any]:
-    incident = incidents.get_incident(app.engine, incident_id)
-    if ctx.tenants is not None and incident.slo not in scoped_slos(app, ctx.tenants):
+    incident = incidents.get_incident(app.store, incident_id)
+    if ctx.tenants is not None and not incidents.within(app.store, incident, ctx.tenants):
         raise Forbidden(
             f"Incident #{incident_id} belongs to SLO {incident.slo!r}, which covers other tenants "
             f"than yours ({', '.join(sorted(ctx.tenants))}): it needs an unscoped token.",
             details={"tenants": sorted(ctx.tenants)},
         )
-    note = annotate(app.engine, [incident])[incident.id]
-    kept = history_of(app.engine, incident.id)
+    note = incidents.annotate(app.store, [incident])[incident.id]
+    kept = incidents.history_of(app.store, incident.id)
     windows = watched_windows(app.policy, incident)
     start = incident.opened_at - _MARGIN
     end = (incident.resolved_at or ctx.now) + _MARGIN

@@ -11,13 +11,11 @@ from infersight.api.context import AppContext
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import duration_text
-from infersight.api.dashboard.session import scoped_slos
 from infersight.core.burn import Incident, IncidentState
 from infersight.core.errors import InfersightError, InvalidInput
 from infersight.core.query import Selector
 from infersight.service.diagnosis import selector_of
-from infersight.service.incidents import annotate
-from infersight.storage import incidents
+from infersight.service.incidents import list_incidents
 
 NAME: Final = "incidents"
 TITLE: Final = "Incidents"
@@ -55,16 +53,16 @@ def _overlaps(incident: Incident, ctx: Context) -> bool:
 
 
 def incident_list(app: AppContext, ctx: Context, state_filter: str) -> dict[str, Any]:
-    found = [
-        i
-        for i in incidents.list_incidents(app.engine, state_filter, INCIDENT_LIMIT)
-        if _overlaps(i, ctx) and _in_scope(i, ctx.selector)
-    ]
-    if ctx.tenants is not None:  # a viewer limited to tenants: the incidents of its SLOs
-        mine = scoped_slos(app, ctx.tenants)
-        found = [i for i in found if i.slo in mine]
-    notes = annotate(app.engine, found)
-    rows = [{"incident": i, **notes[i.id]} for i in found]
+    # A viewer limited to tenants: the incidents of its SLOs (service.incidents).
+    listed = list_incidents(
+        app.store,
+        state_filter,
+        INCIDENT_LIMIT,
+        tenants=ctx.tenants,
+        keep=lambda i: _overlaps(i, ctx) and _in_scope(i, ctx.selector),
+    )
+    found = [i.incident for i in listed]
+    rows = [{"incident": i.incident, **i.notes} for i in listed]
     bars = [
         svg.Bar(
             f"#{i.id} {i.slo}",
