@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
-from sqlalchemy import Engine
 
-from infersight.cli.group import current_settings, store_settings
-from infersight.cli.lazy import lazy_attr, lazy_module
+from infersight.cli.group import current_settings, open_store
+from infersight.cli.lazy import lazy_attr
 from infersight.core.baseline import Baseline, summary_dict
 from infersight.core.baseline_compare import Policy, Verdict
 from infersight.core.baseline_compare import compare as compare_baselines
@@ -35,24 +34,20 @@ from infersight.core.importers import FORMATS
 from infersight.core.importers import detect as detect_format
 from infersight.core.importers import parse as parse_result
 from infersight.core.importers.guidellm import to_run as guidellm_run
-from infersight.core.loadtest import to_baseline
 from infersight.core.query import Selector
 from infersight.core.timestamps import parse_time
 from infersight.core.window import Window
+from infersight.service import baselines as service
+from infersight.service.admin import migrate
 from infersight.service.baselines import parse_thresholds
-from infersight.storage import baselines as store
-from infersight.storage.engine import create_store_engine
+from infersight.service.loadtests import save_run
 
 if TYPE_CHECKING:
     from infersight.cli.settings import Settings
     from infersight.service.cost_spec import active_model
-    from infersight.storage import migrate
-    from infersight.storage.runs import get_run, save_run
-else:  # imported when used: ``baseline list`` needs neither Alembic, pydantic nor the cost model
+    from infersight.storage.seam import Store
+else:  # imported when used: ``baseline list`` needs neither pydantic nor the cost model
     active_model = lazy_attr("infersight.service.cost_spec", "active_model")
-    migrate = lazy_module("infersight.storage.migrate")
-    get_run = lazy_attr("infersight.storage.runs", "get_run")
-    save_run = lazy_attr("infersight.storage.runs", "save_run")
 
 MAX_FILE_BYTES = 512 * 1024 * 1024
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -137,11 +132,11 @@ def _import(
 
 
 def _from_window(
-    engine: Engine, settings: Settings, name: str, window: Window, selector: Selector, note: str
+    store: Store, settings: Settings, name: str, window: Window, selector: Selector, note: str
 ) -> Baseline:
     now = datetime.now(UTC)
-    return store.capture_window(
-        engine,
+    return service.capture_window(
+        store,
         name,
         window,
         selector,
@@ -149,12 +144,12 @@ def _from_window(
         description=note,
         finest=settings.retention().finest_for(window, now),
         exact_max_rows=settings.exact_max_rows,
-        cost_model=active_model(engine, settings.cost_model),
+        cost_model=active_model(store.engine, settings.cost_model),
     )
 
 
-def _from_run(engine: Engine, run_id: int, name: str, description: str) -> Baseline:
-    return to_baseline(get_run(engine, run_id), name, datetime.now(UTC), description)
+def _from_run(store: Store, run_id: int, name: str, description: str) -> Baseline:
+    return service.capture_run(store, run_id, name, datetime.now(UTC), description)
 
 
 def _selector_options(function: Any) -> Any:
@@ -199,20 +194,20 @@ def capture(
 ) -> None:
     """Store baseline NAME from a window of the store or from a load-test run."""
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     try:
-        migrate.upgrade(engine)
+        migrate(store)
         if run_id is not None:
             if any((start, end, last, model, instance, tenant, priority)):
                 raise InvalidInput("--run takes no window or selector")
-            captured = _from_run(engine, run_id, name, description)
+            captured = _from_run(store, run_id, name, description)
         else:
             window = _window(start, end, last, datetime.now(UTC))
             selector = Selector(model, instance, tenant, priority)
-            captured = _from_window(engine, settings, name, window, selector, description)
-        created = store.save_baseline(engine, captured, replace=replace)
+            captured = _from_window(store, settings, name, window, selector, description)
+        created = service.save_baseline(store, captured, replace=replace)
     finally:
-        engine.dispose()
+        store.dispose()
     _echo_saved(captured, created)
 
 
@@ -274,13 +269,13 @@ def import_(
         if benchmark is None:  # the run is the sweep; the baseline is its last level
             benchmark = len(run.phases) - 1
     imported = _import(file, samples, fmt, name, description, benchmark)
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
-        migrate.upgrade(engine)
-        created = store.save_baseline(engine, imported, replace=replace)
-        run_id = None if run is None else save_run(engine, run)
+        migrate(store)
+        created = service.save_baseline(store, imported, replace=replace)
+        run_id = None if run is None else save_run(store, run)
     finally:
-        engine.dispose()
+        store.dispose()
     _echo_saved(imported, created)
     if run is not None:
         click.echo(f"stored run {run_id} ({len(run.phases)} levels, {len(run.results)} requests)")
@@ -291,11 +286,11 @@ def import_(
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every baseline, newest first."""
-    engine = create_store_engine(store_settings(ctx).database_url)
+    store = open_store(ctx, light=True)
     try:
-        found = store.list_baselines(engine)
+        found = service.list_baselines(store)
     finally:
-        engine.dispose()
+        store.dispose()
     if as_json:
         click.echo(json.dumps([summary_dict(b) for b in found], indent=2))
         return
@@ -320,11 +315,11 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def delete(ctx: click.Context, name: str) -> None:
     """Delete baseline NAME."""
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
-        store.delete_baseline(engine, name)
+        service.delete_baseline(store, name)
     finally:
-        engine.dispose()
+        store.dispose()
     click.echo(f"deleted {name}")
 
 
@@ -411,25 +406,25 @@ def compare(
     from infersight.core.baseline_compare import window_label  # noqa: PLC0415
 
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     label: str | None = None  # how the candidate is named to people (a range, a file)
     try:
-        reference = store.get_baseline(engine, name)
+        reference = service.get_baseline(store, name)
         if against is not None:
-            candidate = store.get_baseline(engine, against)
+            candidate = service.get_baseline(store, against)
         elif result_file is not None:
             candidate = _import(result_file, samples, fmt, "candidate", "")
             label = result_file.name
         elif run_id is not None:
-            candidate = _from_run(engine, run_id, f"run-{run_id}", "")
+            candidate = _from_run(store, run_id, f"run-{run_id}", "")
         else:
             window = _window(start, end, last, datetime.now(UTC))
             selector = Selector(model, instance, tenant, priority)
             stamp = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
-            candidate = _from_window(engine, settings, stamp, window, selector, "")
+            candidate = _from_window(store, settings, stamp, window, selector, "")
             label = window_label(window)
     finally:
-        engine.dispose()
+        store.dispose()
     result = compare_baselines(
         reference, candidate, np.random.default_rng(seed), policy, candidate_label=label
     )
