@@ -13,16 +13,15 @@ phases and workload on a Locust master and workers (``loadgen.locust_engine``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
 
-from infersight.cli.group import current_settings
+from infersight.cli.group import current_settings, open_store
 from infersight.core.baseline import check_name
 from infersight.core.loadtest import (
     DEFAULT_WARMUP,
@@ -33,7 +32,6 @@ from infersight.core.loadtest import (
     knee_of,
     run_throughput,
     summarise,
-    to_baseline,
 )
 from infersight.core.query import Selector
 from infersight.core.window import Window, parse_duration
@@ -45,10 +43,11 @@ from infersight.loadgen.progress import NoProgress, Progress, TextProgress
 from infersight.loadgen.runner import Runner
 from infersight.loadgen.scenarios import phases_for
 from infersight.loadgen.workload import LongTail, Replay, Sampled, Workload, parse_lengths
-from infersight.storage import migrate
-from infersight.storage.baselines import save_baseline
-from infersight.storage.engine import create_store_engine, redact
-from infersight.storage.runs import production_shapes, save_run
+from infersight.service.admin import migrate, redact
+from infersight.service.loadtests import production_shapes, save_run_as
+
+if TYPE_CHECKING:
+    from infersight.storage.seam import Store
 
 
 def _levels(text: str) -> list[int]:
@@ -203,11 +202,11 @@ def loadtest(ctx: click.Context, /, url: str, **options: Any) -> None:
     rng = np.random.default_rng(o["seed"])
     settings = current_settings(ctx)
     needs_store = not o["no_store"] or o["replay"]
-    engine = create_store_engine(settings.database_url) if needs_store else None
+    store = open_store(ctx) if needs_store else None
     try:
-        if engine is not None:
-            migrate.upgrade(engine)
-        workload = _workload(engine, kind, rng, o)
+        if store is not None:
+            migrate(store)
+        workload = _workload(store, kind, rng, o)
         total = max(p.end_s for p in phases)
         progress: Progress = NoProgress() if o["quiet"] else TextProgress(sys.stderr, total)
         started = datetime.now(UTC)
@@ -228,25 +227,28 @@ def loadtest(ctx: click.Context, /, url: str, **options: Any) -> None:
             run = asyncio.run(runner.run(name=name, scenario=kind, config=config))
         for warning in run.warnings:
             click.echo(f"warning: {warning}", err=True)
-        if engine is not None and not o["no_store"]:
-            run = _store(engine, run, o)
+        if store is not None and not o["no_store"]:
+            run = _store(store, run, o)
             click.echo(f"saved run {run.id} in {redact(settings.database_url)}", err=True)
     finally:
-        if engine is not None:
-            engine.dispose()
+        if store is not None:
+            store.dispose()
     _report(run, o["warmup"], as_json=o["as_json"])
     if not any(r.ok for r in run.results):
         click.echo("error: no request succeeded", err=True)
         sys.exit(1)
 
 
-def _workload(engine: Any, kind: ScenarioKind, rng: np.random.Generator, o: Any) -> Workload:
+def _workload(
+    store: Store | None, kind: ScenarioKind, rng: np.random.Generator, o: Any
+) -> Workload:
     workload: Workload
     if o["replay"]:
         end = datetime.now(UTC)
         window = Window(end - parse_duration(o["replay"]), end)
         selector = Selector(model=o["replay_model"], instance=o["replay_instance"])
-        workload = Replay(production_shapes(engine, window, selector))
+        assert store is not None  # a replay needs the store (``needs_store``)
+        workload = Replay(production_shapes(store, window, selector))
     else:
         workload = Sampled(parse_lengths(o["input_tokens"]), parse_lengths(o["output_tokens"]), rng)
     if kind is ScenarioKind.LONG_TAIL:
@@ -322,13 +324,10 @@ def _config(o: Any, workload: Workload) -> dict[str, Any]:
     return {**{k: o[k] for k in keys}, "mean_output_tokens": workload.mean_output}
 
 
-def _store(engine: Any, run: LoadTestRun, o: Any) -> LoadTestRun:
-    run_id = save_run(engine, run)
-    run = dataclasses.replace(run, id=run_id)
+def _store(store: Store, run: LoadTestRun, o: Any) -> LoadTestRun:
     name = o["capture_baseline"]
+    run = save_run_as(store, run, datetime.now(UTC), name, replace=o["replace_baseline"])
     if name is not None:
-        baseline = to_baseline(run, name, datetime.now(UTC), f"load-test run {run_id}")
-        save_baseline(engine, baseline, replace=o["replace_baseline"])
         click.echo(f"saved baseline {name}", err=True)
     return run
 
