@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
+from functools import lru_cache
 from typing import Final
 
 from infersight.core.errors import InvalidInput
@@ -116,9 +117,11 @@ class GoodRequest:
         return GoodLimits(ttft_s=self.ttft_s, tpot_s=self.tpot_s)
 
 
+@lru_cache(maxsize=1024)
 def gpu_words(name: str) -> frozenset[str]:
     """The words of a GPU model name, without the vendor: ``NVIDIA A100-SXM4-80GB`` → A100,
-    SXM4, 80GB."""
+    SXM4, 80GB. Kept for the last 1,024 names: pricing asks for the same few names once per
+    GPU-hour row (issue 35)."""
     return frozenset(_WORD.findall(name.upper())) - {"NVIDIA"}
 
 

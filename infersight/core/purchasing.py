@@ -40,10 +40,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from functools import lru_cache
 from itertools import accumulate
 from typing import Final
 from zoneinfo import ZoneInfo
@@ -220,8 +221,12 @@ class GpuHour:
     """Σ utilisation × seconds over them."""
 
     def __post_init__(self) -> None:
-        values = (self.gpu_seconds, self.util_seconds, self.util_weighted)
-        if not all(math.isfinite(v) and v >= 0 for v in values):
+        # 0 ≤ v < ∞ is "finite and ≥ 0" (NaN fails it), without a generator per row.
+        if not (
+            0 <= self.gpu_seconds < math.inf
+            and 0 <= self.util_seconds < math.inf
+            and 0 <= self.util_weighted < math.inf
+        ):
             raise InvalidInput("GPU seconds and utilisation sums must be finite and ≥ 0")
 
 
@@ -317,7 +322,10 @@ def window_label(first: int, length: int) -> str:
     return f"{hour_label(first)}–{tail}"
 
 
+@lru_cache(maxsize=4096)
 def hour_of_week(at: datetime, tz: ZoneInfo) -> int:
+    """``at``'s hour of the week in ``tz`` (kept for the last 4,096 hours asked: the advice
+    asks once per row, for the same hours once per instance)."""
     local = at.astimezone(tz)
     return local.weekday() * 24 + local.hour
 
@@ -548,6 +556,20 @@ def _whole_hours(start: datetime, end: datetime) -> list[datetime]:
     return out
 
 
+def _pools(model: CostModel, discount: Decimal) -> Callable[[str, str], Pool | None]:
+    """``pool_for`` that prices each (instance, GPU model) once: the advice's rows come an
+    hour × instance × GPU model at a time, so the same few are asked for on every row."""
+    done: dict[tuple[str, str], Pool | None] = {}
+
+    def get(instance: str, gpu_name: str) -> Pool | None:
+        key = (instance, gpu_name)
+        if key not in done:
+            done[key] = pool_for(model, instance, gpu_name, discount)
+        return done[key]
+
+    return get
+
+
 def advise(
     rows: Iterable[GpuHour],
     model: CostModel,
@@ -587,6 +609,7 @@ def advise(
     cells: dict[int, _CellAcc] = defaultdict(_CellAcc)
     unpriced: set[str] = set()
     seen: set[datetime] = set()
+    priced = _pools(model, discount)  # ``hour_of_week`` keeps its recent answers too
     count = 0
     for row in rows:
         count += 1
@@ -594,7 +617,7 @@ def advise(
         if at not in wanted:
             continue
         seen.add(at)
-        pool = pool_for(model, row.instance, row.gpu_name, discount)
+        pool = priced(row.instance, row.gpu_name)
         gpu_hours = row.gpu_seconds / _SECONDS_PER_HOUR
         cell = cells[hour_of_week(at, zone)]
         cell.hours.add(at)

@@ -50,21 +50,19 @@ def hourly_gpu_usage(engine: Engine, start: datetime, end: datetime) -> list[Gpu
     with engine.connect() as connection:
         rows = connection.execute(query).all()
     out: dict[tuple[datetime, str, str], list[float]] = {}
-    for row in rows:
-        part = parse_slice(row[3] or "")
-        share = 1.0 if part is None else float(part.fraction)
-        name = (row[2] or "").split(" MIG ")[0] if part is not None else row[2] or ""
-        sums = out.setdefault((row[0], row[1], name), [0.0, 0.0, 0.0])
-        for i, value in enumerate(row[4:7]):
-            sums[i] += max(float(value or 0.0), 0.0) * share
+    for at, instance, gpu_name, gpu_slice, covered, util, weighted in rows:
+        part = parse_slice(gpu_slice or "")
+        if part is None:
+            share, name = 1.0, gpu_name or ""
+        else:
+            share, name = float(part.fraction), (gpu_name or "").split(" MIG ")[0]
+        sums = out.get((at, instance, name))
+        if sums is None:
+            sums = out[(at, instance, name)] = [0.0, 0.0, 0.0]
+        sums[0] += max(float(covered or 0.0), 0.0) * share
+        sums[1] += max(float(util or 0.0), 0.0) * share
+        sums[2] += max(float(weighted or 0.0), 0.0) * share
     return [
-        GpuHour(
-            at=at,
-            instance=instance,
-            gpu_name=name,
-            gpu_seconds=sums[0],
-            util_seconds=sums[1],
-            util_weighted=sums[2],
-        )
+        GpuHour(at, instance, name, sums[0], sums[1], sums[2])
         for (at, instance, name), sums in sorted(out.items())
     ]
