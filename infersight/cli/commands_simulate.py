@@ -16,13 +16,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
-from sqlalchemy import Engine
 
 from infersight.cli.group import read_scenario, store_option
+from infersight.service.admin import migrate, redact
+from infersight.service.ingest import open_writer
+from infersight.service.store import open_store
 from infersight.simulator.events import Batch
 from infersight.simulator.fleet import Progress, RunResult, run_scenario
 from infersight.simulator.hostlimits import HostLimit, HostLimits
@@ -32,9 +34,9 @@ from infersight.simulator.sinks import CountingSink, Sink
 from infersight.simulator.sinks.otlp import OtlpSink
 from infersight.simulator.sinks.store import StoreSink
 from infersight.simulator.specs import parse_duration, shipped_scenarios
-from infersight.storage import migrate
-from infersight.storage.engine import create_store_engine, redact
-from infersight.storage.writer import open_writer
+
+if TYPE_CHECKING:
+    from infersight.storage.seam import Store
 
 
 def _speed(value: str) -> float | None:
@@ -165,14 +167,14 @@ def _serve(
 class _Dispose:
     """A sink that only releases the store's connections when the run is over."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     def write(self, batch: Batch) -> None:
         return None
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._store.dispose()
 
 
 def _sinks(
@@ -181,10 +183,10 @@ def _sinks(
     sinks: list[Sink] = [CountingSink()]
     store_sink: StoreSink | None = None
     if store:
-        engine = create_store_engine(store)
-        migrate.upgrade(engine)
-        store_sink = StoreSink(open_writer(engine))
-        sinks += [store_sink, _Dispose(engine)]
+        opened = open_store(store)
+        migrate(opened)
+        store_sink = StoreSink(open_writer(opened))
+        sinks += [store_sink, _Dispose(opened)]
     otlp: OtlpSink | None = None
     if otlp_endpoint:
         headers = {"authorization": f"Bearer {otlp_token}"} if otlp_token else None
