@@ -44,6 +44,7 @@ from infersight.service.reports import build_weekly, week_of
 from infersight.storage import cost, migrate
 from infersight.storage.engine import create_store_engine
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import gpu_samples
 from infersight.storage.writer import open_writer
 
@@ -147,7 +148,9 @@ def measure(engine: Engine, window: Window, repeats: int) -> dict[str, float]:
         return cost.cost(engine, window, MODEL, group_by=("model",), finest=finest(window, now))
 
     def report() -> object:
-        return build_weekly(engine, MODEL, week_of(window.start.date()), "UTC", finest, now)
+        return build_weekly(
+            SqlStore(engine), MODEL, week_of(window.start.date()), "UTC", finest, now
+        )
 
     first = best_of(1, answer)
     # The reference and the answer in ``repeats`` rounds, ABBA: each round's ratio against

@@ -170,7 +170,7 @@ def build_context(
     diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer, aliases=aliases)
     evaluator = Evaluator(store, policy, (diagnosis, *listeners), retention.finest_for)
     reports = WeeklyReports(
-        engine,
+        store,
         lambda: active_model(engine, settings.cost_model),
         settings.report_timezone,
         retention.finest_for,

@@ -15,25 +15,17 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from infersight.cli.group import EXIT_USAGE, current_settings, read_spec_file
-from infersight.cli.lazy import lazy_module
+from infersight.cli.group import EXIT_USAGE, current_settings, open_store, read_spec_file
 from infersight.core.errors import InvalidInput
 from infersight.core.focus import DEFAULT_KEYS, FOCUS_VERSION, BillMapping
 from infersight.core.timestamps import parse_time
 from infersight.core.window import Window, parse_duration
 from infersight.service import reconcile as rec
 from infersight.service.cost_spec import active_model, to_document
-from infersight.storage import bills
-from infersight.storage.engine import create_store_engine
-
-if TYPE_CHECKING:
-    from infersight.storage import migrate
-else:  # imported when used: ``cost show`` needs no Alembic
-    migrate = lazy_module("infersight.storage.migrate")
 
 
 def _window(start: str | None, end: str | None, last: str) -> Window:
@@ -85,17 +77,17 @@ def import_bill(
         mapping = read_spec_file(mapping_file, rec.parse_mapping)
     else:
         mapping = BillMapping(keys) if keys else BillMapping()
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
-        migrate.upgrade(engine)
+        store.maintenance.upgrade()
         try:
-            imported = rec.import_path(engine, file, mapping, datetime.now(UTC), max_rows=max_rows)
+            imported = rec.import_path(store, file, mapping, datetime.now(UTC), max_rows=max_rows)
         except InvalidInput as error:
             if "errors" in error.details:
                 _refused(error)
             raise
     finally:
-        engine.dispose()
+        store.dispose()
     body = imported.as_dict()
     if as_json:
         click.echo(json.dumps(body, indent=2))
@@ -144,18 +136,18 @@ def reconcile(
     """Billed vs modelled cost per day and instance, the drift and the unmatched lines."""
     window = _window(start, end, last)
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     try:
         result = rec.reconcile(
-            engine,
-            active_model(engine, settings.cost_model),
+            store,
+            active_model(store.engine, settings.cost_model),
             window.start,
             window.end,
             basis=basis,
             finest_for=lambda w: settings.retention().finest_for(w, window.end),
         )
     finally:
-        engine.dispose()
+        store.dispose()
     body = result.as_dict()
     if as_json:
         click.echo(json.dumps(body, indent=2))
@@ -233,11 +225,11 @@ def use_billed_price(
 
     window = _window(start, end, last)
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     try:
         model, prices = rec.use_billed_price(
-            engine,
-            active_model(engine, settings.cost_model),
+            store,
+            active_model(store.engine, settings.cost_model),
             window.start,
             window.end,
             datetime.now(UTC),
@@ -246,7 +238,7 @@ def use_billed_price(
             dry_run=dry_run,
         )
     finally:
-        engine.dispose()
+        store.dispose()
     for name, price in sorted(prices.items()):
         click.echo(f"{name}: {price} {model.currency} per GPU-hour (from the bill)", err=True)
     if dry_run:
@@ -259,11 +251,11 @@ def use_billed_price(
 @click.pass_context
 def list_bills(ctx: click.Context) -> None:
     """List imported cloud bills, newest first."""
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
-        imports = bills.list_imports(engine)
+        imports = store.bills.list_imports()
     finally:
-        engine.dispose()
+        store.dispose()
     for i in imports:
         click.echo(
             f"{i.id}\t{i.name}\t{i.format}\t{i.rows} lines\t{i.period_start:%Y-%m-%d} → "

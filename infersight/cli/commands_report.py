@@ -17,11 +17,9 @@ from pathlib import Path
 
 import click
 
-from infersight.cli.group import current_settings
+from infersight.cli.group import current_settings, open_store
 from infersight.service.cost_spec import active_model
 from infersight.service.reports import WeeklyReports, default_week, zone
-from infersight.storage import migrate
-from infersight.storage.engine import create_store_engine
 
 
 @click.group("report")
@@ -64,18 +62,18 @@ def weekly(
     tz_name = timezone or settings.report_timezone
     now = datetime.now(UTC)
     period = week or default_week(now, zone(tz_name), partial=partial)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     try:
-        migrate.upgrade(engine)
+        store.maintenance.upgrade()
         jobs = WeeklyReports(
-            engine,
-            lambda: active_model(engine, settings.cost_model),
+            store,
+            lambda: active_model(store.engine, settings.cost_model),
             tz_name,
             settings.retention().finest_for,
         )
         generated = jobs.generate(period, now, partial=partial)
     finally:
-        engine.dispose()
+        store.dispose()
     summary, title = generated.body["summary"], generated.body["title"]
     click.echo(
         f"stored report {generated.id} for {title}: {summary['cost']} {generated.body['currency']}"

@@ -1,5 +1,5 @@
-"""Purchasing advice over a range: the hourly GPU usage (``storage.purchasing``) through
-``core.purchasing``, with the range's cost per million tokens (``storage.cost``) for the
+"""Purchasing advice over a range: the hourly GPU usage (``store.samples``) through
+``core.purchasing``, with the range's cost per million tokens (``store.cost``) for the
 what-if of filling the idle windows; and its JSON form, shared by ``GET /api/v1/purchasing``,
 the weekly report and the dashboard's Cost and Scaling pages.
 
@@ -14,8 +14,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from sqlalchemy import Engine
 
 from infersight.core.cost import CostModel
 from infersight.core.errors import InvalidInput
@@ -33,9 +31,7 @@ from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
 from infersight.service.cost_view import amount
 from infersight.service.evaluation import FinestFor
-from infersight.storage import cost as cost_store
-from infersight.storage.gpu_rollup import ROLLUP_GAP_S
-from infersight.storage.purchasing import hourly_gpu_usage
+from infersight.storage.seam import ROLLUP_GAP_S, Store
 
 #: What to run when a range holds no GPU time (the pages, the API and the report say it).
 NEXT_COMMAND: Final = (
@@ -61,7 +57,7 @@ class Purchasing:
 
 
 def purchasing(
-    engine: Engine,
+    store: Store,
     model: CostModel,
     window: Window,
     *,
@@ -84,19 +80,19 @@ def purchasing(
             f"unknown time zone {timezone!r}", details={"tz": timezone[:64]}
         ) from None
     check_span(window.start, window.end)
-    rows = hourly_gpu_usage(engine, window.start, window.end)
+    rows = store.samples.hourly_gpu_usage(window.start, window.end)
     advice = advise(
         rows, model, window.start, window.end, tz=tz, floor=floor, target=target, top=top
     )
     pending: datetime | None = None
     if advice.empty:
         hour = Resolution.HOUR.floor(window.end)  # a range ending mid-hour: ending now
-        if hour < window.end and hourly_gpu_usage(engine, hour, hour + timedelta(hours=1)):
+        if hour < window.end and store.samples.hourly_gpu_usage(hour, hour + timedelta(hours=1)):
             pending = hour
     if read_unit_cost and per_million is None and not advice.empty and advice.end > advice.start:
         read = Window(advice.start, advice.end)
         finest = finest_for(read, now) if finest_for is not None else Resolution.MINUTE
-        result = cost_store.cost(engine, read, model, finest=finest)
+        result = store.cost.cost(read, model, finest=finest)
         money = result.total.cost_per_million_tokens
         per_million = None if money is None else money.amount
     return Purchasing(

@@ -10,7 +10,7 @@ most ``max_rows`` rows and ``max_bytes`` bytes (decompressed), and one currency.
 
 **Reconciliation** (``reconcile``): for each UTC day of a range and each instance, the
 ``Usage`` charges the bill names the instance for (spread over days by time when a charge
-period spans several) against infersight's own cost of that instance-day (``storage.cost``,
+period spans several) against infersight's own cost of that instance-day (``store.cost``,
 the cost model in use: the same figure ``GET /api/v1/cost`` answers), the drift (billed −
 modelled, and as a percentage of modelled) and the effective price per GPU-hour the bill
 implies (billed ÷ the GPU-hours infersight measured). Unmatched both ways: charges for a
@@ -51,8 +51,7 @@ from infersight.core.focus import (
 )
 from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
-from infersight.storage import bills
-from infersight.storage import cost as cost_store
+from infersight.storage.seam import BillImport, Store
 
 #: Largest file (decompressed) an import reads by default.
 MAX_BYTES: Final = 512 * 1024 * 1024
@@ -309,7 +308,7 @@ class _Tally:
 
 
 def import_bill(
-    engine: Any,
+    store: Store,
     open_file: Callable[[], IO[bytes]],
     name: str,
     mapping: BillMapping,
@@ -324,14 +323,14 @@ def import_bill(
     with open_file() as stream:
         fmt = file_format(stream.read(4))
     tally = _Tally(mapping)
-    with engine.begin() as connection, open_file() as stream:
-        known = bills.find_import(connection, sha)
+    with store.transaction() as tx, open_file() as stream:
+        known = tx.bills.find_import(sha)
         if known is not None:
             raise Conflict(
                 f"this file was imported already (import {known})",
                 details={"import_id": known, "sha256": sha},
             )
-        import_id = bills.add_import(connection, name, sha, fmt, mapping.as_dict(), now)
+        import_id = tx.bills.add_import(name, sha, fmt, mapping.as_dict(), now)
         try:
             for number, row in rows_of(stream, fmt, max_bytes):
                 if number > max_rows:
@@ -341,7 +340,7 @@ def import_bill(
                 if not tally.read(number, row):
                     break
                 if len(tally.batch) >= BATCH:
-                    bills.add_lines(connection, import_id, tally.take())
+                    tx.bills.add_lines(import_id, tally.take())
         except _RowError as bad:
             tally.errors.append({"row": bad.row, "column": bad.column, "problem": bad.problem})
         if tally.errors:
@@ -352,9 +351,9 @@ def import_bill(
             )
         if tally.start is None or tally.end is None:
             raise InvalidInput(f"{name}: the file has no charges; nothing was imported")
-        bills.add_lines(connection, import_id, tally.take())
-        bills.finish_import(
-            connection, import_id, tally.rows, tally.currency, tally.start, tally.end, tally.billed
+        tx.bills.add_lines(import_id, tally.take())
+        tx.bills.finish_import(
+            import_id, tally.rows, tally.currency, tally.start, tally.end, tally.billed
         )
     return Imported(
         id=import_id,
@@ -372,15 +371,15 @@ def import_bill(
 
 
 def import_path(
-    engine: Any, path: Path, mapping: BillMapping, now: datetime, **limits: int
+    store: Store, path: Path, mapping: BillMapping, now: datetime, **limits: int
 ) -> Imported:
-    return import_bill(engine, lambda: path.open("rb"), path.name, mapping, now, **limits)
+    return import_bill(store, lambda: path.open("rb"), path.name, mapping, now, **limits)
 
 
 def import_bytes(
-    engine: Any, data: bytes, name: str, mapping: BillMapping, now: datetime, **limits: int
+    store: Store, data: bytes, name: str, mapping: BillMapping, now: datetime, **limits: int
 ) -> Imported:
-    return import_bill(engine, lambda: io.BytesIO(data), name, mapping, now, **limits)
+    return import_bill(store, lambda: io.BytesIO(data), name, mapping, now, **limits)
 
 
 # -- reconciliation -------------------------------------------------------------------------
@@ -468,7 +467,7 @@ class Reconciliation:
     currency: str
     model_name: str
     example_prices: bool
-    imports: list[bills.BillImport]
+    imports: list[BillImport]
     days: dict[tuple[date, str], Figures] = field(default_factory=dict)
     instances: dict[str, Figures] = field(default_factory=dict)
     typed_prices: dict[str, Decimal | None] = field(default_factory=dict)
@@ -605,9 +604,9 @@ class _Charged:
     unnamed: dict[tuple[date, str], Unmatched] = field(default_factory=dict)
 
 
-def _read_bill(engine: Any, out: Reconciliation, currency: str) -> _Charged:
+def _read_bill(store: Store, out: Reconciliation, currency: str) -> _Charged:
     charged = _Charged()
-    for stored in bills.lines_over(engine, out.start, out.end):
+    for stored in store.bills.lines_over(out.start, out.end):
         line = stored.charge
         amount = line.cost(out.basis)
         shares = day_shares(line, out.start, out.end)
@@ -664,7 +663,7 @@ def _unmatched(out: Reconciliation, charged: _Charged) -> None:
 
 
 def reconcile(
-    engine: Any,
+    store: Store,
     model: CostModel,
     start: datetime,
     end: datetime,
@@ -680,7 +679,7 @@ def reconcile(
     days = _utc_days(start, end)
     if len(days) > MAX_DAYS:
         raise InvalidInput(f"a reconciliation covers at most {MAX_DAYS} days")
-    imports = bills.imports_over(engine, start, end)
+    imports = store.bills.imports_over(start, end)
     out = Reconciliation(
         start=start,
         end=end,
@@ -696,12 +695,11 @@ def reconcile(
     out.covered_days = sorted(covered)
     if not imports:
         return out  # no bill meets the range: nothing to compare, nothing unmatched
-    charged = _read_bill(engine, out, model.currency)
+    charged = _read_bill(store, out, model.currency)
     for day, window in days:
         if day not in covered:
             continue  # no bill covers it: no charge, nothing unbilled, no cost query
-        result = cost_store.cost(
-            engine,
+        result = store.cost.cost(
             window,
             model,
             group_by=("instance",),
@@ -760,7 +758,7 @@ def with_billed_prices(model: CostModel, prices: Mapping[str, Decimal]) -> CostM
 
 
 def use_billed_price(
-    engine: Any,
+    store: Store,
     model: CostModel,
     start: datetime,
     end: datetime,
@@ -772,9 +770,9 @@ def use_billed_price(
 ) -> tuple[CostModel, dict[str, Decimal]]:
     """Replace the typed-in prices of reconciled instances with what the bill implies, as a
     new version of ``model`` stored under its name (``dry_run``: computed, not stored)."""
-    recon = reconcile(engine, model, start, end, basis=basis)
+    recon = reconcile(store, model, start, end, basis=basis)
     prices = billed_prices(recon, instances)
     updated = with_billed_prices(model, prices)
     if not dry_run:
-        cost_store.put_model(engine, updated, now)
+        store.cost_models.put(updated, now)
     return updated, prices

@@ -28,8 +28,6 @@ from itertools import pairwise
 from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import Engine
-
 from infersight.core.cost import CostLine, CostModel, CostResult, quantize
 from infersight.core.errors import ConfigurationError, InvalidInput, NotFound
 from infersight.core.savings import RULES, InstanceFacts, find_savings
@@ -46,10 +44,7 @@ from infersight.service.report_render import (
     slack_payload,
     summary_line,
 )
-from infersight.storage import cost as cost_store
-from infersight.storage import reports as report_store
-from infersight.storage.engine import long_running
-from infersight.storage.outbox import Outbox
+from infersight.storage.seam import Store
 
 log = logging.getLogger(__name__)
 KIND: Final = "weekly"
@@ -218,7 +213,7 @@ def no_data_notice(period: str, window: Window, result: CostResult) -> str | Non
 
 
 def build_weekly(
-    engine: Engine,
+    store: Store,
     model: CostModel,
     period: str,
     timezone: str,
@@ -239,17 +234,17 @@ def build_weekly(
         days = [(d, Window(w.start, min(w.end, now))) for d, w in days if w.start < now]
 
     def priced(w: Window, group_by: tuple[str, ...]) -> CostResult:
-        return cost_store.cost(engine, w, model, group_by=group_by, finest=finest_for(w, now))
+        return store.cost.cost(w, model, group_by=group_by, finest=finest_for(w, now))
 
     by_model = priced(window, ("model",))
     by_instance = priced(window, ("instance",))
     both = priced(window, ("model", "instance"))
-    evidence = cost_store.server_evidence(engine, window)
+    evidence = store.samples.server_evidence(window)
     savings = find_savings(_facts(both, model, evidence), _cheapest(model))
     total = by_model.total
     unit_cost = total.cost_per_million_tokens
     advice = purchasing(
-        engine,
+        store,
         model,
         window,
         timezone=timezone,
@@ -286,7 +281,7 @@ def build_weekly(
         "daily": [{"date": day.isoformat(), **cost_dict(priced(w, ()))} for day, w in days],
         "purchasing": purchasing_dict(advice),
         "reconciliation": reconcile(
-            engine, model, window.start, window.end, finest_for=lambda w: finest_for(w, now)
+            store, model, window.start, window.end, finest_for=lambda w: finest_for(w, now)
         ).as_dict(),
         "savings": [
             {
@@ -329,7 +324,7 @@ class WeeklyReports:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         model: Callable[[], CostModel],
         timezone: str,
         finest_for: FinestFor,
@@ -338,7 +333,7 @@ class WeeklyReports:
     ) -> None:
         # A scheduled batch job, not an interactive read: a week of a large fleet's rollups
         # may take longer than an API answer's statement bound (its lock waits keep theirs).
-        self.engine = long_running(engine)
+        self.store = store.long_running()
         self.model = model
         self.timezone = timezone
         self.tz = zone(timezone)
@@ -366,7 +361,7 @@ class WeeklyReports:
                 details={"week": period, "ends": iso(window.end)},
             )
         body = build_weekly(
-            self.engine,
+            self.store,
             self.model(),
             period,
             self.timezone,
@@ -381,8 +376,7 @@ class WeeklyReports:
                 details={"week": period, "start": body["start"], "end": body["end"]},
             )
         html, text = render_html(body), render_csv(body)
-        report_id = report_store.save_report(
-            self.engine,
+        report_id = self.store.reports.save(
             KIND,
             period,
             window.start,
@@ -407,7 +401,7 @@ class WeeklyReports:
         if "slack" in self.notifiers:
             link = f"{self.base_url}/api/v1/reports/{generated.id}/html" if self.base_url else ""
             payload = json.dumps(slack_payload(generated.body, link), sort_keys=True)
-            Outbox(self.engine).enqueue("slack", f"report:{KIND}:{generated.period}", payload, now)
+            self.store.outbox.enqueue("slack", f"report:{KIND}:{generated.period}", payload, now)
         return generated
 
 

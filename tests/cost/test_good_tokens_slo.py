@@ -228,7 +228,7 @@ def test_the_weekly_report_says_what_its_good_tokens_were_measured_against(store
     open_writer(store.engine).write_requests(_traffic())
     slo_store.put_slo(store.engine, TPOT_8B, DAY0)
     now = DAY0 + timedelta(days=8)
-    body = build_weekly(store.engine, MODEL, "2026-W45", "UTC", RetentionPolicy().finest_for, now)
+    body = build_weekly(store.sql, MODEL, "2026-W45", "UTC", RetentionPolicy().finest_for, now)
     assert body["summary"]["good_basis"] == "mixed"
     assert "chat-8b-tpot (TPOT ≤ 35 ms) for llama-8b" in body["summary"]["good_tokens_note"]
     assert body["by_model"]["good_tokens"]["basis"] == "mixed"

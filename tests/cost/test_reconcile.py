@@ -19,6 +19,7 @@ from infersight.service.report_render import render_html
 from infersight.service.reports import WeeklyReports
 from infersight.storage import bills, cost
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from tests.conftest import BOTH_STORES, Store, empty_store
 from tests.cost import bill
 from tests.cost.scenario import MODEL, WEEK, WEEK_START, write_worked_week
@@ -33,10 +34,8 @@ def billed(request: pytest.FixtureRequest) -> Store:
     write_worked_week(store.engine)
     cost.put_model(store.engine, MODEL, WEEK.end)
     mapping = BillMapping()
-    rec.import_bytes(store.engine, bill.to_csv(bill.rows(0, 3)), "mon-wed.csv", mapping, WEEK.end)
-    rec.import_bytes(
-        store.engine, bill.to_parquet(bill.rows(3, 1)), "thu.parquet", mapping, WEEK.end
-    )
+    rec.import_bytes(store.sql, bill.to_csv(bill.rows(0, 3)), "mon-wed.csv", mapping, WEEK.end)
+    rec.import_bytes(store.sql, bill.to_parquet(bill.rows(3, 1)), "thu.parquet", mapping, WEEK.end)
     return store
 
 
@@ -54,7 +53,7 @@ def test_the_csv_import_stores_every_line_with_its_instance(billed):
 
 
 def test_billed_against_modelled_per_day_and_instance(billed):
-    answer = rec.reconcile(billed.engine, MODEL, MON_WED.start, MON_WED.end).as_dict()
+    answer = rec.reconcile(SqlStore(billed.engine), MODEL, MON_WED.start, MON_WED.end).as_dict()
     days = [d for d in answer["days"] if d["instance"] == "h200-a"]
     assert [d["date"] for d in days] == ["2026-11-23", "2026-11-24", "2026-11-25"]
     for day in days:
@@ -82,7 +81,7 @@ def test_billed_against_modelled_per_day_and_instance(billed):
 
 
 def test_unmatched_lines_both_ways(billed):
-    answer = rec.reconcile(billed.engine, MODEL, MON_WED.start, MON_WED.end).as_dict()
+    answer = rec.reconcile(SqlStore(billed.engine), MODEL, MON_WED.start, MON_WED.end).as_dict()
     unmatched = answer["unmatched"]
     not_seen = unmatched["billed_not_seen"]
     node9 = [u for u in not_seen if u["resource"] == "gpu-node-9"]
@@ -100,7 +99,7 @@ def test_unmatched_lines_both_ways(billed):
 
 
 def test_the_parquet_bill_reconciles_thursday(billed):
-    answer = rec.reconcile(billed.engine, MODEL, THURSDAY.start, THURSDAY.end).as_dict()
+    answer = rec.reconcile(SqlStore(billed.engine), MODEL, THURSDAY.start, THURSDAY.end).as_dict()
     (day,) = answer["days"]
     assert (day["date"], day["instance"], day["billed"], day["modelled"]) == (
         "2026-11-26",
@@ -113,11 +112,11 @@ def test_the_parquet_bill_reconciles_thursday(billed):
 
 def test_effective_cost_basis_and_days_outside_the_bill(billed):
     answer = rec.reconcile(
-        billed.engine, MODEL, MON_WED.start, MON_WED.end, basis="effective"
+        SqlStore(billed.engine), MODEL, MON_WED.start, MON_WED.end, basis="effective"
     ).as_dict()
     assert answer["instances"][0]["billed"] == "208.800000"  # 2.90 × 72
     # Friday to Sunday: no bill covers them, so nothing is unmatched, nothing reconciled.
-    later = rec.reconcile(billed.engine, MODEL, WEEK_START + timedelta(days=4), WEEK.end)
+    later = rec.reconcile(SqlStore(billed.engine), MODEL, WEEK_START + timedelta(days=4), WEEK.end)
     assert later.as_dict()["reconciled"] is False
     assert later.unbilled == {}
     assert later.summary().startswith("not reconciled")
@@ -125,36 +124,40 @@ def test_effective_cost_basis_and_days_outside_the_bill(billed):
 
 def test_use_billed_price_writes_the_effective_price_into_the_cost_model(billed):
     _model, prices = rec.use_billed_price(
-        billed.engine, MODEL, MON_WED.start, MON_WED.end, WEEK.end, dry_run=True
+        SqlStore(billed.engine), MODEL, MON_WED.start, MON_WED.end, WEEK.end, dry_run=True
     )
     assert prices == {"h200-a": Decimal("3.000000")}
     assert cost.get_model(billed.engine, "worked") == MODEL  # a dry run stores nothing
     try:
-        rec.use_billed_price(billed.engine, MODEL, MON_WED.start, MON_WED.end, WEEK.end)
+        rec.use_billed_price(SqlStore(billed.engine), MODEL, MON_WED.start, MON_WED.end, WEEK.end)
         stored = cost.get_model(billed.engine, "worked")
         assert stored.instance_prices["h200-a"].on_demand_per_hour == Decimal("3.000000")
-        again = rec.reconcile(billed.engine, stored, MON_WED.start, MON_WED.end)
+        again = rec.reconcile(SqlStore(billed.engine), stored, MON_WED.start, MON_WED.end)
         # 72.00 GPU + 1.44 energy + 4.80 overhead: what is left is energy and overhead.
         assert again.as_dict()["days"][0]["modelled"] == "78.240000"
     finally:
         cost.put_model(billed.engine, MODEL, WEEK.end)
     with pytest.raises(InvalidInput):
         rec.use_billed_price(
-            billed.engine, MODEL, MON_WED.start, MON_WED.end, WEEK.end, instances=["nope"]
+            SqlStore(billed.engine), MODEL, MON_WED.start, MON_WED.end, WEEK.end, instances=["nope"]
         )
 
 
 def test_a_file_is_imported_once(billed):
     with pytest.raises(Conflict):
         rec.import_bytes(
-            billed.engine, bill.to_csv(bill.rows(0, 3)), "again.csv", BillMapping(), WEEK.end
+            SqlStore(billed.engine),
+            bill.to_csv(bill.rows(0, 3)),
+            "again.csv",
+            BillMapping(),
+            WEEK.end,
         )
 
 
 def _bad(store: Store, data: bytes, **limits: int) -> InvalidInput:
     before = (bills.line_count(store.engine), len(bills.list_imports(store.engine)))
     with pytest.raises(InvalidInput) as caught:
-        rec.import_bytes(store.engine, data, "bad.csv", BillMapping(), WEEK.end, **limits)
+        rec.import_bytes(store.sql, data, "bad.csv", BillMapping(), WEEK.end, **limits)
     assert (bills.line_count(store.engine), len(bills.list_imports(store.engine))) == before
     return caught.value
 
@@ -208,13 +211,15 @@ def test_gzip_csv_and_a_declared_mapping(billed):
         "apiVersion: infersight/v1\nkind: BillMapping\n"
         "spec: {keys: [ResourceId], aliases: {'" + bill.H200_ID + "': h200-a}}\n"
     )
-    imported = rec.import_bytes(billed.engine, gzip.compress(text), "sun.csv.gz", mapping, WEEK.end)
+    imported = rec.import_bytes(
+        SqlStore(billed.engine), gzip.compress(text), "sun.csv.gz", mapping, WEEK.end
+    )
     try:
         assert imported.format == "csv.gz"
         assert "h200-a" in imported.instances
         assert imported.unmapped_usage_rows == 1  # the data transfer line has no ResourceId
         sunday = Window(WEEK_START + timedelta(days=6), WEEK.end)
-        answer = rec.reconcile(billed.engine, MODEL, sunday.start, sunday.end).as_dict()
+        answer = rec.reconcile(SqlStore(billed.engine), MODEL, sunday.start, sunday.end).as_dict()
         assert answer["days"][0]["billed"] == "72.000000"
     finally:
         bills.delete_import(billed.engine, imported.id)
@@ -223,7 +228,7 @@ def test_gzip_csv_and_a_declared_mapping(billed):
 
 
 def test_the_weekly_report_says_which_figures_were_reconciled(billed):
-    job = WeeklyReports(billed.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
+    job = WeeklyReports(SqlStore(billed.engine), lambda: MODEL, "UTC", RetentionPolicy().finest_for)
     report = job.generate("2026-W48", WEEK.end)
     section = report.body["reconciliation"]
     assert section["reconciled"] is True
@@ -239,7 +244,7 @@ def test_the_weekly_report_says_which_figures_were_reconciled(billed):
     body = dict(
         report.body,
         reconciliation=rec.reconcile(
-            billed.engine, MODEL, WEEK.end, WEEK.end + timedelta(days=1)
+            SqlStore(billed.engine), MODEL, WEEK.end, WEEK.end + timedelta(days=1)
         ).as_dict(),
     )
     assert 'data-reconciled="no"' in render_html(body)

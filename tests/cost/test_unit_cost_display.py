@@ -15,6 +15,7 @@ from infersight.service.cost_view import unit_cost_text
 from infersight.service.report_render import summary_line
 from infersight.service.reports import WeeklyReports
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from tests.conftest import Store
 from tests.cost.cheap_prefill import HOUR, INSTANCE, SERVED, write_cheap_prefill_hour
 from tests.cost.scenario import MODEL, WEEK
@@ -84,7 +85,7 @@ def test_cost_show_names_the_currency_and_keeps_small_unit_costs(cheap):
 
 
 def test_the_weekly_report_shows_unit_costs_with_currency_and_digits(cheap):
-    job = WeeklyReports(cheap.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
+    job = WeeklyReports(SqlStore(cheap.engine), lambda: MODEL, "UTC", RetentionPolicy().finest_for)
     generated = job.generate("2026-W48", WEEK.end)
     html = generated.html
     kpi = html[html.index('data-field="cost_per_million_tokens"') :]

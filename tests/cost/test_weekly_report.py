@@ -28,6 +28,7 @@ from infersight.service.reports import (
     zone,
 )
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK
 
@@ -203,7 +204,7 @@ def test_the_job_reports_last_week_once_and_slack_gets_one_summary(week):
     try:
         notifiers = {"slack": SlackNotifier("https://hooks.slack.invalid/x", client)}
         job = WeeklyReports(
-            week.engine,
+            SqlStore(week.engine),
             lambda: MODEL,
             "UTC",
             RetentionPolicy().finest_for,
@@ -281,6 +282,6 @@ def test_serve_schedules_the_report_for_monday_nine_in_the_report_time_zone(week
 
 def test_a_week_with_no_data_makes_no_report(week, tmp_path):
     """Issue 35 (item 8): refused, not stored as a report of zeros."""
-    job = WeeklyReports(week.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
+    job = WeeklyReports(SqlStore(week.engine), lambda: MODEL, "UTC", RetentionPolicy().finest_for)
     with pytest.raises(NotFound, match="no data recorded for 2026-W40"):
         job.generate("2026-W40", WEEK.end)

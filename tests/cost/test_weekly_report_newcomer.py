@@ -52,7 +52,7 @@ def _cli(store: Store, cwd: Path, *args: str) -> subprocess.CompletedProcess[str
 
 
 def _job(store: Store) -> WeeklyReports:
-    return WeeklyReports(store.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
+    return WeeklyReports(store.sql, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
 
 
 def test_partial_alone_reports_this_week_and_writes_files_only_under_out(

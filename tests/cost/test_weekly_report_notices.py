@@ -17,6 +17,7 @@ from infersight.cli.group import cli
 from infersight.service.report_render import summary_line
 from infersight.service.reports import WeeklyReports, week_of
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK
@@ -27,7 +28,7 @@ EMPTY = "2026-W40"
 
 
 def _job(week) -> WeeklyReports:
-    return WeeklyReports(week.engine, lambda: MODEL, "UTC", RetentionPolicy().finest_for)
+    return WeeklyReports(SqlStore(week.engine), lambda: MODEL, "UTC", RetentionPolicy().finest_for)
 
 
 def _weekly(week, tmp_path, *args: str):

@@ -18,6 +18,7 @@ from infersight.service import reconcile as rec
 from infersight.storage import bills, migrate
 from infersight.storage import cost as cost_store
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from tests.cost import bill
 from tests.cost.scenario import MODEL, WEEK, WEEK_START, write_worked_week
 from tests.dashboard.conftest import Live, Page, screenshot
@@ -47,7 +48,7 @@ def test_the_cost_page_reconciles_with_the_bill(live, page: Page) -> None:
     assert "not reconciled" in before
     assert "infersight cost import-bill FILE" in before
     imported = rec.import_bytes(
-        engine, bill.to_csv(bill.rows(0, 3)), "nov.csv", BillMapping(), WEEK.end
+        SqlStore(engine), bill.to_csv(bill.rows(0, 3)), "nov.csv", BillMapping(), WEEK.end
     )
     try:
         response = page.goto(f"{server.url}/ui/cost?range=7d")

@@ -11,6 +11,7 @@ from infersight.core.timestamps import iso
 from infersight.service.report_render import render_html
 from infersight.service.reports import WeeklyReports, build_weekly
 from infersight.storage.maintenance import RetentionPolicy
+from infersight.storage.sql_store import SqlStore
 from tests.conftest import Store
 from tests.cost.conftest import api_for
 from tests.purchasing import scenario as s
@@ -35,7 +36,7 @@ class _Fields(HTMLParser):
 
 
 def _job(store: Store) -> WeeklyReports:
-    return WeeklyReports(store.engine, lambda: s.MODEL, "UTC", RetentionPolicy().finest_for)
+    return WeeklyReports(store.sql, lambda: s.MODEL, "UTC", RetentionPolicy().finest_for)
 
 
 def test_the_report_embeds_the_apis_purchasing_answer_for_the_week(fleet: Store):
@@ -66,6 +67,6 @@ def test_the_html_shows_the_split_and_the_windows_with_their_exact_values(fleet:
 def test_a_week_without_gpu_data_names_the_next_command(fleet: Store):
     # A week without any data is no report (issue 35), so the body is built and rendered.
     finest = RetentionPolicy().finest_for
-    body = build_weekly(fleet.engine, s.MODEL, "2026-W40", "UTC", finest, s.WEEK.end)
+    body = build_weekly(SqlStore(fleet.engine), s.MODEL, "2026-W40", "UTC", finest, s.WEEK.end)
     assert body["purchasing"]["empty"] is not None
     assert "infersight sidecar --instance NAME" in render_html(body)

@@ -12,6 +12,7 @@ from infersight.core.window import Window
 from infersight.service.purchasing import NEXT_COMMAND, purchasing, purchasing_dict
 from infersight.storage import cost as cost_store
 from infersight.storage.purchasing import hourly_gpu_usage
+from infersight.storage.sql_store import SqlStore
 from tests.conftest import Store
 from tests.purchasing import scenario as s
 
@@ -24,7 +25,7 @@ def test_the_store_answers_one_row_per_hour_and_instance(fleet: Store):
 
 
 def test_the_split_of_the_fleet_week_is_the_hand_computed_one(fleet: Store):
-    answer = purchasing(fleet.engine, s.MODEL, s.WEEK)
+    answer = purchasing(SqlStore(fleet.engine), s.MODEL, s.WEEK)
     a = answer.advice
     assert a.hours == 168
     assert a.reserved_gpus == s.RESERVED_GPUS
@@ -36,7 +37,7 @@ def test_the_split_of_the_fleet_week_is_the_hand_computed_one(fleet: Store):
 
 
 def test_the_idle_windows_of_the_fleet_week_are_the_nights(fleet: Store):
-    a = purchasing(fleet.engine, s.MODEL, s.WEEK, top=7).advice
+    a = purchasing(SqlStore(fleet.engine), s.MODEL, s.WEEK, top=7).advice
     assert sorted(w.label for w in a.windows) == sorted(
         f"{day} 01:00–07:00" for day in ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
     )
@@ -48,7 +49,7 @@ def test_the_idle_windows_of_the_fleet_week_are_the_nights(fleet: Store):
 
 
 def test_filling_the_windows_scales_the_unit_cost_of_the_same_range(fleet: Store):
-    answer = purchasing(fleet.engine, s.MODEL, s.WEEK)
+    answer = purchasing(SqlStore(fleet.engine), s.MODEL, s.WEEK)
     before = cost_store.cost(fleet.engine, s.WEEK, s.MODEL).total.cost_per_million_tokens
     assert before is not None
     assert answer.per_million_before == before.amount
@@ -59,7 +60,7 @@ def test_filling_the_windows_scales_the_unit_cost_of_the_same_range(fleet: Store
 
 
 def test_without_a_reserved_price_the_answer_says_what_it_assumed(fleet: Store):
-    body = purchasing_dict(purchasing(fleet.engine, s.NO_RESERVED, s.WEEK))
+    body = purchasing_dict(purchasing(SqlStore(fleet.engine), s.NO_RESERVED, s.WEEK))
     assert body["currency"] == "EUR"
     assert body["reserved_discount_assumed"] is True
     pool = body["split"]["pools"][0]
@@ -70,7 +71,7 @@ def test_without_a_reserved_price_the_answer_says_what_it_assumed(fleet: Store):
 
 def test_a_range_with_no_gpu_data_names_the_next_command(fleet: Store):
     later = Window(s.WEEK.end + timedelta(days=30), s.WEEK.end + timedelta(days=31))
-    body = purchasing_dict(purchasing(fleet.engine, s.MODEL, later))
+    body = purchasing_dict(purchasing(SqlStore(fleet.engine), s.MODEL, later))
     assert body["empty"]["next_command"] == NEXT_COMMAND
     assert body["split"]["pools"] == []
     assert body["idle"]["windows"] == []
@@ -84,7 +85,9 @@ def test_a_range_whose_only_gpu_data_is_the_hour_in_progress_says_when_advice_co
     first = s.WEEK.start  # the fleet's first hour of data, as if it were in progress now
     body = purchasing_dict(
         purchasing(
-            fleet.engine, s.MODEL, Window(first - timedelta(days=1), first + timedelta(minutes=40))
+            SqlStore(fleet.engine),
+            s.MODEL,
+            Window(first - timedelta(days=1), first + timedelta(minutes=40)),
         )
     )
     assert body["empty"]["next_command"] is None
@@ -92,7 +95,9 @@ def test_a_range_whose_only_gpu_data_is_the_hour_in_progress_says_when_advice_co
     assert f"complete at {first + timedelta(hours=1):%H:%M} UTC" in body["empty"]["text"]
     aligned = Window(first - timedelta(days=1), first)  # ends on the hour: nothing in progress
     assert (
-        purchasing_dict(purchasing(fleet.engine, s.MODEL, aligned))["empty"]["next_command"]
+        purchasing_dict(purchasing(SqlStore(fleet.engine), s.MODEL, aligned))["empty"][
+            "next_command"
+        ]
         == NEXT_COMMAND
     )
 
@@ -101,7 +106,7 @@ def test_a_partial_range_reads_its_whole_hours_only(fleet: Store):
     window = Window(
         s.WEEK.start + timedelta(minutes=30), s.WEEK.start + timedelta(hours=10, minutes=5)
     )
-    a = purchasing(fleet.engine, s.MODEL, window).advice
+    a = purchasing(SqlStore(fleet.engine), s.MODEL, window).advice
     assert a.start == s.WEEK.start + timedelta(hours=1)
     assert a.end == s.WEEK.start + timedelta(hours=10)
     assert a.hours == 9

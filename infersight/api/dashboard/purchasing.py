@@ -44,7 +44,7 @@ def section(
     window, over = _window(ctx)
     known = per_million is not None and per_million[0] == window
     answer = purchasing(
-        app.engine,
+        app.store,
         app.cost_model(),
         window,
         finest_for=app.retention.finest_for,

@@ -91,7 +91,7 @@ def get_reconciliation(
     window = _window(app, start, end, range_)
     now = app.clock()
     result = rec.reconcile(
-        app.engine,
+        app.store,
         app.cost_model(),
         window.start,
         window.end,
@@ -155,7 +155,7 @@ async def import_bill(
         raise InvalidInput("send the FOCUS file as the request body")
     mapping = BillMapping(tuple(key)) if key else BillMapping()
     now: datetime = app.clock()
-    imported = await run_in_threadpool(rec.import_bytes, app.engine, data, name, mapping, now)
+    imported = await run_in_threadpool(rec.import_bytes, app.store, data, name, mapping, now)
     return imported.as_dict()
 
 
@@ -190,7 +190,7 @@ def use_billed_price(
 ) -> dict[str, Any]:
     window = _window(app, start, end, range_)
     model, prices = rec.use_billed_price(
-        app.engine,
+        app.store,
         app.cost_model(),
         window.start,
         window.end,

@@ -89,7 +89,7 @@ def get_purchasing(
         range_ = DEFAULT_RANGE
     now = app.clock()
     answer = advise(
-        app.engine,
+        app.store,
         app.cost_model(),
         window_of(app, now, start, end, range_),
         finest_for=app.retention.finest_for,

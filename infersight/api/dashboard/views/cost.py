@@ -161,7 +161,7 @@ def _reconciliation(app: AppContext, ctx: Context) -> dict[str, Any]:
     start = max(ctx.window.start, ctx.window.end - timedelta(days=rec.MAX_DAYS - 1))
     start = min(start, ctx.window.end)
     answer = rec.reconcile(
-        app.engine,
+        app.store,
         app.cost_model(),
         start,
         ctx.window.end,
