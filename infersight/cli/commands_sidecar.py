@@ -327,7 +327,8 @@ def _sink_opener(
             raise click.UsageError("--ship-token-file goes with --ship-to")
         url = _store_url(options["store"], settings)
         _check_store_url(url)
-        return lambda: _open_sink(url, window, settings.store_timeouts())
+        at_url = settings.model_copy(update={"database_url": url})
+        return lambda: _open_sink(at_url, window)
     if options["store"] is not None:
         raise click.UsageError("--ship-to and --store are exclusive: ship to one of them")
     if token_file is None:
@@ -355,19 +356,16 @@ def _window_s(given: float | None, role: Role) -> float:
     return DECODE_WINDOW_S if role is Role.DECODE else DEFAULT_WINDOW_S
 
 
-def _open_sink(url: str, window: AcceptWindow, timeouts: dict[str, float]) -> Any:
-    """The store writer, imported here (in the shipper's thread, after the receivers bind),
-    so that the math libraries it pulls in see the single-thread settings first."""
+def _open_sink(settings: SidecarSettings, window: AcceptWindow) -> Any:
+    """The store writer of the settings' store, imported here (in the shipper's thread, after
+    the receivers bind), so that the math libraries it pulls in see the single-thread settings
+    first."""
     for name in _SINGLE_THREADED_MATH:
         os.environ.setdefault(name, "1")
-    from infersight.storage.engine import (  # noqa: PLC0415 (after the settings)
-        StoreTimeouts,
-        create_store_engine,
-    )
-    from infersight.storage.writer import open_writer  # noqa: PLC0415
+    from infersight.service.ingest import open_writer  # noqa: PLC0415 (after the settings)
+    from infersight.service.store import open_store  # noqa: PLC0415
 
-    engine = create_store_engine(url, timeouts=StoreTimeouts(**timeouts))
-    return open_writer(engine, accept=window)
+    return open_writer(open_store(settings), accept=window)
 
 
 def _libc() -> Any:
