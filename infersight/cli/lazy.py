@@ -1,8 +1,8 @@
 """Names a command module imports only when a command first uses them (#16).
 
-``migrate = lazy_module("infersight.storage.migrate")`` at the top of a command module keeps
-Alembic out of the commands that never migrate; ``lazy_attr("infersight.service.cost_spec",
-"active_model")`` does the same for one function. Under ``TYPE_CHECKING`` the module imports
+``yaml = lazy_module("yaml")`` at the top of a command module keeps the YAML parser out of the
+commands that never print YAML; ``lazy_attr("infersight.service.cost_spec", "active_model")``
+does the same for one function. Under ``TYPE_CHECKING`` the module imports
 the real names instead, so that the type checker sees them.
 """
 
