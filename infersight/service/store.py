@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from infersight.config.parts import StorePart
+    from infersight.storage.seam import Store
     from infersight.storage.sql_store import SqlStore
+
+#: ``Store``: the store's type, for the edges' annotations (they name it here, never in
+#: ``storage``; imported for the type checker only).
+__all__ = ["Store", "open_read_store", "open_store"]
 
 
 def _url_and_timeouts(settings: StorePart | str) -> tuple[str, dict[str, float]]:
