@@ -45,7 +45,7 @@ from infersight.service.loadtests import save_run
 if TYPE_CHECKING:
     from infersight.cli.settings import Settings
     from infersight.service.cost_spec import active_model
-    from infersight.storage.seam import Store
+    from infersight.service.store import Store
 else:  # imported when used: ``baseline list`` needs neither pydantic nor the cost model
     active_model = lazy_attr("infersight.service.cost_spec", "active_model")
 

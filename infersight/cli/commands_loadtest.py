@@ -47,7 +47,7 @@ from infersight.service.admin import migrate, redact
 from infersight.service.loadtests import production_shapes, save_run_as
 
 if TYPE_CHECKING:
-    from infersight.storage.seam import Store
+    from infersight.service.store import Store
 
 
 def _levels(text: str) -> list[int]:

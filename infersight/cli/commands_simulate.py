@@ -36,7 +36,7 @@ from infersight.simulator.sinks.store import StoreSink
 from infersight.simulator.specs import parse_duration, shipped_scenarios
 
 if TYPE_CHECKING:
-    from infersight.storage.seam import Store
+    from infersight.service.store import Store
 
 
 def _speed(value: str) -> float | None:
