@@ -195,7 +195,7 @@ def build_context(
             **parse_schedule(settings.report_schedule),
             "timezone": settings.report_timezone,
         },
-        scale=Recommender(engine, policy),
+        scale=Recommender(store, policy),
         scaling_interval_s=settings.scaling_interval_s,
         money=MoneyAlerts(engine, lambda: active_model(engine, settings.cost_model), announcer),
         money_interval_s=settings.budget_interval_s,

@@ -40,7 +40,6 @@ from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine
 
 from infersight.api.auth import Scope
 from infersight.api.context import AppContext, Refusals
@@ -248,8 +247,8 @@ class CostCollector(Collector):
 class ScalingCollector(Collector):
     """The replica recommender's newest recommendation per model, and the KEDA refusals."""
 
-    def __init__(self, engine: Engine, clock: Callable[[], datetime], refusals: Refusals) -> None:
-        self.engine = engine
+    def __init__(self, store: Store, clock: Callable[[], datetime], refusals: Refusals) -> None:
+        self.store = store
         self.clock = clock
         self.refusals = refusals
 
@@ -270,7 +269,7 @@ class ScalingCollector(Collector):
             "Age of the model's newest replica recommendation.",
             labels=["model", "pool"],
         )
-        for found in current_scaling(self.engine, self.clock()):
+        for found in current_scaling(self.store, self.clock()):
             key = [found.recommendation.model, found.recommendation.pool]
             age.add_metric(key, found.age_s)
             if found.usable:
@@ -334,7 +333,7 @@ def install(app: FastAPI, context: AppContext) -> None:
         ttl_s=context.settings.metrics_cache_s,
     )
     # Not cached: KEDA refusals should show at once, and the read is one small query.
-    registry.register(ScalingCollector(context.engine, context.clock, context.keda_refusals))
+    registry.register(ScalingCollector(context.store, context.clock, context.keda_refusals))
 
     @app.get("/metrics", dependencies=[Depends(requires(Scope.READ))], include_in_schema=False)
     def metrics() -> Response:

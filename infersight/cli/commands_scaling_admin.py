@@ -52,16 +52,16 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every scaling policy, and every model's newest recommendation."""
+    from infersight.cli.group import open_store  # noqa: PLC0415
     from infersight.service.scaling import current, policies  # noqa: PLC0415
     from infersight.service.scaling_spec import to_document  # noqa: PLC0415
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
 
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
-        stored = policies(engine)
-        found = current(engine, datetime.now(UTC))
+        stored = policies(store)
+        found = current(store, datetime.now(UTC))
     finally:
-        engine.dispose()
+        store.dispose()
     if as_json:
         body = {
             "policies": [to_document(p) for p in stored],
@@ -100,17 +100,17 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, model: str, pool: str | None) -> None:
     """MODEL's policy in force and its newest recommendation (JSON)."""
+    from infersight.cli.group import open_store  # noqa: PLC0415
     from infersight.service.scaling import choose_policy, current_for, policies  # noqa: PLC0415
     from infersight.service.scaling_spec import to_document  # noqa: PLC0415
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
 
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
-        policy = choose_policy(policies(engine), model)
+        policy = choose_policy(policies(store), model)
         body = {"policy": to_document(policy)}
-        body["recommendation"] = current_for(engine, model, datetime.now(UTC), pool).to_dict()
+        body["recommendation"] = current_for(store, model, datetime.now(UTC), pool).to_dict()
     finally:
-        engine.dispose()
+        store.dispose()
     click.echo(json.dumps(body, indent=2))
 
 

@@ -1,7 +1,7 @@
 """The replica recommender's use case: ``ScalingInputs`` per model from the store, the
 decision of ``core.scaling.recommend``, and one recorded recommendation per model per cycle.
 
-Per model (``storage.scaling_reads``), at ``now``:
+Per model (the store's ``demand`` and ``samples``), at ``now``:
 
 * observed instances — the instances whose newest scrape (within the policy's
   ``stale_after_s``) reports the model, else those that served it in the last five minutes;
@@ -25,7 +25,7 @@ Per model (``storage.scaling_reads``), at ``now``:
 ``input_times`` holds each input's newest sample, so that ``recommend`` can tell a stale one.
 
 **Pools.** A disaggregated model (one whose instances stored prefill legs or decode-side split
-requests in the last hour, ``scaling_reads.pool_members``) gets one recommendation per pool,
+requests in the last hour, ``store.demand.pool_members``) gets one recommendation per pool,
 ``prefill`` and ``decode``, each from its own instances only: the two pools saturate apart, and
 one count for both would size neither. Per pool:
 
@@ -55,8 +55,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Engine
-
 from infersight.core.burn import Policy
 from infersight.core.errors import InvalidInput, NotFound, Unavailable
 from infersight.core.loadtest import ScenarioKind, measured_capacity, summarise
@@ -71,11 +69,7 @@ from infersight.core.scaling import (
 )
 from infersight.core.slo import SliKind, SloSpec, burn_rate
 from infersight.core.window import Resolution, Window
-from infersight.storage import scaling as scaling_store
-from infersight.storage import scaling_reads, slo_store
-from infersight.storage.capacity import production_capacity
-from infersight.storage.engine import long_running
-from infersight.storage.runs import get_run, list_runs
+from infersight.storage.seam import DECODE, MAX_MODELS, PREFILL, DemandMinute, Store
 
 log = logging.getLogger(__name__)
 DEMAND_WINDOW: Final = timedelta(minutes=5)
@@ -100,8 +94,8 @@ def default_policy() -> ScalingPolicy:
     return ScalingPolicy(name="default", model=None)
 
 
-def policies(engine: Engine) -> list[ScalingPolicy]:
-    return scaling_store.list_policies(engine)
+def policies(store: Store) -> list[ScalingPolicy]:
+    return store.scaling.list_policies()
 
 
 def choose_policy(stored: list[ScalingPolicy], model: str) -> ScalingPolicy:
@@ -132,7 +126,7 @@ def drives(spec: SloSpec, pool: str) -> bool:
         return spec.sli.kind is SliKind.LATENCY
     if spec.sli.kind is SliKind.AVAILABILITY:
         return True
-    wanted = "ttft" if pool == scaling_reads.PREFILL else "tpot"
+    wanted = "ttft" if pool == PREFILL else "tpot"
     return spec.sli.metric == wanted
 
 
@@ -145,13 +139,13 @@ class Recommender:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         burn_policy: Policy,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         # A scheduled job reading every model's windows: a statement may run past an API
         # answer's bound on a large store (its lock waits keep theirs).
-        self.engine = long_running(engine)
+        self.store = store.long_running()
         self.short_window = min(burn_policy.windows, default=SHORT_BURN_WINDOW)
         self.monotonic = monotonic
         self._capacity: dict[tuple[str, str], tuple[float, float | None, str]] = {}
@@ -162,20 +156,20 @@ class Recommender:
     def run(self, now: datetime) -> list[Recommendation]:
         """Recommend for every model seen in the last hour (for each pool of a disaggregated
         one) and record each."""
-        stored = policies(self.engine)
-        specs = slo_store.list_slos(self.engine)
+        stored = policies(self.store)
+        specs = self.store.slos.all()
         hour = Window(now - MODELS_WINDOW, now)
-        split = scaling_reads.pool_members(self.engine, hour)
-        models = sorted(set(scaling_reads.models_seen(self.engine, hour)) | set(split))
+        split = self.store.demand.pool_members(hour)
+        models = sorted(set(self.store.demand.models_seen(hour)) | set(split))
         out: list[Recommendation] = []
-        for model in models[: scaling_reads.MAX_MODELS]:
+        for model in models[:MAX_MODELS]:
             policy = choose_policy(stored, model)
             pools = split.get(model)
             for pool in POOLS if pools else ("",):
                 members = None if pools is None else pools[pool]
                 inputs = self.inputs(model, policy, specs, now, pool, members=members)
                 rec = recommend(policy, inputs, _unix(now))
-                scaling_store.record(self.engine, rec)
+                self.store.scaling.record(rec)
                 out.append(rec)
         return out
 
@@ -196,11 +190,10 @@ class Recommender:
         members = self._members(model, pool, members, now)
         times: dict[str, float] = {}
         minute_now = Resolution.MINUTE.floor(now)
-        recent = scaling_reads.minute_demand(
-            self.engine, model, Window(minute_now - DEMAND_WINDOW, minute_now)
+        recent = self.store.demand.minute_demand(
+            model, Window(minute_now - DEMAND_WINDOW, minute_now)
         )
-        gauges = scaling_reads.server_gauges(
-            self.engine,
+        gauges = self.store.samples.server_gauges(
             model,
             Window(now - timedelta(seconds=policy.stale_after_s), now),
             instances=members,
@@ -242,8 +235,8 @@ class Recommender:
         if service_rate is not None:
             times["service_rate_rps"] = times.get("capacity_rps", times.get("demand_rps", 0.0))
 
-        util, util_at = scaling_reads.gpu_utilisation(
-            self.engine, sorted(instances), Window(now - DEMAND_WINDOW, now)
+        util, util_at = self.store.samples.gpu_utilisation(
+            sorted(instances), Window(now - DEMAND_WINDOW, now)
         )
         if util is not None and util_at is not None:
             times["gpu_util"] = _unix(util_at)
@@ -281,21 +274,21 @@ class Recommender:
 
     def pool_members(self, model: str, pool: str, window: Window) -> frozenset[str]:
         """The instances of ``model``'s ``pool`` that stored work of that role in ``window``."""
-        pools = scaling_reads.pool_members(self.engine, window, model).get(model)
+        pools = self.store.demand.pool_members(window, model).get(model)
         return frozenset() if pools is None else pools[pool]
 
     def working(
         self,
         model: str,
         pool: str,
-        recent: list[scaling_reads.Minute],
+        recent: list[DemandMinute],
         members: frozenset[str] | None,
         now: datetime,
     ) -> set[str]:
         """The instances that stored the pool's work in the last five minutes (the observed
         instances when none has a fresh scrape): users' requests for the whole model and the
         decode pool (which stores them), prefill legs for the prefill pool."""
-        if pool == scaling_reads.PREFILL:
+        if pool == PREFILL:
             return set(self.pool_members(model, pool, Window(now - DEMAND_WINDOW, now)))
         served = {i for m in recent for i in m.instances}
         return served if members is None else served & members
@@ -307,7 +300,7 @@ class Recommender:
         peaks: list[float] = []
         for weeks in range(1, min(policy.history_weeks, MAX_HISTORY_WEEKS) + 1):
             start = now - weeks * WEEK
-            peak = scaling_reads.peak_rate(self.engine, model, Window(start, start + lead))
+            peak = self.store.demand.peak_rate(model, Window(start, start + lead))
             if peak is not None:
                 peaks.append(peak)
         return sum(peaks) / len(peaks) if peaks else None
@@ -318,7 +311,7 @@ class Recommender:
         running sized for what just happened, but cannot see a rebound coming."""
         lead = timedelta(seconds=max(policy.lead_time_s, Resolution.MINUTE.seconds))
         minute_now = Resolution.MINUTE.floor(now)
-        return scaling_reads.peak_rate(self.engine, model, Window(minute_now - lead, minute_now))
+        return self.store.demand.peak_rate(model, Window(minute_now - lead, minute_now))
 
     def capacity(
         self,
@@ -335,9 +328,9 @@ class Recommender:
         if cached is not None and self.monotonic() - cached[0] < CAPACITY_TTL_S:
             return cached[1]
         ttft, tpot = latency_targets(specs, model)
-        if pool == scaling_reads.PREFILL:
+        if pool == PREFILL:
             rps, source = self._prefill_capacity(model, now, ttft)
-        elif pool == scaling_reads.DECODE:
+        elif pool == DECODE:
             rps, source = self._production(model, now, None, tpot, members)
         else:
             rps, source = self._measure_capacity(model, now, ttft, tpot)
@@ -352,8 +345,8 @@ class Recommender:
         self, model: str, now: datetime, ttft: float | None
     ) -> tuple[float | None, str]:
         bound = PREFILL_QUEUE_DEFAULT_S if ttft is None else PREFILL_QUEUE_SHARE * ttft
-        best = scaling_reads.busiest_prefill_minute(
-            self.engine, model, Window(now - PRODUCTION_CAPACITY_WINDOW, now), bound
+        best = self.store.demand.busiest_prefill_minute(
+            model, Window(now - PRODUCTION_CAPACITY_WINDOW, now), bound
         )
         if best is None:
             return None, "not measured"
@@ -371,8 +364,7 @@ class Recommender:
         instances: frozenset[str] | None = None,
     ) -> tuple[float | None, str]:
         try:
-            best = production_capacity(
-                self.engine,
+            best = self.store.requests.production_capacity(
                 Window(now - PRODUCTION_CAPACITY_WINDOW, now),
                 Selector(model=model),
                 ttft_p99_max_s=ttft,
@@ -386,12 +378,12 @@ class Recommender:
     def _measure_capacity(
         self, model: str, now: datetime, ttft: float | None, tpot: float | None
     ) -> tuple[float | None, str]:
-        for listing in list_runs(self.engine):
+        for listing in self.store.runs.all():
             if listing.model != model or listing.scenario is not ScenarioKind.STEP:
                 continue
             try:
                 best = measured_capacity(
-                    summarise(get_run(self.engine, listing.id)),
+                    summarise(self.store.runs.get(listing.id)),
                     ttft_p99_max_s=ttft,
                     tpot_p99_max_s=tpot,
                 )
@@ -407,12 +399,12 @@ class Recommender:
         ``pool`` (``drives``)."""
         rates: list[float] = []
         window = Window(now - self.short_window, now)
-        with self.engine.connect() as connection:
+        with self.store.reading() as reader:
             for spec in specs:
                 if not drives(spec, pool) or spec.selector.model not in (None, model):
                     continue
                 selector = dataclasses.replace(spec.selector, model=model)
-                counts = slo_store.count_events(connection, spec.sli, window, selector)
+                counts = reader.events.count(spec.sli, window, selector)
                 rates.append(burn_rate(counts, spec.objective))
         return max(rates, default=None)
 
@@ -434,7 +426,7 @@ class Recommender:
         start = minute_now - span
         per_minute: Mapping[datetime, int] = {
             m.bucket: m.requests
-            for m in scaling_reads.minute_demand(self.engine, model, Window(start, minute_now))
+            for m in self.store.demand.minute_demand(model, Window(start, minute_now))
         }
         since: datetime | None = None
         bucket = minute_now - timedelta(minutes=1)
@@ -506,12 +498,12 @@ def judge(rec: Recommendation, policy: ScalingPolicy, now: datetime) -> Current:
     return Current(rec, age, refusal)
 
 
-def current(engine: Engine, now: datetime) -> list[Current]:
+def current(store: Store, now: datetime) -> list[Current]:
     """Every model's newest recommendations (one per pool of a disaggregated model), judged
     at ``now``, by model then pool. Only the pools of a model's newest cycle are listed: a
     model that became disaggregated (or stopped being) no longer lists its former pools."""
-    stored = policies(engine)
-    latest = scaling_store.latest(engine)
+    stored = policies(store)
+    latest = store.scaling.latest()
     newest: dict[str, float] = {}
     for rec in latest:
         newest[rec.model] = max(rec.at, newest.get(rec.model, rec.at))
@@ -522,13 +514,13 @@ def current(engine: Engine, now: datetime) -> list[Current]:
     ]
 
 
-def current_for(engine: Engine, model: str, now: datetime, pool: str | None = None) -> Current:
+def current_for(store: Store, model: str, now: datetime, pool: str | None = None) -> Current:
     """``model``'s newest recommendation judged at ``now``: of ``pool`` for a disaggregated
     model (``InvalidInput`` naming its pools when ``pool`` is missing or not one of them;
     ignored for a model served whole). ``NotFound`` for a model the store does not know (no
     recommendation, no traffic in the last hour, no policy of its own); ``Unavailable`` for a
     known one without a recommendation yet."""
-    found = [c for c in current(engine, now) if c.recommendation.model == model]
+    found = [c for c in current(store, now) if c.recommendation.model == model]
     pools = [c.recommendation.pool for c in found if c.recommendation.pool]
     if pools:
         for each in found:
@@ -542,8 +534,8 @@ def current_for(engine: Engine, model: str, now: datetime, pool: str | None = No
         )
     if found:
         return found[0]
-    known = model in scaling_reads.models_seen(engine, Window(now - MODELS_WINDOW, now))
-    known = known or any(p.model == model for p in policies(engine))
+    known = model in store.demand.models_seen(Window(now - MODELS_WINDOW, now))
+    known = known or any(p.model == model for p in policies(store))
     if not known:
         raise NotFound(
             f"no model named {model!r} is served or has a scaling policy", details={"model": model}

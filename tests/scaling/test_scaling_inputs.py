@@ -101,7 +101,7 @@ def test_the_inputs_of_a_model_come_from_its_rollups_scrapes_gpus_and_slos(
 ) -> None:
     recent = seeded.recent
     week1, week2 = seeded.weeks
-    recommender = Recommender(seeded.engine, default_policy())
+    recommender = Recommender(SqlStore(seeded.engine), default_policy())
     inputs = recommender.inputs(MODEL, POLICY, [SLO], NOW)
     assert inputs.model == MODEL
     assert inputs.observed_instances == 2
@@ -149,7 +149,7 @@ def test_a_model_without_history_or_scrapes_has_none_for_what_was_not_measured(
     writer = open_writer(store.engine)
     records = _records(4, MINUTE - timedelta(minutes=3), 30, timedelta(minutes=2))
     writer.write_requests(records)
-    inputs = Recommender(store.engine, default_policy()).inputs(MODEL, POLICY, [], NOW)
+    inputs = Recommender(store.sql, default_policy()).inputs(MODEL, POLICY, [], NOW)
     assert inputs.observed_instances == 2
     assert inputs.forecast_basis == "recent"
     assert inputs.forecast_rps == pytest.approx(_peak(records))
@@ -161,7 +161,9 @@ def test_a_model_without_history_or_scrapes_has_none_for_what_was_not_measured(
 
 
 def test_a_model_with_history_is_forecast_from_its_weeks(seeded: Seeded) -> None:
-    inputs = Recommender(seeded.engine, default_policy()).inputs(MODEL, POLICY, [SLO], NOW)
+    inputs = Recommender(SqlStore(seeded.engine), default_policy()).inputs(
+        MODEL, POLICY, [SLO], NOW
+    )
     assert inputs.forecast_basis == "weeks"
 
 
@@ -170,7 +172,7 @@ def test_low_load_runs_from_the_first_minute_that_fits_one_instance_fewer(store:
     busy = _records(5, MINUTE - timedelta(minutes=30), 600, timedelta(minutes=15))
     quiet = _records(6, MINUTE - timedelta(minutes=15), 15, timedelta(minutes=15))
     writer.write_requests(busy + quiet)
-    recommender = Recommender(store.engine, default_policy())
+    recommender = Recommender(store.sql, default_policy())
     # 0.2 req/s each: three instances with 40 % headroom fit 0.43 req/s (26 a minute); the
     # busy quarter hour ran at 40 a minute, the quiet one at about 1.
     since = recommender.low_load_since(MODEL, POLICY, 4, 0.2, NOW)
@@ -203,7 +205,7 @@ def test_the_scaling_job_records_one_recommendation_per_model_and_is_counted(
         SoleLeader(),
         30.0,
         3600.0,
-        scale=Recommender(seeded.engine, default_policy()),
+        scale=Recommender(SqlStore(seeded.engine), default_policy()),
         scaling_interval_s=60.0,
     )
     assert jobs.tick_scaling() is True
@@ -217,7 +219,7 @@ def test_the_scaling_job_records_one_recommendation_per_model_and_is_counted(
 def test_a_cycle_over_the_store_gives_the_keda_endpoint_a_number_it_can_serve(
     seeded: Seeded,
 ) -> None:
-    [rec] = Recommender(seeded.engine, default_policy()).run(NOW)
+    [rec] = Recommender(SqlStore(seeded.engine), default_policy()).run(NOW)
     assert rec.model == MODEL
     assert rec.predictive is not None  # demand, forecast and capacity were all measured
     assert "demand_rps" not in rec.stale

@@ -19,6 +19,7 @@ from infersight.service.scaling import Recommender
 from infersight.storage import migrate
 from infersight.storage import scaling as scaling_store
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import scaling_recommendations
 from infersight.storage.writer import open_writer
 from tests.api.conftest import Api
@@ -35,14 +36,14 @@ TPOT = SloSpec("pd-tpot", Sli(SliKind.LATENCY, "tpot", 0.05), 0.99, timedelta(da
 
 def _by_pool(engine: Engine) -> dict[str, Recommendation]:
     scaling_store.put_policy(engine, POLICY, NOW)
-    recs = Recommender(engine, default_policy()).run(NOW)
+    recs = Recommender(SqlStore(engine), default_policy()).run(NOW)
     assert all(r.model == MODEL for r in recs)
     return {r.pool: r for r in recs}
 
 
 def test_each_pool_s_inputs_come_from_its_own_instances(store: Store) -> None:
     seed_split(store.engine, NOW, prefill_waiting=3.0, decode_waiting=1.0)
-    recommender = Recommender(store.engine, default_policy())
+    recommender = Recommender(store.sql, default_policy())
     prefill = recommender.inputs(MODEL, POLICY, [TTFT, TPOT], NOW, "prefill")
     decode = recommender.inputs(MODEL, POLICY, [TTFT, TPOT], NOW, "decode")
     assert (prefill.pool, decode.pool) == ("prefill", "decode")
@@ -71,7 +72,7 @@ def test_without_fresh_scrapes_a_pool_counts_the_instances_that_did_its_work(
     store: Store,
 ) -> None:
     seed_split(store.engine, NOW, scrapes=False)
-    recommender = Recommender(store.engine, default_policy())
+    recommender = Recommender(store.sql, default_policy())
     prefill = recommender.inputs(MODEL, POLICY, [], NOW, "prefill")
     decode = recommender.inputs(MODEL, POLICY, [], NOW, "decode")
     assert (prefill.observed_instances, decode.observed_instances) == (2, 3)
@@ -126,7 +127,7 @@ def test_an_unsplit_model_keeps_its_one_recommendation(store: Store) -> None:
             models=("llama-8b",),
         )
     )
-    [rec] = Recommender(store.engine, default_policy()).run(NOW)
+    [rec] = Recommender(store.sql, default_policy()).run(NOW)
     assert (rec.model, rec.pool) == ("llama-8b", "")
 
 

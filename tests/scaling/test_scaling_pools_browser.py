@@ -15,6 +15,7 @@ from infersight.service.scaling import Recommender
 from infersight.storage import migrate
 from infersight.storage import scaling as scaling_store
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from tests.dashboard.conftest import Live, Page, browser, page, screenshot, serve
 from tests.doubles import NOW
 from tests.scaling.split_fleet import MODEL, seed_split
@@ -32,7 +33,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         engine, NOW, prefill=2, decode=2, prefill_waiting=12.0, decode_waiting=0.5, minutes=45
     )
     scaling_store.put_policy(engine, ScalingPolicy(name="pd", model=MODEL), NOW)
-    recommender = Recommender(engine, default_policy())
+    recommender = Recommender(SqlStore(engine), default_policy())
     for minutes_ago in range(40, -1, -5):
         recommender.run(NOW - timedelta(minutes=minutes_ago))
     with serve(engine, NOW) as server:

@@ -55,7 +55,7 @@ Pool = Annotated[
     "(with refusal saying why) where the KEDA endpoint would refuse it.",
 )
 def scaling(app: App) -> dict[str, Any]:
-    return {"models": [c.to_dict() for c in current(app.engine, app.clock())]}
+    return {"models": [c.to_dict() for c in current(app.store, app.clock())]}
 
 
 @router.get(
@@ -71,7 +71,7 @@ def scaling(app: App) -> dict[str, Any]:
 )
 def keda(app: App, model: Model, pool: Pool = None) -> dict[str, Any]:
     try:
-        found = current_for(app.engine, model, app.clock(), pool)
+        found = current_for(app.store, model, app.clock(), pool)
     except InvalidInput:
         app.keda_refusals.add("pool_required")
         raise

@@ -170,10 +170,10 @@ def _axis_start(
 
 
 def scaling(app: AppContext, ctx: Context) -> dict[str, Any]:
-    stored = policies(app.engine)
+    stored = policies(app.store)
     found = [
         c
-        for c in current(app.engine, ctx.now)
+        for c in current(app.store, ctx.now)
         if ctx.selector.model is None or c.recommendation.model == ctx.selector.model
     ]
     rows = [
