@@ -1,4 +1,6 @@
-"""The JSON form of cost answers, shared by ``GET /api/v1/cost``, the CLI and the reports.
+"""The cost of a window under a cost model (``cost``: what ``GET /api/v1/cost``, the Cost and
+Overview pages and ``infersight cost show`` price), and the JSON form of cost answers, shared by
+``GET /api/v1/cost``, the CLI and the reports.
 
 Money, hours and kWh are decimal strings with six places (never rounded through a binary
 float); ratios (utilisation, tokens per joule) are numbers. Good tokens say what they were
@@ -8,16 +10,41 @@ measured against (``good_basis``: ``slo``, ``cost_model`` or ``mixed``) and, in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infersight.core.cost import CostLine, CostResult, InstanceCost, Money, quantize
+from infersight.core.cost import CostLine, CostModel, CostResult, InstanceCost, Money, quantize
 from infersight.core.goodput import GoodBasis, GoodLimits, GoodRule, basis_of
+from infersight.core.query import Selector
 from infersight.core.timestamps import iso
+from infersight.core.window import Resolution, Window
+
+if TYPE_CHECKING:
+    from infersight.storage.seam import Store
 
 #: The most models a rule names in words (the API lists them all).
 NAMED_MODELS = 3
+
+
+def cost(
+    store: Store,
+    window: Window,
+    model: CostModel,
+    selector: Selector = Selector(),
+    group_by: Sequence[str] = (),
+    *,
+    finest: Resolution,
+) -> CostResult:
+    """What ``window`` cost under ``model`` per group of ``group_by``, with each instance's
+    cost (``finest``: the finest rollups retention keeps for the window)."""
+    return store.cost.cost(window, model, selector, group_by, finest=finest)
+
+
+def idle_method(store: Store, floor: float, window: Window) -> str:
+    """How the idle GPU time of ``window`` under the utilisation ``floor`` is measured: from
+    raw samples, or ``interpolated`` within rollup bins."""
+    return store.cost.idle_method(floor, window)
 
 
 def amount(value: Decimal) -> str:

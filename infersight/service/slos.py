@@ -1,4 +1,5 @@
-"""SLOs with their live status: what ``GET /api/v1/slos`` and the dashboard's overview show."""
+"""SLOs with their live status: what ``GET /api/v1/slos`` and the dashboard's overview show; the
+SLOs a caller may see, one SLO, its deletion, and a goodput SLO's misses."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from infersight.core.burn import Incident, Policy
 from infersight.core.cost import CostModel
-from infersight.core.slo import SliKind, SloSpec
+from infersight.core.query import Selector, within_tenants
+from infersight.core.slo import Sli, SliKind, SloSpec
 from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
 from infersight.service.cost_view import amount
@@ -88,3 +90,25 @@ def good_token_cost(
         "example_prices": result.example_prices,
         "unmetered": list(result.unmetered),
     }
+
+
+def list_slos(store: Store, tenants: frozenset[str] | None = None) -> list[SloSpec]:
+    """Every SLO; for a caller limited to ``tenants`` (``None``: not limited), those whose
+    selector lies within them (``core.query.within_tenants``)."""
+    return [s for s in store.slos.all() if within_tenants(tenants, dict(s.selector.items()))]
+
+
+def get_slo(store: Store, name: str) -> SloSpec:
+    """SLO ``name`` (``NotFound`` when there is none)."""
+    return store.slos.get(name)
+
+
+def delete_slo(store: Store, name: str) -> None:
+    """Delete SLO ``name`` (``NotFound`` when there is none)."""
+    store.slos.delete(name)
+
+
+def goodput_misses(store: Store, sli: Sli, window: Window, selector: Selector) -> dict[str, int]:
+    """Why a goodput SLI's bad events over ``window`` were bad: ``events``, ``bad``,
+    ``failed``, ``only_<metric>`` per target missed alone, and ``several``."""
+    return store.events.goodput_misses(sli, window, selector)

@@ -69,7 +69,12 @@ from infersight.storage.pools import PoolLine, disaggregated
 from infersight.storage.reports import ReportInfo, StoredReport
 from infersight.storage.scaling_reads import DECODE, MAX_MODELS, PREFILL, BusiestPrefill, Gauges
 from infersight.storage.scaling_reads import Minute as DemandMinute
-from infersight.storage.server_engines import EngineBucket, EngineSummary, ServerSummary
+from infersight.storage.server_engines import (
+    HOT_MARGIN,
+    EngineBucket,
+    EngineSummary,
+    ServerSummary,
+)
 from infersight.storage.signals import IncidentNote
 from infersight.storage.silences import NewSilence, Silence
 from infersight.storage.timeseries import Counts, GpuBucket
@@ -88,6 +93,7 @@ _LAZY: Final = {
 
 __all__ = [
     "DECODE",
+    "HOT_MARGIN",
     "MAX_MODELS",
     "PREFILL",
     "ROLLUP_GAP_S",

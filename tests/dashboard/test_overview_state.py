@@ -95,7 +95,7 @@ def test_an_slo_whose_window_the_data_outlast_is_fully_backed(store: Store) -> N
     open_writer(store.engine).write_requests(records)
     hourly = SloSpec("hourly", Sli(SliKind.AVAILABILITY), 0.99, H1)
     daily = SloSpec("daily", Sli(SliKind.AVAILABILITY), 0.99, timedelta(days=1))
-    first = first_data(SimpleNamespace(engine=store.engine), [hourly, daily], NOW)  # type: ignore[arg-type]
+    first = first_data(SimpleNamespace(store=store.sql), [hourly, daily], NOW)  # type: ignore[arg-type]
     assert first["hourly"] == NOW - H1  # was the first series seen within the hour
     assert start <= first["daily"] < start + timedelta(minutes=1)
     counts = {w: EventCounts(100, 0) for w in POLICY.windows}

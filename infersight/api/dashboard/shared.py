@@ -23,7 +23,8 @@ from infersight.core.query import Selector
 from infersight.core.records import GROUP_LABELS
 from infersight.core.sketch import QuantileSketch
 from infersight.core.window import RESOLUTIONS_COARSE_FIRST, Resolution, Window, format_duration
-from infersight.storage import timeseries
+from infersight.service import telemetry
+from infersight.service.telemetry import Counts
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -101,10 +102,10 @@ def request_series(
     step: ChartStep,
     selector: Selector = Selector(),
     group_by: Sequence[str] = (),
-) -> dict[tuple[str, ...], dict[datetime, timeseries.Counts]]:
-    """``storage.timeseries.request_series`` per chart bucket (rollup buckets added up)."""
-    found = timeseries.request_series(
-        app.engine,
+) -> dict[tuple[str, ...], dict[datetime, Counts]]:
+    """``service.telemetry.request_series`` per chart bucket (rollup buckets added up)."""
+    found = telemetry.request_series(
+        app.store,
         window,
         step.rollups,
         selector,
@@ -113,14 +114,14 @@ def request_series(
         # added up per chart bucket by the database (what the loop below would do)
         bucket_s=step.seconds if step.seconds % step.rollups.seconds == 0 else None,
     )
-    out: dict[tuple[str, ...], dict[datetime, timeseries.Counts]] = {}
+    out: dict[tuple[str, ...], dict[datetime, Counts]] = {}
     for labels, buckets in found.items():
         summed: dict[datetime, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         for at, c in buckets.items():
             total = summed[step.floor(at)]
             for i, value in enumerate((c.requests, c.errors, c.input_tokens, c.output_tokens)):
                 total[i] += value
-        out[labels] = {at: timeseries.Counts(*v) for at, v in sorted(summed.items())}
+        out[labels] = {at: Counts(*v) for at, v in sorted(summed.items())}
     return out
 
 
@@ -132,7 +133,7 @@ def bucket_sketches(
     selector: Selector = Selector(),
     group_by: Sequence[str] = (),
 ) -> dict[tuple[str, ...], dict[datetime, QuantileSketch]]:
-    """``storage.timeseries.bucket_sketches`` per chart bucket (rollup sketches merged)."""
+    """``service.telemetry.bucket_sketches`` per chart bucket (rollup sketches merged)."""
     return bucket_sketches_many(app, (metric,), window, step, selector, group_by)[metric]
 
 
@@ -147,8 +148,8 @@ def bucket_sketches_many(
     """Per metric, one merged sketch per group per chart bucket, all metrics in one read;
     chart buckets whose rollup rows did not change are not decoded again
     (``storage.sketch_cache``)."""
-    return timeseries.bucket_sketches_many(
-        app.engine,
+    return telemetry.bucket_sketches(
+        app.store,
         metrics,
         window,
         step.rollups,
@@ -166,7 +167,7 @@ def label_step(ctx: Context) -> Resolution:
 
 def menus(app: AppContext, ctx: Context) -> dict[str, list[str]]:
     """Each filter's choices: the values seen in the range, narrowed by the *other* filters."""
-    sets = timeseries.label_sets(app.engine, ctx.window, label_step(ctx))
+    sets = telemetry.label_sets(app.store, ctx.window, label_step(ctx))
     out = {}
     for position, name in enumerate(GROUP_LABELS):
         if name == "priority":

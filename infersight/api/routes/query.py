@@ -1,7 +1,7 @@
 """``/api/v1/latency``, ``/api/v1/latency/gap``, ``/api/v1/throughput``,
 ``/api/v1/breakdown``, ``/api/v1/engines`` and ``/api/v1/pools``: the query routes.
 
-Each route parses the common parameters, calls one ``storage.queries`` function and turns the
+Each route parses the common parameters, calls one ``service.telemetry`` read and turns the
 ``core`` answer into JSON. Rollup resolution follows the retention policy, so a window older
 than the minute rollups is served from hour rollups.
 """
@@ -25,12 +25,12 @@ from infersight.api.params import (
     window_query,
 )
 from infersight.api.reads import read_answer
-from infersight.core.gap import ClientStage, Distribution, client_stages, gap_report
+from infersight.core.gap import ClientStage, Distribution
 from infersight.core.quantiles import parse_quantiles, quantile_key
 from infersight.core.query import LATENCY_METRICS, Method
 from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
-from infersight.storage import client_reads, pools, queries, server_engines
+from infersight.service import telemetry
 
 Params = Annotated[Common, Depends(common)]
 QueryWindow = Annotated[Window, Depends(window_query)]
@@ -78,8 +78,8 @@ def latency(
 def _latency(
     app: AppContext, params: Common, metric: str, quantiles: str, method: Method
 ) -> dict[str, Any]:
-    result = queries.latency(
-        app.engine,
+    result = telemetry.latency(
+        app.store,
         metric,
         params.window,
         params.selector,
@@ -117,8 +117,8 @@ def throughput(app: App, params: Params, request: Request, response: Response) -
 
 
 def _throughput(app: AppContext, params: Common) -> dict[str, Any]:
-    rows = queries.throughput(
-        app.engine,
+    rows = telemetry.throughput(
+        app.store,
         params.window,
         params.selector,
         params.group_by,
@@ -155,16 +155,16 @@ def breakdown(app: App, params: Params) -> dict[str, Any]:
     up to more than the end-to-end time) are scaled down together: ``scaled_by`` < 1. The
     ``client`` stage is the time the group's requests' clients waited beyond the server's end
     to end (network, gateway, client queueing), from the client calls joined to them."""
-    rows = queries.breakdown(
-        app.engine,
+    rows = telemetry.breakdown(
+        app.store,
         params.window,
         params.selector,
         params.group_by,
         finest=_finest(app, params),
     )
-    calls = client_reads.read_pairs(app.engine, params.window, app.aliases)
-    selector = params.selector
-    clients = client_stages(calls.pairs, params.group_by, selector.items(), selector.tenants)
+    clients = telemetry.client_stages_of(
+        app.store, params.window, app.aliases, params.selector, params.group_by
+    )
     return {
         "start": iso(params.window.start),
         "end": iso(params.window.end),
@@ -233,8 +233,8 @@ def latency_gap(
     ] = _QUANTILES,
 ) -> dict[str, Any]:
     qs = parse_quantiles(quantiles)
-    read = client_reads.read_pairs(app.engine, window, app.aliases, model=model, tenant=tenant)
-    groups = gap_report(read.pairs, app.aliases, qs)
+    read = telemetry.client_gap(app.store, window, app.aliases, qs, model=model, tenant=tenant)
+    groups = read.groups
     return {
         "unit": "s",
         "start": iso(window.start),
@@ -280,9 +280,7 @@ def latency_gap(
 def engines(
     app: App, window: QueryWindow, instance: str | None = Query(None, max_length=MAX_LABEL)
 ) -> dict[str, Any]:
-    rows = server_engines.server_summaries(
-        app.engine, window, None if instance is None else [instance]
-    )
+    rows = telemetry.server_summaries(app.store, window, None if instance is None else [instance])
     return {
         "start": iso(window.start),
         "end": iso(window.end),
@@ -303,10 +301,10 @@ def engines(
     ),
 )
 def pool_lines(app: App, window: QueryWindow) -> dict[str, Any]:
-    lines = pools.pool_summaries(app.engine, window)
+    lines = telemetry.pool_summaries(app.store, window)
     return {
         "start": iso(window.start),
         "end": iso(window.end),
-        "disaggregated": pools.disaggregated(lines),
+        "disaggregated": telemetry.disaggregated(lines),
         "instances": [line.to_dict() for line in lines],
     }

@@ -1,7 +1,7 @@
 """The GPUs page: every GPU's utilisation, memory, power, clocks, temperature and throttled
-share per bucket (``storage.timeseries.gpu_series``), plus a summary row per GPU over the range;
+share per bucket (``service.telemetry.gpu_series``), plus a summary row per GPU over the range;
 each server's engine figures from its ``/metrics`` (dialect, queues, prefix-cache hit ratio,
-speculative decoding's acceptance: ``storage.server_engines.server_summaries``); and, for
+speculative decoding's acceptance: ``service.telemetry.server_summaries``); and, for
 servers that run two or more data-parallel engines, each engine's KV-cache usage and queues,
 so that one hot engine behind a calm instance shows.
 """
@@ -17,7 +17,8 @@ from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.shared import label_step
 from infersight.core.records import GROUP_LABELS
-from infersight.storage import pools, server_engines, timeseries
+from infersight.service import telemetry
+from infersight.service.telemetry import EngineBucket, GpuBucket, PoolLine
 
 NAME: Final = "gpus"
 TITLE: Final = "GPUs"
@@ -25,7 +26,7 @@ DEFAULT_RANGE: Final = "1h"
 GpuKey = tuple[str, int]
 
 
-def _memory_share(b: timeseries.GpuBucket) -> float | None:
+def _memory_share(b: GpuBucket) -> float | None:
     used, total = b.means.get("memory_used_bytes"), b.means.get("memory_total_bytes")
     return used / total if used is not None and total else None
 
@@ -33,7 +34,7 @@ def _memory_share(b: timeseries.GpuBucket) -> float | None:
 #: (chart id, title, value of a bucket, format, fixed top of the axis)
 GPU_CHARTS: Final[
     tuple[
-        tuple[str, str, Callable[[timeseries.GpuBucket], float | None], svg.Format, float | None],
+        tuple[str, str, Callable[[GpuBucket], float | None], svg.Format, float | None],
         ...,
     ]
 ] = (
@@ -56,7 +57,7 @@ def gpu_instances(app: AppContext, ctx: Context) -> list[str] | None:
         return [ctx.selector.instance]
     if ctx.selector.model is None and ctx.selector.tenant is None:
         return None
-    sets = timeseries.label_sets(app.engine, ctx.window, label_step(ctx))
+    sets = telemetry.label_sets(app.store, ctx.window, label_step(ctx))
     return sorted(
         {s[1] for s in sets if ctx.selector.matches(dict(zip(GROUP_LABELS, s, strict=True)))}
     )
@@ -65,8 +66,8 @@ def gpu_instances(app: AppContext, ctx: Context) -> list[str] | None:
 def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
     instances = gpu_instances(app, ctx)
     buckets = (
-        timeseries.gpu_series(
-            app.engine,
+        telemetry.gpu_series(
+            app.store,
             ctx.window,
             ctx.gpu_step_s,
             instances,
@@ -75,7 +76,7 @@ def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
         if instances is None or instances
         else []
     )
-    per_gpu: dict[GpuKey, list[timeseries.GpuBucket]] = defaultdict(list)
+    per_gpu: dict[GpuKey, list[GpuBucket]] = defaultdict(list)
     for b in buckets:
         per_gpu[(b.instance, b.gpu_index)].append(b)
     keys = sorted(per_gpu)
@@ -97,7 +98,7 @@ def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
             }
         )  # fmt: skip
     servers = (
-        server_engines.server_summaries(app.engine, ctx.window, instances)
+        telemetry.server_summaries(app.store, ctx.window, instances)
         if instances is None or instances
         else []
     )
@@ -112,23 +113,23 @@ def gpus(app: AppContext, ctx: Context) -> dict[str, Any]:
     }
 
 
-def _pools(app: AppContext, ctx: Context, instances: list[str] | None) -> list[pools.PoolLine]:
+def _pools(app: AppContext, ctx: Context, instances: list[str] | None) -> list[PoolLine]:
     """The instances' roles in disaggregated serving (none: no instance takes part)."""
-    lines = pools.pool_summaries(app.engine, ctx.window)
+    lines = telemetry.pool_summaries(app.store, ctx.window)
     if instances is not None:
         lines = [line for line in lines if line.instance in instances]
-    return lines if pools.disaggregated(lines) else []
+    return lines if telemetry.disaggregated(lines) else []
 
 
 def _engines(app: AppContext, ctx: Context, instances: list[str] | None) -> dict[str, Any] | None:
     """The data-parallel engines of the servers that run two or more (``None``: none do)."""
     if instances is not None and not instances:
         return None
-    table = server_engines.engine_summaries(app.engine, ctx.window, instances)
+    table = telemetry.engine_summaries(app.store, ctx.window, instances)
     if not table:
         return None
-    buckets = server_engines.engine_series(app.engine, ctx.window, ctx.gpu_step_s, instances)
-    per_engine: dict[tuple[str, str], list[server_engines.EngineBucket]] = defaultdict(list)
+    buckets = telemetry.engine_series(app.store, ctx.window, ctx.gpu_step_s, instances)
+    per_engine: dict[tuple[str, str], list[EngineBucket]] = defaultdict(list)
     for b in buckets:
         per_engine[(b.instance, b.rank)].append(b)
     series = [
@@ -145,17 +146,17 @@ def _engines(app: AppContext, ctx: Context, instances: list[str] | None) -> dict
         "table": table,
         "chart": chart,
         "hot": sum(s.hot for s in table),
-        "margin": server_engines.HOT_MARGIN,
+        "margin": telemetry.HOT_MARGIN,
     }
 
 
-def _weighted(rows: Sequence[timeseries.GpuBucket], name: str) -> float | None:
+def _weighted(rows: Sequence[GpuBucket], name: str) -> float | None:
     pairs = [(b.means[name], b.samples) for b in rows if name in b.means]
     weight = sum(n for _, n in pairs)
     return sum(v * n for v, n in pairs) / weight if weight else None
 
 
-def _gpu_summary(key: GpuKey, rows: Sequence[timeseries.GpuBucket]) -> dict[str, Any]:
+def _gpu_summary(key: GpuKey, rows: Sequence[GpuBucket]) -> dict[str, Any]:
     samples = sum(b.samples for b in rows)
     reasons: dict[str, int] = defaultdict(int)
     for b in rows:

@@ -1,11 +1,11 @@
 """The Latency page: P50…P99 of TTFT, TPOT and E2E per model and instance, their charts over
 time, a latency heatmap and the share of each stage.
 
-Quantiles over a whole range come from ``storage.queries`` (sketch method: the window is split
-exactly, ±1 %); charts come from rollup buckets (``storage.timeseries``), one point per chart
-bucket (a minute to a day, from the range). ``?q=`` picks the charts' quantile, ``?heatmap=``
-the heatmap's metric. The client ↔ engine panel joins the range's client calls to the
-server's records (``storage.client_reads``, ``core.gap``).
+Quantiles over a whole range come from ``service.telemetry.latencies`` (sketch method: the
+window is split exactly, ±1 %); charts come from rollup buckets (``service.telemetry``), one
+point per chart bucket (a minute to a day, from the range). ``?q=`` picks the charts'
+quantile, ``?heatmap=`` the heatmap's metric. The client ↔ engine panel joins the range's
+client calls to the server's records (``service.telemetry.client_gap``, ``core.gap``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from infersight.api.dashboard.shared import (
     chart_step,
 )
 from infersight.core.errors import InvalidInput
-from infersight.core.gap import gap_report
 from infersight.core.query import STAGES
 from infersight.core.sketch import QuantileSketch, merge_all
-from infersight.storage import client_reads, queries
+from infersight.service import telemetry
 
 NAME: Final = "latency"
 TITLE: Final = "Latency"
@@ -60,11 +59,11 @@ def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]
 
 def latency_table(app: AppContext, ctx: Context) -> list[dict[str, Any]]:
     """P50…P99 of TTFT, TPOT and E2E per model and instance over the whole range (one pass
-    over the window for the three metrics: ``storage.queries.latencies``)."""
+    over the window for the three metrics: ``service.telemetry.latencies``)."""
     finest = app.retention.finest_for(ctx.window, ctx.now)
     rows: dict[tuple[str, ...], dict[str, Any]] = {}
-    results = queries.latencies(
-        app.engine,
+    results = telemetry.latencies(
+        app.store,
         tuple(LATENCY_METRICS),
         ctx.window,
         ctx.selector,
@@ -141,7 +140,7 @@ def latency_heatmap(
 
 def breakdown(app: AppContext, ctx: Context) -> Any:
     finest = app.retention.finest_for(ctx.window, ctx.now)
-    rows = queries.breakdown(app.engine, ctx.window, ctx.selector, ("model",), finest=finest)
+    rows = telemetry.breakdown(app.store, ctx.window, ctx.selector, ("model",), finest=finest)
     bars, scaled = [], []
     for b in rows:
         parts = [(s.stage, s.share) for s in b.stages if s.share]
@@ -169,10 +168,15 @@ def client_gap(app: AppContext, ctx: Context) -> dict[str, Any]:
     """The client ↔ engine gap per model and tenant (``GET /api/v1/latency/gap``'s answer):
     client calls of the range joined to the server's records by trace id."""
     selector = ctx.selector
-    read = client_reads.read_pairs(
-        app.engine, ctx.window, app.aliases, model=selector.model, tenant=selector.tenant
+    read = telemetry.client_gap(
+        app.store,
+        ctx.window,
+        app.aliases,
+        GAP_QUANTILES,
+        model=selector.model,
+        tenant=selector.tenant,
     )
-    groups = gap_report(read.pairs, app.aliases, GAP_QUANTILES)
+    groups = read.groups
     # A viewer limited to several tenants: their groups alone (one is read by tenant= above).
     groups = [g for g in groups if selector.allows_tenant(g.tenant)]
     return {

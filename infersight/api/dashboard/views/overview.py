@@ -2,8 +2,9 @@
 throughput and the cost per million tokens over the range.
 
 SLO statuses come from ``service.slos`` (the same figures as ``GET /api/v1/slos``); the fleet's
-charts from rollup buckets (``storage.timeseries``); the cost from ``storage.cost`` under the
-cost model in use (long ranges are priced from GPU rollups and kept good-token counts).
+charts from rollup buckets (``service.telemetry``); the cost from ``service.cost_view.cost``
+under the cost model in use (long ranges are priced from GPU rollups and kept good-token
+counts).
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ from infersight.core.cost import CostResult
 from infersight.core.records import GROUP_LABELS
 from infersight.core.slo import GoodputUnit, SliKind, SloSpec, targets_text
 from infersight.core.window import format_duration
-from infersight.service.cost_view import unit_cost_text
+from infersight.service import telemetry
+from infersight.service.cost_view import cost, unit_cost_text
 from infersight.service.incidents import list_incidents
-from infersight.service.slos import SloView, good_token_cost, with_status
-from infersight.storage import cost as cost_store
-from infersight.storage import queries, slo_store, timeseries
+from infersight.service.slos import SloView, good_token_cost, list_slos, with_status
 
 NAME: Final = "overview"
 TITLE: Final = "Overview"
@@ -59,7 +59,7 @@ def goodput_text(spec: SloSpec) -> str:
 
 
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
-    specs = slo_store.list_slos(app.engine)
+    specs = list_slos(app.store)
     first = first_data(app, specs, now)
     # The evaluation job's last cycle while it is at most one interval old (the job runs in
     # this process); else counted here.
@@ -109,8 +109,7 @@ def first_data(app: AppContext, specs: Sequence[SloSpec], now: datetime) -> dict
     if not specs:
         return {}
     longest = max(spec.window for spec in specs)
-    with app.engine.connect() as connection:
-        series = timeseries.first_seen(connection, now - longest, now)
+    series = telemetry.first_seen(app.store, now - longest, now)
     out = {}
     for spec in specs:
         pinned = [(GROUP_LABELS.index(name), value) for name, value in spec.selector.items()]
@@ -206,7 +205,7 @@ def fleet(app: AppContext, ctx: Context) -> dict[str, Any]:
     """Throughput totals over the range, and per model (a LoRA adapter beside its base
     model's own line: ``base · adapter``) over time."""
     finest = app.retention.finest_for(ctx.window, ctx.now)
-    totals = queries.throughput(app.engine, ctx.window, ctx.selector, finest=finest)
+    totals = telemetry.throughput(app.store, ctx.window, ctx.selector, finest=finest)
     step = chart_step(app, ctx)
     per_model = request_series(app, ctx.window, step, ctx.selector, ["model", "adapter"])
     times = bucket_times(ctx, step)
@@ -268,7 +267,7 @@ def goodput_costs(app: AppContext, ctx: Context) -> dict[str, str]:
     """Per goodput SLO: its scope's cost per million good tokens over the range, held to its
     own targets (``service.slos.good_token_cost``); only goodput SLOs are priced."""
     out = {}
-    for spec in slo_store.list_slos(app.engine):
+    for spec in list_slos(app.store):
         if spec.sli.kind is not SliKind.GOODPUT:
             continue
         finest = app.retention.finest_for(ctx.window, ctx.now)
@@ -280,8 +279,8 @@ def goodput_costs(app: AppContext, ctx: Context) -> dict[str, str]:
 
 
 def _cost_result(app: AppContext, ctx: Context, group_by: Sequence[str]) -> CostResult:
-    return cost_store.cost(
-        app.engine,
+    return cost(
+        app.store,
         ctx.window,
         app.cost_model(),
         ctx.selector,
@@ -293,7 +292,7 @@ def _cost_result(app: AppContext, ctx: Context, group_by: Sequence[str]) -> Cost
 def cost_summary(app: AppContext, ctx: Context) -> dict[str, Any] | None:
     """The overview's cost per million tokens over the whole range (``None``: nothing metered).
 
-    Long ranges are priced from GPU rollups and kept good-token counts (``storage.cost``).
+    Long ranges are priced from GPU rollups and kept good-token counts (``service.cost_view``).
     """
     result = _cost_result(app, ctx, ())
     per_million = result.total.cost_per_million_tokens

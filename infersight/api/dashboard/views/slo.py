@@ -18,8 +18,7 @@ from infersight.core.errors import InvalidInput
 from infersight.core.slo import NAME_PATTERN, GoodputUnit, SliKind, SloSpec, targets_text
 from infersight.core.window import format_duration
 from infersight.service.cost_view import unit_cost_text
-from infersight.service.slos import good_token_cost, with_status
-from infersight.storage import slo_store
+from infersight.service.slos import get_slo, good_token_cost, goodput_misses, with_status
 
 NAME: Final = "overview"
 """The page the navigation marks (SLOs are listed on the overview)."""
@@ -31,7 +30,7 @@ def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]
     name = query.get("slo_name", "")
     if not NAME_PATTERN.fullmatch(name):
         raise InvalidInput("an SLO name is 1–128 lowercase letters, digits, '.', '_' or '-'")
-    spec = slo_store.get_slo(app.engine, name)
+    spec = get_slo(app.store, name)
     [view] = with_status(app.store, [spec], app.policy, ctx.now, app.retention.finest_for)
     status = view.status
     rates = status.evaluation.burn_rates
@@ -75,8 +74,7 @@ def goodput_part(app: AppContext, ctx: Context, spec: SloSpec) -> dict[str, Any]
     """A goodput SLO's misses and good-token cost over the page's range (nothing for others)."""
     if spec.sli.kind is not SliKind.GOODPUT:
         return {"misses": None, "good_cost": None}
-    with app.engine.connect() as connection:
-        found = slo_store.goodput_misses(connection, spec.sli, ctx.window, spec.selector)
+    found = goodput_misses(app.store, spec.sli, ctx.window, spec.selector)
     rows: list[dict[str, Any]] = [{"what": "failed", "events": found["failed"]}]
     for metric, seconds in spec.sli.targets:
         rows.append(
