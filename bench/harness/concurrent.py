@@ -145,7 +145,7 @@ def jobs_and_writer(
 ) -> Iterator[Background]:
     """The evaluation job on ``interval_s`` and a sidecar-like writer, until the block ends."""
     jobs = Jobs(
-        engine, evaluator, retention, clock, SoleLeader(),
+        SqlStore(engine), evaluator, retention, clock, SoleLeader(),
         evaluation_interval_s=interval_s, maintenance_interval_s=10**7,
     )  # fmt: skip
     background = Background(jobs)

@@ -178,11 +178,11 @@ def build_context(
         base_url=dashboard_url,
     )
     jobs = Jobs(
-        engine,
+        store,
         evaluator,
         retention,
         clock,
-        lock or leader_lock(engine, settings.leader_lock_url, runs_jobs=settings.run_jobs),
+        lock or leader_lock(store, settings.leader_lock_url, runs_jobs=settings.run_jobs),
         settings.evaluation_interval_s,
         settings.maintenance_interval_s,
         # Profiles of host-side incidents run after the re-diagnoses (service.profiles).

@@ -43,9 +43,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from infersight.core.errors import ConfigurationError
+from infersight.core.retention import RetentionPolicy
 from infersight.service.evaluation import Evaluator
-from infersight.storage.engine import create_store_engine, reason, redact, transaction_pooled
-from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.service.store import open_store
+from infersight.storage.seam import Store, reason, redact, transaction_pooled
 
 log = logging.getLogger(__name__)
 #: The advisory lock key of the jobs leader ("infersgt" as a big-endian 64-bit number).
@@ -217,14 +218,16 @@ class NeverLeader:
         pass
 
 
-def leader_lock(engine: Engine, direct_url: str = "", *, runs_jobs: bool = True) -> LeaderLock:
-    """The leader lock for the store ``engine`` reaches: none needed on SQLite; on PostgreSQL
-    an advisory lock over ``direct_url`` when given, else over ``engine`` unless it goes
-    through a transaction pooler (a ``ConfigurationError`` for a process that runs jobs)."""
+def leader_lock(store: Store, direct_url: str = "", *, runs_jobs: bool = True) -> LeaderLock:
+    """The leader lock for ``store``: none needed on SQLite; on PostgreSQL an advisory lock
+    (a session's, on the store's engine: ``store.engine``) over ``direct_url`` when given, else
+    over the store's own connections unless they go through a transaction pooler (a
+    ``ConfigurationError`` for a process that runs jobs)."""
+    engine = store.engine
     if engine.dialect.name != "postgresql":
         return SoleLeader()
     if direct_url:
-        direct = create_store_engine(direct_url, poolclass=NullPool)
+        direct = open_store(direct_url, poolclass=NullPool).engine
         if direct.dialect.name != "postgresql" or transaction_pooled(direct):
             direct.dispose()
             raise ConfigurationError(
@@ -248,7 +251,7 @@ class Jobs:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         evaluator: Evaluator,
         retention: RetentionPolicy,
         clock: Callable[[], datetime],
@@ -265,7 +268,7 @@ class Jobs:
         money: Callable[[datetime], object] | None = None,
         money_interval_s: float = 300.0,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.evaluator = evaluator
         self.retention = retention
         self.clock = clock
@@ -317,7 +320,7 @@ class Jobs:
 
     def tick_maintenance(self) -> bool:
         return self._guarded(
-            "maintain", lambda: maintain(self.engine, self.clock(), self.retention)
+            "maintain", lambda: self.store.maintenance.maintain(self.clock(), self.retention)
         )
 
     def tick_delivery(self) -> bool:

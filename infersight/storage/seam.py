@@ -51,6 +51,7 @@ from infersight.core.model_names import ModelAliases
 from infersight.core.purchasing import GpuHour
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
+from infersight.core.retention import RetentionPolicy
 from infersight.core.scaling import Recommendation, ScalingPolicy
 from infersight.core.signals import WindowSignals
 from infersight.core.sketch import QuantileSketch
@@ -61,6 +62,7 @@ from infersight.storage.bills import BillImport, StoredLine
 from infersight.storage.client_reads import Pairs
 from infersight.storage.cost import ServerEvidence
 from infersight.storage.demand import RecordedDemand
+from infersight.storage.engine import reason, redact, transaction_pooled
 from infersight.storage.gpu_rollup import ROLLUP_GAP_S
 from infersight.storage.incident_history import Entry
 from infersight.storage.incidents import STATES, alert_state
@@ -81,14 +83,13 @@ from infersight.storage.timeseries import Counts, GpuBucket
 
 if TYPE_CHECKING:  # pydantic: not for the commands that only read (``__getattr__`` below)
     from infersight.core.profile import ProfileRequest
-    from infersight.storage.maintenance import MaintenanceReport, RetentionPolicy
+    from infersight.storage.maintenance import MaintenanceReport
     from infersight.storage.profiles import Profile
 
 #: Names imported on first use: their modules import ``core.profile``, which needs pydantic.
 _LAZY: Final = {
     "Profile": "infersight.storage.profiles",
     "MaintenanceReport": "infersight.storage.maintenance",
-    "RetentionPolicy": "infersight.storage.maintenance",
 }
 
 __all__ = [
@@ -154,6 +155,9 @@ __all__ = [
     "StoredReport",
     "alert_state",
     "disaggregated",
+    "reason",
+    "redact",
+    "transaction_pooled",
 ]
 
 

@@ -84,7 +84,8 @@ from infersight.storage.sql import begin
 
 if TYPE_CHECKING:  # pydantic (``core.profile``): imported by the profile methods when called
     from infersight.core.profile import ProfileRequest
-    from infersight.storage.maintenance import MaintenanceReport, RetentionPolicy
+    from infersight.core.retention import RetentionPolicy
+    from infersight.storage.maintenance import MaintenanceReport
     from infersight.storage.profiles import Profile
 
 Bind = Engine | Connection

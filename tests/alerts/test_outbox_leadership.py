@@ -58,7 +58,7 @@ def test_a_replica_that_takes_the_lead_again_reconciles_and_settles_every_claim(
     follow_up = FollowUp(listener, Delivery(store.engine, {"pagerduty": pd}))
     lock, clock = ToggledLock(), FakeClock(T0)
     jobs = Jobs(
-        store.engine,
+        store.sql,
         Evaluator(store.sql, default_policy()),
         RetentionPolicy(),
         clock,

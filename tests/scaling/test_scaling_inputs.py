@@ -198,7 +198,7 @@ def test_the_scaling_job_records_one_recommendation_per_model_and_is_counted(
     clock = FakeClock()
     evaluator = Evaluator(SqlStore(seeded.engine), default_policy())
     jobs = Jobs(
-        seeded.engine,
+        SqlStore(seeded.engine),
         evaluator,
         RetentionPolicy(),
         clock,

@@ -20,11 +20,11 @@ from tests.waiting import until
 
 def replica(engine, lock=None, interval: float = 30.0) -> Jobs:
     return Jobs(
-        engine,
+        SqlStore(engine),
         Evaluator(SqlStore(engine), default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),
-        lock or leader_lock(engine),
+        lock or leader_lock(SqlStore(engine)),
         evaluation_interval_s=interval,
         maintenance_interval_s=3600.0,
     )
@@ -139,7 +139,7 @@ def test_on_sqlite_the_single_process_leads(tmp_path):
     engine = create_store_engine(f"sqlite:///{tmp_path / 'one.db'}")
     try:
         migrate.upgrade(engine)
-        assert isinstance(leader_lock(engine), SoleLeader)
+        assert isinstance(leader_lock(SqlStore(engine)), SoleLeader)
         jobs = replica(engine)
         assert jobs.tick_evaluation() is True
         assert jobs.tick_maintenance() is True
@@ -163,7 +163,7 @@ def test_a_cycle_that_overruns_its_interval_is_counted_as_skipped_runs_and_timed
     stalled = Stalled()
     engine = create_store_engine(f"sqlite:///{tmp_path}/jobs.db")
     jobs = Jobs(
-        engine, stalled, RetentionPolicy(), FakeClock(NOW), SoleLeader(),
+        SqlStore(engine), stalled, RetentionPolicy(), FakeClock(NOW), SoleLeader(),
         evaluation_interval_s=0.05, maintenance_interval_s=3600.0,
     )  # fmt: skip
     jobs.start()
@@ -193,11 +193,11 @@ def test_a_transaction_pooled_store_needs_a_direct_lock_url(postgres_url: str) -
     pooled = create_store_engine(direct + "?pooler=transaction")
     try:
         with pytest.raises(ConfigurationError, match="INFERSIGHT_LEADER_LOCK_URL"):
-            leader_lock(pooled)
-        assert isinstance(leader_lock(pooled, runs_jobs=False), NeverLeader)
+            leader_lock(SqlStore(pooled))
+        assert isinstance(leader_lock(SqlStore(pooled), runs_jobs=False), NeverLeader)
         with pytest.raises(ConfigurationError, match="directly"):
-            leader_lock(pooled, direct + "?pooler=transaction")
-        lock = leader_lock(pooled, direct)
+            leader_lock(SqlStore(pooled), direct + "?pooler=transaction")
+        lock = leader_lock(SqlStore(pooled), direct)
         assert isinstance(lock, AdvisoryLock)
         assert lock.engine is not pooled
         assert lock.acquire()

@@ -33,7 +33,7 @@ class ToggledLock:
 def test_each_gain_of_the_lead_calls_the_hooks_once(store: Store) -> None:
     lock, calls = ToggledLock(), []
     jobs = Jobs(
-        store.engine,
+        store.sql,
         Evaluator(store.sql, default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),
@@ -66,7 +66,7 @@ def test_the_lock_taken_again_between_ticks_is_a_new_term(pg_store) -> None:
     lock = AdvisoryLock(engine)
     calls: list[str] = []
     jobs = Jobs(
-        engine,
+        SqlStore(engine),
         Evaluator(SqlStore(engine), default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),

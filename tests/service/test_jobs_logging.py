@@ -50,11 +50,11 @@ def _jobs(url: str, lock_url: str = "") -> Jobs:
     engine = create_store_engine(url)
     migrate.upgrade(engine)
     return Jobs(
-        engine,
+        SqlStore(engine),
         Evaluator(SqlStore(engine), default_policy()),
         RetentionPolicy(),
         FakeClock(NOW),
-        leader_lock(engine, lock_url),
+        leader_lock(SqlStore(engine), lock_url),
         evaluation_interval_s=30.0,
         maintenance_interval_s=3600.0,
     )
@@ -99,7 +99,7 @@ def test_an_outage_is_one_line_and_one_traceback_for_the_leader_election(caplog)
             assert _lines(caplog) == []
         finally:
             jobs.stop()
-            jobs.engine.dispose()
+            jobs.store.dispose()
 
 
 def test_a_job_failing_through_an_outage_logs_its_traceback_once(caplog):
@@ -127,4 +127,4 @@ def test_a_job_failing_through_an_outage_logs_its_traceback_once(caplog):
             )
         finally:
             jobs.stop()
-            jobs.engine.dispose()
+            jobs.store.dispose()
