@@ -181,10 +181,66 @@ def request_series(
             .order_by(at)
         )
         binned = at is not bucket  # a timestamp (PostgreSQL) or Unix seconds (SQLite)
-        for row in connection.execute(query):
-            when = datetime.fromtimestamp(gpu_reads.bucket_epoch(row[0]), UTC) if binned else row[0]
-            out[tuple(row[1 : 1 + width])][when] = Counts(*(int(t or 0) for t in row[1 + width :]))
+        rows = connection.execute(query).all()
+    end = 1 + width
+    for row in rows:
+        when = datetime.fromtimestamp(gpu_reads.bucket_epoch(row[0]), UTC) if binned else row[0]
+        requests, errors, input_tokens, output_tokens = row[end:]
+        out[tuple(row[1:end])][when] = Counts(
+            int(requests or 0), int(errors or 0), int(input_tokens or 0), int(output_tokens or 0)
+        )
     return dict(out)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPeak:
+    """One model's ``step`` rollup buckets over a window, added up over its instances."""
+
+    peak: int
+    """Requests in its busiest bucket."""
+    requests: int
+    """Requests in all of its buckets."""
+    first: datetime
+    """The start of its first bucket with a rollup row, and of its last."""
+    last: datetime
+    instances: tuple[str, ...]
+    """The instances that served it, sorted."""
+
+
+def request_peaks(
+    engine: Engine, window: Window, step: Resolution, selector: Selector = Selector()
+) -> dict[str, RequestPeak]:
+    """Per model: the busiest ``step`` bucket overlapping ``window`` (its instances' requests
+    added up), the requests of all its buckets, its first and last bucket and its instances.
+
+    What adding up ``request_series(window, step, selector, ("model", "instance"))`` per
+    model and bucket gives, added up by the database: a handful of rows per model instead of
+    one per bucket and instance (a day of minutes over four instances is 5,760)."""
+    r = request_rollups.c
+    rows_of = _rollup_rows(window, step, selector)
+    per_bucket = (
+        select(r.model, r.bucket, func.sum(r.requests).label("n"))
+        .where(rows_of)
+        .group_by(r.model, r.bucket)
+        .subquery()
+    )
+    b = per_bucket.c
+    peaks = select(
+        b.model, func.max(b.n), func.sum(b.n), func.min(b.bucket), func.max(b.bucket)
+    ).group_by(b.model)
+    served = select(r.model, r.instance).where(rows_of).distinct()
+    with engine.connect() as connection:
+        found = connection.execute(peaks).all()
+        pairs = connection.execute(served).all()
+    instances: dict[str, list[str]] = defaultdict(list)
+    for model, instance in pairs:
+        instances[model].append(instance)
+    return {
+        model: RequestPeak(
+            int(peak or 0), int(total or 0), first, last, tuple(sorted(instances[model]))
+        )
+        for model, peak, total, first, last in found
+    }
 
 
 def bucket_sketches(

@@ -69,28 +69,19 @@ def _peak_rates(app: AppContext, ctx: Context) -> dict[str, dict[str, Any]]:
     finest = app.retention.finest_for(ctx.window, ctx.now)
     order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
     step = max(wanted, finest, key=order.index)
-    per_series = timeseries.request_series(
-        app.engine, ctx.window, step, ctx.selector, ("model", "instance")
-    )
-    out: dict[str, dict[str, Any]] = {}
-    for (model, instance), buckets in per_series.items():
-        entry = out.setdefault(model, {"buckets": {}, "instances": set()})
-        entry["instances"].add(instance)
-        for at, counts in buckets.items():
-            entry["buckets"][at] = entry["buckets"].get(at, 0) + counts.requests
+    peaks = timeseries.request_peaks(app.engine, ctx.window, step, ctx.selector)
     seconds = float(step.seconds)
     return {
         model: {
-            "peak_rps": max(e["buckets"].values()) / seconds,
+            "peak_rps": p.peak / seconds,
             # Over the part of the range that holds the model's requests, not the empty rest.
-            "mean_rps": sum(e["buckets"].values())
-            / max(covered_s(ctx, step.seconds, list(e["buckets"])), 1.0),
-            "instances": sorted(e["instances"]),
+            "mean_rps": p.requests / max(covered_s(ctx, step.seconds, [p.first, p.last]), 1.0),
+            "instances": list(p.instances),
             "step": step.value,
             "capacity_rps": None,
             "load": None,
         }
-        for model, e in sorted(out.items())
+        for model, p in sorted(peaks.items())
     }
 
 
