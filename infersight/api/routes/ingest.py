@@ -4,7 +4,7 @@
 (``Content-Type: application/vnd.infersight.batch`` or ``application/octet-stream``, optionally
 ``Content-Encoding: gzip``; the raw body is bounded by the API's ``max_body_bytes``, the
 inflated one by ``core.wire.MAX_INFLATED_BYTES``), validates every entry as the sidecar's
-receivers do, and writes the batch through the store writer (``storage.writer``) in one
+receivers do, and writes the batch through the store writer (``service.ingest``) in one
 transaction. It answers 200 only after that transaction committed, so a sidecar deletes from
 its spool only what is durable; the writer ignores keys it already has (requests and client
 records by span, samples by time, instance and GPU or engine rank), so a batch replayed after a
@@ -17,13 +17,13 @@ folds them: in one transaction, each sequence once (a replay is counted as dupli
 ``POST /api/v1/ingest/folded`` (a JSON body ``{"keys": [[trace id, span id], ...]}``, at most
 ``MAX_FOLDED_KEYS``, no other member) answers which of those sequences were folded already: a
 sidecar that restarted asks before shipping what it had spooled before
-(``storage.writer.folded``).
+(``service.ingest.folded``).
 
 ``GET /api/v1/ingest/ping`` is the sidecar's probe: one ``SELECT 1`` on the store.
 
 Both require a token of the ``ingest`` scope (``api.auth``): a sidecar's token may only ship,
-and a read or admin token cannot ship. This route is the one place a store backend other than
-``storage.writer``'s would plug in.
+and a read or admin token cannot ship. The batch goes to the store's ingest concern
+(``storage.seam.IngestStore``), behind which another store backend plugs in.
 """
 
 from __future__ import annotations
@@ -35,19 +35,13 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from infersight.api.auth import Scope
-from infersight.api.context import AppContext
 from infersight.api.deps import App, requires
 from infersight.api.errors import responses
 from infersight.api.params import KnownQueryRoute
-from infersight.core.accept import AcceptWindow
-from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidInput
-from infersight.core.records import RequestRecord, check_ids
-from infersight.core.samples import GpuSample, ServerSample
-from infersight.core.sequences import LateSequence
-from infersight.core.wire import MEDIA_TYPE, WireKind, decode_batch, inflate
-from infersight.core.write import ClientSink, Sink
-from infersight.storage.writer import open_writer
+from infersight.core.records import check_ids
+from infersight.core.wire import MEDIA_TYPE
+from infersight.service import ingest as central
 
 #: Also accepted (and what the OpenAPI document names): the batch's magic says what it is.
 _OCTETS = "application/octet-stream"
@@ -60,41 +54,6 @@ router = APIRouter(
     route_class=KnownQueryRoute,
     tags=["ingest"],
 )
-
-
-def _writer(app: AppContext) -> Sink:
-    """The store writer, refusing what the raw retention has already dropped."""
-    window = AcceptWindow.of_days(app.retention.raw_days)
-    return open_writer(app.engine, accept=window, clock=app.clock)
-
-
-def _store(app: AppContext, body: bytes, encoding: str) -> dict[str, Any]:
-    if encoding == "gzip":
-        body = inflate(body)
-    elif encoding not in ("", "identity"):
-        raise InvalidInput(f"unsupported Content-Encoding {encoding!r} (gzip or none)")
-    kind, items = decode_batch(body)
-    writer = _writer(app)
-    answer: dict[str, Any] = {"kind": kind.name.lower(), "received": len(items)}
-    if kind is WireKind.RECORD:
-        result = writer.write_requests([r for r in items if isinstance(r, RequestRecord)])
-    elif kind is WireKind.CLIENT:
-        assert isinstance(writer, ClientSink)
-        result = writer.write_client_requests([r for r in items if isinstance(r, ClientRecord)])
-    elif kind is WireKind.SEQUENCE:
-        result = writer.fold_sequences(  # type: ignore[attr-defined]
-            [f for f in items if isinstance(f, LateSequence)]
-        )
-    elif kind is WireKind.GPU:
-        answer["stored"] = writer.write_gpu_samples([s for s in items if isinstance(s, GpuSample)])
-        return answer
-    else:
-        answer["stored"] = writer.write_server_samples(
-            [s for s in items if isinstance(s, ServerSample)]
-        )
-        return answer
-    answer.update(inserted=result.inserted, duplicates=result.duplicates, refused=result.refused)
-    return answer
 
 
 @router.post(
@@ -115,7 +74,9 @@ async def ingest(request: Request, app: App) -> dict[str, Any]:
         raise InvalidInput(f"the body must be {MEDIA_TYPE}", details={"content_type": media})
     body = await request.body()
     encoding = request.headers.get("content-encoding", "").strip().lower()
-    return await run_in_threadpool(_store, app, body, encoding)
+    return await run_in_threadpool(
+        central.store_batch, app.store, body, encoding, app.retention.raw_days, app.clock
+    )
 
 
 def _keys(value: Any) -> list[tuple[str, str]]:
@@ -177,11 +138,13 @@ async def folded(request: Request, app: App) -> dict[str, list[list[str]]]:
         keys = _keys(json.loads(await request.body()))
     except ValueError:
         raise InvalidInput("the body must be JSON") from None
-    done = await run_in_threadpool(_writer(app).folded, keys)  # type: ignore[attr-defined]
+    done = await run_in_threadpool(
+        central.folded, app.store, keys, app.retention.raw_days, app.clock
+    )
     return {"folded": sorted([t, s] for t, s in done)}
 
 
 @router.get("/ping", summary="The sidecar's probe: one round trip to the store (ingest token)")
 async def ping(app: App) -> dict[str, bool]:
-    await run_in_threadpool(_writer(app).ping)  # type: ignore[attr-defined]
+    await run_in_threadpool(central.ping, app.store, app.retention.raw_days, app.clock)
     return {"ok": True}
