@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from infersight.cli import commands_scaling_admin
-from infersight.cli.group import current_settings, read_spec_file
+from infersight.cli.group import current_settings, open_store, read_spec_file
 
 #: Dollars per GPU-hour without a cost model (an H100/H200 on-demand list price, roughly).
 DEFAULT_PRICE = 4.0
@@ -196,24 +196,23 @@ def _store_demand(
     """The recorded day and its history weeks, and the active cost model's price of ``gpu``."""
     from infersight.core.errors import NotFound  # noqa: PLC0415
     from infersight.service.cost_spec import active_model  # noqa: PLC0415
+    from infersight.service.scaling import busiest_models, recorded_demand  # noqa: PLC0415
     from infersight.simulator.autoscale import from_minutes  # noqa: PLC0415
-    from infersight.storage.demand import busiest_models, recorded_demand  # noqa: PLC0415
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
 
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     try:
         try:
-            recorded = recorded_demand(engine, model, day, weeks)
+            recorded = recorded_demand(store, model, day, weeks)
         except NotFound as exc:
-            others = busiest_models(engine, day)
+            others = busiest_models(store, day)
             hint = f"; models with requests that day: {', '.join(others)}" if others else ""
             raise NotFound(
                 exc.message + hint + " (--served-model picks one)", details=exc.details
             ) from None
-        cost_model = active_model(engine, settings.cost_model)
+        cost_model = active_model(store.engine, settings.cost_model)
     finally:
-        engine.dispose()
+        store.dispose()
     price = cost_model.price_for("", gpu)
     if price is None:
         price_value, price_source = DEFAULT_PRICE, f"no price for {gpu} in cost model"
@@ -357,11 +356,11 @@ def header(result: Backtest, cold_start_s: float, profile: str, price_source: st
 @click.pass_context
 def backtest(ctx: click.Context, /, **o: Any) -> None:
     """Compare static, reactive-only and infersight's scaling on one day in closed loop."""
+    from infersight.service.scaling import MAX_HISTORY_WEEKS  # noqa: PLC0415
     from infersight.simulator.autoscale import ServiceModel, synthetic  # noqa: PLC0415
     from infersight.simulator.autoscale import backtest as run  # noqa: PLC0415
     from infersight.simulator.autoscale import table as render  # noqa: PLC0415
     from infersight.simulator.specs import load_profile  # noqa: PLC0415
-    from infersight.storage.demand import MAX_WEEKS  # noqa: PLC0415
 
     profile = load_profile(o["profile"])
     served = o["served_model"] or profile.model_name
@@ -383,7 +382,12 @@ def backtest(ctx: click.Context, /, **o: Any) -> None:
     if o["from_store"]:
         day = o["day"] or (datetime.now(UTC) - timedelta(days=1)).date()
         demand, price, price_source = _store_demand(
-            ctx, served, day, min(policy.history_weeks, MAX_WEEKS), step_s, profile.gpu.product_name
+            ctx,
+            served,
+            day,
+            min(policy.history_weeks, MAX_HISTORY_WEEKS),
+            step_s,
+            profile.gpu.product_name,
         )
     else:
         if o["day"] is not None:

@@ -52,7 +52,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 from infersight.core.burn import Policy
@@ -69,7 +69,14 @@ from infersight.core.scaling import (
 )
 from infersight.core.slo import SliKind, SloSpec, burn_rate
 from infersight.core.window import Resolution, Window
-from infersight.storage.seam import DECODE, MAX_MODELS, PREFILL, DemandMinute, Store
+from infersight.storage.seam import (
+    DECODE,
+    MAX_MODELS,
+    PREFILL,
+    DemandMinute,
+    RecordedDemand,
+    Store,
+)
 
 log = logging.getLogger(__name__)
 DEMAND_WINDOW: Final = timedelta(minutes=5)
@@ -541,3 +548,17 @@ def current_for(store: Store, model: str, now: datetime, pool: str | None = None
             f"no model named {model!r} is served or has a scaling policy", details={"model": model}
         )
     raise Unavailable(f"no replica recommendation for {model!r} yet", details={"model": model})
+
+
+# -- a recorded day, for a backtest ------------------------------------------------------------
+
+
+def recorded_demand(store: Store, model: str, day: date, weeks: int) -> RecordedDemand:
+    """``model``'s requests per minute on ``day`` and on the same weekday of the ``weeks``
+    weeks before it (``scaling backtest --from-store``); ``NotFound`` when ``day`` had none."""
+    return store.demand.recorded_demand(model, day, weeks)
+
+
+def busiest_models(store: Store, day: date) -> list[str]:
+    """The models with requests on ``day``, busiest first."""
+    return list(store.demand.busiest_models(day))
