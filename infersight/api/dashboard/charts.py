@@ -246,8 +246,9 @@ class Band:
 def _band(band: Band, x: Callable[[datetime], float], y: Callable[[float], float]) -> list[str]:
     runs: list[list[tuple[datetime, float, float]]] = [[]]
     ordered = sorted(band.points)
+    gap = _band_gap(ordered)  # once, not once per point
     for i, point in enumerate(ordered):
-        if i and point[0] - ordered[i - 1][0] > _band_gap(ordered):
+        if i and point[0] - ordered[i - 1][0] > gap:
             runs.append([])
         runs[-1].append(point)
     out = [f'<g class="band"><title>{escape(band.name)}</title>']
