@@ -103,6 +103,12 @@ def get_slo(store: Store, name: str) -> SloSpec:
     return store.slos.get(name)
 
 
+def put_slos(store: Store, specs: Sequence[SloSpec], now: datetime) -> list[bool]:
+    """Create or replace each of ``specs`` (already read, e.g. the demo's) as of ``now``;
+    whether each was created."""
+    return [store.slos.put(spec, now) for spec in specs]
+
+
 def delete_slo(store: Store, name: str) -> None:
     """Delete SLO ``name`` (``NotFound`` when there is none)."""
     store.slos.delete(name)
