@@ -79,7 +79,7 @@ from infersight.storage.server_engines import (
 )
 from infersight.storage.signals import IncidentNote
 from infersight.storage.silences import NewSilence, Silence
-from infersight.storage.timeseries import Counts, GpuBucket
+from infersight.storage.timeseries import Counts, GpuBucket, RequestPeak
 
 if TYPE_CHECKING:  # pydantic: not for the commands that only read (``__getattr__`` below)
     from infersight.core.profile import ProfileRequest
@@ -139,6 +139,7 @@ __all__ = [
     "RecordedDemand",
     "ReportInfo",
     "ReportStore",
+    "RequestPeak",
     "RequestStore",
     "RetentionPolicy",
     "RunStore",
@@ -292,6 +293,13 @@ class RequestStore(Protocol):
         coarsest: Resolution | None = None,
     ) -> dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]]:
         """Merged sketches per metric, group and time bucket."""
+        ...
+
+    def peaks(
+        self, window: Window, step: Resolution, selector: Selector = Selector()
+    ) -> dict[str, RequestPeak]:
+        """Per model: its busiest ``step`` bucket's requests (its instances added up), the
+        requests of all its buckets, its first and last bucket and its instances."""
         ...
 
     def label_sets(self, window: Window, step: Resolution = Resolution.HOUR) -> list[LabelKey]:
@@ -519,7 +527,7 @@ class CostStore(Protocol):
 
 class SloStore(Protocol):
     def put(self, spec: SloSpec, now: datetime) -> bool:
-        """Store ``spec``; ``True`` when it is new or changed."""
+        """Create or replace ``spec``; ``True`` when it was created (joins the transaction)."""
         ...
 
     def get(self, name: str) -> SloSpec: ...
@@ -667,7 +675,9 @@ class OutboxStore(Protocol):
 
 
 class CostModelStore(Protocol):
-    def put(self, model: CostModel, now: datetime) -> bool: ...
+    def put(self, model: CostModel, now: datetime) -> bool:
+        """Create or replace ``model``; ``True`` when it was created (joins the transaction)."""
+        ...
 
     def get(self, name: str) -> CostModel: ...
 
@@ -679,7 +689,10 @@ class CostModelStore(Protocol):
 class BudgetStore(Protocol):
     """Budgets (versioned) and the cost model's versions they are judged under."""
 
-    def put(self, budget: Budget, now: datetime) -> tuple[int, bool]: ...
+    def put(self, budget: Budget, now: datetime) -> tuple[int, bool]:
+        """Store ``budget`` as its name's next version unless it equals the newest: the version
+        in force and whether it is new (joins the transaction)."""
+        ...
 
     def all(self) -> list[Budget]: ...
 
@@ -697,7 +710,10 @@ class BudgetStore(Protocol):
 class ScalingStore(Protocol):
     """Scaling policies (documents) and the recommendations made under them."""
 
-    def put_policy(self, policy: ScalingPolicy, now: datetime) -> bool: ...
+    def put_policy(self, policy: ScalingPolicy, now: datetime) -> bool:
+        """Create or replace; ``True`` when created; two policies for one model are refused
+        (joins the transaction)."""
+        ...
 
     def get_policy(self, name: str) -> ScalingPolicy: ...
 
@@ -945,9 +961,11 @@ class Store(Protocol):
         """The store's URL(s) with passwords hidden, for logs and errors."""
         ...
 
-    def transaction(self) -> AbstractContextManager[Store]:
+    def transaction(self, *, dry_run: bool = False) -> AbstractContextManager[Store]:
         """The store bound to one transaction: the state writes made through it commit
-        together when the block ends (or roll back when it raises)."""
+        together when the block ends, or roll back when it raises; ``dry_run``: they roll
+        back either way (seen inside the block: what applying would do, nothing stored).
+        Inside a transaction, ``transaction()`` is the caller's."""
         ...
 
     def reading(self) -> AbstractContextManager[Store]:

@@ -224,6 +224,11 @@ class SqlRequests(_Bound):
             self._engine, metrics, window, step, bucket_s, selector, group_by, coarsest
         )
 
+    def peaks(
+        self, window: Window, step: Resolution, selector: Selector = Selector()
+    ) -> dict[str, timeseries.RequestPeak]:
+        return timeseries.request_peaks(self._engine, window, step, selector)
+
     def label_sets(self, window: Window, step: Resolution = Resolution.HOUR) -> list[LabelKey]:
         return timeseries.label_sets(self._engine, window, step)
 
@@ -483,7 +488,7 @@ class SqlSlos(_Bound):
     __slots__ = ()
 
     def put(self, spec: SloSpec, now: datetime) -> bool:
-        return slo_store.put_slo(self._engine, spec, now)
+        return slo_store.put_slo(self._bind, spec, now)
 
     def get(self, name: str) -> SloSpec:
         return slo_store.get_slo(self._engine, name)
@@ -673,7 +678,7 @@ class SqlCostModels(_Bound):
     __slots__ = ()
 
     def put(self, model: CostModel, now: datetime) -> bool:
-        return cost_models.put_model(self._engine, model, now)
+        return cost_models.put_model(self._bind, model, now)
 
     def get(self, name: str) -> CostModel:
         return cost_models.get_model(self._engine, name)
@@ -689,7 +694,7 @@ class SqlBudgets(_Bound):
     __slots__ = ()
 
     def put(self, budget: Budget, now: datetime) -> tuple[int, bool]:
-        return budgets.put_budget(self._engine, budget, now)
+        return budgets.put_budget(self._bind, budget, now)
 
     def all(self) -> list[Budget]:
         return budgets.list_budgets(self._engine)
@@ -714,7 +719,7 @@ class SqlScaling(_Bound):
     __slots__ = ()
 
     def put_policy(self, policy: ScalingPolicy, now: datetime) -> bool:
-        return scaling.put_policy(self._engine, policy, now)
+        return scaling.put_policy(self._bind, policy, now)
 
     def get_policy(self, name: str) -> ScalingPolicy:
         return scaling.get_policy(self._engine, name)
@@ -1017,12 +1022,24 @@ class SqlStore:
         return redact(self.engine.url.render_as_string(hide_password=False))
 
     @contextmanager
-    def transaction(self) -> Iterator[SqlStore]:
-        if isinstance(self._bind, Connection):  # nested: the caller's transaction
+    def transaction(self, *, dry_run: bool = False) -> Iterator[SqlStore]:
+        bind = self._bind
+        if isinstance(bind, Connection):  # nested: the caller's transaction
+            if dry_run:
+                raise ValueError("a dry run is a transaction of its own, not a nested one")
             yield self
             return
-        with self._bind.begin() as connection:
-            yield SqlStore(connection)
+        with bind.connect() as connection:
+            transaction = connection.begin()
+            try:
+                yield SqlStore(connection)
+            except BaseException:
+                transaction.rollback()
+                raise
+            if dry_run:
+                transaction.rollback()
+            else:
+                transaction.commit()
 
     @contextmanager
     def reading(self) -> Iterator[SqlStore]:
