@@ -161,3 +161,17 @@ def test_opening_a_store_loads_neither_pydantic_nor_alembic(tmp_path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_dry_run_sees_its_writes_and_stores_none(store: Store) -> None:
+    sql = store.sql
+    spec = SloSpec("avail", Sli(SliKind.AVAILABILITY), 0.999, timedelta(days=7))
+    with sql.transaction(dry_run=True) as tx:
+        assert tx.slos.put(spec, T0)  # created, in the transaction
+        assert not tx.slos.put(spec, T0)  # then replaced
+        _change(tx, T0)
+        assert tx.incidents.all_firing()
+    assert sql.slos.all() == []
+    assert sql.incidents.all() == []
+    with sql.transaction() as tx, pytest.raises(ValueError, match="not a nested one"):
+        tx.transaction(dry_run=True).__enter__()
