@@ -12,28 +12,19 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from infersight.cli.group import current_settings, read_spec_file
-from infersight.cli.lazy import lazy_module
+from infersight.cli.group import current_settings
 from infersight.core.errors import InvalidInput
 from infersight.service.budgets import (
     SpendReader,
-    apply_budgets,
     budget_status,
-    parse_budgets,
     to_document,
 )
 from infersight.service.cost_spec import active_model
 from infersight.storage import budgets as budget_store
 from infersight.storage.engine import create_store_engine
-
-if TYPE_CHECKING:
-    from infersight.storage import migrate
-else:  # imported when used: ``budget list`` needs no Alembic
-    migrate = lazy_module("infersight.storage.migrate")
 
 
 @click.group("budget")
@@ -47,21 +38,13 @@ def budget() -> None:
 )
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
-    """Store the budgets defined in FILES (YAML or JSON); a changed one gets a new version."""
-    budgets = [b for path in files for b in read_spec_file(path, parse_budgets)]
-    names = [b.name for b in budgets]
-    if len(set(names)) != len(names):
-        raise click.UsageError("the files name a budget more than once")
-    settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
-    try:
-        migrate.upgrade(engine)
-        currency = active_model(engine, settings.cost_model).currency
-        for found, version, new in apply_budgets(engine, budgets, datetime.now(UTC), currency):
-            said = f"version {version}" if new else f"unchanged (version {version})"
-            click.echo(f"{found.name}: {said}")
-    finally:
-        engine.dispose()
+    """Store the budgets defined in FILES (YAML or JSON), all or nothing; a changed one gets a
+    new version."""
+    from infersight.cli.commands_apply import apply_files  # noqa: PLC0415
+    from infersight.service.budgets import BUDGET  # noqa: PLC0415
+
+    for applied in apply_files(ctx, files, [BUDGET]).applied:
+        click.echo(f"{applied.document.name}: {applied.said()}")
 
 
 @budget.command("list")

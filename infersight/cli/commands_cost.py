@@ -15,22 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from infersight.cli.group import current_settings, read_spec_file
+from infersight.cli.group import current_settings
 from infersight.cli.lazy import lazy_module
 from infersight.core.query import Selector, check_group_by
 from infersight.core.timestamps import parse_time
 from infersight.core.window import Window, parse_duration
-from infersight.service.cost_spec import active_model, parse_models, to_document
+from infersight.service.cost_spec import active_model, to_document
 from infersight.service.cost_view import cost_dict
 from infersight.storage import cost as cost_store
 from infersight.storage.engine import create_store_engine
 
 if TYPE_CHECKING:
     import yaml
-
-    from infersight.storage import migrate
-else:  # imported when used: ``cost show`` needs no Alembic
-    migrate = lazy_module("infersight.storage.migrate")
+else:  # imported when used: ``cost show`` needs no yaml
     yaml = lazy_module("yaml")
 
 
@@ -45,19 +42,13 @@ def cost() -> None:
 )
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
-    """Create or replace the cost models defined in FILES (YAML or JSON)."""
-    models = [model for path in files for model in read_spec_file(path, parse_models)]
-    settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
-    try:
-        migrate.upgrade(engine)
-        now = datetime.now(UTC)
-        for model in models:
-            created = cost_store.put_model(engine, model, now)
-            used = " (in use)" if model.name == settings.cost_model else ""
-            click.echo(f"{'created' if created else 'updated'} {model.name}{used}")
-    finally:
-        engine.dispose()
+    """Create or replace the cost models defined in FILES (YAML or JSON), all or nothing."""
+    from infersight.cli.commands_apply import apply_files  # noqa: PLC0415
+    from infersight.service.cost_spec import COST_MODEL  # noqa: PLC0415
+
+    for applied in apply_files(ctx, files, [COST_MODEL]).applied:
+        used = " (in use)" if applied.in_use else ""
+        click.echo(f"{applied.said()} {applied.document.name}{used}")
 
 
 @cost.command("model")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from infersight.cli.group import current_settings, read_spec_file
+from infersight.cli.group import current_settings
 
 
 @click.group("scaling")
@@ -29,22 +29,12 @@ def scaling() -> None:
 )
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
-    """Create or replace the ScalingPolicy documents in FILES (YAML or JSON)."""
-    from infersight.service.scaling_spec import parse_policies  # noqa: PLC0415
-    from infersight.storage import migrate  # noqa: PLC0415
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
-    from infersight.storage.scaling import put_policy  # noqa: PLC0415
+    """Create or replace the ScalingPolicy documents in FILES (YAML or JSON), all or nothing."""
+    from infersight.cli.commands_apply import apply_files  # noqa: PLC0415
+    from infersight.service.scaling_spec import SCALING_POLICY  # noqa: PLC0415
 
-    policies = [p for path in files for p in read_spec_file(path, parse_policies)]
-    engine = create_store_engine(current_settings(ctx).database_url)
-    try:
-        migrate.upgrade(engine)
-        now = datetime.now(UTC)
-        for policy in policies:
-            created = put_policy(engine, policy, now)
-            click.echo(f"{'created' if created else 'updated'} {policy.name}")
-    finally:
-        engine.dispose()
+    for applied in apply_files(ctx, files, [SCALING_POLICY]).applied:
+        click.echo(f"{applied.said()} {applied.document.name}")
 
 
 @click.command("list")

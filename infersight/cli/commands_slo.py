@@ -15,19 +15,13 @@ from pathlib import Path
 
 import click
 
-from infersight.cli.group import current_settings, open_store, read_spec_file, store_settings
+from infersight.cli.group import open_store, read_spec_file, store_settings
 from infersight.core.errors import SchemaMissing
 
 # Each command imports what it uses (``list`` needs neither Alembic nor the rule exporter, nor
 # pydantic: neither the settings nor the spec parser, ``tests/test_cli.py``).
 
 _DURATION = r"^[0-9]+(ms|s|m|h|d)$"
-#: Said when a per-token goodput SLO is applied (docs/concepts.md, "SLOs").
-OUTPUT_TOKENS_NOTE = (
-    "note: {name} counts output tokens, so requests that fail before their first token weigh "
-    "nothing (an outage of instant failures spends none of its budget): pair it with an "
-    "availability or per-request SLO on the same selector"
-)
 
 
 @click.group("slo")
@@ -41,25 +35,14 @@ def slo() -> None:
 )
 @click.pass_context
 def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
-    """Create or replace the SLOs defined in FILES (YAML or JSON)."""
-    from infersight.core.slo import GoodputUnit  # noqa: PLC0415
-    from infersight.service.specs import parse_specs  # noqa: PLC0415
-    from infersight.storage import migrate  # noqa: PLC0415
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
-    from infersight.storage.slo_store import put_slo  # noqa: PLC0415
+    """Create or replace the SLOs defined in FILES (YAML or JSON), all or nothing."""
+    from infersight.cli.commands_apply import apply_files  # noqa: PLC0415
+    from infersight.service.specs import SLO  # noqa: PLC0415
 
-    specs = [spec for path in files for spec in read_spec_file(path, parse_specs)]
-    engine = create_store_engine(current_settings(ctx).database_url)
-    try:
-        migrate.upgrade(engine)
-        now = datetime.now(UTC)
-        for spec in specs:
-            created = put_slo(engine, spec, now)
-            click.echo(f"{'created' if created else 'updated'} {spec.name}")
-            if spec.sli.per is GoodputUnit.TOKEN:
-                click.echo(OUTPUT_TOKENS_NOTE.format(name=spec.name), err=True)
-    finally:
-        engine.dispose()
+    for applied in apply_files(ctx, files, [SLO]).applied:
+        click.echo(f"{applied.said()} {applied.document.name}")
+        for note in applied.notes:  # a per-token goodput SLO (service.apply.OUTPUT_TOKENS_NOTE)
+            click.echo(note, err=True)
 
 
 @slo.command("list")

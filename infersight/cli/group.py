@@ -56,10 +56,10 @@ Exit status:
 
 \b
 The store: --store URL (before or after the command) or INFERSIGHT_DATABASE_URL.
-Commands that store what they are given (db upgrade, slo apply, cost apply, budget apply,
-scaling apply, baseline capture|import, report weekly, loadtest --save, simulate --store, demo,
-serve) create and migrate the store; every other command only reads it and never creates or
-migrates it.
+Commands that store what they are given (db upgrade, apply, slo apply, cost apply, budget
+apply, scaling apply, baseline capture|import, report weekly, loadtest --save,
+simulate --store, demo, serve) create and migrate the store; every other command only
+reads it and never creates or migrates it.
 """
 
 
@@ -173,10 +173,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def read_spec_file(path: Path, parse: Callable[[bytes], T]) -> T:
+def read_spec_file(path: Path, parse: Callable[[bytes], T], limit: int | None = None) -> T:
     """``parse`` of the file at ``path``; its ``InvalidInput`` names the file (and, for YAML
-    that does not parse, the line and column) in one line."""
-    data = path.read_bytes()
+    that does not parse, the line and column) in one line. With ``limit``, at most one byte
+    more than that is read (a pipe or a device too), for ``parse`` to refuse."""
+    if limit is None:
+        data = path.read_bytes()
+    else:
+        with path.open("rb") as stream:
+            data = stream.read(limit + 1)
     try:
         return parse(data)
     except InvalidInput as exc:
@@ -286,6 +291,11 @@ class LazyGroup(click.Group):
             "Profile an instance's serving process through its sidecar.",
         ),
         "slo": ("infersight.cli.commands_slo", "slo", "Apply and list SLO specs."),
+        "apply": (
+            "infersight.cli.commands_apply",
+            "apply",
+            "Apply SLO, CostModel, ScalingPolicy and Budget documents, all or nothing.",
+        ),
         "demo": (
             "infersight.cli.commands_demo",
             "demo",

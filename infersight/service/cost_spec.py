@@ -188,7 +188,7 @@ COST_MODEL: Final[DocumentKind[CostModel]] = DocumentKind(
     KIND,
     {API_VERSION: Reading(_Spec, _model)},
     field_paths={
-        "a cost model needs a name": "metadata.name: a cost model needs a name",
+        "a cost model needs a name": "metadata.name",
         "currency": "spec.currency",
         "overhead_ratio": "spec.overhead.ratio",
         "idle_utilisation_floor": "spec.idle.utilisationFloor",

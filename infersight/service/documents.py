@@ -123,7 +123,8 @@ class Reading(Generic[T]):
 class DocumentKind(Generic[T]):
     """One versioned kind: its readings by apiVersion (the first is the one it writes), and
     where the fields of its core type live in the document (``min_replicas`` →
-    ``spec.replicas.min``), for the core type's own errors."""
+    ``spec.replicas.min``): an error of the core type that starts with a field's name (or
+    another key here) is led by the path."""
 
     kind: str
     readings: Mapping[str, Reading[T]]
@@ -195,11 +196,12 @@ def _invalid(kind: DocumentKind[Any], problems: list[dict[str, str]]) -> Invalid
 
 
 def _located(kind: DocumentKind[Any], exc: InvalidInput) -> InvalidInput:
-    """A conversion's error as the document's: the core type's field named by its path."""
+    """A conversion's error as the document's, led by the path of the core type's field that
+    it names (``spec.replicas.max: max_replicas must be …``)."""
     message = exc.message
     for name, path in sorted(kind.field_paths.items(), key=lambda kv: -len(kv[0])):
         if message.startswith(name) and message[len(name) : len(name) + 1] in ("", " ", ":"):
-            message = path + message[len(name) :]
+            message = f"{path}: {message}"
             break
     return InvalidInput(f"invalid {kind.kind} document: {message}", details=exc.details)
 

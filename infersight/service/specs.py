@@ -313,7 +313,7 @@ SLO: Final[DocumentKind[SloSpec]] = DocumentKind(
     field_paths={
         "objective": "spec.objective",
         "description": "metadata.description",
-        "the SLO window": "spec.window: the SLO window",
+        "the SLO window": "spec.window",
     },
     article="an",
 )

@@ -31,10 +31,13 @@ from infersight.api.errors import described, responses
 from infersight.api.limits import check_document
 from infersight.api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
 from infersight.api.reads import read_answer
+from infersight.core.cost import CostModel
 from infersight.core.errors import InvalidInput
 from infersight.core.timestamps import iso
-from infersight.service.cost_spec import parse_models, to_document
+from infersight.service.apply import apply
+from infersight.service.cost_spec import COST_MODEL, to_document
 from infersight.service.cost_view import cost_dict
+from infersight.service.documents import read
 from infersight.service.reports import default_week
 from infersight.storage import cost as cost_store
 from infersight.storage import reports as report_store
@@ -104,19 +107,20 @@ def get_model(app: App) -> dict[str, Any]:
     },
 )
 async def put_model(request: Request, app: App) -> dict[str, Any]:
-    models = parse_models(await request.body())
-    if len(models) != 1:
+    documents = read(await request.body(), [COST_MODEL])
+    if len(documents) != 1:
         raise InvalidInput("send exactly one CostModel document")
-    check_document(to_document(models[0]))  # a YAML body's strings: api.limits.TextGuard
+    model: CostModel = documents[0].value
+    check_document(to_document(model))  # a YAML body's strings: api.limits.TextGuard
     name = app.settings.cost_model
-    model = models[0]
     if model.name != name:
         raise InvalidInput(
             f"the cost model in use is named {name!r} (the cost_model setting)",
             details={"name": model.name},
         )
     now: datetime = app.clock()
-    await run_in_threadpool(cost_store.put_model, app.engine, model, now)  # off the event loop
+    # Off the event loop: the store's work goes to the threadpool.
+    await run_in_threadpool(apply, app.engine, documents, now=now, cost_model=name)
     return to_document(model)
 
 

@@ -23,9 +23,11 @@ from infersight.api.params import KnownQueryRoute, TenantScope
 from infersight.core.errors import InvalidInput
 from infersight.core.slo import NAME_PATTERN, SliKind, SloSpec
 from infersight.core.window import Window
+from infersight.service.apply import apply
+from infersight.service.documents import read_document
 from infersight.service.incidents import incident_dict
 from infersight.service.slos import good_token_cost, with_status
-from infersight.service.specs import load_document, parse_spec, to_document
+from infersight.service.specs import SLO, load_document, to_document
 from infersight.storage import slo_store
 
 router = APIRouter(prefix="/api/v1/slos", route_class=KnownQueryRoute, tags=["slos"])
@@ -101,7 +103,8 @@ async def put_slo(
     metadata = data.get("metadata")
     if isinstance(metadata, dict) and "name" not in metadata:
         metadata["name"] = name
-    spec = parse_spec(data)
+    document = read_document(data, [SLO])
+    spec: SloSpec = document.value
     if spec.name != name:
         raise InvalidInput(
             "metadata.name differs from the name in the path",
@@ -109,8 +112,8 @@ async def put_slo(
         )
     # An async route runs on the event loop: the store's work goes to the threadpool, so a
     # slow write never holds up the worker's other requests.
-    created = await run_in_threadpool(slo_store.put_slo, app.engine, spec, app.clock())
-    response.status_code = 201 if created else 200
+    outcome = await run_in_threadpool(apply, app.engine, [document], now=app.clock())
+    response.status_code = 201 if outcome.applied[0].created else 200
     return to_document(spec)
 
 
