@@ -60,6 +60,7 @@ from infersight.core.window import Resolution, Window
 from infersight.core.write import Sink
 from infersight.storage.bills import BillImport, StoredLine
 from infersight.storage.client_reads import Pairs
+from infersight.storage.contents import StoreContents
 from infersight.storage.cost import ServerEvidence
 from infersight.storage.demand import RecordedDemand
 from infersight.storage.engine import reason, redact, transaction_pooled
@@ -152,6 +153,7 @@ __all__ = [
     "SilenceStore",
     "SloStore",
     "Store",
+    "StoreContents",
     "StoredLine",
     "StoredReport",
     "alert_state",
@@ -892,6 +894,18 @@ class MaintenanceStore(Protocol):
     def maintain(self, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
         """Partitions ahead, retention (raw rows, rollups per resolution, samples, profiles),
         rollup compaction where the backend needs it."""
+        ...
+
+    def contents(self) -> StoreContents:
+        """How many requests (and their first and last start), incidents and load-test runs
+        the store holds — nothing where it has no schema yet (own connection; any other error
+        is raised, never taken for an empty store): ``infersight demo`` plays only into a store
+        of its own."""
+        ...
+
+    def stored_requests(self) -> int:
+        """How many request records the store holds (own connection): the live demo's
+        progress line."""
         ...
 
 

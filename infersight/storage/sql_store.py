@@ -47,6 +47,7 @@ from infersight.storage import (
     budgets,
     capacity,
     client_reads,
+    contents,
     cost,
     cost_models,
     demand,
@@ -69,6 +70,7 @@ from infersight.storage import (
     timeseries,
     writer,
 )
+from infersight.storage.contents import StoreContents
 from infersight.storage.engine import (
     DEFAULT_TIMEOUTS,
     LONG_STATEMENT_S,
@@ -994,6 +996,12 @@ class SqlMaintenance(_Bound):
         from infersight.storage import maintenance  # noqa: PLC0415 (pydantic, through profiles)
 
         return maintenance.maintain(self._engine, now, policy)
+
+    def contents(self) -> StoreContents:
+        return contents.contents(self._engine)
+
+    def stored_requests(self) -> int:
+        return contents.stored_requests(self._engine)
 
 
 # -- the store --------------------------------------------------------------------------------
