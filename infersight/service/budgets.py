@@ -547,7 +547,7 @@ class Announce(Protocol):
     def __call__(
         self,
         incident: Incident,
-        transition: Transition,
+        told: Transition,
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
         connection: Connection | None = None,

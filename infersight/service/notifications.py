@@ -4,7 +4,8 @@
 with its diagnosis into a ``Notification``, skips it while a silence matches, and enqueues one
 outbox message per routed notifier (idempotent per incident, event and severity, so a
 re-evaluation never pages twice); resolves wait a hold-down so that a flapping alert pages
-once (an incident that opens within it naming another cause or instance than the last one is
+once (whether an incident that opens within it is news — another cause or instance than the
+last one, or a higher severity — is the lifecycle's rows 16-18, ``alerts.lifecycle``; news is
 sent as an update of the receiver's still-open alert). ``Delivery`` is the job that drains
 the outbox; it runs apart from the evaluation, so an endpoint that is down only delays its own
 messages. Its first pass after a start, and after each time this replica takes the lead of the
@@ -36,6 +37,17 @@ from infersight.alerts.dispatch import (
     deliver_due,
     recover_interrupted,
 )
+from infersight.alerts.lifecycle import (
+    DEFAULTS,
+    Cue,
+    Facts,
+    Lifecycle,
+    Notice,
+    Phase,
+    Reopen,
+    Told,
+    decide,
+)
 from infersight.alerts.notifiers.alertmanager import AlertmanagerNotifier
 from infersight.alerts.notifiers.pagerduty import EVENTS_URL, PagerDutyNotifier
 from infersight.alerts.notifiers.slack import SlackNotifier
@@ -49,17 +61,16 @@ from infersight.storage import incidents, signals, silences
 from infersight.storage.outbox import Outbox
 
 log = logging.getLogger(__name__)
-#: How long a resolve notification waits in case the alert flaps back open.
-DEFAULT_FLAP_HOLD = timedelta(minutes=5)
 #: How long after its resolution a resolve that a crash kept from the outbox is still sent,
 #: and how many of the newest resolved incidents are looked at for one (``reconcile``).
 RECONCILE_RESOLVED = timedelta(days=1)
 RECONCILE_LIMIT = 200
-_EVENTS = {
+_EVENTS: dict[Told, Event] = {
     Transition.OPENED: Event.TRIGGER,
     Transition.ESCALATED: Event.TRIGGER,
     Transition.DEESCALATED: Event.TRIGGER,
     Transition.RESOLVED: Event.RESOLVE,
+    Notice.UPDATE: Event.TRIGGER,
 }
 
 
@@ -89,7 +100,7 @@ class Announcer:
         clock: Callable[[], datetime],
         router: Router | None = None,
         dashboard_url: str = "",
-        flap_hold: timedelta = DEFAULT_FLAP_HOLD,
+        flap_hold: timedelta = DEFAULTS.flap_hold,
     ) -> None:
         self.flap_hold = flap_hold
         self.outbox = Outbox(engine)
@@ -109,18 +120,20 @@ class Announcer:
     def __call__(
         self,
         incident: Incident,
-        transition: Transition,
+        told: Told,
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
         connection: Connection | None = None,
     ) -> None:
-        """Enqueue the notifications of an incident change; in ``connection``'s transaction when
-        given (the one that stores the change's diagnosis: both commit, or neither)."""
-        # ``NONE`` from the diagnosis seam: the diagnosis of an open incident changed.
-        update = transition is Transition.NONE
-        event = Event.TRIGGER if update else _EVENTS.get(transition)
+        """Enqueue the notifications of what is ``told`` — an incident change, or
+        ``Notice.UPDATE`` (news of its open alert) — in ``connection``'s transaction when given
+        (the one that stores the change's diagnosis: both commit, or neither)."""
+        event = _EVENTS.get(told)
         if event is None:
-            return
+            raise ValueError(
+                f"{told!r} is no notification (news of an open alert is {Notice.UPDATE!r})"
+            )
+        update = told is Notice.UPDATE
         labels = labels_of(incident)
         at = incident.resolved_at or incident.updated_at
         if event is Event.TRIGGER and silences.silenced(self.engine, labels, at):
@@ -148,8 +161,8 @@ class Announcer:
         held_back = f"{notification.group}:%:{Event.RESOLVE.value}:%"
         reopened: Notification | None = None
         for name in self.router.targets(labels, sorted(self.notifiers)):
-            told = notification
-            withdrawn = transition is Transition.OPENED and self.outbox.cancel_pending(
+            message = notification
+            withdrawn = told is Transition.OPENED and self.outbox.cancel_pending(
                 name, held_back, connection=connection
             )
             if withdrawn:
@@ -158,9 +171,9 @@ class Announcer:
                 if reopened is notification:
                     log.info("incident %s flapped back open; %s not paged again", incident.id, name)
                     continue
-                told = reopened  # another cause or instance: an update of the open alert
-            payload = json.dumps(self.notifiers[name].render(told), sort_keys=True)
-            self.outbox.enqueue(name, told.key, payload, now, not_before, connection=connection)
+                message = reopened  # news: an update of the open alert
+            payload = json.dumps(self.notifiers[name].render(message), sort_keys=True)
+            self.outbox.enqueue(name, message.key, payload, now, not_before, connection=connection)
 
     def reconcile(self, now: datetime) -> int:
         """Enqueue the notifications a crash kept from the outbox; the incidents told.
@@ -218,22 +231,28 @@ class Announcer:
         return told
 
     def _reopened(self, incident: Incident, notification: Notification) -> Notification:
-        """An incident that opened within the hold-down of the last one's resolve: the same
-        ``notification`` when it names that one's cause and instance at no higher severity
+        """An incident that opened within the hold-down of the last one's resolve (the
+        lifecycle's ``Cue.REOPENED`` of that one): the same ``notification`` when it is no news
         (the alert flapped; the receiver's alert is still open), else an update of the
         receiver's open alert."""
         before = incidents.previous(self.engine, incident)
-        if before is None:
+        note = signals.notes(self.engine, [before.id]).get(before.id) if before else None
+        state = Lifecycle(
+            Phase.RESOLVED,
+            headline=note.diagnosis if note is not None else None,
+            severity=before.severity if before is not None else None,
+        )
+        facts = Facts(
+            notification.at, incident.opened_at, severity=incident.severity,
+            latest=notification.diagnosis,
+        )  # fmt: skip
+        decision = decide(state, Cue.REOPENED, facts)
+        if decision.tell is None:
             return notification
-        if incident.severity.rank > before.severity.rank:  # a ticket's resolve, then a page
+        if decision.reopened is Reopen.SEVERITY:  # a ticket's resolve, then a page
             return dataclasses.replace(notification, revision=f"reopened:{incident.severity}")
-        note = signals.notes(self.engine, [before.id]).get(before.id)
-        if note is None or note.diagnosis is None:
-            return notification  # nothing to tell it from
-        held, now = note.diagnosis, notification.diagnosis
-        if (held.get("cause"), held.get("instance")) == (now.get("cause"), now.get("instance")):
-            return notification
-        return dataclasses.replace(notification, revision=f"reopened:{_revision(dict(now))}")
+        revision = f"reopened:{_revision(dict(notification.diagnosis))}"
+        return dataclasses.replace(notification, revision=revision)
 
 
 class Delivery:

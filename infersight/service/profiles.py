@@ -32,7 +32,7 @@ from typing import Any, Final
 from sqlalchemy import Engine
 
 from infersight.alerts.diagnose import host_side, with_profile
-from infersight.core.burn import Transition
+from infersight.alerts.lifecycle import Notice
 from infersight.core.errors import Conflict, InvalidInput, NotFound
 from infersight.core.profile import DEFAULT_RATE, DEFAULT_SECONDS, check_bounds
 from infersight.service.diagnosis import Announce
@@ -184,7 +184,7 @@ class ProfileTrigger:
         with self.engine.begin() as connection:
             signals.save_diagnosis(connection, incident.id, note.symptom, diagnosis, at)
             if self.announce is not None and profile.result is not None:
-                self.announce(incident, Transition.NONE, note.symptom, diagnosis,
+                self.announce(incident, Notice.UPDATE, note.symptom, diagnosis,
                               connection=connection)  # fmt: skip
         log.info("incident %s: profile %s applied", incident.id, profile.id)
         return 1
