@@ -550,16 +550,301 @@ def export_cases() -> Iterator[Case]:
     yield Case("empty_resources", [], raw=b"\x0a\x00" * 20, limits="small")
 
 
+def shape_cases() -> Iterator[Case]:
+    """Exports as servers send them: vLLM's parallel sampling (``n`` > 1: one span per
+    sequence, one request id), speculative decoding and LoRA adapters, SGLang's trace of a
+    request, TensorRT-LLM served disaggregated, llm-d's P/D proxy above a decode instance,
+    TGI, client instrumentations: each under every mapping context."""
+    v1 = {**VLLM_V1, "gen_ai.response.finish_reasons": '["stop"]'}
+    parent = b"\x05" * 8
+    spans = [
+        *(
+            SpanSpec(
+                "llm_request",
+                attrs_of(
+                    {
+                        **v1,
+                        "gen_ai.request.id": "cmpl-par-3",
+                        "gen_ai.request.n": 1,
+                        "gen_ai.usage.completion_tokens": 30 + i,
+                    }
+                ),
+            )
+            for i in range(3)
+        ),
+        SpanSpec(
+            "llm_request",
+            attrs_of(
+                {
+                    **v1,
+                    "vllm.spec_decode.num_draft_tokens": 120,
+                    "vllm.spec_decode.num_accepted_tokens": 87,
+                    "vllm.spec_decode.method": "eagle",
+                }
+            ),
+        ),
+        *(
+            SpanSpec("llm_request", attrs_of({**v1, "gen_ai.response.model": name}))
+            for name in ("sql-lora", "gpt-x", "qwen2.5-7b", "meta-llama/Llama-3.1-8B-Instruct")
+        ),
+        SpanSpec(
+            "llm_request",
+            attrs_of(
+                {
+                    **v1,
+                    "infersight.tenant": "team-a",
+                    "gen_ai.request.priority": "high",
+                    "gen_ai.operation.name": "chat",
+                    "error.type": "",
+                    "gen_ai.usage.cached_tokens": 64,
+                    "gen_ai.usage.cache_read.input_tokens": 32,
+                }
+            ),
+        ),
+        SpanSpec("llm_request", attrs_of({**v1, "gen_ai.response.finish_reasons": '["abort"]'})),
+        SpanSpec("llm_request", attrs_of(v1), status=2, status_message="cancelled"),
+        SpanSpec(
+            "llm_request",
+            attrs_of(
+                {
+                    **v1,
+                    "gen_ai.request.id": "é" * 300,
+                    "tenant": "t" * 200,
+                    "gen_ai.response.model": "m" * 150,
+                }
+            ),
+        ),
+        SpanSpec(
+            "llm_request",
+            attrs_of(
+                {
+                    **v1,
+                    "gen_ai.usage.prompt_tokens": 20_000,
+                    "gen_ai.usage.completion_tokens": 3_000_000,
+                }
+            ),
+        ),
+        SpanSpec("llm_request", attrs_of(v1), parent=parent),
+    ]
+    sglang_trace = b"\0" * 8 + b"\x09" * 8
+    sglang_root = b"\x0a" * 8
+    thread = b"\x0b" * 8
+    sglang = [
+        SpanSpec("Req 7f3a", attrs_of(SGLANG_ROOT), trace_id=sglang_trace, span_id=sglang_root),
+        SpanSpec(
+            "Scheduler (host:10.0.0.1 | pid:77)",
+            [],
+            kind=INTERNAL,
+            trace_id=sglang_trace,
+            span_id=thread,
+            parent=sglang_root,
+        ),
+        *(
+            SpanSpec(stage, [], kind=INTERNAL, trace_id=sglang_trace, parent=thread)
+            for stage in ("tokenize", "prefill forward", "decode loop", "detokenize")
+        ),
+    ]
+    pd_trace, proxy, decode_leg = b"\x0c" * 16, b"\x0d" * 8, b"\x0e" * 8
+    pd = [
+        SpanSpec(
+            "forward_request",
+            attrs_of({"llm_d.pd_proxy.disaggregation_used": True}),
+            trace_id=pd_trace,
+            span_id=proxy,
+        ),
+        SpanSpec(
+            "prefill",
+            attrs_of({"llm_d.pd_proxy.prefill_target": "10.0.0.2:8000"}),
+            kind=INTERNAL,
+            trace_id=pd_trace,
+            parent=proxy,
+        ),
+        SpanSpec(
+            "decode",
+            attrs_of({"llm_d.pd_proxy.connector": "nixlv2"}),
+            kind=INTERNAL,
+            trace_id=pd_trace,
+            span_id=decode_leg,
+            parent=proxy,
+        ),
+        SpanSpec("llm_request", attrs_of(v1), trace_id=pd_trace, parent=decode_leg),
+    ]
+    chunks = [("gen_ai.content.completion.chunk", START_NS + S // 4)]
+    resources = [
+        ResourceSpec(service("vllm"), "vllm.llm_engine", spans),
+        ResourceSpec(service("sglang"), "sglang", sglang),
+        ResourceSpec(
+            service("trtllm"),
+            "trt.llm",
+            [
+                SpanSpec(
+                    "llm_request", attrs_of({**v1, "gen_ai.latency.kv_cache_transfer_time": 0.012})
+                )
+            ],
+        ),
+        ResourceSpec(service("llm-d-routing-sidecar"), "llm-d", pd),
+        ResourceSpec(
+            service("text-generation-inference.router"),
+            "router",
+            [SpanSpec("generate", attrs_of(TGI))],
+        ),
+        ResourceSpec(
+            service("chat-app"),
+            "opentelemetry.instrumentation.openai.v1",
+            [
+                SpanSpec("openai.chat", attrs_of(CLIENT_SPAN), kind=CLIENT, events=chunks),
+                SpanSpec("ChatCompletion", attrs_of(OPENINFERENCE), kind=INTERNAL),
+            ],
+        ),
+        ResourceSpec(service("gateway"), "genai", [SpanSpec("chat qwen", attrs_of(GENAI))]),
+    ]
+    for context in CONTEXTS:
+        yield Case(f"shapes/{context}", resources, context=context)
+    # An export of more bytes than ``max_messages``: its tag bytes are counted first.
+    yield one("shapes/large", [SpanSpec("llm_request", attrs_of(v1)) for _ in range(1000)])
+
+
+def _varint(number: int) -> bytes:
+    out = b""
+    while True:
+        low, number = number & 0x7F, number >> 7
+        if not number:
+            return out + bytes([low])
+        out += bytes([low | 0x80])
+
+
+def _ld(field_number: int, payload: bytes) -> bytes:
+    return bytes([field_number << 3 | 2]) + _varint(len(payload)) + payload
+
+
+def _wire_kv(key: bytes, *values: bytes) -> bytes:
+    return _ld(1, key) + b"".join(_ld(2, value) for value in values)
+
+
+def _wire_double(value: float) -> bytes:
+    import struct
+
+    return b"\x21" + struct.pack("<d", value)
+
+
+def _wire_span(attributes: list[bytes], ids: Ids, extra: bytes = b"") -> bytes:
+    """A vLLM V1 ``llm_request`` span, its attributes given as encoded ``KeyValue``s."""
+    import struct
+
+    head = _ld(1, ids.trace()) + _ld(2, ids.span()) + _ld(5, b"llm_request") + b"\x30\x02"
+    times = b"\x39" + struct.pack("<Q", START_NS) + b"\x41" + struct.pack("<Q", START_NS + 2 * S)
+    return head + times + b"".join(_ld(9, kv) for kv in attributes) + extra
+
+
+def _wire_export(spans: list[bytes]) -> bytes:
+    resource = _ld(1, _ld(1, _wire_kv(b"service.name", _ld(1, b"vllm"))))
+    scope_spans = _ld(1, _ld(1, b"vllm.llm_engine")) + b"".join(_ld(2, span) for span in spans)
+    return _ld(1, resource + _ld(2, scope_spans))
+
+
+def _nested(levels: int, kvlist: bool = False) -> bytes:
+    value = _ld(1, b"x")
+    for _ in range(levels):
+        value = _ld(6, _ld(1, _wire_kv(b"k", value))) if kvlist else _ld(5, _ld(1, value))
+    return value
+
+
+def wire_cases() -> Iterator[Case]:
+    """Bodies an exporter's own serialisation never makes, but upb parses: a key-value's value
+    given twice (merged), members given twice, unknown fields, non-minimal and overlong
+    varints, invalid UTF-8, values nested to upb's depth limit and past it, strings of one,
+    two and three length bytes around the size limit, many attributes."""
+    ids = Ids(3535)
+    base = [_wire_kv(k.encode(), _wire_value(v)) for k, v in VLLM_V1.items()]
+    tokens, finish = b"gen_ai.usage.prompt_tokens", b"gen_ai.response.finish_reasons"
+    e2e = b"gen_ai.latency.e2e"
+    variants: dict[str, list[bytes]] = {
+        "value_twice_int_then_empty": [_wire_kv(tokens, b"\x18\x05", b"")],
+        "value_twice_string_then_int": [_wire_kv(tokens, _ld(1, b"7"), b"\x18\x09")],
+        "value_twice_arrays_merged": [
+            _wire_kv(finish, _ld(5, _ld(1, _ld(1, b"length"))), _ld(5, _ld(1, _ld(1, b"stop"))))
+        ],
+        "key_twice": [_ld(1, b"other") + _wire_kv(e2e, _wire_double(1.5))],
+        "value_before_key": [_ld(2, _wire_double(1.5)) + _ld(1, e2e)],
+        "members_twice": [_wire_kv(e2e, _ld(1, b"abc") + _wire_double(1.75))],
+        "member_then_unknown": [_wire_kv(tokens, b"\x18\x05\x78\x01")],
+        "unknown_fixed32": [_wire_kv(tokens, b"\x18\x06\xa5\x01\x00\x00\x00\x00")],
+        "int_overlong": [_wire_kv(tokens, b"\x18\x85\x80\x00")],
+        "int_minus_one": [_wire_kv(tokens, b"\x18" + b"\xff" * 9 + b"\x01")],
+        "int_over_64_bits": [_wire_kv(tokens, b"\x18" + b"\xff" * 9 + b"\x7f")],
+        "int_eleven_bytes": [_wire_kv(tokens, b"\x18" + b"\xff" * 10 + b"\x01")],
+        "int_truncated": [_wire_kv(tokens, b"\x18\x85")],
+        "int_two_bytes": [_wire_kv(tokens, b"\x18\xac\x02")],
+        "int_three_bytes": [_wire_kv(tokens, b"\x18\x80\x80\x01")],
+        "bool_two": [_wire_kv(b"gen_ai.request.stream", b"\x10\x02")],
+        "bool_known": [_wire_kv(tokens, b"\x10\x01")],
+        "double_short": [_wire_kv(e2e, b"\x21\x00\x00\x80\x3f")],
+        "double_as_fixed32": [_wire_kv(e2e, b"\x25\x00\x00\x80\x3f")],
+        "string_truncated": [_wire_kv(b"gen_ai.request.id", b"\x0a\x05ab")],
+        "string_length_non_minimal": [_wire_kv(b"gen_ai.request.id", b"\x0a\x83\x00abc")],
+        "utf8_known": [_wire_kv(b"gen_ai.request.id", _ld(1, b"ab\xffcd"))],
+        "utf8_unknown": [_wire_kv(b"x.note", _ld(1, b"\xed\xa0\x80"))],
+        "utf8_in_array": [_wire_kv(finish, _ld(5, _ld(1, _ld(1, b"\xc0\x80"))))],
+        "utf8_key": [_wire_kv(b"bad\xffkey", _wire_double(1.0))],
+        "utf8_past_most": [_wire_kv(f"pad.{i}".encode(), b"\x18\x01") for i in range(130)]
+        + [_wire_kv(b"x.note", _ld(1, b"\xff"))],
+        "empty_values": [_wire_kv(e2e), _wire_kv(b"x.empty", b"")],
+        "kvlist_known": [_wire_kv(tokens, _ld(6, _ld(1, _wire_kv(b"k", b"\x18\x01"))))],
+        "bytes_value": [_wire_kv(b"gen_ai.request.id", _ld(7, b"\x00\xff"))],
+        "array_depth_47": [_wire_kv(b"x.deep", _nested(47))],
+        "array_depth_48": [_wire_kv(b"x.deep", _nested(48))],
+        "kvlist_depth_31": [_wire_kv(b"x.deep", _nested(31, kvlist=True))],
+        "kvlist_depth_32": [_wire_kv(b"x.deep", _nested(32, kvlist=True))],
+        "string_200": [_wire_kv(b"gen_ai.request.id", _ld(1, b"r" * 200))],
+        "string_20000": [_wire_kv(b"gen_ai.request.id", _ld(1, b"r" * 20_000))],
+        "string_4096_two_byte_chars": [_wire_kv(b"tenant", _ld(1, "é".encode() * 4096))],
+        "string_4097_two_byte_chars": [_wire_kv(b"tenant", _ld(1, "é".encode() * 4097))],
+        "key_2049_two_byte_chars": [_wire_kv("é".encode() * 2049, _wire_double(1.0))],
+        "key_4097": [_wire_kv(b"k" * 4097, _wire_double(1.0))],
+        "array_of_numbers_at_limit": [
+            _wire_kv(b"x.list", _ld(5, b"".join(_ld(1, b"\x18\x01") for _ in range(512))))
+        ],
+        "array_of_numbers_past_limit": [
+            _wire_kv(b"x.list", _ld(5, b"".join(_ld(1, b"\x18\x01") for _ in range(513))))
+        ],
+    }
+    for name, extra in variants.items():
+        body = _wire_export([_wire_span(base + extra, ids), _wire_span(base, ids)])
+        yield Case(f"wire/{name}", [], raw=body)
+        yield Case(f"wire/{name}/no_accept", [], raw=body, accept=False)
+    # Span fields encoded as an exporter would not (a non-minimal kind): parsed the same.
+    yield Case(
+        "wire/kind_overlong",
+        [],
+        raw=_wire_export([_wire_span(base, ids).replace(b"\x30\x02", b"\x30\x82\x00", 1)]),
+    )
+    # A refusal of the whole export and an undecodable value in one: undecodable first.
+    bad = _wire_span(base + variants["utf8_known"], ids)
+    yield Case("wire/too_many_spans_and_utf8", [], raw=_wire_export([bad] * 9), limits="small")
+    yield Case("wire/too_many_spans", [], raw=_wire_export([_wire_span(base, ids)] * 9),
+               limits="small")  # fmt: skip
+
+
+def _wire_value(value: Any) -> bytes:
+    if isinstance(value, float):
+        return _wire_double(value)
+    if isinstance(value, int):
+        return b"\x18" + _varint(value)
+    return _ld(1, str(value).encode())
+
+
 CONTEXTS = ("plain", "model", "services", "prefill", "adapters", "scraped")
 LIMITS = ("default", "small", "tiny")
 
 
 def cases() -> list[Case]:
-    return [*attribute_cases(), *span_cases(), *export_cases()]
+    return [*attribute_cases(), *span_cases(), *export_cases(), *shape_cases(), *wire_cases()]
 
 
-def run(case: Case, media: str, body: bytes) -> dict[str, Any]:
-    """What ``decode_body`` + ``prepare`` make of ``body``, as plain JSON."""
+def run(case: Case, media: str, body: bytes, one_pass: bool = True) -> dict[str, Any]:
+    """What a decoder process makes of ``body`` (``ingest.prepare_body``, or ``decode_body`` +
+    ``prepare`` where there is none, or where ``one_pass`` is false), as plain JSON."""
+    from infersight.collector import ingest
     from infersight.collector.assembly import Reassembly
     from infersight.collector.ingest import decode_body, prepare
     from infersight.collector.mapping import MappingContext
@@ -586,9 +871,15 @@ def run(case: Case, media: str, body: bytes) -> dict[str, Any]:
     }  # fmt: skip
     accept = AcceptWindow.of_days(14) if case.accept else None
     now = NOW_NS / 1e9
+    context = contexts[case.context]
     try:
-        decoded = decode_body(body, "identity", media, limits)
-        prepared = prepare(decoded, contexts[case.context], now, accept, Reassembly(2.0))
+        if one_pass and hasattr(ingest, "prepare_body"):  # what a decoder process runs
+            prepared = ingest.prepare_body(
+                body, "identity", media, limits, context, now, accept, Reassembly(2.0)
+            )
+        else:
+            decoded = decode_body(body, "identity", media, limits)
+            prepared = prepare(decoded, context, now, accept, Reassembly(2.0))
         prepared = pickle.loads(pickle.dumps(prepared))  # the trip back from a decoder
     except InfersightError as exc:
         return {"error": [type(exc).__name__, exc.message, _plain(exc.details)]}
