@@ -87,6 +87,17 @@ def encode_row(row: RecordRow, place: Place | None = None) -> bytes:
         return _ENCODER.encode(values).encode()
 
 
+def encode_placed(
+    row: RecordRow, parent_span_id: str, start_ns: int, end_ns: int, request_id: str
+) -> bytes:
+    """``encode_row(row, Place(parent_span_id, start_ns, end_ns, request_id))``."""
+    values: list[Any] = [*row, [parent_span_id, start_ns, end_ns, request_id]]
+    try:
+        return orjson.dumps(values)
+    except orjson.JSONEncodeError:  # a lone surrogate (from a command-line label): escaped
+        return _ENCODER.encode(values).encode()
+
+
 def decode_record(payload: bytes) -> RequestRecord:
     """A record this sidecar validated and spooled (see the module docstring)."""
     return decode_placed(payload)[0]

@@ -47,7 +47,7 @@ from typing import IO, Any, Final
 
 from infersight.collector.assembly import Reassembly
 from infersight.collector.body import UnsupportedEncoding
-from infersight.collector.ingest import Prepared, decode_body, prepare
+from infersight.collector.ingest import Prepared, prepare_body
 from infersight.collector.mapping import MappingContext
 from infersight.collector.otlp import Limits
 from infersight.core.accept import AcceptWindow
@@ -393,12 +393,11 @@ def _serve(source: IO[bytes], out: IO[bytes]) -> None:
             role=setup.context.role if role is None else role,
         )  # fmt: skip
         try:
-            decoded = decode_body(raw, encoding, media, setup.limits)
+            result: Any = prepare_body(
+                raw, encoding, media, setup.limits, context, now, setup.accept,
+                reassembly or setup.reassembly,
+            )  # fmt: skip
             del raw
-            result: Any = prepare(
-                decoded, context, now, setup.accept, reassembly or setup.reassembly
-            )
-            del decoded
             status = "ok"
         except InfersightError as exc:
             status, result = "error", (type(exc).__name__, exc.message, exc.details)

@@ -121,7 +121,7 @@ class _Decoding:
             try:
                 inline = size <= INLINE_MAX_BYTES and not self.ingestor.holding()
                 if encoding == "identity" and media == otlp.PROTOBUF and inline:
-                    return self.ingestor.ingest_decoded(otlp.decode(raw, media, self.limits))
+                    return self.ingestor.ingest_here(raw, encoding, media)
                 # The place is given back when the decoding ends, not when this request does:
                 # a client that hangs up does not stop the work it started.
                 work = gate.submit(self.decode_and_ingest, raw, encoding, media)

@@ -12,15 +12,14 @@ service, its kind), so that the shipper can tell a request's own stages from its
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from infersight.collector import otlp, validation
+from infersight.collector import otlp, otlp_wire, validation
 from infersight.collector.assembly import Reassembly
 from infersight.collector.body import inflate
 from infersight.collector.codec import (
@@ -28,6 +27,7 @@ from infersight.collector.codec import (
     encode_client,
     encode_fragment,
     encode_link,
+    encode_placed,
     encode_row,
 )
 from infersight.collector.mapping import (
@@ -35,9 +35,11 @@ from infersight.collector.mapping import (
     MappingContext,
     RecordRow,
     Skipped,
+    SpanView,
     StageFragment,
     map_row,
     place_of,
+    requests,
 )
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.otlp import Decoded, Limits, span_views
@@ -45,6 +47,7 @@ from infersight.collector.peers import FirstContacts, export_line
 from infersight.collector.spool import Entry, Spool
 from infersight.core.accept import AcceptWindow
 from infersight.core.client import ClientRecord
+from infersight.core.records import Engine, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,43 +132,192 @@ def prepare(
     reassembly: Reassembly,
 ) -> Prepared:
     """Map and validate every span into spool entries (no I/O, no shared state)."""
-    due_at = reassembly.due_at(now)
-    entries: list[Entry] = []
-    rejected: Tally[str] = Tally()
-    unmapped: Tally[tuple[str, str]] = Tally()
-    sources: dict[str, Tally[str]] = {}
+    batch = _Batch(context, now, accept, reassembly)
     for view in decoded.spans:
-        outcome = validation.check(map_row(view, context), view, now, accept)
-        tally = sources.get(view.service)
+        batch.add(view)
+    return batch.prepared(len(decoded.spans), decoded.dropped_attributes)
+
+
+def prepare_body(
+    raw: bytes | bytearray,
+    encoding: str,
+    media: str,
+    limits: Limits,
+    context: MappingContext,
+    now: float,
+    accept: AcceptWindow | None,
+    reassembly: Reassembly,
+) -> Prepared:
+    """``prepare`` of ``decode_body``: what a body as received becomes. A protobuf body is
+    read in one pass (``prepare_protobuf``)."""
+    body = inflate(raw, encoding, limits.max_body_bytes, limits.max_members,
+                   limits.max_inflation_ratio)  # fmt: skip
+    if media.split(";", 1)[0].strip().lower() == otlp.PROTOBUF:
+        return prepare_protobuf(body, limits, context, now, accept, reassembly)
+    return prepare(otlp.decode(body, media, limits), context, now, accept, reassembly)
+
+
+def prepare_protobuf(
+    body: bytes | bytearray,
+    limits: Limits,
+    context: MappingContext,
+    now: float,
+    accept: AcceptWindow | None,
+    reassembly: Reassembly,
+) -> Prepared:
+    """``prepare`` of ``otlp.decode`` of a protobuf body, in one pass over the export: a
+    vLLM-family request span is read from its attributes straight into its row
+    (``mapping.requests``), any other span through its view, as ``prepare`` does."""
+
+    def walk(message: Any) -> Prepared:
+        return _prepare_wire(message, limits, context, now, accept, reassembly)
+
+    def walk_parsed(message: ExportTraceServiceRequest) -> Prepared:
+        return prepare(span_views(message, limits), context, now, accept, reassembly)
+
+    return otlp.read_protobuf(body, limits, walk, walk_parsed)
+
+
+def _prepare_wire(
+    message: Any,
+    limits: Limits,
+    context: MappingContext,
+    now: float,
+    accept: AcceptWindow | None,
+    reassembly: Reassembly,
+) -> Prepared:
+    batch = _Batch(context, now, accept, reassembly)
+    entries, rejected, due_at, sources = batch.entries, batch.rejected, batch.due_at, batch.sources
+    most, size = limits.max_attributes, limits.max_attribute_bytes
+    # A limit below the names read drops some of them: such exports go the general way.
+    direct = size >= requests.LONGEST_NAME and requests.plain_context(context)
+    role = Role.PREFILL.value if context.role is Role.PREFILL else Role.UNIFIED.value
+    table, bounds, slots = requests.LLM_REQUEST, requests.BOUNDS, requests.SLOTS
+    request_name = requests.NAME
+    read_slots, row_of, read = otlp_wire.read_slots, requests.row, otlp_wire.attributes
+    timing_refusal, window = validation.timing_refusal, accept.refusal if accept else None
+    zero_trace, zero_span, hex_id = otlp.ZERO_TRACE, otlp.ZERO_SPAN, otlp.hex_id
+    encode, request_id, append = encode_placed, requests.request_id, entries.append
+    attributions: dict[tuple[str, str, Engine], tuple[str, str]] = {}
+    spans = dropped = 0
+    for resource_spans in message.resource_spans:
+        resource = otlp.resource_attributes(resource_spans, most)
+        service = resource.get("service.name")
+        service = service if isinstance(service, str) else ""  # ``SpanView.service``
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name
+            for span in scope_spans.spans:
+                spans += 1
+                if direct and span.name == request_name:
+                    # Read in one pass (``mapping.requests``); ``None``: the general way.
+                    values = read_slots(span.attributes, table, bounds, slots, size, most)
+                    trace_id, span_id = span.trace_id, span.span_id
+                    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+                    if (
+                        values is not None
+                        and len(trace_id) == 16 and trace_id != zero_trace
+                        and len(span_id) == 8 and span_id != zero_span
+                        and 0 < start <= end
+                    ):  # fmt: skip
+                        row = row_of(
+                            values, trace_id.hex(), span_id.hex(), start, end, span.kind,
+                            span.status.code, service, scope, context, role, attributions,
+                        )  # fmt: skip
+                        if row is not None:
+                            # ``validation.check``, then what ``_Batch.add`` does with a row.
+                            reason = timing_refusal(row.e2e_s, row.ttft_s, row.queue_s,
+                                                    row.prefill_s, row.decode_s)  # fmt: skip
+                            if reason is None and window is not None:
+                                reason = window(start / 1e9, now)
+                            tally = sources.get(service)
+                            if tally is None:
+                                tally = sources[service] = {"spans": 1}
+                            else:
+                                tally["spans"] += 1
+                            if reason is None:
+                                key = "record:" + row.engine
+                                tally[key] = tally.get(key, 0) + 1
+                                parent = hex_id(span.parent_span_id, zero_span)
+                                payload = encode(row, parent, start, end, request_id(values))
+                                append(_new_entry(Entry, (_RECORD, row.trace_id, due_at, payload)))
+                            else:
+                                tally["rejected"] = tally.get("rejected", 0) + 1
+                                rejected[reason] = rejected.get(reason, 0) + 1
+                            continue
+                view, lost = otlp.view_of(span, resource, scope, size, most, read)
+                dropped += lost
+                batch.add(view)
+    return batch.prepared(spans, dropped)
+
+
+_new_entry: Final = tuple.__new__  # ``Entry(…)`` without its Python-level ``__new__``
+_RECORD: Final = Kind.RECORD
+_STAGE: Final = Kind.STAGE
+_CLIENT: Final = Kind.CLIENT
+
+
+def _count(tally: dict[Any, int], key: Any) -> None:
+    tally[key] = tally.get(key, 0) + 1
+
+
+class _Batch:
+    """The entries and tallies of one export's spans, added in order."""
+
+    def __init__(
+        self,
+        context: MappingContext,
+        now: float,
+        accept: AcceptWindow | None,
+        reassembly: Reassembly,
+    ) -> None:
+        self.context, self.now, self.accept = context, now, accept
+        self.due_at = reassembly.due_at(now)
+        self.entries: list[Entry] = []
+        self.rejected: dict[str, int] = {}
+        self.unmapped: dict[tuple[str, str], int] = {}
+        self.sources: dict[str, dict[str, int]] = {}
+
+    def tally(self, service: str) -> dict[str, int]:
+        """The tally of ``service``'s spans, this span counted."""
+        tally = self.sources.get(service)
         if tally is None:
-            tally = sources[view.service] = Tally()
-        tally["spans"] += 1
+            tally = self.sources[service] = {"spans": 1}
+        else:
+            tally["spans"] += 1
+        return tally
+
+    def add(self, view: SpanView) -> None:
+        now = self.now
+        entries = self.entries
+        outcome = validation.check(map_row(view, self.context), view, now, self.accept)
+        tally = self.tally(view.service)
         if isinstance(outcome, RecordRow):  # a request, as the spool stores it
-            tally["record:" + outcome.engine] += 1
+            _count(tally, "record:" + outcome.engine)
             payload = encode_row(outcome, place_of(view))
-            entries.append(Entry(Kind.RECORD, outcome.trace_id, due_at, payload))
+            entries.append(Entry(_RECORD, outcome.trace_id, self.due_at, payload))
         elif isinstance(outcome, StageFragment):
-            tally["stage"] += 1
-            entries.append(Entry(Kind.STAGE, outcome.trace_id, now, encode_fragment(outcome)))
+            _count(tally, "stage")
+            entries.append(Entry(_STAGE, outcome.trace_id, now, encode_fragment(outcome)))
         elif isinstance(outcome, Skipped) and outcome.rejected:
-            tally["rejected"] += 1
-            rejected[outcome.reason] += 1
+            _count(tally, "rejected")
+            _count(self.rejected, outcome.reason)
         else:
             if isinstance(outcome, ClientRecord):
-                tally["client"] += 1
+                _count(tally, "client")
                 payload = encode_client(outcome)
-                entries.append(Entry(Kind.CLIENT, outcome.trace_id, now, payload))
+                entries.append(Entry(_CLIENT, outcome.trace_id, now, payload))
             else:
-                unmapped[outcome.engine, outcome.reason] += 1
+                _count(self.unmapped, (outcome.engine, outcome.reason))
             # A client span is kept as a link too: the server's stages are told from the
             # client's by where they sit below it.
             link = Link.of(view)
             if link is not None:
-                entries.append(Entry(Kind.STAGE, link.trace_id, now, encode_link(link)))
-    return Prepared(
-        entries, len(decoded.spans), decoded.dropped_attributes, dict(unmapped), dict(rejected),
-        {service: dict(tally) for service, tally in sources.items()},
-    )  # fmt: skip
+                entries.append(Entry(_STAGE, link.trace_id, now, encode_link(link)))
+
+    def prepared(self, spans: int, dropped_attributes: int) -> Prepared:
+        return Prepared(
+            self.entries, spans, dropped_attributes, self.unmapped, self.rejected, self.sources
+        )
 
 
 class Ingestor:
@@ -210,10 +362,19 @@ class Ingestor:
         """Inflate, decode, map and queue a body as received: in a decoder process when
         ``decoder`` is set (``collector.decoding``), here otherwise."""
         if self.decoder is None:
-            return self.ingest_decoded(decode_body(raw, encoding, media, self.limits))
+            return self.ingest_here(raw, encoding, media)
         self.hold()
         now = self._clock()
         prepared = self.decoder.run(raw, encoding, media, now, self.context, self.reassembly)
+        return self.commit(prepared)
+
+    def ingest_here(self, raw: bytes | bytearray, encoding: str, media: str) -> Ingested:
+        """Inflate, decode, map and queue a body in this thread (``prepare_body``)."""
+        if self.holding():  # decoded before the export waits, as ever
+            return self.ingest_decoded(decode_body(raw, encoding, media, self.limits))
+        self.hold()
+        prepared = prepare_body(raw, encoding, media, self.limits, self.context, self._clock(),
+                                self.accept, self.reassembly)  # fmt: skip
         return self.commit(prepared)
 
     def commit(self, prepared: Prepared) -> Ingested:

@@ -15,8 +15,9 @@ are bounded by the limits, not by how densely a hostile body packs empty entries
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -25,14 +26,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from infersight.collector import otlp_json
+from infersight.collector import otlp_json, otlp_wire
 from infersight.collector.mapping.spans import CHUNK_EVENTS, AttrValue, SpanView, attr_size
 from infersight.collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_protobuf
 from infersight.core.errors import InvalidInput, TooLarge
 
 PROTOBUF: Final = "application/x-protobuf"
+_Read = TypeVar("_Read")
 JSON: Final = "application/json"
 
 
@@ -100,12 +101,22 @@ def parse_protobuf(
     body: bytes | bytearray, limits: Limits | None = None
 ) -> ExportTraceServiceRequest:
     limits = limits or Limits()
+    prescan_protobuf(body, limits)
+    return parse_checked(body)
+
+
+def prescan_protobuf(body: bytes | bytearray, limits: Limits) -> None:
+    """Refuse a body whose parse would cost more than the limits allow (``prescan``)."""
     entries = {
         RESOURCE_SPANS: (limits.max_resources, lambda: _too_many_resources(limits)),
         SCOPE_SPANS: (limits.max_scopes, lambda: _too_many_scopes(limits)),
         SPAN: (limits.max_spans, lambda: _too_many_spans(limits)),
     }
     check_protobuf(body, limits.max_messages, entries)
+
+
+def parse_checked(body: bytes | bytearray) -> ExportTraceServiceRequest:
+    """The export, its cost bounded already (``_prescan``)."""
     message = ExportTraceServiceRequest()
     try:
         message.ParseFromString(body)
@@ -129,20 +140,43 @@ def decode(body: bytes | bytearray, content_type: str, limits: Limits | None = N
     limits = limits or Limits()
     media = content_type.split(";", 1)[0].strip().lower()
     if media == PROTOBUF:
-        return span_views(parse_protobuf(body, limits), limits)
+        return decode_protobuf(body, limits)
     if media == JSON:
         return Decoded(*otlp_json.decode(body, limits))
     raise InvalidInput("unsupported content type", details={"content_type": content_type[:100]})
 
 
-def _value(value: AnyValue) -> AttrValue:
-    kind = value.WhichOneof("value")
-    if kind is None or kind == "kvlist_value":
-        return None
-    if kind == "array_value":
-        return tuple(_value(item) for item in value.array_value.values)
-    result: AttrValue = getattr(value, kind)
-    return result
+def decode_protobuf(body: bytes | bytearray, limits: Limits) -> Decoded:
+    """The span views of a protobuf body (``read_protobuf``)."""
+    return read_protobuf(
+        body,
+        limits,
+        lambda message: Decoded(*_collect(message, limits, otlp_wire.attributes)),
+        lambda message: span_views(message, limits),
+    )
+
+
+def read_protobuf(
+    body: bytes | bytearray,
+    limits: Limits,
+    walk: Callable[[Any], _Read],
+    walk_parsed: Callable[[ExportTraceServiceRequest], _Read],
+) -> _Read:
+    """``walk`` of the export read with span attribute values as bytes (``collector.
+    otlp_wire``), its entries counted; where that reader does not vouch for the body,
+    ``walk_parsed`` of it parsed with the OpenTelemetry schema. Every limit is enforced and
+    every refusal is the one the OpenTelemetry schema's parse gives, in the same order."""
+    prescan_protobuf(body, limits)
+    try:
+        message = otlp_wire.parse(body)
+        check_structure(message, limits)
+        return walk(message)
+    except otlp_wire.NotCanonical:
+        pass
+    except TooLarge:
+        parse_checked(body)  # a body upb refuses is refused as undecodable first, as before
+        raise
+    return walk_parsed(parse_checked(body))
 
 
 #: ``AnyValue`` kinds whose value is a number or a bool: 8 bytes against the size limit,
@@ -175,7 +209,7 @@ def _attributes(items: Any, limit: int, most: int) -> tuple[dict[str, AttrValue]
             value = text
             too_big = len(text) > limit
         else:
-            value = _value(any_value)
+            value = otlp_wire.any_value(any_value)
             too_big = attr_size(value) > limit
         if too_big or len(key) > limit:
             dropped += 1
@@ -184,7 +218,7 @@ def _attributes(items: Any, limit: int, most: int) -> tuple[dict[str, AttrValue]
     return out, dropped
 
 
-def check_structure(message: ExportTraceServiceRequest, limits: Limits) -> None:
+def check_structure(message: Any, limits: Limits) -> None:
     """``TooLarge`` when the export holds too many resource, scope or span entries; stops
     counting at the first limit exceeded, so it costs at most ``max_scopes`` steps."""
     resources = message.resource_spans
@@ -205,44 +239,65 @@ def check_structure(message: ExportTraceServiceRequest, limits: Limits) -> None:
 def span_views(message: ExportTraceServiceRequest, limits: Limits) -> Decoded:
     """Flatten the export into span views, enforcing the entry and attribute limits."""
     check_structure(message, limits)
-    return Decoded(*_collect(message, limits))
+    return Decoded(*_collect(message, limits, _attributes))
 
 
 def _collect(
-    message: ExportTraceServiceRequest, limits: Limits
+    message: Any, limits: Limits, read: Callable[[Any, int, int], tuple[dict[str, AttrValue], int]]
 ) -> tuple[tuple[SpanView, ...], int]:
+    """The views of ``message`` (an ``ExportTraceServiceRequest`` or ``otlp_wire``'s), its
+    span attributes read by ``read`` (``_attributes`` or ``otlp_wire.attributes``)."""
     views: list[SpanView] = []
     append = views.append
     dropped = 0
     most = limits.max_attributes
     size = limits.max_attribute_bytes
     for resource_spans in message.resource_spans:
-        resource, _ = _attributes(resource_spans.resource.attributes, 4096, most)
+        resource = resource_attributes(resource_spans, most)
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name
             for span in scope_spans.spans:
-                attrs, lost = _attributes(span.attributes, size, most)
+                view, lost = view_of(span, resource, scope, size, most, read)
                 dropped += lost
-                status = span.status
-                events = span.events
-                append(
-                    SpanView(  # positional, in field order: this runs for every span received
-                        _hex_id(span.trace_id, _ZERO_TRACE),
-                        _hex_id(span.span_id, _ZERO_SPAN),
-                        span.name[:size],
-                        span.start_time_unix_nano,
-                        span.end_time_unix_nano,
-                        _hex_id(span.parent_span_id, _ZERO_SPAN),
-                        span.kind,
-                        attrs,
-                        resource,
-                        scope,
-                        status.code,
-                        status.message[:256],
-                        _first_chunk(events) if events else 0,
-                    )
-                )
+                append(view)
     return tuple(views), dropped
+
+
+def resource_attributes(resource_spans: Any, most: int) -> dict[str, AttrValue]:
+    """The attributes of a ``ResourceSpans``' resource (values up to 4096 bytes)."""
+    return _attributes(resource_spans.resource.attributes, 4096, most)[0]
+
+
+def view_of(
+    span: Any,
+    resource: dict[str, AttrValue],
+    scope: str,
+    size: int,
+    most: int,
+    read: Callable[[Any, int, int], tuple[dict[str, AttrValue], int]],
+) -> tuple[SpanView, int]:
+    """The view of one span, and how many of its attributes were dropped."""
+    attrs, dropped = read(span.attributes, size, most)
+    status = span.status
+    events = span.events
+    return (
+        SpanView(  # positional, in field order: this runs for every span received
+            hex_id(span.trace_id, ZERO_TRACE),
+            hex_id(span.span_id, ZERO_SPAN),
+            span.name[:size],
+            span.start_time_unix_nano,
+            span.end_time_unix_nano,
+            hex_id(span.parent_span_id, ZERO_SPAN),
+            span.kind,
+            attrs,
+            resource,
+            scope,
+            status.code,
+            status.message[:256],
+            _first_chunk(events) if events else 0,
+        ),
+        dropped,
+    )
 
 
 def _first_chunk(events: Any) -> int:
@@ -252,11 +307,11 @@ def _first_chunk(events: Any) -> int:
     return min(times) if times else 0
 
 
-_ZERO_TRACE: Final = bytes(16)
-_ZERO_SPAN: Final = bytes(8)
+ZERO_TRACE: Final = bytes(16)
+ZERO_SPAN: Final = bytes(8)
 
 
-def _hex_id(raw: bytes, zero: bytes) -> str:
+def hex_id(raw: bytes, zero: bytes) -> str:
     """Lowercase hex of an id of ``zero``'s size that is not ``zero``; "" otherwise (the
     mapper rejects it)."""
     return raw.hex() if len(raw) == len(zero) and raw != zero else ""

@@ -43,7 +43,6 @@ TOKEN_ATTRIBUTES: Final = (
     "generated_tokens",
     "cached_tokens",
 )
-_STAGES: Final = ("queue_s", "prefill_s", "decode_s")
 
 
 #: A mapper's outcome, with a request as its record (``map_span``) or its row (``map_row``).
@@ -75,17 +74,29 @@ def refusal(
         return "end_before_start"
     if not _token_counts_are_integers(span):
         return "invalid_tokens"
-    e2e = record.e2e_s
+    reason = timing_refusal(
+        record.e2e_s, record.ttft_s, record.queue_s, record.prefill_s, record.decode_s
+    )
+    if reason is None and window is not None:
+        return window.refusal(span.start_ns / 1e9, now_s)
+    return reason
+
+
+def timing_refusal(
+    e2e: float | None,
+    ttft: float | None,
+    queue: float | None,
+    prefill: float | None,
+    decode: float | None,
+) -> str | None:
+    """The rule a request's timings break (TTFT, then a stage, longer than end to end)."""
     if e2e is not None:
         limit = e2e * (1.0 + TOLERANCE_RATIO) + TOLERANCE_S
-        if record.ttft_s is not None and record.ttft_s > limit:
+        if ttft is not None and ttft > limit:
             return "ttft_exceeds_e2e"
-        for name in _STAGES:
-            value = getattr(record, name)
+        for value in (queue, prefill, decode):
             if value is not None and value > limit:
                 return "stage_exceeds_e2e"
-    if window is not None:
-        return window.refusal(span.start_ns / 1e9, now_s)
     return None
 
 

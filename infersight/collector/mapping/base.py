@@ -22,6 +22,7 @@ from typing import Any, Final, NamedTuple
 
 from infersight.collector.mapping.spans import (
     STATUS_ERROR,
+    AttrValue,
     SpanView,
     as_int,
     as_str,
@@ -66,6 +67,9 @@ OPERATION_ATTRS: Final = ("gen_ai.operation.name",)
 #: The engine's own id of a request (vLLM: the external request id every child sequence of an
 #: ``n`` > 1 request carries).
 REQUEST_ID_ATTRS: Final = ("gen_ai.request.id",)
+ERROR_TYPE: Final = "error.type"
+#: Where a request's finish reasons are, in order (vLLM: a JSON list in a string).
+FINISH_ATTRS: Final = ("gen_ai.response.finish_reasons", "finish_reason")
 
 
 def no_scraped_model() -> str:
@@ -116,16 +120,22 @@ class MappingContext:
         the name differs from it. The model is then the base: ``--model``, else the
         ``service.name`` mapping, else the scraped one; the adapter's own name when none is
         known (the adapter still counts apart from it)."""
-        name = span.label(MODEL_ATTRS)
+        return self.attributed(span.label(MODEL_ATTRS), span.service, engine)
+
+    def attributed(self, name: str, service: str, engine: Engine) -> tuple[str, str]:
+        """``attribute`` of a span of ``service`` that names the model ``name`` ("": none)."""
         if not name:
-            return self.base_model(span), ""
+            return self._base(service), ""
         if name in self.adapters or name in self.scraped_adapters():
-            return (self.base_model(span) or name), name
+            return (self._base(service) or name), name
         if engine is Engine.VLLM:
             base = self.scraped_model()
             if base and name != base:
                 return base, name
         return name, ""
+
+    def _base(self, service: str) -> str:
+        return self.model or self.service_models.get(service, "") or self.scraped_model()
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,14 +304,24 @@ class Timings(NamedTuple):
 
 def derive_tpot(t: Timings) -> float | None:
     """Mean time per output token after the first: decode time (or e2e − TTFT) over n − 1."""
-    if t.tpot_s is not None:
-        return t.tpot_s
-    output_tokens = t.output_tokens
+    return tpot_of(t.tpot_s, t.output_tokens, t.decode_s, t.e2e_s, t.ttft_s)
+
+
+def tpot_of(
+    tpot: float | None,
+    output_tokens: int | None,
+    decode: float | None,
+    e2e: float | None,
+    ttft: float | None,
+) -> float | None:
+    """``derive_tpot`` of these timings."""
+    if tpot is not None:
+        return tpot
     if output_tokens is None or output_tokens < 2:
         return None
-    span = t.decode_s
-    if span is None and t.e2e_s is not None and t.ttft_s is not None:
-        span = t.e2e_s - t.ttft_s
+    span = decode
+    if span is None and e2e is not None and ttft is not None:
+        span = e2e - ttft
     if span is None or span < 0:
         return None
     return span / (output_tokens - 1)
@@ -309,12 +329,23 @@ def derive_tpot(t: Timings) -> float | None:
 
 def outcome_fields(span: SpanView) -> tuple[Status, str, str]:
     """Status, error type and finish reason of the request span."""
-    get = span.attributes.get
-    error_type = as_str(get("error.type"))
-    is_error = span.status_code == STATUS_ERROR or bool(error_type)
+    return outcome_of(
+        span.status_code,
+        span.attributes.get(ERROR_TYPE),
+        span.attr(*FINISH_ATTRS),
+    )
+
+
+def outcome_of(
+    status_code: int, error_value: AttrValue, finish_value: AttrValue
+) -> tuple[Status, str, str]:
+    """``outcome_fields`` of a span with this status code, ``error.type`` and finish
+    reasons (``FINISH_ATTRS``) attributes."""
+    error_type = as_str(error_value)
+    is_error = status_code == STATUS_ERROR or bool(error_type)
     if is_error and not error_type:
         error_type = "error"
-    finish = first_finish_reason(span.attr("gen_ai.response.finish_reasons", "finish_reason"))
+    finish = first_finish_reason(finish_value)
     if finish == "abort" and not is_error:
         is_error, error_type = True, "abort"
     status = Status.ERROR if is_error else Status.OK
