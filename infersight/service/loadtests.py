@@ -1,6 +1,6 @@
 """Load-test runs in the store: save one (with a baseline of it), read one, and the production
 request shapes a load test replays — for ``infersight loadtest``, ``baseline import --as-run``,
-the demo's step run and ``capacity plan --run``."""
+the demo's step run, ``capacity plan --run`` and the Capacity page."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from infersight.core.loadtest import LoadTestRun, to_baseline
+from infersight.core.loadtest import LoadTestRun, RunListing, to_baseline
 from infersight.core.query import Selector
 from infersight.core.window import Window
 
@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 def save_run(store: Store, run: LoadTestRun) -> int:
     """Store ``run`` (every request's client-side timings); its id."""
     return store.runs.save(run)
+
+
+def list_runs(store: Store, limit: int = 100) -> list[RunListing]:
+    """The stored runs, newest first (at most ``limit``): what the Capacity page lists."""
+    return store.runs.all(limit)
 
 
 def get_run(store: Store, run_id: int) -> LoadTestRun:

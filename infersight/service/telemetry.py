@@ -29,6 +29,7 @@ from infersight.storage.seam import (
     EngineSummary,
     GpuBucket,
     PoolLine,
+    RequestPeak,
     ServerSummary,
     disaggregated,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "EngineSummary",
     "GpuBucket",
     "PoolLine",
+    "RequestPeak",
     "ServerSummary",
     "breakdown",
     "bucket_sketches",
@@ -58,6 +60,7 @@ __all__ = [
     "latencies",
     "latency",
     "pool_summaries",
+    "request_peaks",
     "request_series",
     "server_summaries",
     "throughput",
@@ -206,6 +209,14 @@ def request_series(
     """Request counts per group and bucket of ``step`` rollups (``bucket_s``: added up per
     bucket of that many seconds by the store)."""
     return store.requests.series(window, step, selector, group_by, coarsest, bucket_s)
+
+
+def request_peaks(
+    store: Store, window: Window, step: Resolution, selector: Selector = Selector()
+) -> dict[str, RequestPeak]:
+    """Per model: its busiest ``step`` bucket's requests over ``window`` (its instances added
+    up), all its requests, its first and last bucket and the instances that served it."""
+    return store.requests.peaks(window, step, selector)
 
 
 def bucket_sketches(

@@ -15,9 +15,9 @@ from infersight.api.dashboard.shared import covered_s
 from infersight.core.errors import InvalidInput, NotFound
 from infersight.core.loadtest import PhaseSummary, knee_of, measured_capacity, summarise
 from infersight.core.window import Resolution
+from infersight.service import telemetry
 from infersight.service.capacity import load_catalog
-from infersight.storage import runs as run_store
-from infersight.storage import timeseries
+from infersight.service.loadtests import get_run, list_runs
 
 NAME: Final = "capacity"
 TITLE: Final = "Capacity"
@@ -69,7 +69,7 @@ def _peak_rates(app: AppContext, ctx: Context) -> dict[str, dict[str, Any]]:
     finest = app.retention.finest_for(ctx.window, ctx.now)
     order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
     step = max(wanted, finest, key=order.index)
-    peaks = timeseries.request_peaks(app.engine, ctx.window, step, ctx.selector)
+    peaks = telemetry.request_peaks(app.store, ctx.window, step, ctx.selector)
     seconds = float(step.seconds)
     return {
         model: {
@@ -100,7 +100,7 @@ def _catalogue_entry(model: str) -> dict[str, Any] | None:
 
 
 def capacity(app: AppContext, ctx: Context, run_id: str = "") -> dict[str, Any]:
-    runs = run_store.list_runs(app.engine, MAX_LISTED)
+    runs = list_runs(app.store, MAX_LISTED)
     fleet = _peak_rates(app, ctx)
     for model, entry in fleet.items():
         entry["catalogue"] = _catalogue_entry(model)
@@ -117,7 +117,7 @@ def capacity(app: AppContext, ctx: Context, run_id: str = "") -> dict[str, Any]:
     listing = next((r for r in runs if str(r.id) == run_id), None) if run_id else runs[0]
     if listing is None:
         raise InvalidInput(f"no load-test run {run_id}")
-    run = run_store.get_run(app.engine, listing.id)
+    run = get_run(app.store, listing.id)
     summaries = summarise(run)
     knee = knee_of(summaries)
     try:
