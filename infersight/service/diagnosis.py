@@ -276,26 +276,7 @@ class DiagnosisListener:
             (last.verdict, last.at) if last is not None else None,
         )
         facts = Facts(at, incident.opened_at, incident.recovering_since, incident.severity)
-        symptom: dict[str, Any] = {}
-        for _ in range(len(Need) + 1):
-            decision = decide(state, cue, facts, self.tuning)
-            if decision.need is Need.ONSET:
-                facts = facts.given(Need.ONSET, onset=self._onset(incident))
-            elif decision.need is Need.RETURN:
-                facts = facts.given(Need.RETURN, returned_at=self._returned(incident, state, at))
-            elif decision.need is Need.DIAGNOSIS:
-                assert decision.windows is not None
-                symptom, diagnosis = self._run(incident, *decision.windows)
-                previous = incident_history.last_diagnosis(self.engine, incident.id)
-                facts = facts.given(
-                    Need.DIAGNOSIS,
-                    latest=diagnosis,
-                    previous=previous.diagnosis if previous is not None else None,
-                )
-            else:
-                break
-        else:
-            raise AssertionError(f"the lifecycle kept asking ({decision})")
+        decision, facts, symptom = self._decide(incident, state, cue, facts)
         if state.phase is Phase.UNPAGED and decision.phase is Phase.UNPAGED:
             log.info("incident %s: the page waits for evidence", incident.id)
         if decision.acts:
@@ -306,6 +287,33 @@ class DiagnosisListener:
                 self._onsets.clear()
             self._onsets[incident.id] = facts.onset
         return int(Need.DIAGNOSIS in facts.found)
+
+    def _decide(
+        self, incident: Incident, state: Lifecycle, cue: Cue, facts: Facts
+    ) -> tuple[Decision, Facts, dict[str, Any]]:
+        """Ask the lifecycle, gathering each fact its deciding row asks for; the decision, the
+        facts gathered and the symptom of the diagnosis made (empty without one)."""
+        symptom: dict[str, Any] = {}
+        for _ in range(len(Need) + 1):
+            decision = decide(state, cue, facts, self.tuning)
+            if decision.need is None:
+                return decision, facts, symptom
+            if decision.need is Need.ONSET:
+                facts = facts.given(Need.ONSET, onset=self._onset(incident))
+            elif decision.need is Need.RETURN:
+                facts = facts.given(
+                    Need.RETURN, returned_at=self._returned(incident, state, at=facts.at)
+                )
+            else:
+                assert decision.windows is not None
+                symptom, diagnosis = self._run(incident, *decision.windows)
+                previous = incident_history.last_diagnosis(self.engine, incident.id)
+                facts = facts.given(
+                    Need.DIAGNOSIS,
+                    latest=diagnosis,
+                    previous=previous.diagnosis if previous is not None else None,
+                )
+        raise AssertionError(f"the lifecycle kept asking ({decision})")
 
     def _apply(self, incident: Incident, decision: Decision, symptom: dict[str, Any]) -> None:
         """The decision's history, headline and notification commit together: a crash before
