@@ -550,6 +550,14 @@ def current_for(store: Store, model: str, now: datetime, pool: str | None = None
     raise Unavailable(f"no replica recommendation for {model!r} yet", details={"model": model})
 
 
+def history(
+    store: Store, model: str, start: datetime, end: datetime, pool: str = ""
+) -> list[Recommendation]:
+    """``model``'s recommendations (of ``pool``: ``""`` for a model served whole) made from
+    ``start`` to ``end``, oldest first: what the Scaling page charts."""
+    return store.scaling.history(model, start, end, pool)
+
+
 # -- a recorded day, for a backtest ------------------------------------------------------------
 
 

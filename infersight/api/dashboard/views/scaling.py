@@ -1,7 +1,7 @@
 """The Scaling page: every model's newest replica recommendation (observed and desired
 instances, driver, reason, staleness; one per pool, prefill and decode, for a disaggregated
 model), and per model (and pool) over the range: desired against observed
-instances (``storage.scaling.history``), demand against the recorded forecast with the forecast
+instances (``service.scaling.history``), demand against the recorded forecast with the forecast
 band — the lowest to the highest request rate at the same time of week in the policy's
 ``history_weeks`` previous weeks — and the reason of the latest change of the desired count.
 
@@ -25,7 +25,7 @@ from infersight.core.query import Selector
 from infersight.core.scaling import Recommendation
 from infersight.core.window import Window
 from infersight.service.scaling import MAX_HISTORY_WEEKS, choose_policy, current, policies
-from infersight.storage import scaling as scaling_store
+from infersight.service.scaling import history as recommendations
 
 NAME: Final = "scaling"
 TITLE: Final = "Scaling"
@@ -101,7 +101,7 @@ def _latest_change(history: Sequence[Recommendation]) -> Recommendation | None:
 def _model_charts(
     app: AppContext, ctx: Context, model: str, pool: str, weeks: int
 ) -> dict[str, Any]:
-    history = scaling_store.history(app.engine, model, ctx.window.start, ctx.window.end, pool)
+    history = recommendations(app.store, model, ctx.window.start, ctx.window.end, pool)
     name = f"{model} ({pool} pool)" if pool else model
     demand_all = _demand(app, ctx, model, ctx.window, timedelta(0))
     # The axis starts where this model's data does: an hour of recommendations on a 24-hour
