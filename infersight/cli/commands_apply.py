@@ -67,7 +67,7 @@ def apply_files(
         if not dry_run:
             migrate.upgrade(store.engine)
         return apply(
-            store.engine,
+            store,
             documents,
             now=datetime.now(UTC),
             cost_model=settings.cost_model,

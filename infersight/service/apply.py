@@ -4,17 +4,18 @@
 apply``, ``scaling apply``, ``budget apply``) and the API's ``PUT /api/v1/slos/{name}`` and
 ``PUT /api/v1/cost/model`` read their documents with ``service.documents`` and store them here.
 
-``KINDS`` is the table of what is applied: SLO (``storage.slo_store``), CostModel
-(``storage.cost_models``), ScalingPolicy (``storage.scaling``) and Budget (``storage.budgets``,
-a new version only where it changed). A new kind adds its ``DocumentKind`` (its module) and its
+``KINDS`` is the table of what is applied: SLO (``store.slos``), CostModel
+(``store.cost_models``), ScalingPolicy (``store.scaling``) and Budget (``store.budgets``, a new
+version only where it changed). A new kind adds its ``DocumentKind`` (its module) and its
 writer here.
 
 ``apply`` checks what spans documents before it writes anything — a kind and name stands once;
 a budget is in the currency of the cost model in use, the one the same documents apply if they
-name it — then writes every document, in order, in one transaction: a write that is refused
-(two scaling policies for one model, the store's budget cap, a budget changed at the same time)
-rolls back all of them. ``dry_run`` makes the same writes and rolls them back, so it answers
-exactly what applying would (created or updated, the budget version) and stores nothing.
+name it — then writes every document, in order, in one ``store.transaction()``: a write that
+is refused (two scaling policies for one model, the store's budget cap, a budget changed at
+the same time) rolls back all of them. ``dry_run`` makes the same writes and rolls them back
+(``transaction(dry_run=True)``), so it answers exactly what applying would (created or
+updated, the budget version) and stores nothing.
 """
 
 from __future__ import annotations
@@ -24,20 +25,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine
-
 from infersight.core.budget import Budget
 from infersight.core.cost import CostModel
 from infersight.core.errors import InfersightError, InvalidInput
 from infersight.core.scaling import ScalingPolicy
 from infersight.core.slo import GoodputUnit, SloSpec
 from infersight.service.budgets import BUDGET, same_currency
-from infersight.service.cost_spec import COST_MODEL, active_model
+from infersight.service.cost_spec import COST_MODEL, example_model
 from infersight.service.documents import Document, DocumentKind, check_names, read
 from infersight.service.scaling_spec import SCALING_POLICY
 from infersight.service.specs import SLO
-from infersight.storage import budgets as budget_store
-from infersight.storage import cost_models, scaling, slo_store
+from infersight.storage.seam import Store
 
 __all__ = ["KINDS", "OUTPUT_TOKENS_NOTE", "Applied", "Outcome", "apply", "read_documents"]
 
@@ -110,7 +108,7 @@ def read_documents(text: str | bytes, *, source: str = "") -> list[Document[Any]
 
 
 def apply(
-    engine: Engine,
+    store: Store,
     documents: Sequence[Document[Any]],
     *,
     now: datetime,
@@ -121,26 +119,16 @@ def apply(
     names the cost model in use: budgets must be in its currency, and a cost model of that
     name is said to be in use; ``None`` checks no currency."""
     check_names(documents)
-    _check_currency(engine, documents, cost_model)
-    with engine.connect() as connection:
-        transaction = connection.begin()
-        try:
-            applied = tuple(
-                _write(connection, document, now, cost_model, len(documents))
-                for document in documents
-            )
-        except BaseException:
-            transaction.rollback()
-            raise
-        if dry_run:
-            transaction.rollback()
-        else:
-            transaction.commit()
+    _check_currency(store, documents, cost_model)
+    with store.transaction(dry_run=dry_run) as bound:
+        applied = tuple(
+            _write(bound, document, now, cost_model, len(documents)) for document in documents
+        )
     return Outcome(applied, dry_run)
 
 
 def _check_currency(
-    engine: Engine, documents: Sequence[Document[Any]], cost_model: str | None
+    store: Store, documents: Sequence[Document[Any]], cost_model: str | None
 ) -> None:
     """Budgets in the currency of the cost model in use: the one ``documents`` apply under its
     name, else the stored one (or the example prices)."""
@@ -150,24 +138,20 @@ def _check_currency(
     applied = [
         d.value for d in documents if isinstance(d.value, CostModel) and d.name == cost_model
     ]
-    currency = (applied[0] if applied else active_model(engine, cost_model)).currency
+    in_use = applied[0] if applied else store.cost_models.find(cost_model) or example_model()
     for document in budgets:
         try:
-            same_currency(document.value, currency)
+            same_currency(document.value, in_use.currency)
         except InvalidInput as exc:
             raise _at(document, len(documents), exc) from None
 
 
 def _write(
-    connection: Connection,
-    document: Document[Any],
-    now: datetime,
-    cost_model: str | None,
-    count: int,
+    store: Store, document: Document[Any], now: datetime, cost_model: str | None, count: int
 ) -> Applied:
     writer = _WRITERS[document.kind]
     try:
-        return writer(connection, document, now, cost_model)
+        return writer(store, document, now, cost_model)
     except InfersightError as exc:
         raise _at(document, count, exc) from None
 
@@ -185,37 +169,32 @@ def _at(document: Document[Any], count: int, exc: InfersightError) -> Infersight
 # -- one writer per kind --------------------------------------------------------------------
 
 
-def _slo(connection: Connection, d: Document[Any], now: datetime, _model: str | None) -> Applied:
+def _slo(store: Store, d: Document[Any], now: datetime, _model: str | None) -> Applied:
     spec: SloSpec = d.value
-    created = slo_store.put_slo(connection, spec, now)
+    created = store.slos.put(spec, now)
     notes = (
         (OUTPUT_TOKENS_NOTE.format(name=spec.name),) if spec.sli.per is GoodputUnit.TOKEN else ()
     )
     return Applied(d, created, True, notes=notes)
 
 
-def _cost_model(
-    connection: Connection, d: Document[Any], now: datetime, model: str | None
-) -> Applied:
+def _cost_model(store: Store, d: Document[Any], now: datetime, model: str | None) -> Applied:
     value: CostModel = d.value
-    created = cost_models.put_model(connection, value, now)
-    return Applied(d, created, True, in_use=value.name == model)
+    return Applied(d, store.cost_models.put(value, now), True, in_use=value.name == model)
 
 
-def _scaling_policy(
-    connection: Connection, d: Document[Any], now: datetime, _model: str | None
-) -> Applied:
+def _scaling_policy(store: Store, d: Document[Any], now: datetime, _model: str | None) -> Applied:
     policy: ScalingPolicy = d.value
-    return Applied(d, scaling.put_policy(connection, policy, now), True)
+    return Applied(d, store.scaling.put_policy(policy, now), True)
 
 
-def _budget(connection: Connection, d: Document[Any], now: datetime, _model: str | None) -> Applied:
+def _budget(store: Store, d: Document[Any], now: datetime, _model: str | None) -> Applied:
     budget: Budget = d.value
-    version, new = budget_store.put_budget(connection, budget, now)
+    version, new = store.budgets.put(budget, now)
     return Applied(d, new and version == 1, new, version=version)
 
 
-_WRITERS: Final[dict[str, Callable[[Connection, Document[Any], datetime, str | None], Applied]]] = {
+_WRITERS: Final[dict[str, Callable[[Store, Document[Any], datetime, str | None], Applied]]] = {
     SLO.kind: _slo,
     COST_MODEL.kind: _cost_model,
     SCALING_POLICY.kind: _scaling_policy,

@@ -78,6 +78,7 @@ from infersight.service.documents import (
 from infersight.storage import budgets as budget_store
 from infersight.storage import cost as cost_store
 from infersight.storage import incident_history, incidents, signals
+from infersight.storage.seam import Store
 
 log = logging.getLogger(__name__)
 API_VERSION: Final = "infersight/v1"
@@ -207,20 +208,27 @@ def to_document(budget: Budget) -> dict[str, Any]:
 
 
 def apply_budgets(
-    engine: Engine, budgets: Sequence[Budget], now: datetime, currency: str | None = None
+    store: Store | Engine,
+    budgets: Sequence[Budget],
+    now: datetime,
+    currency: str | None = None,
 ) -> list[tuple[Budget, int, bool]]:
     """Store each budget (a new version where it changed): ``(budget, version, new)`` each,
     all or nothing (``service.apply``). With ``currency`` (the cost model's), a budget in
     another currency is refused first."""
     from infersight.service.apply import apply  # noqa: PLC0415 (it reads this module's kind)
 
+    if isinstance(store, Engine):  # a caller not yet handed the store (issue 31)
+        from infersight.storage.sql_store import SqlStore  # noqa: PLC0415
+
+        store = SqlStore(store)
     if currency is not None:
         for budget in budgets:
             same_currency(budget, currency)
     documents = [Document(KIND, API_VERSION, b.name, b, i) for i, b in enumerate(budgets, 1)]
     return [
         (a.document.value, a.version or 0, a.changed)
-        for a in apply(engine, documents, now=now).applied
+        for a in apply(store, documents, now=now).applied
     ]
 
 

@@ -64,7 +64,7 @@ def said(outcome, dry_run: bool = False) -> list[str]:
 
 
 def test_a_mixed_stream_is_applied_once_then_updated(store) -> None:
-    outcome = apply(store.engine, read_documents(MIXED), now=NOW, cost_model="prices")
+    outcome = apply(store.sql, read_documents(MIXED), now=NOW, cost_model="prices")
     assert said(outcome) == [
         "SLO chat-ttft: created",
         "CostModel prices: created",
@@ -80,7 +80,7 @@ def test_a_mixed_stream_is_applied_once_then_updated(store) -> None:
         "budgets": [("acme", 1, "100")],
     }
     assert cost_models.get_model(store.engine, "prices").currency == "EUR"
-    again = apply(store.engine, read_documents(MIXED), now=NOW, cost_model="prices")
+    again = apply(store.sql, read_documents(MIXED), now=NOW, cost_model="prices")
     assert said(again) == [
         "SLO chat-ttft: updated",
         "CostModel prices: updated",
@@ -90,12 +90,12 @@ def test_a_mixed_stream_is_applied_once_then_updated(store) -> None:
 
 
 def test_a_dry_run_answers_what_applying_would_do_and_stores_nothing(store) -> None:
-    apply(store.engine, read_documents(MIXED), now=NOW, cost_model="prices")
+    apply(store.sql, read_documents(MIXED), now=NOW, cost_model="prices")
     before = stored(store.engine)
     raised = MIXED.replace('amount: "100"', 'amount: "250"') + (
         "---\napiVersion: infersight/v1\nkind: ScalingPolicy\nmetadata: {name: batch}\nspec: {}\n"
     )
-    dry = apply(store.engine, read_documents(raised), now=NOW, cost_model="prices", dry_run=True)
+    dry = apply(store.sql, read_documents(raised), now=NOW, cost_model="prices", dry_run=True)
     assert said(dry, dry_run=True) == [
         "SLO chat-ttft: would be updated",
         "CostModel prices: would be updated",
@@ -105,7 +105,7 @@ def test_a_dry_run_answers_what_applying_would_do_and_stores_nothing(store) -> N
     ]
     assert dry.dry_run
     assert stored(store.engine) == before
-    done = apply(store.engine, read_documents(raised), now=NOW, cost_model="prices")
+    done = apply(store.sql, read_documents(raised), now=NOW, cost_model="prices")
     assert said(done)[3:] == ["Budget acme: version 2", "ScalingPolicy batch: created"]
     assert stored(store.engine)["budgets"] == [("acme", 2, "250")]
 
@@ -115,7 +115,7 @@ def test_a_write_the_store_refuses_rolls_back_the_whole_stream(store) -> None:
     # refused, after the SLO and the cost model were written in the same transaction.
     scaling.put_policy(store.engine, ScalingPolicy(name="other", model="llama-70b"), NOW)
     with pytest.raises(InvalidInput) as caught:
-        apply(store.engine, read_documents(MIXED), now=NOW, cost_model="prices")
+        apply(store.sql, read_documents(MIXED), now=NOW, cost_model="prices")
     assert caught.value.message == (
         "document 3 (ScalingPolicy chat): scaling policy 'other' already applies to model "
         "'llama-70b'"
@@ -133,13 +133,13 @@ def test_budgets_are_held_to_the_currency_of_the_cost_model_in_use(store) -> Non
     # The stream's cost model is the one in use: its currency, not the stored (or example) one.
     usd = MIXED.replace("currency: EUR, gpuPrices", "currency: USD, gpuPrices")
     with pytest.raises(InvalidInput, match=r"^document 4 \(Budget acme\): budget 'acme' is in EUR"):
-        apply(store.engine, read_documents(usd), now=NOW, cost_model="prices")
+        apply(store.sql, read_documents(usd), now=NOW, cost_model="prices")
     # Without the cost model in the stream, the stored one (here none: the example prices, USD).
     only_budget = MIXED.rsplit("---\n", maxsplit=1)[-1]
     with pytest.raises(InvalidInput, match="the cost model prices in USD"):
-        apply(store.engine, read_documents(only_budget), now=NOW, cost_model="prices")
+        apply(store.sql, read_documents(only_budget), now=NOW, cost_model="prices")
     assert stored(store.engine)["budgets"] == []
-    apply(store.engine, read_documents(MIXED), now=NOW - timedelta(days=1), cost_model="prices")
+    apply(store.sql, read_documents(MIXED), now=NOW - timedelta(days=1), cost_model="prices")
     assert budgets.get_budget(store.engine, "acme").amount == Decimal("100")
 
 

@@ -120,7 +120,7 @@ async def put_model(request: Request, app: App) -> dict[str, Any]:
         )
     now: datetime = app.clock()
     # Off the event loop: the store's work goes to the threadpool.
-    await run_in_threadpool(apply, app.engine, documents, now=now, cost_model=name)
+    await run_in_threadpool(apply, app.store, documents, now=now, cost_model=name)
     return to_document(model)
 
 

@@ -112,7 +112,7 @@ async def put_slo(
         )
     # An async route runs on the event loop: the store's work goes to the threadpool, so a
     # slow write never holds up the worker's other requests.
-    outcome = await run_in_threadpool(apply, app.engine, [document], now=app.clock())
+    outcome = await run_in_threadpool(apply, app.store, [document], now=app.clock())
     response.status_code = 201 if outcome.applied[0].created else 200
     return to_document(spec)
 
