@@ -1,13 +1,18 @@
-"""Baselines: capture, store, list and delete them, and the threshold parsing of comparisons —
-shared by ``/api/v1/baselines``, the dashboard's Baselines page, ``infersight baseline`` and
-the demo's seeding."""
+"""Baselines: capture, store, list and delete them; compare a window of production (or another
+baseline) with one, and the threshold parsing of comparisons — shared by ``/api/v1/baselines``,
+the dashboard's Baselines page, ``infersight baseline`` and the demo's seeding."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from infersight.core.baseline import Baseline
+from infersight.core.baseline_compare import Comparison, Policy, window_label
+from infersight.core.baseline_compare import compare as compare_baselines
 from infersight.core.errors import InvalidInput
 from infersight.core.loadtest import to_baseline
 from infersight.core.query import Selector
@@ -85,3 +90,53 @@ def list_baselines(store: Store, limit: int | None = None) -> list[Baseline]:
 def delete_baseline(store: Store, name: str) -> None:
     """Delete baseline ``name`` (``NotFound`` when there is none)."""
     store.baselines.delete(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A window of production measured for a comparison, and how people read its name."""
+
+    baseline: Baseline
+    label: str
+
+
+def window_candidate(
+    store: Store,
+    window: Window,
+    selector: Selector,
+    now: datetime,
+    *,
+    finest: Resolution,
+    exact_max_rows: int,
+    cost_model: CostModel,
+) -> Candidate:
+    """``window`` of the requests ``selector`` picks, measured as a comparison's candidate
+    (named ``window@START-END`` in Unix seconds; its label the UTC range,
+    ``core.baseline_compare.window_label``); ``exact_max_rows=0``: sketches only."""
+    stamp = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
+    measured = capture_window(
+        store,
+        stamp,
+        window,
+        selector,
+        now,
+        finest=finest,
+        exact_max_rows=exact_max_rows,
+        cost_model=cost_model,
+    )
+    return Candidate(measured, window_label(window))
+
+
+def compare(
+    baseline: Baseline,
+    candidate: Baseline,
+    policy: Policy,
+    *,
+    seed: int = 0,
+    label: str | None = None,
+) -> Comparison:
+    """Every metric of ``candidate`` against ``baseline`` with its verdict; the bootstrap is
+    seeded with ``seed``, so the same question gets the same answer. ``label`` names the
+    candidate to people (default: its name)."""
+    rng = np.random.default_rng(seed)
+    return compare_baselines(baseline, candidate, rng, policy, candidate_label=label)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,16 +23,15 @@ from infersight.api.deps import App, requires, tenants_of
 from infersight.api.errors import described, responses
 from infersight.api.params import WINDOW_RULES, Common, Instant, KnownQueryRoute, common, instant
 from infersight.core.baseline import Baseline, check_name, from_dict, renamed, summary_dict, to_dict
-from infersight.core.baseline_compare import Policy, window_label
-from infersight.core.baseline_compare import compare as compare_baselines
+from infersight.core.baseline_compare import Policy
 from infersight.core.baseline_report import comparison_dict
 from infersight.core.errors import InvalidInput
 from infersight.core.importers import FORMATS
 from infersight.core.importers import parse as parse_result
 from infersight.core.query import Selector
 from infersight.core.window import Window
+from infersight.service import baselines as service
 from infersight.service.baselines import parse_thresholds
-from infersight.storage import baselines as store
 
 router = APIRouter(prefix="/api/v1/baselines", route_class=KnownQueryRoute, tags=["baselines"])
 _READ = [Depends(requires(Scope.READ))]
@@ -93,8 +91,8 @@ def _window(app: AppContext, start: str | float | None, end: str | float | None)
 def _capture(
     app: AppContext, name: str, window: Window, selector: Selector, description: str = ""
 ) -> Baseline:
-    return store.capture_window(
-        app.engine,
+    return service.capture_window(
+        app.store,
         name,
         window,
         selector,
@@ -148,14 +146,14 @@ def _build(app: AppContext, body: CaptureBody) -> Baseline:
 )
 def capture(app: App, body: CaptureBody, response: Response) -> dict[str, Any]:
     baseline = _build(app, body)
-    created = store.save_baseline(app.engine, baseline, replace=body.replace)
+    created = service.save_baseline(app.store, baseline, replace=body.replace)
     response.status_code = 201 if created else 200
     return summary_dict(baseline)
 
 
 @router.get("", dependencies=_READ, summary="Every baseline, newest first")
 def list_baselines(app: App, limit: Annotated[int, Query(ge=1, le=1000)] = 200) -> dict[str, Any]:
-    found = store.list_baselines(app.engine, limit)
+    found = service.list_baselines(app.store, limit)
     return {"baselines": [summary_dict(b) for b in found]}
 
 
@@ -165,13 +163,13 @@ def get_baseline(
     name: Name,
     distributions: Annotated[bool, Query(description="include the serialised sketches")] = False,
 ) -> dict[str, Any]:
-    baseline = store.get_baseline(app.engine, name)
+    baseline = service.get_baseline(app.store, name)
     return to_dict(baseline) if distributions else summary_dict(baseline)
 
 
 @router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete a baseline")
 def delete_baseline(app: App, name: Name) -> Response:
-    store.delete_baseline(app.engine, check_name(name))
+    service.delete_baseline(app.store, check_name(name))
     return Response(status_code=204)
 
 
@@ -206,19 +204,24 @@ def compare(
     window_keys = {"start", "end", "range", "model", "instance", "tenant", "priority"}
     if against is not None and window_keys & set(request.query_params):
         raise InvalidInput("against= compares two baselines; it takes no window or selector")
-    baseline = store.get_baseline(app.engine, name)
+    baseline = service.get_baseline(app.store, name)
     scope = tenants_of(request)  # a token limited to tenants reads baselines of its tenants
     check_within_scope(scope, baseline.labels, f"baseline {name!r}")
     label: str | None = None  # a window candidate is named by its UTC range
     if against is not None:
-        candidate = store.get_baseline(app.engine, against)
+        candidate = service.get_baseline(app.store, against)
         check_within_scope(scope, candidate.labels, f"baseline {against!r}")
     else:
-        window = params.window
-        stamp = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
-        candidate = _capture(app, stamp, window, params.selector)
-        label = window_label(window)
-    result = compare_baselines(
-        baseline, candidate, np.random.default_rng(seed), policy, candidate_label=label
-    )
+        window, now = params.window, app.clock()
+        measured = service.window_candidate(
+            app.store,
+            window,
+            params.selector,
+            now,
+            finest=app.retention.finest_for(window, now),
+            exact_max_rows=app.exact_max_rows,
+            cost_model=app.cost_model(),
+        )
+        candidate, label = measured.baseline, measured.label
+    result = service.compare(baseline, candidate, policy, seed=seed, label=label)
     return comparison_dict(result)

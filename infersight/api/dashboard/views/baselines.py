@@ -9,16 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import numpy as np
-
 from infersight.api.context import AppContext
 from infersight.api.dashboard.context import Context
-from infersight.core.baseline_compare import Policy, compare
+from infersight.core.baseline_compare import Policy
 from infersight.core.errors import InfersightError, InvalidInput
 from infersight.core.query import Selector
 from infersight.core.records import GROUP_LABELS
 from infersight.core.slo import scope_of
-from infersight.storage import baselines as baseline_store
+from infersight.service import baselines as service
 
 NAME: Final = "baselines"
 TITLE: Final = "Baselines"
@@ -38,7 +36,7 @@ def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]
 
 
 def baselines(app: AppContext, ctx: Context, name: str) -> dict[str, Any]:
-    stored = baseline_store.list_baselines(app.engine, MAX_LISTED)
+    stored = service.list_baselines(app.store, MAX_LISTED)
     if not stored:
         return {
             "available": False,
@@ -60,9 +58,8 @@ def baselines(app: AppContext, ctx: Context, name: str) -> dict[str, Any]:
         "currency": cost_model.currency,
     }
     try:
-        candidate = baseline_store.capture_window(
-            app.engine,
-            f"window@{int(ctx.window.start.timestamp())}",
+        candidate = service.window_candidate(
+            app.store,
             ctx.window,
             selector,
             ctx.now,
@@ -73,7 +70,7 @@ def baselines(app: AppContext, ctx: Context, name: str) -> dict[str, Any]:
     except InfersightError as exc:
         out["comparison"], out["comparison_error"] = None, exc.message
         return out
-    result = compare(chosen, candidate, np.random.default_rng(0), Policy(resamples=BOOTSTRAP))
+    result = service.compare(chosen, candidate.baseline, Policy(resamples=BOOTSTRAP))
     out["comparison"], out["comparison_error"] = result, ""
     return out
 
