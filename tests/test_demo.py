@@ -35,6 +35,7 @@ from infersight.storage import incidents, migrate, signals, slo_store
 from infersight.storage.baselines import get_baseline
 from infersight.storage.engine import create_store_engine
 from infersight.storage.runs import get_run, list_runs
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import gpu_samples, requests
 from tests.dashboard.conftest import Page, browser, page, serve
 from tests.waiting import until
@@ -321,9 +322,9 @@ def test_the_live_demo_seeds_a_baseline_from_its_healthy_history(tmp_path: Path)
     try:
         migrate.upgrade(engine)
         plan = load_scenario(str(files("infersight.cli").joinpath("demo_fleet.yaml")))
-        demo_ = LiveDemo(engine, Settings(), plan, [])
+        demo_ = LiveDemo(SqlStore(engine), Settings(), plan, [])
         assert demo_.backfill(300, threading.Event()) > 0
-        captured = capture_baseline(engine, demo_.history_window(300), datetime.now(UTC))
+        captured = capture_baseline(SqlStore(engine), demo_.history_window(300), datetime.now(UTC))
         stored = get_baseline(engine, BASELINE)
     finally:
         engine.dispose()
@@ -344,7 +345,8 @@ def test_the_live_demo_s_step_run_is_stored_with_a_knee_at_the_batch_size(
         # thread of its own: this module's Chromium fixture keeps Playwright's event loop
         # running in the main thread, and a loop cannot start inside another.
         with ThreadPoolExecutor(1) as pool:
-            run = pool.submit(store_step_run, engine, run_in=run_in_virtual_time).result()
+            store = SqlStore(engine)
+            run = pool.submit(store_step_run, store, run_in=run_in_virtual_time).result()
         listed = list_runs(engine, 10)
         stored = get_run(engine, listed[0].id)
     finally:

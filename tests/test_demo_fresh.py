@@ -25,6 +25,7 @@ from infersight.core.errors import InvalidInput
 from infersight.storage import migrate
 from infersight.storage.creation import creating
 from infersight.storage.engine import StoreTimeouts, create_store_engine, sqlite_file
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import requests
 from infersight.storage.writer import open_writer
 from tests.conftest import Store
@@ -189,7 +190,7 @@ def test_a_locked_store_is_refused_not_taken_for_empty(tmp_path: Path) -> None:
         engine = create_store_engine(url, timeouts=StoreTimeouts(sqlite_busy_s=0.2))
         try:
             with pytest.raises(InvalidInput, match="cannot tell what the store") as raised:
-                held(engine)
+                held(SqlStore(engine))
             assert "locked" in str(raised.value)
         finally:
             engine.dispose()
@@ -198,7 +199,7 @@ def test_a_locked_store_is_refused_not_taken_for_empty(tmp_path: Path) -> None:
         locker.close()
     engine = create_store_engine(f"sqlite:///{tmp_path / 'new.db'}")
     try:
-        assert held(engine).empty  # no schema at all: empty
+        assert held(SqlStore(engine)).empty  # no schema at all: empty
     finally:
         engine.dispose()
 

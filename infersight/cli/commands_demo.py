@@ -42,11 +42,11 @@ from infersight.cli.demo_store import held, mark_demo_store, move_aside, refuse_
 from infersight.cli.demo_virtual import VIRTUAL_STORE, run_virtual
 from infersight.cli.group import Context, pass_context, read_scenario, read_spec_file
 from infersight.core.burn import Incident
+from infersight.service.admin import migrate, redact
 from infersight.service.specs import parse_specs
+from infersight.service.store import open_store
 from infersight.simulator.scenario import Scenario
 from infersight.simulator.specs import parse_duration
-from infersight.storage import migrate
-from infersight.storage.engine import create_store_engine, redact
 
 VIRTUAL_SCENARIO = "mixed-incident"
 #: How often the live demo prints a progress line (incidents are reported as they change).
@@ -152,31 +152,31 @@ def demo(
     if not virtual:
         check_listen(host, port)  # a demo running there: nothing is moved or played
     _own_store(url, fresh)
-    engine = create_store_engine(url, pool_size=10, max_overflow=20)
+    store = open_store(url, pool_size=10, max_overflow=20)
     try:
         click.echo(f"store: {redact(url)}", err=True)
-        migrate.upgrade(engine)
-        mark_demo_store(engine)  # the demo's own store: a later --fresh may move it aside
+        migrate(store)
+        mark_demo_store(store)  # the demo's own store: a later --fresh may move it aside
         if virtual:
-            run_virtual(engine, context.settings, plan, slos, url, duration_s, end)
+            run_virtual(store, context.settings, plan, slos, url, duration_s, end)
             return
         plan = shift_faults(plan, first_s)
         # A fresh seed per run: a second demo on the same store must not repeat trace ids.
         plan = dataclasses.replace(plan, seed=(plan.seed + time.time_ns()) % (1 << 31))
-        demo_ = LiveDemo(engine, context.settings, plan, slos, host=host, port=port)
+        demo_ = LiveDemo(store, context.settings, plan, slos, host=host, port=port)
         _live(demo_, history_s, duration_s)
     finally:
-        engine.dispose()
+        store.dispose()
 
 
 def _own_store(url: str, fresh: bool) -> None:
     """Refuse a store that holds data, or with ``fresh`` move a SQLite one a demo created
     aside (said; ``demo_store.move_aside`` refuses any other, and one in use)."""
-    engine = create_store_engine(url)
+    store = open_store(url)
     try:
-        what = held(engine)
+        what = held(store)
     finally:
-        engine.dispose()
+        store.dispose()
     if what.empty:
         return
     if not fresh:
@@ -227,7 +227,7 @@ def _live(demo_: LiveDemo, history_s: float, duration_s: float | None) -> None:
             _introduce(demo_.scenario, demo_.start())
             first_incident = threading.Event()
             echo = lambda t: click.echo(t, err=True)  # noqa: E731
-            seeding = Seeding(demo_.engine, history, echo, go=first_incident).start()
+            seeding = Seeding(demo_.store, history, echo, go=first_incident).start()
             _watch(demo_, stop, duration_s, first_incident)
         finally:
             click.echo("stopping: fleet, sidecars (draining their spools), API…", err=True)

@@ -28,10 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from sqlalchemy import Engine, func, select
 
 from infersight.api import create_app
 from infersight.api.serving import limits_of
@@ -45,6 +44,10 @@ from infersight.core.burn import Incident
 from infersight.core.errors import ConfigurationError, Unavailable
 from infersight.core.slo import SloSpec
 from infersight.core.window import Window
+from infersight.service.admin import stored_requests
+from infersight.service.incidents import annotate, list_incidents
+from infersight.service.ingest import open_writer
+from infersight.service.slos import put_slos
 from infersight.simulator.events import Batch
 from infersight.simulator.fleet import Progress, run_scenario
 from infersight.simulator.scenario import Scenario
@@ -52,15 +55,17 @@ from infersight.simulator.serve import FleetServer
 from infersight.simulator.sinks import Sink
 from infersight.simulator.sinks.otlp import OtlpSink
 from infersight.simulator.sinks.store import StoreSink
-from infersight.storage import incidents, signals, slo_store
-from infersight.storage.tables import requests
-from infersight.storage.writer import open_writer
+
+if TYPE_CHECKING:
+    from infersight.service.store import Store
 
 log = logging.getLogger(__name__)
 #: The demo evaluates SLOs often so that an incident shows within seconds of its burn.
 EVALUATION_INTERVAL_S = 5.0
 SCRAPE_INTERVAL_S = 5.0
 GPU_INTERVAL_S = 2.0
+#: The most firing incidents the progress line reads.
+MAX_FIRING = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +146,7 @@ def shift_faults(scenario: Scenario, first_s: float) -> Scenario:
 class LiveDemo:
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         settings: Settings,
         scenario: Scenario,
         slos: list[SloSpec],
@@ -151,7 +156,7 @@ class LiveDemo:
         spool_root: Path | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.settings = settings
         self.scenario = scenario
         self.slos = slos
@@ -175,9 +180,7 @@ class LiveDemo:
         check_listen(self.host, self.port)
 
     def apply_slos(self) -> list[str]:
-        now = self._clock()
-        for spec in self.slos:
-            slo_store.put_slo(self.engine, spec, now)
+        put_slos(self.store, self.slos, self._clock())
         return [spec.name for spec in self.slos]
 
     def backfill(
@@ -199,7 +202,7 @@ class LiveDemo:
             faults=(),
             seed=self.scenario.seed + 1,  # trace ids must not repeat the live fleet's
         )
-        sink = StoreSink(open_writer(self.engine))
+        sink = StoreSink(open_writer(self.store))
 
         def report(p: Progress) -> None:
             if stop.is_set():
@@ -251,7 +254,7 @@ class LiveDemo:
         samplers: list[Sampler] = [scraper] if gpu is None else [scraper, gpu]
         return Sidecar(
             config,
-            open_writer(self.engine),
+            open_writer(self.store),
             samplers,
             scraped_model=scraper.current_model,
             scraped_adapters=scraper.current_adapters,
@@ -263,7 +266,7 @@ class LiveDemo:
         )
         app = create_app(
             api_settings,
-            self.engine,
+            self.store,
             retention=self.settings.retention(),
             exact_max_rows=self.settings.exact_max_rows,
         )
@@ -315,13 +318,13 @@ class LiveDemo:
     # -- progress ------------------------------------------------------------------------
 
     def status(self) -> DemoStatus:
-        with self.engine.connect() as connection:
-            stored = connection.execute(select(func.count()).select_from(requests)).scalar_one()
         return DemoStatus(
             elapsed_s=time.monotonic() - self._started,
             served=self._count_served(),
-            stored=int(stored),
-            firing=tuple(incidents.list_incidents(self.engine, "firing")),
+            stored=stored_requests(self.store),
+            firing=tuple(
+                listed.incident for listed in list_incidents(self.store, "firing", MAX_FIRING)
+            ),
         )
 
     def _count_served(self) -> int:
@@ -330,6 +333,5 @@ class LiveDemo:
 
     def cause_of(self, incident: Incident) -> str | None:
         """The stored diagnosis's top cause, once the diagnosis job has written it."""
-        note = signals.notes(self.engine, [incident.id]).get(incident.id)
-        diagnosis: Any = note.diagnosis if note is not None else None
+        diagnosis: Any = annotate(self.store, [incident])[incident.id]["diagnosis"]
         return diagnosis.get("cause") if isinstance(diagnosis, dict) else None

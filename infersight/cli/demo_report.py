@@ -11,17 +11,25 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
-from sqlalchemy import Engine
 
 from infersight.core.query import Method, Selector
-from infersight.core.window import Window
+from infersight.core.window import Resolution, Window
+from infersight.service.incidents import list_incidents
+from infersight.service.telemetry import breakdown, latency, throughput
 from infersight.simulator.fleet import Progress, RunResult
 from infersight.simulator.scenario import Scenario
-from infersight.storage import incidents, queries, signals
+
+if TYPE_CHECKING:
+    from infersight.service.store import Store
 
 QUANTILES = (0.5, 0.9, 0.99)
+#: The report reads rollups at their finest: the scenario ends now, well within retention.
+FINEST = Resolution.MINUTE
+#: The most incidents the report lists.
+MAX_INCIDENTS = 500
 
 
 #: Off a terminal (a CI log, a file) the progress is a plain line this often.
@@ -68,12 +76,18 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value * 1000:,.0f}"
 
 
-def report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
+def report(store: Store, scenario: Scenario, result: RunResult, exact_max_rows: int) -> None:
+    """What infersight saw of the played ``scenario``: latency and throughput per model, where
+    end-to-end time goes, and each injected fault's effect (``exact_max_rows``: the settings'
+    bound, for the figures read as ``Method.AUTO`` would)."""
     window = Window(scenario.start, scenario.start + timedelta(seconds=scenario.duration_s))
     echo = click.echo
     echo(f"\nWhat infersight saw over {window.start:%Y-%m-%d %H:%M}–{window.end:%H:%M} UTC")
     echo("\nLatency per model (ms; from per-request records, not histogram buckets)")
-    rates = {t.labels["model"]: t for t in queries.throughput(engine, window, group_by=["model"])}
+    rates = {
+        t.labels["model"]: t
+        for t in throughput(store, window, Selector(), ["model"], finest=FINEST)
+    }
     width = max([len("model"), *(len(model) for model in rates)]) + 2
     header = f"  {'model':<{width}}{'requests':>10}{'errors':>8}"
     for metric in ("ttft", "tpot", "e2e"):
@@ -82,13 +96,16 @@ def report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
     answers = {
         metric: {
             g.labels["model"]: g
-            for g in queries.latency(
-                engine,
+            for g in latency(
+                store,
                 metric,
                 window,
-                group_by=["model"],
-                quantiles=QUANTILES,
-                method=Method.SKETCH,
+                Selector(),
+                ["model"],
+                QUANTILES,
+                Method.SKETCH,
+                finest=FINEST,
+                exact_max_rows=exact_max_rows,
             ).groups
         }
         for metric in ("ttft", "tpot", "e2e")
@@ -104,7 +121,7 @@ def report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
     echo("  (sketch method: every figure within 1 % of the exact percentile)")
 
     echo("\nWhere end-to-end time goes")
-    for row in queries.breakdown(engine, window, group_by=["model"]):
+    for row in breakdown(store, window, Selector(), ["model"], finest=FINEST):
         parts = ", ".join(
             f"{s.stage} {s.share:.0%}"
             for s in row.stages
@@ -123,13 +140,16 @@ def report(engine: Engine, scenario: Scenario, result: RunResult) -> None:
         for metric in ("ttft", "tpot"):
             values = []
             for span in (before, during):
-                groups = queries.latency(
-                    engine,
+                groups = latency(
+                    store,
                     metric,
                     span,
                     Selector(instance=fault.instance),
-                    quantiles=(0.99,),
-                    method=Method.EXACT,
+                    (),
+                    (0.99,),
+                    Method.EXACT,
+                    finest=FINEST,
+                    exact_max_rows=exact_max_rows,
                 ).groups
                 values.append(groups[0].quantiles[0.99] if groups else None)
             cells.append(f"{_ms(values[0])} → {_ms(values[1])}")
@@ -150,22 +170,23 @@ def _cause(diagnosis: object) -> str:
     return f"{cause}{where}{sure}"
 
 
-def incidents_report(engine: Engine, scenario: Scenario) -> None:
+def incidents_report(store: Store, scenario: Scenario) -> None:
     """The incidents opened over the scenario, oldest first, with their stored diagnoses."""
     start = scenario.start
-    found = [i for i in incidents.list_incidents(engine, "all") if i.opened_at >= start]
-    found.sort(key=lambda i: (i.opened_at, i.id))
+    found = list_incidents(
+        store, "all", MAX_INCIDENTS, keep=lambda incident: incident.opened_at >= start
+    )
+    found.sort(key=lambda listed: (listed.incident.opened_at, listed.incident.id))
     echo = click.echo
     echo(f"\nIncidents the SLO evaluation opened ({len(found)}), and their diagnoses")
     if not found:
         echo("  none")
         return
-    notes = signals.notes(engine, [i.id for i in found])
-    for i in found:
-        note = notes.get(i.id)
+    for listed in found:
+        i = listed.incident
         until = f"{i.resolved_at:%H:%M}" if i.resolved_at else "open"
         echo(
             f"  #{i.id:<4}{i.opened_at:%H:%M}–{until:<6} {i.severity.value:<7}"
             f"peak burn {i.peak_burn_rate:>7,.1f}×  {i.slo} ({i.scope})\n"
-            f"        diagnosis: {_cause(note.diagnosis if note else None)}"
+            f"        diagnosis: {_cause(listed.notes['diagnosis'])}"
         )

@@ -19,11 +19,10 @@ import socket
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import uvicorn
-from sqlalchemy import Engine
 
 from infersight.core.baseline import Baseline
 from infersight.core.loadtest import LoadTestRun, ScenarioKind
@@ -35,11 +34,14 @@ from infersight.loadgen.runner import Runner
 from infersight.loadgen.scenarios import step
 from infersight.loadgen.virtual_time import run_in_virtual_time
 from infersight.loadgen.workload import DistKind, Lengths, Sampled
+from infersight.service.baselines import capture_window, save_baseline
+from infersight.service.loadtests import save_run
 from infersight.simulator.profiles import ModelProfile, StepCosts
 from infersight.simulator.realtime import RealtimeServer
 from infersight.simulator.specs import load_profile
-from infersight.storage.baselines import capture_window, save_baseline
-from infersight.storage.runs import save_run
+
+if TYPE_CHECKING:
+    from infersight.service.store import Store
 
 BASELINE: Final = "demo-healthy"
 PROFILE: Final = "llama-3.1-8b-h200x1"
@@ -54,14 +56,14 @@ RUN_NAME: Final = f"demo step run: one simulated 8B instance, {SLOTS} sequences 
 
 
 def capture_baseline(
-    engine: Engine,
+    store: Store,
     window: Window,
     now: datetime,
     description: str = "the live demo's healthy backfill, before any fault",
 ) -> Baseline:
     """Store (or replace) baseline ``BASELINE`` from the fleet's requests in ``window``."""
     baseline = capture_window(
-        engine,
+        store,
         BASELINE,
         window,
         Selector(),
@@ -69,7 +71,7 @@ def capture_baseline(
         description=description,
         finest=Resolution.MINUTE,
     )
-    save_baseline(engine, baseline, replace=True)
+    save_baseline(store, baseline, replace=True)
     return baseline
 
 
@@ -143,14 +145,14 @@ async def step_run(epoch: datetime) -> LoadTestRun:
 
 
 def store_step_run(
-    engine: Engine,
+    store: Store,
     run_in: Callable[..., LoadTestRun] = run_in_virtual_time,
     epoch: datetime | None = None,
 ) -> LoadTestRun:
     """Run ``step_run`` (in virtual time unless ``run_in`` says otherwise: the knee is then the
     model's, not the host's) and store it; the stored run."""
     run = run_in(step_run(epoch or datetime.now(UTC)))
-    return dataclasses.replace(run, id=save_run(engine, run))
+    return dataclasses.replace(run, id=save_run(store, run))
 
 
 class Seeding:
@@ -167,13 +169,13 @@ class Seeding:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         history: Window | None,
         echo: Callable[[str], None],
         go: threading.Event | None = None,
         wait_s: float = 90.0,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.history = history
         self.echo = echo
         self.go = go or threading.Event()
@@ -206,7 +208,7 @@ class Seeding:
     def _work(self) -> None:
         try:
             if self.history is not None:
-                self.baseline = capture_baseline(self.engine, self.history, datetime.now(UTC))
+                self.baseline = capture_baseline(self.store, self.history, datetime.now(UTC))
                 self.echo(
                     f"captured baseline {BASELINE} from the healthy history "
                     f"({self.baseline.requests:,} requests)"
@@ -232,7 +234,7 @@ class Seeding:
                 run = loop.run_until_complete(self._task)
             except asyncio.CancelledError:
                 return
-            self.run = dataclasses.replace(run, id=save_run(self.engine, run))
+            self.run = dataclasses.replace(run, id=save_run(self.store, run))
             self.echo(f"stored load-test run {self.run.id} (the Capacity page shows its knee)")
         finally:
             with self._lock:  # ``stop`` must not reach a closed loop

@@ -25,14 +25,15 @@ from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import DBAPIError
 
 from infersight.core.errors import InvalidInput
-from infersight.storage.engine import redact, sqlite_file
-from infersight.storage.tables import incidents, loadtest_runs, requests
+from infersight.service.admin import contents, redact, sqlite_file
+
+if TYPE_CHECKING:
+    from infersight.service.store import Store
 
 #: The files SQLite keeps beside a database in WAL mode.
 _COMPANIONS = ("", "-wal", "-shm", "-journal")
@@ -72,40 +73,34 @@ def _utc(at: datetime) -> datetime:
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
-def held(engine: Engine) -> Held:
-    """What ``engine``'s store holds (nothing, where it has no schema yet). A store that
-    cannot be read (locked by another process, say) is refused, never taken for empty."""
+def held(store: Store) -> Held:
+    """What the store holds (nothing, where it has no schema yet: ``service.admin.contents``).
+    A store that cannot be read (locked by another process, say) is refused, never taken for
+    empty."""
     try:
-        with engine.connect() as connection:
-            count, first, last = connection.execute(
-                select(func.count(), func.min(requests.c.start), func.max(requests.c.start))
-            ).one()
-            opened = connection.execute(select(func.count()).select_from(incidents)).scalar_one()
-            runs = connection.execute(select(func.count()).select_from(loadtest_runs)).scalar_one()
+        found = contents(store)
     except DBAPIError as exc:
         text = str(exc.orig)
-        if "no such table" in text or "does not exist" in text:
-            return Held(0, None, None, 0, 0)  # no schema (a new store): nothing to mix with
-        shown = redact(engine.url.render_as_string(hide_password=False))
+        shown = store.describe()  # the URL, its password hidden
         raise InvalidInput(
             f"cannot tell what the store {shown} holds ({text.splitlines()[0] if text else exc}): "
             "a demo needs a store of its own; stop what holds it or give another --store",
             details={"store": shown},
         ) from None
-    return Held(int(count), first, last, int(opened), int(runs))
+    return Held(found.requests, found.first, found.last, found.incidents, found.runs)
 
 
 def sqlite_path(url: str) -> Path | None:
     """The file of a SQLite store URL (``None``: PostgreSQL, SQLite in memory or a ``file:``
-    URI): ``storage.engine.sqlite_file``, the engine's own reading."""
+    URI): ``service.admin.sqlite_file``, the store's own reading."""
     return sqlite_file(url)
 
 
-def mark_demo_store(engine: Engine) -> None:
-    """Mark ``engine``'s SQLite file as a demo's (``--fresh`` moves only such a store)."""
-    if engine.dialect.name != "sqlite":
+def mark_demo_store(store: Store) -> None:
+    """Mark the store's SQLite file as a demo's (``--fresh`` moves only such a store)."""
+    if store.dialect != "sqlite":
         return
-    with engine.begin() as connection:
+    with store.engine.begin() as connection:
         connection.exec_driver_sql(f"PRAGMA application_id = {DEMO_APPLICATION_ID}")
 
 

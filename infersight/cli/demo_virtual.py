@@ -17,10 +17,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import click
-from sqlalchemy import Engine
 
 from infersight.api.context import build_context
 from infersight.api.settings import ApiSettings
@@ -31,13 +30,16 @@ from infersight.core.retention import RetentionPolicy
 from infersight.core.slo import SloSpec
 from infersight.core.timestamps import iso, parse_time
 from infersight.core.window import Resolution, Window
+from infersight.service.admin import redact
+from infersight.service.ingest import open_writer
 from infersight.service.jobs import SoleLeader
+from infersight.service.slos import put_slos
 from infersight.simulator.fleet import Progress, RunResult, run_scenario
 from infersight.simulator.scenario import Scenario
 from infersight.simulator.sinks.store import StoreSink
-from infersight.storage import slo_store
-from infersight.storage.engine import redact
-from infersight.storage.writer import open_writer
+
+if TYPE_CHECKING:
+    from infersight.service.store import Store
 
 #: The evaluation interval in virtual time. A whole minute keeps every burn window on minute
 #: boundaries (read from minute rollups alone), as in the diagnosis benchmark.
@@ -72,7 +74,7 @@ def ending_at(scenario: Scenario, end: datetime, duration_s: float | None = None
 
 
 def play(
-    engine: Engine,
+    store: Store,
     scenario: Scenario,
     slos: Sequence[SloSpec],
     retention: RetentionPolicy,
@@ -80,17 +82,16 @@ def play(
 ) -> Played:
     """Store ``scenario`` minute by minute and run the API's jobs at each minute's end."""
     now = [scenario.start]
-    for spec in slos:
-        slo_store.put_slo(engine, spec, scenario.start)
+    put_slos(store, slos, scenario.start)
     context = build_context(
         ApiSettings(run_jobs=False, evaluation_interval_s=INTERVAL_S),
-        engine,
+        store,
         lambda: now[0],
         lock=SoleLeader(),
         retention=retention,
     )
     jobs = context.jobs
-    sink = StoreSink(open_writer(engine))
+    sink = StoreSink(open_writer(store))
     evaluations = [0]
 
     def tick(p: Progress) -> None:
@@ -108,25 +109,25 @@ def play(
     return Played(result, scenario, evaluations[0])
 
 
-def seed(engine: Engine, plan: Scenario) -> None:
+def seed(store: Store, plan: Scenario) -> None:
     """A baseline of the healthy stretch before the first fault, and a step load test stored
     as a run (on the wall clock: about half a minute), as the live demo seeds them."""
     healthy_s = min((f.start_s for f in plan.faults), default=plan.duration_s)
     if healthy_s >= INTERVAL_S:
         window = Window(plan.start, plan.start + timedelta(seconds=healthy_s))
         what = f"the virtual demo's healthy stretch before the first fault ({plan.name})"
-        baseline = capture_baseline(engine, window, window.end, what)
+        baseline = capture_baseline(store, window, window.end, what)
         click.echo(
             f"\ncaptured baseline {BASELINE} from the healthy first "
             f"{timedelta(seconds=int(healthy_s))} ({baseline.requests:,} requests)"
         )
     click.echo(f"step load test ({len(LEVELS)} levels × {HOLD_S:g} s) on a simulated instance…")
-    run = store_step_run(engine)
+    run = store_step_run(store)
     click.echo(f"stored load-test run {run.id} (the Capacity page shows its knee)")
 
 
 def run_virtual(
-    engine: Engine,
+    store: Store,
     settings: Settings,
     scenario: Scenario,
     slos: list[SloSpec],
@@ -135,7 +136,7 @@ def run_virtual(
     end: str | None,
 ) -> None:
     """``demo --virtual``: play ``scenario`` (its first ``duration_s``) ending at ``end`` (ISO
-    or Unix seconds; now when ``None``) into ``engine``'s store, evaluating and diagnosing, and
+    or Unix seconds; now when ``None``) into ``store``, evaluating and diagnosing, and
     print the report and how to open the dashboard on ``url``."""
     live = end is None
     until = datetime.now(UTC) if end is None else parse_time("--end", end)
@@ -150,7 +151,7 @@ def run_virtual(
     )
     show, done = progress_bar()
     try:
-        played = play(engine, plan, slos, settings.retention(), progress=show)
+        played = play(store, plan, slos, settings.retention(), progress=show)
     except KeyboardInterrupt:
         done()
         click.echo("interrupted: what was stored so far stays in the store", err=True)
@@ -164,9 +165,9 @@ def run_virtual(
         f"in {result.wall_s:.0f} s",
         err=True,
     )
-    report(engine, plan, result)
-    incidents_report(engine, plan)
-    seed(engine, plan)
+    report(store, plan, result, settings.exact_max_rows)
+    incidents_report(store, plan)
+    seed(store, plan)
     last = plan.start + timedelta(seconds=plan.duration_s)
     if live:  # it ends now: a range ending now, as the dashboard's range menu has them
         shown = next((k for k, v in DASHBOARD_RANGES if v >= plan.duration_s), "30d")

@@ -14,10 +14,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from infersight.core.errors import Unavailable
     from infersight.core.retention import RetentionPolicy
     from infersight.storage.maintenance import MaintenanceReport
-    from infersight.storage.seam import Store
+    from infersight.storage.seam import Store, StoreContents
 
 
 def migrate(store: Store) -> None:
@@ -53,6 +55,25 @@ def head_revision() -> str | None:
 def maintain(store: Store, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
     """Partitions ahead, retention and rollup compaction, as the maintenance job runs them."""
     return store.maintenance.maintain(now, policy)
+
+
+def contents(store: Store) -> StoreContents:
+    """How many requests, incidents and load-test runs the store holds (nothing without a
+    schema); a store that cannot be read raises, never passes for empty."""
+    return store.maintenance.contents()
+
+
+def stored_requests(store: Store) -> int:
+    """How many request records the store holds."""
+    return store.maintenance.stored_requests()
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite store URL names (``None``: not SQLite, in memory, or a ``file:`` URI):
+    the store's own reading of it."""
+    from infersight.storage.engine import sqlite_file as file_of  # noqa: PLC0415
+
+    return file_of(url)
 
 
 def redact(url: str) -> str:

@@ -46,7 +46,7 @@ def _plan(store: Store, *args: str) -> tuple[int, str]:
 def test_the_demo_run_is_planned_at_its_own_length_with_every_step_said(
     store: Store, api: Api
 ) -> None:
-    run = store_step_run(store.engine)  # the demo's: a simulated, slowed H200 instance
+    run = store_step_run(store.sql)  # the demo's: a simulated, slowed H200 instance
     best = measured_capacity(summarise(get_run(store.engine, run.id)))
     assert best.mean_output_tokens < 64  # ~30-token answers
 
