@@ -21,13 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
 from infersight.cli.group import current_settings, open_store
 from infersight.cli.lazy import lazy_attr
 from infersight.core.baseline import Baseline, summary_dict
 from infersight.core.baseline_compare import Policy, Verdict
-from infersight.core.baseline_compare import compare as compare_baselines
 from infersight.core.baseline_report import comparison_dict, markdown, table
 from infersight.core.errors import InvalidInput
 from infersight.core.importers import FORMATS
@@ -402,9 +400,6 @@ def compare(
         raise InvalidInput("give at most one of --against, --file, --run")
     if sources and any((start, end, last, model, instance, tenant, priority)):
         raise InvalidInput("a window and selector only apply when comparing the store's traffic")
-    # Imported here: the module's import block is shared with concurrent work (#16).
-    from infersight.core.baseline_compare import window_label  # noqa: PLC0415
-
     settings = current_settings(ctx)
     store = open_store(ctx)
     label: str | None = None  # how the candidate is named to people (a range, a file)
@@ -418,16 +413,21 @@ def compare(
         elif run_id is not None:
             candidate = _from_run(store, run_id, f"run-{run_id}", "")
         else:
-            window = _window(start, end, last, datetime.now(UTC))
-            selector = Selector(model, instance, tenant, priority)
-            stamp = f"window@{int(window.start.timestamp())}-{int(window.end.timestamp())}"
-            candidate = _from_window(store, settings, stamp, window, selector, "")
-            label = window_label(window)
+            now = datetime.now(UTC)
+            window = _window(start, end, last, now)
+            measured = service.window_candidate(
+                store,
+                window,
+                Selector(model, instance, tenant, priority),
+                now,
+                finest=settings.retention().finest_for(window, now),
+                exact_max_rows=settings.exact_max_rows,
+                cost_model=active_model(store.engine, settings.cost_model),
+            )
+            candidate, label = measured.baseline, measured.label
     finally:
         store.dispose()
-    result = compare_baselines(
-        reference, candidate, np.random.default_rng(seed), policy, candidate_label=label
-    )
+    result = service.compare(reference, candidate, policy, seed=seed, label=label)
     click.echo(json.dumps(comparison_dict(result), indent=2) if as_json else table(result))
     if markdown_file is not None:
         markdown_file.write_text(markdown(result), encoding="utf-8")
