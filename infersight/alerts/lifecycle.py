@@ -60,8 +60,9 @@ with the headline's cause. A row that writes a diagnosis diagnoses the incident 
 incident's reference. Tell: PAGE is ``Transition.OPENED`` at the incident's severity, CHANGE the
 cue's own transition, RESOLVE ``Transition.RESOLVED``, UPDATE ``Notice.UPDATE`` (an update of
 the receiver's open alert: same dedup key); it carries the *headline* (after the writes) or the
-*latest* diagnosis. Re-paging is suppressed by the rows that tell nothing (9, 10, 12, 13, 15,
-18, 19) and by the outbox, which keys a message per incident, event, severity and revision.
+*latest* diagnosis. Nothing is paged twice: a kept diagnosis (15), the same fault flapping
+(12) and a reopening with nothing new (18) tell nobody, and the outbox keys each message by
+incident, event, severity and revision (an update's cause and when its burn came back).
 
 ``judge`` is the headline's rule: a later diagnosis replaces it (``RAISED``) only with clearly
 stronger evidence from the incident's own place — a named cause (never ``unknown``), on the
