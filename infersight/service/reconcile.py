@@ -382,6 +382,33 @@ def import_bytes(
     return import_bill(store, lambda: io.BytesIO(data), name, mapping, now, **limits)
 
 
+def list_imports(store: Store) -> list[BillImport]:
+    """The imported bills, newest first."""
+    return store.bills.list_imports()
+
+
+def import_dict(info: BillImport) -> dict[str, Any]:
+    """An imported bill as ``GET /api/v1/cost/bills`` lists it."""
+    return {
+        "id": info.id,
+        "name": info.name,
+        "format": info.format,
+        "rows": info.rows,
+        "currency": info.currency,
+        "start": iso(info.period_start),
+        "end": iso(info.period_end),
+        "billed": amount_text(info.billed),
+        "mapping": info.mapping,
+        "imported_at": iso(info.imported_at),
+    }
+
+
+def delete_import(store: Store, import_id: int) -> int:
+    """Forget imported bill ``import_id`` and its lines (how many); ``NotFound`` when there is
+    none."""
+    return store.bills.delete_import(import_id)
+
+
 # -- reconciliation -------------------------------------------------------------------------
 
 

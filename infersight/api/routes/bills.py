@@ -32,10 +32,9 @@ from infersight.api.params import (
 )
 from infersight.core.errors import InvalidInput
 from infersight.core.focus import DEFAULT_KEYS, FOCUS_VERSION, BillMapping
-from infersight.core.timestamps import TIME_HELP, iso
+from infersight.core.timestamps import TIME_HELP
 from infersight.service import reconcile as rec
 from infersight.service.cost_spec import to_document
-from infersight.storage import bills
 
 DEFAULT_RANGE: Final = "7d"
 router = APIRouter(prefix="/api/v1", route_class=KnownQueryRoute, tags=["cost"])
@@ -101,24 +100,9 @@ def get_reconciliation(
     return result.as_dict()
 
 
-def _import_dict(info: bills.BillImport) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "name": info.name,
-        "format": info.format,
-        "rows": info.rows,
-        "currency": info.currency,
-        "start": iso(info.period_start),
-        "end": iso(info.period_end),
-        "billed": rec.amount_text(info.billed),
-        "mapping": info.mapping,
-        "imported_at": iso(info.imported_at),
-    }
-
-
 @router.get("/cost/bills", summary="Imported cloud bills (FOCUS), newest first", dependencies=_READ)
 def list_bills(app: App) -> dict[str, Any]:
-    return {"bills": [_import_dict(i) for i in bills.list_imports(app.engine)]}
+    return {"bills": [rec.import_dict(i) for i in rec.list_imports(app.store)]}
 
 
 @router.post(
@@ -166,7 +150,7 @@ async def import_bill(
     responses=responses(404),
 )
 def delete_bill(app: App, bill_id: Id) -> dict[str, Any]:
-    return {"id": bill_id, "lines_deleted": bills.delete_import(app.engine, bill_id)}
+    return {"id": bill_id, "lines_deleted": rec.delete_import(app.store, bill_id)}
 
 
 @router.post(
