@@ -57,15 +57,15 @@ def apply_files(
 ) -> Outcome:
     """Read ``files`` (``read_files``), then store every document in one transaction (rolled
     back for ``dry_run``, which neither creates nor migrates the store)."""
+    from infersight.service.admin import migrate  # noqa: PLC0415 (Alembic: a command that stores)
     from infersight.service.apply import apply  # noqa: PLC0415
-    from infersight.storage import migrate  # noqa: PLC0415 (Alembic: a command that stores)
 
     documents = read_files(files, kinds)
     settings = current_settings(ctx)
     store = open_store(ctx)
     try:
         if not dry_run:
-            migrate.upgrade(store.engine)
+            migrate(store)
         return apply(
             store,
             documents,
