@@ -12,7 +12,7 @@ against an imported cloud bill, the drift, the unmatched lines). Savings opportu
 from ``core.savings`` with the evidence that triggered them. ``WeeklyReports`` is the job
 ``infersight serve`` schedules (default Monday 09:00): it reports the week that ended, stores
 every rendering, and enqueues a short summary with a link in the notification outbox for
-Slack (idempotent per week).
+Slack (idempotent per week). ``list_reports`` and ``get_report`` read the stored ones.
 """
 
 from __future__ import annotations
@@ -44,10 +44,36 @@ from infersight.service.report_render import (
     slack_payload,
     summary_line,
 )
-from infersight.storage.seam import Store
+from infersight.storage.seam import MAX_REPORTS, ReportInfo, Store, StoredReport
+
+__all__ = [
+    "KIND",
+    "MAX_LIST",
+    "EmptyReport",
+    "Generated",
+    "ReportInfo",
+    "StoredReport",
+    "WeeklyReports",
+    "build_weekly",
+    "current_week",
+    "day_windows",
+    "default_week",
+    "get_report",
+    "list_reports",
+    "minute_text",
+    "no_data_notice",
+    "parse_schedule",
+    "parse_week",
+    "previous_week",
+    "week_of",
+    "week_window",
+    "zone",
+]
 
 log = logging.getLogger(__name__)
 KIND: Final = "weekly"
+#: The most stored reports one listing answers.
+MAX_LIST: Final = MAX_REPORTS
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 _DAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 #: The first and last Mondays whose week (eight local midnights, a day to spare either side
@@ -424,3 +450,15 @@ __all__ = [
     "render_html",
     "week_window",
 ]
+
+
+def list_reports(store: Store, kind: str | None = None, limit: int = 52) -> list[ReportInfo]:
+    """The stored reports (of ``kind``, when given), newest first, at most ``limit``
+    (1 … ``MAX_LIST``; ``InvalidInput`` outside)."""
+    return store.reports.all(kind, limit)
+
+
+def get_report(store: Store, report_id: int) -> StoredReport:
+    """Stored report ``report_id`` with its JSON, HTML and CSV (``NotFound`` when there is
+    none)."""
+    return store.reports.get(report_id)

@@ -69,6 +69,7 @@ from infersight.storage.incident_history import Entry
 from infersight.storage.incidents import STATES, alert_state
 from infersight.storage.outbox import Message, MessageState
 from infersight.storage.pools import PoolLine, disaggregated
+from infersight.storage.reports import MAX_LIST as MAX_REPORTS
 from infersight.storage.reports import ReportInfo, StoredReport
 from infersight.storage.scaling_reads import DECODE, MAX_MODELS, PREFILL, BusiestPrefill, Gauges
 from infersight.storage.scaling_reads import Minute as DemandMinute
@@ -97,6 +98,7 @@ __all__ = [
     "DECODE",
     "HOT_MARGIN",
     "MAX_MODELS",
+    "MAX_REPORTS",
     "PREFILL",
     "ROLLUP_GAP_S",
     "STATE",

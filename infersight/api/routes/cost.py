@@ -34,14 +34,12 @@ from infersight.api.reads import read_answer
 from infersight.core.cost import CostModel
 from infersight.core.errors import InvalidInput
 from infersight.core.timestamps import iso
+from infersight.service import reports
 from infersight.service.apply import apply
 from infersight.service.cost_spec import COST_MODEL, to_document
-from infersight.service.cost_view import cost_dict
+from infersight.service.cost_view import cost, cost_dict
 from infersight.service.documents import read
-from infersight.service.reports import default_week
-from infersight.storage import cost as cost_store
-from infersight.storage import reports as report_store
-from infersight.storage.reports import ReportInfo
+from infersight.service.reports import ReportInfo, default_week
 
 Params = Annotated[Common, Depends(common)]
 #: ``week``: an ISO week, ``2026-W48``.
@@ -68,8 +66,8 @@ def get_cost(app: App, params: Params, request: Request, response: Response) -> 
 
 
 def _cost(app: AppContext, params: Common, tenants: frozenset[str] | None = None) -> dict[str, Any]:
-    result = cost_store.cost(
-        app.engine,
+    result = cost(
+        app.store,
         params.window,
         app.cost_model(),
         params.selector,
@@ -146,9 +144,9 @@ def _info(info: ReportInfo) -> dict[str, Any]:
 def list_reports(
     app: App,
     kind: Annotated[str | None, Query(max_length=16)] = None,
-    limit: Annotated[int, Query(ge=1, le=report_store.MAX_LIST)] = 52,
+    limit: Annotated[int, Query(ge=1, le=reports.MAX_LIST)] = 52,
 ) -> dict[str, Any]:
-    infos = report_store.list_reports(app.engine, kind, limit)
+    infos = reports.list_reports(app.store, kind, limit)
     return {"reports": [_info(i) for i in infos]}
 
 
@@ -175,11 +173,11 @@ def generate_weekly(
         bool, Query(description="Allow the current week: report it to date (until now).")
     ] = False,
 ) -> dict[str, Any]:
-    reports = app.reports
+    weekly = app.reports
     now: datetime = app.clock()
-    period = week or default_week(now, reports.tz, partial=partial)
-    generated = reports.generate(period, now, partial=partial)
-    stored = report_store.get_report(app.engine, generated.id)
+    period = week or default_week(now, weekly.tz, partial=partial)
+    generated = weekly.generate(period, now, partial=partial)
+    stored = reports.get_report(app.store, generated.id)
     return {**_info(stored.info), "partial": bool(generated.body["partial"])}
 
 
@@ -190,7 +188,7 @@ def generate_weekly(
     responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}},
 )
 def get_report(app: App, report_id: Id) -> Response:
-    stored = report_store.get_report(app.engine, report_id)
+    stored = reports.get_report(app.store, report_id)
     return Response(stored.body, media_type="application/json")
 
 
@@ -202,7 +200,7 @@ def get_report(app: App, report_id: Id) -> Response:
     responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}},
 )
 def get_report_html(app: App, report_id: Id) -> Response:
-    stored = report_store.get_report(app.engine, report_id)
+    stored = reports.get_report(app.store, report_id)
     return HTMLResponse(stored.html)
 
 
@@ -214,7 +212,7 @@ def get_report_html(app: App, report_id: Id) -> Response:
     responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}}},
 )
 def get_report_csv(app: App, report_id: Id) -> Response:
-    stored = report_store.get_report(app.engine, report_id)
+    stored = reports.get_report(app.store, report_id)
     name = f"infersight-{stored.info.kind}-{stored.info.period}.csv"
     return Response(
         stored.csv,

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from infersight.api.auth import Scope, check_within_scope, within_scope
+from infersight.api.auth import Scope, check_within_scope
 from infersight.api.context import AppContext
 from infersight.api.deps import App, requires
 from infersight.api.limits import check_document
@@ -23,12 +23,12 @@ from infersight.api.params import KnownQueryRoute, TenantScope
 from infersight.core.errors import InvalidInput
 from infersight.core.slo import NAME_PATTERN, SliKind, SloSpec
 from infersight.core.window import Window
+from infersight.service import slos
 from infersight.service.apply import apply
 from infersight.service.documents import read_document
 from infersight.service.incidents import incident_dict
 from infersight.service.slos import good_token_cost, with_status
 from infersight.service.specs import SLO, load_document, to_document
-from infersight.storage import slo_store
 
 router = APIRouter(prefix="/api/v1/slos", route_class=KnownQueryRoute, tags=["slos"])
 _READ = [Depends(requires(Scope.READ))]
@@ -50,18 +50,13 @@ def _views(app: AppContext, specs: list[SloSpec]) -> list[dict[str, Any]]:
 
 @router.get("", dependencies=_READ, summary="Every SLO with its status")
 def list_slos(app: App, tenants: TenantScope) -> dict[str, Any]:
-    # A token limited to tenants: the SLOs whose selector lies within them (api.auth).
-    specs = [
-        s
-        for s in slo_store.list_slos(app.engine)
-        if within_scope(tenants, dict(s.selector.items()))
-    ]
-    return {"slos": _views(app, specs)}
+    # A token limited to tenants: the SLOs whose selector lies within them (service.slos).
+    return {"slos": _views(app, slos.list_slos(app.store, tenants))}
 
 
 @router.get("/{name}", dependencies=_READ, summary="One SLO with its status")
 def get_slo(app: App, name: str, tenants: TenantScope) -> dict[str, Any]:
-    spec = slo_store.get_slo(app.engine, name)
+    spec = slos.get_slo(app.store, name)
     check_within_scope(tenants, dict(spec.selector.items()), f"SLO {name!r}")
     answer = _views(app, [spec])[0]
     if spec.sli.kind is SliKind.GOODPUT:
@@ -119,6 +114,6 @@ async def put_slo(
 
 @router.delete("/{name}", dependencies=_ADMIN, status_code=204, summary="Delete an SLO")
 def delete_slo(app: App, name: str) -> Response:
-    slo_store.delete_slo(app.engine, name)
+    slos.delete_slo(app.store, name)
     app.evaluator.retire(name, app.clock())
     return Response(status_code=204)

@@ -1,4 +1,4 @@
-"""The Cost page: ``storage.cost.cost`` under the cost model in use (the example list prices
+"""The Cost page: ``service.cost_view.cost`` under the cost model in use (the example list prices
 until an operator stores one), per model and per instance, with what the figures' exactness
 depends on (good tokens kept, idle time interpolated), and the purchasing advice
 (``api.dashboard.purchasing``: the reserved / on-demand split and the idle windows). A range
@@ -20,8 +20,8 @@ from infersight.api.dashboard.formatting import money, short_model
 from infersight.core.cost import CostLine, CostResult
 from infersight.core.window import Window
 from infersight.service import reconcile as rec
-from infersight.service.cost_view import good_basis, good_text, unit_cost_text
-from infersight.storage import cost as cost_store
+from infersight.service.cost_view import cost as priced
+from infersight.service.cost_view import good_basis, good_text, idle_method, unit_cost_text
 
 NAME: Final = "cost"
 TITLE: Final = "Cost"
@@ -56,13 +56,13 @@ def _line(line: CostLine, currency: str) -> dict[str, Any]:
     }
 
 
-def _notes(result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
+def _notes(app: AppContext, result: CostResult, ctx: Context, floor: float) -> dict[str, str]:
     """What the page must say about how exact its figures are."""
     good = good_text(result)
     if not result.good_tokens_exact:
         good += " · partial: raw requests of part of the range are gone and were not kept"
     idle = ""
-    if cost_store.idle_method(floor, ctx.window) == "interpolated":
+    if idle_method(app.store, floor, ctx.window) == "interpolated":
         idle = (
             f"Idle time under the {floor:.1%} utilisation floor is interpolated within its "
             "5 % histogram bin over ranges longer than 6 h."
@@ -87,8 +87,8 @@ def _series_name(labels: Mapping[str, str]) -> str:
 
 def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
     model = app.cost_model()
-    result = cost_store.cost(
-        app.engine,
+    result = priced(
+        app.store,
         ctx.window,
         model,
         ctx.selector,
@@ -141,7 +141,7 @@ def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
             for i in result.instances
         ],
         "split": svg.stacked_bars(bars, label="shares of the range's cost"),
-        **_notes(result, ctx, model.idle_utilisation_floor),
+        **_notes(app, result, ctx, model.idle_utilisation_floor),
         "unmetered": result.unmetered,
         "unpriced": result.unpriced,
         "purchasing": purchasing.section(app, ctx, _unit_cost(result, ctx)),
