@@ -20,8 +20,16 @@ if TYPE_CHECKING:
     from infersight.storage.sql_store import SqlStore
 
 #: ``Store``: the store's type, for the edges' annotations (they name it here, never in
-#: ``storage``; imported for the type checker only).
+#: ``storage``); imported on first use (``__getattr__``), so importing this module stays light.
 __all__ = ["Store", "open_read_store", "open_store"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Store":
+        from infersight.storage.seam import Store  # noqa: PLC0415 (SQLAlchemy: when used)
+
+        return Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _url_and_timeouts(settings: StorePart | str) -> tuple[str, dict[str, float]]:
