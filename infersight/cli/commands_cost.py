@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from infersight.cli.group import current_settings
+from infersight.cli.group import current_settings, open_store
 from infersight.cli.lazy import lazy_module
 from infersight.core.query import Selector, check_group_by
 from infersight.core.timestamps import parse_time
 from infersight.core.window import Window, parse_duration
+from infersight.service import cost_view
 from infersight.service.cost_spec import active_model, to_document
 from infersight.service.cost_view import cost_dict
-from infersight.storage import cost as cost_store
-from infersight.storage.engine import create_store_engine
 
 if TYPE_CHECKING:
     import yaml
@@ -56,11 +55,11 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 def model(ctx: click.Context) -> None:
     """Print the cost model in use as a CostModel document."""
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     try:
-        document = to_document(active_model(engine, settings.cost_model))
+        document = to_document(active_model(store.engine, settings.cost_model))
     finally:
-        engine.dispose()
+        store.dispose()
     click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
 
 
@@ -96,18 +95,18 @@ def show(
     groups = check_group_by(p.strip() for p in group_by.split(",") if p.strip())
     selector = Selector(model=model_name, instance=instance, tenant=tenant, priority=priority)
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     try:
-        result = cost_store.cost(
-            engine,
+        result = cost_view.cost(
+            store,
             window,
-            active_model(engine, settings.cost_model),
+            active_model(store.engine, settings.cost_model),
             selector,
             groups,
             finest=settings.retention().finest_for(window, end_ts),
         )
     finally:
-        engine.dispose()
+        store.dispose()
     body = cost_dict(result)
     if as_json:
         click.echo(json.dumps(body, indent=2))
