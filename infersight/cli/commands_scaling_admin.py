@@ -15,8 +15,6 @@ from pathlib import Path
 
 import click
 
-from infersight.cli.group import current_settings
-
 
 @click.group("scaling")
 def scaling() -> None:
