@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from fastapi import Depends, FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -47,10 +47,16 @@ from infersight.api.deps import requires
 from infersight.core.burn import Policy
 from infersight.core.cost import CostModel
 from infersight.core.quantiles import quantile_key
+from infersight.core.query import Method, Selector
 from infersight.core.window import Window, format_duration
-from infersight.service.evaluation import FinestFor, status, windows_of
+from infersight.service import telemetry
+from infersight.service.cost_view import cost
+from infersight.service.evaluation import FinestFor
 from infersight.service.scaling import current as current_scaling
-from infersight.storage.seam import Store
+from infersight.service.slos import statuses
+
+if TYPE_CHECKING:
+    from infersight.service.store import Store
 
 log = logging.getLogger(__name__)
 LATENCY_WINDOW: Final = timedelta(minutes=5)
@@ -95,7 +101,7 @@ class StoreCollector(Collector):
             for name, doc in ENGINE_GAUGES.items()
         }
         window = Window.last(LATENCY_WINDOW, now)
-        for server in self.store.samples.server_summaries(window):
+        for server in telemetry.server_summaries(self.store, window):
             for name, family in families.items():
                 value = server.figures.get(name)
                 if value is not None:
@@ -135,21 +141,18 @@ class StoreCollector(Collector):
             "over each policy window (requests, or output tokens for a per-token goodput SLO).",
             labels=["slo", "window"],
         )
-        with self.store.events.cycle(now, self.finest_for) as counter:
-            specs = self.store.slos.all()
-            counter.prepare(windows_of(self.policy, specs), [spec.sli for spec in specs])
-            for spec in specs:
-                current = status(counter, spec, self.policy, now)
-                if current.sli is not None:
-                    sli.add_metric([spec.name, spec.sli.kind.value, spec.scope], current.sli)
-                objective.add_metric([spec.name], spec.objective)
-                budget.add_metric([spec.name], current.budget_remaining)
-                events.add_metric([spec.name], current.counts.total)
-                for window, rate in current.burn_rates().items():
-                    burn.add_metric([spec.name, window], rate)
-                for span, counts in current.evaluation.counts.items():
-                    window_events.add_metric([spec.name, format_duration(span)], counts.total)
-                    window_bad.add_metric([spec.name, format_duration(span)], counts.bad)
+        for current in statuses(self.store, self.policy, now, self.finest_for):
+            spec = current.spec
+            if current.sli is not None:
+                sli.add_metric([spec.name, spec.sli.kind.value, spec.scope], current.sli)
+            objective.add_metric([spec.name], spec.objective)
+            budget.add_metric([spec.name], current.budget_remaining)
+            events.add_metric([spec.name], current.counts.total)
+            for window, rate in current.burn_rates().items():
+                burn.add_metric([spec.name, window], rate)
+            for span, counts in current.evaluation.counts.items():
+                window_events.add_metric([spec.name, format_duration(span)], counts.total)
+                window_bad.add_metric([spec.name, format_duration(span)], counts.bad)
         yield from (sli, objective, budget, burn, events, window_events, window_bad)
 
     def _latency(self, now: datetime) -> GaugeMetricFamily:
@@ -160,11 +163,14 @@ class StoreCollector(Collector):
         )
         window = Window.last(LATENCY_WINDOW, now)
         for metric in LATENCY_METRICS:
-            result = self.store.requests.latency(
+            result = telemetry.latency(
+                self.store,
                 metric,
                 window,
-                group_by=("model",),
-                quantiles=LATENCY_QUANTILES,
+                Selector(),
+                ("model",),
+                LATENCY_QUANTILES,
+                Method.AUTO,
                 finest=self.finest_for(window, now),
                 exact_max_rows=self.exact_max_rows,
             )
@@ -192,7 +198,8 @@ class CostCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.clock()
         window = Window.last(COST_WINDOW, now)
-        result = self.store.cost.cost(
+        result = cost(
+            self.store,
             window,
             self.model(),
             group_by=("model",),

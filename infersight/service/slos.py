@@ -118,3 +118,12 @@ def goodput_misses(store: Store, sli: Sli, window: Window, selector: Selector) -
     """Why a goodput SLI's bad events over ``window`` were bad: ``events``, ``bad``,
     ``failed``, ``only_<metric>`` per target missed alone, and ``several``."""
     return store.events.goodput_misses(sli, window, selector)
+
+
+def statuses(store: Store, policy: Policy, now: datetime, finest_for: FinestFor) -> list[SloStatus]:
+    """Every stored SLO's status at ``now``, counted in one cycle of the event store (what
+    ``/metrics`` exports: no incident is read)."""
+    with store.events.cycle(now, finest_for) as counter:
+        specs = store.slos.all()
+        counter.prepare(windows_of(policy, specs), [spec.sli for spec in specs])
+        return [status(counter, spec, policy, now) for spec in specs]
