@@ -160,8 +160,8 @@ def time_to_notification(
     policy = default_policy()
     slo_store.put_slo(engine, spec, onset - timedelta(hours=1))
     clock_now = [onset]
-    announcer = Announcer(engine, {"recorder": _Accepting()}, lambda: clock_now[0])
-    listener = DiagnosisListener(engine, announce=announcer)
+    announcer = Announcer(SqlStore(engine), {"recorder": _Accepting()}, lambda: clock_now[0])
+    listener = DiagnosisListener(SqlStore(engine), announce=announcer)
     evaluator = Evaluator(SqlStore(engine), policy, [listener])
     condition_s = None
     with SqlStore(engine).reading() as reader:

@@ -164,10 +164,10 @@ def build_context(
     listeners = wiring.get("listeners", ())
     rules = load_rules()
     # Diagnosis first: the listeners after it (notifications) find the incident diagnosed.
-    announcer = Announcer(engine, notifiers, clock, router, dashboard_url) if notifiers else None
-    delivery = Delivery(engine, notifiers) if notifiers else None
+    announcer = Announcer(store, notifiers, clock, router, dashboard_url) if notifiers else None
+    delivery = Delivery(store, notifiers) if notifiers else None
     aliases = _aliases(settings.model_aliases)
-    diagnosis = DiagnosisListener(engine, pack=rules, announce=announcer, aliases=aliases)
+    diagnosis = DiagnosisListener(store, pack=rules, announce=announcer, aliases=aliases)
     evaluator = Evaluator(store, policy, (diagnosis, *listeners), retention.finest_for)
     reports = WeeklyReports(
         store,
@@ -188,7 +188,7 @@ def build_context(
         # Profiles of host-side incidents run after the re-diagnoses (service.profiles).
         deliver=ProfileFollowUp(
             FollowUp(diagnosis, delivery),
-            ProfileTrigger(engine, announce=announcer, max_open=settings.profile_max_automatic),
+            ProfileTrigger(store, announce=announcer, max_open=settings.profile_max_automatic),
         ),
         report=reports,
         report_cron={
@@ -197,7 +197,7 @@ def build_context(
         },
         scale=Recommender(store, policy),
         scaling_interval_s=settings.scaling_interval_s,
-        money=MoneyAlerts(engine, lambda: active_model(engine, settings.cost_model), announcer),
+        money=MoneyAlerts(store, lambda: active_model(engine, settings.cost_model), announcer),
         money_interval_s=settings.budget_interval_s,
     )
     gate = None

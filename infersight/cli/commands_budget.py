@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from infersight.cli.group import current_settings
+from infersight.cli.group import current_settings, open_store
 from infersight.core.errors import InvalidInput
 from infersight.service.budgets import (
     SpendReader,
@@ -23,8 +23,6 @@ from infersight.service.budgets import (
     to_document,
 )
 from infersight.service.cost_spec import active_model
-from infersight.storage import budgets as budget_store
-from infersight.storage.engine import create_store_engine
 
 
 @click.group("budget")
@@ -53,20 +51,20 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every budget in force: spent, projected, burn rates, alert."""
     settings = current_settings(ctx)
-    engine = create_store_engine(settings.database_url)
+    store = open_store(ctx)
     now = datetime.now(UTC)
     rows = []
     try:
-        reader = SpendReader(engine, active_model(engine, settings.cost_model))
-        for b in budget_store.list_budgets(engine):
+        reader = SpendReader(store, active_model(store.engine, settings.cost_model))
+        for b in store.budgets.all():
             try:
-                status = budget_status(engine, b, reader.model, now, reader).to_dict()
+                status = budget_status(store, b, reader.model, now, reader).to_dict()
             except InvalidInput as exc:
                 rows.append({**to_document(b), "version": b.version, "problem": str(exc)})
                 continue
             rows.append({**to_document(b), "version": b.version, "status": status})
     finally:
-        engine.dispose()
+        store.dispose()
     if as_json:
         click.echo(json.dumps({"budgets": rows}, indent=2))
         return

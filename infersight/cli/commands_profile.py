@@ -16,7 +16,6 @@ from typing import Any
 
 import click
 
-from infersight.cli.group import current_settings
 from infersight.core.profile import (
     DEFAULT_RATE,
     MAX_RATE,
@@ -86,16 +85,15 @@ def profile(
     ctx: click.Context, instance: str, seconds: float, rate: int, as_json: bool, no_wait: bool
 ) -> None:
     """Sample INSTANCE's serving process (through its sidecar) and show where its CPU goes."""
+    from infersight.cli.group import open_store  # noqa: PLC0415
     from infersight.service.profiles import request_profile  # noqa: PLC0415
-    from infersight.storage import migrate  # noqa: PLC0415
-    from infersight.storage import profiles as store  # noqa: PLC0415
-    from infersight.storage.engine import create_store_engine  # noqa: PLC0415
+    from infersight.storage.profiles import PENDING_AFTER  # noqa: PLC0415
 
-    engine = create_store_engine(current_settings(ctx).database_url)
+    store = open_store(ctx)
     try:
-        migrate.upgrade(engine)
+        store.maintenance.upgrade()
         asked = request_profile(
-            engine, instance, datetime.now(UTC), seconds=seconds, rate=rate, requested_by="cli"
+            store, instance, datetime.now(UTC), seconds=seconds, rate=rate, requested_by="cli"
         )
         if no_wait:
             click.echo(json.dumps(asked.to_dict()) if as_json else f"profile {asked.id} requested")
@@ -104,7 +102,7 @@ def profile(
         deadline = time.monotonic() + seconds + CLAIM_WAIT_S
         shown = ""
         while True:
-            current = store.get(engine, asked.id, datetime.now(UTC))
+            current = store.profiles.get(asked.id, datetime.now(UTC))
             if not current.open:
                 break
             if current.claimed_at is None:
@@ -119,7 +117,7 @@ def profile(
                 raise click.ClickException(
                     f"no answer from the sidecar of {instance} (is it running with "
                     f"--profile-target?); the request stays pending until a sidecar takes it or "
-                    f"it fails after {store.PENDING_AFTER.total_seconds() / 60:g} min (cancel "
+                    f"it fails after {PENDING_AFTER.total_seconds() / 60:g} min (cancel "
                     f"it: DELETE /api/v1/profiles/{asked.id})"
                 )
             time.sleep(0.5)
@@ -128,4 +126,4 @@ def profile(
         if current.result is None:
             ctx.exit(1)
     finally:
-        engine.dispose()
+        store.dispose()

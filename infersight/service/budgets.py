@@ -40,7 +40,7 @@ from decimal import Decimal
 from typing import Any, Final, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from infersight.core.budget import (
     BUDGET_PREFIX,
@@ -75,10 +75,7 @@ from infersight.service.documents import (
     read_value,
     read_values,
 )
-from infersight.storage import budgets as budget_store
-from infersight.storage import cost as cost_store
-from infersight.storage import incident_history, incidents, signals
-from infersight.storage.seam import Store
+from infersight.storage.seam import Store, alert_state
 
 log = logging.getLogger(__name__)
 API_VERSION: Final = "infersight/v1"
@@ -255,19 +252,19 @@ _SPEND_GROUPS: Final = ("model", "tenant", "instance")
 
 class SpendReader:
     """The cost answers of one instant, shared by the budgets evaluated at it: one
-    ``storage.cost.cost`` per window (grouped by model, tenant and instance), whatever the
+    ``store.cost.cost`` per window (grouped by model, tenant and instance), whatever the
     number of budgets; a budget's spend is the sum of the groups its scope covers (the same
     lines ``cost`` would total for its selector, so the same Decimal)."""
 
-    def __init__(self, engine: Engine, model: CostModel) -> None:
-        self.engine = engine
+    def __init__(self, store: Store, model: CostModel) -> None:
+        self.store = store
         self.model = model
         self._groups: dict[tuple[datetime, datetime], tuple[CostLine, ...]] = {}
 
     def lines(self, window: Window, selector: Selector) -> list[CostLine]:
         key = (window.start, window.end)
         if key not in self._groups:
-            result = cost_store.cost(self.engine, window, self.model, Selector(), _SPEND_GROUPS)
+            result = self.store.cost.cost(window, self.model, Selector(), _SPEND_GROUPS)
             self._groups[key] = result.groups
         return [line for line in self._groups[key] if selector.matches(line.labels)]
 
@@ -371,7 +368,7 @@ def _iso(ts: datetime) -> str:
 
 
 def budget_status(
-    engine: Engine,
+    store: Store,
     budget: Budget,
     model: CostModel,
     now: datetime,
@@ -380,7 +377,7 @@ def budget_status(
     """The budget's spend, projection, burn rates and alert judgement at ``now``; the budgets
     of one instant share a ``reader`` (one cost answer per window)."""
     same_currency(budget, model.currency)
-    reader = reader or SpendReader(engine, model)
+    reader = reader or SpendReader(store, model)
     start, end = period_bounds(budget.period, now)
     selector = selector_of(budget)
     spent, top = Decimal(0), tuple[CostLine, ...]()
@@ -503,10 +500,10 @@ def _sample(line: CostLine | None, version: str) -> CostSample:
 
 
 def _by_model(
-    engine: Engine, window: Window, model: CostModel, version: str
+    store: Store, window: Window, model: CostModel, version: str
 ) -> dict[str, CostSample]:
     """The window's samples: ``""`` for the fleet, then one per model."""
-    result = cost_store.cost(engine, window, model, Selector(), ("model",))
+    result = store.cost.cost(window, model, Selector(), ("model",))
     out = {"": _sample(result.total, version)}
     for line in result.groups:
         name = line.labels.get("model", "")
@@ -516,7 +513,7 @@ def _by_model(
 
 
 def cost_steps(
-    engine: Engine,
+    store: Store,
     model: CostModel,
     version: str,
     now: datetime,
@@ -525,13 +522,13 @@ def cost_steps(
     """The cost-step judgement of the fleet (``""``) and of each model with volume: the last
     ``STEP_WINDOW`` against the same hours of the previous ``STEP_DAYS`` days, each day
     priced with the cost model version in force at its end (else the current one)."""
-    current = _by_model(engine, Window.last(STEP_WINDOW, now), model, version)
+    current = _by_model(store, Window.last(STEP_WINDOW, now), model, version)
     days: dict[str, list[CostSample]] = {}
     for k in range(1, STEP_DAYS + 1):
         end = now - timedelta(days=k)
-        then = budget_store.model_at(engine, model.name, end)
+        then = store.budgets.model_at(model.name, end)
         priced, label = then if then is not None else (model, version)
-        for name, sample in _by_model(engine, Window.last(STEP_WINDOW, end), priced, label).items():
+        for name, sample in _by_model(store, Window.last(STEP_WINDOW, end), priced, label).items():
             days.setdefault(name, []).append(sample)
     names = ["", *sorted((n for n in current if n), key=lambda n: -current[n].cost)[:STEP_MODELS]]
     out = {}
@@ -558,7 +555,7 @@ class Announce(Protocol):
         told: Transition,
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
-        connection: Connection | None = None,
+        tx: Store | None = None,
     ) -> None: ...
 
 
@@ -574,26 +571,26 @@ class MoneyAlerts:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         cost_model: Callable[[], CostModel],
         announce: Announce | None = None,
         step_policy: StepPolicy = DEFAULT_STEP,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.cost_model = cost_model
         self.announce = announce
         self.step_policy = step_policy
 
     def __call__(self, now: datetime) -> MoneyReport:
         model = self.cost_model()
-        version = budget_store.record_model(self.engine, model, now)
+        version = self.store.budgets.record_model(model, now)
         changes: list[tuple[Incident, Transition]] = []
         problems: list[str] = []
-        budgets = budget_store.list_budgets(self.engine)
-        reader = SpendReader(self.engine, model)
+        budgets = self.store.budgets.all()
+        reader = SpendReader(self.store, model)
         for budget in budgets:
             try:
-                status = budget_status(self.engine, budget, model, now, reader)
+                status = budget_status(self.store, budget, model, now, reader)
             except InvalidInput as exc:
                 problems.append(f"{budget.name}: {exc}")
                 log.warning("budget %s not evaluated: %s", budget.name, exc)
@@ -607,7 +604,7 @@ class MoneyAlerts:
             changes += change
         # Budgets deleted or re-scoped since: their open incidents resolve.
         live = {(b.alert_name, b.scope_text) for b in budgets}
-        for incident in incidents.list_incidents(self.engine, "firing"):
+        for incident in self.store.incidents.all("firing"):
             name = incident.slo
             if name.startswith(BUDGET_PREFIX) and (name, incident.scope) not in live:
                 gone: dict[str, Any] = {
@@ -617,7 +614,7 @@ class MoneyAlerts:
                 why = _diagnosis("budget_removed", [], None)
                 changes += self._step(name, incident.scope, None, frozenset(), gone, why, now)
         for name, judgement in cost_steps(
-            self.engine, model, version, now, self.step_policy
+            self.store, model, version, now, self.step_policy
         ).items():
             slo, scope = step_name(name)
             firing = Severity.TICKET if judgement.firing else None
@@ -654,29 +651,27 @@ class MoneyAlerts:
         diagnosis: dict[str, Any],
         now: datetime,
     ) -> list[tuple[Incident, Transition]]:
-        with self.engine.begin() as connection:
-            current = incidents.firing(connection, slo, scope)
-            previous = incidents.alert_state(current)
+        with self.store.transaction() as tx:
+            current = tx.incidents.firing(slo, scope)
+            previous = alert_state(current)
             evaluation = Evaluation({}, {}, firing, (), holding, firing, frozenset())
             state, transition = step(previous, evaluation, now)
             if not previous.active and not state.active:
                 return []
             rates = {k: float(v) for k, v in dict(symptom.get("burn_rates") or {}).items()}
-            incident = incidents.apply_step(
-                connection, slo, scope, state, transition, rates, now, current=current
+            incident = tx.incidents.apply_step(
+                slo, scope, state, transition, rates, now, current=current
             )
             if incident is None or transition is Transition.NONE:
                 return []
-            signals.save_diagnosis(connection, incident.id, symptom, diagnosis, now)
+            tx.incidents.save_diagnosis(incident.id, symptom, diagnosis, now)
             verdict = {
                 Transition.OPENED: "onset",
                 Transition.RESOLVED: "resolved",
             }.get(transition, "raised")
-            incident_history.append(
-                connection, incident.id, now, verdict, str(diagnosis.get("cause")), diagnosis
-            )
+            tx.history.append(incident.id, now, verdict, str(diagnosis.get("cause")), diagnosis)
             if self.announce is not None:
-                self.announce(incident, transition, symptom, diagnosis, connection=connection)
+                self.announce(incident, transition, symptom, diagnosis, tx=tx)
         return [(incident, transition)]
 
 

@@ -28,7 +28,7 @@ overloaded instance, whose arrival surge then hides behind its slowness (a surge
 When to page, update, hold back or resolve is ``alerts.lifecycle.decide``, one table (its
 docstring shows it; the constants are its ``Tuning``): the page's diagnosis is the incident's
 headline, with the symptom at onset; ``refresh`` diagnoses a firing incident again every
-``every`` and appends the result to its history (``storage.incident_history``), where it
+``every`` and appends the result to its history (the store's ``history``), where it
 replaces the headline only when ``alerts.lifecycle.judge`` raises it. The listener reads the
 incident's note and newest history entry, gathers what the deciding row asks for (the onset, a
 returning burn's onset, a diagnosis), and applies the decision in one transaction with the one
@@ -41,8 +41,6 @@ import dataclasses
 import logging
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
-
-from sqlalchemy import Connection, Engine
 
 from infersight.alerts.diagnose import Diagnosis, diagnose, step_onset
 from infersight.alerts.lifecycle import (
@@ -65,7 +63,7 @@ from infersight.core.model_names import ModelAliases
 from infersight.core.query import Selector
 from infersight.core.slo import SloSpec
 from infersight.core.window import Resolution, Window
-from infersight.storage import incident_history, incidents, signals, slo_store
+from infersight.storage.seam import Entry, IncidentNote, Store
 
 log = logging.getLogger(__name__)
 _ONSETS_KEPT: Final = 10_000
@@ -73,8 +71,8 @@ _ONSETS_KEPT: Final = 10_000
 
 class Announce(Protocol):
     """The notification router's seam: it enqueues the notifications of what is ``told`` (an
-    incident's change, or ``Notice.UPDATE``: news of its open alert), in ``connection``'s
-    transaction when given (the one that stores the change's diagnosis)."""
+    incident's change, or ``Notice.UPDATE``: news of its open alert), in ``tx``'s transaction
+    when given (``store.transaction()``: the one that stores the change's diagnosis)."""
 
     def __call__(
         self,
@@ -82,7 +80,7 @@ class Announce(Protocol):
         told: Told,
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
-        connection: Connection | None = None,
+        tx: Store | None = None,
     ) -> None: ...
 
 
@@ -100,7 +98,7 @@ def selector_of(scope: str) -> Selector:
 
 
 def diagnose_window(
-    engine: Engine,
+    store: Store,
     window: Window,
     selector: Selector,
     pack: RulePack,
@@ -110,15 +108,15 @@ def diagnose_window(
     """Diagnose ``window`` against ``reference`` (default: the same length just before);
     ``aliases`` match client calls' model names to the server's (the client signals)."""
     reference = reference or window.preceding()
-    current = signals.window_signals(engine, window, selector, aliases)
-    before = signals.window_signals(engine, reference, selector, aliases)
-    errors = signals.error_types(engine, window, selector)
-    errors_before = signals.error_types(engine, reference, selector) if errors else {}
+    current = store.requests.window_signals(window, selector, aliases)
+    before = store.requests.window_signals(reference, selector, aliases)
+    errors = store.requests.error_types(window, selector)
+    errors_before = store.requests.error_types(reference, selector) if errors else {}
     return diagnose(current, before, pack, errors, errors_before)
 
 
 def burn_onset(
-    engine: Engine,
+    store: Store,
     spec: SloSpec,
     opened_at: datetime,
     lookback: timedelta = DEFAULTS.onset_lookback,
@@ -135,29 +133,29 @@ def burn_onset(
     if opened_at > end:
         spans.append(Window(end, opened_at))
     starts, ratios = [], []
-    with engine.connect() as connection:
+    with store.reading() as reader:
         for span in spans:
-            counts = slo_store.count_events(connection, spec.sli, span, spec.selector)
+            counts = reader.events.count(spec.sli, span, spec.selector)
             if counts.total:
                 starts.append(span.start)
                 ratios.append(counts.bad / counts.total)
     k = step_onset(ratios)
     if k is None:
         return None
-    return _refined(engine, spec, starts[k], opened_at, slice_length)
+    return _refined(store, spec, starts[k], opened_at, slice_length)
 
 
 def _refined(
-    engine: Engine, spec: SloSpec, minute: datetime, opened_at: datetime, length: timedelta
+    store: Store, spec: SloSpec, minute: datetime, opened_at: datetime, length: timedelta
 ) -> datetime:
     """The onset within its ``minute``: where the bad-event ratio steps up over slices of
     ``length`` from a minute before it to the minute's end (or the opening)."""
     end = min(minute + timedelta(minutes=1), opened_at)
     at, starts, ratios = minute - timedelta(minutes=1), [], []
-    with engine.connect() as connection:
+    with store.reading() as reader:
         while at < end:
             span = Window(at, min(at + length, end))
-            counts = slo_store.count_events(connection, spec.sli, span, spec.selector, exact=True)
+            counts = reader.events.count(spec.sli, span, spec.selector, exact=True)
             if counts.total:
                 starts.append(span.start)
                 ratios.append(counts.bad / counts.total)
@@ -179,11 +177,11 @@ def windows_for(
     return incident_windows(incident.opened_at, at, onset, tuning)
 
 
-def symptom_of(engine: Engine, incident: Incident, diagnosis: Diagnosis) -> dict[str, Any]:
+def symptom_of(store: Store, incident: Incident, diagnosis: Diagnosis) -> dict[str, Any]:
     """What hurts: the SLO, its SLI, the burn rates and the worst instance's latency ratios."""
     sli: dict[str, Any] = {}
     try:
-        spec = slo_store.get_slo(engine, incident.slo)
+        spec = store.slos.get(incident.slo)
         sli = {"kind": spec.sli.kind.value, "metric": spec.sli.metric}
         sli["threshold_s"] = spec.sli.threshold_s
         if spec.sli.targets:  # goodput: the targets that hold together, and what an event is
@@ -208,7 +206,7 @@ class DiagnosisListener:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         *,
         pack: RulePack | None = None,
         window: timedelta = DEFAULTS.window,
@@ -220,7 +218,7 @@ class DiagnosisListener:
         reburn_after: timedelta = DEFAULTS.reburn_after,
         aliases: ModelAliases | None = None,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.aliases = aliases
         self.pack = pack or load_rules()
         self.tuning = dataclasses.replace(
@@ -233,8 +231,8 @@ class DiagnosisListener:
 
     def on_incident(self, incident: Incident, transition: Transition) -> None:
         try:
-            note = signals.notes(self.engine, [incident.id]).get(incident.id)
-            last = incident_history.latest(self.engine, [incident.id]).get(incident.id)
+            note = self.store.incidents.notes([incident.id]).get(incident.id)
+            last = self.store.history.latest([incident.id]).get(incident.id)
             at = incident.resolved_at or incident.updated_at
             self._follow(incident, Cue.of(transition), note, last, at)
         except InfersightError:
@@ -245,11 +243,9 @@ class DiagnosisListener:
         recovering mark, or a new diagnosis when the last is older than ``every``; the
         incidents diagnosed."""
         # Money alerts (``service.budgets``) carry their own evidence: not diagnosed here.
-        firing = [
-            i for i in incidents.list_incidents(self.engine, "firing") if not is_money_alert(i.slo)
-        ]
-        kept = signals.notes(self.engine, [i.id for i in firing])
-        last = incident_history.latest(self.engine, [i.id for i in firing])
+        firing = [i for i in self.store.incidents.all("firing") if not is_money_alert(i.slo)]
+        kept = self.store.incidents.notes([i.id for i in firing])
+        last = self.store.history.latest([i.id for i in firing])
         done = 0
         for incident in firing:
             try:
@@ -264,8 +260,8 @@ class DiagnosisListener:
         self,
         incident: Incident,
         cue: Cue,
-        note: signals.IncidentNote | None,
-        last: incident_history.Entry | None,
+        note: IncidentNote | None,
+        last: Entry | None,
         at: datetime,
     ) -> int:
         """Decide (gathering what the deciding row asks for) and apply; 1 if it diagnosed."""
@@ -307,7 +303,7 @@ class DiagnosisListener:
             else:
                 assert decision.windows is not None
                 symptom, diagnosis = self._run(incident, *decision.windows)
-                previous = incident_history.last_diagnosis(self.engine, incident.id)
+                previous = self.store.history.last_diagnosis(incident.id)
                 facts = facts.given(
                     Need.DIAGNOSIS,
                     latest=diagnosis,
@@ -320,24 +316,20 @@ class DiagnosisListener:
         the commit leaves the incident as it was, and the next pass decides again."""
         told = incident
         if decision.tell is Transition.OPENED:  # the page: the incident as it is now
-            told = incidents.get_incident(self.engine, incident.id)
+            told = self.store.incidents.get(incident.id)
         if any(entry.verdict == "burning" for entry in decision.history):
             log.info("incident %s is burning again: %s", incident.id,
                      (decision.history[-1].diagnosis or {}).get("cause"))  # fmt: skip
-        with self.engine.begin() as connection:
+        with self.store.transaction() as tx:
             for entry in decision.history:
                 diagnosis = dict(entry.diagnosis) if entry.diagnosis is not None else None
-                incident_history.append(
-                    connection, incident.id, entry.at, entry.verdict, entry.cause, diagnosis
-                )
+                tx.history.append(incident.id, entry.at, entry.verdict, entry.cause, diagnosis)
             if decision.headline is not None:
                 assert decision.at is not None
-                signals.save_diagnosis(
-                    connection, incident.id, symptom, decision.headline, decision.at
-                )
+                tx.incidents.save_diagnosis(incident.id, symptom, decision.headline, decision.at)
             if decision.tell is not None and self.announce is not None:
                 about = dict(decision.about or {})
-                self.announce(told, decision.tell, symptom, about, connection=connection)
+                self.announce(told, decision.tell, symptom, about, tx=tx)
 
     # -- evidence ----------------------------------------------------------------------------
 
@@ -345,9 +337,9 @@ class DiagnosisListener:
         self, incident: Incident, current: Window, reference: Window
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         result = diagnose_window(
-            self.engine, current, selector_of(incident.scope), self.pack, reference, self.aliases
+            self.store, current, selector_of(incident.scope), self.pack, reference, self.aliases
         )
-        symptom = symptom_of(self.engine, incident, result)
+        symptom = symptom_of(self.store, incident, result)
         diagnosis = {
             **result.to_dict(),
             "window": {"start": _iso(current.start), "end": _iso(current.end)},
@@ -359,25 +351,25 @@ class DiagnosisListener:
         if incident.id in self._onsets:
             return self._onsets[incident.id]
         try:
-            spec = slo_store.get_slo(self.engine, incident.slo)
+            spec = self.store.slos.get(incident.slo)
         except InfersightError:
             return None  # a deleted SLO: its incidents keep the default windows
         # Not before the last incident of this SLO and scope cleared: the burn before that was
         # its burn (a two-level fit over both would find the older step).
         lookback = self.tuning.onset_lookback
-        before = incidents.previous(self.engine, incident)
+        before = self.store.incidents.previous(incident)
         if before is not None and before.resolved_at is not None:
             since = incident.opened_at - before.resolved_at + self.tuning.cleared_before_resolve
             lookback = min(lookback, since)
-        return burn_onset(self.engine, spec, incident.opened_at, lookback, self.tuning.onset_slice)
+        return burn_onset(self.store, spec, incident.opened_at, lookback, self.tuning.onset_slice)
 
     def _returned(self, incident: Incident, state: Lifecycle, at: datetime) -> datetime | None:
         """The onset of the burn that came back: looked for since the symptom cleared (and a
         minute before, for the two levels' first)."""
         lookback = at - (state.last_at or at) + timedelta(minutes=1)
         try:
-            spec = slo_store.get_slo(self.engine, incident.slo)
-            return burn_onset(self.engine, spec, at, lookback, self.tuning.onset_slice)
+            spec = self.store.slos.get(incident.slo)
+            return burn_onset(self.store, spec, at, lookback, self.tuning.onset_slice)
         except InfersightError:
             return None  # a deleted SLO: the last window
 

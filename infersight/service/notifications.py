@@ -12,7 +12,7 @@ messages. Its first pass after a start, and after each time this replica takes t
 scheduled jobs (``on_leadership``: the replica that led before may have died mid-send), settles
 the attempts left claimed: sent again to PagerDuty and Alertmanager (they deduplicate), marked
 ``unknown`` for Slack (at most once). A predecessor that was still sending reports its outcome
-to its own claim only (``storage.outbox``). ``notifiers_from_settings`` builds the
+to its own claim only (the store's ``outbox``). ``notifiers_from_settings`` builds the
 notifiers from their settings (``config.parts.NotifierPart``: environment variables or secret
 files); the secrets live only inside the notifier objects and are never logged.
 """
@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 from pydantic import SecretStr
-from sqlalchemy import Connection, Engine
 
 from infersight.alerts.dispatch import (
     Backoff,
@@ -57,8 +56,7 @@ from infersight.config.parts import NotifierPart, variable
 from infersight.core.burn import Incident, IncidentState, Severity, Transition
 from infersight.core.errors import ConfigurationError
 from infersight.service.diagnosis import DiagnosisListener
-from infersight.storage import incidents, signals, silences
-from infersight.storage.outbox import Outbox
+from infersight.storage.seam import Store
 
 log = logging.getLogger(__name__)
 #: How long after its resolution a resolve that a crash kept from the outbox is still sent,
@@ -95,7 +93,7 @@ def labels_of(incident: Incident) -> dict[str, str]:
 class Announcer:
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         notifiers: Mapping[str, Notifier],
         clock: Callable[[], datetime],
         router: Router | None = None,
@@ -103,8 +101,7 @@ class Announcer:
         flap_hold: timedelta = DEFAULTS.flap_hold,
     ) -> None:
         self.flap_hold = flap_hold
-        self.outbox = Outbox(engine)
-        self.engine = engine
+        self.store = store
         self.notifiers = dict(notifiers)
         self.clock = clock
         self.router = router or Router()
@@ -123,11 +120,13 @@ class Announcer:
         told: Told,
         symptom: dict[str, Any],
         diagnosis: dict[str, Any],
-        connection: Connection | None = None,
+        tx: Store | None = None,
     ) -> None:
         """Enqueue the notifications of what is ``told`` — an incident change, or
-        ``Notice.UPDATE`` (news of its open alert) — in ``connection``'s transaction when given
-        (the one that stores the change's diagnosis: both commit, or neither)."""
+        ``Notice.UPDATE`` (news of its open alert) — in ``tx``'s transaction when given
+        (``store.transaction()``, the one that stores the change's diagnosis: both commit, or
+        neither)."""
+        outbox = (tx or self.store).outbox
         event = _EVENTS.get(told)
         if event is None:
             raise ValueError(
@@ -136,7 +135,7 @@ class Announcer:
         update = told is Notice.UPDATE
         labels = labels_of(incident)
         at = incident.resolved_at or incident.updated_at
-        if event is Event.TRIGGER and silences.silenced(self.engine, labels, at):
+        if event is Event.TRIGGER and self.store.silences.silenced(labels, at):
             log.info("incident %s is silenced; not notified", incident.id)
             return
         notification = Notification(
@@ -162,9 +161,7 @@ class Announcer:
         reopened: Notification | None = None
         for name in self.router.targets(labels, sorted(self.notifiers)):
             message = notification
-            withdrawn = told is Transition.OPENED and self.outbox.cancel_pending(
-                name, held_back, connection=connection
-            )
+            withdrawn = told is Transition.OPENED and outbox.cancel_pending(name, held_back)
             if withdrawn:
                 if reopened is None:
                     reopened = self._reopened(incident, notification)
@@ -173,7 +170,7 @@ class Announcer:
                     continue
                 message = reopened  # news: an update of the open alert
             payload = json.dumps(self.notifiers[name].render(message), sort_keys=True)
-            self.outbox.enqueue(name, message.key, payload, now, not_before, connection=connection)
+            outbox.enqueue(name, message.key, payload, now, not_before)
 
     def reconcile(self, now: datetime) -> int:
         """Enqueue the notifications a crash kept from the outbox; the incidents told.
@@ -186,24 +183,26 @@ class Announcer:
         paged but has no resolve message is resolved now, unless a later incident of its SLO and
         scope has taken over the receiver's alert. An incident never told (silenced, a flap of
         the last one, or not paged yet: the follow-up pages it) owes nothing here."""
-        firing = incidents.list_incidents(self.engine, "firing")
+        firing = self.store.incidents.all("firing")
         since = now - RECONCILE_RESOLVED
         resolved = [
             i
-            for i in incidents.list_incidents(self.engine, "resolved", limit=RECONCILE_LIMIT)
+            for i in self.store.incidents.all("resolved", limit=RECONCILE_LIMIT)
             if i.resolved_at is not None and i.resolved_at >= since
         ]
         found = [*firing, *resolved]
         newest: dict[tuple[str, str], int] = {}
         for i in found:
             newest[(i.slo, i.scope)] = max(newest.get((i.slo, i.scope), 0), i.id)
-        notes = signals.notes(self.engine, [i.id for i in found])
+        notes = self.store.incidents.notes([i.id for i in found])
         told = 0
         for incident in found:
             note = notes.get(incident.id)
             if note is None or note.diagnosis is None or note.symptom is None:
                 continue
-            keys = self.outbox.keys_like(incident_keys(incident.slo, incident.scope, incident.id))
+            keys = self.store.outbox.keys_like(
+                incident_keys(incident.slo, incident.scope, incident.id)
+            )
             sent = {tuple(key.split(":", 4)[2:4]) for _, key in keys}
             if not sent:
                 continue
@@ -225,8 +224,8 @@ class Announcer:
                 incident.id,
                 transition.value,
             )
-            with self.engine.begin() as connection:
-                self(incident, transition, note.symptom, note.diagnosis, connection=connection)
+            with self.store.transaction() as tx:
+                self(incident, transition, note.symptom, note.diagnosis, tx=tx)
             told += 1
         return told
 
@@ -235,8 +234,8 @@ class Announcer:
         lifecycle's ``Cue.REOPENED`` of that one): the same ``notification`` when it is no news
         (the alert flapped; the receiver's alert is still open), else an update of the
         receiver's open alert."""
-        before = incidents.previous(self.engine, incident)
-        note = signals.notes(self.engine, [before.id]).get(before.id) if before else None
+        before = self.store.incidents.previous(incident)
+        note = self.store.incidents.notes([before.id]).get(before.id) if before else None
         state = Lifecycle(
             Phase.RESOLVED,
             headline=note.diagnosis if note is not None else None,
@@ -259,9 +258,9 @@ class Delivery:
     """The outbox-draining job."""
 
     def __init__(
-        self, engine: Engine, notifiers: Mapping[str, Notifier], backoff: Backoff | None = None
+        self, store: Store, notifiers: Mapping[str, Notifier], backoff: Backoff | None = None
     ) -> None:
-        self.outbox = Outbox(engine)
+        self.outbox = store.outbox
         self.notifiers = dict(notifiers)
         self.backoff = backoff or Backoff()
         # Each start or gain of the lead is a term; the first pass of a term settles every claim.

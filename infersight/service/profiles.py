@@ -4,7 +4,7 @@
 bounded (``core.profile.check_bounds``), one open profile per instance at a time (a second is
 ``Conflict``); one made for an incident must be of the instance its diagnosis names
 (``InvalidInput`` / ``Conflict`` otherwise). ``cancel_profile`` ends an open one. The
-instance's sidecar claims it (``storage.profiles``), samples its serving process and stores the
+instance's sidecar claims it (the store's ``profiles``), samples its serving process and stores the
 summary or why there is none.
 
 ``ProfileTrigger`` is the automatic side, run by the follow-up job after the re-diagnoses
@@ -14,7 +14,7 @@ the GPU idles) it requests one profile of that instance — not while one is ope
 not within ``min_interval`` of the last (a flapping incident is not profiled every pass), and
 not while ``max_open`` automatic profiles are open fleet-wide (an incident that spans the fleet
 does not attach a profiler to every serving process at once). Each pass first fails the
-overdue requests (``storage.profiles.expire_stale``); an incident whose step fails is logged and
+overdue requests (``store.profiles.expire_stale``); an incident whose step fails is logged and
 the pass goes on with the next. Once
 the profile is back, the headline gains what it says (``alerts.diagnose.with_profile``: the
 host-side limit it names, "62 % of samples in the tokenizer", with a confidence from the
@@ -29,16 +29,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import Engine
-
 from infersight.alerts.diagnose import host_side, with_profile
 from infersight.alerts.lifecycle import Notice
 from infersight.core.errors import Conflict, InvalidInput, NotFound
 from infersight.core.profile import DEFAULT_RATE, DEFAULT_SECONDS, check_bounds
 from infersight.service.diagnosis import Announce
-from infersight.storage import incidents, signals
-from infersight.storage import profiles as store
-from infersight.storage.profiles import Profile
+from infersight.storage.seam import IncidentNote, Profile, Store
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +44,14 @@ MIN_INTERVAL: Final = timedelta(minutes=10)
 MAX_OPEN: Final = 2
 
 
-def _instance_of(engine: Engine, incident_id: int) -> str:
+def _instance_of(store: Store, incident_id: int) -> str:
     """The instance the incident's diagnosis names; ``InvalidInput`` without the incident,
     ``Conflict`` when its diagnosis names none."""
     try:
-        incidents.get_incident(engine, incident_id)
+        store.incidents.get(incident_id)
     except NotFound:
         raise InvalidInput(f"there is no incident {incident_id}") from None
-    note = signals.notes(engine, [incident_id]).get(incident_id)
+    note = store.incidents.notes([incident_id]).get(incident_id)
     instance = (note.diagnosis or {}).get("instance") if note is not None else None
     if not instance:
         raise Conflict(
@@ -67,7 +63,7 @@ def _instance_of(engine: Engine, incident_id: int) -> str:
 
 
 def request_profile(
-    engine: Engine,
+    store: Store,
     instance: str,
     at: datetime,
     *,
@@ -81,31 +77,30 @@ def request_profile(
     incident)."""
     seconds, rate = check_bounds(seconds, rate)
     if incident_id is not None:
-        named = _instance_of(engine, incident_id)
+        named = _instance_of(store, incident_id)
         if named != instance:
             raise Conflict(
                 f"incident {incident_id} is about instance {named}, not {instance}: a profile "
                 f"of {instance} cannot explain it",
                 details={"incident_id": incident_id, "instance": named},
             )
-    with engine.begin() as connection:
-        store.expire_stale(connection, at, instance)
-    current = store.open_or_recent(engine, instance, at)
+    store.profiles.expire_stale(at, instance)
+    current = store.profiles.open_or_recent(instance, at)
     if current is not None and current.open:
         raise Conflict(
             f"a profile of {instance} is already {current.state.value} (id {current.id})",
             details={"id": current.id},
         )
-    profile_id = store.insert_request(
-        engine, instance, seconds, rate, at, reason="manual",
+    profile_id = store.profiles.insert_request(
+        instance, seconds, rate, at, reason="manual",
         incident_id=incident_id, requested_by=requested_by,
     )  # fmt: skip
-    return store.get(engine, profile_id)
+    return store.profiles.get(profile_id)
 
 
-def cancel_profile(engine: Engine, profile_id: int, at: datetime, by: str = "") -> Profile:
-    """End an open profile (``storage.profiles.cancel``)."""
-    profile = store.cancel(engine, profile_id, at, by)
+def cancel_profile(store: Store, profile_id: int, at: datetime, by: str = "") -> Profile:
+    """End an open profile (the store's ``profiles.cancel``)."""
+    profile = store.profiles.cancel(profile_id, at, by)
     log.info("profile %s of %s cancelled", profile_id, profile.instance)
     return profile
 
@@ -115,7 +110,7 @@ class ProfileTrigger:
 
     def __init__(
         self,
-        engine: Engine,
+        store: Store,
         *,
         announce: Announce | None = None,
         seconds: float = DEFAULT_SECONDS,
@@ -123,7 +118,7 @@ class ProfileTrigger:
         min_interval: timedelta = MIN_INTERVAL,
         max_open: int = MAX_OPEN,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.announce = announce
         self.seconds, self.rate = check_bounds(seconds, rate)
         self.min_interval = min_interval
@@ -133,12 +128,12 @@ class ProfileTrigger:
 
     def __call__(self, now: datetime) -> int:
         """One pass; the profiles requested or applied."""
-        store.expire(self.engine, now)
-        firing = incidents.list_incidents(self.engine, "firing")
+        self.store.profiles.expire(now)
+        firing = self.store.incidents.all("firing")
         if not firing:
             return 0
-        kept = signals.notes(self.engine, [i.id for i in firing])
-        taken = store.for_incidents(self.engine, [i.id for i in firing])
+        kept = self.store.incidents.notes([i.id for i in firing])
+        taken = self.store.profiles.for_incidents([i.id for i in firing])
         done = 0
         for incident in firing:
             note = kept.get(incident.id)
@@ -155,21 +150,21 @@ class ProfileTrigger:
         return done
 
     def _request(self, incident_id: int, instance: str, now: datetime) -> int:
-        recent = store.open_or_recent(self.engine, instance, now - self.min_interval)
+        recent = self.store.profiles.open_or_recent(instance, now - self.min_interval)
         if recent is not None:
             return 0  # one is open for the instance, or one was taken lately
-        if store.open_automatic(self.engine) >= self.max_open:
+        if self.store.profiles.open_automatic() >= self.max_open:
             log.info("incident %s: profile of %s deferred (%d automatic profiles open)",
                      incident_id, instance, self.max_open)  # fmt: skip
             return 0
-        store.insert_request(
-            self.engine, instance, self.seconds, self.rate, now,
+        self.store.profiles.insert_request(
+            instance, self.seconds, self.rate, now,
             reason="incident", incident_id=incident_id, requested_by="infersight",
         )  # fmt: skip
         log.info("incident %s: profile of %s requested", incident_id, instance)
         return 1
 
-    def _apply(self, incident: Any, note: signals.IncidentNote, profile: Profile) -> int:
+    def _apply(self, incident: Any, note: IncidentNote, profile: Profile) -> int:
         assert note.diagnosis is not None
         assert note.symptom is not None
         shown = note.diagnosis.get("profile") or {}
@@ -181,11 +176,10 @@ class ProfileTrigger:
             return 0
         diagnosis = with_profile(note.diagnosis, profile.to_dict())
         at = note.diagnosed_at or profile.finished_at or profile.requested_at
-        with self.engine.begin() as connection:
-            signals.save_diagnosis(connection, incident.id, note.symptom, diagnosis, at)
+        with self.store.transaction() as tx:
+            tx.incidents.save_diagnosis(incident.id, note.symptom, diagnosis, at)
             if self.announce is not None and profile.result is not None:
-                self.announce(incident, Notice.UPDATE, note.symptom, diagnosis,
-                              connection=connection)  # fmt: skip
+                self.announce(incident, Notice.UPDATE, note.symptom, diagnosis, tx=tx)
         log.info("incident %s: profile %s applied", incident.id, profile.id)
         return 1
 

@@ -49,7 +49,7 @@ def _seed(store, late_gap: float) -> None:  # type: ignore[no-untyped-def]
 def _diagnose(store):  # type: ignore[no-untyped-def]
     now = Window(T0 + timedelta(minutes=5), T0 + timedelta(minutes=10))
     ref = Window(T0, T0 + timedelta(minutes=5))
-    return diagnose_window(store.engine, now, Selector(), load_rules(), ref, ALIASES)
+    return diagnose_window(store.sql, now, Selector(), load_rules(), ref, ALIASES)
 
 
 def test_a_gateway_delay_is_named_with_the_gap_as_evidence(store) -> None:  # type: ignore[no-untyped-def]

@@ -53,9 +53,9 @@ def test_a_replica_that_takes_the_lead_again_reconciles_and_settles_every_claim(
 ) -> None:
     pager = Endpoint()
     pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
-    announcer = Announcer(store.engine, {"pagerduty": pd}, lambda: T0)
-    listener = DiagnosisListener(store.engine, announce=announcer)
-    follow_up = FollowUp(listener, Delivery(store.engine, {"pagerduty": pd}))
+    announcer = Announcer(store.sql, {"pagerduty": pd}, lambda: T0)
+    listener = DiagnosisListener(store.sql, announce=announcer)
+    follow_up = FollowUp(listener, Delivery(store.sql, {"pagerduty": pd}))
     lock, clock = ToggledLock(), FakeClock(T0)
     jobs = Jobs(
         store.sql,

@@ -109,9 +109,9 @@ def test_messages_enqueued_in_a_transaction_that_rolls_back_are_not_there(store:
 def _follow_up(store: Store, pager: Endpoint) -> tuple[Announcer, FollowUp]:
     """A restarted process's follow-up job, PagerDuty its one receiver."""
     pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
-    announcer = Announcer(store.engine, {"pagerduty": pd}, lambda: T0)
-    listener = DiagnosisListener(store.engine, announce=announcer)
-    return announcer, FollowUp(listener, Delivery(store.engine, {"pagerduty": pd}))
+    announcer = Announcer(store.sql, {"pagerduty": pd}, lambda: T0)
+    listener = DiagnosisListener(store.sql, announce=announcer)
+    return announcer, FollowUp(listener, Delivery(store.sql, {"pagerduty": pd}))
 
 
 def _paged(store: Store, announcer: Announcer, severity: Severity, at: datetime) -> Incident:

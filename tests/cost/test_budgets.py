@@ -161,7 +161,7 @@ def test_a_budget_that_burns_pages_through_the_outbox_and_resolves_when_raised(s
     assert apply_budgets(store.engine, [budget], NOW, "USD")[0][1:] == (1, False)
 
     # The spend is the cost answer's for the tenant, to the cent.
-    status = budget_status(store.engine, budget_store.get_budget(store.engine, "acme-monthly"),
+    status = budget_status(store.sql, budget_store.get_budget(store.engine, "acme-monthly"),
                            model, NOW)  # fmt: skip
     expected = cost_store.cost(store.engine, MONTH, model, Selector(tenant="acme")).total.cost
     assert status.figures.spent == expected > Decimal("800")
@@ -180,8 +180,8 @@ def test_a_budget_that_burns_pages_through_the_outbox_and_resolves_when_raised(s
     client = httpx.Client(timeout=10)
     notifiers = {"slack": SlackNotifier(slack.url, client)}
     clock = {"now": NOW}
-    announcer = Announcer(store.engine, notifiers, lambda: clock["now"])
-    job = MoneyAlerts(store.engine, lambda: model, announcer)
+    announcer = Announcer(store.sql, notifiers, lambda: clock["now"])
+    job = MoneyAlerts(store.sql, lambda: model, announcer)
     report = job(NOW)
     [(incident, transition)] = [c for c in report.changes if c[0].slo.startswith("budget:")]
     assert transition is Transition.OPENED
@@ -196,7 +196,7 @@ def test_a_budget_that_burns_pages_through_the_outbox_and_resolves_when_raised(s
     # A second cycle changes nothing and sends nothing new.
     assert not [c for c in job(NOW + timedelta(minutes=5)).changes if c[0].id == incident.id]
 
-    Delivery(store.engine, notifiers)(NOW + timedelta(minutes=5))
+    Delivery(store.sql, notifiers)(NOW + timedelta(minutes=5))
     until(lambda: len(slack.bodies) >= 1, "the page reached the Slack endpoint")
     page = json.dumps(slack.bodies[0])
     assert "budget acme-monthly (tenant=acme) burning: likely spend_burn" in page
@@ -213,7 +213,7 @@ def test_a_budget_that_burns_pages_through_the_outbox_and_resolves_when_raised(s
     resolved = [c for c in job(later).changes if c[0].id == incident.id]
     assert [t for _, t in resolved] == [Transition.RESOLVED]
     assert incidents.get_incident(store.engine, incident.id).resolved_at == later
-    Delivery(store.engine, notifiers)(later + timedelta(minutes=6))
+    Delivery(store.sql, notifiers)(later + timedelta(minutes=6))
     until(lambda: len(slack.bodies) >= 2, "the resolve reached the Slack endpoint")
     assert "Resolved" in json.dumps(slack.bodies[1])
     assert [v for v, _ in budget_store.versions(store.engine, "acme-monthly")] == [1, 2]
@@ -227,7 +227,7 @@ def test_the_cost_step_names_a_price_change(store):
     policy = StepPolicy(min_tokens=1000)
     # The job saw the old prices in force eight days ago, the new ones from now on.
     budget_store.record_model(store.engine, old, window.start)
-    job = MoneyAlerts(store.engine, lambda: new, None, policy)
+    job = MoneyAlerts(store.sql, lambda: new, None, policy)
     report = job(NOW)
     fleet = [i for i, t in report.changes if i.slo == "cost-step:fleet"]
     assert len(fleet) == 1
@@ -252,7 +252,7 @@ def test_the_cost_step_names_an_idle_surge(store):
             gpu_series(name, Window(NOW - timedelta(hours=6), NOW), util=0.0, power_w=90.0)
         )
     model = flat_model("4.00")
-    job = MoneyAlerts(store.engine, lambda: model, None, StepPolicy(min_tokens=1000))
+    job = MoneyAlerts(store.sql, lambda: model, None, StepPolicy(min_tokens=1000))
     report = job(NOW)
     [fleet] = [i for i, _ in report.changes if i.slo == "cost-step:fleet"]
     diagnosis = signals.notes(store.engine, [fleet.id])[fleet.id].diagnosis
@@ -389,7 +389,7 @@ def test_a_burn_resolves_when_spending_falls_back(store):
     budget = parse_budget({**to_document(parse_budgets(DOC)[0]), "spec": {
         **to_document(parse_budgets(DOC)[0])["spec"], "amount": "5000"}})  # fmt: skip
     apply_budgets(store.engine, [budget], NOW - timedelta(days=9), "USD")
-    job = MoneyAlerts(store.engine, lambda: model)
+    job = MoneyAlerts(store.sql, lambda: model)
     [(opened, transition)] = [c for c in job(NOW).changes if c[0].slo.startswith("budget:")]
     assert transition is Transition.OPENED
     assert opened.severity is Severity.PAGE
@@ -405,7 +405,7 @@ def test_a_burn_resolves_when_spending_falls_back(store):
     later = NOW + timedelta(hours=2)
     resolved = [c for c in job(later).changes if c[0].id == opened.id]
     assert [t for _, t in resolved] == [Transition.RESOLVED]
-    status = budget_status(store.engine, budget_store.get_budget(store.engine, "acme-monthly"),
+    status = budget_status(store.sql, budget_store.get_budget(store.engine, "acme-monthly"),
                            model, later)  # fmt: skip
     assert status.figures.spent > Decimal("1000")
     assert status.figures.burn_rates()[timedelta(hours=1)] == 0
@@ -416,7 +416,7 @@ def test_a_price_step_resolves_once_the_baseline_is_priced_the_same(store):
     seed(store, window)
     old, new = flat_model("4.00"), flat_model("8.00")
     budget_store.record_model(store.engine, old, window.start)
-    job = MoneyAlerts(store.engine, lambda: new, None, StepPolicy(min_tokens=1000))
+    job = MoneyAlerts(store.sql, lambda: new, None, StepPolicy(min_tokens=1000))
     [opened] = [i for i, t in job(NOW).changes if i.slo == "cost-step:fleet"]
     # A week on, every baseline day was priced with the new prices: no step, the ticket resolves.
     later = NOW + timedelta(days=8)

@@ -215,7 +215,7 @@ def test_the_job_reports_last_week_once_and_slack_gets_one_summary(week):
         assert previous_week(monday_nine, zone("UTC")) == PERIOD
         first = job(monday_nine)
         again = job(monday_nine + timedelta(minutes=1))  # a re-run replaces, never re-posts
-        delivery = Delivery(week.engine, notifiers)
+        delivery = Delivery(SqlStore(week.engine), notifiers)
         assert delivery(monday_nine + timedelta(minutes=2)).delivered == 1
     finally:
         client.close()

@@ -84,7 +84,7 @@ def seed(engine: Engine, minutes: int = 45, every: timedelta = timedelta(minutes
     end = scenario.start + timedelta(minutes=minutes)
     for spec in SLOS:
         slo_store.put_slo(engine, spec, scenario.start)
-    diagnosis = DiagnosisListener(engine, pack=load_rules())
+    diagnosis = DiagnosisListener(SqlStore(engine), pack=load_rules())
     evaluator = Evaluator(SqlStore(engine), default_policy(), [diagnosis])
     at = scenario.start + timedelta(minutes=20)
     while at <= end:

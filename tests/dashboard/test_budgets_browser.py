@@ -17,6 +17,7 @@ from infersight.service.budgets import MoneyAlerts, apply_budgets, parse_budgets
 from infersight.storage import cost as cost_store
 from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.cost.scenario import gpu_series
@@ -56,7 +57,7 @@ def test_the_budgets_page_shows_spend_burn_alerts_and_the_cost_step(live, page: 
             gpu_series(name, Window(NOW - timedelta(hours=6), NOW), util=0.0, power_w=90.0)
         )
     apply_budgets(engine, parse_budgets(DOC + "---\n" + FLEET), NOW - timedelta(days=9), "USD")
-    MoneyAlerts(engine, lambda: flat_model("4.00"))(NOW)
+    MoneyAlerts(SqlStore(engine), lambda: flat_model("4.00"))(NOW)
 
     response = page.goto(f"{server.url}/ui/budgets?range=24h")
     assert response.status == 200

@@ -44,7 +44,7 @@ def blind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     )
     slo_store.put_slo(engine, tpot, scenario.start)
     evaluator = Evaluator(
-        SqlStore(engine), default_policy(), [DiagnosisListener(engine, pack=load_rules())]
+        SqlStore(engine), default_policy(), [DiagnosisListener(SqlStore(engine), pack=load_rules())]
     )
     incident, _ = scenarios.windows(scenario)
     at = incident.start

@@ -29,6 +29,7 @@ from infersight.service.profiles import ProfileTrigger, request_profile
 from infersight.storage import incidents, signals
 from infersight.storage import profiles as profile_store
 from infersight.storage.maintenance import RetentionPolicy, maintain
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import profiles
 from tests.api.conftest import Api
 from tests.conftest import Store
@@ -65,7 +66,7 @@ def _claim(api: Api, instance: str) -> dict[str, Any]:
 def test_only_the_claim_can_write_the_result(make_api: Any, store: Store) -> None:
     api = make_api(api_tokens=TOKENS)
     incident = _incident(store)
-    assert ProfileTrigger(store.engine, seconds=2, rate=20)(T0) == 1
+    assert ProfileTrigger(store.sql, seconds=2, rate=20)(T0) == 1
     (asked,) = profile_store.list_profiles(store.engine, incident_id=incident)
     forged = {"result": {**GOOD, "shares": {"logging": 0.99}}, "instance": "vllm-0",
               "nonce": "x" * 32}  # fmt: skip
@@ -112,7 +113,7 @@ def test_a_malformed_summary_is_refused_whole(result: dict[str, Any], fault: str
 def test_non_finite_numbers_are_400_not_500(make_api: Any, store: Store) -> None:
     api = make_api(api_tokens=TOKENS)
     _incident(store)
-    ProfileTrigger(store.engine, seconds=2, rate=20)(T0)
+    ProfileTrigger(store.sql, seconds=2, rate=20)(T0)
     request = _claim(api, "vllm-0")
     for result in ('{"x": NaN}', '{"shares": {"gil": Infinity}, "busy_samples": 100}'):
         body = f'{{"instance": "vllm-0", "nonce": "{request["nonce"]}", "result": {result}}}'
@@ -146,7 +147,7 @@ BAD_SUMMARY = json.dumps({
 def test_a_malformed_stored_summary_is_read_defensively(make_api: Any, store: Store) -> None:
     api = make_api(api_tokens=TOKENS)
     incident = _incident(store)
-    ProfileTrigger(store.engine, seconds=2, rate=20)(T0)
+    ProfileTrigger(store.sql, seconds=2, rate=20)(T0)
     (asked,) = profile_store.list_profiles(store.engine, incident_id=incident)
     _store_raw(store, asked.id, BAD_SUMMARY)
     answers.clear_all()
@@ -181,7 +182,7 @@ def test_one_bad_incident_does_not_stop_the_others(store: Store) -> None:
     is applied without it, and the incident after it is served in the same pass."""
     first = _firing(store, "i-0", "model=a")
     second = _firing(store, "i-1", "model=b")
-    trigger = ProfileTrigger(store.engine, seconds=2, rate=20)
+    trigger = ProfileTrigger(store.sql, seconds=2, rate=20)
     assert trigger(T0) == 2
     by_incident = profile_store.for_incidents(store.engine, [first, second])
     _store_raw(store, by_incident[first].id, json.dumps({
@@ -198,11 +199,11 @@ def test_one_bad_incident_does_not_stop_the_others(store: Store) -> None:
 
 def test_a_request_nobody_claims_expires(make_api: Any, store: Store) -> None:
     engine = store.engine
-    first = request_profile(engine, "vllm-typo", T0)
+    first = request_profile(SqlStore(engine), "vllm-typo", T0)
     with pytest.raises(Conflict):
-        request_profile(engine, "vllm-typo", T0 + timedelta(minutes=5))
+        request_profile(SqlStore(engine), "vllm-typo", T0 + timedelta(minutes=5))
     later = T0 + profile_store.PENDING_AFTER + timedelta(seconds=1)
-    second = request_profile(engine, "vllm-typo", later)
+    second = request_profile(SqlStore(engine), "vllm-typo", later)
     failed = profile_store.get(engine, first.id)
     assert failed.state is ProfileState.FAILED
     assert "no sidecar took the request" in failed.error
@@ -213,7 +214,7 @@ def test_a_request_nobody_claims_expires(make_api: Any, store: Store) -> None:
     read = api.get(f"/api/v1/profiles/{second.id}", headers=bearer(READ)).json()
     assert read["state"] == "failed"
     incident = _firing(store, "i-0", "model=c")
-    trigger = ProfileTrigger(engine, min_interval=timedelta(minutes=1))
+    trigger = ProfileTrigger(SqlStore(engine), min_interval=timedelta(minutes=1))
     assert trigger(T0) == 1
     assert trigger(T0 + timedelta(minutes=5)) == 0  # pending, not expired yet
     # Expired by the pass itself, and its reason goes into the diagnosis (the page says why).
@@ -231,7 +232,7 @@ def test_a_request_nobody_claims_expires(make_api: Any, store: Store) -> None:
 
 def test_a_dead_sidecars_running_profile_expires_on_read(make_api: Any, store: Store) -> None:
     api = make_api(api_tokens=TOKENS)
-    asked = request_profile(store.engine, "vllm-0", T0, seconds=5)
+    asked = request_profile(store.sql, "vllm-0", T0, seconds=5)
     assert profile_store.claim(store.engine, "vllm-0", T0) is not None
     api.clock.now = T0 + timedelta(seconds=5) + profile_store.STALE_AFTER + timedelta(seconds=1)
     listed = api.get("/api/v1/profiles?instance=vllm-0", headers=bearer(READ)).json()
@@ -242,7 +243,7 @@ def test_a_dead_sidecars_running_profile_expires_on_read(make_api: Any, store: S
 
 def test_an_admin_cancels_an_open_profile(make_api: Any, store: Store) -> None:
     api = make_api(api_tokens=TOKENS)
-    asked = request_profile(store.engine, "vllm-0", T0)
+    asked = request_profile(store.sql, "vllm-0", T0)
     path = f"/api/v1/profiles/{asked.id}"
     assert api.request("DELETE", path, headers=bearer(READ)).status_code == 403
     assert api.request("DELETE", path, headers=bearer(INGEST)).status_code == 403
@@ -256,7 +257,7 @@ def test_an_admin_cancels_an_open_profile(make_api: Any, store: Store) -> None:
     )
     late = {"result": GOOD, "instance": "vllm-0", "nonce": request["nonce"]}
     assert _post_result(api, asked.id, late).status_code == 409  # the sidecar's late answer
-    assert request_profile(store.engine, "vllm-0", T0).state is ProfileState.PENDING
+    assert request_profile(store.sql, "vllm-0", T0).state is ProfileState.PENDING
 
 
 def test_a_profile_is_only_for_its_incidents_instance(make_api: Any, store: Store) -> None:
@@ -283,7 +284,7 @@ def test_a_mismatched_profile_stored_earlier_is_not_applied(store: Store) -> Non
     wrong = profile_store.insert_request(store.engine, "i-9", 2, 20, T0, reason="incident",
                                          incident_id=incident)  # fmt: skip
     _store_raw(store, wrong, json.dumps(GOOD))
-    assert ProfileTrigger(store.engine)(T0) == 0
+    assert ProfileTrigger(store.sql)(T0) == 0
     note = signals.notes(store.engine, [incident])[incident]
     assert note.diagnosis is not None
     assert "profile" not in note.diagnosis
@@ -292,7 +293,7 @@ def test_a_mismatched_profile_stored_earlier_is_not_applied(store: Store) -> Non
 def test_automatic_profiles_are_capped_fleet_wide(store: Store) -> None:
     for n in range(4):
         _firing(store, f"i-{n}", f"model=m{n}")
-    trigger = ProfileTrigger(store.engine, seconds=2, rate=20, max_open=2)
+    trigger = ProfileTrigger(store.sql, seconds=2, rate=20, max_open=2)
     assert trigger(T0) == 2
     assert trigger(T0 + timedelta(seconds=10)) == 0  # two open: the others wait
     assert profile_store.open_automatic(store.engine) == 2
@@ -304,7 +305,7 @@ def test_automatic_profiles_are_capped_fleet_wide(store: Store) -> None:
     assert trigger(T0 + timedelta(seconds=20)) == 2  # the done one applied, one more asked
     assert profile_store.open_automatic(store.engine) == 2
     # 0: none asked (the open two expire unclaimed; their reasons are applied, no new one).
-    ProfileTrigger(store.engine, max_open=0)(T0 + timedelta(minutes=30))
+    ProfileTrigger(store.sql, max_open=0)(T0 + timedelta(minutes=30))
     assert profile_store.open_automatic(store.engine) == 0
     assert len(profile_store.list_profiles(store.engine)) == 3
 
@@ -317,7 +318,7 @@ class _Crashing(Profiler):
 
 
 def test_a_crashing_profiler_still_answers_its_claim(store: Store) -> None:
-    asked = request_profile(store.engine, "vllm-0", T0)
+    asked = request_profile(store.sql, "vllm-0", T0)
     profiler = _Crashing(ProfilerConfig(ProfileTarget("1")))
     channel = profile_store.StoreChannel(store.engine, clock=lambda: T0)
     poller = ProfilePoller("vllm-0", profiler, channel)
@@ -329,10 +330,10 @@ def test_a_crashing_profiler_still_answers_its_claim(store: Store) -> None:
 
 def test_finished_profiles_are_pruned_with_the_other_retention(store: Store) -> None:
     now = datetime(2026, 12, 6, 12, tzinfo=UTC)
-    old = request_profile(store.engine, "i-0", now - timedelta(days=40))
+    old = request_profile(store.sql, "i-0", now - timedelta(days=40))
     _store_raw(store, old.id, json.dumps(GOOD))
     kept_open = profile_store.insert_request(store.engine, "i-1", 2, 20, now - timedelta(days=40))
-    recent = request_profile(store.engine, "i-2", now - timedelta(days=3))
+    recent = request_profile(store.sql, "i-2", now - timedelta(days=3))
     _store_raw(store, recent.id, json.dumps(GOOD))
     report = maintain(store.engine, now, RetentionPolicy(profile_days=30))
     assert report.profiles_deleted == 1

@@ -24,6 +24,7 @@ from infersight.service.profiles import ProfileTrigger
 from infersight.storage import incidents, migrate, signals
 from infersight.storage import profiles as profile_store
 from infersight.storage.engine import create_store_engine
+from infersight.storage.sql_store import SqlStore
 from tests.api.live import ADMIN_TOKEN, READ_TOKEN, serve
 from tests.profiles.support import CLI, busy, sidecar, simulator
 from tests.waiting import until
@@ -44,7 +45,7 @@ def test_a_tokenizer_bound_incident_is_profiled_and_named(tmp_path: Path) -> Non
     assert opened is not None
     headline = {"cause": "host_bound", "instance": "host-0", "confidence": 0.7, "evidence": []}
     signals.save_diagnosis(engine, opened.id, {"slo": "ttft"}, headline, now)
-    trigger = ProfileTrigger(engine, seconds=3, rate=50)
+    trigger = ProfileTrigger(SqlStore(engine), seconds=3, rate=50)
     with (
         simulator("tokenizer", tmp_path) as (process, base),
         busy(base),

@@ -61,7 +61,7 @@ def _text(html: str) -> str:
 def test_the_incident_page_shows_the_profile_in_each_state(api: Api, store: Store) -> None:
     incident = _incident(store)
     assert 'id="profile"' not in _page(api, incident)  # none asked yet
-    trigger = ProfileTrigger(store.engine, seconds=2, rate=20)
+    trigger = ProfileTrigger(store.sql, seconds=2, rate=20)
     assert trigger(T0) == 1
     assert "waiting for the sidecar of vllm-0" in _text(_page(api, incident))
     (asked,) = profile_store.list_profiles(store.engine, incident_id=incident)

@@ -19,6 +19,7 @@ from infersight.service.profiles import ProfileTrigger, request_profile
 from infersight.storage import incidents, signals
 from infersight.storage import profiles as profile_store
 from infersight.storage.outbox import Outbox
+from infersight.storage.sql_store import SqlStore
 from tests.conftest import Store
 from tests.doubles import Endpoint
 
@@ -37,12 +38,12 @@ def _claim(request: Any) -> dict[str, str]:
 
 def test_request_claim_complete(store: Store) -> None:
     engine = store.engine
-    asked = request_profile(engine, "i-0", T0, seconds=3, rate=20, requested_by="me")
+    asked = request_profile(SqlStore(engine), "i-0", T0, seconds=3, rate=20, requested_by="me")
     assert asked.state is ProfileState.PENDING
     with pytest.raises(Conflict, match="already pending"):
-        request_profile(engine, "i-0", T0)
+        request_profile(SqlStore(engine), "i-0", T0)
     with pytest.raises(InvalidInput):
-        request_profile(engine, "i-1", T0, seconds=3600)
+        request_profile(SqlStore(engine), "i-1", T0, seconds=3600)
     assert (
         profile_store.claim(engine, "i-1", T0) is None
     )  # another instance's request is not handed out
@@ -68,10 +69,10 @@ def test_request_claim_complete(store: Store) -> None:
 
 def test_a_sidecar_that_never_answers_does_not_block_the_next(store: Store) -> None:
     engine = store.engine
-    first = request_profile(engine, "i-0", T0, seconds=5)
+    first = request_profile(SqlStore(engine), "i-0", T0, seconds=5)
     assert profile_store.claim(engine, "i-0", T0) is not None
     later = T0 + timedelta(seconds=5) + profile_store.STALE_AFTER + timedelta(seconds=1)
-    second = request_profile(engine, "i-0", later)
+    second = request_profile(SqlStore(engine), "i-0", later)
     failed = profile_store.get(engine, first.id)
     assert failed.state is ProfileState.FAILED
     assert "did not return" in failed.error
@@ -101,7 +102,7 @@ def test_the_trigger_profiles_a_host_side_incident_once_and_applies_it(store: St
     def announce(incident: Any, transition: Any, symptom: Any, diagnosis: Any, **_: Any) -> None:
         announced.append(diagnosis)
 
-    trigger = ProfileTrigger(engine, announce=announce, seconds=2, rate=20)
+    trigger = ProfileTrigger(SqlStore(engine), announce=announce, seconds=2, rate=20)
     opened = _incident(store, {"cause": "host_bound", "instance": "i-0", "evidence": []})
     assert trigger(T0) == 1
     assert trigger(T0 + timedelta(seconds=10)) == 0  # pending: not asked again
@@ -124,11 +125,11 @@ def test_the_trigger_profiles_a_host_side_incident_once_and_applies_it(store: St
 
 def test_the_trigger_leaves_other_causes_and_rate_limits_an_instance(store: Store) -> None:
     engine = store.engine
-    trigger = ProfileTrigger(engine, min_interval=timedelta(minutes=10))
+    trigger = ProfileTrigger(SqlStore(engine), min_interval=timedelta(minutes=10))
     _incident(store, {"cause": "overload", "instance": "i-0", "evidence": []})
     assert trigger(T0) == 0
     assert profile_store.list_profiles(engine) == []
-    request_profile(engine, "i-1", T0)  # a manual one, just taken
+    request_profile(SqlStore(engine), "i-1", T0)  # a manual one, just taken
     claimed = profile_store.claim(engine, "i-1", T0)
     assert claimed is not None
     profile_store.complete(engine, claimed.id, SUMMARY, "", T0, **_claim(claimed))
@@ -150,14 +151,14 @@ def test_the_open_alert_is_updated_with_the_profile(store: Store) -> None:
     hook = Endpoint()
     slack = SlackNotifier("https://hooks.slack.test/x", hook.client())
     now = [T0]
-    announce = Announcer(store.engine, {"slack": slack}, lambda: now[0],
+    announce = Announcer(store.sql, {"slack": slack}, lambda: now[0],
                          dashboard_url="https://slo.example.com")  # fmt: skip
     opened = _incident(store, {"cause": "host_bound", "instance": "i-0", "evidence": []})
     note = signals.notes(store.engine, [opened.id])[opened.id]
     assert note.diagnosis is not None
     announce(opened, Transition.OPENED, {"slo": "ttft"}, note.diagnosis)
     deliver_due(Outbox(store.engine), {"slack": slack}, T0)
-    trigger = ProfileTrigger(store.engine, announce=announce)
+    trigger = ProfileTrigger(store.sql, announce=announce)
     trigger(T0)
     claimed = profile_store.claim(store.engine, "i-0", T0)
     assert claimed is not None

@@ -37,7 +37,7 @@ def test_a_burn_onset_found_to_the_minute_places_the_windows(store: Store) -> No
     open_writer(store.engine).write_requests(healthy + slow)
     spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
     opened = T0 + timedelta(minutes=12, seconds=30)
-    onset = burn_onset(store.engine, spec, opened)
+    onset = burn_onset(store.sql, spec, opened)
     assert onset == T0 + timedelta(minutes=10)
     current, reference = windows_for(_incident(opened), opened, timedelta(minutes=5), onset=onset)
     assert current == Window(onset, opened)
@@ -64,7 +64,7 @@ def test_no_step_up_in_the_burn_means_no_onset(store: Store) -> None:
         make_records(rng, T0, 600, span=timedelta(minutes=10), error_rate=0.0)
     )
     spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 60.0), 0.999, timedelta(days=30))
-    assert burn_onset(store.engine, spec, T0 + timedelta(minutes=10)) is None
+    assert burn_onset(store.sql, spec, T0 + timedelta(minutes=10)) is None
 
 
 def test_a_burn_that_begins_late_in_a_minute_is_found_within_it(store: Store) -> None:
@@ -77,7 +77,7 @@ def test_a_burn_that_begins_late_in_a_minute_is_found_within_it(store: Store) ->
     slow = [dataclasses.replace(r, ttft_s=2.0) if i % 2 else r for i, r in enumerate(burning)]
     open_writer(store.engine).write_requests(healthy + slow)
     spec = SloSpec("ttft", Sli(SliKind.LATENCY, "ttft", 1.0), 0.999, timedelta(days=30))
-    found = burn_onset(store.engine, spec, onset + timedelta(seconds=40))
+    found = burn_onset(store.sql, spec, onset + timedelta(seconds=40))
     assert found == T0 + timedelta(minutes=10, seconds=30)  # the 10 s slice that holds it
 
 
@@ -130,7 +130,7 @@ def test_an_incident_opening_after_another_of_its_slo_resolved_is_paged_from_its
                                       AlertState(Severity.PAGE, minutes(30.75)),
                                       Transition.OPENED, {"5m": 500.0}, minutes(30.75))  # fmt: skip
     assert second is not None
-    DiagnosisListener(store.engine).on_incident(second, Transition.OPENED)
+    DiagnosisListener(store.sql).on_incident(second, Transition.OPENED)
     note = signals.notes(store.engine, [second.id])[second.id]
     assert note.diagnosis is not None
     assert note.diagnosis["window"]["start"] == "2026-01-05T09:30:00Z"
@@ -154,7 +154,7 @@ def test_an_escalation_by_a_burn_that_came_back_is_told_with_that_burn_s_diagnos
     )  # fmt: skip
     told: list[tuple[Transition, dict[str, Any]]] = []
     listener = DiagnosisListener(
-        store.engine, announce=lambda i, t, s, d, connection=None: told.append((t, d))
+        store.sql, announce=lambda i, t, s, d, tx=None: told.append((t, d))
     )
     with store.engine.begin() as connection:
         incident = incidents.apply_step(connection, "ttft", "*",

@@ -25,7 +25,7 @@ def test_an_alert_that_flaps_within_the_hold_down_pages_once(store: Store) -> No
     pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
     t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
     now = [t0]
-    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: now[0])
+    announce = Announcer(store.sql, {"pagerduty": pd}, lambda: now[0])
 
     def incident(number: int, opened: datetime, resolved: datetime | None = None) -> Incident:
         state = IncidentState.RESOLVED if resolved else IncidentState.FIRING
@@ -75,7 +75,7 @@ def test_an_incident_that_opens_within_the_hold_down_with_news_is_told(
     pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
     t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
     now = [t0]
-    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: now[0])
+    announce = Announcer(store.sql, {"pagerduty": pd}, lambda: now[0])
     first_cause = {"cause": "overload", "instance": "vllm-8b-0"}
 
     def opened(at: datetime, diagnosis: dict[str, Any], severity: Severity) -> Incident:
@@ -128,7 +128,7 @@ def test_a_page_links_to_its_incident_page(store: Store) -> None:
     pd = PagerDutyNotifier("rk-0123456789", pager.client(), url="https://pd.test/")
     t0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
     announce = Announcer(
-        store.engine, {"pagerduty": pd}, lambda: t0, dashboard_url="https://slo.example.com/"
+        store.sql, {"pagerduty": pd}, lambda: t0, dashboard_url="https://slo.example.com/"
     )
     opened = Incident(42, "chat", "*", Severity.PAGE, IncidentState.FIRING, t0, t0, None)
     announce(opened, Transition.OPENED, {}, {"cause": "overload"})

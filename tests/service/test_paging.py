@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import Connection
 
 from infersight.alerts.dispatch import deliver_due
 from infersight.alerts.lifecycle import Notice, Told
@@ -21,6 +20,7 @@ from infersight.service.diagnosis import DiagnosisListener
 from infersight.service.notifications import Announcer
 from infersight.storage import incident_history, incidents, signals, slo_store
 from infersight.storage.outbox import Outbox
+from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.doubles import Endpoint
@@ -36,7 +36,7 @@ def _pagerduty() -> tuple[Endpoint, PagerDutyNotifier]:
 
 def test_an_update_of_the_open_alert_is_told_under_its_dedup_key(store: Store) -> None:
     pager, pd = _pagerduty()
-    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: T0)
+    announce = Announcer(store.sql, {"pagerduty": pd}, lambda: T0)
     opened = Incident(7, "chat", "*", Severity.PAGE, IncidentState.FIRING, T0, T0)
     announce(opened, Transition.OPENED, {}, {"cause": "overload", "instance": "vllm-8b-0"})
     news = {"cause": "gpu_throttled", "instance": "vllm-8b-1", "burning_again_at": "x"}
@@ -51,7 +51,7 @@ def test_an_update_of_the_open_alert_is_told_under_its_dedup_key(store: Store) -
 
 def test_no_change_is_no_notification(store: Store) -> None:
     _, pd = _pagerduty()
-    announce = Announcer(store.engine, {"pagerduty": pd}, lambda: T0)
+    announce = Announcer(store.sql, {"pagerduty": pd}, lambda: T0)
     opened = Incident(7, "chat", "*", Severity.PAGE, IncidentState.FIRING, T0, T0)
     with pytest.raises(ValueError, match="no notification"):
         announce(opened, Transition.NONE, {}, {"cause": "overload"})
@@ -90,12 +90,12 @@ def test_a_page_whose_notification_fails_leaves_nothing_behind_and_is_paged_agai
     broken = [True]
 
     def announce(i: Incident, kind: Told, symptom: dict[str, Any], diagnosis: dict[str, Any],
-                 connection: Connection | None = None) -> None:  # fmt: skip
+                 tx: SqlStore | None = None) -> None:  # fmt: skip
         if broken[0]:
             raise RuntimeError("the outbox is gone")
         told.append((kind, diagnosis))
 
-    listener = DiagnosisListener(store.engine, announce=announce)
+    listener = DiagnosisListener(store.sql, announce=announce)
     with pytest.raises(RuntimeError):
         listener.on_incident(incident, Transition.OPENED)
     assert signals.notes(store.engine, [incident.id]) == {}

@@ -35,7 +35,7 @@ router = APIRouter(
 def _view(app: AppContext, budget: Budget, reader: SpendReader) -> dict[str, Any]:
     try:
         status: dict[str, Any] | None = budget_status(
-            app.engine, budget, reader.model, app.clock(), reader
+            app.store, budget, reader.model, app.clock(), reader
         ).to_dict()
         problem = None
     except InvalidInput as exc:
@@ -62,7 +62,7 @@ def list_budgets(app: App, tenants: TenantScope) -> dict[str, Any]:
     found = [
         b for b in budget_store.list_budgets(app.engine) if within_scope(tenants, dict(b.scope))
     ]
-    reader = SpendReader(app.engine, app.cost_model())  # one cost answer per window for all
+    reader = SpendReader(app.store, app.cost_model())  # one cost answer per window for all
     return {"budgets": [_view(app, b, reader) for b in found]}
 
 
@@ -74,7 +74,7 @@ def list_budgets(app: App, tenants: TenantScope) -> dict[str, Any]:
 def get_budget(app: App, name: str, tenants: TenantScope) -> dict[str, Any]:
     budget = budget_store.get_budget(app.engine, name)
     check_within_scope(tenants, dict(budget.scope), f"budget {name!r}")
-    answer = _view(app, budget, SpendReader(app.engine, app.cost_model()))
+    answer = _view(app, budget, SpendReader(app.store, app.cost_model()))
     answer["versions"] = [
         {"version": v, "applied_at": at.isoformat().replace("+00:00", "Z")}
         for v, at in budget_store.versions(app.engine, name)

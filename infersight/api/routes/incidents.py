@@ -108,7 +108,7 @@ def post_diagnose(app: App, body: DiagnoseBody) -> dict[str, Any]:
             instant("reference_end", body.reference_end),
         )
     selector = Selector(body.model, body.instance, body.tenant, body.priority)
-    result = diagnose_window(app.engine, window, selector, app.rules, reference, app.aliases)
+    result = diagnose_window(app.store, window, selector, app.rules, reference, app.aliases)
     reference = reference or window.preceding()
     return {
         **result.to_dict(),

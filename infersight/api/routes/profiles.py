@@ -77,7 +77,7 @@ class ProfileBody(BaseModel):
 )
 def create_profile(app: App, body: ProfileBody) -> dict[str, Any]:
     profile = request_profile(
-        app.engine, body.instance, app.clock(), seconds=body.seconds, rate=body.rate,
+        app.store, body.instance, app.clock(), seconds=body.seconds, rate=body.rate,
         requested_by=body.by, incident_id=body.incident_id,
     )  # fmt: skip
     return profile.to_dict()
@@ -109,7 +109,7 @@ def get_profile(app: App, profile_id: Id) -> dict[str, Any]:
     responses=responses(404, 409),
 )
 def delete_profile(app: App, profile_id: Id) -> dict[str, Any]:
-    return cancel_profile(app.engine, profile_id, app.clock()).to_dict()
+    return cancel_profile(app.store, profile_id, app.clock()).to_dict()
 
 
 class ClaimBody(BaseModel):

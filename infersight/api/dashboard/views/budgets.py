@@ -49,7 +49,7 @@ def _row(app: AppContext, budget: Budget, reader: SpendReader, ctx: Context) -> 
         "description": budget.description,
     }
     try:
-        status = budget_status(app.engine, budget, reader.model, ctx.now, reader)
+        status = budget_status(app.store, budget, reader.model, ctx.now, reader)
     except InvalidInput as exc:
         return {**row, "problem": str(exc)}
     f = status.figures
@@ -104,7 +104,7 @@ def _d(window: timedelta) -> str:
 def _steps(app: AppContext, model: Any, ctx: Context) -> list[dict[str, Any]]:
     version = budget_store.version_label(app.engine, model)  # a page reads, never records
     out = []
-    for name, judged in cost_steps(app.engine, model, version, ctx.now).items():
+    for name, judged in cost_steps(app.store, model, version, ctx.now).items():
         slo, scope = step_name(name)
         with app.engine.connect() as connection:
             alert = incidents.firing(connection, slo, scope)
@@ -134,7 +134,7 @@ def _unit(value: Any, currency: str) -> str:
 def budgets(app: AppContext, ctx: Context) -> dict[str, Any]:
     model = app.cost_model()
     found = budget_store.list_budgets(app.engine)
-    reader = SpendReader(app.engine, model)  # one cost answer per window for every budget
+    reader = SpendReader(app.store, model)  # one cost answer per window for every budget
     return {
         "budgets": [_row(app, b, reader, ctx) for b in found],
         "steps": _steps(app, model, ctx),
