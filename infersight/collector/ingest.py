@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Final, Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -96,7 +97,8 @@ def _unpickle_prepared(
     rejected: dict[str, int],
     sources: dict[str, dict[str, int]],
 ) -> Prepared:
-    entries = list(map(Entry, *columns)) if columns else []
+    # ``tuple.__new__`` of each row: ``Entry(…)`` runs a Python-level ``__new__`` per entry.
+    entries = list(map(tuple.__new__, repeat(Entry), zip(*columns, strict=True))) if columns else []
     return Prepared(entries, spans, dropped_attributes, unmapped, rejected, sources)
 
 

@@ -174,8 +174,8 @@ def read_slots(  # noqa: PLR0911, PLR0912, PLR0915 (one loop: a call per attribu
             raw: bytes = kv.value
             key: str = kv.key
             slot = table.get(key)
-            tag = raw[:1]
-            if tag == b"!":  # a double
+            tag = raw[0]  # ``IndexError`` when empty (no member set)
+            if tag == _TAG_DOUBLE:
                 if slot is None:
                     if len(raw) != 9 or len(key) > limit:
                         return None
@@ -186,7 +186,7 @@ def read_slots(  # noqa: PLR0911, PLR0912, PLR0915 (one loop: a call per attribu
                 if not 0.0 <= seconds <= MAX_DURATION_S:  # NaN is not
                     return None
                 value = seconds
-            elif tag == b"\x18":  # an int
+            elif tag == _TAG_INT:
                 size = len(raw)
                 if size == 2 and raw[1] < 0x80:
                     value = raw[1]
@@ -202,7 +202,7 @@ def read_slots(  # noqa: PLR0911, PLR0912, PLR0915 (one loop: a call per attribu
                     continue
                 if not counts <= slot < labels or not 0 <= value <= MAX_TOKENS:
                     return None
-            elif tag == b"\n":  # a string
+            elif tag == _TAG_STRING:
                 size = len(raw)
                 if size > 1 and raw[1] == size - 2 < 0x80:
                     value = raw[2:].decode()
@@ -218,14 +218,14 @@ def read_slots(  # noqa: PLR0911, PLR0912, PLR0915 (one loop: a call per attribu
                     continue
                 if not labels <= slot < refused:
                     return None
-            elif slot is None and tag == b"\x10" and len(raw) == 2 and raw[1] < 2:
+            elif slot is None and tag == _TAG_BOOL and len(raw) == 2 and raw[1] < 2:
                 if len(key) > limit:
                     return None
-                continue  # a bool
+                continue
             else:
                 return None
             values[slot] = value
-    except struct.error:
+    except (struct.error, IndexError):
         return None
     except UnicodeDecodeError:
         raise NotCanonical from None  # upb refuses the export
