@@ -25,6 +25,7 @@ from infersight.core.focus import DEFAULT_KEYS, FOCUS_VERSION, BillMapping
 from infersight.core.timestamps import parse_time
 from infersight.core.window import Window, parse_duration
 from infersight.service import reconcile as rec
+from infersight.service.admin import migrate
 from infersight.service.cost_spec import active_model, to_document
 
 
@@ -79,7 +80,7 @@ def import_bill(
         mapping = BillMapping(keys) if keys else BillMapping()
     store = open_store(ctx)
     try:
-        store.maintenance.upgrade()
+        migrate(store)
         try:
             imported = rec.import_path(store, file, mapping, datetime.now(UTC), max_rows=max_rows)
         except InvalidInput as error:
@@ -253,7 +254,7 @@ def list_bills(ctx: click.Context) -> None:
     """List imported cloud bills, newest first."""
     store = open_store(ctx)
     try:
-        imports = store.bills.list_imports()
+        imports = rec.list_imports(store)
     finally:
         store.dispose()
     for i in imports:

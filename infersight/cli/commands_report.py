@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from infersight.cli.group import current_settings, open_store
+from infersight.service.admin import migrate
 from infersight.service.cost_spec import active_model
 from infersight.service.reports import WeeklyReports, default_week, zone
 
@@ -64,7 +65,7 @@ def weekly(
     period = week or default_week(now, zone(tz_name), partial=partial)
     store = open_store(ctx)
     try:
-        store.maintenance.upgrade()
+        migrate(store)
         jobs = WeeklyReports(
             store,
             lambda: active_model(store.engine, settings.cost_model),
