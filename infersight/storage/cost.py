@@ -34,12 +34,15 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Final
 
 from sqlalchemy import (
     Connection,
     Engine,
     LargeBinary,
+    Select,
+    bindparam,
     func,
     select,
 )
@@ -72,7 +75,6 @@ from infersight.storage.cost_models import (
     put_model,
 )
 from infersight.storage.slo_store import list_slos
-from infersight.storage.sql import raw_where, rollup_where
 from infersight.storage.tables import request_parts, request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
@@ -184,28 +186,12 @@ def series_usage(
     policy = good if isinstance(good, GoodPolicy) else GoodPolicy((), good.limits)
     acc: dict[LabelKey, _Acc] = defaultdict(_Acc)
     rolled: dict[good_tokens.Bucket, dict[LabelKey, int]] = defaultdict(dict)
-    r, u = requests.c, request_rollups.c
     segments = split(window, finest)
+    one = {} if instance is None else {"instance": instance}
     for segment in segments:
+        span = {"lo": segment.start, "hi": segment.end, **one}
         if segment.raw:
-            where = [raw_where(segment)]
-            if instance is not None:
-                where.append(r.instance == instance)
-            keys = [r[name] for name in _SERIES]
-            query = (
-                select(
-                    *keys,
-                    func.count(),
-                    func.coalesce(func.sum(r.input_tokens), 0),
-                    func.coalesce(func.sum(r.output_tokens), 0),
-                    func.coalesce(func.sum(r.prefill_s), 0.0),
-                    func.coalesce(func.sum(r.decode_s), 0.0),
-                    func.count(r.kv_transfer_s),
-                )
-                .where(*where)
-                .group_by(*keys)
-            )
-            for row in connection.execute(query):
+            for row in connection.execute(_raw_series_query(instance is not None), span):
                 a = acc[tuple(row[:_N])]
                 requests_, input_, output, prefill, decode, split_ = row[_N:]
                 a.requests += int(requests_)
@@ -215,21 +201,9 @@ def series_usage(
                 a.decode_s += float(decode)
                 a.split += int(split_)
             continue
-        where = [rollup_where(segment)]
-        if instance is not None:
-            where.append(u.instance == instance)
-        query = select(
-            *(u[name] for name in _SERIES),
-            u.requests,
-            u.input_tokens,
-            u.output_tokens,
-            # Only each sketch's header (its count and sum), not its buckets.
-            _header(u.prefill_sketch),
-            _header(u.decode_sketch),
-            u.bucket,
-            _header(u.kv_transfer_sketch),
-        ).where(*where)
-        for row in connection.execute(query):
+        assert segment.resolution is not None
+        span["resolution"] = segment.resolution.value
+        for row in connection.execute(_rollup_series_query(instance is not None), span):
             key = tuple(row[:_N])
             requests_, input_, output, prefill, decode, bucket, transfer = row[_N:]
             if segment.resolution in good_tokens.KEPT:
@@ -265,6 +239,56 @@ def series_usage(
     return series, exact
 
 
+@lru_cache(maxsize=4)
+def _raw_series_query(one_instance: bool) -> Select[Any]:
+    """``series_usage``'s read of raw rows in ``[lo, hi)`` (of ``instance``): built once per
+    shape with its values as parameters (building and keying a statement again for every read
+    cost more CPU than running it)."""
+    r = requests.c
+    where = [r.start >= bindparam("lo"), r.start < bindparam("hi")]
+    if one_instance:
+        where.append(r.instance == bindparam("instance"))
+    keys = [r[name] for name in _SERIES]
+    return (
+        select(
+            *keys,
+            func.count(),
+            func.coalesce(func.sum(r.input_tokens), 0),
+            func.coalesce(func.sum(r.output_tokens), 0),
+            func.coalesce(func.sum(r.prefill_s), 0.0),
+            func.coalesce(func.sum(r.decode_s), 0.0),
+            func.count(r.kv_transfer_s),
+        )
+        .where(*where)
+        .group_by(*keys)
+    )
+
+
+@lru_cache(maxsize=4)
+def _rollup_series_query(one_instance: bool) -> Select[Any]:
+    """``series_usage``'s read of the ``resolution`` rollup rows with buckets in
+    ``[lo, hi)`` (of ``instance``), built once per shape as ``_raw_series_query``."""
+    u = request_rollups.c
+    where = [
+        u.resolution == bindparam("resolution"),
+        u.bucket >= bindparam("lo"),
+        u.bucket < bindparam("hi"),
+    ]
+    if one_instance:
+        where.append(u.instance == bindparam("instance"))
+    return select(
+        *(u[name] for name in _SERIES),
+        u.requests,
+        u.input_tokens,
+        u.output_tokens,
+        # Only each sketch's header (its count and sum), not its buckets.
+        _header(u.prefill_sketch),
+        _header(u.decode_sketch),
+        u.bucket,
+        _header(u.kv_transfer_sketch),
+    ).where(*where)
+
+
 def prefill_leg_usage(
     connection: Connection, window: Window, instance: str | None = None
 ) -> list[SeriesUsage]:
@@ -274,24 +298,32 @@ def prefill_leg_usage(
     prefill), with no requests or tokens of their own — those are the users', counted once
     on the decode side. Raw rows only: legs are not rolled up, so past the raw retention a
     prefill instance's cost is no longer attributed (it stays the instance's)."""
-    c = request_parts.c
-    where = [c.start >= window.start, c.start < window.end]
+    values: dict[str, Any] = {"lo": window.start, "hi": window.end}
     if instance is not None:
-        where.append(c.instance == instance)
-    keys = [c[name] for name in _SERIES]
-    query = (
-        select(*keys, func.coalesce(func.sum(func.coalesce(c.prefill_s, c.ttft_s, c.e2e_s)), 0.0))
-        .where(*where)
-        .group_by(*keys)
-    )
+        values["instance"] = instance
     return [
         SeriesUsage(
             labels=dict(zip(_SERIES, row[:_N], strict=True)),
             prefill_s=decimal_of(float(row[_N])),
             role="prefill",
         )
-        for row in connection.execute(query)
+        for row in connection.execute(_prefill_legs_query(instance is not None), values)
     ]
+
+
+@lru_cache(maxsize=4)
+def _prefill_legs_query(one_instance: bool) -> Select[Any]:
+    """``prefill_leg_usage``'s read, built once per shape as ``_raw_series_query``."""
+    c = request_parts.c
+    where = [c.start >= bindparam("lo"), c.start < bindparam("hi")]
+    if one_instance:
+        where.append(c.instance == bindparam("instance"))
+    keys = [c[name] for name in _SERIES]
+    return (
+        select(*keys, func.coalesce(func.sum(func.coalesce(c.prefill_s, c.ttft_s, c.e2e_s)), 0.0))
+        .where(*where)
+        .group_by(*keys)
+    )
 
 
 def _good_tokens(

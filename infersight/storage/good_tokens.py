@@ -27,9 +27,21 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, case, func, or_, select
+from sqlalchemy import (
+    Connection,
+    Double,
+    Engine,
+    Select,
+    and_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.exc import DBAPIError
 
 from infersight.core.goodput import GoodLimits, GoodPolicy
@@ -45,14 +57,6 @@ Bucket = tuple[Resolution, datetime]
 KEPT: Final = (Resolution.HOUR, Resolution.DAY)
 
 
-def _good(limits: GoodLimits) -> ColumnElement[bool]:
-    r = requests.c
-    return and_(
-        r.status == "ok",
-        *(or_(r[name].is_(None), r[name] <= value) for name, value in limits.items()),
-    )
-
-
 def from_raw(
     connection: Connection,
     start: datetime,
@@ -61,21 +65,38 @@ def from_raw(
     instance: str | None = None,
 ) -> dict[LabelKey, tuple[int, int]]:
     """Per series: (raw requests, good tokens) over ``[start, end)``, in one grouped scan."""
-    r = requests.c
-    where = [r.start >= start, r.start < end]
+    limits = good.items()
+    values: dict[str, Any] = {"lo": start, "hi": end}
+    values.update((f"limit_{name}", value) for name, value in limits)
     if instance is not None:
-        where.append(r.instance == instance)
+        values["instance"] = instance
+    query = _from_raw_query(tuple(name for name, _ in limits), instance is not None)
+    n = len(GROUP_LABELS)
+    return {
+        tuple(row[:n]): (int(row[n]), int(row[n + 1])) for row in connection.execute(query, values)
+    }
+
+
+@lru_cache(maxsize=32)
+def _from_raw_query(limited: tuple[str, ...], one_instance: bool) -> Select[Any]:
+    """``from_raw``'s statement for the fields ``limited`` holds to a limit, built once per
+    shape with the window, the limits and the instance as parameters (building and keying it
+    again for every read cost more CPU than running it)."""
+    r = requests.c
+    where = [r.start >= bindparam("lo"), r.start < bindparam("hi")]
+    if one_instance:
+        where.append(r.instance == bindparam("instance"))
+    good = and_(
+        r.status == "ok",
+        *(or_(r[name].is_(None), r[name] <= bindparam(f"limit_{name}")) for name in limited),
+    )
     tokens = func.coalesce(r.input_tokens, 0) + func.coalesce(r.output_tokens, 0)
     keys = [r[name] for name in GROUP_LABELS]
-    query = (
-        select(
-            *keys, func.count(), func.coalesce(func.sum(case((_good(good), tokens), else_=0)), 0)
-        )
+    return (
+        select(*keys, func.count(), func.coalesce(func.sum(case((good, tokens), else_=0)), 0))
         .where(*where)
         .group_by(*keys)
     )
-    n = len(GROUP_LABELS)
-    return {tuple(row[:n]): (int(row[n]), int(row[n + 1])) for row in connection.execute(query)}
 
 
 @dataclass
@@ -104,27 +125,42 @@ def _kept(
     wanted = sorted(buckets)
     if not wanted:
         return {}
-    k = good_token_counts.c
     starts = [start for _, start in wanted]
     ttft, tpot, e2e = good.key
-    where = [
-        k.ttft_s == ttft,
-        k.tpot_s == tpot,
-        k.e2e_s == e2e,
-        k.resolution.in_(sorted({r.value for r, _ in wanted})),
-        k.bucket >= min(starts),
-        k.bucket <= max(starts),
-    ]
+    values: dict[str, Any] = {
+        "ttft": ttft,
+        "tpot": tpot,
+        "e2e": e2e,
+        "resolutions": sorted({r.value for r, _ in wanted}),
+        "first": min(starts),
+        "last": max(starts),
+    }
     if instance is not None:
-        where.append(k.instance == instance)
-    query = select(
-        k.resolution, k.bucket, *(k[n] for n in GROUP_LABELS), k.requests, k.good_tokens
-    ).where(*where)
+        values["instance"] = instance
     out: dict[Bucket, dict[LabelKey, tuple[int, int]]] = defaultdict(dict)
     n = len(GROUP_LABELS)
-    for resolution, bucket, *rest in connection.execute(query):
+    for resolution, bucket, *rest in connection.execute(_kept_query(instance is not None), values):
         out[(Resolution(resolution), bucket)][tuple(rest[:n])] = (int(rest[n]), int(rest[n + 1]))
     return out
+
+
+@lru_cache(maxsize=4)
+def _kept_query(one_instance: bool) -> Select[Any]:
+    """``_kept``'s statement, built once per shape as ``_from_raw_query``."""
+    k = good_token_counts.c
+    where = [
+        k.ttft_s == bindparam("ttft", type_=Double()),
+        k.tpot_s == bindparam("tpot", type_=Double()),
+        k.e2e_s == bindparam("e2e", type_=Double()),
+        k.resolution.in_(bindparam("resolutions", expanding=True)),
+        k.bucket >= bindparam("first"),
+        k.bucket <= bindparam("last"),
+    ]
+    if one_instance:
+        where.append(k.instance == bindparam("instance"))
+    return select(
+        k.resolution, k.bucket, *(k[n] for n in GROUP_LABELS), k.requests, k.good_tokens
+    ).where(*where)
 
 
 def count(

@@ -12,9 +12,24 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Float, and_, case, cast, func, or_, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Double,
+    Float,
+    Select,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+)
 
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.gpu_rollup import BIN_COLUMNS, ROLLUP_GAP_S, GpuKey, idle_seconds
@@ -73,11 +88,33 @@ def raw_intervals(
     (its last sample stops at the window's end); ``horizon = hi + gap`` gives each sample its
     whole interval, as the rollups hold it.
     """
-    g = gpu_samples.c
-    t = epoch(connection.dialect.name, g.ts)
-    where = [g.ts >= lo, g.ts < horizon]
+    query = _raw_intervals_query(connection.dialect.name, instance is not None)
+    values: dict[str, Any] = {
+        "lo": lo,
+        "hi": hi,
+        "horizon": horizon,
+        "horizon_s": horizon.timestamp(),
+        "gap": gap,
+        "floor": floor,
+    }
     if instance is not None:
-        where.append(g.instance == instance)
+        values["instance"] = instance
+    return {
+        (row[0], int(row[1])): _covered(row[2] or "", row[3] or "", row[4:])
+        for row in connection.execute(query, values)
+    }
+
+
+@lru_cache(maxsize=8)
+def _raw_intervals_query(dialect: str, one_instance: bool) -> Select[Any]:
+    """``raw_intervals``' statement, built once per dialect and shape with its values as
+    parameters: building and keying it again for every read cost more CPU than running it."""
+    g = gpu_samples.c
+    t = epoch(dialect, g.ts)
+    gap: BindParameter[float] = bindparam("gap", type_=Double())
+    where = [g.ts >= bindparam("lo"), g.ts < bindparam("horizon")]
+    if one_instance:
+        where.append(g.instance == bindparam("instance"))
     per_gpu = (g.instance, g.gpu_index)
     samples = (
         select(
@@ -97,7 +134,7 @@ def raw_intervals(
         .subquery()
     )
     s = samples.c
-    span = func.coalesce(s.t_next, horizon.timestamp()) - s.t
+    span = func.coalesce(s.t_next, bindparam("horizon_s", type_=Double())) - s.t
     dt = case((span > gap, gap), else_=span)
     energy = case(
         (
@@ -117,25 +154,21 @@ def raw_intervals(
             dt.label("dt"),
             energy.label("energy"),
         )
-        .where(s.ts < hi)
+        .where(s.ts < bindparam("hi"))
         .subquery()
     )
     i = intervals.c
-    query = select(
+    return select(
         i.instance,
         i.gpu_index,
         func.max(i.name),
         func.max(i.gpu_slice),
         func.sum(i.dt),
-        func.sum(case((i.util < floor, i.dt), else_=0.0)),
+        func.sum(case((i.util < bindparam("floor", type_=Double()), i.dt), else_=0.0)),
         func.sum(i.energy),
         func.sum(case((i.util.is_not(None), i.dt), else_=0.0)),
         func.sum(func.coalesce(i.util, 0.0) * i.dt),
     ).group_by(i.instance, i.gpu_index)
-    return {
-        (row[0], int(row[1])): _covered(row[2] or "", row[3] or "", row[4:])
-        for row in connection.execute(query)
-    }
 
 
 def _in_segments(segments: Sequence[Segment]) -> ColumnElement[bool]:
@@ -186,23 +219,14 @@ def covered_time(
     add(raw_intervals(connection, cut, window.end, window.end, gap, floor, instance))
     rolled = [seg for seg in segments if not seg.raw]
     if rolled:
-        r = gpu_rollups.c
-        where = [_in_segments(rolled)]
-        if instance is not None:
-            where.append(r.instance == instance)
-        columns = ("covered_s", "energy_j", "util_s", "util_weighted_s", *BIN_COLUMNS)
-        query = (
-            select(
-                r.instance,
-                r.gpu_index,
-                func.max(r.name),
-                func.max(r.gpu_slice),
-                *(func.sum(r[c]) for c in columns),
-            )
-            .where(*where)
-            .group_by(r.instance, r.gpu_index)
+        query = _rolled_covered_query(
+            tuple(seg.resolution.value for seg in rolled if seg.resolution is not None),
+            instance is not None,
         )
-        for row in connection.execute(query):
+        values: dict[str, Any] = {"instance": instance} if instance is not None else {}
+        for k, seg in enumerate(rolled):
+            values[f"lo_{k}"], values[f"hi_{k}"] = seg.start, seg.end
+        for row in connection.execute(query, values):
             covered, energy, util_s, weighted, *bins = (float(v or 0.0) for v in row[4:])
             add(
                 {
@@ -218,6 +242,39 @@ def covered_time(
                 }
             )
     return dict(out)
+
+
+@lru_cache(maxsize=64)
+def _rolled_covered_query(resolutions: tuple[str, ...], one_instance: bool) -> Select[Any]:
+    """``covered_time``'s read of the rollup segments of ``resolutions`` (their bounds the
+    parameters ``lo_K`` and ``hi_K``), built once per shape as ``_raw_intervals_query``."""
+    r = gpu_rollups.c
+    where = [
+        or_(
+            *(
+                and_(
+                    r.resolution == resolution,
+                    r.bucket >= bindparam(f"lo_{k}"),
+                    r.bucket < bindparam(f"hi_{k}"),
+                )
+                for k, resolution in enumerate(resolutions)
+            )
+        )
+    ]
+    if one_instance:
+        where.append(r.instance == bindparam("instance"))
+    columns = ("covered_s", "energy_j", "util_s", "util_weighted_s", *BIN_COLUMNS)
+    return (
+        select(
+            r.instance,
+            r.gpu_index,
+            func.max(r.name),
+            func.max(r.gpu_slice),
+            *(func.sum(r[c]) for c in columns),
+        )
+        .where(*where)
+        .group_by(r.instance, r.gpu_index)
+    )
 
 
 def plan(window: Window, coarsest: Resolution, finest: Resolution) -> list[Segment]:
