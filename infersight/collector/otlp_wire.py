@@ -63,7 +63,13 @@ def _schema() -> type[Message]:
         field = descriptor_pb2.FieldDescriptorProto
         pair = proto.message_type.add(name="KeyValue")
         pair.field.add(name="key", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
-        pair.field.add(name="value", number=2, type=field.TYPE_BYTES, label=field.LABEL_OPTIONAL)
+        # Present even when empty (an ``AnyValue`` with no member set), as the message was:
+        # otherwise such a body would not re-serialise to its own size.
+        pair.oneof_decl.add(name="_value")
+        pair.field.add(
+            name="value", number=2, type=field.TYPE_BYTES, label=field.LABEL_OPTIONAL,
+            oneof_index=0, proto3_optional=True,
+        )  # fmt: skip
         retyped = (
             (trace_pb2.Span, "attributes", "KeyValue"),
             (trace_pb2.ScopeSpans, "spans", "Span"),

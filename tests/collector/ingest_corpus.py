@@ -906,14 +906,14 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def outcomes() -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every case's outcome, as protobuf and as OTLP/JSON, in corpus order."""
+def outcomes(one_pass: bool = True) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every case's outcome, as protobuf and as OTLP/JSON, in corpus order (``run``)."""
     ids = Ids(35)
     for case in cases():
         body = build(case, ids)
-        yield f"{case.name} [protobuf]", run(case, "application/x-protobuf", body)
+        yield f"{case.name} [protobuf]", run(case, "application/x-protobuf", body, one_pass)
         if case.raw is None:
-            yield f"{case.name} [json]", run(case, "application/json", as_json(body))
+            yield f"{case.name} [json]", run(case, "application/json", as_json(body), one_pass)
 
 
 #: What the golden file holds for an OTLP/JSON outcome equal to its protobuf twin's.

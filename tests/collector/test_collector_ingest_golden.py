@@ -37,6 +37,13 @@ def actual() -> dict[str, dict[str, Any]]:
     return json.loads(json.dumps(dict(ingest_corpus.outcomes())))
 
 
+@pytest.fixture(scope="module")
+def two_pass() -> dict[str, dict[str, Any]]:
+    """The outcomes of ``decode_body`` then ``prepare`` (an export decoded in the receiver's
+    thread while its role is pending, OTLP/JSON, ``Ingestor.ingest_decoded``)."""
+    return json.loads(json.dumps(dict(ingest_corpus.outcomes(one_pass=False))))
+
+
 def _difference(name: str, want: dict[str, Any], got: dict[str, Any]) -> str:
     if "error" in want or "error" in got:
         return f"{name}: expected {want.get('error', 'no error')}, got {got.get('error', 'none')}"
@@ -61,6 +68,47 @@ def test_every_case_of_the_corpus_is_ingested_exactly_as_before(
         if got != expected[name]
     ]
     assert not differences, f"{len(differences)} cases differ:\n" + "\n".join(differences[:10])
+
+
+def test_decoding_then_mapping_ingests_the_corpus_as_before(
+    expected: dict[str, dict[str, Any]], two_pass: dict[str, dict[str, Any]]
+) -> None:
+    differences = [
+        _difference(name, expected[name], got)
+        for name, got in two_pass.items()
+        if got != expected[name]
+    ]
+    assert not differences, f"{len(differences)} cases differ:\n" + "\n".join(differences[:10])
+
+
+def test_plain_request_spans_are_read_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-pass reader (``mapping.requests``) takes every plainly well-formed vLLM and
+    TensorRT-LLM span of a server's export, and leaves the others to the general way (the
+    tests above hold what both make of them to the code before)."""
+    from infersight.collector.mapping import requests
+
+    rows: list[str] = []
+    row = requests.row
+
+    def counted(*args: Any) -> Any:
+        made = row(*args)
+        rows.append("one pass" if made is not None else "general")
+        return made
+
+    monkeypatch.setattr(requests, "row", counted)
+    ids = ingest_corpus.Ids(35)
+    (shapes,) = [c for c in ingest_corpus.shape_cases() if c.name == "shapes/plain"]
+    ingest_corpus.run(shapes, "application/x-protobuf", ingest_corpus.build(shapes, ids))
+    assert rows == ["one pass"] * sum(
+        s.name == "llm_request" for r in shapes.resources for s in r.spans
+    )
+    # ``gen_ai.latency.e2e`` given every kind of value: a double in range is read in one
+    # pass, anything else (a string, an int, NaN, a negative, an array …) the general way.
+    rows.clear()
+    (varied,) = [c for c in ingest_corpus.attribute_cases()
+                 if c.name == "attr/vllm_v1/gen_ai.latency.e2e"]  # fmt: skip
+    ingest_corpus.run(varied, "application/x-protobuf", ingest_corpus.build(varied, ids))
+    assert 0 < rows.count("one pass") < len(ingest_corpus.VALUES)
 
 
 def test_the_corpus_reaches_every_outcome(expected: dict[str, dict[str, Any]]) -> None:
