@@ -51,23 +51,19 @@ def apply(ctx: click.Context, files: tuple[Path, ...]) -> None:
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every SLO with its SLI, error budget remaining and firing severity now."""
     from infersight.core.slo import GoodputUnit, targets_text  # noqa: PLC0415
-    from infersight.service.evaluation import default_policy, status  # noqa: PLC0415
+    from infersight.service.evaluation import default_policy  # noqa: PLC0415
     from infersight.service.slo_documents import to_document  # noqa: PLC0415 (no pydantic, unlike specs)
+    from infersight.service.slos import statuses  # noqa: PLC0415
 
     settings = store_settings(ctx)
     store = open_store(ctx, light=True)
     try:
-        policy, now = default_policy(), datetime.now(UTC)
-        rows, slis = [], []
-        finest_for = settings.retention().finest_for
-        with (
-            store.reading() as reader,
-            reader.events.cycle(now, finest_for, cached=False) as counter,
-        ):
-            for spec in reader.slos.all():
-                current = status(counter, spec, policy, now)
-                rows.append({**to_document(spec), "status": current.to_dict()})
-                slis.append(spec.sli)
+        now = datetime.now(UTC)
+        found = statuses(
+            store, default_policy(), now, settings.retention().finest_for, cached=False
+        )
+        rows = [{**to_document(s.spec), "status": s.to_dict()} for s in found]
+        slis = [s.spec.sli for s in found]
     finally:
         store.dispose()
     if as_json:

@@ -120,10 +120,13 @@ def goodput_misses(store: Store, sli: Sli, window: Window, selector: Selector) -
     return store.events.goodput_misses(sli, window, selector)
 
 
-def statuses(store: Store, policy: Policy, now: datetime, finest_for: FinestFor) -> list[SloStatus]:
+def statuses(
+    store: Store, policy: Policy, now: datetime, finest_for: FinestFor, *, cached: bool = True
+) -> list[SloStatus]:
     """Every stored SLO's status at ``now``, counted in one cycle of the event store (what
-    ``/metrics`` exports: no incident is read)."""
-    with store.events.cycle(now, finest_for) as counter:
+    ``/metrics`` exports and ``infersight slo list`` prints: no incident is read);
+    ``cached=False``: no rollup cache kept for a next cycle (a command that counts once)."""
+    with store.events.cycle(now, finest_for, cached=cached) as counter:
         specs = store.slos.all()
         counter.prepare(windows_of(policy, specs), [spec.sli for spec in specs])
         return [status(counter, spec, policy, now) for spec in specs]
