@@ -107,7 +107,7 @@ class AppContext:
 
     def cost_model(self) -> CostModel:
         """The cost model in use: the stored one named by the settings, or the example."""
-        model: CostModel = active_model(self.engine, self.settings.cost_model)
+        model: CostModel = active_model(self.store, self.settings.cost_model)
         return model
 
 
@@ -171,7 +171,7 @@ def build_context(
     evaluator = Evaluator(store, policy, (diagnosis, *listeners), retention.finest_for)
     reports = WeeklyReports(
         store,
-        lambda: active_model(engine, settings.cost_model),
+        lambda: active_model(store, settings.cost_model),
         settings.report_timezone,
         retention.finest_for,
         notifiers=list(notifiers or {}),
@@ -197,7 +197,7 @@ def build_context(
         },
         scale=Recommender(store, policy),
         scaling_interval_s=settings.scaling_interval_s,
-        money=MoneyAlerts(store, lambda: active_model(engine, settings.cost_model), announcer),
+        money=MoneyAlerts(store, lambda: active_model(store, settings.cost_model), announcer),
         money_interval_s=settings.budget_interval_s,
     )
     gate = None

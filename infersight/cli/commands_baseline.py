@@ -142,7 +142,7 @@ def _from_window(
         description=note,
         finest=settings.retention().finest_for(window, now),
         exact_max_rows=settings.exact_max_rows,
-        cost_model=active_model(store.engine, settings.cost_model),
+        cost_model=active_model(store, settings.cost_model),
     )
 
 
@@ -422,7 +422,7 @@ def compare(
                 now,
                 finest=settings.retention().finest_for(window, now),
                 exact_max_rows=settings.exact_max_rows,
-                cost_model=active_model(store.engine, settings.cost_model),
+                cost_model=active_model(store, settings.cost_model),
             )
             candidate, label = measured.baseline, measured.label
     finally:

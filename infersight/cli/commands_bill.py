@@ -141,7 +141,7 @@ def reconcile(
     try:
         result = rec.reconcile(
             store,
-            active_model(store.engine, settings.cost_model),
+            active_model(store, settings.cost_model),
             window.start,
             window.end,
             basis=basis,
@@ -230,7 +230,7 @@ def use_billed_price(
     try:
         model, prices = rec.use_billed_price(
             store,
-            active_model(store.engine, settings.cost_model),
+            active_model(store, settings.cost_model),
             window.start,
             window.end,
             datetime.now(UTC),

@@ -55,7 +55,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     now = datetime.now(UTC)
     rows = []
     try:
-        reader = SpendReader(store, active_model(store.engine, settings.cost_model))
+        reader = SpendReader(store, active_model(store, settings.cost_model))
         for b in store.budgets.all():
             try:
                 status = budget_status(store, b, reader.model, now, reader).to_dict()

@@ -57,7 +57,7 @@ def model(ctx: click.Context) -> None:
     settings = current_settings(ctx)
     store = open_store(ctx)
     try:
-        document = to_document(active_model(store.engine, settings.cost_model))
+        document = to_document(active_model(store, settings.cost_model))
     finally:
         store.dispose()
     click.echo(yaml.safe_dump(document, sort_keys=False), nl=False)
@@ -100,7 +100,7 @@ def show(
         result = cost_view.cost(
             store,
             window,
-            active_model(store.engine, settings.cost_model),
+            active_model(store, settings.cost_model),
             selector,
             groups,
             finest=settings.retention().finest_for(window, end_ts),

@@ -68,7 +68,7 @@ def weekly(
         migrate(store)
         jobs = WeeklyReports(
             store,
-            lambda: active_model(store.engine, settings.cost_model),
+            lambda: active_model(store, settings.cost_model),
             tz_name,
             settings.retention().finest_for,
         )

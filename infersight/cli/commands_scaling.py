@@ -210,7 +210,7 @@ def _store_demand(
             raise NotFound(
                 exc.message + hint + " (--served-model picks one)", details=exc.details
             ) from None
-        cost_model = active_model(store.engine, settings.cost_model)
+        cost_model = active_model(store, settings.cost_model)
     finally:
         store.dispose()
     price = cost_model.price_for("", gpu)

@@ -40,7 +40,6 @@ from decimal import Decimal
 from typing import Any, Final, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Engine
 
 from infersight.core.budget import (
     BUDGET_PREFIX,
@@ -205,7 +204,7 @@ def to_document(budget: Budget) -> dict[str, Any]:
 
 
 def apply_budgets(
-    store: Store | Engine,
+    store: Store,
     budgets: Sequence[Budget],
     now: datetime,
     currency: str | None = None,
@@ -215,10 +214,6 @@ def apply_budgets(
     another currency is refused first."""
     from infersight.service.apply import apply  # noqa: PLC0415 (it reads this module's kind)
 
-    if isinstance(store, Engine):  # a caller not yet handed the store (issue 31)
-        from infersight.storage.sql_store import SqlStore  # noqa: PLC0415
-
-        store = SqlStore(store)
     if currency is not None:
         for budget in budgets:
             same_currency(budget, currency)

@@ -43,7 +43,6 @@ from importlib import resources
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Engine
 
 from infersight.core.cost import CostModel, GoodRequest, GpuPrice
 from infersight.core.errors import InvalidInput
@@ -51,7 +50,7 @@ from infersight.core.gpu_slice import MIG, GpuSlice
 from infersight.core.window import format_duration, parse_duration
 from infersight.service.documents import DocumentKind, Header, Reading, at, read_value, read_values
 from infersight.service.specs import parse_threshold
-from infersight.storage import cost as cost_store
+from infersight.storage.seam import Store
 
 API_VERSION: Final = "infersight/v1"
 KIND: Final = "CostModel"
@@ -251,6 +250,6 @@ def example_model() -> CostModel:
     return parse_models(text)[0]
 
 
-def active_model(engine: Engine, name: str) -> CostModel:
+def active_model(store: Store, name: str) -> CostModel:
     """The stored cost model ``name``, or the example prices when none is stored under it."""
-    return cost_store.find_model(engine, name) or example_model()
+    return store.cost_models.find(name) or example_model()

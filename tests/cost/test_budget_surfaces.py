@@ -37,7 +37,7 @@ def test_the_api_answers_spend_projection_and_burn_and_keeps_tenants_apart(store
     seed(store)
     model = flat_model("4.00")
     cost_store.put_model(store.engine, model, NOW - timedelta(days=9))
-    apply_budgets(store.engine, parse_budgets(DOC + "---\n" + FLEET), NOW, "USD")
+    apply_budgets(store.sql, parse_budgets(DOC + "---\n" + FLEET), NOW, "USD")
     api = api_for(store, api_tokens=TOKENS, cost_model="prices")
     api.clock.now = NOW
 

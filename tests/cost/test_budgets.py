@@ -155,10 +155,10 @@ def test_a_budget_that_burns_pages_through_the_outbox_and_resolves_when_raised(s
     seed(store)
     model = flat_model("4.00")
     (budget,) = parse_budgets(DOC)
-    [(_, version, new)] = apply_budgets(store.engine, [budget], NOW - timedelta(days=9), "USD")
+    [(_, version, new)] = apply_budgets(store.sql, [budget], NOW - timedelta(days=9), "USD")
     assert (version, new) == (1, True)
     # Applying the same document again adds no version.
-    assert apply_budgets(store.engine, [budget], NOW, "USD")[0][1:] == (1, False)
+    assert apply_budgets(store.sql, [budget], NOW, "USD")[0][1:] == (1, False)
 
     # The spend is the cost answer's for the tenant, to the cent.
     status = budget_status(store.sql, budget_store.get_budget(store.engine, "acme-monthly"),
@@ -208,7 +208,7 @@ def test_a_budget_that_burns_pages_through_the_outbox_and_resolves_when_raised(s
     raised = parse_budget({**to_document(budget), "spec": {
         **to_document(budget)["spec"], "amount": "100000"}})  # fmt: skip
     later = NOW + timedelta(minutes=10)
-    assert apply_budgets(store.engine, [raised], later, "USD")[0][1:] == (2, True)
+    assert apply_budgets(store.sql, [raised], later, "USD")[0][1:] == (2, True)
     clock["now"] = later
     resolved = [c for c in job(later).changes if c[0].id == incident.id]
     assert [t for _, t in resolved] == [Transition.RESOLVED]
@@ -305,7 +305,7 @@ def test_bad_budgets_are_refused_with_the_reason(change, message):
 def test_a_budget_in_another_currency_than_the_cost_model_is_refused(store):
     (budget,) = parse_budgets(DOC.replace("USD", "EUR"))
     with pytest.raises(InvalidInput, match="EUR"):
-        apply_budgets(store.engine, [budget], NOW, "USD")
+        apply_budgets(store.sql, [budget], NOW, "USD")
     assert budget_store.list_budgets(store.engine) == []
 
 
@@ -354,7 +354,7 @@ def test_the_served_jobs_run_the_money_alerts_and_deliver_them(store, slack, req
     seed(store)
     model = flat_model("4.00")
     cost_store.put_model(store.engine, model, NOW - timedelta(days=10))
-    apply_budgets(store.engine, parse_budgets(DOC), NOW - timedelta(days=9), "USD")
+    apply_budgets(store.sql, parse_budgets(DOC), NOW - timedelta(days=9), "USD")
     client = httpx.Client(timeout=10)
     request.addfinalizer(client.close)
     app = create_app(
@@ -388,7 +388,7 @@ def test_a_burn_resolves_when_spending_falls_back(store):
     model = flat_model("4.00")
     budget = parse_budget({**to_document(parse_budgets(DOC)[0]), "spec": {
         **to_document(parse_budgets(DOC)[0])["spec"], "amount": "5000"}})  # fmt: skip
-    apply_budgets(store.engine, [budget], NOW - timedelta(days=9), "USD")
+    apply_budgets(store.sql, [budget], NOW - timedelta(days=9), "USD")
     job = MoneyAlerts(store.sql, lambda: model)
     [(opened, transition)] = [c for c in job(NOW).changes if c[0].slo.startswith("budget:")]
     assert transition is Transition.OPENED

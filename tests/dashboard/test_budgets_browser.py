@@ -56,7 +56,9 @@ def test_the_budgets_page_shows_spend_burn_alerts_and_the_cost_step(live, page: 
         writer.write_gpu_samples(
             gpu_series(name, Window(NOW - timedelta(hours=6), NOW), util=0.0, power_w=90.0)
         )
-    apply_budgets(engine, parse_budgets(DOC + "---\n" + FLEET), NOW - timedelta(days=9), "USD")
+    apply_budgets(
+        SqlStore(engine), parse_budgets(DOC + "---\n" + FLEET), NOW - timedelta(days=9), "USD"
+    )
     MoneyAlerts(SqlStore(engine), lambda: flat_model("4.00"))(NOW)
 
     response = page.goto(f"{server.url}/ui/budgets?range=24h")
