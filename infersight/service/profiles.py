@@ -25,14 +25,14 @@ share, as evidence) and, when the notifiers are configured, the open alert is up
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 from infersight.alerts.diagnose import host_side, with_profile
 from infersight.alerts.lifecycle import Notice
 from infersight.core.errors import Conflict, InvalidInput, NotFound
-from infersight.core.profile import DEFAULT_RATE, DEFAULT_SECONDS, check_bounds
+from infersight.core.profile import DEFAULT_RATE, DEFAULT_SECONDS, ProfileRequest, check_bounds
 from infersight.service.diagnosis import Announce
 from infersight.storage.seam import IncidentNote, Profile, Store
 
@@ -103,6 +103,49 @@ def cancel_profile(store: Store, profile_id: int, at: datetime, by: str = "") ->
     profile = store.profiles.cancel(profile_id, at, by)
     log.info("profile %s of %s cancelled", profile_id, profile.instance)
     return profile
+
+
+def list_profiles(
+    store: Store,
+    now: datetime,
+    *,
+    instance: str | None = None,
+    incident_id: int | None = None,
+    limit: int = 50,
+) -> list[Profile]:
+    """Profiles newest first (of ``instance``, of ``incident_id``), at most ``limit``; the
+    overdue open ones are failed first."""
+    return store.profiles.all(instance=instance, incident_id=incident_id, limit=limit, now=now)
+
+
+def get_profile(store: Store, profile_id: int, now: datetime) -> Profile:
+    """Profile ``profile_id`` (failed first if overdue; ``NotFound`` when there is none)."""
+    return store.profiles.get(profile_id, now)
+
+
+def incident_profiles(store: Store, incident_ids: Iterable[int]) -> dict[int, Profile]:
+    """Each incident's newest profile (incidents without one are left out)."""
+    return store.profiles.for_incidents(incident_ids)
+
+
+def claim_profile(store: Store, instance: str, now: datetime) -> ProfileRequest | None:
+    """A sidecar claims ``instance``'s oldest pending request (with a nonce); ``None``: none."""
+    return store.profiles.claim(instance, now)
+
+
+def complete_profile(
+    store: Store,
+    profile_id: int,
+    result: Mapping[str, Any] | None,
+    error: str,
+    now: datetime,
+    *,
+    instance: str,
+    nonce: str,
+) -> bool:
+    """A sidecar hands back ``profile_id``'s summary (validated strictly) or why there is none,
+    under its claim (``instance`` and ``nonce``); ``False`` when no such claim is running."""
+    return store.profiles.complete(profile_id, result, error, now, instance=instance, nonce=nonce)
 
 
 class ProfileTrigger:

@@ -8,7 +8,7 @@ one is open for the instance; with an ``incident_id``, 400 when there is no such
 first, by instance or incident) and ``GET /api/v1/profiles/{id}`` reads one: its state
 (pending, running, done, failed), the summary (hottest frames folded by module and function,
 the host-side limits' shares) or why there is none. ``DELETE /api/v1/profiles/{id}`` (admin)
-cancels an open one. Reads fail the overdue ones first (``storage.profiles.expire_stale``).
+cancels an open one. Reads fail the overdue ones first (``service.profiles``).
 
 ``POST /api/v1/ingest/profiles/claim`` and ``POST /api/v1/ingest/profiles/{id}`` are the
 sidecar's (an ``ingest`` token, as central ingest's): claim the oldest pending request of an
@@ -41,8 +41,8 @@ from infersight.core.profile import (
     MIN_SECONDS,
 )
 from infersight.core.records import MAX_LABEL_LEN as MAX_LABEL
+from infersight.service import profiles as service
 from infersight.service.profiles import cancel_profile, request_profile
-from infersight.storage import profiles as store
 
 router = APIRouter(prefix="/api/v1/profiles", route_class=KnownQueryRoute, tags=["profiles"])
 ingest_router = APIRouter(
@@ -90,8 +90,8 @@ def list_profiles(
     incident_id: Annotated[int | None, Query(ge=1)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
-    found = store.list_profiles(app.engine, instance=instance, incident_id=incident_id,
-                                limit=limit, now=app.clock())  # fmt: skip
+    found = service.list_profiles(app.store, app.clock(), instance=instance,
+                                  incident_id=incident_id, limit=limit)  # fmt: skip
     return {"profiles": [p.to_dict() for p in found]}
 
 
@@ -99,7 +99,7 @@ def list_profiles(
     "/{profile_id:int}", dependencies=_READ, summary="One profile", responses=responses(404)
 )
 def get_profile(app: App, profile_id: Id) -> dict[str, Any]:
-    return store.get(app.engine, profile_id, app.clock()).to_dict()
+    return service.get_profile(app.store, profile_id, app.clock()).to_dict()
 
 
 @router.delete(
@@ -131,7 +131,7 @@ class ResultBody(BaseModel):
 
 @ingest_router.post("/claim", summary="A sidecar claims its instance's next profile request")
 async def claim(app: App, body: ClaimBody) -> dict[str, Any]:
-    got = await run_in_threadpool(store.claim, app.engine, body.instance, app.clock())
+    got = await run_in_threadpool(service.claim_profile, app.store, body.instance, app.clock())
     return {"request": None if got is None else got.to_dict()}
 
 
@@ -145,8 +145,9 @@ async def complete(app: App, profile_id: Id, body: ResultBody) -> dict[str, Any]
         raise InvalidInput("a profile result needs a summary or an error")
 
     def run() -> bool:
-        return store.complete(app.engine, profile_id, body.result, body.error, app.clock(),
-                              instance=body.instance, nonce=body.nonce)  # fmt: skip
+        return service.complete_profile(app.store, profile_id, body.result, body.error,
+                                        app.clock(), instance=body.instance,
+                                        nonce=body.nonce)  # fmt: skip
 
     if not await run_in_threadpool(run):
         raise Conflict(

@@ -1,7 +1,7 @@
 """One incident's page (``/ui/incidents/{id}``): its lifecycle at a glance.
 
 The headline diagnosis (the onset's, or one raised over it), the burn rates each evaluation
-saw (``storage.incident_history``) as a chart of the windows its severity's rules watch, the
+saw (``service.incidents.history_of``) as a chart of the windows its severity's rules watch, the
 evidence at onset (the symptom kept from the page), what evidence was missing, and the
 diagnosis history with the lifecycle steps (recovering, burning again, resolved).
 """
@@ -22,7 +22,7 @@ from infersight.core.errors import Forbidden, InvalidInput
 from infersight.core.profile import ranked_shares, summary_header, summary_rows
 from infersight.core.window import format_duration, parse_duration
 from infersight.service import incidents
-from infersight.storage import profiles as profile_store
+from infersight.service.profiles import incident_profiles
 
 NAME: Final = "incidents"
 """The page the navigation marks."""
@@ -155,9 +155,9 @@ PROFILE_ROWS: Final = 12
 def profile_of(
     app: AppContext, incident: Incident, headline: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """The incident's newest profile (``storage.profiles``) for its section: the profile, its
+    """The incident's newest profile (``service.profiles``) for its section: the profile, its
     limits' shares largest first, and the hottest functions and modules (bar lists)."""
-    profile = profile_store.for_incidents(app.engine, [incident.id]).get(incident.id)
+    profile = incident_profiles(app.store, [incident.id]).get(incident.id)
     instance = (headline or {}).get("instance") or (profile.instance if profile else "")
     out: dict[str, Any] = {"profile": profile, "profile_instance": instance}
     result = profile.result if profile is not None else None
