@@ -95,9 +95,9 @@ def profile_poller(
         url = store_url()
 
         def channel() -> Any:
-            from infersight.storage.engine import create_store_engine  # noqa: PLC0415
+            from infersight.service.store import open_store  # noqa: PLC0415
             from infersight.storage.profiles import StoreChannel  # noqa: PLC0415
 
-            return StoreChannel(create_store_engine(url))
+            return StoreChannel(open_store(url).engine)
 
     return ProfilePoller(instance, Profiler(config), channel)
