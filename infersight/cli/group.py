@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from infersight.cli.settings import Settings
+    from infersight.service.store import Store
     from infersight.simulator.scenario import Scenario
-    from infersight.storage.sql_store import SqlStore
 
 # What ``infersight --help`` and every command import before they run is only click and the
 # error hierarchy: the settings (pydantic), the store (SQLAlchemy, numpy, Alembic), the API
@@ -100,7 +100,7 @@ class Context:
             return StoreSettings(self._settings.database_url, self._settings.retention())
         return read_store_settings(self._store)
 
-    def open_store(self, *, light: bool = False) -> SqlStore:
+    def open_store(self, *, light: bool = False) -> Store:
         """The store the settings name, opened the one way (``service.store.open_store``);
         ``light``: from the light store settings (a command that only reads: no pydantic
         unless store variables need validating), with the default timeouts."""
@@ -128,7 +128,7 @@ def current_settings(ctx: click.Context) -> Settings:
     return settings if isinstance(settings, Settings) else Settings()
 
 
-def open_store(ctx: click.Context, *, light: bool = False) -> SqlStore:
+def open_store(ctx: click.Context, *, light: bool = False) -> Store:
     """The store of ``current_settings`` (``light``: of ``store_settings``), opened the one way
     (``Context.open_store``), also for a command run on its own (as tests invoke it)."""
     context = ctx.find_object(Context)
@@ -353,11 +353,11 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; a database error that means the store is out of reach or was never
         migrated becomes one ``Unavailable`` / ``SchemaMissing`` with a one-line message."""
-        from infersight.storage.creation import creating  # noqa: PLC0415 (no SQLAlchemy in it)
+        from infersight.service.admin import creating  # noqa: PLC0415 (no SQLAlchemy in it)
 
         try:
             # A command that only reads never creates the store; ``db upgrade`` and the
-            # commands that migrate create it (``storage.migrate.upgrade``).
+            # commands that migrate create it (``service.admin.migrate``).
             with creating(False):
                 return super().invoke(ctx)
         except Exception as exc:
@@ -380,7 +380,7 @@ class LazyGroup(click.Group):
 def _store_error(exc: Exception, ctx: click.Context) -> Unavailable | None:
     if "sqlalchemy" not in sys.modules:  # no command reached the store
         return None
-    from infersight.storage.engine import store_error  # noqa: PLC0415
+    from infersight.service.admin import store_error  # noqa: PLC0415
 
     context = ctx.find_object(Context)
     url = context.store_settings.database_url if context is not None else DEFAULT_STORE
@@ -417,12 +417,11 @@ def db() -> None:
 @pass_context
 def db_upgrade(context: Context, revision: str) -> None:
     """Migrate the store up to REVISION (default: the newest)."""
-    from infersight.storage.engine import reaching, redact  # noqa: PLC0415
+    from infersight.service.admin import reaching, redact, upgrade  # noqa: PLC0415
 
     store = context.open_store()
     with reaching(context.settings.database_url):
-        store.maintenance.upgrade(revision)
-        current = store.maintenance.current()
+        current = upgrade(store, revision)
     click.echo(f"{redact(context.settings.database_url)} is at revision {current}")
 
 
@@ -433,7 +432,7 @@ def db_upgrade(context: Context, revision: str) -> None:
 @pass_context
 def db_downgrade(context: Context, revision: str, yes: bool) -> None:
     """Migrate the store down to REVISION ('base' removes every table and its data)."""
-    from infersight.storage.engine import reaching, redact  # noqa: PLC0415
+    from infersight.service.admin import downgrade, reaching, redact  # noqa: PLC0415
 
     if not yes:
         click.confirm(
@@ -441,8 +440,7 @@ def db_downgrade(context: Context, revision: str, yes: bool) -> None:
         )
     store = context.open_store()
     with reaching(context.settings.database_url):
-        store.maintenance.downgrade(revision)
-        current = store.maintenance.current()
+        current = downgrade(store, revision)
     click.echo(f"now at revision {current or 'base'}")
 
 
@@ -451,19 +449,18 @@ def db_downgrade(context: Context, revision: str, yes: bool) -> None:
 @pass_context
 def db_current(context: Context) -> None:
     """Print the store's revision and the newest one this version ships."""
-    # ``storage.revisions``, not Alembic: two strings need neither Alembic nor pydantic.
-    from infersight.storage import revisions  # noqa: PLC0415
-    from infersight.storage.engine import reaching  # noqa: PLC0415
+    # Not Alembic: two strings need neither Alembic nor pydantic.
+    from infersight.service.admin import current_revision, head_revision, reaching  # noqa: PLC0415
 
     store = context.open_store(light=True)
     try:
         with reaching(context.store_settings.database_url):
-            current = store.maintenance.current()
+            current = current_revision(store)
     except SchemaMissing:  # a SQLite file that does not exist: not created by asking
         current = None
     finally:
         store.dispose()
-    click.echo(f"current: {current or 'none (not migrated)'}; head: {revisions.head()}")
+    click.echo(f"current: {current or 'none (not migrated)'}; head: {head_revision()}")
     if current is None:
         sys.exit(EXIT_NO_SCHEMA)
 
@@ -475,11 +472,11 @@ def db_maintain(context: Context) -> None:
     """Create upcoming daily partitions, apply retention, drop far-future partitions."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
-    from infersight.storage.engine import reaching  # noqa: PLC0415
+    from infersight.service.admin import maintain, reaching  # noqa: PLC0415
 
     store = context.open_store()
     with reaching(context.settings.database_url):
-        report = store.maintenance.maintain(datetime.now(UTC), context.settings.retention())
+        report = maintain(store, datetime.now(UTC), context.settings.retention())
     click.echo(
         f"partitions created: {len(report.created)}, dropped: {len(report.dropped)}, "
         f"rollup rows deleted: {report.rollups_deleted}"
