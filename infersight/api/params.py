@@ -46,11 +46,12 @@ TIME_PATTERN: Final = described(
 )
 
 
-_LABEL = "(?:model|instance|tenant|priority|adapter)"
+_LABEL = "(?:model|instance|tenant|priority|adapter|team|workload)"
 #: ``group_by``: comma-separated label names (or nothing).
 GROUP_BY_PATTERN: Final = described(
-    rf"^\s*(?:{_LABEL}\s*(?:,\s*{_LABEL}\s*){{0,4}})?$",
-    "comma-separated labels: model, instance, tenant, priority, adapter (cannot group by others)",
+    rf"^\s*(?:{_LABEL}\s*(?:,\s*{_LABEL}\s*){{0,6}})?$",
+    "comma-separated labels: model, instance, tenant, priority, adapter, team, workload "
+    "(cannot group by others)",
 )
 #: Longest label value a selector takes (``core.query.Selector``'s limit).
 MAX_LABEL: Final = MAX_LABEL_LEN
@@ -208,10 +209,18 @@ def common(
     adapter: str | None = Query(
         None, max_length=MAX_LABEL, description="LoRA adapter (empty: the base model itself)"
     ),
+    team: str | None = Query(
+        None, max_length=MAX_LABEL, description="team, from the trace's gateway or client span"
+    ),
+    workload: str | None = Query(
+        None,
+        max_length=MAX_LABEL,
+        description="workload, from the trace's gateway or client span",
+    ),
     group_by: str = Query(
         "",
         pattern=GROUP_BY_PATTERN,
-        description="comma-separated: model, instance, tenant, priority, adapter",
+        description="comma-separated: model, instance, tenant, priority, adapter, team, workload",
     ),
 ) -> Common:
     now = app.clock()
@@ -220,7 +229,13 @@ def common(
     # tenants (``api.auth.tenant_filter``).
     tenant, tenant_set = tenant_filter(tenants_of(request), tenant)
     selector = Selector(
-        model=model, instance=instance, tenant=tenant, priority=priority, adapter=adapter
+        model=model,
+        instance=instance,
+        tenant=tenant,
+        priority=priority,
+        adapter=adapter,
+        team=team,
+        workload=workload,
     ).within(tenant_set)
     groups = check_group_by(p.strip() for p in group_by.split(",") if p.strip())
     return Common(window, selector, groups, now)

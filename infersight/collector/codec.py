@@ -1,7 +1,8 @@
 """Spool payload encoding: request records (with their place in the trace), trace pieces
 (stage fragments and links) and samples, as compact JSON.
 
-Records are a JSON list in ``RECORD_FIELDS`` order with the start as epoch seconds (a
+Records are a JSON list in ``SIDECAR_FIELDS`` order (the record's fields but the labels only
+the store sets from a trace's attribution) with the start as epoch seconds (a
 ``mapping.RecordRow``, which the ingestor encodes as it is: ``encode_row``). Only
 records that passed ``RequestRecord`` validation are ever encoded (by the ingestor, into this
 process's own spool), so decoding rebuilds them with ``RequestRecord.trusted`` instead of
@@ -26,21 +27,31 @@ from typing import Any, Final
 import orjson
 
 from infersight.collector.mapping.base import Link, Place, RecordRow, StageFragment
+from infersight.core.attribution import ATTRIBUTION_FIELDS, Attribution
 from infersight.core.client import CLIENT_FIELDS, ClientRecord, TtftSource
-from infersight.core.records import RECORD_FIELDS, Engine, RequestRecord, Role, Status
+from infersight.core.records import (
+    RECORD_FIELDS,
+    SIDECAR_FIELDS,
+    Engine,
+    RequestRecord,
+    Role,
+    Status,
+)
 from infersight.core.samples import EngineSample, GpuSample, ServerSample
 
 _START_AT: Final = RECORD_FIELDS.index("start")
 _ENGINE_AT: Final = RECORD_FIELDS.index("engine")
 _STATUS_AT: Final = RECORD_FIELDS.index("status")
-_VALUES: Final = attrgetter(*RECORD_FIELDS)
+#: A sidecar's record leaves the store's attribution labels out (``SIDECAR_FIELDS``).
+_VALUES: Final = attrgetter(*SIDECAR_FIELDS)
+_ATTRIBUTED_DEFAULTS: Final = ("",) * (len(RECORD_FIELDS) - len(SIDECAR_FIELDS))
 #: Records spooled by a sidecar before the serving-topology fields (adapter, role, peer,
 #: route_s, kv_transfer_s) were added have this many values; the rest take their defaults.
 _BEFORE_TOPOLOGIES: Final = RECORD_FIELDS.index("adapter")
 _TOPOLOGY_DEFAULTS: Final = tuple(
     f.default
     for f in dataclasses.fields(RequestRecord)
-    if f.name in RECORD_FIELDS[_BEFORE_TOPOLOGIES:]
+    if f.name in SIDECAR_FIELDS[_BEFORE_TOPOLOGIES:]
 )
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"))
 #: Enum members by value: a dict lookup instead of the enum's own (much slower) value lookup.
@@ -62,10 +73,13 @@ class Kind(IntEnum):
     SERVER = 4
     #: A client record (``core.client``): shipped as it comes, no reassembly to wait for.
     CLIENT = 5
+    #: What a gateway's or client's span named of its trace (``core.attribution``): shipped
+    #: as it comes; the store fills the trace's requests from it.
+    ATTRIBUTION = 7
 
 
 def encode_record(record: RequestRecord, place: Place | None = None) -> bytes:
-    """The record as a list in ``RECORD_FIELDS`` order, then its ``Place`` when given."""
+    """The record as a list in ``SIDECAR_FIELDS`` order, then its ``Place`` when given."""
     values: list[Any] = list(_VALUES(record))
     values[_START_AT] = record.start.timestamp()
     if place is not None:
@@ -114,8 +128,9 @@ def decode_placed(payload: bytes) -> tuple[RequestRecord, Place | None]:
         place = _place(values.pop())
     if isinstance(values, list) and len(values) == _BEFORE_TOPOLOGIES:
         values.extend(_TOPOLOGY_DEFAULTS)  # spooled before the serving-topology fields
-    if not isinstance(values, list) or len(values) != len(RECORD_FIELDS):
+    if not isinstance(values, list) or len(values) != len(SIDECAR_FIELDS):
         raise ValueError("a spooled record must be a list with one value per field")
+    values.extend(_ATTRIBUTED_DEFAULTS)
     values[_START_AT] = datetime.fromtimestamp(values[_START_AT], tz=UTC)
     engine, status = values[_ENGINE_AT], values[_STATUS_AT]
     values[_ENGINE_AT] = _ENGINES.get(engine, engine)
@@ -200,6 +215,27 @@ def decode_client(payload: bytes) -> ClientRecord:
     fields["status"] = _STATUSES.get(fields["status"], fields["status"])
     fields["ttft_source"] = TtftSource(fields["ttft_source"])
     return ClientRecord(**fields)
+
+
+_ATTRIBUTION_VALUES: Final = attrgetter(*ATTRIBUTION_FIELDS)
+_ATTRIBUTION_START_AT: Final = ATTRIBUTION_FIELDS.index("start")
+
+
+def encode_attribution(item: Attribution) -> bytes:
+    """An attribution as a list in ``ATTRIBUTION_FIELDS`` order, the start as epoch seconds."""
+    values: list[Any] = list(_ATTRIBUTION_VALUES(item))
+    values[_ATTRIBUTION_START_AT] = item.start.timestamp()
+    return _ENCODER.encode(values).encode()
+
+
+def decode_attribution(payload: bytes) -> Attribution:
+    """A spooled attribution, validated again (one per gateway or client span)."""
+    values = json.loads(payload)
+    if not isinstance(values, list) or len(values) != len(ATTRIBUTION_FIELDS):
+        raise ValueError("a spooled attribution must be a list with one value per field")
+    fields = dict(zip(ATTRIBUTION_FIELDS, values, strict=True))
+    fields["start"] = datetime.fromtimestamp(fields["start"], tz=UTC)
+    return Attribution(**fields)
 
 
 def encode_sample(sample: GpuSample | ServerSample) -> bytes:

@@ -1,7 +1,7 @@
 """Query specifications and answers that cross the storage boundary.
 
 Storage functions take a ``Selector`` and a ``Window`` and return these values; the API turns
-them into JSON. Labels are the four grouping labels of the request record.
+them into JSON. Labels are the grouping labels of the request record (``GROUP_LABELS``).
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ class Selector:
     priority: str | None = None
     #: The LoRA adapter ("" pins the base model's own requests).
     adapter: str | None = None
+    #: Who the request was for besides its tenant, from its trace (``core.attribution``;
+    #: "" pins the requests no gateway or client span named one for).
+    team: str | None = None
+    workload: str | None = None
     #: Set by ``within`` only (not a constructor argument, so ``Selector(**labels)`` of
     #: label strings stays as it was).
     tenants: frozenset[str] | None = field(default=None, init=False)

@@ -34,8 +34,13 @@ DURATION_FIELDS: Final = (
 )
 TOKEN_FIELDS: Final = ("input_tokens", "output_tokens", "cached_tokens")
 #: Labels a query may filter and group by (``adapter``: the LoRA adapter, "" for the base
-#: model; last, so that the older labels keep their positions).
-GROUP_LABELS: Final = ("model", "instance", "tenant", "priority", "adapter")
+#: model; ``team`` and ``workload``: who the request was for, beside ``tenant``, from its
+#: trace's gateway or client span; each later one last, so that the older labels keep their
+#: positions).
+GROUP_LABELS: Final = ("model", "instance", "tenant", "priority", "adapter", "team", "workload")
+#: Labels only the store sets, from the trace's attribution (``core.attribution``): a
+#: sidecar's record leaves them empty, and its spool and wire entries leave them out.
+ATTRIBUTED_LABELS: Final = ("team", "workload")
 
 MAX_LABEL_LEN: Final = 256
 MAX_DURATION_S: Final = 7 * 86400.0
@@ -56,6 +61,8 @@ _LABEL_FIELDS: Final = (
     "finish_reason",
     "adapter",
     "peer",
+    "team",
+    "workload",
 )
 _LABEL_VALUES: Final = attrgetter(*_LABEL_FIELDS)
 _DURATION_VALUES: Final = attrgetter(*DURATION_FIELDS)
@@ -240,6 +247,11 @@ class RequestRecord:
     #: cache's transfer, and any wait for a slot behind it).
     route_s: float | None = None
     kv_transfer_s: float | None = None
+    #: Who the request was for besides its tenant, from its trace's gateway or client span
+    #: (``core.attribution``; set by the store, never by the sidecar): the team, and the
+    #: workload (an API key's alias, an app's ``service.name``, an inference objective).
+    team: str = ""
+    workload: str = ""
 
     def __post_init__(self) -> None:
         check_ids(self.trace_id, self.span_id)
@@ -313,11 +325,17 @@ def _enum(kind: type[_E], name: str, value: object) -> _E:
 
 #: Column order used by bulk writers and spools.
 RECORD_FIELDS: Final = tuple(f.name for f in fields(RequestRecord))
+#: The fields a sidecar's record carries, in order: all but ``ATTRIBUTED_LABELS`` (the last).
+SIDECAR_FIELDS: Final = RECORD_FIELDS[: -len(ATTRIBUTED_LABELS)]
+if RECORD_FIELDS[len(SIDECAR_FIELDS) :] != ATTRIBUTED_LABELS:
+    raise ImportError("RequestRecord's attributed labels must be its last fields")
 
 __all__ = [
+    "ATTRIBUTED_LABELS",
     "DURATION_FIELDS",
     "GROUP_LABELS",
     "RECORD_FIELDS",
+    "SIDECAR_FIELDS",
     "TOKEN_FIELDS",
     "Engine",
     "RequestRecord",

@@ -24,6 +24,7 @@ from infersight.core.records import RequestRecord
 KEPT: Final = (
     "trace_id", "span_id", "start", "instance", "service", "engine", "model", "tenant",
     "priority", "operation", "adapter", "role", "peer", "input_tokens", "cached_tokens",
+    "team", "workload",
 )  # fmt: skip
 
 

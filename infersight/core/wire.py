@@ -4,7 +4,9 @@ A body is ``MAGIC``, one byte naming the kind (``WireKind``: the spool's kind nu
 4-byte big-endian count, then that many entries, each a 4-byte big-endian length and a JSON
 list or object: a request or client record as its values in field order (``RECORD_FIELDS``,
 ``CLIENT_FIELDS``; the start as integer microseconds since the epoch, so it round-trips
-exactly), a GPU or server sample as its fields by name (``ts`` in microseconds). The body may
+exactly; a request record without the labels only the store sets from a trace's attribution
+leaves them out, ``SIDECAR_FIELDS``, as sidecars before them wrote it), a GPU or server
+sample as its fields by name (``ts`` in microseconds). The body may
 be gzip-compressed (``Content-Encoding: gzip``); ``decode_batch`` inflates it within a bound.
 
 A batch of late parallel-sampling sequences (``WireKind.SEQUENCE``, added after the first
@@ -14,6 +16,11 @@ falls back, ``collector.remote_sink``) holds one object per ``core.sequences.Lat
 stored request's key, the sequences' record as a request record's entry, the span ids of the
 sequences it holds, at most ``MAX_MEMBERS``). Keys other than these are ignored, so that a
 later sidecar may add some.
+
+A batch of attributions (``WireKind.ATTRIBUTION``, what gateway and client spans named of
+their traces: ``core.attribution``) holds one list per ``Attribution`` in
+``ATTRIBUTION_FIELDS`` order, the start in microseconds; an API older than it answers 400
+naming the unknown kind (``KindUnsupported`` to the sender).
 
 Decoding trusts nothing: every value goes through the record's or sample's constructor, so a
 batch from the wire is validated exactly as one from an exporter; any malformed entry refuses
@@ -33,9 +40,10 @@ from enum import Enum, IntEnum
 from operator import attrgetter
 from typing import Any, Final
 
+from infersight.core.attribution import ATTRIBUTION_FIELDS, Attribution
 from infersight.core.client import CLIENT_FIELDS, ClientRecord, TtftSource
 from infersight.core.errors import InvalidInput, TooLarge
-from infersight.core.records import RECORD_FIELDS, RequestRecord, check_ids
+from infersight.core.records import RECORD_FIELDS, SIDECAR_FIELDS, RequestRecord, check_ids
 from infersight.core.samples import EngineSample, GpuSample, ServerSample
 from infersight.core.sequences import LateSequence
 
@@ -62,6 +70,12 @@ class WireKind(IntEnum):
     CLIENT = 5
     #: Late parallel-sampling sequences to fold into stored requests (no spool kind).
     SEQUENCE = 6
+    #: What gateway and client spans named of their traces (``core.attribution``).
+    ATTRIBUTION = 7
+
+
+class KindUnsupported(InvalidInput):
+    """The receiving API predates a batch kind (it answered 400, unknown batch kind)."""
 
 
 Batch = (
@@ -70,9 +84,11 @@ Batch = (
     | list[GpuSample]
     | list[ServerSample]
     | list[LateSequence]
+    | list[Attribution]
 )
 
 _RECORD_VALUES: Final = attrgetter(*RECORD_FIELDS)
+_ATTRIBUTION_VALUES: Final = attrgetter(*ATTRIBUTION_FIELDS)
 _CLIENT_VALUES: Final = attrgetter(*CLIENT_FIELDS)
 
 
@@ -103,6 +119,9 @@ def _values(record: RequestRecord | ClientRecord) -> list[Any]:
     if isinstance(record, RequestRecord):
         values = list(_RECORD_VALUES(record))
         values[RECORD_FIELDS.index("start")] = _micros(record.start)
+        if not any(values[len(SIDECAR_FIELDS) :]):
+            # A sidecar's record (no attributed labels): the entry an API before them reads.
+            del values[len(SIDECAR_FIELDS) :]
     else:
         values = list(_CLIENT_VALUES(record))
         values[CLIENT_FIELDS.index("start")] = _micros(record.start)
@@ -124,10 +143,18 @@ def _late(fold: LateSequence) -> dict[str, Any]:
     }
 
 
+def _attribution(item: Attribution) -> list[Any]:
+    values = list(_ATTRIBUTION_VALUES(item))
+    values[ATTRIBUTION_FIELDS.index("start")] = _micros(item.start)
+    return values
+
+
 def encode_entries(kind: WireKind, items: Sequence[Any]) -> list[bytes]:
     """Each item's entry (unframed), for ``frame``."""
     if kind in (WireKind.RECORD, WireKind.CLIENT):
         return [_dump(_values(item)) for item in items]
+    if kind is WireKind.ATTRIBUTION:
+        return [_dump(_attribution(item)) for item in items]
     if kind is WireKind.SEQUENCE:
         return [_dump(_late(item)) for item in items]
     return [_dump(_sample(item)) for item in items]
@@ -202,6 +229,14 @@ def _decode(kind: WireKind, entry: bytes) -> Any:
         fields = _fields(value, CLIENT_FIELDS)
         fields["ttft_source"] = TtftSource(fields["ttft_source"])
         return ClientRecord(**fields)
+    if kind is WireKind.ATTRIBUTION:
+        fields = _fields(value, ATTRIBUTION_FIELDS)
+        if isinstance(fields["duration_s"], bool) or not isinstance(
+            fields["duration_s"], int | float
+        ):
+            raise InvalidInput("an attribution's duration_s must be a number")
+        fields["duration_s"] = float(fields["duration_s"])
+        return Attribution(**fields)
     if not isinstance(value, dict):
         raise InvalidInput("a sample must be an object")
     value["ts"] = _from_micros(value.get("ts"))
@@ -241,6 +276,8 @@ def _decode_late(value: Any) -> LateSequence:
 
 
 def _fields(value: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    if names is RECORD_FIELDS and isinstance(value, list) and len(value) == len(SIDECAR_FIELDS):
+        names = SIDECAR_FIELDS  # a sidecar's record: the attributed labels stay empty
     if not isinstance(value, list) or len(value) != len(names):
         raise InvalidInput(f"a record must be a list of {len(names)} values")
     fields = dict(zip(names, value, strict=True))

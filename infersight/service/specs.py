@@ -97,6 +97,8 @@ class _SelectorDoc(_Strict):
     instance: str | None = None
     tenant: str | None = None
     priority: str | None = None
+    team: str | None = None
+    workload: str | None = None
 
 
 class _SpecDoc(_Strict):
@@ -222,7 +224,7 @@ def _selector(spec: dict[str, Any]) -> Selector:
     raw = spec.get("selector", {}) or {}
     if not isinstance(raw, dict):
         raise InvalidInput("an OpenSLO selector is a mapping of labels")
-    unknown = set(raw) - {"model", "instance", "tenant", "priority"}
+    unknown = set(raw) - {"model", "instance", "tenant", "priority", "team", "workload"}
     if unknown:
         raise InvalidInput("unknown selector labels", details={"labels": sorted(map(str, unknown))})
     return Selector(**{k: str(v) for k, v in raw.items()})

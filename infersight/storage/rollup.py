@@ -59,6 +59,8 @@ class RollupKey:
     tenant: str
     priority: str
     adapter: str
+    team: str
+    workload: str
 
 
 @dataclass(slots=True)

@@ -54,6 +54,7 @@ PARTITIONED: Final = {
     "server_engine_samples": "ts",
     "client_requests": "start",
     "request_parts": "start",
+    "trace_attributions": "start",
 }
 
 
@@ -80,6 +81,10 @@ def _request_columns() -> list[Column[Any]]:
         Column("adapter", LABEL, nullable=False, server_default=""),
         Column("role", String(8), nullable=False, server_default=""),
         Column("peer", LABEL, nullable=False, server_default=""),
+        # Who the request was for besides its tenant, from its trace's attribution
+        # (revision 0022, issue 34): set by the store, never by a sidecar.
+        Column("team", LABEL, nullable=False, server_default=""),
+        Column("workload", LABEL, nullable=False, server_default=""),
     ]
 
 
@@ -145,6 +150,28 @@ client_requests = Table(
     Column("status", String(8), nullable=False, server_default="ok"),
     Column("error_type", LABEL, nullable=False, server_default=""),
     PrimaryKeyConstraint("start", "trace_id", "span_id"),
+    postgresql_partition_by="RANGE (start)",
+)
+
+#: Who a trace's requests were for, as its gateway's or client's spans named it
+#: (``core.attribution.Attribution``, issue 34): one row per such span, keyed like a record
+#: so a replayed span is stored once. The store fills the requests of the trace from it
+#: (``storage.attribution``), whichever of the two arrives first. Partitioned by day and kept
+#: like ``requests``; read by trace id (its index) within a few days of a request's start.
+trace_attributions = Table(
+    "trace_attributions",
+    metadata,
+    Column("start", UTCDateTime(), nullable=False),
+    Column("trace_id", String(32), nullable=False),
+    Column("span_id", String(16), nullable=False),
+    Column("duration_s", Float(53), nullable=False, server_default="0"),
+    *(
+        Column(name, LABEL, nullable=False, server_default="")
+        for name in ("tenant", "team", "workload", "adapter")
+    ),
+    Column("source", String(64), nullable=False, server_default=""),
+    PrimaryKeyConstraint("start", "trace_id", "span_id"),
+    Index("ix_trace_attributions_trace_id", "trace_id"),
     postgresql_partition_by="RANGE (start)",
 )
 

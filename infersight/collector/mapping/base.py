@@ -28,6 +28,7 @@ from infersight.collector.mapping.spans import (
     as_str,
     first_finish_reason,
 )
+from infersight.core.attribution import AttributionMap
 from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidRecord
 from infersight.core.records import (
@@ -36,6 +37,7 @@ from infersight.core.records import (
     MAX_LABEL_LEN,
     MAX_TOKENS,
     RECORD_FIELDS,
+    SIDECAR_FIELDS,
     TOKEN_FIELDS,
     Engine,
     RequestRecord,
@@ -100,6 +102,10 @@ class MappingContext:
     #: The adapters the server's /metrics named so far (vLLM: ``vllm:lora_requests_info``);
     #: evaluated once per span that names a model, so it must be cheap (a cached set).
     scraped_adapters: Callable[[], frozenset[str]] = no_scraped_adapters
+    #: Which attributes of a gateway's or client's span name who its trace's requests are for
+    #: (``core.attribution``: ``INFERSIGHT_ATTRIBUTION``); ``None``: only a client span's own
+    #: tenant attribute is read.
+    attribution: AttributionMap | None = None
 
     def __post_init__(self) -> None:
         if not self.instance:
@@ -252,14 +258,15 @@ class RecordRow(NamedTuple):
 
     def record(self, start: datetime) -> RequestRecord:
         """The ``RequestRecord`` of these values, validated; ``start`` is the ``datetime`` the
-        row's start was taken from (raises ``InvalidRecord`` for a value it refuses)."""
+        row's start was taken from (raises ``InvalidRecord`` for a value it refuses). The
+        labels only the store sets (``ATTRIBUTED_LABELS``) are left empty."""
         values: list[Any] = list(self)
         values[_START_AT] = start
         return RequestRecord(*values)
 
 
-if RecordRow._fields != RECORD_FIELDS:  # one order for the row, the record and the spool
-    raise ImportError("RecordRow's fields must be RequestRecord's, in its order")
+if RecordRow._fields != SIDECAR_FIELDS:  # one order for the row, the record and the spool
+    raise ImportError("RecordRow's fields must be RequestRecord's a sidecar sets, in its order")
 _START_AT: Final = RECORD_FIELDS.index("start")
 #: The start's range a record accepts (2000–2200, ``core.records.check_timestamp``), a second
 #: inside it: a start within a second of either end is left to the record to judge.
