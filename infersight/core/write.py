@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from infersight.core.attribution import Attribution
 from infersight.core.client import ClientRecord
 from infersight.core.records import RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
@@ -43,3 +44,11 @@ class ClientSink(Protocol):
     from ``Sink`` so that a sink for server records only (the simulator's) stays one."""
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult: ...
+
+
+@runtime_checkable
+class AttributionSink(Protocol):
+    """A sink that also stores what gateway and client spans named of their traces
+    (``core.attribution``) and fills the traces' requests from it, idempotently by span."""
+
+    def write_attributions(self, items: Sequence[Attribution]) -> WriteResult: ...

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import fields
@@ -42,17 +42,29 @@ from enum import Enum
 from itertools import islice, repeat
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, select, text, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from infersight.core.accept import AcceptWindow
+from infersight.core.attribution import Attribution
 from infersight.core.client import CLIENT_FIELDS, ClientRecord
 from infersight.core.errors import InvalidInput, Unavailable
 from infersight.core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord, Role
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.sequences import LateSequence, fold_late_sequence
 from infersight.core.write import Sink, WriteResult
-from infersight.storage import gpu_rollup, rollup
+from infersight.storage import attribution, gpu_rollup, rollup
 from infersight.storage.batch import Batch, days_of
 from infersight.storage.partitions import ensure_partitions
 from infersight.storage.sql import insert_for
@@ -181,6 +193,7 @@ class _BaseWriter:
         records = self._in_window(records, _start, "requests")
         if not records:
             return WriteResult(received, 0, 0, received)
+        records = self._attributed(records)
         parts = [r for r in records if r.role is Role.PREFILL]
         users = [r for r in records if r.role is not Role.PREFILL] if parts else records
         stored = kept = parts_stored = 0
@@ -194,9 +207,82 @@ class _BaseWriter:
         # a batch that met some, the next is expected to meet some too.
         if users:
             self._replaying = stored < kept
+        self._join_late(records)
         refused = received - len(records)
         inserted = stored + parts_stored
         return WriteResult(received, inserted, len(records) - inserted, refused)
+
+    def _attributed(self, records: Sequence[RequestRecord]) -> Sequence[RequestRecord]:
+        """``records`` with what their traces' stored gateway and client spans name, where
+        their own spans left a dimension empty (``storage.attribution``)."""
+        wanting = [r for r in records if attribution.needs_fill(r)]
+        if not wanting:
+            return records
+        with _translate_errors(), self.engine.connect() as connection:
+            traces = attribution.lookup_for(connection, wanting)
+        if not traces:
+            return records
+        return [attribution.filled(r, traces) for r in records]
+
+    def _join_late(self, records: Sequence[RequestRecord]) -> None:
+        """After the records' commit, fill the stored ones from gateway or client spans that
+        were committed meanwhile (a concurrent ``write_attributions`` may not have seen
+        them): of the two, the later look sees the other's rows."""
+        wanting = [r for r in records if attribution.needs_fill(r)]
+        if not wanting:
+            return
+        with _translate_errors(), self.engine.connect() as connection:
+            traces = attribution.lookup_for(connection, wanting)
+        fits = [r for r in wanting if attribution.filled(r, traces) is not r]
+        if not fits:
+            return
+        keys = [(r.start, r.trace_id, r.span_id) for r in fits]
+        with _translate_errors(), self.engine.begin() as connection:
+            attribution.begin_write(connection)
+            for table in (requests, request_parts):
+                stored = attribution.rows_by_key(connection, table, keys)
+                self._fill_stored(connection, table, stored, traces)
+
+    @staticmethod
+    def _fill_stored(
+        connection: Connection,
+        table: Table,
+        stored: Sequence[RequestRecord],
+        traces: Mapping[str, attribution.TraceSpans],
+    ) -> int:
+        """Fill ``stored`` (read locked) from ``traces`` and correct the rollups of the
+        requests among them; how many changed."""
+        olds, news = attribution.changed(stored, traces)
+        if not news:
+            return 0
+        attribution.rewrite(connection, table, news)
+        if table is requests:
+            rollup.apply(connection, rollup.correction(Batch.of(olds), Batch.of(news)))
+        return len(news)
+
+    def write_attributions(self, items: Sequence[Attribution]) -> WriteResult:
+        """Store what gateway and client spans named of their traces, then fill the stored
+        requests of those traces that started within them (``storage.attribution``), their
+        rollups corrected, each request and dimension once. The spans are committed before
+        the requests are looked for: a ``write_requests`` committing meanwhile is seen, or
+        sees these."""
+        received = len(items)
+        kept: Sequence[Attribution] = self._in_window(items, _attribution_start, "attributions")
+        if not kept:
+            return WriteResult(received, 0, 0, received)
+        with _translate_errors(), self.engine.begin() as connection:
+            inserted = attribution.store(connection, kept, self._oldest)
+        ids = {a.trace_id for a in kept}
+        low = min(a.start for a in kept) - attribution.LOOKBACK
+        high = max(a.end for a in kept) + attribution.LOOKBACK
+        with _translate_errors(), self.engine.begin() as connection:
+            attribution.begin_write(connection)
+            traces = attribution.lookup(connection, ids, low, high)
+            for table in (requests, request_parts):
+                stored = attribution.rows_of_traces(connection, table, traces)
+                self._fill_stored(connection, table, stored, traces)
+        refused = received - len(kept)
+        return WriteResult(received, inserted, len(kept) - inserted, refused)
 
     def _store_parts(self, connection: Connection, parts: Sequence[RequestRecord]) -> int:
         """Insert prefill legs, skipping keys already stored: how many were stored. A plain
@@ -415,6 +501,16 @@ class _BaseWriter:
                 .returning(c.trace_id)
             )
             inserted = len(connection.execute(statement, rows).all())
+        # A client span's own tenant names its trace's requests' tenant too.
+        named = [
+            Attribution(
+                r.trace_id, r.span_id, r.start, r.e2e_s or 0.0, tenant=r.tenant, source="client"
+            )
+            for r in by_key.values()
+            if r.tenant
+        ]
+        if named:
+            self.write_attributions(named)
         refused = received - len(kept)
         return WriteResult(received, inserted, len(kept) - inserted, refused)
 
@@ -762,6 +858,10 @@ def _start(record: RequestRecord) -> datetime:
 
 def _client_start(record: ClientRecord) -> datetime:
     return record.start
+
+
+def _attribution_start(item: Attribution) -> datetime:
+    return item.start
 
 
 def _ts(sample: GpuSample | ServerSample) -> datetime:
