@@ -35,6 +35,9 @@ from infersight.collector.sidecar import Sidecar, SidecarConfig
 from infersight.collector.spool import FsyncMode
 from infersight.config.parts import DEFAULT_DATABASE_URL, StorePart
 from infersight.core.accept import AcceptWindow
+from infersight.core.attribution import AttributionMap
+from infersight.core.attribution import from_document as attribution_document
+from infersight.core.attribution import parse_setting as parse_attribution
 from infersight.core.errors import ConfigurationError, InvalidInput
 from infersight.core.gpu_slice import fraction_of
 from infersight.core.records import MAX_LABEL_LEN, Role
@@ -135,6 +138,21 @@ def _store_url(store: str | None, settings: SidecarSettings) -> str:
     metavar="NAME",
     help="A LoRA adapter this server serves (repeatable): spans naming it count as the base "
     "model's requests with that adapter. vLLM's /metrics (lora_requests_info) name them too.",
+)
+@click.option(
+    "--attribution",
+    default=None,
+    metavar="SPEC",
+    help="Which attributes of gateway and client spans name who a trace's requests are for: "
+    "presets (litellm, llm-d, envoy-ai-gateway, openai-sdk) and dimension=attr1|attr2 rules "
+    "(tenant, team, workload, adapter; resource.NAME for a resource attribute), "
+    "comma-separated. [default: INFERSIGHT_ATTRIBUTION]",
+)
+@click.option(
+    "--attribution-file",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="An Attribution document (YAML or JSON: presets and rules) instead of --attribution.",
 )
 @click.option(
     "--scrape",
@@ -263,6 +281,7 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
         role_wait_s=ROLE_WAIT_S if read_role else 0.0,
         decode_window_s=DECODE_WINDOW_S if read_role and options["window_s"] is None else None,
         adapters=tuple(a[:MAX_LABEL_LEN] for a in options["adapters"] if a),
+        attribution=_attribution(options, settings),
         limits=Limits(max_body_bytes=options["max_body_bytes"]),
         accept=window,
     )
@@ -314,6 +333,29 @@ def sidecar(ctx: click.Context, /, **options: Any) -> None:
             profiler.start()
 
     _run(app, add_samplers)
+
+
+def _attribution(options: dict[str, Any], settings: SidecarSettings) -> AttributionMap | None:
+    """The attribution mapping: ``--attribution-file``'s document, else ``--attribution``,
+    else ``INFERSIGHT_ATTRIBUTION``; ``None`` when none is given."""
+    path: Path | None = options["attribution_file"]
+    spec = options["attribution"]
+    if path is not None and spec is not None:
+        raise click.UsageError("--attribution and --attribution-file: give one of them")
+    try:
+        if path is not None:
+            import yaml  # noqa: PLC0415 (only for a document)
+
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+                raise ConfigurationError(f"--attribution-file {path}: {exc}") from None
+            return attribution_document(data)
+        text = spec if spec is not None else settings.attribution
+        return parse_attribution(text) if text.strip() else None
+    except InvalidInput as exc:
+        where = "--attribution-file" if path else "--attribution / INFERSIGHT_ATTRIBUTION"
+        raise ConfigurationError(f"{where}: {exc.message}", details=exc.details) from None
 
 
 def _sink_opener(

@@ -36,6 +36,8 @@ What each server emits, from its current source:
 * llm-d: the endpoint picker's metrics (``llm_d_epp_*``, the deprecated ``inference_*``) and
   the P/D routing sidecar's spans (``mapping.pd_proxy``: stage fragments of the user's
   request, folded with the decode instance's record by ``collector.assembly``).
+* LiteLLM's proxy: spans only (``mapping.gateways``): who a request is for, read by the
+  ingestor's attribution mapping (``core.attribution``), never a request of their own.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from infersight.collector.mapping import genai, pd_proxy, sglang, tgi, trtllm, vllm
+from infersight.collector.mapping import gateways, genai, pd_proxy, sglang, tgi, trtllm, vllm
 from infersight.collector.mapping.base import Mapped, MappingContext, Skipped, StageFragment
 from infersight.collector.mapping.spans import SpanView
 from infersight.collector.scrape import flavours
@@ -117,6 +119,12 @@ REGISTRY: Final = (
                 flavours.llm_d_epp_fields,
             ),
         ),
+    ),
+    Declaration(
+        "litellm",
+        Kind.PEER,
+        # A gateway: who a request is for (``core.attribution``), never a request itself.
+        spans=(SpanShape(gateways.litellm_claims, _without_context(gateways.litellm_span)),),
     ),
     Declaration(
         "tgi",

@@ -7,7 +7,9 @@ exports, are merged before shipping. Each record keeps its place in the trace (p
 start, end); every span that is neither a request nor a stage is kept as a link (its ids, its
 service, its kind), so that the shipper can tell a request's own stages from its client's
 (``collector.assembly``). A client instrumentation's span becomes a client record
-(``core.client``), spooled ready at once, and a link as well.
+(``core.client``), spooled ready at once, and a link as well. With an attribution mapping
+(``MappingContext.attribution``), a gateway's or client's span that names who its trace's
+requests are for becomes an attribution (``core.attribution``), spooled ready at once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import repeat
 from typing import Any, Final, Protocol
 
@@ -25,6 +28,7 @@ from infersight.collector.assembly import Reassembly
 from infersight.collector.body import inflate
 from infersight.collector.codec import (
     Kind,
+    encode_attribution,
     encode_client,
     encode_fragment,
     encode_link,
@@ -42,12 +46,15 @@ from infersight.collector.mapping import (
     place_of,
     requests,
 )
+from infersight.collector.mapping.gateways import GATEWAY_SPAN
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.otlp import Decoded, Limits, span_views
 from infersight.collector.peers import FirstContacts, export_line
 from infersight.collector.spool import Entry, Spool
 from infersight.core.accept import AcceptWindow
+from infersight.core.attribution import Attribution, AttributionMap
 from infersight.core.client import ClientRecord
+from infersight.core.errors import InvalidRecord
 from infersight.core.records import Engine, Role
 
 
@@ -262,6 +269,27 @@ def _count(tally: dict[Any, int], key: Any) -> None:
     tally[key] = tally.get(key, 0) + 1
 
 
+def attributed(view: SpanView, mapping: AttributionMap, client: bool) -> Attribution | None:
+    """What a gateway's or client's span names of its trace under ``mapping``: for a client
+    instrumentation's span, whatever it or its resource names; for any other span, only what
+    its own attributes name (its resource names every span of its service). ``None`` for a
+    span that names nothing, or that cannot be placed (no ids, no time)."""
+    named, own = mapping.resolve(view.attributes, view.resource)
+    if not named or not (own or client) or view.start_ns <= 0:
+        return None
+    try:
+        return Attribution(
+            view.trace_id,
+            view.span_id,
+            datetime.fromtimestamp(view.start_ns / 1e9, tz=UTC),
+            view.duration_s or 0.0,
+            source=mapping.source,
+            **named,
+        )
+    except InvalidRecord:
+        return None
+
+
 class _Batch:
     """The entries and tallies of one export's spans, added in order."""
 
@@ -304,17 +332,27 @@ class _Batch:
             _count(tally, "rejected")
             _count(self.rejected, outcome.reason)
         else:
+            client = isinstance(outcome, ClientRecord)
             if isinstance(outcome, ClientRecord):
                 _count(tally, "client")
                 payload = encode_client(outcome)
                 entries.append(Entry(_CLIENT, outcome.trace_id, now, payload))
             else:
                 _count(self.unmapped, (outcome.engine, outcome.reason))
+                if outcome.reason == GATEWAY_SPAN:
+                    _count(tally, "gateway")
             # A client span is kept as a link too: the server's stages are told from the
             # client's by where they sit below it.
             link = Link.of(view)
             if link is not None:
                 entries.append(Entry(_STAGE, link.trace_id, now, encode_link(link)))
+            mapping = self.context.attribution
+            if mapping is not None:
+                named = attributed(view, mapping, client)
+                if named is not None:
+                    _count(tally, "attribution")
+                    payload = encode_attribution(named)
+                    entries.append(Entry(Kind.ATTRIBUTION, named.trace_id, now, payload))
 
     def prepared(self, spans: int, dropped_attributes: int) -> Prepared:
         return Prepared(

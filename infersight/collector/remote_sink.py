@@ -33,12 +33,13 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any, Final
 
+from infersight.core.attribution import Attribution
 from infersight.core.client import ClientRecord
 from infersight.core.errors import ConfigurationError, InvalidInput, Unavailable
 from infersight.core.records import RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.sequences import LateSequence
-from infersight.core.wire import MEDIA_TYPE, WireKind, encode_entries, frame
+from infersight.core.wire import MEDIA_TYPE, KindUnsupported, WireKind, encode_entries, frame
 from infersight.core.write import WriteResult
 
 #: The API's default ``max_body_bytes``: bodies are split to fit it.
@@ -91,6 +92,18 @@ class RemoteSink:
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
         return self._write_keyed(WireKind.CLIENT, records)
+
+    def write_attributions(self, items: Sequence[Attribution]) -> WriteResult:
+        """What gateway and client spans named of their traces; ``KindUnsupported`` from an
+        API that predates attribution (the shipper then drops them, counted)."""
+        try:
+            return self._write_keyed(WireKind.ATTRIBUTION, items)
+        except InvalidInput as exc:
+            if "unknown batch kind" in exc.message:
+                raise KindUnsupported(
+                    "central ingest does not take attributions (an older API)"
+                ) from None
+            raise
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
         return sum(a.get("stored", 0) for a in self._send(WireKind.GPU, samples))

@@ -42,6 +42,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from infersight.collector.assembly import Piece, Reassembly, Request, SequenceMemory, assemble
 from infersight.collector.codec import (
     Kind,
+    decode_attribution,
     decode_client,
     decode_gpu,
     decode_piece,
@@ -52,11 +53,13 @@ from infersight.collector.mapping import Link
 from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.remote_sink import RETRY_FOLD_S, FoldUnsupported
 from infersight.collector.spool import Spool, Stored
+from infersight.core.attribution import Attribution
 from infersight.core.client import ClientRecord
 from infersight.core.errors import ConfigurationError, InvalidInput, InvalidRecord, Unavailable
 from infersight.core.records import RequestRecord
 from infersight.core.sequences import LateSequence
-from infersight.core.write import ClientSink, Sink, WriteResult
+from infersight.core.wire import KindUnsupported
+from infersight.core.write import AttributionSink, ClientSink, Sink, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +261,9 @@ class Shipper:
     def refresh(self) -> None:
         """Re-read the oldest eligible times from the spool (cheap: two indexed lookups)."""
         try:
-            self._record_ready_at = self.spool.oldest_ready_at([Kind.RECORD, Kind.CLIENT])
+            self._record_ready_at = self.spool.oldest_ready_at(
+                [Kind.RECORD, Kind.CLIENT, Kind.ATTRIBUTION]
+            )
             self._sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
         except sqlite3.Error:  # the loop outlives a spool error; the last values stand
             log.exception("cannot read the spool's oldest entries")
@@ -288,7 +293,7 @@ class Shipper:
         self._round_trips = 0
         try:
             records = shipped = self._ship_records(horizon)
-            clients = self._ship_clients(horizon)
+            clients = self._ship_clients(horizon) + self._ship_attributions(horizon)
             records += clients
             shipped += clients
             if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
@@ -499,6 +504,47 @@ class Shipper:
             if result.duplicates:
                 self.metrics.ship_duplicates.inc(result.duplicates)
             self._count_refused(result)
+
+    def _ship_attributions(self, horizon: float) -> int:
+        """Store what gateway and client spans named of their traces (``core.attribution``),
+        as they come. A sink that cannot join them (the simulator's) gets none: they are
+        dropped and counted as ``ship_errors{reason="no_attribution_store"}``."""
+        stored = self.spool.ready(horizon, [Kind.ATTRIBUTION], self.batch_size)
+        if not stored:
+            return 0
+        items: list[Attribution] = []
+        for entry in stored:
+            try:
+                items.append(decode_attribution(entry.payload))
+            except (InvalidInput, InvalidRecord, ValueError, TypeError, KeyError) as exc:
+                self.metrics.ship_errors.labels("invalid_payload").inc()
+                log.error("dropping an undecodable attribution entry %d: %s", entry.seq, exc)
+        sink = self._sink()
+        if not isinstance(sink, AttributionSink):
+            self.metrics.ship_errors.labels("no_attribution_store").inc(len(items))
+        elif items:
+            self._round_trips += 1
+            try:
+                results = [sink.write_attributions(items)]
+            except KindUnsupported as exc:
+                results = []
+                self.metrics.ship_errors.labels("no_attribution_store").inc(len(items))
+                log.warning("dropping %d attributions: %s", len(items), exc.message)
+            except InvalidInput:
+                results = []
+                for item in items:  # one bad entry must not block the spool
+                    try:
+                        results.append(sink.write_attributions([item]))
+                    except InvalidInput as exc:
+                        self.metrics.ship_errors.labels("invalid_record").inc()
+                        log.error("the store refused attribution %s: %s", item.span_id, exc)
+            for result in results:
+                if result.duplicates:
+                    self.metrics.ship_duplicates.inc(result.duplicates)
+                self._count_refused(result)
+        self.spool.delete([s.seq for s in stored])
+        self.metrics.shipped.labels("attribution").inc(len(items))
+        return len(stored)
 
     def _count_refused(self, result: WriteResult) -> None:
         if result.refused:  # outside the store's accepted window: dropped, as retention would

@@ -47,6 +47,7 @@ from infersight.collector.roles import RoleSource
 from infersight.collector.shipper import Backoff, Shipper
 from infersight.collector.spool import AT_MAX_BYTES, DISK_FULL, FsyncMode, Spool, SpoolConfig
 from infersight.core.accept import AcceptWindow
+from infersight.core.attribution import AttributionMap
 from infersight.core.errors import ConfigurationError
 from infersight.core.records import Role
 from infersight.core.write import Sink
@@ -103,6 +104,10 @@ class SidecarConfig:
     #: the base model with that adapter (``MappingContext.attribute``). A vLLM server's
     #: /metrics name its adapters too, and are read besides.
     adapters: tuple[str, ...] = ()
+    #: Which attributes of gateway and client spans name who a trace's requests are for
+    #: (``core.attribution``: ``--attribution`` / ``INFERSIGHT_ATTRIBUTION``); ``None``: only
+    #: a client span's own tenant attribute names one.
+    attribution: AttributionMap | None = None
     #: Least time from the start of a shipping pass that stored records to the next pass,
     #: while the spool holds less than a batch. Each such pass costs the store writer a fixed
     #: ~10 ms of CPU (transaction, partitions, rollups), so at most one every 2 s bounds that
@@ -181,6 +186,7 @@ class Sidecar:
             role=config.role or Role.UNIFIED,
             adapters=frozenset(config.adapters),
             scraped_adapters=scraped_adapters,
+            attribution=config.attribution,
         )
         reassembly = Reassembly(self._window_s(config.role or Role.UNIFIED))
         self.ingestor = Ingestor(
@@ -306,6 +312,9 @@ class Sidecar:
         for part in self.health_parts:
             state.update(part())
         state["role"] = self.roles.health()
+        mapping = self.config.attribution
+        if mapping is not None:  # which attributes name a trace's tenant, team, workload
+            state["attribution"] = {"source": mapping.source, "rules": mapping.describe()}
         return state
 
     def add_samplers(self, samplers: Sequence[Sampler]) -> None:

@@ -245,12 +245,20 @@ class JobsPart(Part):
 
 
 class SidecarPart(Part):
-    """The sidecar's own: the token its receivers require."""
+    """The sidecar's own: the token its receivers require, and which attributes of gateway
+    and client spans name who a trace's requests are for."""
 
     otlp_token: SecretStr = Field(
         SecretStr(""),
         description="Bearer token the sidecar's receivers require (--token-file overrides it; a "
         "token on the command line is refused).",
+    )
+    attribution: str = Field(
+        "",
+        description="Which attributes of gateway and client spans name a trace's tenant, team, "
+        "workload and adapter: preset names (litellm, llm-d, envoy-ai-gateway, openai-sdk) "
+        "and dimension=attr1|attr2 rules, comma-separated (resource.NAME: a resource "
+        "attribute). --attribution and --attribution-file override it.",
     )
 
 

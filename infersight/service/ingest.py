@@ -16,13 +16,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from infersight.core.accept import AcceptWindow
+from infersight.core.attribution import Attribution
 from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidInput
 from infersight.core.records import RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.sequences import LateSequence
 from infersight.core.wire import WireKind, decode_batch, inflate
-from infersight.core.write import ClientSink
+from infersight.core.write import AttributionSink, ClientSink
 
 if TYPE_CHECKING:
     from infersight.core.write import Sink
@@ -66,6 +67,9 @@ def store_batch(
         result = writer.fold_sequences(  # type: ignore[attr-defined]
             [f for f in items if isinstance(f, LateSequence)]
         )
+    elif kind is WireKind.ATTRIBUTION:  # gateway and client spans joined to requests (#34)
+        assert isinstance(writer, AttributionSink)
+        result = writer.write_attributions([a for a in items if isinstance(a, Attribution)])
     elif kind is WireKind.GPU:
         answer["stored"] = writer.write_gpu_samples([s for s in items if isinstance(s, GpuSample)])
         return answer
