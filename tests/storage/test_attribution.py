@@ -8,7 +8,6 @@ import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy import func, select
 
 from infersight.core.attribution import Attribution
@@ -25,7 +24,9 @@ def _trace(i: int) -> str:
     return f"{i + 1:032x}"
 
 
-def _request(i: int, *, offset_s: float = 0.5, tenant: str = "", role: Role = Role.UNIFIED) -> RequestRecord:
+def _request(
+    i: int, *, offset_s: float = 0.5, tenant: str = "", role: Role = Role.UNIFIED
+) -> RequestRecord:
     return RequestRecord(
         trace_id=_trace(i), span_id=f"{i + 1:016x}", start=T0 + timedelta(seconds=i + offset_s),
         instance="vllm-0", engine=Engine.VLLM, model="llama-8b", tenant=tenant, role=role,
@@ -89,7 +90,8 @@ def test_requests_first_are_filled_when_the_gateway_span_comes(store: Store) -> 
     assert set(_labels(store).values()) == {("acme", "search", "")}
     _consistent(store)
     # Replayed, nothing moves again.
-    result = writer.write_attributions([_gateway(i, tenant="acme", team="search") for i in range(5)])
+    again = [_gateway(i, tenant="acme", team="search") for i in range(5)]
+    result = writer.write_attributions(again)
     assert (result.inserted, result.duplicates) == (0, 5)
     writer.write_requests([_request(i) for i in range(5)])
     _consistent(store)
