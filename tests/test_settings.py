@@ -93,4 +93,4 @@ def test_each_notifier_secret_may_come_from_a_file_and_nothing_else_does() -> No
 
 def test_the_api_and_the_cli_read_cost_and_report_settings_from_one_declaration() -> None:
     shared = set(ApiSettings.model_fields) & set(Settings.model_fields)
-    assert shared == {"cost_model", "report_timezone"}
+    assert shared == {"cost_model", "report_timezone", "attribution_top_n"}

@@ -29,6 +29,7 @@ from infersight.api.limits import BodyLimit, TextGuard
 from infersight.api.origin import AllowedHosts, OriginGuard
 from infersight.api.params import KnownQueryRoute
 from infersight.api.routes import (
+    attribution,
     baselines,
     bills,
     budgets,
@@ -53,6 +54,7 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     slos.router,
     incidents.router,
     cost.router,
+    attribution.router,
     bills.router,
     budgets.router,
     capacity.router,

@@ -17,6 +17,10 @@ Values are computed at scrape time from the store, so every replica answers the 
   ``infersight_idle_cost_last_hour{instance,currency}`` and
   ``infersight_gpu_utilisation_ratio{instance}`` — unit economics of the last hour
   (``CostCollector``)
+* ``infersight_attributed_cost_last_hour{dimension,value,split,currency}`` and the other
+  who-spent-it families: cost per tenant, team and workload split into usage, idle and
+  allocation, with requests and good tokens, the top N values apart
+  (``api.metrics_attribution``)
 * ``infersight_desired_replicas{model,pool}`` and ``infersight_observed_replicas{model,pool}``
   — the replica recommender's newest usable recommendation per model and pool (``pool``:
   ``prefill`` / ``decode`` for a disaggregated model, "" otherwise; a stale one, or one made
@@ -44,6 +48,7 @@ from prometheus_client.registry import Collector
 from infersight.api.auth import Scope
 from infersight.api.context import AppContext, Refusals
 from infersight.api.deps import requires
+from infersight.api.metrics_attribution import AttributionCollector
 from infersight.core.burn import Policy
 from infersight.core.cost import CostModel
 from infersight.core.quantiles import quantile_key
@@ -337,6 +342,13 @@ def install(app: FastAPI, context: AppContext) -> None:
             context.store, context.policy, context.clock, finest_for, context.exact_max_rows
         ),
         CostCollector(context.store, context.cost_model, context.clock, finest_for),
+        AttributionCollector(
+            context.store,
+            context.cost_model,
+            context.clock,
+            finest_for,
+            context.settings.attribution_top_n,
+        ),
         ttl_s=context.settings.metrics_cache_s,
     )
     # Not cached: KEDA refusals should show at once, and the read is one small query.

@@ -36,7 +36,6 @@ from infersight.collector.spool import FsyncMode
 from infersight.config.parts import DEFAULT_DATABASE_URL, StorePart
 from infersight.core.accept import AcceptWindow
 from infersight.core.attribution import AttributionMap
-from infersight.core.attribution import from_document as attribution_document
 from infersight.core.attribution import parse_setting as parse_attribution
 from infersight.core.errors import ConfigurationError, InvalidInput
 from infersight.core.gpu_slice import fraction_of
@@ -344,15 +343,15 @@ def _attribution(options: dict[str, Any], settings: SidecarSettings) -> Attribut
         raise click.UsageError("--attribution and --attribution-file: give one of them")
     try:
         if path is not None:
-            import yaml  # noqa: PLC0415 (only for a document)
+            from infersight.service.attribution import read_attribution  # noqa: PLC0415
 
             try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+                text = path.read_bytes()
+            except OSError as exc:
                 raise ConfigurationError(f"--attribution-file {path}: {exc}") from None
-            return attribution_document(data)
-        text = spec if spec is not None else settings.attribution
-        return parse_attribution(text) if text.strip() else None
+            return read_attribution(text)
+        text_spec = spec if spec is not None else settings.attribution
+        return parse_attribution(text_spec) if text_spec.strip() else None
     except InvalidInput as exc:
         where = "--attribution-file" if path else "--attribution / INFERSIGHT_ATTRIBUTION"
         raise ConfigurationError(f"{where}: {exc.message}", details=exc.details) from None

@@ -152,6 +152,13 @@ class CostReportPart(Part):
     report_timezone: str = Field(
         "UTC", description="IANA time zone of weekly report periods and their schedule."
     )
+    attribution_top_n: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="How many tenants, teams or workloads an answer that groups by them keeps "
+        "apart (by cost, or requests); the rest are folded into '(other)'.",
+    )
 
 
 class ApiPart(Part):

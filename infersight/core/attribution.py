@@ -11,7 +11,8 @@ OpenAI SDK app's own resource attributes). This module is the pure part of joini
   LiteLLM, llm-d, Envoy AI Gateway and OpenTelemetry-instrumented OpenAI SDK apps; rules
   (``tenant=metadata.user_api_key_team_alias|resource.tenant.id``) add or override. It is
   declared by ``INFERSIGHT_ATTRIBUTION`` (``parse_setting``) or a versioned ``Attribution``
-  document (``from_document``), and applied where spans are read (the sidecar).
+  document (``service.attribution.ATTRIBUTION``: ``spec.presets`` and ``spec.rules``, read by
+  the one document reader), and applied where spans are read (the sidecar).
 * **The record** (``Attribution``): what one gateway or client span said of its trace — the
   dimensions it named, when it ran, and which rule set named them.
 * **The join** (``fill``): a request's labels with the dimensions its own span left empty
@@ -317,45 +318,6 @@ def parse_setting(text: str) -> AttributionMap:
     return mapping
 
 
-def from_document(data: Any) -> AttributionMap:
-    """A versioned ``Attribution`` document (already parsed from YAML or JSON)::
-
-    apiVersion: infersight/v1
-    kind: Attribution
-    metadata: {name: gateway}
-    spec:
-      presets: [litellm, openai-sdk]
-      rules:
-        tenant: [metadata.user_api_key_team_alias, resource.tenant.id]
-    """
-    if not isinstance(data, Mapping):
-        raise InvalidInput("an Attribution document must be a mapping")
-    unknown = set(data) - {"apiVersion", "kind", "metadata", "spec"}
-    if unknown:
-        raise InvalidInput("unknown document keys", details={"keys": sorted(map(str, unknown))})
-    if data.get("apiVersion") != API_VERSION or data.get("kind") != KIND:
-        raise InvalidInput(
-            f"an attribution document is apiVersion {API_VERSION}, kind {KIND}",
-            details={"apiVersion": data.get("apiVersion"), "kind": data.get("kind")},
-        )
-    spec = data.get("spec")
-    if not isinstance(spec, Mapping):
-        raise InvalidInput("an Attribution document needs a spec mapping")
-    unknown = set(spec) - {"presets", "rules"}
-    if unknown:
-        raise InvalidInput("unknown spec keys", details={"keys": sorted(map(str, unknown))})
-    presets = spec.get("presets", []) or []
-    rules = spec.get("rules", {}) or {}
-    if isinstance(presets, str) or not isinstance(presets, list):
-        raise InvalidInput("spec.presets must be a list of preset names")
-    if not isinstance(rules, Mapping):
-        raise InvalidInput("spec.rules must map dimensions to lists of attributes")
-    mapping = combine([str(p) for p in presets], {str(k): v for k, v in rules.items()})
-    if mapping.empty:
-        raise InvalidInput("an Attribution document names no preset or rule")
-    return mapping
-
-
 @dataclass(frozen=True, slots=True)
 class Attribution:
     """What a gateway's or client's span said about who its trace's requests are for."""
@@ -451,7 +413,7 @@ class TopValues:
         return {
             "dimension": self.dimension,
             "top_n": self.top_n,
-            "values": len(self.kept) + self.folded,
+            "values": len(self.kept - {""}) + self.folded,
             "folded_into_other": self.folded,
             "other": OTHER,
         }
@@ -490,7 +452,6 @@ __all__ = [
     "check_top_n",
     "combine",
     "fill",
-    "from_document",
     "merged",
     "parse_setting",
     "top_values",

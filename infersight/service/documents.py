@@ -85,6 +85,7 @@ ELSEWHERE: Final = {
     "GpuProfile": "the simulator reads it (simulator/profiles)",
     "ModelProfile": "the simulator reads it (simulator/profiles)",
     "DiagnosisRules": "the diagnosis reads its bundled rule pack",
+    "Attribution": "`infersight sidecar --attribution-file FILE` reads it",
 }
 
 T = TypeVar("T")

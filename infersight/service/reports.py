@@ -8,7 +8,9 @@ cannot drift apart; its ``purchasing`` section is what ``GET /api/v1/purchasing`
 the week (the reserved / on-demand split and the idle windows, ``service.purchasing``), with
 the fill what-if applied to the week's cost per million tokens; its ``reconciliation`` section
 is what ``GET /api/v1/cost/reconciliation`` answers for the week (which figures were checked
-against an imported cloud bill, the drift, the unmatched lines). Savings opportunities come
+against an imported cloud bill, the drift, the unmatched lines); its ``attribution`` section
+is what ``GET /api/v1/cost/attribution`` answers for the week by tenant, team and workload
+(usage, idle and allocation with goodput). Savings opportunities come
 from ``core.savings`` with the evidence that triggered them. ``WeeklyReports`` is the job
 ``infersight serve`` schedules (default Monday 09:00): it reports the week that ended, stores
 every rendering, and enqueues a short summary with a link in the notification outbox for
@@ -28,11 +30,13 @@ from itertools import pairwise
 from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from infersight.core.attribution import DEFAULT_TOP_N, GROUPING_DIMENSIONS
 from infersight.core.cost import CostLine, CostModel, CostResult, quantize
 from infersight.core.errors import ConfigurationError, InvalidInput, NotFound
 from infersight.core.savings import RULES, InstanceFacts, find_savings
 from infersight.core.timestamps import iso
 from infersight.core.window import Window
+from infersight.service.attribution import attributed_from
 from infersight.service.cost_view import amount, cost_dict, good_basis, good_text
 from infersight.service.evaluation import FinestFor
 from infersight.service.purchasing import purchasing, purchasing_dict
@@ -247,6 +251,7 @@ def build_weekly(
     now: datetime,
     *,
     partial: bool = False,
+    attribution_top_n: int = DEFAULT_TOP_N,
 ) -> dict[str, Any]:
     """The weekly report's JSON body (see the module docstring).
 
@@ -309,6 +314,11 @@ def build_weekly(
         "reconciliation": reconcile(
             store, model, window.start, window.end, finest_for=lambda w: finest_for(w, now)
         ).as_dict(),
+        # Who spent it: per tenant, team and workload, usage + idle = allocation (issue 34).
+        "attribution": {
+            d: attributed_from(priced(window, (d,)), attribution_top_n).to_json()
+            for d in GROUPING_DIMENSIONS
+        },
         "savings": [
             {
                 "rank": rank,
@@ -356,6 +366,7 @@ class WeeklyReports:
         finest_for: FinestFor,
         notifiers: Collection[str] = (),
         base_url: str = "",
+        attribution_top_n: int = DEFAULT_TOP_N,
     ) -> None:
         # A scheduled batch job, not an interactive read: a week of a large fleet's rollups
         # may take longer than an API answer's statement bound (its lock waits keep theirs).
@@ -366,6 +377,8 @@ class WeeklyReports:
         self.finest_for = finest_for
         self.notifiers = set(notifiers)
         self.base_url = base_url.rstrip("/")
+        #: Tenants, teams and workloads kept apart in the report's attribution section.
+        self.attribution_top_n = attribution_top_n
 
     def generate(self, period: str, now: datetime, *, partial: bool = False) -> Generated:
         """Build and store the report of ``period`` (replacing an earlier one).
@@ -394,6 +407,7 @@ class WeeklyReports:
             self.finest_for,
             now,
             partial=partial,
+            attribution_top_n=self.attribution_top_n,
         )
         if body["notice"]:
             # A report of zeros would read like a week that cost nothing: say so, store nothing.
