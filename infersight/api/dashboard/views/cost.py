@@ -13,8 +13,8 @@ from decimal import Decimal
 from typing import Any, Final
 
 from infersight.api.context import AppContext
+from infersight.api.dashboard import attribution, purchasing
 from infersight.api.dashboard import charts as svg
-from infersight.api.dashboard import purchasing
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money, short_model
 from infersight.core.cost import CostLine, CostResult
@@ -28,8 +28,15 @@ TITLE: Final = "Cost"
 DEFAULT_RANGE: Final = "24h"
 
 
-def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any]:
-    return cost(app, ctx)
+#: ``by``: the Cost page's who-spent-it dimension (``api.dashboard.attribution``).
+PARAMS: Final = (attribution.PARAM,)
+
+
+def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
+    answer = cost(app, ctx)
+    if answer["available"]:
+        answer["attribution"] = attribution.section(app, ctx, query)
+    return answer
 
 
 def _line(line: CostLine, currency: str) -> dict[str, Any]:
