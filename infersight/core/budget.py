@@ -43,7 +43,7 @@ from infersight.core.window import format_duration
 BUDGET_PREFIX: Final = "budget:"
 COST_STEP_PREFIX: Final = "cost-step:"
 #: The dimensions a budget may be scoped to (none: the fleet).
-BUDGET_DIMENSIONS: Final = ("tenant", "model")
+BUDGET_DIMENSIONS: Final = ("tenant", "team", "model")
 #: Default burn rules: spending 6× the budget's rate over 6 h and 1 h pages; 1.5× over 3 d and
 #: 6 h opens a ticket.
 DEFAULT_RULES: Final = (
@@ -104,13 +104,15 @@ class Budget:
         unknown = set(self.scope) - set(BUDGET_DIMENSIONS)
         if unknown:
             raise InvalidInput(
-                "a budget is scoped to a tenant, a model or the fleet",
+                "a budget is scoped to a tenant, a team, a model or the fleet",
                 details={"unknown": sorted(unknown), "allowed": list(BUDGET_DIMENSIONS)},
             )
         if len(self.scope) > 1:
-            raise InvalidInput("a budget is scoped to one tenant or one model, not both")
+            raise InvalidInput(
+                "a budget is scoped to one tenant, one team or one model, not to two of them"
+            )
         if any(not v or len(v) > 256 for v in self.scope.values()):
-            raise InvalidInput("a budget's tenant or model is 1 to 256 characters")
+            raise InvalidInput("a budget's tenant, team or model is 1 to 256 characters")
         if any(not t.is_finite() or t <= 0 or t > 10 for t in self.thresholds):
             raise InvalidInput("thresholds are fractions of the amount, above 0 and at most 10")
         if not self.rules and not self.thresholds:

@@ -16,8 +16,8 @@
         - {severity: ticket, burnRate: 1.5, longWindow: 3d, shortWindow: 6h}
 
 Applying a document whose budget differs from the stored one adds a version (``storage.
-budgets``). ``team`` is refused: requests carry no team today (issue 34's attribution from the
-gateway's spans brings it).
+budgets``). A ``team`` scope covers the requests their traces' gateway or client spans name
+the team of (``core.attribution``).
 
 ``budget_status`` prices the period so far and the rules' windows with the cost model in use
 (``storage.cost.cost``), projects the period's end, and judges the alert
@@ -89,11 +89,6 @@ STEP_MODELS: Final = 20
 DEFAULT_STEP: Final = StepPolicy()
 #: What a spender line names as its model when its instance served nothing (idle GPUs).
 IDLE_LABEL: Final = "(idle, no model)"
-TEAM_REFUSAL: Final = (
-    "requests carry no team today, so a budget cannot be scoped to one: team comes with "
-    "issue 34's attribution from the gateway's spans; scope the budget to a tenant, a model "
-    "or the fleet"
-)
 Amount = str | float | int
 
 
@@ -123,8 +118,6 @@ def parse_budget(data: dict[str, Any]) -> Budget:
 
 
 def _budget(header: Header, s: _Spec) -> Budget:
-    if "team" in s.scope:
-        raise InvalidInput(TEAM_REFUSAL, details={"dimension": "team", "issue": 34})
     if s.period not in {p.value for p in Period}:
         raise InvalidInput(
             f"period must be monthly or weekly, got {s.period!r}",
@@ -242,12 +235,12 @@ def selector_of(budget: Budget) -> Selector:
 
 
 #: The labels one cost answer per window is grouped by, shared by every budget of a cycle.
-_SPEND_GROUPS: Final = ("model", "tenant", "instance")
+_SPEND_GROUPS: Final = ("model", "tenant", "team", "instance")
 
 
 class SpendReader:
     """The cost answers of one instant, shared by the budgets evaluated at it: one
-    ``store.cost.cost`` per window (grouped by model, tenant and instance), whatever the
+    ``store.cost.cost`` per window (grouped by model, tenant, team and instance), whatever the
     number of budgets; a budget's spend is the sum of the groups its scope covers (the same
     lines ``cost`` would total for its selector, so the same Decimal)."""
 
@@ -674,7 +667,6 @@ __all__ = [
     "API_VERSION",
     "BUDGET",
     "KIND",
-    "TEAM_REFUSAL",
     "AlertState",
     "BudgetStatus",
     "MoneyAlerts",

@@ -189,7 +189,7 @@ def test_a_team_budget_spends_what_the_team_was_allocated(fleet: Store) -> None:
 
     teams = attributed_cost(fleet.sql.cost, WINDOW, MODEL, "team")
     search = next(s for s in teams.shares if s.value == "search")
-    reader = SpendReader(fleet.engine, MODEL)
+    reader = SpendReader(fleet.sql, MODEL)
     assert reader.spend(WINDOW, Selector(team="search")) == search.allocation > 0
     scoped = cost.cost(fleet.engine, WINDOW, MODEL, Selector(team="search"))
     assert scoped.total.cost == search.allocation

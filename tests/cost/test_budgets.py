@@ -41,6 +41,7 @@ from infersight.service.budgets import (
     budget_status,
     parse_budget,
     parse_budgets,
+    selector_of,
     to_document,
 )
 from infersight.service.notifications import Announcer, Delivery
@@ -267,12 +268,13 @@ def test_the_cost_step_names_an_idle_surge(store):
 # -- documents and the pure math --------------------------------------------------------------
 
 
-def test_team_is_refused_naming_the_attribution_work():
+def test_a_budget_may_be_scoped_to_a_team():
     doc = parse_budgets(DOC)[0]
     data = to_document(doc)
     data["spec"]["scope"] = {"team": "search"}
-    with pytest.raises(InvalidInput, match="issue 34"):
-        parse_budget(data)
+    budget = parse_budget(data)
+    assert budget.scope_text == "team=search"
+    assert selector_of(budget).team == "search"
 
 
 @pytest.mark.parametrize(
@@ -280,8 +282,8 @@ def test_team_is_refused_naming_the_attribution_work():
     [
         ({"amount": "-1"}, "positive"),
         ({"period": "daily"}, "monthly or weekly"),
-        ({"scope": {"tenant": "a", "model": "b"}}, "not both"),
-        ({"scope": {"instance": "x"}}, "tenant, a model or the fleet"),
+        ({"scope": {"tenant": "a", "model": "b"}}, "not to two of them"),
+        ({"scope": {"instance": "x"}}, "tenant, a team, a model or the fleet"),
         ({"scope": {"tenant": ""}}, "1 to 256 characters"),
         ({"amount": "lots"}, "decimal"),
         (
