@@ -75,13 +75,15 @@ def export_line(transport: str, service: str, client: str, tally: Mapping[str, i
         parts.append(f"{tally['client']} client records")
     if tally.get("stage"):
         parts.append(f"{tally['stage']} stage spans")
+    if tally.get("gateway"):
+        parts.append(f"{tally['gateway']} gateway spans")
     if tally.get("attribution"):
         parts.append(f"{tally['attribution']} spans naming who their trace is for")
     if tally.get("rejected"):
         parts.append(f"{tally['rejected']} spans rejected as bad data")
     line = f"first OTLP export over {TRANSPORTS.get(transport, transport)} from {who}: "
     line += ", ".join(parts)
-    understood = ("client", "stage", "attribution")
+    understood = ("client", "stage", "gateway", "attribution")
     if not records and not any(tally.get(key) for key in understood):
         line += f"; {UNRECOGNISED}"
     return line
