@@ -25,12 +25,18 @@ LITELLM_SPANS: Final = frozenset(
 )
 #: The key metadata LiteLLM's proxy sets on its spans (``metadata.<key>``).
 LITELLM_METADATA: Final = "metadata.user_api_key_"
+#: The engines' request span name, never a gateway's.
+LLM_REQUEST: Final = "llm_request"
 #: Why a gateway's span makes no record (``Skipped.reason``).
 GATEWAY_SPAN: Final = "gateway_span"
 
 
 def litellm_claims(span: SpanView) -> bool:
-    """A span of LiteLLM's proxy: its tracer, one of its span names, or its key metadata."""
+    """A span of LiteLLM's proxy: its tracer, one of its span names, or its key metadata.
+    Never an engine's ``llm_request`` span (vLLM's, TensorRT-LLM's): the ingest path reads
+    those on its own (``mapping.requests``), knowing no shape ahead of theirs claims one."""
+    if span.name == LLM_REQUEST:
+        return False
     if span.scope == LITELLM_SCOPE or span.name in LITELLM_SPANS:
         return True
     return any(key.startswith(LITELLM_METADATA) for key in span.attributes)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Final
 
 from infersight.collector import engines
-from infersight.collector.mapping import pd_proxy, sglang, tgi, trtllm, vllm
+from infersight.collector.mapping import gateways, pd_proxy, sglang, tgi, trtllm, vllm
 from infersight.collector.mapping.base import (
     _EARLIEST_S,
     _LATEST_S,
@@ -125,7 +125,14 @@ _ERROR: Final = _slot(ERROR_TYPE)
 _FINISH: Final = _slots(FINISH_ATTRS)
 
 NAME: Final = vllm.SPAN_NAME
-_SHAPES_BEFORE: Final = (pd_proxy.claims, tgi.claims, sglang.claims, trtllm.claims, vllm.claims)
+_SHAPES_BEFORE: Final = (
+    pd_proxy.claims,
+    gateways.litellm_claims,  # never an ``llm_request`` span (``mapping.gateways``)
+    tgi.claims,
+    sglang.claims,
+    trtllm.claims,
+    vllm.claims,
+)
 # This reader stands in for the dispatch of an ``llm_request`` span: the shapes ahead of vLLM's
 # in the registry must be the ones it knows would not claim it (or claim it as TensorRT-LLM).
 if tuple(shape.claims for shape in engines.SPAN_SHAPES[: len(_SHAPES_BEFORE)]) != _SHAPES_BEFORE:
