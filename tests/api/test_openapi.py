@@ -21,7 +21,9 @@ _WINDOW = [
     "priority",
     "range",
     "start",
+    "team",
     "tenant",
+    "workload",
 ]
 
 
@@ -62,6 +64,7 @@ SURFACE = {
         "ttft_target",
     ),
     "GET /api/v1/cost": _q(*_WINDOW),
+    "GET /api/v1/cost/attribution": _q("dimension", "end", "range", "start", "top"),
     "GET /api/v1/cost/model": [],
     "GET /api/v1/cost/reconciliation": _q("basis", "end", "range", "start"),
     "GET /api/v1/cost/bills": [],

@@ -132,7 +132,7 @@ def test_the_weekly_report_says_who_spent_it(fleet: Store) -> None:
     from infersight.service.reports import build_weekly
 
     body = build_weekly(
-        fleet.engine,
+        fleet.sql,
         MODEL,
         "2026-W50",
         "UTC",
