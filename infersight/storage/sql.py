@@ -10,15 +10,18 @@
   (``tables.SKETCH_COLUMNS``).
 * ``read_segments``: a window read the way every query reads one (``core.window.split``): raw
   rows at the partial-minute edges, the coarsest rollups that fit in between.
+* ``selector_shape`` / ``selected_by_shape`` / ``selector_values`` and ``segment_values`` /
+  ``segments_where``: the same conditions with their values as parameters, for statements
+  built once per shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final, TypeVar
 
-from sqlalchemy import Column, ColumnElement, Connection, Engine, Table, and_
+from sqlalchemy import Column, ColumnElement, Connection, Engine, Table, and_, bindparam, or_
 from sqlalchemy.dialects import postgresql, sqlite
 
 from infersight.core.query import Selector
@@ -70,6 +73,62 @@ def rollup_where(segment: Segment, selector: Selector = Selector()) -> ColumnEle
         request_rollups.c.bucket < segment.end,
         *selected(request_rollups, selector),
     )
+
+
+# -- statements built once per shape -----------------------------------------------------------
+#
+# A read builds its statement from its window and selector; building and keying an SQLAlchemy
+# statement costs more CPU than running a small one. The helpers below split a read into its
+# shape (which labels are pinned, which rollup resolutions it reads), from which a reader builds
+# its statement once (``functools.lru_cache``), and its values, passed as parameters.
+
+#: A selector's shape: the labels it pins, and whether it carries a tenant set.
+SelectorShape = tuple[tuple[str, ...], bool]
+
+
+def selector_shape(selector: Selector) -> SelectorShape:
+    return tuple(name for name, _ in selector.items()), selector.tenants is not None
+
+
+def selector_values(selector: Selector) -> dict[str, Any]:
+    """The parameters of ``selected_by_shape``'s conditions for ``selector``."""
+    out: dict[str, Any] = {f"sel_{name}": value for name, value in selector.items()}
+    if selector.tenants is not None:
+        out["sel_tenants"] = sorted(selector.tenants)
+    return out
+
+
+def selected_by_shape(table: Table, shape: SelectorShape) -> list[ColumnElement[bool]]:
+    """``selected`` with the values as parameters (``selector_values``)."""
+    names, tenants = shape
+    out: list[ColumnElement[bool]] = [table.c[name] == bindparam(f"sel_{name}") for name in names]
+    if tenants:
+        out.append(table.c.tenant.in_(bindparam("sel_tenants", expanding=True)))
+    return out
+
+
+def segments_where(table: Table, resolutions: tuple[str, ...]) -> ColumnElement[bool]:
+    """The rollup rows of ``table`` in segment ``k`` of a read: resolution ``resolutions[k]``,
+    buckets in ``[lo_k, hi_k)`` (``segment_values``)."""
+    parts = [
+        and_(
+            table.c.resolution == resolution,
+            table.c.bucket >= bindparam(f"lo_{k}"),
+            table.c.bucket < bindparam(f"hi_{k}"),
+        )
+        for k, resolution in enumerate(resolutions)
+    ]
+    return parts[0] if len(parts) == 1 else or_(*parts)
+
+
+def segment_values(segments: Sequence[Segment]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The resolutions of rollup ``segments`` (``segments_where``'s shape) and their bounds."""
+    resolutions, values = [], {}
+    for k, segment in enumerate(segments):
+        assert segment.resolution is not None
+        resolutions.append(segment.resolution.value)
+        values[f"lo_{k}"], values[f"hi_{k}"] = segment.start, segment.end
+    return tuple(resolutions), values
 
 
 #: Record field (``ttft_s``) → the rollup column with its sketch (``ttft_sketch``).

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Final
 
 from sqlalchemy import (
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Integer,
+    Select,
     and_,
     cast,
     func,
@@ -38,7 +40,17 @@ from infersight.core.sketch import QuantileSketch, merge_all
 from infersight.core.window import Resolution, Segment, Window
 from infersight.storage import gpu_reads
 from infersight.storage.sketch_cache import SketchCache, merged_sketches
-from infersight.storage.sql import rollup_where, selected, sketch_column
+from infersight.storage.sql import (
+    SelectorShape,
+    rollup_where,
+    segment_values,
+    segments_where,
+    selected,
+    selected_by_shape,
+    selector_shape,
+    selector_values,
+    sketch_column,
+)
 from infersight.storage.tables import (
     GPU_ROLLUP_MEANS,
     GPU_ROLLUP_REASONS,
@@ -75,6 +87,32 @@ def _rollup_rows(
     )
 
 
+#: A rollup read's shape: the resolutions of its segments, and its selector's shape.
+RowsShape = tuple[tuple[str, ...], SelectorShape]
+
+
+def _rows_of(
+    window: Window, step: Resolution, selector: Selector, coarsest: Resolution | None = None
+) -> tuple[RowsShape, dict[str, Any]]:
+    """``_rollup_rows`` as a shape (``_rows_where`` builds its condition once) and the
+    parameters of this read."""
+    if coarsest is None or coarsest is step:
+        segments = [Segment(step.floor(window.start), window.end, step)]
+    else:
+        covered = Window(step.floor(window.start), step.ceil(window.end))
+        segments = gpu_reads.plan(covered, coarsest, step)
+    resolutions, values = segment_values(segments)
+    return (resolutions, selector_shape(selector)), {**values, **selector_values(selector)}
+
+
+def _rows_where(shape: RowsShape) -> ColumnElement[bool]:
+    resolutions, selecting = shape
+    return and_(
+        segments_where(request_rollups, resolutions),
+        *selected_by_shape(request_rollups, selecting),
+    )
+
+
 def label_sets(
     engine: Engine, window: Window, step: Resolution = Resolution.HOUR
 ) -> list[tuple[str, ...]]:
@@ -83,16 +121,15 @@ def label_sets(
     Read from ``step`` rollups (hours, or days for long ranges): the filter menus of a page
     are built from these, each menu narrowed by the other filters.
     """
-    keys = [request_rollups.c[n] for n in GROUP_LABELS]
-    query = (
-        select(*keys)
-        .where(_rollup_rows(window, step, Selector()))
-        .group_by(*keys)
-        .order_by(*keys)
-        .limit(MAX_SERIES)
-    )
+    shape, values = _rows_of(window, step, Selector())
     with engine.connect() as connection:
-        return [tuple(row) for row in connection.execute(query)]
+        return [tuple(row) for row in connection.execute(_label_sets_query(shape), values)]
+
+
+@lru_cache(maxsize=64)
+def _label_sets_query(shape: RowsShape) -> Select[Any]:
+    keys = [request_rollups.c[n] for n in GROUP_LABELS]
+    return select(*keys).where(_rows_where(shape)).group_by(*keys).order_by(*keys).limit(MAX_SERIES)
 
 
 #: How far back ``first_seen`` places a series' first request to the minute; older than
@@ -159,29 +196,18 @@ def request_series(
     bucket: the same totals as adding up ``step`` buckets, from far fewer rows.
     """
     groups = check_group_by(group_by)
-    keys = [request_rollups.c[n] for n in groups]
-    bucket = request_rollups.c.bucket
-    sums = [
-        func.sum(request_rollups.c[n])
-        for n in ("requests", "errors", "input_tokens", "output_tokens")
-    ]
     width = len(groups)
+    binned = not (bucket_s is None or bucket_s == step.seconds)
+    if binned and bucket_s is not None and bucket_s % step.seconds:
+        raise ValueError(f"bucket_s {bucket_s} is not a multiple of {step.value}")
+    shape, values = _rows_of(window, step, selector, coarsest)
     out: dict[LabelKey, dict[datetime, Counts]] = defaultdict(dict)
     with engine.connect() as connection:
-        if bucket_s is None or bucket_s == step.seconds:
-            at: ColumnElement[Any] = bucket
-        else:
-            if bucket_s % step.seconds:
-                raise ValueError(f"bucket_s {bucket_s} is not a multiple of {step.value}")
-            at = bucket_of(connection, bucket_s, bucket).label("at")
-        query = (
-            select(at, *keys, *sums)
-            .where(_rollup_rows(window, step, selector, coarsest))
-            .group_by(at, *keys)
-            .order_by(at)
+        query = _request_series_query(
+            connection.dialect.name, shape, groups, bucket_s if binned else None
         )
-        binned = at is not bucket  # a timestamp (PostgreSQL) or Unix seconds (SQLite)
-        rows = connection.execute(query).all()
+        # Binned: a timestamp (PostgreSQL) or Unix seconds (SQLite).
+        rows = connection.execute(query, values).all()
     end = 1 + width
     for row in rows:
         when = datetime.fromtimestamp(gpu_reads.bucket_epoch(row[0]), UTC) if binned else row[0]
@@ -190,6 +216,23 @@ def request_series(
             int(requests or 0), int(errors or 0), int(input_tokens or 0), int(output_tokens or 0)
         )
     return dict(out)
+
+
+@lru_cache(maxsize=256)
+def _request_series_query(
+    dialect: str, shape: RowsShape, groups: tuple[str, ...], bucket_s: int | None
+) -> Select[Any]:
+    """``request_series``' statement, built once per dialect, shape, grouping and bucket."""
+    keys = [request_rollups.c[n] for n in groups]
+    bucket = request_rollups.c.bucket
+    sums = [
+        func.sum(request_rollups.c[n])
+        for n in ("requests", "errors", "input_tokens", "output_tokens")
+    ]
+    at: ColumnElement[Any] = (
+        bucket if bucket_s is None else _bucket_in(dialect, bucket_s, bucket).label("at")
+    )
+    return select(at, *keys, *sums).where(_rows_where(shape)).group_by(at, *keys).order_by(at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,22 +259,11 @@ def request_peaks(
     What adding up ``request_series(window, step, selector, ("model", "instance"))`` per
     model and bucket gives, added up by the database: a handful of rows per model instead of
     one per bucket and instance (a day of minutes over four instances is 5,760)."""
-    r = request_rollups.c
-    rows_of = _rollup_rows(window, step, selector)
-    per_bucket = (
-        select(r.model, r.bucket, func.sum(r.requests).label("n"))
-        .where(rows_of)
-        .group_by(r.model, r.bucket)
-        .subquery()
-    )
-    b = per_bucket.c
-    peaks = select(
-        b.model, func.max(b.n), func.sum(b.n), func.min(b.bucket), func.max(b.bucket)
-    ).group_by(b.model)
-    served = select(r.model, r.instance).where(rows_of).distinct()
+    shape, values = _rows_of(window, step, selector)
+    peaks, served = _peaks_queries(shape)
     with engine.connect() as connection:
-        found = connection.execute(peaks).all()
-        pairs = connection.execute(served).all()
+        found = connection.execute(peaks, values).all()
+        pairs = connection.execute(served, values).all()
     instances: dict[str, list[str]] = defaultdict(list)
     for model, instance in pairs:
         instances[model].append(instance)
@@ -308,6 +340,24 @@ def bucket_sketches_many(
     return out
 
 
+@lru_cache(maxsize=64)
+def _peaks_queries(shape: RowsShape) -> tuple[Select[Any], Select[Any]]:
+    """``request_peaks``' two statements, built once per shape."""
+    r = request_rollups.c
+    rows_of = _rows_where(shape)
+    per_bucket = (
+        select(r.model, r.bucket, func.sum(r.requests).label("n"))
+        .where(rows_of)
+        .group_by(r.model, r.bucket)
+        .subquery()
+    )
+    b = per_bucket.c
+    peaks = select(
+        b.model, func.max(b.n), func.sum(b.n), func.min(b.bucket), func.max(b.bucket)
+    ).group_by(b.model)
+    return peaks, select(r.model, r.instance).where(rows_of).distinct()
+
+
 # -- GPU samples ----------------------------------------------------------------------------
 
 #: GPU sample columns averaged per bucket (what the GPU page shows): the ones the GPU rollups
@@ -340,8 +390,13 @@ class GpuBucket:
 def bucket_of(connection: Connection, step_s: int, ts: Any = None) -> ColumnElement[Any]:
     """The start of each sample's bucket (of ``ts``, GPU samples' time by default): a
     timestamp on PostgreSQL, Unix seconds on SQLite (``gpu_reads.bucket_epoch`` reads both)."""
+    return _bucket_in(connection.dialect.name, step_s, ts)
+
+
+def _bucket_in(dialect: str, step_s: int, ts: Any = None) -> ColumnElement[Any]:
+    """``bucket_of`` for a dialect's name."""
     ts = gpu_samples.c.ts if ts is None else ts
-    if connection.dialect.name == "postgresql":
+    if dialect == "postgresql":
         # date_bin (PostgreSQL 14+) is about twice as fast as arithmetic on extract(epoch).
         origin = literal(_EPOCH, UTCDateTime())
         return func.date_bin(text(f"interval '{int(step_s)} seconds'"), ts, origin)

@@ -49,7 +49,7 @@ def seeded(request):
     writer = open_writer(store.engine)
     for i in range(0, len(records), 3000):
         writer.write_requests(records[i : i + 3000])
-    return store
+    return store, records
 
 
 def _peaks_from_series(engine, window, step, selector):
@@ -71,10 +71,11 @@ def _peaks_from_series(engine, window, step, selector):
 
 @pytest.mark.parametrize("step", list(Resolution))
 def test_request_peaks_equal_the_series_added_up(seeded, step):
+    store, _records = seeded
     for window in WINDOWS:
         for selector in SELECTORS:
-            expected = _peaks_from_series(seeded.engine, window, step, selector)
-            found = timeseries.request_peaks(seeded.engine, window, step, selector)
+            expected = _peaks_from_series(store.engine, window, step, selector)
+            found = timeseries.request_peaks(store.engine, window, step, selector)
             assert expected, (window, selector)
             assert {
                 model: (p.peak, p.requests, p.first, p.last, p.instances)
@@ -83,3 +84,71 @@ def test_request_peaks_equal_the_series_added_up(seeded, step):
             for p in found.values():
                 assert p.first.utcoffset() == timedelta(0)
                 assert p.last.utcoffset() == timedelta(0)
+
+
+def _records_by_bucket(records, window, step, bucket_s, selector, groups):
+    """Each group's requests, errors and tokens per ``bucket_s`` bucket (epoch-aligned) of the
+    records in the ``step`` buckets that overlap ``window``: what the rollups hold."""
+    first, end = step.floor(window.start), step.ceil(window.end)
+    out: dict[tuple[str, ...], dict[datetime, list[int]]] = defaultdict(dict)
+    for r in records:
+        labels = {"model": r.model, "instance": r.instance, "tenant": r.tenant}
+        labels |= {"priority": r.priority, "adapter": r.adapter}
+        if not first <= r.start < end or not selector.matches(labels):
+            continue
+        at = datetime.fromtimestamp(r.start.timestamp() // bucket_s * bucket_s, UTC)
+        sums = out[tuple(labels[g] for g in groups)].setdefault(at, [0, 0, 0, 0])
+        for i, v in enumerate((1, r.status != "ok", r.input_tokens, r.output_tokens)):
+            sums[i] += int(v)
+    return {key: {at: tuple(v) for at, v in b.items()} for key, b in out.items()}
+
+
+@pytest.mark.parametrize("groups", [(), ("model",), ("model", "instance")])
+def test_request_series_equal_the_records_added_up(seeded, groups):
+    """The statement built once per shape answers every shape of read: resolutions (with
+    coarser rollups in between), selectors (a tenant set too) and chart buckets."""
+    store, records = seeded
+    for window in WINDOWS:
+        for selector in (*SELECTORS, Selector().within(["acme"])):
+            # A chart bucket is a whole number of the coarsest rollups read (shared.ChartStep).
+            for step, coarsest, bucket_s in (
+                (Resolution.MINUTE, None, None),
+                (Resolution.MINUTE, None, 600),
+                (Resolution.MINUTE, Resolution.HOUR, 6 * 3600),
+                (Resolution.MINUTE, Resolution.DAY, 86400),
+                (Resolution.HOUR, None, 6 * 3600),
+                (Resolution.HOUR, Resolution.DAY, 2 * 86400),
+            ):
+                found = timeseries.request_series(
+                    store.engine, window, step, selector, groups, coarsest, bucket_s
+                )
+                got = {
+                    key: {
+                        step.floor(at) if bucket_s is None else at: (
+                            c.requests,
+                            c.errors,
+                            c.input_tokens,
+                            c.output_tokens,
+                        )
+                        for at, c in b.items()
+                    }
+                    for key, b in found.items()
+                }
+                expected = _records_by_bucket(
+                    records, window, step, bucket_s or step.seconds, selector, groups
+                )
+                assert got == expected, (window, selector, step, coarsest, bucket_s)
+
+
+def test_label_sets_are_the_series_with_requests(seeded):
+    store, records = seeded
+    for window in WINDOWS:
+        first, end = Resolution.HOUR.floor(window.start), window.end
+        expected = sorted(
+            {
+                (r.model, r.instance, r.tenant, r.priority, r.adapter)
+                for r in records
+                if first <= Resolution.HOUR.floor(r.start) < end
+            }
+        )
+        assert timeseries.label_sets(store.engine, window) == expected
