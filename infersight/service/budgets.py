@@ -61,7 +61,7 @@ from infersight.core.budget import (
 from infersight.core.burn import AlertState, Evaluation, Incident, Rule, Severity, Transition, step
 from infersight.core.cost import CostLine, CostModel
 from infersight.core.errors import InvalidInput
-from infersight.core.query import Selector
+from infersight.core.query import Selector, within_tenants
 from infersight.core.window import Window, format_duration, parse_duration
 from infersight.service.cost_spec import decimal_of
 from infersight.service.cost_view import amount
@@ -669,12 +669,20 @@ __all__ = [
     "KIND",
     "AlertState",
     "BudgetStatus",
+    "BudgetView",
     "MoneyAlerts",
     "MoneyReport",
+    "StepView",
     "apply_budgets",
     "budget_evidence",
     "budget_status",
+    "budget_versions",
+    "budget_view",
+    "budget_views",
+    "cost_step_views",
     "cost_steps",
+    "get_budget",
+    "list_budgets",
     "parse_budget",
     "parse_budgets",
     "same_currency",
@@ -682,3 +690,77 @@ __all__ = [
     "step_name",
     "to_document",
 ]
+
+
+# -- what the API and the Budgets page show ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetView:
+    """A budget in force with its status at one instant and its open alert."""
+
+    budget: Budget
+    status: BudgetStatus | None
+    """``None`` when the budget could not be evaluated (``problem`` says why)."""
+    problem: str | None
+    """Why the budget could not be evaluated (a currency other than the cost model's)."""
+    alert: Incident | None
+    """Its open incident (``budget:<name>``), if any."""
+
+
+def list_budgets(store: Store, tenants: frozenset[str] | None = None) -> list[Budget]:
+    """Every budget in force (its newest version); for a caller limited to ``tenants``
+    (``None``: not limited), those whose scope lies within them."""
+    return [b for b in store.budgets.all() if within_tenants(tenants, dict(b.scope))]
+
+
+def get_budget(store: Store, name: str) -> Budget:
+    """Budget ``name``'s newest version (``NotFound`` when there is none)."""
+    return store.budgets.get(name)
+
+
+def budget_versions(store: Store, name: str) -> list[tuple[int, datetime]]:
+    """Every version of budget ``name`` applied, oldest first, with when."""
+    return store.budgets.versions(name)
+
+
+def budget_view(store: Store, budget: Budget, reader: SpendReader, now: datetime) -> BudgetView:
+    """``budget``'s status at ``now`` (priced through ``reader``, which the budgets of one
+    answer share) and its open alert."""
+    try:
+        status: BudgetStatus | None = budget_status(store, budget, reader.model, now, reader)
+        problem = None
+    except InvalidInput as exc:
+        status, problem = None, str(exc)
+    alert = store.incidents.firing(budget.alert_name, budget.scope_text)
+    return BudgetView(budget, status, problem, alert)
+
+
+def budget_views(
+    store: Store, model: CostModel, now: datetime, tenants: frozenset[str] | None = None
+) -> list[BudgetView]:
+    """Every budget in force (within ``tenants``, for a caller limited to them) with its status
+    at ``now`` under ``model`` — one cost answer per window for all of them — and its alert."""
+    reader = SpendReader(store, model)
+    return [budget_view(store, b, reader, now) for b in list_budgets(store, tenants)]
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """The cost-per-million-tokens step of the fleet (``name`` ``""``) or a model, judged now,
+    with its open alert."""
+
+    name: str
+    judged: StepJudgement
+    alert: Incident | None
+
+
+def cost_step_views(store: Store, model: CostModel, now: datetime) -> list[StepView]:
+    """The cost steps ``MoneyAlerts`` judges, judged at ``now`` under ``model``'s version as
+    stored (a reader records nothing), each with its open alert (``cost-step:…``)."""
+    version = store.budgets.version_label(model)
+    out = []
+    for name, judged in cost_steps(store, model, version, now).items():
+        slo, scope = step_name(name)
+        out.append(StepView(name, judged, store.incidents.firing(slo, scope)))
+    return out

@@ -13,16 +13,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from infersight.api.auth import Scope, check_within_scope, within_scope
-from infersight.api.context import AppContext
+from infersight.api.auth import Scope, check_within_scope
 from infersight.api.deps import App, requires
 from infersight.api.params import KnownQueryRoute, TenantScope
-from infersight.core.budget import Budget
-from infersight.core.errors import InvalidInput
-from infersight.service.budgets import SpendReader, budget_status, to_document
+from infersight.service import budgets as service
+from infersight.service.budgets import BudgetView, SpendReader, to_document
 from infersight.service.incidents import incident_dict
-from infersight.storage import budgets as budget_store
-from infersight.storage import incidents
 
 router = APIRouter(
     prefix="/api/v1/budgets",
@@ -32,21 +28,13 @@ router = APIRouter(
 )
 
 
-def _view(app: AppContext, budget: Budget, reader: SpendReader) -> dict[str, Any]:
-    try:
-        status: dict[str, Any] | None = budget_status(
-            app.store, budget, reader.model, app.clock(), reader
-        ).to_dict()
-        problem = None
-    except InvalidInput as exc:
-        status, problem = None, str(exc)
-    with app.engine.connect() as connection:
-        alert = incidents.firing(connection, budget.alert_name, budget.scope_text)
+def _view(view: BudgetView) -> dict[str, Any]:
+    budget, alert = view.budget, view.alert
     return {
         **to_document(budget),
         "version": budget.version,
-        "status": status,
-        "problem": problem,
+        "status": view.status.to_dict() if view.status is not None else None,
+        "problem": view.problem,
         "alert": incident_dict(alert) if alert is not None else None,
     }
 
@@ -59,11 +47,9 @@ def _view(app: AppContext, budget: Budget, reader: SpendReader) -> dict[str, Any
     "budget could not be evaluated (a currency other than the cost model's).",
 )
 def list_budgets(app: App, tenants: TenantScope) -> dict[str, Any]:
-    found = [
-        b for b in budget_store.list_budgets(app.engine) if within_scope(tenants, dict(b.scope))
-    ]
-    reader = SpendReader(app.store, app.cost_model())  # one cost answer per window for all
-    return {"budgets": [_view(app, b, reader) for b in found]}
+    # One cost answer per window for all; a token limited to tenants: its tenants' budgets.
+    views = service.budget_views(app.store, app.cost_model(), app.clock(), tenants)
+    return {"budgets": [_view(v) for v in views]}
 
 
 @router.get(
@@ -72,11 +58,12 @@ def list_budgets(app: App, tenants: TenantScope) -> dict[str, Any]:
     description="As in the list, plus versions: every version applied, oldest first.",
 )
 def get_budget(app: App, name: str, tenants: TenantScope) -> dict[str, Any]:
-    budget = budget_store.get_budget(app.engine, name)
+    budget = service.get_budget(app.store, name)
     check_within_scope(tenants, dict(budget.scope), f"budget {name!r}")
-    answer = _view(app, budget, SpendReader(app.store, app.cost_model()))
+    reader = SpendReader(app.store, app.cost_model())
+    answer = _view(service.budget_view(app.store, budget, reader, app.clock()))
     answer["versions"] = [
         {"version": v, "applied_at": at.isoformat().replace("+00:00", "Z")}
-        for v, at in budget_store.versions(app.engine, name)
+        for v, at in service.budget_versions(app.store, name)
     ]
     return answer

@@ -14,20 +14,15 @@ from typing import Any, Final
 from infersight.api.context import AppContext
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money, short_model
-from infersight.core.budget import Budget
-from infersight.core.errors import InvalidInput
 from infersight.core.window import format_duration
 from infersight.service.budgets import (
     IDLE_LABEL,
     STEP_DAYS,
-    SpendReader,
-    budget_status,
-    cost_steps,
-    step_name,
+    BudgetView,
+    budget_views,
+    cost_step_views,
 )
 from infersight.service.cost_view import unit_cost_text
-from infersight.storage import budgets as budget_store
-from infersight.storage import incidents
 
 NAME: Final = "budgets"
 TITLE: Final = "Budgets"
@@ -38,7 +33,8 @@ def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any
     return budgets(app, ctx)
 
 
-def _row(app: AppContext, budget: Budget, reader: SpendReader, ctx: Context) -> dict[str, Any]:
+def _row(view: BudgetView) -> dict[str, Any]:
+    budget = view.budget
     scope = ", ".join(f"{k} {v}" for k, v in budget.scope.items()) or "fleet"
     row: dict[str, Any] = {
         "name": budget.name,
@@ -48,14 +44,11 @@ def _row(app: AppContext, budget: Budget, reader: SpendReader, ctx: Context) -> 
         "amount": money(budget.amount, budget.currency),
         "description": budget.description,
     }
-    try:
-        status = budget_status(app.store, budget, reader.model, ctx.now, reader)
-    except InvalidInput as exc:
-        return {**row, "problem": str(exc)}
+    status, alert = view.status, view.alert
+    if status is None:
+        return {**row, "problem": view.problem}
     f = status.figures
     projected = f.projected
-    with app.engine.connect() as connection:
-        alert = incidents.firing(connection, budget.alert_name, budget.scope_text)
     rates = f.burn_rates()
     return {
         **row,
@@ -102,12 +95,9 @@ def _d(window: timedelta) -> str:
 
 
 def _steps(app: AppContext, model: Any, ctx: Context) -> list[dict[str, Any]]:
-    version = budget_store.version_label(app.engine, model)  # a page reads, never records
     out = []
-    for name, judged in cost_steps(app.store, model, version, ctx.now).items():
-        slo, scope = step_name(name)
-        with app.engine.connect() as connection:
-            alert = incidents.firing(connection, slo, scope)
+    for step in cost_step_views(app.store, model, ctx.now):  # a page reads, never records
+        name, judged, alert = step.name, step.judged, step.alert
         evidence = {str(e["signal"]): e for e in judged.evidence}
         per = evidence.get("cost_per_million_tokens", {})
         out.append(
@@ -133,10 +123,9 @@ def _unit(value: Any, currency: str) -> str:
 
 def budgets(app: AppContext, ctx: Context) -> dict[str, Any]:
     model = app.cost_model()
-    found = budget_store.list_budgets(app.engine)
-    reader = SpendReader(app.store, model)  # one cost answer per window for every budget
+    found = budget_views(app.store, model, ctx.now)  # one cost answer per window for all
     return {
-        "budgets": [_row(app, b, reader, ctx) for b in found],
+        "budgets": [_row(v) for v in found],
         "steps": _steps(app, model, ctx),
         "step_days": STEP_DAYS,
         "model_name": model.name,
