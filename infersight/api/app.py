@@ -112,5 +112,5 @@ def create_app(
         app.include_router(routes)
     _check_query_routes(app)
     metrics.install(app, context)
-    add_healthz(app, context.engine, context.jobs, context.store_gate, worker=context.worker)
+    add_healthz(app, context.store, context.jobs, context.store_gate, worker=context.worker)
     return app

@@ -6,17 +6,17 @@ retrying with backoff (1 s, doubling, at most 30 s) while the store cannot be re
 failure logged as one line; once it succeeds it calls ``on_ready`` (which starts the scheduled
 jobs). Until then ``/healthz`` answers 503 ``"degraded: waiting for the store since …"``.
 
-After that, ``/healthz`` answers from memory and never touches the store itself: a
-``StoreProbe`` reads the request tables (``SELECT … LIMIT 0``, which waits on their locks like a
-query would) in a thread of its own, at most once every ``PROBE_INTERVAL_S``, kicked off by the
-health requests; the handler runs on the event loop (not in the thread pool that blocked
+After that, ``/healthz`` answers from memory and never touches the store itself: a ``StoreProbe``
+reads the request tables (``store.maintenance.probe``: ``SELECT … LIMIT 0``, which waits on their
+locks like a query would) in a thread of its own, at most once every ``PROBE_INTERVAL_S``, kicked
+off by the health requests; the handler runs on the event loop (not in the thread pool that blocked
 readers fill) and waits at most ``PROBE_WAIT_S`` for a probe it started. A probe still waiting
-after ``SLOW_AFTER_S``, or cut short by a store timeout, is ``"degraded: store slow (…)"`` with
-how long it has waited; a failed one ``"degraded: the store is unreachable (…)"``. Both answer
-503 (readiness: take this replica out of the Service). The first health request after a start
-waits no longer than any other (``PROBE_WAIT_S``): while the first probe has not answered it is
-503 ``"starting: …"`` with ``store: "unknown"`` (not ready yet), never a hang. ``/livez``
-answers 200 while the process serves HTTP at all, whatever the store does: the liveness probe.
+after ``SLOW_AFTER_S``, or cut short by a store timeout, is ``"degraded: store slow (…)"`` with how
+long it has waited; a failed one ``"degraded: the store is unreachable (…)"``. Both answer 503
+(readiness: take this replica out of the Service). The first health request after a start waits no
+longer than any other (``PROBE_WAIT_S``): while the first probe has not answered it is 503
+``"starting: …"`` with ``store: "unknown"`` (not ready yet), never a hang. ``/livez`` answers 200
+while the process serves HTTP at all, whatever the store does: the liveness probe.
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ from typing import Any, Final
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from sqlalchemy import Engine, text
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from infersight.api.errors import error_body
 from infersight.service.jobs import Jobs
 from infersight.storage.engine import reason, timed_out, unreachable
-from infersight.storage.tables import request_rollups, requests
+from infersight.storage.seam import Store
 
 log = logging.getLogger(__name__)
 INITIAL_S: Final = 1.0
@@ -123,8 +122,8 @@ class StoreGate:
 class StoreProbe:
     """The store's health as last seen (the module's doc); thread-safe, never blocks a caller."""
 
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.monotonic) -> None:
-        self.engine = engine
+    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
         self.clock = clock
         self._mutex = threading.Lock()
         self._done = threading.Event()
@@ -132,10 +131,6 @@ class StoreProbe:
         self._finished_at: float | None = None
         self._error: str | None = None  # the last probe's failure
         self._slow = False  # it was a store timeout
-        self._query = text(
-            f"SELECT (SELECT 1 FROM {requests.name} LIMIT 0),"
-            f" (SELECT 1 FROM {request_rollups.name} LIMIT 0)"
-        )
 
     def kick(self) -> threading.Event | None:
         """Start a probe unless one is running or the last is recent; the event of the one
@@ -156,8 +151,7 @@ class StoreProbe:
         error: str | None = None
         slow = False
         try:
-            with self.engine.connect() as connection:
-                connection.execute(self._query)
+            self.store.maintenance.probe()
         except Exception as exc:  # every failure is reported on /healthz, none raised
             error, slow = reason(exc), timed_out(exc)
         with self._mutex:
@@ -246,13 +240,13 @@ def lifecycle(jobs: Jobs, run_jobs: bool, gate: StoreGate | None) -> Lifespan:
 
 
 def add_healthz(
-    app: FastAPI, engine: Engine, jobs: Jobs, gate: StoreGate | None, worker: int | None = None
+    app: FastAPI, store: Store, jobs: Jobs, gate: StoreGate | None, worker: int | None = None
 ) -> None:
     """``/healthz`` (readiness): the status, the store's, this process's job runs and the
     runs its scheduler skipped (the previous one still going); with ``worker`` (``serve
     --workers N``) also this worker's number, 1..N. ``/livez`` (liveness). Both answer from
     memory (the module's doc)."""
-    probe = StoreProbe(engine)
+    probe = StoreProbe(store)
 
     @app.get("/healthz", summary="Liveness and store reachability", tags=["health"])
     async def healthz() -> Response:

@@ -910,6 +910,11 @@ class MaintenanceStore(Protocol):
         progress line."""
         ...
 
+    def probe(self) -> None:
+        """Read the request tables without reading a row (``/healthz``): it waits on their
+        locks as a query would, and raises the store's error when it cannot be read."""
+        ...
+
 
 # -- the store --------------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from infersight.core.accept import AcceptWindow
 from infersight.core.baseline import Baseline
@@ -67,6 +67,7 @@ from infersight.storage import (
     signals,
     silences,
     slo_store,
+    tables,
     timeseries,
     writer,
 )
@@ -974,6 +975,13 @@ class SqlSessions(_Bound):
         return sessions.is_revoked(self._engine, cookie)
 
 
+#: ``/healthz``'s probe: both request tables, no row (``LIMIT 0`` waits on their locks).
+_PROBE: Final = text(
+    f"SELECT (SELECT 1 FROM {tables.requests.name} LIMIT 0),"
+    f" (SELECT 1 FROM {tables.request_rollups.name} LIMIT 0)"
+)
+
+
 class SqlMaintenance(_Bound):
     __slots__ = ()
 
@@ -1002,6 +1010,10 @@ class SqlMaintenance(_Bound):
 
     def stored_requests(self) -> int:
         return contents.stored_requests(self._engine)
+
+    def probe(self) -> None:
+        with self._reading() as connection:
+            connection.execute(_PROBE)
 
 
 # -- the store --------------------------------------------------------------------------------

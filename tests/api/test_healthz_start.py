@@ -16,6 +16,7 @@ from sqlalchemy import create_engine
 
 from infersight.api.startup import add_healthz
 from infersight.storage import tables
+from infersight.storage.sql_store import SqlStore
 from tests.api.conftest import Api
 from tests.doubles import FakeClock
 from tests.waiting import until
@@ -36,7 +37,7 @@ def test_the_first_healthz_does_not_wait_for_a_store_that_has_not_answered(tmp_p
 
     blocked = create_engine("sqlite://", creator=creator)
     app = FastAPI()
-    add_healthz(app, blocked, SimpleNamespace(runs={}, skipped={}), None)  # type: ignore[arg-type]
+    add_healthz(app, SqlStore(blocked), SimpleNamespace(runs={}, skipped={}), None)  # type: ignore[arg-type]
     api = Api(app, FakeClock())
     try:
         first = api.get("/healthz")
