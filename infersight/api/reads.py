@@ -1,8 +1,8 @@
 """Read routing (issue 19): read-only answers from a hot standby, each saying how stale it is.
 
-With ``INFERSIGHT_DATABASE_READ_URL`` set (``infersight serve`` builds the engine with
-``storage.replica.create_read_engine``), the rollup-served GET answers (latency, throughput,
-cost) and the dashboard's pages read the standby's engine; writes,
+With ``INFERSIGHT_DATABASE_READ_URL`` set (``infersight serve`` opens its store with
+``service.store.open_read_store``), the rollup-served GET answers (latency, throughput,
+cost) and the dashboard's pages read the standby's store; writes,
 the scheduled jobs, auth, SLO status and every other route stay on the primary. Without it,
 everything reads the primary and the answers still say how old they are.
 

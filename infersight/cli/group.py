@@ -20,8 +20,6 @@ from infersight.cli.store_settings import read as read_store_settings
 from infersight.core.errors import InfersightError, InvalidInput, SchemaMissing, Unavailable
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from infersight.cli.settings import Settings
     from infersight.service.store import Store
     from infersight.simulator.scenario import Scenario
@@ -110,10 +108,6 @@ class Context:
         if light:
             return open_store(self.store_settings.database_url)
         return open_store(self.settings)
-
-    def engine(self) -> Engine:
-        """The store's engine, for the commands that still take one (``open_store``)."""
-        return self.open_store().engine
 
 
 pass_context = click.make_pass_decorator(Context, ensure=True)
