@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from infersight.core.query import Selector
+from infersight.core.records import GROUP_LABELS
 from infersight.core.window import Resolution, Window
 from infersight.storage import timeseries
 from infersight.storage.writer import open_writer
@@ -92,8 +93,7 @@ def _records_by_bucket(records, window, step, bucket_s, selector, groups):
     first, end = step.floor(window.start), step.ceil(window.end)
     out: dict[tuple[str, ...], dict[datetime, list[int]]] = defaultdict(dict)
     for r in records:
-        labels = {"model": r.model, "instance": r.instance, "tenant": r.tenant}
-        labels |= {"priority": r.priority, "adapter": r.adapter}
+        labels = {name: getattr(r, name, "") for name in GROUP_LABELS}
         if not first <= r.start < end or not selector.matches(labels):
             continue
         at = datetime.fromtimestamp(r.start.timestamp() // bucket_s * bucket_s, UTC)
@@ -146,7 +146,7 @@ def test_label_sets_are_the_series_with_requests(seeded):
         first, end = Resolution.HOUR.floor(window.start), window.end
         expected = sorted(
             {
-                (r.model, r.instance, r.tenant, r.priority, r.adapter)
+                tuple(getattr(r, name, "") for name in GROUP_LABELS)
                 for r in records
                 if first <= Resolution.HOUR.floor(r.start) < end
             }
