@@ -173,7 +173,7 @@ def worker_main(args: argparse.Namespace) -> None:
     from infersight.collector.assembly import Reassembly
     from infersight.collector.codec import Kind, encode_record
     from infersight.collector.metrics import CollectorMetrics
-    from infersight.collector.shipper import Shipper
+    from infersight.collector.shipper import Shipper, ShipPolicy
     from infersight.collector.spool import Entry, Spool, SpoolConfig
     from infersight.core.errors import Unavailable
     from infersight.storage.engine import create_store_engine
@@ -185,8 +185,8 @@ def worker_main(args: argparse.Namespace) -> None:
     spool = Spool(SpoolConfig(Path(args.spool)))
     engine = create_store_engine(args.store, **json.loads(args.engine_kwargs))
     sink = TimedSink(open_writer(engine))
-    shipper = Shipper(spool, sink, CollectorMetrics(), reassembly=reassembly,
-                      idle_s=args.ship_interval_s, samples_every_s=10.0)  # fmt: skip
+    policy = ShipPolicy(idle_s=args.ship_interval_s, samples_every_s=10.0)
+    shipper = Shipper(spool, sink, CollectorMetrics(), policy, reassembly=reassembly)
     stop = threading.Event()
     thread = shipper.start(stop)
     print(json.dumps({"ready": True}), flush=True)

@@ -370,6 +370,10 @@ class Ingestor:
         reassembly: Reassembly | None = None,
         clock: Callable[[], float] | None = None,
         accept: AcceptWindow | None = None,
+        *,
+        decoder: Decoder | None = None,
+        hold: Callable[[], None] = _nothing,
+        holding: Callable[[], bool] = _never,
     ) -> None:
         self.spool = spool
         self.context = context
@@ -380,14 +384,14 @@ class Ingestor:
         #: Starts outside it are refused (``None``: any plausible start, for replays).
         self.accept = accept
         #: Decoder processes for bodies (``ingest_body``); ``None``: decode in the caller.
-        self.decoder: Decoder | None = None
+        self.decoder = decoder
         #: Services met so far, each announced once when its first export is acknowledged.
         self.peers = FirstContacts(clock=self._clock)
         #: Called before an export is mapped: the sidecar holds exports there while its role
         #: is pending (``collector.roles``).
-        self.hold: Callable[[], None] = _nothing
+        self.hold = hold
         #: Whether ``hold`` may wait now (such an export is not mapped on an event loop).
-        self.holding: Callable[[], bool] = _never
+        self.holding = holding
 
     def ingest(self, message: ExportTraceServiceRequest) -> Ingested:
         """Map and queue the export; raises ``TooLarge`` / ``Unavailable`` to refuse it."""

@@ -26,6 +26,12 @@ a probe: the sink's ``ping``, a ``SELECT 1``, every ``probe_every_s`` and on eve
 failing), so an idle outage reads degraded like a busy one; and the answer is degraded with
 "store slow" when the ship lag exceeds ``slow_after_s`` or one pass has waited on the store
 longer than that (a watchdog read from memory: the pass itself may be blocked on a lock).
+
+The parts: ``ShipPolicy`` is the tuning (cadence, batch, backoff, probes, the writer's opening),
+fixed at construction; ``Conveyor`` moves due spool entries of each kind into the sink and
+counts the store's answers; ``LateFold`` folds parallel sampling's late sequences into stored
+requests; ``ShipHealth`` is what ``/metrics`` and ``/healthz`` read; ``Shipper`` decides when a
+pass runs, opens the writer, backs off and drains, and is what the sidecar holds.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -119,114 +125,106 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-class Shipper:
-    def __init__(
-        self,
-        spool: Spool,
-        sink: Sink | Callable[[], Sink],
-        metrics: CollectorMetrics,
-        backoff: Backoff | None = None,
-        batch_size: int = 2000,
-        reassembly: Reassembly | None = None,
-        idle_s: float = 1.0,
-        clock: Callable[[], float] | None = None,
-        max_idle_s: float = 10.0,
-        samples_every_s: float = 0.0,
-        adapters: Callable[[], Collection[str]] = frozenset,
-        slow_after_s: float = SLOW_AFTER_S,
-        probe_every_s: float = PROBE_EVERY_S,
-    ) -> None:
-        if idle_s < 0 or samples_every_s < 0 or probe_every_s < 0:
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class ShipPolicy:
+    """When the shipper ships, backs off, probes the store and builds its writer: its tuning,
+    fixed for its life (the sidecar sets it from ``SidecarConfig``)."""
+
+    backoff: Backoff = field(default_factory=Backoff)
+    #: Most spool entries of one kind read in one pass; a pass that shipped this many is
+    #: followed by the next at once (a backlog).
+    batch_size: int = 2000
+    #: Least time from the start of a pass that stored records to the next pass, while
+    #: less than a batch is waiting.
+    idle_s: float = 1.0
+    #: Most time between passes while records wait for their window (samples, orphans and
+    #: gauges are handled on every pass); never less than ``idle_s``.
+    max_idle_s: float = 10.0
+    #: Least time between two passes that ship samples (0: every pass).
+    samples_every_s: float = 0.0
+    #: Health says "store slow" beyond this lag, or this long a wait in one pass.
+    slow_after_s: float = SLOW_AFTER_S
+    #: Least time between probes of the store while nothing is shipped.
+    probe_every_s: float = PROBE_EVERY_S
+    #: A sink given as a factory is built once ``open_when()`` holds, or this long after the
+    #: shipper's thread started (``Shipper``'s ``open_when``).
+    open_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        pauses = (self.idle_s, self.samples_every_s, self.probe_every_s, self.open_delay_s)
+        if not all(pause >= 0 for pause in pauses):
             raise ConfigurationError("the shipper's pauses must not be negative")
-        if not slow_after_s > 0:
+        if not self.slow_after_s > 0:
             raise ConfigurationError("the shipper's slow-store bound must be positive")
-        self.spool = spool
-        #: The store writer; ``None`` until ``open_sink`` has built it (in the shipper's
-        #: thread, so that the sidecar accepts exports while the store's libraries load).
-        self.sink: Sink | None = None
-        self.open_sink: Callable[[], Sink] | None = None
-        if isinstance(sink, Sink):
-            self.sink = sink
-        else:
-            self.open_sink = sink
-        #: The sink is built once ``open_when()`` holds or ``open_delay_s`` has passed.
-        self.open_when: Callable[[], bool] = lambda: True
-        self.open_delay_s = 0.0
-        #: Set once the sink exists.
-        self.opened = threading.Event()
-        #: Called once, with the entries shipped, after the first pass that shipped any.
-        self.on_first_ship: Callable[[int], None] | None = None
-        if self.sink is not None:
-            self.opened.set()
-        self.metrics = metrics
-        #: The instance's LoRA adapters (declared and scraped), asked once per pass: a
-        #: caller's span naming one names a record's adapter (``assembly.attribute_adapters``).
-        self.adapters = adapters
-        self.backoff = backoff or Backoff()
-        self.batch_size = batch_size
-        #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
-        self.reassembly = reassembly or Reassembly()
-        #: Least time from the start of a pass that stored records to the next pass, while
-        #: less than a batch is waiting.
-        self.idle_s = idle_s
-        #: Most time between passes while records wait for their window (samples, orphans
-        #: and gauges are handled on every pass).
-        self.max_idle_s = max(idle_s, max_idle_s)
-        #: Least time between two passes that ship samples (0: every pass).
-        self.samples_every_s = samples_every_s
-        self._clock = clock or spool.now
-        #: Requests stored lately, by parallel-sampling group (late sequences fold into them);
-        #: kept in the spool too, so that a restart forgets none.
-        self.sequences = SequenceMemory(clock=self._clock, store=spool)
-        #: Until when the sink is taken not to fold (an API older than the fold refused it).
-        self._fold_retry_at = float("-inf")
-        #: Records spooled before this (their window ended by then) may be replays.
-        self._started_at = self._clock()
-        self._samples_shipped_at = float("-inf")
-        # What /metrics and /healthz report, true at any moment: the oldest eligible times
-        # are refreshed after every pass, failed or not, and every REFRESH_S while waiting;
-        # the lag is computed from them when it is read.
-        self._record_ready_at: float | None = None
-        self._sample_ready_at: float | None = None
+        if self.batch_size < 1:
+            raise ConfigurationError("the shipper's batch size must be at least 1")
+        if not self.max_idle_s >= self.idle_s:
+            object.__setattr__(self, "max_idle_s", self.idle_s)
+
+    def idle_delay(
+        self, started: float, next_ready_at: float | None, shipped_records: bool, now: float
+    ) -> float:
+        """Seconds from ``now`` to the next pass, for a pass that started at ``started``: when
+        the oldest waiting record becomes eligible, but no later than ``max_idle_s`` after
+        that start and, if this pass stored records, no sooner than ``idle_s`` after it
+        (``idle_s`` when no record waits). A pass that stored none cost the store nothing,
+        so it does not hold back the next one."""
+        earliest = started + self.idle_s
+        wake = earliest
+        if next_ready_at is not None:
+            wake = min(started + self.max_idle_s, next_ready_at)
+            if shipped_records:
+                wake = max(earliest, wake)
+        return max(0.0, wake - now)
+
+    def samples_due(self, now: float, shipped_at: float) -> bool:
+        """Whether samples are shipped in a pass at ``now``, the last shipped at ``shipped_at``."""
+        return now - shipped_at >= self.samples_every_s
+
+
+class ShipHealth:
+    """What ``/metrics`` and ``/healthz`` say of shipping, true at any moment and read from
+    memory only (the shipper's thread may be blocked on the store): the oldest eligible times
+    (refreshed after every pass, failed or not, and every ``REFRESH_S`` while waiting; the
+    lag is computed from them when it is read), since when shipping fails and why, when the
+    store last answered, and since when a pass has been waiting on it."""
+
+    def __init__(self, spool: Spool, clock: Callable[[], float], policy: ShipPolicy) -> None:
+        self._spool = spool
+        self._clock = clock
+        self._samples_every_s = policy.samples_every_s
+        self._slow_after_s = policy.slow_after_s
+        self.record_ready_at: float | None = None
+        self.sample_ready_at: float | None = None
         self.failing_since: float | None = None
         self.last_error = ""
         self.last_error_at: float | None = None
         self.last_success_at: float | None = None
-        #: Health says "store slow" beyond this lag, or this long a wait in one pass.
-        self.slow_after_s = slow_after_s
-        #: Least time between probes of the store while nothing is shipped.
-        self.probe_every_s = probe_every_s
         #: ``time.monotonic()`` when the pass in flight started (``None``: none is).
-        self._in_flight_since: float | None = None
-        #: Round trips to the store that answered in the pass in flight.
-        self._round_trips = 0
-        self._probed_at = float("-inf")
-        metrics.ship_lag.set_function(self.lag)
-        metrics.spool_records.set_function(lambda: spool.stats()[0])
-        metrics.spool_bytes.set_function(lambda: spool.stats()[1])
-        metrics.ship_failing_since.set_function(lambda: self.failing_since or 0.0)
-        metrics.ship_last_success.set_function(lambda: self.last_success_at or 0.0)
-
-    # --- health ----------------------------------------------------------------------------
+        self.in_flight_since: float | None = None
 
     def lag(self) -> float:
         """How long the oldest eligible entry has waited (samples: beyond their interval)."""
         now = self._clock()
         lags = [0.0]
-        if self._record_ready_at is not None:
-            lags.append(now - self._record_ready_at)
-        if self._sample_ready_at is not None:
-            lags.append(now - self._sample_ready_at - self.samples_every_s)
+        if self.record_ready_at is not None:
+            lags.append(now - self.record_ready_at)
+        if self.sample_ready_at is not None:
+            lags.append(now - self.sample_ready_at - self._samples_every_s)
         return max(lags)
 
     def in_flight_s(self) -> float:
         """How long the pass in flight has run (0: none is)."""
-        started = self._in_flight_since
+        started = self.in_flight_since
         return 0.0 if started is None else max(0.0, time.monotonic() - started)
 
-    def health(self) -> dict[str, Any]:
-        """The shipping part of ``/healthz``: ``status`` is present only when degraded. Read
-        from memory only (the shipper's thread may be blocked on the store)."""
+    def report(self, opened: bool) -> dict[str, Any]:
+        """The shipping part of ``/healthz``: ``status`` is present only when degraded;
+        ``opened``: whether the store writer exists yet."""
         lag, waited = self.lag(), self.in_flight_s()
         state: dict[str, Any] = {
             "ship_lag_seconds": round(lag, 3),
@@ -236,7 +234,7 @@ class Shipper:
             "last_error": self.last_error or None,
             "last_error_at": _iso(self.last_error_at) if self.last_error_at else None,
         }
-        if waited > self.slow_after_s:
+        if waited > self._slow_after_s:
             state["shipping"] = "slow"
             state["status"] = (
                 f"degraded: store slow: one shipping pass has waited {waited:.0f} s on it "
@@ -249,103 +247,173 @@ class Shipper:
                 f"degraded: {'store slow: ' if slow else ''}cannot ship since "
                 f"{_iso(self.failing_since)} ({self.last_error})"
             )
-        elif lag > self.slow_after_s and self.sink is not None:
+        elif lag > self._slow_after_s and opened:
             state["shipping"] = "slow"
             state["status"] = (
-                f"degraded: store slow: ship lag {lag:.0f} s is over {self.slow_after_s:.0f} s"
+                f"degraded: store slow: ship lag {lag:.0f} s is over {self._slow_after_s:.0f} s"
             )
-        elif self.sink is None:
+        elif not opened:
             state["shipping"] = "starting"
         return state
 
     def refresh(self) -> None:
         """Re-read the oldest eligible times from the spool (cheap: two indexed lookups)."""
         try:
-            self._record_ready_at = self.spool.oldest_ready_at(
+            self.record_ready_at = self._spool.oldest_ready_at(
                 [Kind.RECORD, Kind.CLIENT, Kind.ATTRIBUTION]
             )
-            self._sample_ready_at = self.spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
+            self.sample_ready_at = self._spool.oldest_ready_at([Kind.GPU, Kind.SERVER])
         except sqlite3.Error:  # the loop outlives a spool error; the last values stand
             log.exception("cannot read the spool's oldest entries")
 
-    def _failed(self, now: float, reason: str, error: str) -> ShipResult:
-        self.metrics.ship_errors.labels(reason).inc()
+    def failed(self, now: float, error: str) -> None:
         if self.failing_since is None:
             self.failing_since = now
         self.last_error, self.last_error_at = error, now
         self.refresh()
-        return ShipResult(ok=False, retryable=True, error=error)
 
-    # --- one pass --------------------------------------------------------------------------
-
-    def ship_once(self, *, ignore_window: bool = False) -> ShipResult:
-        self._in_flight_since = time.monotonic()
-        try:
-            return self._ship_once(ignore_window)
-        finally:
-            self._in_flight_since = None
-
-    def _ship_once(self, ignore_window: bool) -> ShipResult:
-        now = self._clock()
-        if self.sink is None and not self._open(now):
-            return ShipResult(ok=False, retryable=True, error=self.last_error)
-        horizon = float("inf") if ignore_window else now
-        self._round_trips = 0
-        try:
-            records = shipped = self._ship_records(horizon)
-            clients = self._ship_clients(horizon) + self._ship_attributions(horizon)
-            records += clients
-            shipped += clients
-            if ignore_window or now - self._samples_shipped_at >= self.samples_every_s:
-                shipped += self._ship_samples(horizon, now)
-            if not self._round_trips:
-                self._probe(now)
-        except Unavailable as exc:
-            log.warning("store unavailable, will retry: %s", exc.message)
-            return self._failed(now, "unavailable", exc.message)
-        except Exception as exc:  # the loop must outlive any one failure; it is retried
-            log.exception("shipping failed, will retry")
-            return self._failed(now, "unexpected", repr(exc)[:200])
-        self._drop_orphans(now)
-        if self._round_trips or not isinstance(self.sink, Probe):
-            # The store answered (a sink that cannot be probed is taken at its word).
+    def passed(self, now: float, answered: bool, at_its_word: bool) -> None:
+        """A pass went through: the store ``answered`` (a round trip), or the sink is taken
+        ``at_its_word`` (one that cannot be probed)."""
+        if answered or at_its_word:
             if self.failing_since is not None:
                 log.warning("shipping again after failing since %s", _iso(self.failing_since))
             self.failing_since = None
-        if self._round_trips:
+        if answered:
             self.last_success_at = now
-        if shipped and self.on_first_ship is not None:
-            first, self.on_first_ship = self.on_first_ship, None
-            first(shipped)
-        self.refresh()
-        return ShipResult(
-            ok=True, shipped=shipped, next_ready_at=self._record_ready_at, records=records
-        )
 
-    def _probe(self, now: float) -> None:
-        """Nothing was shipped: ask the store for a round trip when one is due (every
-        ``probe_every_s``, and on every pass while failing), so that an idle outage is seen."""
-        if not isinstance(self.sink, Probe):
-            return
-        if self.failing_since is None and time.monotonic() - self._probed_at < self.probe_every_s:
-            return
-        self._probed_at = time.monotonic()
-        self.sink.ping()
-        self._round_trips += 1
 
-    def _open(self, now: float) -> bool:
-        """Build the sink (imports the store's libraries, connects nothing yet)."""
-        assert self.open_sink is not None
+class LateFold:
+    """Parallel sampling's late sequences (``assembly.SequenceMemory``), folded into the
+    requests stored already where the sink folds (the store writer's ``fold_sequences``);
+    where the sink refuses (an API older than the fold, or a batch it finds malformed) they
+    are stored as requests of their own, as before there was a fold: nothing is lost, nothing
+    is added twice (keyed rows). The memory of stored requests is kept in the spool too, so
+    that a restart forgets none."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        metrics: CollectorMetrics,
+        clock: Callable[[], float],
+        window_s: float,
+    ) -> None:
+        self.metrics = metrics
+        self._clock = clock
+        self.sequences = SequenceMemory(clock=clock, store=spool)
+        #: Records that became eligible before this were spooled before this process started
+        #: (their window ended by then): they may be replays of records folded already.
+        self._replays_before = clock() + window_s
+        #: Until when the sink is taken not to fold (an API older than the fold refused it).
+        self._retry_at = float("-inf")
+
+    @staticmethod
+    def folds(sink: Sink | None) -> bool:
+        return sink is not None and hasattr(sink, "fold_sequences")
+
+    def split(
+        self,
+        sink: Sink | None,
+        stored: list[Stored],
+        records: list[RequestRecord],
+        requests: list[Request],
+    ) -> tuple[list[RequestRecord], list[LateSequence]]:
+        """``records`` to store and the late sequences among them, when the sink folds; and,
+        for records spooled before this process started, without those a fold stored already
+        (a replay after a crash)."""
+        if not self.folds(sink):
+            return records, []
+        if any(s.ready_at <= self._replays_before for s in stored):
+            keys = [
+                (r.record.trace_id, r.record.span_id)
+                for r in requests
+                if r.place is not None and r.place.request_id
+            ]
+            done = getattr(sink, "folded")(keys) if keys else set()  # noqa: B009 (not in Sink)
+            if done:
+                records = [r for r in records if (r.trace_id, r.span_id) not in done]
+        return self.sequences.split(records, requests)
+
+    def fold(self, sink: Sink, late: list[LateSequence]) -> tuple[bool, list[RequestRecord]]:
+        """Fold ``late`` into the stored requests: whether the store answered, and the records
+        to store as requests of their own (those it refused, or all while it is taken not to
+        fold)."""
+        apart = [fold.record for fold in late]
+        if self._clock() < self._retry_at:
+            return False, apart
         try:
-            self.sink = self.open_sink()
-        except Exception as exc:  # a bad URL or a missing driver: reported, retried
-            log.exception("cannot open the store writer, will retry")
-            self._failed(now, "open", f"cannot open the store writer: {exc}"[:300])
-            return False
-        self.opened.set()
-        return True
+            result = sink.fold_sequences(late)  # type: ignore[attr-defined]
+        except InvalidInput as exc:  # the store answered, refusing
+            if isinstance(exc, FoldUnsupported):
+                self._retry_at = self._clock() + RETRY_FOLD_S
+                log.warning(
+                    "%s: %d late sequences stored as requests of their own; asking again in %.0f s",
+                    exc.message,
+                    len(late),
+                    RETRY_FOLD_S,
+                )
+            else:
+                log.error("the store refused late sequences (%s): stored apart", exc.message)
+            self.metrics.ship_errors.labels("fold_refused").inc()
+            return True, apart
+        if result.duplicates:
+            self.metrics.ship_duplicates.inc(result.duplicates)
+        self.metrics.sequences_merged.inc(result.inserted)
+        return True, []
 
-    def _ship_records(self, horizon: float) -> int:
+    def remember(
+        self, sink: Sink | None, records: list[RequestRecord], requests: list[Request]
+    ) -> None:
+        """Keep the requests just stored, so that their late sequences are recognised."""
+        if self.folds(sink):
+            self.sequences.remember(records, requests)
+
+
+class Conveyor:
+    """Moves due spool entries into the sink, one kind at a time: request records with the
+    stage fragments of their traces merged (``collector.assembly``) and late sequences
+    folded (``LateFold``), client records, attributions, GPU and server samples; and drops
+    the stage fragments whose request never came. An entry leaves the spool only once the store has
+    taken or refused it; one bad record is isolated, not let to block the spool.
+    ``round_trips`` counts the store's answers (the caller resets it for each pass)."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        metrics: CollectorMetrics,
+        fold: LateFold,
+        *,
+        batch_size: int,
+        reassembly: Reassembly,
+        adapters: Callable[[], Collection[str]],
+    ) -> None:
+        self.spool = spool
+        self.metrics = metrics
+        self.fold = fold
+        self.batch_size = batch_size
+        #: When unsettled trace pieces expire (records are due as the ingestor spooled them).
+        self.reassembly = reassembly
+        #: The instance's LoRA adapters (declared and scraped), asked once per pass: a
+        #: caller's span naming one names a record's adapter (``assembly.attribute_adapters``).
+        self.adapters = adapters
+        #: The store writer (``None`` until it is built).
+        self.sink: Sink | None = None
+        self.round_trips = 0
+
+    def _sink(self) -> Sink:
+        if self.sink is None:
+            raise Unavailable("the store writer is not open yet")
+        return self.sink
+
+    def ping(self, sink: Probe) -> None:
+        """One round trip with nothing to move."""
+        sink.ping()
+        self.round_trips += 1
+
+    # --- request records ---------------------------------------------------------------
+
+    def records(self, horizon: float) -> int:
+        """Ship the request records due by ``horizon``; the spool entries read."""
         stored = self.spool.ready(horizon, [Kind.RECORD], self.batch_size)
         if not stored:
             return 0
@@ -355,17 +423,18 @@ class Shipper:
         kept: list[Stored] = []
         pieces: list[Piece] = []
         for entry in spooled:
-            piece = self._decode_piece(entry)
+            piece = _decode_piece(entry)
             if piece is not None:
                 kept.append(entry)
                 pieces.append(piece)
         assembly = assemble(requests, pieces, self.adapters())
-        records, late = self._late_sequences(stored, assembly.records, requests)
+        records, late = self.fold.split(self.sink, stored, assembly.records, requests)
         self._write_records(records)
         if late:
-            self._fold_late(late)
-        if hasattr(self.sink, "fold_sequences"):
-            self.sequences.remember(records, requests)
+            answered, apart = self.fold.fold(self._sink(), late)
+            self.round_trips += answered
+            self._write_records(apart)
+        self.fold.remember(self.sink, records, requests)
         settled = [kept[j].seq for j in assembly.merged]
         for reason, indexes in assembly.refused.items():
             settled += [kept[j].seq for j in indexes]
@@ -378,56 +447,6 @@ class Shipper:
             self.metrics.disaggregated.inc(assembly.disaggregated)
         return len(stored)
 
-    def _late_sequences(
-        self, stored: list[Stored], records: list[RequestRecord], requests: list[Request]
-    ) -> tuple[list[RequestRecord], list[LateSequence]]:
-        """Parallel sampling's late sequences (``assembly.SequenceMemory``), when the sink
-        folds them into stored rows (the store writer); and, for records spooled before this
-        process started, without those a fold stored already (a replay after a crash)."""
-        sink = self.sink
-        if sink is None or not hasattr(sink, "fold_sequences"):
-            return records, []
-        boundary = self._started_at + self.reassembly.window_s
-        if any(s.ready_at <= boundary for s in stored):
-            keys = [
-                (r.record.trace_id, r.record.span_id)
-                for r in requests
-                if r.place is not None and r.place.request_id
-            ]
-            done = getattr(sink, "folded")(keys) if keys else set()  # noqa: B009 (not in Sink)
-            if done:
-                records = [r for r in records if (r.trace_id, r.span_id) not in done]
-        return self.sequences.split(records, requests)
-
-    def _fold_late(self, late: list[LateSequence]) -> None:
-        """Fold ``late`` into the stored requests; where the sink refuses (an API older than
-        the fold, or a batch it finds malformed) store them as requests of their own, as
-        before there was a fold: nothing is lost, nothing is added twice (keyed rows)."""
-        if self._clock() < self._fold_retry_at:
-            self._write_records([fold.record for fold in late])
-            return
-        try:
-            result = self._sink().fold_sequences(late)  # type: ignore[attr-defined]
-        except InvalidInput as exc:
-            self._round_trips += 1  # the store answered, refusing
-            if isinstance(exc, FoldUnsupported):
-                self._fold_retry_at = self._clock() + RETRY_FOLD_S
-                log.warning(
-                    "%s: %d late sequences stored as requests of their own; asking again in %.0f s",
-                    exc.message,
-                    len(late),
-                    RETRY_FOLD_S,
-                )
-            else:
-                log.error("the store refused late sequences (%s): stored apart", exc.message)
-            self.metrics.ship_errors.labels("fold_refused").inc()
-            self._write_records([fold.record for fold in late])
-            return
-        self._round_trips += 1
-        if result.duplicates:
-            self.metrics.ship_duplicates.inc(result.duplicates)
-        self.metrics.sequences_merged.inc(result.inserted)
-
     def _decode(self, entry: Stored) -> Request | None:
         try:
             return Request(*decode_placed(entry.payload))
@@ -436,22 +455,15 @@ class Shipper:
             log.error("dropping an undecodable spool entry %d: %s", entry.seq, exc)
             return None
 
-    def _decode_piece(self, entry: Stored) -> Piece | None:
-        """A trace piece, or ``None`` for one that can settle nothing (it expires)."""
-        try:
-            return decode_piece(entry.trace_id, entry.payload)
-        except (InvalidInput, ValueError, TypeError):
-            return None
-
     def _write_records(self, records: list[RequestRecord]) -> None:
         if not records:
             return
         sink = self._sink()
         try:
             result = sink.write_requests(records)
-            self._round_trips += 1
+            self.round_trips += 1
         except InvalidInput:
-            self._round_trips += 1  # the store answered, refusing
+            self.round_trips += 1  # the store answered, refusing
             # One bad record must not block the spool: isolate it, keep the others.
             for record in records:
                 try:
@@ -464,7 +476,13 @@ class Shipper:
             self.metrics.ship_duplicates.inc(result.duplicates)
         self._count_refused(result)
 
-    def _ship_clients(self, horizon: float) -> int:
+    def _count_refused(self, result: WriteResult) -> None:
+        if result.refused:  # outside the store's accepted window: dropped, as retention would
+            self.metrics.ship_errors.labels("out_of_window").inc(result.refused)
+
+    # --- client records ----------------------------------------------------------------
+
+    def clients(self, horizon: float) -> int:
         """Store the client records that are due (no reassembly: they are whole as they come).
         A sink that stores no client records (the simulator's) gets none: they are dropped
         and counted as ``ship_errors{reason="no_client_store"}``."""
@@ -488,7 +506,7 @@ class Shipper:
         return len(stored)
 
     def _write_clients(self, sink: ClientSink, records: list[ClientRecord]) -> None:
-        self._round_trips += 1  # answered, whether it stores or refuses (raised otherwise)
+        self.round_trips += 1  # answered, whether it stores or refuses (raised otherwise)
         try:
             results = [sink.write_client_requests(records)]
         except InvalidInput:
@@ -505,7 +523,9 @@ class Shipper:
                 self.metrics.ship_duplicates.inc(result.duplicates)
             self._count_refused(result)
 
-    def _ship_attributions(self, horizon: float) -> int:
+    # --- attributions -------------------------------------------------------------------
+
+    def attributions(self, horizon: float) -> int:
         """Store what gateway and client spans named of their traces (``core.attribution``),
         as they come. A sink that cannot join them (the simulator's) gets none: they are
         dropped and counted as ``ship_errors{reason="no_attribution_store"}``."""
@@ -523,65 +543,243 @@ class Shipper:
         if not isinstance(sink, AttributionSink):
             self.metrics.ship_errors.labels("no_attribution_store").inc(len(items))
         elif items:
-            self._round_trips += 1
-            try:
-                results = [sink.write_attributions(items)]
-            except KindUnsupported as exc:
-                results = []
-                self.metrics.ship_errors.labels("no_attribution_store").inc(len(items))
-                log.warning("dropping %d attributions: %s", len(items), exc.message)
-            except InvalidInput:
-                results = []
-                for item in items:  # one bad entry must not block the spool
-                    try:
-                        results.append(sink.write_attributions([item]))
-                    except InvalidInput as exc:
-                        self.metrics.ship_errors.labels("invalid_record").inc()
-                        log.error("the store refused attribution %s: %s", item.span_id, exc)
-            for result in results:
-                if result.duplicates:
-                    self.metrics.ship_duplicates.inc(result.duplicates)
-                self._count_refused(result)
+            self._write_attributions(sink, items)
         self.spool.delete([s.seq for s in stored])
         self.metrics.shipped.labels("attribution").inc(len(items))
         return len(stored)
 
-    def _count_refused(self, result: WriteResult) -> None:
-        if result.refused:  # outside the store's accepted window: dropped, as retention would
-            self.metrics.ship_errors.labels("out_of_window").inc(result.refused)
+    def _write_attributions(self, sink: AttributionSink, items: list[Attribution]) -> None:
+        self.round_trips += 1  # answered, whether it stores or refuses (raised otherwise)
+        try:
+            results = [sink.write_attributions(items)]
+        except KindUnsupported as exc:
+            results = []
+            self.metrics.ship_errors.labels("no_attribution_store").inc(len(items))
+            log.warning("dropping %d attributions: %s", len(items), exc.message)
+        except InvalidInput:
+            results = []
+            for item in items:  # one bad entry must not block the spool
+                try:
+                    results.append(sink.write_attributions([item]))
+                except InvalidInput as exc:
+                    self.metrics.ship_errors.labels("invalid_record").inc()
+                    log.error("the store refused attribution %s: %s", item.span_id, exc)
+        for result in results:
+            if result.duplicates:
+                self.metrics.ship_duplicates.inc(result.duplicates)
+            self._count_refused(result)
 
-    def _sink(self) -> Sink:
-        if self.sink is None:
-            raise Unavailable("the store writer is not open yet")
-        return self.sink
+    # --- samples and orphans -----------------------------------------------------------
 
-    def _ship_samples(self, horizon: float, now: float) -> int:
-        stored = self.spool.ready(horizon, [Kind.GPU, Kind.SERVER], self.batch_size)
-        if len(stored) < self.batch_size:  # a backlog is shipped on the next passes too
-            self._samples_shipped_at = now
+    def due_samples(self, horizon: float) -> list[Stored]:
+        """The GPU and server samples due by ``horizon``, at most a batch."""
+        return self.spool.ready(horizon, [Kind.GPU, Kind.SERVER], self.batch_size)
+
+    def samples(self, stored: list[Stored]) -> int:
+        """Ship ``stored`` (from ``due_samples``); the spool entries shipped."""
         if not stored:
             return 0
         gpu = [decode_gpu(s.payload) for s in stored if s.kind == Kind.GPU]
         server = [decode_server(s.payload) for s in stored if s.kind == Kind.SERVER]
         if gpu:
             self._sink().write_gpu_samples(gpu)
-            self._round_trips += 1
+            self.round_trips += 1
         if server:
             self._sink().write_server_samples(server)
-            self._round_trips += 1
+            self.round_trips += 1
         self.spool.delete([s.seq for s in stored])
         self.metrics.shipped.labels("gpu").inc(len(gpu))
         self.metrics.shipped.labels("server").inc(len(server))
         return len(stored)
 
-    def _drop_orphans(self, now: float) -> None:
+    def drop_orphans(self, now: float) -> None:
+        """Drop the trace pieces past the orphan TTL, counting the stage fragments."""
         horizon = self.reassembly.expired_before(now)
         expired = self.spool.ready(horizon, [Kind.STAGE], self.batch_size)
         if expired:
             self.spool.delete([s.seq for s in expired])
-            links = sum(isinstance(self._decode_piece(s), Link) for s in expired)
+            links = sum(isinstance(_decode_piece(s), Link) for s in expired)
             if len(expired) > links:
                 self.metrics.orphan_stages.inc(len(expired) - links)
+
+
+def _decode_piece(entry: Stored) -> Piece | None:
+    """A trace piece, or ``None`` for one that can settle nothing (it expires)."""
+    try:
+        return decode_piece(entry.trace_id, entry.payload)
+    except (InvalidInput, ValueError, TypeError):
+        return None
+
+
+class Shipper:
+    """Drains the spool into the store: decides when a pass runs (``ShipPolicy``), has the
+    ``Conveyor`` move what is due, opens the store writer, probes an idle store, backs off
+    while it fails, and drains at shutdown; ``health`` is its state for ``/healthz``.
+
+    ``sink`` is the store writer, or a factory that builds it in the shipper's thread once
+    ``open_when()`` holds or ``policy.open_delay_s`` has passed (so that the sidecar accepts
+    exports while the store's libraries load). ``on_first_ship`` is called once, with the
+    entries shipped, after the first pass that shipped any."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        sink: Sink | Callable[[], Sink],
+        metrics: CollectorMetrics,
+        policy: ShipPolicy | None = None,
+        *,
+        reassembly: Reassembly | None = None,
+        clock: Callable[[], float] | None = None,
+        adapters: Callable[[], Collection[str]] = frozenset,
+        open_when: Callable[[], bool] = _always,
+        on_first_ship: Callable[[int], None] | None = None,
+    ) -> None:
+        self.spool = spool
+        self.metrics = metrics
+        self.policy = policy or ShipPolicy()
+        self._clock = clock or spool.now
+        self.reassembly = reassembly or Reassembly()
+        fold = LateFold(spool, metrics, self._clock, self.reassembly.window_s)
+        self.conveyor = Conveyor(
+            spool,
+            metrics,
+            fold,
+            batch_size=self.policy.batch_size,
+            reassembly=self.reassembly,
+            adapters=adapters,
+        )
+        self.state = ShipHealth(spool, self._clock, self.policy)
+        #: Builds the store writer (``None``: it was given built).
+        self.open_sink: Callable[[], Sink] | None = None
+        #: Set once the sink exists.
+        self.opened = threading.Event()
+        if isinstance(sink, Sink):
+            self.conveyor.sink = sink
+            self.opened.set()
+        else:
+            self.open_sink = sink
+        self.open_when = open_when
+        self._on_first_ship = on_first_ship
+        self._samples_shipped_at = float("-inf")
+        self._probed_at = float("-inf")
+        state = self.state
+        metrics.ship_lag.set_function(state.lag)
+        metrics.spool_records.set_function(lambda: spool.stats()[0])
+        metrics.spool_bytes.set_function(lambda: spool.stats()[1])
+        metrics.ship_failing_since.set_function(lambda: state.failing_since or 0.0)
+        metrics.ship_last_success.set_function(lambda: state.last_success_at or 0.0)
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def sink(self) -> Sink | None:
+        """The store writer; ``None`` until it is built."""
+        return self.conveyor.sink
+
+    @property
+    def failing_since(self) -> float | None:
+        return self.state.failing_since
+
+    @property
+    def last_error(self) -> str:
+        return self.state.last_error
+
+    @property
+    def last_error_at(self) -> float | None:
+        return self.state.last_error_at
+
+    @property
+    def last_success_at(self) -> float | None:
+        return self.state.last_success_at
+
+    def lag(self) -> float:
+        return self.state.lag()
+
+    def in_flight_s(self) -> float:
+        return self.state.in_flight_s()
+
+    def health(self) -> dict[str, Any]:
+        """The shipping part of ``/healthz`` (``ShipHealth.report``), from memory only."""
+        return self.state.report(self.sink is not None)
+
+    def refresh(self) -> None:
+        self.state.refresh()
+
+    # --- one pass --------------------------------------------------------------------------
+
+    def ship_once(self, *, ignore_window: bool = False) -> ShipResult:
+        self.state.in_flight_since = time.monotonic()
+        try:
+            return self._ship_once(ignore_window)
+        finally:
+            self.state.in_flight_since = None
+
+    def _ship_once(self, ignore_window: bool) -> ShipResult:
+        now = self._clock()
+        if self.sink is None and not self._open(now):
+            return ShipResult(ok=False, retryable=True, error=self.state.last_error)
+        horizon = float("inf") if ignore_window else now
+        move = self.conveyor
+        move.round_trips = 0
+        try:
+            records = shipped = move.records(horizon)
+            clients = move.clients(horizon) + move.attributions(horizon)
+            records += clients
+            shipped += clients
+            if ignore_window or self.policy.samples_due(now, self._samples_shipped_at):
+                due = move.due_samples(horizon)
+                if len(due) < self.policy.batch_size:  # a backlog goes on the next passes too
+                    self._samples_shipped_at = now
+                shipped += move.samples(due)
+            if not move.round_trips:
+                self._probe()
+        except Unavailable as exc:
+            log.warning("store unavailable, will retry: %s", exc.message)
+            return self._failed(now, "unavailable", exc.message)
+        except Exception as exc:  # the loop must outlive any one failure; it is retried
+            log.exception("shipping failed, will retry")
+            return self._failed(now, "unexpected", repr(exc)[:200])
+        move.drop_orphans(now)
+        self.state.passed(now, bool(move.round_trips), not isinstance(self.sink, Probe))
+        if shipped and self._on_first_ship is not None:
+            first, self._on_first_ship = self._on_first_ship, None
+            first(shipped)
+        self.state.refresh()
+        return ShipResult(
+            ok=True, shipped=shipped, next_ready_at=self.state.record_ready_at, records=records
+        )
+
+    def _failed(self, now: float, reason: str, error: str) -> ShipResult:
+        self.metrics.ship_errors.labels(reason).inc()
+        self.state.failed(now, error)
+        return ShipResult(ok=False, retryable=True, error=error)
+
+    def _probe(self) -> None:
+        """Nothing was shipped: ask the store for a round trip when one is due (every
+        ``probe_every_s``, and on every pass while failing), so that an idle outage is seen."""
+        sink = self.sink
+        if not isinstance(sink, Probe):
+            return
+        if (
+            self.state.failing_since is None
+            and time.monotonic() - self._probed_at < self.policy.probe_every_s
+        ):
+            return
+        self._probed_at = time.monotonic()
+        self.conveyor.ping(sink)
+
+    def _open(self, now: float) -> bool:
+        """Build the sink (imports the store's libraries, connects nothing yet)."""
+        assert self.open_sink is not None
+        try:
+            sink = self.open_sink()
+        except Exception as exc:  # a bad URL or a missing driver: reported, retried
+            log.exception("cannot open the store writer, will retry")
+            self._failed(now, "open", f"cannot open the store writer: {exc}"[:300])
+            return False
+        self.conveyor.sink = sink
+        self.opened.set()
+        return True
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -595,12 +793,12 @@ class Shipper:
             started = self._clock()
             result = self.ship_once()
             if not result.ok:
-                if pause(self.backoff.delay(failures)):
+                if pause(self.policy.backoff.delay(failures)):
                     return
                 failures += 1
                 continue
             failures = 0
-            if result.shipped >= self.batch_size:
+            if result.shipped >= self.policy.batch_size:
                 continue  # a backlog: keep going
             if pause(self.idle_delay(started, result.next_ready_at, bool(result.records))):
                 return
@@ -608,25 +806,15 @@ class Shipper:
     def idle_delay(
         self, started: float, next_ready_at: float | None, shipped_records: bool = True
     ) -> float:
-        """Seconds from now to the next pass, for a pass that started at ``started``: when
-        the oldest waiting record becomes eligible, but no later than ``max_idle_s`` after
-        that start and, if this pass stored records, no sooner than ``idle_s`` after it
-        (``idle_s`` when no record waits). A pass that stored none cost the store nothing,
-        so it does not hold back the next one."""
-        earliest = started + self.idle_s
-        wake = earliest
-        if next_ready_at is not None:
-            wake = min(started + self.max_idle_s, next_ready_at)
-            if shipped_records:
-                wake = max(earliest, wake)
-        return max(0.0, wake - self._clock())
+        """Seconds from now to the next pass (``ShipPolicy.idle_delay``)."""
+        return self.policy.idle_delay(started, next_ready_at, shipped_records, self._clock())
 
     def _hold_open(self, stop: threading.Event) -> bool:
         """Before building the sink, let the receivers answer the first export alone:
         importing the store's libraries holds the GIL for a second or more, and a restarted
         sidecar's first job is to acknowledge its exporters' retries. Waits until
         ``open_when()`` or ``open_delay_s``; whether to stop."""
-        deadline = time.monotonic() + self.open_delay_s
+        deadline = time.monotonic() + self.policy.open_delay_s
         while not self.open_when() and time.monotonic() < deadline:
             if stop.wait(0.02):
                 return True
@@ -640,7 +828,7 @@ class Shipper:
             while (left := deadline - time.monotonic()) > REFRESH_S:
                 if stop.wait(REFRESH_S):
                     return True
-                self.refresh()
+                self.state.refresh()
             return stop.wait(max(0.0, left))
 
         return wait

@@ -44,7 +44,7 @@ from infersight.collector.peers import log as peers_log
 from infersight.collector.peers import shown
 from infersight.collector.periodic import PeriodicTask, Sampler
 from infersight.collector.roles import RoleSource
-from infersight.collector.shipper import Backoff, Shipper
+from infersight.collector.shipper import Backoff, Shipper, ShipPolicy
 from infersight.collector.spool import AT_MAX_BYTES, DISK_FULL, FsyncMode, Spool, SpoolConfig
 from infersight.core.accept import AcceptWindow
 from infersight.core.attribution import AttributionMap
@@ -136,6 +136,9 @@ class SidecarConfig:
     #: Seconds between probes of the store (``SELECT 1``) while nothing is to be shipped, so
     #: that an idle outage reads degraded and ``last_shipped_at`` stays where it was.
     store_probe_s: float = 10.0
+    #: Longest a store writer given as a factory waits for the first export to be durable
+    #: before it is built anyway (``ShipPolicy.open_delay_s``).
+    store_open_delay_s: float = OPEN_DELAY_S
     #: Span starts outside it are refused per span (``infersight sidecar`` sets it from
     #: the raw retention and the future skew); ``None`` accepts any plausible start, for
     #: embedders replaying history in virtual time (the simulator's scenarios, benchmarks).
@@ -152,6 +155,8 @@ class SidecarConfig:
             raise ConfigurationError("the ship lag bound must be positive")
         if not self.store_probe_s >= 0:
             raise ConfigurationError("the store probe interval must not be negative")
+        if not self.store_open_delay_s >= 0:
+            raise ConfigurationError("the store writer's open delay must not be negative")
         if not self.role_wait_s >= 0:
             raise ConfigurationError("the role wait must not be negative")
 
@@ -189,39 +194,46 @@ class Sidecar:
             attribution=config.attribution,
         )
         reassembly = Reassembly(self._window_s(config.role or Role.UNIFIED))
-        self.ingestor = Ingestor(
-            self.spool, context, self.metrics, config.limits, reassembly, accept=config.accept
-        )
-        self.shipper = Shipper(
-            self.spool,
-            sink,
-            self.metrics,
-            reassembly=reassembly,
-            backoff=config.backoff,
-            idle_s=config.ship_interval_s,
-            samples_every_s=config.sample_ship_interval_s,
-            adapters=lambda: context.adapters | context.scraped_adapters(),
-            slow_after_s=config.ship_lag_bound_s or max(30.0, 5 * config.ship_interval_s),
-            probe_every_s=config.store_probe_s,
-        )
-        self.shipper.on_first_ship = self._first_ship
         self.roles = RoleSource(config.role, config.role_wait_s, on_change=self._role_changed)
-        self.ingestor.hold = self.roles.wait
-        self.ingestor.holding = self.roles.pending
-        self.admission = Admission(config.admission)
         self.decoders: DecoderPool | None = None
         if config.decode_processes:
             self.decoders = DecoderPool(
                 config.limits, context, config.accept, reassembly,
                 workers=config.admission.slots,
             )  # fmt: skip
-            self.ingestor.decoder = self.decoders
+        self.ingestor = Ingestor(
+            self.spool,
+            context,
+            self.metrics,
+            config.limits,
+            reassembly,
+            accept=config.accept,
+            decoder=self.decoders,
+            hold=self.roles.wait,
+            holding=self.roles.pending,
+        )
         # A sink given as a factory is built once the first export is durable, about to be
-        # acknowledged (nothing leaves the spool before), or after OPEN_DELAY_S: see
-        # ``Shipper._hold_open``.
+        # acknowledged (nothing leaves the spool before), or after ``store_open_delay_s``:
+        # see ``Shipper._hold_open``.
         held = self.spool.stats()[0]
-        self.shipper.open_when = lambda: self.spool.stats()[0] != held
-        self.shipper.open_delay_s = OPEN_DELAY_S
+        self.shipper = Shipper(
+            self.spool,
+            sink,
+            self.metrics,
+            ShipPolicy(
+                backoff=config.backoff,
+                idle_s=config.ship_interval_s,
+                samples_every_s=config.sample_ship_interval_s,
+                slow_after_s=config.ship_lag_bound_s or max(30.0, 5 * config.ship_interval_s),
+                probe_every_s=config.store_probe_s,
+                open_delay_s=config.store_open_delay_s,
+            ),
+            reassembly=reassembly,
+            adapters=lambda: context.adapters | context.scraped_adapters(),
+            open_when=lambda: self.spool.stats()[0] != held,
+            on_first_ship=self._first_ship,
+        )
+        self.admission = Admission(config.admission)
         self.http = HttpServer(
             create_app(self.ingestor, config.token, self._health, self.admission),
             config.http_host,

@@ -40,17 +40,15 @@ def make_receiver(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
         directory = tmp_path / f"spool{len(started)}"
         spool = Spool(SpoolConfig(directory, **(spool_config or {})))
         metrics = CollectorMetrics()
-        ingestor = Ingestor(
-            spool,
+        context, limits, reassembly = (
             MappingContext("test-node", model=model),
-            metrics,
             limits or Limits(),
             Reassembly(0.0),
         )
-        if decoders:
-            pool = DecoderPool(ingestor.limits, ingestor.context, None, ingestor.reassembly)
-            ingestor.decoder = pool
+        pool = DecoderPool(limits, context, None, reassembly) if decoders else None
+        if pool is not None:
             pools.append(pool)
+        ingestor = Ingestor(spool, context, metrics, limits, reassembly, decoder=pool)
         admission = admission or Admission()
         app = create_app(ingestor, token=token, admission=admission)
         http = HttpServer(app, "127.0.0.1", 0).start()

@@ -22,7 +22,7 @@ from infersight.collector.codec import (
 )
 from infersight.collector.mapping import Link, StageFragment
 from infersight.collector.metrics import CollectorMetrics
-from infersight.collector.shipper import Backoff, Shipper
+from infersight.collector.shipper import Backoff, Shipper, ShipPolicy
 from infersight.collector.spool import Entry, Spool, SpoolConfig
 from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidInput, Unavailable
@@ -35,6 +35,8 @@ from tests.collector.harness import stored_keys
 from tests.conftest import STORES_AND_POOLER, Store, empty_store
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+#: Passes that stored records at least two seconds apart.
+TWO_S = ShipPolicy(idle_s=2.0)
 
 
 def record(i: int, **extra: object) -> RequestRecord:
@@ -98,7 +100,7 @@ def store(request: pytest.FixtureRequest) -> Store:
 
 def test_records_land_in_the_store_exactly_once_even_when_replayed(store, spool: Spool) -> None:
     metrics = CollectorMetrics()
-    shipper = Shipper(spool, open_writer(store.engine), metrics, batch_size=100)
+    shipper = Shipper(spool, open_writer(store.engine), metrics, ShipPolicy(batch_size=100))
     batch = [record(i) for i in range(250)]
     put(spool, record_entries(batch))
     while shipper.ship_once().shipped:
@@ -171,7 +173,7 @@ def test_the_next_pass_starts_when_the_oldest_record_is_ready_within_bounds(
     spool: Spool, next_ready_in: float | None, shipped_records: bool, expected_wait: float
 ) -> None:
     clock = Clock()
-    shipper = Shipper(spool, NoStore(), CollectorMetrics(), idle_s=2.0, clock=clock)
+    shipper = Shipper(spool, NoStore(), CollectorMetrics(), ShipPolicy(idle_s=2.0), clock=clock)
     ready_at = None if next_ready_in is None else clock.now + next_ready_in
     started = clock.now
     assert shipper.idle_delay(started, ready_at, shipped_records) == pytest.approx(expected_wait)
@@ -182,7 +184,7 @@ def test_the_next_pass_starts_when_the_oldest_record_is_ready_within_bounds(
 
 def test_the_loop_sleeps_until_the_next_export_leaves_its_window(store, spool: Spool) -> None:
     clock = Clock()
-    shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), idle_s=2.0, clock=clock)
+    shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), TWO_S, clock=clock)
     put(spool, record_entries([record(1)], ready_at=clock.now))
     put(spool, record_entries([record(2)], ready_at=clock.now + 4.5))
     pauses = Pauses(spool, clock)
@@ -193,7 +195,7 @@ def test_the_loop_sleeps_until_the_next_export_leaves_its_window(store, spool: S
 
 def test_an_empty_pass_does_not_delay_the_next_export(store, spool: Spool) -> None:
     clock = Clock()
-    shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), idle_s=2.0, clock=clock)
+    shipper = Shipper(spool, open_writer(store.engine), CollectorMetrics(), TWO_S, clock=clock)
     put(spool, record_entries([record(1)], ready_at=clock.now + 0.25))
     pauses = Pauses(spool, clock)
     shipper.run(pauses.stop, wait=pauses)
@@ -253,7 +255,7 @@ class FlakyStore:
 def test_a_store_outage_is_retried_with_backoff_and_nothing_is_lost(store, spool: Spool) -> None:
     metrics = CollectorMetrics()
     sink = FlakyStore(open_writer(store.engine), failures=4)
-    shipper = Shipper(spool, sink, metrics, backoff=Backoff(5.0, 1.5, 30.0))
+    shipper = Shipper(spool, sink, metrics, ShipPolicy(backoff=Backoff(5.0, 1.5, 30.0)))
     batch = [record(i) for i in range(20)]
     put(spool, record_entries(batch))
     pauses = Pauses(spool)
@@ -273,7 +275,9 @@ def test_the_backoff_is_capped_at_30_seconds() -> None:
 def test_samples_are_shipped_in_batches_every_samples_every_s(store, spool: Spool) -> None:
     clock = Clock(T0.timestamp())
     metrics = CollectorMetrics()
-    shipper = Shipper(spool, open_writer(store.engine), metrics, clock=clock, samples_every_s=10.0)
+    shipper = Shipper(
+        spool, open_writer(store.engine), metrics, ShipPolicy(samples_every_s=10.0), clock=clock
+    )
 
     def sample(at: float) -> Entry:
         ts = datetime.fromtimestamp(at, tz=UTC)
@@ -310,7 +314,9 @@ def test_samples_are_shipped_in_batches_every_samples_every_s(store, spool: Spoo
 def test_ship_lag_is_how_long_an_eligible_record_has_waited(store, spool: Spool) -> None:
     clock = Clock()
     metrics = CollectorMetrics()
-    shipper = Shipper(spool, open_writer(store.engine), metrics, batch_size=1, clock=clock)
+    shipper = Shipper(
+        spool, open_writer(store.engine), metrics, ShipPolicy(batch_size=1), clock=clock
+    )
     put(spool, record_entries([record(1)], ready_at=clock.now - 7.0))
     put(spool, record_entries([record(2)], ready_at=clock.now - 3.0))
     put(spool, record_entries([record(3)], ready_at=clock.now + 2.0))  # still in its window

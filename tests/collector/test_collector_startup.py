@@ -40,8 +40,9 @@ def test_a_sidecar_acknowledges_exports_before_its_store_writer_exists(
         release.wait(60)
         return open_writer(store.engine)
 
-    app = Sidecar(sidecar_config("startup", tmp_path / "spool"), slow_writer)
-    app.shipper.open_delay_s = 600.0  # only the first export may start it, on any machine
+    # Only the first export may start it, on any machine.
+    config = sidecar_config("startup", tmp_path / "spool", store_open_delay_s=600.0)
+    app = Sidecar(config, slow_writer)
     app.start()
     base = base_url(app)
     try:
