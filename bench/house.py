@@ -384,7 +384,9 @@ def longest(found: Package, most: int = 10) -> list[dict[str, Any]]:
 # -- what an extension touches --------------------------------------------------------------------
 
 
-def _text_files(tree: Path) -> Iterator[Path]:
+def _text_files(tree: Path) -> dict[str, str]:
+    """The text of every file of the areas an extension may touch, by path in the tree."""
+    found = {}
     for area in AREAS:
         for path in sorted((tree / area).rglob("*")):
             relative = path.relative_to(tree).as_posix()
@@ -394,26 +396,19 @@ def _text_files(tree: Path) -> Iterator[Path]:
                 and "__pycache__" not in path.parts
                 and relative not in OWN
             ):
-                yield path
+                found[relative] = path.read_text(encoding="utf-8", errors="replace")
+    return found
 
 
-def _importers(tree: Path, module: str) -> set[str]:
-    """Files of the tree's Python areas that import ``module`` (any form, any scope)."""
-    found = set()
+def _importers(texts: dict[str, str], module: str) -> set[str]:
+    """The Python files that import ``module`` (any form, any scope)."""
+    parent, _, name = module.rpartition(".")
     pattern = re.compile(
-        r"(from\s+"
-        + re.escape(module.rpartition(".")[0])
-        + r"\s+import\s+\(?[^)]*?\b"
-        + re.escape(module.rpartition(".")[2])
-        + r"\b)|(\b"
-        + re.escape(module)
-        + r"\b)",
+        rf"(from\s+{re.escape(parent)}\s+import\s+\(?[^)]*?\b{re.escape(name)}\b)"
+        rf"|(\b{re.escape(module)}\b)",
         re.S,
     )
-    for path in _text_files(tree):
-        if path.suffix == ".py" and pattern.search(path.read_text(encoding="utf-8")):
-            found.add(str(path.relative_to(tree)))
-    return found
+    return {path for path, text in texts.items() if path.endswith(".py") and pattern.search(text)}
 
 
 def _holds_string(path: Path, value: str) -> bool:
@@ -421,20 +416,16 @@ def _holds_string(path: Path, value: str) -> bool:
     return any(isinstance(n, ast.Constant) and n.value == value for n in ast.walk(tree))
 
 
-def _naming(tree: Path, patterns: Iterable[str]) -> set[str]:
+def _naming(texts: dict[str, str], patterns: Iterable[str]) -> set[str]:
     compiled = [re.compile(p) for p in patterns]
-    found = set()
-    for path in _text_files(tree):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        if any(c.search(text) for c in compiled):
-            found.add(str(path.relative_to(tree)))
-    return found
+    return {path for path, text in texts.items() if any(c.search(text) for c in compiled)}
 
 
 def extensions(tree: Path) -> dict[str, list[str]]:
+    texts = _text_files(tree)
     view = f"infersight.api.dashboard.views.{PAGE}"
-    page = _importers(tree, view) | _naming(
-        tree,
+    page = _importers(texts, view) | _naming(
+        texts,
         [
             rf"/ui/{PAGE}\b",
             rf"\b{PAGE}\.html\b",
@@ -447,14 +438,14 @@ def extensions(tree: Path) -> dict[str, list[str]]:
     template = tree / "infersight" / "dashboards" / "templates" / f"{PAGE}.html"
     if template.is_file():
         page.add(str(template.relative_to(tree)))
-    cause = _naming(tree, [rf"\b{CAUSE}\b"])
-    kind = _naming(tree, [rf"[\"']{KIND}[\"']", rf"kind:\s*{KIND}\b", rf"`{KIND}`"])
+    cause = _naming(texts, [rf"\b{CAUSE}\b"])
+    kind = _naming(texts, [rf"[\"']{KIND}[\"']", rf"kind:\s*{KIND}\b", rf"`{KIND}`"])
     # and the files that import a module holding the kind's name as a string (its reader)
     for path in sorted(kind):
         if path.startswith(f"{PACKAGE}/") and path.endswith(".py"):
             holder = module_name(tree, tree / path)
             if _holds_string(tree / path, KIND):
-                kind |= _importers(tree, holder)
+                kind |= _importers(texts, holder)
     return {
         f"dashboard page (like {PAGE})": sorted(page),
         f"cause rule (like {CAUSE})": sorted(cause),
