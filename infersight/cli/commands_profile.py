@@ -86,12 +86,16 @@ def profile(
 ) -> None:
     """Sample INSTANCE's serving process (through its sidecar) and show where its CPU goes."""
     from infersight.cli.group import open_store  # noqa: PLC0415
-    from infersight.service.profiles import request_profile  # noqa: PLC0415
-    from infersight.storage.profiles import PENDING_AFTER  # noqa: PLC0415
+    from infersight.service.admin import migrate  # noqa: PLC0415
+    from infersight.service.profiles import (  # noqa: PLC0415
+        PENDING_AFTER,
+        get_profile,
+        request_profile,
+    )
 
     store = open_store(ctx)
     try:
-        store.maintenance.upgrade()
+        migrate(store)
         asked = request_profile(
             store, instance, datetime.now(UTC), seconds=seconds, rate=rate, requested_by="cli"
         )
@@ -102,7 +106,7 @@ def profile(
         deadline = time.monotonic() + seconds + CLAIM_WAIT_S
         shown = ""
         while True:
-            current = store.profiles.get(asked.id, datetime.now(UTC))
+            current = get_profile(store, asked.id, datetime.now(UTC))
             if not current.open:
                 break
             if current.claimed_at is None:

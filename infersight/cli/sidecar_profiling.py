@@ -95,9 +95,9 @@ def profile_poller(
         url = store_url()
 
         def channel() -> Any:
+            from infersight.service.profiles import StoreChannel  # noqa: PLC0415
             from infersight.service.store import open_store  # noqa: PLC0415
-            from infersight.storage.profiles import StoreChannel  # noqa: PLC0415
 
-            return StoreChannel(open_store(url).engine)
+            return StoreChannel(open_store(url))
 
     return ProfilePoller(instance, Profiler(config), channel)

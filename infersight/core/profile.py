@@ -119,7 +119,7 @@ def check_bounds(seconds: float, rate: int) -> tuple[float, int]:
 
 class ProfileChannel(Protocol):
     """How a sidecar receives profile requests and hands back results: the store directly
-    (``storage.profiles.StoreChannel``) or the API's ingest routes
+    (``service.profiles.StoreChannel``) or the API's ingest routes
     (``collector.profiling.RemoteChannel``)."""
 
     def claim(self, instance: str) -> ProfileRequest | None:

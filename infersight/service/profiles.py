@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from infersight.alerts.diagnose import host_side, with_profile
@@ -34,6 +34,7 @@ from infersight.alerts.lifecycle import Notice
 from infersight.core.errors import Conflict, InvalidInput, NotFound
 from infersight.core.profile import DEFAULT_RATE, DEFAULT_SECONDS, ProfileRequest, check_bounds
 from infersight.service.diagnosis import Announce
+from infersight.storage import seam
 from infersight.storage.seam import IncidentNote, Profile, Store
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 MIN_INTERVAL: Final = timedelta(minutes=10)
 #: The most automatic profiles open (pending or running) fleet-wide at once.
 MAX_OPEN: Final = 2
+#: How long a request waits for a sidecar to claim it before it fails (the store's rule).
+PENDING_AFTER: Final[timedelta] = seam.PENDING_AFTER
 
 
 def _instance_of(store: Store, incident_id: int) -> str:
@@ -131,6 +134,25 @@ def incident_profiles(store: Store, incident_ids: Iterable[int]) -> dict[int, Pr
 def claim_profile(store: Store, instance: str, now: datetime) -> ProfileRequest | None:
     """A sidecar claims ``instance``'s oldest pending request (with a nonce); ``None``: none."""
     return store.profiles.claim(instance, now)
+
+
+class StoreChannel:
+    """``core.profile.ProfileChannel`` on the store: the sidecar that writes to the store claims
+    its instance's requests and hands their summaries back through ``claim_profile`` and
+    ``complete_profile`` (a remote one does so through the API's routes)."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime] | None = None) -> None:
+        self.store = store
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def claim(self, instance: str) -> ProfileRequest | None:
+        return claim_profile(self.store, instance, self._clock())
+
+    def complete(
+        self, request: ProfileRequest, result: Mapping[str, Any] | None, error: str
+    ) -> None:
+        complete_profile(self.store, request.id, result, error, self._clock(),
+                         instance=request.instance, nonce=request.nonce)  # fmt: skip
 
 
 def complete_profile(

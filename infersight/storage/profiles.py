@@ -22,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
@@ -395,20 +395,3 @@ def open_or_recent(engine: Engine, instance: str, since: datetime) -> Profile | 
             .limit(1)
         ).first()
     return None if row is None else _row(row)
-
-
-class StoreChannel:
-    """``core.profile.ProfileChannel`` on the store: a sidecar that writes to the database."""
-
-    def __init__(self, engine: Engine, clock: Callable[[], datetime] | None = None) -> None:
-        self.engine = engine
-        self._clock = clock or (lambda: datetime.now(UTC))
-
-    def claim(self, instance: str) -> ProfileRequest | None:
-        return claim(self.engine, instance, self._clock())
-
-    def complete(
-        self, request: ProfileRequest, result: Mapping[str, Any] | None, error: str
-    ) -> None:
-        complete(self.engine, request.id, result, error, self._clock(),
-                 instance=request.instance, nonce=request.nonce)  # fmt: skip

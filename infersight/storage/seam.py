@@ -86,10 +86,11 @@ from infersight.storage.timeseries import Counts, GpuBucket, RequestPeak
 if TYPE_CHECKING:  # pydantic: not for the commands that only read (``__getattr__`` below)
     from infersight.core.profile import ProfileRequest
     from infersight.storage.maintenance import MaintenanceReport
-    from infersight.storage.profiles import Profile
+    from infersight.storage.profiles import PENDING_AFTER, Profile
 
 #: Names imported on first use: their modules import ``core.profile``, which needs pydantic.
 _LAZY: Final = {
+    "PENDING_AFTER": "infersight.storage.profiles",
     "Profile": "infersight.storage.profiles",
     "MaintenanceReport": "infersight.storage.maintenance",
 }
@@ -99,6 +100,7 @@ __all__ = [
     "HOT_MARGIN",
     "MAX_MODELS",
     "MAX_REPORTS",
+    "PENDING_AFTER",
     "PREFILL",
     "ROLLUP_GAP_S",
     "STATE",

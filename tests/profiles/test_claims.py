@@ -25,7 +25,7 @@ from infersight.collector.profiling import (
 from infersight.core.burn import AlertState, Severity, Transition
 from infersight.core.errors import Conflict, InvalidInput
 from infersight.core.profile import Limit, ProfileState, Share, check_summary, dominant
-from infersight.service.profiles import ProfileTrigger, request_profile
+from infersight.service.profiles import ProfileTrigger, StoreChannel, request_profile
 from infersight.storage import incidents, signals
 from infersight.storage import profiles as profile_store
 from infersight.storage.maintenance import RetentionPolicy, maintain
@@ -320,7 +320,7 @@ class _Crashing(Profiler):
 def test_a_crashing_profiler_still_answers_its_claim(store: Store) -> None:
     asked = request_profile(store.sql, "vllm-0", T0)
     profiler = _Crashing(ProfilerConfig(ProfileTarget("1")))
-    channel = profile_store.StoreChannel(store.engine, clock=lambda: T0)
+    channel = StoreChannel(store.sql, clock=lambda: T0)
     poller = ProfilePoller("vllm-0", profiler, channel)
     assert poller.poll_once()
     done = profile_store.get(store.engine, asked.id)
