@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import pytest
 
 from infersight.collector.assembly import merge_stages
 from infersight.collector.mapping import MappingContext, Skipped, StageFragment, map_span
-from infersight.collector.mapping.base import Timings, build_record
+from infersight.collector.mapping.base import Timings, _is_measured_part, build_record
 from infersight.collector.mapping.spans import STATUS_ERROR, parse_duration
 from infersight.core.client import ClientRecord, TtftSource
 from infersight.core.records import Engine, RequestRecord, Status
@@ -333,7 +334,12 @@ def test_an_enclosing_gateway_span_contributes_only_its_own_overhead() -> None:
 def test_build_record_puts_every_value_in_the_field_of_its_name() -> None:
     # build_record passes the record's 25 fields by position, for speed: each must land
     # where the keyword of the same name would put it.
-    timings = Timings(*(0.001 * (i + 1) for i in range(9)), 101, 102, 103)
+    timings = Timings(
+        *(
+            100 + i if name.endswith("_tokens") else 0.001 * (i + 1)
+            for i, name in enumerate(Timings._fields)
+        )
+    )
     attrs = {
         "gen_ai.request.model": "the-model",
         "infersight.tenant": "the-tenant",
@@ -361,3 +367,29 @@ def test_build_record_puts_every_value_in_the_field_of_its_name() -> None:
         finish_reason="the-finish",
     )
     assert record == expected
+
+
+class _Renamed(NamedTuple):
+    ttft_s: float | None = None
+    time_to_first_token: float | None = None
+
+
+class _Retyped(NamedTuple):
+    ttft_s: float | None = None
+    input_tokens: float | None = None
+
+
+class _Reordered(NamedTuple):
+    e2e_s: float | None = None
+    ttft_s: float | None = None
+
+
+class _Required(NamedTuple):
+    ttft_s: float | None
+
+
+@pytest.mark.parametrize("part", [_Renamed, _Retyped, _Reordered, _Required])
+def test_timings_can_only_be_a_part_of_the_record_itself(part: type[tuple[object, ...]]) -> None:
+    # Timings declares no field of its own: each is RequestRecord's, checked on import.
+    assert _is_measured_part(Timings)
+    assert not _is_measured_part(part)

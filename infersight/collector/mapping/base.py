@@ -13,6 +13,7 @@ span's attributes did.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -287,7 +288,9 @@ Mapped = RecordRow | ClientRecord | StageFragment | Skipped
 
 
 class Timings(NamedTuple):
-    """What an engine mapper extracted; ``None`` means the engine did not report it.
+    """What an engine mapper extracted; ``None`` means the engine did not report it: the
+    measured part of ``RequestRecord``, its fields the record's own (checked below: names,
+    order and types), so that ``build_row`` places each where the record has it.
 
     A ``NamedTuple``: one is built for every request span, and a tuple is the cheapest
     immutable value to build."""
@@ -307,6 +310,26 @@ class Timings(NamedTuple):
     #: The time the request waited for its KV cache from another instance (TensorRT-LLM's
     #: ``gen_ai.latency.kv_cache_transfer_time`` on a disaggregated generation server).
     kv_transfer_s: float | None = None
+
+
+def _is_measured_part(part: type[tuple[Any, ...]]) -> bool:
+    """Whether every field of ``part`` is a ``RequestRecord`` field of the same type, ``None``
+    by default, and they come in the record's order."""
+    kinds = {f.name: f.type for f in dataclasses.fields(RequestRecord)}
+    names: tuple[str, ...] = getattr(part, "_fields")  # noqa: B009 (a NamedTuple's)
+    defaults: dict[str, Any] = getattr(part, "_field_defaults")  # noqa: B009
+    declared = {name: getattr(kind, "__forward_arg__", kind) for name, kind in
+                part.__annotations__.items()}  # fmt: skip
+    return (
+        all(name in kinds and declared[name] == str(kinds[name]) for name in names)
+        and list(names) == sorted(names, key=RECORD_FIELDS.index)
+        and defaults.keys() == set(names)
+        and not any(value is not None for value in defaults.values())
+    )
+
+
+if not _is_measured_part(Timings):  # one declaration of what a record measures: the record's
+    raise ImportError("Timings' fields must be RequestRecord's, in its order and of its types")
 
 
 def derive_tpot(t: Timings) -> float | None:
