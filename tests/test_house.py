@@ -9,7 +9,9 @@ and the call-trace plugin on a small tree run under pytest in a subprocess.
 
 from __future__ import annotations
 
+import ast
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +267,42 @@ def test_the_call_trace_counts_each_return_from_storage_into_service(tmp_path: P
     # resumptions (the second runs to its end)
     assert traced["transitions"] == 7
     assert traced["by_entry"] == {"infersight.service.s:run": 7}
+
+
+def _top_level(statements: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """A module's statements, those under its ``if`` and ``try`` blocks included."""
+    for node in statements:
+        yield node
+        if isinstance(node, ast.If | ast.Try):
+            for block in (node.body, node.orelse, getattr(node, "finalbody", [])):
+                yield from _top_level(block)
+            for handler in getattr(node, "handlers", []):
+                yield from _top_level(handler.body)
+
+
+def test_every_declared_surface_names_what_its_module_binds() -> None:
+    """A module's ``__all__`` lists names the module binds at its top level, once each."""
+    checked = 0
+    for path in sorted((ROOT / "infersight").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bound: set[str] = set()
+        declared: list[str] | None = None
+        for node in _top_level(tree.body):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                if "__all__" in names:
+                    declared = list(ast.literal_eval(node.value))
+                bound |= names
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                bound.add(node.target.id)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        if declared is None:
+            continue
+        relative = path.relative_to(ROOT)
+        assert len(declared) == len(set(declared)), relative
+        assert set(declared) <= bound, (relative, sorted(set(declared) - bound))
+        checked += 1
+    assert checked >= 7

@@ -31,6 +31,21 @@ from infersight.core.errors import InvalidInput
 from infersight.core.quantiles import exact_quantiles
 from infersight.core.sketch import QuantileSketch
 
+# What other modules use (and the types its answers carry); the tuning constants and
+# helpers left out are this module's own.
+__all__ = [
+    "BASELINE_QUANTILES",
+    "LATENCY_METRICS",
+    "Baseline",
+    "LatencySummary",
+    "check_name",
+    "from_dict",
+    "from_samples",
+    "renamed",
+    "summary_dict",
+    "to_dict",
+]
+
 #: The latency metrics a baseline keeps, as the API spells them.
 LATENCY_METRICS: Final = ("ttft", "tpot", "e2e")
 #: The quantiles a baseline keeps for each latency metric.

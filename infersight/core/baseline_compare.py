@@ -43,6 +43,25 @@ from infersight.core.errors import InvalidInput
 from infersight.core.sketch import QuantileSketch
 from infersight.core.window import Window
 
+# What other modules use (and the types its answers carry); the tuning constants and
+# helpers left out are this module's own.
+__all__ = [
+    "COMPARED_QUANTILES",
+    "METRIC_NAMES",
+    "Comparison",
+    "Direction",
+    "MetricComparison",
+    "MetricSpec",
+    "Policy",
+    "Resampled",
+    "StatTest",
+    "Verdict",
+    "compare",
+    "decide",
+    "resample",
+    "window_label",
+]
+
 
 class Verdict(StrEnum):
     PASS = "pass"  # noqa: S105 (a verdict, not a password)

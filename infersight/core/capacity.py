@@ -23,6 +23,26 @@ from typing import Any, Final
 from infersight.core.errors import InvalidInput
 from infersight.core.hardware import GIB, Catalog, GpuSpec, ModelSpec, positive
 
+# What other modules use (and the types its answers carry); the tuning constants and
+# helpers left out are this module's own.
+__all__ = [
+    "DEFAULT_HEADROOM",
+    "CapacityPlan",
+    "Finding",
+    "Floors",
+    "InstancePlan",
+    "MemoryBudget",
+    "PlanInput",
+    "check_targets",
+    "floors",
+    "instances_needed",
+    "memory_budget",
+    "plan",
+    "plan_instances",
+    "plan_to_dict",
+    "scale_capacity",
+]
+
 DEFAULT_MEMORY_LIMIT: Final = 0.85
 #: The 30–50 % of headroom the capacity method asks for; the midpoint is the default.
 HEADROOM_RANGE: Final = (0.3, 0.5)

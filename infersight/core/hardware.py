@@ -26,6 +26,10 @@ from typing import Any, Final
 from infersight.core.cost import gpu_words
 from infersight.core.errors import InvalidInput, NotFound
 
+# What other modules use (and the types its answers carry); the tuning constants and
+# helpers left out are this module's own.
+__all__ = ["GIB", "MIB", "Catalog", "GpuSpec", "ModelSpec", "catalog_from_mappings", "positive"]
+
 MIB: Final = 1024 * 1024
 GIB: Final = 1024 * MIB
 #: Bytes per element of the dtypes weights and KV caches are stored in.

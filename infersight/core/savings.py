@@ -21,6 +21,10 @@ from typing import Final
 
 from infersight.core.cost import ZERO, quantize
 
+# What other modules use (and the types its answers carry); the tuning constants and
+# helpers left out are this module's own.
+__all__ = ["RULES", "Category", "Evidence", "InstanceFacts", "Opportunity", "find_savings"]
+
 #: Utilisation an instance is consolidated towards (headroom for bursts stays).
 TARGET_UTILISATION: Final = 0.6
 UNDER_USED: Final = 0.3

@@ -41,6 +41,33 @@ from infersight.simulator.workload import (
     Weighted,
 )
 
+# What other modules use (and the types its answers carry); the tuning constants and
+# helpers left out are this module's own.
+__all__ = [
+    "SCENARIOS_DIR",
+    "ArrivalSpec",
+    "DeploymentSpec",
+    "DisaggregatedSpec",
+    "FaultSpec",
+    "GpuFile",
+    "LengthSpec",
+    "LoraSpec",
+    "Metadata",
+    "MixSpec",
+    "ModelFile",
+    "ParallelSpec",
+    "ScenarioBody",
+    "ScenarioFile",
+    "SpeculativeSpec",
+    "StepSpec",
+    "TokenizerSpec",
+    "load_profile",
+    "load_scenario",
+    "parse_duration",
+    "scenario_from_data",
+    "shipped_scenarios",
+]
+
 API_VERSION: Final = "infersight/v1"
 PROFILES_DIR: Final = Path(__file__).parent / "profiles"
 SCENARIOS_DIR: Final = Path(__file__).parent / "scenarios"

@@ -30,6 +30,20 @@ from infersight.core.samples import THROTTLE_REASONS, GpuSample, ServerSample
 from infersight.simulator.events import Batch, Completion, LoraState
 from infersight.simulator.profiles import MIB
 
+# What other modules use (and the types its answers carry); the tuning constants and
+# helpers left out are this module's own.
+__all__ = [
+    "ITL_BUCKETS_V1",
+    "TTFT_BUCKETS_V1",
+    "DcgmCollector",
+    "Hist",
+    "MetricsServer",
+    "MetricsSink",
+    "SglangCollector",
+    "VllmCollector",
+    "throttle_bitmask",
+]
+
 #: vLLM V1's default buckets (vllm/v1/metrics/loggers.py).
 TTFT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75)
 TTFT_BUCKETS_ALL: Final = (*TTFT_BUCKETS, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
