@@ -543,11 +543,20 @@ def burn_trace(tree: Path, test: str = BURN_TEST) -> dict[str, Any]:
         "service_functions": len({c["caller"] for c in calls}),
         "storage_functions": len({c["callee"] for c in calls}),
         "by_entry": dict(sorted(entries.items())),
+        "sites_by_module": _sites_by_module(calls),
         "construction_call_sites": len(
             {(c["caller"], c["callee"]) for c in found["calls"] if c["entry"] in CONSTRUCTION}
         ),
         "sites": sorted(f"{c['caller']} -> {c['callee']} x{c['count']}" for c in calls),
     }
+
+
+def _sites_by_module(calls: list[dict[str, Any]]) -> dict[str, int]:
+    """Distinct call sites per calling service module."""
+    sites: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for call in calls:
+        sites[call["caller"].partition(":")[0]].add((call["caller"], call["callee"]))
+    return {module: len(found) for module, found in sorted(sites.items())}
 
 
 def measure(tree: Path, trace: bool) -> dict[str, Any]:
@@ -619,6 +628,8 @@ def _report_burn(burn: dict[str, Any] | None) -> None:
     )
     for entry, count in burn["by_entry"].items():
         print(f"  under {entry}: {count} transitions")
+    for module, count in burn["sites_by_module"].items():
+        print(f"  call sites from {module}: {count}")
     for site in burn["sites"]:
         print(f"    {site}")
 
