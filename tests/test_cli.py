@@ -220,23 +220,24 @@ def test_serve_no_migrate_probes_a_fresh_sqlite_file_without_creating_it(tmp_pat
     """``serve --no-migrate`` only probes the store, on the gate's own thread (where the
     command's "only reads" does not reach: a context variable is not inherited by threads);
     the probe must not create the file that ``db upgrade`` would."""
-    from infersight.cli.commands_serve import _probe
-    from infersight.storage.engine import create_store_engine, no_schema
+    from infersight.service.admin import ping
+    from infersight.service.store import open_store
+    from infersight.storage.engine import no_schema
 
     path = tmp_path / "fresh.db"
-    engine = create_store_engine(f"sqlite:///{path}")
+    store = open_store(f"sqlite:///{path}")
     failed: list[BaseException] = []
 
     def probe() -> None:
         try:
-            _probe(engine)
+            ping(store)  # what ``serve --no-migrate`` runs
         except Exception as exc:
             failed.append(exc)
 
     thread = threading.Thread(target=probe)
     thread.start()
     thread.join()
-    engine.dispose()
+    store.dispose()
     assert len(failed) == 1
     assert isinstance(failed[0], Exception)
     assert no_schema(failed[0])  # "run db upgrade", as every reading command says

@@ -32,7 +32,7 @@ import click
 import httpx
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from infersight.api import create_app
@@ -42,12 +42,9 @@ from infersight.cli.group import current_settings
 from infersight.cli.settings import Settings
 from infersight.core.errors import InvalidInput
 from infersight.httpd.prefork import ProcessLock, Worker, listen_socket, run_workers
+from infersight.service.admin import check_read_routing, migrate, ping, redact
 from infersight.service.notifications import notifiers_from_settings
 from infersight.service.store import open_read_store, open_store
-from infersight.storage import migrate
-from infersight.storage.creation import creating
-from infersight.storage.engine import redact
-from infersight.storage.replica import check_read_routing
 
 #: The most worker processes ``--workers`` takes.
 MAX_WORKERS: Final = 64
@@ -59,14 +56,6 @@ def split_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise InvalidInput(f"--listen must be HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
-
-
-def _probe(engine: Engine) -> None:
-    """``--no-migrate``: the store answers. It runs on the store gate's thread, which does not
-    inherit the command's "only reads" (a context variable), so it says so itself: probing a
-    SQLite file that does not exist must not create it."""
-    with creating(False), engine.connect() as connection:
-        connection.execute(text("SELECT 1"))
 
 
 def in_memory_sqlite(url: str) -> bool:
@@ -129,7 +118,7 @@ def build(
             if read_url is not None:  # the password hidden
                 click.echo(f"read-only answers from the hot standby {redact(read_url)}", err=True)
         step: Callable[[], object] = (
-            (lambda: migrate.upgrade(engine)) if plan.run_migrations else (lambda: _probe(engine))
+            (lambda: migrate(store)) if plan.run_migrations else (lambda: ping(store))
         )
         app = create_app(
             api_settings,

@@ -45,6 +45,21 @@ def current_revision(store: Store) -> str | None:
     return store.maintenance.current()
 
 
+def ping(store: Store) -> None:
+    """One look at the store (``serve --no-migrate``: it answers, migrated or not); it creates
+    nothing, whichever thread asks (a command's "only reads" does not reach other threads)."""
+    with creating(False):
+        store.maintenance.current()
+
+
+def check_read_routing(store_url: str, read_url: str) -> None:
+    """Refuse a read URL that cannot name a hot standby of the store at ``store_url``
+    (``ConfigurationError``: SQLite has no standby, on either side)."""
+    from infersight.storage.replica import check_read_routing as check  # noqa: PLC0415
+
+    check(store_url, read_url)
+
+
 def head_revision() -> str | None:
     """The newest revision this version ships (``None``: it ships no migrations)."""
     from infersight.storage import revisions  # noqa: PLC0415 (SQLAlchemy: when asked)

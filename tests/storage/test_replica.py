@@ -324,7 +324,7 @@ def test_serve_passes_the_standby_as_the_read_engine_and_migrates_only_the_prima
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     upgraded: list[Engine] = []
-    monkeypatch.setattr(commands_serve.migrate, "upgrade", upgraded.append)
+    monkeypatch.setattr(commands_serve, "migrate", lambda store: upgraded.append(store.engine))
     made, said = _served(
         monkeypatch,
         {
