@@ -473,7 +473,51 @@ _TOTALS = re.compile(
 )
 
 
+_ROW = re.compile(r"D\d+ (?P<a>\S+):(?P<a0>\d+)-(?P<a1>\d+) ~ (?P<b>\S+):(?P<b0>\d+)-(?P<b1>\d+)")
+#: A side whose lines are at least this share of signatures, docstrings and declarations repeats
+#: a shape (a protocol's method and its implementation, a table and its migration), no logic.
+DECLARATION_SHARE = 0.75
+
+
+def _declaration_lines(path: Path) -> set[int]:
+    """Lines of ``path`` that declare rather than compute: function signatures, docstrings,
+    annotated names without a value and class-level fields, ``...`` bodies, imports."""
+    found: set[int] = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            found.update(range(node.lineno, node.body[0].lineno))
+            for decorator in node.decorator_list:
+                found.update(range(decorator.lineno, (decorator.end_lineno or 0) + 1))
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            found.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        if isinstance(node, ast.AnnAssign | ast.Import | ast.ImportFrom | ast.ClassDef):
+            end = node.lineno if isinstance(node, ast.ClassDef) else node.end_lineno
+            found.update(range(node.lineno, (end or node.lineno) + 1))
+    return found
+
+
+def _repeats_logic(package: Path, row: str) -> bool:
+    """Whether a ``duplicates`` row's shared lines compute something on either side."""
+    match = _ROW.match(row)
+    if match is None:
+        return True
+    for side in ("a", "b"):
+        path = package / match[side]
+        if path.suffix != ".py":
+            return True
+        lines = path.read_text(encoding="utf-8").splitlines()
+        first, last = int(match[f"{side}0"]), int(match[f"{side}1"])
+        wanted = [n for n in range(first, last + 1) if lines[n - 1].strip()]
+        declared = _declaration_lines(path)
+        if sum(1 for n in wanted if n in declared) < DECLARATION_SHARE * len(wanted):
+            return True
+    return False
+
+
 def duplicates(tree: Path, top: int = 8) -> dict[str, Any]:
+    """The ``duplicates`` command's totals over the package; its identical rows split into
+    those that repeat logic and those that repeat declarations only."""
     command = shutil.which("duplicates")
     if command is None:
         return {"error": "the duplicates command is not on PATH"}
@@ -490,13 +534,17 @@ def duplicates(tree: Path, top: int = 8) -> dict[str, Any]:
     pairs, shape = int(totals["pairs"]), int(totals["shape"])
     rows = [line for line in lines[1:] if re.match(r"D\d+ ", line)]
     identical = [row for row in rows if " shape" not in row]
+    logic = [row for row in identical if _repeats_logic(tree / PACKAGE, row)]
     return {
         "pairs": pairs,
         "identical": pairs - shape,
+        "identical_listed": len(identical),
+        "identical_logic": len(logic),
         "shape_only": shape,
         "boilerplate": int(totals["boilerplate"]),
         "files": int(totals["files"]),
         "top_identical": identical[:top],
+        "top_logic": logic[:top],
         "notes": [line for line in lines if line.startswith(("left out:", "incomplete:"))],
     }
 
@@ -648,7 +696,15 @@ def _report_code(f: dict[str, Any]) -> None:
                 f"{d['identical']} identical, {d['shape_only']} shape only "
                 f"({d['boilerplate']} of those boilerplate)"
             )
+            print(
+                f"  identical rows listed {d['identical_listed']}, of which repeat logic "
+                f"{d['identical_logic']} (the rest: signatures, docstrings, declarations on "
+                f"both sides, at least {DECLARATION_SHARE:.0%} of their lines); top identical:"
+            )
             for row in d["top_identical"]:
+                print(f"    {row}")
+            print("  top identical that repeat logic:")
+            for row in d["top_logic"]:
                 print(f"    {row}")
             for note in d["notes"]:
                 print(f"    {note}")
@@ -687,6 +743,7 @@ def headline(f: dict[str, Any]) -> dict[str, Any]:
     if d and "error" not in d:
         row["duplicate pairs"] = d["pairs"]
         row["  identical"] = d["identical"]
+        row["  identical, repeating logic"] = d["identical_logic"]
         row["  shape only (not boilerplate)"] = d["shape_only"] - d["boilerplate"]
     for what, files in f["extensions"].items():
         code = sum(1 for path in files if path.startswith(f"{PACKAGE}/"))
