@@ -2,9 +2,10 @@
 
 What is timed is what a decoder process does with one export (``collector.decoding``), the
 same functions whether the export came over OTLP/HTTP or gRPC: the body as received →
-``ingest.decode_body`` (pre-decode bound, protobuf parse, span extraction) →
-``ingest.prepare`` (mapping, plausibility rules, spool encoding) → the pickle that carries the
-result back to the receiver, and the receiver's unpickling of it. The reference is a bare
+``ingest.prepare_body`` (pre-decode bound, protobuf parse, reading the spans, mapping,
+plausibility rules, spool encoding; in a checkout from before it, ``ingest.decode_body`` then
+``ingest.prepare``) → the pickle that carries the result back to the receiver, and the
+receiver's unpickling of it. The reference is a bare
 ``ExportTraceServiceRequest.FromString`` of the same bodies, measured in the same rounds.
 
 Exports are OTLP protobuf of 512 spans (the OpenTelemetry SDK's ``max_export_batch_size``),
@@ -324,12 +325,14 @@ class Worker:
         import pickle
         from dataclasses import replace
 
-        from infersight.collector import decoding
+        from infersight.collector import decoding, ingest
         from infersight.collector.assembly import Reassembly
         from infersight.collector.ingest import decode_body, prepare
         from infersight.collector.mapping import MappingContext
         from infersight.collector.otlp import PROTOBUF, Limits
         from infersight.core.accept import AcceptWindow
+
+        prepare_body = getattr(ingest, "prepare_body", None)
 
         self.bodies = {mix: make_exports(mix, exports, spans, base_ns) for mix in MIXES}
         self.spans = {
@@ -353,8 +356,13 @@ class Worker:
         )
 
         def pipeline(body: bytes) -> Any:
-            decoded = decode_body(body, "identity", PROTOBUF, limits)
-            prepared = prepare(decoded, context, self.now, accept, reassembly)
+            if prepare_body is not None:  # what a decoder process runs (a one-pass reader)
+                prepared = prepare_body(
+                    body, "identity", PROTOBUF, limits, context, self.now, accept, reassembly
+                )
+            else:  # a checkout from before it (``--against``)
+                decoded = decode_body(body, "identity", PROTOBUF, limits)
+                prepared = prepare(decoded, context, self.now, accept, reassembly)
             wire = pickle.dumps(("ok", prepared, False), pickle.HIGHEST_PROTOCOL)
             return pickle.loads(wire)
 
