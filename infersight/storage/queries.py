@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any, Final
 
 import numpy as np
@@ -19,7 +20,9 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    LargeBinary,
     Result,
+    Select,
     and_,
     case,
     func,
@@ -43,6 +46,7 @@ from infersight.core.query import (
 )
 from infersight.core.sketch import (
     DEFAULT_RELATIVE_ACCURACY,
+    HEADER_SIZE,
     QuantileSketch,
     header_totals,
     merge_all,
@@ -50,7 +54,17 @@ from infersight.core.sketch import (
 )
 from infersight.core.window import Resolution, Segment, Window
 from infersight.storage.sketch_cache import SketchCache, merged_sketches
-from infersight.storage.sql import raw_where, read_segments, rollup_where, sketch_column
+from infersight.storage.sql import (
+    SelectorShape,
+    raw_where,
+    raw_where_shaped,
+    read_segments,
+    rollup_where,
+    rollup_where_shaped,
+    selector_shape,
+    sketch_column,
+    span_values,
+)
 from infersight.storage.tables import request_rollups, requests
 
 DEFAULT_EXACT_MAX_ROWS: Final = 200_000
@@ -218,11 +232,10 @@ def group_sketches_many(
     fields = tuple(columns)
     parts: dict[LabelKey, list[list[QuantileSketch]]] = defaultdict(lambda: [[] for _ in fields])
 
+    shape = (tuple(group_by), fields, selector_shape(selector))
+
     def raw(segment: Segment) -> None:
-        values = [requests.c[f] for f in fields]
-        rows = connection.execute(
-            select(*(requests.c[n] for n in group_by), *values).where(raw_where(segment, selector))
-        ).all()
+        rows = connection.execute(_values_raw(shape), span_values(segment, selector)).all()
         if not rows:
             return
         width = len(group_by)
@@ -253,6 +266,16 @@ def group_sketches_many(
         field: {key: _merged(per[i]) for key, per in parts.items() if per[i]}
         for i, field in enumerate(fields)
     }
+
+
+@lru_cache(maxsize=64)
+def _values_raw(shape: tuple[tuple[str, ...], tuple[str, ...], SelectorShape]) -> Select[Any]:
+    """``group_sketches_many``' raw read of its fields' values (groups, fields, selector),
+    built once per shape."""
+    group_by, fields, selecting = shape
+    return select(*(requests.c[n] for n in group_by), *(requests.c[f] for f in fields)).where(
+        raw_where_shaped(selecting)
+    )
 
 
 def _merged(sketches: Sequence[QuantileSketch]) -> QuantileSketch:
@@ -320,29 +343,13 @@ def _throughput(
     group_by: Sequence[str],
     finest: Resolution,
 ) -> list[Throughput]:
+    shape = (tuple(group_by), selector_shape(selector))
+
     def raw(segment: Segment) -> Result[Any]:
-        keys = [requests.c[n] for n in group_by]
-        query = (
-            select(
-                *keys,
-                func.count(),
-                func.coalesce(func.sum(case((requests.c.status == "error", 1), else_=0)), 0),
-                func.coalesce(func.sum(requests.c.input_tokens), 0),
-                func.coalesce(func.sum(requests.c.output_tokens), 0),
-            )
-            .where(raw_where(segment, selector))
-            .group_by(*keys)
-        )
-        return connection.execute(query)
+        return connection.execute(_throughput_raw(shape), span_values(segment, selector))
 
     def rollup(segment: Segment) -> Result[Any]:
-        keys = [request_rollups.c[n] for n in group_by]
-        query = (
-            select(*keys, *(func.sum(request_rollups.c[name]) for name in _TOTALS))
-            .where(rollup_where(segment, selector))
-            .group_by(*keys)
-        )
-        return connection.execute(query)
+        return connection.execute(_throughput_rollup(shape), span_values(segment, selector))
 
     totals: dict[LabelKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for rows in read_segments(window, finest, raw, rollup):
@@ -362,6 +369,40 @@ def _throughput(
         for key, values in sorted(totals.items())
         if values[0]
     ]
+
+
+#: A grouped read's shape: its group-by labels and its selector's shape.
+GroupShape = tuple[tuple[str, ...], SelectorShape]
+
+
+@lru_cache(maxsize=64)
+def _throughput_raw(shape: GroupShape) -> Select[Any]:
+    """``_throughput``'s raw read, built once per shape (values as parameters)."""
+    group_by, selecting = shape
+    keys = [requests.c[n] for n in group_by]
+    return (
+        select(
+            *keys,
+            func.count(),
+            func.coalesce(func.sum(case((requests.c.status == "error", 1), else_=0)), 0),
+            func.coalesce(func.sum(requests.c.input_tokens), 0),
+            func.coalesce(func.sum(requests.c.output_tokens), 0),
+        )
+        .where(raw_where_shaped(selecting))
+        .group_by(*keys)
+    )
+
+
+@lru_cache(maxsize=64)
+def _throughput_rollup(shape: GroupShape) -> Select[Any]:
+    """``_throughput``'s rollup read, built once per shape (values as parameters)."""
+    group_by, selecting = shape
+    keys = [request_rollups.c[n] for n in group_by]
+    return (
+        select(*keys, *(func.sum(request_rollups.c[name]) for name in _TOTALS))
+        .where(rollup_where_shaped(selecting))
+        .group_by(*keys)
+    )
 
 
 def data_span(
@@ -424,14 +465,11 @@ def _breakdowns(
     groups: Sequence[str],
     finest: Resolution,
 ) -> list[Breakdown]:
+    shape = (tuple(groups), selector_shape(selector))
+
     def raw(segment: Segment) -> list[tuple[LabelKey, list[tuple[int, float]]]]:
-        keys = [requests.c[n] for n in groups]
-        aggregates = []
-        for name in _BREAKDOWN_FIELDS:
-            aggregates += [func.count(requests.c[name]), func.sum(requests.c[name])]
-        query = select(*keys, *aggregates).where(raw_where(segment, selector)).group_by(*keys)
         out = []
-        for row in connection.execute(query):
+        for row in connection.execute(_breakdown_raw(shape), span_values(segment, selector)):
             values = row[len(groups) :]
             pairs = [
                 (int(n or 0), float(t or 0.0))
@@ -441,16 +479,13 @@ def _breakdowns(
         return out
 
     def rollup(segment: Segment) -> list[tuple[LabelKey, list[tuple[int, float]]]]:
-        columns = [sketch_column(n) for n in _BREAKDOWN_FIELDS]
-        query = select(*(request_rollups.c[n] for n in groups), *columns).where(
-            rollup_where(segment, selector)
-        )
+        rows = connection.execute(_breakdown_rollup(shape), span_values(segment, selector))
         return [
             (
                 tuple(row[: len(groups)]),
                 [(0, 0.0) if blob is None else header_totals(blob) for blob in row[len(groups) :]],
             )
-            for row in connection.execute(query)
+            for row in rows
         ]
 
     # per group: field -> [count, sum]
@@ -464,6 +499,30 @@ def _breakdowns(
                 fields_[name][0] += count
                 fields_[name][1] += total
     return [_breakdown(_labels(groups, key), fields_) for key, fields_ in sorted(acc.items())]
+
+
+@lru_cache(maxsize=64)
+def _breakdown_raw(shape: GroupShape) -> Select[Any]:
+    """``_breakdowns``' raw read, built once per shape (values as parameters)."""
+    groups, selecting = shape
+    keys = [requests.c[n] for n in groups]
+    aggregates = []
+    for name in _BREAKDOWN_FIELDS:
+        aggregates += [func.count(requests.c[name]), func.sum(requests.c[name])]
+    return select(*keys, *aggregates).where(raw_where_shaped(selecting)).group_by(*keys)
+
+
+@lru_cache(maxsize=64)
+def _breakdown_rollup(shape: GroupShape) -> Select[Any]:
+    """``_breakdowns``' rollup read: only each sketch's header (its count and sum, what
+    ``header_totals`` reads), not its buckets; built once per shape."""
+    groups, selecting = shape
+    headers = [
+        func.substr(sketch_column(n), 1, HEADER_SIZE, type_=LargeBinary) for n in _BREAKDOWN_FIELDS
+    ]
+    return select(*(request_rollups.c[n] for n in groups), *headers).where(
+        rollup_where_shaped(selecting)
+    )
 
 
 def _breakdown(labels: Mapping[str, str], fields_: Mapping[str, list[float]]) -> Breakdown:

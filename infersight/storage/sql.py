@@ -10,9 +10,9 @@
   (``tables.SKETCH_COLUMNS``).
 * ``read_segments``: a window read the way every query reads one (``core.window.split``): raw
   rows at the partial-minute edges, the coarsest rollups that fit in between.
-* ``selector_shape`` / ``selected_by_shape`` / ``selector_values`` and ``segment_values`` /
-  ``segments_where``: the same conditions with their values as parameters, for statements
-  built once per shape.
+* ``selector_shape`` / ``selected_by_shape`` / ``selector_values``, ``segment_values`` /
+  ``segments_where`` and ``raw_where_shaped`` / ``rollup_where_shaped`` / ``span_values``: the
+  same conditions with their values as parameters, for statements built once per shape.
 """
 
 from __future__ import annotations
@@ -129,6 +129,35 @@ def segment_values(segments: Sequence[Segment]) -> tuple[tuple[str, ...], dict[s
         resolutions.append(segment.resolution.value)
         values[f"lo_{k}"], values[f"hi_{k}"] = segment.start, segment.end
     return tuple(resolutions), values
+
+
+def raw_where_shaped(shape: SelectorShape) -> ColumnElement[bool]:
+    """``raw_where`` with the span (``lo``, ``hi``) and the selector's values as parameters
+    (``span_values``)."""
+    return and_(
+        requests.c.start >= bindparam("lo"),
+        requests.c.start < bindparam("hi"),
+        *selected_by_shape(requests, shape),
+    )
+
+
+def rollup_where_shaped(shape: SelectorShape) -> ColumnElement[bool]:
+    """``rollup_where`` with the segment (``resolution``, ``lo``, ``hi``) and the selector's
+    values as parameters (``span_values``)."""
+    return and_(
+        request_rollups.c.resolution == bindparam("resolution"),
+        request_rollups.c.bucket >= bindparam("lo"),
+        request_rollups.c.bucket < bindparam("hi"),
+        *selected_by_shape(request_rollups, shape),
+    )
+
+
+def span_values(segment: Segment, selector: Selector) -> dict[str, Any]:
+    """The parameters of ``raw_where_shaped`` (a raw segment) or ``rollup_where_shaped``."""
+    out = {"lo": segment.start, "hi": segment.end, **selector_values(selector)}
+    if segment.resolution is not None:
+        out["resolution"] = segment.resolution.value
+    return out
 
 
 #: Record field (``ttft_s``) → the rollup column with its sketch (``ttft_sketch``).

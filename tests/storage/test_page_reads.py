@@ -12,11 +12,15 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from sqlalchemy import func, select
 
-from infersight.core.query import Selector
+from infersight.core.query import STAGES, Selector, breakdown_of
 from infersight.core.records import GROUP_LABELS
-from infersight.core.window import Resolution, Window
-from infersight.storage import timeseries
+from infersight.core.sketch import header_totals
+from infersight.core.window import Resolution, Window, split
+from infersight.storage import queries, timeseries
+from infersight.storage.sql import raw_where, rollup_where, sketch_column
+from infersight.storage.tables import request_rollups, requests
 from infersight.storage.writer import open_writer
 from tests.conftest import BOTH_STORES, empty_store
 from tests.factories import make_records
@@ -152,3 +156,60 @@ def test_label_sets_are_the_series_with_requests(seeded):
             }
         )
         assert timeseries.label_sets(store.engine, window) == expected
+
+
+def _breakdowns_from_whole_sketches(engine, window, selector, groups):
+    """The breakdown as it was read before: every sketch column whole (its header parsed in
+    Python), raw rows at the edges, literal-built statements (the reference)."""
+    fields = ("e2e_s", *(f"{stage}_s" for stage in STAGES))
+    acc: dict[tuple[str, ...], dict[str, list[float]]] = defaultdict(
+        lambda: {name: [0, 0.0] for name in fields}
+    )
+    with engine.connect() as connection:
+        for segment in split(window, Resolution.MINUTE):
+            if segment.raw:
+                keys = [requests.c[n] for n in groups]
+                columns = []
+                for name in fields:
+                    columns += [func.count(requests.c[name]), func.sum(requests.c[name])]
+                query = select(*keys, *columns).where(raw_where(segment, selector))
+                rows = [
+                    (
+                        tuple(row[: len(groups)]),
+                        list(zip(row[len(groups) :: 2], row[len(groups) + 1 :: 2], strict=True)),
+                    )
+                    for row in connection.execute(query.group_by(*keys))
+                ]
+            else:
+                query = select(
+                    *(request_rollups.c[n] for n in groups), *(sketch_column(n) for n in fields)
+                ).where(rollup_where(segment, selector))
+                rows = [
+                    (
+                        tuple(row[: len(groups)]),
+                        [(0, 0.0) if b is None else header_totals(b) for b in row[len(groups) :]],
+                    )
+                    for row in connection.execute(query)
+                ]
+            for key, totals in rows:
+                for name, (count, total) in zip(fields, totals, strict=True):
+                    acc[key][name][0] += int(count or 0)
+                    acc[key][name][1] += float(total or 0.0)
+    out = []
+    for key, per in sorted(acc.items()):
+        stages = {stage: (int(per[f"{stage}_s"][0]), per[f"{stage}_s"][1]) for stage in STAGES}
+        labels = dict(zip(groups, key, strict=True))
+        out.append(breakdown_of(labels, (int(per["e2e_s"][0]), per["e2e_s"][1]), stages))
+    return out
+
+
+@pytest.mark.parametrize("groups", [(), ("model", "instance")])
+def test_breakdown_from_sketch_headers_equals_whole_sketches(seeded, groups):
+    """The rollups' stage totals are read as each sketch's header only (its count and sum),
+    not the whole sketch: the same breakdown, to the last bit."""
+    store, _records = seeded
+    for window in WINDOWS:
+        for selector in (Selector(), Selector(model="llama-70b"), Selector().within(["acme"])):
+            expected = _breakdowns_from_whole_sketches(store.engine, window, selector, groups)
+            assert expected
+            assert queries.breakdown(store.engine, window, selector, groups) == expected
