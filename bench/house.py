@@ -5,10 +5,9 @@ Reads a checkout's ``infersight/`` package with ``ast`` (nothing is imported) an
 * **the import graph**: modules, internal import edges (distinct importer → imported pairs,
   every ``import`` counted: at load time, inside a function, under ``TYPE_CHECKING``), the
   layer rank of each top-level package derived from ``pyproject.toml``'s import-linter
-  contracts (a package's rank is one above the highest-ranked package its ``forbidden``
-  contracts let it import; packages allowed to import each other share a rank; a package
-  without a contract of its own, the CLI, sits on top), the imports
-  running back up (to a package of higher rank) and those a contract forbids sideways, and the
+  contracts (``layer_ranks``: P stands above Q when Q may not import P but P may import Q),
+  the imports running back up (to a package of higher rank), the direct imports a
+  ``forbidden`` contract forbids (``lint-imports``' verdict, without its indirect chains), and the
   cycles: strongly connected components of more than one module, over every import and over
   the imports that run when a module loads;
 * **edge → storage import pairs**: (module of ``infersight.cli``, ``infersight.api.routes``
@@ -214,45 +213,85 @@ def top_package(module: str) -> str:
     return ".".join(parts[:2]) if len(parts) > 1 else parts[0]
 
 
-def layer_ranks(tree: Path, packages: Iterable[str]) -> tuple[dict[str, int], dict[str, set[str]]]:
-    """Each top-level package's rank and the packages a contract forbids it, from pyproject."""
+def _contracts(tree: Path) -> list[dict[str, Any]]:
     config = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))
-    contracts = config["tool"]["importlinter"]["contracts"]
+    contracts: list[dict[str, Any]] = config["tool"]["importlinter"]["contracts"]
+    return contracts
+
+
+def layer_ranks(tree: Path, packages: Iterable[str]) -> dict[str, int]:
+    """Each top-level package's rank, from the ``forbidden`` contracts between top-level
+    packages: P stands above Q when Q may not import P but P may import Q (two packages that
+    may not import each other stand side by side); a package's rank is one above the highest
+    it stands above, 0 for one that stands above none (``httpd``, the data-only packages)."""
     packages = set(packages)
-    forbidden: dict[str, set[str]] = defaultdict(set)
-    constrained: set[str] = set()
-    for contract in contracts:
+    forbids: dict[str, set[str]] = defaultdict(set)
+    for contract in _contracts(tree):
         if contract.get("type") != "forbidden":
             continue
         for source in contract["source_modules"]:
-            if source not in packages:
-                continue  # a contract on a subpackage ranks nothing
-            targets = {m for m in contract["forbidden_modules"] if m in packages}
-            if targets:
-                constrained.add(source)
-                forbidden[source] |= targets
-    allowed = {p: (packages - {p} - forbidden[p]) & constrained for p in constrained}
-    # Packages allowed to import each other share a layer: rank the components.
-    component = {p: frozenset({p}) for p in constrained}
-    for members in strongly_connected(constrained, allowed):
-        for p in members:
-            component[p] = frozenset(members)
+            if source in packages:  # a contract on a subpackage or a pattern ranks nothing
+                forbids[source] |= {m for m in contract["forbidden_modules"] if m in packages}
+    above = {p: {q for q in packages if p in forbids[q] and q not in forbids[p]} for p in packages}
     rank: dict[str, int] = {}
 
-    def rank_of(members: frozenset[str]) -> int:
-        first = min(members)
-        if first not in rank:
-            below = {component[q] for p in members for q in allowed[p]} - {members}
-            level = 1 + max((rank_of(c) for c in below), default=-1)
-            rank.update(dict.fromkeys(members, level))
-        return rank[first]
+    def rank_of(package: str, seen: frozenset[str]) -> int:
+        if package not in rank:
+            below = [q for q in above[package] if q not in seen]
+            seen = seen | {package}
+            rank[package] = 1 + max((rank_of(q, seen) for q in below), default=-1)
+        return rank[package]
 
-    for package in sorted(constrained):
-        rank_of(component[package])
-    top = 1 + max(rank.values(), default=-1)
-    for package in packages - constrained:
-        rank[package] = top  # no contract of its own: allowed everything
-    return rank, forbidden
+    for package in sorted(packages):
+        rank_of(package, frozenset())
+    return rank
+
+
+def _pattern(expression: str) -> re.Pattern[str]:
+    """An import-linter module expression (``*`` one name, ``**`` one or more) as a regex."""
+    parts = []
+    for part in expression.split("."):
+        parts.append(
+            r"[^.]+(?:\.[^.]+)*" if part == "**" else r"[^.]+" if part == "*" else re.escape(part)
+        )
+    return re.compile(r"\.".join(parts))
+
+
+def _covers(expression: re.Pattern[str], module: str) -> bool:
+    """Whether ``module`` or a package it is in matches (a contract covers descendants)."""
+    parts = module.split(".")
+    return any(expression.fullmatch(".".join(parts[:n])) for n in range(1, len(parts) + 1))
+
+
+def forbidden_imports(tree: Path, pairs: Iterable[tuple[str, str]]) -> list[str]:
+    """The direct imports that a ``forbidden`` contract forbids (its ``ignore_imports`` apart):
+    ``lint-imports``'s verdict on direct imports, at load time, in functions and under
+    ``TYPE_CHECKING`` alike."""
+    contracts = []
+    for contract in _contracts(tree):
+        if contract.get("type") != "forbidden":
+            continue
+        ignored = []
+        for line in contract.get("ignore_imports", []):
+            source, _, target = line.partition("->")
+            ignored.append((_pattern(source.strip()), _pattern(target.strip())))
+        contracts.append(
+            (
+                [_pattern(m) for m in contract["source_modules"]],
+                [_pattern(m) for m in contract["forbidden_modules"]],
+                ignored,
+            )
+        )
+    found = set()
+    for source, target in pairs:
+        for sources, forbidden, ignored in contracts:
+            if (
+                any(_covers(p, source) for p in sources)
+                and any(_covers(p, target) for p in forbidden)
+                and not any(s.fullmatch(source) and t.fullmatch(target) for s, t in ignored)
+            ):
+                found.add(f"{source} -> {target}")
+    return sorted(found)
 
 
 # -- the graph ------------------------------------------------------------------------------------
@@ -312,17 +351,12 @@ def _within(module: str, package: str) -> bool:
 
 def graph_figures(found: Package) -> dict[str, Any]:
     packages = {top_package(m) for m in found.modules if m != PACKAGE} | {PACKAGE}
-    rank, forbidden = layer_ranks(found.tree, packages)
+    rank = layer_ranks(found.tree, packages)
     pairs: dict[tuple[str, str], list[Import]] = defaultdict(list)
     for imp in found.imports:
         pairs[(imp.source, imp.target)].append(imp)
     upward = sorted(f"{s} -> {t}" for s, t in pairs if rank[top_package(t)] > rank[top_package(s)])
-    sideways = sorted(
-        f"{s} -> {t}"
-        for s, t in pairs
-        if top_package(t) in forbidden[top_package(s)]
-        and rank[top_package(t)] <= rank[top_package(s)]
-    )
+    forbidden = forbidden_imports(found.tree, pairs)
     every: dict[str, set[str]] = defaultdict(set)
     at_load: dict[str, set[str]] = defaultdict(set)
     for (s, t), imps in pairs.items():
@@ -337,7 +371,7 @@ def graph_figures(found: Package) -> dict[str, Any]:
         "import_edges_at_load": sum(len(v) for v in at_load.values()),
         "ranks": dict(sorted(rank.items(), key=lambda kv: (kv[1], kv[0]))),
         "imports_back_up": upward,
-        "imports_forbidden_sideways": sideways,
+        "imports_forbidden": forbidden,
         "cycles": cycles,
         "cycles_at_load": load_cycles,
     }
@@ -639,9 +673,8 @@ def _report_graph(g: dict[str, Any], e: dict[str, Any]) -> None:
     print(f"  imports running back up a layer: {len(g['imports_back_up'])}")
     for line in g["imports_back_up"]:
         print(f"    {line}")
-    sideways = g["imports_forbidden_sideways"]
-    print(f"  imports a contract forbids (same or lower layer): {len(sideways)}")
-    for line in g["imports_forbidden_sideways"]:
+    print(f"  imports a contract forbids: {len(g['imports_forbidden'])}")
+    for line in g["imports_forbidden"]:
         print(f"    {line}")
     for label, key in (("every import", "cycles"), ("imports at load time", "cycles_at_load")):
         cycles = g[key]
@@ -721,7 +754,7 @@ def headline(f: dict[str, Any]) -> dict[str, Any]:
         "modules": g["modules"],
         "internal import edges": g["import_edges"],
         "imports running back up a layer": len(g["imports_back_up"]),
-        "imports a contract forbids": len(g["imports_forbidden_sideways"]),
+        "imports a contract forbids": len(g["imports_forbidden"]),
         "cycles (every import)": len(g["cycles"]),
         "modules in cycles (every import)": sum(len(c) for c in g["cycles"]),
         "cycles (at load time)": len(g["cycles_at_load"]),
