@@ -16,12 +16,7 @@ from pathlib import Path
 import click
 
 from infersight.cli.group import current_settings, open_store
-from infersight.core.errors import InvalidInput
-from infersight.service.budgets import (
-    SpendReader,
-    budget_status,
-    to_document,
-)
+from infersight.service.budgets import budget_views, to_document
 from infersight.service.cost_spec import active_model
 
 
@@ -55,14 +50,14 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     now = datetime.now(UTC)
     rows = []
     try:
-        reader = SpendReader(store, active_model(store, settings.cost_model))
-        for b in store.budgets.all():
-            try:
-                status = budget_status(store, b, reader.model, now, reader).to_dict()
-            except InvalidInput as exc:
-                rows.append({**to_document(b), "version": b.version, "problem": str(exc)})
-                continue
-            rows.append({**to_document(b), "version": b.version, "status": status})
+        for view in budget_views(store, active_model(store, settings.cost_model), now):
+            b = view.budget
+            if view.status is None:
+                rows.append({**to_document(b), "version": b.version, "problem": view.problem})
+            else:
+                rows.append(
+                    {**to_document(b), "version": b.version, "status": view.status.to_dict()}
+                )
     finally:
         store.dispose()
     if as_json:
