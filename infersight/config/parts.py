@@ -69,6 +69,12 @@ class StorePart(Part):
         description="PostgreSQL URL of a hot standby of the store that the API's read-only "
         "answers are read from (empty: the store serves them).",
     )
+    telemetry_url: str = Field(
+        "",
+        description="ClickHouse URL the request telemetry is also written to and its quantile "
+        "and throughput reads answered from (clickhouse://user:password@host:8123/database, "
+        "chdb://PATH in process); empty: the store holds all of it (docs/past-one-primary.md).",
+    )
     raw_retention_days: int = Field(14, ge=1, description="Days of raw requests and samples kept.")
     minute_rollup_retention_days: int = Field(14, ge=1, description="Days of minute rollups kept.")
     hour_rollup_retention_days: int = Field(180, ge=1, description="Days of hour rollups kept.")

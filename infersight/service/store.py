@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from infersight.config.parts import StorePart
     from infersight.storage.seam import Store
     from infersight.storage.sql_store import SqlStore
+    from infersight.storage_clickhouse.hybrid import HybridStore
 
 #: ``Store``: the store's type, for the edges' annotations (they name it here, never in
 #: ``storage``); imported on first use (``__getattr__``), so importing this module stays light.
@@ -38,15 +39,28 @@ def _url_and_timeouts(settings: StorePart | str) -> tuple[str, dict[str, float]]
     return settings.database_url, settings.store_timeouts()
 
 
-def open_store(settings: StorePart | str, **engine: Any) -> SqlStore:
+def open_store(settings: StorePart | str, **engine: Any) -> SqlStore | HybridStore:
     """The store the settings (or a URL) name; ``engine``: the SQL engine's options (a pool's
-    size, ``poolclass``). It connects on first use; a SQLite file is created only where
-    creating is allowed (``storage.creation``)."""
+    size, ``poolclass``). With a telemetry URL (``INFERSIGHT_TELEMETRY_URL``), the store with
+    ClickHouse's telemetry beside it (``storage_clickhouse.hybrid``). It connects on first
+    use; a SQLite file is created only where creating is allowed (``storage.creation``)."""
     from infersight.storage.engine import StoreTimeouts  # noqa: PLC0415 (SQLAlchemy: when used)
     from infersight.storage.sql_store import open_store as open_sql  # noqa: PLC0415
 
     url, timeouts = _url_and_timeouts(settings)
-    return open_sql(url, timeouts=StoreTimeouts(**timeouts), **engine)
+    store = open_sql(url, timeouts=StoreTimeouts(**timeouts), **engine)
+    if isinstance(settings, str) or not settings.telemetry_url:
+        return store
+    # Telemetry in ClickHouse beside the store (issue #36): its package is imported only here.
+    from infersight.storage_clickhouse import hybrid, schema  # noqa: PLC0415
+
+    layout = schema.Layout(
+        raw_days=settings.raw_retention_days,
+        minute_days=settings.minute_rollup_retention_days,
+        hour_days=settings.hour_rollup_retention_days,
+        day_days=settings.day_rollup_retention_days,
+    )
+    return hybrid.open_hybrid(store, settings.telemetry_url, layout)
 
 
 def open_read_store(settings: StorePart, **engine: Any) -> SqlStore | None:

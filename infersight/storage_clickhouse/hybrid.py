@@ -1,0 +1,493 @@
+"""The hybrid store: telemetry in ClickHouse beside the SQL store's state (issue #36, first
+slice).
+
+In this slice every request record is written to both stores under one acknowledgement
+(``HybridSink``: ClickHouse first, then SQL; each idempotent, so a batch replayed after either
+failed is stored once in each), and these reads come from ClickHouse:
+``requests.latency`` (exact and sketch), ``requests.latencies``, ``requests.throughput`` and
+``requests.data_span`` — except where they pin or group by ``team`` or ``workload``, which the
+SQL store fills in later from the traces' attribution and ClickHouse does not yet. Every other
+concern and read is the SQL store's, which still holds all the telemetry. The next steps move
+the remaining reads and then stop writing requests to SQL (docs/past-one-primary.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from infersight.core.accept import AcceptWindow
+from infersight.core.baseline import Baseline
+from infersight.core.cost import CostModel
+from infersight.core.loadtest import MeasuredCapacity
+from infersight.core.model_names import ModelAliases
+from infersight.core.quantiles import DEFAULT_QUANTILES
+from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
+from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
+from infersight.core.retention import RetentionPolicy
+from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.signals import WindowSignals
+from infersight.core.sketch import QuantileSketch
+from infersight.core.window import Resolution, Window
+from infersight.core.write import Sink, WriteResult
+from infersight.storage.seam import (
+    BaselineStore,
+    BillStore,
+    BudgetStore,
+    ClientStore,
+    CostModelStore,
+    CostStore,
+    Counts,
+    DemandStore,
+    EventStore,
+    HistoryStore,
+    IncidentStore,
+    IngestStore,
+    LabelKey,
+    MaintenanceReport,
+    MaintenanceStore,
+    OutboxStore,
+    PoolLine,
+    ProfileStore,
+    ReportStore,
+    RequestPeak,
+    RequestStore,
+    RunStore,
+    SampleStore,
+    ScalingStore,
+    SessionStore,
+    SilenceStore,
+    SloStore,
+    Store,
+    StoreContents,
+)
+from infersight.storage_clickhouse import schema
+from infersight.storage_clickhouse.reads import DEFAULT_EXACT_MAX_ROWS, Reads
+from infersight.storage_clickhouse.transport import Transport, connect
+from infersight.storage_clickhouse.writer import ClickHouseWriter
+
+
+class Telemetry:
+    """One ClickHouse database: its transport, table layout and reads."""
+
+    def __init__(self, transport: Transport, layout: schema.Layout) -> None:
+        self.transport = transport
+        self.layout = layout
+        self.reads = Reads(transport, layout)
+
+    def migrate(self) -> list[int]:
+        return schema.migrate(self.transport, self.layout)
+
+    def ping(self) -> None:
+        self.transport.rows("SELECT 1")
+
+
+def _attributed(selector: Selector, group_by: Sequence[str]) -> bool:
+    """Whether a read names a label only the SQL store fills in (``team``, ``workload``)."""
+    pinned = {name for name, _ in selector.items()}
+    return bool(set(ATTRIBUTED_LABELS) & (pinned | set(group_by)))
+
+
+class HybridSink:
+    """Request records into ClickHouse and the SQL store, acknowledged once both stored them;
+    samples, client records, attributions and late sequences into the SQL store (its other
+    methods are reached through ``__getattr__``)."""
+
+    def __init__(self, sql: Sink, clickhouse: ClickHouseWriter, telemetry: Telemetry) -> None:
+        self._sql = sql
+        self._clickhouse = clickhouse
+        self._telemetry = telemetry
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+    def ping(self) -> None:
+        ping = getattr(self._sql, "ping", None)
+        if ping is not None:
+            ping()
+        self._telemetry.ping()
+
+    def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
+        self._clickhouse.write_requests(records)
+        return self._sql.write_requests(records)
+
+    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
+        return self._sql.write_gpu_samples(samples)
+
+    def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
+        return self._sql.write_server_samples(samples)
+
+
+class HybridIngest:
+    def __init__(self, sql: IngestStore, telemetry: Telemetry) -> None:
+        self._sql = sql
+        self._telemetry = telemetry
+
+    def open_writer(
+        self, accept: AcceptWindow | None = None, clock: Callable[[], datetime] | None = None
+    ) -> Sink:
+        writer = ClickHouseWriter(self._telemetry.transport, self._telemetry.layout, accept, clock)
+        return HybridSink(self._sql.open_writer(accept, clock), writer, self._telemetry)
+
+
+class HybridRequests:
+    """``RequestStore``: the quantile, throughput and span reads from ClickHouse, the rest
+    from the SQL store."""
+
+    def __init__(self, sql: RequestStore, telemetry: Telemetry) -> None:
+        self._sql = sql
+        self._reads = telemetry.reads
+
+    def latency(
+        self,
+        metric: str,
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        method: Method = Method.AUTO,
+        *,
+        finest: Resolution = Resolution.MINUTE,
+        exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
+    ) -> LatencyResult:
+        source = self._sql if _attributed(selector, group_by) else self._reads
+        return source.latency(
+            metric,
+            window,
+            selector,
+            group_by,
+            quantiles,
+            method,
+            finest=finest,
+            exact_max_rows=exact_max_rows,
+        )
+
+    def latencies(
+        self,
+        metrics: Sequence[str],
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> dict[str, LatencyResult]:
+        source = self._sql if _attributed(selector, group_by) else self._reads
+        return source.latencies(metrics, window, selector, group_by, quantiles, finest=finest)
+
+    def throughput(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> list[Throughput]:
+        source = self._sql if _attributed(selector, group_by) else self._reads
+        return source.throughput(window, selector, group_by, finest=finest)
+
+    def data_span(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> Window | None:
+        source = self._sql if _attributed(selector, ()) else self._reads
+        return source.data_span(window, selector, finest=finest)
+
+    # -- the SQL store's, in this slice ------------------------------------------------------
+
+    def breakdown(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> list[Breakdown]:
+        return self._sql.breakdown(window, selector, group_by, finest=finest)
+
+    def series(
+        self,
+        window: Window,
+        step: Resolution,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        coarsest: Resolution | None = None,
+        bucket_s: int | None = None,
+    ) -> dict[LabelKey, dict[datetime, Counts]]:
+        return self._sql.series(window, step, selector, group_by, coarsest, bucket_s)
+
+    def bucket_sketches(
+        self,
+        metrics: Sequence[str],
+        window: Window,
+        step: Resolution,
+        bucket_s: int,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        coarsest: Resolution | None = None,
+    ) -> dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]]:
+        return self._sql.bucket_sketches(
+            metrics, window, step, bucket_s, selector, group_by, coarsest
+        )
+
+    def peaks(
+        self, window: Window, step: Resolution, selector: Selector = Selector()
+    ) -> dict[str, RequestPeak]:
+        return self._sql.peaks(window, step, selector)
+
+    def label_sets(self, window: Window, step: Resolution = Resolution.HOUR) -> list[LabelKey]:
+        return self._sql.label_sets(window, step)
+
+    def first_seen(self, since: datetime, now: datetime) -> dict[LabelKey, datetime]:
+        return self._sql.first_seen(since, now)
+
+    def pool_summaries(
+        self, window: Window, finest: Resolution = Resolution.MINUTE
+    ) -> list[PoolLine]:
+        return self._sql.pool_summaries(window, finest)
+
+    def production_capacity(
+        self,
+        window: Window,
+        selector: Selector,
+        *,
+        ttft_p99_max_s: float | None = None,
+        tpot_p99_max_s: float | None = None,
+        instances: Collection[str] | None = None,
+    ) -> MeasuredCapacity:
+        return self._sql.production_capacity(
+            window,
+            selector,
+            ttft_p99_max_s=ttft_p99_max_s,
+            tpot_p99_max_s=tpot_p99_max_s,
+            instances=instances,
+        )
+
+    def production_shapes(
+        self, window: Window, selector: Selector, limit: int = 10000
+    ) -> list[tuple[int, int]]:
+        return self._sql.production_shapes(window, selector, limit)
+
+    def window_signals(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        aliases: ModelAliases | None = None,
+    ) -> WindowSignals:
+        return self._sql.window_signals(window, selector, aliases)
+
+    def error_types(
+        self, window: Window, selector: Selector = Selector()
+    ) -> dict[str, dict[str, int]]:
+        return self._sql.error_types(window, selector)
+
+    def capture_baseline(
+        self,
+        name: str,
+        window: Window,
+        selector: Selector,
+        created_at: datetime,
+        *,
+        description: str = "",
+        finest: Resolution = Resolution.MINUTE,
+        exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
+        cost_model: CostModel | None = None,
+    ) -> Baseline:
+        return self._sql.capture_baseline(
+            name,
+            window,
+            selector,
+            created_at,
+            description=description,
+            finest=finest,
+            exact_max_rows=exact_max_rows,
+            cost_model=cost_model,
+        )
+
+
+class HybridMaintenance:
+    """The SQL store's maintenance, with ClickHouse's migrations and health beside it.
+    ClickHouse's retention is its tables' ``TTL`` (set by the migrations from the settings)."""
+
+    def __init__(self, sql: MaintenanceStore, telemetry: Telemetry) -> None:
+        self._sql = sql
+        self._telemetry = telemetry
+
+    def upgrade(self, revision: str = "head") -> None:
+        self._sql.upgrade(revision)
+        if revision == "head":
+            self._telemetry.migrate()
+
+    def downgrade(self, revision: str = "base") -> None:
+        self._sql.downgrade(revision)
+
+    def current(self) -> str | None:
+        return self._sql.current()
+
+    def maintain(self, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
+        return self._sql.maintain(now, policy)
+
+    def contents(self) -> StoreContents:
+        return self._sql.contents()
+
+    def stored_requests(self) -> int:
+        return self._sql.stored_requests()
+
+    def probe(self) -> None:
+        self._sql.probe()
+        layout = self._telemetry.layout
+        for table in ("requests", "request_rollups_1m"):
+            self._telemetry.transport.rows(f"SELECT 1 FROM {layout.table(table)} LIMIT 0")
+
+
+class HybridStore:
+    """A ``seam.Store``: the SQL store ``sql`` with ClickHouse's telemetry beside it."""
+
+    def __init__(self, sql: Store, telemetry: Telemetry) -> None:
+        self._sql = sql
+        self.telemetry = telemetry
+
+    def __repr__(self) -> str:
+        return f"HybridStore({self.describe()})"
+
+    # -- telemetry ---------------------------------------------------------------------------
+
+    @property
+    def ingest(self) -> IngestStore:
+        return HybridIngest(self._sql.ingest, self.telemetry)
+
+    @property
+    def requests(self) -> RequestStore:
+        return HybridRequests(self._sql.requests, self.telemetry)
+
+    @property
+    def demand(self) -> DemandStore:
+        return self._sql.demand
+
+    @property
+    def events(self) -> EventStore:
+        return self._sql.events
+
+    @property
+    def samples(self) -> SampleStore:
+        return self._sql.samples
+
+    @property
+    def clients(self) -> ClientStore:
+        return self._sql.clients
+
+    @property
+    def cost(self) -> CostStore:
+        return self._sql.cost
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def slos(self) -> SloStore:
+        return self._sql.slos
+
+    @property
+    def incidents(self) -> IncidentStore:
+        return self._sql.incidents
+
+    @property
+    def history(self) -> HistoryStore:
+        return self._sql.history
+
+    @property
+    def silences(self) -> SilenceStore:
+        return self._sql.silences
+
+    @property
+    def outbox(self) -> OutboxStore:
+        return self._sql.outbox
+
+    @property
+    def cost_models(self) -> CostModelStore:
+        return self._sql.cost_models
+
+    @property
+    def budgets(self) -> BudgetStore:
+        return self._sql.budgets
+
+    @property
+    def scaling(self) -> ScalingStore:
+        return self._sql.scaling
+
+    @property
+    def baselines(self) -> BaselineStore:
+        return self._sql.baselines
+
+    @property
+    def runs(self) -> RunStore:
+        return self._sql.runs
+
+    @property
+    def reports(self) -> ReportStore:
+        return self._sql.reports
+
+    @property
+    def profiles(self) -> ProfileStore:
+        return self._sql.profiles
+
+    @property
+    def bills(self) -> BillStore:
+        return self._sql.bills
+
+    @property
+    def sessions(self) -> SessionStore:
+        return self._sql.sessions
+
+    @property
+    def maintenance(self) -> MaintenanceStore:
+        return HybridMaintenance(self._sql.maintenance, self.telemetry)
+
+    # -- the store ---------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._sql.engine
+
+    @property
+    def dialect(self) -> str:
+        return self._sql.dialect
+
+    def describe(self) -> str:
+        return f"{self._sql.describe()} + telemetry {self.telemetry.transport.describe()}"
+
+    @contextmanager
+    def transaction(self, *, dry_run: bool = False) -> Iterator[Store]:
+        with self._sql.transaction(dry_run=dry_run) as bound:
+            yield HybridStore(bound, self.telemetry)
+
+    @contextmanager
+    def reading(self) -> Iterator[Store]:
+        with self._sql.reading() as bound:
+            yield HybridStore(bound, self.telemetry)
+
+    def long_running(self) -> Store:
+        return HybridStore(self._sql.long_running(), self.telemetry)
+
+    def dispose(self) -> None:
+        self._sql.dispose()
+        self.telemetry.transport.close()
+
+
+def open_hybrid(sql: Store, url: str, layout: schema.Layout) -> HybridStore:
+    """The SQL store ``sql`` with the telemetry database at ``url`` beside it (``layout``'s
+    database: the URL's)."""
+    transport = connect(url)
+    return HybridStore(sql, Telemetry(transport, replace(layout, database=transport.database)))
+
+
+def _conforms(store: HybridStore) -> Store:
+    """For mypy: a ``HybridStore`` is a ``seam.Store``."""
+    return store

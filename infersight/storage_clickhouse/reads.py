@@ -1,0 +1,315 @@
+"""Reads from ClickHouse that answer in ``core`` types, as ``storage.queries`` does on SQL.
+
+A window is covered the same way (``core.window.split``): raw rows at its partial-minute
+edges, the coarsest rollups that fit between. Exact quantiles are ClickHouse's
+``quantilesExactInclusive`` (linear interpolation between ranks ⌊h⌋ and ⌈h⌉, h = q·(n−1): the
+definition of PostgreSQL's ``percentile_cont`` and numpy's default). Sketch quantiles come from
+infersight's own sketch, rebuilt from the rollup columns ClickHouse aggregated
+(``QuantileSketch.from_buckets``) and from the edges' raw values: the same buckets, counts,
+minimum and maximum as PostgreSQL's rollups, hence the same answers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import numpy as np
+
+from infersight.core.quantiles import DEFAULT_QUANTILES, check_quantiles
+from infersight.core.query import (
+    LATENCY_METRICS,
+    GroupQuantiles,
+    LatencyResult,
+    Method,
+    Selector,
+    Throughput,
+    check_group_by,
+    check_metric,
+)
+from infersight.core.sketch import (
+    DEFAULT_RELATIVE_ACCURACY,
+    QuantileSketch,
+    merge_all,
+    sketches_by_group,
+)
+from infersight.core.window import Resolution, Segment, Window, split
+from infersight.storage_clickhouse.schema import Layout
+from infersight.storage_clickhouse.transport import Transport, quote
+
+LabelKey = tuple[str, ...]
+DEFAULT_EXACT_MAX_ROWS: Final = 200_000
+
+
+def _time(ts: datetime) -> str:
+    return quote(f"{ts.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}")
+
+
+def _bucket(ts: datetime) -> str:
+    return quote(f"{ts.astimezone(UTC):%Y-%m-%d %H:%M:%S}")
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def _selected(selector: Selector) -> list[str]:
+    out = [f"{name} = {quote(value)}" for name, value in selector.items()]
+    if selector.tenants is not None:
+        tenants = sorted(selector.tenants)
+        out.append(f"tenant IN ({', '.join(quote(t) for t in tenants)})" if tenants else "0")
+    return out
+
+
+def _raw_where(span: Segment | Window, selector: Selector) -> str:
+    return " AND ".join(
+        [f"start >= {_time(span.start)}", f"start < {_time(span.end)}", *_selected(selector)]
+    )
+
+
+def _rollup_where(segment: Segment, selector: Selector) -> str:
+    return " AND ".join(
+        [
+            f"bucket >= {_bucket(segment.start)}",
+            f"bucket < {_bucket(segment.end)}",
+            *_selected(selector),
+        ]
+    )
+
+
+def _rollup_table(layout: Layout, resolution: Resolution) -> str:
+    return layout.table(f"request_rollups_{resolution.value}")
+
+
+def _group(group_by: Sequence[str]) -> tuple[str, str]:
+    """The select list's leading label columns and the ``GROUP BY`` clause."""
+    if not group_by:
+        return "", ""
+    names = ", ".join(group_by)
+    return names + ", ", f" GROUP BY {names}"
+
+
+class Reads:
+    """The read queries over one ClickHouse database."""
+
+    def __init__(self, transport: Transport, layout: Layout) -> None:
+        self.transport = transport
+        self.layout = layout
+
+    # -- throughput -------------------------------------------------------------------------
+
+    def _totals(
+        self, window: Window, selector: Selector, group_by: Sequence[str], finest: Resolution
+    ) -> dict[LabelKey, list[int]]:
+        head, tail = _group(group_by)
+        totals: dict[LabelKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        for segment in split(window, finest):
+            if segment.raw:
+                sql = (
+                    f"SELECT {head}count(), countIf(status = 'error'),"
+                    " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0))"
+                    f" FROM {self.layout.table('requests')} FINAL"
+                    f" WHERE {_raw_where(segment, selector)}{tail}"
+                )
+            else:
+                assert segment.resolution is not None
+                sql = (
+                    f"SELECT {head}sum(requests), sum(errors), sum(input_tokens),"
+                    f" sum(output_tokens) FROM {_rollup_table(self.layout, segment.resolution)}"
+                    f" WHERE {_rollup_where(segment, selector)}{tail}"
+                )
+            width = len(group_by)
+            for row in self.transport.rows(sql):
+                bucket = totals[tuple(row[:width])]
+                for i, amount in enumerate(row[width:]):
+                    bucket[i] += int(amount or 0)
+        return totals
+
+    def throughput(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> list[Throughput]:
+        groups = check_group_by(group_by)
+        totals = self._totals(window, selector, groups, finest)
+        return [
+            Throughput(
+                dict(zip(groups, key, strict=True)),
+                requests=values[0],
+                errors=values[1],
+                input_tokens=values[2],
+                output_tokens=values[3],
+                seconds=window.seconds,
+            )
+            for key, values in sorted(totals.items())
+            if values[0]
+        ]
+
+    def data_span(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> Window | None:
+        """As ``storage.queries.data_span``: from the first ``finest`` rollup bucket with
+        requests to the end of the last, within the window."""
+        segment = Segment(finest.floor(window.start), window.end, finest)
+        rows = self.transport.rows(
+            f"SELECT count(), min(bucket), max(bucket) FROM {_rollup_table(self.layout, finest)}"
+            f" WHERE {_rollup_where(segment, selector)} AND requests > 0"
+        )
+        if not rows or not rows[0][0]:
+            return None
+        first, last = _parse(rows[0][1]), _parse(rows[0][2])
+        end = min(last + timedelta(seconds=finest.seconds), window.end)
+        return Window(max(first, window.start), end)
+
+    # -- latency ----------------------------------------------------------------------------
+
+    def latency(
+        self,
+        metric: str,
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        method: Method = Method.AUTO,
+        *,
+        finest: Resolution = Resolution.MINUTE,
+        exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
+    ) -> LatencyResult:
+        column = LATENCY_METRICS[check_metric(metric)]
+        groups = check_group_by(group_by)
+        qs = check_quantiles(quantiles)
+        if method is Method.AUTO:
+            total = sum(v[0] for v in self._totals(window, selector, (), finest).values())
+            method = Method.EXACT if total <= exact_max_rows else Method.SKETCH
+        if method is Method.EXACT:
+            answers = self._exact(column, window, selector, groups, qs)
+            error = 0.0
+        else:
+            sketches = self.group_sketches(column, window, selector, groups, finest)
+            answers = [
+                GroupQuantiles(dict(zip(groups, key, strict=True)), s.count, s.quantiles(qs))
+                for key, s in sketches.items()
+                if s.count
+            ]
+            error = DEFAULT_RELATIVE_ACCURACY
+        ordered = tuple(sorted(answers, key=lambda g: tuple(g.labels.values())))
+        return LatencyResult(metric, window, method, error, ordered)
+
+    def latencies(
+        self,
+        metrics: Sequence[str],
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> dict[str, LatencyResult]:
+        names = [check_metric(m) for m in metrics]
+        return {
+            name: self.latency(
+                name, window, selector, group_by, quantiles, Method.SKETCH, finest=finest
+            )
+            for name in names
+        }
+
+    def _exact(
+        self,
+        column: str,
+        window: Window,
+        selector: Selector,
+        group_by: Sequence[str],
+        qs: Sequence[float],
+    ) -> list[GroupQuantiles]:
+        head, tail = _group(group_by)
+        levels = ", ".join(repr(float(q)) for q in qs)
+        rows = self.transport.rows(
+            f"SELECT {head}count(), quantilesExactInclusive({levels})({column})"
+            f" FROM {self.layout.table('requests')} FINAL"
+            f" WHERE {_raw_where(window, selector)} AND {column} IS NOT NULL{tail}"
+        )
+        width = len(group_by)
+        out = []
+        for row in rows:
+            count, values = int(row[width]), row[width + 1]
+            if count:
+                out.append(
+                    GroupQuantiles(
+                        dict(zip(group_by, row[:width], strict=True)),
+                        count,
+                        dict(zip(qs, map(float, values), strict=True)),
+                    )
+                )
+        return out
+
+    def group_sketches(
+        self,
+        column: str,
+        window: Window,
+        selector: Selector,
+        group_by: Sequence[str],
+        finest: Resolution = Resolution.MINUTE,
+    ) -> dict[LabelKey, QuantileSketch]:
+        """One merged sketch of ``column`` (``ttft_s``, …) per group over ``window``."""
+        metric = column.removesuffix("_s")
+        head, tail = _group(group_by)
+        width = len(group_by)
+        parts: dict[LabelKey, list[QuantileSketch]] = defaultdict(list)
+        for segment in split(window, finest):
+            if segment.raw:
+                rows = self.transport.rows(
+                    f"SELECT {head}{column} FROM {self.layout.table('requests')} FINAL"
+                    f" WHERE {_raw_where(segment, selector)} AND {column} IS NOT NULL"
+                )
+                if not rows:
+                    continue
+                index: dict[LabelKey, int] = {}
+                ids = np.fromiter(
+                    (index.setdefault(tuple(r[:width]), len(index)) for r in rows), np.int64
+                )
+                values = np.fromiter((float(r[width]) for r in rows), np.float64)
+                for key, sketch in zip(
+                    index, sketches_by_group(ids, values, len(index)), strict=True
+                ):
+                    if sketch is not None:
+                        parts[key].append(sketch)
+                continue
+            assert segment.resolution is not None
+            rows = self.transport.rows(
+                f"SELECT {head}sumMap({metric}_buckets), sum({metric}_zero), sum({metric}_sum),"
+                f" min({metric}_min), max({metric}_max)"
+                f" FROM {_rollup_table(self.layout, segment.resolution)}"
+                f" WHERE {_rollup_where(segment, selector)}{tail}"
+            )
+            for row in rows:
+                sketch = _sketch(row[width:])
+                if sketch is not None:
+                    parts[tuple(row[:width])].append(sketch)
+        return {key: merge_all(sketches) for key, sketches in parts.items()}
+
+
+def _sketch(values: Sequence[Any]) -> QuantileSketch | None:
+    buckets: Mapping[str, int]
+    buckets, zero, total, minimum, maximum = values
+    if not buckets and not zero:
+        return None
+    pairs = sorted((int(k), int(c)) for k, c in buckets.items())
+    keys = np.array([k for k, _ in pairs], dtype=np.int64)
+    counts = np.array([c for _, c in pairs], dtype=np.int64)
+    return QuantileSketch.from_buckets(
+        keys,
+        counts,
+        zero_count=int(zero),
+        total=float(total),
+        minimum=float(minimum),
+        maximum=float(maximum),
+    )

@@ -1,0 +1,266 @@
+"""The ClickHouse schema, as versioned migrations, for one server or a sharded cluster.
+
+Tables (``Layout.single``; a cluster's are described below):
+
+* ``requests``: one row per user request, ``ReplacingMergeTree`` ordered by
+  ``(model, instance, start, trace_id, span_id)`` — the queries' own order (a model, an
+  instance, a time range), ending in today's request key so that a row written twice is one
+  row after merges — partitioned by day, with a ``TTL`` that is the raw retention. The writer
+  stores each key once (``writer``); reads of raw rows use ``FINAL`` so that they are right
+  even before a merge, should two writers race on one key.
+* ``request_rollups_1m`` / ``_1h`` / ``_1d``: per series (the group labels) and bucket, the
+  counts and, per latency metric, infersight's own sketch as columns ClickHouse merges itself
+  (``SimpleAggregateFunction``: the buckets as ``sumMap`` of a ``Map(Int64, UInt64)``, the zero
+  count and sum as ``sum``, ``min`` and ``max``), in ``AggregatingMergeTree``. Reads aggregate
+  with the same functions, so they are right before merges too, and rebuild the sketch with
+  ``QuantileSketch.from_buckets``: the very sketch PostgreSQL's rollups hold.
+  The minute rows are written by the writer (bucket keys computed by ``core.sketch``, so the
+  keys equal PostgreSQL's to the bit); the hour and day rows by materialized views from the
+  minute table — the database aggregates the aggregates.
+* ``schema_migrations``: the versions applied.
+
+A cluster (``Layout.cluster``) has each table as ``<name>_local`` on every node, made
+``ON CLUSTER`` with ``Replicated*MergeTree`` engines (ZooKeeper/Keeper paths with the
+``{shard}`` and ``{replica}`` macros), and ``<name>`` as a ``Distributed`` table over them
+sharded by ``cityHash64(model, instance)``: a series (a model on an instance) lives on one
+shard, so its rollups merge there and a per-instance query reads one shard. The materialized
+views run on each shard's local tables. Generated and checked as text: no cluster ran here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from infersight.core.errors import InvalidInput
+from infersight.core.records import DURATION_FIELDS, GROUP_LABELS
+from infersight.storage_clickhouse.transport import Transport, quote
+
+#: The latency metrics a rollup row keeps a sketch of (``ttft`` for ``ttft_s``, …).
+METRICS: Final = tuple(name.removesuffix("_s") for name in DURATION_FIELDS)
+#: Rollup resolutions and the function that floors a minute bucket to each.
+RESOLUTIONS: Final = {"1m": "", "1h": "toStartOfHour", "1d": "toStartOfDay"}
+#: The sharding key of every table: a series stays on one shard.
+SHARDING_KEY: Final = "cityHash64(model, instance)"
+#: Blocks whose insert tokens a single server remembers (replays within them are no-ops).
+DEDUP_WINDOW: Final = 100_000
+
+_LABEL = "LowCardinality(String)"
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where the tables go and how long they keep rows."""
+
+    database: str = "infersight"
+    #: The cluster's name in the servers' ``remote_servers`` (``None``: one server).
+    cluster: str | None = None
+    raw_days: int = 14
+    minute_days: int = 14
+    hour_days: int = 180
+    day_days: int = 1095
+
+    def __post_init__(self) -> None:
+        for name in (self.database, self.cluster or "x"):
+            if not name.replace("_", "").isalnum():
+                raise InvalidInput(f"not a ClickHouse identifier: {name!r}")
+
+    @property
+    def on_cluster(self) -> str:
+        return f" ON CLUSTER {quote(self.cluster)}" if self.cluster else ""
+
+    def local(self, table: str) -> str:
+        """The name of the table that holds the rows (``_local`` on a cluster)."""
+        return f"{self.database}.{table}_local" if self.cluster else f"{self.database}.{table}"
+
+    def table(self, table: str) -> str:
+        """The name reads and writes use (the ``Distributed`` one on a cluster)."""
+        return f"{self.database}.{table}"
+
+    def engine(self, family: str, table: str) -> str:
+        if not self.cluster:
+            return f"{family}()"
+        path = quote(f"/clickhouse/tables/{{shard}}/{self.database}/{table}_local")
+        return f"Replicated{family}({path}, '{{replica}}')"
+
+    def settings(self) -> str:
+        """Expired days go as whole parts (no rewrite); a single server remembers its insert
+        tokens (replicated tables do by default: ``replicated_deduplication_window``)."""
+        out = " SETTINGS ttl_only_drop_parts = 1"
+        if not self.cluster:
+            out += f", non_replicated_deduplication_window = {DEDUP_WINDOW}"
+        return out
+
+    def distributed(self, table: str) -> list[str]:
+        """The ``Distributed`` table over ``table``'s local ones (nothing on one server)."""
+        if not self.cluster:
+            return []
+        return [
+            f"CREATE TABLE IF NOT EXISTS {self.table(table)}{self.on_cluster}"
+            f" AS {self.local(table)} ENGINE = Distributed({quote(self.cluster)},"
+            f" {quote(self.database)}, {quote(table + '_local')}, {SHARDING_KEY})"
+        ]
+
+
+def _requests(layout: Layout) -> list[str]:
+    durations = ",\n    ".join(f"{name} Nullable(Float64)" for name in DURATION_FIELDS)
+    labels = ",\n    ".join(
+        f"{name} {_LABEL}"
+        for name in ("instance", "service", "engine", "model", "tenant", "priority", "operation")
+    )
+    tail = ",\n    ".join(
+        f"{name} {_LABEL}"
+        for name in (
+            "status",
+            "error_type",
+            "finish_reason",
+            "adapter",
+            "role",
+            "peer",
+            "team",
+            "workload",
+        )
+    )
+    return [
+        f"CREATE TABLE IF NOT EXISTS {layout.local('requests')}{layout.on_cluster} (\n"
+        "    start DateTime64(6, 'UTC'),\n"
+        "    trace_id String,\n"
+        "    span_id String,\n"
+        f"    {labels},\n"
+        f"    {durations},\n"
+        "    input_tokens Nullable(UInt32),\n"
+        "    output_tokens Nullable(UInt32),\n"
+        "    cached_tokens Nullable(UInt32),\n"
+        f"    {tail}\n"
+        f") ENGINE = {layout.engine('ReplacingMergeTree', 'requests')}\n"
+        "PARTITION BY toDate(start)\n"
+        "ORDER BY (model, instance, start, trace_id, span_id)\n"
+        f"TTL toDateTime(start) + INTERVAL {layout.raw_days} DAY" + layout.settings(),
+        *layout.distributed("requests"),
+    ]
+
+
+def rollup_columns() -> list[tuple[str, str]]:
+    """(name, type) of a rollup table's columns, labels and bucket first."""
+    out = [("bucket", "DateTime('UTC')"), *((n, _LABEL) for n in GROUP_LABELS)]
+    out += [
+        (name, "SimpleAggregateFunction(sum, UInt64)")
+        for name in ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens")
+    ]
+    for metric in METRICS:
+        out += [
+            (f"{metric}_buckets", "SimpleAggregateFunction(sumMap, Map(Int64, UInt64))"),
+            (f"{metric}_zero", "SimpleAggregateFunction(sum, UInt64)"),
+            (f"{metric}_sum", "SimpleAggregateFunction(sum, Float64)"),
+            (f"{metric}_min", "SimpleAggregateFunction(min, Nullable(Float64))"),
+            (f"{metric}_max", "SimpleAggregateFunction(max, Nullable(Float64))"),
+        ]
+    return out
+
+
+def _rollups(layout: Layout) -> list[str]:
+    columns = ",\n    ".join(f"{name} {kind}" for name, kind in rollup_columns())
+    keys = ", ".join(GROUP_LABELS)
+    days = {"1m": layout.minute_days, "1h": layout.hour_days, "1d": layout.day_days}
+    out = []
+    for resolution in RESOLUTIONS:
+        name = f"request_rollups_{resolution}"
+        out += [
+            f"CREATE TABLE IF NOT EXISTS {layout.local(name)}{layout.on_cluster} (\n"
+            f"    {columns}\n"
+            f") ENGINE = {layout.engine('AggregatingMergeTree', name)}\n"
+            f"PARTITION BY toYYYYMM(bucket)\n"
+            f"ORDER BY ({keys}, bucket)\n"
+            f"TTL bucket + INTERVAL {days[resolution]} DAY" + layout.settings(),
+            *layout.distributed(name),
+        ]
+    values = ", ".join(name for name, _ in rollup_columns()[1:])
+    for resolution, floor in RESOLUTIONS.items():
+        if not floor:
+            continue
+        out.append(
+            f"CREATE MATERIALIZED VIEW IF NOT EXISTS"
+            f" {layout.local(f'request_rollups_{resolution}_mv')}{layout.on_cluster}"
+            f" TO {layout.local(f'request_rollups_{resolution}')}"
+            f" AS SELECT {floor}(bucket) AS bucket, {values}"
+            f" FROM {layout.local('request_rollups_1m')}"
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One migration: its number, its name and its statements (each idempotent, so that a step
+    cut short is finished by running it again)."""
+
+    version: int
+    name: str
+    statements: Callable[[Layout], list[str]]
+
+
+#: The migrations, in order. A new one is appended with the next number; none is edited.
+STEPS: Final = (
+    Step(1, "requests", _requests),
+    Step(2, "request rollups (minute by the writer, hour and day by materialized views)", _rollups),
+)
+
+
+def _migrations_table(layout: Layout) -> list[str]:
+    engine = layout.engine("ReplacingMergeTree", "schema_migrations")
+    return [
+        f"CREATE DATABASE IF NOT EXISTS {layout.database}{layout.on_cluster}",
+        f"CREATE TABLE IF NOT EXISTS {layout.local('schema_migrations')}{layout.on_cluster}"
+        " (version UInt32, name String, checksum String, applied_at DateTime('UTC'))"
+        f" ENGINE = {engine} ORDER BY version",
+        *layout.distributed("schema_migrations"),
+    ]
+
+
+def checksum(step: Step, layout: Layout) -> str:
+    """A digest of the statements a step ran, kept with its version."""
+    return hashlib.sha256("\n".join(step.statements(layout)).encode()).hexdigest()[:16]
+
+
+def ddl(layout: Layout, steps: Sequence[Step] = STEPS) -> list[str]:
+    """Every statement of the schema, in order (what ``migrate`` runs on an empty database)."""
+    out = _migrations_table(layout)
+    for step in steps:
+        out += step.statements(layout)
+    return out
+
+
+def applied(transport: Transport, layout: Layout) -> list[int]:
+    """The versions applied, in order (``[]`` before the first migration)."""
+    exists = transport.rows(
+        "SELECT count() FROM system.tables WHERE database = "
+        f"{quote(layout.database)} AND name = 'schema_migrations'"
+    )
+    if not exists or not exists[0][0]:
+        return []
+    rows = transport.rows(
+        f"SELECT DISTINCT version FROM {layout.table('schema_migrations')} ORDER BY version"
+    )
+    return [int(r[0]) for r in rows]
+
+
+def migrate(transport: Transport, layout: Layout, steps: Sequence[Step] = STEPS) -> list[int]:
+    """Apply the steps not applied yet, in order: the versions applied now."""
+    for statement in _migrations_table(layout):
+        transport.command(statement)
+    done = set(applied(transport, layout))
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    ran = []
+    for step in steps:
+        if step.version in done:
+            continue
+        for statement in step.statements(layout):
+            transport.command(statement)
+        transport.command(
+            f"INSERT INTO {layout.table('schema_migrations')} VALUES ({step.version},"
+            f" {quote(step.name)}, {quote(checksum(step, layout))}, {quote(now)})"
+        )
+        ran.append(step.version)
+    return ran
