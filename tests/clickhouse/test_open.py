@@ -1,0 +1,68 @@
+"""``service.store.open_store`` opens the hybrid store when the settings name a telemetry URL,
+and the use cases' calls reach ClickHouse or the SQL store as ``storage_clickhouse.hybrid``
+says."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infersight.config.parts import StorePart
+from infersight.core.errors import InvalidInput
+from infersight.core.query import Selector
+from infersight.core.window import Window
+from infersight.service.store import open_store
+from infersight.storage.sql_store import SqlStore
+from infersight.storage_clickhouse.hybrid import HybridStore
+from infersight.storage_clickhouse.transport import connect, redact
+from tests.factories import make_records
+
+
+def test_without_a_telemetry_url_the_store_is_the_sql_one(tmp_path: Path) -> None:
+    store = open_store(StorePart(database_url=f"sqlite:///{tmp_path}/s.db"))
+    assert isinstance(store, SqlStore)
+    store.dispose()
+
+
+def test_a_telemetry_url_opens_the_hybrid_store(tmp_path: Path, chdb_path: Path) -> None:
+    settings = StorePart(
+        database_url=f"sqlite:///{tmp_path}/s.db", telemetry_url=f"chdb://{chdb_path}"
+    )
+    store = open_store(settings)
+    assert isinstance(store, HybridStore)
+    assert store.describe().endswith(f"telemetry chdb://{chdb_path}")
+    store.maintenance.upgrade()  # the SQL store's revisions and ClickHouse's migrations
+    store.maintenance.probe()
+    now = datetime.now(UTC).replace(microsecond=0)
+    records = make_records(
+        np.random.default_rng(7), now - timedelta(hours=3), 400, span=timedelta(hours=2)
+    )
+    writer = store.ingest.open_writer(settings.accept_window())
+    assert writer.write_requests(records).inserted == len(records)
+    assert writer.write_requests(records).inserted == 0
+    window = Window(now - timedelta(hours=4), now)
+    telemetry = store.telemetry
+    layout = telemetry.layout
+    assert telemetry.transport.rows(f"SELECT count() FROM {layout.table('requests')}") == [[400]]
+    with store.reading() as bound:  # the hybrid store bound to the SQL store's connection
+        assert bound.requests.throughput(window)[0].requests == 400
+        assert bound.requests.latency("ttft", window).groups[0].count == 400
+        # team and workload are filled by the SQL store (attribution): answered there
+        assert bound.requests.throughput(window, Selector(team="")) == (
+            bound.requests.throughput(window)
+        )
+    with store.transaction() as bound:
+        assert bound.slos.all() == []  # the state concerns are the SQL store's
+    telemetry.transport.command(f"DROP DATABASE IF EXISTS {layout.database}")
+    store.dispose()
+
+
+def test_telemetry_urls_are_checked_and_their_passwords_hidden() -> None:
+    with pytest.raises(InvalidInput, match="a telemetry URL starts with"):
+        connect("postgresql://x@y/z")
+    with pytest.raises(InvalidInput, match="not a ClickHouse database name"):
+        connect("clickhouse://u:p@host:8123/bad-name")
+    assert redact("clickhouse://u:secret@host:8123/db") == "clickhouse://u:***@host:8123/db"

@@ -1,0 +1,98 @@
+"""The ClickHouse migrations: applied once and in order on one server (chdb), and the cluster's
+DDL — checked as text and parsed by ClickHouse itself, since no cluster runs here."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from infersight.storage_clickhouse.schema import STEPS, Layout, applied, checksum, ddl, migrate
+from infersight.storage_clickhouse.transport import ChdbTransport
+
+
+def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
+    layout = Layout(database=f"m_{uuid.uuid4().hex[:12]}")
+    try:
+        assert applied(chdb, layout) == []
+        assert migrate(chdb, layout, STEPS[:1]) == [1]
+        assert migrate(chdb, layout) == [2]
+        assert migrate(chdb, layout) == []
+        assert applied(chdb, layout) == [1, 2]
+        rows = chdb.rows(
+            f"SELECT version, checksum FROM {layout.table('schema_migrations')} ORDER BY version"
+        )
+        assert rows == [[s.version, checksum(s, layout)] for s in STEPS]
+        tables = {
+            r[0]
+            for r in chdb.rows(
+                f"SELECT name FROM system.tables WHERE database = '{layout.database}'"
+            )
+        }
+        assert tables == {
+            "schema_migrations",
+            "requests",
+            "request_rollups_1m",
+            "request_rollups_1h",
+            "request_rollups_1d",
+            "request_rollups_1h_mv",
+            "request_rollups_1d_mv",
+        }
+        engine = chdb.rows(
+            "SELECT engine, partition_key, sorting_key FROM system.tables"
+            f" WHERE database = '{layout.database}' AND name = 'requests'"
+        )
+        assert engine == [
+            ["ReplacingMergeTree", "toDate(start)", "model, instance, start, trace_id, span_id"]
+        ]
+    finally:
+        chdb.command(f"DROP DATABASE IF EXISTS {layout.database}")
+
+
+def test_the_retention_settings_are_the_tables_ttls() -> None:
+    text = "\n".join(ddl(Layout(raw_days=9, minute_days=10, hour_days=100, day_days=1000)))
+    assert "TTL toDateTime(start) + INTERVAL 9 DAY" in text
+    for days in (10, 100, 1000):
+        assert f"TTL bucket + INTERVAL {days} DAY" in text
+
+
+def _local_form(statement: str) -> str:
+    """A cluster statement as the single server's: no ``ON CLUSTER``, plain engines, no
+    ``_local`` suffix."""
+    statement = statement.replace(" ON CLUSTER 'prod'", "")
+    statement = re.sub(r"Replicated(\w+)\('[^']*', '\{replica\}'\)", r"\1()", statement)
+    statement = statement.replace("_local", "")
+    return statement.replace(", non_replicated_deduplication_window = 100000", "")
+
+
+def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
+    chdb: ChdbTransport,
+) -> None:
+    single, cluster = ddl(Layout()), ddl(Layout(cluster="prod"))
+    for statement in cluster:
+        assert " ON CLUSTER 'prod'" in statement
+        chdb.rows("EXPLAIN AST " + statement)  # ClickHouse parses it
+    distributed = [s for s in cluster if "ENGINE = Distributed" in s]
+    local = [s for s in cluster if "ENGINE = Distributed" not in s]
+    # every table but the database has its Distributed twin, sharded by the series
+    assert len(distributed) == 5
+    for statement in distributed:
+        name = re.search(r"CREATE TABLE IF NOT EXISTS infersight\.(\w+) ", statement)
+        assert name is not None
+        assert f"AS infersight.{name[1]}_local" in statement
+        assert statement.endswith(
+            f"Distributed('prod', 'infersight', '{name[1]}_local', cityHash64(model, instance))"
+        )
+    for statement in local:
+        if "MergeTree" in statement:
+            assert re.search(
+                r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/infersight/"
+                r"\w+_local', '\{replica\}'\)",
+                statement,
+            )
+        if "MATERIALIZED VIEW" in statement:  # each shard aggregates its own minutes
+            assert "TO infersight.request_rollups_1" in statement
+            assert statement.endswith("FROM infersight.request_rollups_1m_local")
+    # the local tables are the single server's tables
+    assert [_local_form(s) for s in local] == [
+        s.replace(", non_replicated_deduplication_window = 100000", "") for s in single
+    ]
