@@ -20,7 +20,9 @@ Reads a checkout's ``infersight/`` package with ``ast`` (nothing is imported) an
   under ``bench/harness/calltrace.py``, which records every call from an
   ``infersight.service`` frame into an ``infersight.storage`` frame (each comes back into
   the service): the distinct (service function → storage function) call sites and the
-  transitions, leaving out the app's construction (``--no-trace`` skips it);
+  transitions, leaving out the app's construction (``--no-trace`` skips it), and the narrower
+  count of those made by the listener's and the announcer's own methods (``LISTENERS``) on
+  the evaluation's path;
 * **the longest functions** (top 10 by lines, decorators left out);
 * **near-identical code**: the ``duplicates`` command's totals over the package and its top
   identical (not shape-only) pairs;
@@ -67,6 +69,10 @@ BURN_TEST = (
     "tests/api/test_diagnose_notify.py::"
     "test_a_page_reaches_every_notifier_once_with_its_diagnosis[sqlite]"
 )
+#: The objects that decide and announce a page (their own methods' calls into the store on the
+#: evaluation's path are the issue's narrower count: 9 before).
+LISTENERS = ("DiagnosisListener.", "Announcer.")
+EVALUATION = "infersight.service.evaluation:Evaluator.run"
 #: Entries of the trace that are the app's construction, not the burn's path.
 CONSTRUCTION = ("infersight.api.app:create_app",)
 #: The existing extensions a new one is measured on.
@@ -626,6 +632,13 @@ def burn_trace(tree: Path, test: str = BURN_TEST) -> dict[str, Any]:
         "storage_functions": len({c["callee"] for c in calls}),
         "by_entry": dict(sorted(entries.items())),
         "sites_by_module": _sites_by_module(calls),
+        "listener_sites": sorted(
+            {
+                f"{c['caller']} -> {c['callee']}"
+                for c in calls
+                if c["entry"] == EVALUATION and c["caller"].partition(":")[2].startswith(LISTENERS)
+            }
+        ),
         "construction_call_sites": len(
             {(c["caller"], c["callee"]) for c in found["calls"] if c["entry"] in CONSTRUCTION}
         ),
@@ -711,6 +724,10 @@ def _report_burn(burn: dict[str, Any] | None) -> None:
         print(f"  under {entry}: {count} transitions")
     for module, count in burn["sites_by_module"].items():
         print(f"  call sites from {module}: {count}")
+    print(
+        f"  of those, the listener's and the announcer's own methods' on the evaluation's "
+        f"path: {len(burn['listener_sites'])}"
+    )
     for site in burn["sites"]:
         print(f"    {site}")
 
@@ -769,6 +786,7 @@ def headline(f: dict[str, Any]) -> dict[str, Any]:
         row["burn: service -> storage call sites"] = burn["call_sites"]
         row["burn: service -> storage transitions"] = burn["transitions"]
         row["burn: storage functions called"] = burn["storage_functions"]
+        row["burn: listener + announcer call sites"] = len(burn["listener_sites"])
     for fn in f["longest_functions"][:3]:
         row.setdefault("longest function (lines)", fn["lines"])
     row["functions over 100 lines"] = f.get("_over_100")
