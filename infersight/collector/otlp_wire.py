@@ -6,8 +6,9 @@ Reading a span's attributes through protobuf's Python API builds, for every attr
 before) with a schema of the same wire format in which a span attribute is a ``key`` string
 and a ``value`` *bytes* field, the ``AnyValue`` still serialised: a double is its tag and
 eight bytes, an int its tag and a varint, a string its tag, length and UTF-8. Those are read
-in Python by ``_attributes`` (a third of the cost); any other value (an array, a key-value
-list, bytes, a member given twice, unknown fields) is parsed as the ``AnyValue`` it is.
+in Python, into a dict by ``attributes`` (what a ``SpanView`` holds) or into the slots a table
+names by ``read_slots`` (``mapping.requests``); any other value (an array, a key-value list,
+bytes, a member given twice, unknown fields) is parsed as the ``AnyValue`` it is.
 
 What comes out is exactly what ``otlp.span_views`` makes of the same body parsed with the
 OpenTelemetry schema, and so are the refusals: whatever the shortcut cannot vouch for is
@@ -19,7 +20,8 @@ decoded the old way instead (``NotCanonical``):
   exporter's own serialisation always does;
 * upb validates every string of the export as UTF-8 and refuses a message nested more than
   100 deep: a string value is decoded strictly, and a value parsed on its own, at a depth
-  below the export's, is first walked for its depth when it is long enough to be too deep.
+  below the export's, is first walked for its depth when it is long enough to be too deep;
+  a span with more attributes than are kept is left to upb whole (it validates them all).
 
 Everything besides span attributes (resources, scopes, events, links, status) keeps the
 OpenTelemetry schema's own message types.
