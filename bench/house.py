@@ -34,7 +34,7 @@ Reads a checkout's ``infersight/`` package with ``ast`` (nothing is imported) an
   holding the kind's name as a string.
 
     python bench/house.py [--tree DIR] [--json OUT] [--no-trace]
-    python bench/house.py --tree /tmp/before --compare . [--json OUT]
+    python bench/house.py --tree /tmp/before --compare . [--json OUT] [--markdown]
 
 With ``--compare`` it measures both trees and prints a before → after table of the headline
 figures after each tree's report. ``static(tree)`` is the part without the trace or the
@@ -378,6 +378,7 @@ def graph_figures(found: Package) -> dict[str, Any]:
         "ranks": dict(sorted(rank.items(), key=lambda kv: (kv[1], kv[0]))),
         "imports_back_up": upward,
         "imports_forbidden": forbidden,
+        "import_pairs": sorted(f"{s} -> {t}" for s, t in pairs),
         "cycles": cycles,
         "cycles_at_load": load_cycles,
     }
@@ -802,14 +803,31 @@ def headline(f: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if v is not None}
 
 
-def compare(before: dict[str, Any], after: dict[str, Any]) -> None:
+def table(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The headline figures of two trees, with the later tree's contracts over the earlier
+    tree's imports (what the new rules rule out)."""
     b, a = headline(before), headline(after)
-    width = max(len(k) for k in b | a)
+    earlier = [tuple(p.split(" -> ", 1)) for p in before["graph"]["import_pairs"]]
+    ruled_out = forbidden_imports(Path(after["tree"]), earlier)
+    key = "imports the later tree's contracts forbid"
+    b[key], a[key] = len(ruled_out), len(after["graph"]["imports_forbidden"])
+    return [(k, b.get(k, "-"), a.get(k, "-")) for k in b | a]
+
+
+def compare(before: dict[str, Any], after: dict[str, Any], markdown: bool = False) -> None:
+    rows = table(before, after)
     print(f"== before -> after ({before['tree']} -> {after['tree']})")
     print("(files an extension touches: all of them, those under infersight/ in brackets)")
+    if markdown:
+        print("| figure | before | after |\n|---|---:|---:|")
+        for key, was, now in rows:
+            name = f"… {key.strip()}" if key.startswith("  ") else key
+            print(f"| {name} | {was} | {now} |")
+        return
+    width = max(len(key) for key, _, _ in rows)
     print(f"{'':{width}}  {'before':>8}  {'after':>8}")
-    for key in b | a:
-        print(f"{key:{width}}  {b.get(key, '-')!s:>8}  {a.get(key, '-')!s:>8}")
+    for key, was, now in rows:
+        print(f"{key:{width}}  {was!s:>8}  {now!s:>8}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -818,6 +836,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", type=Path, help="a second checkout: print before -> after")
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     parser.add_argument("--no-trace", action="store_true", help="skip the burn's traced run")
+    parser.add_argument(
+        "--markdown", action="store_true", help="with --compare: the table in Markdown"
+    )
     args = parser.parse_args(argv)
     trees = [args.tree.resolve()] + ([args.compare.resolve()] if args.compare else [])
     results = []
@@ -828,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
         report(figures)
         results.append(figures)
     if len(results) == 2:
-        compare(*results)
+        compare(results[0], results[1], markdown=args.markdown)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
     return 0
