@@ -79,6 +79,30 @@ def _rollup_where(segment: Segment, selector: Selector) -> str:
     )
 
 
+def _pieces(window: Window, finest: Resolution) -> tuple[list[Segment], list[Segment]]:
+    """``core.window.split``'s raw edges and rollup segments."""
+    segments = split(window, finest)
+    return [s for s in segments if s.raw], [s for s in segments if not s.raw]
+
+
+def _raw_edges(edges: Sequence[Segment], selector: Selector) -> str:
+    """The raw rows of every edge (one statement reads them all)."""
+    spans = " OR ".join(f"(start >= {_time(e.start)} AND start < {_time(e.end)})" for e in edges)
+    return " AND ".join([f"({spans})", *_selected(selector)])
+
+
+def _rollup_rows(
+    layout: Layout, segments: Sequence[Segment], selector: Selector, columns: str
+) -> str:
+    """``columns`` of the rollup rows of every segment, each from its resolution's table, as
+    one ``UNION ALL`` (one statement aggregates them all)."""
+    return " UNION ALL ".join(
+        f"SELECT {columns} FROM {_rollup_table(layout, s.resolution)}"  # type: ignore[arg-type]
+        f" WHERE {_rollup_where(s, selector)}"
+        for s in segments
+    )
+
+
 def _rollup_table(layout: Layout, resolution: Resolution) -> str:
     return layout.table(f"request_rollups_{resolution.value}")
 
@@ -105,22 +129,28 @@ class Reads:
     ) -> dict[LabelKey, list[int]]:
         head, tail = _group(group_by)
         totals: dict[LabelKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-        for segment in split(window, finest):
-            if segment.raw:
-                sql = (
-                    f"SELECT {head}count(), countIf(status = 'error'),"
-                    " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0))"
-                    f" FROM {self.layout.table('requests')} FINAL"
-                    f" WHERE {_raw_where(segment, selector)}{tail}"
-                )
-            else:
-                assert segment.resolution is not None
-                sql = (
-                    f"SELECT {head}sum(requests), sum(errors), sum(input_tokens),"
-                    f" sum(output_tokens) FROM {_rollup_table(self.layout, segment.resolution)}"
-                    f" WHERE {_rollup_where(segment, selector)}{tail}"
-                )
-            width = len(group_by)
+        edges, segments = _pieces(window, finest)
+        statements = []
+        if edges:
+            statements.append(
+                f"SELECT {head}count(), countIf(status = 'error'),"
+                " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0))"
+                f" FROM {self.layout.table('requests')} FINAL"
+                f" WHERE {_raw_edges(edges, selector)}{tail}"
+            )
+        if segments:
+            inner = _rollup_rows(
+                self.layout,
+                segments,
+                selector,
+                head + "requests, errors, input_tokens, output_tokens",
+            )
+            statements.append(
+                f"SELECT {head}sum(requests), sum(errors), sum(input_tokens),"
+                f" sum(output_tokens) FROM ({inner}){tail}"
+            )
+        width = len(group_by)
+        for sql in statements:
             for row in self.transport.rows(sql):
                 bucket = totals[tuple(row[:width])]
                 for i, amount in enumerate(row[width:]):
@@ -264,14 +294,13 @@ class Reads:
         head, tail = _group(group_by)
         width = len(group_by)
         parts: dict[LabelKey, list[QuantileSketch]] = defaultdict(list)
-        for segment in split(window, finest):
-            if segment.raw:
-                rows = self.transport.rows(
-                    f"SELECT {head}{column} FROM {self.layout.table('requests')} FINAL"
-                    f" WHERE {_raw_where(segment, selector)} AND {column} IS NOT NULL"
-                )
-                if not rows:
-                    continue
+        edges, segments = _pieces(window, finest)
+        if edges:
+            rows = self.transport.rows(
+                f"SELECT {head}{column} FROM {self.layout.table('requests')} FINAL"
+                f" WHERE {_raw_edges(edges, selector)} AND {column} IS NOT NULL"
+            )
+            if rows:
                 index: dict[LabelKey, int] = {}
                 ids = np.fromiter(
                     (index.setdefault(tuple(r[:width]), len(index)) for r in rows), np.int64
@@ -282,13 +311,12 @@ class Reads:
                 ):
                     if sketch is not None:
                         parts[key].append(sketch)
-                continue
-            assert segment.resolution is not None
+        if segments:
+            names = [f"{metric}_{part}" for part in ("buckets", "zero", "sum", "min", "max")]
+            inner = _rollup_rows(self.layout, segments, selector, head + ", ".join(names))
             rows = self.transport.rows(
-                f"SELECT {head}sumMap({metric}_buckets), sum({metric}_zero), sum({metric}_sum),"
-                f" min({metric}_min), max({metric}_max)"
-                f" FROM {_rollup_table(self.layout, segment.resolution)}"
-                f" WHERE {_rollup_where(segment, selector)}{tail}"
+                f"SELECT {head}sumMap({names[0]}), sum({names[1]}), sum({names[2]}),"
+                f" min({names[3]}), max({names[4]}) FROM ({inner}){tail}"
             )
             for row in rows:
                 sketch = _sketch(row[width:])

@@ -48,6 +48,9 @@ SHARDING_KEY: Final = "cityHash64(model, instance)"
 #: Blocks whose insert tokens a single server remembers (replays within them are no-ops).
 DEDUP_WINDOW: Final = 100_000
 
+#: The longest retention kept by a ``TTL`` (50 years); a longer one keeps rows for good.
+MAX_TTL_DAYS: Final = 18_250
+
 _LABEL = "LowCardinality(String)"
 
 
@@ -85,6 +88,13 @@ class Layout:
             return f"{family}()"
         path = quote(f"/clickhouse/tables/{{shard}}/{self.database}/{table}_local")
         return f"Replicated{family}({path}, '{{replica}}')"
+
+    def ttl(self, column: str, days: int) -> str:
+        """The ``TTL`` clause keeping ``days`` days; none past ``MAX_TTL_DAYS`` (ClickHouse's
+        ``DateTime`` ends in 2106: a longer TTL would wrap around and expire rows at once)."""
+        if days > MAX_TTL_DAYS:
+            return ""
+        return f"\nTTL {column} + INTERVAL {days} DAY"
 
     def settings(self) -> str:
         """Expired days go as whole parts (no rewrite); a single server remembers its insert
@@ -137,8 +147,9 @@ def _requests(layout: Layout) -> list[str]:
         f"    {tail}\n"
         f") ENGINE = {layout.engine('ReplacingMergeTree', 'requests')}\n"
         "PARTITION BY toDate(start)\n"
-        "ORDER BY (model, instance, start, trace_id, span_id)\n"
-        f"TTL toDateTime(start) + INTERVAL {layout.raw_days} DAY" + layout.settings(),
+        "ORDER BY (model, instance, start, trace_id, span_id)"
+        + layout.ttl("toDateTime(start)", layout.raw_days)
+        + layout.settings(),
         *layout.distributed("requests"),
     ]
 
@@ -173,8 +184,9 @@ def _rollups(layout: Layout) -> list[str]:
             f"    {columns}\n"
             f") ENGINE = {layout.engine('AggregatingMergeTree', name)}\n"
             f"PARTITION BY toYYYYMM(bucket)\n"
-            f"ORDER BY ({keys}, bucket)\n"
-            f"TTL bucket + INTERVAL {days[resolution]} DAY" + layout.settings(),
+            f"ORDER BY ({keys}, bucket)"
+            + layout.ttl("bucket", days[resolution])
+            + layout.settings(),
             *layout.distributed(name),
         ]
     values = ", ".join(name for name, _ in rollup_columns()[1:])

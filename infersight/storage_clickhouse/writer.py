@@ -27,9 +27,15 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
+from operator import attrgetter
 from typing import Any, Final
 
 import numpy as np
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson comes with the sidecar and server extras
+    orjson = None  # type: ignore[assignment]
 
 from infersight.core.accept import AcceptWindow
 from infersight.core.errors import InvalidInput
@@ -50,6 +56,8 @@ log = logging.getLogger(__name__)
 
 #: Rows per insert (one block, one part): large, as ClickHouse wants them, and bounded.
 CHUNK: Final = 200_000
+#: Keys looked up per statement (about 40 bytes each in the statement's text).
+LOOKUP: Final = 2_000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO: Final = timedelta(microseconds=1)
 #: Bucket keys fit in ±2**20 (``core.sketch``'s bound on keys); a (group, key) pair packs into
@@ -74,11 +82,14 @@ def _key(record: RequestRecord) -> tuple[int, str, str]:
 _START: Final = RECORD_FIELDS.index("start")
 
 
+_FIELDS: Final = attrgetter(*RECORD_FIELDS)
+
+
 def raw_rows(records: Iterable[RequestRecord]) -> list[list[Any]]:
     """``records`` as rows of ``requests`` (``RECORD_FIELDS`` order)."""
     out = []
     for record in records:
-        row: list[Any] = [getattr(record, name) for name in RECORD_FIELDS]
+        row: list[Any] = list(_FIELDS(record))
         row[_START] = _text(record.start)
         out.append(row)
     return out
@@ -86,6 +97,8 @@ def raw_rows(records: Iterable[RequestRecord]) -> list[list[Any]]:
 
 def payload(rows: Iterable[Sequence[Any]]) -> bytes:
     """Rows as ``JSONCompactEachRow`` (floats written so that they read back to the bit)."""
+    if orjson is not None:
+        return b"\n".join(map(orjson.dumps, rows)) + b"\n"
     return "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows).encode()
 
 
@@ -217,18 +230,41 @@ class ClickHouseWriter:
         return WriteResult(received, inserted, len(users) - inserted, refused)
 
     def _stored_keys(self, records: Sequence[RequestRecord]) -> set[tuple[int, str, str]]:
-        low = min(r.start for r in records)
-        high = max(r.start for r in records)
-        instances = sorted({r.instance for r in records})
-        spans = ", ".join(f"({quote(r.trace_id)}, {quote(r.span_id)})" for r in records)
+        """The keys of ``records`` already stored, looked up ``LOOKUP`` keys a statement (a
+        statement stays far below ClickHouse's ``max_query_size``), each within its keys' time
+        range, models and instances (the table's order)."""
+        out: set[tuple[int, str, str]] = set()
+        ordered = sorted(records, key=_key)
+        if not self._any_stored(ordered):
+            return out
+        for i in range(0, len(ordered), LOOKUP):
+            part = ordered[i : i + LOOKUP]
+            models = ", ".join(quote(m) for m in sorted({r.model for r in part}))
+            instances = ", ".join(quote(m) for m in sorted({r.instance for r in part}))
+            spans = ", ".join(f"({quote(r.trace_id)}, {quote(r.span_id)})" for r in part)
+            rows = self.transport.rows(
+                "SELECT toUnixTimestamp64Micro(start), trace_id, span_id"
+                f" FROM {self.layout.table('requests')}"
+                f" WHERE model IN ({models}) AND instance IN ({instances})"
+                f" AND start >= {quote(_text(part[0].start))}"
+                f" AND start <= {quote(_text(part[-1].start))}"
+                f" AND (trace_id, span_id) IN ({spans})"
+            )
+            out.update((int(m), t, s) for m, t, s in rows)
+        return out
+
+    def _any_stored(self, ordered: Sequence[RequestRecord]) -> bool:
+        """Whether any request of the records' models and instances is stored in their time
+        range (one cheap count; a sidecar's fresh batch usually meets none)."""
+        models = ", ".join(quote(m) for m in sorted({r.model for r in ordered}))
+        instances = ", ".join(quote(m) for m in sorted({r.instance for r in ordered}))
         rows = self.transport.rows(
-            "SELECT toUnixTimestamp64Micro(start), trace_id, span_id"
-            f" FROM {self.layout.table('requests')}"
-            f" WHERE start >= {quote(_text(low))} AND start <= {quote(_text(high))}"
-            f" AND instance IN ({', '.join(quote(i) for i in instances)})"
-            f" AND (trace_id, span_id) IN ({spans})"
+            f"SELECT count() FROM {self.layout.table('requests')}"
+            f" WHERE model IN ({models}) AND instance IN ({instances})"
+            f" AND start >= {quote(_text(ordered[0].start))}"
+            f" AND start <= {quote(_text(ordered[-1].start))}"
         )
-        return {(int(m), t, s) for m, t, s in rows}
+        return bool(rows and rows[0][0])
 
     def _store_chunk(self, records: Sequence[RequestRecord]) -> int:
         stored = self._stored_keys(records)
