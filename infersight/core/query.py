@@ -86,6 +86,9 @@ class Selector:
     #: Set by ``within`` only (not a constructor argument, so ``Selector(**labels)`` of
     #: label strings stays as it was).
     tenants: frozenset[str] | None = field(default=None, init=False)
+    #: Values a label must not have, per label: set by ``excluding`` only (an answer that
+    #: folds the values past its top N into one group reads that group with them).
+    excluded: tuple[tuple[str, frozenset[str]], ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
         for name in GROUP_LABELS:
@@ -107,6 +110,30 @@ class Selector:
             chosen &= self.tenants
         out = Selector(**dict(self.items()))
         object.__setattr__(out, "tenants", chosen)
+        object.__setattr__(out, "excluded", self.excluded)
+        return out
+
+    def _copy(self, **pins: str) -> Selector:
+        out = Selector(**{**dict(self.items()), **pins})
+        object.__setattr__(out, "tenants", self.tenants)
+        object.__setattr__(out, "excluded", self.excluded)
+        return out
+
+    def pinned(self, name: str, value: str) -> Selector:
+        """This selector with label ``name`` pinned to ``value`` (set filters kept)."""
+        if name not in GROUP_LABELS:
+            raise InvalidInput(f"cannot pin {name!r}", details={"allowed": list(GROUP_LABELS)})
+        return self._copy(**{name: value})
+
+    def excluding(self, name: str, values: Iterable[str]) -> Selector:
+        """This selector, further limited to requests whose label ``name`` is none of
+        ``values``."""
+        if name not in GROUP_LABELS:
+            raise InvalidInput(
+                f"cannot exclude by {name!r}", details={"allowed": list(GROUP_LABELS)}
+            )
+        out = self._copy()
+        object.__setattr__(out, "excluded", (*self.excluded, (name, frozenset(values))))
         return out
 
     def items(self) -> list[tuple[str, str]]:
@@ -115,8 +142,8 @@ class Selector:
 
     @property
     def narrowed(self) -> bool:
-        """Whether any filter is set (a pinned label or a tenant set)."""
-        return bool(self.items()) or self.tenants is not None
+        """Whether any filter is set (a pinned label, a tenant set or excluded values)."""
+        return bool(self.items()) or self.tenants is not None or bool(self.excluded)
 
     def allows_tenant(self, tenant: str | None) -> bool:
         """Whether a request of ``tenant`` passes the tenant filters."""
@@ -126,6 +153,8 @@ class Selector:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         if self.tenants is not None and labels.get("tenant") not in self.tenants:
+            return False
+        if any(labels.get(name) in values for name, values in self.excluded):
             return False
         return all(labels.get(name) == value for name, value in self.items())
 

@@ -22,9 +22,10 @@ SLOs, ``core.goodput``), their share of its tokens, and cost per million good to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +44,7 @@ from infersight.core.attribution import (
 from infersight.core.cost import CostLine, CostModel, CostResult, Money
 from infersight.core.errors import InvalidInput
 from infersight.core.money import ZERO
+from infersight.core.query import Selector
 from infersight.core.window import Resolution, Window
 from infersight.service.documents import DocumentKind, Header, Reading, at, read
 
@@ -53,8 +55,12 @@ __all__ = [
     "CostShare",
     "attributed_cost",
     "attributed_from",
+    "bounded_statements",
     "check_dimension",
+    "fold_additive",
+    "fold_requery",
     "read_attribution",
+    "top_of",
 ]
 
 #: How the requests no gateway or client span named are shown.
@@ -293,3 +299,108 @@ def attributed_from(result: CostResult, top_n: int = DEFAULT_TOP_N) -> Attribute
         fleet_total=sum((i.total.amount for i in result.instances), ZERO),
         good_tokens_exact=result.good_tokens_exact,
     )
+
+
+# -- answers grouped by a dimension: the top N apart, the rest folded into OTHER ---------------
+
+G = TypeVar("G")
+
+
+def top_of(
+    groups: Sequence[G],
+    group_by: Sequence[str],
+    top_n: int,
+    weight: Callable[[G], float],
+) -> dict[str, TopValues]:
+    """For each attribution dimension ``group_by`` names, its ``top_n`` values by the summed
+    ``weight`` of ``groups`` (an answer's own groups, each with ``labels``)."""
+    out: dict[str, TopValues] = {}
+    for dimension in group_by:
+        if dimension in GROUPING_DIMENSIONS:
+            pairs = ((_labels(g).get(dimension, ""), weight(g)) for g in groups)
+            out[dimension] = top_values(dimension, pairs, top_n)
+    return out
+
+
+def _labels(group: Any) -> Mapping[str, str]:
+    labels: Mapping[str, str] = group.labels
+    return labels
+
+
+def _relabelled(group: G, labels: Mapping[str, str]) -> G:
+    """``group`` (a dataclass with ``labels``) under ``labels``."""
+    return cast(G, replace(cast(Any, group), labels=dict(labels)))
+
+
+def _mapped(labels: Mapping[str, str], tops: Mapping[str, TopValues]) -> dict[str, str]:
+    return {**labels, **{d: t.label(labels.get(d, "")) for d, t in tops.items()}}
+
+
+def _ordered(groups: list[G]) -> list[G]:
+    """Groups sorted by labels as answers sort them, ``OTHER`` after the values it folds."""
+
+    def key(group: G) -> tuple[tuple[int, str], ...]:
+        return tuple((value == OTHER, value) for value in _labels(group).values())
+
+    return sorted(groups, key=key)
+
+
+def fold_additive(
+    groups: Sequence[G],
+    tops: Mapping[str, TopValues],
+    plus: Callable[[G, G, dict[str, str]], G],
+) -> list[G]:
+    """``groups`` with the values past the top N of each dimension summed into ``OTHER``
+    (``plus(a, b, labels)`` adds two groups under ``labels``); as they are when none is
+    folded."""
+    if not any(t.folded for t in tops.values()):
+        return list(groups)
+    out: dict[tuple[tuple[str, str], ...], G] = {}
+    for group in groups:
+        labels = _mapped(_labels(group), tops)
+        key = tuple(labels.items())
+        found = out.get(key)
+        if found is None:
+            out[key] = group if labels == dict(_labels(group)) else _relabelled(group, labels)
+        else:
+            out[key] = plus(found, group, labels)
+    return _ordered(list(out.values()))
+
+
+def fold_requery(
+    groups: Sequence[G],
+    group_by: Sequence[str],
+    tops: Mapping[str, TopValues],
+    selector: Selector,
+    read: Callable[[Selector], Sequence[G]],
+) -> list[G]:
+    """``groups`` with the values past the top N of each dimension folded into ``OTHER``,
+    for answers that cannot be added up (quantiles, shares): each folded group is read again
+    as one (``read(selector)`` answers it ungrouped), its labels pinned, its dimensions'
+    kept values excluded (``Selector.excluding``)."""
+    if not any(t.folded for t in tops.values()):
+        return list(groups)
+    kept: list[G] = []
+    folded: dict[tuple[str, ...], dict[str, str]] = {}
+    for group in groups:
+        labels = _mapped(_labels(group), tops)
+        if labels == dict(_labels(group)):
+            kept.append(group)
+        else:
+            folded[tuple(labels[name] for name in group_by)] = labels
+    for labels in folded.values():
+        narrowed = selector
+        for name in group_by:
+            value = labels[name]
+            if value == OTHER:
+                narrowed = narrowed.excluding(name, tops[name].kept)
+            else:
+                narrowed = narrowed.pinned(name, value)
+        for answer in read(narrowed):
+            kept.append(_relabelled(answer, {n: labels[n] for n in group_by}))
+    return _ordered(kept)
+
+
+def bounded_statements(tops: Mapping[str, TopValues]) -> list[dict[str, Any]]:
+    """What an answer grouped by attribution dimensions says of its bounds (``[]``: none)."""
+    return [t.statement() for t in tops.values()]

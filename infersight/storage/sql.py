@@ -46,11 +46,14 @@ def insert_for(bind: Connection | Engine, table: Table) -> Insert:
 
 
 def selected(table: Table, selector: Selector) -> list[ColumnElement[bool]]:
-    """One ``label = value`` condition on ``table`` per label ``selector`` pins, and
-    ``tenant IN (…)`` for its tenant set (``Selector.tenants``; an empty set picks nothing)."""
+    """One ``label = value`` condition on ``table`` per label ``selector`` pins,
+    ``tenant IN (…)`` for its tenant set (``Selector.tenants``; an empty set picks nothing) and
+    ``label NOT IN (…)`` for the values it excludes (``Selector.excluding``)."""
     out: list[ColumnElement[bool]] = [table.c[name] == value for name, value in selector.items()]
     if selector.tenants is not None:
         out.append(table.c.tenant.in_(sorted(selector.tenants)))
+    for name, values in selector.excluded:
+        out.append(table.c[name].not_in(sorted(values)))
     return out
 
 
@@ -82,12 +85,17 @@ def rollup_where(segment: Segment, selector: Selector = Selector()) -> ColumnEle
 # shape (which labels are pinned, which rollup resolutions it reads), from which a reader builds
 # its statement once (``functools.lru_cache``), and its values, passed as parameters.
 
-#: A selector's shape: the labels it pins, and whether it carries a tenant set.
-SelectorShape = tuple[tuple[str, ...], bool]
+#: A selector's shape: the labels it pins, whether it carries a tenant set, and the labels
+#: it excludes values of (``Selector.excluding``).
+SelectorShape = tuple[tuple[str, ...], bool, tuple[str, ...]]
 
 
 def selector_shape(selector: Selector) -> SelectorShape:
-    return tuple(name for name, _ in selector.items()), selector.tenants is not None
+    return (
+        tuple(name for name, _ in selector.items()),
+        selector.tenants is not None,
+        tuple(name for name, _ in selector.excluded),
+    )
 
 
 def selector_values(selector: Selector) -> dict[str, Any]:
@@ -95,15 +103,19 @@ def selector_values(selector: Selector) -> dict[str, Any]:
     out: dict[str, Any] = {f"sel_{name}": value for name, value in selector.items()}
     if selector.tenants is not None:
         out["sel_tenants"] = sorted(selector.tenants)
+    for k, (_, values) in enumerate(selector.excluded):
+        out[f"sel_not_{k}"] = sorted(values)
     return out
 
 
 def selected_by_shape(table: Table, shape: SelectorShape) -> list[ColumnElement[bool]]:
     """``selected`` with the values as parameters (``selector_values``)."""
-    names, tenants = shape
+    names, tenants, excluded = shape
     out: list[ColumnElement[bool]] = [table.c[name] == bindparam(f"sel_{name}") for name in names]
     if tenants:
         out.append(table.c.tenant.in_(bindparam("sel_tenants", expanding=True)))
+    for k, name in enumerate(excluded):
+        out.append(table.c[name].not_in(bindparam(f"sel_not_{k}", expanding=True)))
     return out
 
 

@@ -193,3 +193,38 @@ def test_a_team_budget_spends_what_the_team_was_allocated(fleet: Store) -> None:
     assert reader.spend(WINDOW, Selector(team="search")) == search.allocation > 0
     scoped = cost.cost(fleet.engine, WINDOW, MODEL, Selector(team="search"))
     assert scoped.total.cost == search.allocation
+
+
+def test_answers_grouped_by_tenant_keep_the_top_n_and_fold_the_rest(fleet: Store) -> None:
+    """Latency, throughput, breakdown and cost grouped by tenant: the top 2 tenants apart,
+    the others in one (other) group read as one (its quantiles those of its requests), the
+    unattributed apart, and the bound stated."""
+    api = api_for(fleet, attribution_top_n=2)
+    query = f"start={iso(WINDOW.start)}&end={iso(WINDOW.end)}&group_by=tenant"
+    folded = TENANTS["initech"] + TENANTS["umbrella"]
+    statement = {
+        "dimension": "tenant",
+        "top_n": 2,
+        "values": 4,
+        "folded_into_other": 2,
+        "other": OTHER,
+    }
+    latency = api.get(f"/api/v1/latency?metric=e2e&quantiles=0,1&{query}").json()
+    assert [g["labels"]["tenant"] for g in latency["groups"]] == ["", "acme", "globex", OTHER]
+    assert latency["bounded"] == [statement]
+    other = latency["groups"][-1]
+    assert other["count"] == folded
+    throughput = api.get(f"/api/v1/throughput?{query}").json()
+    by_tenant = {g["labels"]["tenant"]: g["requests"] for g in throughput["groups"]}
+    assert by_tenant == {"": 7, "acme": 20, "globex": 15, OTHER: folded}
+    assert throughput["bounded"] == [statement]
+    breakdown = api.get(f"/api/v1/breakdown?{query}").json()
+    assert {g["labels"]["tenant"]: g["requests"] for g in breakdown["groups"]} == by_tenant
+    cost_answer = api.get(f"/api/v1/cost?{query}").json()
+    assert [g["labels"]["tenant"] for g in cost_answer["groups"]][-1] == OTHER
+    assert cost_answer["bounded"][0]["folded_into_other"] == 2
+    total = sum(Decimal(g["cost"]) for g in cost_answer["groups"])
+    assert total == Decimal(cost_answer["total"]["cost"])
+    # Not grouped by an attribution dimension: as before, no bound to state.
+    plain = api.get(f"/api/v1/throughput?start={iso(WINDOW.start)}&end={iso(WINDOW.end)}")
+    assert "bounded" not in plain.json()

@@ -17,6 +17,7 @@ current week, to date).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -31,11 +32,12 @@ from infersight.api.errors import described, responses
 from infersight.api.limits import check_document
 from infersight.api.params import WINDOW_RULES, Common, Id, KnownQueryRoute, common
 from infersight.api.reads import read_answer
-from infersight.core.cost import CostModel
+from infersight.core.cost import CostLine, CostModel
 from infersight.core.errors import InvalidInput
 from infersight.core.timestamps import iso
 from infersight.service import reports
 from infersight.service.apply import apply
+from infersight.service.attribution import bounded_statements, fold_additive, top_of
 from infersight.service.cost_spec import COST_MODEL, to_document
 from infersight.service.cost_view import cost, cost_dict
 from infersight.service.documents import read
@@ -74,13 +76,24 @@ def _cost(app: AppContext, params: Common, tenants: frozenset[str] | None = None
         params.group_by,
         finest=app.retention.finest_for(params.window, params.now),
     )
+    # Tenants, teams and workloads past the top N by cost: one (other) line (issue 34).
+    tops = top_of(result.groups, result.group_by, app.settings.attribution_top_n, _by_cost)
+    if tops:
+        folded = fold_additive(result.groups, tops, lambda a, b, labels: a.plus(b, labels))
+        result = replace(result, groups=tuple(folded))
     answer = cost_dict(result)
+    if tops:
+        answer["bounded"] = bounded_statements(tops)
     if tenants is not None:
         # A token limited to tenants: its requests' share of each instance's cost (the lines,
         # filtered by params.common), not the instances' own prices, use or idle time.
         answer.update(instances=[], unpriced_gpus=[], unmetered_instances=[])
         answer["limited_to_tenants"] = sorted(tenants)
     return answer
+
+
+def _by_cost(line: CostLine) -> float:
+    return float(line.cost)
 
 
 @router.get("/cost/model", summary="The cost model in use", dependencies=_READ)

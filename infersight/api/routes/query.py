@@ -25,12 +25,20 @@ from infersight.api.params import (
     window_query,
 )
 from infersight.api.reads import read_answer
+from infersight.core.attribution import TopValues
 from infersight.core.gap import ClientStage, Distribution
 from infersight.core.quantiles import parse_quantiles, quantile_key
-from infersight.core.query import LATENCY_METRICS, Method
+from infersight.core.query import (
+    LATENCY_METRICS,
+    Breakdown,
+    LatencyResult,
+    Method,
+    Selector,
+    Throughput,
+)
 from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
-from infersight.service import telemetry
+from infersight.service import attribution, telemetry
 
 Params = Annotated[Common, Depends(common)]
 QueryWindow = Annotated[Window, Depends(window_query)]
@@ -78,16 +86,28 @@ def latency(
 def _latency(
     app: AppContext, params: Common, metric: str, quantiles: str, method: Method
 ) -> dict[str, Any]:
-    result = telemetry.latency(
-        app.store,
-        metric,
-        params.window,
-        params.selector,
+    def read(selector: Selector, group_by: tuple[str, ...], how: Method) -> LatencyResult:
+        return telemetry.latency(
+            app.store,
+            metric,
+            params.window,
+            selector,
+            group_by,
+            parse_quantiles(quantiles),
+            how,
+            finest=_finest(app, params),
+            exact_max_rows=app.exact_max_rows,
+        )
+
+    result = read(params.selector, params.group_by, method)
+    # Tenants, teams and workloads past the top N: one (other) group each (issue 34).
+    tops = attribution.top_of(result.groups, params.group_by, _top_n(app), lambda g: g.count)
+    groups = attribution.fold_requery(
+        result.groups,
         params.group_by,
-        parse_quantiles(quantiles),
-        method,
-        finest=_finest(app, params),
-        exact_max_rows=app.exact_max_rows,
+        tops,
+        params.selector,
+        lambda narrowed: read(narrowed, (), result.method).groups,
     )
     return {
         "metric": result.metric,
@@ -102,9 +122,30 @@ def _latency(
                 "count": g.count,
                 "quantiles": {quantile_key(q): v for q, v in g.quantiles.items()},
             }
-            for g in result.groups
+            for g in groups
         ],
+        **_bounded(tops),
     }
+
+
+def _top_n(app: AppContext) -> int:
+    return app.settings.attribution_top_n
+
+
+def _bounded(tops: dict[str, TopValues]) -> dict[str, Any]:
+    """An answer grouped by tenant, team or workload says its top N (``bounded``)."""
+    return {"bounded": attribution.bounded_statements(tops)} if tops else {}
+
+
+def _plus(a: Throughput, b: Throughput, labels: dict[str, str]) -> Throughput:
+    return Throughput(
+        labels,
+        a.requests + b.requests,
+        a.errors + b.errors,
+        a.input_tokens + b.input_tokens,
+        a.output_tokens + b.output_tokens,
+        a.seconds,
+    )
 
 
 @router.get(
@@ -124,6 +165,8 @@ def _throughput(app: AppContext, params: Common) -> dict[str, Any]:
         params.group_by,
         finest=_finest(app, params),
     )
+    tops = attribution.top_of(rows, params.group_by, _top_n(app), lambda t: t.requests)
+    rows = attribution.fold_additive(rows, tops, _plus)
     return {
         "start": iso(params.window.start),
         "end": iso(params.window.end),
@@ -143,6 +186,7 @@ def _throughput(app: AppContext, params: Common) -> dict[str, Any]:
             }
             for t in rows
         ],
+        **_bounded(tops),
     }
 
 
@@ -155,12 +199,16 @@ def breakdown(app: App, params: Params) -> dict[str, Any]:
     up to more than the end-to-end time) are scaled down together: ``scaled_by`` < 1. The
     ``client`` stage is the time the group's requests' clients waited beyond the server's end
     to end (network, gateway, client queueing), from the client calls joined to them."""
-    rows = telemetry.breakdown(
-        app.store,
-        params.window,
-        params.selector,
-        params.group_by,
-        finest=_finest(app, params),
+
+    def read(selector: Selector, group_by: tuple[str, ...]) -> list[Breakdown]:
+        return telemetry.breakdown(
+            app.store, params.window, selector, group_by, finest=_finest(app, params)
+        )
+
+    rows = read(params.selector, params.group_by)
+    tops = attribution.top_of(rows, params.group_by, _top_n(app), lambda b: b.requests)
+    rows = attribution.fold_requery(
+        rows, params.group_by, tops, params.selector, lambda narrowed: read(narrowed, ())
     )
     clients = telemetry.client_stages_of(
         app.store, params.window, app.aliases, params.selector, params.group_by
@@ -188,6 +236,7 @@ def breakdown(app: App, params: Params) -> dict[str, Any]:
             }
             for b in rows
         ],
+        **_bounded(tops),
     }
 
 
