@@ -31,12 +31,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
+from operator import attrgetter
 from typing import Any, Final
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
+    String,
     Table,
     and_,
+    any_,
     bindparam,
     case,
     exists,
@@ -45,6 +49,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from infersight.core.attribution import DIMENSIONS, JOIN_SKEW, Attribution, fill
 from infersight.core.records import RECORD_FIELDS, RequestRecord
@@ -54,6 +59,7 @@ from infersight.storage.tables import trace_attributions
 
 #: Trace ids per ``IN`` list.
 _CHUNK: Final = 500
+_VALUES: Final = attrgetter(*RECORD_FIELDS)
 #: How long before a request its trace's gateway or client span may have started, at most,
 #: for the request to be filled from it (a span longer than this fills none of its trace's
 #: requests past it). Bounds the partitions a lookup reads.
@@ -106,6 +112,20 @@ def _utc(ts: datetime) -> datetime:
     return ts.astimezone(UTC)
 
 
+def _chunks(connection: Connection, values: list[str]) -> Iterable[list[str]]:
+    """``values`` in ``IN`` lists of ``_CHUNK`` (SQLite), or whole as one array (PostgreSQL:
+    ``= ANY(…)``, one parameter however many)."""
+    if connection.dialect.name == "postgresql":
+        return [values] if values else []
+    return (values[i : i + _CHUNK] for i in range(0, len(values), _CHUNK))
+
+
+def _among(column: Any, values: list[str], array: bool) -> ColumnElement[bool]:
+    if array:
+        return column == any_(bindparam(None, values, type_=ARRAY(String)))  # type: ignore[no-any-return]
+    return column.in_(values)  # type: ignore[no-any-return]
+
+
 def store(connection: Connection, items: Sequence[Attribution], oldest: Any = None) -> int:
     """Insert ``items``, merging a span stored before (each dimension keeps the first value
     named for it); how many spans were new."""
@@ -127,21 +147,24 @@ def store(connection: Connection, items: Sequence[Attribution], oldest: Any = No
     ensure_partitions(connection, trace_attributions.name, days, oldest=oldest)
     c = trace_attributions.c
     keys = list(by_key)
-    before: set[tuple[datetime, str, str]] = set()
-    for i in range(0, len(keys), _CHUNK):
-        query = select(c.start, c.trace_id, c.span_id).where(
-            tuple_(c.start, c.trace_id, c.span_id).in_(keys[i : i + _CHUNK])
+    fresh = insert_for(connection, trace_attributions).on_conflict_do_nothing()
+    inserted = {
+        (_utc(start), trace, span)
+        for start, trace, span in connection.execute(
+            fresh.returning(c.start, c.trace_id, c.span_id), rows
         )
-        before.update((_utc(s), t, p) for s, t, p in connection.execute(query))
-    # The same span named twice (a client record's own tenant, and what the mapping read of
-    # it; a replay): merged, the first value of each dimension kept.
-    statement = insert_for(connection, trace_attributions)
-    merged = statement.on_conflict_do_update(
-        index_elements=[c.start, c.trace_id, c.span_id],
-        set_={d: case((c[d] == "", statement.excluded[d]), else_=c[d]) for d in DIMENSIONS},
-    )
-    connection.execute(merged, rows)
-    return len(set(keys) - before)
+    }
+    again = [row for key, row in zip(keys, rows, strict=True) if key not in inserted]
+    if again:
+        # The same span named twice (a client record's own tenant, and what the mapping read
+        # of it; a replay): merged, the first value of each dimension kept.
+        statement = insert_for(connection, trace_attributions)
+        merged = statement.on_conflict_do_update(
+            index_elements=[c.start, c.trace_id, c.span_id],
+            set_={d: case((c[d] == "", statement.excluded[d]), else_=c[d]) for d in DIMENSIONS},
+        )
+        connection.execute(merged, again)
+    return len(inserted)
 
 
 def any_between(connection: Connection, low: datetime, high: datetime) -> bool:
@@ -159,14 +182,25 @@ def lookup(
     c = trace_attributions.c
     wanted = sorted(set(trace_ids))
     found: dict[str, list[Span]] = defaultdict(list)
-    for i in range(0, len(wanted), _CHUNK):
+    # By trace id (its index). PostgreSQL is also told the time range, which prunes its daily
+    # partitions; SQLite would take the range for the primary key's and scan every span of
+    # it for each chunk, so there the range is checked here.
+    ranged = connection.dialect.name == "postgresql"
+    low, high = _utc(low), _utc(high)
+    for chunk in _chunks(connection, wanted):
+        where: list[ColumnElement[bool]] = [_among(c.trace_id, chunk, ranged)]
+        if ranged:
+            where += [c.start >= low, c.start <= high]
         query = select(
             c.trace_id, c.start, c.span_id, c.duration_s, *(c[d] for d in DIMENSIONS)
-        ).where(c.trace_id.in_(wanted[i : i + _CHUNK]), c.start >= low, c.start <= high)
+        ).where(*where)
         for row in connection.execute(query):
+            start = _utc(row.start)
+            if not low <= start <= high:
+                continue
             found[row.trace_id].append(
                 Span(
-                    _utc(row.start),
+                    start,
                     row.span_id,
                     float(row.duration_s),
                     {d: getattr(row, d) for d in DIMENSIONS},
@@ -191,8 +225,9 @@ def lookup_for(connection: Connection, records: Sequence[RequestRecord]) -> dict
 
 
 def needs_fill(record: RequestRecord) -> bool:
-    """Whether some dimension of ``record`` is still empty."""
-    return not all(getattr(record, d) for d in DIMENSIONS)
+    """Whether the tenant, team or workload of ``record`` is still empty (its adapter is
+    filled alongside them: an empty adapter is a base model's request, the common case)."""
+    return not (record.tenant and record.team and record.workload)
 
 
 def filled(record: RequestRecord, traces: Mapping[str, TraceSpans]) -> RequestRecord:
@@ -204,8 +239,11 @@ def filled(record: RequestRecord, traces: Mapping[str, TraceSpans]) -> RequestRe
     changes = fill(labels, spans.dimensions(_utc(record.start)))
     if not changes:
         return record
-    values = {name: getattr(record, name) for name in RECORD_FIELDS}
-    return RequestRecord(**{**values, **changes})
+    # The record was validated, and the labels were, as an ``Attribution``'s (at most
+    # ``MAX_LABEL_LEN`` characters): only they change.
+    own = zip(RECORD_FIELDS, _VALUES(record), strict=True)
+    values = [changes.get(name, value) for name, value in own]
+    return RequestRecord.trusted(values)
 
 
 def _fillable(table: Table) -> Any:
@@ -259,15 +297,15 @@ def rows_of_traces(
             clusters.append((low, high, {trace}))
     seen: set[tuple[datetime, str, str]] = set()
     out: list[RequestRecord] = []
+    postgres = connection.dialect.name == "postgresql"
     for low, high, ids in clusters:
-        wanted = sorted(ids)
-        for i in range(0, len(wanted), _CHUNK):
+        for chunk in _chunks(connection, sorted(ids)):
             query = (
                 select(table)
                 .where(
                     c.start >= low,
                     c.start <= high,
-                    c.trace_id.in_(wanted[i : i + _CHUNK]),
+                    _among(c.trace_id, chunk, postgres),
                     _fillable(table),
                 )
                 .order_by(c.start, c.trace_id, c.span_id)
@@ -296,8 +334,13 @@ def changed(
 
 
 def rewrite(connection: Connection, table: Table, records: Sequence[RequestRecord]) -> None:
-    """Write the filled dimensions of ``records`` into their stored rows (by key)."""
+    """Write the filled dimensions of ``records`` into their stored rows (by key): on
+    PostgreSQL one ``UPDATE … FROM unnest(…)`` of arrays, on SQLite one statement per row
+    (in process, and under its write lock)."""
     if not records:
+        return
+    if connection.dialect.name == "postgresql":
+        _rewrite_arrays(connection, table, records)
         return
     c = table.c
     key = ("start", "trace_id", "span_id")
@@ -339,3 +382,22 @@ __all__ = [
     "rows_of_traces",
     "store",
 ]
+
+
+def _rewrite_arrays(connection: Connection, table: Table, records: Sequence[RequestRecord]) -> None:
+    names = ", ".join(DIMENSIONS)
+    sets = ", ".join(f"{d} = v.{d}" for d in DIMENSIONS)
+    arrays = ", ".join(f"%(v_{d})s::text[]" for d in DIMENSIONS)
+    statement = (
+        f"UPDATE {table.name} AS r SET {sets} "
+        f"FROM unnest(%(k_start)s::timestamptz[], %(k_trace)s::text[], %(k_span)s::text[], "
+        f"{arrays}) AS v(start, trace_id, span_id, {names}) "
+        "WHERE r.start = v.start AND r.trace_id = v.trace_id AND r.span_id = v.span_id"
+    )
+    values: dict[str, Any] = {
+        "k_start": [r.start for r in records],
+        "k_trace": [r.trace_id for r in records],
+        "k_span": [r.span_id for r in records],
+        **{f"v_{d}": [getattr(r, d) for r in records] for d in DIMENSIONS},
+    }
+    connection.exec_driver_sql(statement, values)

@@ -193,11 +193,11 @@ class _BaseWriter:
         records = self._in_window(records, _start, "requests")
         if not records:
             return WriteResult(received, 0, 0, received)
-        records = self._attributed(records)
-        parts = [r for r in records if r.role is Role.PREFILL]
-        users = [r for r in records if r.role is not Role.PREFILL] if parts else records
         stored = kept = parts_stored = 0
         with _translate_errors(), self.engine.begin() as connection:
+            records = self._attributed(connection, records)
+            parts = [r for r in records if r.role is Role.PREFILL]
+            users = [r for r in records if r.role is not Role.PREFILL] if parts else records
             if users:
                 kept, stored, deltas = self._store_requests(connection, users)
                 rollup.apply(connection, deltas)
@@ -212,14 +212,17 @@ class _BaseWriter:
         inserted = stored + parts_stored
         return WriteResult(received, inserted, len(records) - inserted, refused)
 
-    def _attributed(self, records: Sequence[RequestRecord]) -> Sequence[RequestRecord]:
+    @staticmethod
+    def _attributed(
+        connection: Connection, records: Sequence[RequestRecord]
+    ) -> Sequence[RequestRecord]:
         """``records`` with what their traces' stored gateway and client spans name, where
-        their own spans left a dimension empty (``storage.attribution``)."""
+        their own spans left a dimension empty (``storage.attribution``), read in the
+        transaction that stores them."""
         wanting = [r for r in records if attribution.needs_fill(r)]
         if not wanting:
             return records
-        with _translate_errors(), self.engine.connect() as connection:
-            traces = attribution.lookup_for(connection, wanting)
+        traces = attribution.lookup_for(connection, wanting)
         if not traces:
             return records
         return [attribution.filled(r, traces) for r in records]
