@@ -10,6 +10,7 @@ import pytest
 
 from infersight.core.quantiles import exact_quantiles
 from infersight.core.query import Selector
+from infersight.core.records import GROUP_LABELS
 from infersight.core.samples import GpuSample
 from infersight.core.window import Resolution, Window
 from infersight.storage import timeseries
@@ -78,7 +79,7 @@ def test_bucket_sketches_answer_each_buckets_quantiles_within_one_percent(store:
 
 def test_label_sets_list_the_series_seen_in_the_window(store: Store, records):
     sets = timeseries.label_sets(store.engine, WINDOW)
-    assert set(sets) == {(r.model, r.instance, r.tenant, r.priority, r.adapter) for r in records}
+    assert set(sets) == {tuple(getattr(r, n) for n in GROUP_LABELS) for r in records}
     later = Window(WINDOW.end + timedelta(hours=3), WINDOW.end + timedelta(hours=4))
     assert timeseries.label_sets(store.engine, later) == []
 
