@@ -48,7 +48,7 @@ from infersight.storage.engine import create_store_engine
 from infersight.storage.writer import open_writer
 
 CASES = ("bare", "unused", "labelled", "first", "late")
-T0 = datetime(2026, 12, 1, tzinfo=UTC)
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 class _Ids:
