@@ -516,14 +516,26 @@ _TOTALS = re.compile(
 
 
 _ROW = re.compile(r"D\d+ (?P<a>\S+):(?P<a0>\d+)-(?P<a1>\d+) ~ (?P<b>\S+):(?P<b0>\d+)-(?P<b1>\d+)")
-#: A side whose lines are at least this share of signatures, docstrings and declarations repeats
-#: a shape (a protocol's method and its implementation, a table and its migration), no logic.
+#: A side whose lines are at least this share of signatures, docstrings, declarations and
+#: forwarding calls repeats a shape (a protocol's method, its implementation and the function it
+#: delegates to), no logic.
 DECLARATION_SHARE = 0.75
+
+
+def _forwards(call: ast.Call) -> bool:
+    """Whether a call only hands names on (``f(self._engine, a, c=c)``: a delegate)."""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    values = [v.value if isinstance(v, ast.Starred) else v for v in values]
+    return len(values) > 1 and all(
+        isinstance(v, ast.Name) or (isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name))
+        for v in values
+    )
 
 
 def _declaration_lines(path: Path) -> set[int]:
     """Lines of ``path`` that declare rather than compute: function signatures, docstrings,
-    annotated names without a value and class-level fields, ``...`` bodies, imports."""
+    annotated names and class-level fields, ``...`` bodies, imports, and calls that only hand
+    their caller's names on."""
     found: set[int] = set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
@@ -532,6 +544,8 @@ def _declaration_lines(path: Path) -> set[int]:
             for decorator in node.decorator_list:
                 found.update(range(decorator.lineno, (decorator.end_lineno or 0) + 1))
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            found.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        if isinstance(node, ast.Call) and _forwards(node):
             found.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
         if isinstance(node, ast.AnnAssign | ast.Import | ast.ImportFrom | ast.ClassDef):
             end = node.lineno if isinstance(node, ast.ClassDef) else node.end_lineno
@@ -559,7 +573,7 @@ def _repeats_logic(package: Path, row: str) -> bool:
 
 def duplicates(tree: Path, top: int = 8) -> dict[str, Any]:
     """The ``duplicates`` command's totals over the package; its identical rows split into
-    those that repeat logic and those that repeat declarations only."""
+    those that repeat logic and those that repeat declarations and forwarding only."""
     command = shutil.which("duplicates")
     if command is None:
         return {"error": "the duplicates command is not on PATH"}
@@ -750,8 +764,9 @@ def _report_code(f: dict[str, Any]) -> None:
             )
             print(
                 f"  identical rows listed {d['identical_listed']}, of which repeat logic "
-                f"{d['identical_logic']} (the rest: signatures, docstrings, declarations on "
-                f"both sides, at least {DECLARATION_SHARE:.0%} of their lines); top identical:"
+                f"{d['identical_logic']} (the rest, on both sides at least "
+                f"{DECLARATION_SHARE:.0%} signatures, docstrings, declarations, forwarding calls);"
+                " top identical:"
             )
             for row in d["top_identical"]:
                 print(f"    {row}")
