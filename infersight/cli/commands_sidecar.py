@@ -5,8 +5,8 @@ the GPU source into ``collector.sidecar.Sidecar``, and runs until SIGTERM / SIGI
 it shuts down cleanly (pending appends committed, eligible entries shipped).
 
 Start-up binds and accepts first: the store writer (SQLAlchemy, the driver, numpy) is imported
-and built in the shipper's thread after the receivers listen, and nothing here imports
-``storage`` at module level.
+and built in the shipper's thread after the receivers listen (``service.ingest.open_writer``),
+and nothing here imports the store's modules at module level.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """``infersight simulate``: run a scenario of the simulated fleet in virtual time.
 
 Wires the simulator to its outputs: the store (``--store URL``, migrated first, written through
-``storage.writer``), OTLP spans to a collector (``--otlp-endpoint``), and prints progress on
-stderr and a summary with the scenario's ground truth on stdout. ``--speed`` paces virtual time
-against the wall clock (``max``: as fast as the machine allows; ``60``: an hour a minute).
-``--realtime`` instead serves every instance's OpenAI-compatible endpoint (and its /metrics)
-on consecutive ports, with the scenario's traffic and faults running against the wall clock.
+``service.ingest.open_writer``), OTLP spans to a collector (``--otlp-endpoint``), and prints
+progress on stderr and a summary with the scenario's ground truth on stdout. ``--speed`` paces
+virtual time against the wall clock (``max``: as fast as the machine allows; ``60``: an hour a
+minute). ``--realtime`` instead serves every instance's OpenAI-compatible endpoint (and its
+/metrics) on consecutive ports, with the scenario's traffic and faults running against the wall
+clock.
 """
 
 from __future__ import annotations
