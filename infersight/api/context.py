@@ -176,6 +176,7 @@ def build_context(
         retention.finest_for,
         notifiers=list(notifiers or {}),
         base_url=dashboard_url,
+        attribution_top_n=settings.attribution_top_n,
     )
     jobs = Jobs(
         store,

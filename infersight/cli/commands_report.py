@@ -71,6 +71,7 @@ def weekly(
             lambda: active_model(store, settings.cost_model),
             tz_name,
             settings.retention().finest_for,
+            attribution_top_n=settings.attribution_top_n,
         )
         generated = jobs.generate(period, now, partial=partial)
     finally:

@@ -228,3 +228,15 @@ def test_answers_grouped_by_tenant_keep_the_top_n_and_fold_the_rest(fleet: Store
     # Not grouped by an attribution dimension: as before, no bound to state.
     plain = api.get(f"/api/v1/throughput?start={iso(WINDOW.start)}&end={iso(WINDOW.end)}")
     assert "bounded" not in plain.json()
+
+
+def test_the_served_weekly_report_keeps_the_top_n_the_settings_name(fleet: Store) -> None:
+    """``INFERSIGHT_ATTRIBUTION_TOP_N`` reaches the weekly report job ``serve`` runs (it kept
+    the default 20 whatever the setting said)."""
+    from datetime import timedelta
+
+    api = api_for(fleet, cost_model=MODEL.name, attribution_top_n=2)
+    generated = api.app.state.context.reports.generate("2026-W50", WINDOW.start + timedelta(days=8))
+    tenant = generated.body["attribution"]["tenant"]
+    assert tenant["top"]["top_n"] == 2
+    assert tenant["top"]["folded_into_other"] == len(set(TENANTS) - {""}) - 2
