@@ -64,7 +64,15 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def fresh_layout(transport: ChdbTransport, prefix: str) -> Layout:
-    layout = Layout(database=f"{prefix}_{uuid.uuid4().hex[:8]}", raw_days=3650)
+    # PostgreSQL's side runs no retention here: neither may ClickHouse's TTLs (10 years).
+    keep = 3650
+    layout = Layout(
+        database=f"{prefix}_{uuid.uuid4().hex[:8]}",
+        raw_days=keep,
+        minute_days=keep,
+        hour_days=keep,
+        day_days=keep,
+    )
     migrate(transport, layout)
     return layout
 
@@ -196,6 +204,8 @@ def measure_query(
     runs = interleave(cases, rounds, order=order, on_round=line)
     engine.dispose()
     sketch_equal = answers["pg_sketch"].groups == answers["ch_sketch"].groups
+    if not sketch_equal:
+        print(f"   sketch answers differ: {answers['pg_sketch']} vs {answers['ch_sketch']}")
     pg_exact, ch_exact = answers["pg_exact"].groups[0], answers["ch_exact"].groups[0]
     exact_equal = pg_exact.count == ch_exact.count and all(
         abs(pg_exact.quantiles[q] - ch_exact.quantiles[q]) <= 1e-12 * abs(pg_exact.quantiles[q])
