@@ -203,7 +203,13 @@ def group_sketches(
     def rollup(segment: Segment) -> list[tuple[LabelKey, QuantileSketch | None]]:
         # Through the sketch cache: a segment's rows decoded again only when they changed.
         found = merged_sketches(
-            connection, (column,), rollup_where(segment, selector), group_by, None, cache
+            connection,
+            (column,),
+            rollup_where_shaped(selector_shape(selector)),
+            group_by,
+            None,
+            cache,
+            span_values(segment, selector),
         )
         return [(key, sketches[0]) for (key, _), sketches in found.items()]
 
@@ -253,7 +259,13 @@ def group_sketches_many(
 
     def rollup(segment: Segment) -> None:
         found = merged_sketches(
-            connection, fields, rollup_where(segment, selector), group_by, None, cache
+            connection,
+            fields,
+            rollup_where_shaped(selector_shape(selector)),
+            group_by,
+            None,
+            cache,
+            span_values(segment, selector),
         )
         for (key, _), sketches in found.items():
             for i, sketch in enumerate(sketches):

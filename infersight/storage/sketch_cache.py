@@ -27,12 +27,23 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, Final
 
-from sqlalchemy import ColumnElement, Connection, func, literal, or_, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    bindparam,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from infersight.core.records import GROUP_LABELS
@@ -132,20 +143,28 @@ def merged_sketches(
     group_by: Sequence[str],
     part_s: int | None = None,
     cache: SketchCache | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> dict[PartKey, Merged]:
     """One merged sketch per latency field in ``fields`` (``ttft_s``…) for each group and part
     of the ``request_rollups`` rows ``where`` picks: parts are ``part_s``-second buckets
     (aligned to the Unix epoch) of the rows' buckets, or the whole read with ``None``. A field
     no row of a part holds is ``None``. Decodes only the parts ``cache`` has not seen as they
-    are now."""
+    are now.
+
+    With ``params``, ``where`` is a condition built once per shape whose values are
+    ``params`` (``storage.sql``'s shaped conditions): the statements around it are then built
+    once per shape too (building and keying them cost more CPU than running them)."""
     if not fields:
         raise ValueError("merged_sketches needs at least one field")
     if part_s is not None and part_s < 1:
         raise ValueError("part_s must be at least one second")
     cache = cache if cache is not None else sketch_cache(connection.engine)
+    shape = (tuple(fields), where, tuple(group_by), part_s)
     if connection.dialect.name == "postgresql":
-        return _postgres(connection, tuple(fields), where, tuple(group_by), part_s, cache)
-    return _in_process(connection, tuple(fields), where, tuple(group_by), part_s, cache)
+        statements = _pg_statements(*shape) if params is not None else _pg_build(*shape)
+        return _postgres(connection, statements, shape, dict(params or {}), cache)
+    statement = _sqlite_statement(*shape) if params is not None else _sqlite_build(*shape)
+    return _in_process(connection, statement, shape, dict(params or {}), cache)
 
 
 def _any_sketch(fields: Sequence[str]) -> ColumnElement[bool]:
@@ -164,42 +183,75 @@ def _row_text(fields: Sequence[str]) -> ColumnElement[Any]:
     )
 
 
-def _postgres(
-    connection: Connection,
+#: The key of a read's statements: fields, condition, group-by labels and part seconds.
+Shape = tuple[tuple[str, ...], ColumnElement[bool], tuple[str, ...], int | None]
+
+
+def _part_of(part_s: int | None) -> ColumnElement[Any] | None:
+    """The start of a row's part (``part_s`` seconds, epoch-aligned); ``None`` without parts."""
+    if part_s is None:
+        return None
+    return func.date_bin(
+        text(f"interval '{int(part_s)} seconds'"),
+        request_rollups.c.bucket,
+        literal(_EPOCH, UTCDateTime()),
+        type_=UTCDateTime(),
+    )
+
+
+def _pg_build(
     fields: tuple[str, ...],
     where: ColumnElement[bool],
     group_by: tuple[str, ...],
     part_s: int | None,
-    cache: SketchCache,
-) -> dict[PartKey, Merged]:
+) -> tuple[Select[Any], Select[Any]]:
+    """PostgreSQL's two statements: each part's digest, then the rows of the parts missed
+    (those whose start is in the ``parts`` parameter, with parts)."""
     r = request_rollups.c
     keys = [r[name] for name in group_by]
     # The part's start, selected first; without parts, a constant NULL in its place.
-    part = (
-        func.date_bin(
-            text(f"interval '{int(part_s)} seconds'"),
-            r.bucket,
-            literal(_EPOCH, UTCDateTime()),
-            type_=UTCDateTime(),
-        )
-        if part_s is not None
-        else None
-    )
+    part = _part_of(part_s)
     parts_sel = [part] if part is not None else []
     row_order = [r.resolution, r.bucket, *(r[name] for name in GROUP_LABELS)]
     digest = func.md5(
         func.string_agg(_row_text(fields), aggregate_order_by(literal(","), *row_order))
     )
-    found = connection.execute(
+    digests = (
         select(*parts_sel, *keys, digest)
         .where(where, _any_sketch(fields))
         .group_by(*parts_sel, *keys)
-    ).all()
+    )
+    condition = [where, _any_sketch(fields)]
+    if part is not None:
+        condition.append(part.in_(bindparam("parts", expanding=True)))
+    blobs = [sketch_column(f) for f in fields]
+    rows = (
+        select(*parts_sel, *keys, _row_text(fields), *blobs)
+        .where(*condition)
+        .order_by(*parts_sel, *keys, *row_order)
+    )
+    return digests, rows
+
+
+_pg_statements = lru_cache(maxsize=256)(_pg_build)
+
+
+def _postgres(
+    connection: Connection,
+    statements: tuple[Select[Any], Select[Any]],
+    shape: Shape,
+    params: dict[str, Any],
+    cache: SketchCache,
+) -> dict[PartKey, Merged]:
+    fields, _where, group_by, part_s = shape
+    digests, blob_rows = statements
+    with_part = part_s is not None
+    found = connection.execute(digests, params).all()
     width = len(group_by)
     out: dict[PartKey, Merged] = {}
     missing: set[PartKey] = set()
     for row in found:
-        pk = _part_key(row, part is not None, width)
+        pk = _part_key(row, with_part, width)
         hit = cache.get((fields, row[-1]))
         if hit is None:
             missing.add(pk)
@@ -207,20 +259,14 @@ def _postgres(
             out[pk] = hit
     if not missing:
         return out
-    condition = [where, _any_sketch(fields)]
-    if part is not None:
-        condition.append(part.in_(sorted({at for _, at in missing if at is not None})))
-    blobs = [sketch_column(f) for f in fields]
-    rows = connection.execute(
-        select(*parts_sel, *keys, _row_text(fields), *blobs)
-        .where(*condition)
-        .order_by(*parts_sel, *keys, *row_order)
-    ).all()
+    if with_part:
+        params = {**params, "parts": sorted({at for _, at in missing if at is not None})}
+    rows = connection.execute(blob_rows, params).all()
     groups: dict[PartKey, tuple[list[str], list[list[bytes]]]] = {}
-    skip = len(parts_sel) + width
+    skip = (1 if with_part else 0) + width
     for row in rows:
         values: Sequence[Any] = tuple(row)
-        pk = _part_key(values, part is not None, width)
+        pk = _part_key(values, with_part, width)
         if pk not in missing:
             continue
         texts, parts = groups.setdefault(pk, ([], [[] for _ in fields]))
@@ -244,24 +290,37 @@ def _part_key(row: Sequence[Any], with_part: bool, width: int) -> PartKey:
     return (tuple(row[:width]), None)
 
 
-def _in_process(
-    connection: Connection,
+def _sqlite_build(
     fields: tuple[str, ...],
     where: ColumnElement[bool],
     group_by: tuple[str, ...],
     part_s: int | None,
+) -> Select[Any]:
+    """SQLite's one statement: the rows with their blobs."""
+    r = request_rollups.c
+    labels = [r[name] for name in GROUP_LABELS]
+    blobs = [sketch_column(f) for f in fields]
+    return (
+        select(r.resolution, r.bucket, *labels, *blobs)
+        .where(where, _any_sketch(fields))
+        .order_by(r.resolution, r.bucket, *labels)
+    )
+
+
+_sqlite_statement = lru_cache(maxsize=256)(_sqlite_build)
+
+
+def _in_process(
+    connection: Connection,
+    statement: Select[Any],
+    shape: Shape,
+    params: dict[str, Any],
     cache: SketchCache,
 ) -> dict[PartKey, Merged]:
     """SQLite: one statement reads the rows with their blobs (no network to spare); a BLAKE2
     digest per part is computed here, and only the parts not seen are decoded."""
-    r = request_rollups.c
-    labels = [r[name] for name in GROUP_LABELS]
-    blobs = [sketch_column(f) for f in fields]
-    rows = connection.execute(
-        select(r.resolution, r.bucket, *labels, *blobs)
-        .where(where, _any_sketch(fields))
-        .order_by(r.resolution, r.bucket, *labels)
-    ).all()
+    fields, _where, group_by, part_s = shape
+    rows = connection.execute(statement, params).all()
     positions = [GROUP_LABELS.index(name) for name in group_by]
     n = len(GROUP_LABELS)
     grouped: dict[PartKey, list[Any]] = {}

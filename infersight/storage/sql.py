@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from functools import lru_cache
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import Column, ColumnElement, Connection, Engine, Table, and_, bindparam, or_
@@ -143,9 +144,10 @@ def segment_values(segments: Sequence[Segment]) -> tuple[tuple[str, ...], dict[s
     return tuple(resolutions), values
 
 
+@lru_cache(maxsize=64)
 def raw_where_shaped(shape: SelectorShape) -> ColumnElement[bool]:
     """``raw_where`` with the span (``lo``, ``hi``) and the selector's values as parameters
-    (``span_values``)."""
+    (``span_values``); one condition object per shape."""
     return and_(
         requests.c.start >= bindparam("lo"),
         requests.c.start < bindparam("hi"),
@@ -153,9 +155,10 @@ def raw_where_shaped(shape: SelectorShape) -> ColumnElement[bool]:
     )
 
 
+@lru_cache(maxsize=64)
 def rollup_where_shaped(shape: SelectorShape) -> ColumnElement[bool]:
     """``rollup_where`` with the segment (``resolution``, ``lo``, ``hi``) and the selector's
-    values as parameters (``span_values``)."""
+    values as parameters (``span_values``); one condition object per shape."""
     return and_(
         request_rollups.c.resolution == bindparam("resolution"),
         request_rollups.c.bucket >= bindparam("lo"),

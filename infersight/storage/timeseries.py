@@ -105,7 +105,10 @@ def _rows_of(
     return (resolutions, selector_shape(selector)), {**values, **selector_values(selector)}
 
 
+@lru_cache(maxsize=256)
 def _rows_where(shape: RowsShape) -> ColumnElement[bool]:
+    """``_rollup_rows``' condition for a shape (one object per shape: statements built around
+    it are kept by it too, ``sketch_cache.merged_sketches``)."""
     resolutions, selecting = shape
     return and_(
         segments_where(request_rollups, resolutions),
@@ -322,14 +325,10 @@ def bucket_sketches_many(
     groups = check_group_by(group_by)
     if bucket_s < step.seconds or bucket_s % step.seconds:
         raise ValueError("a chart bucket must be a whole number of rollup buckets")
+    shape, values = _rows_of(window, step, selector, coarsest)
     with engine.connect() as connection:
         found = merged_sketches(
-            connection,
-            fields,
-            _rollup_rows(window, step, selector, coarsest),
-            groups,
-            bucket_s,
-            cache,
+            connection, fields, _rows_where(shape), groups, bucket_s, cache, values
         )
     out: dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]] = {m: {} for m in metrics}
     for (labels, at), sketches in sorted(found.items(), key=lambda item: item[0][1] or _EPOCH):
