@@ -677,10 +677,6 @@ class Shipper:
         return self.conveyor.sink
 
     @property
-    def failing_since(self) -> float | None:
-        return self.state.failing_since
-
-    @property
     def last_error(self) -> str:
         return self.state.last_error
 
@@ -688,22 +684,9 @@ class Shipper:
     def last_error_at(self) -> float | None:
         return self.state.last_error_at
 
-    @property
-    def last_success_at(self) -> float | None:
-        return self.state.last_success_at
-
-    def lag(self) -> float:
-        return self.state.lag()
-
-    def in_flight_s(self) -> float:
-        return self.state.in_flight_s()
-
     def health(self) -> dict[str, Any]:
         """The shipping part of ``/healthz`` (``ShipHealth.report``), from memory only."""
         return self.state.report(self.sink is not None)
-
-    def refresh(self) -> None:
-        self.state.refresh()
 
     # --- one pass --------------------------------------------------------------------------
 

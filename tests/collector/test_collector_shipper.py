@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from infersight.collector.metrics import CollectorMetrics
 from infersight.collector.shipper import Backoff, Shipper, ShipPolicy
 from infersight.collector.spool import Entry, Spool, SpoolConfig
 from infersight.core.client import ClientRecord
-from infersight.core.errors import InvalidInput, Unavailable
+from infersight.core.errors import ConfigurationError, InvalidInput, Unavailable
 from infersight.core.records import RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.write import Sink, WriteResult
@@ -372,3 +373,53 @@ def test_one_client_record_the_store_refuses_does_not_block_the_others(store, sp
     with store.engine.connect() as c:
         assert c.execute(select(func.count()).select_from(client_requests)).scalar_one() == 3
     assert metrics.value("infersight_collector_ship_errors_total", reason="invalid_record") == 1
+
+
+@pytest.mark.parametrize(
+    ("tuning", "words"),
+    [
+        pytest.param({"idle_s": -1.0}, "pauses must not be negative", id="negative idle"),
+        pytest.param({"probe_every_s": math.nan}, "pauses must not be negative", id="NaN probe"),
+        pytest.param({"open_delay_s": -0.5}, "pauses must not be negative", id="negative open"),
+        pytest.param({"slow_after_s": 0.0}, "slow-store bound must be positive", id="no bound"),
+        pytest.param({"batch_size": 0}, "batch size must be at least 1", id="empty batch"),
+    ],
+)
+def test_a_ship_policy_refuses_bad_tuning_with_a_clear_error(
+    tuning: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=words):
+        ShipPolicy(**tuning)
+
+
+def test_a_ship_policy_never_waits_longer_idle_than_its_idle_pause() -> None:
+    policy = ShipPolicy(idle_s=5.0, max_idle_s=1.0)
+    assert policy.max_idle_s == 5.0
+    assert policy.idle_delay(100.0, 500.0, True, now=100.0) == pytest.approx(5.0)
+
+
+def test_the_writer_is_built_by_the_first_pass_and_the_first_shipment_announced_once(
+    store, spool: Spool
+) -> None:
+    built: list[Sink] = []
+    announced: list[int] = []
+
+    def build() -> Sink:
+        built.append(open_writer(store.engine))
+        return built[-1]
+
+    shipper = Shipper(spool, build, CollectorMetrics(), on_first_ship=announced.append)
+    assert shipper.sink is None
+    assert not shipper.opened.is_set()
+    assert shipper.health()["shipping"] == "starting"
+    assert shipper.ship_once().shipped == 0  # builds the writer; nothing to ship yet
+    assert shipper.opened.is_set()
+    assert shipper.sink is built[0]
+    assert announced == []  # nothing shipped: nothing announced
+    put(spool, record_entries([record(1), record(2)]))
+    assert shipper.ship_once().shipped == 2
+    put(spool, record_entries([record(3)]))
+    assert shipper.ship_once().shipped == 1
+    assert announced == [2]  # once, with the first shipment's entries
+    assert len(built) == 1
+    assert len(stored_keys(store.engine)) == 3
