@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import bench_api
 import bench_dashboard
@@ -52,8 +53,19 @@ from infersight.storage import migrate, slo_store
 from infersight.storage.engine import create_store_engine
 from infersight.storage.maintenance import RetentionPolicy, maintain
 
-#: Every page of the navigation (``api.dashboard.routes.VIEWS``) and one incident's page.
-PAGES = ("overview", "latency", "gpus", "cost", "incidents", "baselines", "capacity", "scaling")
+#: Every page of the navigation (``api.dashboard.routes.VIEWS``; a test keeps the two the
+#: same), and one incident's page and one SLO's page.
+PAGES = (
+    "overview",
+    "latency",
+    "gpus",
+    "cost",
+    "budgets",
+    "incidents",
+    "baselines",
+    "capacity",
+    "scaling",
+)
 TARGET_MS = 1000.0
 #: A guard against a serve that never evaluates (not a budget: a loaded machine waits).
 EVALUATION_GUARD_S = 600.0
@@ -128,6 +140,16 @@ def calls(live: Live, ranges: list[str]) -> list[tuple[str, str, dict[str, str]]
     items = listed.get("incidents", listed) if isinstance(listed, dict) else listed
     if items:
         pages.append(("incident", f"/ui/incidents/{items[0]['id']}"))
+    slos = httpx.get(
+        f"{live.url}/api/v1/slos",
+        headers={"Authorization": f"Bearer {READ_TOKEN}"},
+        timeout=60,
+    )
+    slos.raise_for_status()
+    listed_slos = slos.json()
+    named = listed_slos.get("slos", listed_slos) if isinstance(listed_slos, dict) else listed_slos
+    if named:
+        pages.append(("slo", f"/ui/slos/{quote(str(named[0]['name']), safe='')}"))
     for name, path in pages:
         for span in ranges:
             out.append((f"{name} {span}", path, {} if span == "default" else {"range": span}))
