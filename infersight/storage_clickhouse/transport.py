@@ -73,7 +73,7 @@ class ChdbTransport:
             from chdb import session  # noqa: PLC0415 (an optional extra)
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise InvalidInput(
-                "a chdb:// telemetry URL needs the chdb package (pip install 'infersight[all]')"
+                "a chdb:// telemetry URL needs the chdb package (pip install 'infersight[chdb]')"
             ) from exc
         self.path = path
         self.database = database
@@ -125,7 +125,13 @@ class HttpTransport:
         database: str,
         secure: bool,
     ) -> None:
-        import clickhouse_connect  # noqa: PLC0415 (an optional extra)
+        try:
+            import clickhouse_connect  # noqa: PLC0415 (an optional extra)
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise InvalidInput(
+                "a clickhouse:// telemetry URL needs clickhouse-connect"
+                " (pip install 'infersight[clickhouse]')"
+            ) from exc
 
         self.database = database
         self._where = f"{'clickhouses' if secure else 'clickhouse'}://{username}@{host}:{port}"
