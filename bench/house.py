@@ -793,10 +793,10 @@ def headline(f: dict[str, Any]) -> dict[str, Any]:
         "modules in cycles (every import)": sum(len(c) for c in g["cycles"]),
         "cycles (at load time)": len(g["cycles_at_load"]),
         "edge -> storage import pairs": e["pairs"],
-        "  of those, imported at load time": e["by_kind"]["at_load"],
-        "  cli": e["by_edge"]["infersight.cli"],
-        "  api.routes": e["by_edge"]["infersight.api.routes"],
-        "  api.dashboard": e["by_edge"]["infersight.api.dashboard"],
+        "  from cli": e["by_edge"]["infersight.cli"],
+        "  from api.routes": e["by_edge"]["infersight.api.routes"],
+        "  from api.dashboard": e["by_edge"]["infersight.api.dashboard"],
+        "  with an import at load time": e["by_kind"]["at_load"],
     }
     burn = f.get("burn")
     if burn and "error" not in burn:
