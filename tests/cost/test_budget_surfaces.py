@@ -88,7 +88,7 @@ def _cli(store_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_cli_applies_versions_lists_and_refuses_team(store, tmp_path):
+def test_the_cli_applies_versions_lists_and_scopes_a_team(store, tmp_path):
     cost_store.put_model(store.engine, flat_model("4.00"), NOW)
     path = tmp_path / "budgets.yaml"
     path.write_text(DOC + "---\n" + FLEET)
@@ -112,8 +112,9 @@ def test_the_cli_applies_versions_lists_and_refuses_team(store, tmp_path):
 
     path.write_text(DOC.replace("tenant: acme", "team: search"))
     team = _cli(store.url, "budget", "apply", str(path))
-    assert team.returncode == 2
-    assert "issue 34" in team.stderr
+    assert team.returncode == 0, team.stderr
+    assert team.stdout.strip() == "acme-monthly: version 3"
+    assert "team=search" in _cli(store.url, "budget", "list").stdout
     path.write_text(DOC.replace("USD", "EUR"))
     euros = _cli(store.url, "budget", "apply", str(path))
     assert euros.returncode == 2
