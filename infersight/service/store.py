@@ -7,7 +7,8 @@ standby's store for read-only answers is ``open_read_store``. Nothing else in th
 builds a store engine itself; what it is handed is a ``storage.seam.Store``.
 
 Importing this module loads no settings (pydantic) and no SQLAlchemy: the store's modules are
-imported when a store is opened, so a light CLI command can import it.
+imported when a store is opened (SQLAlchemy and ``storage.engine``) and each storage module on
+its first use, so a light CLI command can import it.
 """
 
 from __future__ import annotations

@@ -33,66 +33,107 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from sqlalchemy import Engine
-
-from infersight.core.accept import AcceptWindow
-from infersight.core.baseline import Baseline
-from infersight.core.budget import Budget
-from infersight.core.burn import AlertState, Incident, Transition
-from infersight.core.cost import CostModel, CostResult
-from infersight.core.focus import BillLine
-from infersight.core.goodput import GoodPolicy
-from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
-from infersight.core.model_names import ModelAliases
-from infersight.core.purchasing import GpuHour
-from infersight.core.quantiles import DEFAULT_QUANTILES
-from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
-from infersight.core.retention import RetentionPolicy
-from infersight.core.scaling import Recommendation, ScalingPolicy
-from infersight.core.signals import WindowSignals
-from infersight.core.sketch import QuantileSketch
-from infersight.core.slo import EventCounts, Sli, SloSpec
+from infersight.core.query import Method, Selector
 from infersight.core.window import Resolution, Window
-from infersight.core.write import Sink
-from infersight.storage.bills import BillImport, StoredLine
-from infersight.storage.client_reads import Pairs
-from infersight.storage.contents import StoreContents
-from infersight.storage.cost import ServerEvidence
-from infersight.storage.demand import RecordedDemand
-from infersight.storage.engine import reason, redact, transaction_pooled
-from infersight.storage.gpu_rollup import ROLLUP_GAP_S
-from infersight.storage.incident_history import Entry
-from infersight.storage.incidents import STATES, alert_state
-from infersight.storage.outbox import Message, MessageState
-from infersight.storage.pools import PoolLine, disaggregated
-from infersight.storage.reports import MAX_LIST as MAX_REPORTS
-from infersight.storage.reports import ReportInfo, StoredReport
-from infersight.storage.scaling_reads import DECODE, MAX_MODELS, PREFILL, BusiestPrefill, Gauges
-from infersight.storage.scaling_reads import Minute as DemandMinute
-from infersight.storage.server_engines import (
-    HOT_MARGIN,
-    EngineBucket,
-    EngineSummary,
-    ServerSummary,
-)
-from infersight.storage.signals import IncidentNote
-from infersight.storage.silences import NewSilence, Silence
-from infersight.storage.timeseries import Counts, GpuBucket, RequestPeak
 
-if TYPE_CHECKING:  # pydantic: not for the commands that only read (``__getattr__`` below)
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from infersight.core.accept import AcceptWindow
+    from infersight.core.baseline import Baseline
+    from infersight.core.budget import Budget
+    from infersight.core.burn import AlertState, Incident, Transition
+    from infersight.core.cost import CostModel, CostResult
+    from infersight.core.focus import BillLine
+    from infersight.core.goodput import GoodPolicy
+    from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
+    from infersight.core.model_names import ModelAliases
     from infersight.core.profile import ProfileRequest
+    from infersight.core.purchasing import GpuHour
+    from infersight.core.query import Breakdown, LatencyResult, Throughput
+    from infersight.core.retention import RetentionPolicy
+    from infersight.core.scaling import Recommendation, ScalingPolicy
+    from infersight.core.signals import WindowSignals
+    from infersight.core.sketch import QuantileSketch
+    from infersight.core.slo import EventCounts, Sli, SloSpec
+    from infersight.core.write import Sink
+    from infersight.storage.bills import BillImport, StoredLine
+    from infersight.storage.client_reads import Pairs
+    from infersight.storage.contents import StoreContents
+    from infersight.storage.cost import ServerEvidence
+    from infersight.storage.demand import RecordedDemand
+    from infersight.storage.engine import reason, redact, transaction_pooled
+    from infersight.storage.gpu_rollup import ROLLUP_GAP_S
+    from infersight.storage.incident_history import Entry
+    from infersight.storage.incidents import STATES, alert_state
     from infersight.storage.maintenance import MaintenanceReport
+    from infersight.storage.outbox import Message, MessageState
+    from infersight.storage.pools import PoolLine, disaggregated
     from infersight.storage.profiles import PENDING_AFTER, Profile
+    from infersight.storage.reports import MAX_LIST as MAX_REPORTS
+    from infersight.storage.reports import ReportInfo, StoredReport
+    from infersight.storage.scaling_reads import DECODE, MAX_MODELS, PREFILL, BusiestPrefill, Gauges
+    from infersight.storage.scaling_reads import Minute as DemandMinute
+    from infersight.storage.server_engines import (
+        HOT_MARGIN,
+        EngineBucket,
+        EngineSummary,
+        ServerSummary,
+    )
+    from infersight.storage.signals import IncidentNote
+    from infersight.storage.silences import NewSilence, Silence
+    from infersight.storage.timeseries import Counts, GpuBucket, RequestPeak
 
-#: Names imported on first use: their modules import ``core.profile``, which needs pydantic.
+#: The names this module hands on, each imported on first use (``__getattr__``): their modules
+#: import numpy, SQLAlchemy's dialects, psycopg or pydantic (``core.profile``), which a command
+#: that only reads one concern (``slo list``, ``db current``) does without.
 _LAZY: Final = {
-    "PENDING_AFTER": "infersight.storage.profiles",
-    "Profile": "infersight.storage.profiles",
-    "MaintenanceReport": "infersight.storage.maintenance",
+    "PENDING_AFTER": ("infersight.storage.profiles", "PENDING_AFTER"),
+    "Profile": ("infersight.storage.profiles", "Profile"),
+    "MaintenanceReport": ("infersight.storage.maintenance", "MaintenanceReport"),
+    "AlertState": ("infersight.core.burn", "AlertState"),
+    "BillImport": ("infersight.storage.bills", "BillImport"),
+    "BusiestPrefill": ("infersight.storage.scaling_reads", "BusiestPrefill"),
+    "Counts": ("infersight.storage.timeseries", "Counts"),
+    "DECODE": ("infersight.storage.scaling_reads", "DECODE"),
+    "DemandMinute": ("infersight.storage.scaling_reads", "Minute"),
+    "EngineBucket": ("infersight.storage.server_engines", "EngineBucket"),
+    "EngineSummary": ("infersight.storage.server_engines", "EngineSummary"),
+    "Entry": ("infersight.storage.incident_history", "Entry"),
+    "Gauges": ("infersight.storage.scaling_reads", "Gauges"),
+    "GpuBucket": ("infersight.storage.timeseries", "GpuBucket"),
+    "HOT_MARGIN": ("infersight.storage.server_engines", "HOT_MARGIN"),
+    "IncidentNote": ("infersight.storage.signals", "IncidentNote"),
+    "MAX_MODELS": ("infersight.storage.scaling_reads", "MAX_MODELS"),
+    "MAX_REPORTS": ("infersight.storage.reports", "MAX_LIST"),
+    "Message": ("infersight.storage.outbox", "Message"),
+    "MessageState": ("infersight.storage.outbox", "MessageState"),
+    "NewSilence": ("infersight.storage.silences", "NewSilence"),
+    "PREFILL": ("infersight.storage.scaling_reads", "PREFILL"),
+    "Pairs": ("infersight.storage.client_reads", "Pairs"),
+    "PoolLine": ("infersight.storage.pools", "PoolLine"),
+    "ROLLUP_GAP_S": ("infersight.storage.gpu_rollup", "ROLLUP_GAP_S"),
+    "RecordedDemand": ("infersight.storage.demand", "RecordedDemand"),
+    "ReportInfo": ("infersight.storage.reports", "ReportInfo"),
+    "RequestPeak": ("infersight.storage.timeseries", "RequestPeak"),
+    "RetentionPolicy": ("infersight.core.retention", "RetentionPolicy"),
+    "STATES": ("infersight.storage.incidents", "STATES"),
+    "ServerEvidence": ("infersight.storage.cost", "ServerEvidence"),
+    "ServerSummary": ("infersight.storage.server_engines", "ServerSummary"),
+    "Silence": ("infersight.storage.silences", "Silence"),
+    "StoreContents": ("infersight.storage.contents", "StoreContents"),
+    "StoredLine": ("infersight.storage.bills", "StoredLine"),
+    "StoredReport": ("infersight.storage.reports", "StoredReport"),
+    "alert_state": ("infersight.storage.incidents", "alert_state"),
+    "disaggregated": ("infersight.storage.pools", "disaggregated"),
+    "reason": ("infersight.storage.engine", "reason"),
+    "redact": ("infersight.storage.engine", "redact"),
+    "transaction_pooled": ("infersight.storage.engine", "transaction_pooled"),
 }
 
 __all__ = [
@@ -107,6 +148,7 @@ __all__ = [
     "STATES",
     "TELEMETRY",
     "AlertState",
+    "Announcement",
     "BaselineStore",
     "BillImport",
     "BillStore",
@@ -123,12 +165,15 @@ __all__ = [
     "Entry",
     "EventCounter",
     "EventStore",
+    "Evidence",
     "FinestFor",
     "Gauges",
     "GpuBucket",
     "HistoryStore",
+    "HistoryWrite",
     "IncidentNote",
     "IncidentStore",
+    "IncidentWrites",
     "IngestStore",
     "LabelKey",
     "MaintenanceReport",
@@ -137,6 +182,7 @@ __all__ = [
     "MessageState",
     "NewSilence",
     "OutboxStore",
+    "Outgoing",
     "Pairs",
     "PoolLine",
     "Profile",
@@ -171,7 +217,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """The names of ``_LAZY``, imported on first use."""
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -228,7 +275,7 @@ class RequestStore(Protocol):
         window: Window,
         selector: Selector = Selector(),
         group_by: Sequence[str] = (),
-        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        quantiles: Sequence[float] = ...,
         method: Method = Method.AUTO,
         *,
         finest: Resolution = Resolution.MINUTE,
@@ -245,7 +292,7 @@ class RequestStore(Protocol):
         window: Window,
         selector: Selector = Selector(),
         group_by: Sequence[str] = (),
-        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        quantiles: Sequence[float] = ...,
         *,
         finest: Resolution = Resolution.MINUTE,
     ) -> dict[str, LatencyResult]:
@@ -543,6 +590,69 @@ class SloStore(Protocol):
     def delete(self, name: str) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What ``alerts.lifecycle.decide`` may ask about an incident, read at once
+    (``IncidentStore.evidence``)."""
+
+    #: The incident as stored now (the page tells it so).
+    incident: Incident
+    note: IncidentNote | None
+    #: Its newest history entry, and its newest entry with a diagnosis.
+    last: Entry | None
+    prior: Entry | None
+    #: The last incident of its SLO and scope before it (``IncidentStore.previous``).
+    before: Incident | None
+    #: Its SLO; ``None`` once deleted.
+    spec: SloSpec | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryWrite:
+    """One history entry to append."""
+
+    at: datetime
+    verdict: str
+    cause: str
+    diagnosis: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One notifier's message; ``withdraw``: the key pattern of a held-back resolve to cancel
+    first (an incident that opened within the hold-down of the last one's resolve)."""
+
+    notifier: str
+    key: str
+    payload: str
+    not_before: datetime | None = None
+    withdraw: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """A notification's outbox messages (``OutboxStore.announce``): none while a silence
+    matches ``silence`` (labels, at); a message whose ``withdraw`` cancelled a held-back
+    resolve is replaced by ``reopen(notifier, last incident, its note)`` — (key, payload), or
+    ``None``: not sent (the alert flapped)."""
+
+    incident: Incident
+    now: datetime
+    messages: tuple[Outgoing, ...]
+    silence: tuple[Mapping[str, str], datetime] | None
+    reopen: Callable[[str, Incident | None, IncidentNote | None], tuple[str, str] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentWrites:
+    """A lifecycle decision's writes (``IncidentStore.apply``): history entries, the headline
+    (symptom, diagnosis, at) and the notification's messages."""
+
+    history: tuple[HistoryWrite, ...] = ()
+    headline: tuple[Mapping[str, Any], Mapping[str, Any], datetime] | None = None
+    announcement: Announcement | None = None
+
+
 class IncidentStore(Protocol):
     """Incident rows (one per alert of an SLO and scope) and their notes (diagnosis, ack)."""
 
@@ -601,6 +711,15 @@ class IncidentStore(Protocol):
         """Own connection."""
         ...
 
+    def evidence(self, incident_id: int) -> Evidence:
+        """All that the lifecycle may ask about the incident, on one connection."""
+        ...
+
+    def apply(self, incident_id: int, writes: IncidentWrites) -> int:
+        """A decision's writes in one transaction (joins the caller's); the messages
+        enqueued."""
+        ...
+
 
 class HistoryStore(Protocol):
     """An incident's history (verdicts, causes, diagnoses) and its burn-rate points."""
@@ -653,6 +772,10 @@ class OutboxStore(Protocol):
 
     def cancel_pending(self, notifier: str, key_like: str) -> int:
         """Joins the transaction."""
+        ...
+
+    def announce(self, announcement: Announcement) -> int:
+        """Enqueue a notification's messages (joins the transaction); the messages enqueued."""
         ...
 
     def keys_like(self, key_like: str) -> set[tuple[str, str]]: ...

@@ -10,68 +10,28 @@ connection gets a transaction of its own (``storage.sql.begin``) or, for reads, 
 ``open_store(url)`` is the one way to open a store: the engine (``storage.engine``: timeouts,
 the ``pooler=`` option, SQLite's create-or-refuse rule) wrapped in a ``SqlStore``;
 ``open_read_store`` opens a hot standby's (``storage.replica``).
+
+Each storage module is imported on its first use (``_StorageModule``; mypy sees the real
+imports), and the defaults that are storage modules' constants are read when a call omits
+them: opening a store loads SQLAlchemy and ``storage.engine`` only, so ``db current`` and
+``slo list`` load the modules of their own concern (``tests/test_cli_light_imports.py``).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final, Literal
+from functools import cache, cached_property
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
-from infersight.core.accept import AcceptWindow
-from infersight.core.baseline import Baseline
-from infersight.core.budget import Budget
-from infersight.core.burn import AlertState, Incident, Transition
-from infersight.core.cost import CostModel, CostResult
-from infersight.core.focus import BillLine
-from infersight.core.goodput import GoodPolicy
-from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
-from infersight.core.model_names import ModelAliases
-from infersight.core.purchasing import GpuHour
-from infersight.core.quantiles import DEFAULT_QUANTILES
-from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
-from infersight.core.scaling import Recommendation, ScalingPolicy
-from infersight.core.signals import WindowSignals
-from infersight.core.sketch import QuantileSketch
-from infersight.core.slo import EventCounts, Sli, SloSpec
+from infersight.core.query import Method, Selector
 from infersight.core.window import Resolution, Window
-from infersight.core.write import Sink
-from infersight.storage import (
-    baselines,
-    bills,
-    budgets,
-    capacity,
-    client_reads,
-    contents,
-    cost,
-    cost_models,
-    demand,
-    gpu_rollup,
-    incident_history,
-    incidents,
-    pools,
-    purchasing,
-    queries,
-    reports,
-    revisions,
-    runs,
-    scaling,
-    scaling_reads,
-    server_engines,
-    sessions,
-    signals,
-    silences,
-    slo_store,
-    tables,
-    timeseries,
-    writer,
-)
-from infersight.storage.contents import StoreContents
 from infersight.storage.engine import (
     DEFAULT_TIMEOUTS,
     LONG_STATEMENT_S,
@@ -80,16 +40,130 @@ from infersight.storage.engine import (
     long_running,
     redact,
 )
-from infersight.storage.outbox import Message, Outbox
-from infersight.storage.replica import create_read_engine
-from infersight.storage.seam import FinestFor, LabelKey, Store
-from infersight.storage.sql import begin
 
-if TYPE_CHECKING:  # pydantic (``core.profile``): imported by the profile methods when called
+
+class _StorageModule:
+    """A module of ``infersight.storage``, imported on its first attribute's use."""
+
+    __slots__ = ("_module", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(f"infersight.storage.{self._name}")
+        return getattr(module, attribute)
+
+
+if TYPE_CHECKING:
+    from infersight.core.accept import AcceptWindow
+    from infersight.core.baseline import Baseline
+    from infersight.core.budget import Budget
+    from infersight.core.burn import AlertState, Incident, Transition
+    from infersight.core.cost import CostModel, CostResult
+    from infersight.core.focus import BillLine
+    from infersight.core.goodput import GoodPolicy
+    from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
+    from infersight.core.model_names import ModelAliases
     from infersight.core.profile import ProfileRequest
+    from infersight.core.purchasing import GpuHour
+    from infersight.core.query import Breakdown, LatencyResult, Throughput
     from infersight.core.retention import RetentionPolicy
+    from infersight.core.scaling import Recommendation, ScalingPolicy
+    from infersight.core.signals import WindowSignals
+    from infersight.core.sketch import QuantileSketch
+    from infersight.core.slo import EventCounts, Sli, SloSpec
+    from infersight.core.write import Sink
+    from infersight.storage import (
+        baselines,
+        bills,
+        budgets,
+        capacity,
+        client_reads,
+        contents,
+        cost,
+        cost_models,
+        demand,
+        gpu_rollup,
+        incident_history,
+        incidents,
+        outbox,
+        pools,
+        purchasing,
+        queries,
+        replica,
+        reports,
+        revisions,
+        runs,
+        scaling,
+        scaling_reads,
+        server_engines,
+        sessions,
+        signals,
+        silences,
+        slo_store,
+        sql,
+        tables,
+        timeseries,
+        writer,
+    )
+    from infersight.storage.contents import StoreContents
     from infersight.storage.maintenance import MaintenanceReport
+    from infersight.storage.outbox import Message
     from infersight.storage.profiles import Profile
+    from infersight.storage.seam import (
+        Announcement,
+        Evidence,
+        FinestFor,
+        IncidentWrites,
+        LabelKey,
+        Store,
+    )
+else:
+    # The storage modules, each imported on first use: importing this module (opening a store)
+    # stays light for the commands that touch one concern (``db current``, ``slo list``).
+    baselines = _StorageModule("baselines")
+    bills = _StorageModule("bills")
+    budgets = _StorageModule("budgets")
+    capacity = _StorageModule("capacity")
+    client_reads = _StorageModule("client_reads")
+    contents = _StorageModule("contents")
+    cost = _StorageModule("cost")
+    cost_models = _StorageModule("cost_models")
+    demand = _StorageModule("demand")
+    gpu_rollup = _StorageModule("gpu_rollup")
+    incident_history = _StorageModule("incident_history")
+    incidents = _StorageModule("incidents")
+    outbox = _StorageModule("outbox")
+    pools = _StorageModule("pools")
+    purchasing = _StorageModule("purchasing")
+    queries = _StorageModule("queries")
+    replica = _StorageModule("replica")
+    reports = _StorageModule("reports")
+    revisions = _StorageModule("revisions")
+    runs = _StorageModule("runs")
+    scaling = _StorageModule("scaling")
+    scaling_reads = _StorageModule("scaling_reads")
+    server_engines = _StorageModule("server_engines")
+    sessions = _StorageModule("sessions")
+    signals = _StorageModule("signals")
+    silences = _StorageModule("silences")
+    slo_store = _StorageModule("slo_store")
+    sql = _StorageModule("sql")
+    tables = _StorageModule("tables")
+    timeseries = _StorageModule("timeseries")
+    writer = _StorageModule("writer")
+
+
+def _quantiles(quantiles: Sequence[float] | None) -> Sequence[float]:
+    """``quantiles``, else ``core.quantiles.DEFAULT_QUANTILES`` (imported here: numpy)."""
+    from infersight.core.quantiles import DEFAULT_QUANTILES  # noqa: PLC0415
+
+    return DEFAULT_QUANTILES if quantiles is None else quantiles
+
 
 Bind = Engine | Connection
 
@@ -110,7 +184,7 @@ class _Bound:
 
     def _writing(self) -> AbstractContextManager[Connection]:
         """The bound connection (the caller's transaction), else a transaction of its own."""
-        return begin(self._bind)
+        return sql.begin(self._bind)
 
     def _reading(self) -> AbstractContextManager[Connection]:
         """The bound connection, else a connection of its own."""
@@ -139,11 +213,11 @@ class SqlRequests(_Bound):
         window: Window,
         selector: Selector = Selector(),
         group_by: Sequence[str] = (),
-        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        quantiles: Sequence[float] | None = None,
         method: Method = Method.AUTO,
         *,
         finest: Resolution = Resolution.MINUTE,
-        exact_max_rows: int = queries.DEFAULT_EXACT_MAX_ROWS,
+        exact_max_rows: int | None = None,
     ) -> LatencyResult:
         return queries.latency(
             self._engine,
@@ -151,10 +225,12 @@ class SqlRequests(_Bound):
             window,
             selector,
             group_by,
-            quantiles,
+            _quantiles(quantiles),
             method,
             finest=finest,
-            exact_max_rows=exact_max_rows,
+            exact_max_rows=queries.DEFAULT_EXACT_MAX_ROWS
+            if exact_max_rows is None
+            else exact_max_rows,
         )
 
     def latencies(
@@ -163,12 +239,12 @@ class SqlRequests(_Bound):
         window: Window,
         selector: Selector = Selector(),
         group_by: Sequence[str] = (),
-        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        quantiles: Sequence[float] | None = None,
         *,
         finest: Resolution = Resolution.MINUTE,
     ) -> dict[str, LatencyResult]:
         return queries.latencies(
-            self._engine, metrics, window, selector, group_by, quantiles, finest=finest
+            self._engine, metrics, window, selector, group_by, _quantiles(quantiles), finest=finest
         )
 
     def throughput(
@@ -289,7 +365,7 @@ class SqlRequests(_Bound):
         *,
         description: str = "",
         finest: Resolution = Resolution.MINUTE,
-        exact_max_rows: int = queries.DEFAULT_EXACT_MAX_ROWS,
+        exact_max_rows: int | None = None,
         cost_model: CostModel | None = None,
     ) -> Baseline:
         return baselines.capture_window(
@@ -300,7 +376,9 @@ class SqlRequests(_Bound):
             created_at,
             description=description,
             finest=finest,
-            exact_max_rows=exact_max_rows,
+            exact_max_rows=queries.DEFAULT_EXACT_MAX_ROWS
+            if exact_max_rows is None
+            else exact_max_rows,
             cost_model=cost_model,
         )
 
@@ -449,10 +527,15 @@ class SqlClients(_Bound):
         *,
         model: str | None = None,
         tenant: str | None = None,
-        max_calls: int = client_reads.MAX_CALLS,
+        max_calls: int | None = None,
     ) -> client_reads.Pairs:
         return client_reads.read_pairs(
-            self._engine, window, aliases, model=model, tenant=tenant, max_calls=max_calls
+            self._engine,
+            window,
+            aliases,
+            model=model,
+            tenant=tenant,
+            max_calls=client_reads.MAX_CALLS if max_calls is None else max_calls,
         )
 
 
@@ -478,9 +561,10 @@ class SqlCost(_Bound):
         self,
         floor: float,
         window: Window,
-        gap: float = gpu_rollup.ROLLUP_GAP_S,
+        gap: float | None = None,
         finest: Resolution = Resolution.MINUTE,
     ) -> str:
+        gap = gpu_rollup.ROLLUP_GAP_S if gap is None else gap
         return cost.idle_method(floor, window, gap, finest)
 
 
@@ -571,6 +655,16 @@ class SqlIncidents(_Bound):
     def notes(self, incident_ids: Iterable[int]) -> dict[int, signals.IncidentNote]:
         return signals.notes(self._engine, incident_ids)
 
+    def evidence(self, incident_id: int) -> Evidence:
+        from infersight.storage import incident_paths  # noqa: PLC0415
+
+        return incident_paths.evidence(SqlStore(self._bind), incident_id)
+
+    def apply(self, incident_id: int, writes: IncidentWrites) -> int:
+        from infersight.storage import incident_paths  # noqa: PLC0415
+
+        return incident_paths.apply(SqlStore(self._bind), incident_id, writes)
+
 
 class SqlHistory(_Bound):
     __slots__ = ()
@@ -624,7 +718,7 @@ class SqlOutbox(_Bound):
 
     def __init__(self, bind: Bind) -> None:
         super().__init__(bind)
-        self._outbox = Outbox(self._engine)
+        self._outbox = outbox.Outbox(self._engine)
 
     @property
     def _connection(self) -> Connection | None:
@@ -675,6 +769,11 @@ class SqlOutbox(_Bound):
 
     def pending(self) -> int:
         return self._outbox.pending()
+
+    def announce(self, announcement: Announcement) -> int:
+        from infersight.storage import incident_paths  # noqa: PLC0415
+
+        return incident_paths.announce(SqlStore(self._bind), announcement)
 
 
 class SqlCostModels(_Bound):
@@ -754,7 +853,8 @@ class SqlBaselines(_Bound):
     def get(self, name: str) -> Baseline:
         return baselines.get_baseline(self._engine, name)
 
-    def all(self, limit: int = baselines.MAX_LISTED) -> list[Baseline]:
+    def all(self, limit: int | None = None) -> list[Baseline]:
+        limit = baselines.MAX_LISTED if limit is None else limit
         return baselines.list_baselines(self._engine, limit)
 
     def delete(self, name: str) -> None:
@@ -949,7 +1049,8 @@ class SqlBills(_Bound):
         with self._writing() as connection:
             bills.finish_import(connection, import_id, rows, currency, start, end, billed)
 
-    def list_imports(self, limit: int = bills.MAX_LIST) -> list[bills.BillImport]:
+    def list_imports(self, limit: int | None = None) -> list[bills.BillImport]:
+        limit = bills.MAX_LIST if limit is None else limit
         return bills.list_imports(self._engine, limit)
 
     def imports_over(self, start: datetime, end: datetime) -> list[bills.BillImport]:
@@ -976,10 +1077,12 @@ class SqlSessions(_Bound):
 
 
 #: ``/healthz``'s probe: both request tables, no row (``LIMIT 0`` waits on their locks).
-_PROBE: Final = text(
-    f"SELECT (SELECT 1 FROM {tables.requests.name} LIMIT 0),"
-    f" (SELECT 1 FROM {tables.request_rollups.name} LIMIT 0)"
-)
+@cache
+def _probe() -> TextClause:
+    return text(
+        f"SELECT (SELECT 1 FROM {tables.requests.name} LIMIT 0),"
+        f" (SELECT 1 FROM {tables.request_rollups.name} LIMIT 0)"
+    )
 
 
 class SqlMaintenance(_Bound):
@@ -1013,7 +1116,7 @@ class SqlMaintenance(_Bound):
 
     def probe(self) -> None:
         with self._reading() as connection:
-            connection.execute(_PROBE)
+            connection.execute(_probe())
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -1173,7 +1276,7 @@ def open_read_store(
     url: str, *, timeouts: StoreTimeouts = DEFAULT_TIMEOUTS, **kwargs: Any
 ) -> SqlStore:
     """A hot standby's store: reads only, never migrated (``storage.replica``)."""
-    return SqlStore(create_read_engine(url, timeouts=timeouts, **kwargs))
+    return SqlStore(replica.create_read_engine(url, timeouts=timeouts, **kwargs))
 
 
 def _conforms(store: SqlStore) -> Store:
