@@ -30,9 +30,13 @@ docstring shows it; the constants are its ``Tuning``): the page's diagnosis is t
 headline, with the symptom at onset; ``refresh`` diagnoses a firing incident again every
 ``every`` and appends the result to its history (the store's ``history``), where it
 replaces the headline only when ``alerts.lifecycle.judge`` raises it. The listener reads the
-incident's note and newest history entry, gathers what the deciding row asks for (the onset, a
-returning burn's onset, a diagnosis), and applies the decision in one transaction with the one
-``announce`` call it may carry. A failure is logged, never raised: the evaluation carries on.
+incident's evidence in one store call (``IncidentStore.evidence``: the incident as it is now,
+its note, newest history entry and newest diagnosis, the last incident of its SLO and scope,
+the SLO), computes what the deciding row asks for (the onset, a returning burn's onset, a
+diagnosis: a recovering incident is never diagnosed), and applies the decision in one store
+call (``IncidentStore.apply``: history, headline and, from an ``announce`` that ``Plans``, the
+notification's outbox messages, in one transaction; another ``announce`` is called in it).
+A failure is logged, never raised: the evaluation carries on.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 from infersight.alerts.diagnose import Diagnosis, diagnose, step_onset
 from infersight.alerts.lifecycle import (
@@ -59,11 +63,12 @@ from infersight.alerts.rules import RulePack, load_rules
 from infersight.core.budget import is_money_alert
 from infersight.core.burn import Incident, Transition
 from infersight.core.errors import InfersightError, InvalidInput
+from infersight.core.incident_writes import Announcement, HistoryWrite, IncidentWrites
 from infersight.core.model_names import ModelAliases
 from infersight.core.query import Selector
 from infersight.core.slo import SloSpec
 from infersight.core.window import Resolution, Window
-from infersight.storage.seam import Entry, IncidentNote, Store
+from infersight.storage.seam import Evidence, Store
 
 log = logging.getLogger(__name__)
 _ONSETS_KEPT: Final = 10_000
@@ -82,6 +87,17 @@ class Announce(Protocol):
         diagnosis: dict[str, Any],
         tx: Store | None = None,
     ) -> None: ...
+
+
+@runtime_checkable
+class Plans(Protocol):
+    """An ``Announce`` that also plans its messages without writing them (``Announcer``): the
+    listener hands the plan to the store with the decision's writes (``IncidentStore.apply``),
+    one call."""
+
+    def plan(
+        self, incident: Incident, told: Told, symptom: dict[str, Any], diagnosis: dict[str, Any]
+    ) -> Announcement: ...
 
 
 def selector_of(scope: str) -> Selector:
@@ -231,10 +247,9 @@ class DiagnosisListener:
 
     def on_incident(self, incident: Incident, transition: Transition) -> None:
         try:
-            note = self.store.incidents.notes([incident.id]).get(incident.id)
-            last = self.store.history.latest([incident.id]).get(incident.id)
+            evidence = self.store.incidents.evidence(incident.id)
             at = incident.resolved_at or incident.updated_at
-            self._follow(incident, Cue.of(transition), note, last, at)
+            self._follow(incident, Cue.of(transition), evidence, at)
         except InfersightError:
             log.exception("diagnosis of incident %s failed", incident.id)
 
@@ -244,14 +259,11 @@ class DiagnosisListener:
         incidents diagnosed."""
         # Money alerts (``service.budgets``) carry their own evidence: not diagnosed here.
         firing = [i for i in self.store.incidents.all("firing") if not is_money_alert(i.slo)]
-        kept = self.store.incidents.notes([i.id for i in firing])
-        last = self.store.history.latest([i.id for i in firing])
         done = 0
         for incident in firing:
             try:
-                done += self._follow(
-                    incident, Cue.PASS, kept.get(incident.id), last.get(incident.id), now
-                )
+                evidence = self.store.incidents.evidence(incident.id)
+                done += self._follow(incident, Cue.PASS, evidence, now)
             except InfersightError:
                 log.exception("re-diagnosis of incident %s failed", incident.id)
         return done
@@ -260,11 +272,12 @@ class DiagnosisListener:
         self,
         incident: Incident,
         cue: Cue,
-        note: IncidentNote | None,
-        last: Entry | None,
+        evidence: Evidence,
         at: datetime,
     ) -> int:
-        """Decide (gathering what the deciding row asks for) and apply; 1 if it diagnosed."""
+        """Decide (gathering what the deciding row asks for from ``evidence``, and diagnosing
+        when it asks for a diagnosis) and apply; 1 if it diagnosed."""
+        note, last = evidence.note, evidence.last
         state = Lifecycle.of(
             note.diagnosis if note is not None else None,
             note.symptom if note is not None else None,
@@ -272,12 +285,12 @@ class DiagnosisListener:
             (last.verdict, last.at) if last is not None else None,
         )
         facts = Facts(at, incident.opened_at, incident.recovering_since, incident.severity)
-        decision, facts, symptom = self._decide(incident, state, cue, facts)
+        decision, facts, symptom = self._decide(incident, evidence, state, cue, facts)
         if state.phase is Phase.UNPAGED and decision.phase is Phase.UNPAGED:
             log.info("incident %s: the page waits for evidence", incident.id)
         if decision.acts:
             stored = symptom if decision.renewed or note is None else note.symptom
-            self._apply(incident, decision, stored or {})
+            self._apply(incident, evidence, decision, stored or {})
         if state.phase is Phase.UNPAGED and decision.phase is Phase.FIRING:
             if len(self._onsets) >= _ONSETS_KEPT:
                 self._onsets.clear()
@@ -285,7 +298,7 @@ class DiagnosisListener:
         return int(Need.DIAGNOSIS in facts.found)
 
     def _decide(
-        self, incident: Incident, state: Lifecycle, cue: Cue, facts: Facts
+        self, incident: Incident, evidence: Evidence, state: Lifecycle, cue: Cue, facts: Facts
     ) -> tuple[Decision, Facts, dict[str, Any]]:
         """Ask the lifecycle, gathering each fact its deciding row asks for; the decision, the
         facts gathered and the symptom of the diagnosis made (empty without one)."""
@@ -295,15 +308,16 @@ class DiagnosisListener:
             if decision.need is None:
                 return decision, facts, symptom
             if decision.need is Need.ONSET:
-                facts = facts.given(Need.ONSET, onset=self._onset(incident))
+                facts = facts.given(Need.ONSET, onset=self._onset(incident, evidence))
             elif decision.need is Need.RETURN:
                 facts = facts.given(
-                    Need.RETURN, returned_at=self._returned(incident, state, at=facts.at)
+                    Need.RETURN,
+                    returned_at=self._returned(evidence, state, at=facts.at),
                 )
             else:
                 assert decision.windows is not None
                 symptom, diagnosis = self._run(incident, *decision.windows)
-                previous = self.store.history.last_diagnosis(incident.id)
+                previous = evidence.prior
                 facts = facts.given(
                     Need.DIAGNOSIS,
                     latest=diagnosis,
@@ -311,25 +325,36 @@ class DiagnosisListener:
                 )
         raise AssertionError(f"the lifecycle kept asking ({decision})")
 
-    def _apply(self, incident: Incident, decision: Decision, symptom: dict[str, Any]) -> None:
-        """The decision's history, headline and notification commit together: a crash before
-        the commit leaves the incident as it was, and the next pass decides again."""
+    def _apply(
+        self, incident: Incident, evidence: Evidence, decision: Decision, symptom: dict[str, Any]
+    ) -> None:
+        """The decision's history, headline and notification commit together (one store call,
+        ``IncidentStore.apply``, with an ``Announce`` that ``Plans``): a crash before the commit
+        leaves the incident as it was, and the next pass decides again."""
         told = incident
         if decision.tell is Transition.OPENED:  # the page: the incident as it is now
-            told = self.store.incidents.get(incident.id)
+            told = evidence.incident
         if any(entry.verdict == "burning" for entry in decision.history):
             log.info("incident %s is burning again: %s", incident.id,
                      (decision.history[-1].diagnosis or {}).get("cause"))  # fmt: skip
+        history = tuple(
+            HistoryWrite(entry.at, entry.verdict, entry.cause,
+                         dict(entry.diagnosis) if entry.diagnosis is not None else None)
+            for entry in decision.history
+        )  # fmt: skip
+        headline = None
+        if decision.headline is not None:
+            assert decision.at is not None
+            headline = (symptom, decision.headline, decision.at)
+        about = dict(decision.about or {})
+        tell, announce = decision.tell, self.announce
+        announcement = None
+        if tell is not None and isinstance(announce, Plans):
+            announcement, announce = announce.plan(told, tell, symptom, about), None
         with self.store.transaction() as tx:
-            for entry in decision.history:
-                diagnosis = dict(entry.diagnosis) if entry.diagnosis is not None else None
-                tx.history.append(incident.id, entry.at, entry.verdict, entry.cause, diagnosis)
-            if decision.headline is not None:
-                assert decision.at is not None
-                tx.incidents.save_diagnosis(incident.id, symptom, decision.headline, decision.at)
-            if decision.tell is not None and self.announce is not None:
-                about = dict(decision.about or {})
-                self.announce(told, decision.tell, symptom, about, tx=tx)
+            tx.incidents.apply(incident.id, IncidentWrites(history, headline, announcement))
+            if tell is not None and announce is not None:
+                announce(told, tell, symptom, about, tx=tx)
 
     # -- evidence ----------------------------------------------------------------------------
 
@@ -347,31 +372,31 @@ class DiagnosisListener:
         }
         return symptom, diagnosis
 
-    def _onset(self, incident: Incident) -> datetime | None:
+    def _onset(self, incident: Incident, evidence: Evidence) -> datetime | None:
         if incident.id in self._onsets:
             return self._onsets[incident.id]
-        try:
-            spec = self.store.slos.get(incident.slo)
-        except InfersightError:
+        spec = evidence.spec
+        if spec is None:
             return None  # a deleted SLO: its incidents keep the default windows
         # Not before the last incident of this SLO and scope cleared: the burn before that was
         # its burn (a two-level fit over both would find the older step).
         lookback = self.tuning.onset_lookback
-        before = self.store.incidents.previous(incident)
+        before = evidence.before
         if before is not None and before.resolved_at is not None:
             since = incident.opened_at - before.resolved_at + self.tuning.cleared_before_resolve
             lookback = min(lookback, since)
         return burn_onset(self.store, spec, incident.opened_at, lookback, self.tuning.onset_slice)
 
-    def _returned(self, incident: Incident, state: Lifecycle, at: datetime) -> datetime | None:
+    def _returned(self, evidence: Evidence, state: Lifecycle, at: datetime) -> datetime | None:
         """The onset of the burn that came back: looked for since the symptom cleared (and a
         minute before, for the two levels' first)."""
         lookback = at - (state.last_at or at) + timedelta(minutes=1)
-        try:
-            spec = self.store.slos.get(incident.slo)
-            return burn_onset(self.store, spec, at, lookback, self.tuning.onset_slice)
-        except InfersightError:
+        if evidence.spec is None:
             return None  # a deleted SLO: the last window
+        try:
+            return burn_onset(self.store, evidence.spec, at, lookback, self.tuning.onset_slice)
+        except InfersightError:
+            return None
 
 
 def _iso(ts: datetime) -> str:

@@ -55,6 +55,7 @@ from infersight.alerts.routing import Router
 from infersight.config.parts import NotifierPart, variable
 from infersight.core.burn import Incident, IncidentState, Severity, Transition
 from infersight.core.errors import ConfigurationError
+from infersight.core.incident_writes import Announcement, Outgoing
 from infersight.service.diagnosis import DiagnosisListener
 from infersight.storage.seam import Store
 
@@ -126,7 +127,18 @@ class Announcer:
         ``Notice.UPDATE`` (news of its open alert) — in ``tx``'s transaction when given
         (``store.transaction()``, the one that stores the change's diagnosis: both commit, or
         neither)."""
-        outbox = (tx or self.store).outbox
+        (tx or self.store).outbox.announce(self.plan(incident, told, symptom, diagnosis))
+
+    def plan(
+        self,
+        incident: Incident,
+        told: Told,
+        symptom: dict[str, Any],
+        diagnosis: dict[str, Any],
+    ) -> Announcement:
+        """The outbox messages of what is ``told``, one per routed notifier, for the store to
+        enqueue (``OutboxStore.announce``, or with a decision's writes: ``IncidentStore.apply``):
+        none while a silence matches a trigger."""
         event = _EVENTS.get(told)
         if event is None:
             raise ValueError(
@@ -135,9 +147,6 @@ class Announcer:
         update = told is Notice.UPDATE
         labels = labels_of(incident)
         at = incident.resolved_at or incident.updated_at
-        if event is Event.TRIGGER and self.store.silences.silenced(labels, at):
-            log.info("incident %s is silenced; not notified", incident.id)
-            return
         notification = Notification(
             incident_id=incident.id,
             slo=incident.slo,
@@ -152,25 +161,34 @@ class Announcer:
             dashboard_url=self.incident_url(incident.id),
             revision=_revision(diagnosis) if update else "",
         )
-        now = self.clock()
         # Flapping: a resolve waits ``flap_hold``; an incident of the same SLO and scope that
         # opens meanwhile withdraws it and is not announced (the receiver's alert is still open
         # under the same dedup key), so trigger/resolve/trigger within the hold is one page.
         not_before = at + self.flap_hold if event is Event.RESOLVE else None
         held_back = f"{notification.group}:%:{Event.RESOLVE.value}:%"
-        reopened: Notification | None = None
-        for name in self.router.targets(labels, sorted(self.notifiers)):
-            message = notification
-            withdrawn = told is Transition.OPENED and outbox.cancel_pending(name, held_back)
-            if withdrawn:
-                if reopened is None:
-                    reopened = self._reopened(incident, notification)
-                if reopened is notification:
-                    log.info("incident %s flapped back open; %s not paged again", incident.id, name)
-                    continue
-                message = reopened  # news: an update of the open alert
-            payload = json.dumps(self.notifiers[name].render(message), sort_keys=True)
-            outbox.enqueue(name, message.key, payload, now, not_before)
+        withdraw = held_back if told is Transition.OPENED else None
+        messages = tuple(
+            Outgoing(name, notification.key, self._payload(name, notification), not_before,
+                     withdraw)
+            for name in self.router.targets(labels, sorted(self.notifiers))
+        )  # fmt: skip
+        reopened: list[Notification] = []
+
+        def reopen(
+            name: str, before: Incident | None, headline: Mapping[str, Any] | None
+        ) -> tuple[str, str] | None:
+            if not reopened:
+                reopened.append(self._reopened(incident, notification, before, headline))
+            if reopened[0] is notification:
+                log.info("incident %s flapped back open; %s not paged again", incident.id, name)
+                return None
+            return reopened[0].key, self._payload(name, reopened[0])  # news: an update
+
+        silence = (labels, at) if event is Event.TRIGGER else None
+        return Announcement(incident, self.clock(), messages, silence, reopen)
+
+    def _payload(self, name: str, notification: Notification) -> str:
+        return json.dumps(self.notifiers[name].render(notification), sort_keys=True)
 
     def reconcile(self, now: datetime) -> int:
         """Enqueue the notifications a crash kept from the outbox; the incidents told.
@@ -229,16 +247,20 @@ class Announcer:
             told += 1
         return told
 
-    def _reopened(self, incident: Incident, notification: Notification) -> Notification:
-        """An incident that opened within the hold-down of the last one's resolve (the
-        lifecycle's ``Cue.REOPENED`` of that one): the same ``notification`` when it is no news
-        (the alert flapped; the receiver's alert is still open), else an update of the
-        receiver's open alert."""
-        before = self.store.incidents.previous(incident)
-        note = self.store.incidents.notes([before.id]).get(before.id) if before else None
+    def _reopened(
+        self,
+        incident: Incident,
+        notification: Notification,
+        before: Incident | None,
+        headline: Mapping[str, Any] | None,
+    ) -> Notification:
+        """An incident that opened within the hold-down of ``before``'s resolve (the
+        lifecycle's ``Cue.REOPENED`` of that one, ``headline`` its diagnosis): the same
+        ``notification`` when it is no news (the alert flapped; the receiver's alert is still
+        open), else an update of the receiver's open alert."""
         state = Lifecycle(
             Phase.RESOLVED,
-            headline=note.diagnosis if note is not None else None,
+            headline=headline,
             severity=before.severity if before is not None else None,
         )
         facts = Facts(

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from infersight.core.cost import CostModel, CostResult
     from infersight.core.focus import BillLine
     from infersight.core.goodput import GoodPolicy
+    from infersight.core.incident_writes import Announcement, IncidentWrites
     from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
     from infersight.core.model_names import ModelAliases
     from infersight.core.profile import ProfileRequest
@@ -148,7 +149,6 @@ __all__ = [
     "STATES",
     "TELEMETRY",
     "AlertState",
-    "Announcement",
     "BaselineStore",
     "BillImport",
     "BillStore",
@@ -170,10 +170,8 @@ __all__ = [
     "Gauges",
     "GpuBucket",
     "HistoryStore",
-    "HistoryWrite",
     "IncidentNote",
     "IncidentStore",
-    "IncidentWrites",
     "IngestStore",
     "LabelKey",
     "MaintenanceReport",
@@ -182,7 +180,6 @@ __all__ = [
     "MessageState",
     "NewSilence",
     "OutboxStore",
-    "Outgoing",
     "Pairs",
     "PoolLine",
     "Profile",
@@ -605,52 +602,6 @@ class Evidence:
     before: Incident | None
     #: Its SLO; ``None`` once deleted.
     spec: SloSpec | None
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryWrite:
-    """One history entry to append."""
-
-    at: datetime
-    verdict: str
-    cause: str
-    diagnosis: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One notifier's message; ``withdraw``: the key pattern of a held-back resolve to cancel
-    first (an incident that opened within the hold-down of the last one's resolve)."""
-
-    notifier: str
-    key: str
-    payload: str
-    not_before: datetime | None = None
-    withdraw: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Announcement:
-    """A notification's outbox messages (``OutboxStore.announce``): none while a silence
-    matches ``silence`` (labels, at); a message whose ``withdraw`` cancelled a held-back
-    resolve is replaced by ``reopen(notifier, last incident, its note)`` — (key, payload), or
-    ``None``: not sent (the alert flapped)."""
-
-    incident: Incident
-    now: datetime
-    messages: tuple[Outgoing, ...]
-    silence: tuple[Mapping[str, str], datetime] | None
-    reopen: Callable[[str, Incident | None, IncidentNote | None], tuple[str, str] | None]
-
-
-@dataclass(frozen=True, slots=True)
-class IncidentWrites:
-    """A lifecycle decision's writes (``IncidentStore.apply``): history entries, the headline
-    (symptom, diagnosis, at) and the notification's messages."""
-
-    history: tuple[HistoryWrite, ...] = ()
-    headline: tuple[Mapping[str, Any], Mapping[str, Any], datetime] | None = None
-    announcement: Announcement | None = None
 
 
 class IncidentStore(Protocol):

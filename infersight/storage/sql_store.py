@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from infersight.core.cost import CostModel, CostResult
     from infersight.core.focus import BillLine
     from infersight.core.goodput import GoodPolicy
+    from infersight.core.incident_writes import Announcement, IncidentWrites
     from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
     from infersight.core.model_names import ModelAliases
     from infersight.core.profile import ProfileRequest
@@ -114,14 +115,7 @@ if TYPE_CHECKING:
     from infersight.storage.maintenance import MaintenanceReport
     from infersight.storage.outbox import Message
     from infersight.storage.profiles import Profile
-    from infersight.storage.seam import (
-        Announcement,
-        Evidence,
-        FinestFor,
-        IncidentWrites,
-        LabelKey,
-        Store,
-    )
+    from infersight.storage.seam import Evidence, FinestFor, LabelKey, Store
 else:
     # The storage modules, each imported on first use: importing this module (opening a store)
     # stays light for the commands that touch one concern (``db current``, ``slo list``).
