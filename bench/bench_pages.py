@@ -148,8 +148,9 @@ def calls(live: Live, ranges: list[str]) -> list[tuple[str, str, dict[str, str]]
     slos.raise_for_status()
     listed_slos = slos.json()
     named = listed_slos.get("slos", listed_slos) if isinstance(listed_slos, dict) else listed_slos
-    if named:
-        pages.append(("slo", f"/ui/slos/{quote(str(named[0]['name']), safe='')}"))
+    if named:  # SLO documents: the name is the document's metadata.name
+        name = str(named[0]["metadata"]["name"])
+        pages.append(("slo", f"/ui/slos/{quote(name, safe='')}"))
     for name, path in pages:
         for span in ranges:
             out.append((f"{name} {span}", path, {} if span == "default" else {"range": span}))
