@@ -139,13 +139,14 @@ def attributes(items: Any, limit: int, most: int) -> tuple[dict[str, AttrValue],
         for kv in items:
             key: str = kv.key
             raw: bytes = kv.value
-            tag = raw[:1]
-            if tag == b"!" and len(raw) == 9:
+            size = len(raw)
+            tag = raw[0] if size else 0
+            if tag == _TAG_DOUBLE and size == 9:
                 value, too_big = _DOUBLE(raw)[0], False
-            elif tag == b"\n" and len(raw) > 1 and raw[1] == len(raw) - 2 < 0x80:
+            elif tag == _TAG_STRING and size > 1 and raw[1] == size - 2 < 0x80:
                 value = raw[2:].decode()
                 too_big = len(value) > limit
-            elif tag == b"\x18" and len(raw) == 2 and raw[1] < 0x80:
+            elif tag == _TAG_INT and size == 2 and raw[1] < 0x80:
                 value, too_big = raw[1], False
             else:
                 value, too_big = _value(raw, limit)
