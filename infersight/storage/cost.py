@@ -38,13 +38,16 @@ from functools import lru_cache
 from typing import Any, Final
 
 from sqlalchemy import (
+    CompoundSelect,
     Connection,
     Engine,
     LargeBinary,
     Select,
     bindparam,
     func,
+    literal_column,
     select,
+    union_all,
 )
 
 from infersight.core.cost import (
@@ -75,6 +78,7 @@ from infersight.storage.cost_models import (
     put_model,
 )
 from infersight.storage.slo_store import list_slos
+from infersight.storage.sql import segment_values
 from infersight.storage.tables import request_parts, request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
@@ -187,11 +191,9 @@ def series_usage(
     acc: dict[LabelKey, _Acc] = defaultdict(_Acc)
     rolled: dict[good_tokens.Bucket, dict[LabelKey, int]] = defaultdict(dict)
     segments = split(window, finest)
-    one = {} if instance is None else {"instance": instance}
-    for segment in segments:
-        span = {"lo": segment.start, "hi": segment.end, **one}
+    for segment, rows in zip(segments, _segment_rows(connection, segments, instance), strict=True):
         if segment.raw:
-            for row in connection.execute(_raw_series_query(instance is not None), span):
+            for row in rows:
                 a = acc[tuple(row[:_N])]
                 requests_, input_, output, prefill, decode, split_ = row[_N:]
                 a.requests += int(requests_)
@@ -201,9 +203,7 @@ def series_usage(
                 a.decode_s += float(decode)
                 a.split += int(split_)
             continue
-        assert segment.resolution is not None
-        span["resolution"] = segment.resolution.value
-        for row in connection.execute(_rollup_series_query(instance is not None), span):
+        for row in rows:
             key = tuple(row[:_N])
             requests_, input_, output, prefill, decode, bucket, transfer = row[_N:]
             if segment.resolution in good_tokens.KEPT:
@@ -239,54 +239,92 @@ def series_usage(
     return series, exact
 
 
-@lru_cache(maxsize=4)
-def _raw_series_query(one_instance: bool) -> Select[Any]:
-    """``series_usage``'s read of raw rows in ``[lo, hi)`` (of ``instance``): built once per
-    shape with its values as parameters (building and keying a statement again for every read
-    cost more CPU than running it)."""
+def _segment_rows(
+    connection: Connection, segments: Sequence[Segment], instance: str | None
+) -> list[list[Sequence[Any]]]:
+    """Each segment's rows for ``series_usage`` (raw edges: per series; rollup segments: per
+    rollup row), from one statement for the raw edges and one for the rollup segments: each
+    a ``UNION ALL`` of the per-segment reads it replaces, tagged with the segment (the same
+    rows, in the same order per segment, as one statement per segment)."""
+    out: list[list[Sequence[Any]]] = [[] for _ in segments]
+    one: dict[str, Any] = {} if instance is None else {"instance": instance}
+    raw = [k for k, segment in enumerate(segments) if segment.raw]
+    rolled = [k for k, segment in enumerate(segments) if not segment.raw]
+    if raw:
+        values: dict[str, Any] = dict(one)
+        for part, k in enumerate(raw):
+            values[f"lo_{part}"], values[f"hi_{part}"] = segments[k].start, segments[k].end
+        query = _raw_series_query(len(raw), instance is not None)
+        for row in connection.execute(query, values):
+            out[raw[row[0]]].append(tuple(row)[1:])
+    if rolled:
+        resolutions, bounds = segment_values([segments[k] for k in rolled])
+        query = _rollup_series_query(resolutions, instance is not None)
+        for row in connection.execute(query, {**bounds, **one}):
+            out[rolled[row[0]]].append(tuple(row)[1:])
+    return out
+
+
+@lru_cache(maxsize=16)
+def _raw_series_query(parts: int, one_instance: bool) -> CompoundSelect[Any]:
+    """``series_usage``'s read of raw rows per series in each of ``parts`` spans
+    ``[lo_K, hi_K)`` (of ``instance``), tagged with ``K``: built once per shape with its values
+    as parameters (building and keying a statement again for every read cost more CPU than
+    running it)."""
     r = requests.c
-    where = [r.start >= bindparam("lo"), r.start < bindparam("hi")]
-    if one_instance:
-        where.append(r.instance == bindparam("instance"))
     keys = [r[name] for name in _SERIES]
-    return (
-        select(
-            *keys,
-            func.count(),
-            func.coalesce(func.sum(r.input_tokens), 0),
-            func.coalesce(func.sum(r.output_tokens), 0),
-            func.coalesce(func.sum(r.prefill_s), 0.0),
-            func.coalesce(func.sum(r.decode_s), 0.0),
-            func.count(r.kv_transfer_s),
+    reads = []
+    for part in range(parts):
+        where = [r.start >= bindparam(f"lo_{part}"), r.start < bindparam(f"hi_{part}")]
+        if one_instance:
+            where.append(r.instance == bindparam("instance"))
+        reads.append(
+            select(
+                literal_column(str(part)).label("part"),
+                *keys,
+                func.count(),
+                func.coalesce(func.sum(r.input_tokens), 0),
+                func.coalesce(func.sum(r.output_tokens), 0),
+                func.coalesce(func.sum(r.prefill_s), 0.0),
+                func.coalesce(func.sum(r.decode_s), 0.0),
+                func.count(r.kv_transfer_s),
+            )
+            .where(*where)
+            .group_by(*keys)
         )
-        .where(*where)
-        .group_by(*keys)
-    )
+    return union_all(*reads)
 
 
-@lru_cache(maxsize=4)
-def _rollup_series_query(one_instance: bool) -> Select[Any]:
-    """``series_usage``'s read of the ``resolution`` rollup rows with buckets in
-    ``[lo, hi)`` (of ``instance``), built once per shape as ``_raw_series_query``."""
+@lru_cache(maxsize=64)
+def _rollup_series_query(resolutions: tuple[str, ...], one_instance: bool) -> CompoundSelect[Any]:
+    """``series_usage``'s read of the rollup rows of each segment ``K`` (resolution
+    ``resolutions[K]``, buckets in ``[lo_K, hi_K)``, of ``instance``), tagged with ``K``; built
+    once per shape as ``_raw_series_query``."""
     u = request_rollups.c
-    where = [
-        u.resolution == bindparam("resolution"),
-        u.bucket >= bindparam("lo"),
-        u.bucket < bindparam("hi"),
-    ]
-    if one_instance:
-        where.append(u.instance == bindparam("instance"))
-    return select(
-        *(u[name] for name in _SERIES),
-        u.requests,
-        u.input_tokens,
-        u.output_tokens,
-        # Only each sketch's header (its count and sum), not its buckets.
-        _header(u.prefill_sketch),
-        _header(u.decode_sketch),
-        u.bucket,
-        _header(u.kv_transfer_sketch),
-    ).where(*where)
+    reads = []
+    for part, resolution in enumerate(resolutions):
+        where = [
+            u.resolution == resolution,
+            u.bucket >= bindparam(f"lo_{part}"),
+            u.bucket < bindparam(f"hi_{part}"),
+        ]
+        if one_instance:
+            where.append(u.instance == bindparam("instance"))
+        reads.append(
+            select(
+                literal_column(str(part)).label("part"),
+                *(u[name] for name in _SERIES),
+                u.requests,
+                u.input_tokens,
+                u.output_tokens,
+                # Only each sketch's header (its count and sum), not its buckets.
+                _header(u.prefill_sketch),
+                _header(u.decode_sketch),
+                u.bucket,
+                _header(u.kv_transfer_sketch),
+            ).where(*where)
+        )
+    return union_all(*reads)
 
 
 def prefill_leg_usage(

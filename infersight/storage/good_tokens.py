@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from typing import Any, Final
 
 from sqlalchemy import (
+    CompoundSelect,
     Connection,
     Double,
     Engine,
@@ -39,8 +40,10 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
+    literal_column,
     or_,
     select,
+    union_all,
 )
 from sqlalchemy.exc import DBAPIError
 
@@ -55,6 +58,8 @@ LabelKey = tuple[str, ...]
 #: A kept bucket: (resolution, bucket start).
 Bucket = tuple[Resolution, datetime]
 KEPT: Final = (Resolution.HOUR, Resolution.DAY)
+#: The most spans one statement of ``from_raw_spans`` reads (a bounded statement).
+SPANS_PER_READ: Final = 32
 
 
 def from_raw(
@@ -65,38 +70,65 @@ def from_raw(
     instance: str | None = None,
 ) -> dict[LabelKey, tuple[int, int]]:
     """Per series: (raw requests, good tokens) over ``[start, end)``, in one grouped scan."""
+    return from_raw_spans(connection, [(start, end)], good, instance)[0]
+
+
+def from_raw_spans(
+    connection: Connection,
+    spans: Sequence[tuple[datetime, datetime]],
+    good: GoodLimits,
+    instance: str | None = None,
+) -> list[dict[LabelKey, tuple[int, int]]]:
+    """``from_raw`` of each of ``spans``, from one statement per ``SPANS_PER_READ`` spans: a
+    ``UNION ALL`` of the grouped scans it replaces, each tagged with its span."""
     limits = good.items()
-    values: dict[str, Any] = {"lo": start, "hi": end}
-    values.update((f"limit_{name}", value) for name, value in limits)
-    if instance is not None:
-        values["instance"] = instance
-    query = _from_raw_query(tuple(name for name, _ in limits), instance is not None)
+    limited = tuple(name for name, _ in limits)
     n = len(GROUP_LABELS)
-    return {
-        tuple(row[:n]): (int(row[n]), int(row[n + 1])) for row in connection.execute(query, values)
-    }
+    out: list[dict[LabelKey, tuple[int, int]]] = [{} for _ in spans]
+    for first in range(0, len(spans), SPANS_PER_READ):
+        chunk = spans[first : first + SPANS_PER_READ]
+        values: dict[str, Any] = {f"limit_{name}": value for name, value in limits}
+        for part, (start, end) in enumerate(chunk):
+            values[f"lo_{part}"], values[f"hi_{part}"] = start, end
+        if instance is not None:
+            values["instance"] = instance
+        query = _from_raw_query(len(chunk), limited, instance is not None)
+        for row in connection.execute(query, values):
+            out[first + row[0]][tuple(row[1 : n + 1])] = (int(row[n + 1]), int(row[n + 2]))
+    return out
 
 
-@lru_cache(maxsize=32)
-def _from_raw_query(limited: tuple[str, ...], one_instance: bool) -> Select[Any]:
-    """``from_raw``'s statement for the fields ``limited`` holds to a limit, built once per
-    shape with the window, the limits and the instance as parameters (building and keying it
-    again for every read cost more CPU than running it)."""
+@lru_cache(maxsize=128)
+def _from_raw_query(
+    parts: int, limited: tuple[str, ...], one_instance: bool
+) -> CompoundSelect[Any]:
+    """``from_raw_spans``' statement for ``parts`` spans (``lo_K``, ``hi_K``) and the fields
+    ``limited`` holds to a limit, built once per shape with the spans, the limits and the
+    instance as parameters (building and keying it again for every read cost more CPU than
+    running it)."""
     r = requests.c
-    where = [r.start >= bindparam("lo"), r.start < bindparam("hi")]
-    if one_instance:
-        where.append(r.instance == bindparam("instance"))
     good = and_(
         r.status == "ok",
         *(or_(r[name].is_(None), r[name] <= bindparam(f"limit_{name}")) for name in limited),
     )
     tokens = func.coalesce(r.input_tokens, 0) + func.coalesce(r.output_tokens, 0)
     keys = [r[name] for name in GROUP_LABELS]
-    return (
-        select(*keys, func.count(), func.coalesce(func.sum(case((good, tokens), else_=0)), 0))
-        .where(*where)
-        .group_by(*keys)
-    )
+    reads = []
+    for part in range(parts):
+        where = [r.start >= bindparam(f"lo_{part}"), r.start < bindparam(f"hi_{part}")]
+        if one_instance:
+            where.append(r.instance == bindparam("instance"))
+        reads.append(
+            select(
+                literal_column(str(part)).label("part"),
+                *keys,
+                func.count(),
+                func.coalesce(func.sum(case((good, tokens), else_=0)), 0),
+            )
+            .where(*where)
+            .group_by(*keys)
+        )
+    return union_all(*reads)
 
 
 @dataclass
@@ -180,26 +212,33 @@ def count(
         return {k: v for k, v in counted.items() if only is None or k in only}
 
     out = Counted()
-    for start, end in ranges:
-        out.add(mine(from_raw(connection, start, end, good, instance)))
+    for counted in from_raw_spans(connection, list(ranges), good, instance):
+        out.add(mine(counted))
     rolled = {
         bucket: {k: n for k, n in counts.items() if only is None or k in only}
         for bucket, counts in rolled.items()
     }
     rolled = {bucket: counts for bucket, counts in rolled.items() if counts}
     kept = _kept(connection, good, rolled, instance)
-    for bucket, counts in sorted(rolled.items()):
-        stored = kept.get(bucket, {})
-        if stored and all(stored.get(key, (-1, 0))[0] == n for key, n in counts.items()):
-            out.add(stored, counts)
+    buckets = sorted(rolled.items())
+    # The buckets no kept count stands for are counted from raw rows, all in one statement.
+    stale = [bucket for bucket, counts in buckets if not _stands(kept.get(bucket, {}), counts)]
+    spans = [(start, start + timedelta(seconds=r.seconds)) for r, start in stale]
+    recounted = dict(zip(stale, from_raw_spans(connection, spans, good, instance), strict=True))
+    for bucket, counts in buckets:
+        if bucket not in recounted:
+            out.add(kept[bucket], counts)
             continue
-        resolution, start = bucket
-        end = start + timedelta(seconds=resolution.seconds)
-        counted = mine(from_raw(connection, start, end, good, instance))
+        counted = mine(recounted[bucket])
         out.add(counted)
         if all(counted.get(key, (0, 0))[0] == n for key, n in counts.items()):
             out.to_keep += _rows(good, bucket, counted)
     return out
+
+
+def _stands(stored: Mapping[LabelKey, tuple[int, int]], counts: Mapping[LabelKey, int]) -> bool:
+    """Whether a kept bucket stands for the rollups' ``counts`` (the same requests per series)."""
+    return bool(stored) and all(stored.get(key, (-1, 0))[0] == n for key, n in counts.items())
 
 
 def _rows(
@@ -285,9 +324,12 @@ def keep_days(engine: Engine, policies: Iterable[GoodPolicy], days: Iterable[dat
                 if not whole:
                     continue
                 rows += _rows(good, (Resolution.DAY, start), whole)
-                for hour in range(24):
-                    at = start + timedelta(hours=hour)
-                    part = from_raw(connection, at, at + timedelta(hours=1), good)
+                hours = [
+                    (start + timedelta(hours=h), start + timedelta(hours=h + 1)) for h in range(24)
+                ]
+                for (at, _), part in zip(
+                    hours, from_raw_spans(connection, hours, good), strict=True
+                ):
                     rows += _rows(good, (Resolution.HOUR, at), {
                         k: v for k, v in part.items() if k in series
                     })  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
+    CompoundSelect,
     Connection,
     Double,
     Float,
@@ -27,8 +28,10 @@ from sqlalchemy import (
     case,
     cast,
     func,
+    literal_column,
     or_,
     select,
+    union_all,
 )
 
 from infersight.core.window import Resolution, Segment, Window, split
@@ -88,31 +91,51 @@ def raw_intervals(
     (its last sample stops at the window's end); ``horizon = hi + gap`` gives each sample its
     whole interval, as the rollups hold it.
     """
-    query = _raw_intervals_query(connection.dialect.name, instance is not None)
-    values: dict[str, Any] = {
-        "lo": lo,
-        "hi": hi,
-        "horizon": horizon,
-        "horizon_s": horizon.timestamp(),
-        "gap": gap,
-        "floor": floor,
-    }
+    return raw_intervals_many(connection, [(lo, hi, horizon)], gap, floor, instance)[0]
+
+
+#: A span of raw samples read by the interval rule: ``(lo, hi, horizon)``.
+RawSpan = tuple[datetime, datetime, datetime]
+
+
+def raw_intervals_many(
+    connection: Connection,
+    spans: Sequence[RawSpan],
+    gap: float,
+    floor: float,
+    instance: str | None = None,
+) -> list[dict[GpuKey, CoveredTime]]:
+    """``raw_intervals`` of each of ``spans`` from one statement: a ``UNION ALL`` of the reads
+    it replaces, each tagged with its span."""
+    if not spans:
+        return []
+    query = _raw_intervals_query(connection.dialect.name, len(spans), instance is not None)
+    values: dict[str, Any] = {"gap": gap, "floor": floor}
+    for part, (lo, hi, horizon) in enumerate(spans):
+        values[f"lo_{part}"], values[f"hi_{part}"] = lo, hi
+        values[f"horizon_{part}"], values[f"horizon_s_{part}"] = horizon, horizon.timestamp()
     if instance is not None:
         values["instance"] = instance
-    return {
-        (row[0], int(row[1])): _covered(row[2] or "", row[3] or "", row[4:])
-        for row in connection.execute(query, values)
-    }
+    out: list[dict[GpuKey, CoveredTime]] = [{} for _ in spans]
+    for row in connection.execute(query, values):
+        out[row[0]][(row[1], int(row[2]))] = _covered(row[3] or "", row[4] or "", row[5:])
+    return out
 
 
-@lru_cache(maxsize=8)
-def _raw_intervals_query(dialect: str, one_instance: bool) -> Select[Any]:
-    """``raw_intervals``' statement, built once per dialect and shape with its values as
+@lru_cache(maxsize=32)
+def _raw_intervals_query(dialect: str, parts: int, one_instance: bool) -> CompoundSelect[Any]:
+    """``raw_intervals_many``' statement, built once per dialect and shape with its values as
     parameters: building and keying it again for every read cost more CPU than running it."""
+    return union_all(*(_raw_interval_part(dialect, part, one_instance) for part in range(parts)))
+
+
+def _raw_interval_part(dialect: str, part: int, one_instance: bool) -> Select[Any]:
+    """The interval rule over the raw samples of span ``part`` (its parameters ``lo_K``,
+    ``hi_K``, ``horizon_K``, ``horizon_s_K``), per GPU, tagged with ``part``."""
     g = gpu_samples.c
     t = epoch(dialect, g.ts)
     gap: BindParameter[float] = bindparam("gap", type_=Double())
-    where = [g.ts >= bindparam("lo"), g.ts < bindparam("horizon")]
+    where = [g.ts >= bindparam(f"lo_{part}"), g.ts < bindparam(f"horizon_{part}")]
     if one_instance:
         where.append(g.instance == bindparam("instance"))
     per_gpu = (g.instance, g.gpu_index)
@@ -134,7 +157,7 @@ def _raw_intervals_query(dialect: str, one_instance: bool) -> Select[Any]:
         .subquery()
     )
     s = samples.c
-    span = func.coalesce(s.t_next, bindparam("horizon_s", type_=Double())) - s.t
+    span = func.coalesce(s.t_next, bindparam(f"horizon_s_{part}", type_=Double())) - s.t
     dt = case((span > gap, gap), else_=span)
     energy = case(
         (
@@ -154,11 +177,12 @@ def _raw_intervals_query(dialect: str, one_instance: bool) -> Select[Any]:
             dt.label("dt"),
             energy.label("energy"),
         )
-        .where(s.ts < bindparam("hi"))
+        .where(s.ts < bindparam(f"hi_{part}"))
         .subquery()
     )
     i = intervals.c
     return select(
+        literal_column(str(part)).label("part"),
         i.instance,
         i.gpu_index,
         func.max(i.name),
@@ -212,11 +236,14 @@ def covered_time(
         add(raw_intervals(connection, window.start, window.end, window.end, gap, floor, instance))
         return dict(out)
     segments = split(Window(window.start, cut), finest)
-    for seg in segments:
-        if seg.raw:
-            horizon = seg.end + timedelta(seconds=gap)
-            add(raw_intervals(connection, seg.start, seg.end, horizon, gap, floor, instance))
-    add(raw_intervals(connection, cut, window.end, window.end, gap, floor, instance))
+    # The raw edges with whole intervals, then the last gap with the window's own end: read in
+    # one statement, added up in that order.
+    spans: list[RawSpan] = [
+        (seg.start, seg.end, seg.end + timedelta(seconds=gap)) for seg in segments if seg.raw
+    ]
+    spans.append((cut, window.end, window.end))
+    for parts in raw_intervals_many(connection, spans, gap, floor, instance):
+        add(parts)
     rolled = [seg for seg in segments if not seg.raw]
     if rolled:
         query = _rolled_covered_query(

@@ -12,15 +12,17 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import and_, case, func, select
 
+from infersight.core.goodput import GoodLimits
 from infersight.core.query import STAGES, Selector, breakdown_of
 from infersight.core.records import GROUP_LABELS
+from infersight.core.samples import GpuSample
 from infersight.core.sketch import header_totals
 from infersight.core.window import Resolution, Window, split
-from infersight.storage import queries, timeseries
+from infersight.storage import good_tokens, gpu_reads, queries, timeseries
 from infersight.storage.sql import raw_where, rollup_where, sketch_column
-from infersight.storage.tables import request_rollups, requests
+from infersight.storage.tables import gpu_samples, request_rollups, requests
 from infersight.storage.writer import open_writer
 from tests.conftest import BOTH_STORES, empty_store
 from tests.factories import make_records
@@ -54,7 +56,33 @@ def seeded(request):
     writer = open_writer(store.engine)
     for i in range(0, len(records), 3000):
         writer.write_requests(records[i : i + 3000])
+    writer.write_gpu_samples(_gpu_samples(rng))
     return store, records
+
+
+def _gpu_samples(rng: np.random.Generator) -> list[GpuSample]:
+    """Two GPUs of gpu-0 and one of gpu-1 every 30 s (with a silence and an energy counter
+    reset) over the day from the 30th hour: the interval rule's edges have something to cut."""
+    out = []
+    first = START + timedelta(hours=30)
+    for k in range(2880):
+        at = first + timedelta(seconds=30 * k)
+        if 1000 <= k < 1040:  # a 20-minute silence: intervals stop at the gap
+            continue
+        for instance, index in (("gpu-0", 0), ("gpu-0", 1), ("gpu-1", 0)):
+            busy = float(rng.uniform(0.0, 1.0))
+            out.append(
+                GpuSample(
+                    at,
+                    instance,
+                    index,
+                    name="NVIDIA H100 80GB HBM3",
+                    util_gpu=busy if k % 7 else None,
+                    power_w=200.0 + 400.0 * busy,
+                    energy_j=float((k % 2000) * 9000 + index),
+                )
+            )
+    return out
 
 
 def _peaks_from_series(engine, window, step, selector):
@@ -213,3 +241,104 @@ def test_breakdown_from_sketch_headers_equals_whole_sketches(seeded, groups):
             expected = _breakdowns_from_whole_sketches(store.engine, window, selector, groups)
             assert expected
             assert queries.breakdown(store.engine, window, selector, groups) == expected
+
+
+def _old_raw_intervals(connection, lo, hi, horizon, gap, floor, instance=None):
+    """The interval rule as one statement per span, its values literal (the reference)."""
+    g = gpu_samples.c
+    t = gpu_reads.epoch(connection.dialect.name, g.ts)
+    where = [g.ts >= lo, g.ts < horizon]
+    if instance is not None:
+        where.append(g.instance == instance)
+    per_gpu = (g.instance, g.gpu_index)
+    samples = (
+        select(
+            g.instance, g.gpu_index, g.name, g.gpu_slice, g.ts, g.util_gpu.label("util"),
+            g.energy_j.label("energy"), g.power_w.label("power"), t.label("t"),
+            func.lead(t).over(partition_by=per_gpu, order_by=g.ts).label("t_next"),
+            func.lead(g.energy_j).over(partition_by=per_gpu, order_by=g.ts).label("energy_next"),
+        )
+        .where(*where)
+        .subquery()
+    )  # fmt: skip
+    s = samples.c
+    span = func.coalesce(s.t_next, horizon.timestamp()) - s.t
+    dt = case((span > gap, gap), else_=span)
+    energy = case(
+        (
+            and_(s.energy.is_not(None), s.energy_next.is_not(None), s.t_next - s.t <= gap),
+            case((s.energy_next >= s.energy, s.energy_next - s.energy), else_=s.energy_next),
+        ),
+        (s.power.is_not(None), s.power * dt),
+        else_=0.0,
+    )
+    intervals = (
+        select(s.instance, s.gpu_index, s.name, s.gpu_slice, s.util, dt.label("dt"),
+               energy.label("energy"))
+        .where(s.ts < hi)
+        .subquery()
+    )  # fmt: skip
+    i = intervals.c
+    query = select(
+        i.instance, i.gpu_index, func.max(i.name), func.max(i.gpu_slice), func.sum(i.dt),
+        func.sum(case((i.util < floor, i.dt), else_=0.0)), func.sum(i.energy),
+        func.sum(case((i.util.is_not(None), i.dt), else_=0.0)),
+        func.sum(func.coalesce(i.util, 0.0) * i.dt),
+    ).group_by(i.instance, i.gpu_index)  # fmt: skip
+    return {
+        (row[0], int(row[1])): (row[2], row[3], *(float(v or 0.0) for v in row[4:]))
+        for row in connection.execute(query)
+    }
+
+
+def _covered_tuple(part):
+    return (part.name, part.gpu_slice, part.covered_s, part.idle_s, part.energy_j, part.util_s,
+            part.util_weighted_s)  # fmt: skip
+
+
+def test_gpu_intervals_of_many_spans_in_one_statement_equal_one_statement_each(seeded):
+    """``raw_intervals_many`` (the window's raw edges and last gap in one ``UNION ALL``) gives
+    each span what its own statement gave, to the last bit."""
+    store, _records = seeded
+    day = START + timedelta(hours=30)
+    spans = [
+        (day - timedelta(minutes=3), day + timedelta(minutes=1, seconds=13),
+         day + timedelta(minutes=6, seconds=13)),
+        (day + timedelta(hours=8, seconds=41), day + timedelta(hours=8, minutes=9),
+         day + timedelta(hours=8, minutes=9)),
+        (day + timedelta(hours=23, minutes=55), day + timedelta(hours=24, minutes=5),
+         day + timedelta(hours=24, minutes=10)),
+    ]  # fmt: skip
+    with store.engine.connect() as connection:
+        for instance in (None, "gpu-0"):
+            for floor in (0.05, 0.3):
+                found = gpu_reads.raw_intervals_many(connection, spans, 300.0, floor, instance)
+                expected = [
+                    _old_raw_intervals(connection, *span, 300.0, floor, instance) for span in spans
+                ]
+                assert any(expected)
+                assert [
+                    {key: _covered_tuple(part) for key, part in one.items()} for one in found
+                ] == expected
+
+
+def test_raw_good_tokens_of_many_spans_in_one_statement_equal_one_statement_each(seeded):
+    store, records = seeded
+    limits = GoodLimits(ttft_s=0.1, tpot_s=0.015)
+    spans = [
+        (START + timedelta(hours=h, minutes=7 * h), START + timedelta(hours=h + 1, seconds=h))
+        for h in range(0, 70, 2)  # more spans than one statement reads (SPANS_PER_READ)
+    ]
+    assert len(spans) > good_tokens.SPANS_PER_READ
+    with store.engine.connect() as connection:
+        for instance in (None, "gpu-1"):
+            found = good_tokens.from_raw_spans(connection, spans, limits, instance)
+            for (start, end), counted in zip(spans, found, strict=True):
+                expected: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0])
+                for r in records:
+                    if start <= r.start < end and instance in (None, r.instance):
+                        key = tuple(getattr(r, name, "") for name in GROUP_LABELS)
+                        good = r.status == "ok" and r.ttft_s <= 0.1 and r.tpot_s <= 0.015
+                        expected[key][0] += 1
+                        expected[key][1] += r.input_tokens + r.output_tokens if good else 0
+                assert counted == {k: tuple(v) for k, v in expected.items()}
