@@ -290,7 +290,11 @@ def create_store_engine(
     engine = create_engine(url, **kwargs)
     pooled = pooler == "transaction"
     if not pooled:
-        event.listen(engine, "connect", _set_session(timeouts.settings()))
+        # The session's clock reads UTC (every timestamp is stored and read as UTC): the
+        # driver then hands back timestamps in ``datetime.UTC`` itself, which the store's
+        # UTC column type passes on as they are (``storage.types``) instead of converting
+        # each one; SQL answers do not depend on the session's zone (no local-time function).
+        event.listen(engine, "connect", _set_session({**timeouts.settings(), "TimeZone": "UTC"}))
     event.listen(engine, "begin", _set_local(timeouts.settings(), every=pooled))
     return engine
 
