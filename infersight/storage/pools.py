@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, Table, func, select
+from sqlalchemy import Connection, Engine, LargeBinary, Select, Table, bindparam, func, select
 
-from infersight.core.sketch import header_totals
+from infersight.core.query import Selector
+from infersight.core.sketch import HEADER_SIZE, header_totals
 from infersight.core.window import Resolution, Segment, Window, split
-from infersight.storage.sql import rollup_where, sketch_column
+from infersight.storage.sql import rollup_where_shaped, selector_shape, sketch_column, span_values
 from infersight.storage.tables import request_parts, request_rollups, requests
 
 #: Instances a pool read returns at most (one row per instance).
@@ -91,21 +93,8 @@ def _raw(
     connection: Connection, table: Table, span: Segment | Window, out: dict[str, _Acc]
 ) -> None:
     """Add ``table``'s raw rows of ``span`` to ``out``, per instance (SQL aggregates)."""
-    c = table.c
-    query = (
-        select(
-            c.instance,
-            func.max(c.role),
-            func.count(),
-            func.coalesce(func.sum(c.input_tokens), 0),
-            func.coalesce(func.sum(c.output_tokens), 0),
-            *(agg for f in _MEANS for agg in (func.count(c[f]), func.sum(c[f]))),
-        )
-        .where(c.start >= span.start, c.start < span.end)
-        .group_by(c.instance)
-        .limit(MAX_POOL_ROWS)
-    )
-    for row in connection.execute(query):
+    values = {"lo": span.start, "hi": span.end}
+    for row in connection.execute(_raw_query(table), values):
         a = out[str(row[0])]
         a.decode = a.decode or row[1] == "decode"
         a.requests += int(row[2])
@@ -120,12 +109,8 @@ def _rolled(connection: Connection, segment: Segment, out: dict[str, _Acc]) -> N
     """Add the users' requests of a rollup segment to ``out``, per instance: counts and
     tokens from the rollup rows, means from their sketches' headers (a decode instance: one
     whose split requests have a KV-transfer time)."""
-    u = request_rollups.c
-    columns = [sketch_column(f) for f in _MEANS]
-    query = select(u.instance, u.requests, u.input_tokens, u.output_tokens, *columns).where(
-        rollup_where(segment)
-    )
-    for row in connection.execute(query):
+    values = span_values(segment, Selector())
+    for row in connection.execute(_rolled_query(), values):
         a = out[str(row[0])]
         a.requests += int(row[1])
         a.input_tokens += int(row[2])
@@ -136,6 +121,36 @@ def _rolled(connection: Connection, segment: Segment, out: dict[str, _Acc]) -> N
                 a.sums[f][0] += count
                 a.sums[f][1] += total
                 a.decode = a.decode or (f == "kv_transfer_s" and count > 0)
+
+
+@lru_cache(maxsize=4)
+def _raw_query(table: Table) -> Select[Any]:
+    """``_raw``'s statement for ``table``, built once (the span as parameters)."""
+    c = table.c
+    return (
+        select(
+            c.instance,
+            func.max(c.role),
+            func.count(),
+            func.coalesce(func.sum(c.input_tokens), 0),
+            func.coalesce(func.sum(c.output_tokens), 0),
+            *(agg for f in _MEANS for agg in (func.count(c[f]), func.sum(c[f]))),
+        )
+        .where(c.start >= bindparam("lo"), c.start < bindparam("hi"))
+        .group_by(c.instance)
+        .limit(MAX_POOL_ROWS)
+    )
+
+
+@lru_cache(maxsize=1)
+def _rolled_query() -> Select[Any]:
+    """``_rolled``'s statement, built once: each sketch's header only (its count and sum,
+    what ``header_totals`` reads), not its buckets."""
+    u = request_rollups.c
+    headers = [func.substr(sketch_column(f), 1, HEADER_SIZE, type_=LargeBinary) for f in _MEANS]
+    return select(u.instance, u.requests, u.input_tokens, u.output_tokens, *headers).where(
+        rollup_where_shaped(selector_shape(Selector()))
+    )
 
 
 def pool_summaries(

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Integer,
     Select,
     and_,
+    bindparam,
     cast,
     func,
     literal,
@@ -448,12 +449,23 @@ def _raw_gpu_rows(
     step_s: int,
     instances: Sequence[str] | None,
 ) -> Sequence[Any]:
-    g = gpu_samples.c
-    where = [g.ts >= start, g.ts < end]
+    query = _raw_gpu_query(connection.dialect.name, step_s, instances is not None)
+    values: dict[str, Any] = {"lo": start, "hi": end}
     if instances is not None:
-        where.append(g.instance.in_(list(instances)))
-    at = bucket_of(connection, step_s).label("at")
-    query = (
+        values["instances"] = list(instances)
+    return connection.execute(query, values).all()
+
+
+@lru_cache(maxsize=64)
+def _raw_gpu_query(dialect: str, step_s: int, some_instances: bool) -> Select[Any]:
+    """``_raw_gpu_rows``' statement, built once per dialect, step and shape (the span and the
+    instances as parameters)."""
+    g = gpu_samples.c
+    where = [g.ts >= bindparam("lo"), g.ts < bindparam("hi")]
+    if some_instances:
+        where.append(g.instance.in_(bindparam("instances", expanding=True)))
+    at = _bucket_in(dialect, step_s).label("at")
+    return (
         select(
             g.instance,
             g.gpu_index,
@@ -469,7 +481,6 @@ def _raw_gpu_rows(
         .where(*where)
         .group_by(g.instance, g.gpu_index, at, g.throttle_reasons)
     )
-    return connection.execute(query).all()
 
 
 def _rollup_gpu_rows(
@@ -481,17 +492,23 @@ def _rollup_gpu_rows(
     """The rollup rows of ``segments``; with ``step_s``, added up per GPU and ``step_s``
     bucket by the database (every rollup bucket lies inside one step bucket): the same sums
     and maxima from one row per chart point instead of one per rollup bucket."""
-    r = gpu_rollups.c
-    where = [
-        or_(
-            *(
-                and_(r.resolution == seg.resolution, r.bucket >= seg.start, r.bucket < seg.end)
-                for seg in segments
-            )
-        )
-    ]
+    resolutions, values = segment_values(segments)
     if instances is not None:
-        where.append(r.instance.in_(list(instances)))
+        values["instances"] = list(instances)
+    query = _rollup_gpu_query(connection.dialect.name, resolutions, instances is not None, step_s)
+    return connection.execute(query, values).all()
+
+
+@lru_cache(maxsize=128)
+def _rollup_gpu_query(
+    dialect: str, resolutions: tuple[str, ...], some_instances: bool, step_s: int | None
+) -> Select[Any]:
+    """``_rollup_gpu_rows``' statement, built once per dialect, segments' resolutions, shape
+    and step (the segments' bounds and the instances as parameters)."""
+    r = gpu_rollups.c
+    where = [segments_where(gpu_rollups, resolutions)]
+    if some_instances:
+        where.append(r.instance.in_(bindparam("instances", expanding=True)))
     columns = [
         r.instance,
         r.gpu_index,
@@ -506,8 +523,8 @@ def _rollup_gpu_rows(
         r.name,
     ]
     if step_s is None:
-        return connection.execute(select(*columns).where(*where)).all()
-    at = bucket_of(connection, step_s, r.bucket).label("at")
+        return select(*columns).where(*where)
+    at = _bucket_in(dialect, step_s, r.bucket).label("at")
     summed = [
         r.instance,
         r.gpu_index,
@@ -521,8 +538,7 @@ def _rollup_gpu_rows(
         func.max(r.xid_max),
         func.max(r.name),
     ]
-    query = select(*summed).where(*where).group_by(r.instance, r.gpu_index, at)
-    return connection.execute(query).all()
+    return select(*summed).where(*where).group_by(r.instance, r.gpu_index, at)
 
 
 class _GpuAcc:
