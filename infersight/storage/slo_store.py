@@ -27,6 +27,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, Final
 
 from sqlalchemy import (
@@ -87,7 +88,10 @@ def spec_to_json(spec: SloSpec) -> str:
     )
 
 
+@lru_cache(maxsize=1024)
 def spec_from_json(name: str, text: str) -> SloSpec:
+    """The SLO stored as ``text`` (kept for the last 1,024 documents read: every page and job
+    lists the SLOs, and a spec is immutable, so one parse serves every read of the same text)."""
     data = json.loads(text)
     doc = data["sli"]
     targets = tuple((str(m), float(v)) for m, v in (doc.get("targets") or {}).items())
