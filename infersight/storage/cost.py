@@ -255,12 +255,12 @@ def _segment_rows(
         for part, k in enumerate(raw):
             values[f"lo_{part}"], values[f"hi_{part}"] = segments[k].start, segments[k].end
         query = _raw_series_query(len(raw), instance is not None)
-        for row in connection.execute(query, values):
+        for row in connection.execute(query, values).all():
             out[raw[row[0]]].append(tuple(row)[1:])
     if rolled:
         resolutions, bounds = segment_values([segments[k] for k in rolled])
         query = _rollup_series_query(resolutions, instance is not None)
-        for row in connection.execute(query, {**bounds, **one}):
+        for row in connection.execute(query, {**bounds, **one}).all():
             out[rolled[row[0]]].append(tuple(row)[1:])
     return out
 

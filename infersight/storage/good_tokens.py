@@ -93,7 +93,7 @@ def from_raw_spans(
         if instance is not None:
             values["instance"] = instance
         query = _from_raw_query(len(chunk), limited, instance is not None)
-        for row in connection.execute(query, values):
+        for row in connection.execute(query, values).all():
             out[first + row[0]][tuple(row[1 : n + 1])] = (int(row[n + 1]), int(row[n + 2]))
     return out
 
@@ -171,7 +171,8 @@ def _kept(
         values["instance"] = instance
     out: dict[Bucket, dict[LabelKey, tuple[int, int]]] = defaultdict(dict)
     n = len(GROUP_LABELS)
-    for resolution, bucket, *rest in connection.execute(_kept_query(instance is not None), values):
+    rows = connection.execute(_kept_query(instance is not None), values).all()
+    for resolution, bucket, *rest in rows:
         out[(Resolution(resolution), bucket)][tuple(rest[:n])] = (int(rest[n]), int(rest[n + 1]))
     return out
 

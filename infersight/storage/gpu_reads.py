@@ -117,7 +117,7 @@ def raw_intervals_many(
     if instance is not None:
         values["instance"] = instance
     out: list[dict[GpuKey, CoveredTime]] = [{} for _ in spans]
-    for row in connection.execute(query, values):
+    for row in connection.execute(query, values).all():
         out[row[0]][(row[1], int(row[2]))] = _covered(row[3] or "", row[4] or "", row[5:])
     return out
 

@@ -110,7 +110,7 @@ def _rolled(connection: Connection, segment: Segment, out: dict[str, _Acc]) -> N
     tokens from the rollup rows, means from their sketches' headers (a decode instance: one
     whose split requests have a KV-transfer time)."""
     values = span_values(segment, Selector())
-    for row in connection.execute(_rolled_query(), values):
+    for row in connection.execute(_rolled_query(), values).all():
         a = out[str(row[0])]
         a.requests += int(row[1])
         a.input_tokens += int(row[2])
