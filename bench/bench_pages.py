@@ -6,7 +6,8 @@ samples, SLOs evaluated once, a baseline, a step run; the maintenance job once; 
 more SLOs from ``bench_api.slo_specs``), its data ending now, then starts the real
 ``infersight serve`` over it (a subprocess on a free port, ``--workers`` processes, the
 scheduled jobs on, ``INFERSIGHT_DASHBOARD_ANSWER_TTL_S=0`` so every page view computes).
-After its first evaluation cycle (``/healthz`` counts it) it times every dashboard page
+After its first evaluation cycle (``/healthz`` counts it) it times every dashboard page of the
+navigation, the newest incident's page and one SLO's page
 (``GET /ui/<page>`` with a bearer token, over real HTTP) with 1 client and with ``--clients``
 concurrent clients, in ``--rounds`` interleaved rounds (the order of the two phases alternates
 round by round, so load drift on a shared machine moves both), each phase a fixed number of
@@ -16,6 +17,10 @@ Prints per page and range P50 / P99 for 1 and for N clients, and each round's th
 (requests per second) with N clients against 1 client in the same round: the ratio's median
 and its spread. Target: every page's P99 < 1 s with N clients.
 
+With ``--before CHECKOUT`` both checkouts first render every page at one fixed time on their
+own copies of the store (``harness/render_pages.py``) and the run stops unless every page's
+HTML is identical (``--no-same-answers`` skips this): a faster page must answer the same.
+
 ``--url`` reuses a database seeded earlier with ``--keep`` (its data end where they ended).
 ``--quick`` is a smoke run (1 day, 2 req/min, 4 clients, 1 round).
 """
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import re
 import signal
 import statistics
@@ -69,6 +76,8 @@ PAGES = (
 TARGET_MS = 1000.0
 #: A guard against a serve that never evaluates (not a budget: a loaded machine waits).
 EVALUATION_GUARD_S = 600.0
+#: A guard against a render of every page that hangs (not a budget either).
+RENDER_GUARD_S = 1800.0
 
 
 def seed(args: argparse.Namespace, now: datetime) -> tuple[str, Any]:
@@ -295,6 +304,35 @@ def top_frames(path: Path, count: int = 15) -> None:
         print(f"    {100 * n / total:5.1f} %  {frame}")
 
 
+def same_answers(stores: dict[str, str], codes: dict[str, Path | None]) -> None:
+    """Every page rendered by each checkout on its own (identical) store at one fixed time
+    (``harness/render_pages.py``): the faster code must answer what the slower one does. A
+    page that differs is named and the run stops."""
+    at = datetime.now(UTC).replace(microsecond=0)
+    script = Path(__file__).resolve().parent / "harness" / "render_pages.py"
+    found = {}
+    for name, code in codes.items():
+        env = dict(os.environ)
+        if code is not None:
+            env.update(PYTHONPATH=str(code), PYTHONSAFEPATH="1")
+        ran = subprocess.run(
+            [sys.executable, str(script), stores[name], at.isoformat()],
+            env=env, capture_output=True, text=True, timeout=RENDER_GUARD_S, check=False,
+        )  # fmt: skip
+        if ran.returncode:
+            raise RuntimeError(f"rendering every page with {name}'s code failed:\n{ran.stderr}")
+        found[name] = json.loads(ran.stdout)
+    differ = sorted(k for k in found["after"].keys() | found["before"].keys()
+                    if found["after"].get(k) != found["before"].get(k))  # fmt: skip
+    if differ:
+        raise RuntimeError(f"the two checkouts answer differently: {', '.join(differ)}")
+    print(
+        f"  same answers: every page at {at:%H:%M:%S} UTC, {len(found['after'])} renders "
+        "(pages × ranges × cold and warm), identical HTML from both checkouts",
+        flush=True,
+    )
+
+
 def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[str, Any]:
     """Start the serves (this checkout's or ``--code``'s, and ``--before``'s on a copy of the
     store), wait for their first evaluation cycle, time them (``measure``), py-spy them with
@@ -307,6 +345,8 @@ def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[
         if "before" in codes:  # its own copy: each serve's jobs lead on their own store
             stores["before"], drop_copy = copy_database(url)  # before any serve connects
             copies.append(drop_copy)
+            if args.same_answers:
+                same_answers(stores, codes)
         for name, code in codes.items():
             store = stores[name]
             env = {"INFERSIGHT_DASHBOARD_ANSWER_TTL_S": "0",
@@ -374,6 +414,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--before", type=Path,
         help="a checkout (git worktree) of the starting commit: its serve, on a copy of the "
         "store, is timed in the same rounds",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-same-answers", dest="same_answers", action="store_false",
+        help="with --before: skip rendering every page with both checkouts and comparing",
     )  # fmt: skip
     parser.add_argument("--profile", type=Path, help="py-spy each serve into PROFILE.NAME")
     parser.add_argument("--py-spy", default=str(Path(sys.executable).parent / "py-spy"))
