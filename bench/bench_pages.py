@@ -312,9 +312,10 @@ def same_answers(stores: dict[str, str], codes: dict[str, Path | None]) -> None:
     script = Path(__file__).resolve().parent / "harness" / "render_pages.py"
     found = {}
     for name, code in codes.items():
-        env = dict(os.environ)
+        # Not the script's folder on the path: harness/concurrent.py would shadow the stdlib's.
+        env = {**os.environ, "PYTHONSAFEPATH": "1"}
         if code is not None:
-            env.update(PYTHONPATH=str(code), PYTHONSAFEPATH="1")
+            env["PYTHONPATH"] = str(code)
         ran = subprocess.run(
             [sys.executable, str(script), stores[name], at.isoformat()],
             env=env, capture_output=True, text=True, timeout=RENDER_GUARD_S, check=False,
