@@ -43,6 +43,7 @@ PARTITIONED_TABLES: Final = (
     "server_engine_samples",
     "client_requests",
     "request_parts",
+    "trace_attributions",
 )
 #: Rollup resolutions and their bucket lengths in seconds (``core.window.Resolution``).
 RESOLUTIONS: Final = (("1m", 60.0), ("1h", 3600.0), ("1d", DAY_S))

@@ -131,7 +131,15 @@ def test_attributed_lines_add_up_to_the_instance_and_groups_to_the_total(price, 
     instance = price_instance(_model(price), "i-1", [_gpu(secs, idle)], served=bool(rows))
     series = [
         SeriesUsage(
-            {"model": m, "instance": "i-1", "tenant": t, "priority": "", "adapter": ""},
+            {
+                "model": m,
+                "instance": "i-1",
+                "tenant": t,
+                "priority": "",
+                "adapter": "",
+                "team": "",
+                "workload": "",
+            },
             requests=1,
             input_tokens=i,
             output_tokens=o,
