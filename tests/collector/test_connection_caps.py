@@ -366,7 +366,11 @@ def test_clients_sending_their_bodies_a_few_bytes_a_second_do_not_block_exporter
                 exported = exporter.export(vllm_spans(3))
             finally:
                 exporter.shutdown()
-            still = _unanswered(server)  # the slow ones: still being received, none refused
+            # The slow ones: still being received, none refused (the exporter's connection is
+            # counted until the server's thread has marked its answer sent: wait for that).
+            still = until(
+                lambda: (n := _unanswered(server)) <= SLOW and n, "the exporter's answer sent"
+            )
             assert sender.is_alive()
         finally:
             stop.set()
