@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from infersight.collector import engines
+from infersight.collector import engines, validation
 from infersight.collector.mapping import gateways, pd_proxy, sglang, tgi, trtllm, vllm
 from infersight.collector.mapping.base import (
     _EARLIEST_S,
@@ -51,28 +51,10 @@ from infersight.core.records import MAX_DURATION_S, MAX_LABEL_LEN, Engine, Statu
 #: label, or not at all (a name that sends the span the general way).
 SECONDS, COUNT, TEXT, REFUSED = range(4)
 
-#: The token counts the plausibility rules check (``validation.TOKEN_ATTRIBUTES``), the
-#: vLLM-family mapper's among them.
-_COUNTS: Final = (
-    "gen_ai.usage.prompt_tokens",
-    "gen_ai.usage.completion_tokens",
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.output_tokens",
-    "gen_ai.usage.cache_read.input_tokens",
-    "gen_ai.usage.cached_tokens",
-    "prompt_tokens",
-    "completion_tokens",
-    "generated_tokens",
-    "cached_tokens",
-)
-_TIMES: Final = (
-    "gen_ai.latency.time_to_first_token",
-    "gen_ai.latency.e2e",
-    "gen_ai.latency.time_in_queue",
-    "gen_ai.latency.time_in_model_prefill",
-    "gen_ai.latency.time_in_model_decode",
-    trtllm.KV_TRANSFER,
-)
+#: Every token count the plausibility rules check (the vLLM-family mapper's among them), and
+#: the timings that mapper reads.
+_COUNTS: Final = validation.TOKEN_ATTRIBUTES
+_TIMES: Final = (vllm.TTFT, vllm.E2E, vllm.QUEUE, vllm.PREFILL, vllm.DECODE, trtllm.KV_TRANSFER)
 _LABELS: Final = (
     *MODEL_ATTRS, *TENANT_ATTRS, *PRIORITY_ATTRS, *OPERATION_ATTRS, *REQUEST_ID_ATTRS,
     ERROR_TYPE, *FINISH_ATTRS,
@@ -111,11 +93,10 @@ def _slots(names: tuple[str, ...]) -> tuple[int, ...]:
 
 
 _TTFT, _E2E, _QUEUE, _PREFILL, _DECODE, _KV = _slots(_TIMES)
-_PROMPT, _INPUT = _slot("gen_ai.usage.prompt_tokens"), _slot("gen_ai.usage.input_tokens")
-_COMPLETION = _slot("gen_ai.usage.completion_tokens")
-_OUTPUT = _slot("gen_ai.usage.output_tokens")
-_CACHE_READ = _slot("gen_ai.usage.cache_read.input_tokens")
-_CACHED = _slot("gen_ai.usage.cached_tokens")
+#: Each count's slot, then its fallback's (``vllm.timings``).
+_PROMPT, _INPUT = _slots(vllm.PROMPT_TOKENS)
+_COMPLETION, _OUTPUT = _slots(vllm.OUTPUT_TOKENS)
+_CACHE_READ, _CACHED = _slots(vllm.CACHED_TOKENS)
 _MODEL: Final = _slots(MODEL_ATTRS)
 _TENANT: Final = _slots(TENANT_ATTRS)
 _PRIORITY: Final = _slots(PRIORITY_ATTRS)

@@ -17,6 +17,16 @@ from infersight.core.records import Engine
 
 SPAN_NAME: Final = "llm_request"
 LATENCY_PREFIX: Final = "gen_ai.latency."
+#: The timings vLLM reports, in seconds.
+TTFT: Final = "gen_ai.latency.time_to_first_token"
+E2E: Final = "gen_ai.latency.e2e"
+QUEUE: Final = "gen_ai.latency.time_in_queue"
+PREFILL: Final = "gen_ai.latency.time_in_model_prefill"
+DECODE: Final = "gen_ai.latency.time_in_model_decode"
+#: Token counts: the name vLLM sets, then the one read where it is absent.
+PROMPT_TOKENS: Final = ("gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")
+OUTPUT_TOKENS: Final = ("gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")
+CACHED_TOKENS: Final = ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cached_tokens")
 
 
 def claims(span: SpanView) -> bool:
@@ -26,18 +36,18 @@ def claims(span: SpanView) -> bool:
 def timings(span: SpanView) -> Timings:
     get = span.attributes.get  # plain lookups, positional fields: this runs for every request
     return Timings(
-        as_float(get("gen_ai.latency.time_to_first_token")),
+        as_float(get(TTFT)),
         None,  # TPOT is derived
-        as_float(get("gen_ai.latency.e2e")),
-        as_float(get("gen_ai.latency.time_in_queue")),
-        as_float(get("gen_ai.latency.time_in_model_prefill")),
-        as_float(get("gen_ai.latency.time_in_model_decode")),
+        as_float(get(E2E)),
+        as_float(get(QUEUE)),
+        as_float(get(PREFILL)),
+        as_float(get(DECODE)),
         None,
         None,
         None,
-        as_int(_first(get, "gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")),
-        as_int(_first(get, "gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")),
-        as_int(_first(get, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cached_tokens")),
+        as_int(_first(get, *PROMPT_TOKENS)),
+        as_int(_first(get, *OUTPUT_TOKENS)),
+        as_int(_first(get, *CACHED_TOKENS)),
     )
 
 
