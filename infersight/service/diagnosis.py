@@ -36,7 +36,10 @@ the SLO), computes what the deciding row asks for (the onset, a returning burn's
 diagnosis: a recovering incident is never diagnosed), and applies the decision in one store
 call (``IncidentStore.apply``: history, headline and, from an ``announce`` that ``Plans``, the
 notification's outbox messages, in one transaction; another ``announce`` is called in it).
-A failure is logged, never raised: the evaluation carries on.
+A follow-up pass first reads every firing incident's note and newest history entry at once
+(one statement each), and reads an incident's evidence only where the lifecycle then has
+something to gather or do: an incident diagnosed lately, or still recovering, costs no read
+of its own. A failure is logged, never raised: the evaluation carries on.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from infersight.alerts.diagnose import Diagnosis, diagnose, step_onset
 from infersight.alerts.lifecycle import (
@@ -69,6 +72,9 @@ from infersight.core.query import Selector
 from infersight.core.slo import SloSpec
 from infersight.core.window import Resolution, Window
 from infersight.storage.seam import Evidence, Store
+
+if TYPE_CHECKING:
+    from infersight.storage.seam import Entry, IncidentNote
 
 log = logging.getLogger(__name__)
 _ONSETS_KEPT: Final = 10_000
@@ -259,8 +265,21 @@ class DiagnosisListener:
         incidents diagnosed."""
         # Money alerts (``service.budgets``) carry their own evidence: not diagnosed here.
         firing = [i for i in self.store.incidents.all("firing") if not is_money_alert(i.slo)]
+        if not firing:
+            return 0
+        # Most passes find most incidents diagnosed lately (or still recovering): their notes
+        # and newest entries, read for all of them at once, say so without an evidence read.
+        ids = [i.id for i in firing]
+        try:
+            notes, lasts = self.store.incidents.notes(ids), self.store.history.latest(ids)
+        except InfersightError:
+            log.exception("re-diagnosis of the firing incidents failed")
+            return 0
         done = 0
         for incident in firing:
+            state = _lifecycle(notes.get(incident.id), lasts.get(incident.id))
+            if not self._busy(incident, state, now):
+                continue
             try:
                 evidence = self.store.incidents.evidence(incident.id)
                 done += self._follow(incident, Cue.PASS, evidence, now)
@@ -277,14 +296,9 @@ class DiagnosisListener:
     ) -> int:
         """Decide (gathering what the deciding row asks for from ``evidence``, and diagnosing
         when it asks for a diagnosis) and apply; 1 if it diagnosed."""
-        note, last = evidence.note, evidence.last
-        state = Lifecycle.of(
-            note.diagnosis if note is not None else None,
-            note.symptom if note is not None else None,
-            note.diagnosed_at if note is not None else None,
-            (last.verdict, last.at) if last is not None else None,
-        )
-        facts = Facts(at, incident.opened_at, incident.recovering_since, incident.severity)
+        note = evidence.note
+        state = _lifecycle(note, evidence.last)
+        facts = _facts(incident, at)
         decision, facts, symptom = self._decide(incident, evidence, state, cue, facts)
         if state.phase is Phase.UNPAGED and decision.phase is Phase.UNPAGED:
             log.info("incident %s: the page waits for evidence", incident.id)
@@ -296,6 +310,12 @@ class DiagnosisListener:
                 self._onsets.clear()
             self._onsets[incident.id] = facts.onset
         return int(Need.DIAGNOSIS in facts.found)
+
+    def _busy(self, incident: Incident, state: Lifecycle, at: datetime) -> bool:
+        """Whether a pass at ``at`` has anything to gather or do for ``incident`` in ``state``
+        (else its evidence is not read: the lifecycle's answer would be to do nothing)."""
+        decision = decide(state, Cue.PASS, _facts(incident, at), self.tuning)
+        return decision.need is not None or decision.acts
 
     def _decide(
         self, incident: Incident, evidence: Evidence, state: Lifecycle, cue: Cue, facts: Facts
@@ -397,6 +417,20 @@ class DiagnosisListener:
             return burn_onset(self.store, evidence.spec, at, lookback, self.tuning.onset_slice)
         except InfersightError:
             return None
+
+
+def _lifecycle(note: IncidentNote | None, last: Entry | None) -> Lifecycle:
+    """An incident's lifecycle from its stored note and newest history entry."""
+    return Lifecycle.of(
+        note.diagnosis if note is not None else None,
+        note.symptom if note is not None else None,
+        note.diagnosed_at if note is not None else None,
+        (last.verdict, last.at) if last is not None else None,
+    )
+
+
+def _facts(incident: Incident, at: datetime) -> Facts:
+    return Facts(at, incident.opened_at, incident.recovering_since, incident.severity)
 
 
 def _iso(ts: datetime) -> str:

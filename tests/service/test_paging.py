@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import sqlalchemy
 
 from infersight.alerts.dispatch import deliver_due
 from infersight.alerts.lifecycle import Notice, Told
@@ -110,3 +111,41 @@ def test_a_page_whose_notification_fails_leaves_nothing_behind_and_is_paged_agai
     # Diagnosed a moment ago: the next pass reads nothing and tells nothing.
     assert listener.refresh(incident.opened_at + timedelta(seconds=20)) == 0
     assert len(told) == 1
+
+
+def test_a_pass_over_incidents_diagnosed_lately_reads_no_evidence_of_each(store: Store) -> None:
+    # The follow-up reads every firing incident's note and newest entry at once; an incident
+    # diagnosed a moment ago needs nothing more, so the pass costs the same for one or three.
+    incident = _burning(store)
+    listener = DiagnosisListener(store.sql)
+    opened = incident.opened_at
+    listener.on_incident(incident, Transition.OPENED)
+    statements: list[str] = []
+
+    def counted(at: datetime) -> int:
+        statements.clear()
+        return listener.refresh(at)
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sqlalchemy.event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        assert counted(opened + timedelta(seconds=10)) == 0
+        one = len(statements)
+        ids = [incident.id]
+        for scope in ("model=a", "model=b"):
+            with store.engine.begin() as connection:
+                other = incidents.apply_step(connection, "ttft", scope,
+                                             AlertState(Severity.PAGE, opened), Transition.OPENED,
+                                             {"5m": 500.0}, opened)  # fmt: skip
+            assert other is not None
+            listener.on_incident(other, Transition.OPENED)
+            ids.append(other.id)
+        assert len(signals.notes(store.engine, ids)) == 3  # all three paged
+        assert counted(opened + timedelta(seconds=20)) == 0
+        assert len(statements) == one
+        # Past ``every``, each is diagnosed again (its evidence read then).
+        assert counted(opened + timedelta(minutes=3)) == 3
+    finally:
+        sqlalchemy.event.remove(store.engine, "before_cursor_execute", count)
