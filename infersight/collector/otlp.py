@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from infersight.collector import otlp_json, otlp_wire
-from infersight.collector.mapping.spans import CHUNK_EVENTS, AttrValue, SpanView, attr_size
+from infersight.collector.mapping.spans import CHUNK_EVENTS, AttrValue, SpanView
 from infersight.collector.prescan import RESOURCE_SPANS, SCOPE_SPANS, SPAN, check_protobuf
 from infersight.core.errors import InvalidInput, TooLarge
 
@@ -179,38 +179,21 @@ def read_protobuf(
     return walk_parsed(parse_checked(body))
 
 
-#: ``AnyValue`` kinds whose value is a number or a bool: 8 bytes against the size limit,
-#: never over it.
-_NUMERIC: Final = frozenset({"double_value", "int_value", "bool_value"})
-
-
 def _attributes(items: Any, limit: int, most: int) -> tuple[dict[str, AttrValue], int]:
     """Attributes as a dict; values (or keys) over ``limit`` bytes, and attributes beyond
     the first ``most``, are dropped and counted; of a key given twice, the last one kept.
-
-    The common kinds (numbers, strings) are read inline: this loop runs for every attribute
-    of every span and is most of what decoding costs.
+    (A span's attributes are mostly read by ``otlp_wire.attributes``; this reads a
+    resource's, and a span's where that reader does not vouch for the body.)
     """
     out: dict[str, AttrValue] = {}
     dropped = 0
     if len(items) > most:
         dropped = len(items) - most
         items = items[:most]
+    read = otlp_wire.read_any
     for kv in items:
         key = kv.key
-        any_value = kv.value
-        kind = any_value.WhichOneof("value")
-        value: AttrValue
-        if kind in _NUMERIC:
-            value = getattr(any_value, kind)
-            too_big = False
-        elif kind == "string_value":
-            text: str = any_value.string_value
-            value = text
-            too_big = len(text) > limit
-        else:
-            value = otlp_wire.any_value(any_value)
-            too_big = attr_size(value) > limit
+        value, too_big = read(kv.value, limit)
         if too_big or len(key) > limit:
             dropped += 1
             continue
