@@ -13,7 +13,7 @@ the remaining reads and then stop writing requests to SQL (docs/past-one-primary
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -22,17 +22,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from infersight.core.accept import AcceptWindow
-from infersight.core.baseline import Baseline
-from infersight.core.cost import CostModel
-from infersight.core.loadtest import MeasuredCapacity
-from infersight.core.model_names import ModelAliases
 from infersight.core.quantiles import DEFAULT_QUANTILES
-from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
+from infersight.core.query import LatencyResult, Method, Selector, Throughput
 from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
-from infersight.core.retention import RetentionPolicy
-from infersight.core.samples import GpuSample, ServerSample
-from infersight.core.signals import WindowSignals
-from infersight.core.sketch import QuantileSketch
 from infersight.core.window import Resolution, Window
 from infersight.core.write import Sink, WriteResult
 from infersight.storage.seam import (
@@ -42,20 +34,15 @@ from infersight.storage.seam import (
     ClientStore,
     CostModelStore,
     CostStore,
-    Counts,
     DemandStore,
     EventStore,
     HistoryStore,
     IncidentStore,
     IngestStore,
-    LabelKey,
-    MaintenanceReport,
     MaintenanceStore,
     OutboxStore,
-    PoolLine,
     ProfileStore,
     ReportStore,
-    RequestPeak,
     RequestStore,
     RunStore,
     SampleStore,
@@ -64,7 +51,6 @@ from infersight.storage.seam import (
     SilenceStore,
     SloStore,
     Store,
-    StoreContents,
 )
 from infersight.storage_clickhouse import schema
 from infersight.storage_clickhouse.reads import DEFAULT_EXACT_MAX_ROWS, Reads
@@ -116,12 +102,6 @@ class HybridSink:
         self._clickhouse.write_requests(records)
         return self._sql.write_requests(records)
 
-    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
-        return self._sql.write_gpu_samples(samples)
-
-    def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
-        return self._sql.write_server_samples(samples)
-
 
 class HybridIngest:
     def __init__(self, sql: IngestStore, telemetry: Telemetry) -> None:
@@ -136,12 +116,15 @@ class HybridIngest:
 
 
 class HybridRequests:
-    """``RequestStore``: the quantile, throughput and span reads from ClickHouse, the rest
-    from the SQL store."""
+    """``RequestStore``: the quantile, throughput and span reads from ClickHouse; every other
+    read is the SQL store's in this slice (reached through ``__getattr__``)."""
 
     def __init__(self, sql: RequestStore, telemetry: Telemetry) -> None:
         self._sql = sql
         self._reads = telemetry.reads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
 
     def latency(
         self,
@@ -201,145 +184,23 @@ class HybridRequests:
         source = self._sql if _attributed(selector, ()) else self._reads
         return source.data_span(window, selector, finest=finest)
 
-    # -- the SQL store's, in this slice ------------------------------------------------------
-
-    def breakdown(
-        self,
-        window: Window,
-        selector: Selector = Selector(),
-        group_by: Sequence[str] = (),
-        *,
-        finest: Resolution = Resolution.MINUTE,
-    ) -> list[Breakdown]:
-        return self._sql.breakdown(window, selector, group_by, finest=finest)
-
-    def series(
-        self,
-        window: Window,
-        step: Resolution,
-        selector: Selector = Selector(),
-        group_by: Sequence[str] = (),
-        coarsest: Resolution | None = None,
-        bucket_s: int | None = None,
-    ) -> dict[LabelKey, dict[datetime, Counts]]:
-        return self._sql.series(window, step, selector, group_by, coarsest, bucket_s)
-
-    def bucket_sketches(
-        self,
-        metrics: Sequence[str],
-        window: Window,
-        step: Resolution,
-        bucket_s: int,
-        selector: Selector = Selector(),
-        group_by: Sequence[str] = (),
-        coarsest: Resolution | None = None,
-    ) -> dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]]:
-        return self._sql.bucket_sketches(
-            metrics, window, step, bucket_s, selector, group_by, coarsest
-        )
-
-    def peaks(
-        self, window: Window, step: Resolution, selector: Selector = Selector()
-    ) -> dict[str, RequestPeak]:
-        return self._sql.peaks(window, step, selector)
-
-    def label_sets(self, window: Window, step: Resolution = Resolution.HOUR) -> list[LabelKey]:
-        return self._sql.label_sets(window, step)
-
-    def first_seen(self, since: datetime, now: datetime) -> dict[LabelKey, datetime]:
-        return self._sql.first_seen(since, now)
-
-    def pool_summaries(
-        self, window: Window, finest: Resolution = Resolution.MINUTE
-    ) -> list[PoolLine]:
-        return self._sql.pool_summaries(window, finest)
-
-    def production_capacity(
-        self,
-        window: Window,
-        selector: Selector,
-        *,
-        ttft_p99_max_s: float | None = None,
-        tpot_p99_max_s: float | None = None,
-        instances: Collection[str] | None = None,
-    ) -> MeasuredCapacity:
-        return self._sql.production_capacity(
-            window,
-            selector,
-            ttft_p99_max_s=ttft_p99_max_s,
-            tpot_p99_max_s=tpot_p99_max_s,
-            instances=instances,
-        )
-
-    def production_shapes(
-        self, window: Window, selector: Selector, limit: int = 10000
-    ) -> list[tuple[int, int]]:
-        return self._sql.production_shapes(window, selector, limit)
-
-    def window_signals(
-        self,
-        window: Window,
-        selector: Selector = Selector(),
-        aliases: ModelAliases | None = None,
-    ) -> WindowSignals:
-        return self._sql.window_signals(window, selector, aliases)
-
-    def error_types(
-        self, window: Window, selector: Selector = Selector()
-    ) -> dict[str, dict[str, int]]:
-        return self._sql.error_types(window, selector)
-
-    def capture_baseline(
-        self,
-        name: str,
-        window: Window,
-        selector: Selector,
-        created_at: datetime,
-        *,
-        description: str = "",
-        finest: Resolution = Resolution.MINUTE,
-        exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
-        cost_model: CostModel | None = None,
-    ) -> Baseline:
-        return self._sql.capture_baseline(
-            name,
-            window,
-            selector,
-            created_at,
-            description=description,
-            finest=finest,
-            exact_max_rows=exact_max_rows,
-            cost_model=cost_model,
-        )
-
 
 class HybridMaintenance:
-    """The SQL store's maintenance, with ClickHouse's migrations and health beside it.
-    ClickHouse's retention is its tables' ``TTL`` (set by the migrations from the settings)."""
+    """The SQL store's maintenance (its other methods reached through ``__getattr__``), with
+    ClickHouse's migrations and health beside it. ClickHouse's retention is its tables'
+    ``TTL`` (set by the migrations from the settings)."""
 
     def __init__(self, sql: MaintenanceStore, telemetry: Telemetry) -> None:
         self._sql = sql
         self._telemetry = telemetry
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
     def upgrade(self, revision: str = "head") -> None:
         self._sql.upgrade(revision)
         if revision == "head":
             self._telemetry.migrate()
-
-    def downgrade(self, revision: str = "base") -> None:
-        self._sql.downgrade(revision)
-
-    def current(self) -> str | None:
-        return self._sql.current()
-
-    def maintain(self, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
-        return self._sql.maintain(now, policy)
-
-    def contents(self) -> StoreContents:
-        return self._sql.contents()
-
-    def stored_requests(self) -> int:
-        return self._sql.stored_requests()
 
     def probe(self) -> None:
         self._sql.probe()

@@ -150,6 +150,23 @@ def test_throughput_auto_and_span_equal_postgresql_s(
         assert ours.groups[0].count == theirs.groups[0].count
 
 
+def test_the_reads_left_to_the_sql_store_are_its_answers(
+    both: tuple[HybridStore, Store, list[RequestRecord]],
+) -> None:
+    hybrid, pg, _ = both
+    ours, theirs = hybrid.requests, pg.sql.requests
+    assert ours.breakdown(WINDOW, Selector(), ("model",)) == theirs.breakdown(
+        WINDOW, Selector(), ("model",)
+    )
+    series = ours.series(WINDOW, Resolution.HOUR, Selector(), ("model",))
+    assert series
+    assert series == theirs.series(WINDOW, Resolution.HOUR, Selector(), ("model",))
+    assert ours.label_sets(WINDOW) == theirs.label_sets(WINDOW)
+    # and the maintenance's: the SQL store's contents and revision
+    assert hybrid.maintenance.current() == pg.sql.maintenance.current()
+    assert hybrid.maintenance.stored_requests() == pg.sql.maintenance.stored_requests()
+
+
 def test_a_batch_written_twice_is_stored_once(
     both: tuple[HybridStore, Store, list[RequestRecord]],
 ) -> None:
