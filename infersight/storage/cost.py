@@ -41,7 +41,6 @@ from sqlalchemy import (
     CompoundSelect,
     Connection,
     Engine,
-    LargeBinary,
     Select,
     bindparam,
     func,
@@ -65,7 +64,7 @@ from infersight.core.cost import (
 from infersight.core.goodput import GoodBasis, GoodLimits, GoodPolicy, GoodRule
 from infersight.core.query import Selector, check_group_by
 from infersight.core.records import GROUP_LABELS
-from infersight.core.sketch import HEADER_SIZE, header_totals
+from infersight.core.sketch import header_totals
 from infersight.core.slo import SloSpec
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage import good_tokens, gpu_reads, gpu_rollup
@@ -78,7 +77,7 @@ from infersight.storage.cost_models import (
     put_model,
 )
 from infersight.storage.slo_store import list_slos
-from infersight.storage.sql import segment_values
+from infersight.storage.sql import segment_values, sketch_header
 from infersight.storage.tables import request_parts, request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
@@ -163,11 +162,6 @@ class _Acc:
     decode_s: float = 0.0
     #: Users' requests a P/D proxy split (those with a KV-transfer time).
     split: int = 0
-
-
-def _header(column: Any) -> Any:
-    """The first ``HEADER_SIZE`` bytes of a sketch column: what ``header_totals`` reads."""
-    return func.substr(column, 1, HEADER_SIZE, type_=LargeBinary)
 
 
 def series_usage(
@@ -318,10 +312,10 @@ def _rollup_series_query(resolutions: tuple[str, ...], one_instance: bool) -> Co
                 u.input_tokens,
                 u.output_tokens,
                 # Only each sketch's header (its count and sum), not its buckets.
-                _header(u.prefill_sketch),
-                _header(u.decode_sketch),
+                sketch_header("prefill_s"),
+                sketch_header("decode_s"),
                 u.bucket,
-                _header(u.kv_transfer_sketch),
+                sketch_header("kv_transfer_s"),
             ).where(*where)
         )
     return union_all(*reads)

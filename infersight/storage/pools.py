@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, LargeBinary, Select, Table, bindparam, func, select
+from sqlalchemy import Connection, Engine, Select, Table, bindparam, func, select
 
 from infersight.core.query import Selector
-from infersight.core.sketch import HEADER_SIZE, header_totals
+from infersight.core.sketch import header_totals
 from infersight.core.window import Resolution, Segment, Window, split
-from infersight.storage.sql import rollup_where_shaped, selector_shape, sketch_column, span_values
+from infersight.storage.sql import rollup_where_shaped, selector_shape, sketch_header, span_values
 from infersight.storage.tables import request_parts, request_rollups, requests
 
 #: Instances a pool read returns at most (one row per instance).
@@ -147,7 +147,7 @@ def _rolled_query() -> Select[Any]:
     """``_rolled``'s statement, built once: each sketch's header only (its count and sum,
     what ``header_totals`` reads), not its buckets."""
     u = request_rollups.c
-    headers = [func.substr(sketch_column(f), 1, HEADER_SIZE, type_=LargeBinary) for f in _MEANS]
+    headers = [sketch_header(f) for f in _MEANS]
     return select(u.instance, u.requests, u.input_tokens, u.output_tokens, *headers).where(
         rollup_where_shaped(selector_shape(Selector()))
     )

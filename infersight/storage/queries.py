@@ -20,7 +20,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    LargeBinary,
     Result,
     Select,
     and_,
@@ -43,10 +42,12 @@ from infersight.core.query import (
     breakdown_of,
     check_group_by,
     check_metric,
+    latency_result,
+    resolve_method,
+    sketch_groups,
 )
 from infersight.core.sketch import (
     DEFAULT_RELATIVE_ACCURACY,
-    HEADER_SIZE,
     QuantileSketch,
     header_totals,
     merge_all,
@@ -62,7 +63,7 @@ from infersight.storage.sql import (
     rollup_where,
     rollup_where_shaped,
     selector_shape,
-    sketch_column,
+    sketch_header,
     span_values,
 )
 from infersight.storage.tables import request_rollups, requests
@@ -95,17 +96,19 @@ def latency(
     groups = check_group_by(group_by)
     qs = check_quantiles(quantiles)
     with engine.connect() as connection:
-        if method is Method.AUTO:
-            total = sum(t.requests for t in _throughput(connection, window, selector, (), finest))
-            method = Method.EXACT if total <= exact_max_rows else Method.SKETCH
+
+        def rows() -> int:
+            return sum(t.requests for t in _throughput(connection, window, selector, (), finest))
+
+        method = resolve_method(method, rows, exact_max_rows)
         if method is Method.EXACT:
             answers = _exact(connection, column, window, selector, groups, qs)
             error = 0.0
         else:
-            answers = _sketched(connection, column, window, selector, groups, qs, finest)
+            sketches = group_sketches(connection, column, window, selector, groups, finest)
+            answers = sketch_groups(groups, sketches, qs)
             error = DEFAULT_RELATIVE_ACCURACY
-    ordered = tuple(sorted(answers, key=lambda g: tuple(g.labels.values())))
-    return LatencyResult(metric, window, method, error, ordered)
+    return latency_result(metric, window, method, error, answers)
 
 
 def _exact(
@@ -151,23 +154,6 @@ def _exact(
     return [
         GroupQuantiles(_labels(group_by, key), len(values), exact_quantiles(values, qs))
         for key, values in grouped.items()
-    ]
-
-
-def _sketched(
-    connection: Connection,
-    column: str,
-    window: Window,
-    selector: Selector,
-    group_by: Sequence[str],
-    qs: Sequence[float],
-    finest: Resolution,
-) -> list[GroupQuantiles]:
-    sketches = group_sketches(connection, column, window, selector, group_by, finest)
-    return [
-        GroupQuantiles(_labels(group_by, key), sketch.count, sketch.quantiles(qs))
-        for key, sketch in sketches.items()
-        if sketch.count
     ]
 
 
@@ -314,18 +300,16 @@ def latencies(
     qs = check_quantiles(quantiles)
     with engine.connect() as connection:
         sketches = group_sketches_many(connection, fields, window, selector, groups, finest, cache)
-    out = {}
-    for metric, field in zip(names, fields, strict=True):
-        answers = [
-            GroupQuantiles(_labels(groups, key), merged.count, merged.quantiles(qs))
-            for key, merged in sketches[field].items()
-            if merged.count
-        ]
-        ordered = tuple(sorted(answers, key=lambda g: tuple(g.labels.values())))
-        out[metric] = LatencyResult(
-            metric, window, Method.SKETCH, DEFAULT_RELATIVE_ACCURACY, ordered
+    return {
+        metric: latency_result(
+            metric,
+            window,
+            Method.SKETCH,
+            DEFAULT_RELATIVE_ACCURACY,
+            sketch_groups(groups, sketches[field], qs),
         )
-    return out
+        for metric, field in zip(names, fields, strict=True)
+    }
 
 
 # -- throughput -----------------------------------------------------------------------------
@@ -529,9 +513,7 @@ def _breakdown_rollup(shape: GroupShape) -> Select[Any]:
     """``_breakdowns``' rollup read: only each sketch's header (its count and sum, what
     ``header_totals`` reads), not its buckets; built once per shape."""
     groups, selecting = shape
-    headers = [
-        func.substr(sketch_column(n), 1, HEADER_SIZE, type_=LargeBinary) for n in _BREAKDOWN_FIELDS
-    ]
+    headers = [sketch_header(n) for n in _BREAKDOWN_FIELDS]
     return select(*(request_rollups.c[n] for n in groups), *headers).where(
         rollup_where_shaped(selecting)
     )

@@ -22,10 +22,22 @@ from contextlib import AbstractContextManager, nullcontext
 from functools import lru_cache
 from typing import Any, Final, TypeVar
 
-from sqlalchemy import Column, ColumnElement, Connection, Engine, Table, and_, bindparam, or_
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    LargeBinary,
+    Table,
+    and_,
+    bindparam,
+    func,
+    or_,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from infersight.core.query import Selector
+from infersight.core.sketch import HEADER_SIZE
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.tables import SKETCH_COLUMNS, request_rollups, requests
 
@@ -182,6 +194,12 @@ _SKETCH_OF: Final = {field: column for column, field in SKETCH_COLUMNS.items()}
 def sketch_column(field: str) -> Column[Any]:
     """The ``request_rollups`` column that keeps the sketch of latency field ``field``."""
     return request_rollups.c[_SKETCH_OF[field]]
+
+
+def sketch_header(field: str) -> ColumnElement[bytes]:
+    """The first ``HEADER_SIZE`` bytes of field ``field``'s sketch column: its count and sum,
+    what ``core.sketch.header_totals`` reads, without the buckets."""
+    return func.substr(sketch_column(field), 1, HEADER_SIZE, type_=LargeBinary)
 
 
 def read_segments(
