@@ -36,6 +36,7 @@ from sqlalchemy import (
 
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.gpu_rollup import BIN_COLUMNS, ROLLUP_GAP_S, GpuKey, idle_seconds
+from infersight.storage.sql import segment_values, segments_where
 from infersight.storage.tables import gpu_rollups, gpu_samples
 
 
@@ -246,13 +247,10 @@ def covered_time(
         add(parts)
     rolled = [seg for seg in segments if not seg.raw]
     if rolled:
-        query = _rolled_covered_query(
-            tuple(seg.resolution.value for seg in rolled if seg.resolution is not None),
-            instance is not None,
-        )
-        values: dict[str, Any] = {"instance": instance} if instance is not None else {}
-        for k, seg in enumerate(rolled):
-            values[f"lo_{k}"], values[f"hi_{k}"] = seg.start, seg.end
+        resolutions, values = segment_values(rolled)
+        if instance is not None:
+            values["instance"] = instance
+        query = _rolled_covered_query(resolutions, instance is not None)
         for row in connection.execute(query, values):
             covered, energy, util_s, weighted, *bins = (float(v or 0.0) for v in row[4:])
             add(
@@ -274,20 +272,10 @@ def covered_time(
 @lru_cache(maxsize=64)
 def _rolled_covered_query(resolutions: tuple[str, ...], one_instance: bool) -> Select[Any]:
     """``covered_time``'s read of the rollup segments of ``resolutions`` (their bounds the
-    parameters ``lo_K`` and ``hi_K``), built once per shape as ``_raw_intervals_query``."""
+    parameters ``lo_K`` and ``hi_K``, ``storage.sql.segment_values``), built once per shape as
+    ``_raw_intervals_query``."""
     r = gpu_rollups.c
-    where = [
-        or_(
-            *(
-                and_(
-                    r.resolution == resolution,
-                    r.bucket >= bindparam(f"lo_{k}"),
-                    r.bucket < bindparam(f"hi_{k}"),
-                )
-                for k, resolution in enumerate(resolutions)
-            )
-        )
-    ]
+    where = [segments_where(gpu_rollups, resolutions)]
     if one_instance:
         where.append(r.instance == bindparam("instance"))
     columns = ("covered_s", "energy_j", "util_s", "util_weighted_s", *BIN_COLUMNS)
