@@ -90,9 +90,13 @@ if TYPE_CHECKING:
         demand,
         gpu_rollup,
         incident_history,
+        incident_paths,
         incidents,
+        maintenance,
+        migrate,
         outbox,
         pools,
+        profiles,
         purchasing,
         queries,
         replica,
@@ -130,9 +134,13 @@ else:
     demand = _StorageModule("demand")
     gpu_rollup = _StorageModule("gpu_rollup")
     incident_history = _StorageModule("incident_history")
+    incident_paths = _StorageModule("incident_paths")
     incidents = _StorageModule("incidents")
+    maintenance = _StorageModule("maintenance")
+    migrate = _StorageModule("migrate")  # Alembic: only when migrating
     outbox = _StorageModule("outbox")
     pools = _StorageModule("pools")
+    profiles = _StorageModule("profiles")  # pydantic (core.profile)
     purchasing = _StorageModule("purchasing")
     queries = _StorageModule("queries")
     replica = _StorageModule("replica")
@@ -650,13 +658,9 @@ class SqlIncidents(_Bound):
         return signals.notes(self._engine, incident_ids)
 
     def evidence(self, incident_id: int) -> Evidence:
-        from infersight.storage import incident_paths  # noqa: PLC0415
-
         return incident_paths.evidence(SqlStore(self._bind), incident_id)
 
     def apply(self, incident_id: int, writes: IncidentWrites) -> int:
-        from infersight.storage import incident_paths  # noqa: PLC0415
-
         return incident_paths.apply(SqlStore(self._bind), incident_id, writes)
 
 
@@ -765,8 +769,6 @@ class SqlOutbox(_Bound):
         return self._outbox.pending()
 
     def announce(self, announcement: Announcement) -> int:
-        from infersight.storage import incident_paths  # noqa: PLC0415
-
         return incident_paths.announce(SqlStore(self._bind), announcement)
 
 
@@ -899,9 +901,6 @@ class SqlReports(_Bound):
 
 
 class SqlProfiles(_Bound):
-    """``storage.profiles``, imported on first use (it needs pydantic, which the commands that
-    only read do not load)."""
-
     __slots__ = ()
 
     def insert_request(
@@ -915,8 +914,6 @@ class SqlProfiles(_Bound):
         incident_id: int | None = None,
         requested_by: str = "",
     ) -> int:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.insert_request(
             self._bind,
             instance,
@@ -935,20 +932,14 @@ class SqlProfiles(_Bound):
         *,
         pending_after: timedelta | None = None,
     ) -> int:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         after = profiles.PENDING_AFTER if pending_after is None else pending_after
         with self._writing() as connection:
             return profiles.expire_stale(connection, now, instance, pending_after=after)
 
     def expire(self, now: datetime, instance: str | None = None) -> int:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.expire(self._engine, now, instance)
 
     def claim(self, instance: str, now: datetime) -> ProfileRequest | None:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.claim(self._engine, instance, now)
 
     def complete(
@@ -961,30 +952,20 @@ class SqlProfiles(_Bound):
         instance: str,
         nonce: str,
     ) -> bool:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.complete(
             self._engine, profile_id, result, error, now, instance=instance, nonce=nonce
         )
 
     def cancel(self, profile_id: int, now: datetime, by: str = "") -> Profile:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.cancel(self._engine, profile_id, now, by)
 
     def prune(self, before: datetime) -> int:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.prune(self._engine, before)
 
     def open_automatic(self) -> int:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.open_automatic(self._engine)
 
     def get(self, profile_id: int, now: datetime | None = None) -> Profile:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.get(self._bind, profile_id, now)
 
     def all(
@@ -995,8 +976,6 @@ class SqlProfiles(_Bound):
         limit: int = 50,
         now: datetime | None = None,
     ) -> list[Profile]:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.list_profiles(
             self._engine, instance=instance, incident_id=incident_id, limit=limit, now=now
         )
@@ -1004,13 +983,9 @@ class SqlProfiles(_Bound):
     def for_incidents(
         self, incident_ids: Iterable[int], now: datetime | None = None
     ) -> dict[int, Profile]:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.for_incidents(self._engine, incident_ids, now)
 
     def open_or_recent(self, instance: str, since: datetime) -> Profile | None:
-        from infersight.storage import profiles  # noqa: PLC0415
-
         return profiles.open_or_recent(self._engine, instance, since)
 
 
@@ -1083,13 +1058,9 @@ class SqlMaintenance(_Bound):
     __slots__ = ()
 
     def upgrade(self, revision: str = "head") -> None:
-        from infersight.storage import migrate  # noqa: PLC0415 (Alembic: only when migrating)
-
         migrate.upgrade(self._engine, revision)
 
     def downgrade(self, revision: str = "base") -> None:
-        from infersight.storage import migrate  # noqa: PLC0415
-
         migrate.downgrade(self._engine, revision)
 
     def current(self) -> str | None:
@@ -1098,8 +1069,6 @@ class SqlMaintenance(_Bound):
             return revisions.current(connection)
 
     def maintain(self, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
-        from infersight.storage import maintenance  # noqa: PLC0415 (pydantic, through profiles)
-
         return maintenance.maintain(self._engine, now, policy)
 
     def contents(self) -> StoreContents:
