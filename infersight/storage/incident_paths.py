@@ -1,6 +1,6 @@
 """An incident's evidence in one read and a lifecycle decision's writes in one transaction.
 
-``evidence`` reads, on one connection, all that ``alerts.lifecycle.decide`` may ask the
+``evidence`` reads, in one store call, all that ``alerts.lifecycle.decide`` may ask the
 listener (``service.diagnosis``) about an incident: the incident as stored now, its note, its
 newest history entry and newest diagnosis, the last incident of its SLO and scope, and its SLO.
 ``apply`` writes a decision: history entries, headline and the outbox messages of its
@@ -22,17 +22,17 @@ log = logging.getLogger(__name__)
 
 
 def evidence(store: Store, incident_id: int) -> Evidence:
-    """The incident's evidence, read on one connection (``IncidentStore.evidence``)."""
-    with store.reading() as reader:
-        incident = reader.incidents.get(incident_id)
-        note = reader.incidents.notes([incident_id]).get(incident_id)
-        last = reader.history.latest([incident_id]).get(incident_id)
-        prior = reader.history.last_diagnosis(incident_id)
-        before = reader.incidents.previous(incident)
-        try:
-            spec = reader.slos.get(incident.slo)
-        except InfersightError:
-            spec = None  # a deleted SLO still has incidents to follow
+    """The incident's evidence in one store call (``IncidentStore.evidence``); each of these
+    reads takes a connection of its own, one after another (none holds a second)."""
+    incident = store.incidents.get(incident_id)
+    note = store.incidents.notes([incident_id]).get(incident_id)
+    last = store.history.latest([incident_id]).get(incident_id)
+    prior = store.history.last_diagnosis(incident_id)
+    before = store.incidents.previous(incident)
+    try:
+        spec = store.slos.get(incident.slo)
+    except InfersightError:
+        spec = None  # a deleted SLO still has incidents to follow
     return Evidence(incident, note, last, prior, before, spec)
 
 

@@ -663,7 +663,7 @@ class IncidentStore(Protocol):
         ...
 
     def evidence(self, incident_id: int) -> Evidence:
-        """All that the lifecycle may ask about the incident, on one connection."""
+        """All that the lifecycle may ask about the incident, in one call."""
         ...
 
     def apply(self, incident_id: int, writes: IncidentWrites) -> int:
