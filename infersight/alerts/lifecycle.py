@@ -86,6 +86,7 @@ from typing import Any, Final
 
 from infersight.core.burn import Severity, Transition
 from infersight.core.errors import InvalidInput
+from infersight.core.incident_writes import HistoryWrite
 from infersight.core.window import Window
 
 # -- the vocabulary ----------------------------------------------------------------------------
@@ -294,16 +295,6 @@ class Facts:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """One history entry to append (``storage.incident_history``)."""
-
-    verdict: str
-    at: datetime
-    cause: str
-    diagnosis: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Decision:
     """What a row decided: gather ``need`` and ask again, or apply the rest (all in one
     transaction: the writes and the notification commit together)."""
@@ -313,7 +304,8 @@ class Decision:
     need: Need | None = None
     windows: tuple[Window, Window] | None = None
     """With ``Need.DIAGNOSIS``: the incident window and its reference."""
-    history: tuple[Entry, ...] = ()
+    history: tuple[HistoryWrite, ...] = ()
+    """The history entries to append (``storage.incident_history``)."""
     headline: Mapping[str, Any] | None = None
     """The headline to store, stamped ``at`` (``None``: left alone)."""
     renewed: bool = False
@@ -629,22 +621,22 @@ def _decided(row: Row, state: Lifecycle, cue: Cue, facts: Facts, tuning: Tuning)
         start = return_windows(facts, tuning)[0].start
         latest["burning_again_at"] = _iso(facts.returned_at or start)
     kept: Mapping[str, Any] | None = None
-    entries: list[Entry] = []
+    entries: list[HistoryWrite] = []
     for step in row.history:
         if step is Step.ONSET:
             assert latest is not None
-            entries.append(Entry(step.value, at, _cause(latest), latest))
+            entries.append(HistoryWrite(at, step.value, _cause(latest), latest))
             kept = latest
         elif step is Step.JUDGED:
             assert latest is not None
             verdict = judge(headline or {}, latest, facts.previous, tuning)
-            entries.append(Entry(verdict.value, at, _cause(latest), latest))
+            entries.append(HistoryWrite(at, verdict.value, _cause(latest), latest))
             kept = latest if verdict is Verdict.RAISED else headline
         elif step is Step.RECOVERING:
             since = max(facts.cleared_since or at, state.last_at or at)
-            entries.append(Entry(step.value, since, _cause(headline)))
+            entries.append(HistoryWrite(since, step.value, _cause(headline)))
         else:  # burning, resolved: steps with the headline's cause
-            entries.append(Entry(step.value, at, _cause(kept or headline)))
+            entries.append(HistoryWrite(at, step.value, _cause(kept or headline)))
     told: Told | None = None
     if row.tell is Tell.CHANGE:
         told = Transition(cue.value)

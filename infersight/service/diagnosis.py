@@ -66,7 +66,7 @@ from infersight.alerts.rules import RulePack, load_rules
 from infersight.core.budget import is_money_alert
 from infersight.core.burn import Incident, Transition
 from infersight.core.errors import InfersightError, InvalidInput
-from infersight.core.incident_writes import Announcement, HistoryWrite, IncidentWrites
+from infersight.core.incident_writes import Announcement, IncidentWrites
 from infersight.core.model_names import ModelAliases
 from infersight.core.query import Selector
 from infersight.core.slo import SloSpec
@@ -357,11 +357,6 @@ class DiagnosisListener:
         if any(entry.verdict == "burning" for entry in decision.history):
             log.info("incident %s is burning again: %s", incident.id,
                      (decision.history[-1].diagnosis or {}).get("cause"))  # fmt: skip
-        history = tuple(
-            HistoryWrite(entry.at, entry.verdict, entry.cause,
-                         dict(entry.diagnosis) if entry.diagnosis is not None else None)
-            for entry in decision.history
-        )  # fmt: skip
         headline = None
         if decision.headline is not None:
             assert decision.at is not None
@@ -372,7 +367,9 @@ class DiagnosisListener:
         if tell is not None and isinstance(announce, Plans):
             announcement, announce = announce.plan(told, tell, symptom, about), None
         with self.store.transaction() as tx:
-            tx.incidents.apply(incident.id, IncidentWrites(history, headline, announcement))
+            tx.incidents.apply(
+                incident.id, IncidentWrites(decision.history, headline, announcement)
+            )
             if tell is not None and announce is not None:
                 announce(told, tell, symptom, about, tx=tx)
 
