@@ -27,6 +27,7 @@ Pure: no I/O, no clock, no environment.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -61,6 +62,9 @@ OTHER: Final = "(other)"
 #: The version and kind of an ``Attribution`` document.
 API_VERSION: Final = "infersight/v1"
 KIND: Final = "Attribution"
+#: Characters no label of an attribution may hold: C0 controls (NUL among them: PostgreSQL's
+#: text refuses it), DEL and lone surrogates (no encoding can write them).
+_UNWRITABLE: Final = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 #: Where a request may start relative to its trace's gateway or client span: from a minute
 #: before that span began (clocks of different hosts disagree) to a minute after it ended.
 JOIN_SKEW: Final = timedelta(minutes=1)
@@ -202,7 +206,14 @@ def _value(raw: Any) -> str:
         return _value(raw[0])
     else:
         return ""
-    return value.strip()[:MAX_LABEL_LEN]
+    value = value.strip()[:MAX_LABEL_LEN]
+    return "" if not usable(value) else value
+
+
+def usable(value: str) -> bool:
+    """Whether ``value`` may be an attribution's label: it holds no control character (a
+    span's value that holds one names nothing: the next attribute is tried)."""
+    return _UNWRITABLE.search(value) is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,8 +359,20 @@ class Attribution:
             if not isinstance(value, str):
                 raise InvalidRecord(f"{name} must be a string")
             check_label(name, value)
-        if not isinstance(self.source, str) or len(self.source) > MAX_SOURCE_LEN:
-            raise InvalidRecord(f"source must be a string of at most {MAX_SOURCE_LEN} characters")
+            if not usable(value):
+                raise InvalidRecord(
+                    f"{name} must not contain control characters (such as NUL)",
+                    details={name: ascii(value[:64])},
+                )
+        if (
+            not isinstance(self.source, str)
+            or len(self.source) > MAX_SOURCE_LEN
+            or not usable(self.source)
+        ):
+            raise InvalidRecord(
+                f"source must be a string of at most {MAX_SOURCE_LEN} characters without "
+                "control characters"
+            )
         if not any(getattr(self, name) for name in DIMENSIONS):
             raise InvalidRecord("an attribution names at least one dimension")
 
@@ -455,4 +478,5 @@ __all__ = [
     "merged",
     "parse_setting",
     "top_values",
+    "usable",
 ]

@@ -57,7 +57,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from infersight.core.accept import AcceptWindow
-from infersight.core.attribution import Attribution
+from infersight.core.attribution import Attribution, usable
 from infersight.core.client import CLIENT_FIELDS, ClientRecord
 from infersight.core.errors import InvalidInput, Unavailable
 from infersight.core.records import DURATION_FIELDS, RECORD_FIELDS, RequestRecord, Role
@@ -504,13 +504,14 @@ class _BaseWriter:
                 .returning(c.trace_id)
             )
             inserted = len(connection.execute(statement, rows).all())
-        # A client span's own tenant names its trace's requests' tenant too.
+        # A client span's own tenant names its trace's requests' tenant too (one with a
+        # control character names none: ``core.attribution.usable``).
         named = [
             Attribution(
                 r.trace_id, r.span_id, r.start, r.e2e_s or 0.0, tenant=r.tenant, source="client"
             )
             for r in by_key.values()
-            if r.tenant
+            if r.tenant and usable(r.tenant)
         ]
         if named:
             self.write_attributions(named)

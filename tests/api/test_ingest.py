@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
+from infersight.core.attribution import Attribution
 from infersight.core.client import ClientRecord
 from infersight.core.samples import EngineSample, GpuSample, ServerSample
 from infersight.core.wire import MEDIA_TYPE, WireKind, decode_batch, encode_batch
@@ -157,6 +158,21 @@ def test_a_bad_batch_stores_nothing(api: Api, store: Store) -> None:
     wrong_type = _post(api, good, **{"Content-Type": "application/json"})
     assert wrong_type.status_code == 400
     assert _count(store, "requests") == 0
+
+
+def test_an_attribution_with_a_control_character_is_refused_and_stores_nothing(
+    api: Api, store: Store
+) -> None:
+    """Kind 7 from a hostile or broken sidecar: a NUL in a tenant is refused (400) before the
+    store sees it (PostgreSQL would fail the insert: 500, retried by the sidecar for ever)."""
+    good = Attribution("a" * 32, "b" * 16, T0, 1.0, tenant="acme12", source="litellm")
+    body = encode_batch(WireKind.ATTRIBUTION, [good])
+    answer = _post(api, body.replace(b'"acme12"', b'"\\u0000"', 1))  # the same length
+    assert answer.status_code == 400, answer.text
+    assert "control characters" in answer.json()["error"]["message"]
+    assert _count(store, "trace_attributions") == 0
+    assert _post(api, body).status_code == 200
+    assert _count(store, "trace_attributions") == 1
 
 
 def test_a_body_that_inflates_too_far_is_refused(api: Api, store: Store) -> None:

@@ -147,3 +147,19 @@ def test_attribute_refs() -> None:
     assert AttributeRef.parse("resource.service.name") == AttributeRef("service.name", True)
     assert AttributeRef.parse("resource.") == AttributeRef("resource.")
     assert AttributeRef.parse("metadata.x").text == "metadata.x"
+
+
+def test_values_with_control_characters_name_nothing_and_are_refused() -> None:
+    """A hostile span's NUL or escape sequence never reaches the store (PostgreSQL's text
+    refuses NUL: one such value would stop the spool's attributions from shipping)."""
+    mapping = parse_setting("tenant=a|b,team=c")
+    named, _ = mapping.resolve({"a": "ac\x00me", "b": "globex", "c": "\x1b[31mred"}, {})
+    assert named == {"tenant": "globex"}
+    assert mapping.resolve({"a": ["x\x7f"], "c": "\ud800"}, {})[0] == {}
+    start = datetime(2026, 12, 7, tzinfo=UTC)
+    for bad in ("a\x00b", "a\nb", "\x1b[0m", "a\ud800"):
+        with pytest.raises(InvalidRecord, match="control characters"):
+            Attribution("a" * 32, "b" * 16, start, 1.0, tenant="x", workload=bad)
+    with pytest.raises(InvalidRecord, match="control characters"):
+        Attribution("a" * 32, "b" * 16, start, 1.0, tenant="x", source="s\x00")
+    assert Attribution("a" * 32, "b" * 16, start, 1.0, tenant="ünïcode ✓").tenant == "ünïcode ✓"

@@ -13,7 +13,12 @@ from sqlalchemy import func, select
 from infersight.core.attribution import Attribution
 from infersight.core.client import ClientRecord
 from infersight.core.records import Engine, RequestRecord, Role
-from infersight.storage.tables import request_parts, request_rollups, requests
+from infersight.storage.tables import (
+    request_parts,
+    request_rollups,
+    requests,
+    trace_attributions,
+)
 from infersight.storage.writer import open_writer
 from tests.conftest import Store
 
@@ -142,6 +147,21 @@ def test_a_client_records_own_tenant_attributes_its_trace(store: Store) -> None:
     )
     assert _labels(store)[_trace(0)] == ("globex", "", "app")
     _consistent(store)
+
+
+def test_a_client_tenant_with_a_control_character_attributes_nothing(store: Store) -> None:
+    writer = open_writer(store.engine)
+    writer.write_requests([_request(0)])
+    client = ClientRecord(
+        trace_id=_trace(0), span_id="c" * 16, start=T0, service="app", source="openllmetry",
+        model="llama-8b", tenant="\x1b[31macme", e2e_s=3.0,
+    )  # fmt: skip
+    assert writer.write_client_requests([client]).inserted == 1
+    assert _labels(store)[_trace(0)] == ("", "", "")
+    with store.engine.connect() as connection:
+        assert (
+            connection.execute(select(func.count()).select_from(trace_attributions)).scalar() == 0
+        )
 
 
 def test_prefill_legs_are_attributed_too(store: Store) -> None:
