@@ -6,10 +6,10 @@ them into JSON. Labels are the grouping labels of the request record (``GROUP_LA
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Final, Protocol
 
 from infersight.core.errors import InvalidInput
 from infersight.core.records import DURATION_FIELDS, GROUP_LABELS, MAX_LABEL_LEN
@@ -186,6 +186,50 @@ class LatencyResult:
     method: Method
     relative_error: float
     groups: tuple[GroupQuantiles, ...]
+
+
+def resolve_method(method: Method, rows: Callable[[], int], exact_max_rows: int) -> Method:
+    """``method`` as every store resolves ``AUTO``: exact when the window holds at most
+    ``exact_max_rows`` requests (``rows()``, counted only for ``AUTO``), else by sketch."""
+    if method is not Method.AUTO:
+        return method
+    return Method.EXACT if rows() <= exact_max_rows else Method.SKETCH
+
+
+def latency_result(
+    metric: str,
+    window: Window,
+    method: Method,
+    relative_error: float,
+    groups: Iterable[GroupQuantiles],
+) -> LatencyResult:
+    """A latency answer, its groups in their labels' order (every store answers in it)."""
+    ordered = tuple(sorted(groups, key=lambda g: tuple(g.labels.values())))
+    return LatencyResult(metric, window, method, relative_error, ordered)
+
+
+class Quantiled(Protocol):
+    """What ``sketch_groups`` reads of a merged sketch (``core.sketch.QuantileSketch``)."""
+
+    count: int
+
+    def quantiles(self, quantiles: Sequence[float]) -> dict[float, float]: ...
+
+
+def sketch_groups(
+    group_by: Sequence[str],
+    sketches: Mapping[tuple[str, ...], Quantiled],
+    quantiles: Sequence[float],
+) -> list[GroupQuantiles]:
+    """One answer per group (its labels' values keyed by ``group_by``) from its merged sketch;
+    a group whose sketch holds no value has none."""
+    return [
+        GroupQuantiles(
+            dict(zip(group_by, key, strict=True)), sketch.count, sketch.quantiles(quantiles)
+        )
+        for key, sketch in sketches.items()
+        if sketch.count
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,9 @@ from infersight.core.query import (
     Throughput,
     check_group_by,
     check_metric,
+    latency_result,
+    resolve_method,
+    sketch_groups,
 )
 from infersight.core.sketch import (
     DEFAULT_RELATIVE_ACCURACY,
@@ -217,22 +220,17 @@ class Reads:
         column = LATENCY_METRICS[check_metric(metric)]
         groups = check_group_by(group_by)
         qs = check_quantiles(quantiles)
-        if method is Method.AUTO:
-            total = sum(v[0] for v in self._totals(window, selector, (), finest).values())
-            method = Method.EXACT if total <= exact_max_rows else Method.SKETCH
+
+        def rows() -> int:
+            return sum(v[0] for v in self._totals(window, selector, (), finest).values())
+
+        method = resolve_method(method, rows, exact_max_rows)
         if method is Method.EXACT:
             answers = self._exact(column, window, selector, groups, qs)
-            error = 0.0
-        else:
-            sketches = self.group_sketches(column, window, selector, groups, finest)
-            answers = [
-                GroupQuantiles(dict(zip(groups, key, strict=True)), s.count, s.quantiles(qs))
-                for key, s in sketches.items()
-                if s.count
-            ]
-            error = DEFAULT_RELATIVE_ACCURACY
-        ordered = tuple(sorted(answers, key=lambda g: tuple(g.labels.values())))
-        return LatencyResult(metric, window, method, error, ordered)
+            return latency_result(metric, window, method, 0.0, answers)
+        sketches = self.group_sketches(column, window, selector, groups, finest)
+        answers = sketch_groups(groups, sketches, qs)
+        return latency_result(metric, window, method, DEFAULT_RELATIVE_ACCURACY, answers)
 
     def latencies(
         self,
