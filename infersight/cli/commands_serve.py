@@ -26,13 +26,12 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 import httpx
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from infersight.api import create_app
@@ -45,6 +44,9 @@ from infersight.httpd.prefork import ProcessLock, Worker, listen_socket, run_wor
 from infersight.service.admin import check_read_routing, migrate, ping, redact
 from infersight.service.notifications import notifiers_from_settings
 from infersight.service.store import open_read_store, open_store
+
+if TYPE_CHECKING:
+    from infersight.service.store import Store
 
 #: The most worker processes ``--workers`` takes.
 MAX_WORKERS: Final = 64
@@ -80,15 +82,15 @@ class Plan:
 @dataclass
 class Built:
     app: FastAPI
-    engine: Engine
+    store: Store
     client: httpx.Client
-    read_engine: Engine | None = None
+    read_store: Store | None = None
 
     def close(self) -> None:
         self.client.close()
-        self.engine.dispose()
-        if self.read_engine is not None:
-            self.read_engine.dispose()
+        self.store.dispose()
+        if self.read_store is not None:
+            self.read_store.dispose()
 
 
 def build(
@@ -101,13 +103,11 @@ def build(
     """The app of one serving process, with its own engine and HTTP client; ``guard`` runs
     the start-up step that needs the store (the migrations, or the probe)."""
     store = open_store(plan.settings)
-    engine = store.engine
     read_url = plan.settings.database_read_url or None  # empty: no standby
     # Only the primary is migrated (``prepare``); the standby replays its schema.
     read_store = open_read_store(plan.settings)
-    read_engine = read_store.engine if read_store is not None else None
     api_settings = plan.api
-    if worker is not None and worker > 1 and engine.dialect.name != "postgresql":
+    if worker is not None and worker > 1 and store.dialect != "postgresql":
         api_settings = api_settings.model_copy(update={"run_jobs": False})  # SQLite: worker 1
     client = httpx.Client(timeout=10.0)
     try:
@@ -133,11 +133,11 @@ def build(
         )
     except BaseException:
         client.close()
-        engine.dispose()
-        if read_engine is not None:
-            read_engine.dispose()
+        store.dispose()
+        if read_store is not None:
+            read_store.dispose()
         raise
-    return Built(app, engine, client, read_engine)
+    return Built(app, store, client, read_store)
 
 
 def serve_worker(plan: Plan, sock: socket.socket, lock: ProcessLock, worker: Worker) -> int:
@@ -176,7 +176,7 @@ def serve_workers(plan: Plan, workers: int) -> int:
             "lives in one process (use a SQLite file or PostgreSQL)"
         )
     checked = build(plan)  # the settings' errors, once, before anything is bound or forked
-    dialect = checked.engine.dialect.name
+    dialect = checked.store.dialect
     checked.close()
     sock = _listen(plan.host, plan.port)
     host, port = sock.getsockname()[:2]
