@@ -9,10 +9,13 @@ partition atomically) and into chunks of at most ``CHUNK`` rows. For each chunk:
    deduplication token made from the fresh keys (``insert_deduplication_token``, with
    ``deduplicate_blocks_in_dependent_materialized_views`` for the hour and day views).
 
-A crash between 2's two inserts is repaired by the replay the spool makes: the keys are still
-not stored, so the same fresh set gives the same token, the rollups' insert is recognised as
-done, and the requests are inserted. The batch is acknowledged (returned) only when both are
-stored; an error raises ``Unavailable`` and the sidecar keeps its spool.
+A crash between 2's two inserts is repaired by a replay of the same records: the keys are
+still not stored, so the same fresh set gives the same token, the rollups' insert is recognised
+as done, and the requests are inserted. A replay that carries more records (the sidecar's spool
+reads its oldest ready entries up to its batch size, and more became ready since) has another
+fresh set and token: the first attempt's requests are then counted twice in the rollups
+(docs/past-one-primary.md says what fixes it). The batch is acknowledged (returned) only when
+both are stored; an error raises ``Unavailable`` and the sidecar keeps its spool.
 
 What this does not cover: two writers racing on the same key at the same moment (the raw row
 is then stored twice until a merge, and reads use ``FINAL``; its rollups would count it twice).
