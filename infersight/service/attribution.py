@@ -230,26 +230,14 @@ class AttributedCost:
         }
 
 
-def _folded(
-    lines: list[CostLine], top: TopValues, dimension: str, currency: str
-) -> list[CostShare]:
-    by_label: dict[str, CostLine] = {}
-    for line in lines:
-        value = line.labels.get(dimension, "")
-        label = top.label(value)
-        labels = {dimension: label}
-        current = by_label.get(label)
-        by_label[label] = (
-            line if current is None else current.plus(line, labels)
-        )  # a kept value's own line, or OTHER's sum
+def _folded(lines: Sequence[CostLine], top: TopValues, dimension: str) -> list[CostShare]:
+    """One share per kept value, ``OTHER`` the sum of the rest (``fold_additive``), by
+    allocation, then ``OTHER`` and the unattributed requests."""
+    folded = fold_additive(lines, {dimension: top}, lambda a, b, labels: a.plus(b, labels))
     shares = [
-        CostShare(
-            value,
-            value or UNATTRIBUTED,
-            top.folded if value == OTHER else 0,
-            line,
-        )
-        for value, line in by_label.items()
+        CostShare(value, value or UNATTRIBUTED, top.folded if value == OTHER else 0, line)
+        for line in folded
+        for value in (line.labels.get(dimension, ""),)
     ]
     named = sorted(
         (s for s in shares if s.value not in ("", OTHER)), key=lambda s: (-s.allocation, s.value)
@@ -286,7 +274,7 @@ def attributed_from(result: CostResult, top_n: int = DEFAULT_TOP_N) -> Attribute
     top = top_values(
         dimension, ((g.labels.get(dimension, ""), float(g.cost)) for g in lines), top_n
     )
-    shares = _folded(lines, top, dimension, result.currency)
+    shares = _folded(lines, top, dimension)
     return AttributedCost(
         window=result.window,
         dimension=dimension,
