@@ -196,7 +196,7 @@ def _prepare_wire(
     reassembly: Reassembly,
 ) -> Prepared:
     batch = _Batch(context, now, accept, reassembly)
-    entries, rejected, due_at, sources = batch.entries, batch.rejected, batch.due_at, batch.sources
+    add_row, refuse = batch.add_row, batch.refuse
     most, size = limits.max_attributes, limits.max_attribute_bytes
     # A limit below the names read drops some of them: such exports go the general way.
     direct = size >= requests.LONGEST_NAME and requests.plain_context(context)
@@ -206,7 +206,7 @@ def _prepare_wire(
     read_slots, row_of, read = otlp_wire.read_slots, requests.row, otlp_wire.attributes
     timing_refusal, window = validation.timing_refusal, accept.refusal if accept else None
     zero_trace, zero_span, hex_id = otlp.ZERO_TRACE, otlp.ZERO_SPAN, otlp.hex_id
-    encode, request_id, append = encode_placed, requests.request_id, entries.append
+    encode, request_id = encode_placed, requests.request_id
     attributions: dict[tuple[str, str, Engine], tuple[str, str]] = {}
     spans = dropped = 0
     for resource_spans in message.resource_spans:
@@ -233,25 +233,17 @@ def _prepare_wire(
                             span.status.code, service, scope, context, role, attributions,
                         )  # fmt: skip
                         if row is not None:
-                            # ``validation.check``, then what ``_Batch.add`` does with a row.
+                            # ``validation.check`` of a row, then ``_Batch.add``'s own steps.
                             reason = timing_refusal(row.e2e_s, row.ttft_s, row.queue_s,
                                                     row.prefill_s, row.decode_s)  # fmt: skip
                             if reason is None and window is not None:
                                 reason = window(start / 1e9, now)
-                            tally = sources.get(service)
-                            if tally is None:
-                                tally = sources[service] = {"spans": 1}
-                            else:
-                                tally["spans"] += 1
                             if reason is None:
-                                key = "record:" + row.engine
-                                tally[key] = tally.get(key, 0) + 1
                                 parent = hex_id(span.parent_span_id, zero_span)
                                 payload = encode(row, parent, start, end, request_id(values))
-                                append(_new_entry(Entry, (_RECORD, row.trace_id, due_at, payload)))
+                                add_row(service, row, payload)
                             else:
-                                tally["rejected"] = tally.get("rejected", 0) + 1
-                                rejected[reason] = rejected.get(reason, 0) + 1
+                                refuse(service, reason)
                             continue
                 view, lost = otlp.view_of(span, resource, scope, size, most, read)
                 dropped += lost
@@ -316,21 +308,33 @@ class _Batch:
             tally["spans"] += 1
         return tally
 
+    def add_row(self, service: str, row: RecordRow, payload: bytes) -> None:
+        """A request of ``service``'s, spooled as ``payload`` (its row and its place)."""
+        tally = self.tally(service)
+        key = "record:" + row.engine
+        tally[key] = tally.get(key, 0) + 1
+        self.entries.append(_new_entry(Entry, (_RECORD, row.trace_id, self.due_at, payload)))
+
+    def refuse(self, service: str, reason: str) -> None:
+        """A request of ``service``'s that breaks a rule (``validation``)."""
+        tally = self.tally(service)
+        tally["rejected"] = tally.get("rejected", 0) + 1
+        _count(self.rejected, reason)
+
     def add(self, view: SpanView) -> None:
         now = self.now
         entries = self.entries
         outcome = validation.check(map_row(view, self.context), view, now, self.accept)
-        tally = self.tally(view.service)
         if isinstance(outcome, RecordRow):  # a request, as the spool stores it
-            _count(tally, "record:" + outcome.engine)
-            payload = encode_row(outcome, place_of(view))
-            entries.append(Entry(_RECORD, outcome.trace_id, self.due_at, payload))
-        elif isinstance(outcome, StageFragment):
+            self.add_row(view.service, outcome, encode_row(outcome, place_of(view)))
+            return
+        if isinstance(outcome, Skipped) and outcome.rejected:
+            self.refuse(view.service, outcome.reason)
+            return
+        tally = self.tally(view.service)
+        if isinstance(outcome, StageFragment):
             _count(tally, "stage")
             entries.append(Entry(_STAGE, outcome.trace_id, now, encode_fragment(outcome)))
-        elif isinstance(outcome, Skipped) and outcome.rejected:
-            _count(tally, "rejected")
-            _count(self.rejected, outcome.reason)
         else:
             client = isinstance(outcome, ClientRecord)
             if isinstance(outcome, ClientRecord):
