@@ -77,7 +77,13 @@ from infersight.storage.cost_models import (
     put_model,
 )
 from infersight.storage.slo_store import list_slos
-from infersight.storage.sql import segment_values, sketch_header
+from infersight.storage.sql import (
+    segment_values,
+    segment_where,
+    sketch_header,
+    span_where,
+    spans_values,
+)
 from infersight.storage.tables import request_parts, request_rollups, requests, server_samples
 
 LabelKey = tuple[str, ...]
@@ -245,9 +251,7 @@ def _segment_rows(
     raw = [k for k, segment in enumerate(segments) if segment.raw]
     rolled = [k for k, segment in enumerate(segments) if not segment.raw]
     if raw:
-        values: dict[str, Any] = dict(one)
-        for part, k in enumerate(raw):
-            values[f"lo_{part}"], values[f"hi_{part}"] = segments[k].start, segments[k].end
+        values = {**one, **spans_values((segments[k].start, segments[k].end) for k in raw)}
         query = _raw_series_query(len(raw), instance is not None)
         for row in connection.execute(query, values).all():
             out[raw[row[0]]].append(tuple(row)[1:])
@@ -269,7 +273,7 @@ def _raw_series_query(parts: int, one_instance: bool) -> CompoundSelect[Any]:
     keys = [r[name] for name in _SERIES]
     reads = []
     for part in range(parts):
-        where = [r.start >= bindparam(f"lo_{part}"), r.start < bindparam(f"hi_{part}")]
+        where = [span_where(r.start, part)]
         if one_instance:
             where.append(r.instance == bindparam("instance"))
         reads.append(
@@ -297,11 +301,7 @@ def _rollup_series_query(resolutions: tuple[str, ...], one_instance: bool) -> Co
     u = request_rollups.c
     reads = []
     for part, resolution in enumerate(resolutions):
-        where = [
-            u.resolution == resolution,
-            u.bucket >= bindparam(f"lo_{part}"),
-            u.bucket < bindparam(f"hi_{part}"),
-        ]
+        where = [segment_where(request_rollups, part, resolution)]
         if one_instance:
             where.append(u.instance == bindparam("instance"))
         reads.append(

@@ -50,7 +50,7 @@ from sqlalchemy.exc import DBAPIError
 from infersight.core.goodput import GoodLimits, GoodPolicy
 from infersight.core.records import GROUP_LABELS
 from infersight.core.window import Resolution
-from infersight.storage.sql import insert_for
+from infersight.storage.sql import insert_for, span_where, spans_values
 from infersight.storage.tables import good_token_counts, request_rollups, requests
 
 log = logging.getLogger(__name__)
@@ -87,9 +87,7 @@ def from_raw_spans(
     out: list[dict[LabelKey, tuple[int, int]]] = [{} for _ in spans]
     for first in range(0, len(spans), SPANS_PER_READ):
         chunk = spans[first : first + SPANS_PER_READ]
-        values: dict[str, Any] = {f"limit_{name}": value for name, value in limits}
-        for part, (start, end) in enumerate(chunk):
-            values[f"lo_{part}"], values[f"hi_{part}"] = start, end
+        values = {f"limit_{name}": value for name, value in limits} | spans_values(chunk)
         if instance is not None:
             values["instance"] = instance
         query = _from_raw_query(len(chunk), limited, instance is not None)
@@ -115,7 +113,7 @@ def _from_raw_query(
     keys = [r[name] for name in GROUP_LABELS]
     reads = []
     for part in range(parts):
-        where = [r.start >= bindparam(f"lo_{part}"), r.start < bindparam(f"hi_{part}")]
+        where = [span_where(r.start, part)]
         if one_instance:
             where.append(r.instance == bindparam("instance"))
         reads.append(

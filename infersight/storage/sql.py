@@ -11,14 +11,16 @@
 * ``read_segments``: a window read the way every query reads one (``core.window.split``): raw
   rows at the partial-minute edges, the coarsest rollups that fit in between.
 * ``selector_shape`` / ``selected_by_shape`` / ``selector_values``, ``segment_values`` /
-  ``segments_where`` and ``raw_where_shaped`` / ``rollup_where_shaped`` / ``span_values``: the
-  same conditions with their values as parameters, for statements built once per shape.
+  ``segments_where`` / ``segment_where``, ``spans_values`` / ``span_where`` and
+  ``raw_where_shaped`` / ``rollup_where_shaped`` / ``span_values``: the same conditions with
+  their values as parameters, for statements built once per shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Final, TypeVar
 
@@ -132,28 +134,39 @@ def selected_by_shape(table: Table, shape: SelectorShape) -> list[ColumnElement[
     return out
 
 
-def segments_where(table: Table, resolutions: tuple[str, ...]) -> ColumnElement[bool]:
-    """The rollup rows of ``table`` in segment ``k`` of a read: resolution ``resolutions[k]``,
+def span_where(column: ColumnElement[Any], k: int) -> ColumnElement[bool]:
+    """``column`` in span ``k`` of a read of several: ``[lo_k, hi_k)`` (``spans_values``)."""
+    return and_(column >= bindparam(f"lo_{k}"), column < bindparam(f"hi_{k}"))
+
+
+def spans_values(spans: Iterable[tuple[datetime, datetime]]) -> dict[str, Any]:
+    """The bounds ``lo_k`` and ``hi_k`` of span ``k`` of ``spans`` (``span_where``)."""
+    out: dict[str, Any] = {}
+    for k, (start, end) in enumerate(spans):
+        out[f"lo_{k}"], out[f"hi_{k}"] = start, end
+    return out
+
+
+def segment_where(table: Table, k: int, resolution: str) -> ColumnElement[bool]:
+    """The rollup rows of ``table`` in segment ``k`` of a read: resolution ``resolution``,
     buckets in ``[lo_k, hi_k)`` (``segment_values``)."""
-    parts = [
-        and_(
-            table.c.resolution == resolution,
-            table.c.bucket >= bindparam(f"lo_{k}"),
-            table.c.bucket < bindparam(f"hi_{k}"),
-        )
-        for k, resolution in enumerate(resolutions)
-    ]
+    return and_(table.c.resolution == resolution, span_where(table.c.bucket, k))
+
+
+def segments_where(table: Table, resolutions: tuple[str, ...]) -> ColumnElement[bool]:
+    """The rollup rows of ``table`` in any segment ``k`` of a read: resolution
+    ``resolutions[k]``, buckets in ``[lo_k, hi_k)`` (``segment_values``)."""
+    parts = [segment_where(table, k, resolution) for k, resolution in enumerate(resolutions)]
     return parts[0] if len(parts) == 1 else or_(*parts)
 
 
 def segment_values(segments: Sequence[Segment]) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The resolutions of rollup ``segments`` (``segments_where``'s shape) and their bounds."""
-    resolutions, values = [], {}
-    for k, segment in enumerate(segments):
+    resolutions = []
+    for segment in segments:
         assert segment.resolution is not None
         resolutions.append(segment.resolution.value)
-        values[f"lo_{k}"], values[f"hi_{k}"] = segment.start, segment.end
-    return tuple(resolutions), values
+    return tuple(resolutions), spans_values((s.start, s.end) for s in segments)
 
 
 @lru_cache(maxsize=64)
