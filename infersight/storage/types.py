@@ -29,32 +29,28 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
-        return value.astimezone(UTC)  # type: ignore[no-any-return]
+        return _as_utc(value)
 
     def result_processor(self, dialect: Dialect, coltype: Any) -> Callable[[Any], Any]:
-        """``process_result_value`` as one function per column, with a shortcut for what
-        PostgreSQL sessions in UTC hand back (already in ``datetime.UTC``): a read of
-        thousands of buckets converts each once, not through the generic wrapper."""
+        """``process_result_value`` as one function per column (not through the generic
+        wrapper): a read of thousands of buckets converts each once."""
         impl = self.impl_instance.result_processor(dialect, coltype)
+        if impl is None:
+            return _as_utc
+        return lambda value: _as_utc(impl(value))
 
-        def process(value: Any) -> datetime | None:
-            if impl is not None:
-                value = impl(value)
-            if value is None:
-                return None
-            if isinstance(value, str):
-                value = datetime.fromisoformat(value)
-            zone = value.tzinfo
-            if zone is UTC:
-                return value  # type: ignore[no-any-return]
-            if zone is None:
-                return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
-            return value.astimezone(UTC)  # type: ignore[no-any-return]
 
-        return process
+def _as_utc(value: Any) -> datetime | None:
+    """A stored timestamp as an aware UTC datetime: SQLite's naive ISO text or datetime gets
+    ``tzinfo=UTC``; one the driver hands back in ``datetime.UTC`` already (PostgreSQL sessions
+    in UTC, ``storage.engine``) is passed on as it is; any other zone is converted."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    zone = value.tzinfo
+    if zone is UTC:
+        return value  # type: ignore[no-any-return]
+    if zone is None:
+        return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+    return value.astimezone(UTC)  # type: ignore[no-any-return]
