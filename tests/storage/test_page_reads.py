@@ -35,7 +35,14 @@ WINDOWS = (
     Window(START + timedelta(days=1), START + timedelta(days=2)),
     Window(START - timedelta(hours=7), END + timedelta(hours=3)),
 )
-SELECTORS = (Selector(), Selector(instance="gpu-1"), Selector(tenant="acme", priority="batch"))
+#: Two selectors of one shape (``instance`` pinned) with different values: a value that stuck
+#: to a statement built once per shape (``storage.sql``) would answer the second with the first.
+SELECTORS = (
+    Selector(),
+    Selector(instance="gpu-1"),
+    Selector(instance="gpu-0"),
+    Selector(tenant="acme", priority="batch"),
+)
 
 
 @pytest.fixture(scope="module", params=BOTH_STORES)
@@ -237,7 +244,13 @@ def test_breakdown_from_sketch_headers_equals_whole_sketches(seeded, groups):
     not the whole sketch: the same breakdown, to the last bit."""
     store, _records = seeded
     for window in WINDOWS:
-        for selector in (Selector(), Selector(model="llama-70b"), Selector().within(["acme"])):
+        for selector in (
+            Selector(),
+            Selector(model="llama-70b"),
+            Selector(model="llama-8b"),  # the same shape, another value
+            Selector().within(["acme"]),
+            Selector().within(["globex"]),
+        ):
             expected = _breakdowns_from_whole_sketches(store.engine, window, selector, groups)
             assert expected
             assert queries.breakdown(store.engine, window, selector, groups) == expected
