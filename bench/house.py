@@ -520,6 +520,8 @@ _ROW = re.compile(r"D\d+ (?P<a>\S+):(?P<a0>\d+)-(?P<a1>\d+) ~ (?P<b>\S+):(?P<b0>
 #: forwarding calls repeats a shape (a protocol's method, its implementation and the function it
 #: delegates to), no logic.
 DECLARATION_SHARE = 0.75
+#: The shared lines that make a ``duplicates`` pair (passed to it, and printed with its totals).
+MIN_LINES = 6
 
 
 def _forwards(call: ast.Call) -> bool:
@@ -577,8 +579,9 @@ def duplicates(tree: Path, top: int = 8) -> dict[str, Any]:
     command = shutil.which("duplicates")
     if command is None:
         return {"error": "the duplicates command is not on PATH"}
+    arguments = ["--repo", str(tree / PACKAGE), "--min-lines", str(MIN_LINES), "--most", "200"]
     run = subprocess.run(
-        [command, "--repo", str(tree / PACKAGE), "--most", "200", "--seconds", "300"],
+        [command, *arguments, "--seconds", "300"],
         capture_output=True,
         text=True,
         check=False,
@@ -758,7 +761,7 @@ def _report_code(f: dict[str, Any]) -> None:
             print(f"duplicates: {d['error']}")
         else:
             print(
-                f"duplicates (min 6 lines, {d['files']} files): {d['pairs']} pairs, "
+                f"duplicates (min {MIN_LINES} lines, {d['files']} files): {d['pairs']} pairs, "
                 f"{d['identical']} identical, {d['shape_only']} shape only "
                 f"({d['boilerplate']} of those boilerplate)"
             )
