@@ -20,7 +20,7 @@ Values are computed at scrape time from the store, so every replica answers the 
 * ``infersight_attributed_cost_last_hour{dimension,value,split,currency}`` and the other
   who-spent-it families: cost per tenant, team and workload split into usage, idle and
   allocation, with requests and good tokens, the top N values apart
-  (``api.metrics_attribution``)
+  (``AttributionCollector``)
 * ``infersight_desired_replicas{model,pool}`` and ``infersight_observed_replicas{model,pool}``
   — the replica recommender's newest usable recommendation per model and pool (``pool``:
   ``prefill`` / ``decode`` for a disaggregated model, "" otherwise; a stale one, or one made
@@ -32,6 +32,7 @@ Values are computed at scrape time from the store, so every replica answers the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -48,13 +49,14 @@ from prometheus_client.registry import Collector
 from infersight.api.auth import Scope
 from infersight.api.context import AppContext, Refusals
 from infersight.api.deps import requires
-from infersight.api.metrics_attribution import AttributionCollector
+from infersight.core.attribution import GROUPING_DIMENSIONS
 from infersight.core.burn import Policy
-from infersight.core.cost import CostModel
+from infersight.core.cost import CostModel, CostResult, group_lines
 from infersight.core.quantiles import quantile_key
 from infersight.core.query import Method, Selector
 from infersight.core.window import Window, format_duration
 from infersight.service import telemetry
+from infersight.service.attribution import attributed_from
 from infersight.service.cost_view import cost
 from infersight.service.evaluation import FinestFor
 from infersight.service.scaling import current as current_scaling
@@ -185,8 +187,9 @@ class StoreCollector(Collector):
         return family
 
 
-class CostCollector(Collector):
-    """Cost gauges over the last hour, priced by the cost model ``model()`` returns."""
+class _LastHourCost(Collector):
+    """A collector of gauges over the last hour's cost (``COST_WINDOW``), priced by the cost
+    model ``model()`` returns."""
 
     def __init__(
         self,
@@ -200,16 +203,24 @@ class CostCollector(Collector):
         self.clock = clock
         self.finest_for = finest_for
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def last_hour(self, group_by: tuple[str, ...]) -> CostResult:
+        """The last hour's cost per group of ``group_by``."""
         now = self.clock()
         window = Window.last(COST_WINDOW, now)
-        result = cost(
+        return cost(
             self.store,
             window,
             self.model(),
-            group_by=("model",),
+            group_by=group_by,
             finest=self.finest_for(window, now),
         )
+
+
+class CostCollector(_LastHourCost):
+    """Cost gauges over the last hour, per model and per instance."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        result = self.last_hour(("model",))
         cur = result.currency
         spent = GaugeMetricFamily(
             "infersight_cost_last_hour",
@@ -254,6 +265,87 @@ class CostCollector(Collector):
             if instance.utilisation is not None:
                 util.add_metric([instance.instance], instance.utilisation)
         yield from (spent, per_million, per_joule, idle, util)
+
+
+class AttributionCollector(_LastHourCost):
+    """The last hour's cost per tenant, team and workload split three ways, with goodput,
+    bounded by the top N values of each dimension plus ``(other)`` and the unattributed
+    requests (``""``):
+
+    * ``infersight_attributed_cost_last_hour{dimension,value,split,currency}`` — ``split``:
+      ``usage`` (the GPU time its requests used), ``idle`` (its share of idle time) and
+      ``allocation`` (usage + idle: its share of the whole cost); over the values of one
+      dimension the allocations add up to the fleet's last hour (``service.attribution``)
+    * ``infersight_attributed_requests_last_hour{dimension,value}`` and
+      ``infersight_attributed_good_tokens_last_hour{dimension,value}`` — requests, and tokens
+      of successful requests within their SLOs
+    * ``infersight_attribution_top_n{dimension}`` — the N (``INFERSIGHT_ATTRIBUTION_TOP_N``)
+      and ``infersight_attribution_folded_values{dimension}`` — how many values ``(other)``
+      stands for
+
+    One cost read per scrape (grouped by the three dimensions, regrouped here); the registry's
+    cache (``metrics_cache_s``) shares it between scrapers."""
+
+    def __init__(
+        self,
+        store: Store,
+        model: Callable[[], CostModel],
+        clock: Callable[[], datetime],
+        finest_for: FinestFor,
+        top_n: int,
+    ) -> None:
+        super().__init__(store, model, clock, finest_for)
+        self.top_n = top_n
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        result = self.last_hour(GROUPING_DIMENSIONS)
+        costs = GaugeMetricFamily(
+            "infersight_attributed_cost_last_hour",
+            "Cost of the last hour per tenant, team or workload (top N and (other)): "
+            "split usage, idle or allocation (= usage + idle).",
+            labels=["dimension", "value", "split", "currency"],
+        )
+        requests = GaugeMetricFamily(
+            "infersight_attributed_requests_last_hour",
+            "Requests of the last hour per tenant, team or workload (top N and (other)).",
+            labels=["dimension", "value"],
+        )
+        good = GaugeMetricFamily(
+            "infersight_attributed_good_tokens_last_hour",
+            "Good tokens (successful requests within their SLOs) of the last hour per tenant, "
+            "team or workload (top N and (other)).",
+            labels=["dimension", "value"],
+        )
+        top = GaugeMetricFamily(
+            "infersight_attribution_top_n",
+            "How many values of each dimension the attributed families keep apart.",
+            labels=["dimension"],
+        )
+        folded = GaugeMetricFamily(
+            "infersight_attribution_folded_values",
+            "Values of each dimension folded into (other) over the last hour.",
+            labels=["dimension"],
+        )
+        for dimension in GROUPING_DIMENSIONS:
+            lines, total = group_lines(result.groups, (dimension,), result.currency)
+            one = dataclasses.replace(
+                result, group_by=(dimension,), groups=tuple(lines), total=total
+            )
+            answer = attributed_from(one, self.top_n)
+            for share in answer.shares:
+                for split, amount in (
+                    ("usage", share.usage),
+                    ("idle", share.idle),
+                    ("allocation", share.allocation),
+                ):
+                    costs.add_metric(
+                        [dimension, share.value, split, answer.currency], float(amount)
+                    )
+                requests.add_metric([dimension, share.value], share.line.requests)
+                good.add_metric([dimension, share.value], share.line.good_tokens)
+            top.add_metric([dimension], answer.top.top_n)
+            folded.add_metric([dimension], answer.top.folded)
+        yield from (costs, requests, good, top, folded)
 
 
 class ScalingCollector(Collector):
