@@ -44,6 +44,8 @@ from infersight.storage_clickhouse.transport import Transport, quote
 
 LabelKey = tuple[str, ...]
 DEFAULT_EXACT_MAX_ROWS: Final = 200_000
+#: A latency metric's sketch columns in a rollup row (``ttft_buckets``, …), ``_sketch``'s order.
+_SKETCH_PARTS: Final = ("buckets", "zero", "sum", "min", "max")
 
 
 def _time(ts: datetime) -> str:
@@ -228,8 +230,8 @@ class Reads:
         if method is Method.EXACT:
             answers = self._exact(column, window, selector, groups, qs)
             return latency_result(metric, window, method, 0.0, answers)
-        sketches = self.group_sketches(column, window, selector, groups, finest)
-        answers = sketch_groups(groups, sketches, qs)
+        sketches = self.group_sketches_many([column], window, selector, groups, finest)
+        answers = sketch_groups(groups, sketches[column], qs)
         return latency_result(metric, window, method, DEFAULT_RELATIVE_ACCURACY, answers)
 
     def latencies(
@@ -242,12 +244,22 @@ class Reads:
         *,
         finest: Resolution = Resolution.MINUTE,
     ) -> dict[str, LatencyResult]:
+        """``latency`` by sketch for several metrics in one pass over the window (the raw edges
+        and the rollups read once for all of them)."""
         names = [check_metric(m) for m in metrics]
+        columns = [LATENCY_METRICS[m] for m in names]
+        groups = check_group_by(group_by)
+        qs = check_quantiles(quantiles)
+        sketches = self.group_sketches_many(columns, window, selector, groups, finest)
         return {
-            name: self.latency(
-                name, window, selector, group_by, quantiles, Method.SKETCH, finest=finest
+            name: latency_result(
+                name,
+                window,
+                Method.SKETCH,
+                DEFAULT_RELATIVE_ACCURACY,
+                sketch_groups(groups, sketches[column], qs),
             )
-            for name in names
+            for name, column in zip(names, columns, strict=True)
         }
 
     def _exact(
@@ -279,48 +291,67 @@ class Reads:
                 )
         return out
 
-    def group_sketches(
+    def group_sketches_many(
         self,
-        column: str,
+        columns: Sequence[str],
         window: Window,
         selector: Selector,
         group_by: Sequence[str],
         finest: Resolution = Resolution.MINUTE,
-    ) -> dict[LabelKey, QuantileSketch]:
-        """One merged sketch of ``column`` (``ttft_s``, …) per group over ``window``."""
-        metric = column.removesuffix("_s")
+    ) -> dict[str, dict[LabelKey, QuantileSketch]]:
+        """One merged sketch of each of ``columns`` (``ttft_s``, …) per group over ``window``,
+        the raw edges read in one statement and every rollup segment in one, for all columns;
+        a group without a value of a column has no entry under it."""
         head, tail = _group(group_by)
         width = len(group_by)
-        parts: dict[LabelKey, list[QuantileSketch]] = defaultdict(list)
+        parts: dict[str, dict[LabelKey, list[QuantileSketch]]] = {
+            column: defaultdict(list) for column in columns
+        }
         edges, segments = _pieces(window, finest)
         if edges:
             rows = self.transport.rows(
-                f"SELECT {head}{column} FROM {self.layout.table('requests')} FINAL"
-                f" WHERE {_raw_edges(edges, selector)} AND {column} IS NOT NULL"
+                f"SELECT {head}{', '.join(columns)} FROM {self.layout.table('requests')} FINAL"
+                f" WHERE {_raw_edges(edges, selector)}"
+                f" AND ({' OR '.join(f'{c} IS NOT NULL' for c in columns)})"
             )
             if rows:
                 index: dict[LabelKey, int] = {}
                 ids = np.fromiter(
                     (index.setdefault(tuple(r[:width]), len(index)) for r in rows), np.int64
                 )
-                values = np.fromiter((float(r[width]) for r in rows), np.float64)
-                for key, sketch in zip(
-                    index, sketches_by_group(ids, values, len(index)), strict=True
-                ):
-                    if sketch is not None:
-                        parts[key].append(sketch)
+                for i, column in enumerate(columns):
+                    values = np.fromiter(
+                        (np.nan if r[width + i] is None else float(r[width + i]) for r in rows),
+                        np.float64,
+                        count=len(rows),
+                    )
+                    for key, sketch in zip(
+                        index, sketches_by_group(ids, values, len(index)), strict=True
+                    ):
+                        if sketch is not None:
+                            parts[column][key].append(sketch)
         if segments:
-            names = [f"{metric}_{part}" for part in ("buckets", "zero", "sum", "min", "max")]
-            inner = _rollup_rows(self.layout, segments, selector, head + ", ".join(names))
-            rows = self.transport.rows(
-                f"SELECT {head}sumMap({names[0]}), sum({names[1]}), sum({names[2]}),"
-                f" min({names[3]}), max({names[4]}) FROM ({inner}){tail}"
+            names = [
+                [f"{column.removesuffix('_s')}_{part}" for part in _SKETCH_PARTS]
+                for column in columns
+            ]
+            inner = _rollup_rows(
+                self.layout, segments, selector, head + ", ".join(n for ns in names for n in ns)
             )
-            for row in rows:
-                sketch = _sketch(row[width:])
-                if sketch is not None:
-                    parts[tuple(row[:width])].append(sketch)
-        return {key: merge_all(sketches) for key, sketches in parts.items()}
+            merged = ", ".join(
+                f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
+                for b, z, t, low, high in names
+            )
+            for row in self.transport.rows(f"SELECT {head}{merged} FROM ({inner}){tail}"):
+                for i, column in enumerate(columns):
+                    at = width + len(_SKETCH_PARTS) * i
+                    sketch = _sketch(row[at : at + len(_SKETCH_PARTS)])
+                    if sketch is not None:
+                        parts[column][tuple(row[:width])].append(sketch)
+        return {
+            column: {key: merge_all(sketches) for key, sketches in found.items()}
+            for column, found in parts.items()
+        }
 
 
 def _sketch(values: Sequence[Any]) -> QuantileSketch | None:
