@@ -216,8 +216,3 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
     return parts._replace(netloc=netloc).geturl()
-
-
-def placeholders(values: Sequence[str]) -> str:
-    """``values`` as a ClickHouse tuple of string literals, for ``IN``."""
-    return "(" + ", ".join(quote(v) for v in values) + ")"
