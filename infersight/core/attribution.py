@@ -427,6 +427,11 @@ class TopValues:
     #: How many distinct values were folded into ``OTHER``.
     folded: int
 
+    @property
+    def values(self) -> int:
+        """How many named values there were, kept and folded (the unattributed not one)."""
+        return len(self.kept - {""}) + self.folded
+
     def label(self, value: str) -> str:
         """``value``, or ``OTHER`` when it is not among the kept ones."""
         return value if value in self.kept else OTHER
@@ -436,7 +441,7 @@ class TopValues:
         return {
             "dimension": self.dimension,
             "top_n": self.top_n,
-            "values": len(self.kept - {""}) + self.folded,
+            "values": self.values,
             "folded_into_other": self.folded,
             "other": OTHER,
         }

@@ -104,7 +104,7 @@ def section(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, A
         "attributed": answer.attributed_requests,
         "attributed_share": answer.attributed_requests / requests if requests else None,
         "top_n": top.top_n,
-        "value_count": len(top.kept - {""}) + top.folded,
+        "value_count": top.values,
         "folded": top.folded,
         "chart": svg.stacked_bars(bars, label=f"shares of the range's cost by {dimension}"),
     }
