@@ -289,13 +289,15 @@ def create_store_engine(
     kwargs["connect_args"] = connect_args
     engine = create_engine(url, **kwargs)
     pooled = pooler == "transaction"
+    # The session's clock reads UTC (every timestamp is stored and read as UTC): the driver
+    # then hands back timestamps in ``datetime.UTC`` itself, which the store's UTC column type
+    # passes on as they are (``storage.types``) instead of converting each one; SQL answers do
+    # not depend on the session's zone (no local-time function). Behind a transaction pooler,
+    # set for each transaction with its bounds (a session setting would stay on the server).
+    settings = {**timeouts.settings(), "TimeZone": "UTC"}
     if not pooled:
-        # The session's clock reads UTC (every timestamp is stored and read as UTC): the
-        # driver then hands back timestamps in ``datetime.UTC`` itself, which the store's
-        # UTC column type passes on as they are (``storage.types``) instead of converting
-        # each one; SQL answers do not depend on the session's zone (no local-time function).
-        event.listen(engine, "connect", _set_session({**timeouts.settings(), "TimeZone": "UTC"}))
-    event.listen(engine, "begin", _set_local(timeouts.settings(), every=pooled))
+        event.listen(engine, "connect", _set_session(settings))
+    event.listen(engine, "begin", _set_local(settings, every=pooled))
     return engine
 
 

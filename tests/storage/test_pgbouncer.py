@@ -127,3 +127,17 @@ def test_writers_and_readers_sharing_server_connections_store_each_request_once(
         thread.join()
     assert errors == []
     assert _count_since(engine, T0) == 4 * (PREPARE_THRESHOLD + 2) * 200
+
+
+def test_timestamps_come_back_in_utc_from_each_transaction(bouncer_store: Store) -> None:
+    """Each transaction's clock reads UTC, as a direct session's does (``storage.engine``):
+    the driver hands timestamps back in ``datetime.UTC`` itself, whichever server connection
+    PgBouncer picked and whatever its own zone (this server's is its default, not ``UTC``)."""
+    records = make_records(np.random.default_rng(5), T0, 20, span=timedelta(minutes=5))
+    open_writer(bouncer_store.engine).write_requests(records)
+    with bouncer_store.engine.connect() as connection:
+        stored = connection.execute(select(requests.c.start).order_by(requests.c.start)).all()
+        zone = connection.execute(text("SELECT current_setting('TimeZone')")).scalar_one()
+    assert zone == "UTC"
+    assert [start for (start,) in stored] == sorted(r.start for r in records)
+    assert all(start.tzinfo is UTC for (start,) in stored)
