@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 from infersight.collector.assembly import Piece, Reassembly, Request, SequenceMemory, assemble
 from infersight.collector.codec import (
@@ -480,90 +480,71 @@ class Conveyor:
         if result.refused:  # outside the store's accepted window: dropped, as retention would
             self.metrics.ship_errors.labels("out_of_window").inc(result.refused)
 
-    # --- client records ----------------------------------------------------------------
+    # --- client records and attributions: stored as they come -----------------------------
 
     def clients(self, horizon: float) -> int:
         """Store the client records that are due (no reassembly: they are whole as they come).
         A sink that stores no client records (the simulator's) gets none: they are dropped
         and counted as ``ship_errors{reason="no_client_store"}``."""
-        stored = self.spool.ready(horizon, [Kind.CLIENT], self.batch_size)
-        if not stored:
-            return 0
-        records: list[ClientRecord] = []
-        for entry in stored:
-            try:
-                records.append(decode_client(entry.payload))
-            except (InvalidInput, InvalidRecord, ValueError, TypeError, KeyError) as exc:
-                self.metrics.ship_errors.labels("invalid_payload").inc()
-                log.error("dropping an undecodable client entry %d: %s", entry.seq, exc)
-        sink = self._sink()
-        if not isinstance(sink, ClientSink):
-            self.metrics.ship_errors.labels("no_client_store").inc(len(records))
-        elif records:
-            self._write_clients(sink, records)
-        self.spool.delete([s.seq for s in stored])
-        self.metrics.shipped.labels("client").inc(len(records))
-        return len(stored)
-
-    def _write_clients(self, sink: ClientSink, records: list[ClientRecord]) -> None:
-        self.round_trips += 1  # answered, whether it stores or refuses (raised otherwise)
-        try:
-            results = [sink.write_client_requests(records)]
-        except InvalidInput:
-            # One bad record must not block the spool: isolate it, keep the others.
-            results = []
-            for record in records:
-                try:
-                    results.append(sink.write_client_requests([record]))
-                except InvalidInput as exc:
-                    self.metrics.ship_errors.labels("invalid_record").inc()
-                    log.error("the store refused client record %s: %s", record.span_id, exc)
-        for result in results:
-            if result.duplicates:
-                self.metrics.ship_duplicates.inc(result.duplicates)
-            self._count_refused(result)
-
-    # --- attributions -------------------------------------------------------------------
+        return self._as_they_come(horizon, Kind.CLIENT, "client", decode_client, _client_writer)
 
     def attributions(self, horizon: float) -> int:
         """Store what gateway and client spans named of their traces (``core.attribution``),
         as they come. A sink that cannot join them (the simulator's) gets none: they are
-        dropped and counted as ``ship_errors{reason="no_attribution_store"}``."""
-        stored = self.spool.ready(horizon, [Kind.ATTRIBUTION], self.batch_size)
+        dropped and counted as ``ship_errors{reason="no_attribution_store"}``; so are they
+        when an API older than attribution refuses their kind (``KindUnsupported``)."""
+        return self._as_they_come(
+            horizon, Kind.ATTRIBUTION, "attribution", decode_attribution, _attribution_writer
+        )
+
+    def _as_they_come(
+        self,
+        horizon: float,
+        kind: Kind,
+        name: str,
+        decode: Callable[[bytes], _Keyed],
+        writer: Callable[[Sink], Callable[[list[_Keyed]], WriteResult] | None],
+    ) -> int:
+        """Store the due entries of ``kind`` (each decoded by ``decode``) through the sink's
+        ``writer`` (``None``: the sink stores none, ``no_{name}_store``); the entries read."""
+        stored = self.spool.ready(horizon, [kind], self.batch_size)
         if not stored:
             return 0
-        items: list[Attribution] = []
+        items: list[_Keyed] = []
         for entry in stored:
             try:
-                items.append(decode_attribution(entry.payload))
+                items.append(decode(entry.payload))
             except (InvalidInput, InvalidRecord, ValueError, TypeError, KeyError) as exc:
                 self.metrics.ship_errors.labels("invalid_payload").inc()
-                log.error("dropping an undecodable attribution entry %d: %s", entry.seq, exc)
-        sink = self._sink()
-        if not isinstance(sink, AttributionSink):
-            self.metrics.ship_errors.labels("no_attribution_store").inc(len(items))
+                log.error("dropping an undecodable %s entry %d: %s", name, entry.seq, exc)
+        write = writer(self._sink())
+        if write is None:
+            self.metrics.ship_errors.labels(f"no_{name}_store").inc(len(items))
         elif items:
-            self._write_attributions(sink, items)
+            self._write_keyed(name, write, items)
         self.spool.delete([s.seq for s in stored])
-        self.metrics.shipped.labels("attribution").inc(len(items))
+        self.metrics.shipped.labels(name).inc(len(items))
         return len(stored)
 
-    def _write_attributions(self, sink: AttributionSink, items: list[Attribution]) -> None:
+    def _write_keyed(
+        self, name: str, write: Callable[[list[_Keyed]], WriteResult], items: list[_Keyed]
+    ) -> None:
         self.round_trips += 1  # answered, whether it stores or refuses (raised otherwise)
         try:
-            results = [sink.write_attributions(items)]
+            results = [write(items)]
         except KindUnsupported as exc:
             results = []
-            self.metrics.ship_errors.labels("no_attribution_store").inc(len(items))
-            log.warning("dropping %d attributions: %s", len(items), exc.message)
+            self.metrics.ship_errors.labels(f"no_{name}_store").inc(len(items))
+            log.warning("dropping %d %s entries: %s", len(items), name, exc.message)
         except InvalidInput:
+            # One bad entry must not block the spool: isolate it, keep the others.
             results = []
-            for item in items:  # one bad entry must not block the spool
+            for item in items:
                 try:
-                    results.append(sink.write_attributions([item]))
+                    results.append(write([item]))
                 except InvalidInput as exc:
                     self.metrics.ship_errors.labels("invalid_record").inc()
-                    log.error("the store refused attribution %s: %s", item.span_id, exc)
+                    log.error("the store refused %s %s: %s", name, item.span_id, exc)
         for result in results:
             if result.duplicates:
                 self.metrics.ship_duplicates.inc(result.duplicates)
@@ -601,6 +582,18 @@ class Conveyor:
             links = sum(isinstance(_decode_piece(s), Link) for s in expired)
             if len(expired) > links:
                 self.metrics.orphan_stages.inc(len(expired) - links)
+
+
+#: An entry stored as it comes: a client record or an attribution.
+_Keyed = TypeVar("_Keyed", ClientRecord, Attribution)
+
+
+def _client_writer(sink: Sink) -> Callable[[list[ClientRecord]], WriteResult] | None:
+    return sink.write_client_requests if isinstance(sink, ClientSink) else None
+
+
+def _attribution_writer(sink: Sink) -> Callable[[list[Attribution]], WriteResult] | None:
+    return sink.write_attributions if isinstance(sink, AttributionSink) else None
 
 
 def _decode_piece(entry: Stored) -> Piece | None:
