@@ -196,8 +196,7 @@ class ShipHealth:
     def __init__(self, spool: Spool, clock: Callable[[], float], policy: ShipPolicy) -> None:
         self._spool = spool
         self._clock = clock
-        self._samples_every_s = policy.samples_every_s
-        self._slow_after_s = policy.slow_after_s
+        self._policy = policy
         self.record_ready_at: float | None = None
         self.sample_ready_at: float | None = None
         self.failing_since: float | None = None
@@ -214,7 +213,7 @@ class ShipHealth:
         if self.record_ready_at is not None:
             lags.append(now - self.record_ready_at)
         if self.sample_ready_at is not None:
-            lags.append(now - self.sample_ready_at - self._samples_every_s)
+            lags.append(now - self.sample_ready_at - self._policy.samples_every_s)
         return max(lags)
 
     def in_flight_s(self) -> float:
@@ -226,6 +225,7 @@ class ShipHealth:
         """The shipping part of ``/healthz``: ``status`` is present only when degraded;
         ``opened``: whether the store writer exists yet."""
         lag, waited = self.lag(), self.in_flight_s()
+        slow_after_s = self._policy.slow_after_s
         state: dict[str, Any] = {
             "ship_lag_seconds": round(lag, 3),
             "ship_in_flight_seconds": round(waited, 3),
@@ -234,7 +234,7 @@ class ShipHealth:
             "last_error": self.last_error or None,
             "last_error_at": _iso(self.last_error_at) if self.last_error_at else None,
         }
-        if waited > self._slow_after_s:
+        if waited > slow_after_s:
             state["shipping"] = "slow"
             state["status"] = (
                 f"degraded: store slow: one shipping pass has waited {waited:.0f} s on it "
@@ -247,10 +247,10 @@ class ShipHealth:
                 f"degraded: {'store slow: ' if slow else ''}cannot ship since "
                 f"{_iso(self.failing_since)} ({self.last_error})"
             )
-        elif lag > self._slow_after_s and opened:
+        elif lag > slow_after_s and opened:
             state["shipping"] = "slow"
             state["status"] = (
-                f"degraded: store slow: ship lag {lag:.0f} s is over {self._slow_after_s:.0f} s"
+                f"degraded: store slow: ship lag {lag:.0f} s is over {slow_after_s:.0f} s"
             )
         elif not opened:
             state["shipping"] = "starting"
