@@ -54,7 +54,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 
 from infersight.core.accept import AcceptWindow
 from infersight.core.attribution import Attribution, usable
@@ -129,13 +129,22 @@ def open_writer(
 def _translate_errors() -> Iterator[None]:
     try:
         yield
-    except IntegrityError as exc:
+    except (IntegrityError, DataError) as exc:
+        # A value the database cannot hold (a NUL in a label on PostgreSQL) is the batch's
+        # fault, not the store's: refused, so a shipper isolates and drops the entry instead of
+        # retrying the batch for ever.
         raise InvalidInput(f"the store refused the batch: {exc.orig}") from exc
     except OperationalError as exc:
         raise Unavailable(f"the store is unavailable: {exc.orig}") from exc
     except DBAPIError as exc:
         if exc.connection_invalidated:
             raise Unavailable(f"lost the connection to the store: {exc.orig}") from exc
+        raise
+    except Exception as exc:
+        # The binary COPY runs on psycopg's own cursor, so its errors come unwrapped: SQLSTATE
+        # class 22 (data exception) is the same refusal as SQLAlchemy's DataError above.
+        if str(getattr(exc, "sqlstate", "") or "").startswith("22"):
+            raise InvalidInput(f"the store refused the batch: {exc}") from exc
         raise
 
 

@@ -231,3 +231,21 @@ def test_sqlite_timestamps_are_written_as_the_column_type_writes_them():
         datetime(2026, 3, 29, 1, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-7))),
     ):
         assert sqlite_timestamp(ts) == ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def test_a_label_the_database_cannot_hold_is_refused_as_bad_input(store):
+    """A NUL in a label (PostgreSQL refuses it) is the batch's fault: ``InvalidInput``, which
+    the shippers isolate and drop, not a raw driver error they retry for ever; SQLite keeps it."""
+    import pytest
+
+    from infersight.core.errors import InvalidInput
+
+    record = make_records(np.random.default_rng(3), T0, 1, span=timedelta(minutes=1))[0]
+    bad = dataclasses.replace(record, tenant="acme\x00")
+    writer = open_writer(store.engine)
+    if store.dialect == "postgresql":
+        with pytest.raises(InvalidInput, match="refused the batch"):
+            writer.write_requests([bad])
+        assert counts(store)[0] == 0
+    else:
+        assert writer.write_requests([bad]).inserted == 1
