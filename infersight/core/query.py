@@ -263,6 +263,17 @@ class Throughput:
     def error_ratio(self) -> float | None:
         return self.errors / self.requests if self.requests else None
 
+    def plus(self, other: Throughput, labels: Mapping[str, str]) -> Throughput:
+        """The two groups' totals under ``labels`` (the same window: ``self``'s seconds)."""
+        return Throughput(
+            labels,
+            self.requests + other.requests,
+            self.errors + other.errors,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.seconds,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class StageShare:

@@ -137,17 +137,6 @@ def _bounded(tops: dict[str, TopValues]) -> dict[str, Any]:
     return {"bounded": attribution.bounded_statements(tops)} if tops else {}
 
 
-def _plus(a: Throughput, b: Throughput, labels: dict[str, str]) -> Throughput:
-    return Throughput(
-        labels,
-        a.requests + b.requests,
-        a.errors + b.errors,
-        a.input_tokens + b.input_tokens,
-        a.output_tokens + b.output_tokens,
-        a.seconds,
-    )
-
-
 @router.get(
     "/throughput",
     summary="Requests, errors and tokens per second per group",
@@ -166,7 +155,7 @@ def _throughput(app: AppContext, params: Common) -> dict[str, Any]:
         finest=_finest(app, params),
     )
     tops = attribution.top_of(rows, params.group_by, _top_n(app), lambda t: t.requests)
-    rows = attribution.fold_additive(rows, tops, _plus)
+    rows = attribution.fold_additive(rows, tops, Throughput.plus)
     return {
         "start": iso(params.window.start),
         "end": iso(params.window.end),
