@@ -25,6 +25,7 @@ from infersight.core.accept import AcceptWindow
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import LatencyResult, Method, Selector, Throughput
 from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
+from infersight.core.samples import ServerSample
 from infersight.core.window import Resolution, Window
 from infersight.core.write import Sink, WriteResult
 from infersight.storage.seam import (
@@ -54,6 +55,7 @@ from infersight.storage.seam import (
 )
 from infersight.storage_clickhouse import schema
 from infersight.storage_clickhouse.reads import DEFAULT_EXACT_MAX_ROWS, Reads
+from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
 from infersight.storage_clickhouse.transport import Transport, connect
 from infersight.storage_clickhouse.writer import ClickHouseWriter
 
@@ -65,6 +67,7 @@ class Telemetry:
         self.transport = transport
         self.layout = layout
         self.reads = Reads(transport, layout)
+        self.sample_reads = SampleReads(transport, layout)
 
     def migrate(self) -> list[int]:
         return schema.migrate(self.transport, self.layout)
@@ -80,14 +83,17 @@ def _attributed(selector: Selector, group_by: Sequence[str]) -> bool:
 
 
 class HybridSink:
-    """Request records into ClickHouse and the SQL store, acknowledged once both stored them;
-    samples, client records, attributions and late sequences into the SQL store (its other
-    methods are reached through ``__getattr__``)."""
+    """Request records and server scrapes into ClickHouse and the SQL store, acknowledged once
+    both stored them; GPU samples, client records, attributions and late sequences into the SQL
+    store (its other methods are reached through ``__getattr__``)."""
 
     def __init__(self, sql: Sink, clickhouse: ClickHouseWriter, telemetry: Telemetry) -> None:
         self._sql = sql
         self._clickhouse = clickhouse
         self._telemetry = telemetry
+        self._samples = SampleWriter(
+            telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -101,6 +107,13 @@ class HybridSink:
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         self._clickhouse.write_requests(records)
         return self._sql.write_requests(records)
+
+    def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
+        """Into ClickHouse (which the scrape reads of ``samples`` answer from), then into the
+        SQL store, which a window's signals (``requests.window_signals``) and the models seen
+        (``demand.models_seen``) still read: acknowledged once both stored them."""
+        self._samples.write_server_samples(samples)
+        return self._sql.write_server_samples(samples)
 
 
 class HybridIngest:
@@ -239,7 +252,7 @@ class HybridStore:
 
     @property
     def samples(self) -> SampleStore:
-        return self._sql.samples
+        return HybridSamples(self._sql.samples, self.telemetry.sample_reads)
 
     @property
     def clients(self) -> ClientStore:

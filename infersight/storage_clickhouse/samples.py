@@ -1,0 +1,345 @@
+"""Server scrapes in ClickHouse (issue #36): their writer and the ``SampleStore`` reads of them.
+
+The writer stores each scrape once by the SQL store's key, (time, instance), as the request
+writer does (``storage_clickhouse.writer``): a batch is split by day, the keys already stored
+are read and dropped, and the rest is inserted with an insert deduplication token made from
+the fresh keys — the engines' rows first, then the instances'. A crash between the two inserts
+is repaired by a replay of the same scrapes: they are still not stored, the same token makes
+the engines' insert a no-op, and the instances' rows are inserted. Within a batch a key that
+repeats keeps its last copy (the SQL writer's rule). A scrape's engines are stored only with
+the scrape itself.
+
+``HybridSamples`` answers ``server_summaries``, ``engine_summaries``, ``engine_series``,
+``server_gauges`` and ``server_evidence`` from these tables with the SQL store's definitions
+(``storage.server_engines``, ``storage.scaling_reads.server_gauges``,
+``storage.cost.server_evidence``); the GPU reads are the SQL store's (GPU samples and their
+rollups are written there: cost reads them by SQL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Final
+
+from infersight.core.accept import AcceptWindow
+from infersight.core.samples import SERVER_METRIC_FIELDS, ServerSample
+from infersight.core.window import Window
+from infersight.storage.seam import (
+    HOT_MARGIN,
+    EngineBucket,
+    EngineSummary,
+    Gauges,
+    SampleStore,
+    ServerEvidence,
+    ServerSummary,
+)
+from infersight.storage_clickhouse.samples_schema import ENGINE_COLUMNS, SERVER_COLUMNS
+from infersight.storage_clickhouse.schema import Layout
+from infersight.storage_clickhouse.transport import Transport, quote
+from infersight.storage_clickhouse.writer import payload
+
+#: Keys looked up per statement.
+LOOKUP: Final = 2_000
+#: The most engines (or servers) one summary lists: ``storage.server_engines.MAX_ENGINE_ROWS``.
+MAX_ENGINE_ROWS: Final = 1024
+#: The most instances a gauge read pins: ``storage.scaling_reads.MAX_MODELS``.
+MAX_INSTANCES: Final = 1_000
+#: The figures ``server_summaries`` averages: ``storage.server_engines.SERVER_FIGURES``.
+SERVER_FIGURES: Final = (
+    "kv_cache_usage",
+    "prefix_cache_hit_ratio",
+    "spec_acceptance_rate",
+    "spec_accept_length",
+    "requests_running",
+    "requests_waiting",
+    "requests_deferred",
+)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO: Final = timedelta(microseconds=1)
+
+ServerKey = tuple[int, str]
+
+
+def _micros(ts: datetime) -> int:
+    return (ts - _EPOCH) // _MICRO
+
+
+def _at(micros: Any) -> datetime:
+    return _EPOCH + timedelta(microseconds=int(micros))
+
+
+def _text(ts: datetime) -> str:
+    return f"{ts.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}"
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _in(values: Collection[str]) -> str:
+    return ", ".join(quote(v) for v in sorted(values))
+
+
+class SampleWriter:
+    """``core.write.Sink``'s ``write_server_samples`` into ClickHouse (see the module)."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        layout: Layout,
+        accept: AcceptWindow | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.transport = transport
+        self.layout = layout
+        self.accept = accept
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
+        """Store ``samples`` (each key once) with their engines; how many were stored now."""
+        if self.accept is not None:
+            low, high = self.accept.bounds(self.clock())
+            samples = [s for s in samples if low <= s.ts <= high]
+        by_key: dict[ServerKey, ServerSample] = {}
+        for sample in samples:
+            by_key[(_micros(sample.ts), sample.instance)] = sample
+        by_day: dict[date, list[ServerSample]] = defaultdict(list)
+        for sample in by_key.values():
+            by_day[sample.ts.astimezone(UTC).date()].append(sample)
+        return sum(self._store_day(by_day[day]) for day in sorted(by_day))
+
+    def _stored(self, samples: Sequence[ServerSample]) -> set[ServerKey]:
+        out: set[ServerKey] = set()
+        ordered = sorted(samples, key=lambda s: (s.ts, s.instance))
+        table = self.layout.table("server_samples")
+        for i in range(0, len(ordered), LOOKUP):
+            part = ordered[i : i + LOOKUP]
+            keys = ", ".join(f"({quote(s.instance)}, {_micros(s.ts)})" for s in part)
+            rows = self.transport.rows(
+                f"SELECT toUnixTimestamp64Micro(ts), instance FROM {table}"
+                f" WHERE instance IN ({_in({s.instance for s in part})})"
+                f" AND ts >= {quote(_text(part[0].ts))} AND ts <= {quote(_text(part[-1].ts))}"
+                f" AND (instance, toUnixTimestamp64Micro(ts)) IN ({keys})"
+            )
+            out.update((int(m), str(i)) for m, i in rows)
+        return out
+
+    def _store_day(self, samples: Sequence[ServerSample]) -> int:
+        stored = self._stored(samples)
+        fresh = [s for s in samples if (_micros(s.ts), s.instance) not in stored]
+        if not fresh:
+            return 0
+        digest = hashlib.sha256()
+        for micros, instance in sorted((_micros(s.ts), s.instance) for s in fresh):
+            digest.update(f"{micros}/{instance};".encode())
+        token = digest.hexdigest()
+        settings: dict[str, Any] = {"input_format_parallel_parsing": 0}
+        if self.layout.cluster:
+            settings["distributed_foreground_insert"] = 1
+        engines = [
+            [_text(s.ts), s.instance, e.rank, *(getattr(e, n) for n in SERVER_METRIC_FIELDS)]
+            for s in fresh
+            for e in s.per_engine
+        ]
+        if engines:
+            self.transport.insert(
+                self.layout.table("server_engine_samples"),
+                ENGINE_COLUMNS,
+                payload(engines),
+                {**settings, "insert_deduplication_token": "e" + token},
+            )
+        rows = [[_text(s.ts), *(getattr(s, n) for n in SERVER_COLUMNS[1:])] for s in fresh]
+        self.transport.insert(
+            self.layout.table("server_samples"),
+            SERVER_COLUMNS,
+            payload(rows),
+            {**settings, "insert_deduplication_token": "s" + token},
+        )
+        return len(fresh)
+
+
+def _rank_order(rank: str) -> tuple[int, str]:
+    return (int(rank), "") if rank.isdigit() else (1 << 62, rank)
+
+
+class SampleReads:
+    """The server-scrape reads of ``SampleStore`` from ClickHouse."""
+
+    def __init__(self, transport: Transport, layout: Layout) -> None:
+        self.transport = transport
+        self.layout = layout
+
+    def _where(self, window: Window, instances: Collection[str] | None) -> str:
+        where = f"ts >= {quote(_text(window.start))} AND ts < {quote(_text(window.end))}"
+        if instances is not None:
+            if not instances:
+                return "0"
+            where += f" AND instance IN ({_in(instances)})"
+        return where
+
+    def server_summaries(
+        self, window: Window, instances: Sequence[str] | None = None
+    ) -> list[ServerSummary]:
+        means = ", ".join(f"avg({name})" for name in SERVER_FIGURES)
+        rows = self.transport.rows(
+            f"SELECT instance, max(engine), count(), {means}"
+            f" FROM {self.layout.table('server_samples')} FINAL"
+            f" WHERE {self._where(window, instances)}"
+            f" GROUP BY instance ORDER BY instance LIMIT {MAX_ENGINE_ROWS}"
+        )
+        return [
+            ServerSummary(
+                instance=str(r[0]),
+                dialect=str(r[1] or ""),
+                samples=int(r[2]),
+                figures={
+                    name: _float(value) for name, value in zip(SERVER_FIGURES, r[3:], strict=True)
+                },
+            )
+            for r in rows
+        ]
+
+    def engine_summaries(
+        self, window: Window, instances: Sequence[str] | None = None
+    ) -> list[EngineSummary]:
+        rows = self.transport.rows(
+            "SELECT instance, rank, count(), avg(kv_cache_usage), max(kv_cache_usage),"
+            " avg(requests_running), avg(requests_waiting), avg(prefix_cache_hit_ratio)"
+            f" FROM {self.layout.table('server_engine_samples')} FINAL"
+            f" WHERE {self._where(window, instances)}"
+            f" GROUP BY instance, rank ORDER BY instance, rank LIMIT {MAX_ENGINE_ROWS}"
+        )
+        by_instance: dict[str, list[EngineSummary]] = defaultdict(list)
+        for r in rows:
+            kv, kv_max, running, waiting, prefix = (_float(v) for v in r[3:])
+            by_instance[str(r[0])].append(
+                EngineSummary(str(r[0]), str(r[1]), int(r[2]), kv, kv_max, running, waiting, prefix)
+            )
+        out: list[EngineSummary] = []
+        for instance in sorted(by_instance):
+            mine = sorted(by_instance[instance], key=lambda s: _rank_order(s.rank))
+            usages = [s.kv_cache_usage for s in mine if s.kv_cache_usage is not None]
+            mean = sum(usages) / len(usages) if usages else None
+            for s in mine:
+                hot = (
+                    mean is not None
+                    and s.kv_cache_usage is not None
+                    and s.kv_cache_usage >= mean + HOT_MARGIN
+                )
+                out.append(
+                    EngineSummary(
+                        s.instance,
+                        s.rank,
+                        s.samples,
+                        s.kv_cache_usage,
+                        s.kv_cache_usage_max,
+                        s.requests_running,
+                        s.requests_waiting,
+                        s.prefix_cache_hit_ratio,
+                        hot,
+                    )
+                )
+        return out
+
+    def engine_series(
+        self, window: Window, step_s: int, instances: Sequence[str] | None = None
+    ) -> list[EngineBucket]:
+        if step_s < 1:
+            raise ValueError("step_s must be at least one second")
+        step = int(step_s)
+        rows = self.transport.rows(
+            f"SELECT instance, rank, intDiv(toUnixTimestamp(ts), {step}) * {step} AS at,"
+            " avg(kv_cache_usage), avg(requests_running), avg(requests_waiting)"
+            f" FROM {self.layout.table('server_engine_samples')} FINAL"
+            f" WHERE {self._where(window, instances)}"
+            " GROUP BY instance, rank, at"
+        )
+        out = [
+            EngineBucket(
+                str(r[0]),
+                str(r[1]),
+                datetime.fromtimestamp(int(r[2]), UTC),
+                *(_float(v) for v in r[3:]),
+            )
+            for r in rows
+        ]
+        return sorted(out, key=lambda b: (b.bucket, b.instance, _rank_order(b.rank)))
+
+    def server_gauges(
+        self, model: str, window: Window, instances: Collection[str] | None = None
+    ) -> Gauges:
+        pinned = None if instances is None else sorted(instances)[:MAX_INSTANCES]
+        # argMax of a tuple: a NULL figure of the newest scrape stays NULL (argMax of a
+        # Nullable column alone would skip to an older scrape's figure).
+        rows = self.transport.rows(
+            "SELECT instance, toUnixTimestamp64Micro(max(ts)), argMax(tuple(requests_waiting,"
+            " requests_deferred, kv_cache_usage, kv_cache_usage_max), ts)"
+            f" FROM {self.layout.table('server_samples')} FINAL"
+            f" WHERE model = {quote(model)} AND {self._where(window, pinned)}"
+            " GROUP BY instance ORDER BY instance"
+        )
+        newest = [(str(r[0]), _at(r[1]), *r[2]) for r in rows]
+        return Gauges(
+            newest=max((row[1] for row in newest), default=None),
+            instances=tuple(row[0] for row in newest),
+            waiting=tuple(
+                max(0.0, float(waiting) - float(deferred or 0.0))
+                for _, _, waiting, deferred, _, _ in newest
+                if waiting is not None
+            ),
+            kv_usage=tuple(
+                float(usage_max if usage_max is not None else usage)
+                for _, _, _, _, usage, usage_max in newest
+                if usage is not None or usage_max is not None
+            ),
+        )
+
+    def server_evidence(self, window: Window) -> dict[str, ServerEvidence]:
+        rows = self.transport.rows(
+            "SELECT instance, max(engine), avg(requests_running), avg(requests_waiting),"
+            " avg(prefix_cache_hit_ratio), avg(kv_cache_usage)"
+            f" FROM {self.layout.table('server_samples')} FINAL"
+            f" WHERE {self._where(window, None)} GROUP BY instance"
+        )
+        return {
+            str(r[0]): ServerEvidence(str(r[0]), str(r[1] or ""), *(_float(v) for v in r[2:]))
+            for r in rows
+        }
+
+
+class HybridSamples:
+    """``SampleStore``: the server-scrape reads from ClickHouse; the GPU reads are the SQL
+    store's (reached through ``__getattr__``)."""
+
+    def __init__(self, sql: SampleStore, reads: SampleReads) -> None:
+        self._sql = sql
+        self._reads = reads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+    def server_summaries(
+        self, window: Window, instances: Sequence[str] | None = None
+    ) -> list[ServerSummary]:
+        return self._reads.server_summaries(window, instances)
+
+    def engine_summaries(
+        self, window: Window, instances: Sequence[str] | None = None
+    ) -> list[EngineSummary]:
+        return self._reads.engine_summaries(window, instances)
+
+    def engine_series(
+        self, window: Window, step_s: int, instances: Sequence[str] | None = None
+    ) -> list[EngineBucket]:
+        return self._reads.engine_series(window, step_s, instances)
+
+    def server_gauges(
+        self, model: str, window: Window, instances: Collection[str] | None = None
+    ) -> Gauges:
+        return self._reads.server_gauges(model, window, instances)
+
+    def server_evidence(self, window: Window) -> dict[str, ServerEvidence]:
+        return self._reads.server_evidence(window)

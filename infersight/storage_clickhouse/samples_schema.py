@@ -1,0 +1,75 @@
+"""ClickHouse tables of the servers' scrapes (issue #36): ``server_samples`` (one row per scrape
+of an instance) and ``server_engine_samples`` (one row per data-parallel engine of a scrape).
+
+Each is a ``ReplacingMergeTree`` whose sorting key is the SQL store's primary key, instance
+first — ``(instance, ts)`` and ``(instance, ts, rank)``: the reads pin instances (or a model,
+which a few instances serve) and a time range — so a row stored twice is one row after merges;
+the writer (``storage_clickhouse.samples``) stores each key once and reads use ``FINAL``.
+Partitioned by day, with the raw retention as ``TTL`` (``Layout.raw_days``). On a cluster each
+is ``<name>_local`` (``Replicated*``) under a ``Distributed`` table sharded by
+``cityHash64(instance)``: an instance's scrapes and engines live on one shard.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from infersight.core.samples import SERVER_METRIC_FIELDS
+from infersight.storage_clickhouse.transport import quote
+
+if TYPE_CHECKING:  # schema imports this module for its steps
+    from infersight.storage_clickhouse.schema import Layout
+
+#: The sharding key of the sample tables: an instance stays on one shard.
+SAMPLES_SHARDING_KEY: Final = "cityHash64(instance)"
+
+_LABEL: Final = "LowCardinality(String)"
+
+#: Columns of ``server_samples`` in insert order (the SQL table's).
+SERVER_COLUMNS: Final = (
+    "ts",
+    "instance",
+    "engine",
+    "model",
+    *SERVER_METRIC_FIELDS,
+    "kv_cache_usage_max",
+)
+#: Columns of ``server_engine_samples`` in insert order.
+ENGINE_COLUMNS: Final = ("ts", "instance", "rank", *SERVER_METRIC_FIELDS)
+
+
+def _distributed(layout: Layout, table: str) -> list[str]:
+    if not layout.cluster:
+        return []
+    return [
+        f"CREATE TABLE IF NOT EXISTS {layout.table(table)}{layout.on_cluster}"
+        f" AS {layout.local(table)} ENGINE = Distributed({quote(layout.cluster)},"
+        f" {quote(layout.database)}, {quote(table + '_local')}, {SAMPLES_SHARDING_KEY})"
+    ]
+
+
+def server_sample_tables(layout: Layout) -> list[str]:
+    """``server_samples`` and ``server_engine_samples`` (a ``schema.Step``'s statements)."""
+    metrics = ",\n    ".join(f"{name} Nullable(Float64)" for name in SERVER_METRIC_FIELDS)
+    tables = (
+        (
+            "server_samples",
+            f"    engine {_LABEL},\n    model {_LABEL},\n    {metrics},\n"
+            "    kv_cache_usage_max Nullable(Float64)\n",
+            "(instance, ts)",
+        ),
+        ("server_engine_samples", f"    rank String,\n    {metrics}\n", "(instance, ts, rank)"),
+    )
+    out: list[str] = []
+    for name, columns, order in tables:
+        out += [
+            f"CREATE TABLE IF NOT EXISTS {layout.local(name)}{layout.on_cluster} (\n"
+            "    ts DateTime64(6, 'UTC'),\n"
+            f"    instance {_LABEL},\n"
+            f"{columns}"
+            f") ENGINE = {layout.engine('ReplacingMergeTree', name)}\n"
+            "PARTITION BY toDate(ts)\n"
+            f"ORDER BY {order}" + layout.ttl("toDateTime(ts)", layout.raw_days) + layout.settings(),
+            *_distributed(layout, name),
+        ]
+    return out

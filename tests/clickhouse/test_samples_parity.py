@@ -1,0 +1,260 @@
+"""The same server scrapes in the SQL store (SQLite and PostgreSQL) and in ClickHouse (chdb)
+answer every scrape read of ``SampleStore`` the same, and each scrape is stored once in
+ClickHouse however often its batch comes — also after a batch failed half-way through."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from infersight.core.errors import Unavailable
+from infersight.core.samples import EngineSample, ServerSample, combine_engines
+from infersight.core.window import Window
+from infersight.storage import server_engines
+from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
+from infersight.storage_clickhouse.samples import SERVER_FIGURES, SampleWriter
+from infersight.storage_clickhouse.transport import Transport
+from tests.conftest import Store
+
+#: Recent days: ClickHouse drops rows past their TTL (the raw retention) as it writes them.
+T0 = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
+#: Windows with ragged edges, a day's, one inside a minute, the whole span, and an empty one.
+WINDOWS = (
+    Window(T0 + timedelta(hours=1, seconds=7.25), T0 + timedelta(days=1, hours=3, seconds=0.5)),
+    Window(T0 + timedelta(days=1), T0 + timedelta(days=2)),
+    Window(T0 + timedelta(hours=5, seconds=10), T0 + timedelta(hours=5, seconds=50)),
+    Window(T0, T0 + timedelta(days=3)),
+    Window(T0 - timedelta(days=2), T0 - timedelta(days=1)),
+)
+INSTANCES = ("dp-a", "dp-b", "one-a", "one-b", "spec")
+MODELS = {"dp-a": "llama", "dp-b": "llama", "one-a": "qwen", "one-b": "llama", "spec": "qwen"}
+
+
+def _maybe(rng: np.random.Generator, value: float, p_none: float = 0.1) -> float | None:
+    return None if rng.random() < p_none else value
+
+
+def _scrapes(n_per_instance: int = 120) -> list[ServerSample]:
+    """Scrapes of five instances over two and a half days at irregular times (microseconds
+    included): two data-parallel ones (2 and 4 engines), a speculating one, figures missing
+    at random (a NULL in the newest scrape too)."""
+    rng = np.random.default_rng(36)
+    out = []
+    for instance in INSTANCES:
+        width = {"dp-a": 2, "dp-b": 4}.get(instance, 1)
+        offsets = np.sort(rng.uniform(0, 2.5 * 86400, n_per_instance))
+        for offset in offsets:
+            at = T0 + timedelta(microseconds=int(offset * 1e6))
+            engines = tuple(
+                EngineSample(
+                    str(rank),
+                    requests_running=float(rng.integers(0, 30)),
+                    requests_waiting=_maybe(rng, float(rng.integers(0, 9))),
+                    kv_cache_usage=_maybe(rng, float(rng.uniform(0, 1))),
+                    prefix_cache_hit_ratio=_maybe(rng, float(rng.uniform(0, 1)), 0.3),
+                )
+                for rank in range(width)
+            )
+            whole: dict[str, float | None] = {
+                "requests_running": float(rng.integers(0, 60)),
+                "requests_waiting": _maybe(rng, float(rng.integers(0, 20))),
+                "requests_deferred": _maybe(rng, float(rng.integers(0, 3)), 0.5),
+                "kv_cache_usage": _maybe(rng, float(rng.uniform(0, 1))),
+                "prefix_cache_hit_ratio": _maybe(rng, float(rng.uniform(0, 1))),
+            }
+            if instance == "spec":
+                whole["spec_acceptance_rate"] = float(rng.uniform(0.3, 0.9))
+                whole["spec_accept_length"] = _maybe(rng, float(rng.uniform(1, 4)))
+            per_engine = engines if width > 1 else ()
+            out.append(
+                ServerSample(
+                    ts=at,
+                    instance=instance,
+                    engine="sglang" if instance == "spec" else "vllm",
+                    model=MODELS[instance],
+                    per_engine=per_engine,
+                    **combine_engines(per_engine, whole),
+                )
+            )
+    order = rng.permutation(len(out))
+    return [out[i] for i in order]
+
+
+def _batches(scrapes: Sequence[ServerSample], size: int = 97) -> list[Sequence[ServerSample]]:
+    return [scrapes[i : i + size] for i in range(0, len(scrapes), size)]
+
+
+def _same(a: Any, b: Any, where: str = "") -> None:
+    """``a`` equals ``b``, floats to 1e-9 relative (sums taken in another order)."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        assert type(a) is type(b), where
+        for f in dataclasses.fields(a):
+            _same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, Mapping):
+        assert isinstance(b, Mapping), where
+        assert sorted(a) == sorted(b), where
+        for key in a:
+            _same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple), where
+        assert len(a) == len(b), (where, a, b)
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and not isinstance(b, bool):
+        assert isinstance(b, float | int), (where, a, b)
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
+def _count(telemetry: Telemetry, table: str, final: bool = False) -> int:
+    rows = telemetry.transport.rows(
+        f"SELECT count() FROM {telemetry.layout.table(table)}{' FINAL' if final else ''}"
+    )
+    return int(rows[0][0])
+
+
+def _engines_in(scrapes: Sequence[ServerSample]) -> int:
+    return sum(len(s.per_engine) for s in scrapes)
+
+
+@pytest.fixture
+def filled(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[ServerSample]]:
+    """The scrapes shipped through the hybrid sink in batches, every batch twice (a replay)."""
+    scrapes = _scrapes()
+    hybrid = HybridStore(store.sql, telemetry)
+    sink = hybrid.ingest.open_writer()
+    stored = 0
+    for batch in _batches(scrapes):
+        stored += sink.write_server_samples(batch)
+        assert sink.write_server_samples(batch) == 0  # the replay: nothing new in SQL
+    assert stored == len(scrapes)
+    return hybrid, store, scrapes
+
+
+def test_the_figures_read_are_the_sql_stores(filled: Any) -> None:
+    assert SERVER_FIGURES == server_engines.SERVER_FIGURES
+
+
+def test_each_scrape_and_engine_is_stored_once(filled: Any, telemetry: Telemetry) -> None:
+    _, _, scrapes = filled
+    # Counted without FINAL: the replays inserted nothing, not rows a merge would fold.
+    assert _count(telemetry, "server_samples") == len(scrapes)
+    assert _count(telemetry, "server_engine_samples") == _engines_in(scrapes)
+
+
+@pytest.mark.parametrize("w", range(len(WINDOWS)))
+def test_every_scrape_read_answers_as_the_sql_store(filled: Any, w: int) -> None:
+    hybrid, store, _ = filled
+    window = WINDOWS[w]
+    ch, sql = hybrid.samples, store.sql.samples
+    for instances in (None, ["dp-b", "spec"], ["one-a"], []):
+        _same(ch.server_summaries(window, instances), sql.server_summaries(window, instances))
+        _same(ch.engine_summaries(window, instances), sql.engine_summaries(window, instances))
+        for step in (60, 900, 3600):
+            _same(
+                ch.engine_series(window, step, instances),
+                sql.engine_series(window, step, instances),
+            )
+    for model in ("llama", "qwen", "none"):
+        for pinned in (None, {"dp-a", "one-b"}, set()):
+            _same(ch.server_gauges(model, window, pinned), sql.server_gauges(model, window, pinned))
+    _same(ch.server_evidence(window), sql.server_evidence(window))
+
+
+def test_the_reads_see_the_data(filled: Any) -> None:
+    """The parity above compares answers that hold rows (not two empty lists)."""
+    hybrid, _, scrapes = filled
+    window = WINDOWS[3]
+    summaries = hybrid.samples.server_summaries(window)
+    assert [s.instance for s in summaries] == sorted(INSTANCES)
+    assert sum(s.samples for s in summaries) == len(scrapes)
+    assert summaries[-1].speculates
+    assert not summaries[0].speculates
+    engines = hybrid.samples.engine_summaries(window)
+    assert [(e.instance, e.rank) for e in engines] == [
+        ("dp-a", "0"),
+        ("dp-a", "1"),
+        *(("dp-b", str(r)) for r in range(4)),
+    ]
+    gauges = hybrid.samples.server_gauges("llama", window)
+    assert gauges.instances == ("dp-a", "dp-b", "one-b")
+    newest = max(s.ts for s in scrapes if s.model == "llama")
+    assert gauges.newest == newest
+
+
+def test_a_key_repeated_in_a_batch_keeps_its_last_copy_in_both(
+    store: Store, telemetry: Telemetry
+) -> None:
+    at = T0 + timedelta(hours=2, microseconds=123_457)
+    first = ServerSample(ts=at, instance="x", model="m", requests_waiting=1.0)
+    last = ServerSample(ts=at, instance="x", model="m", requests_waiting=7.0)
+    hybrid = HybridStore(store.sql, telemetry)
+    assert hybrid.ingest.open_writer().write_server_samples([first, last]) == 1
+    window = Window(at, at + timedelta(seconds=1))
+    got = hybrid.samples.server_gauges("m", window)
+    assert got.waiting == (7.0,)
+    _same(got, store.sql.samples.server_gauges("m", window))
+
+
+class _FailsOnce:
+    """A transport whose first insert into ``table`` fails (after the inserts before it)."""
+
+    def __init__(self, inner: Transport, table: str) -> None:
+        self._inner = inner
+        self._table = table
+        self.failed = False
+        self.database = inner.database
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def insert(self, table: str, columns: Any, payload: bytes, settings: Any) -> None:
+        if table.endswith("." + self._table) and not self.failed:
+            self.failed = True
+            raise Unavailable("cut off")
+        self._inner.insert(table, columns, payload, settings)
+
+
+def test_a_batch_cut_off_between_its_inserts_is_stored_once_by_its_replay(
+    telemetry: Telemetry,
+) -> None:
+    # One day's (a batch is stored a day at a time).
+    scrapes = [s for s in _scrapes(30) if s.per_engine and s.ts.date() == T0.date()]
+    assert scrapes
+    failing = _FailsOnce(telemetry.transport, "server_samples")
+    writer = SampleWriter(failing, telemetry.layout)  # type: ignore[arg-type]
+    with pytest.raises(Unavailable):
+        writer.write_server_samples(scrapes)
+    assert failing.failed
+    # The engines went in, the scrapes did not: the replay stores the scrapes, and its
+    # engines' insert is recognised as the one done.
+    assert _count(telemetry, "server_engine_samples") == _engines_in(scrapes)
+    assert _count(telemetry, "server_samples") == 0
+    assert writer.write_server_samples(scrapes) == len(scrapes)
+    assert _count(telemetry, "server_samples") == len(scrapes)
+    assert _count(telemetry, "server_engine_samples") == _engines_in(scrapes)
+    assert writer.write_server_samples(scrapes) == 0
+
+
+def test_a_batch_stored_in_clickhouse_only_is_stored_in_sql_by_its_replay(
+    store: Store, telemetry: Telemetry
+) -> None:
+    """ClickHouse stored the batch, the SQL store failed: the replay through the hybrid sink
+    stores it in SQL and nothing more in ClickHouse; both answer the same."""
+    scrapes = _scrapes(20)
+    assert SampleWriter(telemetry.transport, telemetry.layout).write_server_samples(scrapes) == len(
+        scrapes
+    )
+    hybrid = HybridStore(store.sql, telemetry)
+    assert hybrid.ingest.open_writer().write_server_samples(scrapes) == len(scrapes)
+    assert _count(telemetry, "server_samples") == len(scrapes)
+    window = WINDOWS[3]
+    _same(hybrid.samples.server_summaries(window), store.sql.samples.server_summaries(window))
+    _same(hybrid.samples.engine_summaries(window), store.sql.samples.engine_summaries(window))
