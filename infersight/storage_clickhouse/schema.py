@@ -204,6 +204,50 @@ def _rollups(layout: Layout) -> list[str]:
     return out
 
 
+def key_columns() -> list[str]:
+    """The columns of a request row holding each latency metric's sketch bucket key
+    (``ttft_key``, …: ``QuantileSketch.keys_for`` of the value; NULL for no value or one below
+    ``core.sketch.MIN_VALUE``, which the sketch counts as zero)."""
+    return [f"{metric}_key" for metric in METRICS]
+
+
+def _rolled_from_rows(layout: Layout) -> list[str]:
+    """Request rows carry their bucket keys and their insert's token, and the minute rollups
+    are a materialized view over ``requests``: one insert stores a request's row and its
+    rollups, deduplicated together by the insert's token (``writer``)."""
+    columns = [f"{name} Nullable(Int32)" for name in key_columns()]
+    columns.append("insert_token String")
+    out = []
+    for table in dict.fromkeys([layout.local("requests"), layout.table("requests")]):
+        adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in columns)
+        out.append(f"ALTER TABLE {table}{layout.on_cluster} {adds}")
+    labels = ", ".join(GROUP_LABELS)
+    metrics = []
+    for metric, field in zip(METRICS, DURATION_FIELDS, strict=True):
+        key = f"{metric}_key"
+        metrics += [
+            f"sumMapIf(map(toInt64(ifNull({key}, 0)), toUInt64(1)), {key} IS NOT NULL)"
+            f" AS {metric}_buckets",
+            f"countIf({field} IS NOT NULL AND {key} IS NULL) AS {metric}_zero",
+            f"sum(ifNull({field}, 0)) AS {metric}_sum",
+            f"min({field}) AS {metric}_min",
+            f"max({field}) AS {metric}_max",
+        ]
+    out.append(
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS"
+        f" {layout.local('request_rollups_1m_mv')}{layout.on_cluster}"
+        f" TO {layout.local('request_rollups_1m')}"
+        f" AS SELECT toDateTime(toStartOfMinute(start), 'UTC') AS bucket, {labels},"
+        " count() AS requests, countIf(status = 'error') AS errors,"
+        " sum(ifNull(input_tokens, 0)) AS input_tokens,"
+        " sum(ifNull(output_tokens, 0)) AS output_tokens,"
+        " sum(ifNull(cached_tokens, 0)) AS cached_tokens, "
+        + ", ".join(metrics)
+        + f" FROM {layout.local('requests')} GROUP BY bucket, {labels}"
+    )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One migration: its number, its name and its statements (each idempotent, so that a step
@@ -219,6 +263,7 @@ STEPS: Final = (
     Step(1, "requests", _requests),
     Step(2, "request rollups (minute by the writer, hour and day by materialized views)", _rollups),
     Step(3, "server samples and their engines", server_sample_tables),
+    Step(4, "minute rollups by a materialized view over the rows' bucket keys", _rolled_from_rows),
 )
 
 

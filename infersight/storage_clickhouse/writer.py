@@ -1,25 +1,33 @@
-"""The request sink for ClickHouse: large inserts, each request stored once.
+"""The request sink for ClickHouse: large inserts, each request stored and counted once.
 
 A batch is split by day (one partition each: ClickHouse commits an insert of one block into one
-partition atomically) and into chunks of at most ``CHUNK`` rows. For each chunk:
+partition atomically) and into chunks of at most ``CHUNK`` rows. A request row carries its
+latency values' sketch bucket keys (``ttft_key``, …, computed by ``core.sketch``, so they equal
+PostgreSQL's to the bit) and its insert's token (``insert_token``); the minute rollups are a
+materialized view over ``requests`` (``schema``, step 4) and the hour and day rollups views over
+the minutes. For each chunk:
 
-1. the keys (start, trace id, span id) already stored are read and dropped — a replayed batch
-   stores nothing the second time;
-2. the minute rollup rows of the rest are inserted, then the rest itself, each with an insert
-   deduplication token made from the fresh keys (``insert_deduplication_token``, with
-   ``deduplicate_blocks_in_dependent_materialized_views`` for the hour and day views).
+1. the keys (start, trace id, span id) already stored are read, with their rows' insert tokens,
+   and dropped;
+2. each insert those stored rows came from is run again: its rows read back and inserted under
+   its own token (``insert_deduplication_token`` with
+   ``deduplicate_blocks_in_dependent_materialized_views``). ClickHouse recognises the rows as
+   done and runs the views, each of which stores its rollups only if it has not stored that
+   token's yet. An insert commits the rows before its views run, so a failure in between
+   (an error in a view, a lost connection, a kill -9) leaves rows without rollups; this
+   finishes it, however many other records the replay carries (the sidecar's spool reads its
+   oldest ready entries up to its batch size, and more became ready since);
+3. the rest is inserted, rows and rollups in one statement, under a token made from its keys.
 
-A crash between 2's two inserts is repaired by a replay of the same records: the keys are
-still not stored, so the same fresh set gives the same token, the rollups' insert is recognised
-as done, and the requests are inserted. A replay that carries more records (the sidecar's spool
-reads its oldest ready entries up to its batch size, and more became ready since) has another
-fresh set and token: the first attempt's requests are then counted twice in the rollups
-(docs/past-one-primary.md says what fixes it). The batch is acknowledged (returned) only when
-both are stored; an error raises ``Unavailable`` and the sidecar keeps its spool.
+The batch is acknowledged (returned) only when all of it is stored; an error raises
+``Unavailable`` and the sidecar keeps its spool.
 
 What this does not cover: two writers racing on the same key at the same moment (the raw row
 is then stored twice until a merge, and reads use ``FINAL``; its rollups would count it twice).
 One sidecar ships its own instance's spans one batch at a time, so its keys are never raced.
+A token is remembered for the last ``schema.DEDUP_WINDOW`` inserts on one server
+(``replicated_deduplication_window`` on a cluster): step 2 for a failure older than that would
+count the failed insert's requests twice.
 """
 
 from __future__ import annotations
@@ -44,15 +52,13 @@ from infersight.core.accept import AcceptWindow
 from infersight.core.errors import InvalidInput
 from infersight.core.records import (
     DURATION_FIELDS,
-    GROUP_LABELS,
     RECORD_FIELDS,
     RequestRecord,
     Role,
-    Status,
 )
 from infersight.core.sketch import DEFAULT_RELATIVE_ACCURACY, MIN_VALUE, QuantileSketch
 from infersight.core.write import WriteResult
-from infersight.storage_clickhouse.schema import METRICS, Layout, rollup_columns
+from infersight.storage_clickhouse.schema import Layout, key_columns
 from infersight.storage_clickhouse.transport import Transport, quote
 
 log = logging.getLogger(__name__)
@@ -63,10 +69,8 @@ CHUNK: Final = 200_000
 LOOKUP: Final = 2_000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO: Final = timedelta(microseconds=1)
-#: Bucket keys fit in ±2**20 (``core.sketch``'s bound on keys); a (group, key) pair packs into
-#: one int64 for counting.
-_KEY_OFFSET: Final = 1 << 20
-_KEY_SPAN: Final = 1 << 21
+#: Bucket keys fit in ±2**20 (``core.sketch``'s bound on keys; a key column is an Int32).
+_KEY_BOUND: Final = 1 << 20
 
 
 def micros(ts: datetime) -> int:
@@ -105,93 +109,51 @@ def payload(rows: Iterable[Sequence[Any]]) -> bytes:
     return "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows).encode()
 
 
-def rollup_rows(records: Sequence[RequestRecord]) -> list[list[Any]]:
-    """The minute rollup rows of ``records``, in ``schema.rollup_columns`` order: per series and
-    minute the counts, and per latency metric its sketch's buckets (keys from
-    ``QuantileSketch.keys_for``: PostgreSQL's rollups hold the same), zero count, sum, min and
-    max."""
-    index: dict[tuple[Any, ...], int] = {}
-    ids = np.fromiter(
-        (
-            index.setdefault(
-                (*(getattr(r, n) for n in GROUP_LABELS), micros(r.start) // 60_000_000),
-                len(index),
-            )
-            for r in records
-        ),
-        dtype=np.int64,
-        count=len(records),
-    )
-    n = len(index)
-    errors = np.bincount(
-        ids, weights=[r.status is Status.ERROR for r in records], minlength=n
-    ).astype(np.int64)
-    counts = np.bincount(ids, minlength=n)
-    tokens = {
-        name: np.bincount(
-            ids, weights=[getattr(r, name) or 0 for r in records], minlength=n
-        ).astype(np.int64)
-        for name in ("input_tokens", "output_tokens", "cached_tokens")
-    }
+def key_rows(records: Sequence[RequestRecord]) -> list[list[int | None]]:
+    """Per record, its latency values' sketch bucket keys (``schema.key_columns`` order):
+    ``QuantileSketch.keys_for`` of each value, ``None`` for no value or one the sketch counts as
+    zero."""
     template = QuantileSketch(DEFAULT_RELATIVE_ACCURACY)
-    metric_columns: list[list[Any]] = []
+    columns: list[list[int | None]] = []
     for field in DURATION_FIELDS:
         values = np.fromiter(
             (np.nan if (v := getattr(r, field)) is None else v for r in records),
             dtype=np.float64,
             count=len(records),
         )
-        present = ~np.isnan(values)
-        gids, vals = ids[present], values[present]
-        positive = vals >= MIN_VALUE
-        zero = np.bincount(gids[~positive], minlength=n)
-        total = np.bincount(gids, weights=vals, minlength=n)
-        low = np.full(n, np.inf)
-        high = np.full(n, -np.inf)
-        np.minimum.at(low, gids, vals)
-        np.maximum.at(high, gids, vals)
-        buckets: list[dict[str, int]] = [{} for _ in range(n)]
+        positive = values >= MIN_VALUE  # NaN compares false
+        column: list[int | None] = [None] * len(records)
         if positive.any():
-            keys = template.keys_for(vals[positive])
-            if keys.min() <= -_KEY_OFFSET or keys.max() >= _KEY_OFFSET:
+            keys = template.keys_for(values[positive])
+            if keys.min() <= -_KEY_BOUND or keys.max() >= _KEY_BOUND:
                 raise InvalidInput(f"{field} holds a value outside the sketch's range")
-            packed = gids[positive] * _KEY_SPAN + (keys + _KEY_OFFSET)
-            pairs, amounts = np.unique(packed, return_counts=True)
-            for pair, amount in zip(pairs.tolist(), amounts.tolist(), strict=True):
-                group, key = divmod(pair, _KEY_SPAN)
-                buckets[group][str(key - _KEY_OFFSET)] = amount
-        held = np.bincount(gids, minlength=n) > 0
-        metric_columns.append(
-            [
-                [
-                    buckets[g],
-                    int(zero[g]),
-                    float(total[g]),
-                    float(low[g]) if held[g] else None,
-                    float(high[g]) if held[g] else None,
-                ]
-                for g in range(n)
-            ]
-        )
-    rows = []
-    for (*labels, minute), g in index.items():
-        row: list[Any] = [f"{datetime.fromtimestamp(minute * 60, UTC):%Y-%m-%d %H:%M:%S}"]
-        row += labels
-        row += [int(counts[g]), int(errors[g])]
-        row += [int(tokens[name][g]) for name in ("input_tokens", "output_tokens", "cached_tokens")]
-        for column in metric_columns:
-            row += column[g]
-        rows.append(row)
-    return rows
+            for at, key in zip(np.flatnonzero(positive).tolist(), keys.tolist(), strict=True):
+                column[at] = key
+        columns.append(column)
+    return [list(keys) for keys in zip(*columns, strict=True)]
 
 
-_ROLLUP_NAMES: Final = tuple(name for name, _ in rollup_columns())
-assert len(rollup_columns()) == 1 + len(GROUP_LABELS) + 5 + 5 * len(METRICS)
+#: The columns the writer inserts into ``requests``.
+STORED_FIELDS: Final = (*RECORD_FIELDS, *key_columns(), "insert_token")
+
+
+def stored_rows(records: Sequence[RequestRecord], token: str) -> list[list[Any]]:
+    """``records`` as the writer stores them (``STORED_FIELDS`` order)."""
+    return [
+        [*row, *keys, token] for row, keys in zip(raw_rows(records), key_rows(records), strict=True)
+    ]
+
+
+def _token(records: Iterable[RequestRecord]) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(_key(r) for r in records):
+        digest.update(f"{key[0]}/{key[1]}/{key[2]};".encode())
+    return "q" + digest.hexdigest()
 
 
 class ClickHouseWriter:
-    """Request records into ClickHouse: ``core.write.Sink``'s ``write_requests``; samples and
-    client records stay the SQL store's in this slice (``hybrid.HybridSink``)."""
+    """Request records into ClickHouse: ``core.write.Sink``'s ``write_requests`` (the other
+    kinds have writers of their own, ``hybrid.HybridSink``)."""
 
     def __init__(
         self,
@@ -214,7 +176,7 @@ class ClickHouseWriter:
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         """Store the user requests of ``records``, each key once: ``inserted + duplicates +
         refused == received``, counting user requests only (prefill legs of disaggregated
-        requests are the SQL store's in this slice, and left out of the answer)."""
+        requests are the SQL store's, and left out of the answer)."""
         users_in = [r for r in records if r.role is not Role.PREFILL]
         received = len(users_in)
         users = self._accepted(users_in)
@@ -227,33 +189,33 @@ class ClickHouseWriter:
             by_day[record.start.astimezone(UTC).date()].append(record)
         inserted = 0
         for day in sorted(by_day):
-            rows = by_day[day]
+            rows = sorted(by_day[day], key=_key)
             for i in range(0, len(rows), CHUNK):
-                inserted += self._store_chunk(rows[i : i + CHUNK])
+                inserted += self._store_chunk(day, rows[i : i + CHUNK])
         return WriteResult(received, inserted, len(users) - inserted, refused)
 
-    def _stored_keys(self, records: Sequence[RequestRecord]) -> set[tuple[int, str, str]]:
-        """The keys of ``records`` already stored, looked up ``LOOKUP`` keys a statement (a
-        statement stays far below ClickHouse's ``max_query_size``), each within its keys' time
-        range, models and instances (the table's order)."""
-        out: set[tuple[int, str, str]] = set()
-        ordered = sorted(records, key=_key)
-        if not self._any_stored(ordered):
+    def _stored_keys(self, records: Sequence[RequestRecord]) -> dict[tuple[int, str, str], str]:
+        """The keys of ``records`` (sorted by key) already stored, each with its row's insert
+        token, looked up ``LOOKUP`` keys a statement (a statement stays far below ClickHouse's
+        ``max_query_size``), each within its keys' time range, models and instances (the
+        table's order)."""
+        out: dict[tuple[int, str, str], str] = {}
+        if not self._any_stored(records):
             return out
-        for i in range(0, len(ordered), LOOKUP):
-            part = ordered[i : i + LOOKUP]
+        for i in range(0, len(records), LOOKUP):
+            part = records[i : i + LOOKUP]
             models = ", ".join(quote(m) for m in sorted({r.model for r in part}))
             instances = ", ".join(quote(m) for m in sorted({r.instance for r in part}))
             spans = ", ".join(f"({quote(r.trace_id)}, {quote(r.span_id)})" for r in part)
             rows = self.transport.rows(
-                "SELECT toUnixTimestamp64Micro(start), trace_id, span_id"
+                "SELECT toUnixTimestamp64Micro(start), trace_id, span_id, insert_token"
                 f" FROM {self.layout.table('requests')}"
                 f" WHERE model IN ({models}) AND instance IN ({instances})"
                 f" AND start >= {quote(_text(part[0].start))}"
                 f" AND start <= {quote(_text(part[-1].start))}"
                 f" AND (trace_id, span_id) IN ({spans})"
             )
-            out.update((int(m), t, s) for m, t, s in rows)
+            out.update(((int(m), t, s), token) for m, t, s, token in rows)
         return out
 
     def _any_stored(self, ordered: Sequence[RequestRecord]) -> bool:
@@ -269,16 +231,9 @@ class ClickHouseWriter:
         )
         return bool(rows and rows[0][0])
 
-    def _store_chunk(self, records: Sequence[RequestRecord]) -> int:
-        stored = self._stored_keys(records)
-        fresh = [r for r in records if _key(r) not in stored] if stored else list(records)
-        if not fresh:
-            return 0
-        digest = hashlib.sha256()
-        for key in sorted(_key(r) for r in fresh):
-            digest.update(f"{key[0]}/{key[1]}/{key[2]};".encode())
-        token = digest.hexdigest()
+    def _settings(self, token: str) -> dict[str, Any]:
         settings: dict[str, Any] = {
+            "insert_deduplication_token": token,
             "deduplicate_blocks_in_dependent_materialized_views": 1,
             "input_format_parallel_parsing": 0,
             "max_insert_block_size": CHUNK * 2,
@@ -287,16 +242,34 @@ class ClickHouseWriter:
         }
         if self.layout.cluster:
             settings["distributed_foreground_insert"] = 1
-        self.transport.insert(
-            self.layout.table("request_rollups_1m"),
-            _ROLLUP_NAMES,
-            payload(rollup_rows(fresh)),
-            {**settings, "insert_deduplication_token": "r" + token},
+        return settings
+
+    def _finish(self, day: date, token: str) -> None:
+        """Run the insert ``token`` again: its rows, read back in the order it inserted them,
+        under its token, so that each view stores what it has not stored yet."""
+        rows = self.transport.rows(
+            f"SELECT {', '.join(STORED_FIELDS)} FROM {self.layout.table('requests')} FINAL"
+            f" WHERE toDate(start) = {quote(day.isoformat())}"
+            f" AND insert_token = {quote(token)} ORDER BY start, trace_id, span_id"
         )
+        if rows:
+            self.transport.insert(
+                self.layout.table("requests"), STORED_FIELDS, payload(rows), self._settings(token)
+            )
+
+    def _store_chunk(self, day: date, records: Sequence[RequestRecord]) -> int:
+        stored = self._stored_keys(records)
+        # Rows stored before schema step 4 have no token: that writer stored their rollups.
+        for token in sorted({t for t in stored.values() if t}):
+            self._finish(day, token)
+        fresh = [r for r in records if _key(r) not in stored] if stored else list(records)
+        if not fresh:
+            return 0
+        token = _token(fresh)
         self.transport.insert(
             self.layout.table("requests"),
-            RECORD_FIELDS,
-            payload(raw_rows(fresh)),
-            {**settings, "insert_deduplication_token": "q" + token},
+            STORED_FIELDS,
+            payload(stored_rows(fresh, token)),
+            self._settings(token),
         )
         return len(fresh)

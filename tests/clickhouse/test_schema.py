@@ -34,6 +34,7 @@ def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
             "request_rollups_1m",
             "request_rollups_1h",
             "request_rollups_1d",
+            "request_rollups_1m_mv",
             "request_rollups_1h_mv",
             "request_rollups_1d_mv",
             "server_samples",
@@ -74,7 +75,12 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
         assert " ON CLUSTER 'prod'" in statement
         chdb.rows("EXPLAIN AST " + statement)  # ClickHouse parses it
     distributed = [s for s in cluster if "ENGINE = Distributed" in s]
-    local = [s for s in cluster if "ENGINE = Distributed" not in s]
+    # a column added to a local table is added to its Distributed twin as well
+    twins = [s for s in cluster if s.startswith("ALTER TABLE infersight.requests ")]
+    assert [s.replace("requests ", "requests_local ", 1) for s in twins] == [
+        s for s in cluster if s.startswith("ALTER TABLE infersight.requests_local ")
+    ]
+    local = [s for s in cluster if "ENGINE = Distributed" not in s and s not in twins]
     # every table but the database has its Distributed twin, sharded by the series
     assert len(distributed) == 7
     for statement in distributed:
@@ -93,9 +99,12 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
                 r"\w+_local', '\{replica\}'\)",
                 statement,
             )
-        if "MATERIALIZED VIEW" in statement:  # each shard aggregates its own minutes
+        if "MATERIALIZED VIEW" in statement:  # each shard aggregates its own rows and minutes
             assert "TO infersight.request_rollups_1" in statement
-            assert statement.endswith("FROM infersight.request_rollups_1m_local")
+            assert re.search(
+                r"FROM infersight\.(request_rollups_1m|requests)_local( GROUP BY [\w, ]+)?$",
+                statement,
+            )
     # the local tables are the single server's tables
     assert [_local_form(s) for s in local] == [
         s.replace(", non_replicated_deduplication_window = 100000", "") for s in single
