@@ -25,7 +25,7 @@ from infersight.core.accept import AcceptWindow
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import LatencyResult, Method, Selector, Throughput
 from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
-from infersight.core.samples import ServerSample
+from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.window import Resolution, Window
 from infersight.core.write import Sink, WriteResult
 from infersight.storage.seam import (
@@ -83,9 +83,9 @@ def _attributed(selector: Selector, group_by: Sequence[str]) -> bool:
 
 
 class HybridSink:
-    """Request records and server scrapes into ClickHouse and the SQL store, acknowledged once
-    both stored them; GPU samples, client records, attributions and late sequences into the SQL
-    store (its other methods are reached through ``__getattr__``)."""
+    """Request records, server scrapes and GPU samples into ClickHouse and the SQL store,
+    acknowledged once both stored them; client records, attributions and late sequences into
+    the SQL store (its other methods are reached through ``__getattr__``)."""
 
     def __init__(self, sql: Sink, clickhouse: ClickHouseWriter, telemetry: Telemetry) -> None:
         self._sql = sql
@@ -114,6 +114,13 @@ class HybridSink:
         (``demand.models_seen``) still read: acknowledged once both stored them."""
         self._samples.write_server_samples(samples)
         return self._sql.write_server_samples(samples)
+
+    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
+        """Into ClickHouse (which the raw GPU reads of ``samples`` answer from), then into the
+        SQL store, whose GPU rollups (``storage.gpu_rollup``) cost, the purchasing hours, a
+        baseline's utilisation and long GPU charts read: acknowledged once both stored them."""
+        self._samples.write_gpu_samples(samples)
+        return self._sql.write_gpu_samples(samples)
 
 
 class HybridIngest:

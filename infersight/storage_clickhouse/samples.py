@@ -25,18 +25,29 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 from infersight.core.accept import AcceptWindow
-from infersight.core.samples import SERVER_METRIC_FIELDS, ServerSample
-from infersight.core.window import Window
+from infersight.core.samples import (
+    BENIGN_REASONS,
+    SERVER_METRIC_FIELDS,
+    THROTTLE_REASONS,
+    GpuSample,
+    ServerSample,
+)
+from infersight.core.window import Resolution, Window
 from infersight.storage.seam import (
     HOT_MARGIN,
     EngineBucket,
     EngineSummary,
     Gauges,
+    GpuBucket,
     SampleStore,
     ServerEvidence,
     ServerSummary,
 )
-from infersight.storage_clickhouse.samples_schema import ENGINE_COLUMNS, SERVER_COLUMNS
+from infersight.storage_clickhouse.samples_schema import (
+    ENGINE_COLUMNS,
+    GPU_COLUMNS,
+    SERVER_COLUMNS,
+)
 from infersight.storage_clickhouse.schema import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
 from infersight.storage_clickhouse.writer import payload
@@ -57,10 +68,23 @@ SERVER_FIGURES: Final = (
     "requests_waiting",
     "requests_deferred",
 )
+#: The GPU fields ``gpu_series`` averages: ``storage.timeseries.GPU_MEANS``.
+GPU_MEANS: Final = (
+    "util_gpu",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "temperature_c",
+    "sm_clock_mhz",
+)
+#: GPU charts over windows up to this long read raw samples: ``storage.timeseries``'s.
+GPU_ROLLUP_MIN_S: Final = 6 * 3600.0
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO: Final = timedelta(microseconds=1)
 
 ServerKey = tuple[int, str]
+GpuKey = tuple[int, str, int]
 
 
 def _micros(ts: datetime) -> int:
@@ -157,6 +181,65 @@ class SampleWriter:
             SERVER_COLUMNS,
             payload(rows),
             {**settings, "insert_deduplication_token": "s" + token},
+        )
+        return len(fresh)
+
+    def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
+        """Store ``samples`` (each key once); how many were stored now."""
+        if self.accept is not None:
+            low, high = self.accept.bounds(self.clock())
+            samples = [s for s in samples if low <= s.ts <= high]
+        by_key: dict[GpuKey, GpuSample] = {}
+        for sample in samples:
+            by_key[(_micros(sample.ts), sample.instance, sample.gpu_index)] = sample
+        by_day: dict[date, list[GpuSample]] = defaultdict(list)
+        for sample in by_key.values():
+            by_day[sample.ts.astimezone(UTC).date()].append(sample)
+        return sum(self._store_gpu_day(by_day[day]) for day in sorted(by_day))
+
+    def _stored_gpu(self, samples: Sequence[GpuSample]) -> set[GpuKey]:
+        out: set[GpuKey] = set()
+        ordered = sorted(samples, key=lambda s: (s.ts, s.instance, s.gpu_index))
+        table = self.layout.table("gpu_samples")
+        for i in range(0, len(ordered), LOOKUP):
+            part = ordered[i : i + LOOKUP]
+            keys = ", ".join(
+                f"({quote(s.instance)}, {int(s.gpu_index)}, {_micros(s.ts)})" for s in part
+            )
+            rows = self.transport.rows(
+                f"SELECT toUnixTimestamp64Micro(ts), instance, gpu_index FROM {table}"
+                f" WHERE instance IN ({_in({s.instance for s in part})})"
+                f" AND ts >= {quote(_text(part[0].ts))} AND ts <= {quote(_text(part[-1].ts))}"
+                f" AND (instance, gpu_index, toUnixTimestamp64Micro(ts)) IN ({keys})"
+            )
+            out.update((int(m), str(i), int(g)) for m, i, g in rows)
+        return out
+
+    def _store_gpu_day(self, samples: Sequence[GpuSample]) -> int:
+        stored = self._stored_gpu(samples)
+        fresh = [s for s in samples if (_micros(s.ts), s.instance, s.gpu_index) not in stored]
+        if not fresh:
+            return 0
+        digest = hashlib.sha256()
+        for micros, instance, index in sorted(
+            (_micros(s.ts), s.instance, s.gpu_index) for s in fresh
+        ):
+            digest.update(f"{micros}/{instance}/{index};".encode())
+        settings: dict[str, Any] = {
+            "input_format_parallel_parsing": 0,
+            "insert_deduplication_token": "g" + digest.hexdigest(),
+        }
+        if self.layout.cluster:
+            settings["distributed_foreground_insert"] = 1
+        rows = []
+        for s in fresh:
+            row: list[Any] = [_text(s.ts)]
+            for name in GPU_COLUMNS[1:]:
+                value = getattr(s, name)
+                row.append(",".join(value) if name == "throttle_reasons" else value)
+            rows.append(row)
+        self.transport.insert(
+            self.layout.table("gpu_samples"), GPU_COLUMNS, payload(rows), settings
         )
         return len(fresh)
 
@@ -309,6 +392,86 @@ class SampleReads:
             for r in rows
         }
 
+    def gpu_utilisation(
+        self, instances: Sequence[str], window: Window
+    ) -> tuple[float | None, datetime | None]:
+        if not instances:
+            return None, None
+        rows = self.transport.rows(
+            "SELECT count(), avg(util_gpu), toUnixTimestamp64Micro(max(ts))"
+            f" FROM {self.layout.table('gpu_samples')} FINAL"
+            f" WHERE {self._where(window, list(instances)[:MAX_INSTANCES])}"
+            " AND util_gpu IS NOT NULL"
+        )
+        if not rows or not rows[0][0]:
+            return None, None
+        return float(rows[0][1]), _at(rows[0][2])
+
+    def raw_gpu_series(
+        self, window: Window, step_s: int, instances: Sequence[str] | None = None
+    ) -> list[GpuBucket]:
+        """``gpu_series`` from raw samples, as ``storage.timeseries`` reads them: per GPU, step
+        bucket and list of clock-event reasons the means and counts, weighed back together by
+        sample count."""
+        step = int(step_s)
+        means = ", ".join(f"avg({name})" for name in GPU_MEANS)
+        rows = self.transport.rows(
+            f"SELECT instance, gpu_index, intDiv(toUnixTimestamp(ts), {step}) * {step} AS at,"
+            f" throttle_reasons, count(), {means}, max(ecc_sbe_total), max(ecc_dbe_total),"
+            f" max(xid_last), max(name) FROM {self.layout.table('gpu_samples')} FINAL"
+            f" WHERE {self._where(window, instances)}"
+            " GROUP BY instance, gpu_index, at, throttle_reasons"
+        )
+        n = len(GPU_MEANS)
+        slots: dict[tuple[int, str, int], dict[str, Any]] = {}
+        for row in rows:
+            instance, index, at, reasons, count = row[:5]
+            count = int(count)
+            slot = slots.setdefault(
+                (int(at), str(instance), int(index)),
+                {"samples": 0, "sums": [0.0] * n, "counts": [0] * n, "throttled": 0,
+                 "reasons": defaultdict(int), "maxima": [None, None, None], "name": ""},
+            )  # fmt: skip
+            slot["samples"] += count
+            for i, mean in enumerate(row[5 : 5 + n]):
+                if mean is not None:
+                    slot["sums"][i] += float(mean) * count
+                    slot["counts"][i] += count
+            hard = [r for r in str(reasons).split(",") if r and r not in BENIGN_REASONS]
+            if hard:
+                slot["throttled"] += count
+                for reason in hard:
+                    if reason in THROTTLE_REASONS:
+                        slot["reasons"][reason] += count
+            for i, value in enumerate(row[5 + n : 8 + n]):
+                if value is not None:
+                    held = slot["maxima"][i]
+                    slot["maxima"][i] = value if held is None else max(held, value)
+            slot["name"] = max(slot["name"], str(row[8 + n] or ""))
+        out = []
+        for (at, instance, index), slot in sorted(slots.items()):
+            sbe, dbe, xid = slot["maxima"]
+            out.append(
+                GpuBucket(
+                    instance=instance,
+                    gpu_index=index,
+                    bucket=datetime.fromtimestamp(at, UTC),
+                    samples=slot["samples"],
+                    means={
+                        GPU_MEANS[i]: slot["sums"][i] / slot["counts"][i]
+                        for i in range(n)
+                        if slot["counts"][i]
+                    },
+                    throttled_samples=slot["throttled"],
+                    reasons=dict(slot["reasons"]),
+                    ecc_sbe_total=_float(sbe),
+                    ecc_dbe_total=_float(dbe),
+                    xid_last=None if xid is None else int(xid),
+                    name=slot["name"],
+                )
+            )
+        return out
+
 
 class HybridSamples:
     """``SampleStore``: the server-scrape reads from ClickHouse; the GPU reads are the SQL
@@ -343,3 +506,25 @@ class HybridSamples:
 
     def server_evidence(self, window: Window) -> dict[str, ServerEvidence]:
         return self._reads.server_evidence(window)
+
+    def gpu_utilisation(
+        self, instances: Sequence[str], window: Window
+    ) -> tuple[float | None, datetime | None]:
+        return self._reads.gpu_utilisation(instances, window)
+
+    def gpu_series(
+        self,
+        window: Window,
+        step_s: int,
+        instances: Sequence[str] | None = None,
+        finest: Resolution = Resolution.MINUTE,
+        *,
+        raw_only: bool = False,
+    ) -> list[GpuBucket]:
+        """From raw samples in ClickHouse where the SQL store reads raw samples alone (a short
+        window, a step of seconds, ``raw_only``); from the SQL store's GPU rollups otherwise."""
+        if step_s < 1:
+            raise ValueError("step_s must be at least one second")
+        if raw_only or step_s % 60 or window.seconds <= GPU_ROLLUP_MIN_S:
+            return self._reads.raw_gpu_series(window, step_s, instances)
+        return self._sql.gpu_series(window, step_s, instances, finest, raw_only=raw_only)

@@ -1,13 +1,14 @@
-"""ClickHouse tables of the servers' scrapes (issue #36): ``server_samples`` (one row per scrape
-of an instance) and ``server_engine_samples`` (one row per data-parallel engine of a scrape).
+"""ClickHouse tables of the servers' scrapes and the GPUs' samples (issue #36):
+``server_samples`` (one row per scrape of an instance), ``server_engine_samples`` (one row per
+data-parallel engine of a scrape) and ``gpu_samples`` (one row per GPU and sample).
 
 Each is a ``ReplacingMergeTree`` whose sorting key is the SQL store's primary key, instance
-first — ``(instance, ts)`` and ``(instance, ts, rank)``: the reads pin instances (or a model,
-which a few instances serve) and a time range — so a row stored twice is one row after merges;
-the writer (``storage_clickhouse.samples``) stores each key once and reads use ``FINAL``.
-Partitioned by day, with the raw retention as ``TTL`` (``Layout.raw_days``). On a cluster each
-is ``<name>_local`` (``Replicated*``) under a ``Distributed`` table sharded by
-``cityHash64(instance)``: an instance's scrapes and engines live on one shard.
+first — ``(instance, ts)``, ``(instance, ts, rank)``, ``(instance, gpu_index, ts)``: the reads
+pin instances (or a model, which a few instances serve) and a time range — so a row stored twice
+is one row after merges; the writer (``storage_clickhouse.samples``) stores each key once and
+reads use ``FINAL``. Partitioned by day, with the raw retention as ``TTL`` (``Layout.raw_days``).
+On a cluster each is ``<name>_local`` (``Replicated*``) under a ``Distributed`` table sharded by
+``cityHash64(instance)``: an instance's scrapes, engines and GPUs live on one shard.
 """
 
 from __future__ import annotations
@@ -73,3 +74,63 @@ def server_sample_tables(layout: Layout) -> list[str]:
             *_distributed(layout, name),
         ]
     return out
+
+
+#: Columns of ``gpu_samples`` in insert order (the SQL table's).
+GPU_COLUMNS: Final = (
+    "ts",
+    "instance",
+    "gpu_index",
+    "uuid",
+    "name",
+    "util_gpu",
+    "util_memory",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "energy_j",
+    "temperature_c",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "throttle_reasons",
+    "ecc_sbe_total",
+    "ecc_dbe_total",
+    "xid_last",
+    "sm_occupancy",
+    "dram_bw_util",
+    "tensor_util",
+    "gpu_slice",
+    "parent_uuid",
+    "gpu_instance_id",
+)
+_GPU_TYPES: Final = {
+    "ts": "DateTime64(6, 'UTC')",
+    "instance": _LABEL,
+    "gpu_index": "UInt16",
+    "uuid": _LABEL,
+    "name": _LABEL,
+    "throttle_reasons": _LABEL,
+    "xid_last": "Nullable(Int64)",
+    "gpu_slice": _LABEL,
+    "parent_uuid": _LABEL,
+    "gpu_instance_id": "Nullable(Int32)",
+}
+
+
+def gpu_sample_tables(layout: Layout) -> list[str]:
+    """``gpu_samples``, one row per GPU and sample, ordered ``(instance, gpu_index, ts)`` (the
+    SQL store's key, instance first). Its rollups stay the SQL store's: a sample's share of GPU
+    time depends on the GPU's next sample (``storage.gpu_rollup``), which a materialized view,
+    seeing one insert's rows, cannot know."""
+    columns = ",\n    ".join(f"{c} {_GPU_TYPES.get(c, 'Nullable(Float64)')}" for c in GPU_COLUMNS)
+    return [
+        f"CREATE TABLE IF NOT EXISTS {layout.local('gpu_samples')}{layout.on_cluster} (\n"
+        f"    {columns}\n"
+        f") ENGINE = {layout.engine('ReplacingMergeTree', 'gpu_samples')}\n"
+        "PARTITION BY toDate(ts)\n"
+        "ORDER BY (instance, gpu_index, ts)"
+        + layout.ttl("toDateTime(ts)", layout.raw_days)
+        + layout.settings(),
+        *_distributed(layout, "gpu_samples"),
+    ]

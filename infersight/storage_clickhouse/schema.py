@@ -37,7 +37,7 @@ from typing import Final
 
 from infersight.core.errors import InvalidInput
 from infersight.core.records import DURATION_FIELDS, GROUP_LABELS
-from infersight.storage_clickhouse.samples_schema import server_sample_tables
+from infersight.storage_clickhouse.samples_schema import gpu_sample_tables, server_sample_tables
 from infersight.storage_clickhouse.transport import Transport, quote
 
 #: The latency metrics a rollup row keeps a sketch of (``ttft`` for ``ttft_s``, …).
@@ -264,6 +264,7 @@ STEPS: Final = (
     Step(2, "request rollups (minute by the writer, hour and day by materialized views)", _rollups),
     Step(3, "server samples and their engines", server_sample_tables),
     Step(4, "minute rollups by a materialized view over the rows' bucket keys", _rolled_from_rows),
+    Step(5, "GPU samples", gpu_sample_tables),
 )
 
 

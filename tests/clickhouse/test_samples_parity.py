@@ -1,6 +1,7 @@
-"""The same server scrapes in the SQL store (SQLite and PostgreSQL) and in ClickHouse (chdb)
-answer every scrape read of ``SampleStore`` the same, and each scrape is stored once in
-ClickHouse however often its batch comes — also after a batch failed half-way through."""
+"""The same server scrapes and GPU samples in the SQL store (SQLite and PostgreSQL) and in
+ClickHouse (chdb) answer every scrape read and raw GPU read of ``SampleStore`` the same, and each
+is stored once in ClickHouse however often its batch comes — also after a batch failed half-way
+through."""
 
 from __future__ import annotations
 
@@ -14,11 +15,16 @@ import numpy as np
 import pytest
 
 from infersight.core.errors import Unavailable
-from infersight.core.samples import EngineSample, ServerSample, combine_engines
+from infersight.core.samples import EngineSample, GpuSample, ServerSample, combine_engines
 from infersight.core.window import Window
-from infersight.storage import server_engines
+from infersight.storage import server_engines, timeseries
 from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
-from infersight.storage_clickhouse.samples import SERVER_FIGURES, SampleWriter
+from infersight.storage_clickhouse.samples import (
+    GPU_MEANS,
+    GPU_ROLLUP_MIN_S,
+    SERVER_FIGURES,
+    SampleWriter,
+)
 from infersight.storage_clickhouse.transport import Transport
 from tests.conftest import Store
 
@@ -138,8 +144,10 @@ def filled(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list
     return hybrid, store, scrapes
 
 
-def test_the_figures_read_are_the_sql_stores(filled: Any) -> None:
+def test_the_figures_read_are_the_sql_stores() -> None:
     assert SERVER_FIGURES == server_engines.SERVER_FIGURES
+    assert GPU_MEANS == timeseries.GPU_MEANS
+    assert GPU_ROLLUP_MIN_S == timeseries.GPU_ROLLUP_MIN_S
 
 
 def test_each_scrape_and_engine_is_stored_once(filled: Any, telemetry: Telemetry) -> None:
@@ -258,3 +266,105 @@ def test_a_batch_stored_in_clickhouse_only_is_stored_in_sql_by_its_replay(
     window = WINDOWS[3]
     _same(hybrid.samples.server_summaries(window), store.sql.samples.server_summaries(window))
     _same(hybrid.samples.engine_summaries(window), store.sql.samples.engine_summaries(window))
+
+
+GPU_INSTANCES = ("g-a", "g-b", "g-c")
+REASONS = ("gpu_idle", "sw_power_cap", "hw_slowdown", "applications_clocks_setting", "sync_boost")
+
+
+def _gpu_samples(n_per_gpu: int = 150) -> list[GpuSample]:
+    """Two GPUs on each of three instances over two and a half days at irregular times, with
+    figures missing at random, clock-event reasons benign and hard, and error counters."""
+    rng = np.random.default_rng(37)
+    out = []
+    for instance in GPU_INSTANCES:
+        for index in range(2):
+            offsets = np.sort(rng.uniform(0, 2.5 * 86400, n_per_gpu))
+            for k, offset in enumerate(offsets):
+                picked = tuple(r for r in REASONS if rng.random() < 0.2)
+                out.append(
+                    GpuSample(
+                        ts=T0 + timedelta(microseconds=int(offset * 1e6)),
+                        instance=instance,
+                        gpu_index=index,
+                        uuid=f"GPU-{instance}-{index}",
+                        name="NVIDIA H100 80GB HBM3",
+                        util_gpu=_maybe(rng, float(rng.uniform(0, 1))),
+                        util_memory=float(rng.uniform(0, 1)),
+                        memory_used_bytes=float(rng.integers(1, 80)) * 2**30,
+                        memory_total_bytes=80.0 * 2**30,
+                        power_w=_maybe(rng, float(rng.uniform(60, 700)), 0.05),
+                        power_limit_w=700.0,
+                        energy_j=float(k * 1000),
+                        temperature_c=float(rng.uniform(30, 85)),
+                        sm_clock_mhz=_maybe(rng, float(rng.uniform(800, 1980))),
+                        memory_clock_mhz=2619.0,
+                        throttle_reasons=picked,
+                        ecc_sbe_total=float(k // 40),
+                        ecc_dbe_total=_maybe(rng, 0.0, 0.5),
+                        xid_last=int(rng.integers(0, 80)) if rng.random() < 0.1 else None,
+                    )
+                )
+    order = rng.permutation(len(out))
+    return [out[i] for i in order]
+
+
+@pytest.fixture
+def gpus(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[GpuSample]]:
+    """GPU samples shipped through the hybrid sink in batches, every batch twice (a replay)."""
+    samples = _gpu_samples()
+    hybrid = HybridStore(store.sql, telemetry)
+    sink = hybrid.ingest.open_writer()
+    stored = 0
+    for i in range(0, len(samples), 113):
+        batch = samples[i : i + 113]
+        stored += sink.write_gpu_samples(batch)
+        assert sink.write_gpu_samples(batch) == 0
+    assert stored == len(samples)
+    return hybrid, store, samples
+
+
+def test_each_gpu_sample_is_stored_once_in_both(gpus: Any, telemetry: Telemetry) -> None:
+    hybrid, _, samples = gpus
+    assert _count(telemetry, "gpu_samples") == len(samples)
+    # The SQL store has them too: its rollups (cost, purchasing) are built from them.
+    hours = hybrid.samples.hourly_gpu_usage(T0, T0 + timedelta(days=3))
+    assert {h.instance for h in hours} == set(GPU_INSTANCES)
+
+
+#: Windows the SQL store reads from raw samples (at most GPU_ROLLUP_MIN_S long).
+SHORT = (
+    Window(T0 + timedelta(hours=1, seconds=7.25), T0 + timedelta(hours=6, seconds=0.5)),
+    Window(T0 + timedelta(days=1, hours=23), T0 + timedelta(days=2, hours=4)),
+    Window(T0 + timedelta(hours=5, seconds=10), T0 + timedelta(hours=5, seconds=50)),
+)
+
+
+@pytest.mark.parametrize("w", range(len(WINDOWS)))
+def test_every_raw_gpu_read_answers_as_the_sql_store(gpus: Any, w: int) -> None:
+    hybrid, store, _ = gpus
+    ch, sql = hybrid.samples, store.sql.samples
+    window = WINDOWS[w]
+    for instances in (None, ["g-b"], ["g-a", "g-c", "nobody"], []):
+        listed = list(GPU_INSTANCES) if instances is None else instances
+        _same(ch.gpu_utilisation(listed, window), sql.gpu_utilisation(listed, window))
+        for step in (7, 60, 300, 3600):
+            _same(
+                ch.gpu_series(window, step, instances, raw_only=True),
+                sql.gpu_series(window, step, instances, raw_only=True),
+            )
+    for short in SHORT:
+        for step in (15, 60, 600):
+            _same(ch.gpu_series(short, step), sql.gpu_series(short, step))
+
+
+def test_the_raw_gpu_reads_see_the_data(gpus: Any) -> None:
+    hybrid, _, samples = gpus
+    window = WINDOWS[3]
+    series = hybrid.samples.gpu_series(window, 86400, raw_only=True)
+    assert sum(b.samples for b in series) == len(samples)
+    assert any(b.throttled_samples for b in series)
+    assert {b.instance for b in series} == set(GPU_INSTANCES)
+    mean, newest = hybrid.samples.gpu_utilisation(["g-a"], window)
+    assert mean is not None
+    assert newest == max(s.ts for s in samples if s.instance == "g-a" and s.util_gpu is not None)

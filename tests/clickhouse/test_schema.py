@@ -39,6 +39,7 @@ def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
             "request_rollups_1d_mv",
             "server_samples",
             "server_engine_samples",
+            "gpu_samples",
         }
         engine = chdb.rows(
             "SELECT engine, partition_key, sorting_key FROM system.tables"
@@ -82,13 +83,13 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
     ]
     local = [s for s in cluster if "ENGINE = Distributed" not in s and s not in twins]
     # every table but the database has its Distributed twin, sharded by the series
-    assert len(distributed) == 7
+    assert len(distributed) == 8
     for statement in distributed:
         name = re.search(r"CREATE TABLE IF NOT EXISTS infersight\.(\w+) ", statement)
         assert name is not None
         assert f"AS infersight.{name[1]}_local" in statement
-        # a server's scrapes stay on one shard (they name no model per engine)
-        key = "instance" if name[1].startswith("server_") else "model, instance"
+        # a server's scrapes and GPUs stay on one shard (they name no model per engine or GPU)
+        key = "instance" if name[1].startswith(("server_", "gpu_")) else "model, instance"
         assert statement.endswith(
             f"Distributed('prod', 'infersight', '{name[1]}_local', cityHash64({key}))"
         )
