@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypedDict, Unpack
 
 from sqlalchemy import Engine
@@ -30,7 +30,7 @@ from infersight.core.cost import CostModel
 from infersight.core.errors import ConfigurationError, InvalidInput
 from infersight.core.model_names import ModelAliases
 from infersight.core.retention import RetentionPolicy
-from infersight.service.budgets import MoneyAlerts
+from infersight.service.budgets import MoneyAlerts, MoneySnapshot
 from infersight.service.cost_spec import active_model
 from infersight.service.diagnosis import DiagnosisListener
 from infersight.service.evaluation import Evaluator, default_policy
@@ -109,6 +109,14 @@ class AppContext:
         """The cost model in use: the stored one named by the settings, or the example."""
         model: CostModel = active_model(self.store, self.settings.cost_model)
         return model
+
+
+def money_results(app: AppContext) -> tuple[MoneySnapshot | None, timedelta]:
+    """The money job's last judgements in this process (``None`` before its first run, or
+    where the jobs run elsewhere) and how old they may be and still be shown."""
+    money = app.jobs.money
+    recent = money.latest if isinstance(money, MoneyAlerts) else None
+    return recent, app.jobs.reuse_age("money")
 
 
 def listen_host(settings: ApiSettings) -> str:

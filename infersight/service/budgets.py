@@ -554,6 +554,26 @@ class MoneyReport:
     problems: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class MoneySnapshot:
+    """One money cycle's judgements, as the alerts were decided on them: each budget's status
+    (or why it could not be evaluated) and each cost step. The Budgets page and
+    ``GET /api/v1/budgets`` show them while they are fresh instead of pricing every budget's
+    windows and the eight step windows again per view (``budget_views``, ``cost_step_views``);
+    open alerts are read afresh either way."""
+
+    at: datetime
+    model: CostModel
+    version: str
+    budgets: tuple[tuple[Budget, BudgetStatus | None, str | None], ...]
+    steps: tuple[tuple[str, StepJudgement], ...]
+    step_policy: StepPolicy = DEFAULT_STEP
+
+    def fresh(self, model: CostModel, now: datetime, max_age: timedelta) -> bool:
+        """Judged under ``model`` at most ``max_age`` before ``now``."""
+        return self.model == model and now - max_age <= self.at <= now
+
+
 class MoneyAlerts:
     """The money alerts' job: budgets, then cost steps; one ``__call__`` per interval."""
 
@@ -568,6 +588,9 @@ class MoneyAlerts:
         self.cost_model = cost_model
         self.announce = announce
         self.step_policy = step_policy
+        #: The last cycle's judgements (replaced whole, so a reader in another thread sees
+        #: one cycle's); ``None`` before the first.
+        self.latest: MoneySnapshot | None = None
 
     def __call__(self, now: datetime) -> MoneyReport:
         model = self.cost_model()
@@ -576,13 +599,16 @@ class MoneyAlerts:
         problems: list[str] = []
         budgets = self.store.budgets.all()
         reader = SpendReader(self.store, model)
+        judged: list[tuple[Budget, BudgetStatus | None, str | None]] = []
         for budget in budgets:
             try:
                 status = budget_status(self.store, budget, model, now, reader)
             except InvalidInput as exc:
                 problems.append(f"{budget.name}: {exc}")
+                judged.append((budget, None, str(exc)))
                 log.warning("budget %s not evaluated: %s", budget.name, exc)
                 continue
+            judged.append((budget, status, None))
             symptom, diagnosis = budget_evidence(status)
             evaluation = evaluate_budget(status.figures)
             change = self._step(
@@ -601,9 +627,11 @@ class MoneyAlerts:
                 }  # fmt: skip
                 why = _diagnosis("budget_removed", [], None)
                 changes += self._step(name, incident.scope, None, frozenset(), gone, why, now)
-        for name, judgement in cost_steps(
-            self.store, model, version, now, self.step_policy
-        ).items():
+        steps = cost_steps(self.store, model, version, now, self.step_policy)
+        self.latest = MoneySnapshot(
+            now, model, version, tuple(judged), tuple(steps.items()), self.step_policy
+        )
+        for name, judgement in steps.items():
             slo, scope = step_name(name)
             firing = Severity.TICKET if judgement.firing else None
             holding = frozenset({Severity.TICKET}) if judgement.holding else frozenset()
@@ -672,6 +700,7 @@ __all__ = [
     "BudgetView",
     "MoneyAlerts",
     "MoneyReport",
+    "MoneySnapshot",
     "StepView",
     "apply_budgets",
     "budget_evidence",
@@ -737,12 +766,33 @@ def budget_view(store: Store, budget: Budget, reader: SpendReader, now: datetime
 
 
 def budget_views(
-    store: Store, model: CostModel, now: datetime, tenants: frozenset[str] | None = None
+    store: Store,
+    model: CostModel,
+    now: datetime,
+    tenants: frozenset[str] | None = None,
+    recent: MoneySnapshot | None = None,
+    max_age: timedelta = timedelta(0),
 ) -> list[BudgetView]:
     """Every budget in force (within ``tenants``, for a caller limited to them) with its status
-    at ``now`` under ``model`` — one cost answer per window for all of them — and its alert."""
+    at ``now`` under ``model`` — one cost answer per window for all of them — and its alert.
+
+    ``recent`` (the money job's last cycle, ``MoneyAlerts.latest``) is shown instead when it
+    judged every one of these budgets, as stored now, under ``model`` at most ``max_age``
+    before ``now``: those are the figures their alerts were decided on."""
+    budgets = list_budgets(store, tenants)
+    if recent is not None and recent.fresh(model, now, max_age):
+        judged = {b.name: (b, status, problem) for b, status, problem in recent.budgets}
+        if all(judged.get(b.name, (None,))[0] == b for b in budgets):
+            return [
+                BudgetView(b, judged[b.name][1], judged[b.name][2], _alert(store, b))
+                for b in budgets
+            ]
     reader = SpendReader(store, model)
-    return [budget_view(store, b, reader, now) for b in list_budgets(store, tenants)]
+    return [budget_view(store, b, reader, now) for b in budgets]
+
+
+def _alert(store: Store, budget: Budget) -> Incident | None:
+    return store.incidents.firing(budget.alert_name, budget.scope_text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -755,12 +805,24 @@ class StepView:
     alert: Incident | None
 
 
-def cost_step_views(store: Store, model: CostModel, now: datetime) -> list[StepView]:
+def cost_step_views(
+    store: Store,
+    model: CostModel,
+    now: datetime,
+    recent: MoneySnapshot | None = None,
+    max_age: timedelta = timedelta(0),
+    policy: StepPolicy = DEFAULT_STEP,
+) -> list[StepView]:
     """The cost steps ``MoneyAlerts`` judges, judged at ``now`` under ``model``'s version as
-    stored (a reader records nothing), each with its open alert (``cost-step:…``)."""
-    version = store.budgets.version_label(model)
+    stored (a reader records nothing) and ``policy``, each with its open alert
+    (``cost-step:…``); or, while it is fresh (as in ``budget_views``) and judged under the same
+    policy, as the money job's last cycle judged them."""
+    if recent is not None and recent.fresh(model, now, max_age) and recent.step_policy == policy:
+        steps = dict(recent.steps)
+    else:
+        steps = cost_steps(store, model, store.budgets.version_label(model), now, policy)
     out = []
-    for name, judged in cost_steps(store, model, version, now).items():
+    for name, judged in steps.items():
         slo, scope = step_name(name)
         out.append(StepView(name, judged, store.incidents.firing(slo, scope)))
     return out

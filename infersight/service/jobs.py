@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
@@ -313,6 +313,18 @@ class Jobs:
         self._leading = False
         self._lead_term: object = None
         self._lead_hooks = Episodes(log)
+
+    def reuse_age(self, name: str) -> timedelta:
+        """How old job ``name``'s (``evaluate`` or ``money``) last results may be and still be
+        shown: its interval plus twice the time its last run took. A run's results are
+        stamped with its start and replace the previous ones when it ends, so with the bare
+        interval they went stale for the length of every run and each page view computed
+        them again meanwhile (the longer the runs, the more often: under load, most of the
+        time)."""
+        interval = {"evaluate": self.evaluation_interval_s, "money": self.money_interval_s}
+        took = self.durations.get(name)
+        last = took[-1] if took else 0.0
+        return timedelta(seconds=interval[name] + 2 * last)
 
     def tick_evaluation(self) -> bool:
         """Evaluate every SLO if this replica leads; whether it did."""

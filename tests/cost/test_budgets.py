@@ -39,6 +39,8 @@ from infersight.service.budgets import (
     MoneyAlerts,
     apply_budgets,
     budget_status,
+    budget_views,
+    cost_step_views,
     parse_budget,
     parse_budgets,
     selector_of,
@@ -425,3 +427,52 @@ def test_a_price_step_resolves_once_the_baseline_is_priced_the_same(store):
     resolved = [(i, t) for i, t in job(later).changes if i.id == opened.id]
     assert [t for _, t in resolved] == [Transition.RESOLVED]
     assert resolved[0][0].burn_rates["step"] == pytest.approx(1.0)
+
+
+def test_views_show_the_money_jobs_last_judgements_while_fresh(store):
+    """``budget_views`` and ``cost_step_views`` show the money job's last cycle (the figures its
+    alerts were decided on) while it is fresh, under the same cost model and budgets; else
+    they judge afresh at the view's now."""
+    seed(store, Window(NOW - timedelta(days=8), NOW))
+    model = flat_model("4.00")
+    apply_budgets(store.sql, parse_budgets(DOC), NOW - timedelta(days=9), "USD")
+    policy = StepPolicy(min_tokens=1000)
+    job = MoneyAlerts(store.sql, lambda: model, None, policy)
+    assert job.latest is None
+    job(NOW)
+    recent, age = job.latest, timedelta(minutes=5)
+    assert recent is not None
+    assert recent.at == NOW
+    later = NOW + timedelta(minutes=2)
+
+    shown = budget_views(store.sql, model, later, recent=recent, max_age=age)
+    judged = budget_views(store.sql, model, NOW)
+    assert [v.status for v in shown] == [v.status for v in judged]  # the cycle's figures
+    assert [v.status.figures.at for v in shown if v.status] == [NOW]
+    assert [v.alert.id for v in shown if v.alert] == [v.alert.id for v in judged if v.alert]
+    steps = cost_step_views(store.sql, model, later, recent, age, policy)
+    assert [(s.name, s.judged) for s in steps] == [
+        (s.name, s.judged) for s in cost_step_views(store.sql, model, NOW, policy=policy)
+    ]
+    assert [s.name for s in steps] == ["", "llama-70b"]  # the fleet and the model
+    assert all(s.judged.ratio == pytest.approx(1.0) for s in steps)
+    # Judged under another policy than the page's: judged afresh under the page's.
+    assert [s.judged.ratio for s in cost_step_views(store.sql, model, later, recent, age)] == [
+        None,
+        None,
+    ]  # too few tokens for the default policy's million
+
+    # Older than max_age, another cost model, or a budget changed since: judged afresh.
+    stale = NOW + age + timedelta(seconds=1)
+    old = budget_views(store.sql, model, stale, recent=recent, max_age=age)
+    assert {v.status.figures.at for v in old if v.status} == {stale}
+    repriced = flat_model("5.00")
+    afresh = budget_views(store.sql, repriced, later, recent=recent, max_age=age)
+    assert {v.status.figures.at for v in afresh if v.status} == {later}
+    raised = parse_budget({**to_document(parse_budgets(DOC)[0]), "spec": {
+        **to_document(parse_budgets(DOC)[0])["spec"], "amount": "100000"}})  # fmt: skip
+    apply_budgets(store.sql, [raised], later, "USD")
+    [view] = budget_views(store.sql, model, later, recent=recent, max_age=age)
+    assert view.budget.version == 2
+    assert view.status is not None
+    assert view.status.figures.at == later

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 
 from infersight.api.auth import Scope, check_within_scope
+from infersight.api.context import money_results
 from infersight.api.deps import App, requires
 from infersight.api.params import KnownQueryRoute, TenantScope
 from infersight.service import budgets as service
@@ -48,7 +49,11 @@ def _view(view: BudgetView) -> dict[str, Any]:
 )
 def list_budgets(app: App, tenants: TenantScope) -> dict[str, Any]:
     # One cost answer per window for all; a token limited to tenants: its tenants' budgets.
-    views = service.budget_views(app.store, app.cost_model(), app.clock(), tenants)
+    # The money job's last judgements while fresh (those its alerts were decided on).
+    recent, age = money_results(app)
+    views = service.budget_views(
+        app.store, app.cost_model(), app.clock(), tenants, recent=recent, max_age=age
+    )
     return {"budgets": [_view(v) for v in views]}
 
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Final
 
-from infersight.api.context import AppContext
+from infersight.api.context import AppContext, money_results
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money, short_model
 from infersight.core.window import format_duration
@@ -96,7 +96,10 @@ def _d(window: timedelta) -> str:
 
 def _steps(app: AppContext, model: Any, ctx: Context) -> list[dict[str, Any]]:
     out = []
-    for step in cost_step_views(app.store, model, ctx.now):  # a page reads, never records
+    # A page reads, never records: the money job's last judgements while fresh, else judged
+    # here at ctx.now.
+    recent, age = money_results(app)
+    for step in cost_step_views(app.store, model, ctx.now, recent, age):
         name, judged, alert = step.name, step.judged, step.alert
         evidence = {str(e["signal"]): e for e in judged.evidence}
         per = evidence.get("cost_per_million_tokens", {})
@@ -123,9 +126,13 @@ def _unit(value: Any, currency: str) -> str:
 
 def budgets(app: AppContext, ctx: Context) -> dict[str, Any]:
     model = app.cost_model()
-    found = budget_views(app.store, model, ctx.now)  # one cost answer per window for all
+    recent, age = money_results(app)
+    # The money job's last judgements while fresh; else one cost answer per window for all.
+    found = budget_views(app.store, model, ctx.now, recent=recent, max_age=age)
+    judged = [v.status.figures.at for v in found if v.status is not None]
     return {
         "budgets": [_row(v) for v in found],
+        "judged_at": min(judged) if judged else None,
         "steps": _steps(app, model, ctx),
         "step_days": STEP_DAYS,
         "model_name": model.name,

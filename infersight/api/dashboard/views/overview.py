@@ -61,7 +61,7 @@ def goodput_text(spec: SloSpec) -> str:
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
     specs = list_slos(app.store)
     first = first_data(app, specs, now)
-    # The evaluation job's last cycle while it is at most one interval old (the job runs in
+    # The evaluation job's last cycle while it is fresh (``Jobs.reuse_age``; the job runs in
     # this process); else counted here.
     found = with_status(
         app.store,
@@ -70,7 +70,7 @@ def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
         now,
         app.retention.finest_for,
         recent=app.evaluator.latest,
-        max_age=reuse_age(app),
+        max_age=app.jobs.reuse_age("evaluate"),
     )
     return [
         {
@@ -91,17 +91,6 @@ def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
         }
         for v in found
     ]
-
-
-def reuse_age(app: AppContext) -> timedelta:
-    """How old the evaluation's last cycle may be and still be shown: its interval plus twice
-    the time the last cycle took. A cycle's statuses are stamped with its start and replace
-    the previous ones when it ends, so with the bare interval they went stale for the length
-    of every cycle and each page view counted every SLO again meanwhile (the longer the
-    cycles, the more often: under load, most of the time)."""
-    took = app.jobs.durations.get("evaluate")
-    last = took[-1] if took else 0.0
-    return timedelta(seconds=app.settings.evaluation_interval_s + 2 * last)
 
 
 def first_data(app: AppContext, specs: Sequence[SloSpec], now: datetime) -> dict[str, datetime]:
