@@ -225,7 +225,13 @@ class HybridMaintenance:
     def probe(self) -> None:
         self._sql.probe()
         layout = self._telemetry.layout
-        for table in ("requests", "request_rollups_1m"):
+        for table in (
+            "requests",
+            "request_rollups_1m",
+            "server_samples",
+            "server_engine_samples",
+            "gpu_samples",
+        ):
             self._telemetry.transport.rows(f"SELECT 1 FROM {layout.table(table)} LIMIT 0")
 
 
