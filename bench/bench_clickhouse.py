@@ -3,8 +3,10 @@
 Prints, in one run on this machine, each figure against a reference measured in the same run
 (interleaved rounds, ``harness.interleave``: the median ratio and its spread):
 
-1. **Ingest**: ``storage_clickhouse.writer`` (stored keys looked up, minute rollups with the
-   sketches computed, rows and rollups inserted under dedup tokens) against a bare ``INSERT``
+1. **Ingest**: ``storage_clickhouse.writer`` (stored keys looked up, the rows with their
+   sketch bucket keys inserted under a dedup token, the minute rollups by the materialized
+   view), and ``WriterRollups`` (the writer before schema step 4: the minute rollups computed
+   by the writer and inserted beside the rows), each against a bare ``INSERT``
    of the same rows in the same format (``JSONCompactEachRow``, serialisation included) into a
    plain ``MergeTree`` copy of ``requests``, ``--ingest-records`` requests in ``--batch``
    batches; and a replay of the same batches (every key a duplicate: nothing stored).
@@ -32,7 +34,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,8 +45,16 @@ from harness.interleave import add_round_arguments, interleave, ratio_spread, sp
 from harness.results import write_json
 from sqlalchemy import text
 
+from infersight.core.errors import InvalidInput
 from infersight.core.query import Method
-from infersight.core.records import RECORD_FIELDS, RequestRecord
+from infersight.core.records import (
+    DURATION_FIELDS,
+    GROUP_LABELS,
+    RECORD_FIELDS,
+    RequestRecord,
+    Status,
+)
+from infersight.core.sketch import DEFAULT_RELATIVE_ACCURACY, MIN_VALUE, QuantileSketch
 from infersight.core.window import Window
 from infersight.storage import migrate as sql_migrate
 from infersight.storage.engine import create_store_engine
@@ -52,9 +62,15 @@ from infersight.storage.sketch_cache import sketch_cache
 from infersight.storage.sql_store import SqlStore
 from infersight.storage.writer import open_writer
 from infersight.storage_clickhouse.reads import Reads
-from infersight.storage_clickhouse.schema import Layout, migrate
+from infersight.storage_clickhouse.schema import METRICS, STEPS, Layout, migrate, rollup_columns
 from infersight.storage_clickhouse.transport import ChdbTransport
-from infersight.storage_clickhouse.writer import ClickHouseWriter, payload, raw_rows
+from infersight.storage_clickhouse.writer import (
+    ClickHouseWriter,
+    _token,
+    micros,
+    payload,
+    raw_rows,
+)
 
 QS = (0.5, 0.99)
 
@@ -65,7 +81,9 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def fresh_layout(transport: ChdbTransport, prefix: str) -> Layout:
+def fresh_layout(transport: ChdbTransport, prefix: str, minute_view: bool = True) -> Layout:
+    """A migrated database; without ``minute_view``, step 4 leaves its materialized view out
+    (its columns are added: the writer's lookups read them) for ``WriterRollups``."""
     # PostgreSQL's side runs no retention here: neither may ClickHouse's TTLs (10 years).
     keep = 3650
     layout = Layout(
@@ -75,11 +93,132 @@ def fresh_layout(transport: ChdbTransport, prefix: str) -> Layout:
         hour_days=keep,
         day_days=keep,
     )
-    migrate(transport, layout)
+    if minute_view:
+        migrate(transport, layout)
+    else:
+        migrate(transport, layout, [s for s in STEPS if s.version != 4])
+        (step,) = [s for s in STEPS if s.version == 4]
+        for statement in step.statements(layout):
+            if "MATERIALIZED VIEW" not in statement:
+                transport.command(statement)
     return layout
 
 
 # -- 1. ingest ------------------------------------------------------------------------------
+
+_KEY_OFFSET = 1 << 20
+_KEY_SPAN = 1 << 21
+
+
+def writer_rollup_rows(records: Sequence[RequestRecord]) -> list[list[Any]]:
+    """The writer's own minute rollups (before schema step 4; kept here to measure against the
+    materialized view): the minute rollup rows of ``records``, in ``schema.rollup_columns``
+    order: per series and minute the counts, and per latency metric its sketch's buckets (keys from
+    ``QuantileSketch.keys_for``: PostgreSQL's rollups hold the same), zero count, sum, min and
+    max."""
+    index: dict[tuple[Any, ...], int] = {}
+    ids = np.fromiter(
+        (
+            index.setdefault(
+                (*(getattr(r, n) for n in GROUP_LABELS), micros(r.start) // 60_000_000),
+                len(index),
+            )
+            for r in records
+        ),
+        dtype=np.int64,
+        count=len(records),
+    )
+    n = len(index)
+    errors = np.bincount(
+        ids, weights=[r.status is Status.ERROR for r in records], minlength=n
+    ).astype(np.int64)
+    counts = np.bincount(ids, minlength=n)
+    tokens = {
+        name: np.bincount(
+            ids, weights=[getattr(r, name) or 0 for r in records], minlength=n
+        ).astype(np.int64)
+        for name in ("input_tokens", "output_tokens", "cached_tokens")
+    }
+    template = QuantileSketch(DEFAULT_RELATIVE_ACCURACY)
+    metric_columns: list[list[Any]] = []
+    for field in DURATION_FIELDS:
+        values = np.fromiter(
+            (np.nan if (v := getattr(r, field)) is None else v for r in records),
+            dtype=np.float64,
+            count=len(records),
+        )
+        present = ~np.isnan(values)
+        gids, vals = ids[present], values[present]
+        positive = vals >= MIN_VALUE
+        zero = np.bincount(gids[~positive], minlength=n)
+        total = np.bincount(gids, weights=vals, minlength=n)
+        low = np.full(n, np.inf)
+        high = np.full(n, -np.inf)
+        np.minimum.at(low, gids, vals)
+        np.maximum.at(high, gids, vals)
+        buckets: list[dict[str, int]] = [{} for _ in range(n)]
+        if positive.any():
+            keys = template.keys_for(vals[positive])
+            if keys.min() <= -_KEY_OFFSET or keys.max() >= _KEY_OFFSET:
+                raise InvalidInput(f"{field} holds a value outside the sketch's range")
+            packed = gids[positive] * _KEY_SPAN + (keys + _KEY_OFFSET)
+            pairs, amounts = np.unique(packed, return_counts=True)
+            for pair, amount in zip(pairs.tolist(), amounts.tolist(), strict=True):
+                group, key = divmod(pair, _KEY_SPAN)
+                buckets[group][str(key - _KEY_OFFSET)] = amount
+        held = np.bincount(gids, minlength=n) > 0
+        metric_columns.append(
+            [
+                [
+                    buckets[g],
+                    int(zero[g]),
+                    float(total[g]),
+                    float(low[g]) if held[g] else None,
+                    float(high[g]) if held[g] else None,
+                ]
+                for g in range(n)
+            ]
+        )
+    rows = []
+    for (*labels, minute), g in index.items():
+        row: list[Any] = [f"{datetime.fromtimestamp(minute * 60, UTC):%Y-%m-%d %H:%M:%S}"]
+        row += labels
+        row += [int(counts[g]), int(errors[g])]
+        row += [int(tokens[name][g]) for name in ("input_tokens", "output_tokens", "cached_tokens")]
+        for column in metric_columns:
+            row += column[g]
+        rows.append(row)
+    return rows
+
+
+_ROLLUP_NAMES = tuple(name for name, _ in rollup_columns())
+assert len(rollup_columns()) == 1 + len(GROUP_LABELS) + 5 + 5 * len(METRICS)
+
+
+class WriterRollups(ClickHouseWriter):
+    """The writer as it was before schema step 4: the minute rollups computed here (numpy)
+    and inserted, then the rows, each under its own token (into a database without the minute
+    materialized view)."""
+
+    def _store_chunk(self, day: Any, records: Any) -> int:
+        stored = self._stored_keys(records)
+        fresh = [r for r in records if (micros(r.start), r.trace_id, r.span_id) not in stored]
+        if not fresh:
+            return 0
+        token = _token(fresh)
+        self.transport.insert(
+            self.layout.table("request_rollups_1m"),
+            _ROLLUP_NAMES,
+            payload(writer_rollup_rows(fresh)),
+            self._settings("r" + token),
+        )
+        self.transport.insert(
+            self.layout.table("requests"),
+            RECORD_FIELDS,
+            payload(raw_rows(fresh)),
+            self._settings(token),
+        )
+        return len(fresh)
 
 
 def measure_ingest(
@@ -93,6 +232,13 @@ def measure_ingest(
         elapsed = timed(lambda: [sink.write_requests(c) for c in chunks])
         replay = timed(lambda: [sink.write_requests(c) for c in chunks])
         replays.append(len(records) / replay)
+        transport.command(f"DROP DATABASE {layout.database}")
+        return len(records) / elapsed
+
+    def writer_rollups() -> float:
+        layout = fresh_layout(transport, "rollups", minute_view=False)
+        sink = WriterRollups(transport, layout)
+        elapsed = timed(lambda: [sink.write_requests(c) for c in chunks])
         transport.command(f"DROP DATABASE {layout.database}")
         return len(records) / elapsed
 
@@ -116,21 +262,36 @@ def measure_ingest(
 
     def line(r: int, names: list[str], figures: dict[str, float]) -> None:
         print(
-            f"  round {r + 1}/{rounds} ({' → '.join(names)}): writer {figures['writer']:,.0f}/s,"
-            f" bare INSERT {figures['bare']:,.0f}/s,"
-            f" ratio {figures['writer'] / figures['bare']:.2f}×"
+            f"  round {r + 1}/{rounds} ({' → '.join(names)}): writer (minute rollups by the"
+            f" view) {figures['writer']:,.0f}/s, writer computing the rollups"
+            f" {figures['writer_rollups']:,.0f}/s, bare INSERT {figures['bare']:,.0f}/s,"
+            f" ratios {figures['writer'] / figures['bare']:.2f}×,"
+            f" {figures['writer_rollups'] / figures['bare']:.2f}×"
         )
 
-    runs = interleave({"bare": bare, "writer": writer}, rounds, order=order, on_round=line)
+    runs = interleave(
+        {"bare": bare, "writer": writer, "writer_rollups": writer_rollups},
+        rounds,
+        order=order,
+        on_round=line,
+    )
     ratio = ratio_spread(runs["writer"], runs["bare"])
+    by_writer = ratio_spread(runs["writer_rollups"], runs["bare"])
     return {
         "records": len(records),
         "batch": batch,
         "writer_per_s": spread(runs["writer"]).as_dict(),
+        "writer_rollups_per_s": spread(runs["writer_rollups"]).as_dict(),
         "bare_insert_per_s": spread(runs["bare"]).as_dict(),
         "writer_vs_bare": ratio.as_dict(),
+        "writer_rollups_vs_bare": by_writer.as_dict(),
+        "view_vs_writer_rollups": ratio_spread(runs["writer"], runs["writer_rollups"]).as_dict(),
         "replay_per_s": spread(replays).as_dict(),
         "text": ratio.text("×"),
+        "writer_rollups_text": by_writer.text("×"),
+        "view_vs_writer_rollups_text": ratio_spread(runs["writer"], runs["writer_rollups"]).text(
+            "×"
+        ),
     }
 
 
@@ -312,7 +473,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         print(
             f"   reference: bare INSERT of the same rows (JSONCompactEachRow) "
-            f"{ingest['bare_insert_per_s']['median']:,.0f}/s; writer {ingest['text']} of it;"
+            f"{ingest['bare_insert_per_s']['median']:,.0f}/s; writer (minute rollups by the"
+            f" materialized view) {ingest['text']} of it; writer computing the rollups itself"
+            f" {ingest['writer_rollups_text']} of it; view / writer-computed"
+            f" {ingest['view_vs_writer_rollups_text']};"
             f" replay (all duplicates) {ingest['replay_per_s']['median']:,.0f}/s"
         )
 

@@ -109,8 +109,8 @@ def payload(rows: Iterable[Sequence[Any]]) -> bytes:
     return "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows).encode()
 
 
-def key_rows(records: Sequence[RequestRecord]) -> list[list[int | None]]:
-    """Per record, its latency values' sketch bucket keys (``schema.key_columns`` order):
+def key_columns_of(records: Sequence[RequestRecord]) -> list[list[int | None]]:
+    """Per latency field (``schema.key_columns`` order), its records' sketch bucket keys:
     ``QuantileSketch.keys_for`` of each value, ``None`` for no value or one the sketch counts as
     zero."""
     template = QuantileSketch(DEFAULT_RELATIVE_ACCURACY)
@@ -122,15 +122,15 @@ def key_rows(records: Sequence[RequestRecord]) -> list[list[int | None]]:
             count=len(records),
         )
         positive = values >= MIN_VALUE  # NaN compares false
-        column: list[int | None] = [None] * len(records)
+        keys = np.zeros(len(records), dtype=np.int64)
         if positive.any():
-            keys = template.keys_for(values[positive])
+            keys[positive] = template.keys_for(values[positive])
             if keys.min() <= -_KEY_BOUND or keys.max() >= _KEY_BOUND:
                 raise InvalidInput(f"{field} holds a value outside the sketch's range")
-            for at, key in zip(np.flatnonzero(positive).tolist(), keys.tolist(), strict=True):
-                column[at] = key
-        columns.append(column)
-    return [list(keys) for keys in zip(*columns, strict=True)]
+        column = keys.astype(object)
+        column[~positive] = None
+        columns.append(column.tolist())
+    return columns
 
 
 #: The columns the writer inserts into ``requests``.
@@ -139,9 +139,8 @@ STORED_FIELDS: Final = (*RECORD_FIELDS, *key_columns(), "insert_token")
 
 def stored_rows(records: Sequence[RequestRecord], token: str) -> list[list[Any]]:
     """``records`` as the writer stores them (``STORED_FIELDS`` order)."""
-    return [
-        [*row, *keys, token] for row, keys in zip(raw_rows(records), key_rows(records), strict=True)
-    ]
+    keys = key_columns_of(records)
+    return [[*row, *k, token] for row, *k in zip(raw_rows(records), *keys, strict=True)]
 
 
 def _token(records: Iterable[RequestRecord]) -> str:
