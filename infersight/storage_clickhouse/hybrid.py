@@ -26,6 +26,7 @@ from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import LatencyResult, Method, Selector, Throughput
 from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.sketch import QuantileSketch
 from infersight.core.window import Resolution, Window
 from infersight.core.write import Sink, WriteResult
 from infersight.storage.seam import (
@@ -35,6 +36,7 @@ from infersight.storage.seam import (
     ClientStore,
     CostModelStore,
     CostStore,
+    Counts,
     DemandStore,
     EventStore,
     HistoryStore,
@@ -44,6 +46,7 @@ from infersight.storage.seam import (
     OutboxStore,
     ProfileStore,
     ReportStore,
+    RequestPeak,
     RequestStore,
     RunStore,
     SampleStore,
@@ -54,7 +57,7 @@ from infersight.storage.seam import (
     Store,
 )
 from infersight.storage_clickhouse import schema
-from infersight.storage_clickhouse.reads import DEFAULT_EXACT_MAX_ROWS, Reads
+from infersight.storage_clickhouse.reads import DEFAULT_EXACT_MAX_ROWS, LabelKey, Reads
 from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
 from infersight.storage_clickhouse.transport import Transport, connect
 from infersight.storage_clickhouse.writer import ClickHouseWriter
@@ -136,8 +139,9 @@ class HybridIngest:
 
 
 class HybridRequests:
-    """``RequestStore``: the quantile, throughput and span reads from ClickHouse; every other
-    read is the SQL store's in this slice (reached through ``__getattr__``)."""
+    """``RequestStore``: the quantile, throughput, span and chart reads (series, chart sketches,
+    peaks) from ClickHouse; every other read is the SQL store's in this slice (reached through
+    ``__getattr__``)."""
 
     def __init__(self, sql: RequestStore, telemetry: Telemetry) -> None:
         self._sql = sql
@@ -203,6 +207,37 @@ class HybridRequests:
     ) -> Window | None:
         source = self._sql if _attributed(selector, ()) else self._reads
         return source.data_span(window, selector, finest=finest)
+
+    def series(
+        self,
+        window: Window,
+        step: Resolution,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        coarsest: Resolution | None = None,
+        bucket_s: int | None = None,
+    ) -> dict[LabelKey, dict[datetime, Counts]]:
+        source = self._sql if _attributed(selector, group_by) else self._reads
+        return source.series(window, step, selector, group_by, coarsest, bucket_s)
+
+    def bucket_sketches(
+        self,
+        metrics: Sequence[str],
+        window: Window,
+        step: Resolution,
+        bucket_s: int,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        coarsest: Resolution | None = None,
+    ) -> dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]]:
+        source = self._sql if _attributed(selector, group_by) else self._reads
+        return source.bucket_sketches(metrics, window, step, bucket_s, selector, group_by, coarsest)
+
+    def peaks(
+        self, window: Window, step: Resolution, selector: Selector = Selector()
+    ) -> dict[str, RequestPeak]:
+        source = self._sql if _attributed(selector, ()) else self._reads
+        return source.peaks(window, step, selector)
 
 
 class HybridMaintenance:

@@ -39,6 +39,7 @@ from infersight.core.sketch import (
     sketches_by_group,
 )
 from infersight.core.window import Resolution, Segment, Window, split
+from infersight.storage.seam import Counts, RequestPeak
 from infersight.storage_clickhouse.schema import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
 
@@ -118,6 +119,38 @@ def _group(group_by: Sequence[str]) -> tuple[str, str]:
         return "", ""
     names = ", ".join(group_by)
     return names + ", ", f" GROUP BY {names}"
+
+
+def _chart_segments(window: Window, step: Resolution, coarsest: Resolution | None) -> list[Segment]:
+    """The rollup segments a chart reads, as the SQL store's ``timeseries`` plans them: the
+    ``step`` buckets overlapping the window (the first may start before it: charts show whole
+    buckets); with ``coarsest``, that time read from the coarsest rollups up to ``coarsest``
+    that fit inside it, ``step`` rows at the ragged ends."""
+    if coarsest is None or coarsest is step:
+        return [Segment(step.floor(window.start), window.end, step)]
+    covered = Window(step.floor(window.start), step.ceil(window.end))
+    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
+    if order.index(step) > order.index(coarsest):
+        return [Segment(covered.start, covered.end, None)]
+    if coarsest is Resolution.DAY:
+        return split(covered, step)
+    inner_start, inner_end = coarsest.ceil(covered.start), coarsest.floor(covered.end)
+    if inner_start >= inner_end:
+        return split(covered, step)
+    out: list[Segment] = []
+    if covered.start < inner_start:
+        out += split(Window(covered.start, inner_start), step)
+    out.append(Segment(inner_start, inner_end, coarsest))
+    if inner_end < covered.end:
+        out += split(Window(inner_end, covered.end), step)
+    return out
+
+
+def _at(bucket_s: int | None) -> str:
+    """A rollup row's chart bucket: its own, or its ``bucket_s`` bucket aligned to the epoch."""
+    if bucket_s is None:
+        return "bucket"
+    return f"toDateTime(intDiv(toUnixTimestamp(bucket), {int(bucket_s)}) * {int(bucket_s)}, 'UTC')"
 
 
 class Reads:
@@ -351,6 +384,116 @@ class Reads:
         return {
             column: {key: merge_all(sketches) for key, sketches in found.items()}
             for column, found in parts.items()
+        }
+
+    # -- charts -----------------------------------------------------------------------------
+
+    def series(
+        self,
+        window: Window,
+        step: Resolution,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        coarsest: Resolution | None = None,
+        bucket_s: int | None = None,
+    ) -> dict[LabelKey, dict[datetime, Counts]]:
+        groups = check_group_by(group_by)
+        binned = not (bucket_s is None or bucket_s == step.seconds)
+        if binned and bucket_s is not None and bucket_s % step.seconds:
+            raise ValueError(f"bucket_s {bucket_s} is not a multiple of {step.value}")
+        head, _ = _group(groups)
+        inner = _rollup_rows(
+            self.layout,
+            _chart_segments(window, step, coarsest),
+            selector,
+            f"bucket, {head}requests, errors, input_tokens, output_tokens",
+        )
+        at = _at(bucket_s if binned else None)
+        rows = self.transport.rows(
+            f"SELECT {at} AS at, {head}sum(requests), sum(errors), sum(input_tokens),"
+            f" sum(output_tokens) FROM ({inner}) GROUP BY at{', ' if groups else ''}"
+            f"{', '.join(groups)} ORDER BY at"
+        )
+        width = len(groups)
+        out: dict[LabelKey, dict[datetime, Counts]] = defaultdict(dict)
+        for row in rows:
+            requests, errors, input_tokens, output_tokens = row[1 + width :]
+            out[tuple(row[1 : 1 + width])][_parse(row[0])] = Counts(
+                int(requests), int(errors), int(input_tokens), int(output_tokens)
+            )
+        return dict(out)
+
+    def bucket_sketches(
+        self,
+        metrics: Sequence[str],
+        window: Window,
+        step: Resolution,
+        bucket_s: int,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        coarsest: Resolution | None = None,
+    ) -> dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]]:
+        """Per metric, one merged sketch per group per ``bucket_s`` chart bucket."""
+        columns = [LATENCY_METRICS[check_metric(m)] for m in metrics]
+        groups = check_group_by(group_by)
+        if bucket_s < step.seconds or bucket_s % step.seconds:
+            raise ValueError("a chart bucket must be a whole number of rollup buckets")
+        head, _ = _group(groups)
+        names = [
+            [f"{column.removesuffix('_s')}_{part}" for part in _SKETCH_PARTS] for column in columns
+        ]
+        inner = _rollup_rows(
+            self.layout,
+            _chart_segments(window, step, coarsest),
+            selector,
+            f"bucket, {head}" + ", ".join(n for ns in names for n in ns),
+        )
+        merged = ", ".join(
+            f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
+            for b, z, t, low, high in names
+        )
+        rows = self.transport.rows(
+            f"SELECT {_at(bucket_s)} AS at, {head}{merged} FROM ({inner})"
+            f" GROUP BY at{', ' if groups else ''}{', '.join(groups)} ORDER BY at"
+        )
+        width = len(groups)
+        out: dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]] = {m: {} for m in metrics}
+        for row in rows:
+            labels, at = tuple(row[1 : 1 + width]), _parse(row[0])
+            for i, metric in enumerate(metrics):
+                start = 1 + width + len(_SKETCH_PARTS) * i
+                sketch = _sketch(row[start : start + len(_SKETCH_PARTS)])
+                if sketch is not None:
+                    out[metric].setdefault(labels, {})[at] = sketch
+        return out
+
+    def peaks(
+        self, window: Window, step: Resolution, selector: Selector = Selector()
+    ) -> dict[str, RequestPeak]:
+        inner = _rollup_rows(
+            self.layout,
+            _chart_segments(window, step, None),
+            selector,
+            "bucket, model, instance, requests",
+        )
+        found = self.transport.rows(
+            "SELECT model, max(n), sum(n), min(bucket), max(bucket) FROM"
+            f" (SELECT model, bucket, sum(requests) AS n FROM ({inner}) GROUP BY model, bucket)"
+            " GROUP BY model"
+        )
+        pairs = self.transport.rows(f"SELECT DISTINCT model, instance FROM ({inner})")
+        instances: dict[str, list[str]] = defaultdict(list)
+        for model, instance in pairs:
+            instances[model].append(instance)
+        return {
+            model: RequestPeak(
+                int(peak),
+                int(total),
+                _parse(first),
+                _parse(last),
+                tuple(sorted(instances[model])),
+            )
+            for model, peak, total, first, last in found
         }
 
 

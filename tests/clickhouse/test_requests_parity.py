@@ -1,0 +1,141 @@
+"""The dashboard's request reads from ClickHouse answer as the SQL store's on the same data:
+request series per bucket (each resolution, read up to a coarser one, binned per chart bucket),
+the charts' merged sketches per bucket (the same sketch: the same buckets and counts, minimum
+and maximum to the bit) and the per-model peaks."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from infersight.core.query import Selector
+from infersight.core.records import RequestRecord
+from infersight.core.window import Resolution, Window
+from infersight.storage.engine import create_store_engine
+from infersight.storage.migrate import upgrade
+from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
+from infersight.storage_clickhouse.schema import Layout, migrate
+from infersight.storage_clickhouse.transport import ChdbTransport
+from tests.conftest import Store, fresh_database
+from tests.factories import make_records
+
+pytestmark = pytest.mark.postgres
+
+#: Recent days: ClickHouse drops rows past their TTL (the raw retention) as it writes them.
+T0 = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
+WINDOW = Window(
+    T0 + timedelta(hours=5, seconds=1403.25), T0 + timedelta(days=2, hours=13, seconds=47.5)
+)
+SHORT = Window(T0 + timedelta(hours=7, seconds=12.5), T0 + timedelta(hours=9, seconds=3))
+METRICS = ("ttft", "tpot", "e2e", "queue")
+
+Both = tuple[HybridStore, Store]
+
+
+@pytest.fixture(scope="module")
+def both(chdb: ChdbTransport) -> Iterator[Both]:
+    """The same requests written through the hybrid store into PostgreSQL and ClickHouse."""
+    records: list[RequestRecord] = make_records(
+        np.random.default_rng(3636),
+        T0,
+        3000,
+        span=timedelta(days=2, hours=20),
+        models=("llama-8b", "llama-70b", "qwen-7b"),
+        instances=("gpu-0", "gpu-1", "gpu-2"),
+    )
+    layout = Layout(database=f"rparity_{uuid.uuid4().hex[:12]}")
+    migrate(chdb, layout)
+    with fresh_database() as url:
+        engine = create_store_engine(url)
+        upgrade(engine)
+        pg = Store(url, engine)
+        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout))
+        sink = hybrid.ingest.open_writer()
+        for i in range(0, len(records), 700):
+            sink.write_requests(records[i : i + 700])
+        yield hybrid, pg
+        engine.dispose()
+    chdb.command(f"DROP DATABASE IF EXISTS {layout.database}")
+
+
+@pytest.mark.parametrize(
+    ("window", "step", "coarsest", "bucket_s"),
+    [
+        (SHORT, Resolution.MINUTE, None, None),
+        (SHORT, Resolution.MINUTE, None, 300),
+        (WINDOW, Resolution.HOUR, None, None),
+        (WINDOW, Resolution.HOUR, Resolution.DAY, None),
+        (WINDOW, Resolution.MINUTE, Resolution.DAY, 6 * 3600),
+        (WINDOW, Resolution.DAY, None, None),
+    ],
+)
+@pytest.mark.parametrize(
+    ("group_by", "selector"),
+    [
+        ((), Selector()),
+        (("model", "instance"), Selector()),
+        (("tenant",), Selector(model="qwen-7b")),
+    ],
+)
+def test_series_equal_the_sql_store_s(
+    both: Both,
+    window: Window,
+    step: Resolution,
+    coarsest: Resolution | None,
+    bucket_s: int | None,
+    group_by: Sequence[str],
+    selector: Selector,
+) -> None:
+    hybrid, pg = both
+    ours = hybrid.requests.series(window, step, selector, group_by, coarsest, bucket_s)
+    theirs = pg.sql.requests.series(window, step, selector, group_by, coarsest, bucket_s)
+    assert ours
+    assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    ("window", "step", "bucket_s", "coarsest"),
+    [
+        (SHORT, Resolution.MINUTE, 60, None),
+        (SHORT, Resolution.MINUTE, 900, None),
+        (WINDOW, Resolution.HOUR, 6 * 3600, Resolution.DAY),
+        (WINDOW, Resolution.MINUTE, 3600, Resolution.HOUR),
+    ],
+)
+@pytest.mark.parametrize("group_by", [(), ("model",), ("model", "priority")])
+def test_chart_sketches_are_the_sql_store_s(
+    both: Both,
+    window: Window,
+    step: Resolution,
+    bucket_s: int,
+    coarsest: Resolution | None,
+    group_by: Sequence[str],
+) -> None:
+    hybrid, pg = both
+    ours = hybrid.requests.bucket_sketches(
+        METRICS, window, step, bucket_s, Selector(), group_by, coarsest
+    )
+    theirs = pg.sql.requests.bucket_sketches(
+        METRICS, window, step, bucket_s, Selector(), group_by, coarsest
+    )
+    assert ours["ttft"]
+    assert ours == theirs  # QuantileSketch equality: buckets, counts, min and max to the bit
+    for metric in METRICS:
+        for labels, buckets in ours[metric].items():
+            for at, sketch in buckets.items():
+                assert sketch.quantiles((0.5, 0.99)) == theirs[metric][labels][at].quantiles(
+                    (0.5, 0.99)
+                )
+
+
+@pytest.mark.parametrize("step", [Resolution.MINUTE, Resolution.HOUR, Resolution.DAY])
+@pytest.mark.parametrize("selector", [Selector(), Selector(instance="gpu-1")])
+def test_peaks_equal_the_sql_store_s(both: Both, step: Resolution, selector: Selector) -> None:
+    hybrid, pg = both
+    ours = hybrid.requests.peaks(WINDOW, step, selector)
+    assert set(ours) == {"llama-8b", "llama-70b", "qwen-7b"}
+    assert ours == pg.sql.requests.peaks(WINDOW, step, selector)
