@@ -13,20 +13,22 @@ the remaining reads and then stop writing requests to SQL (docs/past-one-primary
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
 
 from infersight.core.accept import AcceptWindow
+from infersight.core.errors import InvalidInput
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import LatencyResult, Method, Selector, Throughput
 from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.sketch import QuantileSketch
+from infersight.core.slo import EventCounts, Sli, SloSpec
 from infersight.core.window import Resolution, Window
 from infersight.core.write import Sink, WriteResult
 from infersight.storage.seam import (
@@ -38,7 +40,9 @@ from infersight.storage.seam import (
     CostStore,
     Counts,
     DemandStore,
+    EventCounter,
     EventStore,
+    FinestFor,
     HistoryStore,
     IncidentStore,
     IngestStore,
@@ -57,7 +61,12 @@ from infersight.storage.seam import (
     Store,
 )
 from infersight.storage_clickhouse import schema
-from infersight.storage_clickhouse.reads import DEFAULT_EXACT_MAX_ROWS, LabelKey, Reads
+from infersight.storage_clickhouse.reads import (
+    DEFAULT_EXACT_MAX_ROWS,
+    EventReads,
+    LabelKey,
+    Reads,
+)
 from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
 from infersight.storage_clickhouse.transport import Transport, connect
 from infersight.storage_clickhouse.writer import ClickHouseWriter
@@ -240,6 +249,75 @@ class HybridRequests:
         return source.peaks(window, step, selector)
 
 
+class _EventCycle:
+    """``seam.EventCounter`` over ClickHouse: each SLO's windows ending at ``now`` counted as
+    ``EventReads.count_events`` counts them (each window split as the SQL store's cycle
+    splits it: down to ``finest_for``'s resolution)."""
+
+    def __init__(self, events: HybridEvents, now: datetime, finest_for: FinestFor | None) -> None:
+        self._events = events
+        self._now = now
+        self._finest_for = finest_for
+
+    def prepare(self, windows: Iterable[timedelta], slis: Iterable[Sli] = ()) -> None:
+        """Nothing to read ahead: each count is two statements."""
+
+    def count(self, spec: SloSpec, windows: Iterable[timedelta]) -> dict[timedelta, EventCounts]:
+        out = {}
+        for length in windows:
+            if length <= timedelta(0):
+                raise InvalidInput("windows must be positive")
+            window = Window.last(length, self._now)
+            finest = self._finest_for(window, self._now) if self._finest_for else Resolution.MINUTE
+            out[length] = self._events.count(spec.sli, window, spec.selector, finest=finest)
+        return out
+
+
+class HybridEvents:
+    """``EventStore``: SLO events counted from ClickHouse, except for selectors that pin
+    ``team`` or ``workload`` (the SQL store's, filled from the traces' attribution)."""
+
+    def __init__(self, sql: EventStore, telemetry: Telemetry) -> None:
+        self._sql = sql
+        self._reads = EventReads(telemetry.transport, telemetry.layout)
+
+    def count(
+        self,
+        sli: Sli,
+        window: Window,
+        selector: Selector = Selector(),
+        *,
+        exact: bool = False,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> EventCounts:
+        if _attributed(selector, ()):
+            return self._sql.count(sli, window, selector, exact=exact, finest=finest)
+        return self._reads.count_events(sli, window, selector, exact=exact, finest=finest)
+
+    @contextmanager
+    def cycle(
+        self,
+        now: datetime,
+        finest_for: FinestFor | None = None,
+        cache: object | None = None,
+        *,
+        cached: bool = True,
+    ) -> Iterator[EventCounter]:
+        """A counter at ``now`` (ClickHouse keeps no decoded rows between cycles: ``cache``
+        and ``cached`` change nothing; the counts are the same)."""
+        yield _EventCycle(self, now, finest_for)
+
+    def new_cache(self) -> object:
+        return None
+
+    def goodput_misses(
+        self, sli: Sli, window: Window, selector: Selector = Selector()
+    ) -> dict[str, int]:
+        if _attributed(selector, ()):
+            return self._sql.goodput_misses(sli, window, selector)
+        return self._reads.goodput_misses(sli, window, selector)
+
+
 class HybridMaintenance:
     """The SQL store's maintenance (its other methods reached through ``__getattr__``), with
     ClickHouse's migrations and health beside it. ClickHouse's retention is its tables'
@@ -296,7 +374,7 @@ class HybridStore:
 
     @property
     def events(self) -> EventStore:
-        return self._sql.events
+        return HybridEvents(self._sql.events, self.telemetry)
 
     @property
     def samples(self) -> SampleStore:

@@ -38,6 +38,7 @@ from infersight.core.sketch import (
     merge_all,
     sketches_by_group,
 )
+from infersight.core.slo import EventCounts, GoodputUnit, Sli, SliKind
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.seam import Counts, RequestPeak
 from infersight.storage_clickhouse.schema import Layout
@@ -513,3 +514,120 @@ def _sketch(values: Sequence[Any]) -> QuantileSketch | None:
         minimum=float(minimum),
         maximum=float(maximum),
     )
+
+
+def _literal(value: float) -> str:
+    """A float as a ClickHouse literal that parses back to the same double."""
+    return repr(float(value))
+
+
+def _good_request(sli: Sli) -> str:
+    """A goodput SLI's good request: it succeeded and every target it reported holds."""
+    return " AND ".join(
+        ["status != 'error'"]
+        + [f"({column} IS NULL OR {column} <= {_literal(limit)})" for column, limit in sli.limits]
+    )
+
+
+def _weight(sli: Sli) -> str:
+    """What one request weighs as events of a goodput SLI: 1 or its output tokens."""
+    return "1" if sli.per is GoodputUnit.REQUEST else "ifNull(output_tokens, 0)"
+
+
+class EventReads(Reads):
+    """SLO events (``seam.EventStore``'s counts) over the ClickHouse rows and rollups."""
+
+    def count_events(
+        self,
+        sli: Sli,
+        window: Window,
+        selector: Selector = Selector(),
+        *,
+        exact: bool = False,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> EventCounts:
+        """As ``storage.slo_store.count_events``: raw rows at the window's partial-minute edges
+        (all of it when ``exact``, and for a goodput SLI), rollups between. A latency SLI's
+        rollup events are its sketches' counts, and its good ones those at most the threshold
+        (``QuantileSketch.count_at_most``: the zero bucket and every bucket whose key is at
+        most the threshold's, which adds up across rollup rows, so summing the buckets here
+        answers what decoding each row's sketch would)."""
+        if exact or sli.kind is SliKind.GOODPUT:
+            return self._raw_events(sli, [Segment(window.start, window.end, None)], selector)
+        edges, segments = _pieces(window, finest)
+        counts = EventCounts(0, 0)
+        if edges:
+            counts += self._raw_events(sli, edges, selector)
+        if segments:
+            counts += self._rollup_events(sli, segments, selector)
+        return counts
+
+    def _raw_events(self, sli: Sli, edges: Sequence[Segment], selector: Selector) -> EventCounts:
+        where = _raw_edges(edges, selector)
+        if sli.kind is SliKind.GOODPUT:
+            weight = _weight(sli)
+            columns = f"sum({weight}), sum(if({_good_request(sli)}, 0, {weight}))"
+        elif sli.kind is SliKind.AVAILABILITY:
+            columns = "count(), countIf(status = 'error')"
+        else:
+            assert sli.column is not None
+            assert sli.threshold_s is not None
+            where += f" AND {sli.column} IS NOT NULL"
+            columns = f"count(), countIf({sli.column} > {_literal(sli.threshold_s)})"
+        rows = self.transport.rows(
+            f"SELECT {columns} FROM {self.layout.table('requests')} FINAL WHERE {where}"
+        )
+        return EventCounts(int(rows[0][0] or 0), int(rows[0][1] or 0))
+
+    def _rollup_events(
+        self, sli: Sli, segments: Sequence[Segment], selector: Selector
+    ) -> EventCounts:
+        if sli.kind is SliKind.AVAILABILITY:
+            inner = _rollup_rows(self.layout, segments, selector, "requests, errors")
+            rows = self.transport.rows(f"SELECT sum(requests), sum(errors) FROM ({inner})")
+            return EventCounts(int(rows[0][0] or 0), int(rows[0][1] or 0))
+        assert sli.column is not None
+        assert sli.threshold_s is not None
+        metric = sli.column.removesuffix("_s")
+        key = int(
+            QuantileSketch(DEFAULT_RELATIVE_ACCURACY).keys_for(np.array([sli.threshold_s]))[0]
+        )
+        inner = _rollup_rows(
+            self.layout, segments, selector, f"{metric}_buckets AS b, {metric}_zero AS z"
+        )
+        rows = self.transport.rows(
+            "SELECT sum(z), sum(arraySum(mapValues(b))),"
+            f" sum(arraySum(mapValues(mapFilter((k, v) -> k <= {key}, b)))) FROM ({inner})"
+        )
+        zero, counted, good = (int(v or 0) for v in rows[0])
+        return EventCounts(zero + counted, counted - good)
+
+    def goodput_misses(
+        self, sli: Sli, window: Window, selector: Selector = Selector()
+    ) -> dict[str, int]:
+        """As ``storage.slo_store.goodput_misses``, from the raw rows."""
+        weight = _weight(sli)
+        ok = "status != 'error'"
+        missed = {
+            metric: f"({ok} AND {column} IS NOT NULL AND {column} > {_literal(limit)})"
+            for (metric, _), (column, limit) in zip(sli.targets, sli.limits, strict=True)
+        }
+        several = " + ".join(f"toUInt8({m})" for m in missed.values()) or "0"
+
+        def total(condition: str) -> str:
+            return f"sum(if({condition}, {weight}, 0))"
+
+        columns = {
+            "events": f"sum({weight})",
+            "bad": total(f"NOT ({_good_request(sli)})"),
+            "failed": total(f"NOT ({ok})"),
+        }
+        for metric, condition in missed.items():
+            columns[metric] = total(condition)
+            columns[f"only_{metric}"] = total(f"{condition} AND ({several}) = 1")
+        columns["several"] = total(f"{ok} AND ({several}) > 1")
+        rows = self.transport.rows(
+            f"SELECT {', '.join(columns.values())} FROM {self.layout.table('requests')} FINAL"
+            f" WHERE {_raw_where(window, selector)}"
+        )
+        return {name: int(v or 0) for name, v in zip(columns, rows[0], strict=True)}

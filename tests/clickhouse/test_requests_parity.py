@@ -1,7 +1,8 @@
 """The dashboard's request reads from ClickHouse answer as the SQL store's on the same data:
 request series per bucket (each resolution, read up to a coarser one, binned per chart bucket),
 the charts' merged sketches per bucket (the same sketch: the same buckets and counts, minimum
-and maximum to the bit) and the per-model peaks."""
+and maximum to the bit), the per-model peaks, and the SLO events (availability, latency and
+goodput counts, one at a time and through an evaluation cycle, and goodput's misses)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from infersight.core.query import Selector
 from infersight.core.records import RequestRecord
+from infersight.core.slo import GoodputUnit, Sli, SliKind, SloSpec, goodput_sli
 from infersight.core.window import Resolution, Window
 from infersight.storage.engine import create_store_engine
 from infersight.storage.migrate import upgrade
@@ -34,11 +36,18 @@ SHORT = Window(T0 + timedelta(hours=7, seconds=12.5), T0 + timedelta(hours=9, se
 METRICS = ("ttft", "tpot", "e2e", "queue")
 
 Both = tuple[HybridStore, Store]
+#: A TTFT every SLI below is judged at: one a stored request has exactly (its bucket's edge
+#: cases), and round ones.
+THRESHOLDS = (0.05, 0.1, 0.25, 1.0)
+
+
+stored: list[RequestRecord] = []
 
 
 @pytest.fixture(scope="module")
 def both(chdb: ChdbTransport) -> Iterator[Both]:
     """The same requests written through the hybrid store into PostgreSQL and ClickHouse."""
+    stored.clear()
     records: list[RequestRecord] = make_records(
         np.random.default_rng(3636),
         T0,
@@ -57,6 +66,7 @@ def both(chdb: ChdbTransport) -> Iterator[Both]:
         sink = hybrid.ingest.open_writer()
         for i in range(0, len(records), 700):
             sink.write_requests(records[i : i + 700])
+        stored.extend(records)
         yield hybrid, pg
         engine.dispose()
     chdb.command(f"DROP DATABASE IF EXISTS {layout.database}")
@@ -139,3 +149,60 @@ def test_peaks_equal_the_sql_store_s(both: Both, step: Resolution, selector: Sel
     ours = hybrid.requests.peaks(WINDOW, step, selector)
     assert set(ours) == {"llama-8b", "llama-70b", "qwen-7b"}
     assert ours == pg.sql.requests.peaks(WINDOW, step, selector)
+
+
+def _slis() -> list[Sli]:
+    exact_value = next(
+        r.ttft_s for r in stored if r.ttft_s is not None and WINDOW.start <= r.start < WINDOW.end
+    )
+    latency = [
+        Sli(SliKind.LATENCY, metric=metric, threshold_s=t)
+        for metric in ("ttft", "e2e")
+        for t in (*THRESHOLDS, exact_value)
+    ]
+    return [
+        Sli(SliKind.AVAILABILITY),
+        *latency,
+        Sli(SliKind.LATENCY, metric="tpot", threshold_s=0.012),
+        goodput_sli(ttft_s=0.1, tpot_s=0.015),
+        goodput_sli(ttft_s=0.2, e2e_s=4.0, per=GoodputUnit.TOKEN),
+    ]
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [Selector(), Selector(model="llama-70b"), Selector(instance="gpu-2", tenant="acme")],
+)
+@pytest.mark.parametrize("finest", [Resolution.MINUTE, Resolution.HOUR])
+def test_event_counts_equal_the_sql_store_s(
+    both: Both, selector: Selector, finest: Resolution
+) -> None:
+    hybrid, pg = both
+    for sli in _slis():
+        for window in (WINDOW, SHORT):
+            ours = hybrid.events.count(sli, window, selector, finest=finest)
+            assert ours.total > 0
+            assert ours == pg.sql.events.count(sli, window, selector, finest=finest), sli
+        exact = hybrid.events.count(sli, WINDOW, selector, exact=True)
+        assert exact == pg.sql.events.count(sli, WINDOW, selector, exact=True)
+
+
+def test_an_evaluation_cycle_counts_as_the_sql_store_s(both: Both) -> None:
+    hybrid, pg = both
+    now = WINDOW.end
+    windows = [timedelta(hours=1), timedelta(hours=6), timedelta(days=1), timedelta(days=2)]
+    for i, sli in enumerate(_slis()):
+        spec = SloSpec(f"s{i}", sli, 0.99, timedelta(days=2), Selector(model="llama-8b"))
+        with hybrid.events.cycle(now) as ours, pg.sql.events.cycle(now) as theirs:
+            ours.prepare(windows, [sli])
+            theirs.prepare(windows, [sli])
+            assert ours.count(spec, windows) == theirs.count(spec, windows)
+
+
+def test_goodput_misses_equal_the_sql_store_s(both: Both) -> None:
+    hybrid, pg = both
+    for sli in _slis()[-2:]:
+        for selector in (Selector(), Selector(model="qwen-7b")):
+            ours = hybrid.events.goodput_misses(sli, WINDOW, selector)
+            assert ours["bad"] > 0
+            assert ours == pg.sql.events.goodput_misses(sli, WINDOW, selector)
