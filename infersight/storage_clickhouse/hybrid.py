@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
@@ -39,6 +39,7 @@ from infersight.storage.seam import (
     CostModelStore,
     CostStore,
     Counts,
+    DemandMinute,
     DemandStore,
     EventCounter,
     EventStore,
@@ -49,6 +50,7 @@ from infersight.storage.seam import (
     MaintenanceStore,
     OutboxStore,
     ProfileStore,
+    RecordedDemand,
     ReportStore,
     RequestPeak,
     RequestStore,
@@ -63,6 +65,7 @@ from infersight.storage.seam import (
 from infersight.storage_clickhouse import schema
 from infersight.storage_clickhouse.reads import (
     DEFAULT_EXACT_MAX_ROWS,
+    DemandReads,
     EventReads,
     LabelKey,
     Reads,
@@ -318,6 +321,35 @@ class HybridEvents:
         return self._reads.goodput_misses(sli, window, selector)
 
 
+class HybridDemand:
+    """``DemandStore``: a model's minute demand, peak rate, recorded days and the busiest
+    models from ClickHouse's rollups; ``models_seen`` (which reads the server scrapes too),
+    ``pool_members`` and ``busiest_prefill_minute`` (prefill legs, which only the SQL store
+    holds) are the SQL store's (reached through ``__getattr__``)."""
+
+    def __init__(self, sql: DemandStore, telemetry: Telemetry) -> None:
+        self._sql = sql
+        self._reads = DemandReads(telemetry.transport, telemetry.layout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+    def minute_demand(self, model: str, window: Window) -> list[DemandMinute]:
+        return self._reads.minute_demand(model, window)
+
+    def peak_rate(self, model: str, window: Window) -> float | None:
+        return self._reads.peak_rate(model, window)
+
+    def day_minutes(self, model: str, day: date) -> list[float]:
+        return self._reads.day_minutes(model, day)
+
+    def recorded_demand(self, model: str, day: date, weeks: int = 4) -> RecordedDemand:
+        return self._reads.recorded_demand(model, day, weeks)
+
+    def busiest_models(self, day: date, limit: int = 20) -> Sequence[str]:
+        return self._reads.busiest_models(day, limit)
+
+
 class HybridMaintenance:
     """The SQL store's maintenance (its other methods reached through ``__getattr__``), with
     ClickHouse's migrations and health beside it. ClickHouse's retention is its tables'
@@ -370,7 +402,7 @@ class HybridStore:
 
     @property
     def demand(self) -> DemandStore:
-        return self._sql.demand
+        return HybridDemand(self._sql.demand, self.telemetry)
 
     @property
     def events(self) -> EventStore:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 import numpy as np
 
+from infersight.core.errors import InvalidInput, NotFound
 from infersight.core.quantiles import DEFAULT_QUANTILES, check_quantiles
 from infersight.core.query import (
     LATENCY_METRICS,
@@ -40,7 +41,7 @@ from infersight.core.sketch import (
 )
 from infersight.core.slo import EventCounts, GoodputUnit, Sli, SliKind
 from infersight.core.window import Resolution, Segment, Window, split
-from infersight.storage.seam import Counts, RequestPeak
+from infersight.storage.seam import Counts, DemandMinute, RecordedDemand, RequestPeak
 from infersight.storage_clickhouse.schema import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
 
@@ -631,3 +632,119 @@ class EventReads(Reads):
             f" WHERE {_raw_where(window, selector)}"
         )
         return {name: int(v or 0) for name, v in zip(columns, rows[0], strict=True)}
+
+
+#: The most rows one demand read returns (``storage.scaling_reads.MAX_ROWS``).
+MAX_DEMAND_ROWS: Final = 200_000
+MINUTES_PER_DAY: Final = 1440
+MAX_WEEKS: Final = 12
+
+
+def _instant(ts: datetime) -> str:
+    """``ts`` to the microsecond, for comparing a rollup bucket with a window's bound."""
+    return f"toDateTime64({_time(ts)}, 6, 'UTC')"
+
+
+class DemandReads(Reads):
+    """Demand per model and minute (``seam.DemandStore``'s rollup reads) from ClickHouse."""
+
+    def minute_demand(self, model: str, window: Window) -> list[DemandMinute]:
+        """``model``'s minute buckets in ``window`` that saw requests, in time order."""
+        table = _rollup_table(self.layout, Resolution.MINUTE)
+        rows = self.transport.rows(
+            f"SELECT bucket, instance, sum(requests) FROM {table}"
+            f" WHERE model = {quote(model)} AND bucket >= {_instant(window.start)}"
+            f" AND bucket < {_instant(window.end)} GROUP BY bucket, instance"
+            f" LIMIT {MAX_DEMAND_ROWS}"
+        )
+        counts: dict[datetime, int] = defaultdict(int)
+        instances: dict[datetime, set[str]] = defaultdict(set)
+        for bucket, instance, n in rows:
+            at = _parse(bucket)
+            counts[at] += int(n)
+            if n:
+                instances[at].add(str(instance))
+        return [
+            DemandMinute(at, counts[at], frozenset(instances[at]))
+            for at in sorted(counts)
+            if counts[at]
+        ]
+
+    def peak_rate(self, model: str, window: Window) -> float | None:
+        """The busiest requests per second of ``model`` in ``window``: its busiest minute, or
+        (with no minute rollups there) its busiest hour; ``None`` when neither saw one."""
+        minutes = self.minute_demand(model, window)
+        if minutes:
+            return max(m.requests for m in minutes) / Resolution.MINUTE.seconds
+        hour = Resolution.HOUR
+        rows = self.transport.rows(
+            f"SELECT max(n) FROM (SELECT bucket, sum(requests) AS n"
+            f" FROM {_rollup_table(self.layout, hour)} WHERE model = {quote(model)}"
+            f" AND bucket >= {_instant(hour.floor(window.start))}"
+            f" AND bucket < {_instant(window.end)} GROUP BY bucket)"
+        )
+        busiest = int(rows[0][0] or 0) if rows else 0
+        return busiest / hour.seconds if busiest else None
+
+    def _counts(self, model: str, start: datetime, resolution: Resolution) -> list[float]:
+        rows = self.transport.rows(
+            f"SELECT bucket, sum(requests) FROM {_rollup_table(self.layout, resolution)}"
+            f" WHERE model = {quote(model)} AND bucket >= {_instant(start)}"
+            f" AND bucket < {_instant(start + timedelta(days=1))} GROUP BY bucket"
+            f" LIMIT {MAX_DEMAND_ROWS}"
+        )
+        out = [0.0] * MINUTES_PER_DAY
+        width = resolution.seconds // 60
+        for bucket, n in rows:
+            first = int((_parse(bucket) - start).total_seconds() // 60)
+            for m in range(max(0, first), min(MINUTES_PER_DAY, first + width)):
+                out[m] += float(n or 0) / width
+        return out
+
+    def day_minutes(self, model: str, day: date) -> list[float]:
+        """Requests per minute of ``model`` on ``day`` (UTC): minute rollups, else hours."""
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        minutes = self._counts(model, start, Resolution.MINUTE)
+        if any(minutes):
+            return minutes
+        return self._counts(model, start, Resolution.HOUR)
+
+    def recorded_demand(self, model: str, day: date, weeks: int = 4) -> RecordedDemand:
+        """``model``'s day and its ``weeks`` earlier same weekdays; ``NotFound`` without
+        traffic (as ``storage.demand.recorded_demand``)."""
+        if not model:
+            raise InvalidInput("a model name is needed")
+        if not 0 <= weeks <= MAX_WEEKS:
+            raise InvalidInput(f"weeks must be in [0, {MAX_WEEKS}]", details={"weeks": weeks})
+        minutes = self.day_minutes(model, day)
+        if not any(minutes):
+            raise NotFound(
+                f"the store holds no request of model {model!r} on {day.isoformat()} "
+                "(no minute or hour rollups)",
+                details={"model": model, "day": day.isoformat()},
+            )
+        history: list[tuple[float, ...]] = []
+        empty: list[int] = []
+        for k in range(1, weeks + 1):
+            week = self.day_minutes(model, day - timedelta(weeks=k))
+            if any(week):
+                history.append(tuple(week))
+            else:
+                empty.append(k)
+        return RecordedDemand(model, day, tuple(minutes), tuple(history), tuple(empty))
+
+    def busiest_models(self, day: date, limit: int = 20) -> list[str]:
+        """The models with requests on ``day``, busiest first (every resolution's rollups
+        added up, as the SQL store adds them; ties by name)."""
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        segment = Segment(start, start + timedelta(days=1), Resolution.MINUTE)
+        inner = " UNION ALL ".join(
+            f"SELECT model, requests FROM {_rollup_table(self.layout, resolution)}"
+            f" WHERE {_rollup_where(segment, Selector())}"
+            for resolution in (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
+        )
+        rows = self.transport.rows(
+            f"SELECT model, sum(requests) AS n FROM ({inner}) GROUP BY model"
+            f" ORDER BY n DESC, model LIMIT {int(limit)}"
+        )
+        return [str(model) for model, _ in rows]

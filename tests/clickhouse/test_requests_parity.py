@@ -2,7 +2,8 @@
 request series per bucket (each resolution, read up to a coarser one, binned per chart bucket),
 the charts' merged sketches per bucket (the same sketch: the same buckets and counts, minimum
 and maximum to the bit), the per-model peaks, and the SLO events (availability, latency and
-goodput counts, one at a time and through an evaluation cycle, and goodput's misses)."""
+goodput counts, one at a time and through an evaluation cycle, and goodput's misses), and
+the demand reads (a model's minutes, peak rate, recorded days and the busiest models)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from infersight.core.errors import NotFound
 from infersight.core.query import Selector
 from infersight.core.records import RequestRecord
 from infersight.core.slo import GoodputUnit, Sli, SliKind, SloSpec, goodput_sli
@@ -206,3 +208,28 @@ def test_goodput_misses_equal_the_sql_store_s(both: Both) -> None:
             ours = hybrid.events.goodput_misses(sli, WINDOW, selector)
             assert ours["bad"] > 0
             assert ours == pg.sql.events.goodput_misses(sli, WINDOW, selector)
+
+
+@pytest.mark.parametrize("model", ["llama-8b", "qwen-7b", "absent"])
+def test_demand_equals_the_sql_store_s(both: Both, model: str) -> None:
+    hybrid, pg = both
+    ours, theirs = hybrid.demand, pg.sql.demand
+    for window in (
+        WINDOW,
+        SHORT,
+        Window(T0 + timedelta(minutes=30, seconds=0.5), T0 + timedelta(hours=1)),
+    ):
+        assert ours.minute_demand(model, window) == theirs.minute_demand(model, window)
+        assert ours.peak_rate(model, window) == theirs.peak_rate(model, window)
+    for offset in range(4):
+        day = (T0 + timedelta(days=offset)).date()
+        assert ours.day_minutes(model, day) == theirs.day_minutes(model, day)
+        assert list(ours.busiest_models(day)) == list(theirs.busiest_models(day))
+    day = (T0 + timedelta(days=1)).date()
+    if model == "absent":
+        with pytest.raises(NotFound):
+            ours.recorded_demand(model, day)
+        assert ours.peak_rate(model, WINDOW) is None
+    else:
+        assert ours.recorded_demand(model, day, 2) == theirs.recorded_demand(model, day, 2)
+        assert ours.minute_demand(model, SHORT)
