@@ -69,6 +69,7 @@ from infersight.storage_clickhouse.reads import (
     EventReads,
     LabelKey,
     Reads,
+    RowReads,
 )
 from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
 from infersight.storage_clickhouse.transport import Transport, connect
@@ -93,7 +94,7 @@ class Telemetry:
 
 def _attributed(selector: Selector, group_by: Sequence[str]) -> bool:
     """Whether a read names a label only the SQL store fills in (``team``, ``workload``)."""
-    pinned = {name for name, _ in selector.items()}
+    pinned = {name for name, _ in selector.items()} | {name for name, _ in selector.excluded}
     return bool(set(ATTRIBUTED_LABELS) & (pinned | set(group_by)))
 
 
@@ -152,12 +153,18 @@ class HybridIngest:
 
 class HybridRequests:
     """``RequestStore``: the quantile, throughput, span and chart reads (series, chart sketches,
-    peaks) from ClickHouse; every other read is the SQL store's in this slice (reached through
-    ``__getattr__``)."""
+    peaks), error types and production's request shapes from ClickHouse (except where they
+    pin or group by ``team`` or ``workload``); every other read is the SQL store's in this
+    slice (reached through ``__getattr__``): ``label_sets`` and ``first_seen`` (keyed by every
+    group label, ``team`` and ``workload`` among them), ``breakdown`` (stage totals the
+    ClickHouse rollups do not keep), ``pool_summaries`` (prefill legs, which only the SQL store
+    holds), ``window_signals`` (request rows read beside server, GPU, client and prefill-leg
+    rows in one SQL function), ``production_capacity`` and ``capture_baseline``."""
 
     def __init__(self, sql: RequestStore, telemetry: Telemetry) -> None:
         self._sql = sql
         self._reads = telemetry.reads
+        self._rows = RowReads(telemetry.transport, telemetry.layout)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -250,6 +257,18 @@ class HybridRequests:
     ) -> dict[str, RequestPeak]:
         source = self._sql if _attributed(selector, ()) else self._reads
         return source.peaks(window, step, selector)
+
+    def error_types(
+        self, window: Window, selector: Selector = Selector()
+    ) -> dict[str, dict[str, int]]:
+        source = self._sql if _attributed(selector, ()) else self._rows
+        return source.error_types(window, selector)
+
+    def production_shapes(
+        self, window: Window, selector: Selector, limit: int = 10000
+    ) -> list[tuple[int, int]]:
+        """From ClickHouse whatever the selector (this read pins no attributed label)."""
+        return self._rows.production_shapes(window, selector, limit)
 
 
 class _EventCycle:

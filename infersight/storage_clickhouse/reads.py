@@ -68,6 +68,9 @@ def _selected(selector: Selector) -> list[str]:
     if selector.tenants is not None:
         tenants = sorted(selector.tenants)
         out.append(f"tenant IN ({', '.join(quote(t) for t in tenants)})" if tenants else "0")
+    for name, values in selector.excluded:  # ``Selector.excluding``
+        if values:
+            out.append(f"{name} NOT IN ({', '.join(quote(v) for v in sorted(values))})")
     return out
 
 
@@ -748,3 +751,58 @@ class DemandReads(Reads):
             f" ORDER BY n DESC, model LIMIT {int(limit)}"
         )
         return [str(model) for model, _ in rows]
+
+
+#: Error types kept per instance (``storage.signals.MAX_ERROR_TYPES``); the rest as ``other``.
+MAX_ERROR_TYPES: Final = 5
+#: The most requests a load test replays (``storage.runs.MAX_REPLAY``).
+MAX_REPLAY: Final = 1_000_000
+
+
+class RowReads(Reads):
+    """Reads of the raw request rows: failed requests' error types and production's request
+    shapes."""
+
+    def error_types(
+        self, window: Window, selector: Selector = Selector()
+    ) -> dict[str, dict[str, int]]:
+        """Failed requests per instance and ``error_type`` over ``window`` (``""``: untyped),
+        the ``MAX_ERROR_TYPES`` most frequent per instance and the rest as ``other``."""
+        rows = self.transport.rows(
+            f"SELECT instance, error_type, count() FROM {self.layout.table('requests')} FINAL"
+            f" WHERE {_raw_where(window, selector)} AND status = 'error'"
+            " GROUP BY instance, error_type"
+        )
+        counts: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for instance, kind, n in rows:
+            counts[instance].append((int(n), str(kind or "")))
+        out: dict[str, dict[str, int]] = {}
+        for instance, kinds in counts.items():
+            kinds.sort(key=lambda item: (-item[0], item[1]))
+            kept = {kind: n for n, kind in kinds[:MAX_ERROR_TYPES]}
+            rest = sum(n for n, _ in kinds[MAX_ERROR_TYPES:])
+            if rest:
+                kept["other"] = kept.get("other", 0) + rest
+            out[instance] = kept
+        return out
+
+    def production_shapes(
+        self, window: Window, selector: Selector, limit: int = 10_000
+    ) -> list[tuple[int, int]]:
+        """(input, output) tokens of successful requests in ``window``, oldest first (the
+        selector's model, instance, tenant and priority, as ``storage.runs`` reads it)."""
+        if not 1 <= limit <= MAX_REPLAY:
+            raise InvalidInput(f"a replay takes between 1 and {MAX_REPLAY} requests")
+        picked = Selector(
+            model=selector.model,
+            instance=selector.instance,
+            tenant=selector.tenant,
+            priority=selector.priority,
+        ).within(selector.tenants)
+        rows = self.transport.rows(
+            f"SELECT input_tokens, output_tokens FROM {self.layout.table('requests')} FINAL"
+            f" WHERE {_raw_where(window, picked)} AND status = 'ok'"
+            " AND input_tokens IS NOT NULL AND output_tokens > 0"
+            f" ORDER BY start, trace_id, span_id LIMIT {int(limit)}"
+        )
+        return [(int(i), int(o)) for i, o in rows]

@@ -233,3 +233,40 @@ def test_demand_equals_the_sql_store_s(both: Both, model: str) -> None:
     else:
         assert ours.recorded_demand(model, day, 2) == theirs.recorded_demand(model, day, 2)
         assert ours.minute_demand(model, SHORT)
+
+
+@pytest.mark.parametrize(
+    "selector", [Selector(), Selector(model="llama-8b"), Selector(tenant="globex")]
+)
+def test_error_types_and_production_shapes_equal_the_sql_store_s(
+    both: Both, selector: Selector
+) -> None:
+    hybrid, pg = both
+    ours = hybrid.requests.error_types(WINDOW, selector)
+    assert sum(n for kinds in ours.values() for n in kinds.values()) > 0
+    assert ours == pg.sql.requests.error_types(WINDOW, selector)
+    for limit in (1, 50, 10_000):
+        shapes = hybrid.requests.production_shapes(SHORT, selector, limit)
+        assert shapes
+        assert shapes == pg.sql.requests.production_shapes(SHORT, selector, limit)
+
+
+def test_a_selector_that_excludes_values_reads_as_on_the_sql_store(both: Both) -> None:
+    """``Selector.excluding`` (an answer folding the groups past its top N into one)."""
+    hybrid, pg = both
+    rest = Selector().excluding("model", ["llama-8b"]).excluding("instance", ["gpu-0", "gpu-2"])
+    assert hybrid.requests.throughput(WINDOW, rest, ("model",)) == pg.sql.requests.throughput(
+        WINDOW, rest, ("model",)
+    )
+    assert {t.labels["model"] for t in hybrid.requests.throughput(WINDOW, rest, ("model",))} == {
+        "llama-70b",
+        "qwen-7b",
+    }
+    assert hybrid.requests.series(WINDOW, Resolution.HOUR, rest) == pg.sql.requests.series(
+        WINDOW, Resolution.HOUR, rest
+    )
+    assert hybrid.requests.latencies(METRICS, WINDOW, rest) == pg.sql.requests.latencies(
+        METRICS, WINDOW, rest
+    )
+    sli = Sli(SliKind.LATENCY, metric="ttft", threshold_s=0.1)
+    assert hybrid.events.count(sli, WINDOW, rest) == pg.sql.events.count(sli, WINDOW, rest)
