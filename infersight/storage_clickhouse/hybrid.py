@@ -3,12 +3,15 @@ slice).
 
 In this slice every request record is written to both stores under one acknowledgement
 (``HybridSink``: ClickHouse first, then SQL; each idempotent, so a batch replayed after either
-failed is stored once in each), and these reads come from ClickHouse:
-``requests.latency`` (exact and sketch), ``requests.latencies``, ``requests.throughput`` and
-``requests.data_span`` — except where they pin or group by ``team`` or ``workload``, which the
-SQL store fills in later from the traces' attribution and ClickHouse does not yet. Every other
-concern and read is the SQL store's, which still holds all the telemetry. The next steps move
-the remaining reads and then stop writing requests to SQL (docs/past-one-primary.md).
+failed is stored once in each), and these reads come from ClickHouse: ``requests``'
+latency (exact and sketch), latencies, throughput, data span, series, chart sketches, peaks,
+error types and production shapes; ``events`` (SLO counts, an evaluation cycle, goodput's
+misses); ``demand``'s minute demand, peak rate, recorded days and busiest models — except
+where they pin, exclude or group by ``team`` or ``workload``, which the SQL store fills in
+later from the traces' attribution and ClickHouse does not yet (``HybridRequests`` lists the
+request reads still on SQL and why). Every other concern and read is the SQL store's, which
+still holds all the telemetry. The next steps move the remaining reads and then stop writing
+requests to SQL (docs/past-one-primary.md).
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ Tables (``Layout.single``; a cluster's are described below):
   count and sum as ``sum``, ``min`` and ``max``), in ``AggregatingMergeTree``. Reads aggregate
   with the same functions, so they are right before merges too, and rebuild the sketch with
   ``QuantileSketch.from_buckets``: the very sketch PostgreSQL's rollups hold.
-  The minute rows are written by the writer (bucket keys computed by ``core.sketch``, so the
-  keys equal PostgreSQL's to the bit); the hour and day rows by materialized views from the
-  minute table — the database aggregates the aggregates.
+  Since step 4 the minute rows are a materialized view over ``requests``: each request row
+  carries its values' bucket keys (``ttft_key``, …, computed by ``core.sketch`` in the writer,
+  so the keys equal PostgreSQL's to the bit) and its insert's token, and one insert stores
+  the rows and their rollups under one dedup token (``writer``). The hour and day rows are
+  materialized views over the minute table — the database aggregates the aggregates.
 * ``schema_migrations``: the versions applied.
 
 A cluster (``Layout.cluster``) has each table as ``<name>_local`` on every node, made
