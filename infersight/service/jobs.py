@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
@@ -414,8 +414,18 @@ class Jobs:
         if self.money is not None:
             intervals.append(("money", self.tick_money, self.money_interval_s))
         for job_id, tick, seconds in intervals:
+            # The money job's interval is minutes long: it runs at start too, so that budgets
+            # and cost steps are judged (and shown: ``MoneySnapshot``) from the first minute
+            # after a restart, not an interval later.
+            first = {"next_run_time": datetime.now(UTC)} if job_id == "money" else {}
             scheduler.add_job(
-                tick, "interval", seconds=seconds, id=job_id, max_instances=1, coalesce=True
+                tick,
+                "interval",
+                seconds=seconds,
+                id=job_id,
+                max_instances=1,
+                coalesce=True,
+                **first,
             )
         if self.report is not None:
             scheduler.add_job(

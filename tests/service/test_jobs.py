@@ -135,6 +135,32 @@ def test_the_scheduler_ticks_the_evaluation_at_its_interval(store):
     assert jobs.runs == settled  # stopped means stopped
 
 
+def test_the_money_job_runs_at_start_and_then_at_its_interval(store):
+    """Budgets and cost steps are judged from the first minute after a start, not one
+    (five-minute) interval later; the evaluation keeps its first run an interval away."""
+    ran = threading.Event()
+    jobs = Jobs(
+        SqlStore(store.engine),
+        Evaluator(SqlStore(store.engine), default_policy()),
+        RetentionPolicy(),
+        FakeClock(NOW),
+        leader_lock(SqlStore(store.engine)),
+        evaluation_interval_s=3600.0,
+        maintenance_interval_s=3600.0,
+        money=lambda now: ran.set(),
+        money_interval_s=3600.0,
+    )
+    jobs.start()
+    try:
+        until(lambda: jobs.runs["money"] >= 1, "the money job's first run")
+    finally:
+        jobs.stop()
+    assert ran.is_set()
+    assert jobs.runs["money"] == 1
+    assert jobs.runs["evaluate"] == 0
+    assert jobs.last_error is None
+
+
 def test_on_sqlite_the_single_process_leads(tmp_path):
     engine = create_store_engine(f"sqlite:///{tmp_path / 'one.db'}")
     try:
