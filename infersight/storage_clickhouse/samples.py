@@ -427,11 +427,13 @@ class SampleReads:
         for row in rows:
             instance, index, at, reasons, count = row[:5]
             count = int(count)
-            slot = slots.setdefault(
-                (int(at), str(instance), int(index)),
-                {"samples": 0, "sums": [0.0] * n, "counts": [0] * n, "throttled": 0,
-                 "reasons": defaultdict(int), "maxima": [None, None, None], "name": ""},
-            )  # fmt: skip
+            key = (int(at), str(instance), int(index))
+            slot = slots.get(key)
+            if slot is None:
+                slot = slots[key] = {
+                    "samples": 0, "sums": [0.0] * n, "counts": [0] * n, "throttled": 0,
+                    "reasons": defaultdict(int), "maxima": [None, None, None], "name": "",
+                }  # fmt: skip
             slot["samples"] += count
             for i, mean in enumerate(row[5 : 5 + n]):
                 if mean is not None:
