@@ -19,18 +19,23 @@ Prints, in one run on this machine, each figure against a reference measured in 
    the same decoding and merging ClickHouse's read does), both in the interleaved rounds.
 3. **Bytes per request**: ClickHouse's compressed parts (after ``OPTIMIZE … FINAL``) against
    PostgreSQL's relations (``pg_total_relation_size`` after ``VACUUM FULL``), raw rows and
-   rollups, and what a fleet of ``--gpus`` GPUs at ``--rps-per-gpu`` requests/s would store in
-   ``--days`` days in each.
+   rollups (per request and per rollup row).
 
 ClickHouse is chdb (its engine in process; the server's HTTP transport is not measured here).
 ``--requests-total 10000000`` sets ``--rpm`` for 10 M requests over the days (a long run).
+Loading uses ``--load-batch`` (200 000) batches, a progress line a day (with the load average).
+4. **A fleet**: what ``--gpus`` GPUs at ``--rps-per-gpu`` requests/s keep over ``--fleet-days``
+   days, from ``core.store_capacity``'s model (docs/capacity.md), in each store.
 ``--quick``: 1 day at 20 requests/min, 20 000 ingest records, 2 rounds (a smoke run).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -54,7 +59,10 @@ from infersight.core.records import (
     RequestRecord,
     Status,
 )
+from infersight.core.retention import RetentionPolicy
 from infersight.core.sketch import DEFAULT_RELATIVE_ACCURACY, MIN_VALUE, QuantileSketch
+from infersight.core.store_capacity import Fleet
+from infersight.core.store_capacity import load as capacity_load
 from infersight.core.window import Window
 from infersight.storage import migrate as sql_migrate
 from infersight.storage.engine import create_store_engine
@@ -299,24 +307,38 @@ def measure_ingest(
 
 
 def load_both(
-    url: str, transport: ChdbTransport, layout: Layout, days: int, rpm: int, end: datetime
+    url: str,
+    transport: ChdbTransport,
+    layout: Layout,
+    days: int,
+    rpm: int,
+    end: datetime,
+    batch: int,
 ) -> tuple[int, float, float]:
-    """The same records (seeded per day) into PostgreSQL and ClickHouse: how many, and each
-    writer's seconds."""
+    """The same records (generated a day at a time from one seed) into PostgreSQL and
+    ClickHouse, each through infersight's own writer (``storage.writer``'s binary ``COPY``
+    with its rollups; ``storage_clickhouse.writer`` with the materialized view) in ``batch``
+    batches: how many, and each writer's seconds."""
     engine = create_store_engine(url)
     sql_migrate.upgrade(engine)
     pg_writer = open_writer(engine)
     ch_writer = ClickHouseWriter(transport, layout)
     rng = np.random.default_rng(36)
     total, pg_s, ch_s = 0, 0.0, 0.0
+    began = time.perf_counter()
     for d in range(days):
         day_start = end - timedelta(days=days - d)
         records = bench_storage.synth(rng, day_start, rpm * 1440, 86400.0)
-        for chunk in bench_storage.batches(records, 50_000):
+        for chunk in bench_storage.batches(records, batch):
             pg_s += timed(lambda c=chunk: pg_writer.write_requests(c))  # type: ignore[misc]
             ch_s += timed(lambda c=chunk: ch_writer.write_requests(c))  # type: ignore[misc]
         total += len(records)
-        bench_storage.progress(f"loaded day {d + 1}/{days} ({total:,} requests in each)")
+        del records
+        bench_storage.progress(
+            f"loaded day {d + 1}/{days} ({total:,} requests in each;"
+            f" PostgreSQL {total / pg_s:,.0f}/s, ClickHouse {total / ch_s:,.0f}/s,"
+            f" {time.perf_counter() - began:,.0f} s so far; load {_loadavg()})"
+        )
     engine.dispose()
     return total, pg_s, ch_s
 
@@ -403,6 +425,19 @@ def measure_query(
     }
 
 
+def _loadavg() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def uptime() -> str:
+    """``uptime``'s line (the machine is shared: its load beside the figures)."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"load average {_loadavg()}"
+
+
 # -- 3. bytes ---------------------------------------------------------------------------------
 
 
@@ -415,9 +450,14 @@ def clickhouse_bytes(transport: ChdbTransport, layout: Layout) -> dict[str, int]
         f" AND database = '{layout.database}' GROUP BY table"
     )
     found = {name: int(size) for name, size in rows}
+    rollup_rows = sum(
+        int(transport.rows(f"SELECT count() FROM {layout.table(table)} FINAL")[0][0])
+        for table in tables[1:]
+    )
     return {
         "raw": found.get("requests", 0),
         "rollups": sum(v for k, v in found.items() if k.startswith("request_rollups")),
+        "rollup_rows": rollup_rows,
     }
 
 
@@ -434,8 +474,38 @@ def postgres_bytes(url: str) -> dict[str, int]:
         rollups = connection.execute(
             text("SELECT pg_total_relation_size('request_rollups')")
         ).scalar_one()
+        rollup_rows = connection.execute(text("SELECT count(*) FROM request_rollups")).scalar_one()
     engine.dispose()
-    return {"raw": int(raw), "rollups": int(rollups)}
+    return {"raw": int(raw), "rollups": int(rollups), "rollup_rows": int(rollup_rows)}
+
+
+def fleet_sizes(
+    gpus: int, rps_per_gpu: float, days: int, per: dict[str, dict[str, float]]
+) -> dict[str, Any]:
+    """What ``gpus`` GPUs at ``rps_per_gpu`` requests/s write in ``days`` days, from
+    ``core.store_capacity``'s model (docs/capacity.md: 8 GPUs an instance, 4 tenants × 2
+    priorities, Poisson arrivals; raw rows and every rollup resolution kept the ``days``).
+
+    PostgreSQL: the model's bytes. ClickHouse: the model's request rows times the raw bytes
+    per request measured here, and the model's rollup rows times the bytes per rollup row
+    measured here (a rollup row's size follows its sketches' fill, which differs between this
+    run's series and the fleet's, so that part is the rougher)."""
+    fleet = Fleet(
+        requests_per_s=gpus * rps_per_gpu, instances=max(1, gpus // 8), tenants=4, priorities=2
+    )
+    keep = RetentionPolicy(raw_days=days - 1, minute_days=days, hour_days=days, day_days=days)
+    model = capacity_load(fleet, keep)
+    requests, rollups = model.table("requests"), model.table("request_rollups")
+    ch = per["clickhouse"]
+    return {
+        "requests": requests.kept_rows,
+        "rollup_rows": rollups.kept_rows,
+        "postgresql": {"raw": requests.kept_bytes, "rollups": rollups.kept_bytes},
+        "clickhouse": {
+            "raw": requests.kept_rows * ch["raw"],
+            "rollups": rollups.kept_rows * ch["rollup_row"],
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -448,8 +518,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--requests-total", type=int, default=0, help="sets --rpm for this many")
     parser.add_argument("--ingest-records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument(
+        "--load-batch", type=int, default=200_000, help="batch of the long window's load"
+    )
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--rps-per-gpu", type=float, default=10.0)
+    parser.add_argument("--fleet-days", type=int, default=30, help="days the fleet keeps")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
     add_round_arguments(parser, rounds=4)
@@ -457,11 +531,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.days, args.rpm, args.ingest_records, args.rounds = 1, 20, 20_000, 2
     if args.requests_total:
-        args.rpm = max(1, round(args.requests_total / (args.days * 1440)))
+        args.rpm = max(1, math.ceil(args.requests_total / (args.days * 1440)))
     workdir = Path(tempfile.mkdtemp(prefix="bench_clickhouse_"))
     transport = ChdbTransport(str(workdir / "chdb"))
     url, drop = bench_storage.fresh_postgres(args.postgres)
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {"load_before": uptime()}
+    print(f"machine: {figures['load_before']}")
     try:
         print(f"1. ingest: {args.ingest_records:,} requests in batches of {args.batch:,}")
         rng = np.random.default_rng(7)
@@ -483,7 +558,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         end = datetime.now(UTC).replace(second=0, microsecond=0)
         print(f"2. {args.days}-day P99: {args.rpm} requests/min into PostgreSQL and ClickHouse")
         layout = fresh_layout(transport, "days")
-        total, pg_s, ch_s = load_both(url, transport, layout, args.days, args.rpm, end)
+        total, pg_s, ch_s = load_both(
+            url, transport, layout, args.days, args.rpm, end, args.load_batch
+        )
         print(
             f"   loaded {total:,} requests: PostgreSQL's writer {total / pg_s:,.0f}/s,"
             f" ClickHouse's {total / ch_s:,.0f}/s (reference: PostgreSQL, same batches)"
@@ -510,23 +587,45 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ch_bytes = clickhouse_bytes(transport, layout)
         pg_bytes = postgres_bytes(url)
         per = {
-            name: {k: v / total for k, v in b.items()}
+            name: {
+                "raw": b["raw"] / total,
+                "rollups": b["rollups"] / total,
+                "rollup_row": b["rollups"] / max(1, b["rollup_rows"]),
+                "rollup_rows": b["rollup_rows"],
+            }
             for name, b in (("clickhouse", ch_bytes), ("postgresql", pg_bytes))
         }
-        fleet_requests = args.gpus * args.rps_per_gpu * 86400 * args.days
-        figures["bytes"] = {"per_request": per, "fleet_requests": fleet_requests}
-        print("3. bytes per request (raw + rollups), reference: PostgreSQL")
+        fleet = fleet_sizes(args.gpus, args.rps_per_gpu, args.fleet_days, per)
+        figures["bytes"] = {"per_request": per, "fleet": fleet}
+        print(f"3. bytes per request over {total:,} requests, reference: PostgreSQL (VACUUM FULL)")
         for name in ("postgresql", "clickhouse"):
-            raw, rollups = per[name]["raw"], per[name]["rollups"]
-            tb = fleet_requests * raw / 1e12
+            p = per[name]
             print(
-                f"   {name:10s} raw {raw:6.1f} B, rollups {rollups:6.1f} B;"
-                f" {args.gpus:,} GPUs × {args.rps_per_gpu:g} req/s × {args.days} days ="
-                f" {fleet_requests / 1e9:,.1f} G requests → raw {tb:,.1f} TB"
+                f"   {name:10s} raw {p['raw']:6.1f} B/request, rollups {p['rollups']:6.1f}"
+                f" B/request ({p['rollup_rows']:,.0f} rollup rows, {p['rollup_row']:,.0f} B each)"
             )
         ratio = per["clickhouse"]["raw"] / per["postgresql"]["raw"]
         figures["bytes"]["raw_ratio"] = ratio
         print(f"   ClickHouse's raw rows take {ratio:.2f}× PostgreSQL's bytes")
+        print(
+            f"4. {args.gpus:,} GPUs × {args.rps_per_gpu:g} req/s for {args.fleet_days} days"
+            f" (core.store_capacity's model: {fleet['requests'] / 1e9:,.1f} G requests,"
+            f" {fleet['rollup_rows'] / 1e6:,.1f} M rollup rows at 1m/1h/1d,"
+            f" kept {args.fleet_days} days)"
+        )
+        for name in ("postgresql", "clickhouse"):
+            f = fleet[name]
+            print(
+                f"   {name:10s} raw {f['raw'] / 1e12:,.2f} TB"
+                f" + rollups {f['rollups'] / 1e9:,.1f} GB"
+                f" = {(f['raw'] + f['rollups']) / 1e12:,.2f} TB (one copy, before replicas)"
+            )
+        print(
+            "   (PostgreSQL: the model's bytes; ClickHouse: the model's rows × the bytes per"
+            " request and per rollup row measured above)"
+        )
+        figures["load_after"] = uptime()
+        print(f"machine: {figures['load_after']}")
     finally:
         transport.close()
         drop()
