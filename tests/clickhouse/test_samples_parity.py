@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from infersight.core.accept import AcceptWindow
 from infersight.core.errors import Unavailable
 from infersight.core.samples import EngineSample, GpuSample, ServerSample, combine_engines
 from infersight.core.window import Window
@@ -368,3 +369,26 @@ def test_the_raw_gpu_reads_see_the_data(gpus: Any) -> None:
     mean, newest = hybrid.samples.gpu_utilisation(["g-a"], window)
     assert mean is not None
     assert newest == max(s.ts for s in samples if s.instance == "g-a" and s.util_gpu is not None)
+
+
+def test_the_accepted_window_refuses_the_same_samples_in_both(
+    store: Store, telemetry: Telemetry
+) -> None:
+    """Scrapes and GPU samples older than the accepted window (or too far ahead) are stored in
+    neither store; the rest in both."""
+    now = T0 + timedelta(days=2)
+    hybrid = HybridStore(store.sql, telemetry)
+    sink = hybrid.ingest.open_writer(AcceptWindow.of_days(1, 60.0), clock=lambda: now)
+    times = [now - timedelta(days=1, seconds=1), now - timedelta(hours=3), now + timedelta(hours=1)]
+    scrapes = [ServerSample(ts=t, instance="x", model="m", requests_waiting=1.0) for t in times]
+    gpus = [GpuSample(ts=t, instance="x", gpu_index=0, util_gpu=0.5) for t in times]
+    assert sink.write_server_samples(scrapes) == 1
+    assert sink.write_gpu_samples(gpus) == 1
+    assert _count(telemetry, "server_samples") == 1
+    assert _count(telemetry, "gpu_samples") == 1
+    window = Window(T0, T0 + timedelta(days=3))
+    _same(hybrid.samples.server_summaries(window), store.sql.samples.server_summaries(window))
+    _same(
+        hybrid.samples.gpu_utilisation(["x"], window),
+        store.sql.samples.gpu_utilisation(["x"], window),
+    )
