@@ -16,7 +16,7 @@ requests to SQL (docs/past-one-primary.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import date, datetime, timedelta
@@ -38,6 +38,7 @@ from infersight.storage.seam import (
     BaselineStore,
     BillStore,
     BudgetStore,
+    BusiestPrefill,
     ClientStore,
     CostModelStore,
     CostStore,
@@ -52,11 +53,13 @@ from infersight.storage.seam import (
     IngestStore,
     MaintenanceStore,
     OutboxStore,
+    PoolLine,
     ProfileStore,
     RecordedDemand,
     ReportStore,
     RequestPeak,
     RequestStore,
+    ResultStore,
     RunStore,
     SampleStore,
     ScalingStore,
@@ -66,6 +69,7 @@ from infersight.storage.seam import (
     Store,
 )
 from infersight.storage_clickhouse import schema
+from infersight.storage_clickhouse.pools import PoolReads
 from infersight.storage_clickhouse.reads import (
     DEFAULT_EXACT_MAX_ROWS,
     DemandReads,
@@ -102,9 +106,9 @@ def _attributed(selector: Selector, group_by: Sequence[str]) -> bool:
 
 
 class HybridSink:
-    """Request records, server scrapes and GPU samples into ClickHouse and the SQL store,
-    acknowledged once both stored them; client records, attributions and late sequences into
-    the SQL store (its other methods are reached through ``__getattr__``)."""
+    """Request records (prefill legs too), server scrapes and GPU samples into ClickHouse and
+    the SQL store, acknowledged once both stored them; client records, attributions and late
+    sequences into the SQL store (its other methods are reached through ``__getattr__``)."""
 
     def __init__(self, sql: Sink, clickhouse: ClickHouseWriter, telemetry: Telemetry) -> None:
         self._sql = sql
@@ -156,18 +160,20 @@ class HybridIngest:
 
 class HybridRequests:
     """``RequestStore``: the quantile, throughput, span and chart reads (series, chart sketches,
-    peaks), error types and production's request shapes from ClickHouse (except where they
-    pin or group by ``team`` or ``workload``); every other read is the SQL store's in this
-    slice (reached through ``__getattr__``): ``label_sets`` and ``first_seen`` (keyed by every
-    group label, ``team`` and ``workload`` among them), ``breakdown`` (stage totals the
-    ClickHouse rollups do not keep), ``pool_summaries`` (prefill legs, which only the SQL store
-    holds), ``window_signals`` (request rows read beside server, GPU, client and prefill-leg
-    rows in one SQL function), ``production_capacity`` and ``capture_baseline``."""
+    peaks), error types, production's request shapes and the pools (prefill legs in
+    ``request_parts``) from ClickHouse (except where they pin or group by
+    ``team`` or ``workload``); every other read is the SQL store's in this slice (reached
+    through ``__getattr__``): ``label_sets`` and ``first_seen`` (keyed by every group label,
+    ``team`` and ``workload`` among them), ``breakdown``,
+    ``window_signals`` (request rows read beside
+    server, GPU, client and prefill-leg rows in one SQL function), ``production_capacity``
+    and ``capture_baseline``."""
 
     def __init__(self, sql: RequestStore, telemetry: Telemetry) -> None:
         self._sql = sql
         self._reads = telemetry.reads
         self._rows = RowReads(telemetry.transport, telemetry.layout)
+        self._pools = PoolReads(telemetry.transport, telemetry.layout)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -267,6 +273,12 @@ class HybridRequests:
         source = self._sql if _attributed(selector, ()) else self._rows
         return source.error_types(window, selector)
 
+    def pool_summaries(
+        self, window: Window, finest: Resolution = Resolution.MINUTE
+    ) -> list[PoolLine]:
+        """From ClickHouse (no selector: no attributed label)."""
+        return self._pools.pool_summaries(window, finest)
+
     def production_shapes(
         self, window: Window, selector: Selector, limit: int = 10000
     ) -> list[tuple[int, int]]:
@@ -345,13 +357,14 @@ class HybridEvents:
 
 class HybridDemand:
     """``DemandStore``: a model's minute demand, peak rate, recorded days and the busiest
-    models from ClickHouse's rollups; ``models_seen`` (which reads the server scrapes too),
-    ``pool_members`` and ``busiest_prefill_minute`` (prefill legs, which only the SQL store
-    holds) are the SQL store's (reached through ``__getattr__``)."""
+    models from ClickHouse's rollups, ``pool_members`` and ``busiest_prefill_minute`` from its
+    raw rows and prefill legs; ``models_seen`` (which reads the server scrapes too) is the SQL
+    store's (reached through ``__getattr__``)."""
 
     def __init__(self, sql: DemandStore, telemetry: Telemetry) -> None:
         self._sql = sql
         self._reads = DemandReads(telemetry.transport, telemetry.layout)
+        self._pools = PoolReads(telemetry.transport, telemetry.layout)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -370,6 +383,20 @@ class HybridDemand:
 
     def busiest_models(self, day: date, limit: int = 20) -> Sequence[str]:
         return self._reads.busiest_models(day, limit)
+
+    def pool_members(
+        self, window: Window, model: str | None = None
+    ) -> dict[str, dict[str, frozenset[str]]]:
+        return self._pools.pool_members(window, model)
+
+    def busiest_prefill_minute(
+        self,
+        model: str,
+        window: Window,
+        queue_max_s: float,
+        instances: Collection[str] | None = None,
+    ) -> BusiestPrefill | None:
+        return self._pools.busiest_prefill_minute(model, window, queue_max_s, instances)
 
 
 class HybridMaintenance:
@@ -394,6 +421,7 @@ class HybridMaintenance:
         layout = self._telemetry.layout
         for table in (
             "requests",
+            "request_parts",
             "request_rollups_1m",
             "server_samples",
             "server_engine_samples",
@@ -499,6 +527,10 @@ class HybridStore:
     @property
     def sessions(self) -> SessionStore:
         return self._sql.sessions
+
+    @property
+    def results(self) -> ResultStore:
+        return self._sql.results
 
     @property
     def maintenance(self) -> MaintenanceStore:

@@ -19,6 +19,9 @@ Tables (``Layout.single``; a cluster's are described below):
   so the keys equal PostgreSQL's to the bit) and its insert's token, and one insert stores
   the rows and their rollups under one dedup token (``writer``). The hour and day rows are
   materialized views over the minute table — the database aggregates the aggregates.
+* ``request_parts`` (step 6): the prefill legs of disaggregated requests, kept apart from the
+  users' requests as the SQL store keeps them: the columns, key, partitions and ``TTL`` of
+  ``requests`` (and the insert's token), never rolled up.
 * ``schema_migrations``: the versions applied.
 
 A cluster (``Layout.cluster``) has each table as ``<name>_local`` on every node, made
@@ -119,6 +122,11 @@ class Layout:
 
 
 def _requests(layout: Layout) -> list[str]:
+    return _request_table(layout, "requests")
+
+
+def _request_table(layout: Layout, name: str, extra: Sequence[str] = ()) -> list[str]:
+    """A table of request rows (``requests``; ``request_parts`` with ``extra`` columns)."""
     durations = ",\n    ".join(f"{name} Nullable(Float64)" for name in DURATION_FIELDS)
     labels = ",\n    ".join(
         f"{name} {_LABEL}"
@@ -137,8 +145,9 @@ def _requests(layout: Layout) -> list[str]:
             "workload",
         )
     )
+    extras = "".join(f",\n    {column}" for column in extra)
     return [
-        f"CREATE TABLE IF NOT EXISTS {layout.local('requests')}{layout.on_cluster} (\n"
+        f"CREATE TABLE IF NOT EXISTS {layout.local(name)}{layout.on_cluster} (\n"
         "    start DateTime64(6, 'UTC'),\n"
         "    trace_id String,\n"
         "    span_id String,\n"
@@ -147,13 +156,13 @@ def _requests(layout: Layout) -> list[str]:
         "    input_tokens Nullable(UInt32),\n"
         "    output_tokens Nullable(UInt32),\n"
         "    cached_tokens Nullable(UInt32),\n"
-        f"    {tail}\n"
-        f") ENGINE = {layout.engine('ReplacingMergeTree', 'requests')}\n"
+        f"    {tail}{extras}\n"
+        f") ENGINE = {layout.engine('ReplacingMergeTree', name)}\n"
         "PARTITION BY toDate(start)\n"
         "ORDER BY (model, instance, start, trace_id, span_id)"
         + layout.ttl("toDateTime(start)", layout.raw_days)
         + layout.settings(),
-        *layout.distributed("requests"),
+        *layout.distributed(name),
     ]
 
 
@@ -250,6 +259,14 @@ def _rolled_from_rows(layout: Layout) -> list[str]:
     return out
 
 
+def _request_parts(layout: Layout) -> list[str]:
+    """``request_parts``: the prefill legs of disaggregated requests (``Role.PREFILL``), as the
+    SQL store keeps them apart from the users' requests so that no request or token is counted
+    twice: the columns, sorting key, partitions and ``TTL`` of ``requests`` and the insert's
+    token; no bucket keys and no rollups (the pool reads aggregate the raw legs)."""
+    return _request_table(layout, "request_parts", ["insert_token String"])
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One migration: its number, its name and its statements (each idempotent, so that a step
@@ -267,6 +284,7 @@ STEPS: Final = (
     Step(3, "server samples and their engines", server_sample_tables),
     Step(4, "minute rollups by a materialized view over the rows' bucket keys", _rolled_from_rows),
     Step(5, "GPU samples", gpu_sample_tables),
+    Step(6, "prefill legs of disaggregated requests", _request_parts),
 )
 
 

@@ -135,6 +135,8 @@ def key_columns_of(records: Sequence[RequestRecord]) -> list[list[int | None]]:
 
 #: The columns the writer inserts into ``requests``.
 STORED_FIELDS: Final = (*RECORD_FIELDS, *key_columns(), "insert_token")
+#: The columns the writer inserts into ``request_parts`` (prefill legs: no bucket keys).
+PART_FIELDS: Final = (*RECORD_FIELDS, "insert_token")
 
 
 def stored_rows(records: Sequence[RequestRecord], token: str) -> list[list[Any]]:
@@ -173,15 +175,26 @@ class ClickHouseWriter:
         return [r for r in records if low <= r.start <= high]
 
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
-        """Store the user requests of ``records``, each key once: ``inserted + duplicates +
-        refused == received``, counting user requests only (prefill legs of disaggregated
-        requests are the SQL store's, and left out of the answer)."""
-        users_in = [r for r in records if r.role is not Role.PREFILL]
+        """Store the user requests of ``records`` in ``requests`` and their prefill legs
+        (``Role.PREFILL``, disaggregated serving) in ``request_parts``, each key once per table
+        (as the SQL store keeps them). The answer counts user requests only, as the SQL
+        store's does: ``inserted + duplicates + refused == received``."""
+        legs = [r for r in records if r.role is Role.PREFILL]
+        users_in = [r for r in records if r.role is not Role.PREFILL] if legs else records
         received = len(users_in)
         users = self._accepted(users_in)
         refused = received - len(users)
+        inserted = self._store_all(users, "requests")
+        if legs:
+            # Users' requests first: a failure here leaves them stored, and the replay finds
+            # them (duplicates) and stores the legs.
+            self._store_all(self._accepted(legs), "request_parts")
+        return WriteResult(received, inserted, len(users) - inserted, refused)
+
+    def _store_all(self, records: Sequence[RequestRecord], table: str) -> int:
+        """Store ``records`` in ``table`` a day and a chunk at a time: how many were new."""
         unique: dict[tuple[int, str, str], RequestRecord] = {}
-        for record in users:
+        for record in records:
             unique.setdefault(_key(record), record)
         by_day: dict[date, list[RequestRecord]] = defaultdict(list)
         for record in unique.values():
@@ -190,16 +203,21 @@ class ClickHouseWriter:
         for day in sorted(by_day):
             rows = sorted(by_day[day], key=_key)
             for i in range(0, len(rows), CHUNK):
-                inserted += self._store_chunk(day, rows[i : i + CHUNK])
-        return WriteResult(received, inserted, len(users) - inserted, refused)
+                if table == "requests":
+                    inserted += self._store_chunk(day, rows[i : i + CHUNK])
+                else:
+                    inserted += self._store_legs(rows[i : i + CHUNK])
+        return inserted
 
-    def _stored_keys(self, records: Sequence[RequestRecord]) -> dict[tuple[int, str, str], str]:
+    def _stored_keys(
+        self, records: Sequence[RequestRecord], table: str = "requests"
+    ) -> dict[tuple[int, str, str], str]:
         """The keys of ``records`` (sorted by key) already stored, each with its row's insert
         token, looked up ``LOOKUP`` keys a statement (a statement stays far below ClickHouse's
         ``max_query_size``), each within its keys' time range, models and instances (the
         table's order)."""
         out: dict[tuple[int, str, str], str] = {}
-        if not self._any_stored(records):
+        if not self._any_stored(records, table):
             return out
         for i in range(0, len(records), LOOKUP):
             part = records[i : i + LOOKUP]
@@ -208,7 +226,7 @@ class ClickHouseWriter:
             spans = ", ".join(f"({quote(r.trace_id)}, {quote(r.span_id)})" for r in part)
             rows = self.transport.rows(
                 "SELECT toUnixTimestamp64Micro(start), trace_id, span_id, insert_token"
-                f" FROM {self.layout.table('requests')}"
+                f" FROM {self.layout.table(table)}"
                 f" WHERE model IN ({models}) AND instance IN ({instances})"
                 f" AND start >= {quote(_text(part[0].start))}"
                 f" AND start <= {quote(_text(part[-1].start))}"
@@ -217,13 +235,13 @@ class ClickHouseWriter:
             out.update(((int(m), t, s), token) for m, t, s, token in rows)
         return out
 
-    def _any_stored(self, ordered: Sequence[RequestRecord]) -> bool:
+    def _any_stored(self, ordered: Sequence[RequestRecord], table: str = "requests") -> bool:
         """Whether any request of the records' models and instances is stored in their time
         range (one cheap count; a sidecar's fresh batch usually meets none)."""
         models = ", ".join(quote(m) for m in sorted({r.model for r in ordered}))
         instances = ", ".join(quote(m) for m in sorted({r.instance for r in ordered}))
         rows = self.transport.rows(
-            f"SELECT count() FROM {self.layout.table('requests')}"
+            f"SELECT count() FROM {self.layout.table(table)}"
             f" WHERE model IN ({models}) AND instance IN ({instances})"
             f" AND start >= {quote(_text(ordered[0].start))}"
             f" AND start <= {quote(_text(ordered[-1].start))}"
@@ -270,5 +288,20 @@ class ClickHouseWriter:
             STORED_FIELDS,
             payload(stored_rows(fresh, token)),
             self._settings(token),
+        )
+        return len(fresh)
+
+    def _store_legs(self, records: Sequence[RequestRecord]) -> int:
+        """Prefill legs (sorted by key, one day) into ``request_parts``: the keys already
+        stored dropped, the rest inserted under a token made from their keys (no views hang on
+        this table, so an insert that failed left nothing behind to finish)."""
+        stored = self._stored_keys(records, "request_parts")
+        fresh = [r for r in records if _key(r) not in stored] if stored else list(records)
+        if not fresh:
+            return 0
+        token = _token(fresh)
+        rows = [[*row, token] for row in raw_rows(fresh)]
+        self.transport.insert(
+            self.layout.table("request_parts"), PART_FIELDS, payload(rows), self._settings(token)
         )
         return len(fresh)

@@ -40,14 +40,16 @@ def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
             "server_samples",
             "server_engine_samples",
             "gpu_samples",
+            "request_parts",
         }
-        engine = chdb.rows(
-            "SELECT engine, partition_key, sorting_key FROM system.tables"
-            f" WHERE database = '{layout.database}' AND name = 'requests'"
-        )
-        assert engine == [
-            ["ReplacingMergeTree", "toDate(start)", "model, instance, start, trace_id, span_id"]
-        ]
+        for name in ("requests", "request_parts"):
+            engine = chdb.rows(
+                "SELECT engine, partition_key, sorting_key FROM system.tables"
+                f" WHERE database = '{layout.database}' AND name = '{name}'"
+            )
+            assert engine == [
+                ["ReplacingMergeTree", "toDate(start)", "model, instance, start, trace_id, span_id"]
+            ]
     finally:
         chdb.command(f"DROP DATABASE IF EXISTS {layout.database}")
 
@@ -83,7 +85,7 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
     ]
     local = [s for s in cluster if "ENGINE = Distributed" not in s and s not in twins]
     # every table but the database has its Distributed twin, sharded by the series
-    assert len(distributed) == 8
+    assert len(distributed) == 9
     for statement in distributed:
         name = re.search(r"CREATE TABLE IF NOT EXISTS infersight\.(\w+) ", statement)
         assert name is not None
