@@ -27,7 +27,7 @@ from sqlalchemy import Engine
 from infersight.core.accept import AcceptWindow
 from infersight.core.errors import InvalidInput
 from infersight.core.quantiles import DEFAULT_QUANTILES
-from infersight.core.query import LatencyResult, Method, Selector, Throughput
+from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
 from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.sketch import QuantileSketch
@@ -160,12 +160,11 @@ class HybridIngest:
 
 class HybridRequests:
     """``RequestStore``: the quantile, throughput, span and chart reads (series, chart sketches,
-    peaks), error types, production's request shapes and the pools (prefill legs in
-    ``request_parts``) from ClickHouse (except where they pin or group by
+    peaks), the stage breakdown, error types, production's request shapes and the pools
+    (prefill legs in ``request_parts``) from ClickHouse (except where they pin or group by
     ``team`` or ``workload``); every other read is the SQL store's in this slice (reached
     through ``__getattr__``): ``label_sets`` and ``first_seen`` (keyed by every group label,
-    ``team`` and ``workload`` among them), ``breakdown``,
-    ``window_signals`` (request rows read beside
+    ``team`` and ``workload`` among them), ``window_signals`` (request rows read beside
     server, GPU, client and prefill-leg rows in one SQL function), ``production_capacity``
     and ``capture_baseline``."""
 
@@ -272,6 +271,17 @@ class HybridRequests:
     ) -> dict[str, dict[str, int]]:
         source = self._sql if _attributed(selector, ()) else self._rows
         return source.error_types(window, selector)
+
+    def breakdown(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> list[Breakdown]:
+        source = self._sql if _attributed(selector, group_by) else self._reads
+        return source.breakdown(window, selector, group_by, finest=finest)
 
     def pool_summaries(
         self, window: Window, finest: Resolution = Resolution.MINUTE

@@ -22,11 +22,14 @@ from infersight.core.errors import InvalidInput, NotFound
 from infersight.core.quantiles import DEFAULT_QUANTILES, check_quantiles
 from infersight.core.query import (
     LATENCY_METRICS,
+    STAGES,
+    Breakdown,
     GroupQuantiles,
     LatencyResult,
     Method,
     Selector,
     Throughput,
+    breakdown_of,
     check_group_by,
     check_metric,
     latency_result,
@@ -500,6 +503,68 @@ class Reads:
             )
             for model, peak, total, first, last in found
         }
+
+    # -- the stage breakdown ----------------------------------------------------------------
+
+    def breakdown(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        group_by: Sequence[str] = (),
+        *,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> list[Breakdown]:
+        """Each stage's share of the requests' time, per group, over ``window``
+        (``storage.queries.breakdown``): per field its values' count and sum, from raw rows at
+        the window's edges and, in between, from the rollups' sketch columns — the buckets'
+        counts plus the zero count, and the sum — which is what the SQL store reads from its
+        sketches' headers."""
+        groups = check_group_by(group_by)
+        head, tail = _group(groups)
+        width = len(groups)
+        acc: dict[LabelKey, list[list[float]]] = defaultdict(
+            lambda: [[0, 0.0] for _ in _BREAKDOWN_FIELDS]
+        )
+        edges, segments = _pieces(window, finest)
+        statements = []
+        if edges:
+            raw = ", ".join(f"count({f}), sum({f})" for f in _BREAKDOWN_FIELDS)
+            statements.append(
+                f"SELECT {head}{raw} FROM {self.layout.table('requests')} FINAL"
+                f" WHERE {_raw_edges(edges, selector)}{tail}"
+            )
+        if segments:
+            metrics = [f.removesuffix("_s") for f in _BREAKDOWN_FIELDS]
+            columns = ", ".join(
+                f"arraySum(mapValues({m}_buckets)) + {m}_zero AS {m}_n, {m}_sum AS {m}_t"
+                for m in metrics
+            )
+            inner = _rollup_rows(self.layout, segments, selector, head + columns)
+            totals = ", ".join(f"sum({m}_n), sum({m}_t)" for m in metrics)
+            # A group for each rollup row read, none without (as the SQL store's row read).
+            statements.append(f"SELECT {head}{totals} FROM ({inner}){tail} HAVING count() > 0")
+        for sql in statements:
+            for row in self.transport.rows(sql):
+                fields_ = acc[tuple(row[:width])]
+                values = row[width:]
+                for i, pair in enumerate(fields_):
+                    pair[0] += int(values[2 * i] or 0)
+                    pair[1] += float(values[2 * i + 1] or 0.0)
+        out = []
+        for key, fields_ in sorted(acc.items()):
+            totals_of = {
+                name: (int(count), total)
+                for name, (count, total) in zip(_BREAKDOWN_FIELDS, fields_, strict=True)
+            }
+            e2e = totals_of["e2e_s"]
+            stages = {stage: totals_of[f"{stage}_s"] for stage in STAGES}
+            out.append(breakdown_of(dict(zip(groups, key, strict=True)), e2e, stages))
+        return out
+
+
+#: The fields a breakdown sums (``storage.queries._BREAKDOWN_FIELDS``): end to end, then each
+#: of ``core.query.STAGES``.
+_BREAKDOWN_FIELDS: Final = ("e2e_s", *(f"{stage}_s" for stage in STAGES))
 
 
 def _sketch(values: Sequence[Any]) -> QuantileSketch | None:

@@ -1,8 +1,8 @@
 """Disaggregated serving from ClickHouse answers as the SQL store's on the same data: the prefill
 legs stored in ``request_parts`` (each once, a replay storing nothing), the pool table
 (``pool_summaries``: each instance's role, requests, tokens and stage means, over windows read
-from raw edges and minute, hour and day rollups), the pools' members, and the busiest prefill
-minute within a queue bound."""
+from raw edges and minute, hour and day rollups), the pools' members, the busiest prefill
+minute within a queue bound, and the stage breakdown."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from infersight.core.query import Selector
 from infersight.core.records import RequestRecord, Role, Status
 from infersight.core.window import Resolution, Window
 from infersight.storage.engine import create_store_engine
@@ -209,3 +210,45 @@ def test_the_burst_is_the_busiest_prefill_minute(both: Both) -> None:
     other = hybrid.demand.busiest_prefill_minute(DISAGGREGATED, WINDOW, 0.003)
     assert other is not None
     assert other.minute != BURST
+
+
+@pytest.mark.parametrize(
+    ("window", "finest"),
+    [(WINDOW, Resolution.MINUTE), (WINDOW, Resolution.DAY), (SHORT, Resolution.MINUTE)],
+)
+@pytest.mark.parametrize(
+    ("group_by", "selector"),
+    [
+        ((), Selector()),
+        (("model", "instance"), Selector()),
+        (("tenant",), Selector(model=DISAGGREGATED)),
+        (("priority",), Selector(model="absent")),
+    ],
+)
+def test_the_breakdown_equals_the_sql_store_s(
+    both: Both,
+    window: Window,
+    finest: Resolution,
+    group_by: Sequence[str],
+    selector: Selector,
+) -> None:
+    hybrid, pg = both
+    ours = hybrid.requests.breakdown(window, selector, group_by, finest=finest)
+    theirs = pg.sql.requests.breakdown(window, selector, group_by, finest=finest)
+    assert len(ours) == len(theirs)
+    if selector.model != "absent":
+        assert ours
+        assert any(s.stage == "kv_transfer" and s.share for b in ours for s in b.stages)
+    for a, b in zip(ours, theirs, strict=True):
+        assert (a.labels, a.requests) == (b.labels, b.requests)
+        assert math.isclose(a.e2e_seconds_total, b.e2e_seconds_total, rel_tol=1e-9)
+        assert math.isclose(a.scaled_by, b.scaled_by, rel_tol=1e-9)
+        for x, y in zip(a.stages, b.stages, strict=True):
+            assert x.stage == y.stage
+            assert x.coverage == y.coverage
+            assert math.isclose(x.seconds_total, y.seconds_total, rel_tol=1e-9, abs_tol=1e-12)
+            if y.share is None:
+                assert x.share is None
+            else:
+                assert x.share is not None
+                assert math.isclose(x.share, y.share, rel_tol=1e-9, abs_tol=1e-12)
