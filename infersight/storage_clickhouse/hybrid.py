@@ -1,12 +1,13 @@
 """The hybrid store: telemetry in ClickHouse beside the SQL store's state (issue #36, first
 slice).
 
-In this slice every request record is written to both stores under one acknowledgement
-(``HybridSink``: ClickHouse first, then SQL; each idempotent, so a batch replayed after either
-failed is stored once in each), and these reads come from ClickHouse: ``requests``'
-latency (exact and sketch), latencies, throughput, data span, series, chart sketches, peaks,
-error types and production shapes; ``events`` (SLO counts, an evaluation cycle, goodput's
-misses); ``demand``'s minute demand, peak rate, recorded days and busiest models — except
+In this slice every request record (prefill legs too) is written to both stores under one
+acknowledgement (``HybridSink``: ClickHouse first, then SQL; each idempotent, so a batch
+replayed after either failed is stored once in each), and these reads come from ClickHouse:
+``requests``' latency (exact and sketch), latencies, throughput, data span, series, chart
+sketches, peaks, the stage breakdown, error types, production shapes and the pool table;
+``events`` (SLO counts, an evaluation cycle, goodput's misses); ``demand``'s minute demand,
+peak rate, recorded days, busiest models, pool members and busiest prefill minute — except
 where they pin, exclude or group by ``team`` or ``workload``, which the SQL store fills in
 later from the traces' attribution and ClickHouse does not yet (``HybridRequests`` lists the
 request reads still on SQL and why). Every other concern and read is the SQL store's, which
