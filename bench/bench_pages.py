@@ -52,6 +52,7 @@ import bench_storage
 import httpx
 import numpy as np
 import psycopg
+from harness import proctree
 from harness.faults import READ_TOKEN, Live, start_serve, wait_until
 from harness.results import write_json
 from sqlalchemy.engine import make_url
@@ -200,6 +201,27 @@ async def phase(
     return times, sum(made), wall
 
 
+def postgres_cpu_seconds() -> float:
+    """User + system seconds of every running process named ``postgres`` (the server and its
+    backends: this host's PostgreSQL serves the bench alone while it is timed, but for
+    other users' backends, which this counts too)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, _, rest = stat.partition(") ")
+        if name.rpartition("(")[2] != "postgres":
+            continue
+        fields = rest.split()
+        # utime stime cutime cstime: the server's include the backends it has reaped.
+        total += sum(int(f) for f in fields[11:15]) / proctree.CLOCK_TICK
+    return total
+
+
 def ms(seconds: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(seconds) * 1000.0, q))
 
@@ -217,10 +239,18 @@ def measure(serves: dict[str, Live], args: argparse.Namespace) -> dict[str, Any]
     }
     rates: dict[tuple[str, int], list[float]] = {(s, c): [] for s in serves for c in (1, n)}
     cases = [(s, c) for s in serves for c in (1, n)]
+    #: CPU milliseconds per page view: the serve's process tree and PostgreSQL's processes.
+    cpu: dict[tuple[str, int], list[tuple[float, float]]] = {case: [] for case in cases}
     for r in range(args.rounds):
         for serve, clients in cases if r % 2 == 0 else list(reversed(cases)):
             passes = args.passes if clients == 1 else 1
+            pid = serves[serve].proc.pid
+            serve_cpu, pg_cpu = proctree.tree_cpu_seconds(pid), postgres_cpu_seconds()
             got, made, wall = asyncio.run(phase(serves[serve].url, plans[serve], clients, passes))
+            cpu[(serve, clients)].append((
+                1000 * (proctree.tree_cpu_seconds(pid) - serve_cpu) / made,
+                1000 * (postgres_cpu_seconds() - pg_cpu) / made,
+            ))  # fmt: skip
             for page, seconds in got.items():
                 times[(serve, clients)][page].extend(seconds)
             rates[(serve, clients)].append(made / wall)
@@ -230,6 +260,14 @@ def measure(serves: dict[str, Live], args: argparse.Namespace) -> dict[str, Any]
     out: dict[str, Any] = {}
     for serve in serves:
         out[serve] = report(serve, plans[serve], times, rates, serve, n)
+        for clients in (1, n):
+            each = cpu[(serve, clients)]
+            app_ms = statistics.median(a for a, _ in each)
+            pg_ms = statistics.median(p for _, p in each)
+            print(f"  CPU per page view, {clients} client{'s' if clients > 1 else ''}: serve "
+                  f"{app_ms:.1f} ms, PostgreSQL {pg_ms:.1f} ms (medians over the rounds; "
+                  "every postgres process's, the jobs' queries included)")  # fmt: skip
+            out[serve][f"cpu_ms_{clients}"] = {"serve": app_ms, "postgres": pg_ms}
     if "before" in serves:
         after, before = rates[("after", n)], rates[("before", n)]
         gain = [a / b for a, b in zip(after, before, strict=True)]

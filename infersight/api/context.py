@@ -30,15 +30,17 @@ from infersight.core.cost import CostModel
 from infersight.core.errors import ConfigurationError, InvalidInput
 from infersight.core.model_names import ModelAliases
 from infersight.core.retention import RetentionPolicy
-from infersight.service.budgets import MoneyAlerts, MoneySnapshot
+from infersight.core.slo import SloSpec
+from infersight.service.budgets import DEFAULT_STEP, MoneyAlerts, MoneySnapshot
 from infersight.service.cost_spec import active_model
 from infersight.service.diagnosis import DiagnosisListener
-from infersight.service.evaluation import Evaluator, default_policy
+from infersight.service.evaluation import Evaluator, SloStatus, default_policy
 from infersight.service.jobs import Jobs, LeaderLock, leader_lock
 from infersight.service.notifications import Announcer, Delivery, FollowUp
 from infersight.service.profiles import ProfileFollowUp, ProfileTrigger
 from infersight.service.reports import WeeklyReports, parse_schedule
 from infersight.service.scaling import Recommender
+from infersight.service.snapshots import latest_money, latest_statuses
 from infersight.storage.queries import DEFAULT_EXACT_MAX_ROWS
 from infersight.storage.seam import Store
 from infersight.storage.sql_store import SqlStore
@@ -112,11 +114,21 @@ class AppContext:
 
 
 def money_results(app: AppContext) -> tuple[MoneySnapshot | None, timedelta]:
-    """The money job's last judgements in this process (``None`` before its first run, or
-    where the jobs run elsewhere) and how old they may be and still be shown."""
+    """The money job's last judgements — this process's while fresh, else the ones the
+    leader stored (``service.snapshots``; ``None`` when neither is fresh) — and how old they
+    may be and still be shown."""
     money = app.jobs.money
     recent = money.latest if isinstance(money, MoneyAlerts) else None
-    return recent, app.jobs.reuse_age("money")
+    policy = money.step_policy if isinstance(money, MoneyAlerts) else DEFAULT_STEP
+    age = app.jobs.reuse_age("money")
+    return latest_money(app.store, recent, app.cost_model(), app.clock(), age, policy), age
+
+
+def slo_results(app: AppContext, specs: Sequence[SloSpec], now: datetime) -> Sequence[SloStatus]:
+    """The evaluation's last statuses of ``specs`` — this process's while fresh, else the
+    ones the leader stored (``service.snapshots``) — or ``()`` when neither is fresh."""
+    age = app.jobs.reuse_age("evaluate")
+    return latest_statuses(app.store, app.evaluator.latest, specs, app.policy, now, age)
 
 
 def listen_host(settings: ApiSettings) -> str:

@@ -44,6 +44,8 @@ from sqlalchemy.pool import NullPool
 
 from infersight.core.errors import ConfigurationError
 from infersight.core.retention import RetentionPolicy
+from infersight.service import snapshots
+from infersight.service.budgets import MoneyAlerts
 from infersight.service.evaluation import Evaluator
 from infersight.service.store import open_store
 from infersight.storage.seam import Store, reason, redact, transaction_pooled
@@ -327,8 +329,27 @@ class Jobs:
         return timedelta(seconds=interval[name] + 2 * last)
 
     def tick_evaluation(self) -> bool:
-        """Evaluate every SLO if this replica leads; whether it did."""
-        return self._guarded("evaluate", lambda: self.evaluator.run(self.clock()))
+        """Evaluate every SLO if this replica leads; whether it did. The cycle's statuses are
+        stored for every worker's pages (``service.snapshots``)."""
+        return self._guarded("evaluate", self._evaluate)
+
+    def _evaluate(self) -> None:
+        now = self.clock()
+        self.evaluator.run(now)
+        body = snapshots.encode_statuses(self.evaluator.latest, self.evaluator.policy)
+        self._publish(snapshots.EVALUATE, now, body)
+
+    def _publish(self, job: str, at: datetime, body: str) -> None:
+        """Store a job's results for the other workers' pages. The job itself has done its
+        work (incidents written, alerts told): failing to share its results only makes the
+        other workers compute them, so it is logged, once per run of failures, not raised."""
+        episodes = self._failures.setdefault(f"{job}-results", Episodes(log))
+        try:
+            self.store.results.put(job, at, body)
+        except Exception as exc:
+            episodes.failed(exc, "job %s's results not stored for the other workers", job)
+            return
+        episodes.succeeded("job %s's results are stored again", job)
 
     def tick_maintenance(self) -> bool:
         return self._guarded(
@@ -355,11 +376,18 @@ class Jobs:
         return self._guarded("scale", lambda: scale(self.clock()))
 
     def tick_money(self) -> bool:
-        """Evaluate the budgets and the cost step if this replica leads; whether it did."""
+        """Evaluate the budgets and the cost step if this replica leads; whether it did. The
+        money job's judgements are stored for every worker's pages (``service.snapshots``)."""
         money = self.money
         if money is None:
             return False
-        return self._guarded("money", lambda: money(self.clock()))
+        return self._guarded("money", lambda: self._judge_money(money))
+
+    def _judge_money(self, money: Callable[[datetime], object]) -> None:
+        money(self.clock())
+        latest = money.latest if isinstance(money, MoneyAlerts) else None
+        if latest is not None:
+            self._publish(snapshots.MONEY, latest.at, snapshots.encode_money(latest))
 
     def _leads(self) -> bool:
         """Whether this replica leads; on taking the lead, the ``on_lead`` hooks are called

@@ -242,6 +242,7 @@ STATE: Final = (
     "profiles",
     "bills",
     "sessions",
+    "results",
     "maintenance",
 )
 
@@ -960,6 +961,16 @@ class SessionStore(Protocol):
     def is_revoked(self, cookie: str) -> bool: ...
 
 
+class ResultStore(Protocol):
+    """The scheduled jobs' last results (JSON), one per job, shared by every worker."""
+
+    def put(self, job: str, computed_at: datetime, body: str) -> None:
+        """Keep ``body`` as job ``job``'s last result (joins the transaction)."""
+        ...
+
+    def get(self, job: str) -> tuple[datetime, str] | None: ...
+
+
 class MaintenanceStore(Protocol):
     """The schema and the data's lifetime."""
 
@@ -1040,6 +1051,8 @@ class Store(Protocol):
     def bills(self) -> BillStore: ...
     @property
     def sessions(self) -> SessionStore: ...
+    @property
+    def results(self) -> ResultStore: ...
     @property
     def maintenance(self) -> MaintenanceStore: ...
 

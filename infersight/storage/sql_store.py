@@ -92,6 +92,7 @@ if TYPE_CHECKING:
         incident_history,
         incident_paths,
         incidents,
+        job_results,
         maintenance,
         migrate,
         outbox,
@@ -151,6 +152,7 @@ else:
     scaling_reads = _StorageModule("scaling_reads")
     server_engines = _StorageModule("server_engines")
     sessions = _StorageModule("sessions")
+    job_results = _StorageModule("job_results")
     signals = _StorageModule("signals")
     silences = _StorageModule("silences")
     slo_store = _StorageModule("slo_store")
@@ -1045,6 +1047,16 @@ class SqlSessions(_Bound):
         return sessions.is_revoked(self._engine, cookie)
 
 
+class SqlResults(_Bound):
+    __slots__ = ()
+
+    def put(self, job: str, computed_at: datetime, body: str) -> None:
+        job_results.put(self._bind, job, computed_at, body)
+
+    def get(self, job: str) -> tuple[datetime, str] | None:
+        return job_results.get(self._bind, job)
+
+
 #: ``/healthz``'s probe: both request tables, no row (``LIMIT 0`` waits on their locks).
 @cache
 def _probe() -> TextClause:
@@ -1224,6 +1236,10 @@ class SqlStore:
     @cached_property
     def sessions(self) -> SqlSessions:
         return SqlSessions(self._bind)
+
+    @cached_property
+    def results(self) -> SqlResults:
+        return SqlResults(self._bind)
 
     @cached_property
     def maintenance(self) -> SqlMaintenance:

@@ -691,6 +691,16 @@ budgets = Table(
     PrimaryKeyConstraint("name", "version"),
 )
 
+#: The scheduled jobs' last results (``storage.job_results``): one row per job, JSON, written
+#: by the leader and shown by every worker's pages while fresh.
+job_results = Table(
+    "job_results",
+    metadata,
+    Column("job", String(32), primary_key=True),
+    Column("computed_at", UTCDateTime(), nullable=False),
+    Column("body", Text, nullable=False),
+)
+
 #: The cost model in force, one row each time it changed (recorded by the budget job): the
 #: cost-step alert prices a baseline with the version in force then (``storage.budgets``).
 cost_model_versions = Table(

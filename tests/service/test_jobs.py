@@ -179,6 +179,8 @@ class Stalled:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.entered = threading.Event()
+        self.policy = default_policy()
+        self.latest = ()  # the statuses the jobs store after a cycle (none here)
 
     def run(self, now):
         self.entered.set()
@@ -205,6 +207,27 @@ def test_a_cycle_that_overruns_its_interval_is_counted_as_skipped_runs_and_timed
     assert jobs.runs["evaluate"] >= 1
     assert len(jobs.durations["evaluate"]) == jobs.runs["evaluate"]
     assert jobs.durations["evaluate"][0] > 0
+
+
+def test_a_cycle_whose_results_cannot_be_stored_still_ran_and_is_logged_once(tmp_path, caplog):
+    """The statuses are shared with the other workers after the cycle did its work: a store
+    that refuses them (here: no ``job_results`` table) costs the other workers a count of
+    their own, not the cycle, and is logged once for the run of failures."""
+    stalled = Stalled()
+    stalled.release.set()  # a cycle that returns at once
+    engine = create_store_engine(f"sqlite:///{tmp_path}/bare.db")  # not migrated
+    jobs = Jobs(
+        SqlStore(engine), stalled, RetentionPolicy(), FakeClock(NOW), SoleLeader(),
+        evaluation_interval_s=30.0, maintenance_interval_s=3600.0,
+    )  # fmt: skip
+    with caplog.at_level("WARNING", logger="infersight.service.jobs"):
+        assert jobs.tick_evaluation()
+        assert jobs.tick_evaluation()
+    assert jobs.runs["evaluate"] == 2
+    assert jobs.last_error is None
+    told = [r for r in caplog.records if "results not stored" in r.getMessage()]
+    assert len(told) == 1
+    engine.dispose()
 
 
 @pytest.mark.postgres

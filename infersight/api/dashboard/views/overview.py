@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from infersight.api.context import AppContext
+from infersight.api.context import AppContext, slo_results
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import duration, money, short_model
@@ -61,15 +61,15 @@ def goodput_text(spec: SloSpec) -> str:
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
     specs = list_slos(app.store)
     first = first_data(app, specs, now)
-    # The evaluation job's last cycle while it is fresh (``Jobs.reuse_age``; the job runs in
-    # this process); else counted here.
+    # The evaluation job's last cycle while it is fresh (``Jobs.reuse_age``): this process's,
+    # or the one the leader stored when the job runs in another worker; else counted here.
     found = with_status(
         app.store,
         specs,
         app.policy,
         now,
         app.retention.finest_for,
-        recent=app.evaluator.latest,
+        recent=slo_results(app, specs, now),
         max_age=app.jobs.reuse_age("evaluate"),
     )
     return [
