@@ -13,13 +13,11 @@ On a cluster each is ``<name>_local`` (``Replicated*``) under a ``Distributed`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from infersight.core.samples import SERVER_METRIC_FIELDS
+from infersight.storage_clickhouse.layout import Layout
 from infersight.storage_clickhouse.transport import quote
-
-if TYPE_CHECKING:  # schema imports this module for its steps
-    from infersight.storage_clickhouse.schema import Layout
 
 #: The sharding key of the sample tables: an instance stays on one shard.
 SAMPLES_SHARDING_KEY: Final = "cityHash64(instance)"
