@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -106,10 +106,21 @@ class AppContext:
     worker: int | None = None
     """This process's number among ``infersight serve --workers N``'s (1..N; ``/healthz``
     says it); ``None``: the only process."""
+    answer_memo: dict[str, Any] | None = None
+    """Within one answer (``api.reads.stamped`` gives each its own): what its parts share,
+    read once — the cost model in use, which a Cost page read four times. ``None`` outside an
+    answer: every call reads afresh."""
 
     def cost_model(self) -> CostModel:
-        """The cost model in use: the stored one named by the settings, or the example."""
+        """The cost model in use: the stored one named by the settings, or the example (read
+        once per answer)."""
+        memo = self.answer_memo
+        if memo is not None and "cost_model" in memo:
+            found: CostModel = memo["cost_model"]
+            return found
         model: CostModel = active_model(self.store, self.settings.cost_model)
+        if memo is not None:
+            memo["cost_model"] = model
         return model
 
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from infersight.api import context
 from infersight.api.answers import AnswerCache
 from infersight.api.context import context_of
 from infersight.api.settings import ApiSettings
@@ -115,3 +116,23 @@ def test_the_cache_is_bounded_keeps_no_failure_and_can_be_off():
         AnswerCache(-1.0)
     with pytest.raises(ValueError, match="dashboard_answer_ttl_s"):
         ApiSettings(dashboard_answer_ttl_s=-1)
+
+
+def test_one_answer_reads_the_cost_model_once(store: Store, monkeypatch: pytest.MonkeyPatch):
+    """The parts of one page share what they read of the store's state: the Cost page's
+    sections (the cost, who spent it, purchasing) read the cost model in use once per view,
+    not once each; a second view reads it again (no memo outlives its answer)."""
+    _fill(store)
+    reads: list[str] = []
+    real = context.active_model
+
+    def counted(found_in, name):
+        reads.append(name)
+        return real(found_in, name)
+
+    monkeypatch.setattr(context, "active_model", counted)
+    client = _client(store, 0.0)
+    _page(client, "cost")
+    assert len(reads) == 1
+    _page(client, "cost")
+    assert len(reads) == 2
