@@ -7,12 +7,12 @@ replayed after either failed is stored once in each), and these reads come from 
 ``requests``' latency (exact and sketch), latencies, throughput, data span, series, chart
 sketches, peaks, the stage breakdown, error types, production shapes and the pool table;
 ``events`` (SLO counts, an evaluation cycle, goodput's misses); ``demand``'s minute demand,
-peak rate, recorded days, busiest models, pool members and busiest prefill minute — except
-where they pin, exclude or group by ``team`` or ``workload``, which the SQL store fills in
-later from the traces' attribution and ClickHouse does not yet (``HybridRequests`` lists the
-request reads still on SQL and why). Every other concern and read is the SQL store's, which
-still holds all the telemetry. The next steps move the remaining reads and then stop writing
-requests to SQL (docs/past-one-primary.md).
+peak rate, recorded days, busiest models, models seen, pool members and busiest prefill
+minute — except where they pin, exclude or group by ``team`` or ``workload``, which the SQL
+store fills in later from the traces' attribution and ClickHouse does not yet
+(``HybridRequests`` lists the request reads still on SQL and why). Every other concern and
+read is the SQL store's, which still holds all the telemetry. The next steps move the
+remaining reads and then stop writing requests to SQL (docs/past-one-primary.md).
 """
 
 from __future__ import annotations
@@ -133,9 +133,9 @@ class HybridSink:
         return self._sql.write_requests(records)
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
-        """Into ClickHouse (which the scrape reads of ``samples`` answer from), then into the
-        SQL store, which a window's signals (``requests.window_signals``) and the models seen
-        (``demand.models_seen``) still read: acknowledged once both stored them."""
+        """Into ClickHouse (which the scrape reads of ``samples`` and ``demand.models_seen``
+        answer from), then into the SQL store, which a window's signals
+        (``requests.window_signals``) still read: acknowledged once both stored them."""
         self._samples.write_server_samples(samples)
         return self._sql.write_server_samples(samples)
 
@@ -367,9 +367,9 @@ class HybridEvents:
 
 
 class HybridDemand:
-    """``DemandStore``: a model's minute demand, peak rate, recorded days and the busiest
-    models from ClickHouse's rollups, ``pool_members`` and ``busiest_prefill_minute`` from its
-    raw rows and prefill legs; ``models_seen`` (which reads the server scrapes too) is the SQL
+    """``DemandStore``: a model's minute demand, peak rate, recorded days, the busiest models
+    and the models seen (minute rollups and server scrapes) from ClickHouse, ``pool_members``
+    and ``busiest_prefill_minute`` from its raw rows and prefill legs; whatever else the SQL
     store's (reached through ``__getattr__``)."""
 
     def __init__(self, sql: DemandStore, telemetry: Telemetry) -> None:
@@ -394,6 +394,9 @@ class HybridDemand:
 
     def busiest_models(self, day: date, limit: int = 20) -> Sequence[str]:
         return self._reads.busiest_models(day, limit)
+
+    def models_seen(self, window: Window) -> list[str]:
+        return self._reads.models_seen(window)
 
     def pool_members(
         self, window: Window, model: str | None = None

@@ -801,6 +801,10 @@ class DemandReads(Reads):
                 empty.append(k)
         return RecordedDemand(model, day, tuple(minutes), tuple(history), tuple(empty))
 
+    def models_seen(self, window: Window) -> list[str]:
+        """Every non-empty model with minute rollups or server scrapes in ``window``."""
+        return models_seen(self.transport, self.layout, window)
+
     def busiest_models(self, day: date, limit: int = 20) -> list[str]:
         """The models with requests on ``day``, busiest first (every resolution's rollups
         added up, as the SQL store adds them; ties by name)."""
@@ -816,6 +820,32 @@ class DemandReads(Reads):
             f" ORDER BY n DESC, model LIMIT {int(limit)}"
         )
         return [str(model) for model, _ in rows]
+
+
+#: Models ``models_seen`` returns at most (``storage.scaling_reads.MAX_MODELS``).
+MAX_MODELS_SEEN: Final = 1_000
+
+
+def models_seen(transport: Transport, layout: Layout, window: Window) -> list[str]:
+    """Every non-empty model with minute rollups or server scrapes in ``window``, sorted
+    (``storage.scaling_reads.models_seen``)."""
+    table = _rollup_table(layout, Resolution.MINUTE)
+    found = {
+        str(model)
+        for (model,) in transport.rows(
+            f"SELECT DISTINCT model FROM {table} WHERE bucket >= {_instant(window.start)}"
+            f" AND bucket < {_instant(window.end)} AND model != '' LIMIT {MAX_MODELS_SEEN}"
+        )
+    }
+    found.update(
+        str(model)
+        for (model,) in transport.rows(
+            f"SELECT DISTINCT model FROM {layout.table('server_samples')}"
+            f" WHERE ts >= {_time(window.start)} AND ts < {_time(window.end)}"
+            f" AND model != '' LIMIT {MAX_MODELS_SEEN}"
+        )
+    )
+    return sorted(found)[:MAX_MODELS_SEEN]
 
 
 #: Error types kept per instance (``storage.signals.MAX_ERROR_TYPES``); the rest as ``other``.

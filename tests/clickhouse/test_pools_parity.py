@@ -17,6 +17,7 @@ import pytest
 
 from infersight.core.query import Selector
 from infersight.core.records import RequestRecord, Role, Status
+from infersight.core.samples import ServerSample
 from infersight.core.window import Resolution, Window
 from infersight.storage.engine import create_store_engine
 from infersight.storage.migrate import upgrade
@@ -92,6 +93,21 @@ def _records() -> tuple[list[RequestRecord], list[RequestRecord]]:
     return unified + decoded, legs
 
 
+#: A model only scraped (no request), scraped from a minute after ``SHORT`` ends.
+SCRAPED_ONLY = "mistral-7b"
+
+
+def _scrapes() -> list[ServerSample]:
+    """Scrapes every 15 s for two hours: one model only scraped, one server naming no model."""
+    start = SHORT.end + timedelta(minutes=1)
+    out = []
+    for k in range(480):
+        at = start + timedelta(seconds=15 * k)
+        out.append(ServerSample(ts=at, instance="gpu-9", model=SCRAPED_ONLY, requests_waiting=1.0))
+        out.append(ServerSample(ts=at, instance="gpu-8", requests_waiting=0.0))
+    return out
+
+
 @pytest.fixture(scope="module")
 def both(chdb: ChdbTransport) -> Iterator[Both]:
     users, legs = _records()
@@ -108,6 +124,7 @@ def both(chdb: ChdbTransport) -> Iterator[Both]:
             sink.write_requests(records[i : i + 800])
         # A replay of two batches at once (the spool reads more than failed): nothing new.
         sink.write_requests(records[:1600])
+        sink.write_server_samples(_scrapes())
         yield hybrid, pg
         engine.dispose()
     chdb.command(f"DROP DATABASE IF EXISTS {layout.database}")
@@ -252,3 +269,22 @@ def test_the_breakdown_equals_the_sql_store_s(
             else:
                 assert x.share is not None
                 assert math.isclose(x.share, y.share, rel_tol=1e-9, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        WINDOW,
+        SHORT,
+        Window(SHORT.end + timedelta(seconds=75.5), SHORT.end + timedelta(minutes=20)),
+        Window(T0 - timedelta(days=2), T0),
+    ],
+)
+def test_the_models_seen_are_the_sql_store_s(both: Both, window: Window) -> None:
+    hybrid, pg = both
+    ours = hybrid.demand.models_seen(window)
+    assert ours == pg.sql.demand.models_seen(window)
+    if window is WINDOW:
+        assert ours == sorted(["llama-8b", "qwen-7b", DISAGGREGATED, SCRAPED_ONLY])
+    if window is SHORT:
+        assert SCRAPED_ONLY not in ours
