@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_FLOOR, Decimal
 from functools import lru_cache
 from typing import Final
@@ -57,6 +57,7 @@ from infersight.core.money import (
     decimal_of,
     quantize,
 )
+from infersight.core.query import check_group_by
 from infersight.core.records import GROUP_LABELS
 from infersight.core.window import Window
 
@@ -552,10 +553,23 @@ class CostResult:
     """``False`` when raw rows of part of the window are gone, so good tokens undercount."""
     good_rules: tuple[tuple[GoodRule, tuple[Mapping[str, str], ...]], ...] = ()
     """Each set of good-token limits used, with the series (labels) held to it."""
+    lines: tuple[CostLine, ...] = ()
+    """The series' attributed lines (within the selector) that ``groups`` and ``total`` add
+    up: what ``regrouped`` groups again."""
 
     @property
     def unpriced(self) -> tuple[str, ...]:
         return tuple(sorted({name for i in self.instances for name in i.unpriced}))
+
+    def regrouped(self, group_by: Sequence[str]) -> CostResult:
+        """The same answer grouped by ``group_by`` instead: what the store answers for that
+        grouping, from this answer's lines (one read of the window for several groupings).
+        ``total`` is unchanged: the same lines, added up in the same order."""
+        names = check_group_by(group_by)
+        groups, total = group_lines(self.lines, names, self.currency)
+        if total != self.total:  # an answer built without its lines
+            raise InvalidInput("this cost answer cannot be grouped again (it has no lines)")
+        return replace(self, group_by=names, groups=tuple(groups))
 
 
 __all__ = [

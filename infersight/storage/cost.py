@@ -471,6 +471,7 @@ def cost(
         unmetered=tuple(sorted(set(served) - set(by_instance))),
         good_tokens_exact=exact,
         good_rules=_rules_used(rules, selector),
+        lines=tuple(lines),
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from infersight.core.attribution import OTHER
 from infersight.core.timestamps import iso
-from infersight.service.attribution import UNATTRIBUTED, attributed_cost
+from infersight.service.attribution import UNATTRIBUTED, attributed_cost, attributed_from
 from infersight.storage import cost
 from tests.conftest import BOTH_STORES, Store, empty_store
 from tests.cost.attributed_fleet import TENANTS, WINDOW, write_fleet
@@ -58,6 +58,22 @@ def test_tenant_shares_add_up_exactly_to_the_fleet_total(fleet: Store) -> None:
     # gpu-b idled half the window: its tenants carry idle cost beside their usage.
     assert sum((s.idle for s in answer.shares if s.value), Decimal(0)) > 0
     assert answer.attributed_requests == sum(n for t, n in TENANTS.items() if t)
+
+
+@pytest.mark.parametrize("group_by", [("tenant",), ("team",), ("workload",), ("model", "instance")])
+def test_one_read_grouped_again_is_the_read_of_that_grouping(fleet: Store, group_by) -> None:
+    """The Cost page reads the range once (by model and adapter) and groups its lines again
+    for who spent it: the same groups and total, to the Decimal, as reading that grouping."""
+    once = cost.cost(fleet.engine, WINDOW, MODEL, group_by=("model", "adapter"))
+    direct = cost.cost(fleet.engine, WINDOW, MODEL, group_by=group_by)
+    again = once.regrouped(group_by)
+    assert again.group_by == direct.group_by
+    assert again.groups == direct.groups
+    assert again.total == direct.total
+    assert len(again.groups) > 1
+    assert attributed_from(once.regrouped(("tenant",)), 10) == attributed_cost(
+        fleet.sql.cost, WINDOW, MODEL, "tenant", top_n=10
+    )
 
 
 def test_past_the_top_n_values_are_folded_into_other(fleet: Store) -> None:

@@ -13,7 +13,8 @@ from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money
 from infersight.core.attribution import GROUPING_DIMENSIONS, OTHER
-from infersight.service.attribution import AttributedCost, attributed_cost
+from infersight.core.cost import CostResult
+from infersight.service.attribution import AttributedCost, attributed_cost, attributed_from
 from infersight.service.cost_view import unit_cost_text
 
 #: The page parameter naming the dimension.
@@ -61,8 +62,12 @@ def _rows(answer: AttributedCost) -> list[dict[str, Any]]:
     return out
 
 
-def section(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    """What ``_attribution.html`` renders."""
+def section(
+    app: AppContext, ctx: Context, query: dict[str, str], priced: CostResult | None = None
+) -> dict[str, Any]:
+    """What ``_attribution.html`` renders. ``priced``: the page's own cost answer over the
+    same range and filters (the Cost page's), grouped again instead of reading the range a
+    second time."""
     dimension = dimension_of(query)
     base = {"dimension": dimension, "dimensions": GROUPING_DIMENSIONS, "param": PARAM}
     if ctx.filters:
@@ -72,14 +77,17 @@ def section(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, A
             "note": "Cost per tenant, team or workload adds up to the whole fleet's cost: "
             "clear the filters to see it.",
         }
-    answer = attributed_cost(
-        app.store.cost,
-        ctx.window,
-        app.cost_model(),
-        dimension,
-        app.settings.attribution_top_n,
-        finest=app.retention.finest_for(ctx.window, ctx.now),
-    )
+    if priced is not None and priced.window == ctx.window:
+        answer = attributed_from(priced.regrouped((dimension,)), app.settings.attribution_top_n)
+    else:
+        answer = attributed_cost(
+            app.store.cost,
+            ctx.window,
+            app.cost_model(),
+            dimension,
+            app.settings.attribution_top_n,
+            finest=app.retention.finest_for(ctx.window, ctx.now),
+        )
     currency = answer.currency
     total = answer.fleet_total
     rows = _rows(answer)

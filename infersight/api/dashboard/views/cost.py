@@ -17,7 +17,8 @@ from infersight.api.dashboard import attribution, purchasing
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money, short_model
-from infersight.core.cost import CostLine, CostResult
+from infersight.core.cost import CostLine, CostModel, CostResult
+from infersight.core.query import Selector
 from infersight.core.window import Window
 from infersight.service import reconcile as rec
 from infersight.service.cost_view import cost as priced
@@ -33,9 +34,21 @@ PARAMS: Final = (attribution.PARAM,)
 
 
 def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]:
-    answer = cost(app, ctx)
+    model = app.cost_model()
+    result = priced(
+        app.store,
+        ctx.window,
+        model,
+        ctx.selector,
+        ("model", "adapter"),
+        finest=app.retention.finest_for(ctx.window, ctx.now),
+    )
+    answer = cost(app, ctx, model, result)
     if answer["available"]:
-        answer["attribution"] = attribution.section(app, ctx, query)
+        # Who spent it is the whole fleet's: the range's one cost read, grouped again, when
+        # the page's own is unfiltered.
+        fleet = result if ctx.selector == Selector() else None
+        answer["attribution"] = attribution.section(app, ctx, query, fleet)
     return answer
 
 
@@ -92,16 +105,7 @@ def _series_name(labels: Mapping[str, str]) -> str:
     return f"{name} · {adapter}" if adapter else name
 
 
-def cost(app: AppContext, ctx: Context) -> dict[str, Any]:
-    model = app.cost_model()
-    result = priced(
-        app.store,
-        ctx.window,
-        model,
-        ctx.selector,
-        ("model", "adapter"),
-        finest=app.retention.finest_for(ctx.window, ctx.now),
-    )
+def cost(app: AppContext, ctx: Context, model: CostModel, result: CostResult) -> dict[str, Any]:
     if not result.instances:
         return {
             "available": False,
