@@ -34,11 +34,9 @@ edges, where ``gpu_reads.raw_intervals`` applies the same rule in SQL.
 from __future__ import annotations
 
 import zlib
-from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy import (
@@ -52,148 +50,56 @@ from sqlalchemy import (
     tuple_,
 )
 
-from infersight.core.samples import BENIGN_REASONS, GpuSample
-from infersight.core.window import Resolution
+from infersight.core.gpu_intervals import (
+    BIN_COLUMNS,
+    COUNT_COLUMNS,
+    EDGES,
+    MAX_COLUMNS,
+    ROLLUP_GAP_S,
+    SUM_COLUMNS,
+    TIME_COLUMNS,
+    VALUE_COLUMNS,
+    Changes,
+    GpuKey,
+    GpuPoint,
+    book,
+    coarsen,
+    floor_on_edge,
+    idle_seconds,
+    point,
+    util_bin,
+)
+from infersight.core.samples import GpuSample
 from infersight.storage.sql import insert_for
-from infersight.storage.tables import (
-    GPU_ROLLUP_MEANS,
-    GPU_ROLLUP_REASONS,
-    GPU_UTIL_BINS,
-    gpu_rollups,
-    gpu_samples,
-)
+from infersight.storage.tables import gpu_rollups, gpu_samples
 
-#: The sample gap the rollups are computed with: ``CostModel``'s default ``sample_gap_s``.
-#: A cost model with another gap is answered from raw samples (``storage.cost``).
-ROLLUP_GAP_S: Final = 300.0
-#: Utilisation bin edges: k/20 for k = 0…20 (the floats a floor such as 0.05 is written as).
-EDGES: Final = tuple(k / (GPU_UTIL_BINS - 1) for k in range(GPU_UTIL_BINS))
-BIN_COLUMNS: Final = tuple(f"util_bin_{k:02d}" for k in range(GPU_UTIL_BINS))
-TIME_COLUMNS: Final = (
-    "covered_s",
-    "util_s",
-    "util_weighted_s",
-    "energy_j",
-    "throttled_s",
-    *BIN_COLUMNS,
-)
-COUNT_COLUMNS: Final = (
-    "samples",
-    *(f"{f}_n" for f in GPU_ROLLUP_MEANS),
-    "throttled_samples",
-    *(f"reason_{r}" for r in GPU_ROLLUP_REASONS),
-)
-VALUE_COLUMNS: Final = (*(f"{f}_sum" for f in GPU_ROLLUP_MEANS), *TIME_COLUMNS)
-SUM_COLUMNS: Final = (*COUNT_COLUMNS, *VALUE_COLUMNS)
-MAX_COLUMNS: Final = ("ecc_sbe_max", "ecc_dbe_max", "xid_max")
-_RESOLUTIONS: Final = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
+__all__ = [
+    "BIN_COLUMNS",
+    "COUNT_COLUMNS",
+    "EDGES",
+    "MAX_COLUMNS",
+    "ROLLUP_GAP_S",
+    "SUM_COLUMNS",
+    "TIME_COLUMNS",
+    "VALUE_COLUMNS",
+    "GpuKey",
+    "apply_samples",
+    "deltas",
+    "floor_on_edge",
+    "idle_seconds",
+    "lock",
+    "rebuild",
+    "sample_of",
+    "util_bin",
+]
 
-GpuKey = tuple[str, int]
-
-
-def util_bin(util: float) -> int:
-    """The histogram bin of a utilisation in [0, 1]."""
-    return min(max(bisect_right(EDGES, util) - 1, 0), GPU_UTIL_BINS - 1)
-
-
-def idle_seconds(bins: Sequence[float], floor: float) -> float:
-    """Seconds under ``floor`` from a histogram: exact on a bin edge, interpolated inside."""
-    k = bisect_right(EDGES, floor) - 1
-    if k >= GPU_UTIL_BINS - 1:
-        return float(sum(bins[: GPU_UTIL_BINS - 1])) + (bins[-1] if floor > 1.0 else 0.0)
-    below = float(sum(bins[:k]))
-    if floor == EDGES[k]:
-        return below
-    return below + bins[k] * (floor - EDGES[k]) / (EDGES[k + 1] - EDGES[k])
-
-
-def floor_on_edge(floor: float) -> bool:
-    return floor in EDGES
-
-
-# -- the interval rule in Python (the writer) ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Point:
-    t: float
-    util: float | None
-    power: float | None
-    energy: float | None
-    throttled: bool
-
-
-def _interval(p: _Point, nxt: _Point | None, gap: float) -> tuple[float, float]:
-    """Seconds and joules ``p`` stands for, given the GPU's next sample (or none in reach)."""
-    if nxt is None or nxt.t - p.t > gap:
-        return gap, (p.power * gap if p.power is not None else 0.0)
-    dt = nxt.t - p.t
-    if p.energy is not None and nxt.energy is not None:
-        return dt, (nxt.energy - p.energy if nxt.energy >= p.energy else nxt.energy)
-    return dt, (p.power * dt if p.power is not None else 0.0)
-
-
-def _time_values(p: _Point, nxt: _Point | None, gap: float, sign: float) -> dict[str, float]:
-    dt, joules = _interval(p, nxt, gap)
-    out = {"covered_s": sign * dt, "energy_j": sign * joules}
-    if p.util is not None:
-        out["util_s"] = sign * dt
-        out["util_weighted_s"] = sign * p.util * dt
-        out[BIN_COLUMNS[util_bin(p.util)]] = sign * dt
-    if p.throttled:
-        out["throttled_s"] = sign * dt
-    return out
-
-
-# -- deltas of a batch -----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Delta:
-    name: str = ""
-    gpu_slice: str = ""
-    sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    maxes: dict[str, float | None] = field(default_factory=dict)
-
-    def add(self, values: dict[str, float]) -> None:
-        for column, value in values.items():
-            self.sums[column] += value
-
-    def most(self, column: str, value: float | None) -> None:
-        if value is not None:
-            old = self.maxes.get(column)
-            self.maxes[column] = value if old is None else max(old, value)
-
-
-def _sample_values(s: GpuSample) -> dict[str, float]:
-    out: dict[str, float] = {"samples": 1.0}
-    for name in GPU_ROLLUP_MEANS:
-        value = getattr(s, name)
-        if value is not None:
-            out[f"{name}_sum"] = float(value)
-            out[f"{name}_n"] = 1.0
-    if s.throttled:
-        out["throttled_samples"] = 1.0
-        for reason in s.throttle_reasons:
-            if reason in GPU_ROLLUP_REASONS:
-                out[f"reason_{reason}"] = 1.0
-    return out
-
-
-def _point(ts: datetime, util: Any, power: Any, energy: Any, reasons: str) -> _Point:
-    hard = any(r and r not in BENIGN_REASONS for r in reasons.split(","))
-    return _Point(
-        ts.timestamp(),
-        None if util is None else float(util),
-        None if power is None else float(power),
-        None if energy is None else float(energy),
-        hard,
-    )
+# The interval rule, the columns and the booking of a batch are ``core.gpu_intervals``' (the
+# ClickHouse store books through it too); this module reads the neighbours and merges in SQL.
 
 
 def _neighbours(
     connection: Connection, gpus: dict[GpuKey, list[GpuSample]], gap: float
-) -> dict[GpuKey, list[tuple[datetime, _Point]]]:
+) -> dict[GpuKey, list[tuple[datetime, GpuPoint]]]:
     """Every stored sample (new ones included) within ``gap`` of each GPU's new samples."""
     g = gpu_samples.c
     lo = min(s.ts for samples in gpus.values() for s in samples) - timedelta(seconds=gap)
@@ -205,84 +111,23 @@ def _neighbours(
         g.ts <= hi,
         tuple_(g.instance, g.gpu_index).in_(list(gpus)),
     )
-    out: dict[GpuKey, list[tuple[datetime, _Point]]] = defaultdict(list)
+    out: dict[GpuKey, list[tuple[datetime, GpuPoint]]] = defaultdict(list)
     for row in connection.execute(query):
-        out[(row[0], int(row[1]))].append((row[2], _point(*row[2:])))
+        out[(row[0], int(row[1]))].append((row[2], point(*row[2:])))
     for rows in out.values():
         rows.sort(key=lambda r: r[0])
     return out
 
 
-_Changes = dict[tuple[str, datetime, str, int], _Delta]
-
-
 def deltas(
     connection: Connection, stored: Sequence[GpuSample], gap: float = ROLLUP_GAP_S
-) -> _Changes:
+) -> Changes:
     """The rollup changes that the freshly ``stored`` samples make, per minute / hour / day."""
     gpus: dict[GpuKey, list[GpuSample]] = defaultdict(list)
     for s in stored:
         gpus[(s.instance, s.gpu_index)].append(s)
     around = _neighbours(connection, gpus, gap) if gpus else {}
-    return _coarsen(_book(stored, around, gap))
-
-
-def _book(
-    stored: Sequence[GpuSample], around: dict[GpuKey, list[tuple[datetime, _Point]]], gap: float
-) -> dict[tuple[datetime, str, int], _Delta]:
-    """Per-minute changes: the new samples' own values and every affected interval."""
-    minutes: dict[tuple[datetime, str, int], _Delta] = defaultdict(_Delta)
-    new: dict[GpuKey, set[datetime]] = defaultdict(set)
-    for s in stored:
-        new[(s.instance, s.gpu_index)].add(s.ts.astimezone(UTC))
-        delta = minutes[(Resolution.MINUTE.floor(s.ts), s.instance, s.gpu_index)]
-        delta.add(_sample_values(s))
-        delta.name = max(delta.name, s.name)
-        delta.gpu_slice = max(delta.gpu_slice, s.gpu_slice)
-        delta.most("ecc_sbe_max", s.ecc_sbe_total)
-        delta.most("ecc_dbe_max", s.ecc_dbe_total)
-        delta.most("xid_max", s.xid_last)
-    for key, rows in around.items():
-        _interval_deltas(key, rows, new[key], gap, minutes)
-    return minutes
-
-
-def _coarsen(minutes: dict[tuple[datetime, str, int], _Delta]) -> _Changes:
-    """Minute changes, and the same changes summed into their hours and days."""
-    out: _Changes = {}
-    for (minute, instance, index), delta in minutes.items():
-        for resolution in _RESOLUTIONS:
-            k = (resolution.value, resolution.floor(minute), instance, index)
-            merged = out.setdefault(k, _Delta())
-            merged.add(delta.sums)
-            merged.name = max(merged.name, delta.name)
-            merged.gpu_slice = max(merged.gpu_slice, delta.gpu_slice)
-            for column, value in delta.maxes.items():
-                merged.most(column, value)
-    return out
-
-
-def _interval_deltas(
-    key: GpuKey,
-    rows: list[tuple[datetime, _Point]],
-    new: set[datetime],
-    gap: float,
-    minutes: dict[tuple[datetime, str, int], _Delta],
-) -> None:
-    """Book each new sample's interval, and the change of each older sample's interval."""
-    old = [(ts, p) for ts, p in rows if ts not in new]
-    next_old = {ts: old[i + 1][1] if i + 1 < len(old) else None for i, (ts, _) in enumerate(old)}
-    for i, (ts, p) in enumerate(rows):
-        nxt = rows[i + 1][1] if i + 1 < len(rows) else None
-        bucket = minutes[(Resolution.MINUTE.floor(ts), key[0], key[1])]
-        if ts in new:
-            bucket.add(_time_values(p, nxt, gap, 1.0))
-            continue
-        before = next_old[ts]
-        if before is nxt:
-            continue
-        bucket.add(_time_values(p, nxt, gap, 1.0))
-        bucket.add(_time_values(p, before, gap, -1.0))
+    return coarsen(book(stored, around, gap))
 
 
 def lock(connection: Connection, gpus: Iterable[GpuKey]) -> None:
@@ -304,7 +149,7 @@ def apply_samples(
     return _merge(connection, deltas(connection, stored, gap))
 
 
-def _merge(connection: Connection, changes: _Changes, slices: bool = True) -> int:
+def _merge(connection: Connection, changes: Changes, slices: bool = True) -> int:
     """Add ``changes`` to their rows (created when missing), in key order; ``slices=False``
     under revisions before 0021, whose rollups have no ``gpu_slice``."""
     if not changes:
@@ -384,11 +229,11 @@ def rebuild(connection: Connection) -> int:
             key: [
                 (
                     s.ts,
-                    _point(s.ts, s.util_gpu, s.power_w, s.energy_j, ",".join(s.throttle_reasons)),
+                    point(s.ts, s.util_gpu, s.power_w, s.energy_j, ",".join(s.throttle_reasons)),
                 )
                 for s in samples
             ]
         }
-        _merge(connection, _coarsen(_book(samples, around, ROLLUP_GAP_S)), slices)
+        _merge(connection, coarsen(book(samples, around, ROLLUP_GAP_S)), slices)
         rolled += len(samples)
     return rolled

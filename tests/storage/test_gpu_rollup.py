@@ -220,3 +220,15 @@ def test_a_sample_repeated_within_a_batch_keeps_its_last_copy_in_rows_and_rollup
         )
     assert stored == [pytest.approx(0.9)]
     assert rolled == [pytest.approx(0.9)]
+
+
+def test_the_tables_columns_are_the_core_rules() -> None:
+    """``storage.tables`` declares the rollup columns ``core.gpu_intervals`` books into."""
+    from infersight.core import gpu_intervals
+    from infersight.storage import tables
+
+    assert tables.GPU_ROLLUP_MEANS == gpu_intervals.GPU_ROLLUP_MEANS
+    assert tables.GPU_ROLLUP_REASONS == gpu_intervals.GPU_ROLLUP_REASONS
+    assert tables.GPU_UTIL_BINS == gpu_intervals.GPU_UTIL_BINS
+    columns = {c.name for c in tables.gpu_rollups.columns}
+    assert set(gpu_intervals.SUM_COLUMNS) | set(gpu_intervals.MAX_COLUMNS) <= columns
