@@ -229,7 +229,13 @@ def build_context(
         },
         scale=Recommender(store, policy),
         scaling_interval_s=settings.scaling_interval_s,
-        money=MoneyAlerts(store, lambda: active_model(store, settings.cost_model), announcer),
+        money=MoneyAlerts(
+            store,
+            lambda: active_model(store, settings.cost_model),
+            announcer,
+            timezone=settings.report_timezone,
+            finest_for=retention.finest_for,
+        ),
         money_interval_s=settings.budget_interval_s,
     )
     gate = None

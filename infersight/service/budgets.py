@@ -74,7 +74,8 @@ from infersight.service.documents import (
     read_value,
     read_values,
 )
-from infersight.storage.seam import Store, alert_state
+from infersight.service.purchasing import ADVICE_DAYS, Purchasing, purchasing
+from infersight.storage.seam import FinestFor, Store, alert_state
 
 log = logging.getLogger(__name__)
 API_VERSION: Final = "infersight/v1"
@@ -568,6 +569,9 @@ class MoneySnapshot:
     budgets: tuple[tuple[Budget, BudgetStatus | None, str | None], ...]
     steps: tuple[tuple[str, StepJudgement], ...]
     step_policy: StepPolicy = DEFAULT_STEP
+    purchasing: Purchasing | None = None
+    """The purchasing advice over the last ``ADVICE_DAYS`` days (``None``: not judged), which
+    the Cost and Scaling pages show for ranges too short to buy for."""
 
     def fresh(self, model: CostModel, now: datetime, max_age: timedelta) -> bool:
         """Judged under ``model`` at most ``max_age`` before ``now``."""
@@ -583,11 +587,18 @@ class MoneyAlerts:
         cost_model: Callable[[], CostModel],
         announce: Announce | None = None,
         step_policy: StepPolicy = DEFAULT_STEP,
+        *,
+        timezone: str | None = None,
+        finest_for: FinestFor | None = None,
     ) -> None:
         self.store = store
         self.cost_model = cost_model
         self.announce = announce
         self.step_policy = step_policy
+        #: With a time zone, each cycle also advises on purchasing over the last
+        #: ``ADVICE_DAYS`` days, hours of week in that zone (``None``: it does not).
+        self.timezone = timezone
+        self.finest_for = finest_for
         #: The last cycle's judgements (replaced whole, so a reader in another thread sees
         #: one cycle's); ``None`` before the first.
         self.latest: MoneySnapshot | None = None
@@ -629,7 +640,13 @@ class MoneyAlerts:
                 changes += self._step(name, incident.scope, None, frozenset(), gone, why, now)
         steps = cost_steps(self.store, model, version, now, self.step_policy)
         self.latest = MoneySnapshot(
-            now, model, version, tuple(judged), tuple(steps.items()), self.step_policy
+            now,
+            model,
+            version,
+            tuple(judged),
+            tuple(steps.items()),
+            self.step_policy,
+            self._advice(model, now),
         )
         for name, judgement in steps.items():
             slo, scope = step_name(name)
@@ -656,6 +673,25 @@ class MoneyAlerts:
             )
             changes += self._step(slo, scope, firing, holding, symptom, diagnosis, now)
         return MoneyReport(len(budgets), tuple(changes), tuple(problems))
+
+    def _advice(self, model: CostModel, now: datetime) -> Purchasing | None:
+        """The purchasing advice of the last ``ADVICE_DAYS`` days (``None`` without a time
+        zone, or when it cannot be given: a page then advises itself)."""
+        if self.timezone is None:
+            return None
+        window = Window(now - timedelta(days=ADVICE_DAYS), now)
+        try:
+            return purchasing(
+                self.store,
+                model,
+                window,
+                finest_for=self.finest_for,
+                now=now,
+                timezone=self.timezone,
+            )
+        except InvalidInput as exc:
+            log.warning("purchasing advice not judged: %s", exc)
+            return None
 
     def _step(
         self,

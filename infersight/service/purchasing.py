@@ -43,6 +43,11 @@ EMPTY_TEXT: Final = "No GPU-hours recorded in this range, so there is no demand 
 WEEK_HOURS: Final = 168
 
 
+#: Days of the advice given for a range too short to buy for (under a week): the money job
+#: judges it each cycle (``service.budgets.MoneyAlerts``), the Cost and Scaling pages show it.
+ADVICE_DAYS: Final = 28
+
+
 @dataclass(frozen=True, slots=True)
 class Purchasing:
     advice: Advice

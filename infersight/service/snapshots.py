@@ -28,11 +28,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Final
+from enum import Enum
+from types import UnionType
+from typing import Any, Final, Union, get_args, get_origin, get_type_hints
 
 from infersight.core.budget import Budget, BudgetFigures, StepCause, StepJudgement, StepPolicy
 from infersight.core.burn import Policy, Severity, evaluate
@@ -40,6 +43,7 @@ from infersight.core.cost import CostLine, CostModel
 from infersight.core.slo import EventCounts, SloSpec
 from infersight.service.budgets import BudgetStatus, MoneySnapshot
 from infersight.service.evaluation import SloStatus
+from infersight.service.purchasing import Purchasing
 from infersight.storage.seam import Store
 
 log = logging.getLogger(__name__)
@@ -150,6 +154,95 @@ def _stored(store: Store, job: str) -> tuple[datetime, str] | None:
         return None
     at, body = found
     return at.astimezone(UTC), body
+
+
+# -- values of frozen dataclasses as JSON, by their annotations --------------------------------
+
+
+#: Leaf types and how each is written (``to_data``) and read back (``from_data``).
+_WRITE: Final[dict[type, Any]] = {
+    Decimal: str,  # exact
+    datetime: _iso,
+    timedelta: timedelta.total_seconds,
+}
+_READ: Final[dict[type, Any]] = {
+    Decimal: lambda data: Decimal(str(data)),
+    datetime: _when,
+    timedelta: lambda data: timedelta(seconds=float(data)),
+}
+
+
+def to_data(value: Any) -> Any:
+    """``value`` as JSON data: a dataclass as its fields, Decimals as strings (exact), times as
+    ISO text, durations as seconds, enums as their values, mappings as [key, value] pairs (so
+    that keys keep their type), collections as lists."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Enum):
+        return value.value
+    write = _WRITE.get(type(value))
+    if write is not None:
+        return write(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_data(getattr(value, f.name)) for f in fields(value) if f.init}
+    if isinstance(value, Mapping):
+        return [[to_data(k), to_data(v)] for k, v in value.items()]
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise TypeError(f"cannot store a {type(value).__name__}")
+    items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
+    return [to_data(v) for v in items]
+
+
+def from_data(kind: Any, data: Any) -> Any:
+    """``to_data``'s inverse for a value of type ``kind`` (a dataclass's fields by their
+    annotations, each checked: data of another shape is a ``TypeError`` or ``ValueError``)."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (Union, UnionType):
+        if data is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return from_data(inner, data)
+    if isinstance(kind, type) and is_dataclass(kind):
+        if not isinstance(data, dict):
+            raise TypeError(f"{kind.__name__}: expected an object")
+        hints = get_type_hints(kind)
+        values = {f.name: from_data(hints[f.name], data[f.name]) for f in fields(kind) if f.init}
+        return kind(**values)
+    if origin is None:
+        return _leaf(kind, data)
+    if not isinstance(data, list):
+        raise TypeError(f"expected a list for {kind}")
+    return _collection(origin, args, data)
+
+
+def _leaf(kind: Any, data: Any) -> Any:
+    if kind is Any:
+        return data
+    read = _READ.get(kind)
+    if read is not None:
+        return read(data)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind(data)
+    if kind is float and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if kind not in (bool, int, float, str) or not isinstance(data, kind):
+        raise TypeError(f"expected {kind}, got {type(data).__name__}")
+    if kind is int and isinstance(data, bool):
+        raise TypeError("expected an int, got a bool")
+    return data
+
+
+def _collection(origin: Any, args: tuple[Any, ...], data: list[Any]) -> Any:
+    if origin in (dict, abc.Mapping):
+        key, item = args
+        return {from_data(key, k): from_data(item, v) for k, v in data}
+    if origin in (frozenset, set, abc.Set):
+        return frozenset(from_data(args[0], v) for v in data)
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return tuple(from_data(a, v) for a, v in zip(args, data, strict=True))
+    if origin in (tuple, list, abc.Sequence):
+        return tuple(from_data(args[0], v) for v in data)
+    raise TypeError(f"cannot read a {origin}")
 
 
 # -- the money job's judgements ----------------------------------------------------------------
@@ -283,6 +376,7 @@ def encode_money(snapshot: MoneySnapshot) -> str:
                 for budget, status, problem in snapshot.budgets
             ],
             "steps": [[name, _step(judged)] for name, judged in snapshot.steps],
+            "purchasing": to_data(snapshot.purchasing),
         },
         separators=(",", ":"),
     )
@@ -322,7 +416,10 @@ def decode_money(
             )
         )
     steps = tuple((str(name), _step_judgement(step)) for name, step in data["steps"])
-    return MoneySnapshot(_when(data["at"]), model, version, tuple(judged), steps, step_policy)
+    purchasing = from_data(Purchasing | None, data.get("purchasing"))
+    return MoneySnapshot(
+        _when(data["at"]), model, version, tuple(judged), steps, step_policy, purchasing
+    )
 
 
 def latest_money(
@@ -358,6 +455,8 @@ __all__ = [
     "digest",
     "encode_money",
     "encode_statuses",
+    "from_data",
     "latest_money",
     "latest_statuses",
+    "to_data",
 ]

@@ -72,10 +72,13 @@ def test_a_stored_money_cycle_decodes_to_the_leaders_judgements(store):
     _seed(store)
     model = flat_model("4.00")
     policy = StepPolicy(min_tokens=1000)
-    job = MoneyAlerts(store.sql, lambda: model, None, policy)
+    job = MoneyAlerts(store.sql, lambda: model, None, policy, timezone="Europe/Berlin")
     job(NOW)
     latest = job.latest
     assert latest is not None
+    assert latest.purchasing is not None  # the advice over the last 28 days, kept too
+    assert not latest.purchasing.advice.empty
+    assert latest.purchasing.advice.timezone == "Europe/Berlin"
     assert [status for _, status, _ in latest.budgets if status is not None]  # judged
     assert [name for name, _ in latest.steps] == ["", "llama-70b"]
     body = snapshots.encode_money(latest)
@@ -124,6 +127,12 @@ def test_a_worker_that_runs_no_job_shows_the_leaders_stored_results(store):
     budgets = asyncio.run(get("/ui/budgets"))
     assert budgets.status_code == 200
     assert stamp in budgets.text
+    # The purchasing advice over the last 28 days, for a range too short to buy for.
+    for page in ("/ui/cost", "/ui/scaling"):
+        shown = asyncio.run(get(page))
+        assert shown.status_code == 200
+        assert f"as judged at {leader_at.strftime('%H:%M:%S')} UTC" in shown.text, page
+        assert "purchasing-advice" in shown.text
     listed = asyncio.run(get("/api/v1/budgets")).json()
     assert [b["status"]["evaluated_at"] for b in listed["budgets"]] == [
         leader_at.isoformat().replace("+00:00", "Z")

@@ -9,18 +9,18 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Final
 
-from infersight.api.context import AppContext
+from infersight.api.context import AppContext, money_results
 from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money
 from infersight.core.purchasing import MAX_HOURS
 from infersight.core.window import Window
 from infersight.service.cost_view import unit_cost_text
-from infersight.service.purchasing import purchasing, purchasing_dict
+from infersight.service.purchasing import ADVICE_DAYS, Purchasing, purchasing, purchasing_dict
 
 #: Page ranges shorter than this are advised on the last ``FALLBACK`` instead.
 MIN_SPAN: Final = timedelta(days=7)
-FALLBACK: Final = timedelta(days=28)
+FALLBACK: Final = timedelta(days=ADVICE_DAYS)
 
 
 def _window(ctx: Context) -> tuple[Window, str]:
@@ -35,6 +35,27 @@ def _window(ctx: Context) -> tuple[Window, str]:
     return ctx.window, "this range"
 
 
+def _judged(app: AppContext, ctx: Context) -> Purchasing | None:
+    """The money job's last advice (``service.budgets.MoneyAlerts``) while it is fresh, for a
+    range too short to buy for, in the report time zone: purchases are planned from a month
+    of hours, and those hours change once an hour, so the job's judgement (at most one
+    interval old, the time shown) stands for the page's instead of reading 28 days of GPU
+    hours and their cost per view."""
+    if ctx.window.end - ctx.window.start >= MIN_SPAN:
+        return None
+    recent, _ = money_results(app)
+    if recent is None or recent.purchasing is None:
+        return None
+    if recent.purchasing.advice.timezone != app.settings.report_timezone:
+        return None
+    return recent.purchasing
+
+
+def _hhmm(app: AppContext, ctx: Context) -> str:
+    recent, _ = money_results(app)
+    return "" if recent is None else f"{recent.at:%H:%M:%S}"
+
+
 def section(
     app: AppContext, ctx: Context, per_million: tuple[Window, Decimal | None] | None = None
 ) -> dict[str, Any]:
@@ -43,16 +64,21 @@ def section(
     Cost page's own figure, instead of reading the range's cost twice)."""
     window, over = _window(ctx)
     known = per_million is not None and per_million[0] == window
-    answer = purchasing(
-        app.store,
-        app.cost_model(),
-        window,
-        finest_for=app.retention.finest_for,
-        now=ctx.now,
-        timezone=app.settings.report_timezone,
-        per_million=per_million[1] if known and per_million is not None else None,
-        read_unit_cost=not known,
-    )
+    judged = _judged(app, ctx)
+    if judged is not None:  # the money job's advice over the same last 28 days
+        answer = judged
+        over += f", as judged at {_hhmm(app, ctx)} UTC"
+    else:
+        answer = purchasing(
+            app.store,
+            app.cost_model(),
+            window,
+            finest_for=app.retention.finest_for,
+            now=ctx.now,
+            timezone=app.settings.report_timezone,
+            per_million=per_million[1] if known and per_million is not None else None,
+            read_unit_cost=not known,
+        )
     if ctx.filters:
         over += " for the whole fleet (the filters do not apply)"
     body = purchasing_dict(answer)
