@@ -14,9 +14,10 @@ What is stored is the jobs' inputs to their judgements, not the judgements' text
   the cycle used — and only for the SLOs as they are stored now (a digest that differs, an SLO
   added or removed, another policy: computed afresh).
 * ``money``: the cost model version that priced the cycle, each budget's (name, version)
-  with its figures, top spenders and burn, and each cost step's judgement. A reader uses them
-  only under the same model version and step policy, and only for the budget versions in
-  force now.
+  with its figures, top spenders and burn, each cost step's judgement, and the purchasing
+  advice over the last 28 days (``to_data``: a frozen dataclass by its annotations). A reader
+  uses them only under the same model version and step policy, and only for the budget
+  versions in force now.
 
 A body is data, never code: it is decoded field by field, and one that does not fit (another
 format version, a field missing or of the wrong type) is ignored with a warning, and the
