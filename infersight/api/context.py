@@ -40,6 +40,7 @@ from infersight.service.notifications import Announcer, Delivery, FollowUp
 from infersight.service.profiles import ProfileFollowUp, ProfileTrigger
 from infersight.service.reports import WeeklyReports, parse_schedule
 from infersight.service.scaling import Recommender
+from infersight.service.slos import list_slos
 from infersight.service.snapshots import latest_money, latest_statuses
 from infersight.storage.queries import DEFAULT_EXACT_MAX_ROWS
 from infersight.storage.seam import Store
@@ -110,6 +111,18 @@ class AppContext:
     """Within one answer (``api.reads.stamped`` gives each its own): what its parts share,
     read once — the cost model in use, which a Cost page read four times. ``None`` outside an
     answer: every call reads afresh."""
+
+    def slo_specs(self) -> list[SloSpec]:
+        """Every stored SLO (read once per answer: the Overview's rows and the cost's good
+        tokens read them three times per view)."""
+        memo = self.answer_memo
+        if memo is not None and "slos" in memo:
+            found: list[SloSpec] = memo["slos"]
+            return found
+        specs = list_slos(self.store)
+        if memo is not None:
+            memo["slos"] = specs
+        return specs
 
     def cost_model(self) -> CostModel:
         """The cost model in use: the stored one named by the settings, or the example (read

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from infersight.core.cost import CostLine, CostModel, CostResult, InstanceCost, Money, quantize
 from infersight.core.goodput import GoodBasis, GoodLimits, GoodRule, basis_of
 from infersight.core.query import Selector
+from infersight.core.slo import SloSpec
 from infersight.core.timestamps import iso
 from infersight.core.window import Resolution, Window
 
@@ -35,10 +36,12 @@ def cost(
     group_by: Sequence[str] = (),
     *,
     finest: Resolution,
+    slos: Sequence[SloSpec] | None = None,
 ) -> CostResult:
     """What ``window`` cost under ``model`` per group of ``group_by``, with each instance's
-    cost (``finest``: the finest rollups retention keeps for the window)."""
-    return store.cost.cost(window, model, selector, group_by, finest=finest)
+    cost (``finest``: the finest rollups retention keeps for the window; ``slos``: the stored
+    SLOs good tokens are held to, when the caller has read them already)."""
+    return store.cost.cost(window, model, selector, group_by, finest=finest, slos=slos)
 
 
 def idle_method(store: Store, floor: float, window: Window) -> str:

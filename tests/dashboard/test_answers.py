@@ -14,6 +14,9 @@ from infersight.api import context
 from infersight.api.answers import AnswerCache
 from infersight.api.context import context_of
 from infersight.api.settings import ApiSettings
+from infersight.core.slo import Sli, SliKind, SloSpec
+from infersight.storage import cost as cost_store
+from infersight.storage import slo_store
 from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.dashboard.test_pages import NOW, PAGES, Client
@@ -136,3 +139,26 @@ def test_one_answer_reads_the_cost_model_once(store: Store, monkeypatch: pytest.
     assert len(reads) == 1
     _page(client, "cost")
     assert len(reads) == 2
+
+
+def test_the_overview_reads_the_slos_once(store: Store, monkeypatch: pytest.MonkeyPatch):
+    """The Overview's SLO rows and its cost's good tokens share one read of the SLOs."""
+    _fill(store)
+    slo_store.put_slo(
+        store.engine, SloSpec("avail", Sli(SliKind.AVAILABILITY), 0.99, timedelta(days=7)), NOW
+    )
+    reads: list[object] = []
+
+    def counted(module):
+        real = module.list_slos
+
+        def read(*args, **kwargs):
+            reads.append(module)
+            return real(*args, **kwargs)
+
+        return read
+
+    monkeypatch.setattr(slo_store, "list_slos", counted(slo_store))
+    monkeypatch.setattr(cost_store, "list_slos", counted(cost_store))
+    _page(_client(store, 0.0), "overview")
+    assert len(reads) == 1

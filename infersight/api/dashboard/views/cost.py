@@ -42,6 +42,7 @@ def page(app: AppContext, ctx: Context, query: dict[str, str]) -> dict[str, Any]
         ctx.selector,
         ("model", "adapter"),
         finest=app.retention.finest_for(ctx.window, ctx.now),
+        slos=app.slo_specs(),
     )
     answer = cost(app, ctx, model, result)
     if answer["available"]:

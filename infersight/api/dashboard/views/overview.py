@@ -32,7 +32,7 @@ from infersight.core.window import format_duration
 from infersight.service import telemetry
 from infersight.service.cost_view import cost, unit_cost_text
 from infersight.service.incidents import list_incidents
-from infersight.service.slos import SloView, good_token_cost, list_slos, with_status
+from infersight.service.slos import SloView, good_token_cost, with_status
 
 NAME: Final = "overview"
 TITLE: Final = "Overview"
@@ -59,7 +59,7 @@ def goodput_text(spec: SloSpec) -> str:
 
 
 def slo_rows(app: AppContext, now: datetime) -> list[dict[str, Any]]:
-    specs = list_slos(app.store)
+    specs = app.slo_specs()
     first = first_data(app, specs, now)
     # The evaluation job's last cycle while it is fresh (``Jobs.reuse_age``): this process's,
     # or the one the leader stored when the job runs in another worker; else counted here.
@@ -256,7 +256,7 @@ def goodput_costs(app: AppContext, ctx: Context) -> dict[str, str]:
     """Per goodput SLO: its scope's cost per million good tokens over the range, held to its
     own targets (``service.slos.good_token_cost``); only goodput SLOs are priced."""
     out = {}
-    for spec in list_slos(app.store):
+    for spec in app.slo_specs():
         if spec.sli.kind is not SliKind.GOODPUT:
             continue
         finest = app.retention.finest_for(ctx.window, ctx.now)
@@ -275,6 +275,7 @@ def _cost_result(app: AppContext, ctx: Context, group_by: Sequence[str]) -> Cost
         ctx.selector,
         group_by,
         finest=app.retention.finest_for(ctx.window, ctx.now),
+        slos=app.slo_specs(),
     )
 
 
