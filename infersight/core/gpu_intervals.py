@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from infersight.core.samples import BENIGN_REASONS, GpuSample
-from infersight.core.window import Resolution
+from infersight.core.window import Resolution, Segment, Window, split
 
 #: The sample gap the rollups are computed with: ``CostModel``'s default ``sample_gap_s``.
 ROLLUP_GAP_S: Final = 300.0
@@ -250,4 +250,24 @@ def by_gpu(samples: Iterable[GpuSample]) -> dict[GpuKey, list[GpuSample]]:
     out: dict[GpuKey, list[GpuSample]] = defaultdict(list)
     for s in samples:
         out[(s.instance, s.gpu_index)].append(s)
+    return out
+
+
+def plan(window: Window, coarsest: Resolution, finest: Resolution) -> list[Segment]:
+    """``core.window.split`` with buckets no coarser than ``coarsest`` (raw where none fit):
+    how a GPU chart whose step is ``coarsest``'s multiple covers a window with rollups."""
+    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
+    if order.index(finest) > order.index(coarsest):
+        return [Segment(window.start, window.end, None)]
+    if coarsest is Resolution.DAY:
+        return split(window, finest)
+    inner_start, inner_end = coarsest.ceil(window.start), coarsest.floor(window.end)
+    if inner_start >= inner_end:
+        return split(window, finest)
+    out: list[Segment] = []
+    if window.start < inner_start:
+        out += split(Window(window.start, inner_start), finest)
+    out.append(Segment(inner_start, inner_end, coarsest))
+    if inner_end < window.end:
+        out += split(Window(inner_end, window.end), finest)
     return out

@@ -34,6 +34,7 @@ from sqlalchemy import (
     union_all,
 )
 
+from infersight.core import gpu_intervals
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.gpu_rollup import BIN_COLUMNS, ROLLUP_GAP_S, GpuKey, idle_seconds
 from infersight.storage.sql import segment_values, segments_where
@@ -294,21 +295,7 @@ def _rolled_covered_query(resolutions: tuple[str, ...], one_instance: bool) -> S
 
 def plan(window: Window, coarsest: Resolution, finest: Resolution) -> list[Segment]:
     """``core.window.split`` with buckets no coarser than ``coarsest`` (raw where none fit)."""
-    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
-    if order.index(finest) > order.index(coarsest):
-        return [Segment(window.start, window.end, None)]
-    if coarsest is Resolution.DAY:
-        return split(window, finest)
-    inner_start, inner_end = coarsest.ceil(window.start), coarsest.floor(window.end)
-    if inner_start >= inner_end:
-        return split(window, finest)
-    out: list[Segment] = []
-    if window.start < inner_start:
-        out += split(Window(window.start, inner_start), finest)
-    out.append(Segment(inner_start, inner_end, coarsest))
-    if inner_end < window.end:
-        out += split(Window(inner_end, window.end), finest)
-    return out
+    return gpu_intervals.plan(window, coarsest, finest)
 
 
 def util_sums(
