@@ -26,10 +26,12 @@ from typing import Any
 from sqlalchemy import Engine
 
 from infersight.core.accept import AcceptWindow
+from infersight.core.attribution import Attribution, usable
+from infersight.core.client import ClientRecord
 from infersight.core.errors import InvalidInput
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
-from infersight.core.records import ATTRIBUTED_LABELS, RequestRecord
+from infersight.core.records import RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.sketch import QuantileSketch
 from infersight.core.slo import EventCounts, Sli, SloSpec
@@ -70,6 +72,7 @@ from infersight.storage.seam import (
     Store,
 )
 from infersight.storage_clickhouse import schema
+from infersight.storage_clickhouse.attribution import AttributionWriter
 from infersight.storage_clickhouse.pools import PoolReads
 from infersight.storage_clickhouse.reads import (
     DEFAULT_EXACT_MAX_ROWS,
@@ -100,12 +103,6 @@ class Telemetry:
         self.transport.rows("SELECT 1")
 
 
-def _attributed(selector: Selector, group_by: Sequence[str]) -> bool:
-    """Whether a read names a label only the SQL store fills in (``team``, ``workload``)."""
-    pinned = {name for name, _ in selector.items()} | {name for name, _ in selector.excluded}
-    return bool(set(ATTRIBUTED_LABELS) & (pinned | set(group_by)))
-
-
 class HybridSink:
     """Request records (prefill legs too), server scrapes and GPU samples into ClickHouse and
     the SQL store, acknowledged once both stored them; client records, attributions and late
@@ -118,6 +115,7 @@ class HybridSink:
         self._samples = SampleWriter(
             telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
         )
+        self._attribution = AttributionWriter(telemetry.transport, telemetry.layout)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -129,8 +127,51 @@ class HybridSink:
         self._telemetry.ping()
 
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
-        self._clickhouse.write_requests(records)
+        """Into ClickHouse, filled first from the spans it holds of their traces, then
+        settled against spans stored meanwhile (``attribution``); then into the SQL store,
+        which fills them itself: acknowledged once both stored them."""
+        filled = self._attribution.fill(records)
+        self._clickhouse.write_requests(filled)
+        self._attribution.join_late(records, filled)
         return self._sql.write_requests(records)
+
+    def _accepted(self, items: Sequence[Attribution]) -> Sequence[Attribution]:
+        accept = self._clickhouse.accept
+        if accept is None:
+            return items
+        low, high = accept.bounds(self._clickhouse.clock())
+        return [a for a in items if low <= a.start <= high]
+
+    def _attribute(self, items: Sequence[Attribution]) -> None:
+        kept = self._accepted(items)
+        self._attribution.store(kept)
+        self._attribution.settle_spans(kept)
+
+    def write_attributions(self, items: Sequence[Attribution]) -> WriteResult:
+        """Gateway and client spans into ClickHouse (the stored requests they fill moved to
+        their attributed series: ``attribution``), then into the SQL store: acknowledged once
+        both stored them."""
+        self._attribute(items)
+        sql: Any = self._sql  # the SQL store's writer: ``Sink`` does not name these
+        result: WriteResult = sql.write_attributions(items)
+        return result
+
+    def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
+        """Client records into the SQL store; a client span's own tenant names its trace's
+        requests' tenant (as the SQL writer derives it), so that attribution goes to
+        ClickHouse first."""
+        self._attribute(
+            [
+                Attribution(
+                    r.trace_id, r.span_id, r.start, r.e2e_s or 0.0, tenant=r.tenant, source="client"
+                )
+                for r in records
+                if r.tenant and usable(r.tenant)
+            ]
+        )
+        sql: Any = self._sql
+        result: WriteResult = sql.write_client_requests(records)
+        return result
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
         """Into ClickHouse (which the scrape reads of ``samples`` and ``demand.models_seen``
@@ -190,8 +231,7 @@ class HybridRequests:
         finest: Resolution = Resolution.MINUTE,
         exact_max_rows: int = DEFAULT_EXACT_MAX_ROWS,
     ) -> LatencyResult:
-        source = self._sql if _attributed(selector, group_by) else self._reads
-        return source.latency(
+        return self._reads.latency(
             metric,
             window,
             selector,
@@ -212,8 +252,7 @@ class HybridRequests:
         *,
         finest: Resolution = Resolution.MINUTE,
     ) -> dict[str, LatencyResult]:
-        source = self._sql if _attributed(selector, group_by) else self._reads
-        return source.latencies(metrics, window, selector, group_by, quantiles, finest=finest)
+        return self._reads.latencies(metrics, window, selector, group_by, quantiles, finest=finest)
 
     def throughput(
         self,
@@ -223,8 +262,7 @@ class HybridRequests:
         *,
         finest: Resolution = Resolution.MINUTE,
     ) -> list[Throughput]:
-        source = self._sql if _attributed(selector, group_by) else self._reads
-        return source.throughput(window, selector, group_by, finest=finest)
+        return self._reads.throughput(window, selector, group_by, finest=finest)
 
     def data_span(
         self,
@@ -233,8 +271,7 @@ class HybridRequests:
         *,
         finest: Resolution = Resolution.MINUTE,
     ) -> Window | None:
-        source = self._sql if _attributed(selector, ()) else self._reads
-        return source.data_span(window, selector, finest=finest)
+        return self._reads.data_span(window, selector, finest=finest)
 
     def series(
         self,
@@ -245,8 +282,7 @@ class HybridRequests:
         coarsest: Resolution | None = None,
         bucket_s: int | None = None,
     ) -> dict[LabelKey, dict[datetime, Counts]]:
-        source = self._sql if _attributed(selector, group_by) else self._reads
-        return source.series(window, step, selector, group_by, coarsest, bucket_s)
+        return self._reads.series(window, step, selector, group_by, coarsest, bucket_s)
 
     def bucket_sketches(
         self,
@@ -258,20 +294,19 @@ class HybridRequests:
         group_by: Sequence[str] = (),
         coarsest: Resolution | None = None,
     ) -> dict[str, dict[LabelKey, dict[datetime, QuantileSketch]]]:
-        source = self._sql if _attributed(selector, group_by) else self._reads
-        return source.bucket_sketches(metrics, window, step, bucket_s, selector, group_by, coarsest)
+        return self._reads.bucket_sketches(
+            metrics, window, step, bucket_s, selector, group_by, coarsest
+        )
 
     def peaks(
         self, window: Window, step: Resolution, selector: Selector = Selector()
     ) -> dict[str, RequestPeak]:
-        source = self._sql if _attributed(selector, ()) else self._reads
-        return source.peaks(window, step, selector)
+        return self._reads.peaks(window, step, selector)
 
     def error_types(
         self, window: Window, selector: Selector = Selector()
     ) -> dict[str, dict[str, int]]:
-        source = self._sql if _attributed(selector, ()) else self._rows
-        return source.error_types(window, selector)
+        return self._rows.error_types(window, selector)
 
     def breakdown(
         self,
@@ -281,8 +316,15 @@ class HybridRequests:
         *,
         finest: Resolution = Resolution.MINUTE,
     ) -> list[Breakdown]:
-        source = self._sql if _attributed(selector, group_by) else self._reads
-        return source.breakdown(window, selector, group_by, finest=finest)
+        return self._reads.breakdown(window, selector, group_by, finest=finest)
+
+    def label_sets(self, window: Window, step: Resolution = Resolution.HOUR) -> list[LabelKey]:
+        """From ClickHouse's rollups, as attributed (``attribution``)."""
+        return self._reads.label_sets(window, step)
+
+    def first_seen(self, since: datetime, now: datetime) -> dict[LabelKey, datetime]:
+        """From ClickHouse's rollups, as attributed (``attribution``)."""
+        return self._reads.first_seen(since, now)
 
     def pool_summaries(
         self, window: Window, finest: Resolution = Resolution.MINUTE
@@ -338,8 +380,6 @@ class HybridEvents:
         exact: bool = False,
         finest: Resolution = Resolution.MINUTE,
     ) -> EventCounts:
-        if _attributed(selector, ()):
-            return self._sql.count(sli, window, selector, exact=exact, finest=finest)
         return self._reads.count_events(sli, window, selector, exact=exact, finest=finest)
 
     @contextmanager
@@ -361,8 +401,6 @@ class HybridEvents:
     def goodput_misses(
         self, sli: Sli, window: Window, selector: Selector = Selector()
     ) -> dict[str, int]:
-        if _attributed(selector, ()):
-            return self._sql.goodput_misses(sli, window, selector)
         return self._reads.goodput_misses(sli, window, selector)
 
 

@@ -36,6 +36,7 @@ from infersight.core.query import (
     resolve_method,
     sketch_groups,
 )
+from infersight.core.records import GROUP_LABELS
 from infersight.core.sketch import (
     DEFAULT_RELATIVE_ACCURACY,
     QuantileSketch,
@@ -49,6 +50,10 @@ from infersight.storage_clickhouse.schema import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
 
 LabelKey = tuple[str, ...]
+#: The most series a label read returns (``storage.timeseries.MAX_SERIES``).
+MAX_SERIES: Final = 5000
+#: How recent a series' first hour is read to the minute (``storage.timeseries``'s).
+FIRST_SEEN_SECONDS: Final = 86400
 DEFAULT_EXACT_MAX_ROWS: Final = 200_000
 #: A latency metric's sketch columns in a rollup row (``ttft_buckets``, …), ``_sketch``'s order.
 _SKETCH_PARTS: Final = ("buckets", "zero", "sum", "min", "max")
@@ -106,15 +111,81 @@ def _raw_edges(edges: Sequence[Segment], selector: Selector) -> str:
 
 
 def _rollup_rows(
-    layout: Layout, segments: Sequence[Segment], selector: Selector, columns: str
+    layout: Layout,
+    segments: Sequence[Segment],
+    selector: Selector,
+    columns: str,
+    sketches: Sequence[str] = (),
 ) -> str:
-    """``columns`` of the rollup rows of every segment, each from its resolution's table, as
-    one ``UNION ALL`` (one statement aggregates them all)."""
-    return " UNION ALL ".join(
-        f"SELECT {columns} FROM {_rollup_table(layout, s.resolution)}"  # type: ignore[arg-type]
-        f" WHERE {_rollup_where(s, selector)}"
-        for s in segments
+    """``columns`` of the rollup rows of every segment, each from its resolution's table and
+    its moved requests' rows (``attribution_schema``: each request attributed after it was
+    rolled up, out of its stored series and into its attributed one), as one ``UNION ALL``
+    (one statement aggregates them all).
+
+    With ``sketches`` (metrics, ``ttft``, …, whose minimum and maximum ``columns`` reads), each
+    rollup row is first added up with its moves (per bucket and series), and a sketch its
+    moves emptied has no minimum or maximum: the SQL store's row forgets them when its count
+    reaches 0 (``QuantileSketch.subtract``)."""
+    if not sketches:
+        return " UNION ALL ".join(
+            f"SELECT {columns} FROM {table} WHERE {_rollup_where(s, selector)}"
+            for s in segments
+            for table in (
+                _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
+                _moves(layout, s),
+            )
+        )
+    labels = ", ".join(GROUP_LABELS)
+    parts = [f"{m}_{p}" for m in sketches for p in _SKETCH_PARTS]
+    read = ", ".join(f"{name} AS v_{name}" for name in parts)
+    added = ", ".join(
+        f"mapFilter((k, v) -> v != 0, sumMap(v_{m}_buckets)) AS a_{m}_buckets,"
+        f" sum(v_{m}_zero) AS a_{m}_zero, sum(v_{m}_sum) AS a_{m}_sum,"
+        f" min(v_{m}_min) AS a_{m}_min, max(v_{m}_max) AS a_{m}_max"
+        for m in sketches
     )
+    kept = ", ".join(
+        f"a_{m}_buckets AS {m}_buckets, a_{m}_zero AS {m}_zero, a_{m}_sum AS {m}_sum,"
+        f" if(empty(a_{m}_buckets) AND a_{m}_zero = 0, NULL, a_{m}_min) AS {m}_min,"
+        f" if(empty(a_{m}_buckets) AND a_{m}_zero = 0, NULL, a_{m}_max) AS {m}_max"
+        for m in sketches
+    )
+    out = []
+    for s in segments:
+        union = " UNION ALL ".join(
+            f"SELECT bucket, {labels}, {read} FROM {table} WHERE {_rollup_where(s, selector)}"
+            for table in (
+                _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
+                _moves(layout, s),
+            )
+        )
+        out.append(
+            f"SELECT {columns} FROM (SELECT bucket, {labels}, {kept} FROM"
+            f" (SELECT bucket, {labels}, {added} FROM ({union}) GROUP BY bucket, {labels}))"
+        )
+    return " UNION ALL ".join(out)
+
+
+def _between(low: datetime, high: datetime) -> str:
+    """A parameterised view's time range: rows that started in [``low``, ``high``)."""
+    return f"low = {_time(low)}, high = {_time(high)}"
+
+
+def _raw(layout: Layout, spans: Sequence[Segment | Window]) -> str:
+    """The request rows that started within ``spans``' range, as attributed: ``requests``
+    (``FINAL``) with each moved request's labels its move's (``attribution_schema``'s
+    parameterised view: both sides read in that range only)."""
+    low, high = min(s.start for s in spans), max(s.end for s in spans)
+    return f"{layout.table('requests_attributed')}({_between(low, high)})"
+
+
+def _moves(layout: Layout, segment: Segment) -> str:
+    """The moved requests' rollup rows of ``segment`` (its resolution's parameterised view,
+    reading the moves that started in the segment's buckets)."""
+    assert segment.resolution is not None
+    resolution = segment.resolution
+    low, high = resolution.floor(segment.start), resolution.ceil(segment.end)
+    return f"{layout.table(f'request_moves_{resolution.value}')}({_between(low, high)})"
 
 
 def _rollup_table(layout: Layout, resolution: Resolution) -> str:
@@ -181,7 +252,7 @@ class Reads:
             statements.append(
                 f"SELECT {head}count(), countIf(status = 'error'),"
                 " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0))"
-                f" FROM {self.layout.table('requests')} FINAL"
+                f" FROM {_raw(self.layout, edges)}"
                 f" WHERE {_raw_edges(edges, selector)}{tail}"
             )
         if segments:
@@ -315,7 +386,7 @@ class Reads:
         levels = ", ".join(repr(float(q)) for q in qs)
         rows = self.transport.rows(
             f"SELECT {head}count(), quantilesExactInclusive({levels})({column})"
-            f" FROM {self.layout.table('requests')} FINAL"
+            f" FROM {_raw(self.layout, [window])}"
             f" WHERE {_raw_where(window, selector)} AND {column} IS NOT NULL{tail}"
         )
         width = len(group_by)
@@ -351,7 +422,7 @@ class Reads:
         edges, segments = _pieces(window, finest)
         if edges:
             rows = self.transport.rows(
-                f"SELECT {head}{', '.join(columns)} FROM {self.layout.table('requests')} FINAL"
+                f"SELECT {head}{', '.join(columns)} FROM {_raw(self.layout, edges)}"
                 f" WHERE {_raw_edges(edges, selector)}"
                 f" AND ({' OR '.join(f'{c} IS NOT NULL' for c in columns)})"
             )
@@ -377,7 +448,11 @@ class Reads:
                 for column in columns
             ]
             inner = _rollup_rows(
-                self.layout, segments, selector, head + ", ".join(n for ns in names for n in ns)
+                self.layout,
+                segments,
+                selector,
+                head + ", ".join(n for ns in names for n in ns),
+                [c.removesuffix("_s") for c in columns],
             )
             merged = ", ".join(
                 f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
@@ -393,6 +468,46 @@ class Reads:
             column: {key: merge_all(sketches) for key, sketches in found.items()}
             for column, found in parts.items()
         }
+
+    # -- label sets -------------------------------------------------------------------------
+
+    def label_sets(self, window: Window, step: Resolution = Resolution.HOUR) -> list[LabelKey]:
+        """The distinct ``GROUP_LABELS`` series of the ``step`` rollups in ``window``, as
+        attributed (``storage.timeseries.label_sets``: a series a request was moved out of
+        stays, as the SQL store's emptied rollup row does)."""
+        labels = ", ".join(GROUP_LABELS)
+        inner = _rollup_rows(
+            self.layout, [Segment(step.floor(window.start), window.end, step)], Selector(), labels
+        )
+        rows = self.transport.rows(
+            f"SELECT {labels} FROM ({inner}) GROUP BY {labels} ORDER BY {labels} LIMIT {MAX_SERIES}"
+        )
+        return [tuple(str(v) for v in row) for row in rows]
+
+    def first_seen(self, since: datetime, now: datetime) -> dict[LabelKey, datetime]:
+        """The start of each series' first rollup bucket in ``[since, now)``, as attributed
+        (``storage.timeseries.first_seen``): to the hour, and to the minute where that hour is
+        less than ``FIRST_SEEN_SECONDS`` before ``now``."""
+        labels = ", ".join(GROUP_LABELS)
+
+        def firsts(resolution: Resolution, start: datetime) -> dict[LabelKey, datetime]:
+            inner = _rollup_rows(
+                self.layout,
+                [Segment(start, now, resolution)],
+                Selector(),
+                f"bucket, {labels}",
+            )
+            rows = self.transport.rows(
+                f"SELECT {labels}, min(bucket) FROM ({inner}) GROUP BY {labels} LIMIT {MAX_SERIES}"
+            )
+            return {tuple(str(v) for v in row[:-1]): _parse(row[-1]) for row in rows}
+
+        found = firsts(Resolution.HOUR, Resolution.HOUR.floor(since))
+        recent = {k for k, at in found.items() if (now - at).total_seconds() < FIRST_SEEN_SECONDS}
+        if recent:
+            finer = firsts(Resolution.MINUTE, min(found[k] for k in recent))
+            found.update({key: at for key, at in finer.items() if key in recent})
+        return {key: max(at, since) for key, at in found.items()}
 
     # -- charts -----------------------------------------------------------------------------
 
@@ -455,6 +570,7 @@ class Reads:
             _chart_segments(window, step, coarsest),
             selector,
             f"bucket, {head}" + ", ".join(n for ns in names for n in ns),
+            [c.removesuffix("_s") for c in columns],
         )
         merged = ", ".join(
             f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
@@ -530,7 +646,7 @@ class Reads:
         if edges:
             raw = ", ".join(f"count({f}), sum({f})" for f in _BREAKDOWN_FIELDS)
             statements.append(
-                f"SELECT {head}{raw} FROM {self.layout.table('requests')} FINAL"
+                f"SELECT {head}{raw} FROM {_raw(self.layout, edges)}"
                 f" WHERE {_raw_edges(edges, selector)}{tail}"
             )
         if segments:
@@ -572,7 +688,11 @@ def _sketch(values: Sequence[Any]) -> QuantileSketch | None:
     buckets, zero, total, minimum, maximum = values
     if not buckets and not zero:
         return None
-    pairs = sorted((int(k), int(c)) for k, c in buckets.items())
+    # A moved request's buckets are taken out of its stored series (``attribution_schema``):
+    # a bucket it emptied is there with a count of 0.
+    pairs = sorted((int(k), int(c)) for k, c in buckets.items() if int(c))
+    if not pairs and not int(zero):
+        return None
     keys = np.array([k for k, _ in pairs], dtype=np.int64)
     counts = np.array([c for _, c in pairs], dtype=np.int64)
     return QuantileSketch.from_buckets(
@@ -644,7 +764,7 @@ class EventReads(Reads):
             where += f" AND {sli.column} IS NOT NULL"
             columns = f"count(), countIf({sli.column} > {_literal(sli.threshold_s)})"
         rows = self.transport.rows(
-            f"SELECT {columns} FROM {self.layout.table('requests')} FINAL WHERE {where}"
+            f"SELECT {columns} FROM {_raw(self.layout, edges)} WHERE {where}"
         )
         return EventCounts(int(rows[0][0] or 0), int(rows[0][1] or 0))
 
@@ -696,7 +816,7 @@ class EventReads(Reads):
             columns[f"only_{metric}"] = total(f"{condition} AND ({several}) = 1")
         columns["several"] = total(f"{ok} AND ({several}) > 1")
         rows = self.transport.rows(
-            f"SELECT {', '.join(columns.values())} FROM {self.layout.table('requests')} FINAL"
+            f"SELECT {', '.join(columns.values())} FROM {_raw(self.layout, [window])}"
             f" WHERE {_raw_where(window, selector)}"
         )
         return {name: int(v or 0) for name, v in zip(columns, rows[0], strict=True)}
@@ -864,7 +984,7 @@ class RowReads(Reads):
         """Failed requests per instance and ``error_type`` over ``window`` (``""``: untyped),
         the ``MAX_ERROR_TYPES`` most frequent per instance and the rest as ``other``."""
         rows = self.transport.rows(
-            f"SELECT instance, error_type, count() FROM {self.layout.table('requests')} FINAL"
+            f"SELECT instance, error_type, count() FROM {_raw(self.layout, [window])}"
             f" WHERE {_raw_where(window, selector)} AND status = 'error'"
             " GROUP BY instance, error_type"
         )
@@ -895,7 +1015,7 @@ class RowReads(Reads):
             priority=selector.priority,
         ).within(selector.tenants)
         rows = self.transport.rows(
-            f"SELECT input_tokens, output_tokens FROM {self.layout.table('requests')} FINAL"
+            f"SELECT input_tokens, output_tokens FROM {_raw(self.layout, [window])}"
             f" WHERE {_raw_where(window, picked)} AND status = 'ok'"
             " AND input_tokens IS NOT NULL AND output_tokens > 0"
             f" ORDER BY start, trace_id, span_id LIMIT {int(limit)}"

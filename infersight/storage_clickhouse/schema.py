@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from infersight.core.records import DURATION_FIELDS, GROUP_LABELS
+from infersight.storage_clickhouse.attribution_schema import attribution_tables
 from infersight.storage_clickhouse.layout import DEDUP_WINDOW, MAX_TTL_DAYS, SHARDING_KEY, Layout
 from infersight.storage_clickhouse.samples_schema import gpu_sample_tables, server_sample_tables
 from infersight.storage_clickhouse.transport import Transport, quote
@@ -198,6 +199,13 @@ def _request_parts(layout: Layout) -> list[str]:
     return _request_table(layout, "request_parts", ["insert_token String"])
 
 
+def _attribution(layout: Layout) -> list[str]:
+    """Gateway and client spans (``attributions``), the requests their spans filled after they
+    were stored (``request_moves``), and the views reads take them in by
+    (``attribution_schema``)."""
+    return attribution_tables(layout, _request_table)
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One migration: its number, its name and its statements (each idempotent, so that a step
@@ -216,6 +224,7 @@ STEPS: Final = (
     Step(4, "minute rollups by a materialized view over the rows' bucket keys", _rolled_from_rows),
     Step(5, "GPU samples", gpu_sample_tables),
     Step(6, "prefill legs of disaggregated requests", _request_parts),
+    Step(7, "attribution: spans, moved requests and the views reads join them by", _attribution),
 )
 
 
