@@ -8,9 +8,10 @@ replayed after either failed is stored once in each), and these reads come from 
 sketches, peaks, the stage breakdown, error types, production shapes and the pool table;
 ``events`` (SLO counts, an evaluation cycle, goodput's misses); ``demand``'s minute demand,
 peak rate, recorded days, busiest models, models seen, pool members and busiest prefill
-minute — except where they pin, exclude or group by ``team`` or ``workload``, which the SQL
-store fills in later from the traces' attribution and ClickHouse does not yet
-(``HybridRequests`` lists the request reads still on SQL and why). Every other concern and
+minute; ``label_sets`` and ``first_seen``. Gateway and client spans go to both stores too,
+so ``tenant``, ``team``, ``workload`` and ``adapter`` are ClickHouse's answers as attributed,
+whichever span arrived first (``attribution``: requests filled before insert, or moved after);
+``HybridRequests`` lists the request reads still on SQL and why. Every other concern and
 read is the SQL store's, which still holds all the telemetry. The next steps move the
 remaining reads and then stop writing requests to SQL (docs/past-one-primary.md).
 """
@@ -203,10 +204,9 @@ class HybridIngest:
 class HybridRequests:
     """``RequestStore``: the quantile, throughput, span and chart reads (series, chart sketches,
     peaks), the stage breakdown, error types, production's request shapes and the pools
-    (prefill legs in ``request_parts``) from ClickHouse (except where they pin or group by
-    ``team`` or ``workload``); every other read is the SQL store's in this slice (reached
-    through ``__getattr__``): ``label_sets`` and ``first_seen`` (keyed by every group label,
-    ``team`` and ``workload`` among them), ``window_signals`` (request rows read beside
+    (prefill legs in ``request_parts``), the label sets and first-seen times from ClickHouse,
+    labels as attributed (``attribution``); every other read is the SQL store's in this slice
+    (reached through ``__getattr__``): ``window_signals`` (request rows read beside
     server, GPU, client and prefill-leg rows in one SQL function), ``production_capacity``
     and ``capture_baseline``."""
 
@@ -364,8 +364,8 @@ class _EventCycle:
 
 
 class HybridEvents:
-    """``EventStore``: SLO events counted from ClickHouse, except for selectors that pin
-    ``team`` or ``workload`` (the SQL store's, filled from the traces' attribution)."""
+    """``EventStore``: SLO events counted from ClickHouse, whatever the selector pins (labels
+    as attributed: ``attribution``)."""
 
     def __init__(self, sql: EventStore, telemetry: Telemetry) -> None:
         self._sql = sql
