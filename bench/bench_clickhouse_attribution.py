@@ -118,10 +118,15 @@ def main() -> None:
             Sli(SliKind.LATENCY, metric="ttft", threshold_s=0.1), window, Selector(team="ads")
         ),
         "label_sets": lambda: built.label_sets(window),
+        "latency sketch by model (no team)": lambda: built.latency(
+            "ttft", window, Selector(), ("model",), method=Method.SKETCH
+        ),
     }
     attributed_rows, attributed_raw = reads._rollup_rows, reads._raw
 
-    def before_rows(layout: Layout, segments: Any, selector: Any, columns: str, *_: Any) -> str:
+    def before_rows(
+        layout: Layout, segments: Any, selector: Any, columns: str, *_: Any, **__: Any
+    ) -> str:
         return " UNION ALL ".join(
             f"SELECT {columns} FROM {reads._rollup_table(layout, s.resolution)}"
             f" WHERE {reads._rollup_where(s, selector)}"

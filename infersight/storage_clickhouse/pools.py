@@ -130,6 +130,7 @@ class PoolReads(Reads):
                 segments,
                 Selector(),
                 f"instance, requests, input_tokens, output_tokens, {columns}",
+                attributed=False,  # no attributed label: the moves add nothing (reads._touches)
             )
             totals = ", ".join(f"sum({m}_n), sum({m}_t)" for m in metrics)
             for row in self.transport.rows(

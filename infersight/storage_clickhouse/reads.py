@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from infersight.core.attribution import DIMENSIONS
 from infersight.core.errors import InvalidInput, NotFound
 from infersight.core.quantiles import DEFAULT_QUANTILES, check_quantiles
 from infersight.core.query import (
@@ -116,6 +117,7 @@ def _rollup_rows(
     selector: Selector,
     columns: str,
     sketches: Sequence[str] = (),
+    attributed: bool = True,
 ) -> str:
     """``columns`` of the rollup rows of every segment, each from its resolution's table and
     its moved requests' rows (``attribution_schema``: each request attributed after it was
@@ -125,7 +127,14 @@ def _rollup_rows(
     With ``sketches`` (metrics, ``ttft``, …, whose minimum and maximum ``columns`` reads), each
     rollup row is first added up with its moves (per bucket and series), and a sketch its
     moves emptied has no minimum or maximum: the SQL store's row forgets them when its count
-    reaches 0 (``QuantileSketch.subtract``)."""
+    reaches 0 (``QuantileSketch.subtract``). Without ``attributed`` (a read that names no
+    attributed label: ``_touches``), the rollups alone."""
+    if not attributed:
+        return " UNION ALL ".join(
+            f"SELECT {columns} FROM {_rollup_table(layout, s.resolution)}"  # type: ignore[arg-type]
+            f" WHERE {_rollup_where(s, selector)}"
+            for s in segments
+        )
     if not sketches:
         return " UNION ALL ".join(
             f"SELECT {columns} FROM {table} WHERE {_rollup_where(s, selector)}"
@@ -166,15 +175,29 @@ def _rollup_rows(
     return " UNION ALL ".join(out)
 
 
+def _touches(selector: Selector, group_by: Sequence[str] = ()) -> bool:
+    """Whether a read pins, excludes or groups by a label attribution fills in (``tenant``,
+    ``team``, ``workload``, ``adapter``). A read that does not is answered without the moves
+    (``attribution_schema``): a move takes a request out of one series and into another that
+    differ only in those labels, so it adds nothing to such a read's counts, and the values'
+    bounds it keeps are those of the requests it counts."""
+    pinned = {name for name, _ in selector.items()} | {name for name, _ in selector.excluded}
+    if selector.tenants is not None:
+        pinned.add("tenant")
+    return bool(set(DIMENSIONS) & (pinned | set(group_by)))
+
+
 def _between(low: datetime, high: datetime) -> str:
     """A parameterised view's time range: rows that started in [``low``, ``high``)."""
     return f"low = {_time(low)}, high = {_time(high)}"
 
 
-def _raw(layout: Layout, spans: Sequence[Segment | Window]) -> str:
+def _raw(layout: Layout, spans: Sequence[Segment | Window], attributed: bool = True) -> str:
     """The request rows that started within ``spans``' range, as attributed: ``requests``
     (``FINAL``) with each moved request's labels its move's (``attribution_schema``'s
     parameterised view: both sides read in that range only)."""
+    if not attributed:
+        return f"{layout.table('requests')} FINAL"
     low, high = min(s.start for s in spans), max(s.end for s in spans)
     return f"{layout.table('requests_attributed')}({_between(low, high)})"
 
@@ -252,7 +275,7 @@ class Reads:
             statements.append(
                 f"SELECT {head}count(), countIf(status = 'error'),"
                 " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0))"
-                f" FROM {_raw(self.layout, edges)}"
+                f" FROM {_raw(self.layout, edges, _touches(selector, group_by))}"
                 f" WHERE {_raw_edges(edges, selector)}{tail}"
             )
         if segments:
@@ -261,6 +284,7 @@ class Reads:
                 segments,
                 selector,
                 head + "requests, errors, input_tokens, output_tokens",
+                attributed=_touches(selector, group_by),
             )
             statements.append(
                 f"SELECT {head}sum(requests), sum(errors), sum(input_tokens),"
@@ -386,7 +410,7 @@ class Reads:
         levels = ", ".join(repr(float(q)) for q in qs)
         rows = self.transport.rows(
             f"SELECT {head}count(), quantilesExactInclusive({levels})({column})"
-            f" FROM {_raw(self.layout, [window])}"
+            f" FROM {_raw(self.layout, [window], _touches(selector, group_by))}"
             f" WHERE {_raw_where(window, selector)} AND {column} IS NOT NULL{tail}"
         )
         width = len(group_by)
@@ -422,7 +446,8 @@ class Reads:
         edges, segments = _pieces(window, finest)
         if edges:
             rows = self.transport.rows(
-                f"SELECT {head}{', '.join(columns)} FROM {_raw(self.layout, edges)}"
+                f"SELECT {head}{', '.join(columns)}"
+                f" FROM {_raw(self.layout, edges, _touches(selector, group_by))}"
                 f" WHERE {_raw_edges(edges, selector)}"
                 f" AND ({' OR '.join(f'{c} IS NOT NULL' for c in columns)})"
             )
@@ -453,6 +478,7 @@ class Reads:
                 selector,
                 head + ", ".join(n for ns in names for n in ns),
                 [c.removesuffix("_s") for c in columns],
+                attributed=_touches(selector, group_by),
             )
             merged = ", ".join(
                 f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
@@ -530,6 +556,7 @@ class Reads:
             _chart_segments(window, step, coarsest),
             selector,
             f"bucket, {head}requests, errors, input_tokens, output_tokens",
+            attributed=_touches(selector, groups),
         )
         at = _at(bucket_s if binned else None)
         rows = self.transport.rows(
@@ -571,6 +598,7 @@ class Reads:
             selector,
             f"bucket, {head}" + ", ".join(n for ns in names for n in ns),
             [c.removesuffix("_s") for c in columns],
+            attributed=_touches(selector, groups),
         )
         merged = ", ".join(
             f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
@@ -599,6 +627,7 @@ class Reads:
             _chart_segments(window, step, None),
             selector,
             "bucket, model, instance, requests",
+            attributed=_touches(selector),
         )
         found = self.transport.rows(
             "SELECT model, max(n), sum(n), min(bucket), max(bucket) FROM"
@@ -646,7 +675,7 @@ class Reads:
         if edges:
             raw = ", ".join(f"count({f}), sum({f})" for f in _BREAKDOWN_FIELDS)
             statements.append(
-                f"SELECT {head}{raw} FROM {_raw(self.layout, edges)}"
+                f"SELECT {head}{raw} FROM {_raw(self.layout, edges, _touches(selector, groups))}"
                 f" WHERE {_raw_edges(edges, selector)}{tail}"
             )
         if segments:
@@ -655,7 +684,13 @@ class Reads:
                 f"arraySum(mapValues({m}_buckets)) + {m}_zero AS {m}_n, {m}_sum AS {m}_t"
                 for m in metrics
             )
-            inner = _rollup_rows(self.layout, segments, selector, head + columns)
+            inner = _rollup_rows(
+                self.layout,
+                segments,
+                selector,
+                head + columns,
+                attributed=_touches(selector, groups),
+            )
             totals = ", ".join(f"sum({m}_n), sum({m}_t)" for m in metrics)
             # A group for each rollup row read, none without (as the SQL store's row read).
             statements.append(f"SELECT {head}{totals} FROM ({inner}){tail} HAVING count() > 0")
@@ -764,7 +799,7 @@ class EventReads(Reads):
             where += f" AND {sli.column} IS NOT NULL"
             columns = f"count(), countIf({sli.column} > {_literal(sli.threshold_s)})"
         rows = self.transport.rows(
-            f"SELECT {columns} FROM {_raw(self.layout, edges)} WHERE {where}"
+            f"SELECT {columns} FROM {_raw(self.layout, edges, _touches(selector))} WHERE {where}"
         )
         return EventCounts(int(rows[0][0] or 0), int(rows[0][1] or 0))
 
@@ -772,7 +807,9 @@ class EventReads(Reads):
         self, sli: Sli, segments: Sequence[Segment], selector: Selector
     ) -> EventCounts:
         if sli.kind is SliKind.AVAILABILITY:
-            inner = _rollup_rows(self.layout, segments, selector, "requests, errors")
+            inner = _rollup_rows(
+                self.layout, segments, selector, "requests, errors", attributed=_touches(selector)
+            )
             rows = self.transport.rows(f"SELECT sum(requests), sum(errors) FROM ({inner})")
             return EventCounts(int(rows[0][0] or 0), int(rows[0][1] or 0))
         assert sli.column is not None
@@ -782,7 +819,11 @@ class EventReads(Reads):
             QuantileSketch(DEFAULT_RELATIVE_ACCURACY).keys_for(np.array([sli.threshold_s]))[0]
         )
         inner = _rollup_rows(
-            self.layout, segments, selector, f"{metric}_buckets AS b, {metric}_zero AS z"
+            self.layout,
+            segments,
+            selector,
+            f"{metric}_buckets AS b, {metric}_zero AS z",
+            attributed=_touches(selector),
         )
         rows = self.transport.rows(
             "SELECT sum(z), sum(arraySum(mapValues(b))),"
@@ -816,7 +857,8 @@ class EventReads(Reads):
             columns[f"only_{metric}"] = total(f"{condition} AND ({several}) = 1")
         columns["several"] = total(f"{ok} AND ({several}) > 1")
         rows = self.transport.rows(
-            f"SELECT {', '.join(columns.values())} FROM {_raw(self.layout, [window])}"
+            f"SELECT {', '.join(columns.values())}"
+            f" FROM {_raw(self.layout, [window], _touches(selector))}"
             f" WHERE {_raw_where(window, selector)}"
         )
         return {name: int(v or 0) for name, v in zip(columns, rows[0], strict=True)}
@@ -984,7 +1026,8 @@ class RowReads(Reads):
         """Failed requests per instance and ``error_type`` over ``window`` (``""``: untyped),
         the ``MAX_ERROR_TYPES`` most frequent per instance and the rest as ``other``."""
         rows = self.transport.rows(
-            f"SELECT instance, error_type, count() FROM {_raw(self.layout, [window])}"
+            f"SELECT instance, error_type, count()"
+            f" FROM {_raw(self.layout, [window], _touches(selector))}"
             f" WHERE {_raw_where(window, selector)} AND status = 'error'"
             " GROUP BY instance, error_type"
         )
@@ -1015,7 +1058,8 @@ class RowReads(Reads):
             priority=selector.priority,
         ).within(selector.tenants)
         rows = self.transport.rows(
-            f"SELECT input_tokens, output_tokens FROM {_raw(self.layout, [window])}"
+            "SELECT input_tokens, output_tokens"
+            f" FROM {_raw(self.layout, [window], _touches(picked))}"
             f" WHERE {_raw_where(window, picked)} AND status = 'ok'"
             " AND input_tokens IS NOT NULL AND output_tokens > 0"
             f" ORDER BY start, trace_id, span_id LIMIT {int(limit)}"

@@ -163,6 +163,8 @@ def both(order: str, chdb: ChdbTransport) -> Iterator[Both]:
 
 
 GROUPINGS = [
+    # No attributed label: answered without the moves (``reads._touches``), still equal.
+    (("model", "instance"), Selector(priority="interactive")),
     ((), Selector(team="ads")),
     (("team",), Selector()),
     (("workload",), Selector(model="qwen-7b")),
