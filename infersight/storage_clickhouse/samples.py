@@ -25,6 +25,10 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 from infersight.core.accept import AcceptWindow
+from infersight.core.attribution import DIMENSIONS
+from infersight.core.gpu_intervals import GPU_ROLLUP_MEANS, GPU_ROLLUP_REASONS, plan
+from infersight.core.purchasing import GpuHour
+from infersight.core.query import Selector
 from infersight.core.samples import (
     BENIGN_REASONS,
     SERVER_METRIC_FIELDS,
@@ -32,7 +36,7 @@ from infersight.core.samples import (
     GpuSample,
     ServerSample,
 )
-from infersight.core.window import Resolution, Window
+from infersight.core.window import Resolution, Segment, Window
 from infersight.storage.seam import (
     HOT_MARGIN,
     EngineBucket,
@@ -43,6 +47,8 @@ from infersight.storage.seam import (
     ServerEvidence,
     ServerSummary,
 )
+from infersight.storage_clickhouse.gpu_rollups import GpuRollupReads, GpuRollups
+from infersight.storage_clickhouse.reads import _raw_where, _rollup_where
 from infersight.storage_clickhouse.samples_schema import (
     ENGINE_COLUMNS,
     GPU_COLUMNS,
@@ -80,6 +86,9 @@ GPU_MEANS: Final = (
 )
 #: GPU charts over windows up to this long read raw samples: ``storage.timeseries``'s.
 GPU_ROLLUP_MIN_S: Final = 6 * 3600.0
+#: Windows up to this long resolve a selector's instances from raw rows too:
+#: ``storage.baselines.RAW_INSTANCES_MAX_S``.
+RAW_INSTANCES_MAX_S: Final = 86400.0
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO: Final = timedelta(microseconds=1)
 
@@ -121,6 +130,7 @@ class SampleWriter:
         self.layout = layout
         self.accept = accept
         self.clock = clock or (lambda: datetime.now(UTC))
+        self.rollups = GpuRollups(transport, layout)
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
         """Store ``samples`` (each key once) with their engines; how many were stored now."""
@@ -195,7 +205,11 @@ class SampleWriter:
         by_day: dict[date, list[GpuSample]] = defaultdict(list)
         for sample in by_key.values():
             by_day[sample.ts.astimezone(UTC).date()].append(sample)
-        return sum(self._store_gpu_day(by_day[day]) for day in sorted(by_day))
+        stored = sum(self._store_gpu_day(by_day[day]) for day in sorted(by_day))
+        # Every minute the batch touches is rolled up again, stored now or before: a replay
+        # after a failure between the samples and their rollups completes the rollups.
+        self.rollups.refresh(list(by_key.values()))
+        return stored
 
     def _stored_gpu(self, samples: Sequence[GpuSample]) -> set[GpuKey]:
         out: set[GpuKey] = set()
@@ -254,6 +268,7 @@ class SampleReads:
     def __init__(self, transport: Transport, layout: Layout) -> None:
         self.transport = transport
         self.layout = layout
+        self.rollups = GpuRollupReads(transport, layout)
 
     def _where(self, window: Window, instances: Collection[str] | None) -> str:
         where = f"ts >= {quote(_text(window.start))} AND ts < {quote(_text(window.end))}"
@@ -407,33 +422,123 @@ class SampleReads:
             return None, None
         return float(rows[0][1]), _at(rows[0][2])
 
-    def raw_gpu_series(
-        self, window: Window, step_s: int, instances: Sequence[str] | None = None
-    ) -> list[GpuBucket]:
-        """``gpu_series`` from raw samples, as ``storage.timeseries`` reads them: per GPU, step
-        bucket and list of clock-event reasons the means and counts, weighed back together by
-        sample count."""
-        step = int(step_s)
+    def gpu_utilization_of(
+        self, window: Window, selector: Selector, finest: Resolution = Resolution.MINUTE
+    ) -> float | None:
+        """``storage.baselines.gpu_utilization``: the mean utilisation per sample of the
+        instances that served ``selector``'s requests (day rollups, and raw rows for windows up
+        to a day), summed from raw samples at the window's edges and the GPU rollups between."""
+        instances: set[str] | None = None
+        if selector.narrowed:
+            days = Segment(Resolution.DAY.floor(window.start), window.end, Resolution.DAY)
+            found = self.transport.rows(
+                f"SELECT DISTINCT instance FROM {self.layout.table('request_rollups_1d')}"
+                f" WHERE {_rollup_where(days, selector)}"
+            )
+            instances = {str(r[0]) for r in found}
+            if window.seconds <= RAW_INSTANCES_MAX_S:
+                found = self.transport.rows(
+                    f"SELECT DISTINCT instance FROM {self.layout.table('requests')}"
+                    f" WHERE {_raw_where(window, selector)}"
+                )
+                instances |= {str(r[0]) for r in found}
+        total, count = self.rollups.util_sums(window, instances, finest)
+        return None if not count else min(1.0, max(0.0, total / count))
+
+    def _raw_gpu_rows(
+        self, window: Window, step: int, instances: Sequence[str] | None
+    ) -> list[list[Any]]:
         means = ", ".join(f"avg({name})" for name in GPU_MEANS)
-        rows = self.transport.rows(
+        return self.transport.rows(
             f"SELECT instance, gpu_index, intDiv(toUnixTimestamp(ts), {step}) * {step} AS at,"
             f" throttle_reasons, count(), {means}, max(ecc_sbe_total), max(ecc_dbe_total),"
             f" max(xid_last), max(name) FROM {self.layout.table('gpu_samples')} FINAL"
             f" WHERE {self._where(window, instances)}"
             " GROUP BY instance, gpu_index, at, throttle_reasons"
         )
+
+    def raw_gpu_series(
+        self, window: Window, step_s: int, instances: Sequence[str] | None = None
+    ) -> list[GpuBucket]:
+        """``gpu_series`` from raw samples, as ``storage.timeseries`` reads them: per GPU, step
+        bucket and list of clock-event reasons the means and counts, weighed back together by
+        sample count."""
+        slots = _GpuSlots()
+        slots.add_raw(self._raw_gpu_rows(window, int(step_s), instances))
+        return slots.buckets()
+
+    def rolled_gpu_series(
+        self,
+        window: Window,
+        step_s: int,
+        instances: Sequence[str] | None = None,
+        finest: Resolution = Resolution.MINUTE,
+    ) -> list[GpuBucket]:
+        """``gpu_series`` over a long window with a step of whole minutes, as
+        ``storage.timeseries`` reads it: the GPU rollups at the coarsest resolution dividing the
+        step (no finer than ``finest``), raw samples at the ragged edges."""
+        step = int(step_s)
+        coarsest = next(r for r in (Resolution.DAY, Resolution.HOUR, Resolution.MINUTE)
+                        if step % r.seconds == 0)  # fmt: skip
+        slots = _GpuSlots()
+        if instances is not None and not instances:
+            return []
+        pinned = "" if instances is None else f" AND instance IN ({_in(instances)})"
+        sums = ", ".join(
+            f"sum({name}_{part})" for name in GPU_ROLLUP_MEANS for part in ("sum", "n")
+        )
+        reasons = ", ".join(f"sum(reason_{r})" for r in GPU_ROLLUP_REASONS)
+        for seg in plan(window, coarsest, finest):
+            if seg.resolution is None:
+                slots.add_raw(self._raw_gpu_rows(Window(seg.start, seg.end), step, instances))
+                continue
+            table = self.layout.table(f"gpu_rollups_{seg.resolution.value}")
+            slots.add_rollups(
+                self.transport.rows(
+                    f"SELECT instance, gpu_index,"
+                    f" intDiv(toUnixTimestamp(bucket), {step}) * {step} AS at, sum(samples),"
+                    f" {sums}, sum(throttled_samples), {reasons}, max(ecc_sbe_max),"
+                    f" max(ecc_dbe_max), max(xid_max), max(name) FROM {table} FINAL"
+                    f" WHERE bucket >= {quote(_text(seg.start)[:19])}"
+                    f" AND bucket < {quote(_text(seg.end)[:19])}{pinned}"
+                    " GROUP BY instance, gpu_index, at"
+                )
+            )
+        return slots.buckets()
+
+
+class _GpuSlots:
+    """Per (GPU, step bucket): samples, per-field sums and counts, throttle counts, maxima
+    (``storage.timeseries._GpuAcc``'s)."""
+
+    def __init__(self) -> None:
+        self.slots: dict[tuple[int, str, int], dict[str, Any]] = {}
+
+    def _slot(self, at: Any, instance: Any, index: Any) -> dict[str, Any]:
+        key = (int(at), str(instance), int(index))
+        slot = self.slots.get(key)
+        if slot is None:
+            slot = self.slots[key] = {
+                "samples": 0, "sums": [0.0] * len(GPU_MEANS), "counts": [0] * len(GPU_MEANS),
+                "throttled": 0, "reasons": defaultdict(int), "maxima": [None, None, None],
+                "name": "",
+            }  # fmt: skip
+        return slot
+
+    @staticmethod
+    def _maxima(slot: dict[str, Any], values: Sequence[Any], name: Any) -> None:
+        for i, value in enumerate(values):
+            if value is not None:
+                held = slot["maxima"][i]
+                slot["maxima"][i] = value if held is None else max(held, value)
+        slot["name"] = max(slot["name"], str(name or ""))
+
+    def add_raw(self, rows: Sequence[Sequence[Any]]) -> None:
         n = len(GPU_MEANS)
-        slots: dict[tuple[int, str, int], dict[str, Any]] = {}
         for row in rows:
             instance, index, at, reasons, count = row[:5]
             count = int(count)
-            key = (int(at), str(instance), int(index))
-            slot = slots.get(key)
-            if slot is None:
-                slot = slots[key] = {
-                    "samples": 0, "sums": [0.0] * n, "counts": [0] * n, "throttled": 0,
-                    "reasons": defaultdict(int), "maxima": [None, None, None], "name": "",
-                }  # fmt: skip
+            slot = self._slot(at, instance, index)
             slot["samples"] += count
             for i, mean in enumerate(row[5 : 5 + n]):
                 if mean is not None:
@@ -445,13 +550,27 @@ class SampleReads:
                 for reason in hard:
                     if reason in THROTTLE_REASONS:
                         slot["reasons"][reason] += count
-            for i, value in enumerate(row[5 + n : 8 + n]):
-                if value is not None:
-                    held = slot["maxima"][i]
-                    slot["maxima"][i] = value if held is None else max(held, value)
-            slot["name"] = max(slot["name"], str(row[8 + n] or ""))
+            self._maxima(slot, row[5 + n : 8 + n], row[8 + n])
+
+    def add_rollups(self, rows: Sequence[Sequence[Any]]) -> None:
+        n, k = len(GPU_ROLLUP_MEANS), len(GPU_ROLLUP_REASONS)
+        for row in rows:
+            instance, index, at, samples = row[:4]
+            slot = self._slot(at, instance, index)
+            slot["samples"] += int(samples)
+            for i in range(n):
+                slot["sums"][i] += float(row[4 + 2 * i])
+                slot["counts"][i] += int(row[5 + 2 * i])
+            slot["throttled"] += int(row[4 + 2 * n])
+            for j, reason in enumerate(GPU_ROLLUP_REASONS):
+                if row[5 + 2 * n + j]:
+                    slot["reasons"][reason] += int(row[5 + 2 * n + j])
+            self._maxima(slot, row[5 + 2 * n + k : 8 + 2 * n + k], row[8 + 2 * n + k])
+
+    def buckets(self) -> list[GpuBucket]:
+        n = len(GPU_MEANS)
         out = []
-        for (at, instance, index), slot in sorted(slots.items()):
+        for (at, instance, index), slot in sorted(self.slots.items()):
             sbe, dbe, xid = slot["maxima"]
             out.append(
                 GpuBucket(
@@ -514,6 +633,20 @@ class HybridSamples:
     ) -> tuple[float | None, datetime | None]:
         return self._reads.gpu_utilisation(instances, window)
 
+    def gpu_utilization_of(
+        self, window: Window, selector: Selector, finest: Resolution = Resolution.MINUTE
+    ) -> float | None:
+        """From ClickHouse's GPU rollups, except for a selector naming a label attribution may
+        fill in after a request is stored (tenant, team, workload, adapter: ClickHouse's raw
+        rows and rollups hold them as shipped), whose instances the SQL store resolves."""
+        named = {n for n, _ in selector.items()} | {n for n, _ in selector.excluded}
+        if named & set(DIMENSIONS) or selector.tenants is not None:
+            return self._sql.gpu_utilization_of(window, selector, finest)
+        return self._reads.gpu_utilization_of(window, selector, finest)
+
+    def hourly_gpu_usage(self, start: datetime, end: datetime) -> list[GpuHour]:
+        return self._reads.rollups.hourly_gpu_usage(start, end)
+
     def gpu_series(
         self,
         window: Window,
@@ -524,9 +657,9 @@ class HybridSamples:
         raw_only: bool = False,
     ) -> list[GpuBucket]:
         """From raw samples in ClickHouse where the SQL store reads raw samples alone (a short
-        window, a step of seconds, ``raw_only``); from the SQL store's GPU rollups otherwise."""
+        window, a step of seconds, ``raw_only``); from ClickHouse's GPU rollups otherwise."""
         if step_s < 1:
             raise ValueError("step_s must be at least one second")
         if raw_only or step_s % 60 or window.seconds <= GPU_ROLLUP_MIN_S:
             return self._reads.raw_gpu_series(window, step_s, instances)
-        return self._sql.gpu_series(window, step_s, instances, finest, raw_only=raw_only)
+        return self._reads.rolled_gpu_series(window, step_s, instances, finest)

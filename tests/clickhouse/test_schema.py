@@ -48,6 +48,9 @@ def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
             "request_moves_1m",
             "request_moves_1h",
             "request_moves_1d",
+            "gpu_rollups_1m",
+            "gpu_rollups_1h",
+            "gpu_rollups_1d",
         }
         for name in ("requests", "request_parts", "request_moves"):
             engine = chdb.rows(
@@ -72,7 +75,9 @@ def _local_form(statement: str) -> str:
     """A cluster statement as the single server's: no ``ON CLUSTER``, plain engines, no
     ``_local`` suffix."""
     statement = statement.replace(" ON CLUSTER 'prod'", "")
-    statement = re.sub(r"Replicated(\w+)\('[^']*', '\{replica\}'\)", r"\1()", statement)
+    statement = re.sub(
+        r"Replicated(\w+)\('[^']*', '\{replica\}'(?:, )?(\w*)\)", r"\1(\2)", statement
+    )
     statement = statement.replace("_local", "")
     return statement.replace(", non_replicated_deduplication_window = 100000", "")
 
@@ -92,7 +97,7 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
     ]
     local = [s for s in cluster if "ENGINE = Distributed" not in s and s not in twins]
     # every table but the database has its Distributed twin, sharded by the series
-    assert len(distributed) == 12
+    assert len(distributed) == 15
     for statement in distributed:
         name = re.search(r"CREATE TABLE IF NOT EXISTS infersight\.(\w+) ", statement)
         assert name is not None
@@ -108,7 +113,7 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
         if "MergeTree" in statement:
             assert re.search(
                 r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/infersight/"
-                r"\w+_local', '\{replica\}'\)",
+                r"\w+_local', '\{replica\}'(, version)?\)",
                 statement,
             )
         if "MATERIALIZED VIEW" in statement:  # each shard aggregates its own rows and minutes
