@@ -182,9 +182,9 @@ class HybridSink:
         return self._sql.write_server_samples(samples)
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
-        """Into ClickHouse (which the raw GPU reads of ``samples`` answer from), then into the
-        SQL store, whose GPU rollups (``storage.gpu_rollup``) cost, the purchasing hours, a
-        baseline's utilisation and long GPU charts read: acknowledged once both stored them."""
+        """Into ClickHouse (the samples and their GPU rollups, which the GPU reads of
+        ``samples`` answer from), then into the SQL store, whose GPU rollups
+        (``storage.gpu_rollup``) cost reads: acknowledged once both stored them."""
         self._samples.write_gpu_samples(samples)
         return self._sql.write_gpu_samples(samples)
 

@@ -12,8 +12,10 @@ the scrape itself.
 ``HybridSamples`` answers ``server_summaries``, ``engine_summaries``, ``engine_series``,
 ``server_gauges`` and ``server_evidence`` from these tables with the SQL store's definitions
 (``storage.server_engines``, ``storage.scaling_reads.server_gauges``,
-``storage.cost.server_evidence``); the GPU reads are the SQL store's (GPU samples and their
-rollups are written there: cost reads them by SQL).
+``storage.cost.server_evidence``), and ``gpu_utilisation``, ``gpu_series``,
+``gpu_utilization_of`` and ``hourly_gpu_usage`` from the GPU samples and their rollups
+(``storage_clickhouse.gpu_rollups``, which the writer keeps after each batch). Cost still reads
+the SQL store's GPU rollups (docs/past-one-primary.md says why).
 """
 
 from __future__ import annotations
@@ -595,8 +597,8 @@ class _GpuSlots:
 
 
 class HybridSamples:
-    """``SampleStore``: the server-scrape reads from ClickHouse; the GPU reads are the SQL
-    store's (reached through ``__getattr__``)."""
+    """``SampleStore``: the server-scrape and GPU reads from ClickHouse; any other read is the
+    SQL store's (reached through ``__getattr__``)."""
 
     def __init__(self, sql: SampleStore, reads: SampleReads) -> None:
         self._sql = sql
