@@ -22,6 +22,7 @@ from sqlalchemy import (
     Connection,
     Double,
     Float,
+    Integer,
     Select,
     and_,
     bindparam,
@@ -46,8 +47,15 @@ def epoch(dialect: str, column: Any) -> ColumnElement[float]:
     if dialect == "postgresql":
         return cast(func.date_part("epoch", column), Float(53))
     # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff': whole seconds exactly, plus the fraction.
-    whole: ColumnElement[float] = cast(func.strftime("%s", column), Float(53))
-    return whole + cast(func.substr(column, 20), Float(53))
+    return cast(whole_seconds(column), Float(53)) + cast(func.substr(column, 20), Float(53))
+
+
+def whole_seconds(column: Any) -> ColumnElement[int]:
+    """SQLite: the whole seconds since the epoch of a 'YYYY-MM-DD HH:MM:SS.ffffff' column,
+    floored. ``strftime('%s', …)`` of the full text rounds the fraction to the millisecond
+    first, so a time in the last half-millisecond of a second counted as the next second (a
+    sample at :51.999999 fell in the bucket starting at :52); the fraction is cut off first."""
+    return cast(func.strftime("%s", func.substr(column, 1, 19)), Integer)
 
 
 @dataclass(slots=True)

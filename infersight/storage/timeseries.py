@@ -22,11 +22,9 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    Integer,
     Select,
     and_,
     bindparam,
-    cast,
     func,
     literal,
     or_,
@@ -400,7 +398,7 @@ def _bucket_in(dialect: str, step_s: int, ts: Any = None) -> ColumnElement[Any]:
         # date_bin (PostgreSQL 14+) is about twice as fast as arithmetic on extract(epoch).
         origin = literal(_EPOCH, UTCDateTime())
         return func.date_bin(text(f"interval '{int(step_s)} seconds'"), ts, origin)
-    seconds = cast(func.strftime("%s", ts), Integer)
+    seconds = gpu_reads.whole_seconds(ts)
     return (seconds // step_s) * step_s
 
 

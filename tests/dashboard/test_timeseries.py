@@ -120,3 +120,20 @@ def test_gpu_series_average_per_bucket_and_count_only_real_throttling(store: Sto
         assert b.reasons == {}
         assert b.ecc_sbe_total == 1.0
     assert timeseries.gpu_series(store.engine, window, 300, ["other"]) == []
+
+
+def test_a_sample_in_the_last_half_millisecond_of_a_second_stays_in_its_bucket(store: Store):
+    """Buckets floor time exactly: a sample 0.1 ms before a 7-second bucket ends belongs to
+    that bucket (SQLite's ``strftime('%s')`` of the full text rounded it to the millisecond
+    first, so it fell into the next bucket)."""
+    seconds = int(START.timestamp())
+    first = START + timedelta(seconds=-seconds % 7)  # a bucket start (epoch-aligned)
+    edge = first + timedelta(seconds=6, microseconds=999_900)
+    after = first + timedelta(seconds=13)
+    open_writer(store.engine).write_gpu_samples([_gpu(edge, 0, 0.5), _gpu(after, 0, 0.5)])
+    window = Window(START, START + timedelta(minutes=1))
+    buckets = timeseries.gpu_series(store.engine, window, 7, raw_only=True)
+    assert [(b.bucket, b.samples) for b in buckets] == [
+        (first, 1),
+        (first + timedelta(seconds=7), 1),
+    ]
