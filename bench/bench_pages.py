@@ -202,24 +202,10 @@ async def phase(
 
 
 def postgres_cpu_seconds() -> float:
-    """User + system seconds of every running process named ``postgres`` (the server and its
-    backends: this host's PostgreSQL serves the bench alone while it is timed, but for
-    other users' backends, which this counts too)."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name, _, rest = stat.partition(") ")
-        if name.rpartition("(")[2] != "postgres":
-            continue
-        fields = rest.split()
-        # utime stime cutime cstime: the server's include the backends it has reaped.
-        total += sum(int(f) for f in fields[11:15]) / proctree.CLOCK_TICK
-    return total
+    """User + system seconds of every running process named ``postgres`` (the server, whose
+    count holds the backends it has reaped, and its backends): this host's PostgreSQL serves
+    the bench alone while it is timed, but for other users' backends, which count too."""
+    return proctree.cpu_seconds(proctree.named("postgres"))
 
 
 def ms(seconds: list[float], q: float) -> float:

@@ -35,14 +35,34 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system seconds of the tree, children it already reaped included (cutime,
+def named(name: str) -> list[int]:
+    """The running processes whose command name is ``name`` (``/proc/PID/stat``'s)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            head = (entry / "stat").read_text().split(") ", 1)[0]
+        except OSError:
+            continue
+        if head.partition("(")[2] == name:
+            out.append(int(entry.name))
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system seconds of ``pids``, the children each already reaped included (cutime,
     cstime), so a child that exited between two readings still counts."""
     total = 0
-    for p in tree(pid):
+    for p in pids:
         if (fields := _stat(p)) is not None:
             total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
     return total / CLOCK_TICK
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system seconds of the tree (``cpu_seconds``)."""
+    return cpu_seconds(tree(pid))
 
 
 def tree_memory_mb(pid: int) -> tuple[float, float, int]:
