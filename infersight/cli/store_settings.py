@@ -40,8 +40,9 @@ OTHER_STORE_FIELDS: Final = (
 #: ``read`` neither answers nor validates them.
 UNREAD_STORE_FIELDS: Final = (
     "database_read_url",
-    # ClickHouse beside the store (issue #36): in its first slice the store still holds every
-    # request too, so a command that only reads answers the same from the store alone
+    # ClickHouse beside the store (issue #36): the store still holds every row too (the
+    # writes to it stop only once every read has moved), so a command that only reads
+    # answers the same from the store alone
     "telemetry_url",
     "database_connect_timeout_s",
     "database_statement_timeout_s",

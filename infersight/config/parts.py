@@ -71,9 +71,10 @@ class StorePart(Part):
     )
     telemetry_url: str = Field(
         "",
-        description="ClickHouse URL the request telemetry is also written to and its quantile "
-        "and throughput reads answered from (clickhouse://user:password@host:8123/database, "
-        "chdb://PATH in process); empty: the store holds all of it (docs/past-one-primary.md).",
+        description="ClickHouse URL the telemetry (requests, prefill legs, server scrapes, GPU "
+        "samples and rollups, gateway spans) is also written to and most telemetry reads are "
+        "answered from (clickhouse://user:password@host:8123/database, chdb://PATH in "
+        "process); empty: the store holds all of it (docs/past-one-primary.md).",
     )
     raw_retention_days: int = Field(14, ge=1, description="Days of raw requests and samples kept.")
     minute_rollup_retention_days: int = Field(14, ge=1, description="Days of minute rollups kept.")
