@@ -32,6 +32,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from infersight.core.gpu_intervals import GPU_ROLLUP_MEANS, GPU_ROLLUP_REASONS, GPU_UTIL_BINS
 from infersight.core.records import DURATION_FIELDS, GROUP_LABELS
 from infersight.core.samples import SERVER_METRIC_FIELDS
 from infersight.storage.types import UTCDateTime
@@ -466,30 +467,9 @@ loadtest_results = Table(
 
 # -- GPU-sample rollups and good-token day totals (issues 7 and 9) -------------------------
 
-#: GPU sample fields whose per-sample sums (and counts of reporting samples) a GPU rollup
-#: keeps, so a bucket's means are ``sum / n``.
-GPU_ROLLUP_MEANS: Final = (
-    "util_gpu",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "sm_clock_mhz",
-)
-#: Clock-event reasons that slow a busy GPU down (``core.samples.GpuSample.throttled``):
-#: a GPU rollup counts the samples that report each.
-GPU_ROLLUP_REASONS: Final = (
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-)
-#: Utilisation histogram of a GPU rollup: ``util_bin_KK`` holds the seconds with utilisation in
-#: [KK/20, (KK+1)/20) for KK < 20, and ``util_bin_20`` those at exactly 1 (a saturated GPU).
-GPU_UTIL_BINS: Final = 21
+#: A GPU rollup keeps per-sample sums and counts of ``GPU_ROLLUP_MEANS``, a count per
+#: ``GPU_ROLLUP_REASONS`` clock-event reason and a ``GPU_UTIL_BINS``-bin utilisation histogram
+#: (``core.gpu_intervals`` defines them, for both stores).
 
 gpu_rollups = Table(
     "gpu_rollups",

@@ -32,6 +32,7 @@ from sqlalchemy import (
     text,
 )
 
+from infersight.core.gpu_intervals import GPU_ROLLUP_MEANS, GPU_ROLLUP_REASONS
 from infersight.core.query import LATENCY_METRICS, Selector, check_group_by, check_metric
 from infersight.core.records import GROUP_LABELS
 from infersight.core.samples import BENIGN_REASONS, THROTTLE_REASONS
@@ -51,8 +52,6 @@ from infersight.storage.sql import (
     sketch_column,
 )
 from infersight.storage.tables import (
-    GPU_ROLLUP_MEANS,
-    GPU_ROLLUP_REASONS,
     gpu_rollups,
     gpu_samples,
     request_rollups,
