@@ -20,6 +20,7 @@ import numpy as np
 
 from infersight.core.attribution import DIMENSIONS
 from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.gpu_intervals import plan
 from infersight.core.quantiles import DEFAULT_QUANTILES, check_quantiles
 from infersight.core.query import (
     LATENCY_METRICS,
@@ -231,21 +232,7 @@ def _chart_segments(window: Window, step: Resolution, coarsest: Resolution | Non
     if coarsest is None or coarsest is step:
         return [Segment(step.floor(window.start), window.end, step)]
     covered = Window(step.floor(window.start), step.ceil(window.end))
-    order = (Resolution.MINUTE, Resolution.HOUR, Resolution.DAY)
-    if order.index(step) > order.index(coarsest):
-        return [Segment(covered.start, covered.end, None)]
-    if coarsest is Resolution.DAY:
-        return split(covered, step)
-    inner_start, inner_end = coarsest.ceil(covered.start), coarsest.floor(covered.end)
-    if inner_start >= inner_end:
-        return split(covered, step)
-    out: list[Segment] = []
-    if covered.start < inner_start:
-        out += split(Window(covered.start, inner_start), step)
-    out.append(Segment(inner_start, inner_end, coarsest))
-    if inner_end < covered.end:
-        out += split(Window(inner_end, covered.end), step)
-    return out
+    return plan(covered, coarsest, step)
 
 
 def _at(bucket_s: int | None) -> str:
