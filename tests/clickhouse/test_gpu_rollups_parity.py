@@ -21,11 +21,11 @@ from infersight.core.window import Resolution, Window
 from infersight.storage.tables import gpu_rollups
 from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
 from infersight.storage_clickhouse.samples import SampleWriter
-from infersight.storage_clickhouse.transport import Transport
 from tests.clickhouse.test_samples_parity import (
     GPU_INSTANCES,
     T0,
     WINDOWS,
+    FailsOnce,
     _gpu_samples,
     _same,
 )
@@ -122,25 +122,6 @@ def test_a_replay_adds_nothing(gpus: Any, telemetry: Telemetry) -> None:
     _equal_rollups(store, telemetry)
 
 
-class _FailsOnce:
-    """A transport whose first insert into ``table`` fails (after the inserts before it)."""
-
-    def __init__(self, inner: Transport, table: str) -> None:
-        self._inner = inner
-        self._table = table
-        self.failed = False
-        self.database = inner.database
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def insert(self, table: str, columns: Any, payload: bytes, settings: Any) -> None:
-        if table.endswith("." + self._table) and not self.failed:
-            self.failed = True
-            raise Unavailable("cut off")
-        self._inner.insert(table, columns, payload, settings)
-
-
 def test_a_batch_cut_off_before_its_rollups_is_completed_by_a_larger_replay(
     store: Store, telemetry: Telemetry
 ) -> None:
@@ -149,7 +130,7 @@ def test_a_batch_cut_off_before_its_rollups_is_completed_by_a_larger_replay(
     samples = sorted(_gpu_samples(60), key=lambda s: s.ts)
     day = [s for s in samples if s.ts.date() == T0.date()]
     first, more = day[: len(day) // 2], day[len(day) // 2 :]
-    failing = _FailsOnce(telemetry.transport, "gpu_rollups_1m")
+    failing = FailsOnce(telemetry.transport, "gpu_rollups_1m")
     writer = SampleWriter(failing, telemetry.layout)  # type: ignore[arg-type]
     with pytest.raises(Unavailable):
         writer.write_gpu_samples(first)

@@ -212,7 +212,7 @@ def test_a_key_repeated_in_a_batch_keeps_its_last_copy_in_both(
     _same(got, store.sql.samples.server_gauges("m", window))
 
 
-class _FailsOnce:
+class FailsOnce:
     """A transport whose first insert into ``table`` fails (after the inserts before it)."""
 
     def __init__(self, inner: Transport, table: str) -> None:
@@ -237,7 +237,7 @@ def test_a_batch_cut_off_between_its_inserts_is_stored_once_by_its_replay(
     # One day's (a batch is stored a day at a time).
     scrapes = [s for s in _scrapes(30) if s.per_engine and s.ts.date() == T0.date()]
     assert scrapes
-    failing = _FailsOnce(telemetry.transport, "server_samples")
+    failing = FailsOnce(telemetry.transport, "server_samples")
     writer = SampleWriter(failing, telemetry.layout)  # type: ignore[arg-type]
     with pytest.raises(Unavailable):
         writer.write_server_samples(scrapes)
