@@ -5,7 +5,7 @@ the hours of week in the report time zone."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
@@ -35,12 +35,12 @@ def _window(ctx: Context) -> tuple[Window, str]:
     return ctx.window, "this range"
 
 
-def _judged(app: AppContext, ctx: Context) -> Purchasing | None:
+def _judged(app: AppContext, ctx: Context) -> tuple[Purchasing, datetime] | None:
     """The money job's last advice (``service.budgets.MoneyAlerts``) while it is fresh, for a
     range too short to buy for, in the report time zone: purchases are planned from a month
     of hours, and those hours change once an hour, so the job's judgement (at most one
-    interval old, the time shown) stands for the page's instead of reading 28 days of GPU
-    hours and their cost per view."""
+    interval old; returned with the time it was judged at) stands for the page's instead of
+    reading 28 days of GPU hours and their cost per view."""
     if ctx.window.end - ctx.window.start >= MIN_SPAN:
         return None
     recent, _ = money_results(app)
@@ -48,12 +48,7 @@ def _judged(app: AppContext, ctx: Context) -> Purchasing | None:
         return None
     if recent.purchasing.advice.timezone != app.settings.report_timezone:
         return None
-    return recent.purchasing
-
-
-def _hhmm(app: AppContext, ctx: Context) -> str:
-    recent, _ = money_results(app)
-    return "" if recent is None else f"{recent.at:%H:%M:%S}"
+    return recent.purchasing, recent.at
 
 
 def section(
@@ -66,8 +61,8 @@ def section(
     known = per_million is not None and per_million[0] == window
     judged = _judged(app, ctx)
     if judged is not None:  # the money job's advice over the same last 28 days
-        answer = judged
-        over += f", as judged at {_hhmm(app, ctx)} UTC"
+        answer, at = judged
+        over += f", as judged at {at:%H:%M:%S} UTC"
     else:
         answer = purchasing(
             app.store,
