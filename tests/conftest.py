@@ -13,6 +13,7 @@ URL (#19). Without the binary those tests skip, except in CI, where they fail.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -131,6 +132,34 @@ def _empty(engine: Engine) -> None:
     with engine.begin() as connection:
         for table in reversed(metadata.sorted_tables):
             connection.execute(table.delete())
+    if engine.dialect.name == "postgresql":
+        _end_stray_leaders(engine)
+
+
+#: Sessions of this worker's database, other than the asking one, holding an advisory lock.
+_STRAY_LEADERS = text(
+    "SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+    " WHERE l.locktype = 'advisory' AND d.datname = current_database()"
+    " AND l.pid <> pg_backend_pid()"
+)
+
+
+def _end_stray_leaders(engine: Engine) -> None:
+    """End the sessions an earlier test left holding an advisory lock in this worker's
+    database (a jobs' leader lock whose app was never stopped, or is still stopping): each
+    test starts with no leader, as its replicas' first tick assumes. The database is this
+    worker's own, so no other run's session is touched."""
+    with engine.connect() as connection:
+        for _ in range(200):
+            pids = connection.execute(_STRAY_LEADERS).scalars().all()
+            connection.rollback()  # a fresh snapshot of pg_locks on the next read
+            if not pids:
+                return
+            for pid in pids:
+                connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            connection.commit()
+            time.sleep(0.05)
+    raise AssertionError(f"sessions {pids} still hold advisory locks in the test database")
 
 
 BOTH_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
