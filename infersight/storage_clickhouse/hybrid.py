@@ -74,6 +74,7 @@ from infersight.storage.seam import (
 )
 from infersight.storage_clickhouse import schema
 from infersight.storage_clickhouse.attribution import AttributionWriter
+from infersight.storage_clickhouse.clients import ClientReads, ClientWriter, LoadTestCalls
 from infersight.storage_clickhouse.pools import PoolReads
 from infersight.storage_clickhouse.reads import (
     DEFAULT_EXACT_MAX_ROWS,
@@ -158,9 +159,14 @@ class HybridSink:
         return result
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
-        """Client records into the SQL store; a client span's own tenant names its trace's
-        requests' tenant (as the SQL writer derives it), so that attribution goes to
-        ClickHouse first."""
+        """Client records into ClickHouse (``clients``: each key once), then into the SQL
+        store, which still keeps them: acknowledged once both stored them. A client span's own
+        tenant names its trace's requests' tenant (as the SQL writer derives it), so that
+        attribution goes to ClickHouse first."""
+        clickhouse, telemetry = self._clickhouse, self._telemetry
+        ClientWriter(
+            telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
+        ).write_client_requests(records)
         self._attribute(
             [
                 Attribution(
@@ -516,7 +522,11 @@ class HybridStore:
 
     @property
     def clients(self) -> ClientStore:
-        return self._sql.clients
+        """From ClickHouse (``clients``: its client records joined to its requests as
+        attributed), a window's load-test requests from the SQL store (a run is state)."""
+        return ClientReads(
+            self.telemetry.transport, self.telemetry.layout, LoadTestCalls(self._sql.engine)
+        )
 
     @property
     def cost(self) -> CostStore:

@@ -51,6 +51,7 @@ def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
             "gpu_rollups_1m",
             "gpu_rollups_1h",
             "gpu_rollups_1d",
+            "client_requests",
         }
         for name in ("requests", "request_parts", "request_moves"):
             engine = chdb.rows(
@@ -97,14 +98,14 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
     ]
     local = [s for s in cluster if "ENGINE = Distributed" not in s and s not in twins]
     # every table but the database has its Distributed twin, sharded by the series
-    assert len(distributed) == 15
+    assert len(distributed) == 16
     for statement in distributed:
         name = re.search(r"CREATE TABLE IF NOT EXISTS infersight\.(\w+) ", statement)
         assert name is not None
         assert f"AS infersight.{name[1]}_local" in statement
         # a server's scrapes and GPUs stay on one shard (they name no model per engine or GPU)
         key = "instance" if name[1].startswith(("server_", "gpu_")) else "model, instance"
-        if name[1] == "attributions":  # a trace's spans on one shard (they name no model)
+        if name[1] in ("attributions", "client_requests"):  # by trace (they name no instance)
             key = "trace_id"
         assert statement.endswith(
             f"Distributed('prod', 'infersight', '{name[1]}_local', cityHash64({key}))"
