@@ -164,9 +164,18 @@ class ClientWriter:
 
     def _stored(self, ordered: Sequence[ClientRecord]) -> set[ClientKey]:
         """The keys of ``ordered`` (sorted by key) already stored, ``LOOKUP`` a statement, each
-        within its keys' models and time range (the table's order)."""
+        within its keys' models and time range (the table's order); none looked up when no
+        call of their models is stored in their time range (one cheap count: a fresh batch
+        usually meets none)."""
         out: set[ClientKey] = set()
         name = self.layout.table("client_requests")
+        models = ", ".join(quote(m) for m in sorted({r.model for r in ordered}))
+        count = self.transport.rows(
+            f"SELECT count() FROM {name} WHERE model IN ({models})"
+            f" AND start >= {_text(ordered[0].start)} AND start <= {_text(ordered[-1].start)}"
+        )
+        if not count or not count[0][0]:
+            return out
         for i in range(0, len(ordered), LOOKUP):
             part = ordered[i : i + LOOKUP]
             models = ", ".join(quote(m) for m in sorted({r.model for r in part}))
