@@ -378,11 +378,15 @@ def test_the_same_fresh_keys_inserted_twice_are_stored_once(
 def test_a_batch_stored_in_clickhouse_only_is_stored_in_sql_by_its_replay(
     store: Store, telemetry: Telemetry
 ) -> None:
+    """ClickHouse stored the batch, the SQL store failed: the hybrid store answers from
+    ClickHouse meanwhile; the replay stores the batch in SQL and nothing more in ClickHouse."""
     calls = _calls(50, T0)
     assert ClientWriter(telemetry.transport, telemetry.layout).write_client_requests(
         calls
     ).inserted == len(calls)
     hybrid = HybridStore(store.sql, telemetry)
+    assert len(hybrid.clients.read_pairs(WINDOWS[0], ALIASES).pairs) == len(calls)
+    assert store.sql.clients.read_pairs(WINDOWS[0], ALIASES).pairs == []
     result: Any = hybrid.ingest.open_writer().write_client_requests(calls)  # type: ignore[attr-defined]
     assert result.inserted == len(calls)
     assert _count(telemetry) == len(calls)
