@@ -75,6 +75,7 @@ from infersight.storage.seam import (
 from infersight.storage_clickhouse import schema
 from infersight.storage_clickhouse.attribution import AttributionWriter
 from infersight.storage_clickhouse.clients import ClientReads, ClientWriter, LoadTestCalls
+from infersight.storage_clickhouse.cost import HybridCost
 from infersight.storage_clickhouse.pools import PoolReads
 from infersight.storage_clickhouse.reads import (
     DEFAULT_EXACT_MAX_ROWS,
@@ -530,7 +531,7 @@ class HybridStore:
 
     @property
     def cost(self) -> CostStore:
-        return self._sql.cost
+        return HybridCost(self._sql.cost, self.telemetry.transport, self.telemetry.layout)
 
     # -- state -------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from typing import Final
 from infersight.core.records import DURATION_FIELDS, GROUP_LABELS
 from infersight.storage_clickhouse.attribution_schema import attribution_tables
 from infersight.storage_clickhouse.clients_schema import client_tables
+from infersight.storage_clickhouse.cost_schema import good_token_tables
 from infersight.storage_clickhouse.gpu_rollups_schema import gpu_rollup_tables
 from infersight.storage_clickhouse.layout import DEDUP_WINDOW, MAX_TTL_DAYS, SHARDING_KEY, Layout
 from infersight.storage_clickhouse.samples_schema import gpu_sample_tables, server_sample_tables
@@ -228,6 +229,7 @@ STEPS: Final = (
     Step(6, "prefill legs of disaggregated requests", _request_parts),
     Step(7, "attribution: spans, moved requests and the views reads join them by", _attribution),
     Step(8, "GPU rollups (minute, hour and day; kept by the writer)", gpu_rollup_tables),
+    Step(9, "good-token counts per hour and day (kept by cost's reads)", good_token_tables),
     Step(10, "client records", client_tables),
 )
 

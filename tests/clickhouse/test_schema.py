@@ -51,6 +51,7 @@ def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
             "gpu_rollups_1m",
             "gpu_rollups_1h",
             "gpu_rollups_1d",
+            "good_token_counts",
             "client_requests",
         }
         for name in ("requests", "request_parts", "request_moves"):
@@ -98,7 +99,7 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
     ]
     local = [s for s in cluster if "ENGINE = Distributed" not in s and s not in twins]
     # every table but the database has its Distributed twin, sharded by the series
-    assert len(distributed) == 16
+    assert len(distributed) == 17
     for statement in distributed:
         name = re.search(r"CREATE TABLE IF NOT EXISTS infersight\.(\w+) ", statement)
         assert name is not None
