@@ -23,6 +23,7 @@ from infersight.alerts.routing import Router
 from infersight.alerts.rules import RulePack, load_rules
 from infersight.api.answers import AnswerCache
 from infersight.api.auth import FailureLimiter, Tokens, check_exposure, parse_tokens
+from infersight.api.hourly import HourlyMemo
 from infersight.api.settings import ApiSettings
 from infersight.api.startup import StoreGate
 from infersight.core.burn import IncidentListener, Policy
@@ -107,6 +108,9 @@ class AppContext:
     worker: int | None = None
     """This process's number among ``infersight serve --workers N``'s (1..N; ``/healthz``
     says it); ``None``: the only process."""
+    hourly: HourlyMemo = field(default_factory=HourlyMemo)
+    """The dashboard's answers over whole past hours (the purchasing advice of a week or
+    more), reused while as fresh as the money job's judgements (``api.hourly``)."""
     answer_memo: dict[str, Any] | None = None
     """Within one answer (``api.reads.stamped`` gives each its own): what its parts share,
     read once — the cost model in use, which a Cost page read four times. ``None`` outside an

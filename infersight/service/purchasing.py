@@ -9,7 +9,7 @@ Money and GPU-hours are decimal strings with six places, in the cost model's cur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
@@ -94,12 +94,8 @@ def purchasing(
         hour = Resolution.HOUR.floor(window.end)  # a range ending mid-hour: ending now
         if hour < window.end and store.samples.hourly_gpu_usage(hour, hour + timedelta(hours=1)):
             pending = hour
-    if read_unit_cost and per_million is None and not advice.empty and advice.end > advice.start:
-        read = Window(advice.start, advice.end)
-        finest = finest_for(read, now) if finest_for is not None else Resolution.MINUTE
-        result = store.cost.cost(read, model, finest=finest)
-        money = result.total.cost_per_million_tokens
-        per_million = None if money is None else money.amount
+    if read_unit_cost and per_million is None:
+        per_million = unit_cost(store, model, advice, finest_for=finest_for, now=now)
     return Purchasing(
         advice,
         model.name,
@@ -107,6 +103,33 @@ def purchasing(
         per_million_after(per_million, advice.fill),
         model.sample_gap_s,
         pending,
+    )
+
+
+def unit_cost(
+    store: Store,
+    model: CostModel,
+    advice: Advice,
+    *,
+    finest_for: FinestFor | None = None,
+    now: Any = None,
+) -> Decimal | None:
+    """The cost per million tokens over the hours ``advice`` covers (``None``: no hours, or
+    no tokens in them): the fill what-if's starting point."""
+    if advice.empty or advice.end <= advice.start:
+        return None
+    read = Window(advice.start, advice.end)
+    finest = finest_for(read, now) if finest_for is not None else Resolution.MINUTE
+    money = store.cost.cost(read, model, finest=finest).total.cost_per_million_tokens
+    return None if money is None else money.amount
+
+
+def with_unit_cost(answer: Purchasing, per_million: Decimal | None) -> Purchasing:
+    """``answer`` with ``per_million`` as the fill what-if's cost per million tokens."""
+    return replace(
+        answer,
+        per_million_before=per_million,
+        per_million_after=per_million_after(per_million, answer.advice.fill),
     )
 
 

@@ -14,9 +14,17 @@ from infersight.api.dashboard import charts as svg
 from infersight.api.dashboard.context import Context
 from infersight.api.dashboard.formatting import money
 from infersight.core.purchasing import MAX_HOURS
-from infersight.core.window import Window
+from infersight.core.window import Resolution, Window
 from infersight.service.cost_view import unit_cost_text
-from infersight.service.purchasing import ADVICE_DAYS, Purchasing, purchasing, purchasing_dict
+from infersight.service.purchasing import (
+    ADVICE_DAYS,
+    Purchasing,
+    purchasing,
+    purchasing_dict,
+    unit_cost,
+    with_unit_cost,
+)
+from infersight.service.snapshots import digest
 
 #: Page ranges shorter than this are advised on the last ``FALLBACK`` instead.
 MIN_SPAN: Final = timedelta(days=7)
@@ -51,6 +59,63 @@ def _judged(app: AppContext, ctx: Context) -> tuple[Purchasing, datetime] | None
     return recent.purchasing, recent.at
 
 
+def _key(app: AppContext, *parts: object) -> tuple[object, ...]:
+    """A memo key: ``parts`` under the cost model in use and the report time zone."""
+    return (*parts, digest(app.cost_model()), app.settings.report_timezone)
+
+
+def _hours_advice(app: AppContext, ctx: Context, window: Window) -> tuple[Purchasing, datetime]:
+    """The advice over ``window``'s whole hours (no cost per million yet) and when it was
+    judged: computed by this view, or by an earlier one while as fresh as the money job's
+    judgements (``api.hourly``). The advice reads only whole hours that have ended, so a
+    range ending now asks the same question until the next hour starts. An empty answer
+    is not kept: it may say the hour in progress already holds data."""
+    start, end = Resolution.HOUR.ceil(window.start), Resolution.HOUR.floor(window.end)
+    model = app.cost_model()
+
+    def compute() -> Purchasing:
+        return purchasing(
+            app.store,
+            model,
+            window,
+            finest_for=app.retention.finest_for,
+            now=ctx.now,
+            timezone=app.settings.report_timezone,
+            read_unit_cost=False,
+        )
+
+    if end <= start:
+        return compute(), ctx.now
+    return app.hourly.get(
+        _key(app, "advice", start, end),
+        ctx.now,
+        app.jobs.reuse_age("money"),
+        compute,
+        keep=lambda answer: not answer.advice.empty,
+    )
+
+
+def _unit_cost(app: AppContext, ctx: Context, answer: Purchasing) -> Decimal | None:
+    """The cost per million tokens over the hours ``answer`` advises on, kept like the
+    advice (the same whole hours, priced by the same model)."""
+    a = answer.advice
+    value, _ = app.hourly.get(
+        _key(app, "unit cost", a.start, a.end),
+        ctx.now,
+        app.jobs.reuse_age("money"),
+        lambda: (
+            unit_cost(
+                app.store,
+                app.cost_model(),
+                a,
+                finest_for=app.retention.finest_for,
+                now=ctx.now,
+            ),
+        ),
+    )
+    return value[0]
+
+
 def section(
     app: AppContext, ctx: Context, per_million: tuple[Window, Decimal | None] | None = None
 ) -> dict[str, Any]:
@@ -62,18 +127,14 @@ def section(
     judged = _judged(app, ctx)
     if judged is not None:  # the money job's advice over the same last 28 days
         answer, at = judged
-        over += f", as judged at {at:%H:%M:%S} UTC"
     else:
-        answer = purchasing(
-            app.store,
-            app.cost_model(),
-            window,
-            finest_for=app.retention.finest_for,
-            now=ctx.now,
-            timezone=app.settings.report_timezone,
-            per_million=per_million[1] if known and per_million is not None else None,
-            read_unit_cost=not known,
-        )
+        answer, at = _hours_advice(app, ctx, window)
+        if known and per_million is not None:
+            answer = with_unit_cost(answer, per_million[1])
+        elif not answer.advice.empty:
+            answer = with_unit_cost(answer, _unit_cost(app, ctx, answer))
+    if at < ctx.now:
+        over += f", as judged at {at:%H:%M:%S} UTC"
     if ctx.filters:
         over += " for the whole fleet (the filters do not apply)"
     body = purchasing_dict(answer)
