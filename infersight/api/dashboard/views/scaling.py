@@ -68,13 +68,7 @@ def _demand(
 def _band(app: AppContext, ctx: Context, model: str, weeks: int) -> tuple[svg.Band | None, int]:
     """The lowest and highest rate per bucket over the previous ``weeks`` weeks that saw the
     model (a bucket without requests in such a week counts 0), and how many weeks did."""
-    per_week: list[dict[datetime, float]] = []
-    for k in range(1, weeks + 1):
-        back = k * WEEK
-        window = Window(ctx.window.start - back, ctx.window.end - back)
-        rates = _demand(app, ctx, model, window, back)
-        if rates:
-            per_week.append(rates)
+    per_week = _weeks(app, ctx, model, weeks)
     if not per_week:
         return None, 0
     times = sorted({at for week in per_week for at in week})
@@ -88,6 +82,40 @@ def _band(app: AppContext, ctx: Context, model: str, weeks: int) -> tuple[svg.Ba
     ]
     name = f"same time of week, previous {len(per_week)} week{'s' if len(per_week) > 1 else ''}"
     return svg.Band(name, points), len(per_week)
+
+
+def _weeks(app: AppContext, ctx: Context, model: str, weeks: int) -> list[dict[datetime, float]]:
+    """The previous ``weeks`` weeks' rates per bucket, each moved onto this range (the weeks
+    with requests only, newest first). The weeks with the same chart buckets are read
+    together, once over the span they cover (a 30-day range: one read instead of four;
+    retention may give older weeks coarser rollups, so a 24-hour range reads its newest week
+    apart from the older ones).
+
+    Read together, the span's buckets are whole where a week's range cuts one: a week's first
+    and last buckets give the rate over the whole bucket at that time of week, where a read
+    of the week alone gave the rate over the part inside its range (the band compares times
+    of week, not ranges)."""
+    windows = {
+        k: Window(ctx.window.start - k * WEEK, ctx.window.end - k * WEEK)
+        for k in range(1, weeks + 1)
+    }
+    by_step: dict[shared.ChartStep, list[int]] = {}
+    for k, window in windows.items():
+        step = shared.chart_step(app, dataclasses.replace(ctx, window=window))
+        by_step.setdefault(step, []).append(k)
+    found: dict[int, dict[datetime, float]] = {}
+    for step, ks in by_step.items():
+        if WEEK.total_seconds() % step.seconds:  # a week's buckets are not the span's
+            for k in ks:
+                found[k] = _demand(app, ctx, model, windows[k], k * WEEK)
+            continue
+        span = Window(windows[max(ks)].start, windows[min(ks)].end)
+        series = shared.request_series(app, span, step, Selector(model=model)).get((), {})
+        rates = {at: c.requests / shared.bucket_span_s(at, step, span) for at, c in series.items()}
+        for k in ks:
+            first, last = step.floor(windows[k].start), windows[k].end
+            found[k] = {at + k * WEEK: r for at, r in rates.items() if first <= at < last}
+    return [found[k] for k in sorted(found) if found[k]]
 
 
 def _latest_change(history: Sequence[Recommendation]) -> Recommendation | None:
