@@ -92,6 +92,7 @@ def create_app(
     store; ``wiring``: see ``api.context.Wiring``). Raises ``ConfigurationError`` for unsafe
     settings."""
     context = build_context(settings, store, clock, **wiring)
+    dashboard.compile_templates()
     app = FastAPI(
         title="infersight",
         summary="SLO and cost observability for LLM inference fleets",
