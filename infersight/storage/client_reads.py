@@ -66,13 +66,16 @@ def read_pairs(
     clients: list[Side] = []
     truncated = False
     with engine.connect() as connection:
-        for row in connection.execute(query.execution_options(yield_per=5000)):
-            if wanted is not None and aliases.canonical(row.model) != wanted:
-                continue
-            if len(clients) >= max_calls:
-                truncated = True
-                break
-            clients.append(Side(*row))
+        # Closed when the bound cuts the calls short: a server-side cursor left open warned
+        # (and held the connection's cursor until it was returned to the pool).
+        with connection.execute(query.execution_options(yield_per=5000)) as rows:
+            for row in rows:
+                if wanted is not None and aliases.canonical(row.model) != wanted:
+                    continue
+                if len(clients) >= max_calls:
+                    truncated = True
+                    break
+                clients.append(Side(*row))
         if tenant is None and not truncated:
             truncated = _loadtest_calls(connection, window, aliases, wanted, clients, max_calls)
         servers = _servers(connection, clients)

@@ -242,9 +242,6 @@ def _same(
     assert got == store.sql.clients.read_pairs(window, aliases, **kw), (window, kw)
 
 
-# The SQL store's read leaves a PostgreSQL server cursor open when ``max_calls`` cuts its
-# calls short (it breaks out of a ``yield_per`` result): a warning of that store, not of this.
-@pytest.mark.filterwarnings("ignore:.*ServerCursor.*:ResourceWarning")
 def test_read_pairs_answers_as_the_sql_store(
     filled: Filled, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
