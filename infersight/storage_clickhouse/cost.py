@@ -20,7 +20,9 @@ store's answer on the same data (``storage.cost``, which this module follows ste
   P/D-split requests per series, from raw rows at the window's edges (``requests_attributed``)
   and rollups in between (``request_rollups_<res>`` with the moved requests' rows,
   ``request_moves_<res>``): each request in its series as attributed (``attribution``).
-* **Prefill legs** (``prefill_leg_usage``): the prefill pool's work from ``request_parts``.
+* **Prefill legs** (``prefill_leg_usage``): the prefill pool's work from ``request_parts``,
+  a leg whose trace's spans arrived after it filled when read (ClickHouse's attribution moves
+  users' requests, not legs).
 * **Good tokens**: per series, the tokens of requests that succeeded within the limits the
   series is held to (``core.goodput``), counted exactly: the minutes at the window's ends from
   raw rows; whole hours and days from ``good_token_counts`` (step 9, ``cost_schema``) where a
@@ -30,10 +32,7 @@ store's answer on the same data (``storage.cost``, which this module follows ste
 answers can differ from the SQL store's: sums of floats (request-seconds, energy, utilisation)
 are added in another order, so a figure rounded to its ``Decimal`` places
 (``core.money.decimal_of``) could differ in its last place where the exact sum lies within
-~1e-12 of a rounding edge (not seen in the parity tests); and prefill legs are read as stored
-— a leg whose trace's gateway span arrived after it keeps its stored tenant, team and
-workload here (ClickHouse's attribution moves users' requests, not legs), where the SQL store
-rewrites it.
+~1e-12 of a rounding edge (not seen in the parity tests).
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from infersight.core.attribution import DIMENSIONS, JOIN_SKEW, fill
 from infersight.core.cost import (
     CostModel,
     CostResult,
@@ -62,9 +62,10 @@ from infersight.core.records import GROUP_LABELS
 from infersight.core.slo import SloSpec
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.seam import CostStore
+from infersight.storage_clickhouse.attribution import LOOKBACK, AttributionWriter, dimensions_at
 from infersight.storage_clickhouse.cost_schema import GOOD_TOKEN_COLUMNS
 from infersight.storage_clickhouse.layout import Layout
-from infersight.storage_clickhouse.reads import _bucket, _raw, _rollup_rows, _time
+from infersight.storage_clickhouse.reads import _bucket, _parse, _raw, _rollup_rows, _time
 from infersight.storage_clickhouse.transport import Transport, quote
 from infersight.storage_clickhouse.writer import micros, payload
 
@@ -432,21 +433,52 @@ class CostReads:
     def prefill_leg_usage(self, window: Window, instance: str | None = None) -> list[SeriesUsage]:
         """The prefill pool's work over ``window`` (``storage.cost.prefill_leg_usage``): one
         series per labels of the prefill legs it ran, weighted by their prefill time (their
-        TTFT, else their end to end time), with no requests or tokens of their own."""
-        pin = "" if instance is None else f" AND instance = {quote(instance)}"
-        rows = self.transport.rows(
-            f"SELECT {_LABELS}, sum(ifNull(coalesce(prefill_s, ttft_s, e2e_s), 0.0))"
-            f" FROM {self.layout.table('request_parts')} FINAL"
-            f" WHERE start >= {_time(window.start)} AND start < {_time(window.end)}{pin}"
-            f" GROUP BY {_LABELS}"
+        TTFT, else their end to end time), with no requests or tokens of their own.
+
+        Legs are labelled as attributed: ClickHouse's attribution fills a leg before it is
+        stored but moves only users' requests after (``attribution``), so a leg with a
+        dimension still empty whose trace has gateway or client spans is filled here, when
+        read, as the SQL store rewrites it (``core.attribution.fill`` of the spans it
+        started within, ``attribution.dimensions_at``); the other legs are summed in
+        ClickHouse."""
+        where = f"start >= {_time(window.start)} AND start < {_time(window.end)}"
+        if instance is not None:
+            where += f" AND instance = {quote(instance)}"
+        low, high = window.start - LOOKBACK, window.end + JOIN_SKEW
+        empty = " OR ".join(f"{d} = ''" for d in DIMENSIONS)
+        within = "GLOBAL IN" if self.layout.cluster else "IN"
+        traced = (
+            f"trace_id {within} (SELECT trace_id FROM {self.layout.table('attributions')}"
+            f" WHERE start >= {_time(low)} AND start <= {_time(high)})"
         )
+        weight = "ifNull(coalesce(prefill_s, ttft_s, e2e_s), 0.0)"
+        legs = self.layout.table("request_parts")
+        sums: dict[LabelKey, float] = defaultdict(float)
+        for row in self.transport.rows(
+            f"SELECT {_LABELS}, sum({weight}) FROM {legs} FINAL"
+            f" WHERE {where} AND NOT (({empty}) AND {traced}) GROUP BY {_LABELS}"
+        ):
+            sums[tuple(str(v) for v in row[:_N])] += float(row[_N])
+        unfilled = self.transport.rows(
+            f"SELECT trace_id, start, {_LABELS}, {weight} FROM {legs} FINAL"
+            f" WHERE {where} AND ({empty}) AND {traced}"
+        )
+        if unfilled:
+            writer = AttributionWriter(self.transport, self.layout)
+            spans = writer.spans({str(r[0]) for r in unfilled}, low, high)
+            for trace, start, *rest in unfilled:
+                labels = dict(zip(GROUP_LABELS, (str(v) for v in rest[:_N]), strict=True))
+                found = spans.get(str(trace))
+                if found:
+                    labels.update(fill(labels, dimensions_at(found, _parse(start))))
+                sums[tuple(labels[n] for n in GROUP_LABELS)] += float(rest[_N])
         return [
             SeriesUsage(
-                labels=dict(zip(GROUP_LABELS, (str(v) for v in row[:_N]), strict=True)),
-                prefill_s=decimal_of(float(row[_N])),
+                labels=dict(zip(GROUP_LABELS, key, strict=True)),
+                prefill_s=decimal_of(total),
                 role="prefill",
             )
-            for row in sorted(rows, key=lambda r: tuple(str(v) for v in r[:_N]))
+            for key, total in sorted(sums.items())
         ]
 
     # -- good tokens ------------------------------------------------------------------------

@@ -133,7 +133,7 @@ def _gpu_samples() -> list[GpuSample]:
 def _records() -> tuple[list[RequestRecord], list[Attribution]]:
     """Users' requests on the GPU instances and on ``cpu-x``; a fifth without a tenant that a
     gateway span (stored after them) fills; a disaggregated model's users on ``g-c`` with
-    their prefill legs on ``g-b``."""
+    their prefill legs on ``g-b``, a quarter of both attributed by spans stored after them."""
     rng = np.random.default_rng(3691)
     unified = make_records(
         rng,
@@ -164,7 +164,21 @@ def _records() -> tuple[list[RequestRecord], list[Attribution]]:
         records.append(r)
     users = make_records(rng, T0, 300, span=SPAN, models=("llama-70b",), instances=("g-c",))
     kv = rng.lognormal(np.log(0.004), 0.4, len(users))
-    for i, r in enumerate(users):
+    for i, shipped in enumerate(users):
+        r = shipped
+        if i % 4 == 0:  # the user's and its leg's tenant, from a gateway span stored after them
+            r = replace(r, tenant="")
+            spans.append(
+                Attribution(
+                    r.trace_id,
+                    f"b{i:015x}",
+                    r.start - timedelta(seconds=0.25),
+                    duration_s=2.0,
+                    tenant="gw",
+                    workload="batch-eval",
+                    source="litellm",
+                )
+            )
         records.append(replace(r, role=Role.DECODE, peer="g-b", kv_transfer_s=float(kv[i])))
         records.append(
             replace(
@@ -310,6 +324,7 @@ def test_the_answers_see_the_data(both: Both) -> None:
     ]
     assert legs
     assert all(x.cost > 0 and x.requests == 0 for x in legs)
+    assert {x.labels["tenant"] for x in legs} == {"acme", "globex", "gw"}
     assert {rule.basis.value for rule, _ in result.good_rules} == {"slo", "cost_model"}
     assert result.good_tokens_exact
 
