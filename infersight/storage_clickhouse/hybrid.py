@@ -28,8 +28,11 @@ from sqlalchemy import Engine
 
 from infersight.core.accept import AcceptWindow
 from infersight.core.attribution import Attribution, usable
+from infersight.core.baseline import Baseline
 from infersight.core.client import ClientRecord
+from infersight.core.cost import CostModel
 from infersight.core.errors import InvalidInput
+from infersight.core.loadtest import MeasuredCapacity
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
 from infersight.core.records import RequestRecord
@@ -74,6 +77,8 @@ from infersight.storage.seam import (
 )
 from infersight.storage_clickhouse import schema
 from infersight.storage_clickhouse.attribution import AttributionWriter
+from infersight.storage_clickhouse.baselines import capture_window
+from infersight.storage_clickhouse.capacity import CapacityReads
 from infersight.storage_clickhouse.clients import ClientReads, ClientWriter, LoadTestCalls
 from infersight.storage_clickhouse.cost import HybridCost
 from infersight.storage_clickhouse.pools import PoolReads
@@ -211,14 +216,16 @@ class HybridIngest:
 class HybridRequests:
     """``RequestStore``: the quantile, throughput, span and chart reads (series, chart sketches,
     peaks), the stage breakdown, error types, production's request shapes and the pools
-    (prefill legs in ``request_parts``), the label sets and first-seen times from ClickHouse,
-    labels as attributed (``attribution``); every other read is the SQL store's in this slice
-    (reached through ``__getattr__``): ``window_signals`` (request rows read beside
-    server, GPU, client and prefill-leg rows in one SQL function), ``production_capacity``
-    and ``capture_baseline``."""
+    (prefill legs in ``request_parts``), the label sets and first-seen times, production
+    capacity and a window's baseline (``capacity``, ``baselines``: its cost from ``store``'s
+    ``cost``) from ClickHouse, labels as attributed (``attribution``); every other read is the
+    SQL store's in this slice (reached through ``__getattr__``): ``window_signals`` (request
+    rows read beside server, GPU, client and prefill-leg rows in one SQL function)."""
 
-    def __init__(self, sql: RequestStore, telemetry: Telemetry) -> None:
+    def __init__(self, sql: RequestStore, telemetry: Telemetry, store: Store | None = None) -> None:
         self._sql = sql
+        self._store = store
+        self._telemetry = telemetry
         self._reads = telemetry.reads
         self._rows = RowReads(telemetry.transport, telemetry.layout)
         self._pools = PoolReads(telemetry.transport, telemetry.layout)
@@ -344,6 +351,66 @@ class HybridRequests:
     ) -> list[tuple[int, int]]:
         """From ClickHouse whatever the selector (this read pins no attributed label)."""
         return self._rows.production_shapes(window, selector, limit)
+
+    def production_capacity(
+        self,
+        window: Window,
+        selector: Selector,
+        *,
+        ttft_p99_max_s: float | None = None,
+        tpot_p99_max_s: float | None = None,
+        instances: Collection[str] | None = None,
+    ) -> MeasuredCapacity:
+        """From ClickHouse's minute rollups, a pinned tenant as attributed (``capacity``)."""
+        reads = CapacityReads(self._telemetry.transport, self._telemetry.layout)
+        return reads.production_capacity(
+            window,
+            selector,
+            ttft_p99_max_s=ttft_p99_max_s,
+            tpot_p99_max_s=tpot_p99_max_s,
+            instances=instances,
+        )
+
+    def capture_baseline(
+        self,
+        name: str,
+        window: Window,
+        selector: Selector,
+        created_at: datetime,
+        *,
+        description: str = "",
+        finest: Resolution = Resolution.MINUTE,
+        exact_max_rows: int | None = None,
+        cost_model: CostModel | None = None,
+    ) -> Baseline:
+        """From ClickHouse's reads (``baselines``); the cost per million tokens from the
+        store's ``cost``, whichever store answers it (the SQL store's whole capture where no
+        store was given and a cost model was)."""
+        rows = DEFAULT_EXACT_MAX_ROWS if exact_max_rows is None else exact_max_rows
+        if cost_model is not None and self._store is None:
+            return self._sql.capture_baseline(
+                name,
+                window,
+                selector,
+                created_at,
+                description=description,
+                finest=finest,
+                exact_max_rows=rows,
+                cost_model=cost_model,
+            )
+        return capture_window(
+            self._reads,
+            self._telemetry.sample_reads,
+            None if self._store is None else self._store.cost,
+            name,
+            window,
+            selector,
+            created_at,
+            description=description,
+            finest=finest,
+            exact_max_rows=rows,
+            cost_model=cost_model,
+        )
 
 
 class _EventCycle:
@@ -507,7 +574,7 @@ class HybridStore:
 
     @property
     def requests(self) -> RequestStore:
-        return HybridRequests(self._sql.requests, self.telemetry)
+        return HybridRequests(self._sql.requests, self.telemetry, self)
 
     @property
     def demand(self) -> DemandStore:
