@@ -33,10 +33,12 @@ from infersight.core.client import ClientRecord
 from infersight.core.cost import CostModel
 from infersight.core.errors import InvalidInput
 from infersight.core.loadtest import MeasuredCapacity
+from infersight.core.model_names import ModelAliases
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
 from infersight.core.records import RequestRecord
 from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.signals import WindowSignals
 from infersight.core.sketch import QuantileSketch
 from infersight.core.slo import EventCounts, Sli, SloSpec
 from infersight.core.window import Resolution, Window
@@ -91,6 +93,7 @@ from infersight.storage_clickhouse.reads import (
     RowReads,
 )
 from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
+from infersight.storage_clickhouse.signals import SignalReads
 from infersight.storage_clickhouse.transport import Transport, connect
 from infersight.storage_clickhouse.writer import ClickHouseWriter
 
@@ -218,9 +221,9 @@ class HybridRequests:
     peaks), the stage breakdown, error types, production's request shapes and the pools
     (prefill legs in ``request_parts``), the label sets and first-seen times, production
     capacity and a window's baseline (``capacity``, ``baselines``: its cost from ``store``'s
-    ``cost``) from ClickHouse, labels as attributed (``attribution``); every other read is the
-    SQL store's in this slice (reached through ``__getattr__``): ``window_signals`` (request
-    rows read beside server, GPU, client and prefill-leg rows in one SQL function)."""
+    ``cost``) and a window's diagnosis signals (``signals``: the client calls through
+    ``store``'s ``clients``) from ClickHouse, labels as attributed (``attribution``); any
+    other read is the SQL store's (reached through ``__getattr__``)."""
 
     def __init__(self, sql: RequestStore, telemetry: Telemetry, store: Store | None = None) -> None:
         self._sql = sql
@@ -321,6 +324,19 @@ class HybridRequests:
         self, window: Window, selector: Selector = Selector()
     ) -> dict[str, dict[str, int]]:
         return self._rows.error_types(window, selector)
+
+    def window_signals(
+        self,
+        window: Window,
+        selector: Selector = Selector(),
+        aliases: ModelAliases | None = None,
+    ) -> WindowSignals:
+        """From ClickHouse (``signals``: the requests as attributed, their prefill legs, the
+        scrapes and GPU samples folded per instance where they are); the client signals from
+        the store's ``clients`` (none without a store)."""
+        clients = None if self._store is None else self._store.clients
+        reads = SignalReads(self._telemetry.transport, self._telemetry.layout, clients)
+        return reads.window_signals(window, selector, aliases)
 
     def breakdown(
         self,
