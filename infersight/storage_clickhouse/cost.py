@@ -27,6 +27,10 @@ store's answer on the same data (``storage.cost``, which this module follows ste
   series is held to (``core.goodput``), counted exactly: the minutes at the window's ends from
   raw rows; whole hours and days from ``good_token_counts`` (step 9, ``cost_schema``) where a
   kept count still stands for the rollups' requests, else from raw rows, then kept.
+  ``CostReads.keep_good_tokens`` is the SQL maintenance job's step for ClickHouse: every raw
+  day before today and its hours counted for the limits each series is held to (under the
+  policies the job builds from the stored SLOs and cost models) and kept, so that cost
+  answers stay exact past the raw retention.
 
 ``HybridCost.cost`` prices them with ``core.cost`` as ``storage.cost.cost`` does. Where the
 answers can differ from the SQL store's: sums of floats (request-seconds, energy, utilisation)
@@ -40,7 +44,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
 from infersight.core.attribution import DIMENSIONS, JOIN_SKEW, fill
@@ -634,6 +638,75 @@ class CostReads:
             payload([[*row, version] for row in rows]),
             settings,
         )
+
+    # -- kept counts (the maintenance job) --------------------------------------------------
+
+    def _series_of_day(self, start: datetime) -> list[LabelKey]:
+        """The series (as attributed) with requests on the day from ``start``, from its day
+        rollups and their moves (``storage.good_tokens._series_of_day``)."""
+        segment = Segment(start, start + timedelta(days=1), Resolution.DAY)
+        rows = self.transport.rows(
+            f"SELECT {_LABELS} FROM"
+            f" ({_rollup_rows(self.layout, [segment], Selector(), f'{_LABELS}, requests')})"
+            f" GROUP BY {_LABELS} HAVING sum(requests) > 0"
+        )
+        return [tuple(str(v) for v in row) for row in rows]
+
+    def keep_days(self, policies: Iterable[GoodPolicy], days: Iterable[date]) -> int:
+        """Count each of ``days`` and its hours from raw rows, for each set of limits its
+        series are held to under ``policies`` and not kept yet for them, and keep them
+        (``storage.good_tokens.keep_days``, what the maintenance job runs for the raw days
+        before today, so that cost answers outlive the raw retention). Returns the (limits,
+        day) pairs counted."""
+        counted = 0
+        policies = list(policies)
+        for day in sorted(set(days)):
+            start = datetime.combine(day, time(), tzinfo=UTC)
+            rows: list[list[Any]] = []
+            groups = _held_to(policies, self._series_of_day(start))
+            for good, series in sorted(groups.items(), key=lambda g: g[0].key):
+                kept = self._kept(good, [(Resolution.DAY, start)], None)
+                if series <= set(kept.get((Resolution.DAY, start), {})):
+                    continue
+                (whole,) = self._from_raw_spans([(start, start + timedelta(days=1))], good)
+                whole = {k: v for k, v in whole.items() if k in series}
+                if not whole:
+                    continue
+                rows += _rows(good, (Resolution.DAY, start), whole)
+                hours = [
+                    (start + timedelta(hours=h), start + timedelta(hours=h + 1)) for h in range(24)
+                ]
+                for (at, _), part in zip(hours, self._from_raw_spans(hours, good), strict=True):
+                    mine = {k: v for k, v in part.items() if k in series}
+                    rows += _rows(good, (Resolution.HOUR, at), mine)
+                counted += 1
+            self.keep(rows, micros(datetime.now(UTC)))
+        return counted
+
+    def keep_good_tokens(self, today: date, policies: Iterable[GoodPolicy]) -> int:
+        """``keep_days`` for every raw day before ``today`` (the SQL store's maintenance
+        step ``storage.maintenance._keep_good_tokens``, given the policies it builds from the
+        stored SLOs and cost models)."""
+        rows = self.transport.rows(
+            f"SELECT count(), toDate(min(start)) FROM {self.layout.table('requests')}"
+        )
+        if not rows or not int(rows[0][0]):
+            return 0
+        oldest = date.fromisoformat(str(rows[0][1]))
+        days = [oldest + timedelta(days=i) for i in range((today - oldest).days)]
+        return self.keep_days(policies, days) if days else 0
+
+
+def _held_to(
+    policies: Iterable[GoodPolicy], series: Iterable[LabelKey]
+) -> dict[GoodLimits, set[LabelKey]]:
+    """The series held to each set of limits under any of ``policies``."""
+    out: dict[GoodLimits, set[LabelKey]] = defaultdict(set)
+    keys = list(series)
+    for policy in policies:
+        for key in keys:
+            out[policy.rule_for(dict(zip(GROUP_LABELS, key, strict=True))).limits].add(key)
+    return out
 
 
 def _stands(stored: Mapping[LabelKey, tuple[int, int]], counts: Mapping[LabelKey, int]) -> bool:

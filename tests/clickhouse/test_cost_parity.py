@@ -11,24 +11,30 @@ attributed by gateway spans after they were stored and disaggregated requests' p
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 from infersight.core.attribution import Attribution
 from infersight.core.cost import CostModel, CostResult, GoodRequest, GpuPrice
+from infersight.core.goodput import GoodLimits, GoodPolicy
 from infersight.core.query import Selector
-from infersight.core.records import RequestRecord, Role
+from infersight.core.records import GROUP_LABELS, RequestRecord, Role
 from infersight.core.samples import GpuSample
 from infersight.core.slo import Sli, SliKind, SloSpec, goodput_sli
 from infersight.core.window import Resolution, Window
+from infersight.storage import good_tokens
 from infersight.storage.engine import create_store_engine
 from infersight.storage.migrate import upgrade
+from infersight.storage.tables import good_token_counts
+from infersight.storage_clickhouse.cost import CostReads
 from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
 from infersight.storage_clickhouse.schema import Layout, migrate
 from infersight.storage_clickhouse.transport import ChdbTransport
@@ -340,3 +346,63 @@ def test_idle_method_and_good_policy_answer_as_the_sql_store(both: Both) -> None
     for model in MODELS:
         assert hybrid.cost.good_policy(model, SLOS) == sql.sql.cost.good_policy(model, SLOS)
         assert hybrid.cost.good_policy(model) == sql.sql.cost.good_policy(model)
+
+
+def _kept_rows(rows: Iterable[Sequence[Any]]) -> set[tuple[Any, ...]]:
+    """Kept rows as comparable tuples: limits, resolution, bucket (epoch), series, counts."""
+    return {
+        (
+            *(round(float(v), 9) for v in r[:3]),
+            str(r[3]),
+            int(r[4]),
+            *(str(v) for v in r[5:12]),
+            int(r[12]),
+            int(r[13]),
+        )
+        for r in rows
+    }
+
+
+def test_the_maintenance_job_keeps_the_sql_store_s_counts(both: Both) -> None:
+    """``CostReads.keep_days`` (the maintenance job's step) keeps every day and its hours of
+    the series held to each policy's limits, the rows the SQL store's ``keep_days`` keeps;
+    run again, it counts nothing."""
+    hybrid, sql = both
+    # Limits no other test reads with: these rows are this test's alone.
+    keep_slo = SloSpec(
+        "keep-goodput", goodput_sli(ttft_s=0.077), 0.9, timedelta(days=7), Selector(model="qwen-7b")
+    )
+    policies = [GoodPolicy.of([keep_slo], GoodLimits(ttft_s=0.111, tpot_s=0.0222))]
+    days = [T0.date(), (T0 + timedelta(days=1)).date()]
+    reads = CostReads(hybrid.telemetry.transport, hybrid.telemetry.layout)
+    assert reads.keep_days(policies, days) == good_tokens.keep_days(sql.engine, policies, days)
+    assert reads.keep_days(policies, days) == 0
+    keys = {(0.111, 0.0222, 0.0), (0.077, 0.0, 0.0)}
+    k = good_token_counts.c
+    with sql.engine.connect() as connection:
+        theirs = connection.execute(
+            select(
+                k.ttft_s,
+                k.tpot_s,
+                k.e2e_s,
+                k.resolution,
+                k.bucket,
+                *(k[n] for n in GROUP_LABELS),
+                k.requests,
+                k.good_tokens,
+            )
+        ).all()
+    theirs_set = {
+        r
+        for r in _kept_rows([[*row[:4], row[4].timestamp(), *row[5:]] for row in theirs])
+        if r[:3] in keys
+    }
+    table = hybrid.telemetry.layout.table("good_token_counts")
+    ours = hybrid.telemetry.transport.rows(
+        f"SELECT ttft_s, tpot_s, e2e_s, resolution, toUnixTimestamp(bucket),"
+        f" {', '.join(GROUP_LABELS)}, requests, good_tokens FROM {table} FINAL"
+    )
+    ours_set = {r for r in _kept_rows(ours) if r[:3] in keys}
+    assert len(ours_set) > 48
+    assert {r[3] for r in ours_set} == {"1h", "1d"}
+    assert ours_set == theirs_set
