@@ -614,6 +614,9 @@ class HybridStore:
 
     @property
     def cost(self) -> CostStore:
+        """From ClickHouse (``cost``: GPU time from its samples and rollups, served work and
+        good tokens from its requests as attributed, prefill legs); the stored SLOs that
+        goodput is held to are the SQL store's (state)."""
         return HybridCost(self._sql.cost, self.telemetry.transport, self.telemetry.layout)
 
     # -- state -------------------------------------------------------------------------------
