@@ -82,6 +82,20 @@ def read_pairs(
     return Pairs(join(clients, servers, aliases), truncated)
 
 
+def traced_calls(
+    engine: Engine,
+    window: Window,
+    aliases: ModelAliases,
+    wanted: str | None,
+    into: list[Side],
+    max_calls: int,
+) -> bool:
+    """``_loadtest_calls`` on a connection of its own (``RunStore.traced_calls``: a store whose
+    client records live elsewhere still keeps the load-test runs)."""
+    with engine.connect() as connection:
+        return _loadtest_calls(connection, window, aliases, wanted, into, max_calls)
+
+
 def _loadtest_calls(
     connection: Connection,
     window: Window,

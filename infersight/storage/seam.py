@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from infersight.core.burn import AlertState, Incident, Transition
     from infersight.core.cost import CostModel, CostResult
     from infersight.core.focus import BillLine
+    from infersight.core.gap import Side
     from infersight.core.goodput import GoodPolicy
     from infersight.core.incident_writes import Announcement, IncidentWrites
     from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
@@ -831,6 +832,20 @@ class RunStore(Protocol):
     def get(self, run_id: int) -> LoadTestRun: ...
 
     def delete(self, run_id: int) -> None: ...
+
+    def traced_calls(
+        self,
+        window: Window,
+        aliases: ModelAliases,
+        wanted: str | None,
+        into: list[Side],
+        max_calls: int,
+    ) -> bool:
+        """Append the requests of load-test runs sent within ``window`` that kept a trace id
+        (model ``wanted`` by its aliases, or any) to ``into`` as client calls, until it holds
+        ``max_calls``; whether that cap cut them short (the client–server gap reads them
+        beside the client records)."""
+        ...
 
 
 class ReportStore(Protocol):

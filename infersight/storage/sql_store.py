@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from infersight.core.burn import AlertState, Incident, Transition
     from infersight.core.cost import CostModel, CostResult
     from infersight.core.focus import BillLine
+    from infersight.core.gap import Side
     from infersight.core.goodput import GoodPolicy
     from infersight.core.incident_writes import Announcement, IncidentWrites
     from infersight.core.loadtest import LoadTestRun, MeasuredCapacity, RunListing
@@ -873,6 +874,16 @@ class SqlRuns(_Bound):
 
     def delete(self, run_id: int) -> None:
         runs.delete_run(self._engine, run_id)
+
+    def traced_calls(
+        self,
+        window: Window,
+        aliases: ModelAliases,
+        wanted: str | None,
+        into: list[Side],
+        max_calls: int,
+    ) -> bool:
+        return client_reads.traced_calls(self._engine, window, aliases, wanted, into, max_calls)
 
 
 class SqlReports(_Bound):

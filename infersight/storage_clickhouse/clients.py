@@ -16,7 +16,7 @@ on ClickHouse's tables: the window's calls newest first (of ``model``'s names, c
 canonically: the window's distinct client models are read first and the query pins those
 that are ``model``, and ``tenant``'s), at most ``max_calls`` (``truncated`` says when more
 were there); then, with no tenant and room left, the load-test requests of the window that
-kept a trace id (a load-test run is state: ``LoadTestCalls`` reads it from the SQL store);
+kept a trace id (a load-test run is state: ``RunStore.traced_calls`` reads it from the SQL store);
 then the server records of those traces from ClickHouse's ``requests`` as attributed (the
 ``requests_attributed`` view: a server record's tenant is the one its trace's gateway or
 client spans named, as the SQL store's rows are filled), looked up as the SQL store looks them
@@ -32,8 +32,6 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
-
-from sqlalchemy import DateTime, Engine, column, select, table
 
 from infersight.core.accept import AcceptWindow
 from infersight.core.client import ClientRecord
@@ -65,7 +63,7 @@ LOOKUP: Final = 2_000
 
 ClientKey = tuple[int, str, str]
 #: Appends a window's load-test calls to ``into`` (at most ``max_calls`` in all): whether the cap
-#: cut them short (``LoadTestCalls``).
+#: cut them short (``RunStore.traced_calls``).
 LoadTests = Callable[[Window, ModelAliases, "str | None", list[Side], int], bool]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -300,77 +298,6 @@ class ClientReads:
         return list(found.values())
 
 
-class LoadTestCalls:
-    """The load-test requests of a window that kept a trace id, as client calls (untenanted,
-    span id ``loadtest-<run>-<seq>``): ``storage.client_reads``' reading of the SQL store's
-    ``loadtest_runs`` and ``loadtest_results``. A load-test run is state and stays in the SQL
-    store; the seam has no read of its requests by window, so this reads those two tables
-    through the SQL store's engine (their columns only)."""
-
-    _runs = table(
-        "loadtest_runs",
-        column("id"),
-        column("model"),
-        column("started_at", DateTime(timezone=True)),
-    )
-    _results = table(
-        "loadtest_results",
-        column("run_id"),
-        column("seq"),
-        column("sent_s"),
-        column("ttft_s"),
-        column("e2e_s"),
-        column("status"),
-        column("trace_id"),
-    )
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def _bound(self, ts: datetime) -> Any:
-        """A time as the SQL store's ``UTCDateTime`` binds it (naive UTC text on SQLite)."""
-        ts = ts.astimezone(UTC)
-        return ts.replace(tzinfo=None) if self.engine.dialect.name == "sqlite" else ts
-
-    def __call__(
-        self,
-        window: Window,
-        aliases: ModelAliases,
-        wanted: str | None,
-        into: list[Side],
-        max_calls: int,
-    ) -> bool:
-        runs, res = self._runs.c, self._results.c
-        with self.engine.connect() as connection:
-            found = connection.execute(
-                select(runs.id, runs.model, runs.started_at)
-                .where(
-                    runs.started_at >= self._bound(window.start - LONGEST_RUN),
-                    runs.started_at < self._bound(window.end),
-                )
-                .order_by(runs.id)
-            ).all()
-            for run_id, model, started_at in found:
-                if wanted is not None and aliases.canonical(model) != wanted:
-                    continue
-                began = _utc(started_at)
-                rows = connection.execute(
-                    select(res.seq, res.sent_s, res.ttft_s, res.e2e_s, res.trace_id)
-                    .where(res.run_id == run_id, res.trace_id != "", res.status == "ok")
-                    .order_by(res.seq)
-                )
-                for seq, sent_s, ttft_s, e2e_s, trace_id in rows:
-                    start = began + timedelta(seconds=sent_s)
-                    if not window.start <= start < window.end:
-                        continue
-                    if len(into) >= max_calls:
-                        return True
-                    into.append(
-                        Side(trace_id, f"loadtest-{run_id}-{seq}", start, model, "", ttft_s, e2e_s)
-                    )
-        return False
-
-
 def _utc(value: Any) -> datetime:
     """A stored time as an aware UTC datetime (SQLite's come back naive, or as text)."""
     if isinstance(value, str):
@@ -388,5 +315,4 @@ __all__ = [
     "TRACE_BATCH",
     "ClientReads",
     "ClientWriter",
-    "LoadTestCalls",
 ]

@@ -81,7 +81,7 @@ from infersight.storage_clickhouse import schema
 from infersight.storage_clickhouse.attribution import AttributionWriter
 from infersight.storage_clickhouse.baselines import capture_window
 from infersight.storage_clickhouse.capacity import CapacityReads
-from infersight.storage_clickhouse.clients import ClientReads, ClientWriter, LoadTestCalls
+from infersight.storage_clickhouse.clients import ClientReads, ClientWriter
 from infersight.storage_clickhouse.cost import HybridCost
 from infersight.storage_clickhouse.pools import PoolReads
 from infersight.storage_clickhouse.reads import (
@@ -609,7 +609,7 @@ class HybridStore:
         """From ClickHouse (``clients``: its client records joined to its requests as
         attributed), a window's load-test requests from the SQL store (a run is state)."""
         return ClientReads(
-            self.telemetry.transport, self.telemetry.layout, LoadTestCalls(self._sql.engine)
+            self.telemetry.transport, self.telemetry.layout, self._sql.runs.traced_calls
         )
 
     @property
