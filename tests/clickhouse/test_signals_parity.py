@@ -3,14 +3,15 @@ store's (``storage.signals``) on the same data: request signals of several insta
 them slow, one with long prompts), disaggregated requests with their prefill legs and KV
 sources, server gauges and the preemption counter across a restart, GPU readings of two boards
 per instance (a gap, idle and throttled readings, ECC counters, XIDs), client calls joined by
-trace id, and selectors that pin attributed labels — and the shipped fault scenarios stored
-through the hybrid store are diagnosed with the same causes from PostgreSQL and ClickHouse."""
+trace id, and selectors that pin attributed labels — and the diagnosis's smoke cells stored
+through the hybrid store (shipped fault scenarios, and a queue that backs up on one instance)
+are diagnosed with the same causes from PostgreSQL and ClickHouse."""
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -26,11 +27,8 @@ from infersight.core.records import RequestRecord, Role
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.signals import CLIENT, DISAGGREGATED, GPU, SERVER, WindowSignals
 from infersight.core.window import Window
-from infersight.simulator.events import Batch
 from infersight.simulator.fleet import run_scenario
-from infersight.simulator.scenario import Scenario
 from infersight.simulator.sinks import MemorySink
-from infersight.simulator.sinks.store import StoreSink
 from infersight.simulator.specs import load_scenario
 from infersight.storage import signals as sql_signals
 from infersight.storage.engine import create_store_engine
@@ -335,7 +333,7 @@ def test_the_definitions_are_the_sql_store_s() -> None:
     assert signals.MAX_CLIENT_CALLS == sql_signals.MAX_CLIENT_CALLS
 
 
-# -- The diagnosis's smoke scenarios: the same causes from either store ------------------------
+# -- The diagnosis's smoke cells: the same causes from either store ----------------------------
 
 #: Shipped fault scenarios, compressed to ten minutes (the fault over the last five, the four
 #: minutes before it the reference): TTFT and TPOT up with three times the arrivals
@@ -352,7 +350,21 @@ FAULT_FROM_S = 300.0
 REFERENCE_FROM_S = 60.0
 
 
-def _simulated(name: str, day: int) -> tuple[Scenario, Batch]:
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A smoke cell as stored: its windows and the cause it must be diagnosed with, where."""
+
+    name: str
+    incident: Window
+    reference: Window
+    cause: str
+    right_instance: Callable[[str], bool]
+
+
+Stored = tuple[Sequence[RequestRecord], Sequence[ServerSample], Sequence[GpuSample]]
+
+
+def _simulated(name: str, day: int) -> tuple[Cell, Stored]:
     """Scenario ``name`` compressed, moved to ``day`` days after ``T0`` at its time of day."""
     shipped = load_scenario(name)
     faults = tuple(
@@ -367,20 +379,54 @@ def _simulated(name: str, day: int) -> tuple[Scenario, Batch]:
     )
     sink = MemorySink()
     run_scenario(scenario, [sink])
-    batch = Batch(tuple(sink.completions), tuple(sink.server_samples), tuple(sink.gpu_samples))
-    return scenario, batch
-
-
-def _windows(scenario: Scenario) -> tuple[Window, Window]:
-    """(incident window, reference window)."""
+    stored = ([c.record for c in sink.completions], sink.server_samples, sink.gpu_samples)
     at = scenario.start
     incident = Window(at + timedelta(seconds=FAULT_FROM_S), at + timedelta(seconds=RUN_S))
-    return incident, Window(at + timedelta(seconds=REFERENCE_FROM_S), incident.start)
+    reference = Window(at + timedelta(seconds=REFERENCE_FROM_S), incident.start)
+    [truth] = scenario.ground_truth()
+    cell = Cell(name, incident, reference, truth.expected_cause,
+                lambda named: right_instance(truth.kind, truth.instance, named))  # fmt: skip
+    return cell, stored
+
+
+def _queue_cell(day: int) -> tuple[Cell, Stored]:
+    """TTFT up with TPOT normal on one of two instances: its requests wait 0.4 s longer in its
+    queue and its scrapes show them waiting (no shipped fault does only that)."""
+    rng = np.random.default_rng(36)
+    start = T0 + timedelta(days=day, hours=9)
+    fault = start + timedelta(minutes=5)
+    records = make_records(rng, start, 4000, span=timedelta(minutes=10), models=("llama-8b",),
+                           instances=("q-0", "q-1"), error_rate=0.0)  # fmt: skip
+    waited = [
+        dataclasses.replace(r, queue_s=(r.queue_s or 0.0) + 0.4, ttft_s=(r.ttft_s or 0.0) + 0.4,
+                            e2e_s=(r.e2e_s or 0.0) + 0.4)
+        if r.instance == "q-1" and r.start >= fault
+        else r
+        for r in records
+    ]  # fmt: skip
+    server, gpus = [], []
+    for k in range(60):
+        at = start + timedelta(seconds=10 * k)
+        for instance in ("q-0", "q-1"):
+            waiting = 8.0 if instance == "q-1" and at >= fault else 0.0
+            server.append(
+                ServerSample(at, instance, engine="vllm", model="llama-8b", requests_running=12.0,
+                             requests_waiting=waiting, kv_cache_usage=0.3, preemptions_total=0.0)
+            )  # fmt: skip
+            gpus.append(
+                GpuSample(at, instance, 0, util_gpu=0.8, dram_bw_util=0.5, sm_clock_mhz=1980.0,
+                          temperature_c=60.0, power_w=500.0, ecc_sbe_total=0.0,
+                          ecc_dbe_total=0.0)
+            )  # fmt: skip
+    cell = Cell("queue", Window(fault, start + timedelta(minutes=10)),
+                Window(start + timedelta(minutes=1), fault), "queue_backlog",
+                lambda named: named == "q-1")  # fmt: skip
+    return cell, (waited, server, gpus)
 
 
 @pytest.fixture(scope="module")
-def smoke(chdb: ChdbTransport) -> Iterator[tuple[HybridStore, Store, list[Scenario]]]:
-    """Each smoke scenario on a day of its own, through the hybrid store into both."""
+def smoke(chdb: ChdbTransport) -> Iterator[tuple[HybridStore, Store, list[Cell]]]:
+    """Each smoke cell on a day of its own, through the hybrid store into both."""
     layout = Layout(database=f"smoke_{uuid.uuid4().hex[:12]}")
     migrate(chdb, layout)
     with fresh_database() as url:
@@ -388,39 +434,39 @@ def smoke(chdb: ChdbTransport) -> Iterator[tuple[HybridStore, Store, list[Scenar
         upgrade(engine)
         pg = Store(url, engine)
         hybrid = HybridStore(pg.sql, Telemetry(chdb, layout))
-        ran = []
-        for day, name in enumerate(SMOKE, start=-len(SMOKE)):
-            scenario, batch = _simulated(name, day)
-            sink = StoreSink(hybrid.ingest.open_writer(), batch_size=50_000)
-            sink.write(batch)
-            sink.close()
-            ran.append(scenario)
-        yield hybrid, pg, ran
+        made = [_simulated(name, day) for day, name in enumerate(SMOKE, start=-len(SMOKE))]
+        made.append(_queue_cell(-len(SMOKE) - 1))
+        sink = hybrid.ingest.open_writer()
+        for _, (records, server, gpus) in made:
+            for i in range(0, len(records), 50_000):
+                sink.write_requests(records[i : i + 50_000])
+            sink.write_server_samples(server)
+            sink.write_gpu_samples(gpus)
+        yield hybrid, pg, [cell for cell, _ in made]
         engine.dispose()
     chdb.command(f"DROP DATABASE IF EXISTS {layout.database}")
 
 
-def test_the_smoke_scenarios_are_diagnosed_alike_from_postgresql_and_clickhouse(
-    smoke: tuple[HybridStore, Store, list[Scenario]],
+def test_the_smoke_cells_are_diagnosed_alike_from_postgresql_and_clickhouse(
+    smoke: tuple[HybridStore, Store, list[Cell]],
 ) -> None:
-    hybrid, pg, ran = smoke
+    hybrid, pg, cells = smoke
     pack = load_rules()
     causes = {}
-    for scenario in ran:
-        windows = _windows(scenario)
+    for cell in cells:
+        windows = (cell.incident, cell.reference)
         ours = [hybrid.requests.window_signals(w) for w in windows]
         theirs = [pg.sql.requests.window_signals(w) for w in windows]
         for a, b in zip(ours, theirs, strict=True):
-            assert_same(a, b)
+            assert_same(a, b, cell.name)
         mine, sql = diagnose(*ours, pack), diagnose(*theirs, pack)
-        assert mine.cause == sql.cause, scenario.name
-        assert mine.instance == sql.instance, scenario.name
-        assert list(mine.ranked) == list(sql.ranked), scenario.name
-        assert mine.confidence == pytest.approx(sql.confidence, rel=1e-9), scenario.name
-        causes[scenario.name] = (mine.cause.value, mine.instance)
+        assert mine.cause == sql.cause, cell.name
+        assert mine.instance == sql.instance, cell.name
+        assert list(mine.ranked) == list(sql.ranked), cell.name
+        assert mine.confidence == pytest.approx(sql.confidence, rel=1e-9), cell.name
+        causes[cell.name] = (mine.cause.value, mine.instance)
     # Not vacuous: the injected causes, where they were injected.
-    for scenario in ran:
-        [truth] = scenario.ground_truth()
-        cause, instance = causes[scenario.name]
-        assert cause == truth.expected_cause, causes
-        assert right_instance(truth.kind, truth.instance, instance), causes
+    for cell in cells:
+        cause, instance = causes[cell.name]
+        assert cause == cell.cause, causes
+        assert cell.right_instance(instance), causes
