@@ -30,13 +30,15 @@ from infersight.core.accept import AcceptWindow
 from infersight.core.attribution import Attribution, usable
 from infersight.core.baseline import Baseline
 from infersight.core.client import ClientRecord
-from infersight.core.cost import CostModel
+from infersight.core.cost import CostModel, GoodRequest
 from infersight.core.errors import InvalidInput
+from infersight.core.goodput import GoodPolicy
 from infersight.core.loadtest import MeasuredCapacity
 from infersight.core.model_names import ModelAliases
 from infersight.core.quantiles import DEFAULT_QUANTILES
 from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Throughput
 from infersight.core.records import RequestRecord
+from infersight.core.retention import RetentionPolicy
 from infersight.core.samples import GpuSample, ServerSample
 from infersight.core.signals import WindowSignals
 from infersight.core.sketch import QuantileSketch
@@ -60,6 +62,7 @@ from infersight.storage.seam import (
     HistoryStore,
     IncidentStore,
     IngestStore,
+    MaintenanceReport,
     MaintenanceStore,
     OutboxStore,
     PoolLine,
@@ -82,7 +85,7 @@ from infersight.storage_clickhouse.attribution import AttributionWriter
 from infersight.storage_clickhouse.baselines import capture_window
 from infersight.storage_clickhouse.capacity import CapacityReads
 from infersight.storage_clickhouse.clients import ClientReads, ClientWriter
-from infersight.storage_clickhouse.cost import HybridCost
+from infersight.storage_clickhouse.cost import CostReads, HybridCost
 from infersight.storage_clickhouse.pools import PoolReads
 from infersight.storage_clickhouse.reads import (
     DEFAULT_EXACT_MAX_ROWS,
@@ -543,12 +546,28 @@ class HybridDemand:
 
 class HybridMaintenance:
     """The SQL store's maintenance (its other methods reached through ``__getattr__``), with
-    ClickHouse's migrations and health beside it. ClickHouse's retention is its tables'
-    ``TTL`` (set by the migrations from the settings)."""
+    ClickHouse's migrations, health and good-token counts beside it. ClickHouse's retention
+    is its tables' ``TTL`` (set by the migrations from the settings)."""
 
-    def __init__(self, sql: MaintenanceStore, telemetry: Telemetry) -> None:
+    def __init__(self, sql: MaintenanceStore, telemetry: Telemetry, state: Store) -> None:
         self._sql = sql
         self._telemetry = telemetry
+        self._state = state
+
+    def maintain(self, now: datetime, policy: RetentionPolicy) -> MaintenanceReport:
+        """The SQL store's maintenance, then ClickHouse's part of it: the good tokens of every
+        raw day before today counted and kept (``cost.CostReads.keep_good_tokens``), under
+        the limits the SQL store's step keeps them for — each cost model's and the plain
+        request's, held to the stored SLOs — so a cost read past the raw rows' TTL is still
+        exact."""
+        report = self._sql.maintain(now, policy)
+        slos = self._state.slos.all()
+        goods = [GoodRequest(), *(model.good for model in self._state.cost_models.all())]
+        policies = [GoodPolicy.of(slos, good.limits) for good in goods]
+        CostReads(self._telemetry.transport, self._telemetry.layout).keep_good_tokens(
+            now.date(), policies
+        )
+        return report
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -683,7 +702,7 @@ class HybridStore:
 
     @property
     def maintenance(self) -> MaintenanceStore:
-        return HybridMaintenance(self._sql.maintenance, self.telemetry)
+        return HybridMaintenance(self._sql.maintenance, self.telemetry, self._sql)
 
     # -- the store ---------------------------------------------------------------------------
 
