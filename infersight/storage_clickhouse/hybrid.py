@@ -40,6 +40,7 @@ from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Th
 from infersight.core.records import RequestRecord
 from infersight.core.retention import RetentionPolicy
 from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.sequences import LateSequence
 from infersight.core.signals import WindowSignals
 from infersight.core.sketch import QuantileSketch
 from infersight.core.slo import EventCounts, Sli, SloSpec
@@ -96,6 +97,7 @@ from infersight.storage_clickhouse.reads import (
     RowReads,
 )
 from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
+from infersight.storage_clickhouse.sequences import SequenceWriter
 from infersight.storage_clickhouse.signals import SignalReads
 from infersight.storage_clickhouse.transport import Transport, connect
 from infersight.storage_clickhouse.writer import ClickHouseWriter
@@ -119,8 +121,9 @@ class Telemetry:
 
 class HybridSink:
     """Request records (prefill legs too), server scrapes and GPU samples into ClickHouse and
-    the SQL store, acknowledged once both stored them; client records, attributions and late
-    sequences into the SQL store (its other methods are reached through ``__getattr__``)."""
+    the SQL store, acknowledged once both stored them, and late sequences folded in both
+    (``sequences``); client records and attributions into the SQL store (its other methods
+    are reached through ``__getattr__``)."""
 
     def __init__(self, sql: Sink, clickhouse: ClickHouseWriter, telemetry: Telemetry) -> None:
         self._sql = sql
@@ -130,6 +133,7 @@ class HybridSink:
             telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
         )
         self._attribution = AttributionWriter(telemetry.transport, telemetry.layout)
+        self._sequences = SequenceWriter(telemetry.transport, telemetry.layout, clickhouse.clock)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -168,6 +172,15 @@ class HybridSink:
         self._attribute(items)
         sql: Any = self._sql  # the SQL store's writer: ``Sink`` does not name these
         result: WriteResult = sql.write_attributions(items)
+        return result
+
+    def fold_sequences(self, late: Sequence[LateSequence]) -> WriteResult:
+        """Parallel-sampling sequences that came after their request was stored: folded in
+        ClickHouse (``sequences``: each sequence once, the rollups corrected by views), then
+        by the SQL store: acknowledged once both stored them."""
+        self._sequences.fold(late)
+        sql: Any = self._sql
+        result: WriteResult = sql.fold_sequences(late)
         return result
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:

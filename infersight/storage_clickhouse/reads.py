@@ -122,19 +122,25 @@ def _rollup_rows(
 ) -> str:
     """``columns`` of the rollup rows of every segment, each from its resolution's table and
     its moved requests' rows (``attribution_schema``: each request attributed after it was
-    rolled up, out of its stored series and into its attributed one), as one ``UNION ALL``
-    (one statement aggregates them all).
+    rolled up, out of its stored series and into its attributed one) and its folded requests'
+    (``sequences_schema``: each request a late sequence was folded into, out with its stored
+    values and in with its folded ones), as one ``UNION ALL`` (one statement aggregates them
+    all).
 
     With ``sketches`` (metrics, ``ttft``, …, whose minimum and maximum ``columns`` reads), each
     rollup row is first added up with its moves (per bucket and series), and a sketch its
     moves emptied has no minimum or maximum: the SQL store's row forgets them when its count
     reaches 0 (``QuantileSketch.subtract``). Without ``attributed`` (a read that names no
-    attributed label: ``_touches``), the rollups alone."""
+    attributed label: ``_touches``), the rollups and their folds alone, not added up first (a
+    sketch its folds emptied, only where a fold left a value out, keeps its bounds here)."""
     if not attributed:
         return " UNION ALL ".join(
-            f"SELECT {columns} FROM {_rollup_table(layout, s.resolution)}"  # type: ignore[arg-type]
-            f" WHERE {_rollup_where(s, selector)}"
+            f"SELECT {columns} FROM {table} WHERE {_rollup_where(s, selector)}"
             for s in segments
+            for table in (
+                _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
+                _folds(layout, s, attributed=False),
+            )
         )
     if not sketches:
         return " UNION ALL ".join(
@@ -143,6 +149,7 @@ def _rollup_rows(
             for table in (
                 _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
                 _moves(layout, s),
+                _folds(layout, s),
             )
         )
     labels = ", ".join(GROUP_LABELS)
@@ -167,6 +174,7 @@ def _rollup_rows(
             for table in (
                 _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
                 _moves(layout, s),
+                _folds(layout, s),
             )
         )
         out.append(
@@ -194,13 +202,14 @@ def _between(low: datetime, high: datetime) -> str:
 
 
 def _raw(layout: Layout, spans: Sequence[Segment | Window], attributed: bool = True) -> str:
-    """The request rows that started within ``spans``' range, as attributed: ``requests``
-    (``FINAL``) with each moved request's labels its move's (``attribution_schema``'s
-    parameterised view: both sides read in that range only)."""
-    if not attributed:
-        return f"{layout.table('requests')} FINAL"
+    """The request rows that started within ``spans``' range, as attributed and folded:
+    ``requests`` (``FINAL``) with each moved request's labels its move's
+    (``attribution_schema``) and each folded request's values its fold's
+    (``sequences_schema``'s parameterised views, ``requests_current``, or without
+    ``attributed`` ``requests_folded``: every side read in that range only)."""
     low, high = min(s.start for s in spans), max(s.end for s in spans)
-    return f"{layout.table('requests_attributed')}({_between(low, high)})"
+    view = "requests_current" if attributed else "requests_folded"
+    return f"{layout.table(view)}({_between(low, high)})"
 
 
 def _moves(layout: Layout, segment: Segment) -> str:
@@ -210,6 +219,17 @@ def _moves(layout: Layout, segment: Segment) -> str:
     resolution = segment.resolution
     low, high = resolution.floor(segment.start), resolution.ceil(segment.end)
     return f"{layout.table(f'request_moves_{resolution.value}')}({_between(low, high)})"
+
+
+def _folds(layout: Layout, segment: Segment, attributed: bool = True) -> str:
+    """The folded requests' rollup rows of ``segment`` (``sequences_schema``: each late-folded
+    request out with its stored values, in with its folded ones), in their series as
+    attributed, or (without ``attributed``) as stored."""
+    assert segment.resolution is not None
+    resolution = segment.resolution
+    low, high = resolution.floor(segment.start), resolution.ceil(segment.end)
+    view = f"request_folds{'_attributed' if attributed else ''}_{resolution.value}"
+    return f"{layout.table(view)}({_between(low, high)})"
 
 
 def _rollup_table(layout: Layout, resolution: Resolution) -> str:

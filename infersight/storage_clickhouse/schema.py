@@ -47,6 +47,7 @@ from infersight.storage_clickhouse.cost_schema import good_token_tables
 from infersight.storage_clickhouse.gpu_rollups_schema import gpu_rollup_tables
 from infersight.storage_clickhouse.layout import DEDUP_WINDOW, MAX_TTL_DAYS, SHARDING_KEY, Layout
 from infersight.storage_clickhouse.samples_schema import gpu_sample_tables, server_sample_tables
+from infersight.storage_clickhouse.sequences_schema import sequence_tables
 from infersight.storage_clickhouse.transport import Transport, quote
 
 #: The latency metrics a rollup row keeps a sketch of (``ttft`` for ``ttft_s``, …).
@@ -231,6 +232,7 @@ STEPS: Final = (
     Step(8, "GPU rollups (minute, hour and day; kept by the writer)", gpu_rollup_tables),
     Step(9, "good-token counts per hour and day (kept by cost's reads)", good_token_tables),
     Step(10, "client records", client_tables),
+    Step(11, "late sequences folded", lambda x: sequence_tables(x, _request_table)),
 )
 
 

@@ -52,6 +52,16 @@ def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
             "gpu_rollups_1h",
             "gpu_rollups_1d",
             "good_token_counts",
+            "request_folds",
+            "request_fold_marks",
+            "requests_folded",
+            "requests_current",
+            "request_folds_1m",
+            "request_folds_1h",
+            "request_folds_1d",
+            "request_folds_attributed_1m",
+            "request_folds_attributed_1h",
+            "request_folds_attributed_1d",
             "client_requests",
         }
         for name in ("requests", "request_parts", "request_moves"):
@@ -99,7 +109,7 @@ def test_the_cluster_ddl_is_the_single_server_s_on_replicated_sharded_tables(
     ]
     local = [s for s in cluster if "ENGINE = Distributed" not in s and s not in twins]
     # every table but the database has its Distributed twin, sharded by the series
-    assert len(distributed) == 17
+    assert len(distributed) == 19
     for statement in distributed:
         name = re.search(r"CREATE TABLE IF NOT EXISTS infersight\.(\w+) ", statement)
         assert name is not None
