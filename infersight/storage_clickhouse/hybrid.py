@@ -183,6 +183,13 @@ class HybridSink:
         result: WriteResult = sql.fold_sequences(late)
         return result
 
+    def folded(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of ``keys`` (trace id, span id) are sequences folded already: ClickHouse's
+        claims (``sequences``) and the SQL store's (folds stored before schema step 11 are
+        only there)."""
+        sql: Any = self._sql
+        return self._sequences.folded(keys) | set(sql.folded(keys))
+
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
         """Client records into ClickHouse (``clients``: each key once), then into the SQL
         store, which still keeps them: acknowledged once both stored them. A client span's own

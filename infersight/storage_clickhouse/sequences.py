@@ -148,6 +148,24 @@ class SequenceWriter:
         rows = self._select("request_moves", ", ".join(DIMENSIONS), keys)
         return {k: [str(v or "") for v in row] for k, row in rows.items()}
 
+    def folded(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of ``keys`` (trace id, span id) are sequences claimed for a stored request
+        (the SQL writer's ``folded``: a sidecar that restarted asks before shipping records
+        it had spooled, so that a sequence folded just before a crash is not stored again)."""
+        wanted = sorted(set(keys))
+        out: set[tuple[str, str]] = set()
+        for i in range(0, len(wanted), _CHUNK):
+            part = wanted[i : i + _CHUNK]
+            traces = ", ".join(quote(t) for t in sorted({t for t, _ in part}))
+            pairs = ", ".join(f"({quote(t)}, {quote(s)})" for t, s in part)
+            rows = self.transport.rows(
+                f"SELECT trace_id, member FROM {self.layout.table('request_folds')} FINAL"
+                f" ARRAY JOIN members AS member WHERE trace_id IN ({traces})"
+                f" AND (trace_id, member) IN ({pairs})"
+            )
+            out.update((str(t), str(m)) for t, m in rows)
+        return out
+
     # -- folding -----------------------------------------------------------------------------
 
     def fold(self, late: Sequence[LateSequence]) -> WriteResult:

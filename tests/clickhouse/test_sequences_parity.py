@@ -32,6 +32,7 @@ from infersight.storage.migrate import upgrade
 from infersight.storage.tables import requests
 from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
 from infersight.storage_clickhouse.schema import Layout, migrate
+from infersight.storage_clickhouse.sequences import SequenceWriter
 from infersight.storage_clickhouse.transport import ChdbTransport
 from tests.conftest import Store, fresh_database
 from tests.factories import make_records
@@ -206,6 +207,21 @@ def both(order: str, chdb: ChdbTransport) -> Iterator[Both]:
 #: The values a fold changes, and the labels attribution fills.
 _COMPARED = (*DURATION_FIELDS, "output_tokens", "status", "error_type", "finish_reason")
 _LABELS = ("tenant", "team", "workload")
+
+
+def test_the_folded_sequences_are_the_sql_store_s(both: Both) -> None:
+    """What a sidecar that restarted asks before shipping spooled records: which sequences
+    were folded (or claimed) already."""
+    hybrid, pg = both
+    _, _, batches = _data()
+    keys = [(f.record.trace_id, m) for b in batches for f in b for m in f.members]
+    keys += [(f.record.trace_id, f"{int(m, 16) ^ 1:016x}") for f in batches[0] for m in f.members]
+    keys.append(("f" * 32, "e" * 16))
+    ours = SequenceWriter(hybrid.telemetry.transport, hybrid.telemetry.layout).folded(keys)
+    theirs = pg.sql.ingest.open_writer().folded(keys)  # type: ignore[attr-defined]
+    assert len(theirs) > 250
+    assert ours == theirs
+    assert hybrid.ingest.open_writer().folded(keys) == theirs  # type: ignore[attr-defined]
 
 
 def test_every_row_holds_the_sql_store_s_values(both: Both) -> None:
