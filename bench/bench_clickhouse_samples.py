@@ -174,7 +174,7 @@ def main() -> None:
         layout = Layout(database="bench")
         migrate(transport, layout)
         telemetry = Telemetry(transport, layout)
-        hybrid = HybridStore(sql, telemetry)
+        hybrid = HybridStore(sql, telemetry, sql_copy=True)
         ch_writer = SampleWriter(transport, layout)
         pg_writer = open_writer(engine)
 

@@ -40,10 +40,10 @@ OTHER_STORE_FIELDS: Final = (
 #: ``read`` neither answers nor validates them.
 UNREAD_STORE_FIELDS: Final = (
     "database_read_url",
-    # ClickHouse beside the store (issue #36): the store still holds every row too (the
-    # writes to it stop only once every read has moved), so a command that only reads
-    # answers the same from the store alone
+    # ClickHouse beside the store (issue #36): the commands that read alone read state (SLOs,
+    # baselines, the schema's revision), which the store keeps whatever holds the telemetry
     "telemetry_url",
+    "telemetry_sql_copy",
     "database_connect_timeout_s",
     "database_statement_timeout_s",
     "database_lock_timeout_s",

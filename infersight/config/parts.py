@@ -71,10 +71,17 @@ class StorePart(Part):
     )
     telemetry_url: str = Field(
         "",
-        description="ClickHouse URL the telemetry (requests, prefill legs, server scrapes, GPU "
-        "samples and rollups, gateway spans) is also written to and most telemetry reads are "
-        "answered from (clickhouse://user:password@host:8123/database, chdb://PATH in "
-        "process); empty: the store holds all of it (docs/past-one-primary.md).",
+        description="ClickHouse URL that holds the telemetry (requests, prefill legs, gateway "
+        "spans, client records, late sequences, server scrapes, GPU samples and their rollups) "
+        "and answers every telemetry read (clickhouse://user:password@host:8123/database, "
+        "chdb://PATH in process); the store keeps the state. Empty: the store holds all of it "
+        "(docs/past-one-primary.md).",
+    )
+    telemetry_sql_copy: bool = Field(
+        False,
+        description="With a telemetry URL: write the telemetry to the store too, under the "
+        "same acknowledgement (while moving a fleet from the store to ClickHouse: the store's "
+        "answers stay whole until the switch). Reads come from ClickHouse either way.",
     )
     raw_retention_days: int = Field(14, ge=1, description="Days of raw requests and samples kept.")
     minute_rollup_retention_days: int = Field(14, ge=1, description="Days of minute rollups kept.")

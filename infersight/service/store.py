@@ -61,7 +61,9 @@ def open_store(settings: StorePart | str, **engine: Any) -> SqlStore | HybridSto
         hour_days=settings.hour_rollup_retention_days,
         day_days=settings.day_rollup_retention_days,
     )
-    return hybrid.open_hybrid(store, settings.telemetry_url, layout)
+    return hybrid.open_hybrid(
+        store, settings.telemetry_url, layout, sql_copy=settings.telemetry_sql_copy
+    )
 
 
 def open_read_store(settings: StorePart, **engine: Any) -> SqlStore | None:

@@ -1,19 +1,20 @@
-"""The hybrid store: telemetry in ClickHouse beside the SQL store's state (issue #36, first
-slice).
+"""The hybrid store: telemetry in ClickHouse beside the SQL store's state (issue #36).
 
-In this slice every request record (prefill legs too) is written to both stores under one
-acknowledgement (``HybridSink``: ClickHouse first, then SQL; each idempotent, so a batch
-replayed after either failed is stored once in each), and these reads come from ClickHouse:
-``requests``' latency (exact and sketch), latencies, throughput, data span, series, chart
-sketches, peaks, the stage breakdown, error types, production shapes and the pool table;
-``events`` (SLO counts, an evaluation cycle, goodput's misses); ``demand``'s minute demand,
-peak rate, recorded days, busiest models, models seen, pool members and busiest prefill
-minute; ``label_sets`` and ``first_seen``. Gateway and client spans go to both stores too,
-so ``tenant``, ``team``, ``workload`` and ``adapter`` are ClickHouse's answers as attributed,
-whichever span arrived first (``attribution``: requests filled before insert, or moved after);
-``HybridRequests`` lists the request reads still on SQL and why. Every other concern and
-read is the SQL store's, which still holds all the telemetry. The next steps move the
-remaining reads and then stop writing requests to SQL (docs/past-one-primary.md).
+ClickHouse holds the telemetry and answers every telemetry read: ``requests`` (quantiles,
+throughput, series, chart sketches, peaks, the breakdown, error types, production shapes and
+capacity, pools, a window's baseline and its diagnosis signals, label sets), ``events`` (SLO
+counts, an evaluation cycle, goodput's misses), ``demand``, ``samples`` (scrapes, GPU samples
+and rollups, purchasing's hours), ``clients`` (the client–server gap) and ``cost`` (GPU time,
+served work, good tokens). Gateway and client spans make ``tenant``, ``team``, ``workload``
+and ``adapter`` ClickHouse's answers as attributed, whichever arrived first
+(``attribution``). The SQL store keeps the state (SLOs, incidents, the outbox, documents,
+sessions, baselines, reports, load-test runs).
+
+``HybridSink`` writes each kind of telemetry to ClickHouse (each key once: a batch replayed
+after a failure is stored once) and, with ``sql_copy`` (``INFERSIGHT_TELEMETRY_SQL_COPY``, for
+a fleet moving from a SQL store), to the SQL store too under the same acknowledgement.
+docs/past-one-primary.md ("Supported topology") says how each part keeps the SQL store's
+answers.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine
@@ -40,7 +42,6 @@ from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Th
 from infersight.core.records import RequestRecord
 from infersight.core.retention import RetentionPolicy
 from infersight.core.samples import GpuSample, ServerSample
-from infersight.core.sequences import LateSequence
 from infersight.core.signals import WindowSignals
 from infersight.core.sketch import QuantileSketch
 from infersight.core.slo import EventCounts, Sli, SloSpec
@@ -80,8 +81,9 @@ from infersight.storage.seam import (
     SilenceStore,
     SloStore,
     Store,
+    StoreContents,
 )
-from infersight.storage_clickhouse import schema
+from infersight.storage_clickhouse import baselines, schema
 from infersight.storage_clickhouse.attribution import AttributionWriter
 from infersight.storage_clickhouse.baselines import capture_window
 from infersight.storage_clickhouse.capacity import CapacityReads
@@ -97,7 +99,6 @@ from infersight.storage_clickhouse.reads import (
     RowReads,
 )
 from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
-from infersight.storage_clickhouse.sequences import SequenceWriter
 from infersight.storage_clickhouse.signals import SignalReads
 from infersight.storage_clickhouse.transport import Transport, connect
 from infersight.storage_clickhouse.writer import ClickHouseWriter
@@ -120,20 +121,30 @@ class Telemetry:
 
 
 class HybridSink:
-    """Request records (prefill legs too), server scrapes and GPU samples into ClickHouse and
-    the SQL store, acknowledged once both stored them, and late sequences folded in both
-    (``sequences``); client records and attributions into the SQL store (its other methods
-    are reached through ``__getattr__``)."""
+    """Telemetry into ClickHouse: request records (prefill legs too), gateway and client spans
+    (``attribution``), client records, server scrapes and GPU samples. With ``sql_copy``
+    (``INFERSIGHT_TELEMETRY_SQL_COPY``, for a move from a SQL store: both answer until the
+    switch) each is written to the SQL store too, after
+    ClickHouse, and acknowledged once both stored it; the answer is then the SQL store's.
+    Without, the SQL store takes no telemetry and the answer is ClickHouse's. Its other
+    methods (``ping``'s first half) are the SQL store's, reached through ``__getattr__``."""
 
-    def __init__(self, sql: Sink, clickhouse: ClickHouseWriter, telemetry: Telemetry) -> None:
+    def __init__(
+        self,
+        sql: Sink,
+        clickhouse: ClickHouseWriter,
+        telemetry: Telemetry,
+        *,
+        sql_copy: bool = False,
+    ) -> None:
         self._sql = sql
         self._clickhouse = clickhouse
         self._telemetry = telemetry
+        self.sql_copy = sql_copy
         self._samples = SampleWriter(
             telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
         )
         self._attribution = AttributionWriter(telemetry.transport, telemetry.layout)
-        self._sequences = SequenceWriter(telemetry.transport, telemetry.layout, clickhouse.clock)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -146,12 +157,14 @@ class HybridSink:
 
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         """Into ClickHouse, filled first from the spans it holds of their traces, then
-        settled against spans stored meanwhile (``attribution``); then into the SQL store,
-        which fills them itself: acknowledged once both stored them."""
+        settled against spans stored meanwhile (``attribution``); with ``sql_copy``, then into
+        the SQL store, which fills them itself."""
         filled = self._attribution.fill(records)
-        self._clickhouse.write_requests(filled)
+        result = self._clickhouse.write_requests(filled)
         self._attribution.join_late(records, filled)
-        return self._sql.write_requests(records)
+        if self.sql_copy:
+            return self._sql.write_requests(records)
+        return result
 
     def _accepted(self, items: Sequence[Attribution]) -> Sequence[Attribution]:
         accept = self._clickhouse.accept
@@ -160,43 +173,40 @@ class HybridSink:
         low, high = accept.bounds(self._clickhouse.clock())
         return [a for a in items if low <= a.start <= high]
 
-    def _attribute(self, items: Sequence[Attribution]) -> None:
+    def _attribute(self, items: Sequence[Attribution]) -> WriteResult:
+        """Store the accepted spans and settle the requests they fill; what was stored (a
+        span whose trace, start and id are stored already is a duplicate, as in SQL)."""
         kept = self._accepted(items)
+        fresh = 0
+        if kept:
+            stored = self._attribution.spans(
+                {a.trace_id for a in kept},
+                min(a.start for a in kept),
+                max(a.start for a in kept),
+            )
+            keys = {(t, s.start, s.span_id) for t, spans in stored.items() for s in spans}
+            fresh = len({(a.trace_id, a.start, a.span_id) for a in kept} - keys)
         self._attribution.store(kept)
         self._attribution.settle_spans(kept)
+        return WriteResult(len(items), fresh, len(kept) - fresh, len(items) - len(kept))
 
     def write_attributions(self, items: Sequence[Attribution]) -> WriteResult:
         """Gateway and client spans into ClickHouse (the stored requests they fill moved to
-        their attributed series: ``attribution``), then into the SQL store: acknowledged once
-        both stored them."""
-        self._attribute(items)
-        sql: Any = self._sql  # the SQL store's writer: ``Sink`` does not name these
-        result: WriteResult = sql.write_attributions(items)
+        their attributed series: ``attribution``); with ``sql_copy``, then into the SQL
+        store."""
+        result = self._attribute(items)
+        if self.sql_copy:
+            sql: Any = self._sql  # the SQL store's writer: ``Sink`` does not name these
+            copied: WriteResult = sql.write_attributions(items)
+            return copied
         return result
-
-    def fold_sequences(self, late: Sequence[LateSequence]) -> WriteResult:
-        """Parallel-sampling sequences that came after their request was stored: folded in
-        ClickHouse (``sequences``: each sequence once, the rollups corrected by views), then
-        by the SQL store: acknowledged once both stored them."""
-        self._sequences.fold(late)
-        sql: Any = self._sql
-        result: WriteResult = sql.fold_sequences(late)
-        return result
-
-    def folded(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Which of ``keys`` (trace id, span id) are sequences folded already: ClickHouse's
-        claims (``sequences``) and the SQL store's (folds stored before schema step 11 are
-        only there)."""
-        sql: Any = self._sql
-        return self._sequences.folded(keys) | set(sql.folded(keys))
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
-        """Client records into ClickHouse (``clients``: each key once), then into the SQL
-        store, which still keeps them: acknowledged once both stored them. A client span's own
+        """Client records into ClickHouse (``clients``: each key once); a client span's own
         tenant names its trace's requests' tenant (as the SQL writer derives it), so that
-        attribution goes to ClickHouse first."""
+        attribution goes to ClickHouse too; with ``sql_copy``, then into the SQL store."""
         clickhouse, telemetry = self._clickhouse, self._telemetry
-        ClientWriter(
+        result = ClientWriter(
             telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
         ).write_client_requests(records)
         self._attribute(
@@ -208,35 +218,38 @@ class HybridSink:
                 if r.tenant and usable(r.tenant)
             ]
         )
-        sql: Any = self._sql
-        result: WriteResult = sql.write_client_requests(records)
+        if self.sql_copy:
+            sql: Any = self._sql
+            copied: WriteResult = sql.write_client_requests(records)
+            return copied
         return result
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
-        """Into ClickHouse (which the scrape reads of ``samples`` and ``demand.models_seen``
-        answer from), then into the SQL store, which a window's signals
-        (``requests.window_signals``) still read: acknowledged once both stored them."""
-        self._samples.write_server_samples(samples)
-        return self._sql.write_server_samples(samples)
+        """Into ClickHouse (which every scrape read answers from); with ``sql_copy``, then
+        into the SQL store."""
+        stored = self._samples.write_server_samples(samples)
+        return self._sql.write_server_samples(samples) if self.sql_copy else stored
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
-        """Into ClickHouse (the samples and their GPU rollups, which the GPU reads of
-        ``samples`` answer from), then into the SQL store, whose GPU rollups
-        (``storage.gpu_rollup``) cost reads: acknowledged once both stored them."""
-        self._samples.write_gpu_samples(samples)
-        return self._sql.write_gpu_samples(samples)
+        """Into ClickHouse (the samples and their GPU rollups, which every GPU and cost read
+        answers from); with ``sql_copy``, then into the SQL store."""
+        stored = self._samples.write_gpu_samples(samples)
+        return self._sql.write_gpu_samples(samples) if self.sql_copy else stored
 
 
 class HybridIngest:
-    def __init__(self, sql: IngestStore, telemetry: Telemetry) -> None:
+    def __init__(self, sql: IngestStore, telemetry: Telemetry, *, sql_copy: bool) -> None:
         self._sql = sql
         self._telemetry = telemetry
+        self._sql_copy = sql_copy
 
     def open_writer(
         self, accept: AcceptWindow | None = None, clock: Callable[[], datetime] | None = None
     ) -> Sink:
         writer = ClickHouseWriter(self._telemetry.transport, self._telemetry.layout, accept, clock)
-        return HybridSink(self._sql.open_writer(accept, clock), writer, self._telemetry)
+        return HybridSink(
+            self._sql.open_writer(accept, clock), writer, self._telemetry, sql_copy=self._sql_copy
+        )
 
 
 class HybridRequests:
@@ -597,6 +610,35 @@ class HybridMaintenance:
         if revision == "head":
             self._telemetry.migrate()
 
+    def contents(self) -> StoreContents:
+        """The SQL store's incidents and runs, ClickHouse's requests (``NOTHING``'s counts
+        where neither has a schema yet)."""
+        held = self._sql.contents()
+        count, first, last = self._requests()
+        return replace(held, requests=count, first=first, last=last)
+
+    def stored_requests(self) -> int:
+        return self._requests()[0]
+
+    def _requests(self) -> tuple[int, datetime | None, datetime | None]:
+        """How many requests ClickHouse holds, the first's and the last's start (``FINAL``:
+        a row stored twice before a merge counts once); none before its migrations ran."""
+        transport, layout = self._telemetry.transport, self._telemetry.layout
+        if not int(transport.rows(f"EXISTS TABLE {layout.table('requests')}")[0][0]):
+            return 0, None, None
+        count, first, last = transport.rows(
+            "SELECT count(), toUnixTimestamp64Micro(min(start)), toUnixTimestamp64Micro(max(start))"
+            f" FROM {layout.table('requests')} FINAL"
+        )[0]
+        if not int(count):
+            return 0, None, None
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        return (
+            int(count),
+            epoch + timedelta(microseconds=int(first)),
+            epoch + timedelta(microseconds=int(last)),
+        )
+
     def probe(self) -> None:
         self._sql.probe()
         layout = self._telemetry.layout
@@ -604,19 +646,23 @@ class HybridMaintenance:
             "requests",
             "request_parts",
             "request_rollups_1m",
+            "client_requests",
             "server_samples",
             "server_engine_samples",
             "gpu_samples",
+            "gpu_rollups_1m",
         ):
             self._telemetry.transport.rows(f"SELECT 1 FROM {layout.table(table)} LIMIT 0")
 
 
 class HybridStore:
-    """A ``seam.Store``: the SQL store ``sql`` with ClickHouse's telemetry beside it."""
+    """A ``seam.Store``: the SQL store ``sql`` with ClickHouse's telemetry beside it. With
+    ``sql_copy`` the telemetry is written to the SQL store too (``HybridSink``)."""
 
-    def __init__(self, sql: Store, telemetry: Telemetry) -> None:
+    def __init__(self, sql: Store, telemetry: Telemetry, *, sql_copy: bool = False) -> None:
         self._sql = sql
         self.telemetry = telemetry
+        self.sql_copy = sql_copy
 
     def __repr__(self) -> str:
         return f"HybridStore({self.describe()})"
@@ -625,7 +671,7 @@ class HybridStore:
 
     @property
     def ingest(self) -> IngestStore:
-        return HybridIngest(self._sql.ingest, self.telemetry)
+        return HybridIngest(self._sql.ingest, self.telemetry, sql_copy=self.sql_copy)
 
     @property
     def requests(self) -> RequestStore:
@@ -641,7 +687,10 @@ class HybridStore:
 
     @property
     def samples(self) -> SampleStore:
-        return HybridSamples(self._sql.samples, self.telemetry.sample_reads)
+        reads, samples = self.telemetry.reads, self.telemetry.sample_reads
+        return HybridSamples(
+            self._sql.samples, samples, partial(baselines.gpu_utilization_of, reads, samples)
+        )
 
     @property
     def clients(self) -> ClientStore:
@@ -740,26 +789,29 @@ class HybridStore:
     @contextmanager
     def transaction(self, *, dry_run: bool = False) -> Iterator[Store]:
         with self._sql.transaction(dry_run=dry_run) as bound:
-            yield HybridStore(bound, self.telemetry)
+            yield HybridStore(bound, self.telemetry, sql_copy=self.sql_copy)
 
     @contextmanager
     def reading(self) -> Iterator[Store]:
         with self._sql.reading() as bound:
-            yield HybridStore(bound, self.telemetry)
+            yield HybridStore(bound, self.telemetry, sql_copy=self.sql_copy)
 
     def long_running(self) -> Store:
-        return HybridStore(self._sql.long_running(), self.telemetry)
+        return HybridStore(self._sql.long_running(), self.telemetry, sql_copy=self.sql_copy)
 
     def dispose(self) -> None:
         self._sql.dispose()
         self.telemetry.transport.close()
 
 
-def open_hybrid(sql: Store, url: str, layout: schema.Layout) -> HybridStore:
+def open_hybrid(
+    sql: Store, url: str, layout: schema.Layout, *, sql_copy: bool = False
+) -> HybridStore:
     """The SQL store ``sql`` with the telemetry database at ``url`` beside it (``layout``'s
-    database: the URL's)."""
+    database: the URL's); ``sql_copy``: the telemetry is written to ``sql`` too."""
     transport = connect(url)
-    return HybridStore(sql, Telemetry(transport, replace(layout, database=transport.database)))
+    telemetry = Telemetry(transport, replace(layout, database=transport.database))
+    return HybridStore(sql, telemetry, sql_copy=sql_copy)
 
 
 def _conforms(store: HybridStore) -> Store:

@@ -596,13 +596,22 @@ class _GpuSlots:
         return out
 
 
+#: The mean GPU utilisation of the instances that served a selector naming an attributed
+#: label (``baselines.gpu_utilization_of``, which resolves them as attributed).
+AttributedUtilisation = Callable[[Window, Selector, Resolution], "float | None"]
+
+
 class HybridSamples:
     """``SampleStore``: the server-scrape and GPU reads from ClickHouse; any other read is the
-    SQL store's (reached through ``__getattr__``)."""
+    SQL store's (reached through ``__getattr__``). ``attributed``: the GPU utilisation of a
+    selector that names an attributed label (without it, the SQL store's)."""
 
-    def __init__(self, sql: SampleStore, reads: SampleReads) -> None:
+    def __init__(
+        self, sql: SampleStore, reads: SampleReads, attributed: AttributedUtilisation | None = None
+    ) -> None:
         self._sql = sql
         self._reads = reads
+        self._attributed = attributed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -638,11 +647,14 @@ class HybridSamples:
     def gpu_utilization_of(
         self, window: Window, selector: Selector, finest: Resolution = Resolution.MINUTE
     ) -> float | None:
-        """From ClickHouse's GPU rollups, except for a selector naming a label attribution may
-        fill in after a request is stored (tenant, team, workload, adapter: ClickHouse's raw
-        rows and rollups hold them as shipped), whose instances the SQL store resolves."""
+        """From ClickHouse's GPU rollups; for a selector naming a label attribution may fill
+        in after a request is stored (tenant, team, workload, adapter: ClickHouse's raw rows
+        and rollups hold them as shipped), over the instances resolved as attributed
+        (``attributed``)."""
         named = {n for n, _ in selector.items()} | {n for n, _ in selector.excluded}
         if named & set(DIMENSIONS) or selector.tenants is not None:
+            if self._attributed is not None:
+                return self._attributed(window, selector, finest)
             return self._sql.gpu_utilization_of(window, selector, finest)
         return self._reads.gpu_utilization_of(window, selector, finest)
 

@@ -155,7 +155,7 @@ def both(order: str, chdb: ChdbTransport) -> Iterator[Both]:
         engine = create_store_engine(url)
         upgrade(engine)
         pg = Store(url, engine)
-        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout))
+        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout), sql_copy=True)
         _write(hybrid.ingest.open_writer(), order, records, spans)
         yield hybrid, pg
         engine.dispose()

@@ -154,7 +154,7 @@ def both(
         engine = create_store_engine(url)
         upgrade(engine)
         sql = Store(url, engine)
-        hybrid = HybridStore(sql.sql, Telemetry(chdb, layout))
+        hybrid = HybridStore(sql.sql, Telemetry(chdb, layout), sql_copy=True)
         _fill(hybrid)
         return engine, (hybrid, sql)
 

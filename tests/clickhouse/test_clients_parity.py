@@ -205,7 +205,7 @@ def filled(store: Store, telemetry: Telemetry) -> Filled:
     run, run_servers = _run(np.random.default_rng(3611))
     servers = sorted([*servers, *run_servers], key=lambda r: r.start)
     calls = sorted(calls, key=lambda c: c.start)
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     sink: Any = hybrid.ingest.open_writer()
     call_batches, server_batches = _batches(calls, 100), _batches(servers, 110)
     pieces = max(len(call_batches), len(server_batches))
@@ -381,7 +381,7 @@ def test_a_batch_stored_in_clickhouse_only_is_stored_in_sql_by_its_replay(
     assert ClientWriter(telemetry.transport, telemetry.layout).write_client_requests(
         calls
     ).inserted == len(calls)
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     assert len(hybrid.clients.read_pairs(WINDOWS[0], ALIASES).pairs) == len(calls)
     assert store.sql.clients.read_pairs(WINDOWS[0], ALIASES).pairs == []
     result: Any = hybrid.ingest.open_writer().write_client_requests(calls)  # type: ignore[attr-defined]
@@ -411,7 +411,7 @@ def test_a_key_repeated_in_a_batch_keeps_its_last_copy_and_counts_as_the_sql_sto
     assert mine.write_client_requests(batch) == sql.write_client_requests(batch)
     assert mine.write_client_requests(batch) == sql.write_client_requests(batch)
     window = Window(now - timedelta(days=3), now + timedelta(days=1))
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     got = hybrid.clients.read_pairs(window, ALIASES)
     assert [(p.client.e2e_s, p.client.tenant) for p in got.pairs] == [(2.5, "acme")]
     assert got == store.sql.clients.read_pairs(window, ALIASES)

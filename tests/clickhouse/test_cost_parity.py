@@ -223,7 +223,7 @@ def both(
         engine = create_store_engine(url)
         upgrade(engine)
         sql = Store(url, engine)
-        hybrid = HybridStore(sql.sql, Telemetry(chdb, layout))
+        hybrid = HybridStore(sql.sql, Telemetry(chdb, layout), sql_copy=True)
         sink = hybrid.ingest.open_writer()
         for i in range(0, len(samples), 1500):
             sink.write_gpu_samples(samples[i : i + 1500])

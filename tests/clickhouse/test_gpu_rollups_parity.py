@@ -91,7 +91,7 @@ def gpus(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[G
     """Samples in shuffled order (late ones cut their predecessors' intervals), batches of
     113, each shipped twice."""
     samples = _gpu_samples()
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     _ship(hybrid, samples, 113)
     return hybrid, store, samples
 
@@ -135,7 +135,7 @@ def test_a_batch_cut_off_before_its_rollups_is_completed_by_a_larger_replay(
     with pytest.raises(Unavailable):
         writer.write_gpu_samples(first)
     assert failing.failed
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     sink = hybrid.ingest.open_writer()
     assert sink.write_gpu_samples([*first, *more]) == len(first) + len(more)
     _equal_rollups(store, telemetry)

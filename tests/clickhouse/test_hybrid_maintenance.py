@@ -27,7 +27,7 @@ from tests.factories import make_records
 def test_maintenance_keeps_clickhouse_s_good_tokens_as_the_sql_store_s(
     store: Store, telemetry: Telemetry
 ) -> None:
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     records = make_records(
         np.random.default_rng(11), T0, 1200, span=timedelta(days=2), models=("llama-8b",)
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 
 from infersight.config.parts import StorePart
 from infersight.core.errors import InvalidInput
@@ -50,13 +51,48 @@ def test_a_telemetry_url_opens_the_hybrid_store(tmp_path: Path, chdb_path: Path)
     with store.reading() as bound:  # the hybrid store bound to the SQL store's connection
         assert bound.requests.throughput(window)[0].requests == 400
         assert bound.requests.latency("ttft", window).groups[0].count == 400
-        # team and workload are filled by the SQL store (attribution): answered there
         assert bound.requests.throughput(window, Selector(team="")) == (
             bound.requests.throughput(window)
         )
     with store.transaction() as bound:
         assert bound.slos.all() == []  # the state concerns are the SQL store's
+    # The telemetry is ClickHouse's alone: the SQL store took none of it.
+    assert store.maintenance.stored_requests() == 400
+    held = store.maintenance.contents()
+    assert (held.requests, held.first, held.last) == (
+        400, min(r.start for r in records), max(r.start for r in records)
+    )  # fmt: skip
+    assert _sql_requests(store) == 0
     telemetry.transport.command(f"DROP DATABASE IF EXISTS {layout.database}")
+    store.dispose()
+
+
+def _sql_requests(store: HybridStore) -> int:
+    with store.engine.connect() as connection:
+        return int(connection.execute(text("SELECT count(*) FROM requests")).scalar_one())
+
+
+def test_a_copy_to_the_sql_store_is_written_while_moving(tmp_path: Path, chdb_path: Path) -> None:
+    """``INFERSIGHT_TELEMETRY_SQL_COPY``: the telemetry goes to the SQL store too, under the
+    same acknowledgement, so its answers stay whole until the switch."""
+    settings = StorePart(
+        database_url=f"sqlite:///{tmp_path}/s.db",
+        telemetry_url=f"chdb://{chdb_path}",
+        telemetry_sql_copy=True,
+    )
+    store = open_store(settings)
+    assert isinstance(store, HybridStore)
+    assert store.sql_copy
+    store.maintenance.upgrade()
+    now = datetime.now(UTC).replace(microsecond=0)
+    records = make_records(
+        np.random.default_rng(8), now - timedelta(hours=3), 300, span=timedelta(hours=2)
+    )
+    writer = store.ingest.open_writer(settings.accept_window())
+    assert writer.write_requests(records).inserted == len(records)
+    assert store.maintenance.stored_requests() == 300
+    assert _sql_requests(store) == 300
+    store.telemetry.transport.command(f"DROP DATABASE IF EXISTS {store.telemetry.layout.database}")
     store.dispose()
 
 

@@ -64,7 +64,7 @@ def both(chdb: ChdbTransport) -> Iterator[Both]:
         engine = create_store_engine(url)
         upgrade(engine)
         pg = Store(url, engine)
-        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout))
+        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout), sql_copy=True)
         sink = hybrid.ingest.open_writer()
         for i in range(0, len(records), 700):
             sink.write_requests(records[i : i + 700])

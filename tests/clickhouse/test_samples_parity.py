@@ -135,7 +135,7 @@ def _engines_in(scrapes: Sequence[ServerSample]) -> int:
 def filled(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[ServerSample]]:
     """The scrapes shipped through the hybrid sink in batches, every batch twice (a replay)."""
     scrapes = _scrapes()
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     sink = hybrid.ingest.open_writer()
     stored = 0
     for batch in _batches(scrapes):
@@ -204,7 +204,7 @@ def test_a_key_repeated_in_a_batch_keeps_its_last_copy_in_both(
     at = T0 + timedelta(hours=2, microseconds=123_457)
     first = ServerSample(ts=at, instance="x", model="m", requests_waiting=1.0)
     last = ServerSample(ts=at, instance="x", model="m", requests_waiting=7.0)
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     assert hybrid.ingest.open_writer().write_server_samples([first, last]) == 1
     window = Window(at, at + timedelta(seconds=1))
     got = hybrid.samples.server_gauges("m", window)
@@ -261,7 +261,7 @@ def test_a_batch_stored_in_clickhouse_only_is_stored_in_sql_by_its_replay(
     assert SampleWriter(telemetry.transport, telemetry.layout).write_server_samples(scrapes) == len(
         scrapes
     )
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     assert hybrid.ingest.open_writer().write_server_samples(scrapes) == len(scrapes)
     assert _count(telemetry, "server_samples") == len(scrapes)
     window = WINDOWS[3]
@@ -314,7 +314,7 @@ def _gpu_samples(n_per_gpu: int = 150) -> list[GpuSample]:
 def gpus(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[GpuSample]]:
     """GPU samples shipped through the hybrid sink in batches, every batch twice (a replay)."""
     samples = _gpu_samples()
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     sink = hybrid.ingest.open_writer()
     stored = 0
     for i in range(0, len(samples), 113):
@@ -377,7 +377,7 @@ def test_the_accepted_window_refuses_the_same_samples_in_both(
     """Scrapes and GPU samples older than the accepted window (or too far ahead) are stored in
     neither store; the rest in both."""
     now = T0 + timedelta(days=2)
-    hybrid = HybridStore(store.sql, telemetry)
+    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     sink = hybrid.ingest.open_writer(AcceptWindow.of_days(1, 60.0), clock=lambda: now)
     times = [now - timedelta(days=1, seconds=1), now - timedelta(hours=3), now + timedelta(hours=1)]
     scrapes = [ServerSample(ts=t, instance="x", model="m", requests_waiting=1.0) for t in times]

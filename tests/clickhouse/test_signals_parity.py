@@ -214,7 +214,7 @@ def both(chdb: ChdbTransport) -> Iterator[Both]:
         engine = create_store_engine(url)
         upgrade(engine)
         pg = Store(url, engine)
-        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout))
+        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout), sql_copy=True)
         sink = hybrid.ingest.open_writer()
         spans = _spans(records)
         sink.write_attributions(spans[: len(spans) // 2])  # half before the requests
@@ -433,7 +433,7 @@ def smoke(chdb: ChdbTransport) -> Iterator[tuple[HybridStore, Store, list[Cell]]
         engine = create_store_engine(url)
         upgrade(engine)
         pg = Store(url, engine)
-        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout))
+        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout), sql_copy=True)
         made = [_simulated(name, day) for day, name in enumerate(SMOKE, start=-len(SMOKE))]
         made.append(_queue_cell(-len(SMOKE) - 1))
         sink = hybrid.ingest.open_writer()
