@@ -6,9 +6,9 @@ capacity, pools, a window's baseline and its diagnosis signals, label sets), ``e
 counts, an evaluation cycle, goodput's misses), ``demand``, ``samples`` (scrapes, GPU samples
 and rollups, purchasing's hours), ``clients`` (the client–server gap) and ``cost`` (GPU time,
 served work, good tokens). Gateway and client spans make ``tenant``, ``team``, ``workload``
-and ``adapter`` ClickHouse's answers as attributed, whichever arrived first
-(``attribution``). The SQL store keeps the state (SLOs, incidents, the outbox, documents,
-sessions, baselines, reports, load-test runs).
+and ``adapter`` ClickHouse's answers as attributed, whichever arrived first (``attribution``);
+late parallel-sampling sequences are folded there (``sequences``). The SQL store keeps the
+state (SLOs, incidents, the outbox, documents, sessions, baselines, reports, load-test runs).
 
 ``HybridSink`` writes each kind of telemetry to ClickHouse (each key once: a batch replayed
 after a failure is stored once) and, with ``sql_copy`` (``INFERSIGHT_TELEMETRY_SQL_COPY``, for
@@ -42,6 +42,7 @@ from infersight.core.query import Breakdown, LatencyResult, Method, Selector, Th
 from infersight.core.records import RequestRecord
 from infersight.core.retention import RetentionPolicy
 from infersight.core.samples import GpuSample, ServerSample
+from infersight.core.sequences import LateSequence
 from infersight.core.signals import WindowSignals
 from infersight.core.sketch import QuantileSketch
 from infersight.core.slo import EventCounts, Sli, SloSpec
@@ -99,6 +100,7 @@ from infersight.storage_clickhouse.reads import (
     RowReads,
 )
 from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, SampleWriter
+from infersight.storage_clickhouse.sequences import SequenceWriter
 from infersight.storage_clickhouse.signals import SignalReads
 from infersight.storage_clickhouse.transport import Transport, connect
 from infersight.storage_clickhouse.writer import ClickHouseWriter
@@ -122,9 +124,9 @@ class Telemetry:
 
 class HybridSink:
     """Telemetry into ClickHouse: request records (prefill legs too), gateway and client spans
-    (``attribution``), client records, server scrapes and GPU samples. With ``sql_copy``
-    (``INFERSIGHT_TELEMETRY_SQL_COPY``, for a move from a SQL store: both answer until the
-    switch) each is written to the SQL store too, after
+    (``attribution``), client records, server scrapes, GPU samples, and late sequences folded
+    (``sequences``). With ``sql_copy`` (``INFERSIGHT_TELEMETRY_SQL_COPY``, for a move from a
+    SQL store: both answer until the switch) each is written to the SQL store too, after
     ClickHouse, and acknowledged once both stored it; the answer is then the SQL store's.
     Without, the SQL store takes no telemetry and the answer is ClickHouse's. Its other
     methods (``ping``'s first half) are the SQL store's, reached through ``__getattr__``."""
@@ -145,6 +147,7 @@ class HybridSink:
             telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
         )
         self._attribution = AttributionWriter(telemetry.transport, telemetry.layout)
+        self._sequences = SequenceWriter(telemetry.transport, telemetry.layout, clickhouse.clock)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sql, name)
@@ -200,6 +203,27 @@ class HybridSink:
             copied: WriteResult = sql.write_attributions(items)
             return copied
         return result
+
+    def fold_sequences(self, late: Sequence[LateSequence]) -> WriteResult:
+        """Parallel-sampling sequences that came after their request was stored: folded in
+        ClickHouse (``sequences``: each sequence once, the rollups corrected by views) and,
+        with ``sql_copy``, then by the SQL store: acknowledged once both stored them."""
+        result = self._sequences.fold(late)
+        if not self.sql_copy:
+            return result
+        sql: Any = self._sql
+        copied: WriteResult = sql.fold_sequences(late)
+        return copied
+
+    def folded(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of ``keys`` (trace id, span id) are sequences folded already: ClickHouse's
+        claims (``sequences``), with ``sql_copy`` and the SQL store's (folds stored before
+        schema step 11 are only there)."""
+        done = self._sequences.folded(keys)
+        if not self.sql_copy:
+            return done
+        sql: Any = self._sql
+        return done | set(sql.folded(keys))
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
         """Client records into ClickHouse (``clients``: each key once); a client span's own

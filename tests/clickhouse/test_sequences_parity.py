@@ -195,7 +195,7 @@ def both(order: str, chdb: ChdbTransport) -> Iterator[Both]:
         engine = create_store_engine(url)
         upgrade(engine)
         pg = Store(url, engine)
-        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout))
+        hybrid = HybridStore(pg.sql, Telemetry(chdb, layout), sql_copy=True)
         results = _write(hybrid.ingest.open_writer(), order)
         # Not vacuous: most records folded, the ones without a stored request stored alone.
         assert sum(r.inserted for r in results) > 250
