@@ -16,10 +16,11 @@ on ClickHouse's tables: the window's calls newest first (of ``model``'s names, c
 canonically: the window's distinct client models are read first and the query pins those
 that are ``model``, and ``tenant``'s), at most ``max_calls`` (``truncated`` says when more
 were there); then, with no tenant and room left, the load-test requests of the window that
-kept a trace id (a load-test run is state: ``RunStore.traced_calls`` reads it from the SQL store);
-then the server records of those traces from ClickHouse's ``requests`` as attributed (the
-``requests_attributed`` view: a server record's tenant is the one its trace's gateway or
-client spans named, as the SQL store's rows are filled), looked up as the SQL store looks them
+kept a trace id (a load-test run is state: ``RunStore.traced_calls`` reads them from the SQL
+store); then the server records of those traces from ClickHouse's ``requests`` as attributed
+and with late sequences folded (the ``requests_current`` view: a server record's tenant is
+the one its trace's gateway or client spans named, as the SQL store's rows are filled),
+looked up as the SQL store looks them
 up — calls in start order, ``TRACE_BATCH`` at a time, each batch's traces within its calls'
 own span widened by ``SERVER_MARGIN`` — with ``BATCHES_PER_READ`` batches to a statement; and
 the two joined by ``core.gap.join``.
@@ -288,7 +289,7 @@ class ClientReads:
             )
             rows = self.transport.rows(
                 f"SELECT {', '.join(_SERVER_COLUMNS)} FROM"
-                f" {self.layout.table('requests_attributed')}"
+                f" {self.layout.table('requests_current')}"  # as attributed and folded
                 f"(low = {_text(low)}, high = {_text(high)}) WHERE {where}"
                 " ORDER BY start, trace_id, span_id"
             )

@@ -25,6 +25,7 @@ from infersight.storage_clickhouse.reads import (
     _literal,
     _parse,
     _pieces,
+    _raw,
     _raw_edges,
     _raw_where,
     _rollup_rows,
@@ -113,7 +114,7 @@ class PoolReads(Reads):
         if edges:
             for row in self.transport.rows(
                 f"SELECT instance, max(role) = 'decode', {_raw_aggregates()}"
-                f" FROM {self.layout.table('requests')} FINAL"
+                f" FROM {_raw(self.layout, edges, attributed=False)}"  # late sequences folded
                 f" WHERE {_raw_edges(edges, Selector())} GROUP BY instance"
             ):
                 a = users[str(row[0])]

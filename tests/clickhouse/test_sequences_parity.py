@@ -379,3 +379,26 @@ def test_label_sets_and_first_seen_equal_the_sql_store_s(both: Both) -> None:
     )
     now = T0 + timedelta(days=1, hours=2)
     assert hybrid.requests.first_seen(T0, now) == pg.sql.requests.first_seen(T0, now)
+
+
+@pytest.mark.parametrize("finest", [Resolution.MINUTE, Resolution.HOUR])
+def test_the_pool_table_counts_folded_requests_as_the_sql_store(
+    both: Both, finest: Resolution
+) -> None:
+    """The pool table's raw edges read rows with their late sequences folded (its rollups
+    already did): tokens and means equal the SQL store's, whose rows were rewritten. From
+    hours, the window's raw edges are nearly an hour each, with folded requests in them."""
+    hybrid, pg = both
+    ours = sorted(hybrid.requests.pool_summaries(SHORT, finest), key=lambda p: p.instance)
+    theirs = sorted(pg.sql.requests.pool_summaries(SHORT, finest), key=lambda p: p.instance)
+    assert ours
+    assert [(p.instance, p.role, p.requests, p.input_tokens, p.output_tokens) for p in ours] == [
+        (p.instance, p.role, p.requests, p.input_tokens, p.output_tokens) for p in theirs
+    ]
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.means.keys() == b.means.keys()
+        for name, value in a.means.items():
+            expected = b.means[name]
+            assert (value is None) == (expected is None), (a.instance, name)
+            if expected is not None:
+                assert value == pytest.approx(expected, rel=1e-9), (a.instance, name)
