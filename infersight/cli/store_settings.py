@@ -43,6 +43,7 @@ UNREAD_STORE_FIELDS: Final = (
     # ClickHouse beside the store (issue #36): the commands that read alone read state (SLOs,
     # baselines, the schema's revision), which the store keeps whatever holds the telemetry
     "telemetry_url",
+    "telemetry_cluster",
     "telemetry_sql_copy",
     "database_connect_timeout_s",
     "database_statement_timeout_s",

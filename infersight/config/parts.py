@@ -77,6 +77,12 @@ class StorePart(Part):
         "chdb://PATH in process); the store keeps the state. Empty: the store holds all of it "
         "(docs/past-one-primary.md).",
     )
+    telemetry_cluster: str = Field(
+        "",
+        description="With a telemetry URL: the ClickHouse cluster's name (as in the servers' "
+        "remote_servers): every table is made ON CLUSTER, replicated (the {shard} and "
+        "{replica} macros) and sharded behind a Distributed table. Empty: one server.",
+    )
     telemetry_sql_copy: bool = Field(
         False,
         description="With a telemetry URL: write the telemetry to the store too, under the "

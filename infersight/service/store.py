@@ -49,18 +49,19 @@ def open_store(settings: StorePart | str, **engine: Any) -> SqlStore | HybridSto
     from infersight.storage.sql_store import open_store as open_sql  # noqa: PLC0415
 
     url, timeouts = _url_and_timeouts(settings)
-    store = open_sql(url, timeouts=StoreTimeouts(**timeouts), **engine)
     if isinstance(settings, str) or not settings.telemetry_url:
-        return store
+        return open_sql(url, timeouts=StoreTimeouts(**timeouts), **engine)
     # Telemetry in ClickHouse beside the store (issue #36): its package is imported only here.
     from infersight.storage_clickhouse import hybrid, schema  # noqa: PLC0415
 
-    layout = schema.Layout(
+    layout = schema.Layout(  # checked before the store is opened: a bad name opens nothing
+        cluster=settings.telemetry_cluster or None,
         raw_days=settings.raw_retention_days,
         minute_days=settings.minute_rollup_retention_days,
         hour_days=settings.hour_rollup_retention_days,
         day_days=settings.day_rollup_retention_days,
     )
+    store = open_sql(url, timeouts=StoreTimeouts(**timeouts), **engine)
     return hybrid.open_hybrid(
         store, settings.telemetry_url, layout, sql_copy=settings.telemetry_sql_copy
     )

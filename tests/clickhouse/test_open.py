@@ -102,3 +102,16 @@ def test_telemetry_urls_are_checked_and_their_passwords_hidden() -> None:
     with pytest.raises(InvalidInput, match="not a ClickHouse database name"):
         connect("clickhouse://u:p@host:8123/bad-name")
     assert redact("clickhouse://u:secret@host:8123/db") == "clickhouse://u:***@host:8123/db"
+
+
+def test_the_cluster_setting_reaches_the_layout(tmp_path: Path, chdb_path: Path) -> None:
+    """``INFERSIGHT_TELEMETRY_CLUSTER``: every table ON CLUSTER behind a Distributed one (its
+    DDL is ``test_schema``'s); a name that is not an identifier is refused at open."""
+    base = {"database_url": f"sqlite:///{tmp_path}/s.db", "telemetry_url": f"chdb://{chdb_path}"}
+    store = open_store(StorePart(**base, telemetry_cluster="fleet_ch"))
+    assert isinstance(store, HybridStore)
+    assert store.telemetry.layout.cluster == "fleet_ch"
+    assert store.telemetry.layout.on_cluster == " ON CLUSTER 'fleet_ch'"
+    store.dispose()
+    with pytest.raises(InvalidInput, match="not a ClickHouse identifier"):
+        open_store(StorePart(**base, telemetry_cluster="fleet; DROP"))
