@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_FLOOR, Decimal
@@ -45,7 +46,7 @@ from functools import lru_cache
 from typing import Final
 
 from infersight.core.errors import InvalidInput
-from infersight.core.goodput import GoodLimits, GoodRule, basis_of
+from infersight.core.goodput import GoodBasis, GoodLimits, GoodRule, basis_of
 from infersight.core.gpu_slice import GpuSlice, parse_slice
 from infersight.core.money import (
     MILLION,
@@ -57,7 +58,7 @@ from infersight.core.money import (
     decimal_of,
     quantize,
 )
-from infersight.core.query import check_group_by
+from infersight.core.query import Selector, check_group_by
 from infersight.core.records import GROUP_LABELS
 from infersight.core.window import Window
 
@@ -598,3 +599,65 @@ __all__ = [
     "quantize",
     "unattributed_labels",
 ]
+
+
+def rules_used(
+    rules: Mapping[tuple[str, ...], GoodRule], selector: Selector
+) -> tuple[tuple[GoodRule, tuple[dict[str, str], ...]], ...]:
+    """Each good-token rule with the series (``GROUP_LABELS`` keys) ``selector`` picks that
+    it held, SLO rules first."""
+    held: dict[GoodRule, list[dict[str, str]]] = defaultdict(list)
+    for key, rule in sorted(rules.items()):
+        labels = dict(zip(GROUP_LABELS, key, strict=True))
+        if selector.matches(labels):
+            held[rule].append(labels)
+    order = sorted(held, key=lambda r: (r.basis != GoodBasis.SLO, r.slos, r.limits.key))
+    return tuple((rule, tuple(held[rule])) for rule in order)
+
+
+def priced(
+    window: Window,
+    model: CostModel,
+    selector: Selector,
+    groups: tuple[str, ...],
+    usage: Iterable[GpuUsage],
+    series: Iterable[SeriesUsage],
+    *,
+    good_tokens_exact: bool,
+    rules: Mapping[tuple[str, ...], GoodRule],
+) -> CostResult:
+    """The cost answer from what a store read: every instance that sampled GPUs (``usage``)
+    or served requests (``series``) priced, its cost attributed to the series it served; the
+    groups are the attributed lines of the series ``selector`` picks, summed per ``groups``,
+    and the total sums the same lines (each store reads, this prices)."""
+    by_instance: dict[str, list[GpuUsage]] = defaultdict(list)
+    for gpu in usage:
+        by_instance[gpu.instance].append(gpu)
+    served: dict[str, list[SeriesUsage]] = defaultdict(list)
+    for s in series:
+        served[s.labels["instance"]].append(s)
+    instances = [
+        price_instance(model, name, by_instance.get(name, []), bool(served.get(name)))
+        for name in sorted({*by_instance, *served})
+    ]
+    lines = [
+        line
+        for instance in instances
+        for line in attribute(instance, served.get(instance.instance, []))
+        if selector.matches(line.labels)
+    ]
+    grouped, total = group_lines(lines, groups, model.currency)
+    return CostResult(
+        window=window,
+        model_name=model.name,
+        currency=model.currency,
+        example_prices=model.example,
+        group_by=groups,
+        groups=tuple(grouped),
+        total=total,
+        instances=tuple(i for i in instances if selector.instance in (None, i.instance)),
+        unmetered=tuple(sorted(set(served) - set(by_instance))),
+        good_tokens_exact=good_tokens_exact,
+        good_rules=rules_used(rules, selector),
+        lines=tuple(lines),
+    )

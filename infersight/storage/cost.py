@@ -56,12 +56,10 @@ from infersight.core.cost import (
     GoodRequest,
     GpuUsage,
     SeriesUsage,
-    attribute,
     decimal_of,
-    group_lines,
-    price_instance,
+    priced,
 )
-from infersight.core.goodput import GoodBasis, GoodLimits, GoodPolicy, GoodRule
+from infersight.core.goodput import GoodLimits, GoodPolicy, GoodRule
 from infersight.core.query import Selector, check_group_by
 from infersight.core.records import GROUP_LABELS
 from infersight.core.sketch import header_totals
@@ -442,50 +440,9 @@ def cost(
         )
         series += prefill_leg_usage(connection, window, selector.instance)
     good_tokens.keep(engine, pending)
-    by_instance: dict[str, list[GpuUsage]] = defaultdict(list)
-    for gpu in usage:
-        by_instance[gpu.instance].append(gpu)
-    served: dict[str, list[SeriesUsage]] = defaultdict(list)
-    for s in series:
-        served[s.labels["instance"]].append(s)
-    instances = [
-        price_instance(model, name, by_instance.get(name, []), bool(served.get(name)))
-        for name in sorted({*by_instance, *served})
-    ]
-    lines = [
-        line
-        for instance in instances
-        for line in attribute(instance, served.get(instance.instance, []))
-        if selector.matches(line.labels)
-    ]
-    grouped, total = group_lines(lines, groups, model.currency)
-    return CostResult(
-        window=window,
-        model_name=model.name,
-        currency=model.currency,
-        example_prices=model.example,
-        group_by=groups,
-        groups=tuple(grouped),
-        total=total,
-        instances=tuple(i for i in instances if selector.instance in (None, i.instance)),
-        unmetered=tuple(sorted(set(served) - set(by_instance))),
-        good_tokens_exact=exact,
-        good_rules=_rules_used(rules, selector),
-        lines=tuple(lines),
+    return priced(
+        window, model, selector, groups, usage, series, good_tokens_exact=exact, rules=rules
     )
-
-
-def _rules_used(
-    rules: dict[LabelKey, GoodRule], selector: Selector
-) -> tuple[tuple[GoodRule, tuple[dict[str, str], ...]], ...]:
-    """Each rule with the series ``selector`` picks that it held (SLO rules first)."""
-    held: dict[GoodRule, list[dict[str, str]]] = defaultdict(list)
-    for key, rule in sorted(rules.items()):
-        labels = dict(zip(_SERIES, key, strict=True))
-        if selector.matches(labels):
-            held[rule].append(labels)
-    order = sorted(held, key=lambda r: (r.basis != GoodBasis.SLO, r.slos, r.limits.key))
-    return tuple((rule, tuple(held[rule])) for rule in order)
 
 
 # -- evidence for savings -------------------------------------------------------------------

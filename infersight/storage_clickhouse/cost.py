@@ -54,12 +54,10 @@ from infersight.core.cost import (
     GoodRequest,
     GpuUsage,
     SeriesUsage,
-    attribute,
     decimal_of,
-    group_lines,
-    price_instance,
+    priced,
 )
-from infersight.core.goodput import GoodBasis, GoodLimits, GoodPolicy, GoodRule
+from infersight.core.goodput import GoodLimits, GoodPolicy, GoodRule
 from infersight.core.gpu_intervals import BIN_COLUMNS, ROLLUP_GAP_S, floor_on_edge, idle_seconds
 from infersight.core.query import Selector, check_group_by
 from infersight.core.records import GROUP_LABELS
@@ -739,19 +737,6 @@ def _unkept(segments: Sequence[Segment]) -> list[tuple[datetime, datetime]]:
     return out
 
 
-def _rules_used(
-    rules: dict[LabelKey, GoodRule], selector: Selector
-) -> tuple[tuple[GoodRule, tuple[dict[str, str], ...]], ...]:
-    """Each rule with the series ``selector`` picks that it held (SLO rules first)."""
-    held: dict[GoodRule, list[dict[str, str]]] = defaultdict(list)
-    for key, rule in sorted(rules.items()):
-        labels = dict(zip(GROUP_LABELS, key, strict=True))
-        if selector.matches(labels):
-            held[rule].append(labels)
-    order = sorted(held, key=lambda r: (r.basis != GoodBasis.SLO, r.slos, r.limits.key))
-    return tuple((rule, tuple(held[rule])) for rule in order)
-
-
 class HybridCost:
     """``seam.CostStore`` from ClickHouse: ``cost`` priced from its GPU samples and rollups,
     requests and prefill legs (see the module); ``good_policy`` reads the stored SLOs (state:
@@ -797,36 +782,8 @@ class HybridCost:
         )
         series += reads.prefill_leg_usage(window, selector.instance)
         reads.keep(pending, micros(datetime.now(UTC)))
-        by_instance: dict[str, list[GpuUsage]] = defaultdict(list)
-        for gpu in usage:
-            by_instance[gpu.instance].append(gpu)
-        served: dict[str, list[SeriesUsage]] = defaultdict(list)
-        for s in series:
-            served[s.labels["instance"]].append(s)
-        instances = [
-            price_instance(model, name, by_instance.get(name, []), bool(served.get(name)))
-            for name in sorted({*by_instance, *served})
-        ]
-        lines = [
-            line
-            for instance in instances
-            for line in attribute(instance, served.get(instance.instance, []))
-            if selector.matches(line.labels)
-        ]
-        grouped, total = group_lines(lines, groups, model.currency)
-        return CostResult(
-            window=window,
-            model_name=model.name,
-            currency=model.currency,
-            example_prices=model.example,
-            group_by=groups,
-            groups=tuple(grouped),
-            total=total,
-            instances=tuple(i for i in instances if selector.instance in (None, i.instance)),
-            unmetered=tuple(sorted(set(served) - set(by_instance))),
-            good_tokens_exact=exact,
-            good_rules=_rules_used(rules, selector),
-            lines=tuple(lines),
+        return priced(
+            window, model, selector, groups, usage, series, good_tokens_exact=exact, rules=rules
         )
 
 
