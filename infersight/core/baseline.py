@@ -28,8 +28,11 @@ import numpy as np
 import numpy.typing as npt
 
 from infersight.core.errors import InvalidInput
+from infersight.core.money import Money
 from infersight.core.quantiles import exact_quantiles
+from infersight.core.query import Selector, Throughput
 from infersight.core.sketch import QuantileSketch
+from infersight.core.window import Window
 
 # What other modules use (and the types its answers carry); the tuning constants and
 # helpers left out are this module's own.
@@ -41,6 +44,7 @@ __all__ = [
     "check_name",
     "from_dict",
     "from_samples",
+    "of_window",
     "renamed",
     "summary_dict",
     "to_dict",
@@ -394,3 +398,47 @@ def _parse_time(text: str) -> datetime:
     if value.tzinfo is None:
         raise ValueError("time without a time zone")
     return value
+
+
+def of_window(
+    name: str,
+    created_at: datetime,
+    window: Window,
+    selector: Selector,
+    total: Throughput,
+    span: Window,
+    latency: Mapping[str, LatencySummary | None],
+    *,
+    gpu_utilization: float | None,
+    per_million: Money | None,
+    description: str = "",
+) -> Baseline:
+    """A baseline of a window of production from what a store read: ``total`` (the
+    selector's requests), ``span`` (the part of the window that holds data: the rates are
+    over it), each metric's summary, the GPU utilisation and the cost per million tokens (its
+    currency becomes the ``cost_currency`` label). ``window_start`` and ``window_end`` are the
+    window asked for; a selector's tenant set is the ``tenants`` label (their union)."""
+    labels = dict(selector.items())
+    if selector.tenants is not None:
+        labels["tenants"] = "|".join(sorted(selector.tenants))
+    if per_million is not None:
+        labels["cost_currency"] = per_million.currency
+    return Baseline(
+        name=name,
+        created_at=created_at,
+        source="window",
+        duration_s=span.seconds,
+        requests=total.requests,
+        errors=total.errors,
+        request_throughput=(total.requests - total.errors) / span.seconds,
+        output_token_throughput=total.output_tokens / span.seconds,
+        latency={m: s for m, s in latency.items() if s is not None},
+        input_tokens=total.input_tokens,
+        output_tokens=total.output_tokens,
+        gpu_utilization=gpu_utilization,
+        cost_per_million_tokens=None if per_million is None else per_million.amount,
+        description=description,
+        labels=labels,
+        window_start=window.start,
+        window_end=window.end,
+    )

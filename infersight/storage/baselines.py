@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, Final
 
 from sqlalchemy import Engine, select, union
@@ -23,6 +22,7 @@ from infersight.core.baseline import (
     LatencySummary,
     check_name,
     from_dict,
+    of_window,
     to_dict,
 )
 from infersight.core.cost import CostModel
@@ -109,35 +109,16 @@ def capture_window(
     total = totals[0]
     # Rates over the part of the window that holds data, not over the whole window.
     span = queries.data_span(engine, window, selector, finest=finest) or window
-    labels = dict(selector.items())
-    if selector.tenants is not None:  # a token limited to several tenants: their union
-        labels["tenants"] = "|".join(sorted(selector.tenants))
-    cost_per_million: Decimal | None = None
+    money = None
     if cost_model is not None:
         per_million = cost(engine, window, cost_model, selector, finest=finest).total
         money = per_million.cost_per_million_tokens
-        if money is not None:
-            cost_per_million, labels["cost_currency"] = money.amount, money.currency
     latency = _latencies(engine, window, selector, finest, exact_max_rows, total.requests)
-    return Baseline(
-        name=name,
-        created_at=created_at,
-        source="window",
-        duration_s=span.seconds,
-        requests=total.requests,
-        errors=total.errors,
-        request_throughput=(total.requests - total.errors) / span.seconds,
-        output_token_throughput=total.output_tokens / span.seconds,
-        latency={m: s for m, s in latency.items() if s is not None},
-        input_tokens=total.input_tokens,
-        output_tokens=total.output_tokens,
+    return of_window(
+        name, created_at, window, selector, total, span, latency,
         gpu_utilization=gpu_utilization(engine, window, selector, finest),
-        cost_per_million_tokens=cost_per_million,
-        description=description,
-        labels=labels,
-        window_start=window.start,
-        window_end=window.end,
-    )
+        per_million=money, description=description,
+    )  # fmt: skip
 
 
 def _latencies(

@@ -14,13 +14,13 @@ through ``requests_attributed`` and the rollups' moves).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from infersight.core.baseline import (
     BASELINE_QUANTILES,
     LATENCY_METRICS,
     Baseline,
     LatencySummary,
+    of_window,
 )
 from infersight.core.cost import CostModel
 from infersight.core.errors import InvalidInput
@@ -127,37 +127,17 @@ def capture_window(
         )
     total = totals[0]
     span = data_span(reads, window, selector, finest) or window
-    labels = dict(selector.items())
-    if selector.tenants is not None:
-        labels["tenants"] = "|".join(sorted(selector.tenants))
-    cost_per_million: Decimal | None = None
+    money = None
     if cost_model is not None:
         if cost is None:
             raise ValueError("a cost model needs the store's cost reads")
-        per_million = cost.cost(window, cost_model, selector, finest=finest).total
-        money = per_million.cost_per_million_tokens
-        if money is not None:
-            cost_per_million, labels["cost_currency"] = money.amount, money.currency
+        money = cost.cost(window, cost_model, selector, finest=finest).total.cost_per_million_tokens
     latency = _latencies(reads, window, selector, finest, exact_max_rows, total.requests)
-    return Baseline(
-        name=name,
-        created_at=created_at,
-        source="window",
-        duration_s=span.seconds,
-        requests=total.requests,
-        errors=total.errors,
-        request_throughput=(total.requests - total.errors) / span.seconds,
-        output_token_throughput=total.output_tokens / span.seconds,
-        latency={m: s for m, s in latency.items() if s is not None},
-        input_tokens=total.input_tokens,
-        output_tokens=total.output_tokens,
+    return of_window(
+        name, created_at, window, selector, total, span, latency,
         gpu_utilization=gpu_utilization_of(reads, samples, window, selector, finest),
-        cost_per_million_tokens=cost_per_million,
-        description=description,
-        labels=labels,
-        window_start=window.start,
-        window_end=window.end,
-    )
+        per_million=money, description=description,
+    )  # fmt: skip
 
 
 def _latencies(
