@@ -13,7 +13,6 @@ URL (#19). Without the binary those tests skip, except in CI, where they fail.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import metadata
+from tests.waiting import until
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "INFERSIGHT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -148,18 +148,18 @@ def _end_stray_leaders(engine: Engine) -> None:
     """End the sessions an earlier test left holding an advisory lock in this worker's
     database (a jobs' leader lock whose app was never stopped, or is still stopping): each
     test starts with no leader, as its replicas' first tick assumes. The database is this
-    worker's own, so no other run's session is touched."""
+    worker's own, so no other run's session is touched. Waits for the server to end them
+    (``tests.waiting.until``: no deadline of its own, on a loaded host too)."""
     with engine.connect() as connection:
-        for _ in range(200):
+
+        def none_left() -> bool:
             pids = connection.execute(_STRAY_LEADERS).scalars().all()
-            connection.rollback()  # a fresh snapshot of pg_locks on the next read
-            if not pids:
-                return
             for pid in pids:
                 connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-            connection.commit()
-            time.sleep(0.05)
-    raise AssertionError(f"sessions {pids} still hold advisory locks in the test database")
+            connection.commit()  # and a fresh snapshot of pg_locks on the next read
+            return not pids
+
+        until(none_left, "the stray leader sessions' end", every_s=0.05)
 
 
 BOTH_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
