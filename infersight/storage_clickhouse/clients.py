@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
-from infersight.core.accept import AcceptWindow
 from infersight.core.client import ClientRecord
 from infersight.core.gap import Side, join
 from infersight.core.model_names import ModelAliases
@@ -44,7 +43,7 @@ from infersight.storage.seam import Pairs
 from infersight.storage_clickhouse.clients_schema import CLIENT_COLUMNS
 from infersight.storage_clickhouse.layout import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
-from infersight.storage_clickhouse.writer import CHUNK, micros, payload
+from infersight.storage_clickhouse.writer import CHUNK, STARTED, AcceptingWriter, micros, payload
 
 #: Client calls one answer reads at most: ``storage.client_reads.MAX_CALLS``.
 MAX_CALLS: Final = 100_000
@@ -125,29 +124,14 @@ def _row(record: ClientRecord) -> list[Any]:
     return out
 
 
-class ClientWriter:
+class ClientWriter(AcceptingWriter):
     """``core.write.Sink``'s ``write_client_requests`` into ClickHouse (see the module)."""
-
-    def __init__(
-        self,
-        transport: Transport,
-        layout: Layout,
-        accept: AcceptWindow | None = None,
-        clock: Callable[[], datetime] | None = None,
-    ) -> None:
-        self.transport = transport
-        self.layout = layout
-        self.accept = accept
-        self.clock = clock or (lambda: datetime.now(UTC))
 
     def write_client_requests(self, records: Sequence[ClientRecord]) -> WriteResult:
         """Store ``records`` (each key once): counted as the SQL store counts them,
         ``inserted + duplicates + refused == received``."""
         received = len(records)
-        kept = records
-        if self.accept is not None:
-            low, high = self.accept.bounds(self.clock())
-            kept = [r for r in records if low <= r.start <= high]
+        kept = self.accepted(records, STARTED)
         by_key: dict[ClientKey, ClientRecord] = {}
         for record in kept:
             by_key[_key(record)] = record

@@ -103,7 +103,7 @@ from infersight.storage_clickhouse.samples import HybridSamples, SampleReads, Sa
 from infersight.storage_clickhouse.sequences import SequenceWriter
 from infersight.storage_clickhouse.signals import SignalReads
 from infersight.storage_clickhouse.transport import Transport, connect
-from infersight.storage_clickhouse.writer import ClickHouseWriter
+from infersight.storage_clickhouse.writer import STARTED, ClickHouseWriter
 
 
 class Telemetry:
@@ -169,40 +169,36 @@ class HybridSink:
             return self._sql.write_requests(records)
         return result
 
-    def _accepted(self, items: Sequence[Attribution]) -> Sequence[Attribution]:
-        accept = self._clickhouse.accept
-        if accept is None:
-            return items
-        low, high = accept.bounds(self._clickhouse.clock())
-        return [a for a in items if low <= a.start <= high]
-
-    def _attribute(self, items: Sequence[Attribution]) -> WriteResult:
-        """Store the accepted spans and settle the requests they fill; what was stored (a
-        span whose trace, start and id are stored already is a duplicate, as in SQL)."""
-        kept = self._accepted(items)
-        fresh = 0
-        if kept:
-            stored = self._attribution.spans(
-                {a.trace_id for a in kept},
-                min(a.start for a in kept),
-                max(a.start for a in kept),
-            )
-            keys = {(t, s.start, s.span_id) for t, spans in stored.items() for s in spans}
-            fresh = len({(a.trace_id, a.start, a.span_id) for a in kept} - keys)
+    def _attribute(self, kept: Sequence[Attribution]) -> None:
+        """Store the spans (accepted ones) and settle the requests they fill."""
         self._attribution.store(kept)
         self._attribution.settle_spans(kept)
-        return WriteResult(len(items), fresh, len(kept) - fresh, len(items) - len(kept))
+
+    def _fresh(self, kept: Sequence[Attribution]) -> int:
+        """How many distinct spans (by trace, start and span id) of ``kept`` are not stored
+        yet: the rest are duplicates, as the SQL store counts them."""
+        if not kept:
+            return 0
+        stored = self._attribution.spans(
+            {a.trace_id for a in kept},
+            min(a.start for a in kept),
+            max(a.start for a in kept),
+        )
+        keys = {(t, s.start, s.span_id) for t, spans in stored.items() for s in spans}
+        return len({(a.trace_id, a.start, a.span_id) for a in kept} - keys)
 
     def write_attributions(self, items: Sequence[Attribution]) -> WriteResult:
         """Gateway and client spans into ClickHouse (the stored requests they fill moved to
-        their attributed series: ``attribution``); with ``sql_copy``, then into the SQL
-        store."""
-        result = self._attribute(items)
+        their attributed series: ``attribution``); with ``sql_copy``, then into the SQL store,
+        whose answer it is (the spans already stored are looked up only without it)."""
+        kept = self._clickhouse.accepted(items, STARTED)
+        fresh = 0 if self.sql_copy else self._fresh(kept)
+        self._attribute(kept)
         if self.sql_copy:
             sql: Any = self._sql  # the SQL store's writer: ``Sink`` does not name these
             copied: WriteResult = sql.write_attributions(items)
             return copied
-        return result
+        return WriteResult(len(items), fresh, len(kept) - fresh, len(items) - len(kept))
 
     def fold_sequences(self, late: Sequence[LateSequence]) -> WriteResult:
         """Parallel-sampling sequences that came after their request was stored: folded in
@@ -233,15 +229,14 @@ class HybridSink:
         result = ClientWriter(
             telemetry.transport, telemetry.layout, clickhouse.accept, clickhouse.clock
         ).write_client_requests(records)
-        self._attribute(
-            [
-                Attribution(
-                    r.trace_id, r.span_id, r.start, r.e2e_s or 0.0, tenant=r.tenant, source="client"
-                )
-                for r in records
-                if r.tenant and usable(r.tenant)
-            ]
-        )
+        spans = [
+            Attribution(
+                r.trace_id, r.span_id, r.start, r.e2e_s or 0.0, tenant=r.tenant, source="client"
+            )
+            for r in records
+            if r.tenant and usable(r.tenant)
+        ]
+        self._attribute(self._clickhouse.accepted(spans, STARTED))
         if self.sql_copy:
             sql: Any = self._sql
             copied: WriteResult = sql.write_client_requests(records)

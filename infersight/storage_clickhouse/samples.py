@@ -58,7 +58,7 @@ from infersight.storage_clickhouse.samples_schema import (
 )
 from infersight.storage_clickhouse.schema import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
-from infersight.storage_clickhouse.writer import payload
+from infersight.storage_clickhouse.writer import SAMPLED, AcceptingWriter, payload
 
 #: Keys looked up per statement.
 LOOKUP: Final = 2_000
@@ -118,7 +118,7 @@ def _in(values: Collection[str]) -> str:
     return ", ".join(quote(v) for v in sorted(values))
 
 
-class SampleWriter:
+class SampleWriter(AcceptingWriter):
     """``core.write.Sink``'s ``write_server_samples`` into ClickHouse (see the module)."""
 
     def __init__(
@@ -128,17 +128,12 @@ class SampleWriter:
         accept: AcceptWindow | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
-        self.transport = transport
-        self.layout = layout
-        self.accept = accept
-        self.clock = clock or (lambda: datetime.now(UTC))
+        super().__init__(transport, layout, accept, clock)
         self.rollups = GpuRollups(transport, layout)
 
     def write_server_samples(self, samples: Sequence[ServerSample]) -> int:
         """Store ``samples`` (each key once) with their engines; how many were stored now."""
-        if self.accept is not None:
-            low, high = self.accept.bounds(self.clock())
-            samples = [s for s in samples if low <= s.ts <= high]
+        samples = self.accepted(samples, SAMPLED)
         by_key: dict[ServerKey, ServerSample] = {}
         for sample in samples:
             by_key[(_micros(sample.ts), sample.instance)] = sample
@@ -198,9 +193,7 @@ class SampleWriter:
 
     def write_gpu_samples(self, samples: Sequence[GpuSample]) -> int:
         """Store ``samples`` (each key once); how many were stored now."""
-        if self.accept is not None:
-            low, high = self.accept.bounds(self.clock())
-            samples = [s for s in samples if low <= s.ts <= high]
+        samples = self.accepted(samples, SAMPLED)
         by_key: dict[GpuKey, GpuSample] = {}
         for sample in samples:
             by_key[(_micros(sample.ts), sample.instance, sample.gpu_index)] = sample

@@ -39,7 +39,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from operator import attrgetter
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 
@@ -60,6 +60,8 @@ from infersight.core.sketch import DEFAULT_RELATIVE_ACCURACY, MIN_VALUE, Quantil
 from infersight.core.write import WriteResult
 from infersight.storage_clickhouse.schema import Layout, key_columns
 from infersight.storage_clickhouse.transport import Transport, quote
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +154,9 @@ def _token(records: Iterable[RequestRecord]) -> str:
     return "q" + digest.hexdigest()
 
 
-class ClickHouseWriter:
-    """Request records into ClickHouse: ``core.write.Sink``'s ``write_requests`` (the other
-    kinds have writers of their own, ``hybrid.HybridSink``)."""
+class AcceptingWriter:
+    """What every ClickHouse writer holds: the database, and the window of times it accepts
+    (``None``: any) by its clock."""
 
     def __init__(
         self,
@@ -168,11 +170,22 @@ class ClickHouseWriter:
         self.accept = accept
         self.clock = clock or (lambda: datetime.now(UTC))
 
-    def _accepted(self, records: Sequence[RequestRecord]) -> Sequence[RequestRecord]:
+    def accepted(self, items: Sequence[T], when: Callable[[T], datetime]) -> Sequence[T]:
+        """``items`` whose time (``when``) lies in the accepted window now."""
         if self.accept is None:
-            return records
+            return items
         low, high = self.accept.bounds(self.clock())
-        return [r for r in records if low <= r.start <= high]
+        return [item for item in items if low <= when(item) <= high]
+
+
+#: ``AcceptingWriter.accepted``'s time of a record or span, and of a sample.
+STARTED: Final = attrgetter("start")
+SAMPLED: Final = attrgetter("ts")
+
+
+class ClickHouseWriter(AcceptingWriter):
+    """Request records into ClickHouse: ``core.write.Sink``'s ``write_requests`` (the other
+    kinds have writers of their own, ``hybrid.HybridSink``)."""
 
     def write_requests(self, records: Sequence[RequestRecord]) -> WriteResult:
         """Store the user requests of ``records`` in ``requests`` and their prefill legs
@@ -182,13 +195,13 @@ class ClickHouseWriter:
         legs = [r for r in records if r.role is Role.PREFILL]
         users_in = [r for r in records if r.role is not Role.PREFILL] if legs else records
         received = len(users_in)
-        users = self._accepted(users_in)
+        users = self.accepted(users_in, STARTED)
         refused = received - len(users)
         inserted = self._store_all(users, "requests")
         if legs:
             # Users' requests first: a failure here leaves them stored, and the replay finds
             # them (duplicates) and stores the legs.
-            self._store_all(self._accepted(legs), "request_parts")
+            self._store_all(self.accepted(legs, STARTED), "request_parts")
         return WriteResult(received, inserted, len(users) - inserted, refused)
 
     def _store_all(self, records: Sequence[RequestRecord], table: str) -> int:
