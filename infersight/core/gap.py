@@ -21,6 +21,7 @@ negative, which the store's sketches do not hold).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -234,3 +235,23 @@ __all__ = [
     "gap_report",
     "join",
 ]
+
+
+def client_signals(pairs: Sequence[Pair]) -> dict[str, float]:
+    """The diagnosis's client signals of one instance from its joined pairs (gaps are client
+    − server): how many pairs, the clients' TTFT and E2E P90, and the gaps' P50 and P90; a
+    figure no pair reported is left out, a negative one reads as 0."""
+    out: dict[str, float] = {"client_pairs": float(len(pairs))}
+    wanted = (
+        ("client_ttft_p90", [p.client.ttft_s for p in pairs], 0.9),
+        ("client_e2e_p90", [p.client.e2e_s for p in pairs], 0.9),
+        ("gap_ttft_p50", [p.ttft_gap_s for p in pairs], 0.5),
+        ("gap_ttft_p90", [p.ttft_gap_s for p in pairs], 0.9),
+        ("gap_e2e_p50", [p.e2e_gap_s for p in pairs], 0.5),
+        ("gap_e2e_p90", [p.e2e_gap_s for p in pairs], 0.9),
+    )
+    for name, values, q in wanted:
+        value = exact_quantiles(_known(values), [q]).get(q)
+        if value is not None and math.isfinite(value):
+            out[name] = max(0.0, value)
+    return out

@@ -51,7 +51,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from infersight.core.errors import InvalidInput, NotFound
-from infersight.core.gap import Pair
+from infersight.core.gap import Pair, client_signals
 from infersight.core.model_names import ModelAliases
 from infersight.core.query import Selector
 from infersight.core.samples import BENIGN_REASONS, THROTTLE_REASONS
@@ -298,20 +298,6 @@ def _gpu_values(rows: Sequence[Any], window: Window) -> dict[str, float]:
     return out
 
 
-def _client_values(pairs: Sequence[Pair]) -> dict[str, float]:
-    """Client signals of one instance from its joined pairs."""
-    out: dict[str, float] = {"client_pairs": float(len(pairs))}
-    _put(out, "client_ttft_p90", _quantile([p.client.ttft_s for p in pairs], 0.9))
-    _put(out, "client_e2e_p90", _quantile([p.client.e2e_s for p in pairs], 0.9))
-    ttft_gap = [p.ttft_gap_s for p in pairs]
-    e2e_gap = [p.e2e_gap_s for p in pairs]
-    _put(out, "gap_ttft_p50", _quantile(ttft_gap, 0.5))
-    _put(out, "gap_ttft_p90", _quantile(ttft_gap, 0.9))
-    _put(out, "gap_e2e_p50", _quantile(e2e_gap, 0.5))
-    _put(out, "gap_e2e_p90", _quantile(e2e_gap, 0.9))
-    return out
-
-
 def _client_pairs(
     engine: Engine, window: Window, selector: Selector, aliases: ModelAliases
 ) -> dict[str, list[Pair]]:
@@ -401,7 +387,7 @@ def window_signals(
         values.update(gpu)
         joined = clients.get(name, [])
         if joined:
-            values.update(_client_values(joined))
+            values.update(client_signals(joined))
         _put(values, "prefill_queue_mean", prefill_queues.get(name))
         sources = _kv_sources(rows)
         model = rows[0].model if rows else (selector.model or "")

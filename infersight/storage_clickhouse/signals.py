@@ -43,9 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import numpy as np
-
-from infersight.core.gap import Pair
+from infersight.core.gap import Pair, client_signals
 from infersight.core.model_names import ModelAliases
 from infersight.core.query import Selector
 from infersight.core.samples import BENIGN_REASONS, THROTTLE_REASONS
@@ -191,7 +189,7 @@ class SignalReads:
             values.update(gpu.get(name, {}))
             joined = clients.get(name, [])
             if joined:
-                values.update(_client_values(joined))
+                values.update(client_signals(joined))
             _put(values, "prefill_queue_mean", prefill.get(name))
             available = set()
             if mine:
@@ -455,23 +453,3 @@ class SignalReads:
                 continue
             out[server.instance].append(pair)
         return out
-
-
-def _quantile(values: Sequence[float | None], q: float) -> float | None:
-    """numpy's (linear) quantile of the values present (``None`` without one)."""
-    present = [v for v in values if v is not None]
-    return float(np.quantile(present, q)) if present else None
-
-
-def _client_values(pairs: Sequence[Pair]) -> dict[str, float]:
-    """Client signals of one instance from its joined pairs (gaps are client − server)."""
-    out: dict[str, float] = {"client_pairs": float(len(pairs))}
-    _put(out, "client_ttft_p90", _quantile([p.client.ttft_s for p in pairs], 0.9))
-    _put(out, "client_e2e_p90", _quantile([p.client.e2e_s for p in pairs], 0.9))
-    ttft_gap = [p.ttft_gap_s for p in pairs]
-    e2e_gap = [p.e2e_gap_s for p in pairs]
-    _put(out, "gap_ttft_p50", _quantile(ttft_gap, 0.5))
-    _put(out, "gap_ttft_p90", _quantile(ttft_gap, 0.9))
-    _put(out, "gap_e2e_p50", _quantile(e2e_gap, 0.5))
-    _put(out, "gap_e2e_p90", _quantile(e2e_gap, 0.9))
-    return out
