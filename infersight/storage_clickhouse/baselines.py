@@ -32,6 +32,7 @@ from infersight.core.window import Resolution, Segment, Window
 from infersight.storage.seam import CostStore
 from infersight.storage_clickhouse.reads import (
     Reads,
+    Sides,
     _parse,
     _raw,
     _raw_where,
@@ -60,6 +61,7 @@ def data_span(
         selector,
         f"bucket, {labels}, requests",
         attributed=_touches(selector),
+        sides=Sides.probe(reads.transport, reads.layout, [segment]),
     )
     rows = reads.transport.rows(
         "SELECT count(), min(bucket), max(bucket) FROM (SELECT bucket, sum(requests) AS n"
@@ -89,12 +91,13 @@ def gpu_utilization_of(
     days = Segment(
         Resolution.DAY.floor(window.start), Resolution.DAY.ceil(window.end), Resolution.DAY
     )
-    inner = _rollup_rows(reads.layout, [days], selector, "instance")
+    sides = Sides.probe(reads.transport, reads.layout, [days, window])
+    inner = _rollup_rows(reads.layout, [days], selector, "instance", sides=sides)
     found = reads.transport.rows(f"SELECT DISTINCT instance FROM ({inner})")
     instances = {str(r[0]) for r in found}
     if window.seconds <= RAW_INSTANCES_MAX_S:
         found = reads.transport.rows(
-            f"SELECT DISTINCT instance FROM {_raw(reads.layout, [window])}"
+            f"SELECT DISTINCT instance FROM {_raw(reads.layout, [window], sides=sides)}"
             f" WHERE {_raw_where(window, selector)}"
         )
         instances |= {str(r[0]) for r in found}

@@ -160,6 +160,7 @@ class CapacityReads(Reads):
             selector,
             "instance, bucket, requests, errors, output_tokens",
             attributed=_touches(selector),
+            sides=self._sides(segment),
         )
         seen = 0
         while True:
@@ -191,13 +192,15 @@ class CapacityReads(Reads):
         metrics = list(limits)
         names = [[f"{m}_{part}" for part in _SKETCH_PARTS] for m in metrics]
         attributed = _touches(selector)
+        ranges = _ranges([at for _ok, _instance, at, _out in batch])
         inner = _rollup_rows(
             self.layout,
-            _ranges([at for _ok, _instance, at, _out in batch]),
+            ranges,
             selector,
             "instance, bucket, " + ", ".join(n for ns in names for n in ns),
             metrics,
             attributed=attributed,
+            sides=self._sides(*ranges),
         )
         merged = ", ".join(
             f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"

@@ -42,6 +42,7 @@ from infersight.core.write import WriteResult
 from infersight.storage.seam import Pairs
 from infersight.storage_clickhouse.clients_schema import CLIENT_COLUMNS
 from infersight.storage_clickhouse.layout import Layout
+from infersight.storage_clickhouse.reads import Sides, _raw
 from infersight.storage_clickhouse.transport import Transport, quote
 from infersight.storage_clickhouse.writer import CHUNK, STARTED, AcceptingWriter, micros, payload
 
@@ -271,11 +272,12 @@ class ClientReads:
                 f" AND trace_id IN ({', '.join(quote(t) for t in traces)}))"
                 for a, b, traces in group
             )
+            span = [Window(low, high)]
+            sides = Sides.probe(self.transport, self.layout, span)
             rows = self.transport.rows(
-                f"SELECT {', '.join(_SERVER_COLUMNS)} FROM"
-                f" {self.layout.table('requests_current')}"  # as attributed and folded
-                f"(low = {_text(low)}, high = {_text(high)}) WHERE {where}"
-                " ORDER BY start, trace_id, span_id"
+                f"SELECT {', '.join(_SERVER_COLUMNS)}"
+                f" FROM {_raw(self.layout, span, sides=sides)}"  # as attributed and folded
+                f" WHERE {where} ORDER BY start, trace_id, span_id"
             )
             for row in rows:
                 side = _side(row)

@@ -67,7 +67,14 @@ from infersight.storage.seam import CostStore
 from infersight.storage_clickhouse.attribution import LOOKBACK, AttributionWriter, dimensions_at
 from infersight.storage_clickhouse.cost_schema import GOOD_TOKEN_COLUMNS
 from infersight.storage_clickhouse.layout import Layout
-from infersight.storage_clickhouse.reads import _bucket, _parse, _raw, _rollup_rows, _time
+from infersight.storage_clickhouse.reads import (
+    Sides,
+    _bucket,
+    _parse,
+    _raw,
+    _rollup_rows,
+    _time,
+)
 from infersight.storage_clickhouse.transport import Transport, quote
 from infersight.storage_clickhouse.writer import micros, payload
 
@@ -338,11 +345,12 @@ class CostReads:
         if not edges:
             return []
         pin = "" if instance is None else f" AND instance = {quote(instance)}"
+        sides = Sides.probe(self.transport, self.layout, edges)
         sql = " UNION ALL ".join(
             f"SELECT {_LABELS}, count(), sum(ifNull(input_tokens, 0)),"
             " sum(ifNull(output_tokens, 0)), sum(ifNull(prefill_s, 0.0)),"
             " sum(ifNull(decode_s, 0.0)), count(kv_transfer_s)"
-            f" FROM {_raw(self.layout, [edge])}"
+            f" FROM {_raw(self.layout, [edge], sides=sides)}"
             f" WHERE start >= {_time(edge.start)} AND start < {_time(edge.end)}{pin}"
             f" GROUP BY {_LABELS}"
             for edge in edges
@@ -357,6 +365,7 @@ class CostReads:
         if not segments:
             return []
         selector = Selector() if instance is None else Selector(instance=instance)
+        sides = Sides.probe(self.transport, self.layout, segments)
         columns = (
             f"bucket, {_LABELS}, requests, input_tokens, output_tokens, prefill_sum,"
             " decode_sum, kv_transfer_zero, kv_transfer_buckets"
@@ -365,7 +374,7 @@ class CostReads:
             f"SELECT {k} AS part, {_LABELS}, sum(requests), sum(input_tokens),"
             " sum(output_tokens), sum(prefill_sum), sum(decode_sum), toUnixTimestamp(bucket),"
             " sum(kv_transfer_zero) + sum(arraySum(mapValues(kv_transfer_buckets)))"
-            f" FROM ({_rollup_rows(self.layout, [seg], selector, columns)})"
+            f" FROM ({_rollup_rows(self.layout, [seg], selector, columns, sides=sides)})"
             f" GROUP BY bucket, {_LABELS}"
             for k, seg in enumerate(segments)
         ]
@@ -532,6 +541,9 @@ class CostReads:
         tokens = "ifNull(input_tokens, 0) + ifNull(output_tokens, 0)"
         out: list[dict[LabelKey, tuple[int, int]]] = [{} for _ in spans]
         order = sorted(range(len(spans)), key=lambda k: spans[k])
+        if not spans:
+            return out
+        sides = Sides.probe(self.transport, self.layout, [Window(lo, hi) for lo, hi in spans])
         for first in range(0, len(order), SPANS_PER_READ):
             runs: list[list[int]] = []
             for k in order[first : first + SPANS_PER_READ]:
@@ -547,7 +559,7 @@ class CostReads:
                 reads.append(
                     f"SELECT {part} AS part, {_LABELS}, count(),"
                     f" sum(if({good_row}, {tokens}, 0))"
-                    f" FROM {_raw(self.layout, [Window(low, high)])}"
+                    f" FROM {_raw(self.layout, [Window(low, high)], sides=sides)}"
                     f" WHERE start >= {_time(low)} AND start < {_time(high)}{pin}"
                     f" GROUP BY part, {_LABELS}"
                 )
@@ -643,10 +655,12 @@ class CostReads:
         """The series (as attributed) with requests on the day from ``start``, from its day
         rollups and their moves (``storage.good_tokens._series_of_day``)."""
         segment = Segment(start, start + timedelta(days=1), Resolution.DAY)
+        sides = Sides.probe(self.transport, self.layout, [segment])
+        inner = _rollup_rows(
+            self.layout, [segment], Selector(), f"{_LABELS}, requests", sides=sides
+        )
         rows = self.transport.rows(
-            f"SELECT {_LABELS} FROM"
-            f" ({_rollup_rows(self.layout, [segment], Selector(), f'{_LABELS}, requests')})"
-            f" GROUP BY {_LABELS} HAVING sum(requests) > 0"
+            f"SELECT {_LABELS} FROM ({inner}) GROUP BY {_LABELS} HAVING sum(requests) > 0"
         )
         return [tuple(str(v) for v in row) for row in rows]
 

@@ -111,10 +111,11 @@ class PoolReads(Reads):
         ):
             legs[str(row[0])].add(row[1:])
         edges, segments = _pieces(window, finest)
+        sides = self._sides(window)
         if edges:
             for row in self.transport.rows(
                 f"SELECT instance, max(role) = 'decode', {_raw_aggregates()}"
-                f" FROM {_raw(self.layout, edges, attributed=False)}"  # late sequences folded
+                f" FROM {_raw(self.layout, edges, attributed=False, sides=sides)}"  # folded
                 f" WHERE {_raw_edges(edges, Selector())} GROUP BY instance"
             ):
                 a = users[str(row[0])]
@@ -132,6 +133,7 @@ class PoolReads(Reads):
                 Selector(),
                 f"instance, requests, input_tokens, output_tokens, {columns}",
                 attributed=False,  # no attributed label: the moves add nothing (reads._touches)
+                sides=sides,
             )
             totals = ", ".join(f"sum({m}_n), sum({m}_t)" for m in metrics)
             for row in self.transport.rows(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
@@ -48,6 +49,7 @@ from infersight.core.sketch import (
 from infersight.core.slo import EventCounts, GoodputUnit, Sli, SliKind
 from infersight.core.window import Resolution, Segment, Window, split
 from infersight.storage.seam import Counts, DemandMinute, RecordedDemand, RequestPeak
+from infersight.storage_clickhouse.attribution_schema import ROW_COLUMNS
 from infersight.storage_clickhouse.schema import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
 
@@ -112,6 +114,84 @@ def _raw_edges(edges: Sequence[Segment], selector: Selector) -> str:
     return " AND ".join([f"({spans})", *_selected(selector)])
 
 
+_DAY: Final = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Sides:
+    """The UTC days of a read's range holding moved requests (``attribution_schema``:
+    ``request_moves``, ``request_marks``) and folded ones (``sequences_schema``:
+    ``request_folds`` with ``folded = 1``, ``request_fold_marks``), so that a read adds the
+    views correcting the rollups and raw rows only over the days that have something to
+    correct. Each such view costs ClickHouse tens of milliseconds to plan and run even over an
+    empty range, several per statement; the probe (``probe``) one small statement.
+
+    A question about time outside the probed range ``[low, high)`` answers yes: a read may
+    only leave a view out where the probe saw the range. A move or fold stored between the
+    probe and the read is not read, as it would not be by a read a moment earlier."""
+
+    low: datetime
+    high: datetime
+    moved: frozenset[date]
+    folded: frozenset[date]
+
+    @classmethod
+    def every(cls) -> Sides:
+        """Sides that answer yes everywhere: every view read (nothing probed)."""
+        return cls(
+            datetime.max.replace(tzinfo=UTC),
+            datetime.min.replace(tzinfo=UTC),
+            frozenset(),
+            frozenset(),
+        )
+
+    @classmethod
+    def probe(
+        cls, transport: Transport, layout: Layout, spans: Sequence[Segment | Window]
+    ) -> Sides:
+        """The days with moves and folds around ``spans`` (a day either side, which covers
+        every rollup bucket a read of them floors or ceils to)."""
+        low = _midnight(min(s.start for s in spans)) - _DAY
+        high = _midnight(max(s.end for s in spans)) + 2 * _DAY
+        where = f"start >= {_time(low)} AND start < {_time(high)}"
+
+        def days(*tables: str, extra: str = "") -> str:
+            union = " UNION ALL ".join(
+                f"SELECT start FROM {layout.table(t)} WHERE {where}{extra if i == 0 else ''}"
+                for i, t in enumerate(tables)
+            )
+            return f"(SELECT groupUniqArray(toDate(start)) FROM ({union}))"
+
+        (row,) = transport.rows(
+            f"SELECT {days('request_moves', 'request_marks')},"
+            f" {days('request_folds', 'request_fold_marks', extra=' AND folded = 1')}"
+        )
+        moved, folded = (frozenset(date.fromisoformat(str(d)) for d in found) for found in row)
+        return cls(low, high, moved, folded)
+
+    def moves(self, low: datetime, high: datetime) -> bool:
+        """Whether requests that started in [``low``, ``high``) may have been moved."""
+        return self._any(self.moved, low, high)
+
+    def folds(self, low: datetime, high: datetime) -> bool:
+        """Whether requests that started in [``low``, ``high``) may have been folded into."""
+        return self._any(self.folded, low, high)
+
+    def _any(self, days: frozenset[date], low: datetime, high: datetime) -> bool:
+        if low < self.low or high > self.high:
+            return True
+        first, last = low.astimezone(UTC).date(), (high.astimezone(UTC) - _MICRO).date()
+        return any(first <= d <= last for d in days)
+
+
+_MICRO: Final = timedelta(microseconds=1)
+
+
+def _midnight(ts: datetime) -> datetime:
+    """The start of ``ts``'s UTC day."""
+    return datetime.combine(ts.astimezone(UTC).date(), datetime.min.time(), UTC)
+
+
 def _rollup_rows(
     layout: Layout,
     segments: Sequence[Segment],
@@ -119,13 +199,15 @@ def _rollup_rows(
     columns: str,
     sketches: Sequence[str] = (),
     attributed: bool = True,
+    *,
+    sides: Sides,
 ) -> str:
     """``columns`` of the rollup rows of every segment, each from its resolution's table and
     its moved requests' rows (``attribution_schema``: each request attributed after it was
     rolled up, out of its stored series and into its attributed one) and its folded requests'
     (``sequences_schema``: each request a late sequence was folded into, out with its stored
     values and in with its folded ones), as one ``UNION ALL`` (one statement aggregates them
-    all).
+    all). A segment's moves and folds are read only where ``sides`` says it has some.
 
     With ``sketches`` (metrics, ``ttft``, …, whose minimum and maximum ``columns`` reads), each
     rollup row is first added up with its moves (per bucket and series), and a sketch its
@@ -133,24 +215,21 @@ def _rollup_rows(
     reaches 0 (``QuantileSketch.subtract``). Without ``attributed`` (a read that names no
     attributed label: ``_touches``), the rollups and their folds alone, not added up first (a
     sketch its folds emptied, only where a fold left a value out, keeps its bounds here)."""
-    if not attributed:
+
+    def tables(s: Segment) -> list[str]:
+        out = [_rollup_table(layout, s.resolution)]  # type: ignore[arg-type]
+        low, high = _span(s)
+        if attributed and sides.moves(low, high):
+            out.append(_moves(layout, s))
+        if sides.folds(low, high):
+            out.append(_folds(layout, s, attributed=attributed))
+        return out
+
+    if not attributed or not sketches:
         return " UNION ALL ".join(
             f"SELECT {columns} FROM {table} WHERE {_rollup_where(s, selector)}"
             for s in segments
-            for table in (
-                _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
-                _folds(layout, s, attributed=False),
-            )
-        )
-    if not sketches:
-        return " UNION ALL ".join(
-            f"SELECT {columns} FROM {table} WHERE {_rollup_where(s, selector)}"
-            for s in segments
-            for table in (
-                _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
-                _moves(layout, s),
-                _folds(layout, s),
-            )
+            for table in tables(s)
         )
     labels = ", ".join(GROUP_LABELS)
     parts = [f"{m}_{p}" for m in sketches for p in _SKETCH_PARTS]
@@ -169,19 +248,25 @@ def _rollup_rows(
     )
     out = []
     for s in segments:
+        read_from = tables(s)
+        if len(read_from) == 1:  # nothing moved or folded: the rollup rows as they are
+            out.append(f"SELECT {columns} FROM {read_from[0]} WHERE {_rollup_where(s, selector)}")
+            continue
         union = " UNION ALL ".join(
             f"SELECT bucket, {labels}, {read} FROM {table} WHERE {_rollup_where(s, selector)}"
-            for table in (
-                _rollup_table(layout, s.resolution),  # type: ignore[arg-type]
-                _moves(layout, s),
-                _folds(layout, s),
-            )
+            for table in read_from
         )
         out.append(
             f"SELECT {columns} FROM (SELECT bucket, {labels}, {kept} FROM"
             f" (SELECT bucket, {labels}, {added} FROM ({union}) GROUP BY bucket, {labels}))"
         )
     return " UNION ALL ".join(out)
+
+
+def _span(segment: Segment) -> tuple[datetime, datetime]:
+    """The start times of the requests a rollup segment's buckets hold."""
+    assert segment.resolution is not None
+    return segment.resolution.floor(segment.start), segment.resolution.ceil(segment.end)
 
 
 def _touches(selector: Selector, group_by: Sequence[str] = ()) -> bool:
@@ -201,14 +286,29 @@ def _between(low: datetime, high: datetime) -> str:
     return f"low = {_time(low)}, high = {_time(high)}"
 
 
-def _raw(layout: Layout, spans: Sequence[Segment | Window], attributed: bool = True) -> str:
+def _raw(
+    layout: Layout, spans: Sequence[Segment | Window], attributed: bool = True, *, sides: Sides
+) -> str:
     """The request rows that started within ``spans``' range, as attributed and folded:
     ``requests`` (``FINAL``) with each moved request's labels its move's
     (``attribution_schema``) and each folded request's values its fold's
-    (``sequences_schema``'s parameterised views, ``requests_current``, or without
-    ``attributed`` ``requests_folded``: every side read in that range only)."""
+    (``sequences_schema``'s parameterised views: ``requests_current``, or without
+    ``attributed`` ``requests_folded``; every side read in that range only). Where ``sides``
+    finds no move (or the read is not ``attributed``) and no fold in the range, the rows as
+    stored; where only one kind, that kind's view."""
     low, high = min(s.start for s in spans), max(s.end for s in spans)
-    view = "requests_current" if attributed else "requests_folded"
+    moved, folded = attributed and sides.moves(low, high), sides.folds(low, high)
+    if moved and folded:
+        view = "requests_current"
+    elif moved:
+        view = "requests_attributed"
+    elif folded:
+        view = "requests_folded"
+    else:
+        return (
+            f"(SELECT {', '.join(ROW_COLUMNS)} FROM {layout.table('requests')} FINAL"
+            f" WHERE start >= {_time(low)} AND start < {_time(high)})"
+        )
     return f"{layout.table(view)}({_between(low, high)})"
 
 
@@ -216,9 +316,8 @@ def _moves(layout: Layout, segment: Segment) -> str:
     """The moved requests' rollup rows of ``segment`` (its resolution's parameterised view,
     reading the moves that started in the segment's buckets)."""
     assert segment.resolution is not None
-    resolution = segment.resolution
-    low, high = resolution.floor(segment.start), resolution.ceil(segment.end)
-    return f"{layout.table(f'request_moves_{resolution.value}')}({_between(low, high)})"
+    low, high = _span(segment)
+    return f"{layout.table(f'request_moves_{segment.resolution.value}')}({_between(low, high)})"
 
 
 def _folds(layout: Layout, segment: Segment, attributed: bool = True) -> str:
@@ -226,9 +325,8 @@ def _folds(layout: Layout, segment: Segment, attributed: bool = True) -> str:
     request out with its stored values, in with its folded ones), in their series as
     attributed, or (without ``attributed``) as stored."""
     assert segment.resolution is not None
-    resolution = segment.resolution
-    low, high = resolution.floor(segment.start), resolution.ceil(segment.end)
-    view = f"request_folds{'_attributed' if attributed else ''}_{resolution.value}"
+    low, high = _span(segment)
+    view = f"request_folds{'_attributed' if attributed else ''}_{segment.resolution.value}"
     return f"{layout.table(view)}({_between(low, high)})"
 
 
@@ -269,6 +367,10 @@ class Reads:
         self.transport = transport
         self.layout = layout
 
+    def _sides(self, *spans: Segment | Window) -> Sides:
+        """Where ``spans`` hold moved and folded requests (``Sides.probe``)."""
+        return Sides.probe(self.transport, self.layout, spans)
+
     # -- throughput -------------------------------------------------------------------------
 
     def _totals(
@@ -277,12 +379,13 @@ class Reads:
         head, tail = _group(group_by)
         totals: dict[LabelKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         edges, segments = _pieces(window, finest)
+        sides = self._sides(window)
         statements = []
         if edges:
             statements.append(
                 f"SELECT {head}count(), countIf(status = 'error'),"
                 " sum(ifNull(input_tokens, 0)), sum(ifNull(output_tokens, 0))"
-                f" FROM {_raw(self.layout, edges, _touches(selector, group_by))}"
+                f" FROM {_raw(self.layout, edges, _touches(selector, group_by), sides=sides)}"
                 f" WHERE {_raw_edges(edges, selector)}{tail}"
             )
         if segments:
@@ -292,6 +395,7 @@ class Reads:
                 selector,
                 head + "requests, errors, input_tokens, output_tokens",
                 attributed=_touches(selector, group_by),
+                sides=sides,
             )
             statements.append(
                 f"SELECT {head}sum(requests), sum(errors), sum(input_tokens),"
@@ -415,9 +519,10 @@ class Reads:
     ) -> list[GroupQuantiles]:
         head, tail = _group(group_by)
         levels = ", ".join(repr(float(q)) for q in qs)
+        sides = self._sides(window)
         rows = self.transport.rows(
             f"SELECT {head}count(), quantilesExactInclusive({levels})({column})"
-            f" FROM {_raw(self.layout, [window], _touches(selector, group_by))}"
+            f" FROM {_raw(self.layout, [window], _touches(selector, group_by), sides=sides)}"
             f" WHERE {_raw_where(window, selector)} AND {column} IS NOT NULL{tail}"
         )
         width = len(group_by)
@@ -451,10 +556,11 @@ class Reads:
             column: defaultdict(list) for column in columns
         }
         edges, segments = _pieces(window, finest)
+        sides = self._sides(window)
         if edges:
             rows = self.transport.rows(
                 f"SELECT {head}{', '.join(columns)}"
-                f" FROM {_raw(self.layout, edges, _touches(selector, group_by))}"
+                f" FROM {_raw(self.layout, edges, _touches(selector, group_by), sides=sides)}"
                 f" WHERE {_raw_edges(edges, selector)}"
                 f" AND ({' OR '.join(f'{c} IS NOT NULL' for c in columns)})"
             )
@@ -486,6 +592,7 @@ class Reads:
                 head + ", ".join(n for ns in names for n in ns),
                 [c.removesuffix("_s") for c in columns],
                 attributed=_touches(selector, group_by),
+                sides=sides,
             )
             merged = ", ".join(
                 f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
@@ -509,9 +616,8 @@ class Reads:
         attributed (``storage.timeseries.label_sets``: a series a request was moved out of
         stays, as the SQL store's emptied rollup row does)."""
         labels = ", ".join(GROUP_LABELS)
-        inner = _rollup_rows(
-            self.layout, [Segment(step.floor(window.start), window.end, step)], Selector(), labels
-        )
+        segment = Segment(step.floor(window.start), window.end, step)
+        inner = _rollup_rows(self.layout, [segment], Selector(), labels, sides=self._sides(segment))
         rows = self.transport.rows(
             f"SELECT {labels} FROM ({inner}) GROUP BY {labels} ORDER BY {labels} LIMIT {MAX_SERIES}"
         )
@@ -524,11 +630,9 @@ class Reads:
         labels = ", ".join(GROUP_LABELS)
 
         def firsts(resolution: Resolution, start: datetime) -> dict[LabelKey, datetime]:
+            segment = Segment(start, now, resolution)
             inner = _rollup_rows(
-                self.layout,
-                [Segment(start, now, resolution)],
-                Selector(),
-                f"bucket, {labels}",
+                self.layout, [segment], Selector(), f"bucket, {labels}", sides=self._sides(segment)
             )
             rows = self.transport.rows(
                 f"SELECT {labels}, min(bucket) FROM ({inner}) GROUP BY {labels} LIMIT {MAX_SERIES}"
@@ -558,12 +662,14 @@ class Reads:
         if binned and bucket_s is not None and bucket_s % step.seconds:
             raise ValueError(f"bucket_s {bucket_s} is not a multiple of {step.value}")
         head, _ = _group(groups)
+        segments = _chart_segments(window, step, coarsest)
         inner = _rollup_rows(
             self.layout,
-            _chart_segments(window, step, coarsest),
+            segments,
             selector,
             f"bucket, {head}requests, errors, input_tokens, output_tokens",
             attributed=_touches(selector, groups),
+            sides=self._sides(*segments),
         )
         at = _at(bucket_s if binned else None)
         rows = self.transport.rows(
@@ -599,13 +705,15 @@ class Reads:
         names = [
             [f"{column.removesuffix('_s')}_{part}" for part in _SKETCH_PARTS] for column in columns
         ]
+        segments = _chart_segments(window, step, coarsest)
         inner = _rollup_rows(
             self.layout,
-            _chart_segments(window, step, coarsest),
+            segments,
             selector,
             f"bucket, {head}" + ", ".join(n for ns in names for n in ns),
             [c.removesuffix("_s") for c in columns],
             attributed=_touches(selector, groups),
+            sides=self._sides(*segments),
         )
         merged = ", ".join(
             f"sumMap({b}), sum({z}), sum({t}), min({low}), max({high})"
@@ -629,12 +737,14 @@ class Reads:
     def peaks(
         self, window: Window, step: Resolution, selector: Selector = Selector()
     ) -> dict[str, RequestPeak]:
+        segments = _chart_segments(window, step, None)
         inner = _rollup_rows(
             self.layout,
-            _chart_segments(window, step, None),
+            segments,
             selector,
             "bucket, model, instance, requests",
             attributed=_touches(selector),
+            sides=self._sides(*segments),
         )
         found = self.transport.rows(
             "SELECT model, max(n), sum(n), min(bucket), max(bucket) FROM"
@@ -678,11 +788,13 @@ class Reads:
             lambda: [[0, 0.0] for _ in _BREAKDOWN_FIELDS]
         )
         edges, segments = _pieces(window, finest)
+        sides = self._sides(window)
         statements = []
         if edges:
             raw = ", ".join(f"count({f}), sum({f})" for f in _BREAKDOWN_FIELDS)
+            picked = _touches(selector, groups)
             statements.append(
-                f"SELECT {head}{raw} FROM {_raw(self.layout, edges, _touches(selector, groups))}"
+                f"SELECT {head}{raw} FROM {_raw(self.layout, edges, picked, sides=sides)}"
                 f" WHERE {_raw_edges(edges, selector)}{tail}"
             )
         if segments:
@@ -697,6 +809,7 @@ class Reads:
                 selector,
                 head + columns,
                 attributed=_touches(selector, groups),
+                sides=sides,
             )
             totals = ", ".join(f"sum({m}_n), sum({m}_t)" for m in metrics)
             # A group for each rollup row read, none without (as the SQL store's row read).
@@ -783,17 +896,21 @@ class EventReads(Reads):
         (``QuantileSketch.count_at_most``: the zero bucket and every bucket whose key is at
         most the threshold's, which adds up across rollup rows, so summing the buckets here
         answers what decoding each row's sketch would)."""
+        sides = self._sides(window)
         if exact or sli.kind is SliKind.GOODPUT:
-            return self._raw_events(sli, [Segment(window.start, window.end, None)], selector)
+            whole = [Segment(window.start, window.end, None)]
+            return self._raw_events(sli, whole, selector, sides)
         edges, segments = _pieces(window, finest)
         counts = EventCounts(0, 0)
         if edges:
-            counts += self._raw_events(sli, edges, selector)
+            counts += self._raw_events(sli, edges, selector, sides)
         if segments:
-            counts += self._rollup_events(sli, segments, selector)
+            counts += self._rollup_events(sli, segments, selector, sides)
         return counts
 
-    def _raw_events(self, sli: Sli, edges: Sequence[Segment], selector: Selector) -> EventCounts:
+    def _raw_events(
+        self, sli: Sli, edges: Sequence[Segment], selector: Selector, sides: Sides
+    ) -> EventCounts:
         where = _raw_edges(edges, selector)
         if sli.kind is SliKind.GOODPUT:
             weight = _weight(sli)
@@ -806,16 +923,22 @@ class EventReads(Reads):
             where += f" AND {sli.column} IS NOT NULL"
             columns = f"count(), countIf({sli.column} > {_literal(sli.threshold_s)})"
         rows = self.transport.rows(
-            f"SELECT {columns} FROM {_raw(self.layout, edges, _touches(selector))} WHERE {where}"
+            f"SELECT {columns} FROM {_raw(self.layout, edges, _touches(selector), sides=sides)}"
+            f" WHERE {where}"
         )
         return EventCounts(int(rows[0][0] or 0), int(rows[0][1] or 0))
 
     def _rollup_events(
-        self, sli: Sli, segments: Sequence[Segment], selector: Selector
+        self, sli: Sli, segments: Sequence[Segment], selector: Selector, sides: Sides
     ) -> EventCounts:
         if sli.kind is SliKind.AVAILABILITY:
             inner = _rollup_rows(
-                self.layout, segments, selector, "requests, errors", attributed=_touches(selector)
+                self.layout,
+                segments,
+                selector,
+                "requests, errors",
+                attributed=_touches(selector),
+                sides=sides,
             )
             rows = self.transport.rows(f"SELECT sum(requests), sum(errors) FROM ({inner})")
             return EventCounts(int(rows[0][0] or 0), int(rows[0][1] or 0))
@@ -831,6 +954,7 @@ class EventReads(Reads):
             selector,
             f"{metric}_buckets AS b, {metric}_zero AS z",
             attributed=_touches(selector),
+            sides=sides,
         )
         rows = self.transport.rows(
             "SELECT sum(z), sum(arraySum(mapValues(b))),"
@@ -863,9 +987,10 @@ class EventReads(Reads):
             columns[metric] = total(condition)
             columns[f"only_{metric}"] = total(f"{condition} AND ({several}) = 1")
         columns["several"] = total(f"{ok} AND ({several}) > 1")
+        sides = self._sides(window)
         rows = self.transport.rows(
             f"SELECT {', '.join(columns.values())}"
-            f" FROM {_raw(self.layout, [window], _touches(selector))}"
+            f" FROM {_raw(self.layout, [window], _touches(selector), sides=sides)}"
             f" WHERE {_raw_where(window, selector)}"
         )
         return {name: int(v or 0) for name, v in zip(columns, rows[0], strict=True)}
@@ -1034,7 +1159,7 @@ class RowReads(Reads):
         the ``MAX_ERROR_TYPES`` most frequent per instance and the rest as ``other``."""
         rows = self.transport.rows(
             f"SELECT instance, error_type, count()"
-            f" FROM {_raw(self.layout, [window], _touches(selector))}"
+            f" FROM {_raw(self.layout, [window], _touches(selector), sides=self._sides(window))}"
             f" WHERE {_raw_where(window, selector)} AND status = 'error'"
             " GROUP BY instance, error_type"
         )
@@ -1066,7 +1191,7 @@ class RowReads(Reads):
         ).within(selector.tenants)
         rows = self.transport.rows(
             "SELECT input_tokens, output_tokens"
-            f" FROM {_raw(self.layout, [window], _touches(picked))}"
+            f" FROM {_raw(self.layout, [window], _touches(picked), sides=self._sides(window))}"
             f" WHERE {_raw_where(window, picked)} AND status = 'ok'"
             " AND input_tokens IS NOT NULL AND output_tokens > 0"
             f" ORDER BY start, trace_id, span_id LIMIT {int(limit)}"

@@ -61,7 +61,7 @@ from infersight.core.signals import (
 )
 from infersight.core.window import Window
 from infersight.storage.seam import ClientStore
-from infersight.storage_clickhouse.reads import _raw, _raw_where, _time, _touches
+from infersight.storage_clickhouse.reads import Sides, _raw, _raw_where, _time, _touches
 from infersight.storage_clickhouse.schema import Layout
 from infersight.storage_clickhouse.transport import Transport, quote
 
@@ -222,7 +222,8 @@ class SignalReads:
 
     def _rows(self, window: Window, selector: Selector) -> str:
         """The window's request rows the selector picks, as attributed."""
-        table = _raw(self.layout, [window], _touches(selector))
+        sides = Sides.probe(self.transport, self.layout, [window])
+        table = _raw(self.layout, [window], _touches(selector), sides=sides)
         return f"{table} WHERE {_raw_where(window, selector)}"
 
     def _requests(self, window: Window, selector: Selector, seconds: float) -> dict[str, _Instance]:
