@@ -35,8 +35,9 @@ views run on each shard's local tables. Generated and checked as text: no cluste
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -274,8 +275,77 @@ def applied(transport: Transport, layout: Layout) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+_CREATED: Final = re.compile(r"CREATE TABLE IF NOT EXISTS ([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)")
+_KEPT: Final = re.compile(r"\nTTL (.+?) \+ INTERVAL (\d+) DAY")
+_LIVE_TTL: Final = re.compile(r"\bTTL (.+?) \+ toIntervalDay\((\d+)\)")
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """A table's raw or rollup retention as its ``TTL`` keeps it: the time expression and
+    the days (``None``: kept for good, ``Layout.ttl`` past ``MAX_TTL_DAYS``)."""
+
+    table: str
+    expression: str
+    days: int | None
+
+
+def retention(layout: Layout, steps: Sequence[Step] = STEPS) -> list[Retention]:
+    """Every table with a retention, and what ``layout`` keeps it for: read from the
+    statements that create it (one source of truth with the schema), each table's expression
+    found under a layout that keeps everything for a day."""
+    probe = replace(layout, raw_days=1, minute_days=1, hour_days=1, day_days=1)
+
+    def kept(of: Layout) -> dict[str, tuple[str, int | None]]:
+        out: dict[str, tuple[str, int | None]] = {}
+        for statement in ddl(of, steps):
+            created = _CREATED.match(statement)
+            if created is None or "ENGINE = Distributed" in statement:
+                continue
+            found = _KEPT.search(statement)
+            out[created.group(2)] = (found.group(1), int(found.group(2))) if found else ("", None)
+        return out
+
+    wanted = kept(layout)
+    return [
+        Retention(table, expression, wanted[table][1])
+        for table, (expression, _) in kept(probe).items()
+        if expression
+    ]
+
+
+def align_retention(
+    transport: Transport, layout: Layout
+) -> list[tuple[str, int | None, int | None]]:
+    """Give every table the retention ``layout`` asks for (``ALTER TABLE … MODIFY TTL``, or
+    ``REMOVE TTL`` for one kept for good), where it differs from what the table has: the
+    retention settings changed since the tables were made. Parts already past the new
+    retention go when ClickHouse applies it (whole parts: ``ttl_only_drop_parts``). Returns
+    (table, days it had, days it has now) for each table changed."""
+    live: dict[str, int | None] = {}
+    for name, engine in transport.rows(
+        f"SELECT name, engine_full FROM system.tables WHERE database = {quote(layout.database)}"
+    ):
+        found = _LIVE_TTL.search(str(engine))
+        live[str(name)] = int(found.group(2)) if found else None
+    changed = []
+    for kept in retention(layout):
+        if kept.table not in live or live[kept.table] == kept.days:
+            continue
+        target = f"{layout.database}.{kept.table}{layout.on_cluster}"
+        if kept.days is None:
+            transport.command(f"ALTER TABLE {target} REMOVE TTL")
+        else:
+            transport.command(
+                f"ALTER TABLE {target} MODIFY TTL {kept.expression} + INTERVAL {kept.days} DAY"
+            )
+        changed.append((kept.table, live[kept.table], kept.days))
+    return changed
+
+
 def migrate(transport: Transport, layout: Layout, steps: Sequence[Step] = STEPS) -> list[int]:
-    """Apply the steps not applied yet, in order: the versions applied now."""
+    """Apply the steps not applied yet, in order: the versions applied now. Then every
+    table's retention is ``layout``'s (``align_retention``)."""
     for statement in _migrations_table(layout):
         transport.command(statement)
     done = set(applied(transport, layout))
@@ -291,6 +361,8 @@ def migrate(transport: Transport, layout: Layout, steps: Sequence[Step] = STEPS)
             f" {quote(step.name)}, {quote(checksum(step, layout))}, {quote(now)})"
         )
         ran.append(step.version)
+    if steps is STEPS:
+        align_retention(transport, layout)
     return ran
 
 
@@ -302,11 +374,14 @@ __all__ = [
     "SHARDING_KEY",
     "STEPS",
     "Layout",
+    "Retention",
     "Step",
+    "align_retention",
     "applied",
     "checksum",
     "ddl",
     "key_columns",
     "migrate",
+    "retention",
     "rollup_columns",
 ]

@@ -5,9 +5,24 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 
-from infersight.storage_clickhouse.schema import STEPS, Layout, applied, checksum, ddl, migrate
+import numpy as np
+
+from infersight.storage_clickhouse.layout import MAX_TTL_DAYS
+from infersight.storage_clickhouse.schema import (
+    STEPS,
+    Layout,
+    align_retention,
+    applied,
+    checksum,
+    ddl,
+    migrate,
+    retention,
+)
 from infersight.storage_clickhouse.transport import ChdbTransport
+from infersight.storage_clickhouse.writer import ClickHouseWriter
+from tests.factories import make_records
 
 
 def test_migrations_apply_in_order_once(chdb: ChdbTransport) -> None:
@@ -81,6 +96,61 @@ def test_the_retention_settings_are_the_tables_ttls() -> None:
     assert "TTL toDateTime(start) + INTERVAL 9 DAY" in text
     for days in (10, 100, 1000):
         assert f"TTL bucket + INTERVAL {days} DAY" in text
+
+
+def _ttls(chdb: ChdbTransport, layout: Layout) -> dict[str, str]:
+    """Each table's ``TTL`` as ClickHouse keeps it (its ``engine_full``), or ``""``."""
+    out = {}
+    for name, engine in chdb.rows(
+        f"SELECT name, engine_full FROM system.tables WHERE database = '{layout.database}'"
+    ):
+        found = re.search(r"TTL (.+?) SETTINGS", engine)
+        out[name] = found.group(1) if found else ""
+    return out
+
+
+def test_a_retention_changed_after_the_tables_were_made_is_theirs_at_the_next_migration(
+    chdb: ChdbTransport,
+) -> None:
+    """The retention settings changed between two starts: the next migration (run at every
+    open) alters each table's ``TTL`` (raw tables to 3 days, then kept for good), rows past the
+    new retention go, and a migration with the same settings alters nothing."""
+    first = Layout(database=f"r_{uuid.uuid4().hex[:12]}")
+    try:
+        migrate(chdb, first)
+        now = datetime.now(UTC)
+        rng = np.random.default_rng(5)
+        records = make_records(rng, now - timedelta(days=9), 600, span=timedelta(days=9))
+        assert ClickHouseWriter(chdb, first).write_requests(records).inserted == len(records)
+        assert align_retention(chdb, first) == []
+        before = _ttls(chdb, first)
+        assert before["requests"] == "toDateTime(start) + toIntervalDay(14)"
+        assert before["request_rollups_1h"] == "bucket + toIntervalDay(180)"
+
+        shorter = Layout(database=first.database, raw_days=3, hour_days=90)
+        assert migrate(chdb, shorter) == []  # no step ran; the retention changed
+        after = _ttls(chdb, shorter)
+        raw = {r.table for r in retention(shorter) if r.days == 3}
+        assert raw >= {"requests", "request_parts", "request_moves", "request_folds", "gpu_samples"}
+        for table in raw:
+            assert after[table].endswith("+ toIntervalDay(3)"), table
+        assert after["request_rollups_1h"] == "bucket + toIntervalDay(90)"
+        assert after["request_rollups_1d"] == before["request_rollups_1d"]
+        assert align_retention(chdb, shorter) == []
+        chdb.command(f"OPTIMIZE TABLE {shorter.table('requests')} FINAL")
+        kept = chdb.rows(f"SELECT count(), min(start) FROM {shorter.table('requests')} FINAL")
+        assert 0 < int(kept[0][0]) < len(records)
+        oldest = datetime.fromisoformat(kept[0][1]).replace(tzinfo=UTC)
+        assert oldest >= (now - timedelta(days=4)).replace(hour=0, minute=0, second=0)
+
+        forever = Layout(database=first.database, raw_days=MAX_TTL_DAYS + 1)
+        changed = align_retention(chdb, forever)
+        assert ("requests", 3, None) in changed
+        assert ("request_rollups_1h", 90, 180) in changed
+        assert _ttls(chdb, forever)["requests"] == ""
+        assert align_retention(chdb, forever) == []
+    finally:
+        chdb.command(f"DROP DATABASE IF EXISTS {first.database}")
 
 
 def _local_form(statement: str) -> str:
