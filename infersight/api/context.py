@@ -239,6 +239,7 @@ def build_context(
             FollowUp(diagnosis, delivery),
             ProfileTrigger(store, announce=announcer, max_open=settings.profile_max_automatic),
         ),
+        delivery_interval_s=settings.delivery_interval_s,
         report=reports,
         report_cron={
             **parse_schedule(settings.report_schedule),

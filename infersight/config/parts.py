@@ -247,6 +247,12 @@ class JobsPart(Part):
         "lock; required when the store URL has pooler=transaction.",
     )
     evaluation_interval_s: float = Field(30.0, gt=0, description="Seconds between SLO evaluations.")
+    delivery_interval_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds between follow-up passes: open incidents re-diagnosed, pending "
+        "notifications delivered (or retried), automatic profiles requested.",
+    )
     scaling_interval_s: float = Field(
         60.0, gt=0, description="Seconds between replica recommendations (one per model)."
     )

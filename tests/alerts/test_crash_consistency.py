@@ -3,7 +3,7 @@ the worst moment neither loses a page nor sends one twice to a receiver that can
 
 Each case runs the real thing on both stores: a store holding an availability SLO that burns
 now (an hour of healthy traffic, then eight minutes of failures), ``infersight serve`` as a
-subprocess with its jobs (evaluation every half second, the follow-up every 10 s) and two local
+subprocess with its jobs (evaluation every half second, the follow-up every second) and two local
 HTTP receivers, a Slack-shaped webhook and a PagerDuty-shaped Events endpoint. The kill is timed
 on an event seen from outside, never on a sleep:
 
@@ -272,6 +272,7 @@ def serving(
         "INFERSIGHT_DATABASE_URL": store.url,
         "INFERSIGHT_RUN_JOBS": "true",
         "INFERSIGHT_EVALUATION_INTERVAL_S": "0.5",
+        "INFERSIGHT_DELIVERY_INTERVAL_S": "1",
         "INFERSIGHT_SLACK_WEBHOOK_URL": f"http://127.0.0.1:{made['slack'].port}/services/T/B/X",
         "INFERSIGHT_PAGERDUTY_ROUTING_KEY": ROUTING_KEY,
         "INFERSIGHT_PAGERDUTY_URL": f"http://127.0.0.1:{made['pagerduty'].port}/v2/enqueue",
