@@ -28,7 +28,13 @@ from infersight.storage import migrate
 from infersight.storage.engine import create_store_engine
 from infersight.storage.sql_store import SqlStore
 from infersight.storage.tables import metadata
+from tests.order import longest_first
 from tests.waiting import until
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_first(items)  # tests.order: the longest files start first on the workers
+
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "INFERSIGHT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
