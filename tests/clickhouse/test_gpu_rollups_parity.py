@@ -2,12 +2,15 @@
 store's ``gpu_rollups`` on the same samples — shipped out of order, every batch twice, and after
 a batch cut off between its samples and its rollups — and the reads of them
 (``hourly_gpu_usage``, ``gpu_utilization_of``, a long window's ``gpu_series``) answer as the
-SQL store (SQLite and PostgreSQL)."""
+SQL store (SQLite and PostgreSQL).
+
+The reads' tests read samples shipped once per module and SQL store, into stores of their own;
+the tests that write (a replay, a cut-off batch) get empty stores each."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +24,7 @@ from infersight.core.window import Resolution, Window
 from infersight.storage.tables import gpu_rollups
 from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
 from infersight.storage_clickhouse.samples import SampleWriter
+from infersight.storage_clickhouse.transport import ChdbTransport
 from tests.clickhouse.test_samples_parity import (
     GPU_INSTANCES,
     T0,
@@ -28,8 +32,9 @@ from tests.clickhouse.test_samples_parity import (
     FailsOnce,
     _gpu_samples,
     _same,
+    own_stores,
 )
-from tests.conftest import Store
+from tests.conftest import BOTH_STORES, Store
 
 COLUMNS = ("name", "gpu_slice", *COUNT_COLUMNS, *VALUE_COLUMNS, *MAX_COLUMNS)
 Row = dict[str, Any]
@@ -89,15 +94,31 @@ def _ship(hybrid: HybridStore, samples: Sequence[GpuSample], size: int) -> None:
 @pytest.fixture
 def gpus(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[GpuSample]]:
     """Samples in shuffled order (late ones cut their predecessors' intervals), batches of
-    113, each shipped twice."""
+    113, each shipped twice: into the test's own stores, for a test that writes more."""
     samples = _gpu_samples()
     hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
     _ship(hybrid, samples, 113)
     return hybrid, store, samples
 
 
-def test_the_rollups_equal_the_sql_stores(gpus: Any, telemetry: Telemetry) -> None:
-    _, store, samples = gpus
+Shipped = tuple[HybridStore, Store, Telemetry, list[GpuSample]]
+
+
+@pytest.fixture(scope="module", params=BOTH_STORES)
+def shipped(
+    request: pytest.FixtureRequest, chdb: ChdbTransport, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Shipped]:
+    """The samples of ``gpus`` shipped the same way, once per module and SQL store, into stores
+    of their own: for the tests that only read."""
+    with own_stores(request.param, chdb, tmp_path_factory, "rollups") as (store, telemetry):
+        samples = _gpu_samples()
+        hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
+        _ship(hybrid, samples, 113)
+        yield hybrid, store, telemetry, samples
+
+
+def test_the_rollups_equal_the_sql_stores(shipped: Shipped) -> None:
+    _, store, telemetry, samples = shipped
     rows = _equal_rollups(store, telemetry)
     assert rows > len(samples)  # minutes, hours and days
     # The day rows cover every sample and some GPU time.
@@ -150,8 +171,8 @@ RANGES = (
 )
 
 
-def test_hourly_gpu_usage_answers_as_the_sql_store(gpus: Any) -> None:
-    hybrid, store, _ = gpus
+def test_hourly_gpu_usage_answers_as_the_sql_store(shipped: Shipped) -> None:
+    hybrid, store, _, _ = shipped
     for start, end in RANGES:
         _same(
             hybrid.samples.hourly_gpu_usage(start, end),
@@ -163,8 +184,8 @@ def test_hourly_gpu_usage_answers_as_the_sql_store(gpus: Any) -> None:
 
 
 @pytest.mark.parametrize("w", range(len(WINDOWS)))
-def test_gpu_utilization_of_answers_as_the_sql_store(gpus: Any, w: int) -> None:
-    hybrid, store, _ = gpus
+def test_gpu_utilization_of_answers_as_the_sql_store(shipped: Shipped, w: int) -> None:
+    hybrid, store, _, _ = shipped
     window = WINDOWS[w]
     for finest in (Resolution.MINUTE, Resolution.HOUR):
         for selector in (Selector(), Selector(model="nobody"), Selector(tenant="acme")):
@@ -174,8 +195,8 @@ def test_gpu_utilization_of_answers_as_the_sql_store(gpus: Any, w: int) -> None:
             )
 
 
-def test_gpu_utilization_of_sees_the_data(gpus: Any) -> None:
-    hybrid, _, samples = gpus
+def test_gpu_utilization_of_sees_the_data(shipped: Shipped) -> None:
+    hybrid, _, _, samples = shipped
     mean = hybrid.samples.gpu_utilization_of(Window(T0, T0 + timedelta(days=3)), Selector())
     utils = [s.util_gpu for s in samples if s.util_gpu is not None]
     assert mean is not None
@@ -183,8 +204,8 @@ def test_gpu_utilization_of_sees_the_data(gpus: Any) -> None:
 
 
 @pytest.mark.parametrize("w", [0, 1, 3, 4])
-def test_a_long_gpu_series_answers_as_the_sql_store(gpus: Any, w: int) -> None:
-    hybrid, store, _ = gpus
+def test_a_long_gpu_series_answers_as_the_sql_store(shipped: Shipped, w: int) -> None:
+    hybrid, store, _, _ = shipped
     window = WINDOWS[w]
     for finest in (Resolution.MINUTE, Resolution.HOUR):
         for step in (60, 300, 3600, 86400):
@@ -196,8 +217,8 @@ def test_a_long_gpu_series_answers_as_the_sql_store(gpus: Any, w: int) -> None:
                 )
 
 
-def test_a_long_gpu_series_sees_the_data(gpus: Any) -> None:
-    hybrid, _, samples = gpus
+def test_a_long_gpu_series_sees_the_data(shipped: Shipped) -> None:
+    hybrid, _, _, samples = shipped
     series = hybrid.samples.gpu_series(WINDOWS[3], 3600)
     assert sum(b.samples for b in series) == len(samples)
     assert any(b.throttled_samples for b in series)

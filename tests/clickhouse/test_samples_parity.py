@@ -1,13 +1,18 @@
 """The same server scrapes and GPU samples in the SQL store (SQLite and PostgreSQL) and in
 ClickHouse (chdb) answer every scrape read and raw GPU read of ``SampleStore`` the same, and each
 is stored once in ClickHouse however often its batch comes — also after a batch failed half-way
-through."""
+through.
+
+The reads' tests read samples shipped once per module and SQL store, into stores of their own;
+the tests that write get empty stores each."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +24,8 @@ from infersight.core.errors import Unavailable
 from infersight.core.samples import EngineSample, GpuSample, ServerSample, combine_engines
 from infersight.core.window import Window
 from infersight.storage import server_engines, timeseries
+from infersight.storage.engine import create_store_engine
+from infersight.storage.migrate import upgrade
 from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
 from infersight.storage_clickhouse.samples import (
     GPU_MEANS,
@@ -26,8 +33,9 @@ from infersight.storage_clickhouse.samples import (
     SERVER_FIGURES,
     SampleWriter,
 )
-from infersight.storage_clickhouse.transport import Transport
-from tests.conftest import Store
+from infersight.storage_clickhouse.schema import Layout, migrate
+from infersight.storage_clickhouse.transport import ChdbTransport, Transport
+from tests.conftest import BOTH_STORES, Store, fresh_database
 
 #: Recent days: ClickHouse drops rows past their TTL (the raw retention) as it writes them.
 T0 = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
@@ -131,18 +139,55 @@ def _engines_in(scrapes: Sequence[ServerSample]) -> int:
     return sum(len(s.per_engine) for s in scrapes)
 
 
-@pytest.fixture
-def filled(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[ServerSample]]:
-    """The scrapes shipped through the hybrid sink in batches, every batch twice (a replay)."""
-    scrapes = _scrapes()
-    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
-    sink = hybrid.ingest.open_writer()
-    stored = 0
-    for batch in _batches(scrapes):
-        stored += sink.write_server_samples(batch)
-        assert sink.write_server_samples(batch) == 0  # the replay: nothing new in SQL
-    assert stored == len(scrapes)
-    return hybrid, store, scrapes
+@contextmanager
+def own_stores(
+    kind: str, chdb: ChdbTransport, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[tuple[Store, Telemetry]]:
+    """A migrated SQL store (``kind``: ``sqlite`` or ``postgres``) and a migrated ClickHouse
+    database, both of their own and dropped on leaving: for data a module's tests only read,
+    shipped once (the tests that write take ``store`` and ``telemetry``, empty for each)."""
+    layout = Layout(database=f"{name}_{uuid.uuid4().hex[:12]}")
+    migrate(chdb, layout)
+    try:
+        with _sql_url(kind, tmp_path_factory, name) as url:
+            engine = create_store_engine(url)
+            try:
+                upgrade(engine)
+                yield Store(url, engine), Telemetry(chdb, layout)
+            finally:
+                engine.dispose()
+    finally:
+        chdb.command(f"DROP DATABASE IF EXISTS {layout.database}")
+
+
+@contextmanager
+def _sql_url(kind: str, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[str]:
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp(name) / 'infersight.db'}"
+    else:
+        with fresh_database() as url:
+            yield url
+
+
+Filled = tuple[HybridStore, Store, Telemetry, list[ServerSample]]
+
+
+@pytest.fixture(scope="module", params=BOTH_STORES)
+def filled(
+    request: pytest.FixtureRequest, chdb: ChdbTransport, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Filled]:
+    """The scrapes shipped through the hybrid sink in batches, every batch twice (a replay):
+    once per module and SQL store, into stores of their own (its tests only read)."""
+    with own_stores(request.param, chdb, tmp_path_factory, "scrapes") as (store, telemetry):
+        scrapes = _scrapes()
+        hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
+        sink = hybrid.ingest.open_writer()
+        stored = 0
+        for batch in _batches(scrapes):
+            stored += sink.write_server_samples(batch)
+            assert sink.write_server_samples(batch) == 0  # the replay: nothing new in SQL
+        assert stored == len(scrapes)
+        yield hybrid, store, telemetry, scrapes
 
 
 def test_the_figures_read_are_the_sql_stores() -> None:
@@ -151,16 +196,16 @@ def test_the_figures_read_are_the_sql_stores() -> None:
     assert GPU_ROLLUP_MIN_S == timeseries.GPU_ROLLUP_MIN_S
 
 
-def test_each_scrape_and_engine_is_stored_once(filled: Any, telemetry: Telemetry) -> None:
-    _, _, scrapes = filled
+def test_each_scrape_and_engine_is_stored_once(filled: Filled) -> None:
+    _, _, telemetry, scrapes = filled
     # Counted without FINAL: the replays inserted nothing, not rows a merge would fold.
     assert _count(telemetry, "server_samples") == len(scrapes)
     assert _count(telemetry, "server_engine_samples") == _engines_in(scrapes)
 
 
 @pytest.mark.parametrize("w", range(len(WINDOWS)))
-def test_every_scrape_read_answers_as_the_sql_store(filled: Any, w: int) -> None:
-    hybrid, store, _ = filled
+def test_every_scrape_read_answers_as_the_sql_store(filled: Filled, w: int) -> None:
+    hybrid, store, _, _ = filled
     window = WINDOWS[w]
     ch, sql = hybrid.samples, store.sql.samples
     for instances in (None, ["dp-b", "spec"], ["one-a"], []):
@@ -177,9 +222,9 @@ def test_every_scrape_read_answers_as_the_sql_store(filled: Any, w: int) -> None
     _same(ch.server_evidence(window), sql.server_evidence(window))
 
 
-def test_the_reads_see_the_data(filled: Any) -> None:
+def test_the_reads_see_the_data(filled: Filled) -> None:
     """The parity above compares answers that hold rows (not two empty lists)."""
-    hybrid, _, scrapes = filled
+    hybrid, _, _, scrapes = filled
     window = WINDOWS[3]
     summaries = hybrid.samples.server_summaries(window)
     assert [s.instance for s in summaries] == sorted(INSTANCES)
@@ -310,23 +355,30 @@ def _gpu_samples(n_per_gpu: int = 150) -> list[GpuSample]:
     return [out[i] for i in order]
 
 
-@pytest.fixture
-def gpus(store: Store, telemetry: Telemetry) -> tuple[HybridStore, Store, list[GpuSample]]:
-    """GPU samples shipped through the hybrid sink in batches, every batch twice (a replay)."""
-    samples = _gpu_samples()
-    hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
-    sink = hybrid.ingest.open_writer()
-    stored = 0
-    for i in range(0, len(samples), 113):
-        batch = samples[i : i + 113]
-        stored += sink.write_gpu_samples(batch)
-        assert sink.write_gpu_samples(batch) == 0
-    assert stored == len(samples)
-    return hybrid, store, samples
+Gpus = tuple[HybridStore, Store, Telemetry, list[GpuSample]]
 
 
-def test_each_gpu_sample_is_stored_once_in_both(gpus: Any, telemetry: Telemetry) -> None:
-    hybrid, _, samples = gpus
+@pytest.fixture(scope="module", params=BOTH_STORES)
+def gpus(
+    request: pytest.FixtureRequest, chdb: ChdbTransport, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gpus]:
+    """GPU samples shipped through the hybrid sink in batches, every batch twice (a replay):
+    once per module and SQL store, into stores of their own (its tests only read)."""
+    with own_stores(request.param, chdb, tmp_path_factory, "gpus") as (store, telemetry):
+        samples = _gpu_samples()
+        hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
+        sink = hybrid.ingest.open_writer()
+        stored = 0
+        for i in range(0, len(samples), 113):
+            batch = samples[i : i + 113]
+            stored += sink.write_gpu_samples(batch)
+            assert sink.write_gpu_samples(batch) == 0
+        assert stored == len(samples)
+        yield hybrid, store, telemetry, samples
+
+
+def test_each_gpu_sample_is_stored_once_in_both(gpus: Gpus) -> None:
+    hybrid, _, telemetry, samples = gpus
     assert _count(telemetry, "gpu_samples") == len(samples)
     # The SQL store has them too: its rollups (cost, purchasing) are built from them.
     hours = hybrid.samples.hourly_gpu_usage(T0, T0 + timedelta(days=3))
@@ -342,8 +394,8 @@ SHORT = (
 
 
 @pytest.mark.parametrize("w", range(len(WINDOWS)))
-def test_every_raw_gpu_read_answers_as_the_sql_store(gpus: Any, w: int) -> None:
-    hybrid, store, _ = gpus
+def test_every_raw_gpu_read_answers_as_the_sql_store(gpus: Gpus, w: int) -> None:
+    hybrid, store, _, _ = gpus
     ch, sql = hybrid.samples, store.sql.samples
     window = WINDOWS[w]
     for instances in (None, ["g-b"], ["g-a", "g-c", "nobody"], []):
@@ -359,8 +411,8 @@ def test_every_raw_gpu_read_answers_as_the_sql_store(gpus: Any, w: int) -> None:
             _same(ch.gpu_series(short, step), sql.gpu_series(short, step))
 
 
-def test_the_raw_gpu_reads_see_the_data(gpus: Any) -> None:
-    hybrid, _, samples = gpus
+def test_the_raw_gpu_reads_see_the_data(gpus: Gpus) -> None:
+    hybrid, _, _, samples = gpus
     window = WINDOWS[3]
     series = hybrid.samples.gpu_series(window, 86400, raw_only=True)
     assert sum(b.samples for b in series) == len(samples)
