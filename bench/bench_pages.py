@@ -361,6 +361,13 @@ def same_answers(stores: dict[str, str], codes: dict[str, Path | None]) -> None:
     )
 
 
+def _workers(name: str, args: argparse.Namespace) -> int:
+    """A serve's worker processes: ``--workers``, or for ``before`` ``--before-workers``."""
+    if name == "before" and args.before_workers is not None:
+        return int(args.before_workers)
+    return int(args.workers)
+
+
 def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[str, Any]:
     """Start the serves (this checkout's or ``--code``'s, and ``--before``'s on a copy of the
     store), wait for their first evaluation cycle, time them (``measure``), py-spy them with
@@ -381,12 +388,13 @@ def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[
                    "INFERSIGHT_EVALUATION_INTERVAL_S": str(args.interval)}  # fmt: skip
             if code is not None:  # that checkout's code, not this one's (no cwd on sys.path)
                 env.update(PYTHONPATH=str(code), PYTHONSAFEPATH="1")
-            extra = ("--workers", str(args.workers)) if args.workers > 1 else ()
+            workers = _workers(name, args)
+            extra = ("--workers", str(workers)) if workers > 1 else ()
             live = start_serve(store, Path(folder) / f"{name}.log", *extra, **env)
             stack.callback(live.stop)
             serves[name] = live
             print(f"  serve ({name}: {code or 'this checkout'}): {live.url}, answer cache off, "
-                  f"{args.workers} worker(s), evaluation every {args.interval:g} s",
+                  f"{workers} worker(s), evaluation every {args.interval:g} s",
                   flush=True)  # fmt: skip
         try:
             for live in serves.values():
@@ -430,6 +438,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--passes", type=int, default=2, help="1-client passes per round")
     parser.add_argument("--workers", type=int, default=1, help="serve --workers")
+    parser.add_argument(
+        "--before-workers", type=int, default=None,
+        help="the --before serve's --workers (default: --workers); with --before set to this "
+        "checkout, compares worker counts in the same rounds",
+    )  # fmt: skip
     parser.add_argument("--interval", type=float, default=30.0, help="evaluation interval, s")
     parser.add_argument(
         "--ranges", type=lambda s: s.split(","), default=["default", "30d"],
