@@ -1,12 +1,18 @@
 """Fractional GPUs (issue 34): MIG slices and time-sliced shares, from a fake NVML (the one
 true edge: there is no GPU here) through the real sidecar into SQLite and PostgreSQL, priced by
-their fraction of the parent GPU (or a slice profile's own price) in the cost API and page."""
+their fraction of the parent GPU (or a slice profile's own price) in the cost API and page.
+
+The sidecars sample once per module and store (``sampled``); the tests that only read share a
+copy of that store, and the test that writes requests gets a fresh copy of its own."""
 
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -14,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import make_url
 
 from infersight.collector.gpu.nvml import NvmlSource
 from infersight.collector.gpu.source import GpuSampler, build_gpu_sampler
@@ -24,11 +31,13 @@ from infersight.core.cost import CostModel, GpuPrice, GpuUsage, price_instance
 from infersight.core.errors import ConfigurationError, InvalidInput
 from infersight.core.gpu_slice import fraction_of, parse_slice
 from infersight.service.cost_spec import parse_model, to_document
-from infersight.storage import cost
+from infersight.storage import cost, migrate
+from infersight.storage.engine import create_store_engine
 from infersight.storage.tables import gpu_rollups, gpu_samples
 from infersight.storage.writer import open_writer
 from tests.collector.fake_nvml import FakeGpu, FakeMig, FakeNvml
 from tests.collector.harness import running_sidecar, sidecar_config, wait_until
+from tests.conftest import BOTH_STORES, POSTGRES_ADMIN_URL, Store, fresh_database
 from tests.cost.conftest import api_for
 from tests.factories import make_records
 
@@ -220,18 +229,81 @@ def sample_through_sidecar(store, tmp_path: Path, instance: str, nvml, share=Non
         sampler.close()
 
 
+@contextmanager
+def opened(url: str) -> Iterator[Store]:
+    """The store at ``url``, its engine disposed on leaving (no connection left open)."""
+    engine = create_store_engine(url)
+    try:
+        yield Store(url, engine)
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def copy_of(url: str, directory: Path) -> Iterator[str]:
+    """The URL of a new store holding what the store at ``url`` holds, which no connection may
+    have open: a copy of its SQLite file (the backup API) in ``directory``, or a PostgreSQL
+    database made with ``url``'s as its template, dropped on leaving."""
+    source = make_url(url)
+    name = f"infersight_test_{uuid.uuid4().hex[:12]}"
+    if source.get_backend_name() == "sqlite":
+        path = directory / f"{name}.db"
+        read = closing(sqlite3.connect(str(source.database)))
+        with read as original, closing(sqlite3.connect(path)) as written:
+            original.backup(written)
+        yield f"sqlite:///{path}"
+        return
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{source.database}"')
+    try:
+        yield source.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(scope="module", params=BOTH_STORES)
+def sampled(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The URL of a migrated store of this module's own (a SQLite file, or a PostgreSQL
+    database from ``fresh_database``), sampled once per store: two instances on two 3g.40gb
+    slices of one A100 80GB, and two on time-sliced shares (1/3 and 2/3) of one H100, each
+    through its own sidecar; with the cost model stored. Its engine is disposed and no test
+    opens it: it is the template that ``sliced`` and ``sliced_to_write`` are copies of."""
+    directory = tmp_path_factory.mktemp("slices")
+    with ExitStack() as stack:
+        if request.param == "postgres":
+            url = stack.enter_context(fresh_database())
+        else:
+            url = f"sqlite:///{directory / 'sampled.db'}"
+        with opened(url) as store:
+            migrate.upgrade(store.engine)
+            for instance, mig in zip(("mig-a", "mig-b"), two_slices(), strict=True):
+                nvml = FakeNvml([FakeGpu(name=A100, uuid=PARENT, migs=[mig])])
+                sample_through_sidecar(store, directory, instance, nvml)
+            for instance, share in (("ts-a", Fraction(1, 3)), ("ts-b", Fraction(2, 3))):
+                nvml = FakeNvml([FakeGpu(name=H100, uuid=SHARED)])
+                sample_through_sidecar(store, directory, instance, nvml, share)
+            cost.put_model(store.engine, MODEL, T0)
+        yield url
+
+
+@pytest.fixture(scope="module")
+def sliced(sampled: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A copy of the sampled store, shared by this module's tests that only read it."""
+    with copy_of(sampled, tmp_path_factory.mktemp("sliced")) as url, opened(url) as store:
+        yield store
+
+
 @pytest.fixture
-def sliced(store, tmp_path: Path):
-    """Two instances on two 3g.40gb slices of one A100 80GB, and two on time-sliced shares
-    (1/3 and 2/3) of one H100, each through its own sidecar."""
-    for instance, mig in zip(("mig-a", "mig-b"), two_slices(), strict=True):
-        nvml = FakeNvml([FakeGpu(name=A100, uuid=PARENT, migs=[mig])])
-        sample_through_sidecar(store, tmp_path, instance, nvml)
-    for instance, share in (("ts-a", Fraction(1, 3)), ("ts-b", Fraction(2, 3))):
-        nvml = FakeNvml([FakeGpu(name=H100, uuid=SHARED)])
-        sample_through_sidecar(store, tmp_path, instance, nvml, share)
-    cost.put_model(store.engine, MODEL, T0)
-    return store
+def sliced_to_write(sampled: str, tmp_path: Path) -> Iterator[Store]:
+    """A fresh copy of the sampled store for one test that writes into it (what the others
+    read is not changed)."""
+    with copy_of(sampled, tmp_path) as url, opened(url) as store:
+        yield store
 
 
 def test_slices_and_shares_land_in_the_store_and_its_rollups(sliced):
@@ -298,7 +370,7 @@ def test_a_long_window_read_from_rollups_prices_the_slices_the_same(sliced):
     assert abs(a - hours_a * Decimal("2.00") / 3) <= Decimal("0.000002")
 
 
-def test_cost_per_million_tokens_of_an_instance_on_a_slice_is_its_slice_cost(sliced):
+def test_cost_per_million_tokens_of_an_instance_on_a_slice_is_its_slice_cost(sliced_to_write):
     records = make_records(
         np.random.default_rng(34),
         T0 + timedelta(minutes=1),
@@ -310,8 +382,8 @@ def test_cost_per_million_tokens_of_an_instance_on_a_slice_is_its_slice_cost(sli
         priorities=("interactive",),
         error_rate=0.0,
     )
-    open_writer(sliced.engine).write_requests(records)
-    api = api_for(sliced, cost_model="slices")
+    open_writer(sliced_to_write.engine).write_requests(records)
+    api = api_for(sliced_to_write, cost_model="slices")
     window = {"start": T0.isoformat(), "end": (T0 + TEN_MINUTES).isoformat()}
     body = api.get("/api/v1/cost", params={**window, "group_by": "model,instance"}).json()
     served = next(g for g in body["groups"] if g["labels"]["instance"] == "mig-a")
