@@ -5,17 +5,23 @@ chart buckets; decoding and merging those sketches took most of the Latency page
 Between two page views almost every one of those rows is unchanged: sidecars write into the
 latest minutes (and, from spools, an hour or two back). So ``merged_sketches`` first asks the
 store, per part (a chart bucket, or the whole segment) and group, for a digest of the rows it
-covers — computed in SQL on PostgreSQL (an MD5 over each row's key and its sketches' MD5s, so
-only the digest travels), in process on SQLite (where reading the blobs costs no network) —
-and decodes and merges only the parts whose digest it has not seen.
+covers — computed in SQL on PostgreSQL (an MD5 over each row's key and the id of the
+transaction that wrote its version, ``xmin``, so only the digest travels and no sketch is
+hashed), in process on SQLite (where reading the blobs costs no network) — and decodes and
+merges only the parts whose digest it has not seen.
 
 Why a cached answer equals a fresh one: the digest covers every row of the part (its
-resolution, bucket and series) and the MD5 of each of its sketch columns, so two equal digests
-mean the same rows with the same sketches, up to a 128-bit hash collision; a row added, merged
-into (fresh or late data) or deleted changes the digest. The sketches of a part that missed are
-read in a second statement together with each row's digest material, and the merged sketches
-are kept under the digest of *what that statement read*: a write between the two statements
-makes this view show the newer rows, never files them under the older digest.
+resolution, bucket and series) and, on PostgreSQL, the transaction that wrote each row's
+current version (an insert or update always makes a new version stamped with its writer's
+id; a row's key never holds two versions from one committed transaction), on SQLite the MD5
+of each of its sketch columns; so two equal digests mean the same rows with the same
+sketches, up to a 128-bit hash collision (or, on PostgreSQL, a row rewritten exactly 2^32
+transactions later, with its part's other rows unchanged, while the entry is still cached); a
+row added, merged into (fresh or late data) or deleted changes the digest. The sketches of a
+part that missed are read in a second statement together with each row's digest material,
+and the merged sketches are kept under the digest of *what that statement read*: a write
+between the two statements makes this view show the newer rows, never files them under the
+older digest.
 
 Memory: a bounded LRU (``max_entries`` parts and ``max_bytes`` of bucket arrays); one cache per
 engine (``sketch_cache``), shared by the threads that serve pages. Cached sketches are shared:
@@ -37,9 +43,12 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Select,
+    Text,
     bindparam,
+    cast,
     func,
     literal,
+    literal_column,
     or_,
     select,
     text,
@@ -171,15 +180,19 @@ def _any_sketch(fields: Sequence[str]) -> ColumnElement[bool]:
     return or_(*(sketch_column(f).is_not(None) for f in fields))
 
 
+#: The transaction that wrote a row's version (PostgreSQL's ``xmin`` system column).
+_WRITTEN_BY: Final = cast(literal_column("request_rollups.xmin"), Text)
+
+
 def _row_text(fields: Sequence[str]) -> ColumnElement[Any]:
-    """A row's digest material on PostgreSQL: its key and each sketch's MD5 ('-' for none)."""
+    """A row's digest material on PostgreSQL: its key and the transaction that wrote its
+    version (``xmin``). Every insert or update of a row makes a new version with the writing
+    transaction's id, so the pair changes whenever the row's sketches may have (``fields`` is
+    kept in the cache key instead). Hashing each sketch (its MD5) cost PostgreSQL most of a
+    30-day chart's read."""
     r = request_rollups.c
     return func.concat_ws(
-        "|",
-        r.resolution,
-        r.bucket,
-        *(r[name] for name in GROUP_LABELS),
-        *(func.coalesce(func.md5(sketch_column(f)), "-") for f in fields),
+        "|", r.resolution, r.bucket, *(r[name] for name in GROUP_LABELS), _WRITTEN_BY
     )
 
 
