@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from infersight.core.attribution import Attribution
 from infersight.core.records import RequestRecord
 
 
@@ -59,3 +60,16 @@ def make_records(
             )
         )
     return records
+
+
+def gateway_span(record: RequestRecord, n: int, **labels: str) -> Attribution:
+    """A LiteLLM gateway span over ``record``'s trace (span id ``n``), from half a second
+    before the request for 3 s, naming ``labels`` (``tenant``, ``team``, ``workload``, …)."""
+    return Attribution(
+        record.trace_id,
+        f"{n:016x}",
+        record.start - timedelta(seconds=0.5),
+        duration_s=3.0,
+        source="litellm",
+        **labels,
+    )

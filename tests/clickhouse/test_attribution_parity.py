@@ -26,7 +26,7 @@ from infersight.storage_clickhouse.hybrid import HybridStore, Telemetry
 from infersight.storage_clickhouse.schema import Layout, migrate
 from infersight.storage_clickhouse.transport import ChdbTransport
 from tests.conftest import Store, fresh_database
-from tests.factories import make_records
+from tests.factories import gateway_span, make_records
 
 pytestmark = pytest.mark.postgres
 
@@ -67,15 +67,12 @@ def _data() -> tuple[list[RequestRecord], list[Attribution]]:
         if i % 7 == 3:
             continue  # a trace without a gateway span: stays unattributed
         spans.append(
-            Attribution(
-                record.trace_id,
-                f"{i + 1:016x}",
-                record.start - timedelta(seconds=0.5),
-                duration_s=3.0,
+            gateway_span(
+                record,
+                i + 1,
                 tenant="gw-tenant",
                 team=TEAMS[i % 3],
                 workload=WORKLOADS[i % 2] if i % 4 else "",
-                source="litellm",
             )
         )
         if i % 4 == 0:  # a client span names the workload the gateway's left empty

@@ -35,7 +35,7 @@ from infersight.storage_clickhouse.schema import Layout, migrate
 from infersight.storage_clickhouse.sequences import SequenceWriter
 from infersight.storage_clickhouse.transport import ChdbTransport
 from tests.conftest import Store, fresh_database
-from tests.factories import make_records
+from tests.factories import gateway_span, make_records
 
 pytestmark = pytest.mark.postgres
 
@@ -114,15 +114,12 @@ def _data() -> tuple[list[RequestRecord], list[Attribution], list[list[LateSeque
         out.append(record)
         if i % 3 != 2:
             spans.append(
-                Attribution(
-                    record.trace_id,
-                    f"{i + 1:016x}",
-                    record.start - timedelta(seconds=0.5),
-                    duration_s=3.0,
+                gateway_span(
+                    record,
+                    i + 1,
                     tenant="gw-tenant",
                     team=TEAMS[i % 3],
                     workload="rag" if i % 2 else "",
-                    source="litellm",
                 )
             )
         if i % 4 != 1:

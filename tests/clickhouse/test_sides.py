@@ -33,7 +33,7 @@ from infersight.storage_clickhouse.reads import Sides
 from infersight.storage_clickhouse.schema import Layout, migrate
 from infersight.storage_clickhouse.transport import ChdbTransport
 from tests.conftest import Store
-from tests.factories import make_records
+from tests.factories import gateway_span, make_records
 
 DAY = timedelta(days=1)
 T0 = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - 4 * DAY
@@ -79,15 +79,7 @@ def _data() -> tuple[list[Any], list[Attribution], list[LateSequence]]:
             folds.append(LateSequence(key, late, (late.span_id,)))
         if day == 2 and i % 2 == 0:
             spans.append(
-                Attribution(
-                    record.trace_id,
-                    f"{i + 1:016x}",
-                    record.start - timedelta(seconds=0.5),
-                    duration_s=3.0,
-                    tenant="gw-tenant",
-                    team=("search", "ads")[i % 2],
-                    source="litellm",
-                )
+                gateway_span(record, i + 1, tenant="gw-tenant", team=("search", "ads")[i % 2])
             )
     return records, spans, folds
 
