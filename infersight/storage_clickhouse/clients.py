@@ -262,6 +262,11 @@ class ClientReads:
             high = max(s.start + timedelta(seconds=s.e2e_s or 0.0) for s in batch)
             spans.append((low, high + SERVER_MARGIN, sorted({s.trace_id for s in batch})))
         found: dict[tuple[str, str], Side] = {}
+        if not spans:
+            return []
+        # One probe for every read below (the view's range ends a microsecond past ``high``).
+        everything = Window(min(s[0] for s in spans), max(s[1] for s in spans) + _MICRO)
+        sides = Sides.probe(self.transport, self.layout, [everything])
         for g in range(0, len(spans), BATCHES_PER_READ):
             group = spans[g : g + BATCHES_PER_READ]
             low = min(s[0] for s in group)
@@ -273,7 +278,6 @@ class ClientReads:
                 for a, b, traces in group
             )
             span = [Window(low, high)]
-            sides = Sides.probe(self.transport, self.layout, span)
             rows = self.transport.rows(
                 f"SELECT {', '.join(_SERVER_COLUMNS)}"
                 f" FROM {_raw(self.layout, span, sides=sides)}"  # as attributed and folded

@@ -339,13 +339,14 @@ class CostReads:
 
     # -- served work ------------------------------------------------------------------------
 
-    def _raw_series(self, edges: Sequence[Segment], instance: str | None) -> list[list[Any]]:
+    def _raw_series(
+        self, edges: Sequence[Segment], instance: str | None, sides: Sides
+    ) -> list[list[Any]]:
         """Per series over the raw ``edges`` (as attributed): requests, tokens, prefill and
         decode seconds and requests with a KV-transfer time (one statement)."""
         if not edges:
             return []
         pin = "" if instance is None else f" AND instance = {quote(instance)}"
-        sides = Sides.probe(self.transport, self.layout, edges)
         sql = " UNION ALL ".join(
             f"SELECT {_LABELS}, count(), sum(ifNull(input_tokens, 0)),"
             " sum(ifNull(output_tokens, 0)), sum(ifNull(prefill_s, 0.0)),"
@@ -357,7 +358,9 @@ class CostReads:
         )
         return self.transport.rows(sql)
 
-    def _rollup_series(self, segments: Sequence[Segment], instance: str | None) -> list[list[Any]]:
+    def _rollup_series(
+        self, segments: Sequence[Segment], instance: str | None, sides: Sides
+    ) -> list[list[Any]]:
         """Per segment ``K``, bucket and series, the rollups with their corrections
         (``reads._rollup_rows``: the moved requests' rows, as attributed): ``K``, the series,
         requests, tokens, prefill and decode sums, the bucket and the requests with a
@@ -365,7 +368,6 @@ class CostReads:
         if not segments:
             return []
         selector = Selector() if instance is None else Selector(instance=instance)
-        sides = Sides.probe(self.transport, self.layout, segments)
         columns = (
             f"bucket, {_LABELS}, requests, input_tokens, output_tokens, prefill_sum,"
             " decode_sum, kv_transfer_zero, kv_transfer_buckets"
@@ -398,7 +400,8 @@ class CostReads:
         segments = split(window, finest)
         edges = [s for s in segments if s.raw]
         rollups = [s for s in segments if not s.raw]
-        for row in self._raw_series(edges, instance):
+        sides = Sides.probe(self.transport, self.layout, [window])  # both reads below
+        for row in self._raw_series(edges, instance, sides):
             a = acc[tuple(str(v) for v in row[:_N])]
             requests_, input_, output, prefill, decode, split_ = row[_N:]
             a.requests += int(requests_)
@@ -407,7 +410,7 @@ class CostReads:
             a.prefill_s += float(prefill)
             a.decode_s += float(decode)
             a.split += int(split_)
-        for row in self._rollup_series(rollups, instance):
+        for row in self._rollup_series(rollups, instance, sides):
             segment = rollups[int(row[0])]
             key = tuple(str(v) for v in row[1 : _N + 1])
             requests_, input_, output, prefill, decode, at, transfer = row[_N + 1 :]
@@ -540,9 +543,9 @@ class CostReads:
         )
         tokens = "ifNull(input_tokens, 0) + ifNull(output_tokens, 0)"
         out: list[dict[LabelKey, tuple[int, int]]] = [{} for _ in spans]
-        order = sorted(range(len(spans)), key=lambda k: spans[k])
         if not spans:
             return out
+        order = sorted(range(len(spans)), key=lambda k: spans[k])
         sides = Sides.probe(self.transport, self.layout, [Window(lo, hi) for lo, hi in spans])
         for first in range(0, len(order), SPANS_PER_READ):
             runs: list[list[int]] = []

@@ -374,12 +374,17 @@ class Reads:
     # -- throughput -------------------------------------------------------------------------
 
     def _totals(
-        self, window: Window, selector: Selector, group_by: Sequence[str], finest: Resolution
+        self,
+        window: Window,
+        selector: Selector,
+        group_by: Sequence[str],
+        finest: Resolution,
+        sides: Sides | None = None,
     ) -> dict[LabelKey, list[int]]:
         head, tail = _group(group_by)
         totals: dict[LabelKey, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         edges, segments = _pieces(window, finest)
-        sides = self._sides(window)
+        sides = sides or self._sides(window)
         statements = []
         if edges:
             statements.append(
@@ -469,15 +474,16 @@ class Reads:
         column = LATENCY_METRICS[check_metric(metric)]
         groups = check_group_by(group_by)
         qs = check_quantiles(quantiles)
+        sides = self._sides(window)  # one probe, whichever reads answer
 
         def rows() -> int:
-            return sum(v[0] for v in self._totals(window, selector, (), finest).values())
+            return sum(v[0] for v in self._totals(window, selector, (), finest, sides).values())
 
         method = resolve_method(method, rows, exact_max_rows)
         if method is Method.EXACT:
-            answers = self._exact(column, window, selector, groups, qs)
+            answers = self._exact(column, window, selector, groups, qs, sides)
             return latency_result(metric, window, method, 0.0, answers)
-        sketches = self.group_sketches_many([column], window, selector, groups, finest)
+        sketches = self.group_sketches_many([column], window, selector, groups, finest, sides)
         answers = sketch_groups(groups, sketches[column], qs)
         return latency_result(metric, window, method, DEFAULT_RELATIVE_ACCURACY, answers)
 
@@ -516,10 +522,10 @@ class Reads:
         selector: Selector,
         group_by: Sequence[str],
         qs: Sequence[float],
+        sides: Sides,
     ) -> list[GroupQuantiles]:
         head, tail = _group(group_by)
         levels = ", ".join(repr(float(q)) for q in qs)
-        sides = self._sides(window)
         rows = self.transport.rows(
             f"SELECT {head}count(), quantilesExactInclusive({levels})({column})"
             f" FROM {_raw(self.layout, [window], _touches(selector, group_by), sides=sides)}"
@@ -546,6 +552,7 @@ class Reads:
         selector: Selector,
         group_by: Sequence[str],
         finest: Resolution = Resolution.MINUTE,
+        sides: Sides | None = None,
     ) -> dict[str, dict[LabelKey, QuantileSketch]]:
         """One merged sketch of each of ``columns`` (``ttft_s``, …) per group over ``window``,
         the raw edges read in one statement and every rollup segment in one, for all columns;
@@ -556,7 +563,7 @@ class Reads:
             column: defaultdict(list) for column in columns
         }
         edges, segments = _pieces(window, finest)
-        sides = self._sides(window)
+        sides = sides or self._sides(window)
         if edges:
             rows = self.transport.rows(
                 f"SELECT {head}{', '.join(columns)}"

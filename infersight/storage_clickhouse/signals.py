@@ -171,7 +171,8 @@ class SignalReads:
         """Every instance's signals over ``window``, for the requests ``selector`` picks (the
         SQL store's ``storage.signals.window_signals``)."""
         seconds = max(window.seconds, 1e-9)
-        found = self._requests(window, selector, seconds)
+        sides = Sides.probe(self.transport, self.layout, [window])  # every raw read below
+        found = self._requests(window, selector, seconds, sides)
         instances = sorted(found) if selector.instance is None else [selector.instance]
         if not instances:
             return WindowSignals(window, ())
@@ -179,8 +180,8 @@ class SignalReads:
         gpu = self._gpu(window, instances)
         clients = self._client_pairs(window, selector, aliases or ModelAliases())
         split = [name for name in instances if name in found and found[name].split]
-        sources = self._kv_sources(window, selector, split)
-        prefill = self._prefill_queues(window, selector, split)
+        sources = self._kv_sources(window, selector, split, sides)
+        prefill = self._prefill_queues(window, selector, split, sides)
         out = []
         for name in instances:
             mine = found.get(name)
@@ -220,13 +221,14 @@ class SignalReads:
     def _no_requests(seconds: float) -> dict[str, float]:
         return {"requests": 0.0, "request_rate": 0.0 / seconds, "error_ratio": 0.0}
 
-    def _rows(self, window: Window, selector: Selector) -> str:
+    def _rows(self, window: Window, selector: Selector, sides: Sides) -> str:
         """The window's request rows the selector picks, as attributed."""
-        sides = Sides.probe(self.transport, self.layout, [window])
         table = _raw(self.layout, [window], _touches(selector), sides=sides)
         return f"{table} WHERE {_raw_where(window, selector)}"
 
-    def _requests(self, window: Window, selector: Selector, seconds: float) -> dict[str, _Instance]:
+    def _requests(
+        self, window: Window, selector: Selector, seconds: float, sides: Sides
+    ) -> dict[str, _Instance]:
         """Per instance: the request signals, and whether any request had stage timings or
         was served disaggregated."""
         stages = " OR ".join(f"{c} IS NOT NULL" for c in _STAGE_COLUMNS)
@@ -249,7 +251,7 @@ class SignalReads:
             " quantileExactInclusiveIf(0.9)(kv_transfer_s, role = 'decode')"
             f" FROM (SELECT {columns},"
             " quantileExactInclusive(0.9)(ttft_s) OVER (PARTITION BY instance) AS cut"
-            f" FROM {self._rows(window, selector)})"
+            f" FROM {self._rows(window, selector, sides)})"
             " GROUP BY instance"
         )
         out = {}
@@ -285,7 +287,7 @@ class SignalReads:
         return out
 
     def _kv_sources(
-        self, window: Window, selector: Selector, instances: Sequence[str]
+        self, window: Window, selector: Selector, instances: Sequence[str], sides: Sides
     ) -> dict[str, dict[str, float]]:
         """A decode instance's mean KV-transfer time by the prefill peer of its split
         requests, the busiest ``MAX_KV_SOURCES`` peers (ties: by name)."""
@@ -293,7 +295,7 @@ class SignalReads:
             return {}
         rows = self.transport.rows(
             "SELECT instance, peer, count() AS n, avg(kv_transfer_s)"
-            f" FROM {self._rows(window, selector)} AND instance IN ({_in(instances)})"
+            f" FROM {self._rows(window, selector, sides)} AND instance IN ({_in(instances)})"
             " AND role = 'decode' AND peer != '' AND kv_transfer_s IS NOT NULL"
             f" GROUP BY instance, peer ORDER BY instance, n DESC, peer"
             f" LIMIT {int(MAX_KV_SOURCES)} BY instance"
@@ -304,7 +306,7 @@ class SignalReads:
         return out
 
     def _prefill_queues(
-        self, window: Window, selector: Selector, instances: Sequence[str]
+        self, window: Window, selector: Selector, instances: Sequence[str], sides: Sides
     ) -> dict[str, float]:
         """Per instance, the mean queue time of its disaggregated requests' prefill legs
         (``request_parts`` joined by trace id; a leg starts after its request, before
@@ -317,7 +319,8 @@ class SignalReads:
             f" FROM (SELECT trace_id, queue_s FROM {parts} FINAL"
             f" WHERE start >= {_time(window.start)}"
             f" AND start < {_time(window.end + READING_SPAN_MAX)} AND queue_s IS NOT NULL) AS p"
-            f" INNER JOIN (SELECT DISTINCT trace_id, instance FROM {self._rows(window, selector)}"
+            " INNER JOIN (SELECT DISTINCT trace_id, instance"
+            f" FROM {self._rows(window, selector, sides)}"
             f" AND instance IN ({_in(instances)}) AND role = 'decode') AS d"
             " ON p.trace_id = d.trace_id GROUP BY d.instance"
         )
