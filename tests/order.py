@@ -47,15 +47,16 @@ LONGEST_FIRST: Final = (
 
 def longest_first(items: list[pytest.Item]) -> None:
     """Sort ``items`` in place: the listed files first, in their order; then by how many tests
-    a file has, most first; a file's own tests in their collection order."""
+    a file has, most first; a file's own tests keep their collection order (a stable sort)."""
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    files = [item.nodeid.split("::", 1)[0] for item in items]
-    counts = Counter(files)
-    position = {id(item): k for k, item in enumerate(items)}
-    where = dict(zip((id(i) for i in items), files, strict=True))
+    counts = Counter(_file(item) for item in items)
 
-    def key(item: pytest.Item) -> tuple[int, int, str, int]:
-        name = where[id(item)]
-        return (rank.get(name, len(rank)), -counts[name], name, position[id(item)])
+    def key(item: pytest.Item) -> tuple[int, int, str]:
+        name = _file(item)
+        return (rank.get(name, len(rank)), -counts[name], name)
 
     items.sort(key=key)
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]

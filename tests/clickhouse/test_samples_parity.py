@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -101,8 +101,15 @@ def _scrapes(n_per_instance: int = 120) -> list[ServerSample]:
     return [out[i] for i in order]
 
 
-def _batches(scrapes: Sequence[ServerSample], size: int = 97) -> list[Sequence[ServerSample]]:
-    return [scrapes[i : i + size] for i in range(0, len(scrapes), size)]
+def ship_twice(write: Callable[[Sequence[Any]], int], items: Sequence[Any], size: int) -> None:
+    """``items`` written in batches of ``size``, every batch twice: all stored by the first
+    writes, nothing by the replays."""
+    stored = 0
+    for i in range(0, len(items), size):
+        batch = items[i : i + size]
+        stored += write(batch)
+        assert write(batch) == 0  # the replay: nothing new
+    assert stored == len(items)
 
 
 def _same(a: Any, b: Any, where: str = "") -> None:
@@ -181,12 +188,7 @@ def filled(
     with own_stores(request.param, chdb, tmp_path_factory, "scrapes") as (store, telemetry):
         scrapes = _scrapes()
         hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
-        sink = hybrid.ingest.open_writer()
-        stored = 0
-        for batch in _batches(scrapes):
-            stored += sink.write_server_samples(batch)
-            assert sink.write_server_samples(batch) == 0  # the replay: nothing new in SQL
-        assert stored == len(scrapes)
+        ship_twice(hybrid.ingest.open_writer().write_server_samples, scrapes, 97)
         yield hybrid, store, telemetry, scrapes
 
 
@@ -367,13 +369,7 @@ def gpus(
     with own_stores(request.param, chdb, tmp_path_factory, "gpus") as (store, telemetry):
         samples = _gpu_samples()
         hybrid = HybridStore(store.sql, telemetry, sql_copy=True)
-        sink = hybrid.ingest.open_writer()
-        stored = 0
-        for i in range(0, len(samples), 113):
-            batch = samples[i : i + 113]
-            stored += sink.write_gpu_samples(batch)
-            assert sink.write_gpu_samples(batch) == 0
-        assert stored == len(samples)
+        ship_twice(hybrid.ingest.open_writer().write_gpu_samples, samples, 113)
         yield hybrid, store, telemetry, samples
 
 
