@@ -36,10 +36,11 @@ from infersight.storage.engine import create_store_engine
 from infersight.storage.tables import gpu_rollups, gpu_samples
 from infersight.storage.writer import open_writer
 from tests.collector.fake_nvml import FakeGpu, FakeMig, FakeNvml
-from tests.collector.harness import running_sidecar, sidecar_config, wait_until
+from tests.collector.harness import running_sidecar, sidecar_config
 from tests.conftest import BOTH_STORES, POSTGRES_ADMIN_URL, Store, fresh_database
 from tests.cost.conftest import api_for
 from tests.factories import make_records
+from tests.waiting import until
 
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -224,7 +225,7 @@ def sample_through_sidecar(store, tmp_path: Path, instance: str, nvml, share=Non
 
     try:
         with running_sidecar(open_writer(store.engine), config, [sampler]):
-            assert wait_until(far_enough, timeout=60)
+            until(far_enough, f"{instance}'s samples reached ten minutes in the store")
     finally:
         sampler.close()
 
