@@ -368,6 +368,18 @@ def _workers(name: str, args: argparse.Namespace) -> int:
     return int(args.workers)
 
 
+def _settings(name: str, args: argparse.Namespace) -> dict[str, str]:
+    """A serve's extra settings: ``--env``, or for ``before`` ``--before-env``."""
+    pairs = args.before_env if name == "before" and args.before_env is not None else args.env
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("INFERSIGHT_"):
+            raise SystemExit(f"--env/--before-env take INFERSIGHT_NAME=VALUE, not {pair!r}")
+        out[key] = value
+    return out
+
+
 def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[str, Any]:
     """Start the serves (this checkout's or ``--code``'s, and ``--before``'s on a copy of the
     store), wait for their first evaluation cycle, time them (``measure``), py-spy them with
@@ -388,13 +400,15 @@ def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[
                    "INFERSIGHT_EVALUATION_INTERVAL_S": str(args.interval)}  # fmt: skip
             if code is not None:  # that checkout's code, not this one's (no cwd on sys.path)
                 env.update(PYTHONPATH=str(code), PYTHONSAFEPATH="1")
+            env.update(_settings(name, args))
             workers = _workers(name, args)
             extra = ("--workers", str(workers)) if workers > 1 else ()
             live = start_serve(store, Path(folder) / f"{name}.log", *extra, **env)
             stack.callback(live.stop)
             serves[name] = live
             print(f"  serve ({name}: {code or 'this checkout'}): {live.url}, answer cache off, "
-                  f"{workers} worker(s), evaluation every {args.interval:g} s",
+                  f"{workers} worker(s), evaluation every {args.interval:g} s"
+                  + "".join(f", {k}={v}" for k, v in _settings(name, args).items()),
                   flush=True)  # fmt: skip
         try:
             for live in serves.values():
@@ -444,6 +458,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "checkout, compares worker counts in the same rounds",
     )  # fmt: skip
     parser.add_argument("--interval", type=float, default=30.0, help="evaluation interval, s")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="INFERSIGHT_NAME=VALUE",
+        help="a setting of the serve (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--before-env", action="append", default=None, metavar="INFERSIGHT_NAME=VALUE",
+        help="a setting of the --before serve (repeatable; default: --env's); with --before "
+        "set to this checkout, compares settings in the same rounds",
+    )  # fmt: skip
     parser.add_argument(
         "--ranges", type=lambda s: s.split(","), default=["default", "30d"],
         help="comma-separated ranges per page (default: the page's own)",

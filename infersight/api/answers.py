@@ -16,6 +16,15 @@ it was computed by the monotonic clock, so no answer is ever older than the TTL 
 clock that stands still (tests) or jumps. Concurrent requests for a missing key compute it
 once: the later ones wait for the first. At most ``max_entries`` answers are kept (the oldest
 go first), and expired ones are dropped as new ones come: memory holds the last TTL's pages.
+
+Computations take turns (issue 35, item 4): at most ``concurrency`` answers are computed at
+once (``INFERSIGHT_ANSWER_CONCURRENCY``), the others wait in the order they came
+(``TurnGate``), cached or not. An answer's computation is Python holding the GIL between the
+store's queries; sixteen at once share one core, so each takes sixteen times its own time and
+the heaviest page (a 70 ms Baselines view) took over a second. Taking turns, an answer waits
+for the ones ahead of it and then runs at its own speed: the throughput is the same (slightly
+better: fewer threads contend for the GIL) and the heaviest page no longer pays the most for
+the crowd. Two at once keep one answer in Python while another waits on the store.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ import math
 import threading
 import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -42,6 +52,51 @@ _ALL: weakref.WeakSet[AnswerCache] = weakref.WeakSet()
 class AnswerStats:
     hits: int = 0
     misses: int = 0
+    waited: int = 0
+    """Computations that waited for their turn (``TurnGate``)."""
+
+
+class TurnGate:
+    """At most ``slots`` holders at once; the others wait their turn in arrival order.
+
+    ``threading.Semaphore`` lets a newcomer take a freed slot before a thread that has waited
+    (whichever the scheduler runs first), so under a steady crowd one request can wait many
+    turns. Here a leaving holder hands its slot to the longest waiter directly.
+    """
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("a turn gate needs at least one slot")
+        self.slots = slots
+        self._lock = threading.Lock()
+        self._free = slots
+        self._waiting: deque[threading.Lock] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @contextmanager
+    def turn(self) -> Iterator[bool]:
+        """Hold a slot for the ``with`` block; yields whether it had to wait for it."""
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                mine = None
+            else:
+                mine = threading.Lock()
+                mine.acquire()
+                self._waiting.append(mine)
+        if mine is not None:
+            mine.acquire()  # released by the holder that hands its slot to this thread
+        try:
+            yield mine is not None
+        finally:
+            with self._lock:
+                if self._waiting:
+                    self._waiting.popleft().release()
+                else:
+                    self._free += 1
 
 
 @dataclass
@@ -58,7 +113,10 @@ class AnswerCache:
         ttl_s: float,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         monotonic: Callable[[], float] = time.monotonic,
+        concurrency: int = 0,
     ) -> None:
+        """``concurrency``: answers computed at once, the others wait their turn (0: no
+        limit)."""
         if ttl_s < 0 or not math.isfinite(ttl_s):
             raise ValueError("the answer cache's TTL must be a finite number of seconds ≥ 0")
         if max_entries < 1:
@@ -70,6 +128,9 @@ class AnswerCache:
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self._computing: dict[Key, threading.Lock] = {}
+        if concurrency < 0:
+            raise ValueError("answers computed at once must be 0 (no limit) or more")
+        self.gate = TurnGate(concurrency) if concurrency else None
         _ALL.add(self)
 
     @property
@@ -94,7 +155,7 @@ class AnswerCache:
     def get_or_compute(self, key: Key, compute: Callable[[], Any]) -> Any:
         """The answer kept for ``key``, else ``compute()`` (kept; an exception is not)."""
         if not self.enabled:
-            return compute()
+            return self._computed(compute)
         with self._lock:
             entry = self._fresh(key)
             if entry is not None:
@@ -110,13 +171,23 @@ class AnswerCache:
                     return entry.value
                 self.stats.misses += 1
             try:
-                value = compute()
+                value = self._computed(compute)
                 with self._lock:
                     self._keep(key, value)
             finally:
                 with self._lock:
                     self._computing.pop(key, None)
             return value
+
+    def _computed(self, compute: Callable[[], Any]) -> Any:
+        """``compute()`` in its turn."""
+        if self.gate is None:
+            return compute()
+        with self.gate.turn() as waited:
+            if waited:
+                with self._lock:
+                    self.stats.waited += 1
+            return compute()
 
     def _keep(self, key: Key, value: Any) -> None:
         """Keep ``value`` (under the lock). Expired answers go as soon as a new one comes

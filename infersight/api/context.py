@@ -275,7 +275,9 @@ def build_context(
         reports=reports,
         store_gate=gate,
         keda_refusals=Refusals(),
-        answers=AnswerCache(settings.dashboard_answer_ttl_s),
+        answers=AnswerCache(
+            settings.dashboard_answer_ttl_s, concurrency=settings.answer_concurrency
+        ),
         aliases=aliases,
         read_store=read_store,
         read_engine=read_store.engine if read_store is not None else None,

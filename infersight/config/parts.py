@@ -230,6 +230,13 @@ class ApiPart(Part):
         description="Seconds a dashboard page reuses the answer computed for the same query "
         "(0: never).",
     )
+    answer_concurrency: int = Field(
+        2,
+        ge=0,
+        le=256,
+        description="Dashboard pages and read answers computed at once; the others wait their "
+        "turn in arrival order (0: no limit).",
+    )
     model_aliases: str = Field(
         "",
         description="Model name aliases as comma-separated ALIAS=CANONICAL pairs, for matching "

@@ -5,13 +5,14 @@ and the cache is bounded and can be turned off."""
 from __future__ import annotations
 
 import re
+import threading
 from datetime import timedelta
 
 import numpy as np
 import pytest
 
 from infersight.api import context
-from infersight.api.answers import AnswerCache
+from infersight.api.answers import AnswerCache, TurnGate
 from infersight.api.context import context_of
 from infersight.api.settings import ApiSettings
 from infersight.core.slo import Sli, SliKind, SloSpec
@@ -21,6 +22,7 @@ from infersight.storage.writer import open_writer
 from tests.conftest import Store
 from tests.dashboard.test_pages import NOW, PAGES, Client
 from tests.factories import make_records
+from tests.waiting import until
 
 _RENDERED = re.compile(r" · rendered in \d+ ms")
 
@@ -162,3 +164,102 @@ def test_the_overview_reads_the_slos_once(store: Store, monkeypatch: pytest.Monk
     monkeypatch.setattr(cost_store, "list_slos", counted(cost_store))
     _page(_client(store, 0.0), "overview")
     assert len(reads) == 1
+
+
+def _holders(gate_slots: int, count: int) -> tuple[TurnGate, list[threading.Thread], list, dict]:
+    """``count`` threads that each take a turn at a gate of ``gate_slots`` slots, record the
+    order they got in and how many held a slot at once, and hold it until released."""
+    gate = TurnGate(gate_slots)
+    order: list[int] = []
+    state = {"inside": 0, "most": 0}
+    lock = threading.Lock()
+    release = {i: threading.Event() for i in range(count)}
+
+    def hold(i: int) -> None:
+        with gate.turn():
+            with lock:
+                order.append(i)
+                state["inside"] += 1
+                state["most"] = max(state["most"], state["inside"])
+            release[i].wait()
+            with lock:
+                state["inside"] -= 1
+
+    threads = [threading.Thread(target=hold, args=(i,), daemon=True) for i in range(count)]
+    return gate, threads, order, {"state": state, "release": release}
+
+
+def test_turns_are_taken_in_arrival_order_and_never_more_than_the_slots():
+    """Two slots and six callers: two get in, the other four wait and get in in the order
+    they came as the holders leave, and never more than two hold a slot at once."""
+    gate, threads, order, shared = _holders(2, 6)
+    release = shared["release"]
+    for i, thread in enumerate(threads):
+        thread.start()
+        # Start the next only once this one is in or waiting: the arrival order is known.
+        until(lambda i=i: len(order) + gate.waiting == i + 1, f"caller {i} in or waiting")
+    assert order == [0, 1]
+    assert gate.waiting == 4
+    for leaving in (1, 0, 2, 3):  # a holder leaves; the longest waiter takes its slot
+        entered = len(order)
+        release[leaving].set()
+        until(lambda entered=entered: len(order) == entered + 1, "the next caller in")
+    assert order == [0, 1, 2, 3, 4, 5]
+    for event in release.values():
+        event.set()
+    for thread in threads:
+        thread.join()
+    assert shared["state"]["most"] == 2
+    assert gate.waiting == 0
+
+
+def test_a_failed_computation_gives_its_turn_back_and_only_waiting_is_counted():
+    cache = AnswerCache(0.0, concurrency=1)
+
+    def fail() -> int:
+        raise RuntimeError("store down")
+
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            cache.get_or_compute(("p",), fail)
+    assert cache.get_or_compute(("p",), lambda: 7) == 7  # the slot came back each time
+    assert cache.stats.waited == 0
+    assert cache.gate is not None
+    assert cache.gate.slots == 1
+    assert AnswerCache(5.0).gate is None  # 0: no limit
+    with pytest.raises(ValueError, match="at once"):
+        AnswerCache(5.0, concurrency=-1)
+    with pytest.raises(ValueError, match="answer_concurrency"):
+        ApiSettings(answer_concurrency=-1)
+
+
+def test_cached_answers_do_not_wait_for_a_turn():
+    """A computation holding the only slot does not hold up a kept answer, and a computation
+    that came while it ran waits, then runs (counted as waited)."""
+    cache = AnswerCache(60.0, concurrency=1)
+    assert cache.get_or_compute(("kept",), lambda: "old") == "old"
+    inside, leave = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        inside.set()
+        leave.wait()
+        return "slow"
+
+    holder = threading.Thread(target=cache.get_or_compute, args=(("slow",), slow), daemon=True)
+    holder.start()
+    inside.wait()
+    assert cache.get_or_compute(("kept",), lambda: "recomputed") == "old"
+    got: list[str] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(cache.get_or_compute(("other",), lambda: "other")),
+        daemon=True,
+    )
+    waiter.start()
+    assert cache.gate is not None
+    until(lambda: cache.gate is not None and cache.gate.waiting == 1, "the other computation waits")
+    assert got == []
+    leave.set()
+    holder.join()
+    waiter.join()
+    assert got == ["other"]
+    assert cache.stats.waited == 1
