@@ -24,7 +24,10 @@ store's queries; sixteen at once share one core, so each takes sixteen times its
 the heaviest page (a 70 ms Baselines view) took over a second. Taking turns, an answer waits
 for the ones ahead of it and then runs at its own speed: the throughput is the same (slightly
 better: fewer threads contend for the GIL) and the heaviest page no longer pays the most for
-the crowd. Two at once keep one answer in Python while another waits on the store.
+the crowd. Two at once keep one answer in Python while another waits on the store. A turn is
+waited for at most ``turn_timeout_s`` (the store's pool timeout: waiting for a turn stands in
+for waiting for a pooled connection), then the answer is a 503 ``unavailable`` with
+``details.reason`` ``busy``: behind a stuck store the queue does not grow without bound.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from infersight.core.errors import Unavailable
+
 DEFAULT_MAX_ENTRIES: Final = 256
 
 Key = tuple[Any, ...]
@@ -54,6 +59,17 @@ class AnswerStats:
     misses: int = 0
     waited: int = 0
     """Computations that waited for their turn (``TurnGate``)."""
+
+
+class Busy(Unavailable):
+    """An answer waited longer than its bound for a turn to be computed."""
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(
+            f"the server is computing as many answers as it may and this one waited "
+            f"{waited_s:.1f} s for its turn; retry later",
+            details={"reason": "busy", "waited_s": round(waited_s, 3)},
+        )
 
 
 class TurnGate:
@@ -77,8 +93,9 @@ class TurnGate:
         return len(self._waiting)
 
     @contextmanager
-    def turn(self) -> Iterator[bool]:
-        """Hold a slot for the ``with`` block; yields whether it had to wait for it."""
+    def turn(self, timeout_s: float | None = None) -> Iterator[bool]:
+        """Hold a slot for the ``with`` block; yields whether it had to wait for it. A wait
+        longer than ``timeout_s`` (``None``: no bound) raises ``Busy``."""
         with self._lock:
             if self._free and not self._waiting:
                 self._free -= 1
@@ -88,7 +105,16 @@ class TurnGate:
                 mine.acquire()
                 self._waiting.append(mine)
         if mine is not None:
-            mine.acquire()  # released by the holder that hands its slot to this thread
+            started = time.monotonic()
+            # Released by the holder that hands its slot to this thread.
+            if not mine.acquire(timeout=-1 if timeout_s is None else timeout_s):
+                with self._lock:
+                    still_waiting = mine in self._waiting
+                    if still_waiting:
+                        self._waiting.remove(mine)
+                if still_waiting:
+                    raise Busy(time.monotonic() - started)
+                mine.acquire()  # handed the slot as the wait ran out: it is this thread's
         try:
             yield mine is not None
         finally:
@@ -114,9 +140,10 @@ class AnswerCache:
         max_entries: int = DEFAULT_MAX_ENTRIES,
         monotonic: Callable[[], float] = time.monotonic,
         concurrency: int = 0,
+        turn_timeout_s: float | None = None,
     ) -> None:
         """``concurrency``: answers computed at once, the others wait their turn (0: no
-        limit)."""
+        limit), each at most ``turn_timeout_s`` (``None``: no bound)."""
         if ttl_s < 0 or not math.isfinite(ttl_s):
             raise ValueError("the answer cache's TTL must be a finite number of seconds ≥ 0")
         if max_entries < 1:
@@ -131,6 +158,7 @@ class AnswerCache:
         if concurrency < 0:
             raise ValueError("answers computed at once must be 0 (no limit) or more")
         self.gate = TurnGate(concurrency) if concurrency else None
+        self.turn_timeout_s = turn_timeout_s
         _ALL.add(self)
 
     @property
@@ -183,7 +211,7 @@ class AnswerCache:
         """``compute()`` in its turn."""
         if self.gate is None:
             return compute()
-        with self.gate.turn() as waited:
+        with self.gate.turn(self.turn_timeout_s) as waited:
             if waited:
                 with self._lock:
                     self.stats.waited += 1

@@ -43,6 +43,7 @@ from infersight.service.reports import WeeklyReports, parse_schedule
 from infersight.service.scaling import Recommender
 from infersight.service.slos import list_slos
 from infersight.service.snapshots import latest_money, latest_statuses
+from infersight.storage.engine import timeouts_of
 from infersight.storage.queries import DEFAULT_EXACT_MAX_ROWS
 from infersight.storage.seam import Store
 from infersight.storage.sql_store import SqlStore
@@ -276,7 +277,9 @@ def build_context(
         store_gate=gate,
         keda_refusals=Refusals(),
         answers=AnswerCache(
-            settings.dashboard_answer_ttl_s, concurrency=settings.answer_concurrency
+            settings.dashboard_answer_ttl_s,
+            concurrency=settings.answer_concurrency,
+            turn_timeout_s=timeouts_of(engine).pool_s,
         ),
         aliases=aliases,
         read_store=read_store,

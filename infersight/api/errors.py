@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -24,9 +24,11 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import Send
 
-from infersight.core.errors import InfersightError, InvalidInput, Unauthorized
+from infersight.core.errors import InfersightError, InvalidInput, Unauthorized, Unavailable
 
 log = logging.getLogger(__name__)
+#: Seconds a 503 ``unavailable`` asks the client to wait before retrying.
+UNAVAILABLE_RETRY_AFTER_S: Final = 5
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 429: "rate_limited"}
 #: ``(request, status, message, details)`` → an HTML page for a browser's path, or ``None``.
 HtmlErrors = Callable[[Request, int, str, dict[str, Any]], Response | None]
@@ -86,7 +88,11 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
 
 async def _infersight_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, InfersightError)
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    headers = None
+    if isinstance(exc, Unauthorized):
+        headers = {"WWW-Authenticate": "Bearer"}
+    elif isinstance(exc, Unavailable):  # a 503 says when to come back
+        headers = {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)}
     return JSONResponse(exc.to_dict(), status_code=exc.http_status, headers=headers)
 
 

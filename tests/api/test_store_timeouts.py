@@ -72,7 +72,13 @@ def test_healthz_answers_from_memory_while_many_readers_are_blocked(
     """40 readers wait on the lock (more than the pool and the thread pool hold); the health
     answer does not queue behind them. The lock wait is long (120 s), so an answer that
     waited on the store would not come within the guard."""
-    env = {"INFERSIGHT_DATABASE_LOCK_TIMEOUT_S": "120", "INFERSIGHT_DATABASE_POOL_TIMEOUT_S": "120"}
+    # Every reader computes at once (no turns): readers that hold every pooled connection are
+    # the case here; with turns, the next test shows the line is bounded instead.
+    env = {
+        "INFERSIGHT_DATABASE_LOCK_TIMEOUT_S": "120",
+        "INFERSIGHT_DATABASE_POOL_TIMEOUT_S": "120",
+        "INFERSIGHT_ANSWER_CONCURRENCY": "0",
+    }
     answers: list[int] = []
     with serve(pg_store.url, tmp_path, **env) as served:
         with locked(pg_store):
@@ -115,3 +121,43 @@ def test_healthz_answers_from_memory_while_many_readers_are_blocked(
             "/healthz is ok again once the lock is gone",
         )
         assert recovered
+
+
+def test_answers_waiting_their_turn_behind_a_locked_table_are_refused_in_time(
+    pg_store: Store, tmp_path: Path
+) -> None:
+    """Two answers at once (``INFERSIGHT_ANSWER_CONCURRENCY``) wait on the lock; six more
+    wait for their turn no longer than the pool timeout and are each a 503 ``busy`` with a
+    Retry-After — the line behind a stuck store does not grow without bound — while
+    ``/healthz`` answers. Once the lock is gone the same reads answer 200."""
+    env = {
+        "INFERSIGHT_ANSWER_CONCURRENCY": "2",
+        "INFERSIGHT_DATABASE_POOL_TIMEOUT_S": "1",
+        "INFERSIGHT_DATABASE_LOCK_TIMEOUT_S": "600",
+    }
+    answers: dict[int, httpx.Response] = {}
+    with serve(pg_store.url, tmp_path, **env) as served:
+        with locked(pg_store):
+
+            def read(minutes: int) -> None:
+                # A window of its own: the answer cache would share one query between equals.
+                url = f"{served.url}/api/v1/latency?range={minutes}m"
+                answers[minutes] = httpx.get(url, timeout=GUARD_S * 10)
+
+            readers = [threading.Thread(target=read, args=(i,)) for i in range(1, 9)]
+            for reader in readers:
+                reader.start()
+            refused = until(lambda: len(answers) >= 6 and answers, "six readers refused")
+            assert len(refused) == 6  # the two computing still wait on the lock
+            for answer in refused.values():
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["error"]["details"]["reason"] == "busy"
+                assert answer.headers["retry-after"]
+            assert httpx.get(f"{served.url}/livez", timeout=GUARD_S).status_code == 200
+        for reader in readers:
+            reader.join(timeout=GUARD_S * 10)
+        computed = [a for a in answers.values() if a.status_code != 503]
+        assert [a.status_code for a in computed] == [200, 200]
+        again = httpx.get(f"{served.url}/api/v1/latency?range=3m", timeout=GUARD_S)
+        assert again.status_code == 200
+    assert "Traceback" not in served.output()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from infersight.api import context
-from infersight.api.answers import AnswerCache, TurnGate
+from infersight.api.answers import AnswerCache, Busy, TurnGate
 from infersight.api.context import context_of
 from infersight.api.settings import ApiSettings
 from infersight.core.slo import Sli, SliKind, SloSpec
@@ -263,3 +263,30 @@ def test_cached_answers_do_not_wait_for_a_turn():
     waiter.join()
     assert got == ["other"]
     assert cache.stats.waited == 1
+
+
+def test_a_turn_waited_for_past_its_bound_is_busy_and_leaves_the_line():
+    """With the only slot held, a computation that waits past ``turn_timeout_s`` is refused
+    (``Busy``: 503 ``unavailable``, reason ``busy``) and leaves the line: the next one in gets
+    the slot as soon as the holder leaves."""
+    cache = AnswerCache(0.0, concurrency=1, turn_timeout_s=0.05)
+    inside, leave = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        inside.set()
+        leave.wait()
+        return "slow"
+
+    holder = threading.Thread(target=cache.get_or_compute, args=(("slow",), slow), daemon=True)
+    holder.start()
+    inside.wait()
+    with pytest.raises(Busy) as refused:
+        cache.get_or_compute(("late",), lambda: "late")
+    assert refused.value.http_status == 503
+    assert refused.value.details["reason"] == "busy"
+    assert refused.value.details["waited_s"] >= 0.05
+    assert cache.gate is not None
+    assert cache.gate.waiting == 0
+    leave.set()
+    holder.join()
+    assert cache.get_or_compute(("late",), lambda: "late") == "late"
