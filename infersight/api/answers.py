@@ -19,15 +19,17 @@ go first), and expired ones are dropped as new ones come: memory holds the last 
 
 Computations take turns (issue 35, item 4): at most ``concurrency`` answers are computed at
 once (``INFERSIGHT_ANSWER_CONCURRENCY``), the others wait in the order they came
-(``TurnGate``), cached or not. An answer's computation is Python holding the GIL between the
-store's queries; sixteen at once share one core, so each takes sixteen times its own time and
-the heaviest page (a 70 ms Baselines view) took over a second. Taking turns, an answer waits
-for the ones ahead of it and then runs at its own speed: the throughput is the same (slightly
-better: fewer threads contend for the GIL) and the heaviest page no longer pays the most for
-the crowd. Two at once keep one answer in Python while another waits on the store. A turn is
-waited for at most ``turn_timeout_s`` (the store's pool timeout: waiting for a turn stands in
-for waiting for a pooled connection), then the answer is a 503 ``unavailable`` with
-``details.reason`` ``busy``: behind a stuck store the queue does not grow without bound.
+(``TurnGate``), whether the cache is on or off (a kept answer does not wait). An answer's
+computation is Python holding the GIL between the store's queries; sixteen at once share one
+core, so each takes sixteen times its own time and the heaviest page (a 70 ms Baselines view)
+took over a second. Taking turns, an answer waits for the ones ahead of it and then runs at its
+own speed: the throughput is the same and the heaviest page no longer pays the most for the
+crowd. Two at once keep one answer in Python while another waits on the store. The wait for a
+turn, with the wait for the same key's computation before it, lasts at most ``turn_timeout_s``
+(the store's pool timeout: waiting for a turn stands in for waiting for a pooled connection),
+then the answer is a 503 ``unavailable`` with ``details.reason`` ``busy``: behind a stuck
+store the line does not grow without bound. Threads waiting their turn still occupy the
+server's thread pool (40 threads), as threads waiting on the store did before.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -92,37 +94,52 @@ class TurnGate:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    @contextmanager
-    def turn(self, timeout_s: float | None = None) -> Iterator[bool]:
-        """Hold a slot for the ``with`` block; yields whether it had to wait for it. A wait
-        longer than ``timeout_s`` (``None``: no bound) raises ``Busy``."""
+    def acquire(self, timeout_s: float | None = None) -> bool:
+        """Take a slot, waiting in line for one if none is free; whether it waited. A wait
+        longer than ``timeout_s`` (``None``: no bound) raises ``Busy`` and leaves the line."""
         with self._lock:
             if self._free and not self._waiting:
                 self._free -= 1
-                mine = None
-            else:
-                mine = threading.Lock()
-                mine.acquire()
-                self._waiting.append(mine)
-        if mine is not None:
-            started = time.monotonic()
-            # Released by the holder that hands its slot to this thread.
-            if not mine.acquire(timeout=-1 if timeout_s is None else timeout_s):
-                with self._lock:
-                    still_waiting = mine in self._waiting
-                    if still_waiting:
-                        self._waiting.remove(mine)
-                if still_waiting:
-                    raise Busy(time.monotonic() - started)
-                mine.acquire()  # handed the slot as the wait ran out: it is this thread's
-        try:
-            yield mine is not None
-        finally:
+                return False
+            mine = threading.Lock()
+            mine.acquire()
+            self._waiting.append(mine)
+        started = time.monotonic()
+        # Released by the holder that hands its slot to this thread.
+        if not mine.acquire(timeout=-1 if timeout_s is None else timeout_s):
             with self._lock:
-                if self._waiting:
-                    self._waiting.popleft().release()
-                else:
-                    self._free += 1
+                still_waiting = mine in self._waiting
+                if still_waiting:
+                    self._waiting.remove(mine)
+            if still_waiting:
+                raise Busy(time.monotonic() - started)
+            mine.acquire()  # handed the slot as the wait ran out: it is this thread's
+        return True
+
+    def release(self) -> None:
+        """Give a slot back: to the longest waiter, else to the free ones."""
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().release()
+            else:
+                self._free += 1
+
+    @contextmanager
+    def turn(self, timeout_s: float | None = None) -> Iterator[bool]:
+        """A slot held for the ``with`` block (``acquire``); yields whether it waited."""
+        waited = self.acquire(timeout_s)
+        try:
+            yield waited
+        finally:
+            self.release()
+
+
+@dataclass(slots=True)
+class _SameKey:
+    """The computation of one key: its lock and the threads holding or waiting for it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
 
 
 @dataclass
@@ -154,7 +171,7 @@ class AnswerCache:
         self.stats = AnswerStats()
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        self._computing: dict[Key, threading.Lock] = {}
+        self._computing: dict[Key, _SameKey] = {}
         if concurrency < 0:
             raise ValueError("answers computed at once must be 0 (no limit) or more")
         self.gate = TurnGate(concurrency) if concurrency else None
@@ -181,41 +198,68 @@ class AnswerCache:
         return entry
 
     def get_or_compute(self, key: Key, compute: Callable[[], Any]) -> Any:
-        """The answer kept for ``key``, else ``compute()`` (kept; an exception is not)."""
+        """The answer kept for ``key``, else ``compute()`` (kept; an exception is not). The
+        wait for the key's computation and for a turn together last at most
+        ``turn_timeout_s`` (then ``Busy``)."""
+        started = time.monotonic()
         if not self.enabled:
-            return self._computed(compute)
+            return self._computed(compute, started)
         with self._lock:
             entry = self._fresh(key)
             if entry is not None:
                 self._entries.move_to_end(key)
                 self.stats.hits += 1
                 return entry.value
-            gate = self._computing.setdefault(key, threading.Lock())
-        with gate:  # one computation per key; the others wait and take its answer
-            with self._lock:
-                entry = self._fresh(key)
-                if entry is not None:
-                    self.stats.hits += 1
-                    return entry.value
-                self.stats.misses += 1
+            # One computation per key; the others wait and take its answer. The key's lock
+            # stays while anyone holds or waits for it, so a newcomer never starts a second.
+            same = self._computing.get(key)
+            if same is None:
+                same = self._computing[key] = _SameKey()
+            same.users += 1
+        try:
+            if not same.lock.acquire(timeout=self._left(started)):
+                raise Busy(time.monotonic() - started)
             try:
-                value = self._computed(compute)
+                with self._lock:
+                    entry = self._fresh(key)
+                    if entry is not None:
+                        self.stats.hits += 1
+                        return entry.value
+                    self.stats.misses += 1
+                value = self._computed(compute, started)
                 with self._lock:
                     self._keep(key, value)
+                return value
             finally:
-                with self._lock:
-                    self._computing.pop(key, None)
-            return value
+                same.lock.release()
+        finally:
+            with self._lock:
+                same.users -= 1
+                if not same.users:
+                    del self._computing[key]
 
-    def _computed(self, compute: Callable[[], Any]) -> Any:
-        """``compute()`` in its turn."""
+    def _left(self, started: float) -> float:
+        """Seconds left to wait of ``turn_timeout_s`` since ``started`` (-1: no bound)."""
+        if self.turn_timeout_s is None:
+            return -1
+        return max(0.0, self.turn_timeout_s - (time.monotonic() - started))
+
+    def _computed(self, compute: Callable[[], Any], started: float) -> Any:
+        """``compute()`` in its turn, waited for within what is left since ``started``."""
         if self.gate is None:
             return compute()
-        with self.gate.turn(self.turn_timeout_s) as waited:
+        left = self._left(started)
+        try:
+            waited = self.gate.acquire(None if left < 0 else left)
+        except Busy:  # the whole wait, the key's included
+            raise Busy(time.monotonic() - started) from None
+        try:
             if waited:
                 with self._lock:
                     self.stats.waited += 1
             return compute()
+        finally:
+            self.gate.release()
 
     def _keep(self, key: Key, value: Any) -> None:
         """Keep ``value`` (under the lock). Expired answers go as soon as a new one comes

@@ -103,7 +103,7 @@ def create_app(
     )
     app.state.context = context
     errors.install(app, html=dashboard.error_page)
-    install_store_errors(app)
+    install_store_errors(app, html=dashboard.error_page)
     openapi.install(app, auth=context.tokens.enabled)
     app.add_middleware(TextGuard, html=dashboard.error_page)  # inside BodyLimit: bounded
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

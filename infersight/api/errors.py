@@ -91,7 +91,7 @@ async def _infersight_error(_request: Request, exc: Exception) -> JSONResponse:
     headers = None
     if isinstance(exc, Unauthorized):
         headers = {"WWW-Authenticate": "Bearer"}
-    elif isinstance(exc, Unavailable):  # a 503 says when to come back
+    elif isinstance(exc, Unavailable) and exc.code == "unavailable":  # when to come back
         headers = {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)}
     return JSONResponse(exc.to_dict(), status_code=exc.http_status, headers=headers)
 
@@ -156,7 +156,7 @@ async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
 Handler = Callable[[Request, Exception], Any]
 
 
-def _or_html(handler: Handler, html: HtmlErrors) -> Handler:
+def or_html(handler: Handler, html: HtmlErrors) -> Handler:
     """``handler``, unless ``html`` renders a page for the request (a browser's path)."""
 
     async def answer(request: Request, exc: Exception) -> Response:
@@ -182,4 +182,4 @@ def install(app: FastAPI, html: HtmlErrors | None = None) -> None:
         Exception: _unexpected,
     }
     for kind, handler in handlers.items():
-        app.add_exception_handler(kind, handler if html is None else _or_html(handler, html))
+        app.add_exception_handler(kind, handler if html is None else or_html(handler, html))

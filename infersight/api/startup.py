@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from infersight.api.errors import error_body
+from infersight.api.errors import HtmlErrors, error_body, or_html
 from infersight.service.jobs import Jobs
 from infersight.storage.engine import reason, timed_out, unreachable
 from infersight.storage.seam import Store
@@ -209,12 +209,14 @@ async def _store_error(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def install_store_errors(app: FastAPI) -> None:
+def install_store_errors(app: FastAPI, html: HtmlErrors | None = None) -> None:
     """Answer 503 ``unavailable`` (not a 500 and a traceback) while the store is down, and
-    when a store call ran past its bound (``details.reason``: ``store_timeout``)."""
-    app.add_exception_handler(OperationalError, _store_error)
-    app.add_exception_handler(InterfaceError, _store_error)
-    app.add_exception_handler(PoolTimeout, _store_error)
+    when a store call ran past its bound (``details.reason``: ``store_timeout``); with
+    ``html``, a browser's path gets its page instead (as ``api.errors.install``)."""
+    handler = _store_error if html is None else or_html(_store_error, html)
+    app.add_exception_handler(OperationalError, handler)
+    app.add_exception_handler(InterfaceError, handler)
+    app.add_exception_handler(PoolTimeout, handler)
 
 
 Lifespan = Callable[[FastAPI], Any]

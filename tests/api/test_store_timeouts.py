@@ -57,6 +57,13 @@ def test_a_read_of_a_locked_table_is_a_503_and_healthz_says_the_store_is_slow(
         assert error["details"] == {"reason": "store_timeout"}
         assert "did not answer in time" in error["message"]
         assert answer.headers["retry-after"]
+        # A browser's view of the same: the dashboard's error page, which offers it again.
+        page = httpx.get(f"{served.url}/ui/latency?range=1h", timeout=GUARD_S)
+        assert page.status_code == 503
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["retry-after"]
+        assert "did not answer in time" in page.text
+        assert 'href="/ui/latency?range=1h" class="retry">Try again' in page.text
         health = until(lambda: slow_health(served.url), "/healthz says the store is slow")
         assert health.status_code == 503
         assert health.json()["store"] == "slow"
@@ -128,12 +135,14 @@ def test_answers_waiting_their_turn_behind_a_locked_table_are_refused_in_time(
 ) -> None:
     """Two answers at once (``INFERSIGHT_ANSWER_CONCURRENCY``) wait on the lock; six more
     wait for their turn no longer than the pool timeout and are each a 503 ``busy`` with a
-    Retry-After — the line behind a stuck store does not grow without bound — while
-    ``/healthz`` answers. Once the lock is gone the same reads answer 200."""
+    Retry-After — the line behind a stuck store does not grow without bound — and so is a
+    dashboard page, whose error page links to the same view; ``/livez`` answers. Once the lock
+    is gone the same reads answer 200."""
     env = {
         "INFERSIGHT_ANSWER_CONCURRENCY": "2",
         "INFERSIGHT_DATABASE_POOL_TIMEOUT_S": "1",
         "INFERSIGHT_DATABASE_LOCK_TIMEOUT_S": "600",
+        "INFERSIGHT_DATABASE_STATEMENT_TIMEOUT_S": "0",  # only the lock's release ends the wait
     }
     answers: dict[int, httpx.Response] = {}
     with serve(pg_store.url, tmp_path, **env) as served:
@@ -153,6 +162,16 @@ def test_answers_waiting_their_turn_behind_a_locked_table_are_refused_in_time(
                 assert answer.status_code == 503, answer.text
                 assert answer.json()["error"]["details"]["reason"] == "busy"
                 assert answer.headers["retry-after"]
+            # A browser's page waits its turn too, and its error page offers the same view again.
+            page = httpx.get(
+                f"{served.url}/ui/latency?range=7d",
+                headers={"Accept": "text/html"},
+                timeout=GUARD_S * 10,
+            )
+            assert page.status_code == 503
+            assert page.headers["retry-after"]
+            assert "waited" in page.text
+            assert 'href="/ui/latency?range=7d" class="retry">Try again' in page.text
             assert httpx.get(f"{served.url}/livez", timeout=GUARD_S).status_code == 200
         for reader in readers:
             reader.join(timeout=GUARD_S * 10)

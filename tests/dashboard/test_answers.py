@@ -214,7 +214,7 @@ def test_turns_are_taken_in_arrival_order_and_never_more_than_the_slots():
 
 
 def test_a_failed_computation_gives_its_turn_back_and_only_waiting_is_counted():
-    cache = AnswerCache(0.0, concurrency=1)
+    cache = AnswerCache(0.0, concurrency=1, turn_timeout_s=120.0)
 
     def fail() -> int:
         raise RuntimeError("store down")
@@ -236,7 +236,7 @@ def test_a_failed_computation_gives_its_turn_back_and_only_waiting_is_counted():
 def test_cached_answers_do_not_wait_for_a_turn():
     """A computation holding the only slot does not hold up a kept answer, and a computation
     that came while it ran waits, then runs (counted as waited)."""
-    cache = AnswerCache(60.0, concurrency=1)
+    cache = AnswerCache(60.0, concurrency=1, turn_timeout_s=120.0)
     assert cache.get_or_compute(("kept",), lambda: "old") == "old"
     inside, leave = threading.Event(), threading.Event()
 
@@ -290,3 +290,27 @@ def test_a_turn_waited_for_past_its_bound_is_busy_and_leaves_the_line():
     leave.set()
     holder.join()
     assert cache.get_or_compute(("late",), lambda: "late") == "late"
+
+
+def test_a_wait_for_the_same_answer_is_bounded_too():
+    """A view of a key that is being computed waits for that computation, and that wait
+    counts toward the same bound: past it the view is ``Busy``. The computation's answer is
+    kept for the next view, and nothing is left of the key's line."""
+    cache = AnswerCache(60.0, concurrency=2, turn_timeout_s=0.05)
+    inside, leave = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        inside.set()
+        leave.wait()
+        return "slow"
+
+    holder = threading.Thread(target=cache.get_or_compute, args=(("k",), slow), daemon=True)
+    holder.start()
+    inside.wait()
+    with pytest.raises(Busy) as refused:
+        cache.get_or_compute(("k",), lambda: "second")
+    assert refused.value.details["waited_s"] >= 0.05
+    leave.set()
+    holder.join()
+    assert cache.get_or_compute(("k",), lambda: "again") == "slow"
+    assert not cache._computing

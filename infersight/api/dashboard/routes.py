@@ -298,6 +298,13 @@ def error_page(
     if status == 404:
         message = f"There is no page at {request.url.path}."
     ctx = parse_context({}, now, app.settings.max_query_days)
+    # A 503 passes (the store was slow, or the answers' turns were taken): the same view again,
+    # by the path as it was sent (``url.path`` is decoded: ``a%2Fb`` would be two segments).
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    path = raw.decode("latin-1")
+    retry = ""
+    if status == 503 and path.startswith("/ui/"):
+        retry = path + (f"?{request.url.query}" if request.url.query else "")
     return _render(
         "error.html",
         status,
@@ -305,6 +312,7 @@ def error_page(
         menus={},
         page="",
         status=status,
+        retry=retry,
         error={"message": message, "details": {} if status == 404 else details},
         auth_on=app.tokens.enabled and scope is not None,
         role="viewer" if scope is not None and scope.value == "read" else "admin",
