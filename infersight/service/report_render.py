@@ -46,12 +46,15 @@ CSV_COLUMNS: Final = (
     "cost_per_million_good_tokens",
     "tokens_per_joule",
     "utilisation",
+    "group",
+    "usage_cost",
 )
 
 
 def _csv_row(section: str, day: str, line: Mapping[str, Any]) -> list[str]:
     labels, per = line["labels"], line["cost_per_million_tokens"]
     values: dict[str, Any] = {
+        **dict.fromkeys(CSV_COLUMNS),
         "section": section,
         "date": day,
         "model": labels.get("model", ""),
@@ -62,6 +65,35 @@ def _csv_row(section: str, day: str, line: Mapping[str, Any]) -> list[str]:
         "cost_per_million_output_tokens": per["output"],
         "cost_per_million_good_tokens": per["good"],
     }
+    return _cells(values)
+
+
+def _attribution_row(dimension: str, share: Mapping[str, Any]) -> list[str]:
+    """One tenant's, team's or workload's share of the week (``attribution_<dimension>``):
+    ``group`` the value as shown (``(unattributed)``, ``(other)``), ``cost`` its allocation
+    (idle included), ``idle_cost`` its idle share and ``usage_cost`` the rest."""
+    goodput = share["goodput"]
+    values: dict[str, Any] = {
+        **dict.fromkeys(CSV_COLUMNS),
+        "section": f"attribution_{dimension}",
+        "group": share["label"],
+        "cost": share["allocation"],
+        "idle_cost": share["idle"],
+        "usage_cost": share["usage"],
+        "gpu_hours": share["gpu_hours"],
+        "requests": share["requests"],
+        "tokens": share["input_tokens"] + share["output_tokens"],
+        "input_tokens": share["input_tokens"],
+        "output_tokens": share["output_tokens"],
+        "good_tokens": goodput["good_tokens"],
+        "good_basis": goodput["basis"],
+        "cost_per_million_tokens": share["cost_per_million_tokens"],
+        "cost_per_million_good_tokens": goodput["cost_per_million_good_tokens"],
+    }
+    return _cells(values)
+
+
+def _cells(values: Mapping[str, Any]) -> list[str]:
     # Floats are written with repr so that they read back to the same value.
     return [
         ""
@@ -74,7 +106,8 @@ def _csv_row(section: str, day: str, line: Mapping[str, Any]) -> list[str]:
 
 
 def render_csv(body: Mapping[str, Any]) -> str:
-    """One row per group: the week by model and by instance, each day, and the total."""
+    """One row per group: the week by model and by instance, each day, the total, and who
+    spent it (each tenant's, team's and workload's share, when the report has them)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -84,6 +117,9 @@ def render_csv(body: Mapping[str, Any]) -> str:
     for day in body["daily"]:
         writer.writerow(_csv_row("daily", day["date"], day["total"]))
     writer.writerow(_csv_row("total", "", body["by_model"]["total"]))
+    for dimension, attributed in (body.get("attribution") or {}).items():
+        for share in attributed["shares"]:
+            writer.writerow(_attribution_row(dimension, share))
     return out.getvalue()
 
 

@@ -5,6 +5,8 @@ and PostgreSQL, and through the API."""
 
 from __future__ import annotations
 
+import csv
+import io
 from decimal import Decimal
 
 import pytest
@@ -144,7 +146,7 @@ def test_the_weekly_report_says_who_spent_it(fleet: Store) -> None:
     from datetime import timedelta
 
     from infersight.core.retention import RetentionPolicy
-    from infersight.service.report_render import render_html
+    from infersight.service.report_render import render_csv, render_html
     from infersight.service.reports import build_weekly
 
     body = build_weekly(
@@ -167,6 +169,13 @@ def test_the_weekly_report_says_who_spent_it(fleet: Store) -> None:
     html = render_html(body)
     assert 'data-section="attribution-tenant"' in html
     assert "the top 3 of 4 by cost, 1 folded into (other)" in html
+    # The CSV carries the same shares, one row each (a spreadsheet sums them to the week).
+    rows = [r for r in csv.DictReader(io.StringIO(render_csv(body)))
+            if r["section"] == "attribution_tenant"]  # fmt: skip
+    assert [r["group"] for r in rows] == [s["label"] for s in by_tenant["shares"]]
+    assert OTHER in [r["group"] for r in rows]
+    assert sum(Decimal(r["cost"]) for r in rows) == week_cost
+    assert [r["usage_cost"] for r in rows] == [s["usage"] for s in by_tenant["shares"]]
 
 
 def test_metrics_carry_the_split_bounded_by_the_top_n(fleet: Store) -> None:

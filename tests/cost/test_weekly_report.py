@@ -33,6 +33,8 @@ from tests.cost.conftest import api_for
 from tests.cost.scenario import MODEL, WEEK
 
 PERIOD = "2026-W48"
+#: Columns only the attribution rows fill (empty in the cost rows).
+ATTRIBUTION_ONLY = ("group", "usage_cost")
 PER_MILLION = {
     "cost_per_million_tokens": "total",
     "cost_per_million_input_tokens": "input",
@@ -124,6 +126,8 @@ def test_the_weekly_report_holds_exactly_what_the_api_answers(week, tmp_path):
     # CSV: every row, every column.
     rows = list(csv.DictReader(io.StringIO(text)))
     assert list(rows[0]) == list(CSV_COLUMNS)
+    attributed = [r for r in rows if r["section"].startswith("attribution_")]
+    rows = [r for r in rows if not r["section"].startswith("attribution_")]
     expected = {}
     for section, answer in (("by_model", by_model), ("by_instance", by_instance)):
         for g in answer["groups"]:
@@ -137,7 +141,34 @@ def test_the_weekly_report_holds_exactly_what_the_api_answers(week, tmp_path):
     for row in rows:
         line = expected[(row["section"], row["date"], row["model"], row["instance"])]
         for field in CSV_COLUMNS[4:]:
-            assert row[field] == _value(line, field), (row["section"], field)
+            want = "" if field in ATTRIBUTION_ONLY else _value(line, field)
+            assert row[field] == want, (row["section"], field)
+    # Who spent it: each share of the week, as GET /api/v1/cost/attribution answers it.
+    for dimension in ("tenant", "team", "workload"):
+        answer = api.get(
+            "/api/v1/cost/attribution",
+            params={"start": WEEK.start.isoformat(), "end": WEEK.end.isoformat(),
+                    "dimension": dimension},
+        ).json()  # fmt: skip
+        mine = [r for r in attributed if r["section"] == f"attribution_{dimension}"]
+        assert mine, dimension
+        assert [r["group"] for r in mine] == [s["label"] for s in answer["shares"]]
+        for row, share in zip(mine, answer["shares"], strict=True):
+            goodput = share["goodput"]
+            assert (row["cost"], row["usage_cost"], row["idle_cost"]) == (
+                share["allocation"], share["usage"], share["idle"],
+            )  # fmt: skip
+            assert (row["requests"], row["gpu_hours"], row["good_tokens"]) == (
+                str(share["requests"]), share["gpu_hours"], str(goodput["good_tokens"]),
+            )  # fmt: skip
+            assert int(row["tokens"]) == share["input_tokens"] + share["output_tokens"]
+            assert row["cost_per_million_good_tokens"] == (
+                goodput["cost_per_million_good_tokens"] or ""
+            )
+            assert row["model"] == row["instance"] == row["date"] == row["energy_kwh"] == ""
+        week_cost = Decimal(body["summary"]["cost"])
+        assert sum(Decimal(r["cost"]) for r in mine) == week_cost
+        assert sum(Decimal(r["usage_cost"]) + Decimal(r["idle_cost"]) for r in mine) == week_cost
 
     # HTML: every number cell carries the API's value.
     cells = _Cells()
