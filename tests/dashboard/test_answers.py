@@ -189,6 +189,22 @@ def _holders(gate_slots: int, count: int) -> tuple[TurnGate, list[threading.Thre
     return gate, threads, order, {"state": state, "release": release}
 
 
+def _computing(cache: AnswerCache, key: tuple[str]) -> tuple[threading.Thread, threading.Event]:
+    """A thread computing ``key`` in ``cache`` (``"slow"``) until the event is set; returned
+    once its computation has begun (it holds a turn)."""
+    inside, leave = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        inside.set()
+        leave.wait()
+        return "slow"
+
+    holder = threading.Thread(target=cache.get_or_compute, args=(key, slow), daemon=True)
+    holder.start()
+    inside.wait()
+    return holder, leave
+
+
 def test_turns_are_taken_in_arrival_order_and_never_more_than_the_slots():
     """Two slots and six callers: two get in, the other four wait and get in in the order
     they came as the holders leave, and never more than two hold a slot at once."""
@@ -238,16 +254,7 @@ def test_cached_answers_do_not_wait_for_a_turn():
     that came while it ran waits, then runs (counted as waited)."""
     cache = AnswerCache(60.0, concurrency=1, turn_timeout_s=120.0)
     assert cache.get_or_compute(("kept",), lambda: "old") == "old"
-    inside, leave = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        inside.set()
-        leave.wait()
-        return "slow"
-
-    holder = threading.Thread(target=cache.get_or_compute, args=(("slow",), slow), daemon=True)
-    holder.start()
-    inside.wait()
+    holder, leave = _computing(cache, ("slow",))
     assert cache.get_or_compute(("kept",), lambda: "recomputed") == "old"
     got: list[str] = []
     waiter = threading.Thread(
@@ -270,16 +277,7 @@ def test_a_turn_waited_for_past_its_bound_is_busy_and_leaves_the_line():
     (``Busy``: 503 ``unavailable``, reason ``busy``) and leaves the line: the next one in gets
     the slot as soon as the holder leaves."""
     cache = AnswerCache(0.0, concurrency=1, turn_timeout_s=0.05)
-    inside, leave = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        inside.set()
-        leave.wait()
-        return "slow"
-
-    holder = threading.Thread(target=cache.get_or_compute, args=(("slow",), slow), daemon=True)
-    holder.start()
-    inside.wait()
+    holder, leave = _computing(cache, ("slow",))
     with pytest.raises(Busy) as refused:
         cache.get_or_compute(("late",), lambda: "late")
     assert refused.value.http_status == 503
@@ -297,16 +295,7 @@ def test_a_wait_for_the_same_answer_is_bounded_too():
     counts toward the same bound: past it the view is ``Busy``. The computation's answer is
     kept for the next view, and nothing is left of the key's line."""
     cache = AnswerCache(60.0, concurrency=2, turn_timeout_s=0.05)
-    inside, leave = threading.Event(), threading.Event()
-
-    def slow() -> str:
-        inside.set()
-        leave.wait()
-        return "slow"
-
-    holder = threading.Thread(target=cache.get_or_compute, args=(("k",), slow), daemon=True)
-    holder.start()
-    inside.wait()
+    holder, leave = _computing(cache, ("k",))
     with pytest.raises(Busy) as refused:
         cache.get_or_compute(("k",), lambda: "second")
     assert refused.value.details["waited_s"] >= 0.05
