@@ -28,7 +28,8 @@ RANGES: Final = {
     "30d": timedelta(days=30),
 }
 REFRESH: Final = {"off": 0, "30s": 30, "1m": 60, "5m": 300}
-FILTERS: Final = ("model", "instance", "tenant", "adapter")
+#: The filter bar's labels; team and workload come from the trace's attribution (#34).
+FILTERS: Final = ("model", "instance", "tenant", "adapter", "team", "workload")
 DEFAULT_RANGE: Final = "1h"
 #: GPU chart buckets: about this many points per chart, on round step lengths.
 GPU_POINTS: Final = 120

@@ -54,6 +54,7 @@ from infersight.api.dashboard.views import (
 )
 from infersight.api.deps import App, client_of
 from infersight.core.errors import InvalidInput, NotFound
+from infersight.core.records import ATTRIBUTED_LABELS
 
 log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
@@ -84,7 +85,12 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(formatting.FILTERS)
     env.globals.update(
-        pages=PAGES, ranges=list(RANGES), refreshes=list(REFRESH), **formatting.HELPERS
+        pages=PAGES,
+        ranges=list(RANGES),
+        refreshes=list(REFRESH),
+        filter_labels=FILTERS,
+        attributed_labels=ATTRIBUTED_LABELS,
+        **formatting.HELPERS,
     )
     return env
 

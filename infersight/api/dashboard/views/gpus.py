@@ -52,10 +52,11 @@ def page(app: AppContext, ctx: Context, _query: dict[str, str]) -> dict[str, Any
 
 
 def gpu_instances(app: AppContext, ctx: Context) -> list[str] | None:
-    """The instances the filters pick (``None``: all); a model picks the instances serving it."""
+    """The instances the filters pick (``None``: all); any other filter (a model, tenant,
+    adapter, team or workload) picks the instances that served its requests in the range."""
     if ctx.selector.instance is not None:
         return [ctx.selector.instance]
-    if ctx.selector.model is None and ctx.selector.tenant is None:
+    if not ctx.selector.narrowed:
         return None
     sets = telemetry.label_sets(app.store, ctx.window, label_step(ctx))
     return sorted(
