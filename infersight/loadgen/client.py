@@ -87,11 +87,13 @@ async def send(
     phase: int,
     t0: float,
     clock: Callable[[], float] = time.perf_counter,
+    sent: float | None = None,
 ) -> RequestResult:
-    """Send one request and time it; failures become results with ``ok=False``."""
+    """Send one request and time it; failures become results with ``ok=False``. ``sent``:
+    the clock's reading when the caller decided to send it (default: now)."""
     trace_id = secrets.token_hex(16)
     timing = StreamTiming()
-    sent = clock()
+    sent = clock() if sent is None else sent
     try:
         body, headers = endpoint.body(prompt, max_tokens), endpoint.headers(trace_id)
         async with client.stream("POST", endpoint.url, json=body, headers=headers) as response:

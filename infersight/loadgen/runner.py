@@ -117,7 +117,19 @@ class Runner:
             await asyncio.gather(ticker, *left, return_exceptions=True)
 
     async def _user(self, slot: int, client: httpx.AsyncClient) -> None:
-        while not self._stopping and slot < self._phase.concurrency:
+        while not self._stopping:
+            # The clock, not only the driver's wake-up, says which phase a request is sent in:
+            # a stream that ends as a phase ends is not followed by a request the phase has no
+            # room for, nor by one after the last phase (the driver may wake a moment later).
+            # Of the clock's phase and the driver's, the later one counts.
+            now = self._clock()
+            phase = self._running(now - self._t0)
+            if phase is None:
+                break
+            if phase.index < self._phase.index:
+                phase = self._phase
+            if slot >= phase.concurrency:
+                break
             shape = self._workload.next()
             self._seq += 1
             result = await send(
@@ -127,13 +139,21 @@ class Runner:
                 input_tokens=shape.input_tokens,
                 max_tokens=shape.output_tokens,
                 seq=self._seq,
-                phase=self._phase.index,
+                phase=phase.index,
                 t0=self._t0,
                 clock=self._clock,
+                sent=now,
             )
             self._results.append(result)
             self._errors += not result.ok
             self._show()
+
+    def _running(self, elapsed_s: float) -> Phase | None:
+        """The phase running ``elapsed_s`` into the run; ``None`` once the last has ended."""
+        for phase in self._phases:
+            if phase.start_s <= elapsed_s < phase.end_s:
+                return phase
+        return None
 
     async def _tick(self) -> None:
         while True:
