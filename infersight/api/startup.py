@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from infersight.api.errors import HtmlErrors, error_body, or_html
+from infersight.api.errors import UNAVAILABLE_RETRY_AFTER_S, HtmlErrors, error_body, or_html
 from infersight.service.jobs import Jobs
 from infersight.storage.engine import reason, timed_out, unreachable
 from infersight.storage.seam import Store
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 INITIAL_S: Final = 1.0
 FACTOR: Final = 2.0
 CAP_S: Final = 30.0
-RETRY_AFTER_S: Final = 5
 #: A health request starts a store probe when the last one is older than this.
 PROBE_INTERVAL_S: Final = 2.0
 #: How long a health request waits for the probe it started before answering from memory.
@@ -186,7 +185,7 @@ class StoreProbe:
 
 
 async def _store_error(_request: Request, exc: Exception) -> JSONResponse:
-    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    headers = {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)}
     if timed_out(exc):
         log.warning("a store call timed out: %s", reason(exc))
         return JSONResponse(
