@@ -157,12 +157,19 @@ def phase_at(phases: Sequence[Phase], t: float) -> int:
     return current
 
 
-def users_at(phases: Sequence[Phase], t: float) -> int | None:
-    """How many users the run holds ``t`` seconds in; ``None`` once the last phase ended."""
+def running(phases: Sequence[Phase], t: float) -> Phase | None:
+    """The phase running ``t`` seconds into the run; ``None`` outside every phase (once the
+    last has ended)."""
     for p in phases:
         if p.start_s <= t < p.end_s:
-            return p.concurrency
+            return p
     return None
+
+
+def users_at(phases: Sequence[Phase], t: float) -> int | None:
+    """How many users the run holds ``t`` seconds in; ``None`` once the last phase ended."""
+    phase = running(phases, t)
+    return None if phase is None else phase.concurrency
 
 
 @dataclass

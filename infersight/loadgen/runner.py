@@ -25,6 +25,7 @@ import numpy as np
 from infersight.core.errors import Unavailable
 from infersight.core.loadtest import LoadTestRun, Phase, RequestResult, ScenarioKind
 from infersight.loadgen.client import Endpoint, send
+from infersight.loadgen.distributed import running
 from infersight.loadgen.monitor import MonitorReport, SelfMonitor
 from infersight.loadgen.progress import NoProgress, Progress
 from infersight.loadgen.workload import Workload, prompt
@@ -123,7 +124,7 @@ class Runner:
             # room for, nor by one after the last phase (the driver may wake a moment later).
             # Of the clock's phase and the driver's, the later one counts.
             now = self._clock()
-            phase = self._running(now - self._t0)
+            phase = running(self._phases, now - self._t0)
             if phase is None:
                 break
             if phase.index < self._phase.index:
@@ -147,13 +148,6 @@ class Runner:
             self._results.append(result)
             self._errors += not result.ok
             self._show()
-
-    def _running(self, elapsed_s: float) -> Phase | None:
-        """The phase running ``elapsed_s`` into the run; ``None`` once the last has ended."""
-        for phase in self._phases:
-            if phase.start_s <= elapsed_s < phase.end_s:
-                return phase
-        return None
 
     async def _tick(self) -> None:
         while True:
