@@ -54,7 +54,6 @@ CSV_COLUMNS: Final = (
 def _csv_row(section: str, day: str, line: Mapping[str, Any]) -> list[str]:
     labels, per = line["labels"], line["cost_per_million_tokens"]
     values: dict[str, Any] = {
-        **dict.fromkeys(CSV_COLUMNS),
         "section": section,
         "date": day,
         "model": labels.get("model", ""),
@@ -74,7 +73,6 @@ def _attribution_row(dimension: str, share: Mapping[str, Any]) -> list[str]:
     (idle included), ``idle_cost`` its idle share and ``usage_cost`` the rest."""
     goodput = share["goodput"]
     values: dict[str, Any] = {
-        **dict.fromkeys(CSV_COLUMNS),
         "section": f"attribution_{dimension}",
         "group": share["label"],
         "cost": share["allocation"],
@@ -94,15 +92,10 @@ def _attribution_row(dimension: str, share: Mapping[str, Any]) -> list[str]:
 
 
 def _cells(values: Mapping[str, Any]) -> list[str]:
-    # Floats are written with repr so that they read back to the same value.
-    return [
-        ""
-        if values[k] is None
-        else repr(values[k])
-        if isinstance(values[k], float)
-        else str(values[k])
-        for k in CSV_COLUMNS
-    ]
+    """``values`` in ``CSV_COLUMNS`` order, a column it lacks empty. Floats are written with
+    repr so that they read back to the same value."""
+    cells = [values.get(k) for k in CSV_COLUMNS]
+    return ["" if v is None else repr(v) if isinstance(v, float) else str(v) for v in cells]
 
 
 def render_csv(body: Mapping[str, Any]) -> str:
