@@ -414,7 +414,8 @@ def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[
                    "INFERSIGHT_EVALUATION_INTERVAL_S": str(args.interval)}  # fmt: skip
             if code is not None:  # that checkout's code, not this one's (no cwd on sys.path)
                 env.update(PYTHONPATH=str(code), PYTHONSAFEPATH="1")
-            env.update(_settings(name, args))
+            settings = _settings(name, args)
+            env.update(settings)
             workers = _workers(name, args)
             extra = ("--workers", str(workers)) if workers > 1 else ()
             live = start_serve(store, Path(folder) / f"{name}.log", *extra, **env)
@@ -422,7 +423,7 @@ def timed_serves(url: str, args: argparse.Namespace, copies: list[Any]) -> dict[
             serves[name] = live
             print(f"  serve ({name}: {code or 'this checkout'}): {live.url}, answer cache off, "
                   f"{workers} worker(s), evaluation every {args.interval:g} s"
-                  + "".join(f", {k}={v}" for k, v in _settings(name, args).items()),
+                  + "".join(f", {k}={v}" for k, v in settings.items()),
                   flush=True)  # fmt: skip
         try:
             for live in serves.values():
@@ -507,6 +508,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.days, args.rpm, args.gpu_interval, args.slos = 1, 2, 600, 6
         args.clients, args.rounds, args.passes, args.interval = 4, 1, 1, 2.0
         args.ranges = ["default"]
+    for name in ("after", "before"):  # a malformed setting stops the run before it seeds
+        _settings(name, args)
     now = datetime.now(UTC)
     drop, url = None, args.url
     if url is None:
